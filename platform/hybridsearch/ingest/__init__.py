@@ -1,0 +1,1 @@
+"""Ingestion: read sources, chunk, embed and bulk-write documents."""

@@ -1,0 +1,92 @@
+"""Load index templates from the repository's ``mappings/`` folder and render them from settings.
+
+Templates are plain JSON. A string value of the exact form ``"${name}"`` is replaced by the value
+of ``name`` in the render context, keeping its type (``"${embedding.dims}"`` becomes ``384``);
+placeholders inside longer strings are interpolated as text (``"${index.alias}-v*"``).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from hybridsearch.errors import ConfigError
+from hybridsearch.ingest.chunking import chunker_signature
+from hybridsearch.settings import Settings
+
+_PLACEHOLDER = re.compile(r"\$\{([a-z_.]+)\}")
+TEMPLATES = ("chunks", "query_log", "ingest_runs")
+
+
+def mappings_dir() -> Path:
+    """Folder holding the JSON templates: packaged copy first, else the repository's ``mappings/``."""
+    packaged = Path(str(resources.files("hybridsearch"))) / "_mappings"
+    if packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "mappings"
+
+
+@cache
+def _raw(name: str) -> str:
+    path = mappings_dir() / f"{name}.json"
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"no mapping template {name!r} at {path}") from None
+
+
+def index_options(settings: Settings) -> dict[str, Any]:
+    """The ``dense_vector`` ``index_options`` block, always explicit (ES 9.1+ would pick bbq_hnsw)."""
+    opts: dict[str, Any] = {"type": settings.index.index_options}
+    if opts["type"].endswith("hnsw"):
+        opts.update(m=settings.index.hnsw_m, ef_construction=settings.index.ef_construction)
+    return opts
+
+
+def render_context(settings: Settings) -> dict[str, Any]:
+    """Flat ``{dotted.name: value}`` context every template may refer to."""
+    ctx: dict[str, Any] = {
+        "chunker": settings.chunking.strategy,
+        "chunker_version": chunker_signature(settings.chunking),
+        "index_options": index_options(settings),
+        "index.alias": settings.index.alias,
+        "index.query_log": settings.index.query_log,
+        "index.ingest_runs": settings.index.ingest_runs,
+    }
+    for group in ("index", "embedding"):
+        for key, value in getattr(settings, group).model_dump().items():
+            ctx[f"{group}.{key}"] = value
+    return ctx
+
+
+def _substitute(node: Any, ctx: dict[str, Any]) -> Any:
+    if isinstance(node, dict):
+        return {k: _substitute(v, ctx) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_substitute(v, ctx) for v in node]
+    if isinstance(node, str) and _PLACEHOLDER.search(node):
+        if (whole := _PLACEHOLDER.fullmatch(node)) is not None:
+            return _lookup(whole.group(1), ctx)
+        return _PLACEHOLDER.sub(lambda m: str(_lookup(m.group(1), ctx)), node)
+    return node
+
+
+def _lookup(name: str, ctx: dict[str, Any]) -> Any:
+    if name not in ctx:
+        raise ConfigError(f"mapping template refers to unknown setting {name!r}")
+    return ctx[name]
+
+
+def load_template(name: str, settings: Settings) -> dict[str, Any]:
+    """Render template ``name`` (one of TEMPLATES) for ``settings``. Raises ConfigError."""
+    rendered: dict[str, Any] = _substitute(json.loads(_raw(name)), render_context(settings))
+    return rendered
+
+
+def template_name(name: str, settings: Settings) -> str:
+    """Name under which template ``name`` is stored in the cluster, e.g. ``hsp-chunks``."""
+    return f"{settings.index.prefix}-{name.replace('_', '-')}"

@@ -1,0 +1,198 @@
+"""All configuration in one pydantic-settings tree.
+
+Values come from (highest first) keyword arguments, environment variables with prefix ``HSP_``
+and ``__`` between nested names (``HSP_INDEX__PREFIX=team-a``, ``HSP_RERANKER__DEVICE=cpu``),
+a ``.env`` file in the working directory, then the defaults below. ``HSP_ES_URL`` is accepted as
+a shortcut for ``HSP_ES__URL``. Invalid values raise :class:`hybridsearch.errors.ConfigError`
+naming the environment variable at fault (see :func:`load_settings`).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from hybridsearch.errors import ConfigError
+
+ENV_PREFIX = "HSP_"
+DEFAULT_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_RERANKER_MODEL = "cross-encoder/ms-marco-MiniLM-L-6-v2"
+
+
+class ClusterSettings(BaseModel):
+    """How to reach Elasticsearch (``HSP_ES__*``)."""
+
+    url: str = Field("http://127.0.0.1:9200", description="node URL(s), comma-separated")
+    api_key: SecretStr | None = Field(None, description="encoded API key (id:key base64)")
+    username: str | None = None
+    password: SecretStr | None = None
+    ca_certs: Path | None = Field(None, description="CA certificate file for https clusters")
+    verify_certs: bool = True
+    request_timeout: float = Field(30.0, gt=0, description="seconds per request")
+    max_retries: int = Field(3, ge=0, description="retries on 429/502/503/504 and connection errors")
+
+    @property
+    def hosts(self) -> list[str]:
+        return [u.strip() for u in self.url.split(",") if u.strip()]
+
+    @field_validator("url")
+    @classmethod
+    def _check_url(cls, v: str) -> str:
+        for u in v.split(","):
+            if not u.strip().startswith(("http://", "https://")):
+                raise ValueError(f"{u.strip()!r} is not an http(s) URL")
+        return v
+
+
+class IndexSettings(BaseModel):
+    """Index names, shape and vector options (``HSP_INDEX__*``)."""
+
+    prefix: str = Field("hsp", pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="prefix of every index, alias and template")
+    version: int = Field(1, ge=1, description="version N of <prefix>-chunks-v<N> that ensure_index creates")
+    shards: int = Field(1, ge=1)
+    replicas: int = Field(0, ge=0)
+    refresh_interval: str = "1s"
+    analyzer: str = Field("standard", description="text analyzer; 'english' needs a full distribution")
+    similarity: Literal["cosine", "dot_product"] = "cosine"
+    index_options: Literal["hnsw", "int8_hnsw", "int4_hnsw", "bbq_hnsw", "flat", "int8_flat"] = "int8_hnsw"
+    hnsw_m: int = Field(16, ge=2, le=512)
+    ef_construction: int = Field(100, ge=10, le=3200)
+    tenant: str | None = Field(None, description="when set, every search is filtered to this tenant")
+
+    @property
+    def alias(self) -> str:
+        """Read alias the query layer searches: ``<prefix>-chunks``."""
+        return f"{self.prefix}-chunks"
+
+    def versioned(self, version: int | None = None) -> str:
+        """Concrete index name ``<prefix>-chunks-v<N>``."""
+        return f"{self.alias}-v{version or self.version}"
+
+    @property
+    def query_log(self) -> str:
+        return f"{self.prefix}-query-log"
+
+    @property
+    def ingest_runs(self) -> str:
+        return f"{self.prefix}-ingest-runs"
+
+
+class EmbeddingSettings(BaseModel):
+    """The bi-encoder (``HSP_EMBEDDING__*``)."""
+
+    model: str = Field(DEFAULT_EMBEDDING_MODEL, description="Hub name or local folder")
+    dims: int = Field(384, ge=1, le=4096)
+    batch_size: int = Field(32, ge=1)
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    backend: Literal["torch", "onnx"] = "torch"
+    onnx_quantized: bool = Field(False, description="with backend=onnx: int8-quantised weights")
+    prepend_title: bool = Field(True, description="embed 'title. text' rather than text alone")
+    query_cache_size: int = Field(1024, ge=0, description="LRU entries of query embeddings")
+
+
+class ChunkingSettings(BaseModel):
+    """How documents are cut (``HSP_CHUNKING__*``)."""
+
+    strategy: Literal["paragraph", "sentence", "token", "fixed", "parent_child"] = "paragraph"
+    max_tokens: int = Field(200, ge=16, description="upper bound in model word pieces")
+    overlap: float = Field(0.12, ge=0.0, lt=0.5, description="share of a chunk repeated in the next")
+    parent_max_tokens: int = Field(800, ge=32)
+
+
+class IngestSettings(BaseModel):
+    """Ingestion workers (``HSP_INGEST__*``)."""
+
+    workers: int = Field(1, ge=1, description="embedding processes")
+    bulk_chunk_size: int = Field(200, ge=1, description="actions per _bulk request")
+    bulk_max_retries: int = Field(5, ge=0)
+    bulk_initial_backoff: float = Field(0.5, gt=0)
+    bulk_max_backoff: float = Field(30.0, gt=0)
+    queue_size: int = Field(8, ge=1, description="batches buffered between pipeline stages")
+    dead_letter_dir: Path = Path("dead-letter")
+
+
+class QuerySettings(BaseModel):
+    """The query layer (``HSP_QUERY__*``)."""
+
+    bm25_k: int = Field(100, ge=1, le=1000)
+    knn_k: int = Field(100, ge=1, le=1000)
+    num_candidates: int = Field(200, ge=1, le=10000)
+    fusion: Literal["rrf", "linear"] = "rrf"
+    rrf_k: int = Field(60, ge=1)
+    linear_alpha: float = Field(0.5, ge=0, le=1, description="weight of the dense list in linear fusion")
+    linear_norm: Literal["minmax", "zscore"] = "minmax"
+    title_boost: float = Field(1.0, ge=0)
+    operator: Literal["or", "and"] = "or"
+    max_k: int = Field(100, ge=1, description="largest k a caller may ask for")
+    max_query_chars: int = Field(2000, ge=16, description="longer queries are truncated")
+    collapse: bool = Field(True, description="keep only the best chunk of each document")
+    log_queries: bool = True
+    redact: bool = Field(False, description="log a hash instead of the query text")
+
+
+class RerankerSettings(BaseModel):
+    """The cross-encoder stage (``HSP_RERANKER__*``)."""
+
+    enabled: bool = True
+    url: str | None = Field(None, description="reranker service URL; unset = in-process when a model loads")
+    model: str = DEFAULT_RERANKER_MODEL
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    batch_size: int = Field(32, ge=1)
+    max_length: int = Field(512, ge=8)
+    depth: int = Field(30, ge=1, le=200, description="fused hits sent to the reranker")
+    timeout: float = Field(5.0, gt=0, description="seconds before the search gives up on the reranker")
+    token: SecretStr | None = Field(None, description="bearer token the service requires")
+    max_passages: int = Field(256, ge=1)
+    max_passage_chars: int = Field(20000, ge=1)
+    max_body_bytes: int = Field(4_000_000, ge=1024)
+    batch_window_ms: float = Field(5.0, ge=0, description="service micro-batching window")
+
+
+class Settings(BaseSettings):
+    """Root of the settings tree; see the module docstring for where values come from."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        env_file=".env",
+        extra="ignore",
+        validate_default=True,
+    )
+
+    es_url: str | None = Field(None, description="shortcut for es.url (HSP_ES_URL)")
+    es: ClusterSettings = ClusterSettings()
+    index: IndexSettings = IndexSettings()
+    embedding: EmbeddingSettings = EmbeddingSettings()
+    chunking: ChunkingSettings = ChunkingSettings()
+    ingest: IngestSettings = IngestSettings()
+    query: QuerySettings = QuerySettings()
+    reranker: RerankerSettings = RerankerSettings()
+
+    @model_validator(mode="after")
+    def _apply_shortcuts(self) -> Settings:
+        if self.es_url:
+            self.es = self.es.model_copy(update={"url": ClusterSettings(url=self.es_url).url})
+        return self
+
+
+def _env_name(loc: tuple[int | str, ...]) -> str:
+    return ENV_PREFIX + "__".join(str(p).upper() for p in loc)
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Build :class:`Settings` from the environment; raises ConfigError naming the bad variable."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = "; ".join(f"{_env_name(e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"invalid settings: {problems}") from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    """Process-wide settings, read once. Raises ConfigError."""
+    return load_settings()

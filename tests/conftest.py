@@ -1,0 +1,87 @@
+"""Shared fixtures: a real Elasticsearch node, per-test index prefixes, models loaded once.
+
+Cluster fixture order: ``HSP_ES_URL`` → testcontainers when a Docker engine answers → fail,
+saying how to start a node (``ops/es-local.sh start``).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from elasticsearch import Elasticsearch
+
+from hybridsearch.cluster import make_client
+from hybridsearch.settings import Settings, load_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
+ES_IMAGE = "docker.elastic.co/elasticsearch/elasticsearch:9.3.2"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark tests by folder: tests/unit → unit, tests/integration → integration."""
+    for item in items:
+        parts = Path(str(item.fspath)).parts
+        if "integration" in parts:
+            item.add_marker(pytest.mark.integration)
+        elif "unit" in parts:
+            item.add_marker(pytest.mark.unit)
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker
+
+        docker.from_env(timeout=3).ping()
+        return True
+    except Exception:  # noqa: BLE001 - any failure means "no engine"
+        return False
+
+
+@pytest.fixture(scope="session")
+def es_url() -> Iterator[str]:
+    """URL of a real node: HSP_ES_URL, else a testcontainers node, else fail with instructions."""
+    url = os.environ.get("HSP_ES_URL")
+    if url:
+        yield url
+        return
+    if _docker_answers():
+        from testcontainers.elasticsearch import ElasticSearchContainer
+
+        with ElasticSearchContainer(ES_IMAGE, mem_limit="2g") as container:
+            yield container.get_url()
+        return
+    pytest.fail(
+        "No Elasticsearch for integration tests: set HSP_ES_URL to a running node, e.g.\n"
+        "    export HSP_ES_URL=$(ops/es-local.sh start)\n"
+        "(ops/es-local.sh fetches Elasticsearch from Maven Central and starts it without Docker), "
+        "or run with a Docker engine for testcontainers.",
+        pytrace=False,
+    )
+
+
+@pytest.fixture(scope="session")
+def es(es_url: str) -> Iterator[Elasticsearch]:
+    client = make_client(load_settings(es_url=es_url).es)
+    client.cluster.health(wait_for_status="yellow", timeout="30s")
+    yield client
+    client.close()
+
+
+@pytest.fixture()
+def settings(es: Elasticsearch, es_url: str, tmp_path: Path) -> Iterator[Settings]:
+    """Settings with a uuid prefix, so each test has its own indices, aliases and templates; all
+    of them are deleted afterwards."""
+    prefix = f"t-{uuid.uuid4().hex[:10]}"
+    yield load_settings(
+        es_url=es_url,
+        index={"prefix": prefix},
+        ingest={"dead_letter_dir": tmp_path / "dead-letter"},
+        query={"log_queries": False},
+    )
+    es.options(ignore_status=404).indices.delete(index=f"{prefix}-*", expand_wildcards="all")
+    es.options(ignore_status=404).indices.delete_index_template(name=f"{prefix}-*")

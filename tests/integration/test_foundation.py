@@ -1,0 +1,60 @@
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from elasticsearch import Elasticsearch
+
+from hybridsearch.cluster import cluster_info, make_client
+from hybridsearch.errors import ClusterUnavailable, IndexMismatch
+from hybridsearch.indices import alias_targets, ensure_index, index_meta, resolve_index
+from hybridsearch.settings import Settings, load_settings
+
+
+def _vec(seed: int, dims: int = 384) -> list[float]:
+    v = np.random.default_rng(seed).normal(size=dims)
+    return (v / np.linalg.norm(v)).tolist()
+
+
+def test_cluster_info_reports_version(es: Elasticsearch) -> None:
+    info = cluster_info(es)
+    assert info["status"] in {"green", "yellow"}
+    assert all(v.startswith("9.") for v in info["versions"])
+
+
+def test_ensure_index_is_idempotent_and_alias_points_at_it(es: Elasticsearch, settings: Settings) -> None:
+    name = ensure_index(es, settings)
+    assert name == f"{settings.index.prefix}-chunks-v1"
+    assert ensure_index(es, settings) == name
+    assert alias_targets(es, settings.index.alias) == [name]
+    assert resolve_index(es, settings) == name
+    meta = index_meta(es, name)
+    assert meta["embedding_model"] == settings.embedding.model and meta["embedding_dims"] == 384
+    mapping = es.indices.get_mapping(index=name).body[name]["mappings"]["properties"]["embedding"]
+    assert mapping["index_options"]["type"] == "int8_hnsw"
+
+
+def test_write_and_search_bm25_and_knn(es: Elasticsearch, settings: Settings) -> None:
+    name = ensure_index(es, settings)
+    docs = {"a": ("Cats purr", "The domestic cat purrs when content."), "b": ("Dogs bark", "A dog barks at strangers.")}
+    for i, (doc_id, (title, text)) in enumerate(docs.items()):
+        es.index(index=name, id=f"{doc_id}#0", document={"doc_id": doc_id, "chunk_id": f"{doc_id}#0", "title": title,
+                 "text": text, "embedding": _vec(i), "position": 0, "metadata": {"lang": "en"}})
+    es.indices.refresh(index=name)
+    bm25 = es.search(index=settings.index.alias, query={"match": {"text": "dog barks"}})
+    assert [h["_source"]["doc_id"] for h in bm25["hits"]["hits"]] == ["b"]
+    knn = es.search(index=settings.index.alias, knn={"field": "embedding", "query_vector": _vec(0), "k": 1,
+                                                     "num_candidates": 10})
+    assert knn["hits"]["hits"][0]["_source"]["doc_id"] == "a"
+
+
+def test_mismatched_meta_is_refused(es: Elasticsearch, settings: Settings) -> None:
+    ensure_index(es, settings)
+    other = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"model": "other/model"})})
+    with pytest.raises(IndexMismatch, match="other/model"):
+        ensure_index(es, other)
+
+
+def test_unreachable_cluster_is_our_error() -> None:
+    client = make_client(load_settings(es_url="http://127.0.0.1:1", es={"max_retries": 0}).es)
+    with pytest.raises(ClusterUnavailable, match="es-local.sh"):
+        cluster_info(client)
