@@ -53,7 +53,7 @@ def load_sentence_transformer(name: str, device: str = "auto", **kwargs: Any) ->
     where = resolve_model(name)
     try:
         return SentenceTransformer(where, device=pick_device(device), **kwargs)
-    except Exception as exc:  # noqa: BLE001 - any load failure becomes one clear error
+    except Exception as exc:
         raise ModelError(
             f"cannot load embedding model {name!r} ({type(exc).__name__}: {exc}). Without network access, "
             "point HSP_EMBEDDING__MODEL at a local sentence-transformers folder."
@@ -84,20 +84,22 @@ class Embedder:
 
             kwargs = onnx_model_kwargs(self.cfg)
         model = load_sentence_transformer(self.cfg.model, self.cfg.device, **kwargs)
-        dims = model.get_embedding_dimension() if hasattr(model, "get_embedding_dimension") else model.get_sentence_embedding_dimension()
+        dims = model.get_embedding_dimension()
         if dims != self.cfg.dims:
-            raise ModelError(f"model {self.cfg.model!r} makes {dims}-dim vectors but HSP_EMBEDDING__DIMS={self.cfg.dims}")
+            raise ModelError(
+                f"model {self.cfg.model!r} makes {dims}-dim vectors but HSP_EMBEDDING__DIMS={self.cfg.dims}"
+            )
         return model
 
     @property
     def max_seq_length(self) -> int:
-        return int(self.model.max_seq_length)
+        return int(self.model.max_seq_length or 512)
 
     def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
         """Vectors for ``texts`` as a float32 array of shape ``(len(texts), dims)``, unit length."""
         if not texts:
             return np.zeros((0, self.cfg.dims), dtype=np.float32)
-        out = self.model.encode(
+        out: np.ndarray = self.model.encode(
             texts, batch_size=batch_size or self.cfg.batch_size, normalize_embeddings=True,
             convert_to_numpy=True, show_progress_bar=False,
         )

@@ -65,7 +65,9 @@ def resolve_index(es: Elasticsearch, settings: Settings) -> str:
     """The concrete index the read alias points at. Raises IndexNotFound."""
     targets = alias_targets(es, settings.index.alias)
     if not targets:
-        raise IndexNotFound(f"alias {settings.index.alias} does not exist: run `hsp index create` or `hsp ingest` first")
+        raise IndexNotFound(
+            f"alias {settings.index.alias} does not exist: run `hsp index create` or `hsp ingest` first"
+        )
     return targets[-1]
 
 

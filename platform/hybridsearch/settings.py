@@ -51,7 +51,9 @@ class ClusterSettings(BaseModel):
 class IndexSettings(BaseModel):
     """Index names, shape and vector options (``HSP_INDEX__*``)."""
 
-    prefix: str = Field("hsp", pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="prefix of every index, alias and template")
+    prefix: str = Field(
+        "hsp", pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="prefix of every index, alias and template"
+    )
     version: int = Field(1, ge=1, description="version N of <prefix>-chunks-v<N> that ensure_index creates")
     shards: int = Field(1, ge=1)
     replicas: int = Field(0, ge=0)

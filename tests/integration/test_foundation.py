@@ -56,5 +56,5 @@ def test_mismatched_meta_is_refused(es: Elasticsearch, settings: Settings) -> No
 
 def test_unreachable_cluster_is_our_error() -> None:
     client = make_client(load_settings(es_url="http://127.0.0.1:1", es={"max_retries": 0}).es)
-    with pytest.raises(ClusterUnavailable, match="es-local.sh"):
+    with pytest.raises(ClusterUnavailable, match=r"es-local\.sh"):
         cluster_info(client)

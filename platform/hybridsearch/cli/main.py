@@ -1,0 +1,59 @@
+"""Entry point of ``hsp``: parses arguments, dispatches, maps errors to exit codes in one place.
+
+Exit codes: 0 ok · 1 other hybridsearch error · 2 usage or settings · 3 cluster · 4 index
+mismatch · 5 model · 130 interrupted. Each command module in this package exposes
+``register(subparsers)``, which adds its sub-commands and sets ``handler(args, settings) -> int``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from hybridsearch.errors import HybridSearchError
+from hybridsearch.settings import load_settings
+
+# Command modules, in the order their commands appear in --help.
+COMMAND_MODULES = ("ingest", "search", "rerank", "eval", "index", "doctor", "kibana", "train", "demo")
+
+err_console = Console(stderr=True)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hsp", description="Hybrid BM25 + dense search on Elasticsearch.")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name in COMMAND_MODULES:
+        importlib.import_module(f"hybridsearch.cli.{name}").register(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``hsp`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse exits on --help and on usage errors
+        return int(exc.code or 0)
+    logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = load_settings()
+        code: int = args.handler(args, settings)
+        return code
+    except HybridSearchError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        return 130
+
+
+def entry() -> None:
+    """Console-script wrapper around :func:`main`."""
+    sys.exit(main())
