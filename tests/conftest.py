@@ -15,6 +15,7 @@ import pytest
 from elasticsearch import Elasticsearch
 
 from hybridsearch.cluster import make_client
+from hybridsearch.embedding import Embedder
 from hybridsearch.settings import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,3 +86,11 @@ def settings(es: Elasticsearch, es_url: str, tmp_path: Path) -> Iterator[Setting
     )
     es.options(ignore_status=404).indices.delete(index=f"{prefix}-*", expand_wildcards="all")
     es.options(ignore_status=404).indices.delete_index_template(name=f"{prefix}-*")
+
+
+@pytest.fixture(scope="session")
+def embedder() -> Embedder:
+    """The default all-MiniLM-L6-v2 embedder (offline package), loaded once per session."""
+    emb = Embedder(load_settings().embedding)
+    emb.encode(["warm up"])
+    return emb

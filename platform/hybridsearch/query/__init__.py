@@ -1,0 +1,1 @@
+"""Query layer: BM25 + kNN in one _msearch, client-side fusion, optional rerank."""

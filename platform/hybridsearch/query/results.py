@@ -1,0 +1,64 @@
+"""Typed search results: every hit says where it stood at each stage.
+
+This is the contract between the query layer and its users (CLI, evaluation, services).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+Mode = Literal["hybrid", "bm25", "dense"]
+
+
+class StageScore(BaseModel):
+    """A hit's rank (from 1) and raw score in one stage; ``None`` when absent from that stage."""
+
+    rank: int
+    score: float
+
+
+class Hit(BaseModel):
+    """One result: a chunk (or its parent) with per-stage ranks and scores."""
+
+    doc_id: str
+    chunk_id: str
+    title: str | None = None
+    text: str
+    parent_id: str | None = None
+    parent_text: str | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    score: float = Field(description="final score: rerank score when reranked, else fused score")
+    rank: int = Field(description="final rank, from 1, over the whole fused window")
+    bm25: StageScore | None = None
+    knn: StageScore | None = None
+    fused: StageScore | None = None
+    rerank: StageScore | None = None
+    explanation: list[str] | None = Field(None, description="human-readable reasons, with explain=True")
+
+
+class Timings(BaseModel):
+    """Milliseconds spent per stage."""
+
+    embed_ms: float = 0.0
+    search_ms: float = 0.0
+    fusion_ms: float = 0.0
+    rerank_ms: float = 0.0
+    total_ms: float = 0.0
+
+
+class SearchResult(BaseModel):
+    """Answer to one ``search`` call."""
+
+    query: str
+    mode: Mode
+    index: str
+    k: int
+    page: int = 1
+    hits: list[Hit]
+    candidates: int = Field(description="distinct hits in the fused window before paging")
+    reranked: bool = False
+    rerank_reason: str | None = Field(None, description="why the rerank stage did not run or was cut short")
+    truncated_query: bool = False
+    timings: Timings = Field(default_factory=Timings)
