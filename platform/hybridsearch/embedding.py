@@ -67,6 +67,7 @@ class Embedder:
         self.cfg = cfg or EmbeddingSettings()
         self._model: SentenceTransformer | None = None
         self._lock = threading.Lock()
+        self._cache_lock = threading.Lock()
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
 
     @property
@@ -107,13 +108,15 @@ class Embedder:
 
     def encode_query(self, text: str) -> np.ndarray:
         """One query vector, from an LRU cache of ``query_cache_size`` entries."""
-        hit = self._cache.get(text)
-        if hit is not None:
-            self._cache.move_to_end(text)
-            return hit
-        vec = self.encode([text])[0]
+        with self._cache_lock:
+            hit = self._cache.get(text)
+            if hit is not None:
+                self._cache.move_to_end(text)
+                return hit
+        vec: np.ndarray = self.encode([text])[0]
         if self.cfg.query_cache_size:
-            self._cache[text] = vec
-            if len(self._cache) > self.cfg.query_cache_size:
-                self._cache.popitem(last=False)
+            with self._cache_lock:
+                self._cache[text] = vec
+                if len(self._cache) > self.cfg.query_cache_size:
+                    self._cache.popitem(last=False)
         return vec
