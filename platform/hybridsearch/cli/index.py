@@ -1,9 +1,161 @@
-"""`hsp` commands of this group (not written yet)."""
+"""``hsp index status|create|migrate|rollback|drop``: versioned chunk indices behind one alias."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from hybridsearch import lifecycle
+from hybridsearch.cluster import make_client
+from hybridsearch.indices import index_meta
+from hybridsearch.settings import Settings
+
+console = Console()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add this group's sub-commands to ``sub``."""
+    """Add ``hsp index ...`` to ``sub``."""
+    p = sub.add_parser("index", help="inspect and manage versioned chunk indices",
+                       description="Versioned chunk indices <prefix>-chunks-v<N> behind the read alias "
+                                   "<prefix>-chunks.")
+    isub = p.add_subparsers(dest="index_command", metavar="ACTION", required=True)
+
+    s = isub.add_parser("status", help="aliases, versions, counts, models, sizes, health")
+    s.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    s.set_defaults(handler=cmd_status)
+
+    c = isub.add_parser("create", help="create a chunk index version for the current settings")
+    c.add_argument("--version", type=int, default=None, help="N of <prefix>-chunks-v<N> (default: next free)")
+    c.set_defaults(handler=cmd_create)
+
+    m = isub.add_parser("migrate", help="re-embed the live index into a new version, then swap the alias",
+                        description="Scan the live index, re-embed every chunk with the new model (or vector "
+                                    "options), verify counts, swap the alias atomically. Searches keep answering "
+                                    "from the old index until the swap; it is kept for `hsp index rollback`.")
+    m.add_argument("--to-model", default=None, help="embedding model (Hub name or local folder); default: current")
+    m.add_argument("--dims", type=int, default=None, help="its vector size (default: read from the model)")
+    m.add_argument("--to-version", type=int, default=None, help="N of the new index (default: next free)")
+    m.add_argument("--index-options", default=None,
+                   choices=["hnsw", "int8_hnsw", "int4_hnsw", "bbq_hnsw", "flat", "int8_flat"],
+                   help="dense_vector index_options of the new index (default: current setting)")
+    m.add_argument("--no-title", action="store_true", help="embed chunk text without the title prepended")
+    m.add_argument("--no-swap", action="store_true", help="build and verify the new index but leave the alias")
+    m.add_argument("--batch-size", type=int, default=256, help="chunks per scroll page and bulk request")
+    m.set_defaults(handler=cmd_migrate)
+
+    r = isub.add_parser("rollback", help="point the alias back at the previous version")
+    r.add_argument("--to-version", type=int, default=None, help="version to go back to (default: the previous)")
+    r.set_defaults(handler=cmd_rollback)
+
+    d = isub.add_parser("drop", help="delete a chunk index version that is not live")
+    d.add_argument("--version", type=int, required=True)
+    d.set_defaults(handler=cmd_drop)
+
+
+def _human(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1024 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _options(opts: dict[str, Any]) -> str:
+    extra = ", ".join(f"{k}={v}" for k, v in opts.items() if k != "type")
+    return f"{opts.get('type', '?')}" + (f" ({extra})" if extra else "")
+
+
+def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
+    es = make_client(settings.es)
+    status = lifecycle.index_status(es, settings)
+    if args.json:
+        print(json.dumps(status.as_dict(), indent=2, default=str))
+        return 0
+    alias = ", ".join(status.alias_targets) or "[red]missing[/]"
+    console.print(f"prefix [bold]{status.prefix}[/] · alias [bold]{status.alias}[/] → {alias}"
+                  + ("" if status.template_present else " · [yellow]templates missing[/]"))
+    table = Table(show_lines=False)
+    for col in ("", "index", "health", "docs", "chunks", "size", "model", "dims", "chunker", "vectors", "created"):
+        table.add_column(col, justify="right" if col in {"docs", "chunks", "size", "dims"} else "left")
+    for row in status.indices:
+        health = {"green": "[green]green[/]", "yellow": "[yellow]yellow[/]", "red": "[red]red[/]"}.get(row.health,
+                                                                                                        row.health)
+        table.add_row("[bold green]●[/]" if row.live else "", row.name, health,
+                      "?" if row.documents is None else f"{row.documents:,}", f"{row.chunks:,}",
+                      _human(row.store_bytes), row.model or "?", str(row.dims or "?"), row.chunker or "?",
+                      _options(row.index_options), (row.created or "")[:19])
+    if status.indices:
+        console.print(table)
+    else:
+        console.print("no chunk index yet: `hsp index create` or `hsp ingest PATH` makes one")
+    for name, count in status.logs.items():
+        console.print(f"{name}: {count:,} documents")
+    return 0
+
+
+def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
+    es = make_client(settings.es)
+    name = lifecycle.create_version(es, settings, args.version)
+    live = lifecycle.current_index(es, settings)
+    console.print(f"created [bold]{name}[/] ({settings.embedding.model}, {settings.embedding.dims} dims)"
+                  + (" · alias points at it" if live == name else f" · alias still points at {live}"))
+    return 0
+
+
+def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
+    es = make_client(settings.es)
+    embedding = settings.embedding
+    if args.to_model or args.dims:
+        embedding = lifecycle.embedding_settings_for(args.to_model or embedding.model, embedding, args.dims)
+    if args.no_title:
+        embedding = embedding.model_copy(update={"prepend_title": False})
+    index = settings.index
+    if args.index_options:
+        index = index.model_copy(update={"index_options": args.index_options})
+    new = settings.model_copy(update={"embedding": embedding, "index": index})
+    with Progress(TextColumn("re-embedding"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"),
+                  TimeRemainingColumn(), console=console, transient=True) as bar:
+        task = bar.add_task("migrate", total=None)
+
+        def progress(done: int, total: int) -> None:
+            bar.update(task, completed=done, total=total)
+
+        result = lifecycle.migrate(es, settings, new, version=args.to_version, swap=not args.no_swap,
+                                   batch_size=args.batch_size, on_progress=progress)
+    console.print(f"{result.source} → [bold]{result.target}[/]: {result.chunks:,} chunks of "
+                  f"{result.documents:,} documents re-embedded with {new.embedding.model} "
+                  f"in {result.seconds:.1f} s ({result.chunks_per_second:.0f} chunks/s)")
+    if result.swapped:
+        console.print(f"alias {settings.index.alias} → {result.target}; {result.source} kept "
+                      f"(`hsp index rollback` to go back, `hsp index drop --version "
+                      f"{lifecycle.version_of(result.source)}` to delete it)")
+    else:
+        console.print(f"alias left on {result.source}; swap with `hsp index rollback --to-version "
+                      f"{lifecycle.version_of(result.target)}`")
+    if new.embedding.model != settings.embedding.model or new.embedding.dims != settings.embedding.dims:
+        console.print(f"[yellow]query clients must now use[/] HSP_EMBEDDING__MODEL={new.embedding.model} "
+                      f"HSP_EMBEDDING__DIMS={new.embedding.dims}")
+    return 0
+
+
+def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
+    es = make_client(settings.es)
+    old, new = lifecycle.rollback(es, settings, args.to_version)
+    console.print(f"alias {settings.index.alias}: {old} → [bold]{new}[/]")
+    meta = index_meta(es, new)
+    console.print(f"{new} was built with {meta.get('embedding_model')} ({meta.get('embedding_dims')} dims); "
+                  "query clients must use that model")
+    return 0
+
+
+def cmd_drop(args: argparse.Namespace, settings: Settings) -> int:
+    es = make_client(settings.es)
+    name = lifecycle.drop_version(es, settings, args.version)
+    console.print(f"deleted {name}")
+    return 0

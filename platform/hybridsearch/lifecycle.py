@@ -1,0 +1,383 @@
+"""Versioned chunk indices: status, create, migrate, rollback and drop.
+
+Chunk indices are ``<prefix>-chunks-v<N>``; readers go through the alias ``<prefix>-chunks``.
+A migration builds version N+1 for a new embedding model, chunker or vector layout next to the
+live index, copies every chunk into it (re-embedding client-side), verifies the counts and only
+then swaps the alias atomically, so searches keep answering from the old index throughout. The old
+index stays until ``drop_version``; ``rollback`` points the alias back at it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from elasticsearch import Elasticsearch, helpers
+
+from hybridsearch.cluster import es_errors
+from hybridsearch.embedding import Embedder, load_sentence_transformer
+from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
+from hybridsearch.indices import alias_targets, check_meta, ensure_templates, index_meta
+from hybridsearch.mappings import load_template
+from hybridsearch.settings import EmbeddingSettings, Settings
+
+log = logging.getLogger(__name__)
+
+_VERSION = re.compile(r"-v(\d+)$")
+# Fields read from the old index; everything but the vector, which is recomputed.
+SOURCE_EXCLUDES = ["embedding"]
+
+
+def version_of(index: str) -> int | None:
+    """N of ``...-chunks-v<N>``, or None for any other name."""
+    m = _VERSION.search(index)
+    return int(m.group(1)) if m else None
+
+
+def list_versions(es: Elasticsearch, settings: Settings) -> dict[int, str]:
+    """``{N: index}`` for every ``<prefix>-chunks-v<N>`` in the cluster, sorted by N."""
+    with es_errors("list chunk indices"):
+        body = es.indices.get(index=f"{settings.index.alias}-v*", expand_wildcards="open,closed",
+                              allow_no_indices=True, filter_path="*.settings.index.provided_name").body
+    found = {v: name for name in body if (v := version_of(name)) is not None
+             and name == settings.index.versioned(v)}
+    return dict(sorted(found.items()))
+
+
+def current_index(es: Elasticsearch, settings: Settings) -> str | None:
+    """The index the read alias points at, or None when there is no alias."""
+    targets = alias_targets(es, settings.index.alias)
+    return targets[-1] if targets else None
+
+
+# --------------------------------------------------------------------------------------------- status
+
+@dataclass
+class IndexStatus:
+    """One chunk index as ``hsp index status`` shows it."""
+
+    name: str
+    version: int | None
+    live: bool
+    health: str
+    status: str
+    chunks: int
+    documents: int | None
+    store_bytes: int
+    model: str | None
+    dims: int | None
+    chunker: str | None
+    index_options: dict[str, Any] = field(default_factory=dict)
+    created: str | None = None
+
+
+@dataclass
+class ClusterStatus:
+    """Everything ``hsp index status`` reports for one prefix."""
+
+    prefix: str
+    alias: str
+    alias_targets: list[str]
+    indices: list[IndexStatus]
+    logs: dict[str, int]
+    template_present: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def _doc_count(es: Elasticsearch, index: str) -> int | None:
+    """Distinct documents in a chunk index (cardinality of doc_id; approximate above 40k)."""
+    try:
+        with es_errors(f"count documents in {index}"):
+            body = es.search(index=index, size=0, aggs={"docs": {"cardinality": {"field": "doc_id",
+                                                                                   "precision_threshold": 40000}}})
+        return int(body["aggregations"]["docs"]["value"])
+    except IndexNotFound:
+        return None
+
+
+def index_status(es: Elasticsearch, settings: Settings) -> ClusterStatus:
+    """Aliases, versions, counts, ``_meta``, size, health and vector options for the prefix."""
+    prefix = settings.index.prefix
+    live = set(alias_targets(es, settings.index.alias))
+    versions = list_versions(es, settings)
+    rows: list[IndexStatus] = []
+    if versions:
+        names = ",".join(versions.values())
+        with es_errors("cat indices"):
+            rows_json: list[dict[str, Any]] = es.cat.indices(
+                index=names, format="json", bytes="b",
+                h="index,health,status,docs.count,store.size,creation.date.string").body  # type: ignore[assignment]
+            cat = {r["index"]: r for r in rows_json}
+            mappings = es.indices.get_mapping(index=names).body
+        for version, name in versions.items():
+            row = cat.get(name, {})
+            mapping = mappings.get(name, {}).get("mappings", {})
+            meta = mapping.get("_meta", {})
+            emb = mapping.get("properties", {}).get("embedding", {})
+            rows.append(IndexStatus(
+                name=name, version=version, live=name in live, health=str(row.get("health", "?")),
+                status=str(row.get("status", "?")), chunks=int(row.get("docs.count") or 0),
+                documents=_doc_count(es, name) if row.get("status") == "open" else None,
+                store_bytes=int(row.get("store.size") or 0), model=meta.get("embedding_model"),
+                dims=emb.get("dims", meta.get("embedding_dims")), chunker=meta.get("chunker_version"),
+                index_options=emb.get("index_options", {}), created=row.get("creation.date.string"),
+            ))
+    logs: dict[str, int] = {}
+    for name in (settings.index.query_log, settings.index.ingest_runs):
+        with es_errors(f"count {name}"):
+            if es.indices.exists(index=name):
+                logs[name] = int(es.count(index=name)["count"])
+    with es_errors("get templates"):
+        template = bool(es.indices.exists_index_template(name=f"{prefix}-chunks"))
+    return ClusterStatus(prefix=prefix, alias=settings.index.alias, alias_targets=sorted(live), indices=rows,
+                         logs=logs, template_present=template)
+
+
+# --------------------------------------------------------------------------------------------- create
+
+def next_version(es: Elasticsearch, settings: Settings) -> int:
+    """One more than the highest existing version (1 when there is none)."""
+    versions = list_versions(es, settings)
+    return max(versions, default=0) + 1
+
+
+def create_version(es: Elasticsearch, settings: Settings, version: int | None = None) -> str:
+    """Create ``<prefix>-chunks-v<N>`` for ``settings`` (model, dims, chunker, vector options).
+
+    ``version`` defaults to the next free one. The index gets its mappings explicitly, so versions
+    built for different models coexist under one template. When the prefix has no read alias yet,
+    the alias is pointed at the new index. Raises ConfigError when the version exists.
+    """
+    ensure_templates(es, settings)
+    version = version or next_version(es, settings)
+    name = settings.index.versioned(version)
+    body = load_template("chunks", settings)["template"]
+    with es_errors(f"create index {name}"):
+        if es.indices.exists(index=name):
+            raise ConfigError(f"index {name} already exists: pick another --version or drop it first")
+        es.indices.create(index=name, settings=body["settings"], mappings=body["mappings"])
+        if not alias_targets(es, settings.index.alias):
+            es.indices.update_aliases(actions=[{"add": {"index": name, "alias": settings.index.alias,
+                                                        "is_write_index": True}}])
+    log.info("created %s", name)
+    return name
+
+
+# --------------------------------------------------------------------------------------------- migrate
+
+@dataclass
+class MigrationResult:
+    """What a migration did."""
+
+    source: str
+    target: str
+    chunks: int
+    documents: int
+    failed: int
+    seconds: float
+    swapped: bool
+    source_meta: dict[str, Any]
+    target_meta: dict[str, Any]
+
+    @property
+    def chunks_per_second(self) -> float:
+        return self.chunks / self.seconds if self.seconds else 0.0
+
+
+def embedding_settings_for(model: str, base: EmbeddingSettings, dims: int | None = None) -> EmbeddingSettings:
+    """``base`` with another model; dims are read from the model itself unless given. Raises ModelError."""
+    if dims is None:
+        st = load_sentence_transformer(model, "cpu")
+        dims = int(st.get_embedding_dimension() or 0)
+    return base.model_copy(update={"model": model, "dims": dims})
+
+
+def embed_text(title: str | None, text: str, prepend_title: bool) -> str:
+    """The string the embedder sees for a chunk: ``"title. text"`` when titles are prepended."""
+    if prepend_title and title and title.strip():
+        return f"{title.strip()}. {text}"
+    return text
+
+
+def _scan(es: Elasticsearch, index: str, batch: int) -> Iterator[dict[str, Any]]:
+    yield from helpers.scan(es, index=index, size=batch, scroll="5m",
+                            query={"query": {"match_all": {}}, "_source": {"excludes": SOURCE_EXCLUDES}})
+
+
+def _batched(hits: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
+    batch: list[dict[str, Any]] = []
+    for h in hits:
+        batch.append(h)
+        if len(batch) >= size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def copy_reembedded(es: Elasticsearch, source: str, target: str, embedder: Embedder, *,
+                    prepend_title: bool, batch_size: int = 256,
+                    on_batch: Callable[[int], None] | None = None, max_retries: int = 5) -> tuple[int, int]:
+    """Copy every chunk of ``source`` into ``target`` with vectors from ``embedder``.
+
+    Keeps each chunk's ``_id`` and fields; retries 429s with backoff. Returns ``(written, failed)``.
+    """
+
+    def actions() -> Iterator[dict[str, Any]]:
+        for batch in _batched(_scan(es, source, batch_size), batch_size):
+            texts = [embed_text(h["_source"].get("title"), h["_source"].get("text") or "", prepend_title)
+                     for h in batch]
+            vectors = embedder.encode(texts)
+            for hit, vec in zip(batch, vectors, strict=True):
+                yield {"_index": target, "_id": hit["_id"], "_source": {**hit["_source"], "embedding": vec.tolist()}}
+            if on_batch:
+                on_batch(len(batch))
+
+    written = failed = 0
+    with es_errors(f"copy {source} to {target}"):
+        for ok, item in helpers.streaming_bulk(es, actions(), chunk_size=batch_size, raise_on_error=False,
+                                               raise_on_exception=False, max_retries=max_retries,
+                                               initial_backoff=1, max_backoff=30):
+            if ok:
+                written += 1
+            else:
+                failed += 1
+                log.warning("chunk not copied: %s", item)
+    return written, failed
+
+
+def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | None = None,
+            embedder: Embedder | None = None, swap: bool = True, batch_size: int = 256,
+            on_progress: Callable[[int, int], None] | None = None) -> MigrationResult:
+    """Build a new chunk index for ``new`` from the live index of ``old`` and swap the alias to it.
+
+    Every chunk of the live index is read with a scroll, re-embedded with ``new.embedding`` and
+    written to ``<prefix>-chunks-v<N>`` (``version`` defaults to the next free one). The alias moves
+    only when the new index holds exactly as many chunks as the source; until then (and on any
+    failure) searches keep using the old index, which is never modified. ``on_progress(done, total)``
+    is called after each batch. Raises IndexNotFound when there is no live index, IndexMismatch when
+    the live index was not built with ``old``'s model, ConfigError when ``new`` changes the chunker
+    (chunks cannot be re-cut from chunks: re-ingest the sources into a new version instead), and
+    IngestError when chunks fail to copy or counts disagree (the new index is left for inspection).
+    """
+    if old.index.prefix != new.index.prefix:
+        raise ConfigError("a migration stays within one prefix")
+    source = current_index(es, old)
+    if source is None:
+        raise IndexNotFound(f"alias {old.index.alias} does not exist: nothing to migrate")
+    source_meta = index_meta(es, source)
+    check_meta(source, source_meta, old)
+    target_meta_expected = load_template("chunks", new)["template"]["mappings"]["_meta"]
+    if source_meta.get("chunker_version") not in (None, target_meta_expected["chunker_version"]):
+        raise ConfigError(
+            f"{source} was cut by chunker {source_meta.get('chunker_version')!r}, the new settings ask for "
+            f"{target_meta_expected['chunker_version']!r}: chunks cannot be re-cut from chunks. Create the new "
+            "version with `hsp index create --version N` and re-ingest the sources into it, then swap."
+        )
+    if source_meta.get("prepend_title") is not None and source_meta.get("prepend_title") != new.embedding.prepend_title:
+        log.info("prepend_title changes from %s to %s", source_meta.get("prepend_title"), new.embedding.prepend_title)
+    with es_errors(f"refresh {source}"):
+        es.indices.refresh(index=source)
+        total = int(es.count(index=source)["count"])
+    target = create_version(es, new, version)
+    embedder = embedder or Embedder(new.embedding)
+    if embedder.cfg.model != new.embedding.model or embedder.cfg.dims != new.embedding.dims:
+        raise ConfigError("the embedder given to migrate() does not match the new settings' model and dims")
+    done = 0
+
+    def progress(n: int) -> None:
+        nonlocal done
+        done += n
+        if on_progress:
+            on_progress(done, total)
+
+    t0 = time.perf_counter()
+    written, failed = copy_reembedded(es, source, target, embedder, prepend_title=new.embedding.prepend_title,
+                                      batch_size=batch_size, on_batch=progress,
+                                      max_retries=new.ingest.bulk_max_retries)
+    with es_errors(f"refresh {target}"):
+        es.indices.refresh(index=target)
+        copied = int(es.count(index=target)["count"])
+        now = int(es.count(index=source)["count"])
+    seconds = time.perf_counter() - t0
+    if failed or copied != total or now != total:
+        raise IngestError(
+            f"migration {source} -> {target} incomplete: source had {total} chunks (now {now}), target holds "
+            f"{copied}, {failed} failed to copy. The alias still points at {source}; drop {target} with "
+            f"`hsp index drop --version {version_of(target)}` and retry (pause ingestion during migrations)."
+        )
+    target_meta = index_meta(es, target)
+    check_meta(target, target_meta, new)
+    if swap:
+        swap_to(es, new, target)
+    docs = _doc_count(es, target) or 0
+    return MigrationResult(source=source, target=target, chunks=written, documents=docs, failed=failed,
+                           seconds=seconds, swapped=swap, source_meta=source_meta, target_meta=target_meta)
+
+
+# --------------------------------------------------------------------------------------------- alias moves
+
+def swap_to(es: Elasticsearch, settings: Settings, index: str) -> list[str]:
+    """Point the read alias at ``index`` alone, atomically. Returns the indices it left."""
+    from hybridsearch.indices import swap_alias
+
+    with es_errors(f"check {index}"):
+        if not es.indices.exists(index=index):
+            raise IndexNotFound(f"index {index} does not exist")
+    return swap_alias(es, settings.index.alias, index)
+
+
+def rollback(es: Elasticsearch, settings: Settings, version: int | None = None) -> tuple[str, str]:
+    """Point the alias back at ``version`` (default: the highest version below the live one).
+
+    Returns ``(from_index, to_index)``. Raises IndexNotFound when there is no alias or no earlier
+    version. The rolled-back-to index must have been built for the model queries will use: the
+    caller checks that with ``check_meta`` before querying.
+    """
+    live = current_index(es, settings)
+    if live is None:
+        raise IndexNotFound(f"alias {settings.index.alias} does not exist: nothing to roll back")
+    live_v = version_of(live) or 0
+    versions = list_versions(es, settings)
+    if version is None:
+        earlier = [v for v in versions if v < live_v]
+        if not earlier:
+            raise IndexNotFound(f"no version older than {live} exists to roll back to")
+        version = earlier[-1]
+    if version not in versions:
+        raise IndexNotFound(f"version {version} ({settings.index.versioned(version)}) does not exist")
+    target = versions[version]
+    if target == live:
+        raise ConfigError(f"{live} is already live")
+    swap_to(es, settings, target)
+    return live, target
+
+
+def drop_version(es: Elasticsearch, settings: Settings, version: int) -> str:
+    """Delete ``<prefix>-chunks-v<N>``. Refuses the live index (ConfigError); IndexNotFound if absent."""
+    name = settings.index.versioned(version)
+    if name in alias_targets(es, settings.index.alias):
+        raise ConfigError(f"{name} is live behind {settings.index.alias}: migrate or roll back before dropping it")
+    with es_errors(f"delete {name}"):
+        if not es.indices.exists(index=name):
+            raise IndexNotFound(f"index {name} does not exist")
+        es.indices.delete(index=name)
+    return name
+
+
+def check_live_model(es: Elasticsearch, settings: Settings) -> str:
+    """The live index, after checking its ``_meta`` against ``settings``. Raises IndexMismatch/IndexNotFound."""
+    live = current_index(es, settings)
+    if live is None:
+        raise IndexNotFound(f"alias {settings.index.alias} does not exist")
+    check_meta(live, index_meta(es, live), settings)
+    return live
+

