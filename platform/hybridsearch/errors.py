@@ -14,6 +14,7 @@ can catch one type. Exceptions from the ``elasticsearch`` client are translated 
     ├── ModelError             a model cannot be loaded or does not fit the index
     ├── IngestError            a document or run could not be ingested
     └── RerankerError          the reranker failed, timed out or is unreachable
+        └── RerankerModelError the cross-encoder cannot be loaded (also a ModelError: exit code 5)
 """
 
 from __future__ import annotations
@@ -67,3 +68,7 @@ class IngestError(HybridSearchError):
 
 class RerankerError(HybridSearchError):
     """The reranker failed, timed out or could not be reached."""
+
+
+class RerankerModelError(ModelError, RerankerError):
+    """The cross-encoder cannot be loaded: a ModelError for the CLI, a RerankerError for the query layer."""

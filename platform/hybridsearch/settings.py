@@ -152,6 +152,8 @@ class RerankerSettings(BaseModel):
     max_passage_chars: int = Field(20000, ge=1)
     max_body_bytes: int = Field(4_000_000, ge=1024)
     batch_window_ms: float = Field(5.0, ge=0, description="service micro-batching window")
+    micro_batching: bool = Field(True, description="service: score concurrent requests together")
+    max_batch_pairs: int = Field(256, ge=1, description="service: most (query, passage) pairs per model call")
 
 
 class Settings(BaseSettings):

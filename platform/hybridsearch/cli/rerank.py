@@ -1,9 +1,110 @@
-"""`hsp` commands of this group (not written yet)."""
+"""`hsp serve-reranker` (the cross-encoder HTTP service) and `hsp rerank-check` (score a few passages)."""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import time
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from hybridsearch.errors import ConfigError
+from hybridsearch.settings import Settings
+
+console = Console()
+
+SAMPLE_QUERY = "what do cross-encoders do in a search engine"
+SAMPLE_PASSAGES = [
+    "A cross-encoder reads the query and a candidate passage together and outputs one relevance score.",
+    "Elasticsearch stores documents in shards that are spread over the nodes of a cluster.",
+    "Rerankers rescore the top results of a first-stage retriever to put the most relevant ones first.",
+    "The recipe needs two eggs, a cup of flour and a pinch of salt.",
+]
+
+
+def _with_overrides(settings: Settings, args: argparse.Namespace) -> Settings:
+    update: dict[str, Any] = {}
+    for key in ("model", "device", "url", "batch_window_ms"):
+        value = getattr(args, key, None)
+        if value is not None:
+            update[key] = value
+    if getattr(args, "no_batching", False):
+        update["micro_batching"] = False
+    if not update:
+        return settings
+    cfg = settings.reranker.model_validate({**settings.reranker.model_dump(), **update})
+    return settings.model_copy(update={"reranker": cfg})
+
+
+def serve(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the service until interrupted. Loads the model first (RerankerModelError → exit 5) unless --lazy."""
+    import uvicorn
+
+    from hybridsearch.rerank.local import LocalReranker
+    from hybridsearch.rerank.service import create_app
+
+    settings = _with_overrides(settings, args)
+    cfg = settings.reranker
+    logging.getLogger("hybridsearch").setLevel(logging.INFO if args.verbose < 2 else logging.DEBUG)
+    scorer = LocalReranker(cfg)
+    if not args.lazy:
+        started = time.perf_counter()
+        scorer.load()
+        console.print(f"model [bold]{cfg.model}[/] loaded on {scorer.device} in {time.perf_counter() - started:.1f}s",
+                      highlight=False)
+    console.print(f"reranker service on http://{args.host}:{args.port} (micro-batching "
+                  f"{'on, ' + str(cfg.batch_window_ms) + ' ms' if cfg.micro_batching else 'off'}, "
+                  f"auth {'on' if cfg.token else 'off'})", highlight=False)
+    uvicorn.run(create_app(settings, scorer), host=args.host, port=args.port, log_level="info",
+                access_log=args.verbose > 0, timeout_graceful_shutdown=5)
+    return 0
+
+
+def check(args: argparse.Namespace, settings: Settings) -> int:
+    """Score a query against passages with the configured reranker (service or in-process) and print them."""
+    from hybridsearch.rerank import make_reranker
+    from hybridsearch.rerank.ranking import order_by_score
+
+    settings = _with_overrides(settings, args)
+    reranker = make_reranker(settings)
+    if reranker is None:
+        raise ConfigError("reranking is disabled (HSP_RERANKER__ENABLED=false)")
+    query = args.query or SAMPLE_QUERY
+    passages = args.passages or SAMPLE_PASSAGES
+    started = time.perf_counter()
+    scores = reranker.score(query, passages)
+    took = (time.perf_counter() - started) * 1000
+    table = Table(title=f"{reranker.name}: {query!r} ({took:.0f} ms)")
+    table.add_column("rank", justify="right")
+    table.add_column("score", justify="right")
+    table.add_column("passage")
+    for rank, i in enumerate(order_by_score(scores), 1):
+        table.add_row(str(rank), f"{scores[i]:.4f}", passages[i][:100])
+    console.print(table)
+    return 0
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add this group's sub-commands to ``sub``."""
+    """Add ``serve-reranker`` and ``rerank-check``."""
+    p = sub.add_parser("serve-reranker", help="run the cross-encoder reranker HTTP service",
+                       description="Serve POST /rerank, /healthz, /readyz and /metrics (settings: HSP_RERANKER__*).")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 in containers)")
+    p.add_argument("--port", type=int, default=8088, help="port (default 8088)")
+    p.add_argument("--model", help="Hub name or local CrossEncoder folder (default HSP_RERANKER__MODEL)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], help="default HSP_RERANKER__DEVICE")
+    p.add_argument("--batch-window-ms", type=float,
+                   help="micro-batching window in ms (default HSP_RERANKER__BATCH_WINDOW_MS)")
+    p.add_argument("--no-batching", action="store_true", help="score every request on its own")
+    p.add_argument("--lazy", action="store_true",
+                   help="start serving at once and load the model in the background (/readyz says when ready)")
+    p.set_defaults(handler=serve)
+
+    c = sub.add_parser("rerank-check", help="score passages with the configured reranker and show the order")
+    c.add_argument("query", nargs="?", help="query (default: a built-in sample)")
+    c.add_argument("passages", nargs="*", help="passages (default: built-in samples)")
+    c.add_argument("--url", help="reranker service URL (default HSP_RERANKER__URL; unset = in-process)")
+    c.add_argument("--model", help="in-process model (default HSP_RERANKER__MODEL)")
+    c.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"])
+    c.set_defaults(handler=check)

@@ -20,3 +20,18 @@ class Reranker(Protocol):
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         """One score per passage, in the input order. Raises RerankerError."""
         ...
+
+
+@runtime_checkable
+class PairScorer(Protocol):
+    """What the reranker service runs: a loadable model scoring flat ``(query, passage)`` pairs."""
+
+    name: str
+
+    def load(self) -> None:
+        """Load the model now (blocking). Raises RerankerModelError."""
+        ...
+
+    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        """One score per pair, in input order. Raises RerankerError."""
+        ...

@@ -1,0 +1,110 @@
+"""Client of the reranker service (``hsp serve-reranker``), implementing the Reranker interface."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from types import TracebackType
+from typing import Any
+
+import httpx
+
+from hybridsearch.errors import RerankerError
+from hybridsearch.settings import RerankerSettings
+
+log = logging.getLogger(__name__)
+
+
+def _reason(resp: httpx.Response) -> str:
+    try:
+        body = resp.json()
+    except ValueError:
+        return resp.text[:200] or resp.reason_phrase
+    if isinstance(body, dict):
+        return str(body.get("detail") or body.get("error") or body)[:500]
+    return str(body)[:500]
+
+
+class HttpReranker:
+    """Scores passages through the reranker service at ``url`` (``POST {url}/rerank``).
+
+    One pooled ``httpx.Client``; ``timeout`` seconds per attempt (connect capped at 2 s); one retry
+    on connection errors and 5xx answers, none on read timeouts (the caller's time budget is spent)
+    or 4xx. Every failure raises RerankerError saying what happened.
+    """
+
+    def __init__(self, url: str, timeout: float = 5.0, token: str | None = None, *, retries: int = 1,
+                 transport: httpx.BaseTransport | None = None) -> None:
+        self.url = url.rstrip("/")
+        self.name = f"http:{self.url}"
+        self.retries = retries
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._client = httpx.Client(
+            base_url=self.url, headers=headers, transport=transport,
+            timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),
+            limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
+        )
+        self.model: str | None = None
+
+    @classmethod
+    def from_settings(cls, cfg: RerankerSettings) -> HttpReranker:
+        """Client for ``cfg.url`` with ``cfg.timeout`` and ``cfg.token``. Raises RerankerError when no url is set."""
+        if not cfg.url:
+            raise RerankerError("HSP_RERANKER__URL is not set")
+        return cls(cfg.url, cfg.timeout, cfg.token.get_secret_value() if cfg.token else None)
+
+    def rerank(self, query: str, passages: Sequence[str], top_n: int | None = None) -> dict[str, Any]:
+        """The service's full answer ``{scores, order, model, took_ms}``. Raises RerankerError."""
+        payload: dict[str, Any] = {"query": query, "passages": list(passages)}
+        if top_n is not None:
+            payload["top_n"] = top_n
+        resp = self._post(payload)
+        try:
+            body = resp.json()
+            scores = [float(s) for s in body["scores"]]
+            order = [int(i) for i in body["order"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RerankerError(f"reranker service at {self.url} sent an unreadable answer: {exc}") from exc
+        if len(scores) != len(passages):
+            raise RerankerError(f"reranker service at {self.url} sent {len(scores)} scores for {len(passages)} "
+                                "passages")
+        self.model = body.get("model")
+        return {"scores": scores, "order": order, "model": self.model, "took_ms": body.get("took_ms")}
+
+    def score(self, query: str, passages: Sequence[str]) -> list[float]:
+        """One score per passage, in input order. Raises RerankerError."""
+        if not passages:
+            return []
+        scores: list[float] = self.rerank(query, passages)["scores"]
+        return scores
+
+    def _post(self, payload: dict[str, Any]) -> httpx.Response:
+        last = ""
+        for attempt in range(self.retries + 1):
+            try:
+                resp = self._client.post("/rerank", json=payload)
+            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
+                last = f"cannot reach the reranker service at {self.url}: {type(exc).__name__}: {exc}"
+            except httpx.TimeoutException as exc:
+                raise RerankerError(f"reranker service at {self.url} timed out "
+                                    f"({type(exc).__name__}, timeout {self._client.timeout.read}s)") from exc
+            except httpx.HTTPError as exc:
+                raise RerankerError(f"reranker request to {self.url} failed: {type(exc).__name__}: {exc}") from exc
+            else:
+                if resp.status_code < 400:
+                    return resp
+                last = f"reranker service at {self.url} answered {resp.status_code}: {_reason(resp)}"
+                if resp.status_code < 500:
+                    raise RerankerError(last)
+            if attempt < self.retries:
+                log.info("%s; retrying once", last)
+        raise RerankerError(last)
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> HttpReranker:
+        return self
+
+    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()

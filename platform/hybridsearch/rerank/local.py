@@ -1,0 +1,188 @@
+"""In-process cross-encoder scoring with sentence-transformers.
+
+:class:`LocalReranker` loads a ``CrossEncoder`` by Hub name or local folder (any folder saved by
+``CrossEncoder.save_pretrained`` or a plain Hugging Face ``*ForSequenceClassification`` folder),
+lazily and once, on ``HSP_RERANKER__DEVICE`` (``auto``: CUDA, else CPU), in fp16 on a GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hybridsearch.embedding import pick_device
+from hybridsearch.errors import RerankerError, RerankerModelError
+from hybridsearch.rerank.ranking import length_sorted_batches, order_by_score
+from hybridsearch.settings import RerankerSettings
+
+if TYPE_CHECKING:
+    from sentence_transformers import CrossEncoder
+
+log = logging.getLogger(__name__)
+
+# A word piece covers at least one character and rarely more than ~10, so text beyond this many
+# characters per token of max_length is cut before tokenising: it would be truncated anyway.
+CHARS_PER_TOKEN_CAP = 20
+_TRUTHY = {"1", "true", "yes", "on"}
+
+
+def hub_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) forbids downloads."""
+    return any(os.environ.get(v, "").strip().lower() in _TRUTHY for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
+
+
+def _hub_cached(name: str) -> bool:
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:  # pragma: no cover - huggingface_hub ships with sentence-transformers
+        return False
+    try:
+        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+    except Exception:  # noqa: BLE001 - an invalid repo id is simply "not cached"
+        return False
+
+
+def _how_to_fix(name: str) -> str:
+    return (
+        f"Copy a sentence-transformers CrossEncoder (or a Hugging Face *ForSequenceClassification folder) "
+        f"for {name!r} to this machine and point HSP_RERANKER__MODEL=/path/to/folder at it, "
+        "or set HSP_RERANKER__ENABLED=false to search without reranking."
+    )
+
+
+def load_cross_encoder(name: str, device: str = "auto", max_length: int = 512, fp16: bool = True) -> CrossEncoder:
+    """Load a CrossEncoder by local path or Hub name; fp16 on CUDA when ``fp16``.
+
+    Fails fast (no network attempt) when the name is not a local folder, the Hub is offline and
+    the model is not in the Hugging Face cache. Raises RerankerModelError naming the model and
+    how to supply a local copy.
+    """
+    path = Path(name).expanduser()
+    local = path.exists()
+    if not local and (name.startswith((".", "/", "~")) or name.count("/") > 1):
+        raise RerankerModelError(f"reranker model folder {name!r} does not exist. {_how_to_fix(name)}")
+    offline = hub_offline()
+    if not local and offline and not _hub_cached(name):
+        raise RerankerModelError(
+            f"cannot load reranker model {name!r}: it is not a local folder, not in the Hugging Face cache, "
+            f"and HF_HUB_OFFLINE is set. {_how_to_fix(name)}"
+        )
+    from sentence_transformers import CrossEncoder
+
+    dev = pick_device(device)
+    where = str(path.resolve()) if local else name
+    try:
+        model = CrossEncoder(where, device=dev, local_files_only=local or offline)
+    except Exception as exc:
+        raise RerankerModelError(
+            f"cannot load reranker model {name!r} ({type(exc).__name__}: {exc}). {_how_to_fix(name)}"
+        ) from exc
+    if model.num_labels != 1:
+        raise RerankerModelError(
+            f"reranker model {name!r} has {model.num_labels} output labels; a reranker needs a single-score "
+            "cross-encoder (num_labels=1)"
+        )
+    limit = _position_limit(model)
+    model.max_seq_length = min(max_length, limit) if limit else max_length
+    if fp16 and dev.startswith("cuda"):
+        model.half()
+    ce: CrossEncoder = model
+    return ce
+
+
+def _position_limit(model: CrossEncoder) -> int | None:
+    config = getattr(model, "config", None)
+    value = getattr(config, "max_position_embeddings", None)
+    return int(value) if isinstance(value, int) and value > 0 else None
+
+
+class LocalReranker:
+    """Scores ``(query, passage)`` pairs with a cross-encoder in this process.
+
+    The model loads on first use (or :meth:`load`), once, thread-safely. A load failure is
+    remembered and raised again as RerankerModelError on every later call, without retrying.
+    Inference failures raise RerankerError.
+    """
+
+    def __init__(self, cfg: RerankerSettings | None = None) -> None:
+        self.cfg = cfg or RerankerSettings()
+        self.name = self.cfg.model
+        self._model: CrossEncoder | None = None
+        self._error: RerankerModelError | None = None
+        self._load_lock = threading.Lock()
+        self._infer_lock = threading.Lock()
+        self.load_seconds: float | None = None
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    @property
+    def device(self) -> str:
+        """Device the model runs on (``auto`` resolved); loads the model."""
+        return str(self.model.device)
+
+    @property
+    def model(self) -> CrossEncoder:
+        """The loaded CrossEncoder. Raises RerankerModelError."""
+        if self._model is None:
+            with self._load_lock:
+                if self._error is not None:
+                    raise self._error
+                if self._model is None:
+                    started = time.perf_counter()
+                    try:
+                        self._model = load_cross_encoder(self.cfg.model, self.cfg.device, self.cfg.max_length)
+                    except RerankerModelError as exc:
+                        self._error = exc
+                        raise
+                    self.load_seconds = time.perf_counter() - started
+                    log.info("reranker model %s loaded on %s in %.1fs", self.name, self._model.device,
+                             self.load_seconds)
+        return self._model
+
+    def load(self) -> None:
+        """Load the model now. Raises RerankerModelError."""
+        _ = self.model
+
+    def _clip(self, text: str) -> str:
+        cap = self.cfg.max_length * CHARS_PER_TOKEN_CAP
+        return text if len(text) <= cap else text[:cap]
+
+    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
+        """One score per ``(query, passage)`` pair, in input order.
+
+        Pairs are sorted by length and cut into batches of ``batch_size`` to limit padding.
+        Raises RerankerModelError (cannot load) or RerankerError (inference failed).
+        """
+        if not pairs:
+            return []
+        model = self.model
+        clipped = [(self._clip(q), self._clip(p)) for q, p in pairs]
+        scores: list[float] = [0.0] * len(clipped)
+        batches = length_sorted_batches([len(q) + len(p) for q, p in clipped], self.cfg.batch_size)
+        try:
+            with self._infer_lock:
+                for batch in batches:
+                    out: Any = model.predict([clipped[i] for i in batch], batch_size=len(batch),
+                                             show_progress_bar=False, convert_to_numpy=True)
+                    for i, s in zip(batch, out.reshape(-1).tolist(), strict=True):
+                        scores[i] = float(s)
+        except Exception as exc:
+            raise RerankerError(f"reranker model {self.name!r} failed: {type(exc).__name__}: {exc}") from exc
+        return scores
+
+    def score(self, query: str, passages: Sequence[str]) -> list[float]:
+        """One score per passage (higher = more relevant), in input order. Raises RerankerError."""
+        return self.score_pairs([(query, p) for p in passages])
+
+    def rank(self, query: str, passages: Sequence[str], top_n: int | None = None,
+             threshold: float | None = None) -> list[tuple[int, float]]:
+        """``(index, score)`` best first, keeping scores >= ``threshold`` and at most ``top_n``."""
+        scores = self.score(query, passages)
+        return [(i, scores[i]) for i in order_by_score(scores, top_n=top_n, threshold=threshold)]

@@ -1,0 +1,231 @@
+"""The reranker HTTP service (FastAPI), started by ``hsp serve-reranker``.
+
+Endpoints:
+
+* ``POST /rerank`` ``{"query": str, "passages": [str, ...], "top_n": int?}`` →
+  ``{"scores": [...] (input order), "order": [indices best first, cut to top_n], "model", "took_ms"}``
+* ``GET /healthz`` liveness (always 200 while the process serves)
+* ``GET /readyz`` 200 once the model is loaded, 503 while loading or when loading failed (with the reason)
+* ``GET /metrics`` Prometheus text: requests by status, latency, batch sizes, readiness
+
+Errors answer ``{"error": code, "detail": reason}``: 400 body not UTF-8 JSON, 401 missing/wrong
+bearer token, 413 body over ``max_body_bytes``, 422 missing/invalid fields or a limit
+(``max_passages``, ``max_passage_chars``), 500 the model failed on this request, 503 model not
+loaded. The service stays up after each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from hybridsearch.rerank.base import PairScorer
+from hybridsearch.rerank.batching import MicroBatcher
+from hybridsearch.rerank.local import LocalReranker
+from hybridsearch.rerank.ranking import order_by_score
+from hybridsearch.settings import RerankerSettings, Settings
+
+log = logging.getLogger(__name__)
+
+
+class RerankRequest(BaseModel):
+    """Body of ``POST /rerank``."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    query: str = Field(min_length=1)
+    passages: list[str]
+    top_n: int | None = Field(None, ge=1)
+
+
+class ApiError(Exception):
+    """An answer other than 200, with a machine-readable code and a reason for people."""
+
+    def __init__(self, status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail, self.headers = status, code, detail, headers
+
+
+class Metrics:
+    """Prometheus metrics of one app (own registry, so several apps can live in one process)."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("hsp_reranker_requests", "rerank requests by HTTP status", ["status"],
+                                registry=self.registry)
+        self.latency = Histogram("hsp_reranker_request_seconds", "rerank request latency",
+                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+                                 registry=self.registry)
+        self.batch_requests = Histogram("hsp_reranker_batch_requests", "requests per model call",
+                                        buckets=(1, 2, 4, 8, 16, 32, 64), registry=self.registry)
+        self.batch_pairs = Histogram("hsp_reranker_batch_pairs", "pairs per model call",
+                                     buckets=(1, 8, 16, 32, 64, 128, 256, 512, 1024), registry=self.registry)
+        self.model_seconds = Histogram("hsp_reranker_model_seconds", "seconds per model call",
+                                       registry=self.registry)
+        self.ready = Gauge("hsp_reranker_ready", "1 once the model is loaded", registry=self.registry)
+
+    def on_batch(self, n_requests: int, n_pairs: int, seconds: float) -> None:
+        self.batch_requests.observe(n_requests)
+        self.batch_pairs.observe(n_pairs)
+        self.model_seconds.observe(seconds)
+
+
+class ServiceState:
+    """What the endpoints share: limits, scorer, batcher, readiness."""
+
+    def __init__(self, cfg: RerankerSettings, scorer: PairScorer) -> None:
+        self.cfg = cfg
+        self.scorer = scorer
+        self.token = cfg.token.get_secret_value() if cfg.token else None
+        self.metrics = Metrics()
+        self.batcher = MicroBatcher(scorer, window_s=cfg.batch_window_ms / 1000, max_pairs=cfg.max_batch_pairs,
+                                    enabled=cfg.micro_batching, on_batch=self.metrics.on_batch)
+        self.ready = False
+        self.load_error: str | None = None
+
+    async def load(self) -> None:
+        try:
+            await asyncio.to_thread(self.scorer.load)
+        except Exception as exc:  # noqa: BLE001 - reported by /readyz and /rerank
+            self.load_error = str(exc)
+            log.error("reranker model failed to load: %s", exc)
+            return
+        self.ready = True
+        self.metrics.ready.set(1)
+
+    def check_token(self, request: Request) -> None:
+        if self.token is None:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not given:
+            raise ApiError(401, "unauthorized", "missing bearer token (Authorization: Bearer <token>)",
+                           {"WWW-Authenticate": "Bearer"})
+        if not secrets.compare_digest(given.strip().encode(), self.token.encode()):
+            raise ApiError(401, "unauthorized", "wrong bearer token",
+                           {"WWW-Authenticate": 'Bearer error="invalid_token"'})
+
+    async def read_body(self, request: Request) -> bytes:
+        limit = self.cfg.max_body_bytes
+        too_big = ApiError(413, "body_too_large",
+                           f"request body over max_body_bytes={limit} (HSP_RERANKER__MAX_BODY_BYTES)")
+        declared = request.headers.get("content-length")
+        if declared and declared.isdigit() and int(declared) > limit:
+            raise too_big
+        body = bytearray()
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise too_big
+        return bytes(body)
+
+    def parse(self, raw: bytes) -> RerankRequest:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ApiError(400, "bad_encoding", f"request body is not UTF-8: byte {raw[exc.start]:#04x} at "
+                                                f"offset {exc.start}") from None
+        try:
+            req = RerankRequest.model_validate_json(text)
+        except ValidationError as exc:
+            errors = exc.errors(include_url=False)
+            if any(e["type"] == "json_invalid" for e in errors):
+                raise ApiError(400, "bad_json", f"request body is not valid JSON: {errors[0]['msg']}") from None
+            detail = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in errors[:5])
+            raise ApiError(422, "invalid_request", detail) from None
+        cfg = self.cfg
+        if not req.passages:
+            raise ApiError(422, "no_passages", "passages is empty: send at least one passage")
+        if len(req.passages) > cfg.max_passages:
+            raise ApiError(422, "too_many_passages", f"{len(req.passages)} passages over max_passages="
+                           f"{cfg.max_passages} (HSP_RERANKER__MAX_PASSAGES); split the request")
+        if len(req.query) > cfg.max_passage_chars:
+            raise ApiError(422, "query_too_long", f"query of {len(req.query)} characters over max_passage_chars="
+                           f"{cfg.max_passage_chars} (HSP_RERANKER__MAX_PASSAGE_CHARS)")
+        for i, p in enumerate(req.passages):
+            if len(p) > cfg.max_passage_chars:
+                raise ApiError(422, "passage_too_long", f"passages[{i}] has {len(p)} characters, over "
+                               f"max_passage_chars={cfg.max_passage_chars} (HSP_RERANKER__MAX_PASSAGE_CHARS)")
+        return req
+
+
+def _error(exc: ApiError) -> JSONResponse:
+    return JSONResponse({"error": exc.code, "detail": exc.detail}, status_code=exc.status, headers=exc.headers)
+
+
+def create_app(settings: Settings | RerankerSettings | None = None, scorer: PairScorer | None = None) -> FastAPI:
+    """The service app. ``scorer`` defaults to a LocalReranker of ``settings.reranker``; the model loads in
+    the background at start-up unless the scorer is already loaded."""
+    cfg = settings.reranker if isinstance(settings, Settings) else (settings or RerankerSettings())
+    state = ServiceState(cfg, scorer if scorer is not None else LocalReranker(cfg))
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.batcher.start()
+        loading = asyncio.create_task(state.load())
+        try:
+            yield
+        finally:
+            loading.cancel()
+            await state.batcher.stop()
+
+    app = FastAPI(title="hybridsearch reranker", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.state.service = state
+
+    @app.get("/healthz")
+    async def healthz() -> dict[str, str]:
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz() -> JSONResponse:
+        if state.ready:
+            return JSONResponse({"status": "ready", "model": state.scorer.name})
+        if state.load_error:
+            return JSONResponse({"status": "failed", "detail": state.load_error}, status_code=503)
+        return JSONResponse({"status": "loading", "model": state.scorer.name}, status_code=503,
+                            headers={"Retry-After": "1"})
+
+    @app.get("/metrics")
+    async def metrics() -> Response:
+        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/rerank")
+    async def rerank(request: Request) -> JSONResponse:
+        started = time.perf_counter()
+        n_passages = 0
+        try:
+            state.check_token(request)
+            req = state.parse(await state.read_body(request))
+            n_passages = len(req.passages)
+            if not state.ready:
+                if state.load_error:
+                    raise ApiError(503, "model_unavailable", f"model not loaded: {state.load_error}")
+                raise ApiError(503, "loading", "model is still loading; retry shortly", {"Retry-After": "1"})
+            try:
+                scores = await state.batcher.submit(req.query, req.passages)
+            except Exception as exc:  # the model failed on this request: say so, stay up
+                log.exception("rerank failed")
+                raise ApiError(500, "model_failed", f"model failed: {exc}") from exc
+            took_ms = (time.perf_counter() - started) * 1000
+            body: dict[str, Any] = {"scores": scores, "order": order_by_score(scores, top_n=req.top_n),
+                                    "model": state.scorer.name, "took_ms": round(took_ms, 3)}
+            response = JSONResponse(body)
+        except ApiError as exc:
+            response = _error(exc)
+        seconds = time.perf_counter() - started
+        state.metrics.requests.labels(status=str(response.status_code)).inc()
+        state.metrics.latency.observe(seconds)
+        log.info("rerank status=%d passages=%d took_ms=%.1f", response.status_code, n_passages, seconds * 1000)
+        return response
+
+    return app
