@@ -1,13 +1,40 @@
-"""Chunking: pure functions that cut a document's text into chunks.
+"""Chunking: pure functions that cut a document's text into chunks, counting the model's word pieces.
 
-Placeholder until the ingestion issue lands; only the signature used in index ``_meta`` lives here.
+Strategies (``ChunkingSettings.strategy``):
+
+- ``paragraph`` (default): paragraphs (split at blank lines) are kept whole when they fit what the model
+  embeds, and short neighbours are merged up to ``max_tokens``; a paragraph too long for the model falls
+  back to ``sentence`` packing. A typical abstract of one paragraph is one chunk when it fits.
+- ``sentence``: whole sentences (syntok) packed up to ``max_tokens``; the next chunk repeats trailing
+  sentences worth at most ``overlap`` of a chunk.
+- ``token``: windows of ``max_tokens`` word pieces, starting at word boundaries, overlapping by ``overlap``.
+- ``fixed``: windows of ``4 * max_tokens`` characters cut at whitespace, overlapping by ``overlap``, shrunk
+  when they would exceed ``max_tokens`` word pieces.
+- ``parent_child``: parents are paragraph packs up to ``parent_max_tokens``; children are sentence packs
+  up to ``max_tokens`` inside each parent and carry the parent's span.
+
+Every chunk keeps its position and character offsets in the source; a sentence or word longer than the
+limit is cut by word pieces, so no chunk exceeds ``limit`` word pieces (``limit`` is what the model can
+embed once special tokens and a prepended title are counted).
 """
 
 from __future__ import annotations
 
+import bisect
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
 from hybridsearch.settings import ChunkingSettings
 
 ALGORITHM_VERSION = 1
+
+# Longest stretch of text handed to the tokenizer / sentence splitter at once; longer paragraphs are cut
+# at whitespace first, so a 50 MB file without blank lines is processed in bounded memory.
+MAX_SEGMENT_CHARS = 20_000
+_PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
+_SPACE = re.compile(r"\s")
 
 
 def chunker_signature(cfg: ChunkingSettings) -> str:
@@ -15,4 +42,338 @@ def chunker_signature(cfg: ChunkingSettings) -> str:
 
     It goes into each chunk's ``_id`` and the index ``_meta``: chunks cut another way get other ids.
     """
-    return f"{cfg.strategy}-{cfg.max_tokens}-{cfg.overlap:g}-v{ALGORITHM_VERSION}"
+    sig = f"{cfg.strategy}-{cfg.max_tokens}-{cfg.overlap:g}-v{ALGORITHM_VERSION}"
+    if cfg.strategy == "parent_child":
+        sig = f"{cfg.strategy}-{cfg.max_tokens}-{cfg.parent_max_tokens}-{cfg.overlap:g}-v{ALGORITHM_VERSION}"
+    return sig
+
+
+class Tokenizer(Protocol):
+    """Anything that maps text to the character spans of its word pieces (special tokens excluded)."""
+
+    def offsets(self, text: str) -> list[tuple[int, int]]: ...
+
+
+class HFTokenizer:
+    """A Hugging Face *fast* tokenizer as a :class:`Tokenizer` (e.g. ``SentenceTransformer.tokenizer``)."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        if not getattr(tokenizer, "is_fast", False):
+            raise TypeError("chunking needs a fast (Rust) tokenizer that returns offsets")
+        self.tokenizer = tokenizer
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True,
+                             return_attention_mask=False, return_token_type_ids=False, verbose=False)
+        return [(int(s), int(e)) for s, e in enc["offset_mapping"] if e > s]
+
+    def count(self, text: str) -> int:
+        return len(self.offsets(text))
+
+
+class WhitespaceTokenizer:
+    """Words and single punctuation marks as tokens: a model-free :class:`Tokenizer` for tests and tools."""
+
+    _TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        return [m.span() for m in self._TOKEN.finditer(text)]
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """One chunk: ``text == source[char_start:char_end]``; parent span set by ``parent_child`` only."""
+
+    position: int
+    char_start: int
+    char_end: int
+    text: str
+    tokens: int
+    parent_start: int | None = None
+    parent_end: int | None = None
+
+
+Span = tuple[int, int]
+
+
+def _segments(text: str, start: int = 0, end: int | None = None, *, split_paragraphs: bool = True) -> Iterator[Span]:
+    """Non-blank stretches of ``text[start:end]``: paragraphs, each cut to at most MAX_SEGMENT_CHARS."""
+    end = len(text) if end is None else end
+    pieces: Iterator[Span]
+    pieces = _paragraphs(text, start, end) if split_paragraphs else iter([(start, end)])
+    for s, e in pieces:
+        while e - s > MAX_SEGMENT_CHARS:
+            cut = s + MAX_SEGMENT_CHARS
+            ws = text.rfind(" ", s + MAX_SEGMENT_CHARS // 2, cut)
+            cut = ws + 1 if ws > 0 else cut
+            yield from _trim(text, s, cut)
+            s = cut
+        yield from _trim(text, s, e)
+
+
+def _paragraphs(text: str, start: int, end: int) -> Iterator[Span]:
+    pos = start
+    for m in _PARAGRAPH_BREAK.finditer(text, start, end):
+        yield pos, m.start()
+        pos = m.end()
+    yield pos, end
+
+
+def _trim(text: str, s: int, e: int) -> Iterator[Span]:
+    while s < e and text[s].isspace():
+        s += 1
+    while e > s and text[e - 1].isspace():
+        e -= 1
+    if e > s:
+        yield s, e
+
+
+def _tokens(tok: Tokenizer, text: str, s: int, e: int) -> list[Span]:
+    return [(a + s, b + s) for a, b in tok.offsets(text[s:e])]
+
+
+def _sentences(text: str, s: int, e: int) -> list[Span]:
+    """Sentence spans of ``text[s:e]`` by syntok (absolute offsets, in order, covering the segment)."""
+    from syntok import segmenter
+
+    out: list[Span] = []
+    piece = text[s:e]
+    for paragraph in segmenter.analyze(piece):
+        for sentence in paragraph:
+            first, last = sentence[0], sentence[-1]
+            a, b = first.offset, last.offset + len(last.value)
+            if b > a:
+                out.append((a + s, b + s))
+    if not out:
+        return [(s, e)]
+    # extend so the spans cover the segment (syntok may drop stray characters it does not tokenise)
+    fixed: list[Span] = []
+    prev_end = s
+    for i, (a, b) in enumerate(out):
+        a = prev_end if i == 0 else a
+        fixed.append((a, b))
+        prev_end = b
+    last_a, _ = fixed[-1]
+    fixed[-1] = (last_a, e)
+    return [sp for a, b in fixed for sp in _trim(text, a, b)]
+
+
+def _count(tokens: Sequence[Span], starts: Sequence[int], s: int, e: int) -> int:
+    return bisect.bisect_left(starts, e) - bisect.bisect_left(starts, s)
+
+
+def _word_starts(tokens: Sequence[Span]) -> list[bool]:
+    return [i == 0 or tokens[i][0] > tokens[i - 1][1] for i in range(len(tokens))]
+
+
+def _windows(tokens: Sequence[Span], limit: int, overlap: int) -> Iterator[Span]:
+    """Windows of at most ``limit`` tokens starting at word starts, consecutive ones sharing ``overlap``."""
+    n = len(tokens)
+    starts = _word_starts(tokens)
+    i = 0
+    while i < n:
+        j = min(i + limit, n)
+        if j < n:
+            k = j
+            while k > i + 1 and not starts[k]:
+                k -= 1
+            j = k if starts[k] else j
+        yield tokens[i][0], tokens[j - 1][1]
+        if j >= n:
+            return
+        nxt = max(j - overlap, i + 1)
+        while nxt < j and not starts[nxt]:
+            nxt += 1
+        i = nxt
+
+
+def _pack(units: Sequence[tuple[int, int, int]], limit: int, overlap: int,
+          split: Any) -> Iterator[Span]:
+    """Greedily pack ``(start, end, tokens)`` units up to ``limit`` tokens; a unit over the limit is
+    replaced by ``split(start, end)``; the next pack repeats trailing units worth at most ``overlap``."""
+    cur: list[tuple[int, int, int]] = []
+    n_cur = 0
+    for unit in units:
+        if unit[2] > limit:
+            if cur:
+                yield cur[0][0], cur[-1][1]
+            cur, n_cur = [], 0
+            yield from split(unit[0], unit[1])
+            continue
+        if cur and n_cur + unit[2] > limit:
+            yield cur[0][0], cur[-1][1]
+            keep: list[tuple[int, int, int]] = []
+            kept = 0
+            for prev in reversed(cur):
+                if kept + prev[2] > overlap or kept + prev[2] + unit[2] > limit:
+                    break
+                keep.insert(0, prev)
+                kept += prev[2]
+            cur, n_cur = keep, kept
+        cur.append(unit)
+        n_cur += unit[2]
+    if cur:
+        yield cur[0][0], cur[-1][1]
+
+
+class _Cutter:
+    """Strategy implementations over one text; yields character spans."""
+
+    def __init__(self, text: str, tok: Tokenizer, limit: int, overlap: float) -> None:
+        self.text, self.tok, self.limit = text, tok, limit
+        self.overlap = int(limit * overlap)
+
+    def tokens_of(self, s: int, e: int) -> list[Span]:
+        return _tokens(self.tok, self.text, s, e)
+
+    def by_tokens(self, s: int, e: int, limit: int | None = None) -> Iterator[Span]:
+        limit = limit or self.limit
+        overlap = int(limit * self.overlap / self.limit)
+        for seg_s, seg_e in _segments(self.text, s, e, split_paragraphs=False):
+            yield from _windows(self.tokens_of(seg_s, seg_e), limit, overlap)
+
+    def by_sentences(self, s: int, e: int, limit: int | None = None) -> Iterator[Span]:
+        limit = limit or self.limit
+        overlap = int(limit * self.overlap / self.limit)
+        for seg_s, seg_e in _segments(self.text, s, e, split_paragraphs=False):
+            toks = self.tokens_of(seg_s, seg_e)
+            starts = [t[0] for t in toks]
+            units = [(a, b, _count(toks, starts, a, b)) for a, b in _sentences(self.text, seg_s, seg_e)]
+            units = [u for u in units if u[2] > 0]
+            yield from _pack(units, limit, overlap, lambda a, b, lim=limit: self.by_tokens(a, b, lim))
+
+    def by_paragraphs(self, s: int, e: int, target: int, hard: int) -> Iterator[Span]:
+        """Paragraphs that fit ``hard`` stay whole; neighbours merge up to ``target``; longer ones are cut
+        into sentence packs of at most ``min(target, hard)`` tokens."""
+        units = []
+        for a, b in _segments(self.text, s, e):
+            n = len(self.tokens_of(a, b))
+            if n:
+                units.append((a, b, n))
+        cut_limit = min(target, hard)
+
+        def pack_with(units_: list[tuple[int, int, int]]) -> Iterator[Span]:
+            yield from _pack(units_, target, 0, lambda a, b: self.by_sentences(a, b, cut_limit))
+
+        # A paragraph between target and hard is emitted alone (never merged, never cut).
+        group: list[tuple[int, int, int]] = []
+        for unit in units:
+            if target < unit[2] <= hard:
+                yield from pack_with(group)
+                group = []
+                yield unit[0], unit[1]
+            else:
+                group.append(unit)
+        yield from pack_with(group)
+
+    def by_chars(self, s: int, e: int) -> Iterator[Span]:
+        """Windows of about ``4 * limit`` characters at token granularity, ending before a word start."""
+        size = 4 * self.limit
+        step = max(1, size - int(size * self.overlap / self.limit))
+        for seg_s, seg_e in _segments(self.text, s, e, split_paragraphs=False):
+            toks = self.tokens_of(seg_s, seg_e)
+            ends = [t[1] for t in toks]
+            starts = [t[0] for t in toks]
+            words = _word_starts(toks)
+            n, i = len(toks), 0
+            while i < n:
+                j = bisect.bisect_right(ends, toks[i][0] + size)
+                j = max(i + 1, min(j, i + self.limit, n))
+                if j < n:
+                    k = j
+                    while k > i + 1 and not words[k]:
+                        k -= 1
+                    j = k if words[k] else j
+                yield toks[i][0], toks[j - 1][1]
+                if j >= n:
+                    break
+                k = max(i + 1, min(bisect.bisect_left(starts, toks[i][0] + step), j))
+                while k < j and not words[k]:
+                    k += 1
+                i = k
+
+
+def chunk_text(text: str, cfg: ChunkingSettings, tokenizer: Tokenizer, limit: int) -> Iterator[Chunk]:
+    """Cut ``text`` into chunks by ``cfg.strategy``; lazy, deterministic.
+
+    ``limit`` is the most word pieces a chunk may hold (the model's max sequence length less special
+    tokens and any prepended title); ``cfg.max_tokens`` is the target, capped by ``limit``. Raises
+    ValueError when ``limit`` < 1.
+    """
+    if limit < 1:
+        raise ValueError("limit must be at least one word piece")
+    target = max(1, min(cfg.max_tokens, limit))
+    cutter = _Cutter(text, tokenizer, target, cfg.overlap)
+    spans: Iterator[Span]
+    if cfg.strategy == "parent_child":
+        yield from _parent_child(text, cfg, tokenizer, target)
+        return
+    if cfg.strategy == "paragraph":
+        spans = cutter.by_paragraphs(0, len(text), target, limit)
+    elif cfg.strategy == "sentence":
+        spans = cutter.by_sentences(0, len(text))
+    elif cfg.strategy == "token":
+        spans = cutter.by_tokens(0, len(text))
+    elif cfg.strategy == "fixed":
+        spans = cutter.by_chars(0, len(text))
+    else:  # pragma: no cover - settings validate the literal
+        raise ValueError(f"unknown chunking strategy {cfg.strategy!r}")
+    yield from _verified(text, tokenizer, spans, limit)
+
+
+def _parent_child(text: str, cfg: ChunkingSettings, tokenizer: Tokenizer, target: int) -> Iterator[Chunk]:
+    parent_limit = max(cfg.parent_max_tokens, target)
+    outer = _Cutter(text, tokenizer, parent_limit, cfg.overlap)
+    inner = _Cutter(text, tokenizer, target, cfg.overlap)
+    position = 0
+    for ps, pe in outer.by_paragraphs(0, len(text), parent_limit, parent_limit):
+        for chunk in _verified(text, tokenizer, inner.by_sentences(ps, pe), target, position):
+            yield Chunk(chunk.position, chunk.char_start, chunk.char_end, chunk.text, chunk.tokens, ps, pe)
+            position += 1
+
+
+def _verified(text: str, tokenizer: Tokenizer, spans: Iterator[Span], limit: int, first: int = 0) -> Iterator[Chunk]:
+    """Chunks from spans, re-counting each chunk's own tokens and cutting any that re-tokenises over ``limit``
+    (possible only when a window had to cut inside a very long word)."""
+    position = first
+    for s, e in spans:
+        for a, b in _trim(text, s, e):
+            toks = _tokens(tokenizer, text, a, b)
+            pending = [(a, b, toks)]
+            while pending:
+                a2, b2, t2 = pending.pop(0)
+                if len(t2) <= limit or len(t2) <= 1:
+                    if t2:
+                        yield Chunk(position, a2, b2, text[a2:b2], len(t2))
+                        position += 1
+                    continue
+                mid = t2[limit - 1][1]
+                head = _tokens(tokenizer, text, a2, mid)
+                while len(head) > limit and len(head) > 1:
+                    mid = head[-2][1]
+                    head = _tokens(tokenizer, text, a2, mid)
+                rest = [sp for sp in _trim(text, mid, b2)]
+                pending.insert(0, (a2, mid, head))
+                if rest:
+                    ra, rb = rest[0]
+                    pending.insert(1, (ra, rb, _tokens(tokenizer, text, ra, rb)))
+
+
+def embed_text(title: str | None, text: str, prepend_title: bool) -> str:
+    """What the bi-encoder embeds for a chunk: ``"title. text"`` when ``prepend_title``, else ``text``."""
+    if prepend_title and title and title.strip():
+        t = title.strip()
+        return f"{t} {text}" if t.endswith((".", "!", "?", ":")) else f"{t}. {text}"
+    return text
+
+
+def text_budget(tokenizer: Tokenizer, title: str | None, prepend_title: bool, max_seq_length: int,
+                special_tokens: int = 2) -> int:
+    """Word pieces left for chunk text once special tokens and a prepended ``"title. "`` are counted.
+
+    A title longer than half the model's window is counted as half (the model truncates the rest)."""
+    room = max_seq_length - special_tokens
+    if prepend_title and title and title.strip():
+        used = len(tokenizer.offsets(embed_text(title, "", True)))
+        room -= min(used, room // 2)
+    return max(1, room)
