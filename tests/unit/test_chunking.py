@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from functools import cache
 
 import pytest
@@ -99,7 +100,7 @@ def test_token_windows_overlap_as_configured(n_words: int, overlap: float) -> No
     cfg = ChunkingSettings(strategy="token", max_tokens=40, overlap=overlap)
     chunks = list(chunk_text(text, cfg, tok, 100))
     assert all(c.tokens == 40 for c in chunks[:-1])
-    for a, b in zip(chunks, chunks[1:], strict=False):
+    for a, b in itertools.pairwise(chunks):
         shared = set(a.text.split()) & set(b.text.split())
         assert len(shared) == int(40 * overlap)
 
@@ -109,7 +110,7 @@ def test_sentence_overlap_repeats_short_trailing_sentences() -> None:
     cfg = ChunkingSettings(strategy="sentence", max_tokens=40, overlap=0.3)
     chunks = list(chunk_text(text, cfg, WhitespaceTokenizer(), 100))
     assert len(chunks) > 3
-    for a, b in zip(chunks, chunks[1:], strict=False):
+    for a, b in itertools.pairwise(chunks):
         assert a.char_start < b.char_start < a.char_end, "consecutive chunks should share a sentence"
         shared = len(WhitespaceTokenizer().offsets(a.text[b.char_start - a.char_start:]))
         assert shared <= int(40 * 0.3)
