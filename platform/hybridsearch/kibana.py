@@ -1,0 +1,246 @@
+"""Kibana saved objects for hybridsearch: load, validate, re-prefix and import them.
+
+The objects live in ``ops/kibana/hybridsearch.ndjson`` (packaged as ``hybridsearch/_kibana``): data
+views for the live chunks (the read alias), the query log and the ingest runs, Lens panels and one
+dashboard, all written for the default prefix ``hsp``. :func:`rewrite_prefix` renames index patterns,
+object ids and titles for another prefix, so several teams can import their own copy into one Kibana.
+:func:`import_objects` posts them to Kibana's saved-objects import API.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from hybridsearch.errors import ClusterError, ClusterUnavailable, ConfigError
+from hybridsearch.mappings import load_template
+from hybridsearch.settings import Settings
+
+DEFAULT_PREFIX = "hsp"
+FILE_NAME = "hybridsearch.ndjson"
+# Lens' placeholder for "count of records": not a field.
+RECORDS = "___records___"
+
+
+def saved_objects_path() -> Path:
+    """The NDJSON file: packaged copy first, else the repository's ``ops/kibana/``."""
+    packaged = Path(str(resources.files("hybridsearch"))) / "_kibana" / FILE_NAME
+    if packaged.is_file():
+        return packaged
+    return Path(__file__).resolve().parents[2] / "ops" / "kibana" / FILE_NAME
+
+
+def load_objects(path: Path | None = None) -> list[dict[str, Any]]:
+    """Parse the NDJSON saved objects. Raises ConfigError naming the bad line."""
+    path = path or saved_objects_path()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise ConfigError(f"cannot read Kibana saved objects {path}: {exc}") from None
+    objects: list[dict[str, Any]] = []
+    for no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{path}:{no}: not JSON ({exc})") from None
+        if not isinstance(obj, dict) or not {"type", "id", "attributes"} <= obj.keys():
+            raise ConfigError(f"{path}:{no}: a saved object needs type, id and attributes")
+        objects.append(obj)
+    return objects
+
+
+def to_ndjson(objects: list[dict[str, Any]]) -> bytes:
+    """One compact JSON object per line."""
+    return b"".join(json.dumps(o, separators=(",", ":")).encode() + b"\n" for o in objects)
+
+
+def _swap(value: str, old: str, new: str) -> str:
+    """``old-rest`` → ``new-rest``; ``... (old)`` → ``... (new)``; anything else unchanged."""
+    if value.startswith(f"{old}-"):
+        return f"{new}-{value[len(old) + 1:]}"
+    if value.endswith(f"({old})"):
+        return f"{value[:-len(old) - 2]}({new})"
+    return value
+
+
+def rewrite_prefix(objects: list[dict[str, Any]], prefix: str, default: str = DEFAULT_PREFIX) -> list[dict[str, Any]]:
+    """Copies of ``objects`` for ``prefix``: ids, references, data-view patterns and titles renamed."""
+    if prefix == default:
+        return copy.deepcopy(objects)
+    out = []
+    for obj in objects:
+        new = copy.deepcopy(obj)
+        new["id"] = _swap(obj["id"], default, prefix)
+        for ref in new.get("references", []):
+            ref["id"] = _swap(ref["id"], default, prefix)
+        attrs = new["attributes"]
+        for key in ("title", "name"):
+            if isinstance(attrs.get(key), str):
+                attrs[key] = _swap(attrs[key], default, prefix)
+        if new["type"] == "dashboard" and isinstance(attrs.get("panelsJSON"), str):
+            panels = json.loads(attrs["panelsJSON"])
+            for panel in panels:  # panels written with inline ids (older exports) carry them here
+                if isinstance(panel.get("id"), str):
+                    panel["id"] = _swap(panel["id"], default, prefix)
+            attrs["panelsJSON"] = json.dumps(panels, separators=(",", ":"))
+        out.append(new)
+    return out
+
+
+# --------------------------------------------------------------------------------------------- validation
+
+def mapping_fields(properties: dict[str, Any], parent: str = "") -> dict[str, str]:
+    """``{dotted field: type}`` for a mapping's properties, with sub-objects and multi-fields."""
+    fields: dict[str, str] = {}
+    for name, spec in properties.items():
+        path = f"{parent}{name}"
+        if "properties" in spec:
+            fields[path] = "object"
+            fields.update(mapping_fields(spec["properties"], f"{path}."))
+        else:
+            fields[path] = spec.get("type", "object")
+        for sub, sub_spec in spec.get("fields", {}).items():
+            fields[f"{path}.{sub}"] = sub_spec.get("type", "keyword")
+    return fields
+
+
+def data_view_fields(settings: Settings) -> dict[str, dict[str, str]]:
+    """Index pattern (without ``*``) → its fields, from our templates rendered for ``settings``."""
+    targets = {settings.index.alias: "chunks", settings.index.query_log: "query_log",
+               settings.index.ingest_runs: "ingest_runs"}
+    return {pattern: mapping_fields(load_template(name, settings)["template"]["mappings"]["properties"])
+            for pattern, name in targets.items()}
+
+
+def _lens_columns(obj: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
+    state = obj["attributes"].get("state", {})
+    layers: dict[str, Any] = state.get("datasourceStates", {}).get("formBased", {}).get("layers", {})
+    return {layer: spec.get("columns", {}) for layer, spec in layers.items()}
+
+
+def validate(objects: list[dict[str, Any]], settings: Settings) -> list[str]:
+    """Problems found in ``objects`` for ``settings``' prefix (``[]`` when they are sound).
+
+    Checks that ids are unique; every reference points at an object in the file; each data view
+    targets one of our indices and its time field exists; every field a Lens column or an ordering
+    uses exists in the mapping behind its data view (numbers for numeric operations).
+    """
+    problems: list[str] = []
+    by_id: dict[str, dict[str, Any]] = {}
+    for obj in objects:
+        if obj["id"] in by_id:
+            problems.append(f"duplicate id {obj['id']}")
+        by_id[obj["id"]] = obj
+    views = data_view_fields(settings)
+    view_fields: dict[str, dict[str, str]] = {}
+    for obj in objects:
+        if obj["type"] != "index-pattern":
+            continue
+        title = obj["attributes"].get("title", "")
+        fields = views.get(title.rstrip("*"))
+        if fields is None:
+            problems.append(f"data view {obj['id']} targets {title!r}, not one of {sorted(views)}")
+            continue
+        view_fields[obj["id"]] = fields
+        time_field = obj["attributes"].get("timeFieldName")
+        if time_field and fields.get(time_field) != "date":
+            problems.append(f"data view {obj['id']}: time field {time_field!r} is not a date in the mapping")
+    for obj in objects:
+        for ref in obj.get("references", []):
+            target = by_id.get(ref["id"])
+            if target is None or target["type"] != ref["type"]:
+                problems.append(f"{obj['type']} {obj['id']} refers to missing {ref['type']} {ref['id']}")
+        if obj["type"] == "lens":
+            problems.extend(_check_lens(obj, view_fields))
+        if obj["type"] == "dashboard":
+            problems.extend(_check_dashboard(obj))
+    return problems
+
+
+_NUMERIC = {"integer", "long", "float", "double", "half_float", "scaled_float", "short", "byte", "unsigned_long"}
+_NUMERIC_OPS = {"average", "sum", "median", "percentile", "min", "standard_deviation", "percentile_rank"}
+
+
+def _check_lens(obj: dict[str, Any], view_fields: dict[str, dict[str, str]]) -> list[str]:
+    problems = []
+    refs = {r["name"]: r["id"] for r in obj.get("references", [])}
+    for layer, columns in _lens_columns(obj).items():
+        view_id = refs.get(f"indexpattern-datasource-layer-{layer}")
+        fields = view_fields.get(view_id or "")
+        if fields is None:
+            problems.append(f"lens {obj['id']} layer {layer} has no data view reference")
+            continue
+        for col_id, col in columns.items():
+            field = col.get("sourceField")
+            if field and field != RECORDS:
+                kind = fields.get(field)
+                if kind is None:
+                    problems.append(f"lens {obj['id']} column {col_id} uses unknown field {field!r}")
+                elif col.get("operationType") in _NUMERIC_OPS and kind not in _NUMERIC:
+                    problems.append(f"lens {obj['id']} column {col_id}: {col['operationType']} of {kind} {field!r}")
+                elif col.get("operationType") == "date_histogram" and kind != "date":
+                    problems.append(f"lens {obj['id']} column {col_id}: date histogram on {kind} {field!r}")
+            order = col.get("params", {}).get("orderBy", {})
+            if order.get("type") == "column" and order.get("columnId") not in columns:
+                problems.append(f"lens {obj['id']} column {col_id} orders by missing column {order.get('columnId')}")
+    return problems
+
+
+def _check_dashboard(obj: dict[str, Any]) -> list[str]:
+    problems = []
+    names = {r["name"] for r in obj.get("references", [])}
+    try:
+        panels = json.loads(obj["attributes"].get("panelsJSON", "[]"))
+    except json.JSONDecodeError:
+        return [f"dashboard {obj['id']}: panelsJSON is not JSON"]
+    for panel in panels:
+        ref = panel.get("panelRefName")
+        if ref and f"{panel.get('panelIndex')}:{ref}" not in names:
+            problems.append(f"dashboard {obj['id']} panel {panel.get('panelIndex')} has no reference {ref}")
+    return problems
+
+
+# --------------------------------------------------------------------------------------------- import
+
+def import_objects(url: str, objects: list[dict[str, Any]], *, space: str | None = None,
+                   api_key: str | None = None, username: str | None = None, password: str | None = None,
+                   timeout: float = 30.0, verify: bool = True) -> dict[str, Any]:
+    """POST ``objects`` to Kibana's ``/api/saved_objects/_import?overwrite=true``; returns its answer.
+
+    Raises ClusterUnavailable when Kibana does not answer and ClusterError when it refuses the
+    request or reports per-object errors.
+    """
+    base = url.rstrip("/") + (f"/s/{space}" if space else "")
+    headers = {"kbn-xsrf": "hybridsearch"}
+    auth: httpx.BasicAuth | None = None
+    if api_key:
+        headers["Authorization"] = f"ApiKey {api_key}"
+    elif username:
+        auth = httpx.BasicAuth(username, password or "")
+    files = {"file": (FILE_NAME, to_ndjson(objects), "application/ndjson")}
+    try:
+        resp = httpx.post(f"{base}/api/saved_objects/_import", params={"overwrite": "true"}, files=files,
+                          headers=headers, auth=auth, timeout=timeout, verify=verify)
+    except httpx.HTTPError as exc:
+        raise ClusterUnavailable(f"Kibana did not answer at {url}: {exc}. Is it running "
+                                 "(`docker compose up -d kibana`)?") from exc
+    try:
+        body: dict[str, Any] = resp.json()
+    except ValueError:
+        body = {"message": resp.text[:500]}
+    if resp.status_code >= 400:
+        raise ClusterError(f"Kibana refused the import with HTTP {resp.status_code}: "
+                           f"{body.get('message') or body}")
+    if not body.get("success", False):
+        errors = "; ".join(f"{e.get('type')} {e.get('id')}: {e.get('error', {}).get('type')}"
+                           for e in body.get("errors", []))
+        raise ClusterError(f"Kibana imported {body.get('successCount', 0)} of {len(objects)} objects; "
+                           f"errors: {errors or body}")
+    return body
