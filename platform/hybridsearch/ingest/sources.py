@@ -1,0 +1,275 @@
+"""Sources: turn files into :class:`Document` records, or :class:`SourceFailure` records saying why not.
+
+Supported: a folder tree of ``.txt``, ``.md``, ``.html``/``.htm`` (text by selectolax), ``.json`` (one object
+or a list of objects) and ``.jsonl`` files (optionally ``.gz``), and BEIR ``corpus.jsonl[.gz]`` (``_id``,
+``title``, ``text``, ``metadata``). Files are read in sorted order, so runs are deterministic. Nothing
+is dropped silently: undecodable, binary, empty or unparsable inputs come out as ``SourceFailure``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".html", ".htm"}
+RECORD_SUFFIXES = {".json", ".jsonl", ".ndjson"}
+_MD_HEADING = re.compile(r"^\s{0,3}#\s+(.+?)\s*#*\s*$", re.MULTILINE)
+_BLOCK_TAGS = "p,div,h1,h2,h3,h4,h5,h6,li,br,tr,td,th,section,article,header,footer,pre,blockquote,dt,dd,table"
+BINARY_SNIFF_BYTES = 8192
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """One source document. ``content_hash`` (sha256 hex of title, text and metadata) detects changes."""
+
+    doc_id: str
+    title: str | None
+    text: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+    source: str = ""
+    content_hash: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.content_hash:
+            object.__setattr__(self, "content_hash", content_hash(self.title, self.text, self.metadata))
+
+    @classmethod
+    def make(cls, doc_id: str, text: str, title: str | None = None, metadata: dict[str, Any] | None = None,
+             source: str = "") -> Document:
+        """A document with its hash computed."""
+        return cls(doc_id=doc_id, title=title, text=text, metadata=dict(metadata or {}), source=source)
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFailure:
+    """An input that could not become a document: where it came from and why."""
+
+    source: str
+    reason: str
+    doc_id: str | None = None
+
+
+def content_hash(title: str | None, text: str, metadata: dict[str, Any] | None) -> str:
+    """sha256 hex of the canonical JSON of ``[title, text, metadata]``."""
+    payload = json.dumps([title, text, metadata or {}], sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True)
+class RecordFields:
+    """Which JSON fields hold the id, title, text and metadata. ``None`` id/text = first present of the
+    usual names (``_id``/``id``/``doc_id``; ``text``/``body``/``content``/``abstract``)."""
+
+    id: str | None = None
+    title: str = "title"
+    text: str | None = None
+    metadata: str = "metadata"
+    extra_metadata: tuple[str, ...] = ()
+
+
+ID_FIELDS = ("_id", "id", "doc_id", "docid")
+TEXT_FIELDS = ("text", "body", "content", "contents", "abstract")
+
+
+def read_path(path: str | Path, fields: RecordFields | None = None) -> Iterator[Document | SourceFailure]:
+    """Documents from a file or a folder tree (hidden entries skipped, others in sorted order).
+
+    A missing path yields one SourceFailure. ``doc_id`` is the record's id, else the file's path relative
+    to the folder (``notes/a.md``), else ``<file>:<line>`` for id-less JSON records.
+    """
+    root = Path(path)
+    fields = fields or RecordFields()
+    if not root.exists():
+        yield SourceFailure(str(root), "no such file or folder")
+        return
+    if root.is_file():
+        yield from read_file(root, root.name, fields)
+        return
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
+        for name in sorted(filenames):
+            if name.startswith("."):
+                continue
+            file = Path(dirpath) / name
+            yield from read_file(file, file.relative_to(root).as_posix(), fields)
+
+
+def _suffixes(path: Path) -> tuple[str, bool]:
+    """(format suffix, gzipped?) e.g. ``corpus.jsonl.gz`` → (``.jsonl``, True)."""
+    suffixes = [s.lower() for s in path.suffixes]
+    gz = bool(suffixes) and suffixes[-1] == ".gz"
+    if gz:
+        suffixes = suffixes[:-1]
+    return (suffixes[-1] if suffixes else ""), gz
+
+
+def read_file(path: Path, rel: str, fields: RecordFields | None = None) -> Iterator[Document | SourceFailure]:
+    """Documents from one file; ``rel`` is its name relative to the ingested root (used for ids)."""
+    fields = fields or RecordFields()
+    suffix, gz = _suffixes(path)
+    source = str(path)
+    if suffix in RECORD_SUFFIXES:
+        yield from _read_records(path, rel, suffix, gz, fields)
+        return
+    if suffix not in TEXT_SUFFIXES:
+        yield SourceFailure(source, f"unsupported file type {suffix or '(none)'!r}", rel)
+        return
+    try:
+        raw = gzip.decompress(path.read_bytes()) if gz else path.read_bytes()
+    except (OSError, EOFError) as exc:
+        yield SourceFailure(source, f"cannot read: {exc}", rel)
+        return
+    text_or_failure = decode(raw, source, rel)
+    if isinstance(text_or_failure, SourceFailure):
+        yield text_or_failure
+        return
+    title: str | None
+    if suffix in {".html", ".htm"}:
+        title, text = html_to_text(text_or_failure)
+    elif suffix in {".md", ".markdown"}:
+        text = text_or_failure
+        m = _MD_HEADING.search(text)
+        title = m.group(1) if m else None
+    else:
+        title, text = None, text_or_failure
+    if not text.strip():
+        yield SourceFailure(source, "empty document: no text", rel)
+        return
+    yield Document.make(rel, text, title=title, metadata={"path": rel, "format": suffix.lstrip(".")},
+                        source=source)
+
+
+def decode(raw: bytes, source: str, doc_id: str | None = None) -> str | SourceFailure:
+    """UTF-8 text of ``raw`` (BOM stripped), or a SourceFailure for binary or undecodable bytes."""
+    if b"\x00" in raw[:BINARY_SNIFF_BYTES]:
+        return SourceFailure(source, "binary file (NUL bytes), not text", doc_id)
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        return SourceFailure(source, f"not valid UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}", doc_id)
+
+
+def html_to_text(html: str) -> tuple[str | None, str]:
+    """(title, visible text) of an HTML page; block elements become paragraph breaks."""
+    from selectolax.lexbor import LexborHTMLParser
+
+    tree = LexborHTMLParser(html)
+    title_node = tree.css_first("title") or tree.css_first("h1")
+    title = title_node.text(strip=True) if title_node is not None else None
+    for node in tree.css("script,style,noscript,template,head"):
+        node.decompose()
+    for node in tree.css(_BLOCK_TAGS):
+        node.insert_after("\n\n")
+    body = tree.body if tree.body is not None else tree.root
+    raw = body.text(separator="") if body is not None else ""
+    paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", raw)]
+    return (title or None), "\n\n".join(p for p in paragraphs if p)
+
+
+def _open_text(path: Path, gz: bool) -> IO[str]:
+    binary: IO[bytes] = gzip.open(path, "rb") if gz else path.open("rb")
+    return io.TextIOWrapper(binary, encoding="utf-8-sig", errors="strict", newline="")
+
+
+def _read_records(path: Path, rel: str, suffix: str, gz: bool, fields: RecordFields
+                  ) -> Iterator[Document | SourceFailure]:
+    source = str(path)
+    try:
+        if suffix == ".json":
+            raw = gzip.decompress(path.read_bytes()) if gz else path.read_bytes()
+            text = decode(raw, source, rel)
+            if isinstance(text, SourceFailure):
+                yield text
+                return
+            if not text.strip():
+                yield SourceFailure(source, "empty file", rel)
+                return
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                yield SourceFailure(source, f"invalid JSON: {exc}", rel)
+                return
+            records = data if isinstance(data, list) else [data]
+            for i, rec in enumerate(records):
+                yield record_to_document(rec, source, f"{rel}:{i}", fields)
+            return
+        yield from _read_jsonl(path, rel, gz, fields)
+    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+        yield SourceFailure(source, f"cannot read: {exc}", rel)
+
+
+def _read_jsonl(path: Path, rel: str, gz: bool, fields: RecordFields) -> Iterator[Document | SourceFailure]:
+    source = str(path)
+    empty = True
+    with (gzip.open(path, "rb") if gz else path.open("rb")) as fh:
+        for lineno, raw in enumerate(_lines(fh), start=1):
+            if not raw.strip():
+                continue
+            empty = False
+            where = f"{rel}:{lineno}"
+            text = decode(raw, f"{source}:{lineno}", where)
+            if isinstance(text, SourceFailure):
+                yield text
+                continue
+            try:
+                rec = json.loads(text)
+            except json.JSONDecodeError as exc:
+                yield SourceFailure(f"{source}:{lineno}", f"invalid JSON: {exc}", where)
+                continue
+            yield record_to_document(rec, f"{source}:{lineno}", where, fields, file_source=source)
+    if empty:
+        yield SourceFailure(source, "empty file", rel)
+
+
+def _lines(fh: Iterable[bytes]) -> Iterator[bytes]:
+    yield from fh
+
+
+def record_to_document(rec: Any, where: str, fallback_id: str, fields: RecordFields,
+                       file_source: str | None = None) -> Document | SourceFailure:
+    """A Document from one JSON record, or a SourceFailure naming the missing or bad field."""
+    if not isinstance(rec, dict):
+        return SourceFailure(where, f"record is a {type(rec).__name__}, not an object", fallback_id)
+    id_key = fields.id or next((k for k in ID_FIELDS if k in rec), None)
+    raw_id = rec.get(id_key) if id_key else None
+    doc_id = str(raw_id) if raw_id is not None and str(raw_id).strip() else fallback_id
+    text_key = fields.text or next((k for k in TEXT_FIELDS if k in rec), None)
+    text = rec.get(text_key) if text_key else None
+    if not isinstance(text, str):
+        wanted = fields.text or "/".join(TEXT_FIELDS)
+        what = "has no" if text is None else f"has a non-string ({type(text).__name__})"
+        return SourceFailure(where, f"record {what} text field ({wanted})", doc_id)
+    title = rec.get(fields.title)
+    title = title if isinstance(title, str) and title.strip() else None
+    if not text.strip() and not title:
+        return SourceFailure(where, "record has empty text", doc_id)
+    meta = rec.get(fields.metadata)
+    metadata: dict[str, Any] = dict(meta) if isinstance(meta, dict) else {}
+    for key in fields.extra_metadata:
+        if key in rec:
+            metadata[key] = rec[key]
+    return Document.make(doc_id, text if text.strip() else title or "", title=title, metadata=metadata,
+                         source=file_source or where)
+
+
+def is_beir_corpus(path: str | Path) -> bool:
+    """True for a BEIR corpus file: named ``corpus.jsonl[.gz]`` or whose first record has ``_id`` and ``text``."""
+    p = Path(path)
+    if p.name in {"corpus.jsonl", "corpus.jsonl.gz"}:
+        return True
+    if not p.is_file() or _suffixes(p)[0] != ".jsonl":
+        return False
+    try:
+        with _open_text(p, _suffixes(p)[1]) as fh:
+            first = json.loads(fh.readline() or "{}")
+    except (OSError, ValueError, EOFError):
+        return False
+    return isinstance(first, dict) and "_id" in first and "text" in first
