@@ -175,7 +175,7 @@ def html_to_text(html: str) -> tuple[str | None, str]:
 
 
 def _open_text(path: Path, gz: bool) -> IO[str]:
-    binary: IO[bytes] = gzip.open(path, "rb") if gz else path.open("rb")
+    binary: IO[bytes] = gzip.open(path, "rb") if gz else path.open("rb")  # noqa: SIM115 - caller closes
     return io.TextIOWrapper(binary, encoding="utf-8-sig", errors="strict", newline="")
 
 
