@@ -62,3 +62,23 @@ class SearchResult(BaseModel):
     rerank_reason: str | None = Field(None, description="why the rerank stage did not run or was cut short")
     truncated_query: bool = False
     timings: Timings = Field(default_factory=Timings)
+
+
+class WhyReport(BaseModel):
+    """Where one document fell at each stage of one query (``SearchClient.why``, ``hsp search --why``)."""
+
+    query: str
+    doc_id: str
+    mode: Mode
+    index: str
+    chunks_in_index: int = Field(description="chunks of the document in the index, ignoring filters")
+    chunks_matching_filters: int = Field(description="of those, chunks the filters (and tenant) let through")
+    bm25: StageScore | None = None
+    knn: StageScore | None = None
+    fused: StageScore | None = None
+    rerank: StageScore | None = None
+    final_rank: int | None = Field(None, description="rank in the fused (and reranked) window, from 1")
+    candidates: int = 0
+    reranked: bool = False
+    rerank_reason: str | None = None
+    notes: list[str] = Field(default_factory=list, description="one line per stage, for people")

@@ -1,0 +1,227 @@
+"""Pure result assembly: ``_msearch`` responses → collapsed stage lists → fused window → reranked,
+paged :class:`~hybridsearch.query.results.SearchResult`. Shared by the sync and async clients.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from hybridsearch.errors import ClusterError, IndexNotFound, RerankerError
+from hybridsearch.query.build import Plan
+from hybridsearch.query.fusion import fuse, hybrid_weights, linear_fuse, normalise, rrf_term
+from hybridsearch.query.results import Hit, SearchResult, StageScore, Timings
+from hybridsearch.settings import Settings
+
+STAGE_LABEL = {"bm25": "BM25", "knn": "kNN"}
+
+
+@dataclass
+class Candidate:
+    """One entry of the fused window (a document when collapsing, else a chunk)."""
+
+    key: str
+    source: dict[str, Any]
+    chunk_id: str
+    stages: dict[str, StageScore] = field(default_factory=dict)
+    terms: dict[str, float] = field(default_factory=dict)
+    fused: StageScore | None = None
+    base_score: float = 0.0
+    rerank: StageScore | None = None
+
+
+@dataclass
+class Window:
+    """The fused window of one query, before paging."""
+
+    candidates: list[Candidate]
+    depths: dict[str, int]
+    reranked: bool = False
+    rerank_reason: str | None = None
+
+
+def check_response(resp: Mapping[str, Any], index: str) -> None:
+    """Raise our error type for one failed ``_msearch`` item."""
+    err = resp.get("error")
+    if not err:
+        return
+    status = int(resp.get("status", 500))
+    root = (err.get("root_cause") or [err])[0] if isinstance(err, dict) else {"reason": str(err)}
+    reason = f"{root.get('type', 'error')}: {root.get('reason')}"
+    if status == 404:
+        raise IndexNotFound(f"index or alias {index} does not exist ({reason}): run `hsp ingest` first")
+    raise ClusterError(f"search on {index} failed with HTTP {status}: {reason}")
+
+
+def stage_list(resp: Mapping[str, Any], collapse: bool) -> list[tuple[str, float, dict[str, Any]]]:
+    """``(key, score, hit)`` best first; with ``collapse`` only a document's best chunk is kept."""
+    out: list[tuple[str, float, dict[str, Any]]] = []
+    seen: set[str] = set()
+    for hit in resp.get("hits", {}).get("hits", []):
+        src = hit.get("_source") or {}
+        key = str(src.get("doc_id") or hit["_id"]) if collapse else str(src.get("chunk_id") or hit["_id"])
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append((key, float(hit.get("_score") or 0.0), hit))
+    return out
+
+
+def fuse_window(settings: Settings, names: Sequence[str], responses: Sequence[Mapping[str, Any]]) -> Window:
+    """Collapse each list, fuse them (RRF or linear, per ``settings.query.fusion``) into the window."""
+    q = settings.query
+    lists = {name: stage_list(resp, q.collapse) for name, resp in zip(names, responses, strict=True)}
+    cands: dict[str, Candidate] = {}
+    best_rank: dict[str, int] = {}
+    for name, lst in lists.items():
+        for rank, (key, score, hit) in enumerate(lst, start=1):
+            c = cands.get(key)
+            if c is None or rank < best_rank[key]:
+                src = hit.get("_source") or {}
+                chunk_id = str(src.get("chunk_id") or hit["_id"])
+                if c is None:
+                    c = cands[key] = Candidate(key=key, source=src, chunk_id=chunk_id)
+                else:
+                    c.source, c.chunk_id = src, chunk_id
+                best_rank[key] = rank
+            c.stages[name] = StageScore(rank=rank, score=score)
+    if len(lists) == 1:
+        (name, lst), = lists.items()
+        order = [(key, score) for key, score, _ in lst]
+        for key, score in order:
+            cands[key].base_score = score
+    else:
+        order = _fuse(settings, lists, cands)
+        for rank, (key, score) in enumerate(order, start=1):
+            cands[key].fused = StageScore(rank=rank, score=score)
+            cands[key].base_score = score
+    return Window(candidates=[cands[key] for key, _ in order], depths={n: len(v) for n, v in lists.items()})
+
+
+def _fuse(
+    settings: Settings, lists: dict[str, list[tuple[str, float, dict[str, Any]]]], cands: dict[str, Candidate]
+) -> list[tuple[str, float]]:
+    q = settings.query
+    names = list(lists)
+    if q.fusion == "rrf":
+        for c in cands.values():
+            c.terms = {n: rrf_term(s.rank, q.rrf_k) for n, s in c.stages.items()}
+        return fuse([[key for key, _, _ in lists[n]] for n in names], k=q.rrf_k)
+    weights = dict(zip(("bm25", "knn"), hybrid_weights(q.linear_alpha), strict=True))
+    for n in names:
+        normed = normalise([s for _, s, _ in lists[n]], q.linear_norm)
+        for (key, _, _), v in zip(lists[n], normed, strict=True):
+            cands[key].terms[n] = weights[n] * v
+    scored = [[(key, s) for key, s, _ in lists[n]] for n in names]
+    return linear_fuse(scored, [weights[n] for n in names], q.linear_norm)
+
+
+def passage(c: Candidate) -> str:
+    """Text the reranker scores: the chunk's title and text."""
+    title = c.source.get("title") or ""
+    text = c.source.get("text") or ""
+    return f"{title} {text}".strip() if title else str(text)
+
+
+def rerank_slice(window: Window, depth: int) -> list[Candidate]:
+    """The top ``depth`` fused candidates the reranker sees (distinct documents when collapsing)."""
+    return window.candidates[:depth]
+
+
+def apply_rerank(window: Window, depth: int, scores: Sequence[float]) -> None:
+    """Reorder the top ``depth`` by ``scores`` (ties keep fused order); the rest keep fused order.
+
+    Raises RerankerError when ``scores`` does not hold one finite number per passage.
+    """
+    top = window.candidates[:depth]
+    if len(scores) != len(top):
+        raise RerankerError(f"reranker returned {len(scores)} scores for {len(top)} passages")
+    vals = [float(s) for s in scores]
+    if not all(math.isfinite(s) for s in vals):
+        raise RerankerError("reranker returned a score that is not a finite number")
+    order = sorted(range(len(top)), key=lambda i: (-vals[i], i))
+    for new_rank, i in enumerate(order, start=1):
+        top[i].rerank = StageScore(rank=new_rank, score=vals[i])
+    window.candidates = [top[i] for i in order] + window.candidates[depth:]
+    window.reranked = True
+    window.rerank_reason = None
+
+
+def _hit(c: Candidate, rank: int, explain: list[str] | None) -> Hit:
+    src = c.source
+    meta = src.get("metadata")
+    return Hit(
+        doc_id=str(src.get("doc_id") or c.key), chunk_id=c.chunk_id, title=src.get("title"),
+        text=str(src.get("text") or ""), parent_id=src.get("parent_id"), parent_text=src.get("parent_text"),
+        metadata=meta if isinstance(meta, dict) else {},
+        score=c.rerank.score if c.rerank else c.base_score, rank=rank,
+        bm25=c.stages.get("bm25"), knn=c.stages.get("knn"), fused=c.fused, rerank=c.rerank, explanation=explain,
+    )
+
+
+def explain(settings: Settings, window: Window, c: Candidate) -> list[str]:
+    """Human-readable reasons for ``c``'s place: each list's rank and fusion term, fusion, rerank."""
+    q = settings.query
+    lines: list[str] = []
+    for name, depth in window.depths.items():
+        label, s = STAGE_LABEL[name], c.stages.get(name)
+        if s is None:
+            lines.append(f"{label}: not in the top {depth} (adds 0)" if c.fused else f"{label}: not in the top {depth}")
+            continue
+        line = f"{label}: rank {s.rank}, score {s.score:.4f}"
+        if c.fused and q.fusion == "rrf":
+            line += f" → RRF term 1/({q.rrf_k}+{s.rank}) = {c.terms[name]:.6f}"
+        elif c.fused:
+            line += f" → {q.linear_norm}-normalised × weight = {c.terms[name]:.4f}"
+        lines.append(line)
+    if c.fused:
+        how = f"RRF, k={q.rrf_k}" if q.fusion == "rrf" else f"linear {q.linear_norm}, alpha={q.linear_alpha:g}"
+        lines.append(f"fused: rank {c.fused.rank}, score {c.fused.score:.6f} ({how})")
+    if c.rerank:
+        before = c.fused.rank if c.fused else next(iter(c.stages.values())).rank
+        lines.append(f"rerank: rank {c.rerank.rank}, score {c.rerank.score:.4f} (was rank {before} before rerank)")
+    elif window.reranked:
+        lines.append(f"rerank: below the rerank depth {settings.reranker.depth}, keeps its fused order")
+    elif window.rerank_reason:
+        lines.append(f"rerank: not applied ({window.rerank_reason})")
+    return lines
+
+
+def build_result(settings: Settings, p: Plan, index: str, window: Window, timings: Timings) -> SearchResult:
+    """Page ``window`` (``k`` hits from ``(page-1)*k``) into a :class:`SearchResult`."""
+    start = (p.page - 1) * p.k
+    page = window.candidates[start:start + p.k]
+    hits = [_hit(c, start + i + 1, explain(settings, window, c) if p.explain else None) for i, c in enumerate(page)]
+    return SearchResult(query=p.query, mode=p.mode, index=index, k=p.k, page=p.page, hits=hits,
+                        candidates=len(window.candidates), reranked=window.reranked,
+                        rerank_reason=window.rerank_reason, truncated_query=p.truncated, timings=timings)
+
+
+def query_hash(text: str) -> str:
+    """SHA-256 of the searched query text, hex."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def log_doc(settings: Settings, p: Plan, result: SearchResult) -> dict[str, Any]:
+    """The query-log document for one answered search (query text omitted when ``query.redact``)."""
+    t = result.timings
+    doc: dict[str, Any] = {
+        "@timestamp": datetime.now(UTC).isoformat(), "query_hash": query_hash(p.query), "mode": p.mode,
+        "index": result.index, "k": p.k, "hits": len(result.hits), "zero_hits": not result.hits,
+        "reranked": result.reranked, "top_ids": [h.doc_id for h in result.hits[:10]],
+        "latency_ms": {"embed": t.embed_ms, "search": t.search_ms, "fusion": t.fusion_ms,
+                       "rerank": t.rerank_ms, "total": t.total_ms},
+    }
+    if not settings.query.redact:
+        doc["query"] = p.query
+    if settings.index.tenant is not None:
+        doc["tenant"] = settings.index.tenant
+    if p.filter_log is not None:
+        doc["filters"] = p.filter_log
+    if result.rerank_reason:
+        doc["rerank_reason"] = result.rerank_reason
+    return doc

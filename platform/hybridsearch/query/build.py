@@ -1,0 +1,130 @@
+"""Pure request building: input checks, the BM25 and kNN bodies, and the ``_msearch`` payload.
+
+Shared by :class:`~hybridsearch.query.client.SearchClient` and its async twin; nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, get_args
+
+from hybridsearch.errors import QueryError
+from hybridsearch.query.filters import Filter, filter_clauses, filter_summary
+from hybridsearch.query.results import Mode
+from hybridsearch.settings import Settings
+
+MODES: tuple[str, ...] = get_args(Mode)
+#: Fields fetched for each hit; the vector and offsets stay on the server.
+SOURCE_FIELDS = ["doc_id", "chunk_id", "parent_id", "parent_text", "title", "text", "source", "tenant",
+                 "position", "ingested_at", "metadata"]
+_DROP_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn"}
+
+
+def _drop_odd(text: str) -> str:
+    return "".join(" " if unicodedata.category(ch) in _DROP_CATEGORIES else ch for ch in text)
+
+
+def clean_query(text: object, max_chars: int) -> tuple[str, bool]:
+    """The query as searched, and whether it was truncated.
+
+    Unicode is NFKC-normalised; control, format (zero-width, bidi), surrogate, private-use and
+    unassigned characters become spaces; whitespace runs collapse to one space. Text longer than
+    ``max_chars`` is cut at the last space before the limit (or at the limit). Raises QueryError
+    for a non-string or a query with nothing searchable left.
+    """
+    if not isinstance(text, str):
+        raise QueryError(f"the query must be a string, got {type(text).__name__}")
+    # Cut early so a huge input costs little; the later cut is the documented one.
+    raw = text[: max_chars * 4]
+    q = " ".join(_drop_odd(unicodedata.normalize("NFKC", _drop_odd(raw))).split())
+    if not q or not any(ch.isalnum() for ch in q):
+        raise QueryError("the query is empty: give some words to search for")
+    truncated = len(text) > len(raw) or len(q) > max_chars
+    if len(q) > max_chars:
+        cut = q.rfind(" ", 0, max_chars + 1)
+        q = q[: cut if cut > max_chars // 2 else max_chars].rstrip()
+    return q, truncated
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything a search needs, checked: built by :func:`plan`, consumed by the clients."""
+
+    query: str
+    truncated: bool
+    mode: Mode
+    k: int
+    page: int
+    rerank: bool
+    explain: bool
+    filters: list[dict[str, Any]] = field(default_factory=list)
+    filter_log: dict[str, Any] | None = None
+
+    @property
+    def wants_vector(self) -> bool:
+        return self.mode in ("hybrid", "dense")
+
+
+def plan(
+    settings: Settings, query: object, *, k: int = 10, mode: str = "hybrid",
+    filters: Filter | Mapping[str, Any] | None = None, rerank: bool = True, explain: bool = False, page: int = 1,
+) -> Plan:
+    """Check the arguments of ``search`` and build a :class:`Plan`. Raises QueryError."""
+    q = settings.query
+    if mode not in MODES:
+        raise QueryError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
+    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= q.max_k:
+        raise QueryError(f"k must be an integer from 1 to {q.max_k} (HSP_QUERY__MAX_K), got {k!r}")
+    if isinstance(page, bool) or not isinstance(page, int) or page < 1:
+        raise QueryError(f"page must be an integer from 1, got {page!r}")
+    text, truncated = clean_query(query, q.max_query_chars)
+    clauses = filter_clauses(filters, settings.index.tenant)
+    return Plan(query=text, truncated=truncated, mode=mode, k=k, page=page, rerank=rerank,  # type: ignore[arg-type]
+                explain=explain, filters=clauses, filter_log=filter_summary(filters))
+
+
+def _common(settings: Settings, size: int) -> dict[str, Any]:
+    body: dict[str, Any] = {"size": size, "_source": SOURCE_FIELDS, "track_total_hits": False}
+    if settings.query.collapse:
+        body["collapse"] = {"field": "doc_id"}
+    return body
+
+
+def bm25_body(settings: Settings, p: Plan) -> dict[str, Any]:
+    """``multi_match`` over ``title^title_boost`` and ``text``, filters in ``bool.filter``."""
+    q = settings.query
+    match = {"multi_match": {"query": p.query, "fields": [f"title^{q.title_boost:g}", "text"],
+                             "operator": q.operator}}
+    body = _common(settings, q.bm25_k)
+    body["query"] = {"bool": {"must": [match], "filter": p.filters}} if p.filters else match
+    return body
+
+
+def knn_body(settings: Settings, p: Plan, vector: Iterable[float]) -> dict[str, Any]:
+    """Top-level ``knn`` (``k=knn_k``, ``num_candidates`` ≥ k) with the same filters as a pre-filter."""
+    q = settings.query
+    knn: dict[str, Any] = {"field": "embedding", "query_vector": [float(x) for x in vector], "k": q.knn_k,
+                           "num_candidates": max(q.num_candidates, q.knn_k)}
+    if p.filters:
+        knn["filter"] = p.filters
+    body = _common(settings, q.knn_k)
+    body["knn"] = knn
+    return body
+
+
+def searches(settings: Settings, p: Plan, vector: Iterable[float] | None) -> tuple[list[str], list[dict[str, Any]]]:
+    """Names of the lists (``bm25``/``knn``) and the ``_msearch`` header/body lines, in one round trip."""
+    names: list[str] = []
+    lines: list[dict[str, Any]] = []
+    header = {"index": settings.index.alias}
+    if p.mode in ("hybrid", "bm25"):
+        names.append("bm25")
+        lines += [header, bm25_body(settings, p)]
+    if p.mode in ("hybrid", "dense"):
+        if vector is None:
+            raise QueryError(f"mode {p.mode} needs a query vector")
+        names.append("knn")
+        lines += [header, knn_body(settings, p, vector)]
+    return names, lines

@@ -1,0 +1,363 @@
+"""``SearchClient`` and ``AsyncSearchClient``: the query layer's public API.
+
+Both run the same steps with the same pure helpers (:mod:`.build`, :mod:`.fusion`, :mod:`.assemble`);
+only the I/O differs::
+
+    plan (checks) → embed the query once (LRU) → one _msearch (BM25 + kNN) → collapse + fuse
+    → rerank the top ``reranker.depth`` (with a timeout; degrade to fused order) → page → log
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Self
+
+from elasticsearch import AsyncElasticsearch, Elasticsearch
+
+from hybridsearch.cluster import es_errors, make_async_client, make_client
+from hybridsearch.errors import HybridSearchError, IndexNotFound, RerankerError
+from hybridsearch.indices import check_meta
+from hybridsearch.query.assemble import Window, apply_rerank, build_result, check_response, fuse_window, log_doc
+from hybridsearch.query.assemble import passage as _passage
+from hybridsearch.query.build import Plan, plan, searches
+from hybridsearch.query.filters import Filter
+from hybridsearch.query.querylog import QueryLogger
+from hybridsearch.query.results import Mode, SearchResult, Timings, WhyReport
+from hybridsearch.rerank.base import Reranker
+from hybridsearch.settings import Settings, get_settings
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from hybridsearch.embedding import Embedder
+
+INDEX_RECHECK_S = 60.0
+FilterArg = Filter | Mapping[str, Any] | None
+
+
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1000.0
+
+
+def auto_reranker(settings: Settings) -> tuple[Reranker | None, str | None]:
+    """``hybridsearch.rerank.make_reranker(settings)`` when that factory exists, else None; and why not."""
+    if not settings.reranker.enabled:
+        return None, "reranker disabled (HSP_RERANKER__ENABLED=false)"
+    try:
+        from hybridsearch.rerank import make_reranker  # type: ignore[attr-defined]
+    except ImportError:
+        return None, None
+    try:
+        reranker: Reranker | None = make_reranker(settings)
+    except HybridSearchError as exc:
+        return None, f"reranker unavailable: {exc}"
+    return reranker, None
+
+
+class _Core:
+    """State and pure steps shared by the sync and async clients."""
+
+    def __init__(self, settings: Settings, embedder: Embedder | None, reranker: Reranker | None) -> None:
+        self.settings = settings
+        self.reranker = reranker
+        self._embedder = embedder
+        self._embed_lock = threading.Lock()
+        self._index: str | None = None
+        self._index_checked_at = 0.0
+        self._no_reranker_reason: str | None = None
+        self.query_log: QueryLogger | None = None
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            from hybridsearch.embedding import Embedder
+
+            self._embedder = Embedder(self.settings.embedding)
+        return self._embedder
+
+    def _encode(self, text: str) -> np.ndarray:
+        with self._embed_lock:  # the embedder's LRU is not thread-safe
+            return self.embedder.encode_query(text)
+
+    def _index_stale(self) -> bool:
+        return self._index is None or time.monotonic() - self._index_checked_at > INDEX_RECHECK_S
+
+    def _checked_index(self, targets: list[str], mappings: Mapping[str, Any]) -> str:
+        alias = self.settings.index.alias
+        if not targets:
+            raise IndexNotFound(f"alias {alias} does not exist: run `hsp index create` or `hsp ingest` first")
+        index = sorted(targets)[-1]
+        meta = next(iter(mappings.values()))["mappings"].get("_meta", {}) if mappings else {}
+        check_meta(index, meta, self.settings)
+        self._index, self._index_checked_at = index, time.monotonic()
+        return index
+
+    def _rerank_skip(self, p: Plan, window: Window) -> str | None:
+        """Why the rerank stage will not run for this search, or None when it will."""
+        if not p.rerank:
+            return "rerank not requested"
+        if self.reranker is None:
+            return self._no_reranker_reason or "no reranker configured"
+        if not window.candidates:
+            return "no hits to rerank"
+        return None
+
+    def _rerank_inputs(self, p: Plan, window: Window) -> tuple[str, list[str]]:
+        top = window.candidates[: self.settings.reranker.depth]
+        return p.query, [_passage(c) for c in top]
+
+    def _rerank_done(self, window: Window, scores: list[float] | None, error: BaseException | None) -> None:
+        depth = self.settings.reranker.depth
+        if error is None and scores is not None:
+            try:
+                apply_rerank(window, depth, scores)
+                return
+            except RerankerError as exc:
+                error = exc
+        window.reranked = False
+        if isinstance(error, TimeoutError | concurrent.futures.TimeoutError):
+            window.rerank_reason = f"reranker timeout after {self.settings.reranker.timeout}s"
+        elif isinstance(error, RerankerError):
+            window.rerank_reason = f"reranker error: {error}"
+        else:
+            window.rerank_reason = f"reranker error: {type(error).__name__}: {error}"
+
+    def _finish(self, p: Plan, index: str, window: Window, t: Timings, started: float, fuse_ms: float) -> SearchResult:
+        t0 = time.perf_counter()
+        result = build_result(self.settings, p, index, window, t)
+        t.fusion_ms = fuse_ms + _ms(t0)
+        t.total_ms = _ms(started)
+        result.timings = t
+        if self.query_log is not None:
+            self.query_log.submit(log_doc(self.settings, p, result))
+        return result
+
+    def _start_log(self, es: Elasticsearch) -> None:
+        if self.settings.query.log_queries:
+            self.query_log = QueryLogger(es, self.settings)
+
+
+class SearchClient(_Core):
+    """Hybrid search over the read alias ``<prefix>-chunks`` with a synchronous Elasticsearch client.
+
+    ``embedder`` defaults to the model in ``settings.embedding`` (loaded on first dense/hybrid search);
+    ``reranker`` defaults to none. Thread-safe. Close it (or use ``with``) to flush the query log.
+    """
+
+    def __init__(self, es: Elasticsearch, settings: Settings, *, embedder: Embedder | None = None,
+                 reranker: Reranker | None = None) -> None:
+        super().__init__(settings, embedder, reranker)
+        self.es = es
+        self._owns_es = False
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._start_log(es)
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, *, reranker: Reranker | None = None,
+                      embedder: Embedder | None = None) -> SearchClient:
+        """A client on ``settings`` (default: the environment); reranker from ``make_reranker`` when not given."""
+        settings = settings or get_settings()
+        reason = None
+        if reranker is None:
+            reranker, reason = auto_reranker(settings)
+        client = cls(make_client(settings.es), settings, embedder=embedder, reranker=reranker)
+        client._owns_es, client._no_reranker_reason = True, reason
+        return client
+
+    def index(self) -> str:
+        """The concrete index behind the alias, its ``_meta`` checked (cached 60 s). Raises IndexNotFound,
+        IndexMismatch, ClusterUnavailable."""
+        if not self._index_stale():
+            assert self._index is not None
+            return self._index
+        alias = self.settings.index.alias
+        with es_errors(f"resolve alias {alias}"):
+            targets = sorted(self.es.options(ignore_status=404).indices.get_alias(name=alias).body)
+            targets = [t for t in targets if t not in ("error", "status")]
+            mappings = self.es.indices.get_mapping(index=sorted(targets)[-1]).body if targets else {}
+        return self._checked_index(targets, mappings)
+
+    def _window(self, p: Plan, t: Timings) -> tuple[str, Window, float]:
+        index = self.index()
+        vector = None
+        if p.wants_vector:
+            t0 = time.perf_counter()
+            vector = self._encode(p.query)
+            t.embed_ms = _ms(t0)
+        names, lines = searches(self.settings, p, vector)
+        t0 = time.perf_counter()
+        with es_errors(f"search {self.settings.index.alias}"):
+            responses = self.es.msearch(searches=lines).body["responses"]
+        t.search_ms = _ms(t0)
+        t0 = time.perf_counter()
+        for r in responses:
+            check_response(r, self.settings.index.alias)
+        window = fuse_window(self.settings, names, responses)
+        fuse_ms = _ms(t0)
+        t0 = time.perf_counter()
+        self._rerank(p, window)
+        t.rerank_ms = _ms(t0)
+        return index, window, fuse_ms
+
+    def _rerank(self, p: Plan, window: Window) -> None:
+        skip = self._rerank_skip(p, window)
+        if skip is not None:
+            window.rerank_reason = skip
+            return
+        assert self.reranker is not None
+        if self._pool is None:
+            self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="hsp-rerank")
+        query, passages = self._rerank_inputs(p, window)
+        future = self._pool.submit(self.reranker.score, query, passages)
+        try:
+            scores = future.result(timeout=self.settings.reranker.timeout)
+        except Exception as exc:  # noqa: BLE001 - any reranker failure degrades to fused order
+            future.cancel()
+            self._rerank_done(window, None, exc)
+            return
+        self._rerank_done(window, list(scores), None)
+
+    def search(self, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: FilterArg = None,
+               rerank: bool = True, explain: bool = False, page: int = 1) -> SearchResult:
+        """Search ``query``; returns hits ``(page-1)*k+1 .. page*k`` of the fused (and reranked) window.
+
+        Raises QueryError (bad arguments, checked before any request), IndexNotFound, IndexMismatch,
+        ClusterUnavailable or ClusterError. A failing or slow reranker never raises: the result says
+        ``reranked=False`` and why.
+        """
+        started = time.perf_counter()
+        p = plan(self.settings, query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain, page=page)
+        t = Timings()
+        index, window, fuse_ms = self._window(p, t)
+        return self._finish(p, index, window, t, started, fuse_ms)
+
+    def why(self, query: str, doc_id: str, *, mode: Mode = "hybrid", filters: FilterArg = None,
+            rerank: bool = True) -> WhyReport:
+        """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query``. Raises like :meth:`search`."""
+        from hybridsearch.query.why import why_report
+
+        p = plan(self.settings, query, k=1, mode=mode, filters=filters, rerank=rerank)
+        index, window, _ = self._window(p, Timings())
+        return why_report(self, p, index, window, doc_id)
+
+    def close(self) -> None:
+        """Flush the query log, stop worker threads, close the ES client when this object made it."""
+        if self.query_log is not None:
+            self.query_log.close()
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+        if self._owns_es:
+            self.es.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class AsyncSearchClient(_Core):
+    """The asyncio twin of :class:`SearchClient` on ``AsyncElasticsearch``: same arguments, same results.
+
+    The embedder and the reranker run in worker threads (``asyncio.to_thread``); the query log uses a
+    synchronous client of its own in its background thread.
+    """
+
+    def __init__(self, es: AsyncElasticsearch, settings: Settings, *, embedder: Embedder | None = None,
+                 reranker: Reranker | None = None) -> None:
+        super().__init__(settings, embedder, reranker)
+        self.es = es
+        self._owns_es = False
+        self._log_es: Elasticsearch | None = None
+        if settings.query.log_queries:
+            self._log_es = make_client(settings.es)
+            self._start_log(self._log_es)
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, *, reranker: Reranker | None = None,
+                      embedder: Embedder | None = None) -> AsyncSearchClient:
+        """Like :meth:`SearchClient.from_settings`, on an ``AsyncElasticsearch`` client."""
+        settings = settings or get_settings()
+        reason = None
+        if reranker is None:
+            reranker, reason = auto_reranker(settings)
+        client = cls(make_async_client(settings.es), settings, embedder=embedder, reranker=reranker)
+        client._owns_es, client._no_reranker_reason = True, reason
+        return client
+
+    async def index(self) -> str:
+        """See :meth:`SearchClient.index`."""
+        if not self._index_stale():
+            assert self._index is not None
+            return self._index
+        alias = self.settings.index.alias
+        with es_errors(f"resolve alias {alias}"):
+            body = (await self.es.options(ignore_status=404).indices.get_alias(name=alias)).body
+            targets = sorted(t for t in body if t not in ("error", "status"))
+            mappings = (await self.es.indices.get_mapping(index=targets[-1])).body if targets else {}
+        return self._checked_index(targets, mappings)
+
+    async def _window(self, p: Plan, t: Timings) -> tuple[str, Window, float]:
+        index = await self.index()
+        vector = None
+        if p.wants_vector:
+            t0 = time.perf_counter()
+            vector = await asyncio.to_thread(self._encode, p.query)
+            t.embed_ms = _ms(t0)
+        names, lines = searches(self.settings, p, vector)
+        t0 = time.perf_counter()
+        with es_errors(f"search {self.settings.index.alias}"):
+            responses = (await self.es.msearch(searches=lines)).body["responses"]
+        t.search_ms = _ms(t0)
+        t0 = time.perf_counter()
+        for r in responses:
+            check_response(r, self.settings.index.alias)
+        window = fuse_window(self.settings, names, responses)
+        fuse_ms = _ms(t0)
+        t0 = time.perf_counter()
+        await self._rerank(p, window)
+        t.rerank_ms = _ms(t0)
+        return index, window, fuse_ms
+
+    async def _rerank(self, p: Plan, window: Window) -> None:
+        skip = self._rerank_skip(p, window)
+        if skip is not None:
+            window.rerank_reason = skip
+            return
+        assert self.reranker is not None
+        query, passages = self._rerank_inputs(p, window)
+        try:
+            scores = await asyncio.wait_for(asyncio.to_thread(self.reranker.score, query, passages),
+                                            timeout=self.settings.reranker.timeout)
+        except Exception as exc:  # noqa: BLE001 - any reranker failure degrades to fused order
+            self._rerank_done(window, None, exc)
+            return
+        self._rerank_done(window, list(scores), None)
+
+    async def search(self, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: FilterArg = None,
+                     rerank: bool = True, explain: bool = False, page: int = 1) -> SearchResult:
+        """See :meth:`SearchClient.search`."""
+        started = time.perf_counter()
+        p = plan(self.settings, query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain, page=page)
+        t = Timings()
+        index, window, fuse_ms = await self._window(p, t)
+        return self._finish(p, index, window, t, started, fuse_ms)
+
+    async def close(self) -> None:
+        """Flush the query log and close the clients this object made."""
+        if self.query_log is not None:
+            await asyncio.to_thread(self.query_log.close)
+        if self._log_es is not None:
+            self._log_es.close()
+        if self._owns_es:
+            await self.es.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,98 @@
+"""``why``: where one document fell in BM25, kNN, fusion and rerank for one query.
+
+For a stage whose list missed the document, a probe says why: BM25 — whether any chunk matches the
+query terms, its best score and roughly how many chunks outrank it; kNN — the best cosine
+similarity of its chunks against the lowest score the list kept.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from hybridsearch.cluster import es_errors
+from hybridsearch.query.assemble import Window
+from hybridsearch.query.build import Plan, bm25_body
+from hybridsearch.query.results import StageScore, WhyReport
+
+if TYPE_CHECKING:
+    from hybridsearch.query.client import SearchClient
+
+
+def _doc_filter(p: Plan, doc_id: str, with_filters: bool) -> dict[str, Any]:
+    clauses: list[dict[str, Any]] = [{"term": {"doc_id": doc_id}}]
+    if with_filters:
+        clauses += p.filters
+    return {"bool": {"filter": clauses}}
+
+
+def why_report(client: SearchClient, p: Plan, index: str, window: Window, doc_id: str) -> WhyReport:
+    """Build the :class:`WhyReport` for ``doc_id`` from a search's fused ``window``. Raises ClusterError."""
+    es, alias, s = client.es, client.settings.index.alias, client.settings
+    with es_errors(f"count chunks of {doc_id}"):
+        total = int(es.count(index=alias, query=_doc_filter(p, doc_id, False))["count"])
+        allowed = int(es.count(index=alias, query=_doc_filter(p, doc_id, True))["count"]) if p.filters else total
+    pos = next((i for i, c in enumerate(window.candidates) if str(c.source.get("doc_id") or c.key) == doc_id), None)
+    cand = window.candidates[pos] if pos is not None else None
+    rep = WhyReport(query=p.query, doc_id=doc_id, mode=p.mode, index=index, chunks_in_index=total,
+                    chunks_matching_filters=allowed, candidates=len(window.candidates),
+                    reranked=window.reranked, rerank_reason=window.rerank_reason)
+    notes = rep.notes
+    if total == 0:
+        notes.append(f"{doc_id} is not in {index}: no chunk has this doc_id")
+    elif allowed == 0:
+        notes.append(f"all {total} chunks of {doc_id} are excluded by the filters (or tenant)")
+    if cand is not None:
+        rep.bm25, rep.knn, rep.fused, rep.rerank = (cand.stages.get("bm25"), cand.stages.get("knn"),
+                                                    cand.fused, cand.rerank)
+        rep.final_rank = (pos or 0) + 1
+    for name, depth in window.depths.items():
+        stage: StageScore | None = cand.stages.get(name) if cand else None
+        if stage is not None:
+            label = "BM25" if name == "bm25" else "kNN"
+            notes.append(f"{label}: rank {stage.rank} of {depth}, score {stage.score:.4f}")
+        elif allowed:
+            notes.append(_probe_bm25(client, p, doc_id, depth) if name == "bm25" else
+                         _probe_knn(client, p, doc_id, window, depth))
+    if rep.fused:
+        notes.append(f"fused: rank {rep.fused.rank} of {len(window.candidates)}, score {rep.fused.score:.6f}")
+    elif cand is None and allowed:
+        notes.append(f"fusion: not among the {len(window.candidates)} fused candidates")
+    if rep.rerank:
+        notes.append(f"rerank: rank {rep.rerank.rank}, score {rep.rerank.score:.4f}")
+    elif cand is not None and window.reranked:
+        notes.append(f"rerank: not seen (fused rank {rep.final_rank} is below the depth {s.reranker.depth})")
+    elif window.rerank_reason:
+        notes.append(f"rerank: not applied ({window.rerank_reason})")
+    if rep.final_rank is not None:
+        notes.append(f"final: rank {rep.final_rank}")
+    return rep
+
+
+def _probe_bm25(client: SearchClient, p: Plan, doc_id: str, depth: int) -> str:
+    body = bm25_body(client.settings, p)
+    match = body["query"]["bool"]["must"][0] if "bool" in body["query"] else body["query"]
+    alias = client.settings.index.alias
+    with es_errors("BM25 probe"):
+        only_doc = _doc_filter(p, doc_id, True)["bool"]["filter"]
+        res = client.es.search(index=alias, size=1, source=False,
+                               query={"bool": {"must": [match], "filter": only_doc}})
+        hits = res["hits"]["hits"]
+        if not hits:
+            return f"BM25: no chunk of {doc_id} matches the query terms (operator {client.settings.query.operator})"
+        score = float(hits[0]["_score"])
+        query = {"bool": {"must": [match], "filter": p.filters}} if p.filters else match
+        above = int(client.es.count(index=alias, query=query, min_score=score)["count"])
+    return f"BM25: best chunk score {score:.4f}, about {above} chunks score as high or higher; the list keeps {depth}"
+
+
+def _probe_knn(client: SearchClient, p: Plan, doc_id: str, window: Window, depth: int) -> str:
+    qv = client._encode(p.query)
+    knn = {"field": "embedding", "query_vector": [float(x) for x in qv], "k": 1, "num_candidates": 100,
+           "filter": _doc_filter(p, doc_id, True)["bool"]["filter"]}
+    with es_errors("kNN probe"):
+        hits = client.es.search(index=client.settings.index.alias, size=1, source=False, knn=knn)["hits"]["hits"]
+    if not hits:
+        return f"kNN: no chunk of {doc_id} has a vector"
+    kept = [c.stages["knn"].score for c in window.candidates if "knn" in c.stages]
+    cutoff = f"; the lowest score kept in the top {depth} is {min(kept):.4f}" if kept else ""
+    return f"kNN: best chunk score {float(hits[0]['_score']):.4f}{cutoff}"

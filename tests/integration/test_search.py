@@ -1,0 +1,208 @@
+"""SearchClient against the real node: hybrid/bm25/dense, collapse, filters, paging, explain, why, errors."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from elasticsearch import Elasticsearch, helpers
+
+from hybridsearch import SearchClient
+from hybridsearch.embedding import Embedder
+from hybridsearch.errors import IndexMismatch, IndexNotFound, QueryError
+from hybridsearch.indices import ensure_index
+from hybridsearch.query.filters import AllOf, NoneOf, Range, Term
+from hybridsearch.settings import Settings
+
+# doc_id → (title, [chunk texts], source, tenant, ingested_at, metadata)
+CORPUS: dict[str, tuple[str, list[str], str, str, str, dict[str, str]]] = {
+    "d1": ("Photosynthesis", ["Plants convert sunlight, water and carbon dioxide into glucose and oxygen."],
+           "wiki", "acme", "2024-01-10", {"lang": "en", "year": "2019"}),
+    "d2": ("Volcanoes", ["Magma rises through the crust and erupts as lava, ash and volcanic gases."],
+           "news", "acme", "2024-02-10", {"lang": "en", "year": "2020"}),
+    "d3": ("Black holes", ["A region of spacetime where gravity is so strong that not even light escapes."],
+           "wiki", "globex", "2024-03-10", {"lang": "en", "year": "2021"}),
+    "d4": ("Vaccines", ["Vaccines train the immune system to recognise pathogens by exposing it to antigens."],
+           "news", "acme", "2024-04-10", {"lang": "fr", "year": "2022"}),
+    "d5": ("Coffee", ["Roasted coffee beans are ground and brewed with hot water into a caffeinated drink."],
+           "wiki", "acme", "2024-05-10", {"lang": "en", "year": "2023"}),
+    "d6": ("Tides", ["The gravitational pull of the moon makes the ocean tides rise and fall twice a day."],
+           "news", "globex", "2024-06-10", {"lang": "en", "year": "2019"}),
+    "d7": ("Honeybees", ["Honeybees pollinate flowering plants while collecting nectar.",
+                         "Bees tell each other where food is with a waggle dance, bees are clever."],
+           "wiki", "acme", "2024-07-10", {"lang": "de", "year": "2020"}),
+    "d8": ("Bread", ["Yeast ferments sugars in dough, producing carbon dioxide that makes bread rise."],
+           "news", "acme", "2024-08-10", {"lang": "en", "year": "2021"}),
+    "d9": ("Earthquakes", ["Tectonic plates slip along faults, releasing energy as seismic waves."],
+           "wiki", "globex", "2024-09-10", {"lang": "en", "year": "2022"}),
+    "d10": ("Antibiotics", ["Antibiotics kill bacteria or stop their growth but do not work against viruses."],
+            "news", "acme", "2024-10-10", {"lang": "en", "year": "2023"}),
+    "d11": ("Rainbows", ["Sunlight refracts and reflects inside raindrops, splitting into a spectrum of colours."],
+            "wiki", "acme", "2024-11-10", {"lang": "en", "year": "2019"}),
+    "d12": ("Chess", ["Two players move pieces on a checkered board aiming to checkmate the opposing king."],
+            "news", "globex", "2024-12-10", {"lang": "en", "year": "2020"}),
+}
+_VECTORS: dict[str, list[float]] = {}
+
+
+def index_corpus(es: Elasticsearch, settings: Settings, embedder: Embedder,
+                 corpus: dict[str, Any] | None = None) -> str:
+    """Create the versioned index + alias for ``settings`` and bulk-write the test chunks; returns the index."""
+    name = ensure_index(es, settings)
+    actions = []
+    for doc_id, (title, chunks, source, tenant, date, meta) in (corpus or CORPUS).items():
+        for pos, text in enumerate(chunks):
+            chunk_id = f"{doc_id}#{pos}"
+            key = f"{title}. {text}"
+            if key not in _VECTORS:
+                _VECTORS[key] = embedder.encode([key])[0].tolist()
+            actions.append({"_index": name, "_id": chunk_id, "doc_id": doc_id, "chunk_id": chunk_id, "title": title,
+                            "text": text, "embedding": _VECTORS[key], "source": source, "tenant": tenant,
+                            "ingested_at": date, "position": pos, "metadata": meta, "content_hash": f"h-{chunk_id}"})
+    helpers.bulk(es, actions, refresh="wait_for")
+    return name
+
+
+@pytest.fixture()
+def client(es: Elasticsearch, settings: Settings, embedder: Embedder) -> SearchClient:
+    index_corpus(es, settings, embedder)
+    c = SearchClient(es, settings, embedder=embedder)
+    yield c  # type: ignore[misc]
+    c.close()
+
+
+def ids(result: Any) -> list[str]:
+    return [h.doc_id for h in result.hits]
+
+
+def test_hybrid_search_finds_the_right_document_with_every_stage_reported(client: SearchClient,
+                                                                          settings: Settings) -> None:
+    res = client.search("how do plants turn sunlight into sugar", k=5)
+    assert res.hits[0].doc_id == "d1"
+    top = res.hits[0]
+    assert top.bm25 is not None and top.knn is not None and top.fused is not None
+    assert top.fused.rank == 1 and top.rank == 1
+    assert top.fused.score == pytest.approx(1 / (60 + top.bm25.rank) + 1 / (60 + top.knn.rank))
+    assert top.title == "Photosynthesis" and top.chunk_id == "d1#0" and top.metadata["lang"] == "en"
+    assert res.index == settings.index.versioned() and res.mode == "hybrid" and res.k == 5
+    assert res.reranked is False and res.rerank_reason == "no reranker configured"
+    assert res.timings.total_ms >= res.timings.search_ms > 0 and res.timings.embed_ms > 0
+    assert [h.rank for h in res.hits] == [1, 2, 3, 4, 5]
+    assert [h.score for h in res.hits] == sorted((h.score for h in res.hits), reverse=True)
+
+
+def test_bm25_and_dense_modes_report_only_their_stage(client: SearchClient) -> None:
+    bm25 = client.search("volcanic lava", mode="bm25", k=3)
+    assert bm25.hits[0].doc_id == "d2" and bm25.hits[0].knn is None and bm25.hits[0].fused is None
+    assert bm25.hits[0].score == bm25.hits[0].bm25.score  # type: ignore[union-attr]
+    assert bm25.timings.embed_ms == 0
+    dense = client.search("molten rock bursting out of a mountain", mode="dense", k=3)
+    assert dense.hits[0].doc_id == "d2" and dense.hits[0].bm25 is None and dense.hits[0].knn is not None
+
+
+def test_chunks_of_one_document_collapse_to_its_best_chunk(es: Elasticsearch, settings: Settings,
+                                                           embedder: Embedder) -> None:
+    index_corpus(es, settings, embedder)
+    with SearchClient(es, settings, embedder=embedder) as c:
+        res = c.search("bees waggle dance honeybees", mode="bm25", k=10)
+        assert ids(res).count("d7") == 1
+        assert res.hits[0].chunk_id == "d7#1"  # the chunk that says "bees" twice wins
+    flat = settings.model_copy(update={"query": settings.query.model_copy(update={"collapse": False})})
+    with SearchClient(es, flat, embedder=embedder) as c:
+        res = c.search("bees waggle dance honeybees", mode="bm25", k=10)
+        assert ids(res).count("d7") == 2
+        assert {h.chunk_id for h in res.hits if h.doc_id == "d7"} == {"d7#0", "d7#1"}
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "bm25", "dense"])
+def test_filters_apply_to_both_lists(client: SearchClient, mode: str) -> None:
+    res = client.search("plants sunlight bees coffee volcano", k=20, mode=mode,  # type: ignore[arg-type]
+                        filters={"source": "wiki"})
+    assert res.hits and {h.doc_id for h in res.hits} <= {"d1", "d3", "d5", "d7", "d9", "d11"}
+    for h in res.hits:
+        assert h.doc_id in {"d1", "d3", "d5", "d7", "d9", "d11"}
+
+
+def test_typed_filters_range_metadata_and_negation(client: SearchClient) -> None:
+    f = AllOf([Range("ingested_at", gte="2024-03-01", lt="2024-09-01"), NoneOf([Term("metadata.lang", "fr")])])
+    res = client.search("science nature", k=20, filters=f)
+    assert set(ids(res)) == {"d3", "d5", "d6", "d7", "d8"}
+    res = client.search("science nature", k=20, filters={"range": {"metadata.year": {"gte": "2022", "lte": "2023"}}})
+    assert set(ids(res)) == {"d4", "d5", "d9", "d10"}
+    res = client.search("science", k=20, mode="dense", filters={"any_of": [{"term": {"doc_id": "d12"}},
+                                                                             {"terms": {"doc_id": ["d2", "d3"]}}]})
+    assert set(ids(res)) == {"d2", "d3", "d12"}
+
+
+def test_tenant_setting_always_filters(es: Elasticsearch, settings: Settings, embedder: Embedder) -> None:
+    index_corpus(es, settings, embedder)
+    scoped = settings.model_copy(update={"index": settings.index.model_copy(update={"tenant": "globex"})})
+    with SearchClient(es, scoped, embedder=embedder) as c:
+        res = c.search("plants sunlight gravity moon", k=20)
+        assert set(ids(res)) <= {"d3", "d6", "d9", "d12"} and res.hits
+        assert c.search("photosynthesis", k=20, filters={"tenant": "acme"}).hits == []
+
+
+def test_unknown_filter_field_is_refused(client: SearchClient) -> None:
+    with pytest.raises(QueryError, match="unknown field 'text'"):
+        client.search("bees", filters={"text": "bees"})
+
+
+def test_pages_are_slices_of_one_stable_window(client: SearchClient) -> None:
+    whole = client.search("plants water light energy", k=12)
+    pages = [client.search("plants water light energy", k=4, page=p) for p in (1, 2, 3)]
+    assert [i for p in pages for i in ids(p)] == ids(whole)[:12]
+    assert [h.rank for h in pages[1].hits] == [5, 6, 7, 8]
+    assert all(p.candidates == whole.candidates for p in pages)
+    assert client.search("plants water light energy", k=4, page=99).hits == []
+
+
+def test_explain_gives_each_rrf_term(client: SearchClient) -> None:
+    res = client.search("coffee beans brewed", k=3, explain=True)
+    top = res.hits[0]
+    assert top.doc_id == "d5" and top.explanation is not None
+    text = "\n".join(top.explanation)
+    assert f"BM25: rank {top.bm25.rank}" in text and f"1/(60+{top.bm25.rank})" in text  # type: ignore[union-attr]
+    assert f"kNN: rank {top.knn.rank}" in text and "fused: rank 1" in text  # type: ignore[union-attr]
+    assert "no reranker configured" in text
+    assert client.search("coffee beans brewed", k=3).hits[0].explanation is None
+
+
+def test_why_reports_each_stage_and_probes_missing_lists(client: SearchClient) -> None:
+    rep = client.why("coffee beans brewed", "d5")
+    assert rep.bm25 is not None and rep.knn is not None and rep.fused is not None and rep.final_rank == 1
+    assert any(n.startswith("BM25: rank") for n in rep.notes)
+    # No word of this query occurs in d9, so BM25 misses it while kNN finds it.
+    rep = client.why("trembling ground caused by moving rock slabs", "d9")
+    assert rep.knn is not None and rep.bm25 is None
+    assert any("BM25: no chunk of d9 matches" in n for n in rep.notes)
+    rep = client.why("coffee", "d5", filters={"source": "news"})
+    assert rep.chunks_in_index == 1 and rep.chunks_matching_filters == 0 and rep.final_rank is None
+    assert any("excluded by the filters" in n for n in rep.notes)
+    assert client.why("coffee", "nope").chunks_in_index == 0
+
+
+def test_bad_queries_get_our_errors_and_long_ones_are_truncated(client: SearchClient, settings: Settings) -> None:
+    for bad in ("", "   \n\t ", "\x00\x01\u200b\u202e", 42):
+        with pytest.raises(QueryError):
+            client.search(bad)  # type: ignore[arg-type]
+    for k in (0, -1, settings.query.max_k + 1):
+        with pytest.raises(QueryError, match="k must be"):
+            client.search("bees", k=k)
+    with pytest.raises(QueryError, match="unknown mode"):
+        client.search("bees", mode="fuzzy")  # type: ignore[arg-type]
+    long = client.search("coffee beans " * 10_000, k=3)  # ~130 KB
+    assert long.truncated_query and len(long.query) <= settings.query.max_query_chars
+    assert long.hits[0].doc_id == "d5"
+    odd = client.search("ｃｏｆｆｅｅ\x07 beans\u200b \ud800 brewed 🙂", k=3)
+    assert odd.hits[0].doc_id == "d5" and not odd.truncated_query and odd.query == "coffee beans brewed 🙂"
+
+
+def test_missing_alias_and_model_mismatch_are_our_errors(es: Elasticsearch, settings: Settings,
+                                                        embedder: Embedder) -> None:
+    with SearchClient(es, settings, embedder=embedder) as c, pytest.raises(IndexNotFound, match="hsp ingest"):
+        c.search("bees")
+    index_corpus(es, settings, embedder)
+    other = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"model": "x/other"})})
+    with SearchClient(es, other, embedder=embedder) as c, pytest.raises(IndexMismatch, match="x/other"):
+        c.search("bees")
