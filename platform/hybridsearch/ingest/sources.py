@@ -17,7 +17,7 @@ import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".html", ".htm"}
 RECORD_SUFFIXES = {".json", ".jsonl", ".ndjson"}
@@ -175,8 +175,8 @@ def html_to_text(html: str) -> tuple[str | None, str]:
 
 
 def _open_text(path: Path, gz: bool) -> IO[str]:
-    binary: IO[bytes] = gzip.open(path, "rb") if gz else path.open("rb")  # noqa: SIM115 - caller closes
-    return io.TextIOWrapper(binary, encoding="utf-8-sig", errors="strict", newline="")
+    binary = gzip.open(path, "rb") if gz else path.open("rb")  # noqa: SIM115 - the caller closes it
+    return io.TextIOWrapper(cast(IO[bytes], binary), encoding="utf-8-sig", errors="strict", newline="")
 
 
 def _read_records(path: Path, rel: str, suffix: str, gz: bool, fields: RecordFields
