@@ -1,9 +1,49 @@
-"""`hsp` commands of this group (not written yet)."""
+"""``hsp doctor``: check cluster, index, models and reranker; print the fix for each problem."""
 
 from __future__ import annotations
 
 import argparse
+import json
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from hybridsearch import doctor
+from hybridsearch.settings import Settings
+
+console = Console()
+STYLE = {"OK": "[green]OK[/]", "WARN": "[yellow]WARN[/]", "FAIL": "[bold red]FAIL[/]", "SKIP": "[dim]SKIP[/]"}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add this group's sub-commands to ``sub``."""
+    """Add ``hsp doctor`` to ``sub``."""
+    p = sub.add_parser("doctor", help="check cluster, index, models and reranker; exit 1 on any failure")
+    p.add_argument("--json", action="store_true", help="print the checks as JSON")
+    p.add_argument("--no-models", action="store_true", help="skip loading the embedding model")
+    p.add_argument("--no-reranker", action="store_true", help="skip the reranker check")
+    p.add_argument("--strict", action="store_true", help="warnings fail too")
+    p.set_defaults(handler=cmd_doctor)
+
+
+def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    progress: AbstractContextManager[Any] = nullcontext() if args.json else console.status("checking…")
+    with progress:
+        checks = doctor.run_checks(settings, models=not args.no_models, reranker=not args.no_reranker)
+    if args.json:
+        print(json.dumps([c.as_dict() for c in checks], indent=2))
+    else:
+        table = Table(title=f"hybridsearch doctor · {settings.es.url} · prefix {settings.index.prefix}")
+        for col in ("area", "check", "status", "found", "fix"):
+            table.add_column(col, overflow="fold")
+        for c in checks:
+            table.add_row(c.area, c.name, STYLE[c.status], c.detail, c.fix or "")
+        console.print(table)
+    bad = doctor.failed(checks, strict=args.strict)
+    if not args.json:
+        counts = {s: sum(c.status == s for c in checks) for s in STYLE}
+        console.print(", ".join(f"{n} {s}" for s, n in counts.items() if n)
+                      + (" — [bold red]not healthy[/]" if bad else " — [green]healthy[/]"))
+    return 1 if bad else 0
+

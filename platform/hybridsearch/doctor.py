@@ -1,0 +1,262 @@
+"""``hsp doctor``: is everything a search needs in place, and if not, how to fix it.
+
+Each check returns a :class:`Check` with a status (OK, WARN, FAIL or SKIP), what it found and, when
+something is wrong, the fix. Areas: the cluster (reachable, version, health, disk against the
+cluster's own watermarks), the index (templates, alias, ``_meta`` against the configured model,
+vector dims, chunk count), the embedding model (loads, dims) and the reranker (service ready, or
+the local cross-encoder loads). A reranker problem is a WARN: searches then keep the fused order.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+import httpx
+from elasticsearch import Elasticsearch
+
+from hybridsearch.cluster import cluster_info, es_errors, make_client
+from hybridsearch.errors import HybridSearchError, IndexMismatch
+from hybridsearch.indices import alias_targets, check_meta, index_meta
+from hybridsearch.mappings import TEMPLATES, template_name
+from hybridsearch.settings import Settings
+
+Status = Literal["OK", "WARN", "FAIL", "SKIP"]
+MIN_ES_MAJOR = 9
+
+
+@dataclass
+class Check:
+    """One line of the doctor's report."""
+
+    area: str
+    name: str
+    status: Status
+    detail: str
+    fix: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+# --------------------------------------------------------------------------------------------- cluster
+
+_SIZE = re.compile(r"^\s*([0-9.]+)\s*([kmgtp]?b)?\s*$", re.I)
+_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3, "tb": 1024**4, "pb": 1024**5}
+
+
+def watermark_used_fraction(value: str, total_bytes: int) -> float:
+    """A disk watermark (``"85%"``, ``"0.85"`` or free space like ``"1gb"``) as a used-space fraction."""
+    value = value.strip().lower()
+    if value.endswith("%"):
+        return float(value[:-1]) / 100
+    m = _SIZE.match(value)
+    if m and m.group(2) is None and float(m.group(1)) <= 1.0:
+        return float(m.group(1))
+    if m:
+        free = float(m.group(1)) * _UNITS[(m.group(2) or "b").lower()]
+        return max(0.0, 1 - free / total_bytes) if total_bytes else 1.0
+    raise ValueError(f"unreadable disk watermark {value!r}")
+
+
+def _watermarks(es: Elasticsearch) -> dict[str, str]:
+    with es_errors("cluster settings"):
+        body = es.cluster.get_settings(include_defaults=True, flat_settings=True).body
+    merged: dict[str, str] = {}
+    for scope in ("defaults", "persistent", "transient"):
+        for key, value in body.get(scope, {}).items():
+            if key.startswith("cluster.routing.allocation.disk.watermark.") and isinstance(value, str):
+                merged[key.rsplit(".", 1)[-1]] = value
+    return merged
+
+
+def check_cluster(es: Elasticsearch) -> list[Check]:
+    """Reachable, version, health, disk. The first check FAILs when no node answers."""
+    try:
+        info = cluster_info(es)
+    except HybridSearchError as exc:
+        return [Check("cluster", "reachable", "FAIL", str(exc).split(". ")[0],
+                      "start a node (`ops/es-local.sh start` or `docker compose up -d elasticsearch`) "
+                      "or point HSP_ES_URL at one; check HSP_ES__API_KEY for secured clusters")]
+    checks = [Check("cluster", "reachable", "OK", f"{info['cluster_name']}, {info['number_of_nodes']} node(s)")]
+    versions = info["versions"]
+    majors = {int(v.split(".")[0]) for v in versions}
+    if min(majors) < MIN_ES_MAJOR:
+        checks.append(Check("cluster", "version", "FAIL", ", ".join(versions),
+                            f"hybridsearch needs Elasticsearch {MIN_ES_MAJOR}.x (int8_hnsw, knn filters, "
+                            "the 9.x client)"))
+    else:
+        checks.append(Check("cluster", "version", "OK" if len(versions) == 1 else "WARN", ", ".join(versions),
+                            None if len(versions) == 1 else "finish the rolling upgrade"))
+    status = info["status"]
+    fixes = {"yellow": "replicas cannot be allocated: on a single node set HSP_INDEX__REPLICAS=0 "
+                       "(and `PUT <index>/_settings {\"number_of_replicas\": 0}` for existing indices)",
+             "red": "a primary shard is unassigned: see `GET _cluster/allocation/explain`"}
+    checks.append(Check("cluster", "health", {"green": "OK", "yellow": "WARN"}.get(status, "FAIL"),  # type: ignore[arg-type]
+                        status, fixes.get(status)))
+    checks.append(_check_disk(es))
+    return checks
+
+
+def _check_disk(es: Elasticsearch) -> Check:
+    try:
+        with es_errors("node disk stats"):
+            nodes = es.nodes.stats(metric="fs", filter_path="nodes.*.name,nodes.*.fs.total").body.get("nodes", {})
+        marks = _watermarks(es)
+    except HybridSearchError as exc:
+        return Check("cluster", "disk", "WARN", f"cannot read disk usage: {exc}")
+    worst: tuple[float, str, int, int] | None = None
+    for node in nodes.values():
+        total = int(node["fs"]["total"].get("total_in_bytes", 0))
+        avail = int(node["fs"]["total"].get("available_in_bytes", 0))
+        used = 1 - avail / total if total else 0.0
+        if worst is None or used > worst[0]:
+            worst = (used, node.get("name", "?"), avail, total)
+    if worst is None:
+        return Check("cluster", "disk", "WARN", "no node reported disk usage")
+    used, name, avail, total = worst
+    detail = f"{name}: {used:.0%} used, {avail / 1024**3:.1f} GiB free of {total / 1024**3:.1f} GiB"
+    levels = {k: watermark_used_fraction(v, total) for k, v in marks.items() if k in ("low", "high", "flood_stage")}
+    if used >= levels.get("high", 0.90):
+        return Check("cluster", "disk", "FAIL", detail + " (over the high watermark: shards move away; at the "
+                     "flood stage indices turn read-only)", "free disk space or add a node")
+    if used >= levels.get("low", 0.85):
+        return Check("cluster", "disk", "WARN", detail + " (over the low watermark: no new replicas here)",
+                     "free disk space before the high watermark is reached")
+    return Check("cluster", "disk", "OK", detail)
+
+
+# --------------------------------------------------------------------------------------------- index
+
+def check_index(es: Elasticsearch, settings: Settings) -> list[Check]:
+    """Templates, alias, ``_meta`` against the configured model, vector dims, chunk count."""
+    checks: list[Check] = []
+    with es_errors("index templates"):
+        missing = [template_name(t, settings) for t in TEMPLATES
+                   if not es.indices.exists_index_template(name=template_name(t, settings))]
+    checks.append(Check("index", "templates", "WARN" if missing else "OK",
+                        f"missing: {', '.join(missing)}" if missing else f"{len(TEMPLATES)} present",
+                        "`hsp ingest` or `hsp index create` puts them" if missing else None))
+    alias = settings.index.alias
+    targets = alias_targets(es, alias)
+    if not targets:
+        checks.append(Check("index", "alias", "FAIL", f"{alias} does not exist",
+                            "ingest documents (`hsp ingest PATH` or `hsp demo`), or `hsp index create`"))
+        return checks
+    live = targets[-1]
+    checks.append(Check("index", "alias", "OK" if len(targets) == 1 else "WARN", f"{alias} → {', '.join(targets)}",
+                        None if len(targets) == 1 else "point the alias at one index: `hsp index rollback "
+                                                        "--to-version N`"))
+    meta = index_meta(es, live)
+    try:
+        check_meta(live, meta, settings)
+        checks.append(Check("index", "model", "OK", f"{live} built with {meta.get('embedding_model')}"))
+    except IndexMismatch as exc:
+        checks.append(Check("index", "model", "FAIL", str(exc).split(". ")[0],
+                            f"set HSP_EMBEDDING__MODEL={meta.get('embedding_model')} "
+                            f"HSP_EMBEDDING__DIMS={meta.get('embedding_dims')}, or `hsp index migrate --to-model "
+                            f"{settings.embedding.model}`"))
+    with es_errors(f"mapping of {live}"):
+        props = es.indices.get_mapping(index=live).body[live]["mappings"].get("properties", {})
+        health = es.cluster.health(index=live).body["status"]
+        chunks = int(es.count(index=live)["count"])
+    emb = props.get("embedding", {})
+    dims = emb.get("dims")
+    if emb.get("type") != "dense_vector" or dims != settings.embedding.dims:
+        checks.append(Check("index", "vectors", "FAIL",
+                            f"embedding field is {emb.get('type')} with {dims} dims, settings say "
+                            f"{settings.embedding.dims}", "migrate to an index built for this model "
+                                                          "(`hsp index migrate`)"))
+    else:
+        opts = emb.get("index_options", {})
+        checks.append(Check("index", "vectors", "OK", f"{dims} dims, {emb.get('similarity')}, "
+                                                      f"{opts.get('type', 'default')}"))
+    checks.append(Check("index", "health", {"green": "OK", "yellow": "WARN"}.get(health, "FAIL"),  # type: ignore[arg-type]
+                        f"{live} is {health}", None if health == "green" else "see `GET _cluster/allocation/explain`"))
+    checks.append(Check("index", "chunks", "OK" if chunks else "WARN", f"{chunks:,} chunks in {live}",
+                        None if chunks else "ingest documents: `hsp ingest PATH` or `hsp demo`"))
+    return checks
+
+
+# --------------------------------------------------------------------------------------------- models
+
+def check_embedder(settings: Settings) -> Check:
+    """The embedding model loads and makes vectors of the configured size."""
+    from hybridsearch.embedding import Embedder
+
+    t0 = time.perf_counter()
+    try:
+        vec = Embedder(settings.embedding).encode(["hybridsearch doctor"])
+    except HybridSearchError as exc:
+        return Check("models", "embedder", "FAIL", str(exc).split(". ")[0],
+                     "point HSP_EMBEDDING__MODEL at a local sentence-transformers folder and set "
+                     "HSP_EMBEDDING__DIMS to its size")
+    return Check("models", "embedder", "OK", f"{settings.embedding.model}: {vec.shape[1]} dims, loaded in "
+                                             f"{time.perf_counter() - t0:.1f} s")
+
+
+def check_reranker(settings: Settings) -> Check:
+    """The reranker service is ready, or the local cross-encoder loads and scores a pair."""
+    cfg = settings.reranker
+    degrade = "searches will keep the fused order until this is fixed"
+    if not cfg.enabled:
+        return Check("reranker", "reranker", "OK", "disabled (HSP_RERANKER__ENABLED=false): fused order")
+    if cfg.url:
+        url = cfg.url.rstrip("/") + "/readyz"
+        try:
+            resp = httpx.get(url, timeout=min(cfg.timeout, 5.0))
+        except httpx.HTTPError as exc:
+            return Check("reranker", "service", "WARN", f"{url} does not answer ({type(exc).__name__}); {degrade}",
+                         "start it (`hsp serve-reranker` or `docker compose up -d reranker`) or fix "
+                         "HSP_RERANKER__URL")
+        if resp.status_code == 200:
+            return Check("reranker", "service", "OK", f"{cfg.url} ready")
+        return Check("reranker", "service", "WARN", f"{url} answered {resp.status_code}: {resp.text[:200]}; "
+                                                    f"{degrade}", "wait for the model to load, or read the "
+                                                                  "service log")
+    try:
+        from hybridsearch.rerank import LocalReranker
+
+        reranker = LocalReranker(cfg)
+        reranker.score("doctor", ["a passage"])
+    except HybridSearchError as exc:
+        return Check("reranker", "local model", "WARN", f"{str(exc).split('. ')[0]}; {degrade}",
+                     "set HSP_RERANKER__MODEL to a local cross-encoder folder, HSP_RERANKER__URL to a "
+                     "reranker service, or HSP_RERANKER__ENABLED=false")
+    return Check("reranker", "local model", "OK", f"{cfg.model} loads on {reranker.device}")
+
+
+# --------------------------------------------------------------------------------------------- all
+
+def run_checks(settings: Settings, *, es: Elasticsearch | None = None, models: bool = True,
+               reranker: bool = True, on_check: Callable[[Check], None] | None = None) -> list[Check]:
+    """Every check, in order; index checks are skipped when the cluster does not answer."""
+    es = es or make_client(settings.es.model_copy(update={"max_retries": 0, "request_timeout": 10.0}))
+    checks: list[Check] = []
+
+    def add(new: list[Check]) -> None:
+        for c in new:
+            checks.append(c)
+            if on_check:
+                on_check(c)
+
+    add(check_cluster(es))
+    if checks[0].status == "FAIL":
+        add([Check("index", "index", "SKIP", "cluster unreachable")])
+    else:
+        try:
+            add(check_index(es, settings))
+        except HybridSearchError as exc:
+            add([Check("index", "index", "FAIL", str(exc), "see the cluster checks above")])
+    add([check_embedder(settings)] if models else [Check("models", "embedder", "SKIP", "--no-models")])
+    add([check_reranker(settings)] if reranker else [Check("reranker", "reranker", "SKIP", "--no-reranker")])
+    return checks
+
+
+def failed(checks: list[Check], strict: bool = False) -> bool:
+    """True when any check FAILed (or, with ``strict``, WARNed)."""
+    bad = {"FAIL", "WARN"} if strict else {"FAIL"}
+    return any(c.status in bad for c in checks)

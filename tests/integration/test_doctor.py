@@ -1,0 +1,131 @@
+"""``hsp doctor`` against a real node: what it finds, the fixes it gives, its exit code."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from typing import Any
+
+import pytest
+from elasticsearch import Elasticsearch
+
+from hybridsearch import doctor
+from hybridsearch.cli.main import main
+from hybridsearch.cluster import make_client
+from hybridsearch.indices import ensure_index
+from hybridsearch.settings import Settings, load_settings
+
+
+def by_name(checks: list[doctor.Check]) -> dict[str, doctor.Check]:
+    return {f"{c.area}.{c.name}": c for c in checks}
+
+
+def test_missing_index_fails_with_a_fix(es: Elasticsearch, settings: Settings) -> None:
+    checks = by_name(doctor.run_checks(settings, es=es, models=False, reranker=False))
+    assert checks["cluster.reachable"].status == "OK"
+    assert checks["cluster.version"].status == "OK" and checks["cluster.version"].detail.startswith("9.")
+    assert checks["cluster.disk"].status in {"OK", "WARN"} and "GiB free" in checks["cluster.disk"].detail
+    assert checks["index.templates"].status == "WARN"
+    assert checks["index.alias"].status == "FAIL" and "hsp ingest" in (checks["index.alias"].fix or "")
+    assert checks["models.embedder"].status == "SKIP"
+    assert doctor.failed(list(checks.values()))
+
+
+def test_healthy_index_passes(es: Elasticsearch, settings: Settings) -> None:
+    name = ensure_index(es, settings)
+    es.index(index=name, id="a#0", document={"doc_id": "a", "chunk_id": "a#0", "text": "hello"}, refresh=True)
+    checks = by_name(doctor.run_checks(settings, es=es, models=False, reranker=False))
+    for key in ("index.templates", "index.alias", "index.model", "index.vectors", "index.chunks"):
+        assert checks[key].status == "OK", checks[key]
+    assert checks["index.vectors"].detail.startswith("384 dims, cosine, int8_hnsw")
+    assert checks["index.chunks"].detail.startswith("1 chunks")
+    assert not doctor.failed([c for c in checks.values() if c.area == "index"], strict=True)
+
+
+def test_model_mismatch_is_a_failure_naming_both_ways_out(es: Elasticsearch, settings: Settings) -> None:
+    ensure_index(es, settings)
+    other = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"model": "x/y",
+                                                                                          "dims": 64})})
+    checks = by_name(doctor.run_checks(other, es=es, models=False, reranker=False))
+    assert checks["index.model"].status == "FAIL"
+    fix = checks["index.model"].fix or ""
+    assert "HSP_EMBEDDING__MODEL=sentence-transformers/all-MiniLM-L6-v2" in fix and "hsp index migrate" in fix
+    assert checks["index.vectors"].status == "FAIL" and "384" in checks["index.vectors"].detail
+
+
+def test_unreachable_cluster_skips_index_checks() -> None:
+    settings = load_settings(es_url="http://127.0.0.1:1")
+    es = make_client(settings.es.model_copy(update={"max_retries": 0}))
+    checks = doctor.run_checks(settings, es=es, models=False, reranker=False)
+    assert [(c.area, c.status) for c in checks[:2]] == [("cluster", "FAIL"), ("index", "SKIP")]
+    assert "es-local.sh" in (checks[0].fix or "")
+
+
+def test_embedder_check(settings: Settings, tmp_path: Any) -> None:
+    broken = settings.model_copy(update={"embedding": settings.embedding.model_copy(
+        update={"model": str(tmp_path / "no-such-model")})})
+    check = doctor.check_embedder(broken)
+    assert check.status == "FAIL" and "HSP_EMBEDDING__MODEL" in (check.fix or "")
+    wrong_dims = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"dims": 64})})
+    check = doctor.check_embedder(wrong_dims)
+    assert check.status == "FAIL" and "384-dim" in check.detail
+
+
+class _Readyz(BaseHTTPRequestHandler):
+    status = 200
+
+    def do_GET(self) -> None:
+        body = json.dumps({"ready": self.status == 200, "reason": "loading"}).encode()
+        self.send_response(self.status if self.path == "/readyz" else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture()
+def reranker_service() -> Iterator[tuple[str, type[_Readyz]]]:
+    handler = type("H", (_Readyz,), {"status": 200})
+    server = HTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", handler
+    server.shutdown()
+    server.server_close()
+
+
+def test_reranker_service_readiness(settings: Settings, reranker_service: tuple[str, Any]) -> None:
+    url, handler = reranker_service
+    cfg = settings.model_copy(update={"reranker": settings.reranker.model_copy(update={"url": url})})
+    assert doctor.check_reranker(cfg).status == "OK"
+    handler.status = 503
+    check = doctor.check_reranker(cfg)
+    assert check.status == "WARN" and "503" in check.detail and "fused order" in check.detail
+    down = cfg.model_copy(update={"reranker": cfg.reranker.model_copy(update={"url": "http://127.0.0.1:1"})})
+    assert doctor.check_reranker(down).status == "WARN"
+    off = cfg.model_copy(update={"reranker": cfg.reranker.model_copy(update={"enabled": False})})
+    assert doctor.check_reranker(off).status == "OK"
+
+
+@pytest.mark.parametrize("value, total, expected", [
+    ("85%", 100, 0.85), ("0.9", 100, 0.9), ("1gb", 10 * 1024**3, 0.9), ("512mb", 1024**3, 0.5), ("100b", 200, 0.5),
+])
+def test_watermarks_as_used_fraction(value: str, total: int, expected: float) -> None:
+    assert doctor.watermark_used_fraction(value, total) == pytest.approx(expected)
+
+
+def test_cli_exit_codes(es: Elasticsearch, settings: Settings, monkeypatch: pytest.MonkeyPatch,
+                        capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HSP_ES_URL", settings.es.url)
+    monkeypatch.setenv("HSP_INDEX__PREFIX", settings.index.prefix)
+    assert main(["doctor", "--no-models", "--no-reranker", "--json"]) == 1  # no alias yet
+    report = json.loads(capsys.readouterr().out)
+    assert {"area": "index", "name": "alias", "status": "FAIL"}.items() <= next(
+        c for c in report if c["name"] == "alias").items()
+    ensure_index(es, settings)
+    es.index(index=settings.index.alias, id="a#0", document={"doc_id": "a", "text": "x"}, refresh=True)
+    assert main(["doctor", "--no-models", "--no-reranker"]) == 0
+    assert "healthy" in capsys.readouterr().out
