@@ -317,3 +317,10 @@ def test_a_failing_request_does_not_fail_the_requests_batched_with_it() -> None:
         assert answers == {"first": 200, "good": 200, "bad": 500, "also-good": 200}
         assert gated.calls[:2] == [1, 4]  # the first alone, then the three queued ones together: that failed,
         assert sorted(gated.calls[2:]) == [1, 1, 2]  # so each was scored on its own
+
+
+def test_a_lone_client_is_not_held_for_the_batching_window(scorer: LocalReranker) -> None:
+    with TestClient(create_app(cfg(model=scorer.name, batch_window_ms=600_000), scorer)) as c:
+        wait_ready(c)
+        for _ in range(3):  # a ten-minute window would hang here if a lone request waited for company
+            assert_still_serves(c)

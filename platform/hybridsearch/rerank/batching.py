@@ -1,8 +1,10 @@
 """Micro-batching: requests that arrive within a few milliseconds share one model call.
 
-One asyncio queue and one worker task. The worker takes the first waiting request, then keeps
-taking requests until ``window_s`` has passed or ``max_pairs`` pairs are gathered, and runs the
-model once for all of them in a thread, so the event loop keeps accepting requests meanwhile.
+One asyncio queue and one worker task. The worker takes the first waiting request plus every request
+already queued (they arrived while the model was busy), and, under concurrent load, keeps taking
+requests until ``window_s`` has passed, up to ``max_pairs`` pairs; then it runs the model once for
+all of them in a thread, so the event loop keeps accepting requests meanwhile. "Under load" means
+the previous model call was shared by several requests: a lone client never waits for the window.
 With ``enabled=False`` every request is its own model call (still one at a time).
 """
 
@@ -47,6 +49,7 @@ class MicroBatcher:
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._held: Job | None = None
+        self._busy = False  # the last model call was shared: wait the window for more
 
     @property
     def pending(self) -> int:
@@ -93,7 +96,7 @@ class MicroBatcher:
         if not self.enabled:
             return jobs
         pairs = len(first.passages)
-        deadline = time.perf_counter() + self.window_s
+        deadline = time.perf_counter() + (self.window_s if self._busy else 0.0)
         while pairs < self.max_pairs:
             job = await self._next(deadline - time.perf_counter())
             if job is None:
@@ -103,6 +106,7 @@ class MicroBatcher:
                 break
             jobs.append(job)
             pairs += len(job.passages)
+        self._busy = len(jobs) > 1
         return jobs
 
     async def _run(self) -> None:
