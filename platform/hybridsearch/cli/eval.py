@@ -1,9 +1,172 @@
-"""`hsp` commands of this group (not written yet)."""
+"""``hsp eval DATASET``: retrieval quality and latency per mode on a BEIR collection, with reports.
+
+Ingests the corpus into its own index (prefix ``eval-<dataset>``; reused when it was built with the
+same model, chunker, analyzer and vector options), runs every judged query of the split in each mode,
+prints the metrics and per-stage latency, and writes ``<out>/eval-<dataset>-<split>-<time>.{json,md,png}``.
+
+Exit codes: 0 ok · 1 ``--baseline`` given and a metric fell by more than ``--tolerance`` (the quality
+gate) · otherwise those of ``hsp`` (2 bad arguments or dataset, 3 cluster, 4 index mismatch, 5 model).
+"""
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hybridsearch.errors import ConfigError
+from hybridsearch.eval.metrics import METRICS
+from hybridsearch.eval.report import LATENCY_KEYS, Diff, EvalReport, compare, load_report, to_markdown
+from hybridsearch.eval.runner import DEFAULT_MODES, parse_modes
+from hybridsearch.settings import Settings
+
+GATE_FAILED = 1  # exit code when --baseline finds a regression beyond --tolerance
+console = Console()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add this group's sub-commands to ``sub``."""
+    """Add ``eval`` to ``sub``."""
+    p = sub.add_parser("eval", help="measure retrieval quality and latency on a BEIR collection",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dataset", type=Path, help="BEIR folder: corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv")
+    p.add_argument("--split", default="test", help="qrels split to evaluate (default: test)")
+    p.add_argument("--modes", default=",".join(DEFAULT_MODES),
+                   help="comma-separated: bm25,dense,hybrid,hybrid+rerank (default: all four; "
+                        "hybrid+rerank is skipped, with the reason, when no reranker loads)")
+    p.add_argument("--out", type=Path, default=Path("reports"), help="folder for the JSON/Markdown/PNG reports")
+    p.add_argument("--baseline", type=Path, help="earlier JSON report: print per-metric differences and exit 1 "
+                                                 "when any metric fell by more than --tolerance")
+    p.add_argument("--tolerance", type=float, default=0.01, help="largest allowed drop per metric (default 0.01)")
+    p.add_argument("--worst", type=int, default=0, metavar="N",
+                   help="list the N queries where hybrid loses most nDCG@10 to the better single retriever "
+                        "(adds bm25, dense and hybrid to the modes)")
+    p.add_argument("--limit-queries", type=int, metavar="N", help="evaluate only the first N judged queries")
+    p.add_argument("--prefix", help="index prefix (default: eval-<dataset folder name>)")
+    p.add_argument("--no-ingest", action="store_true",
+                   help="use the existing index as it is (it must fit the settings); skip ingestion")
+    p.set_defaults(handler=run)
+
+
+def _progress_factory(progress: Progress) -> Callable[[str, int], Callable[[], None]]:
+    def start(mode: str, total: int) -> Callable[[], None]:
+        task = progress.add_task(mode, total=total)
+        return lambda: progress.advance(task)
+
+    return start
+
+
+def _check_args(args: argparse.Namespace) -> list[str]:
+    if args.tolerance < 0:
+        raise ConfigError("--tolerance must be ≥ 0")
+    if args.worst < 0 or (args.limit_queries is not None and args.limit_queries < 1):
+        raise ConfigError("--worst must be ≥ 0 and --limit-queries ≥ 1")
+    modes = parse_modes(args.modes)
+    if args.worst:
+        missing = [m for m in ("bm25", "dense", "hybrid") if m not in modes]
+        if missing:
+            console.print(f"--worst needs {', '.join(missing)} too: adding them")
+            modes = [m for m in ("bm25", "dense", "hybrid") if m in modes or m in missing] + [
+                m for m in modes if m not in ("bm25", "dense", "hybrid")]
+    return modes
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    """Handler of ``hsp eval``; returns 0, or 1 when the baseline gate fails."""
+    from hybridsearch.cluster import make_client
+    from hybridsearch.embedding import Embedder
+    from hybridsearch.eval.datasets import load_collection
+    from hybridsearch.eval.harness import evaluate_collection
+    from hybridsearch.eval.prepare import eval_settings
+
+    modes = _check_args(args)
+    baseline = load_report(args.baseline) if args.baseline else None
+    collection = load_collection(args.dataset, args.split).limit(args.limit_queries)
+    s = eval_settings(settings, args.prefix or f"eval-{collection.name}")
+    console.print(f"[bold]{collection.name}[/] {collection.split}: {len(collection)} judged queries · "
+                  f"index prefix [cyan]{s.index.prefix}[/] · modes {', '.join(modes)}")
+    es = make_client(s.es)
+    try:
+        with Progress(TextColumn("{task.description:>14}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=False) as progress:
+            evaluation = evaluate_collection(
+                es, s, collection, modes, embedder=Embedder(s.embedding), ingest=not args.no_ingest,
+                worst=args.worst, progress=_progress_factory(progress), ingest_progress=True,
+            )
+    finally:
+        es.close()
+    report = evaluation.report
+    diffs = compare(report, baseline, args.tolerance) if baseline else None
+    print_report(report, diffs, args.tolerance)
+    paths = write_reports(report, args.out, diffs, args.tolerance)
+    console.print("wrote " + ", ".join(str(p) for p in paths))
+    if diffs and any(d.regressed for d in diffs):
+        worst = min(diffs, key=lambda d: d.delta)
+        console.print(f"[bold red]quality gate failed:[/] {sum(d.regressed for d in diffs)} metric(s) fell by more "
+                      f"than {args.tolerance:g} (worst: {worst.mode} {METRICS[worst.metric]} {worst.delta:+.4f})")
+        return GATE_FAILED
+    return 0
+
+
+def write_reports(report: EvalReport, out: Path, diffs: list[Diff] | None, tolerance: float) -> list[Path]:
+    """Write ``eval-<dataset>-<split>-<UTC time>.json/.md/.png`` under ``out``; returns the paths."""
+    from hybridsearch.eval.plots import write_chart
+
+    out.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+    stem = out / f"eval-{report.dataset['name']}-{report.dataset['split']}-{stamp}"
+    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
+    json_path.write_text(report.to_json() + "\n", encoding="utf-8")
+    md_path.write_text(to_markdown(report, diffs, tolerance) + "\n", encoding="utf-8")
+    return [json_path, md_path, write_chart(report, stem.with_suffix(".png"))]
+
+
+def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float) -> None:
+    """Rich tables of quality, latency, notes, checks, baseline differences and worst queries."""
+    ok = [m for m in report.modes if m.status == "ok"]
+    quality = Table(title=f"{report.dataset['name']} {report.dataset['split']} · {report.dataset['queries']} queries "
+                          f"· {report.index.get('documents')} docs / {report.index.get('chunks')} chunks")
+    quality.add_column("mode")
+    for name in METRICS.values():
+        quality.add_column(name, justify="right")
+    for m in ok:
+        quality.add_row(m.mode, *(f"{m.metrics[k]:.4f}" for k in METRICS))
+    console.print(quality)
+    latency = Table(title="latency ms (p50 / p95)")
+    latency.add_column("mode")
+    for stage in LATENCY_KEYS:
+        latency.add_column(stage, justify="right")
+    for m in ok:
+        latency.add_row(m.mode, *(f"{m.latency_ms[s].p50:.1f} / {m.latency_ms[s].p95:.1f}" for s in LATENCY_KEYS))
+    console.print(latency)
+    for m in report.modes:
+        if m.status != "ok":
+            console.print(f"[yellow]{m.mode} skipped:[/] {m.reason}")
+        elif m.rerank_reasons:
+            console.print(f"[yellow]{m.mode}:[/] {m.reranked_queries}/{m.queries} reranked; others: "
+                          + "; ".join(f"{r} ({n})" for r, n in m.rerank_reasons.items()))
+    for c in report.checks:
+        console.print(("[green]PASS[/] " if c.passed else "[red]FAIL[/] ") + f"{c.name}: {c.detail}")
+    if diffs is not None:
+        table = Table(title=f"against the baseline (tolerance {tolerance:g})")
+        for col in ("mode", "metric", "baseline", "now", "Δ"):
+            table.add_column(col, justify="left" if col in ("mode", "metric") else "right")
+        for d in diffs:
+            style = "red" if d.regressed else ("green" if d.delta > 0 else "")
+            table.add_row(d.mode, METRICS[d.metric], f"{d.baseline:.4f}", f"{d.current:.4f}", f"{d.delta:+.4f}",
+                          style=style)
+        console.print(table)
+    if report.worst:
+        table = Table(title="where hybrid loses most nDCG@10 (relevant doc: rank in BM25 / kNN / fusion / rerank)")
+        for col in ("query", "hybrid", "best single", "loss", "relevant"):
+            table.add_column(col, overflow="fold")
+        for w in report.worst:
+            ranks = "\n".join(f"{r.doc_id}: {r.bm25 or '—'} / {r.knn or '—'} / {r.fusion or '—'} / {r.rerank or '—'}"
+                              for r in w.relevant)
+            table.add_row(f"{w.qid}: {w.query}", f"{w.hybrid:.3f}", f"{w.best_single:.3f} ({w.best_single_mode})",
+                          f"{w.loss:.3f}", ranks)
+        console.print(table)

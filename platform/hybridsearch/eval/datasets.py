@@ -1,0 +1,164 @@
+"""BEIR-format test collections: ``corpus.jsonl[.gz]``, ``queries.jsonl[.gz]``, ``qrels/<split>.tsv``.
+
+:func:`load_collection` reads the queries and the judgements of one split and keeps only the
+queries judged in that split (BEIR's rule: a query without qrels in the split is not evaluated).
+The corpus itself is not loaded here — ingestion streams it from :attr:`Collection.corpus_path`.
+Every problem with the files raises :class:`hybridsearch.errors.ConfigError` naming the file and line.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from hybridsearch.errors import ConfigError
+
+Qrels = dict[str, dict[str, int]]
+
+
+@dataclass(frozen=True)
+class Collection:
+    """One split of a BEIR collection: queries judged in ``split`` and their relevance judgements."""
+
+    name: str
+    root: Path
+    split: str
+    corpus_path: Path
+    queries: dict[str, str]
+    qrels: Qrels
+    skipped_queries: int = field(default=0, metadata={"doc": "judged queries missing from queries.jsonl"})
+
+    def __len__(self) -> int:
+        return len(self.queries)
+
+    def limit(self, n: int | None) -> Collection:
+        """The first ``n`` queries (in sorted id order) with their qrels; all when ``n`` is None."""
+        if n is None or n >= len(self.queries):
+            return self
+        keep = sorted(self.queries, key=_natural_key)[:n]
+        return Collection(self.name, self.root, self.split, self.corpus_path,
+                          {q: self.queries[q] for q in keep}, {q: self.qrels[q] for q in keep},
+                          self.skipped_queries)
+
+
+def _natural_key(qid: str) -> tuple[int, str]:
+    return (int(qid), "") if qid.isdigit() else (1 << 62, qid)
+
+
+def _open_text(path: Path) -> IO[str]:
+    if path.suffix == ".gz":
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open("r", encoding="utf-8")
+
+
+def _find(root: Path, stem: str) -> Path:
+    for candidate in (root / stem, root / f"{stem}.gz"):
+        if candidate.is_file():
+            return candidate
+    raise ConfigError(f"{root} is not a BEIR collection: no {stem} or {stem}.gz")
+
+
+def collection_name(root: Path) -> str:
+    """Index-safe name of a collection folder, e.g. ``scifact`` (lowercase, ``[a-z0-9_.-]``)."""
+    name = re.sub(r"[^a-z0-9_.-]+", "-", root.resolve().name.lower()).strip("-._")
+    return name or "collection"
+
+
+def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """``(line number, record)`` for each non-blank line. Raises ConfigError on invalid JSON."""
+    with _open_text(path) as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ConfigError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+            if not isinstance(record, dict):
+                raise ConfigError(f"{path}:{lineno}: expected a JSON object")
+            yield lineno, record
+
+
+def read_queries(path: Path) -> dict[str, str]:
+    """``{query id: text}`` from ``queries.jsonl``. Raises ConfigError on a record without id or text."""
+    queries: dict[str, str] = {}
+    for lineno, rec in read_jsonl(path):
+        qid, text = rec.get("_id"), rec.get("text")
+        if qid is None or not isinstance(text, str):
+            raise ConfigError(f"{path}:{lineno}: a query needs '_id' and 'text'")
+        queries[str(qid)] = text
+    return queries
+
+
+def read_qrels(path: Path) -> Qrels:
+    """``{query id: {doc id: grade}}`` from a TSV with a ``query-id corpus-id score`` header line."""
+    qrels: Qrels = {}
+    with _open_text(path) as fh:
+        rows = csv.reader(fh, delimiter="\t")
+        header = next(rows, None)
+        if header is None:
+            raise ConfigError(f"{path}: empty qrels file")
+        if len(header) < 3 or header[2].strip().lstrip("-").isdigit():
+            raise ConfigError(f"{path}: expected a header line 'query-id<TAB>corpus-id<TAB>score', got {header!r}")
+        for lineno, row in enumerate(rows, 2):
+            if not row or not "".join(row).strip():
+                continue
+            if len(row) < 3:
+                raise ConfigError(f"{path}:{lineno}: expected 3 tab-separated columns, got {row!r}")
+            try:
+                grade = int(float(row[2]))
+            except ValueError:
+                raise ConfigError(f"{path}:{lineno}: score {row[2]!r} is not a number") from None
+            qrels.setdefault(row[0].strip(), {})[row[1].strip()] = grade
+    return qrels
+
+
+def available_splits(root: Path) -> list[str]:
+    """Split names that have a ``qrels/<split>.tsv[.gz]`` under ``root``."""
+    folder = root / "qrels"
+    if not folder.is_dir():
+        return []
+    return sorted({p.name.removesuffix(".gz").removesuffix(".tsv") for p in folder.glob("*.tsv*")})
+
+
+def load_collection(path: str | Path, split: str = "test") -> Collection:
+    """Load split ``split`` of the BEIR collection in folder ``path``.
+
+    Only queries with at least one judgement in the split are kept. Raises ConfigError when the
+    folder, a file or the split is missing, a file is malformed, or no query of the split has text.
+    """
+    root = Path(path).expanduser()
+    if not root.is_dir():
+        raise ConfigError(f"collection folder {root} does not exist")
+    corpus = _find(root, "corpus.jsonl")
+    queries_path = _find(root, "queries.jsonl")
+    try:
+        qrels_path = _find(root / "qrels", f"{split}.tsv")
+    except ConfigError:
+        splits = ", ".join(available_splits(root)) or "none"
+        raise ConfigError(f"{root} has no qrels for split {split!r} (available: {splits})") from None
+    all_queries = read_queries(queries_path)
+    qrels = read_qrels(qrels_path)
+    judged = {q: all_queries[q] for q in qrels if q in all_queries}
+    if not judged:
+        raise ConfigError(f"no query of split {split!r} in {qrels_path} appears in {queries_path}")
+    return Collection(
+        name=collection_name(root), root=root, split=split, corpus_path=corpus,
+        queries=judged, qrels={q: qrels[q] for q in judged}, skipped_queries=len(qrels) - len(judged),
+    )
+
+
+def iter_corpus(path: Path, limit: int | None = None) -> Iterator[dict[str, str]]:
+    """``{"_id", "title", "text"}`` records of a BEIR ``corpus.jsonl[.gz]`` (first ``limit`` only)."""
+    for n, (lineno, rec) in enumerate(read_jsonl(path)):
+        if limit is not None and n >= limit:
+            return
+        if rec.get("_id") is None:
+            raise ConfigError(f"{path}:{lineno}: a corpus record needs '_id'")
+        yield {"_id": str(rec["_id"]), "title": str(rec.get("title") or ""), "text": str(rec.get("text") or "")}

@@ -1,0 +1,73 @@
+"""Document-level runs and IR metrics, computed by ``ranx`` (never by hand).
+
+A *ranking* is the list of document ids a mode returned for one query, best first. Chunk hits
+become a ranking with :func:`doc_ranking` (a document takes the rank of its best chunk; later
+chunks of it are dropped). :func:`to_run` turns rankings into a ranx run whose scores encode the
+ranks exactly (``1/rank``), so ranx's own sort cannot reorder ties differently from ours.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from hybridsearch.errors import ConfigError
+
+# ranx metric name -> name shown in tables and reports.
+METRICS: dict[str, str] = {
+    "ndcg@10": "nDCG@10",
+    "recall@10": "Recall@10",
+    "recall@100": "Recall@100",
+    "mrr@10": "MRR@10",
+    "precision@5": "P@5",
+}
+PRIMARY = "ndcg@10"
+
+Rankings = Mapping[str, Sequence[str]]
+
+
+def doc_ranking(doc_ids: Iterable[str]) -> list[str]:
+    """Document ids in first-seen order: the best chunk of a document wins, its other chunks go."""
+    seen: set[str] = set()
+    out: list[str] = []
+    for doc in doc_ids:
+        if doc not in seen:
+            seen.add(doc)
+            out.append(doc)
+    return out
+
+
+def to_run(rankings: Rankings) -> dict[str, dict[str, float]]:
+    """``{qid: {doc: 1/rank}}`` from rankings (chunk duplicates collapsed, best first)."""
+    return {qid: {doc: 1.0 / r for r, doc in enumerate(doc_ranking(docs), 1)} for qid, docs in rankings.items()}
+
+
+def evaluate(
+    qrels: Mapping[str, Mapping[str, int]], rankings: Rankings, metrics: Sequence[str] = tuple(METRICS)
+) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """Mean and per-query values of ``metrics`` for ``rankings`` against ``qrels``.
+
+    Every query in ``qrels`` is scored; one without a ranking (or with an empty one) scores 0.
+    Returns ``({metric: mean}, {metric: {qid: value}})``. Raises ConfigError when ``qrels`` is empty.
+    """
+    from ranx import Qrels, Run
+    from ranx import evaluate as ranx_evaluate
+
+    if not qrels:
+        raise ConfigError("no judged queries to evaluate")
+    run = to_run({q: docs for q, docs in rankings.items() if q in qrels and docs})
+    ranx_qrels = Qrels({q: dict(j) for q, j in qrels.items()})
+    if not run:  # nothing retrieved for any query: ranx cannot hold an empty run
+        zeros = {m: dict.fromkeys(qrels, 0.0) for m in metrics}
+        return dict.fromkeys(metrics, 0.0), zeros
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # numba's type-safety chatter
+        # make_comparable: queries without a ranking score 0, rankings for unjudged queries are ignored
+        scores: Any = ranx_evaluate(ranx_qrels, Run(run), list(metrics), return_mean=False, make_comparable=True)
+    if len(metrics) == 1:
+        scores = {metrics[0]: scores}
+    order = ranx_qrels.get_query_ids()  # the order of ranx's per-query arrays
+    per_query = {m: {q: float(v) for q, v in zip(order, scores[m], strict=True)} for m in metrics}
+    means = {m: sum(per_query[m].values()) / len(order) for m in metrics}
+    return means, per_query

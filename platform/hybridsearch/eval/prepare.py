@@ -1,0 +1,118 @@
+"""The evaluation index of a collection: found and reused when it fits, else built by ingestion.
+
+Each collection gets its own prefix (default ``eval-<collection>``), so evaluations never touch a
+production index. Under that prefix, every ``<prefix>-chunks-v<N>`` whose ``_meta`` (model, dims,
+chunker, title handling) and mapping (analyzer, vector ``index_options``) match the settings is a
+candidate for reuse; otherwise a new version is created and the read alias swapped to it. The older
+versions stay, so switching settings back reuses them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from elasticsearch import Elasticsearch
+
+from hybridsearch.cluster import es_errors
+from hybridsearch.errors import IndexNotFound
+from hybridsearch.indices import alias_targets, ensure_index, expected_meta, swap_alias
+from hybridsearch.mappings import index_options
+from hybridsearch.settings import Settings
+
+if TYPE_CHECKING:
+    from hybridsearch.embedding import Embedder
+
+# _meta keys that decide whether an existing index holds what these settings would build.
+REUSE_META = ("embedding_model", "embedding_dims", "chunker", "chunker_version", "prepend_title")
+
+
+def eval_settings(settings: Settings, prefix: str) -> Settings:
+    """``settings`` with index prefix ``prefix`` and the query log off (evaluation queries are not traffic)."""
+    index = settings.index.model_validate({**settings.index.model_dump(), "prefix": prefix})
+    query = settings.query.model_copy(update={"log_queries": False})
+    return settings.model_copy(update={"index": index, "query": query})
+
+
+def build_signature(settings: Settings) -> dict[str, Any]:
+    """What an index built from ``settings`` must record to be reused: ``_meta`` keys and mapping options."""
+    meta = expected_meta(settings)
+    sig = {k: meta.get(k) for k in REUSE_META}
+    sig["analyzer"] = settings.index.analyzer
+    sig["index_options"] = index_options(settings)["type"]
+    return sig
+
+
+def index_signature(mapping: dict[str, Any]) -> dict[str, Any]:
+    """The same keys as :func:`build_signature`, read from one index's mapping."""
+    meta = mapping.get("_meta", {})
+    props = mapping.get("properties", {})
+    sig = {k: meta.get(k) for k in REUSE_META}
+    sig["analyzer"] = props.get("text", {}).get("analyzer", "standard")
+    sig["index_options"] = props.get("embedding", {}).get("index_options", {}).get("type")
+    return sig
+
+
+def _version_of(index: str, alias: str) -> int:
+    tail = index.removeprefix(f"{alias}-v")
+    return int(tail) if tail.isdigit() else 0
+
+
+@dataclass
+class IndexChoice:
+    """Which concrete index the evaluation uses and why."""
+
+    index: str
+    action: str  # "reused" | "switched" | "created"
+    signature: dict[str, Any]
+
+
+def choose_index(es: Elasticsearch, settings: Settings, *, create: bool = True) -> IndexChoice:
+    """Point ``settings.index.alias`` at an index that fits ``settings``, creating one when none does.
+
+    Raises IndexNotFound when none fits and ``create`` is false, ClusterError for cluster failures.
+    """
+    alias = settings.index.alias
+    want = build_signature(settings)
+    with es_errors(f"list indices {alias}-v*"):
+        mappings = es.indices.get_mapping(index=f"{alias}-v*", allow_no_indices=True).body
+    fitting = sorted((i for i, m in mappings.items() if index_signature(m["mappings"]) == want),
+                     key=lambda i: _version_of(i, alias))
+    current = alias_targets(es, alias)
+    if current and current[-1] in fitting:
+        return IndexChoice(current[-1], "reused", want)
+    if fitting:
+        swap_alias(es, alias, fitting[-1])
+        return IndexChoice(fitting[-1], "switched", want)
+    if not create:
+        raise IndexNotFound(f"no index under {alias}-v* was built with these settings ({want}); "
+                            "run without --no-ingest to build one")
+    version = max([_version_of(i, alias) for i in mappings] + [0]) + 1
+    name = ensure_index(es, settings, version=version)
+    if alias_targets(es, alias) != [name]:
+        swap_alias(es, alias, name)
+    return IndexChoice(name, "created", want)
+
+
+def index_counts(es: Elasticsearch, index: str) -> dict[str, int]:
+    """Chunks and distinct documents in ``index`` (after a refresh)."""
+    with es_errors(f"count {index}"):
+        es.indices.refresh(index=index)
+        body = es.search(index=index, size=0, track_total_hits=True,
+                         aggs={"docs": {"cardinality": {"field": "doc_id", "precision_threshold": 40000}}}).body
+    return {"chunks": int(body["hits"]["total"]["value"]), "documents": int(body["aggregations"]["docs"]["value"])}
+
+
+def ingest_corpus(
+    es: Elasticsearch, settings: Settings, corpus: Path, *, embedder: Embedder | None = None, progress: bool = False
+) -> dict[str, Any]:
+    """Run ingestion of ``corpus`` into the alias (unchanged documents are skipped); its result as a dict."""
+    from hybridsearch.ingest.pipeline import run_ingest
+
+    result = run_ingest(corpus, settings, es=es, embedder=embedder, progress=progress)
+    dump = getattr(result, "model_dump", None)
+    if callable(dump):
+        out: dict[str, Any] = dump(mode="json")
+        return out
+    return dict(vars(result))

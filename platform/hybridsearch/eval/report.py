@@ -1,0 +1,273 @@
+"""The evaluation report: typed, written as JSON and Markdown, compared against a baseline.
+
+All numbers live in :class:`EvalReport`; the Markdown and the terminal tables are views of it.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from pydantic import BaseModel, Field, ValidationError
+
+from hybridsearch.errors import ConfigError
+from hybridsearch.eval.metrics import METRICS, PRIMARY
+from hybridsearch.eval.runner import STAGES, ModeRun
+
+SCHEMA = "hybridsearch.eval/1"
+LATENCY_KEYS = (*STAGES, "wall")
+
+
+class Latency(BaseModel):
+    """Milliseconds over the queries of one mode for one stage."""
+
+    p50: float
+    p95: float
+    mean: float
+
+
+def latency_stats(values: list[float]) -> Latency:
+    """p50/p95/mean of ``values`` (zeros when empty)."""
+    if not values:
+        return Latency(p50=0.0, p95=0.0, mean=0.0)
+    arr = np.asarray(values, dtype=float)
+    return Latency(p50=float(np.percentile(arr, 50)), p95=float(np.percentile(arr, 95)), mean=float(arr.mean()))
+
+
+class ModeReport(BaseModel):
+    """Quality and latency of one mode, or why it was skipped."""
+
+    mode: str
+    status: str = Field(description="'ok' or 'skipped'")
+    reason: str | None = None
+    queries: int = 0
+    failed_queries: int = 0
+    reranked_queries: int | None = Field(None, description="hybrid+rerank: queries the reranker actually reordered")
+    rerank_reasons: dict[str, int] = Field(default_factory=dict, description="why the other queries were not")
+    metrics: dict[str, float] = Field(default_factory=dict)
+    latency_ms: dict[str, Latency] = Field(default_factory=dict)
+    per_query: dict[str, dict[str, float]] = Field(default_factory=dict, description="metric -> query id -> value")
+
+
+def mode_report(run: ModeRun, means: dict[str, float], per_query: dict[str, dict[str, float]]) -> ModeReport:
+    """:class:`ModeReport` of a finished :class:`ModeRun` and its ranx scores."""
+    return ModeReport(
+        mode=run.mode, status="ok", queries=len(run.rankings), failed_queries=len(run.failed),
+        reranked_queries=run.reranked if run.mode.endswith("rerank") else None,
+        rerank_reasons=dict(run.rerank_reasons),
+        metrics=means, latency_ms={k: latency_stats(run.latency[k]) for k in LATENCY_KEYS}, per_query=per_query,
+    )
+
+
+class RelevantRanks(BaseModel):
+    """Where one relevant document stood in each ranking (None: not retrieved in the top k)."""
+
+    doc_id: str
+    grade: int
+    bm25: int | None = None
+    knn: int | None = None
+    fusion: int | None = None
+    rerank: int | None = None
+
+
+class WorstQuery(BaseModel):
+    """A query where hybrid lost nDCG@10 to the better single retriever."""
+
+    qid: str
+    query: str
+    hybrid: float
+    best_single_mode: str
+    best_single: float
+    loss: float
+    relevant: list[RelevantRanks]
+
+
+class Check(BaseModel):
+    """A quality rule the run either meets or not (informational; ``--baseline`` is the gate)."""
+
+    name: str
+    passed: bool
+    detail: str
+
+
+class EvalReport(BaseModel):
+    """Everything one ``hsp eval`` run measured, and the context needed to reproduce it."""
+
+    schema_id: str = Field(SCHEMA, alias="schema")
+    created_at: str
+    dataset: dict[str, Any]
+    index: dict[str, Any]
+    ingest: dict[str, Any] | None = None
+    model: str
+    chunker: str
+    cluster: dict[str, Any]
+    git: dict[str, Any]
+    settings: dict[str, Any]
+    k: int
+    modes: list[ModeReport]
+    checks: list[Check] = Field(default_factory=list)
+    worst: list[WorstQuery] = Field(default_factory=list)
+
+    model_config = {"populate_by_name": True}
+
+    def mode(self, name: str) -> ModeReport | None:
+        return next((m for m in self.modes if m.mode == name and m.status == "ok"), None)
+
+    def to_json(self) -> str:
+        return self.model_dump_json(indent=2, by_alias=True)
+
+
+def load_report(path: str | Path) -> EvalReport:
+    """Read a JSON report written by ``hsp eval``. Raises ConfigError when it is missing or not one."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text(encoding="utf-8"))
+        return EvalReport.model_validate(data)
+    except FileNotFoundError:
+        raise ConfigError(f"baseline {p} does not exist") from None
+    except (json.JSONDecodeError, ValidationError) as exc:
+        raise ConfigError(f"{p} is not an hsp eval report: {str(exc).splitlines()[0]}") from None
+
+
+def quality_checks(modes: dict[str, ModeReport], slack: float = 0.01) -> list[Check]:
+    """Hybrid (and hybrid+rerank) must not fall below the better single retriever by more than ``slack``."""
+    checks: list[Check] = []
+    modes = {k: m for k, m in modes.items() if m.status == "ok"}
+    singles = [modes[m] for m in ("bm25", "dense") if m in modes]
+    if len(singles) < 2:
+        return checks
+    best = max(singles, key=lambda m: m.metrics[PRIMARY])
+    for name in ("hybrid", "hybrid+rerank"):
+        if name not in modes:
+            continue
+        value, floor = modes[name].metrics[PRIMARY], best.metrics[PRIMARY] - slack
+        checks.append(Check(
+            name=f"{name} nDCG@10 ≥ best single retriever − {slack:g}",
+            passed=value >= floor,
+            detail=f"{name} {value:.4f} vs {best.mode} {best.metrics[PRIMARY]:.4f} (floor {floor:.4f})",
+        ))
+    return checks
+
+
+def worst_queries(
+    report_modes: dict[str, ModeReport], runs: dict[str, ModeRun], queries: dict[str, str],
+    qrels: dict[str, dict[str, int]], n: int,
+) -> list[WorstQuery]:
+    """The ``n`` queries where hybrid's nDCG@10 trails the better of BM25 and dense the most (loss > 0)."""
+    report_modes = {k: m for k, m in report_modes.items() if m.status == "ok"}
+    hybrid = report_modes.get("hybrid")
+    singles = [report_modes[m] for m in ("bm25", "dense") if m in report_modes]
+    if hybrid is None or not singles or n <= 0:
+        return []
+    rows: list[WorstQuery] = []
+    for qid, value in hybrid.per_query[PRIMARY].items():
+        best = max(singles, key=lambda m: m.per_query[PRIMARY][qid])
+        loss = best.per_query[PRIMARY][qid] - value
+        if loss <= 1e-9:
+            continue
+        relevant = [
+            RelevantRanks(
+                doc_id=doc, grade=grade,
+                bm25=runs["bm25"].rank_of(qid, doc) if "bm25" in runs else None,
+                knn=runs["dense"].rank_of(qid, doc) if "dense" in runs else None,
+                fusion=runs["hybrid"].rank_of(qid, doc),
+                rerank=runs["hybrid+rerank"].rank_of(qid, doc) if "hybrid+rerank" in runs else None,
+            )
+            for doc, grade in sorted(qrels[qid].items()) if grade > 0
+        ]
+        rows.append(WorstQuery(qid=qid, query=queries[qid], hybrid=value, best_single_mode=best.mode,
+                               best_single=best.per_query[PRIMARY][qid], loss=loss, relevant=relevant))
+    rows.sort(key=lambda w: (-w.loss, w.qid))
+    return rows[:n]
+
+
+class Diff(BaseModel):
+    """One metric of one mode, now and in the baseline."""
+
+    mode: str
+    metric: str
+    baseline: float
+    current: float
+    delta: float
+    regressed: bool
+
+
+def compare(current: EvalReport, baseline: EvalReport, tolerance: float) -> list[Diff]:
+    """Per-metric differences for modes measured in both reports; ``regressed`` when a metric fell by more
+    than ``tolerance``. Raises ConfigError when the reports share no measured mode."""
+    diffs: list[Diff] = []
+    for mode in current.modes:
+        old = baseline.mode(mode.mode)
+        if mode.status != "ok" or old is None:
+            continue
+        for metric in METRICS:
+            if metric in mode.metrics and metric in old.metrics:
+                delta = mode.metrics[metric] - old.metrics[metric]
+                diffs.append(Diff(mode=mode.mode, metric=metric, baseline=old.metrics[metric],
+                                  current=mode.metrics[metric], delta=delta, regressed=delta < -tolerance - 1e-12))
+    if not diffs:
+        raise ConfigError("the baseline measured none of the modes measured now: nothing to compare")
+    return diffs
+
+
+def _fmt(v: float | int | None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.4f}" if isinstance(v, float) else str(v)
+
+
+def to_markdown(report: EvalReport, diffs: list[Diff] | None = None, tolerance: float | None = None) -> str:
+    """The report as Markdown: metrics table, latency table, checks, skipped modes, worst queries."""
+    ok = [m for m in report.modes if m.status == "ok"]
+    ds = report.dataset
+    lines = [
+        f"# Evaluation: {ds['name']} ({ds['split']}, {ds['queries']} queries)", "",
+        f"- created: {report.created_at}",
+        f"- index: `{report.index.get('name')}` ({report.index.get('documents')} documents, "
+        f"{report.index.get('chunks')} chunks; {report.index.get('action')})",
+        f"- model: `{report.model}` · chunker: `{report.chunker}` · k = {report.k}",
+        f"- cluster: {', '.join(report.cluster.get('versions', []))} · git: `{report.git.get('commit')}`"
+        + (" (dirty)" if report.git.get("dirty") else ""), "",
+        "## Quality", "",
+        "| mode | " + " | ".join(METRICS.values()) + " |",
+        "|---|" + "---:|" * len(METRICS),
+    ]
+    lines += [f"| {m.mode} | " + " | ".join(_fmt(m.metrics.get(k)) for k in METRICS) + " |" for m in ok]
+    lines += ["", "## Latency (ms, p50 / p95)", "",
+              "| mode | " + " | ".join(LATENCY_KEYS) + " |", "|---|" + "---:|" * len(LATENCY_KEYS)]
+    for m in ok:
+        cells = [f"{m.latency_ms[s].p50:.1f} / {m.latency_ms[s].p95:.1f}" for s in LATENCY_KEYS]
+        lines.append(f"| {m.mode} | " + " | ".join(cells) + " |")
+    lines += ["", "`total` is measured inside the query layer; `wall` around the whole call.", ""]
+    notes = [f"- **{m.mode}** skipped: {m.reason}" for m in report.modes if m.status != "ok"]
+    notes += [f"- **{m.mode}**: {m.reranked_queries}/{m.queries} queries reranked; others: "
+              + "; ".join(f"{r} ({n})" for r, n in m.rerank_reasons.items())
+              for m in ok if m.rerank_reasons]
+    notes += [f"- **{m.mode}**: {m.failed_queries} queries rejected by the query layer (scored 0)"
+              for m in ok if m.failed_queries]
+    if notes:
+        lines += ["## Notes", "", *notes, ""]
+    if report.checks:
+        lines += ["## Checks", ""]
+        lines += [f"- {'PASS' if c.passed else 'FAIL'} — {c.name}: {c.detail}" for c in report.checks]
+        lines.append("")
+    if diffs is not None:
+        lines += [f"## Against the baseline (tolerance {tolerance:g})", "",
+                  "| mode | metric | baseline | now | Δ | |", "|---|---|---:|---:|---:|---|"]
+        lines += [f"| {d.mode} | {METRICS[d.metric]} | {d.baseline:.4f} | {d.current:.4f} | {d.delta:+.4f} | "
+                  f"{'REGRESSED' if d.regressed else ''} |" for d in diffs]
+        lines.append("")
+    if report.worst:
+        lines += ["## Where hybrid loses most (nDCG@10)", "",
+                  "| query | hybrid | best single | loss | relevant doc: rank in BM25 / kNN / fusion / rerank |",
+                  "|---|---:|---:|---:|---|"]
+        for w in report.worst:
+            ranks = "; ".join(f"{r.doc_id}: {_fmt(r.bm25)} / {_fmt(r.knn)} / {_fmt(r.fusion)} / {_fmt(r.rerank)}"
+                              for r in w.relevant)
+            text = w.query if len(w.query) <= 80 else w.query[:77] + "..."
+            lines.append(f"| {w.qid}: {text.replace('|', '/')} | {w.hybrid:.3f} | {w.best_single:.3f} "
+                         f"({w.best_single_mode}) | {w.loss:.3f} | {ranks} |")
+        lines.append("")
+    return "\n".join(lines)
