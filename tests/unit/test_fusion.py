@@ -1,0 +1,86 @@
+"""RRF and linear fusion, golden-tested against numbers computed by hand."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hybridsearch.errors import QueryError
+from hybridsearch.query.fusion import fuse, linear_fuse, normalise, rrf_term
+
+# 1/61, 1/62, 1/63 written out by hand.
+R61, R62, R63 = 0.01639344262295082, 0.016129032258064516, 0.015873015873015872
+
+
+def test_rrf_golden_two_lists() -> None:
+    out = fuse([["a", "b", "c"], ["b", "c", "d"]])
+    assert [doc for doc, _ in out] == ["b", "c", "a", "d"]
+    want = {"b": R62 + R61, "c": R63 + R62, "a": R61, "d": R63}
+    for doc, score in out:
+        assert score == pytest.approx(want[doc], abs=1e-15)
+    assert out[0][1] == pytest.approx(0.032522474881015336, abs=1e-15)
+
+
+def test_rrf_ties_are_broken_by_id() -> None:
+    assert [d for d, _ in fuse([["y", "x"], ["x", "y"]])] == ["x", "y"]
+    assert fuse([["b"], ["a"]]) == [("a", R61), ("b", R61)]
+
+
+def test_rrf_weights_and_small_k() -> None:
+    # k=1: a = 2/(1+1) + 1/(1+2) = 4/3; b = 2/(1+2) + 1/(1+1) = 7/6
+    out = fuse([["a", "b"], ["b", "a"]], k=1, weights=[2.0, 1.0])
+    assert out == [("a", pytest.approx(4 / 3)), ("b", pytest.approx(7 / 6))]
+    assert fuse([["a"], ["b"]], weights=[0.0, 1.0]) == [("b", R61), ("a", 0.0)]
+
+
+def test_rrf_counts_a_repeated_id_once_at_its_best_rank() -> None:
+    assert fuse([["a", "a", "b"]]) == [("a", R61), ("b", R62)]
+
+
+def test_rrf_edge_cases() -> None:
+    assert fuse([]) == [] and fuse([[], []]) == []
+    assert fuse([["only"]]) == [("only", R61)]
+    assert rrf_term(3) == pytest.approx(1 / 63) and rrf_term(1, k=60, weight=0.5) == pytest.approx(0.5 / 61)
+    with pytest.raises(QueryError, match="at least 1"):
+        fuse([["a"]], k=0)
+    with pytest.raises(QueryError, match="2 weights for 1"):
+        fuse([["a"]], weights=[1.0, 1.0])
+    with pytest.raises(QueryError, match="non-negative"):
+        fuse([["a"]], weights=[-1.0])
+
+
+@given(st.lists(st.lists(st.sampled_from("abcdefghij"), max_size=10, unique=True), min_size=1, max_size=4),
+       st.integers(min_value=1, max_value=100))
+def test_rrf_properties(lists: list[list[str]], k: int) -> None:
+    out = fuse(lists, k=k)
+    assert {d for d, _ in out} == {d for lst in lists for d in lst}
+    assert out == sorted(out, key=lambda kv: (-kv[1], kv[0]))
+    for doc, score in out:
+        assert score == pytest.approx(sum(1 / (k + lst.index(doc) + 1) for lst in lists if doc in lst))
+
+
+def test_normalise_golden() -> None:
+    assert normalise([10, 5, 0]) == [1.0, 0.5, 0.0]
+    assert normalise([3, 3]) == [1.0, 1.0] and normalise([]) == []
+    assert normalise([0.9, 0.5], "zscore") == pytest.approx([1.0, -1.0])
+    assert normalise([10, 5, 0], "zscore") == pytest.approx([1.2247448714, 0.0, -1.2247448714])
+    assert normalise([2, 2], "zscore") == [0.0, 0.0]
+
+
+BM25 = [("a", 10.0), ("b", 5.0), ("c", 0.0)]
+DENSE = [("b", 0.9), ("d", 0.5)]
+
+
+def test_linear_minmax_golden() -> None:
+    # a = .5*1 + .5*0 ; b = .5*.5 + .5*1 ; c = 0 ; d = .5*0 (ties c, d by id)
+    assert linear_fuse([BM25, DENSE], [0.5, 0.5]) == [
+        ("b", pytest.approx(0.75)), ("a", pytest.approx(0.5)), ("c", 0.0), ("d", 0.0)]
+    assert [d for d, _ in linear_fuse([BM25, DENSE], [0.0, 1.0])] == ["b", "a", "c", "d"]
+
+
+def test_linear_zscore_golden() -> None:
+    # z(bm25) = 1.2247, 0, -1.2247 (floor -1.2247); z(dense) = 1, -1 (floor -1)
+    out = linear_fuse([BM25, DENSE], [0.5, 0.5], norm="zscore")
+    assert out == [("b", pytest.approx(0.5)), ("a", pytest.approx(0.1123724357)),
+                   ("c", pytest.approx(-1.1123724357)), ("d", pytest.approx(-1.1123724357))]

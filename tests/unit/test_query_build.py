@@ -1,0 +1,155 @@
+"""Pure parts of the query layer: input checks, request bodies, collapse, fusion window, rerank, paging."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from hybridsearch.errors import ClusterError, IndexNotFound, QueryError, RerankerError
+from hybridsearch.query.assemble import apply_rerank, build_result, check_response, fuse_window, log_doc, query_hash
+from hybridsearch.query.build import clean_query, plan, searches
+from hybridsearch.query.results import Timings
+from hybridsearch.settings import Settings, load_settings
+
+
+@pytest.fixture()
+def settings() -> Settings:
+    return load_settings(index={"prefix": "unit"}, query={"log_queries": False})
+
+
+def test_clean_query() -> None:
+    assert clean_query("  hello \t world\n", 100) == ("hello world", False)
+    assert clean_query("ﬁsh\u200b\u202e\x00 ｃａｔ", 100) == ("fish cat", False)
+    assert clean_query("a\ud800b", 100) == ("a b", False)
+    q, cut = clean_query("word " * 100, 32)
+    assert cut and q == "word word word word word word" and len(q) <= 32
+    q, cut = clean_query("x" * 100, 32)
+    assert cut and q == "x" * 32
+    q, cut = clean_query("y " * 100_000, 2000)
+    assert cut and len(q) <= 2000
+    for bad in ("", "   ", "\x00\x1f", "?!", None, 3):
+        with pytest.raises(QueryError):
+            clean_query(bad, 100)
+
+
+def test_plan_checks_arguments_before_any_request(settings: Settings) -> None:
+    p = plan(settings, "bees", k=5, mode="dense", page=2)
+    assert (p.query, p.k, p.mode, p.page, p.wants_vector) == ("bees", 5, "dense", 2, True)
+    for kwargs, msg in (({"k": 0}, "k must"), ({"k": 101}, "k must"), ({"k": True}, "k must"),
+                        ({"k": 2.5}, "k must"), ({"page": 0}, "page must"), ({"mode": "sparse"}, "unknown mode"),
+                        ({"filters": {"body": "x"}}, "unknown field")):
+        with pytest.raises(QueryError, match=msg):
+            plan(settings, "bees", **kwargs)  # type: ignore[arg-type]
+
+
+def test_one_msearch_with_the_same_filters_in_bm25_and_knn(settings: Settings) -> None:
+    s = settings.model_copy(update={"index": settings.index.model_copy(update={"tenant": "acme"}),
+                                    "query": settings.query.model_copy(update={"title_boost": 2.5, "operator": "and"})})
+    p = plan(s, "bees dance", filters={"source": "wiki"})
+    names, lines = searches(s, p, [0.5, 0.25])
+    assert names == ["bm25", "knn"] and len(lines) == 4
+    assert lines[0] == lines[2] == {"index": "unit-chunks"}
+    bm25, knn = lines[1], lines[3]
+    want = [{"term": {"tenant": "acme"}}, {"term": {"source": "wiki"}}]
+    assert bm25["query"]["bool"]["filter"] == want == knn["knn"]["filter"]
+    assert bm25["query"]["bool"]["must"] == [{"multi_match": {"query": "bees dance", "fields": ["title^2.5", "text"],
+                                                              "operator": "and"}}]
+    assert knn["knn"] == {"field": "embedding", "query_vector": [0.5, 0.25], "k": 100, "num_candidates": 200,
+                          "filter": want}
+    for body in (bm25, knn):
+        assert body["size"] == 100 and body["collapse"] == {"field": "doc_id"} and "embedding" not in body["_source"]
+    assert searches(settings, plan(settings, "x", mode="bm25"), None)[0] == ["bm25"]
+    names, lines = searches(settings, plan(settings, "x", mode="dense"), [1.0])
+    assert names == ["knn"] and "filter" not in lines[1]["knn"]
+    with pytest.raises(QueryError):
+        searches(settings, plan(settings, "x"), None)
+
+
+def _hit(chunk: str, score: float, doc: str | None = None) -> dict[str, Any]:
+    doc = doc or chunk.split("#")[0]
+    return {"_id": chunk, "_score": score, "_source": {"doc_id": doc, "chunk_id": chunk, "title": doc.upper(),
+                                                       "text": f"text of {chunk}"}}
+
+
+def _resp(*hits: dict[str, Any]) -> dict[str, Any]:
+    return {"hits": {"hits": list(hits)}, "status": 200}
+
+
+BM25 = _resp(_hit("a#0", 9.0), _hit("a#1", 8.0), _hit("b#0", 7.0), _hit("c#0", 6.0))
+KNN = _resp(_hit("b#1", 0.9), _hit("d#0", 0.8), _hit("a#1", 0.7))
+
+
+def test_fuse_window_collapses_each_list_then_applies_rrf(settings: Settings) -> None:
+    w = fuse_window(settings, ["bm25", "knn"], [BM25, KNN])
+    order = [c.key for c in w.candidates]
+    # bm25 doc ranks a1 b2 c3 ; knn b1 d2 a3 → b: 1/62+1/61, a: 1/61+1/63, d: 1/62, c: 1/63
+    assert order == ["b", "a", "d", "c"] and w.depths == {"bm25": 3, "knn": 3}
+    b = w.candidates[0]
+    assert b.stages["bm25"].rank == 2 and b.stages["knn"].rank == 1 and b.chunk_id == "b#1"  # best-ranked chunk
+    assert b.fused is not None and b.fused.score == pytest.approx(1 / 62 + 1 / 61)
+    assert w.candidates[1].chunk_id == "a#0" and w.candidates[1].stages["bm25"].score == 9.0
+
+
+def test_without_collapse_chunks_are_separate(settings: Settings) -> None:
+    flat = settings.model_copy(update={"query": settings.query.model_copy(update={"collapse": False})})
+    w = fuse_window(flat, ["bm25"], [BM25])
+    assert [c.key for c in w.candidates] == ["a#0", "a#1", "b#0", "c#0"]
+    assert [c.base_score for c in w.candidates] == [9.0, 8.0, 7.0, 6.0] and w.candidates[0].fused is None
+    assert "collapse" not in searches(flat, plan(flat, "x", mode="bm25"), None)[1][1]
+
+
+def test_linear_fusion_is_selected_by_settings(settings: Settings) -> None:
+    lin = settings.model_copy(update={"query": settings.query.model_copy(update={"fusion": "linear",
+                                                                                  "linear_alpha": 0.5})})
+    w = fuse_window(lin, ["bm25", "knn"], [BM25, KNN])
+    # minmax: bm25 a1 b.333 c0 ; knn b1 d.5 a0 → b .6667, a .5, d .25, c 0
+    assert [(c.key, round(c.fused.score, 4)) for c in w.candidates] == [  # type: ignore[union-attr]
+        ("b", 0.6667), ("a", 0.5), ("d", 0.25), ("c", 0.0)]
+
+
+def test_rerank_reorders_only_the_top_depth(settings: Settings) -> None:
+    w = fuse_window(settings, ["bm25", "knn"], [BM25, KNN])
+    apply_rerank(w, 2, [0.1, 0.9])
+    assert [c.key for c in w.candidates] == ["a", "b", "d", "c"] and w.reranked
+    assert w.candidates[0].rerank.rank == 1 and w.candidates[2].rerank is None  # type: ignore[union-attr]
+    for bad in ([1.0], [float("nan"), 1.0]):
+        with pytest.raises(RerankerError):
+            apply_rerank(fuse_window(settings, ["bm25"], [BM25]), 2, bad)
+
+
+def test_result_paging_and_explain(settings: Settings) -> None:
+    w = fuse_window(settings, ["bm25", "knn"], [BM25, KNN])
+    w.rerank_reason = "no reranker configured"
+    p = plan(settings, "q", k=3, page=2, explain=True)
+    res = build_result(settings, p, "unit-chunks-v1", w, Timings())
+    assert [h.doc_id for h in res.hits] == ["c"] and res.hits[0].rank == 4 and res.candidates == 4
+    assert res.hits[0].explanation == [
+        "BM25: rank 3, score 6.0000 → RRF term 1/(60+3) = 0.015873", "kNN: not in the top 3 (adds 0)",
+        "fused: rank 4, score 0.015873 (RRF, k=60)", "rerank: not applied (no reranker configured)"]
+    doc = log_doc(settings, p, res)
+    assert doc["query"] == "q" and doc["query_hash"] == query_hash("q") and doc["top_ids"] == ["c"]
+    red = settings.model_copy(update={"query": settings.query.model_copy(update={"redact": True})})
+    assert "query" not in log_doc(red, p, res)
+
+
+def test_failed_msearch_items_become_our_errors() -> None:
+    check_response({"status": 200, "hits": {"hits": []}}, "x")
+    missing = {"status": 404, "error": {"root_cause": [{"type": "index_not_found_exception", "reason": "no such"}]}}
+    with pytest.raises(IndexNotFound, match="hsp ingest"):
+        check_response(missing, "x")
+    with pytest.raises(ClusterError, match="HTTP 400: parse_exception"):
+        check_response({"status": 400, "error": {"type": "parse_exception", "reason": "bad"}}, "x")
+
+
+def test_client_refuses_bad_input_without_touching_the_cluster() -> None:
+    from hybridsearch import SearchClient
+    from hybridsearch.cluster import make_client
+
+    down = load_settings(es_url="http://127.0.0.1:1", es={"max_retries": 0}, query={"log_queries": False})
+    with SearchClient(make_client(down.es), down) as c:  # would raise ClusterUnavailable on any request
+        for kwargs in ({"filters": {"nope": 1}}, {"k": 0}, {"mode": "x"}):
+            with pytest.raises(QueryError):
+                c.search("bees", **kwargs)  # type: ignore[arg-type]
+        with pytest.raises(QueryError):
+            c.search(" \n ")
