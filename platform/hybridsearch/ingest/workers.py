@@ -1,0 +1,72 @@
+"""Embedding workers: in-process (default) or ``ingest.workers`` processes sharing the CPU cores.
+
+With ``workers > 1`` each batch is split across the processes; each loads the model once and uses
+``cpu_count // workers`` torch threads. On a 2-core machine one process with two threads is as fast
+(see ``ops/bench_ingest.py``), so the default stays 1.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+import numpy as np
+
+from hybridsearch.embedding import Embedder
+from hybridsearch.settings import EmbeddingSettings, Settings
+
+_worker_embedder: Embedder | None = None
+
+
+def _init_worker(cfg_json: str, threads: int) -> None:
+    global _worker_embedder
+    import torch
+
+    torch.set_num_threads(threads)
+    _worker_embedder = Embedder(EmbeddingSettings.model_validate_json(cfg_json))
+    _worker_embedder.encode(["warm up"])
+
+
+def _encode_in_worker(texts: list[str]) -> np.ndarray:
+    assert _worker_embedder is not None
+    return _worker_embedder.encode(texts)
+
+
+class InProcessEncoder:
+    """Encodes with the caller's embedder."""
+
+    def __init__(self, embedder: Embedder) -> None:
+        self.embedder = embedder
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        return self.embedder.encode(texts)
+
+    def close(self) -> None:
+        pass
+
+
+class ProcessPoolEncoder:
+    """Splits each batch across ``workers`` processes (spawned, model loaded once in each)."""
+
+    def __init__(self, cfg: EmbeddingSettings, workers: int) -> None:
+        self.workers = workers
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                        initializer=_init_worker, initargs=(cfg.model_dump_json(), threads))
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        size = -(-len(texts) // self.workers)
+        parts = [texts[i:i + size] for i in range(0, len(texts), size)]
+        return np.concatenate(list(self.pool.map(_encode_in_worker, parts)))
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+
+
+def make_encoder(embedder: Embedder, settings: Settings) -> Any:
+    """The encoder for ``settings.ingest.workers``: in-process for 1, a process pool otherwise."""
+    if settings.ingest.workers <= 1:
+        return InProcessEncoder(embedder)
+    return ProcessPoolEncoder(embedder.cfg, settings.ingest.workers)

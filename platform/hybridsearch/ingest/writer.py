@@ -1,0 +1,177 @@
+"""Bulk writing with item-level handling, and the dead-letter file.
+
+:func:`write_actions` sends ``index``/``delete`` actions through ``elasticsearch.helpers.streaming_bulk``
+and looks at every item: 429/5xx items (and, when the connection drops, every unanswered item) are
+retried alone with capped exponential backoff; items that still fail are returned for the dead-letter
+file with the reason Elasticsearch gave. Nothing is raised for item failures; only a cluster that stays
+unreachable through every retry raises :class:`~hybridsearch.errors.ClusterUnavailable`.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import elasticsearch
+from elasticsearch import Elasticsearch, helpers
+
+from hybridsearch.errors import ClusterUnavailable
+from hybridsearch.settings import IngestSettings
+
+RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+
+@dataclass
+class ItemFailure:
+    """An action that failed for good: which chunk, and why."""
+
+    doc_id: str
+    chunk_id: str
+    reason: str
+    status: int | None = None
+    stage: str = "write"
+
+
+@dataclass
+class WriteReport:
+    """Outcome of one :func:`write_actions` call, by item."""
+
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+    not_found: int = 0
+    retried: int = 0
+    failures: list[ItemFailure] = field(default_factory=list)
+    ok_ids: set[str] = field(default_factory=set)
+
+    def merge(self, other: WriteReport) -> None:
+        self.created += other.created
+        self.updated += other.updated
+        self.deleted += other.deleted
+        self.not_found += other.not_found
+        self.retried += other.retried
+        self.failures.extend(other.failures)
+        self.ok_ids |= other.ok_ids
+
+
+def backoff(attempt: int, cfg: IngestSettings) -> float:
+    """Seconds to wait before retry ``attempt`` (1-based): ``initial * 2**(attempt-1)``, capped."""
+    return float(min(cfg.bulk_max_backoff, cfg.bulk_initial_backoff * 2 ** (attempt - 1)))
+
+
+def _reason(item: dict[str, Any]) -> str:
+    err = item.get("error")
+    if isinstance(err, dict):
+        reason = f"{err.get('type')}: {err.get('reason')}"
+        cause = err.get("caused_by")
+        if isinstance(cause, dict):
+            reason += f" (caused by {cause.get('type')}: {cause.get('reason')})"
+        return reason
+    return str(err) if err else f"HTTP {item.get('status')}"
+
+
+def write_actions(es: Elasticsearch, actions: Sequence[dict[str, Any]], cfg: IngestSettings, *,
+                  stop: threading.Event | None = None, sleep: Callable[[float], None] = time.sleep) -> WriteReport:
+    """Bulk-apply ``actions`` (each with ``_op_type``, ``_index``, ``_id`` and, for index ops, ``_source``
+    plus a ``doc_id`` in its source or a ``_doc_id`` key). Retries failed retryable items only, up to
+    ``cfg.bulk_max_retries`` times. Raises ClusterUnavailable when the cluster never answers."""
+    report = WriteReport()
+    by_id = {a["_id"]: a for a in actions}
+    pending = list(actions)
+    attempt = 0
+    while pending:
+        retry: list[tuple[dict[str, Any], str, int | None]] = []
+        answered: set[str] = set()
+        unreachable: Exception | None = None
+        try:
+            for ok, result in helpers.streaming_bulk(
+                es, [_strip(a) for a in pending], chunk_size=cfg.bulk_chunk_size, max_retries=0,
+                raise_on_error=False, raise_on_exception=False,
+            ):
+                op, item = next(iter(result.items()))
+                _id = str(item.get("_id"))
+                answered.add(_id)
+                status = int(item.get("status") or 0)
+                action = by_id[_id]
+                if ok:
+                    report.ok_ids.add(_id)
+                    res = item.get("result")
+                    if op == "delete":
+                        report.deleted += res == "deleted"
+                    elif res == "updated":
+                        report.updated += 1
+                    else:
+                        report.created += 1
+                elif op == "delete" and status == 404:
+                    report.not_found += 1
+                    report.ok_ids.add(_id)
+                elif status in RETRY_STATUSES:
+                    retry.append((action, _reason(item), status))
+                else:
+                    report.failures.append(_failure(action, _reason(item), status))
+        except (elasticsearch.ConnectionError, elasticsearch.ConnectionTimeout, elasticsearch.TransportError) as exc:
+            unreachable = exc
+            retry.extend((a, f"cluster unreachable: {exc}", None) for a in pending if a["_id"] not in answered)
+        if not retry:
+            break
+        if attempt >= cfg.bulk_max_retries or (stop is not None and stop.is_set()):
+            if unreachable is not None:
+                raise ClusterUnavailable(
+                    f"Elasticsearch stayed unreachable through {attempt} bulk retries ({unreachable}); "
+                    f"{len(retry)} chunks were not written. Re-run the ingest to resume."
+                ) from unreachable
+            report.failures.extend(
+                _failure(a, f"{why} (still failing after {attempt} retries)", st) for a, why, st in retry
+            )
+            break
+        attempt += 1
+        report.retried += len(retry)
+        sleep(backoff(attempt, cfg))
+        pending = [a for a, _, _ in retry]
+    return report
+
+
+def _strip(action: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in action.items() if k != "_doc_id"}
+
+
+def _failure(action: dict[str, Any], reason: str, status: int | None) -> ItemFailure:
+    doc_id = action.get("_doc_id") or (action.get("_source") or {}).get("doc_id") or ""
+    return ItemFailure(doc_id=str(doc_id), chunk_id=str(action["_id"]), reason=reason, status=status)
+
+
+class DeadLetter:
+    """Append-only JSONL file of failed documents and chunks, created on the first record."""
+
+    def __init__(self, directory: Path, run_id: str) -> None:
+        self.path = Path(directory) / f"{run_id}.jsonl"
+        self.run_id = run_id
+        self.count = 0
+        self._lock = threading.Lock()
+
+    def write(self, *, doc_id: str | None, reason: str, stage: str, chunk_id: str | None = None,
+              source: str | None = None, status: int | None = None) -> None:
+        record = {"run_id": self.run_id, "time": datetime.now(UTC).isoformat(), "stage": stage,
+                  "doc_id": doc_id, "chunk_id": chunk_id, "source": source, "status": status, "reason": reason}
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self.path.open("a", encoding="utf-8") as fh:
+                fh.write(json.dumps(record, ensure_ascii=False) + "\n")
+            self.count += 1
+
+    @property
+    def used(self) -> bool:
+        return self.count > 0
+
+
+def read_dead_letter(path: Path) -> list[dict[str, Any]]:
+    """Records of a dead-letter file (``[]`` when it does not exist)."""
+    if not Path(path).exists():
+        return []
+    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
