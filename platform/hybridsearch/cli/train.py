@@ -1,9 +1,101 @@
-"""`hsp` commands of this group (not written yet)."""
+"""``hsp train-reranker``: fine-tune a cross-encoder on a collection's own judgments."""
 
 from __future__ import annotations
 
 import argparse
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from hybridsearch.settings import Settings
+
+console = Console()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add this group's sub-commands to ``sub``."""
+    """Add ``train-reranker`` to ``sub``."""
+    p = sub.add_parser(
+        "train-reranker",
+        help="fine-tune a cross-encoder reranker on a BEIR collection's judgments (hard negatives from our index)",
+        description=(
+            "Train a domain reranker: positives from DATASET/qrels/<split>.tsv, hard negatives mined from the "
+            "hybrid top-k of the collection's index under --prefix (ingest the corpus there first, e.g. with "
+            "`hsp eval DATASET --prefix P`). Writes a sentence-transformers CrossEncoder folder with card.json "
+            "and README.md; serve it with HSP_RERANKER__MODEL=DIR hsp serve-reranker."
+        ),
+    )
+    p.add_argument("dataset", type=Path, metavar="DATASET", help="BEIR collection folder")
+    p.add_argument("--split", default="train", help="qrels split to train on (default train; 'test' is refused)")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to write the model to")
+    p.add_argument("--base", default=None, metavar="MODEL",
+                   help="encoder to start from: Hub name or folder (default: HSP_EMBEDDING__MODEL, i.e. the "
+                        "packaged all-MiniLM-L6-v2)")
+    p.add_argument("--negatives", type=int, default=4, help="hard negatives per query (default 4)")
+    p.add_argument("--depth", type=int, default=None,
+                   help="hybrid candidates per query to mine from (default: HSP_RERANKER__DEPTH, 30)")
+    p.add_argument("--strategy", choices=("sample", "top"), default="sample",
+                   help="sample negatives from the candidates (default) or take the top-ranked ones")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--max-length", type=int, default=256, help="tokens per (query, passage) pair (default 256)")
+    p.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (default 2e-5)")
+    p.add_argument("--val-fraction", type=float, default=0.1,
+                   help="share of the split's queries held out for choosing the best epoch (default 0.1)")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--limit-queries", type=int, default=None, metavar="N", help="use the first N queries only")
+    p.add_argument("--prefix", default=None, help="index prefix of the collection's index (HSP_INDEX__PREFIX)")
+    p.add_argument("--device", default=None, help="cpu, cuda or auto (default: HSP_RERANKER__DEVICE)")
+    p.add_argument("--allow-test", action="store_true",
+                   help="allow --split test (never for a collection whose test numbers you report)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(handler=train_reranker)
+
+
+def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
+    """Handler of ``hsp train-reranker``. Raises ConfigError, IndexNotFound, ModelError, ClusterError."""
+    from pydantic import ValidationError
+
+    from hybridsearch.errors import ConfigError
+    from hybridsearch.rerank.training import TrainingConfig, run_training
+
+    if args.prefix:
+        settings = settings.model_copy(update={"index": settings.index.model_copy(update={"prefix": args.prefix})})
+    try:
+        cfg = TrainingConfig(
+            dataset=args.dataset, split=args.split, out=args.out, base=args.base or settings.embedding.model,
+            negatives=args.negatives, depth=args.depth or settings.reranker.depth, strategy=args.strategy,
+            epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
+            val_fraction=args.val_fraction, seed=args.seed, limit_queries=args.limit_queries,
+            allow_test=args.allow_test, device=args.device or settings.reranker.device,
+        )
+    except ValidationError as exc:
+        problems = "; ".join(f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
+                             for e in exc.errors())
+        raise ConfigError(f"invalid arguments: {problems}") from None
+    started = time.perf_counter()
+    card = run_training(cfg, settings, progress=not args.no_progress)
+    wall = time.perf_counter() - started
+
+    table = Table(title=f"validation ({card['queries']['validation_scored']} held-out {card['split']} queries)")
+    for col in ("epoch", "nDCG@10", "MRR@10", "train loss"):
+        table.add_column(col, justify="right")
+    fused = card["validation"]["fused_order"]
+    if fused:
+        table.add_row("fused (no rerank)", f"{fused['ndcg@10']:.4f}", f"{fused['mrr@10']:.4f}", "")
+    for e in card["validation"]["per_epoch"]:
+        mark = " *" if e["epoch"] == card["validation"]["best_epoch"] else ""
+        table.add_row(f"{e['epoch']}{mark}", _f(e["ndcg_at_10"]), _f(e["mrr_at_10"]), _f(e["train_loss"]))
+    console.print(table)
+    console.print(
+        f"saved to [bold]{cfg.out}[/] ({card['pairs']['positive']} positive / {card['pairs']['negative']} negative "
+        f"pairs from {card['queries']['train']} queries; mining {card['time_seconds']['mining']:.0f} s, training "
+        f"{card['time_seconds']['training']:.0f} s, total {wall:.0f} s on {card['device']}). "
+        f"Serve it: HSP_RERANKER__MODEL={cfg.out} hsp serve-reranker"
+    )
+    return 0
+
+
+def _f(x: float | None) -> str:
+    return "" if x is None else f"{x:.4f}"

@@ -1,0 +1,340 @@
+"""Training data for a domain reranker: positives from judgments, hard negatives from our own search.
+
+:func:`load_split` reads one split's queries and judgments (never the test split unless told to).
+The pure functions turn judgments (qrels) and each query's hybrid candidates into
+``(query, passage, label)`` pairs and validation lists; :func:`mine` runs them over a split.
+:class:`IndexMiner` is the part that talks to the cluster: it runs each query through the hybrid
+search (no rerank) and fetches, for judged-relevant documents the search missed, their
+best-matching chunk from the same index, so positives and negatives are the same kind of passage
+the reranker scores when serving.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from hybridsearch.cluster import es_errors
+from hybridsearch.errors import ClusterError, ConfigError
+from hybridsearch.indices import resolve_index
+
+if TYPE_CHECKING:
+    from elasticsearch import Elasticsearch
+
+    from hybridsearch.embedding import Embedder
+    from hybridsearch.settings import Settings
+
+Strategy = Literal["sample", "top"]
+Qrels = Mapping[str, Mapping[str, int]]
+Progress = Callable[[str, int], Callable[[], None]]  # (description, total) -> advance()
+PROTECTED_SPLITS = frozenset({"test"})
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One retrieved document: its id and the passage text a reranker would score."""
+
+    doc_id: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Pair:
+    """One training example; ``label`` 1 = judged relevant, 0 = mined negative."""
+
+    qid: str
+    query: str
+    doc_id: str
+    passage: str
+    label: int
+
+
+@dataclass
+class ValidationQuery:
+    """A held-out query with its fused candidates (in fused order) and its judgments."""
+
+    qid: str
+    query: str
+    candidates: list[Candidate]
+    relevant: dict[str, int]
+
+
+@dataclass
+class PairStats:
+    """What :func:`build_pairs` made and what it had to skip."""
+
+    queries: int = 0
+    positives: int = 0
+    negatives: int = 0
+    positives_missing: int = 0
+    queries_without_negatives: int = 0
+    skipped_queries: list[str] = field(default_factory=list)
+
+
+def passage_text(title: str | None, text: str) -> str:
+    """The text the query layer hands the reranker for a chunk (``query.assemble.passage``), so the
+    model is trained on exactly what it scores when serving."""
+    from hybridsearch.query.assemble import Candidate as FusedCandidate
+    from hybridsearch.query.assemble import passage
+
+    return passage(FusedCandidate(key="", source={"title": title, "text": text}, chunk_id=""))
+
+
+def relevant_ids(judgments: Mapping[str, int]) -> set[str]:
+    """Documents judged relevant (grade > 0) for one query."""
+    return {doc_id for doc_id, grade in judgments.items() if grade > 0}
+
+
+def dedupe(candidates: Iterable[Candidate]) -> list[Candidate]:
+    """Keep the first (best-ranked) candidate of each document."""
+    seen: set[str] = set()
+    out: list[Candidate] = []
+    for cand in candidates:
+        if cand.doc_id not in seen:
+            seen.add(cand.doc_id)
+            out.append(cand)
+    return out
+
+
+def mine_negatives(
+    candidates: Sequence[Candidate], relevant: set[str], n: int, *, rng: random.Random, strategy: Strategy = "sample"
+) -> list[Candidate]:
+    """``n`` hard negatives: candidates that are not judged relevant, in rank order.
+
+    ``strategy="top"`` takes the best-ranked ones; ``"sample"`` (default) draws ``n`` of them uniformly
+    with ``rng``, which lowers the odds of training on an unjudged relevant document at the very top.
+    Fewer than ``n`` come back when the candidates run out. Raises ValueError for ``n < 0``.
+    """
+    if n < 0:
+        raise ValueError(f"number of negatives must be >= 0, got {n}")
+    pool = [c for c in dedupe(candidates) if c.doc_id not in relevant]
+    if strategy == "top" or len(pool) <= n:
+        return pool[:n]
+    picked = sorted(rng.sample(range(len(pool)), n))
+    return [pool[i] for i in picked]
+
+
+def split_queries(qids: Iterable[str], val_fraction: float, seed: int) -> tuple[list[str], list[str]]:
+    """Seeded split of query ids into (train, validation); sorted, so input order does not matter.
+
+    Validation gets ``round(len * val_fraction)`` queries, at least one when ``val_fraction > 0`` and
+    there are two or more queries. Raises ValueError for a fraction outside [0, 1).
+    """
+    if not 0 <= val_fraction < 1:
+        raise ValueError(f"validation fraction must be in [0, 1), got {val_fraction}")
+    ordered = sorted(set(qids))
+    n_val = round(len(ordered) * val_fraction)
+    if val_fraction > 0 and len(ordered) >= 2:
+        n_val = max(n_val, 1)
+    shuffled = ordered[:]
+    random.Random(seed).shuffle(shuffled)
+    val = set(shuffled[:n_val])
+    return [q for q in ordered if q not in val], [q for q in ordered if q in val]
+
+
+def query_rng(seed: int, qid: str) -> random.Random:
+    """A generator that depends only on the seed and the query, not on the order queries come in."""
+    return random.Random(f"{seed}:{qid}")
+
+
+def build_pairs(
+    qids: Iterable[str],
+    queries: Mapping[str, str],
+    qrels: Qrels,
+    candidates: Mapping[str, Sequence[Candidate]],
+    positive_passages: Mapping[tuple[str, str], str],
+    *,
+    negatives: int,
+    seed: int,
+    strategy: Strategy = "sample",
+) -> tuple[list[Pair], PairStats]:
+    """Training pairs for ``qids``: one per judged-relevant document, ``negatives`` mined per query.
+
+    A positive's passage is its chunk among the query's candidates when the search found it, else
+    ``positive_passages[(qid, doc_id)]``; a positive with neither is skipped and counted. Queries
+    without any usable positive are skipped (their negatives would teach only "everything is bad").
+    """
+    pairs: list[Pair] = []
+    stats = PairStats()
+    for qid in sorted(set(qids)):
+        judged = relevant_ids(qrels.get(qid, {}))
+        cands = dedupe(candidates.get(qid, ()))
+        by_doc = {c.doc_id: c.text for c in cands}
+        positives: list[Pair] = []
+        for doc_id in sorted(judged):
+            text = by_doc.get(doc_id) or positive_passages.get((qid, doc_id))
+            if text is None:
+                stats.positives_missing += 1
+                continue
+            positives.append(Pair(qid, queries[qid], doc_id, text, 1))
+        if not positives:
+            stats.skipped_queries.append(qid)
+            continue
+        negs = mine_negatives(cands, judged, negatives, rng=query_rng(seed, qid), strategy=strategy)
+        if negatives and not negs:
+            stats.queries_without_negatives += 1
+        pairs.extend(positives)
+        pairs.extend(Pair(qid, queries[qid], c.doc_id, c.text, 0) for c in negs)
+        stats.queries += 1
+        stats.positives += len(positives)
+        stats.negatives += len(negs)
+    return pairs, stats
+
+
+def validation_queries(
+    qids: Iterable[str], queries: Mapping[str, str], qrels: Qrels, candidates: Mapping[str, Sequence[Candidate]]
+) -> list[ValidationQuery]:
+    """Held-out queries with their deduplicated fused candidates; queries with no judged-relevant
+    document are left out (nDCG is undefined for them)."""
+    out = []
+    for qid in sorted(set(qids)):
+        rel = {d: g for d, g in qrels.get(qid, {}).items() if g > 0}
+        if rel:
+            out.append(ValidationQuery(qid, queries[qid], dedupe(candidates.get(qid, ())), rel))
+    return out
+
+
+@dataclass
+class SplitData:
+    """Queries and judgments of one split, and the files they were read from."""
+
+    split: str
+    queries: dict[str, str]
+    qrels: dict[str, dict[str, int]]
+    files_read: list[str]
+
+
+@dataclass
+class MinedData:
+    """Pairs for training, candidates for validation, and where they came from."""
+
+    train_qids: list[str]
+    val_qids: list[str]
+    pairs: list[Pair]
+    validation: list[ValidationQuery]
+    stats: PairStats
+    seconds: float
+
+
+
+
+class Miner(Protocol):
+    """Where candidates and positive passages come from (:class:`~hybridsearch.rerank.negatives.IndexMiner`)."""
+
+    def candidates(self, query: str, depth: int) -> list[Candidate]: ...
+
+    def best_chunks(self, wanted: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str], str]: ...
+
+
+
+
+def check_split(split: str, allow_test: bool = False) -> None:
+    """Raise ConfigError for the test split unless ``allow_test``: training or selecting a model on
+    test queries makes every number measured on them meaningless."""
+    if split in PROTECTED_SPLITS and not allow_test:
+        raise ConfigError(
+            f"refusing to train on the {split!r} split: its queries are for reporting. Train on 'train' "
+            "(or 'dev'); pass --allow-test only for a collection you will never evaluate on."
+        )
+
+
+def load_split(dataset: Path, split: str, *, allow_test: bool = False, limit: int | None = None) -> SplitData:
+    """Queries and qrels of ``split`` only (via :func:`hybridsearch.eval.datasets.load_collection`, which
+    opens ``qrels/<split>.tsv`` and ``queries.jsonl`` and no other split's file), restricted to queries
+    with a judged-relevant document; the first ``limit`` queries when given. Raises ConfigError for the
+    test split (see :func:`check_split`), a missing or malformed file, or a split with nothing relevant."""
+    from hybridsearch.eval.datasets import load_collection
+
+    check_split(split, allow_test)
+    coll = load_collection(dataset, split).limit(limit)
+    qrels = {q: dict(j) for q, j in coll.qrels.items() if relevant_ids(j)}
+    if not qrels:
+        raise ConfigError(f"split {split!r} of {coll.root} judges no document relevant: nothing to train on")
+    qrels_file = next((p for p in (coll.root / "qrels" / f"{split}.tsv", coll.root / "qrels" / f"{split}.tsv.gz")
+                       if p.exists()), coll.root / "qrels" / f"{split}.tsv")
+    return SplitData(split, {q: coll.queries[q] for q in qrels}, qrels, [str(qrels_file)])
+
+
+def _no_progress(_desc: str, _total: int) -> Callable[[], None]:
+    return lambda: None
+
+
+def mine(miner: Miner, data: SplitData, *, depth: int = 30, negatives: int = 4, val_fraction: float = 0.1,
+         seed: int = 42, strategy: Strategy = "sample", progress: Progress = _no_progress) -> MinedData:
+    """Split ``data``'s queries (seeded) into train and validation, fetch each query's hybrid top-``depth``
+    and build the training pairs (``negatives`` per query). Raises ConfigError when no pair can be made."""
+    started = time.perf_counter()
+    train_qids, val_qids = split_queries(data.queries, val_fraction, seed)
+    candidates: dict[str, list[Candidate]] = {}
+    advance = progress("mining hard negatives", len(data.queries))
+    for qid in train_qids + val_qids:
+        candidates[qid] = miner.candidates(data.queries[qid], depth)
+        advance()
+    wanted = [
+        (qid, data.queries[qid], doc_id)
+        for qid in train_qids
+        for doc_id in sorted(relevant_ids(data.qrels[qid]))
+        if doc_id not in {c.doc_id for c in candidates[qid]}
+    ]
+    positive_passages = miner.best_chunks(wanted) if wanted else {}
+    pairs, stats = build_pairs(train_qids, data.queries, data.qrels, candidates, positive_passages,
+                               negatives=negatives, seed=seed, strategy=strategy)
+    if not pairs:
+        raise ConfigError("no training pairs: none of the judged-relevant documents is in the index "
+                          "(was the collection's corpus ingested under this prefix?)")
+    val = validation_queries(val_qids, data.queries, data.qrels, candidates)
+    return MinedData(train_qids, val_qids, pairs, val, stats, time.perf_counter() - started)
+
+
+class IndexMiner:
+    """Candidates and positive passages from a hybridsearch index (``settings.index.alias``).
+
+    Uses the query layer's ``SearchClient`` in hybrid mode without rerank, so the candidates are
+    exactly what the reranker is given when serving. Raises IndexNotFound when the alias is missing.
+    """
+
+    def __init__(self, es: Elasticsearch, settings: Settings, embedder: Embedder | None = None) -> None:
+        from hybridsearch.query.client import SearchClient
+
+        self.es = es
+        self.settings = settings
+        self.index = resolve_index(es, settings)
+        # No query log for mining: thousands of training queries are not user traffic.
+        quiet = settings.model_copy(update={"query": settings.query.model_copy(update={"log_queries": False})})
+        self.client = SearchClient(es, quiet, embedder=embedder, reranker=None)
+
+    def candidates(self, query: str, depth: int) -> list[Candidate]:
+        """The hybrid top-``depth`` documents for ``query``, best chunk each, in fused order."""
+        result = self.client.search(query, k=depth, mode="hybrid", rerank=False)
+        return dedupe(Candidate(h.doc_id, passage_text(h.title, h.text)) for h in result.hits)
+
+    def best_chunks(self, wanted: Sequence[tuple[str, str, str]], batch: int = 100) -> dict[tuple[str, str], str]:
+        """For each ``(qid, query, doc_id)``, the document's chunk that best matches the query (BM25 on
+        the text; any chunk when no term matches). Documents absent from the index are left out."""
+        out: dict[tuple[str, str], str] = {}
+        for start in range(0, len(wanted), batch):
+            part = wanted[start:start + batch]
+            searches: list[dict[str, Any]] = []
+            for _qid, query, doc_id in part:
+                filters: list[dict[str, Any]] = [{"term": {"doc_id": doc_id}}]
+                if self.settings.index.tenant:
+                    filters.append({"term": {"tenant": self.settings.index.tenant}})
+                searches.append({"index": self.settings.index.alias})
+                searches.append({
+                    "size": 1, "_source": ["doc_id", "title", "text"],
+                    "query": {"bool": {"filter": filters, "should": [{"match": {"text": query}}]}},
+                })
+            with es_errors(f"fetch judged chunks from {self.settings.index.alias}"):
+                responses = self.es.msearch(searches=searches).body["responses"]
+            for (qid, _query, doc_id), resp in zip(part, responses, strict=True):
+                if "error" in resp:
+                    raise ClusterError(f"fetching chunk of {doc_id} from {self.settings.index.alias}: {resp['error']}")
+                hits = resp.get("hits", {}).get("hits", [])
+                if hits:
+                    src = hits[0]["_source"]
+                    out[(qid, doc_id)] = passage_text(src.get("title"), src.get("text", ""))
+        return out

@@ -1,0 +1,426 @@
+"""Fine-tune a cross-encoder reranker on a collection's own judgments.
+
+The steps (``hsp train-reranker`` runs them all, see :func:`run_training`):
+
+1. :func:`~hybridsearch.rerank.negatives.load_split` reads the queries and qrels of ONE split of a
+   BEIR collection; ``test`` is refused unless explicitly allowed, no other split's file is opened.
+2. :func:`~hybridsearch.rerank.negatives.mine` splits those queries into train and a held-out
+   validation slice, runs each through the hybrid search and builds ``(query, passage, label)``
+   pairs: judged-relevant documents as positives, the hybrid top-k minus them as hard negatives.
+3. :func:`train_cross_encoder` puts a one-logit head on a BERT-family encoder and trains it with
+   sentence-transformers' ``CrossEncoderTrainer`` and ``BinaryCrossEntropyLoss``; after each epoch it
+   reranks the validation queries' fused candidates and keeps the epoch with the best nDCG@10.
+4. The model is saved as a normal sentence-transformers CrossEncoder folder with ``card.json`` and
+   ``README.md`` describing base model, data, split, negatives, epochs and per-epoch validation.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, Field
+
+from hybridsearch import __version__
+from hybridsearch.embedding import pick_device, resolve_model
+from hybridsearch.errors import ModelError
+from hybridsearch.rerank.negatives import MinedData, SplitData, Strategy, ValidationQuery, load_split, mine
+from hybridsearch.settings import DEFAULT_EMBEDDING_MODEL
+
+if TYPE_CHECKING:
+    from elasticsearch import Elasticsearch
+    from sentence_transformers import CrossEncoder
+
+    from hybridsearch.embedding import Embedder
+    from hybridsearch.settings import Settings
+
+CARD_FILE = "card.json"
+
+
+class TrainingConfig(BaseModel):
+    """Everything that decides a trained model; defaults match ``hsp train-reranker``."""
+
+    dataset: Path
+    split: str = "train"
+    out: Path
+    base: str = DEFAULT_EMBEDDING_MODEL
+    negatives: int = Field(4, ge=0, description="mined negatives per training query")
+    depth: int = Field(30, ge=1, le=100, description="hybrid candidates per query to mine from (= rerank depth)")
+    strategy: Strategy = "sample"
+    epochs: int = Field(1, ge=1)
+    batch_size: int = Field(16, ge=1)
+    max_length: int = Field(256, ge=16, le=512)
+    lr: float = Field(2e-5, gt=0)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    val_fraction: float = Field(0.1, ge=0, lt=1)
+    seed: int = 42
+    limit_queries: int | None = Field(None, ge=1)
+    allow_test: bool = False
+    device: str = "auto"
+
+
+@dataclass
+class EpochResult:
+    epoch: int
+    ndcg_at_10: float | None = None
+    mrr_at_10: float | None = None
+    train_loss: float | None = None
+
+
+@dataclass
+class TrainResult:
+    epochs: list[EpochResult] = field(default_factory=list)
+    best_epoch: int | None = None
+    fused: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    device: str = "cpu"
+    steps: int = 0
+
+
+# ---------------------------------------------------------------------------------------- validation
+
+
+def rerank_metrics(val: Sequence[ValidationQuery], scores: Mapping[str, Sequence[float]] | None) -> dict[str, float]:
+    """nDCG@10 and MRR@10 (ranx) of the validation candidates ordered by ``scores`` (per query, one per
+    candidate), or in fused order when ``scores`` is None. Judged documents outside the candidates
+    count as missed, so the numbers compare with the fused order and with ``hsp eval``."""
+    from ranx import Qrels, Run, evaluate
+
+    qrels = Qrels({v.qid: dict(v.relevant) for v in val})
+    run: dict[str, dict[str, float]] = {}
+    for v in val:
+        if not v.candidates:
+            continue
+        if scores is None:
+            run[v.qid] = {c.doc_id: float(len(v.candidates) - i) for i, c in enumerate(v.candidates)}
+        else:
+            run[v.qid] = {c.doc_id: float(s) for c, s in zip(v.candidates, scores[v.qid], strict=True)}
+    if not run:
+        return {"ndcg@10": 0.0, "mrr@10": 0.0}
+    res = evaluate(qrels, Run(run), ["ndcg@10", "mrr@10"], make_comparable=True)
+    return {k: float(v) for k, v in res.items()}
+
+
+def _rerank_validation_evaluator(val: Sequence[ValidationQuery], batch_size: int) -> Any:
+    """A sentence-transformers evaluator that reranks ``val`` and reports :func:`rerank_metrics`."""
+    from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
+
+    class RerankValidation(BaseEvaluator):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()  # type: ignore[no-untyped-call]
+            self.name = "val"
+            self.primary_metric = "ndcg@10"
+
+        def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1,
+                     steps: int = -1) -> dict[str, float]:
+            pairs = [(v.query, c.text) for v in val for c in v.candidates]
+            flat = model.predict(pairs, batch_size=batch_size, convert_to_numpy=True,
+                                 show_progress_bar=False) if pairs else []
+            scores: dict[str, list[float]] = {}
+            at = 0
+            for v in val:
+                scores[v.qid] = [float(s) for s in flat[at:at + len(v.candidates)]]
+                at += len(v.candidates)
+            return self.prefix_name_to_metrics(rerank_metrics(val, scores), self.name)  # type: ignore[no-any-return]
+
+    return RerankValidation()
+
+
+# ------------------------------------------------------------------------------------------ training
+
+
+def load_base(base: str, max_length: int, device: str) -> CrossEncoder:
+    """``base`` (Hub name, folder, or the packaged all-MiniLM-L6-v2) as a CrossEncoder with one
+    output logit; a plain encoder gets a freshly initialised head. Raises ModelError."""
+    from sentence_transformers import CrossEncoder
+
+    where = resolve_model(base)
+    try:
+        model: CrossEncoder = CrossEncoder(where, num_labels=1, max_length=max_length, device=device)
+    except Exception as exc:
+        raise ModelError(f"cannot load base model {base!r} for training ({type(exc).__name__}: {exc}). "
+                         "Without network access, pass --base a local folder.") from exc
+    return model
+
+
+def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: bool = True) -> tuple[Any, TrainResult]:
+    """Fine-tune a cross-encoder on ``mined.pairs``; returns the model (best validation epoch
+    restored) and what happened. Seeded by ``cfg.seed``: the same inputs give the same weights."""
+    from datasets import Dataset
+    from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
+    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
+    from sentence_transformers.cross_encoder.model_card import CrossEncoderModelCardCallback
+    from transformers import PrinterCallback, set_seed
+
+    device = pick_device(cfg.device)
+    set_seed(cfg.seed)
+    model = load_base(cfg.base, cfg.max_length, device)
+    pairs = mined.pairs
+    train_ds = Dataset.from_dict({
+        "query": [p.query for p in pairs], "passage": [p.passage for p in pairs],
+        "label": [float(p.label) for p in pairs],
+    })
+    evaluator = _rerank_validation_evaluator(mined.validation, cfg.batch_size * 4) if mined.validation else None
+    result = TrainResult(device=device)
+    if evaluator is not None:
+        result.fused = rerank_metrics(mined.validation, None)
+    best, bar = _callbacks(model, result, progress, validating=evaluator is not None)
+    callbacks: list[Any] = [best] + ([bar] if bar is not None else [])
+    with tempfile.TemporaryDirectory(prefix="hsp-train-") as tmp:
+        args = CrossEncoderTrainingArguments(
+            output_dir=tmp, num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
+            learning_rate=cfg.lr, warmup_steps=cfg.warmup_ratio, seed=cfg.seed, data_seed=cfg.seed,
+            eval_strategy="epoch" if evaluator is not None else "no", save_strategy="no",
+            logging_strategy="steps", logging_steps=max(1, min(50, len(pairs) // cfg.batch_size // 10 or 1)),
+            report_to="none", disable_tqdm=True, use_cpu=device == "cpu", dataloader_num_workers=0,
+        )
+        trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=train_ds,
+                                      loss=BinaryCrossEntropyLoss(model), evaluator=evaluator, callbacks=callbacks)
+        trainer.remove_callback(CrossEncoderModelCardCallback)  # it looks up the Hub; we write our own card
+        trainer.remove_callback(PrinterCallback)  # raw log dicts on stdout; the rich bar shows the loss
+        started = time.perf_counter()
+        out = trainer.train()
+        result.seconds = time.perf_counter() - started
+        result.steps = int(out.global_step)
+    best.restore()
+    return model, result
+
+
+def _callbacks(model: Any, result: TrainResult, progress: bool, validating: bool) -> tuple[Any, Any]:
+    """Trainer callbacks: one records per-epoch validation and keeps the best weights in memory
+    (restored by ``restore()``); the other draws a rich progress bar with the running loss."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import Progress as RichProgress
+    from transformers import TrainerCallback
+
+    class BestEpoch(TrainerCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.best_score: float | None = None
+            self.best_state: dict[str, Any] | None = None
+            self.losses: list[float] = []
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
+                   **kw: Any) -> None:
+            if logs and "loss" in logs:
+                self.losses.append(float(logs["loss"]))
+
+        def on_epoch_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            loss = sum(self.losses) / len(self.losses) if self.losses else None
+            self.losses = []
+            result.epochs.append(EpochResult(epoch=round(state.epoch or 0), train_loss=loss))
+            if not validating:  # nothing to choose by: the last epoch is kept
+                result.best_epoch = result.epochs[-1].epoch
+
+        def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, float] | None = None,
+                        **kw: Any) -> None:
+            if not metrics or "eval_val_ndcg@10" not in metrics:
+                return
+            epoch = result.epochs[-1] if result.epochs else EpochResult(epoch=round(state.epoch or 0))
+            epoch.ndcg_at_10 = float(metrics["eval_val_ndcg@10"])
+            epoch.mrr_at_10 = float(metrics.get("eval_val_mrr@10", 0.0))
+            self._keep(epoch.epoch, epoch.ndcg_at_10)
+
+        def _keep(self, epoch: int, score: float) -> None:
+            if self.best_score is None or score > self.best_score:
+                self.best_score = score
+                self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+                result.best_epoch = epoch
+
+        def restore(self) -> None:
+            if self.best_state is not None:
+                model.load_state_dict(self.best_state)
+
+    class Bar(TrainerCallback):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.progress = RichProgress(
+                TextColumn("[bold]training[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True),
+            )
+            self.task: Any = None
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.progress.start()
+            self.task = self.progress.add_task("", total=state.max_steps)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.progress.update(self.task, completed=state.global_step)
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
+                   **kw: Any) -> None:
+            if logs and "loss" in logs:
+                self.progress.update(self.task, description=f"epoch {state.epoch:.2f} loss {logs['loss']:.4f}")
+
+        def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, float] | None = None,
+                        **kw: Any) -> None:
+            if metrics and "eval_val_ndcg@10" in metrics:
+                self.progress.console.print(
+                    f"epoch {round(state.epoch or 0)}: validation nDCG@10 {metrics['eval_val_ndcg@10']:.4f} "
+                    f"MRR@10 {metrics.get('eval_val_mrr@10', 0.0):.4f}")
+
+        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self.progress.stop()
+
+    return BestEpoch(), (Bar() if progress else None)
+
+
+# ------------------------------------------------------------------------------------------------ card
+
+
+def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: TrainResult,
+              extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``card.json`` content: what the model was trained from and how it did on validation."""
+    import sentence_transformers
+    import torch
+    import transformers
+
+    return {
+        "kind": "hybridsearch-domain-reranker",
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "base_model": cfg.base,
+        "base_model_path": resolve_model(cfg.base),
+        "head": "one-logit sequence classification (sigmoid = relevance probability)",
+        "dataset": str(cfg.dataset),
+        "split": data.split,
+        "files_read": data.files_read,
+        "queries": {"train": len(mined.train_qids), "validation": len(mined.val_qids),
+                    "validation_scored": len(mined.validation), "skipped_no_positive_passage":
+                    len(mined.stats.skipped_queries)},
+        "pairs": {"total": len(mined.pairs), "positive": mined.stats.positives, "negative": mined.stats.negatives,
+                  "positives_missing_from_index": mined.stats.positives_missing},
+        "negatives": {"per_query": cfg.negatives, "mined_from": f"hybrid top-{cfg.depth} minus judged-relevant",
+                      "strategy": cfg.strategy},
+        "training": {"epochs": cfg.epochs, "batch_size": cfg.batch_size, "max_length": cfg.max_length,
+                     "learning_rate": cfg.lr, "warmup_ratio": cfg.warmup_ratio, "seed": cfg.seed,
+                     "loss": "BinaryCrossEntropyLoss", "steps": result.steps,
+                     "limit_queries": cfg.limit_queries, "val_fraction": cfg.val_fraction},
+        "validation": {
+            "metric": "nDCG@10 of reranking the fused hybrid candidates of held-out train queries",
+            "fused_order": result.fused,
+            "per_epoch": [asdict(e) for e in result.epochs],
+            "best_epoch": result.best_epoch,
+        },
+        "time_seconds": {"mining": round(mined.seconds, 1), "training": round(result.seconds, 1)},
+        "device": result.device,
+        "host": {"cpu_count": _cpu_count(), "platform": platform.platform()},
+        "versions": {"hybridsearch": __version__, "sentence_transformers": sentence_transformers.__version__,
+                     "transformers": transformers.__version__, "torch": torch.__version__},
+        **(dict(extra) if extra else {}),
+    }
+
+
+def run_training(cfg: TrainingConfig, settings: Settings, *, es: Elasticsearch | None = None,
+                 embedder: Embedder | None = None, progress: bool = True) -> dict[str, Any]:
+    """Load the split, mine pairs from the index under ``settings.index.prefix``, train, save to
+    ``cfg.out``; returns the card. Raises ConfigError (test split, bad collection, no pairs),
+    IndexNotFound (collection not ingested under this prefix), ModelError, ClusterError."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import Progress as RichProgress
+
+    from hybridsearch.cluster import make_client
+    from hybridsearch.rerank.negatives import IndexMiner
+
+    data = load_split(cfg.dataset, cfg.split, allow_test=cfg.allow_test, limit=cfg.limit_queries)
+    own = es is None
+    client = es if es is not None else make_client(settings.es)
+    try:
+        miner = IndexMiner(client, settings, embedder)
+        bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                           TimeRemainingColumn(), console=Console(stderr=True), disable=not progress)
+
+        def track(desc: str, total: int) -> Callable[[], None]:
+            task = bar.add_task(desc, total=total)
+            return lambda: bar.advance(task)
+
+        with bar:
+            mined = mine(miner, data, depth=cfg.depth, negatives=cfg.negatives, val_fraction=cfg.val_fraction,
+                         seed=cfg.seed, strategy=cfg.strategy, progress=track)
+    finally:
+        if own:
+            client.close()
+    model, result = train_cross_encoder(mined, cfg, progress=progress)
+    card = make_card(cfg, data, mined, result, extra={"index": miner.index, "prefix": settings.index.prefix})
+    save_model(model, cfg.out, card)
+    return card
+
+
+def _cpu_count() -> int:
+    import os
+
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def card_markdown(card: Mapping[str, Any]) -> str:
+    """A README.md a person reads: the card as prose and tables."""
+    val = card["validation"]
+    lines = [
+        "# Domain reranker (hybridsearch)",
+        "",
+        f"Cross-encoder fine-tuned from `{card['base_model']}` with {card['head']}, on the "
+        f"`{card['split']}` split of `{card['dataset']}`.",
+        "",
+        "| data | value |", "|---|---|",
+        f"| training queries | {card['queries']['train']} |",
+        f"| validation queries (held out of the same split) | {card['queries']['validation']} |",
+        f"| pairs (positive / negative) | {card['pairs']['positive']} / {card['pairs']['negative']} |",
+        f"| negatives per query | {card['negatives']['per_query']} ({card['negatives']['strategy']}, "
+        f"{card['negatives']['mined_from']}) |",
+        f"| epochs, batch, max length, lr | {card['training']['epochs']}, {card['training']['batch_size']}, "
+        f"{card['training']['max_length']}, {card['training']['learning_rate']} |",
+        f"| seed | {card['training']['seed']} |",
+        f"| device | {card['device']} |",
+        f"| time (mining / training) | {card['time_seconds']['mining']} s / {card['time_seconds']['training']} s |",
+        "",
+        f"## Validation ({val['metric']})",
+        "",
+        "| epoch | nDCG@10 | MRR@10 |", "|---|---|---|",
+    ]
+    if val["fused_order"]:
+        lines.append(f"| fused order (no rerank) | {val['fused_order']['ndcg@10']:.4f} | "
+                     f"{val['fused_order']['mrr@10']:.4f} |")
+    for e in val["per_epoch"]:
+        mark = " (kept)" if e["epoch"] == val["best_epoch"] else ""
+        lines.append(f"| {e['epoch']}{mark} | {_fmt(e['ndcg_at_10'])} | {_fmt(e['mrr_at_10'])} |")
+    lines += [
+        "",
+        "## Use",
+        "",
+        "```",
+        "HSP_RERANKER__MODEL=<this folder> hsp serve-reranker",
+        "```",
+        "",
+        "Files read for training: " + ", ".join(f"`{f}`" for f in card["files_read"]) + ".",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _fmt(x: float | None) -> str:
+    return "–" if x is None else f"{x:.4f}"
+
+
+def save_model(model: Any, out: Path, card: Mapping[str, Any]) -> Path:
+    """Write the CrossEncoder folder, ``card.json`` and ``README.md`` to ``out``; returns ``out``."""
+    out = Path(out).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    model.save(str(out), create_model_card=False)
+    (out / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
+    (out / "README.md").write_text(card_markdown(card), encoding="utf-8")
+    return out
+
+
+def read_card(folder: Path) -> dict[str, Any]:
+    """The ``card.json`` of a trained model folder. Raises ModelError when there is none."""
+    path = Path(folder) / CARD_FILE
+    if not path.exists():
+        raise ModelError(f"{folder} has no {CARD_FILE}: not a model trained by `hsp train-reranker`")
+    card: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return card

