@@ -1,9 +1,143 @@
-"""`hsp` commands of this group (not written yet)."""
+"""``hsp search``: hybrid search from the shell, as a table, JSON, per-hit explanations or ``--why DOC_ID``.
+
+Examples::
+
+    hsp search "does vitamin d prevent fractures" --k 5
+    hsp search "statins" --mode bm25 --filter source=pubmed --filter "ingested_at>=2024-01-01" --json
+    hsp search "tau protein" --explain --no-rerank
+    hsp search "tau protein" --why 4983
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
+import sys
+from typing import get_args
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from hybridsearch.query.filters import parse_cli_filters
+from hybridsearch.query.results import Mode, SearchResult, StageScore, WhyReport
+from hybridsearch.settings import Settings
+
+SNIPPET_CHARS = 180
+HIGHLIGHT = "bold yellow"
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add this group's sub-commands to ``sub``."""
+    """Add ``hsp search``."""
+    p = sub.add_parser("search", help="search the index (BM25 + kNN, fused, reranked)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("query", help="the query text")
+    p.add_argument("--mode", choices=get_args(Mode), default="hybrid", help="which lists to search (default hybrid)")
+    p.add_argument("--k", type=int, default=10, help="hits per page (default 10, at most HSP_QUERY__MAX_K)")
+    p.add_argument("--page", type=int, default=1, help="page of k hits over the fused window (default 1)")
+    p.add_argument("--filter", dest="filters", action="append", default=[], metavar="EXPR",
+                   help="field=value, field!=value, field>=x (>, <=, <) or field? ; repeat to AND them. Fields: "
+                        "doc_id chunk_id parent_id source content_hash tenant ingested_at position title.raw "
+                        "metadata.<key>")
+    p.add_argument("--no-rerank", dest="rerank", action="store_false", help="keep the fused order")
+    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--explain", action="store_true", help="say why each hit is where it is")
+    p.add_argument("--why", metavar="DOC_ID", help="show where DOC_ID fell in BM25, kNN, fusion and rerank")
+    p.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace, settings: Settings) -> int:
+    """Run one search (or ``--why``) and print it. Raises QueryError, IndexNotFound, ClusterUnavailable."""
+    from hybridsearch.query.client import SearchClient
+
+    filters = parse_cli_filters(args.filters)
+    out = Console(highlight=False, soft_wrap=False)
+    with SearchClient.from_settings(settings) as client:
+        if args.why:
+            report = client.why(args.query, args.why, mode=args.mode, filters=filters, rerank=args.rerank)
+            if args.json:
+                sys.stdout.write(report.model_dump_json(indent=2) + "\n")
+            else:
+                print_why(out, report)
+            return 0
+        result = client.search(args.query, k=args.k, mode=args.mode, filters=filters, rerank=args.rerank,
+                               explain=args.explain, page=args.page)
+    if args.json:
+        sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    else:
+        print_result(out, result)
+    return 0
+
+
+def query_terms(query: str) -> list[str]:
+    """Distinct words of ``query`` worth highlighting (letters/digits, 2+ characters), lower-cased."""
+    seen: dict[str, None] = {}
+    for w in re.findall(r"\w{2,}", query.lower()):
+        seen.setdefault(w, None)
+    return list(seen)
+
+
+def snippet(text: str, terms: list[str], width: int = SNIPPET_CHARS) -> Text:
+    """About ``width`` characters of ``text`` around the first matched term, matched terms highlighted."""
+    flat = " ".join(text.split())
+    pattern = re.compile(r"\b(" + "|".join(map(re.escape, terms)) + r")\b", re.IGNORECASE) if terms else None
+    first = pattern.search(flat) if pattern else None
+    start = max(0, (first.start() if first else 0) - width // 4)
+    if start:
+        space = flat.find(" ", start)
+        start = space + 1 if 0 <= space < start + 20 else start
+    piece = flat[start:start + width]
+    out = Text(("…" if start else "") + piece + ("…" if start + width < len(flat) else ""))
+    if pattern:
+        out.highlight_regex(pattern, HIGHLIGHT)
+    return out
+
+
+def _rank(s: StageScore | None) -> str:
+    return "-" if s is None else str(s.rank)
+
+
+def print_result(out: Console, r: SearchResult) -> None:
+    """The result as a table, followed by explanations when present."""
+    rr = "reranked" if r.reranked else f"not reranked: {r.rerank_reason}"
+    t = r.timings
+    out.print(f"[bold]{r.mode}[/] search of [cyan]{r.index}[/]: {len(r.hits)} hits (page {r.page}) of "
+              f"{r.candidates} candidates, {rr} · embed {t.embed_ms:.0f} ms, search {t.search_ms:.0f} ms, "
+              f"fusion {t.fusion_ms:.1f} ms, rerank {t.rerank_ms:.0f} ms, total {t.total_ms:.0f} ms")
+    if r.truncated_query:
+        out.print(f"[yellow]query truncated to {len(r.query)} characters (HSP_QUERY__MAX_QUERY_CHARS)[/]")
+    if not r.hits:
+        out.print("[yellow]no hits[/]")
+        return
+    terms = query_terms(r.query)
+    table = Table(show_lines=False, expand=True)
+    for col, kw in (("#", {"justify": "right"}), ("score", {"justify": "right"}), ("bm25", {"justify": "right"}),
+                    ("knn", {"justify": "right"}), ("fused", {"justify": "right"}), ("rerank", {"justify": "right"}),
+                    ("doc / title", {"max_width": 32}), ("snippet", {"ratio": 1})):
+        table.add_column(col, **kw)  # type: ignore[arg-type]
+    for h in r.hits:
+        title = Text(h.doc_id, style="cyan")
+        if h.title:
+            title.append("\n" + h.title)
+        table.add_row(str(h.rank), f"{h.score:.4f}", _rank(h.bm25), _rank(h.knn), _rank(h.fused), _rank(h.rerank),
+                      title, snippet(h.text, terms))
+    out.print(table)
+    for h in r.hits:
+        if h.explanation:
+            out.print(f"[bold]{h.rank}. {h.doc_id}[/] ({h.chunk_id})")
+            for line in h.explanation:
+                out.print(f"   {line}")
+
+
+def print_why(out: Console, w: WhyReport) -> None:
+    """Where one document fell at each stage."""
+    out.print(f"why [cyan]{w.doc_id}[/] for [bold]{w.query!r}[/] ({w.mode}, {w.index}, {w.candidates} candidates):")
+    table = Table(show_header=True)
+    for col in ("stage", "rank", "score"):
+        table.add_column(col, justify="right" if col != "stage" else "left")
+    for name, s in (("BM25", w.bm25), ("kNN", w.knn), ("fused", w.fused), ("rerank", w.rerank)):
+        table.add_row(name, _rank(s), "-" if s is None else f"{s.score:.4f}")
+    table.add_row("final", "-" if w.final_rank is None else str(w.final_rank), "")
+    out.print(table)
+    for note in w.notes:
+        out.print(f" • {note}")
