@@ -22,6 +22,7 @@ from hybridsearch.cluster import es_errors
 from hybridsearch.embedding import Embedder, load_sentence_transformer
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
 from hybridsearch.indices import alias_targets, check_meta, ensure_templates, index_meta
+from hybridsearch.ingest.chunking import embed_text
 from hybridsearch.mappings import load_template
 from hybridsearch.settings import EmbeddingSettings, Settings
 
@@ -198,13 +199,6 @@ def embedding_settings_for(model: str, base: EmbeddingSettings, dims: int | None
         st = load_sentence_transformer(model, "cpu")
         dims = int(st.get_embedding_dimension() or 0)
     return base.model_copy(update={"model": model, "dims": dims})
-
-
-def embed_text(title: str | None, text: str, prepend_title: bool) -> str:
-    """The string the embedder sees for a chunk: ``"title. text"`` when titles are prepended."""
-    if prepend_title and title and title.strip():
-        return f"{title.strip()}. {text}"
-    return text
 
 
 def _scan(es: Elasticsearch, index: str, batch: int) -> Iterator[dict[str, Any]]:

@@ -11,6 +11,7 @@ from hybridsearch.cli.main import main
 from hybridsearch.embedding import Embedder
 from hybridsearch.errors import ConfigError, IndexMismatch, IndexNotFound
 from hybridsearch.indices import alias_targets, check_meta, ensure_index, index_meta
+from hybridsearch.ingest.chunking import embed_text
 from hybridsearch.settings import Settings
 
 DOCS = {
@@ -46,7 +47,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
 def write_chunks(es: Elasticsearch, index: str, embedder: Embedder, docs: dict[str, tuple[str, str]] = DOCS,
                  tenant: str | None = None) -> None:
     """Index one chunk per document the way ingestion lays chunks out (title prepended when embedding)."""
-    vectors = embedder.encode([lifecycle.embed_text(t, x, True) for t, x in docs.values()])
+    vectors = embedder.encode([embed_text(t, x, True) for t, x in docs.values()])
     for (doc_id, (title, text)), vec in zip(docs.items(), vectors, strict=True):
         body = {"doc_id": doc_id, "chunk_id": f"{doc_id}#0", "title": title, "text": text, "position": 0,
                 "char_start": 0, "char_end": len(text), "embedding": vec.tolist(), "metadata": {"lang": "en"}}
@@ -114,7 +115,7 @@ def test_migrate_to_new_model_then_rollback(es: Elasticsearch, settings: Setting
     src = es.search(index=v2, query={"ids": {"values": ["tea#0"]}},
                     source={"exclude_vectors": False})["hits"]["hits"][0]["_source"]
     assert src["title"] == "Tea" and src["metadata"] == {"lang": "en"} and len(src["embedding"]) == 64
-    query = tiny.encode([lifecycle.embed_text("Tea", DOCS["tea"][1], True)])[0]
+    query = tiny.encode([embed_text("Tea", DOCS["tea"][1], True)])[0]
     assert knn_top(es, settings.index.alias, query) == "tea"
     assert es.count(index=v1)["count"] == 5  # the old index is kept untouched
 

@@ -1,9 +1,105 @@
-"""`hsp` commands of this group (not written yet)."""
+"""``hsp demo``: index the Python standard library's own documentation and answer sample queries."""
 
 from __future__ import annotations
 
 import argparse
+import time
+from typing import TYPE_CHECKING
+
+from rich.console import Console
+
+from hybridsearch.settings import Settings
+
+if TYPE_CHECKING:
+    from hybridsearch.query.results import SearchResult
+
+console = Console()
+DEFAULT_LIMIT = 3000
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add this group's sub-commands to ``sub``."""
+    """Add ``hsp demo`` to ``sub``."""
+    from hybridsearch.demo import SAMPLE_QUERIES
+
+    p = sub.add_parser("demo", help="ingest the stdlib documentation and run sample queries",
+                       description="Index the running interpreter's standard-library documentation (pydoc topics, "
+                                   "module, class, function and method docstrings; no download) into the "
+                                   "configured index, then answer a few queries showing every stage. "
+                                   "Afterwards `hsp search \"...\"` searches the same index.")
+    p.add_argument("--limit", type=int, default=DEFAULT_LIMIT,
+                   help="documents to ingest (default %(default)s, 0 = all ~5,000)")
+    p.add_argument("--query", "-q", action="append", default=None, metavar="TEXT",
+                   help=f"a query to run (repeatable; default: {len(SAMPLE_QUERIES)} samples)")
+    p.add_argument("--k", type=int, default=3, help="hits per query (default %(default)s)")
+    p.add_argument("--skip-ingest", action="store_true", help="only run the queries")
+    p.add_argument("--no-rerank", action="store_true", help="do not call the reranker")
+    p.set_defaults(handler=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from hybridsearch.cluster import make_client
+    from hybridsearch.demo import SAMPLE_QUERIES, stdlib_documents
+    from hybridsearch.embedding import Embedder
+    from hybridsearch.query.client import SearchClient, auto_reranker
+
+    es = make_client(settings.es)
+    embedder = Embedder(settings.embedding)
+    if not args.skip_ingest:
+        from hybridsearch.ingest.pipeline import run_ingest
+
+        limit = args.limit or None
+        console.print(f"[bold]1/2[/] ingesting the Python standard library's documentation "
+                      f"({'all documents' if limit is None else f'{limit:,} documents'}) into "
+                      f"[bold]{settings.index.alias}[/] with {settings.embedding.model}")
+        t0 = time.perf_counter()
+        result = run_ingest(stdlib_documents(limit), settings, es=es, embedder=embedder, progress=True)
+        console.print(f"    {result.documents:,} documents → {result.chunks:,} chunks: {result.indexed:,} indexed, "
+                      f"{result.updated:,} updated, {result.unchanged:,} unchanged, {result.failed:,} failed "
+                      f"in {time.perf_counter() - t0:.0f} s ({result.chunks_per_second:.1f} chunks/s)"
+                      + (f"; dead letters: {result.dead_letter_path}" if result.dead_letter_path else ""))
+    reranker, reason = auto_reranker(settings)
+    queries = args.query or list(SAMPLE_QUERIES)
+    console.print(f"[bold]2/2[/] {len(queries)} queries: BM25 + kNN in one _msearch, RRF fusion"
+                  + (", cross-encoder rerank" if reranker and not args.no_rerank else ""))
+    with SearchClient(es, settings, embedder=embedder, reranker=reranker) as client:
+        if reason:
+            client._no_reranker_reason = reason
+        shown: set[str] = set()
+        for query in queries:
+            show(client.search(query, k=args.k, rerank=not args.no_rerank, explain=True), shown)
+    console.print("\nSearch it yourself: [bold]hsp search \"how do I parse JSON\"[/] · index status: "
+                  "[bold]hsp index status[/] · health: [bold]hsp doctor[/]")
+    return 0
+
+
+def _stage(name: str, stage: object) -> str:
+    rank = getattr(stage, "rank", None)
+    return f"{name} –" if rank is None else f"{name} #{rank} ({getattr(stage, 'score', 0.0):.3g})"
+
+
+def _short(reason: str | None) -> str:
+    return (reason or "").split(". ")[0][:100]
+
+
+def show(res: SearchResult, shown_reasons: set[str] | None = None) -> None:
+    """Print one result: each hit with its rank in BM25, kNN, RRF and rerank, a snippet, and the timings."""
+    t = res.timings
+    console.print(f"\n[bold cyan]» {res.query}[/]  [dim]{res.candidates} candidates · embed {t.embed_ms:.0f} ms · "
+                  f"_msearch {t.search_ms:.0f} ms · fusion {t.fusion_ms:.1f} ms · rerank {t.rerank_ms:.0f} ms · "
+                  f"total {t.total_ms:.0f} ms[/]")
+    if not res.reranked:
+        reason = _short(res.rerank_reason)
+        if shown_reasons is None or reason not in shown_reasons:
+            console.print(f"  [yellow]fused order, not reranked:[/] {reason}", highlight=False)
+            if shown_reasons is not None:
+                shown_reasons.add(reason)
+    if not res.hits:
+        console.print("  [yellow]no hits[/]")
+    for hit in res.hits:
+        kind = hit.metadata.get("kind", "")
+        console.print(f"  [bold]{hit.rank:>2}. {hit.title or hit.doc_id}[/] [dim]{hit.doc_id} {kind}[/]",
+                      highlight=False)
+        console.print("      " + " · ".join([_stage("BM25", hit.bm25), _stage("kNN", hit.knn),
+                                              _stage("RRF", hit.fused), _stage("rerank", hit.rerank)]),
+                      highlight=False)
+        console.print(f"      [dim]{' '.join(hit.text.split())[:200]}[/]", highlight=False)

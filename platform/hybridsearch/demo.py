@@ -1,0 +1,213 @@
+"""A real corpus that needs no download: the running interpreter's own standard-library documentation.
+
+:func:`stdlib_documents` yields ``pydoc`` language topics (``pydoc_data.topics``) and the docstrings of
+standard-library modules, their public submodules, classes, functions and methods, as ingestion
+:class:`~hybridsearch.ingest.sources.Document` records with deterministic ids (``py:topic:with``,
+``py:json``, ``py:json.loads``, ``py:builtins.list.sort``) and ``metadata`` ``{kind, module, python}``.
+
+Modules are imported with their output captured and warnings silenced; modules with side effects
+(``antigravity`` opens a browser, ``this`` prints) or that need a display, Windows or the test
+suite are never imported, and any module that fails to import is skipped. The order is chosen so a
+``limit`` keeps the most useful part: topics, builtins, module overviews, then classes and
+functions round-robin across modules, then methods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import inspect
+import io
+import pkgutil
+import sys
+import warnings
+from collections.abc import Iterable, Iterator
+from itertools import chain, zip_longest
+from types import ModuleType
+from typing import Any
+
+from hybridsearch.ingest.sources import Document
+
+# Never imported: side effects, GUI, Windows-only, the test suite, or thousands of codec modules.
+SKIP_MODULES = frozenset({
+    "antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "test", "lib2to3", "pydoc_data",
+    "msvcrt", "winreg", "winsound", "nt", "ensurepip", "venv", "encodings", "__hello__", "__phello__",
+    "xxsubtype", "xxlimited", "xxlimited_35", "_xxtestfuzz", "pydoc", "sre_compile", "sre_constants",
+    "sre_parse", "crypt", "nis", "spwd", "ossaudiodev", "tabnanny", "webbrowser", "curses", "readline",
+})
+SKIP_PARTS = frozenset({"test", "tests", "idle_test", "__main__"})
+MIN_DOC_CHARS = 20
+SAMPLE_QUERIES = (
+    "how do I read a file line by line",
+    "sort a list of dicts by key",
+    "parse command line arguments",
+    "run a shell command and capture its output",
+    "format a date as a string",
+)
+
+
+def _python() -> str:
+    return ".".join(map(str, sys.version_info[:3]))
+
+
+def _doc(obj: Any) -> str | None:
+    """The object's own docstring, cleaned (inherited docstrings are not repeated)."""
+    raw = getattr(obj, "__doc__", None)
+    if not isinstance(raw, str):
+        return None
+    text = inspect.cleandoc(raw).strip()
+    return text if len(text) >= MIN_DOC_CHARS else None
+
+
+class _Elided:
+    """Stands in for a default value whose repr is long or varies between runs (``os.environ``, addresses)."""
+
+    def __repr__(self) -> str:
+        return "..."
+
+
+def _signature(obj: Any) -> str:
+    """``(a, b=1)``, with unstable or long default values shown as ``...`` so ids and hashes stay put."""
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return ""
+    params = []
+    for p in sig.parameters.values():
+        if p.default is not p.empty:
+            text = repr(p.default)
+            if len(text) > 40 or " at 0x" in text:
+                p = p.replace(default=_Elided())
+        params.append(p)
+    return str(sig.replace(parameters=params))
+
+
+def _import(name: str) -> ModuleType | None:
+    """Import ``name`` quietly; None when it fails or writes to the terminal."""
+    out, err = io.StringIO(), io.StringIO()
+    with warnings.catch_warnings(), contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        warnings.simplefilter("ignore")
+        try:
+            return importlib.import_module(name)
+        except BaseException:  # noqa: BLE001 - SystemExit, ImportError, OSError...: all mean "skip it"
+            return None
+
+
+def stdlib_module_names() -> list[str]:
+    """Public standard-library modules and their public submodules, sorted, skipping SKIP_MODULES."""
+    top = sorted(n for n in sys.stdlib_module_names if not n.startswith("_") and n not in SKIP_MODULES)
+    names: list[str] = []
+    for name in top:
+        module = _import(name)
+        if module is None:
+            continue
+        names.append(name)
+        path = getattr(module, "__path__", None)
+        if path is None:
+            continue
+        for info in pkgutil.walk_packages(path, prefix=f"{name}.", onerror=lambda _n: None):
+            parts = info.name.split(".")
+            if any(p.startswith("_") or p in SKIP_PARTS for p in parts[1:]):
+                continue
+            if _import(info.name) is not None:
+                names.append(info.name)
+    return sorted(set(names))
+
+
+def _public_members(module: ModuleType) -> list[tuple[str, Any]]:
+    exported = getattr(module, "__all__", None)
+    names = sorted(exported) if isinstance(exported, list | tuple) else sorted(vars(module))
+    out = []
+    for name in names:
+        if not isinstance(name, str) or name.startswith("_"):
+            continue
+        obj = getattr(module, name, None)
+        if not (inspect.isclass(obj) or inspect.isroutine(obj)):
+            continue
+        if getattr(obj, "__module__", None) != module.__name__:  # defined elsewhere, documented there
+            continue
+        if getattr(obj, "__name__", name) != name:  # an alias (array.ArrayType is array.array)
+            continue
+        out.append((name, obj))
+    return out
+
+
+def _make(doc_id: str, title: str, text: str, kind: str, module: str) -> Document:
+    return Document.make(doc_id=doc_id, title=title, text=text, source=f"python-{_python()}",
+                         metadata={"kind": kind, "module": module, "python": _python()})
+
+
+def topic_documents() -> list[Document]:
+    """``pydoc`` help topics (language reference sections) of the running interpreter."""
+    from pydoc_data.topics import topics
+
+    return [_make(f"py:topic:{name}", f"{name} (Python language reference)", text.strip(), "topic", "topics")
+            for name, text in sorted(topics.items()) if text.strip()]
+
+
+def _module_docs(module: ModuleType) -> tuple[Document | None, list[Document], list[Document]]:
+    """(module overview, its classes and functions, their methods)."""
+    mod = module.__name__
+    members = _public_members(module)
+    overview = None
+    if (doc := _doc(module)) is not None:
+        listed = ", ".join(n for n, _ in members[:60])
+        overview = _make(f"py:{mod}", f"{mod} module", doc + (f"\n\nDefines: {listed}." if listed else ""),
+                         "module", mod)
+    items: list[Document] = []
+    methods: list[Document] = []
+    for name, obj in members:
+        qual = f"{mod}.{name}"
+        if (doc := _doc(obj)) is not None:
+            kind = "class" if inspect.isclass(obj) else "function"
+            items.append(_make(f"py:{qual}", f"{qual}{_signature(obj)}", doc, kind, mod))
+        if inspect.isclass(obj):
+            for mname, member in sorted(vars(obj).items()):
+                if mname.startswith("_") or (not inspect.isroutine(member) and not isinstance(
+                        member, classmethod | staticmethod | property)):
+                    continue
+                target = member.__func__ if isinstance(member, classmethod | staticmethod) else member
+                if (mdoc := _doc(target)) is not None:
+                    mqual = f"{qual}.{mname}"
+                    sig = "" if isinstance(member, property) else _signature(target)
+                    methods.append(_make(f"py:{mqual}", f"{mqual}{sig}", mdoc, "method", mod))
+    return overview, items, methods
+
+
+def _round_robin(groups: Iterable[list[Document]]) -> Iterator[Document]:
+    for row in zip_longest(*groups):
+        yield from (d for d in row if d is not None)
+
+
+def stdlib_documents(limit: int | None = None) -> Iterator[Document]:
+    """Documents of the running interpreter's standard library; at most ``limit`` (None or 0: all).
+
+    Deterministic for one interpreter: same ids, texts and order on every call.
+    """
+    modules = [m for n in stdlib_module_names() if (m := _import(n)) is not None]
+    builtins = _import("builtins")
+    assert builtins is not None
+    b_overview, b_items, b_methods = _module_docs(builtins)
+    overviews: list[Document] = []
+    items: list[list[Document]] = []
+    methods: list[list[Document]] = []
+    for module in modules:
+        if module.__name__ == "builtins":
+            continue
+        overview, its, meths = _module_docs(module)
+        if overview is not None:
+            overviews.append(overview)
+        items.append(its)
+        methods.append(meths)
+    ordered = chain(topic_documents(), [d for d in [b_overview] if d], b_items, b_methods, overviews,
+                    _round_robin(items), _round_robin(methods))
+    seen: set[str] = set()
+    count = 0
+    for doc in ordered:
+        if doc.doc_id in seen:
+            continue
+        seen.add(doc.doc_id)
+        yield doc
+        count += 1
+        if limit and count >= limit:
+            return
