@@ -1,0 +1,117 @@
+"""``hsp train-reranker`` end to end on a real cluster: a generated mini collection is ingested under the
+test's prefix, negatives are mined by our hybrid search, a tiny cross-encoder is trained and served."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from elasticsearch import Elasticsearch
+
+from hybridsearch.cli.main import main
+from hybridsearch.embedding import Embedder
+from hybridsearch.ingest.pipeline import run_ingest
+from hybridsearch.ingest.sources import Document
+from hybridsearch.rerank.negatives import IndexMiner, load_split, relevant_ids
+from hybridsearch.rerank.training import TrainingConfig, read_card, run_training
+from hybridsearch.settings import Settings
+
+TOPICS = {
+    "cardio": ["heart attack risk", "blood pressure drugs", "artery plaque", "cardiac arrest survival"],
+    "neuro": ["memory formation", "synapse pruning", "cortex thickness", "neuron regeneration"],
+    "bone": ["bone fracture healing", "osteoporosis in women", "calcium intake", "skeleton growth"],
+    "liver": ["liver cirrhosis", "bile acid transport", "hepatic enzymes", "fatty liver disease"],
+    "lung": ["asthma attacks", "lung cancer screening", "airway inflammation", "oxygen therapy"],
+    "skin": ["melanoma detection", "wound healing", "keratin structure", "eczema treatment"],
+}
+
+
+def write_collection(root: Path) -> list[Document]:
+    """24 documents, one judged-relevant document per query; 18 train queries, 6 test queries."""
+    docs, queries, train, test = [], [], [], []
+    for t, subjects in TOPICS.items():
+        for i, subject in enumerate(subjects):
+            did = f"{t}-{i}"
+            docs.append(Document.make(did, f"This study of {subject} in {t} patients reports new findings on "
+                                           f"{subject}. Results on {subject} were significant.", title=subject))
+            qid = f"{t}{i}"
+            queries.append({"_id": qid, "text": f"what is known about {subject}?"})
+            (test if i == 3 else train).append(f"{qid}\t{did}\t1\n")
+    (root / "qrels").mkdir(parents=True)
+    (root / "corpus.jsonl").write_text("".join(json.dumps({"_id": d.doc_id, "title": d.title, "text": d.text}) + "\n"
+                                               for d in docs))
+    (root / "queries.jsonl").write_text("".join(json.dumps(q) + "\n" for q in queries))
+    header = "query-id\tcorpus-id\tscore\n"
+    (root / "qrels" / "train.tsv").write_text(header + "".join(train))
+    (root / "qrels" / "test.tsv").write_text(header + "".join(test))
+    return docs
+
+
+@pytest.fixture()
+def collection(tmp_path: Path, es: Elasticsearch, settings: Settings, embedder: Embedder) -> Path:
+    root = tmp_path / "mini"
+    docs = write_collection(root)
+    result = run_ingest(docs, settings, es=es, embedder=embedder)
+    assert result.documents == len(docs)
+    es.indices.refresh(index=settings.index.alias)
+    return root
+
+
+def test_index_miner_gives_hybrid_candidates_and_best_chunks(collection: Path, es: Elasticsearch, settings: Settings,
+                                                             embedder: Embedder) -> None:
+    miner = IndexMiner(es, settings, embedder)
+    cands = miner.candidates("what is known about asthma attacks?", 5)
+    assert 1 <= len(cands) <= 5 and len({c.doc_id for c in cands}) == len(cands)
+    assert cands[0].doc_id == "lung-0" and cands[0].text.startswith("asthma attacks")
+    chunks = miner.best_chunks([("q", "melanoma", "skin-0"), ("q", "melanoma", "no-such-doc")])
+    assert list(chunks) == [("q", "skin-0")] and "melanoma" in chunks[("q", "skin-0")]
+
+
+def test_train_reranker_trains_a_servable_model_from_train_queries_only(
+    collection: Path, es: Elasticsearch, settings: Settings, embedder: Embedder, tiny_cross_encoder: Path,
+    tmp_path: Path,
+) -> None:
+    from sentence_transformers import CrossEncoder
+
+    from hybridsearch.rerank import LocalReranker
+
+    out = tmp_path / "reranker"
+    cfg = TrainingConfig(dataset=collection, out=out, base=str(tiny_cross_encoder), negatives=2, depth=10, epochs=1,
+                         batch_size=8, max_length=48, val_fraction=0.2, device="cpu", seed=1)
+    card = run_training(cfg, settings, es=es, embedder=embedder, progress=False)
+
+    assert read_card(out) == card
+    test_qids = {line.split("\t")[0] for line in (collection / "qrels" / "test.tsv").read_text().splitlines()[1:]}
+    train = load_split(collection, "train")
+    assert set(train.queries).isdisjoint(test_qids)
+    assert card["queries"]["train"] + card["queries"]["validation"] == len(train.queries) == 18
+    assert [Path(f).name for f in card["files_read"]] == ["train.tsv"]
+    assert card["pairs"]["positive"] == card["queries"]["train"]  # one judged document per query, all indexed
+    assert card["pairs"]["negative"] == 2 * card["queries"]["train"]
+    assert card["index"] == f"{settings.index.prefix}-chunks-v1"
+    [epoch] = card["validation"]["per_epoch"]
+    assert epoch["epoch"] == 1 and 0.0 <= epoch["ndcg_at_10"] <= 1.0 and card["validation"]["best_epoch"] == 1
+    assert card["validation"]["fused_order"]["ndcg@10"] > 0.5  # the mini collection is easy for hybrid search
+
+    model = CrossEncoder(str(out), device="cpu")
+    reranker = LocalReranker(settings.reranker.model_copy(update={"model": str(out), "device": "cpu"}))
+    passages = ["asthma attacks. asthma in lung patients", "melanoma detection. skin"]
+    np.testing.assert_allclose(reranker.score("asthma", passages),
+                               model.predict([("asthma", p) for p in passages], activation_fn=None), rtol=1e-4)
+
+
+def test_cli_refuses_the_test_split_and_a_missing_index(collection: Path, settings: Settings, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train-reranker", str(collection), "--split", "test", "--out", str(tmp_path / "m")]) == 2
+    assert "refusing" in capsys.readouterr().err
+    code = main(["train-reranker", str(collection), "--out", str(tmp_path / "m"), "--prefix", "no-such-prefix-x1",
+                 "--no-progress"])
+    assert code == 3 and "no-such-prefix-x1-chunks" in capsys.readouterr().err
+    assert not (tmp_path / "m").exists()
+
+
+def test_judgments_loaded_for_training_are_relevant_only(collection: Path) -> None:
+    data = load_split(collection, "train")
+    assert all(relevant_ids(j) == set(j) for j in data.qrels.values())
