@@ -1,9 +1,104 @@
-"""`hsp` commands of this group (not written yet)."""
+"""`hsp ingest PATH` and `hsp delete DOC_ID…`."""
 
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from hybridsearch.errors import ConfigError
+from hybridsearch.settings import Settings
+
+console = Console()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add this group's sub-commands to ``sub``."""
+    """Add ``ingest`` and ``delete``."""
+    p = sub.add_parser("ingest", help="read, chunk, embed and index documents from a file or folder",
+                       description="Ingest a folder tree (.txt .md .html .json .jsonl) or a BEIR corpus.jsonl[.gz]. "
+                       "Unchanged documents are skipped, changed ones replaced; failures go to a dead-letter file.")
+    p.add_argument("path", type=Path, help="file or folder")
+    p.add_argument("--workers", type=int, default=None, help="embedding processes (default: HSP_INGEST__WORKERS, 1)")
+    p.add_argument("--shard", default=None, metavar="I/N", help="only documents whose id hashes to shard I of N")
+    p.add_argument("--strategy", choices=["paragraph", "sentence", "token", "fixed", "parent_child"], default=None,
+                   help="chunking strategy (default: HSP_CHUNKING__STRATEGY, paragraph)")
+    p.add_argument("--max-tokens", type=int, default=None, help="chunk size in word pieces")
+    p.add_argument("--batch-size", type=int, default=None, help="embedding batch size")
+    p.add_argument("--backend", choices=["torch", "onnx"], default=None, help="embedding backend")
+    p.add_argument("--id-field", default=None, help="JSON field holding the document id (default: _id/id/doc_id)")
+    p.add_argument("--title-field", default="title", help="JSON field holding the title")
+    p.add_argument("--text-field", default=None, help="JSON field holding the text (default: text/body/content)")
+    p.add_argument("--metadata-field", default="metadata", help="JSON object field copied into metadata")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(handler=run_ingest_command)
+
+    d = sub.add_parser("delete", help="remove documents (all their chunks) from the index")
+    d.add_argument("doc_ids", nargs="+", metavar="DOC_ID")
+    d.set_defaults(handler=run_delete_command)
+
+
+def _apply(args: argparse.Namespace, settings: Settings) -> Settings:
+    ingest, chunking, embedding = {}, {}, {}
+    if args.workers is not None:
+        ingest["workers"] = args.workers
+    if args.strategy:
+        chunking["strategy"] = args.strategy
+    if args.max_tokens is not None:
+        chunking["max_tokens"] = args.max_tokens
+    if args.batch_size is not None:
+        embedding["batch_size"] = args.batch_size
+    if args.backend:
+        embedding["backend"] = args.backend
+    try:
+        return settings.model_copy(update={
+            "ingest": settings.ingest.model_validate({**settings.ingest.model_dump(), **ingest}),
+            "chunking": settings.chunking.model_validate({**settings.chunking.model_dump(), **chunking}),
+            "embedding": settings.embedding.model_validate({**settings.embedding.model_dump(), **embedding}),
+        })
+    except ValueError as exc:
+        raise ConfigError(f"bad ingest option: {exc}") from None
+
+
+def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
+    from hybridsearch.ingest.ids import parse_shard
+    from hybridsearch.ingest.pipeline import run_ingest
+    from hybridsearch.ingest.sources import RecordFields
+
+    settings = _apply(args, settings)
+    try:
+        shard = parse_shard(args.shard) if args.shard else None
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if not args.path.exists():
+        raise ConfigError(f"{args.path} does not exist")
+    fields = RecordFields(id=args.id_field, title=args.title_field, text=args.text_field,
+                          metadata=args.metadata_field)
+    result = run_ingest(args.path, settings, progress=not args.no_progress, shard=shard, fields=fields)
+    table = Table(title=f"ingest run {result.run_id} → {result.index}", show_header=True)
+    table.add_column("documents", justify="right")
+    table.add_column("chunks", justify="right")
+    docs = (f"{result.documents:,} read\n{result.documents_indexed:,} indexed\n"
+            f"{result.documents_skipped:,} unchanged\n{result.documents_failed:,} failed")
+    chunks = (f"{result.indexed:,} new\n{result.updated:,} updated\n{result.unchanged:,} unchanged\n"
+              f"{result.deleted:,} deleted\n{result.failed:,} failed ({result.retried:,} retries)")
+    table.add_row(docs, chunks)
+    console.print(table)
+    console.print(f"{result.seconds:.1f} s · {result.chunks_per_second:,.1f} chunks/s · chunker {result.chunker}")
+    if result.changed_nothing:
+        console.print("[green]Nothing changed:[/] every document was already indexed.")
+    if result.dead_letter_path:
+        console.print(f"[yellow]Failures recorded in[/] {result.dead_letter_path}")
+    if result.status == "interrupted":
+        console.print("[yellow]Interrupted:[/] re-run the same command to resume.")
+        return 130
+    return 1 if result.documents_failed or result.failed else 0
+
+
+def run_delete_command(args: argparse.Namespace, settings: Settings) -> int:
+    from hybridsearch.ingest.pipeline import delete_documents
+
+    n = delete_documents(args.doc_ids, settings)
+    console.print(f"deleted {n:,} chunks of {len(set(args.doc_ids)):,} document id(s)")
+    return 0
