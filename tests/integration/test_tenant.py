@@ -1,0 +1,156 @@
+"""Several teams on one cluster: prefixes keep their indices apart, tenants share one index safely,
+and an API key limited to a prefix is enough to ingest and search (where the cluster has security)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from elasticsearch import ApiError, Elasticsearch
+
+from hybridsearch import SearchClient, lifecycle
+from hybridsearch.cluster import make_client
+from hybridsearch.embedding import Embedder
+from hybridsearch.errors import ClusterError
+from hybridsearch.indices import alias_targets
+from hybridsearch.ingest.pipeline import run_ingest
+from hybridsearch.ingest.sources import Document
+from hybridsearch.settings import Settings, load_settings
+
+TEAM_A = {
+    "handbook": ("Expense policy", "Team A reimburses train tickets and hotel nights booked through the portal."),
+    "oncall": ("On-call rota", "Team A engineers hand over the pager every Monday at ten in the morning."),
+    "shared-id": ("Coffee machine", "Team A descales the espresso machine on the first Friday of the month."),
+}
+TEAM_B = {
+    "recipes": ("Sourdough", "Team B feeds the sourdough starter with rye flour and water every evening."),
+    "garden": ("Allotment", "Team B waters the tomatoes and harvests courgettes in late summer."),
+    "shared-id": ("Coffee beans", "Team B buys single-origin coffee beans roasted in small batches."),
+}
+
+
+def docs(corpus: dict[str, tuple[str, str]]) -> list[Document]:
+    return [Document.make(doc_id, text, title=title) for doc_id, (title, text) in corpus.items()]
+
+
+def tenant(settings: Settings, name: str | None) -> Settings:
+    return settings.model_copy(update={"index": settings.index.model_copy(update={"tenant": name})})
+
+
+def seen(client: SearchClient, query: str, **kw: Any) -> set[tuple[str, str | None]]:
+    return {(h.doc_id, h.title) for h in client.search(query, k=10, rerank=False, **kw).hits}
+
+
+def test_two_tenants_in_one_index_see_only_their_own_documents(es: Elasticsearch, settings: Settings,
+                                                                 embedder: Embedder) -> None:
+    a, b = tenant(settings, "team-a"), tenant(settings, "team-b")
+    assert run_ingest(docs(TEAM_A), a, es=es, embedder=embedder).failed == 0
+    assert run_ingest(docs(TEAM_B), b, es=es, embedder=embedder).failed == 0
+    index = alias_targets(es, settings.index.alias)
+    assert len(index) == 1 and es.count(index=index[0])["count"] == 6  # one index holds both teams
+
+    titles_a = {t for t, _ in TEAM_A.values()}
+    titles_b = {t for t, _ in TEAM_B.values()}
+    with SearchClient(es, a, embedder=embedder) as ca, SearchClient(es, b, embedder=embedder) as cb:
+        for query in ("coffee", "sourdough starter rye flour", "pager handover monday", "team"):
+            for mode in ("hybrid", "bm25", "dense"):
+                got_a = {t for _, t in seen(ca, query, mode=mode)}
+                got_b = {t for _, t in seen(cb, query, mode=mode)}
+                assert got_a <= titles_a and got_b <= titles_b, (query, mode, got_a, got_b)
+        # the same doc_id in both tenants stays two documents
+        assert ("shared-id", "Coffee machine") in seen(ca, "coffee")
+        assert ("shared-id", "Coffee beans") in seen(cb, "coffee")
+        assert seen(ca, "sourdough starter rye flour", mode="bm25") == set()  # team B's words, not A's hits
+        # a filter cannot widen the tenant: asking for the other tenant yields nothing
+        assert seen(ca, "coffee", filters={"tenant": "team-b"}) == set()
+
+    # without a tenant the client sees everything (an operator's view; collapse off, since collapsing by
+    # doc_id would fold the two tenants' "shared-id" documents into one)
+    operator = tenant(settings, None)
+    operator = operator.model_copy(update={"query": operator.query.model_copy(update={"collapse": False})})
+    with SearchClient(es, operator, embedder=embedder) as admin:
+        assert {t for _, t in seen(admin, "coffee")} >= {"Coffee machine", "Coffee beans"}
+
+    # a migration carries the tenant of every chunk along
+    new = settings.model_copy(update={"index": settings.index.model_copy(update={"index_options": "hnsw"})})
+    lifecycle.migrate(es, settings, new, embedder=embedder)
+    with SearchClient(es, tenant(new, "team-b"), embedder=embedder) as cb2:
+        assert {t for _, t in seen(cb2, "coffee team")} <= titles_b
+        assert ("shared-id", "Coffee beans") in seen(cb2, "coffee")
+
+
+def test_prefixes_keep_teams_apart(es: Elasticsearch, settings: Settings, embedder: Embedder) -> None:
+    other = settings.model_copy(update={"index": settings.index.model_copy(
+        update={"prefix": f"{settings.index.prefix}-x"})})
+    try:
+        run_ingest(docs(TEAM_A), settings, es=es, embedder=embedder)
+        run_ingest(docs(TEAM_B), other, es=es, embedder=embedder)
+        for s, corpus in ((settings, TEAM_A), (other, TEAM_B)):
+            names = {n for n in es.indices.get(index=f"{s.index.prefix}-*").body if not n.startswith(
+                f"{s.index.prefix}-x-") or s is other}
+            assert s.index.versioned(1) in names and s.index.ingest_runs in names
+            assert es.indices.exists_index_template(name=f"{s.index.prefix}-chunks")
+            with SearchClient(es, s, embedder=embedder) as client:
+                assert {t for _, t in seen(client, "coffee team")} <= {t for t, _ in corpus.values()}
+        # the status of one prefix lists only its own versions
+        assert [r.name for r in lifecycle.index_status(es, settings).indices] == [settings.index.versioned(1)]
+    finally:
+        es.options(ignore_status=404).indices.delete(index=f"{other.index.prefix}-*", expand_wildcards="all")
+        es.options(ignore_status=404).indices.delete_index_template(name=f"{other.index.prefix}-*")
+
+
+# --------------------------------------------------------------------------------------------- API keys
+
+def security_enabled(es: Elasticsearch) -> tuple[bool, str]:
+    """Whether the cluster enforces security, and what the answer was."""
+    try:
+        usage = es.xpack.usage().body
+    except ApiError as exc:
+        return False, f"GET _xpack/usage answered HTTP {exc.meta.status} (no X-Pack: the integ-test distribution)"
+    sec = usage.get("security", {})
+    if not sec.get("enabled"):
+        return False, "xpack.security.enabled is false on this cluster"
+    return True, "security enabled"
+
+
+def prefix_role(prefix: str) -> dict[str, Any]:
+    """The role descriptor docs/operations.md gives a team that owns ``<prefix>-*``."""
+    return {
+        "cluster": ["monitor", "manage_index_templates"],
+        "indices": [{"names": [f"{prefix}-*"],
+                     "privileges": ["read", "write", "create_index", "manage", "view_index_metadata"]}],
+    }
+
+
+@pytest.fixture()
+def prefix_api_key(es: Elasticsearch, settings: Settings) -> Iterator[str]:
+    enabled, why = security_enabled(es)
+    if not enabled:
+        pytest.skip(f"cluster security is off, so API keys cannot be restricted: {why}")
+    key = es.security.create_api_key(name=f"hsp-test-{uuid.uuid4().hex[:8]}",
+                                     role_descriptors={"team": prefix_role(settings.index.prefix)},
+                                     expiration="1h").body
+    yield str(key["encoded"])
+    es.security.invalidate_api_key(ids=[key["id"]])
+
+
+def test_api_key_restricted_to_the_prefix_is_enough(es: Elasticsearch, settings: Settings, embedder: Embedder,
+                                                     prefix_api_key: str) -> None:
+    team = load_settings(es_url=settings.es.url, es={"api_key": prefix_api_key},
+                         index={"prefix": settings.index.prefix}, query={"log_queries": False},
+                         ingest={"dead_letter_dir": str(settings.ingest.dead_letter_dir)})
+    team_es = make_client(team.es)
+    result = run_ingest(docs(TEAM_A), team, es=team_es, embedder=embedder)
+    assert result.failed == 0 and result.documents == 3
+    with SearchClient(team_es, team, embedder=embedder) as client:
+        assert seen(client, "expense policy train tickets")
+    assert lifecycle.index_status(team_es, team).indices[0].chunks == 3
+    # ...and nothing outside the prefix
+    outsider = team.model_copy(update={"index": team.index.model_copy(update={"prefix": f"x{uuid.uuid4().hex[:6]}"})})
+    try:
+        with pytest.raises(ClusterError, match=r"403|security_exception"):
+            run_ingest(docs(TEAM_B), outsider, es=team_es, embedder=embedder)
+    finally:
+        es.options(ignore_status=404).indices.delete_index_template(name=f"{outsider.index.prefix}-*")
