@@ -273,8 +273,8 @@ def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | N
     if source_meta.get("chunker_version") not in (None, target_meta_expected["chunker_version"]):
         raise ConfigError(
             f"{source} was cut by chunker {source_meta.get('chunker_version')!r}, the new settings ask for "
-            f"{target_meta_expected['chunker_version']!r}: chunks cannot be re-cut from chunks. Create the new "
-            "version with `hsp index create --version N` and re-ingest the sources into it, then swap."
+            f"{target_meta_expected['chunker_version']!r}: chunks cannot be re-cut from chunks. A chunker change "
+            "needs the source documents ingested again into a new index version."
         )
     if source_meta.get("prepend_title") is not None and source_meta.get("prepend_title") != new.embedding.prepend_title:
         log.info("prepend_title changes from %s to %s", source_meta.get("prepend_title"), new.embedding.prepend_title)
