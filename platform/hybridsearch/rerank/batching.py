@@ -15,6 +15,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from hybridsearch.rerank.base import PairScorer
@@ -50,6 +51,7 @@ class MicroBatcher:
         self._task: asyncio.Task[None] | None = None
         self._held: Job | None = None
         self._busy = False  # the last model call was shared: wait the window for more
+        self._executor: ThreadPoolExecutor | None = None  # one thread owns the model (warm thread pools, CUDA)
 
     @property
     def pending(self) -> int:
@@ -58,6 +60,7 @@ class MicroBatcher:
 
     def start(self) -> None:
         if self._task is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rerank-model")
             self._task = asyncio.get_running_loop().create_task(self._run(), name="rerank-batcher")
 
     async def stop(self) -> None:
@@ -66,6 +69,9 @@ class MicroBatcher:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
             self._task = None
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
 
     async def submit(self, query: str, passages: list[str]) -> list[float]:
         """Scores for ``passages`` in input order, once the worker got to them. Raises what the scorer raises."""
@@ -115,7 +121,7 @@ class MicroBatcher:
             if not jobs:
                 continue
             started = time.perf_counter()
-            outcome = await asyncio.to_thread(self._score, jobs)
+            outcome = await asyncio.get_running_loop().run_in_executor(self._executor, self._score, jobs)
             if self.on_batch is not None:
                 self.on_batch(len(jobs), sum(len(j.passages) for j in jobs), time.perf_counter() - started)
             for job, result in zip(jobs, outcome, strict=True):
