@@ -113,12 +113,16 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def write_reports(report: EvalReport, out: Path, diffs: list[Diff] | None, tolerance: float) -> list[Path]:
-    """Write ``eval-<dataset>-<split>-<UTC time>.json/.md/.png`` under ``out``; returns the paths."""
+    """Write ``eval-<dataset>-<split>-<UTC time>[-n].json/.md/.png`` under ``out``; returns the paths."""
     from hybridsearch.eval.plots import write_chart
 
     out.mkdir(parents=True, exist_ok=True)
     stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    stem = out / f"eval-{report.dataset['name']}-{report.dataset['split']}-{stamp}"
+    base = f"eval-{report.dataset['name']}-{report.dataset['split']}-{stamp}"
+    stem, n = out / base, 1
+    while stem.with_suffix(".json").exists():  # never overwrite an earlier report from the same second
+        n += 1
+        stem = out / f"{base}-{n}"
     json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
     json_path.write_text(report.to_json() + "\n", encoding="utf-8")
     md_path.write_text(to_markdown(report, diffs, tolerance) + "\n", encoding="utf-8")

@@ -9,6 +9,9 @@ versions stay, so switching settings back reuses them.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,13 +19,14 @@ from typing import TYPE_CHECKING, Any
 from elasticsearch import Elasticsearch
 
 from hybridsearch.cluster import es_errors
-from hybridsearch.errors import IndexNotFound
+from hybridsearch.errors import IndexNotFound, IngestError
 from hybridsearch.indices import alias_targets, ensure_index, expected_meta, swap_alias
 from hybridsearch.mappings import index_options
 from hybridsearch.settings import Settings
 
 if TYPE_CHECKING:
     from hybridsearch.embedding import Embedder
+    from hybridsearch.ingest.sources import Document
 
 # _meta keys that decide whether an existing index holds what these settings would build.
 REUSE_META = ("embedding_model", "embedding_dims", "chunker", "chunker_version", "prepend_title")
@@ -105,14 +109,19 @@ def index_counts(es: Elasticsearch, index: str) -> dict[str, int]:
 
 
 def ingest_corpus(
-    es: Elasticsearch, settings: Settings, corpus: Path, *, embedder: Embedder | None = None, progress: bool = False
+    es: Elasticsearch, settings: Settings, corpus: Path | Iterable[Document], *,
+    embedder: Embedder | None = None, progress: bool = False,
 ) -> dict[str, Any]:
-    """Run ingestion of ``corpus`` into the alias (unchanged documents are skipped); its result as a dict."""
+    """Ingest ``corpus`` (a path, or Documents) through the alias; unchanged documents are skipped.
+
+    Returns the run's counts as a dict. Raises IngestError when the run did not complete.
+    """
     from hybridsearch.ingest.pipeline import run_ingest
 
     result = run_ingest(corpus, settings, es=es, embedder=embedder, progress=progress)
-    dump = getattr(result, "model_dump", None)
-    if callable(dump):
-        out: dict[str, Any] = dump(mode="json")
-        return out
-    return dict(vars(result))
+    out: dict[str, Any] = json.loads(json.dumps(
+        dataclasses.asdict(result) if dataclasses.is_dataclass(result) else vars(result), default=str))
+    if out.get("status", "completed") != "completed":
+        raise IngestError(f"ingesting {corpus} ended {out.get('status')}: the index is incomplete, so the "
+                          "evaluation stops; re-run to resume")
+    return out
