@@ -85,6 +85,10 @@ class Embedder:
 
             kwargs = onnx_model_kwargs(self.cfg)
         model = load_sentence_transformer(self.cfg.model, self.cfg.device, **kwargs)
+        if self.cfg.backend == "onnx":
+            from hybridsearch.ingest.onnx import attach_onnx
+
+            model = attach_onnx(model, self.cfg)
         dims = model.get_embedding_dimension()
         if dims != self.cfg.dims:
             raise ModelError(

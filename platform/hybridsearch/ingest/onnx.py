@@ -1,0 +1,159 @@
+"""ONNX Runtime backend for the bi-encoder, exported locally from the packaged model (no download).
+
+sentence-transformers' own ``backend="onnx"`` needs Optimum, whose releases do not work with the
+transformers 5 installed here, so the export is done with ``torch.onnx.export`` and the int8 variant with
+``onnxruntime.quantization.quantize_dynamic``. Both are written once to
+``~/.cache/hybridsearch/onnx/<hash of model files, opset, quantisation>/`` (``HSP_ONNX_CACHE`` overrides
+the folder). :func:`attach_onnx` then swaps the transformer inside a loaded ``SentenceTransformer`` for an
+ONNX Runtime session, keeping its tokenizer, pooling and normalisation, so ``encode`` is unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import threading
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hybridsearch.errors import ModelError
+from hybridsearch.settings import EmbeddingSettings
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+OPSET = 17
+INPUTS = ("input_ids", "attention_mask", "token_type_ids")
+_export_lock = threading.Lock()
+
+
+def onnx_model_kwargs(cfg: EmbeddingSettings) -> dict[str, Any]:
+    """Extra ``SentenceTransformer`` keyword arguments for ``backend="onnx"``: none (the model is loaded
+    on CPU as usual, then :func:`attach_onnx` replaces its transformer with an ONNX Runtime session)."""
+    return {}
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("HSP_ONNX_CACHE", Path.home() / ".cache" / "hybridsearch" / "onnx"))
+
+
+def _fingerprint(model_dir: Path) -> str:
+    h = hashlib.sha256(f"opset={OPSET};{model_dir}".encode())
+    for p in sorted(model_dir.rglob("*")):
+        if p.is_file() and p.suffix in {".safetensors", ".bin", ".json", ".txt"}:
+            st = p.stat()
+            h.update(f"{p.relative_to(model_dir)}:{st.st_size}".encode())
+            if p.suffix in {".json", ".txt"}:
+                h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def export(model: SentenceTransformer, model_dir: str | Path, quantized: bool = False) -> Path:
+    """Path of the ONNX file for ``model`` (loaded from ``model_dir``), exporting it on first use."""
+    folder = cache_root() / _fingerprint(Path(model_dir))
+    fp32 = folder / "model.onnx"
+    target = folder / ("model_qint8.onnx" if quantized else "model.onnx")
+    with _export_lock:
+        if not fp32.exists():
+            _export_fp32(model, fp32)
+        if quantized and not target.exists():
+            from onnxruntime.quantization import QuantType, quantize_dynamic
+
+            tmp = target.with_suffix(".tmp.onnx")
+            root = logging.getLogger()
+            level = root.level
+            root.setLevel(logging.ERROR)  # quantize_dynamic logs advice on the root logger
+            try:
+                quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
+            finally:
+                root.setLevel(level)
+            tmp.replace(target)
+    return target
+
+
+def _export_fp32(model: SentenceTransformer, path: Path) -> None:
+    import torch
+
+    transformer: Any = model[0].model
+    transformer.eval()
+
+    class _Wrapped(torch.nn.Module):
+        def __init__(self, inner: Any) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            out = self.inner(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids)
+            return out.last_hidden_state
+
+    sample = model.tokenizer(["an example sentence", "another, longer example sentence here"], padding=True,
+                             return_tensors="pt")
+    args = tuple(sample[k] if k in sample else torch.zeros_like(sample["input_ids"]) for k in INPUTS)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp.onnx")
+    axes = {k: {0: "batch", 1: "sequence"} for k in (*INPUTS, "last_hidden_state")}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(_Wrapped(transformer).cpu(), args, str(tmp), input_names=list(INPUTS),
+                          output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=OPSET,
+                          dynamo=False)
+    tmp.replace(path)
+
+
+def _session(path: Path, device: str) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    providers = ["CPUExecutionProvider"]
+    if device in {"auto", "cuda"} and "CUDAExecutionProvider" in ort.get_available_providers():
+        providers.insert(0, "CUDAExecutionProvider")
+    return ort.InferenceSession(str(path), sess_options=opts, providers=providers)
+
+
+def _ort_module(session: Any, config: Any) -> Any:
+    import torch
+
+    class OrtTransformer(torch.nn.Module):
+        """Stands in for the Hugging Face model inside sentence-transformers' Transformer module."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.config = config
+            self.session = session
+            self.register_buffer("_device_anchor", torch.zeros(0), persistent=False)
+
+        def forward(self, input_ids: Any = None, attention_mask: Any = None, token_type_ids: Any = None,
+                    **_: Any) -> dict[str, Any]:
+            feeds = {"input_ids": input_ids.cpu().numpy().astype(np.int64),
+                     "attention_mask": attention_mask.cpu().numpy().astype(np.int64)}
+            feeds["token_type_ids"] = (token_type_ids.cpu().numpy().astype(np.int64) if token_type_ids is not None
+                                       else np.zeros_like(feeds["input_ids"]))
+            (hidden,) = self.session.run(["last_hidden_state"], feeds)
+            return {"last_hidden_state": torch.from_numpy(hidden)}
+
+    return OrtTransformer()
+
+
+def attach_onnx(model: SentenceTransformer, cfg: EmbeddingSettings) -> SentenceTransformer:
+    """Replace ``model``'s transformer by an ONNX Runtime session (int8 when ``cfg.onnx_quantized``).
+
+    Raises ModelError when the model is not a plain BERT-like transformer or the export fails."""
+    from hybridsearch.embedding import resolve_model
+
+    try:
+        first: Any = model[0]
+        inner: Any = first.model
+        path = export(model, resolve_model(cfg.model), cfg.onnx_quantized)
+        session = _session(path, cfg.device)
+    except Exception as exc:
+        raise ModelError(f"cannot build the ONNX backend for {cfg.model!r}: {type(exc).__name__}: {exc}. "
+                         "Use HSP_EMBEDDING__BACKEND=torch.") from exc
+    first.model = _ort_module(session, inner.config)
+    first.model_forward_params = None  # our forward takes **kwargs
+    model.to("cpu")
+    return model

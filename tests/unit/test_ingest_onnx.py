@@ -1,0 +1,29 @@
+"""The ONNX backend: exported locally from the packaged model, same vectors as torch (int8: close)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from hybridsearch.embedding import Embedder
+from hybridsearch.settings import EmbeddingSettings
+
+TEXTS = ["Aspirin lowers the risk of heart attack.", "The mitochondria is the powerhouse of the cell.",
+         "Vitamin D deficiency is associated with bone fractures in older adults."]
+
+
+def test_onnx_matches_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HSP_ONNX_CACHE", str(tmp_path))
+    torch_vecs = Embedder(EmbeddingSettings(device="cpu")).encode(TEXTS)
+    onnx = Embedder(EmbeddingSettings(device="cpu", backend="onnx"))
+    vecs = onnx.encode(TEXTS)
+    assert list(tmp_path.glob("*/model.onnx")), "the export goes to the cache folder"
+    assert type(onnx.model[0].model).__name__ == "OrtTransformer"
+    assert np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    assert float((vecs * torch_vecs).sum(1).min()) > 0.9999
+    int8 = Embedder(EmbeddingSettings(device="cpu", backend="onnx", onnx_quantized=True)).encode(TEXTS)
+    assert list(tmp_path.glob("*/model_qint8.onnx"))
+    cos = (int8 * torch_vecs).sum(1)
+    assert 0.97 < float(cos.min()) < 0.99999  # quantised: close, not identical
