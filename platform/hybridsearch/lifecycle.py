@@ -13,6 +13,7 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,8 +24,9 @@ from hybridsearch.embedding import Embedder, load_sentence_transformer
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
 from hybridsearch.indices import alias_targets, check_meta, ensure_templates, index_meta
 from hybridsearch.ingest.chunking import embed_text
+from hybridsearch.ingest.writer import DeadLetter, WriteReport, write_actions
 from hybridsearch.mappings import load_template
-from hybridsearch.settings import EmbeddingSettings, Settings
+from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -217,34 +219,43 @@ def _batched(hits: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[st
         yield batch
 
 
-def copy_reembedded(es: Elasticsearch, source: str, target: str, embedder: Embedder, *,
-                    prepend_title: bool, batch_size: int = 256,
-                    on_batch: Callable[[int], None] | None = None, max_retries: int = 5) -> tuple[int, int]:
+def copy_reembedded(es: Elasticsearch, source: str, target: str, embedder: Embedder, *, prepend_title: bool,
+                    cfg: IngestSettings, batch_size: int = 256, on_batch: Callable[[int], None] | None = None,
+                    dead_letter: DeadLetter | None = None) -> tuple[int, int]:
     """Copy every chunk of ``source`` into ``target`` with vectors from ``embedder``.
 
-    Keeps each chunk's ``_id`` and fields; retries 429s with backoff. Returns ``(written, failed)``.
+    Keeps each chunk's ``_id`` and fields. Writes go through the ingestion bulk writer (failed items
+    alone are retried with backoff) in a background thread, so batch N is written while batch N+1 is
+    embedded. Items that still fail go to ``dead_letter``. Returns ``(written, failed)``.
     """
+    written = failed = 0
 
-    def actions() -> Iterator[dict[str, Any]]:
+    def absorb(report: WriteReport, n: int) -> None:
+        nonlocal written, failed
+        written += len(report.ok_ids)
+        failed += len(report.failures)
+        for f in report.failures:
+            log.warning("chunk %s not copied: %s", f.chunk_id, f.reason)
+            if dead_letter is not None:
+                dead_letter.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f.reason, stage="migrate",
+                                  status=f.status)
+        if on_batch:
+            on_batch(n)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsp-migrate-writer") as pool:
+        pending: tuple[Future[WriteReport], int] | None = None
         for batch in _batched(_scan(es, source, batch_size), batch_size):
             texts = [embed_text(h["_source"].get("title"), h["_source"].get("text") or "", prepend_title)
                      for h in batch]
             vectors = embedder.encode(texts)
-            for hit, vec in zip(batch, vectors, strict=True):
-                yield {"_index": target, "_id": hit["_id"], "_source": {**hit["_source"], "embedding": vec.tolist()}}
-            if on_batch:
-                on_batch(len(batch))
-
-    written = failed = 0
-    with es_errors(f"copy {source} to {target}"):
-        for ok, item in helpers.streaming_bulk(es, actions(), chunk_size=batch_size, raise_on_error=False,
-                                               raise_on_exception=False, max_retries=max_retries,
-                                               initial_backoff=1, max_backoff=30):
-            if ok:
-                written += 1
-            else:
-                failed += 1
-                log.warning("chunk not copied: %s", item)
+            actions = [{"_op_type": "index", "_index": target, "_id": h["_id"],
+                        "_source": {**h["_source"], "embedding": vec.tolist()}}
+                       for h, vec in zip(batch, vectors, strict=True)]
+            if pending is not None:
+                absorb(pending[0].result(), pending[1])
+            pending = (pool.submit(write_actions, es, actions, cfg), len(batch))
+        if pending is not None:
+            absorb(pending[0].result(), pending[1])
     return written, failed
 
 
@@ -294,9 +305,10 @@ def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | N
             on_progress(done, total)
 
     t0 = time.perf_counter()
+    dead_letter = DeadLetter(new.ingest.dead_letter_dir, f"migrate-{target}-{time.strftime('%Y%m%dT%H%M%S')}")
     written, failed = copy_reembedded(es, source, target, embedder, prepend_title=new.embedding.prepend_title,
-                                      batch_size=batch_size, on_batch=progress,
-                                      max_retries=new.ingest.bulk_max_retries)
+                                      cfg=new.ingest, batch_size=batch_size, on_batch=progress,
+                                      dead_letter=dead_letter)
     with es_errors(f"refresh {target}"):
         es.indices.refresh(index=target)
         copied = int(es.count(index=target)["count"])
@@ -305,7 +317,9 @@ def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | N
     if failed or copied != total or now != total:
         raise IngestError(
             f"migration {source} -> {target} incomplete: source had {total} chunks (now {now}), target holds "
-            f"{copied}, {failed} failed to copy. The alias still points at {source}; drop {target} with "
+            f"{copied}, {failed} failed to copy"
+            + (f" (reasons in {dead_letter.path})" if dead_letter.used else "")
+            + f". The alias still points at {source}; drop {target} with "
             f"`hsp index drop --version {version_of(target)}` and retry (pause ingestion during migrations)."
         )
     target_meta = index_meta(es, target)

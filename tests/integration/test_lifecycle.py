@@ -9,9 +9,10 @@ from elasticsearch import Elasticsearch
 from hybridsearch import lifecycle
 from hybridsearch.cli.main import main
 from hybridsearch.embedding import Embedder
-from hybridsearch.errors import ConfigError, IndexMismatch, IndexNotFound
+from hybridsearch.errors import ConfigError, IndexMismatch, IndexNotFound, IngestError
 from hybridsearch.indices import alias_targets, check_meta, ensure_index, index_meta
 from hybridsearch.ingest.chunking import embed_text
+from hybridsearch.ingest.writer import read_dead_letter
 from hybridsearch.settings import Settings
 
 DOCS = {
@@ -172,3 +173,26 @@ def test_cli_index_commands(es: Elasticsearch, settings: Settings, embedder: Emb
 def test_version_parsing() -> None:
     assert lifecycle.version_of("hsp-chunks-v12") == 12
     assert lifecycle.version_of("hsp-chunks") is None
+
+
+def test_failed_copy_keeps_the_alias_and_dead_letters_the_chunks(es: Elasticsearch, settings: Settings,
+                                                                  embedder: Embedder) -> None:
+    v1 = ensure_index(es, settings)
+    write_chunks(es, v1, embedder)
+    new = settings.model_copy(update={"index": settings.index.model_copy(update={"index_options": "hnsw"})})
+    v2 = settings.index.versioned(2)
+
+    def block_after_first_batch(done: int, total: int) -> None:
+        if done == 2:  # the target stops accepting writes half-way through
+            es.indices.put_settings(index=v2, settings={"index.blocks.write": True})
+
+    with pytest.raises(IngestError, match=r"incomplete.*3 failed.*alias still points at") as err:
+        lifecycle.migrate(es, settings, new, embedder=embedder, batch_size=2, on_progress=block_after_first_batch)
+    assert alias_targets(es, settings.index.alias) == [v1]  # searches never saw the half-built index
+    records = read_dead_letter(settings.ingest.dead_letter_dir / next(
+        p.name for p in settings.ingest.dead_letter_dir.iterdir() if p.name.startswith(f"migrate-{v2}")))
+    assert len(records) == 3 and {r["stage"] for r in records} == {"migrate"}
+    assert all("cluster_block_exception" in r["reason"] for r in records), records[0]
+    assert str(settings.ingest.dead_letter_dir) in str(err.value)
+    es.indices.put_settings(index=v2, settings={"index.blocks.write": False})
+    assert lifecycle.drop_version(es, settings, 2) == v2
