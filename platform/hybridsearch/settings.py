@@ -132,6 +132,8 @@ class QuerySettings(BaseModel):
     max_k: int = Field(100, ge=1, description="largest k a caller may ask for")
     max_query_chars: int = Field(2000, ge=16, description="longer queries are truncated")
     collapse: bool = Field(True, description="keep only the best chunk of each document")
+    knn_overfetch: float = Field(2.0, ge=1.0, le=10.0, description="with collapse, kNN gathers knn_k × this many "
+                                 "nearest chunks so that about knn_k distinct documents remain")
     log_queries: bool = True
     redact: bool = Field(False, description="log a hash instead of the query text")
 

@@ -55,8 +55,8 @@ def test_one_msearch_with_the_same_filters_in_bm25_and_knn(settings: Settings) -
     assert bm25["query"]["bool"]["filter"] == want == knn["knn"]["filter"]
     assert bm25["query"]["bool"]["must"] == [{"multi_match": {"query": "bees dance", "fields": ["title^2.5", "text"],
                                                               "operator": "and"}}]
-    assert knn["knn"] == {"field": "embedding", "query_vector": [0.5, 0.25], "k": 100, "num_candidates": 200,
-                          "filter": want}
+    assert knn["knn"] == {"field": "embedding", "query_vector": [0.5, 0.25], "k": 200, "num_candidates": 200,
+                          "filter": want}  # collapse: knn_k × knn_overfetch chunks, for ~knn_k documents
     for body in (bm25, knn):
         assert body["size"] == 100 and body["collapse"] == {"field": "doc_id"} and "embedding" not in body["_source"]
     assert searches(settings, plan(settings, "x", mode="bm25"), None)[0] == ["bm25"]
@@ -97,6 +97,7 @@ def test_without_collapse_chunks_are_separate(settings: Settings) -> None:
     assert [c.key for c in w.candidates] == ["a#0", "a#1", "b#0", "c#0"]
     assert [c.base_score for c in w.candidates] == [9.0, 8.0, 7.0, 6.0] and w.candidates[0].fused is None
     assert "collapse" not in searches(flat, plan(flat, "x", mode="bm25"), None)[1][1]
+    assert searches(flat, plan(flat, "x", mode="dense"), [1.0])[1][1]["knn"]["k"] == 100
 
 
 def test_linear_fusion_is_selected_by_settings(settings: Settings) -> None:

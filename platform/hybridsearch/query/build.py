@@ -5,6 +5,7 @@ Shared by :class:`~hybridsearch.query.client.SearchClient` and its async twin; n
 
 from __future__ import annotations
 
+import math
 import unicodedata
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -103,10 +104,15 @@ def bm25_body(settings: Settings, p: Plan) -> dict[str, Any]:
 
 
 def knn_body(settings: Settings, p: Plan, vector: Iterable[float]) -> dict[str, Any]:
-    """Top-level ``knn`` (``k=knn_k``, ``num_candidates`` ≥ k) with the same filters as a pre-filter."""
+    """Top-level ``knn`` with the same filters as a pre-filter, returning up to ``knn_k`` hits.
+
+    With ``collapse`` the search gathers ``knn_k × knn_overfetch`` nearest chunks (``k``) and keeps the best
+    chunk of each document, so about ``knn_k`` distinct documents remain; ``num_candidates`` is at least ``k``.
+    """
     q = settings.query
-    knn: dict[str, Any] = {"field": "embedding", "query_vector": [float(x) for x in vector], "k": q.knn_k,
-                           "num_candidates": max(q.num_candidates, q.knn_k)}
+    k = min(10_000, math.ceil(q.knn_k * q.knn_overfetch)) if q.collapse else q.knn_k
+    knn: dict[str, Any] = {"field": "embedding", "query_vector": [float(x) for x in vector], "k": k,
+                           "num_candidates": min(10_000, max(q.num_candidates, k))}
     if p.filters:
         knn["filter"] = p.filters
     body = _common(settings, q.knn_k)

@@ -1,0 +1,206 @@
+#!/usr/bin/env python
+"""Query-layer benchmark: per-stage latency, client overhead, hybrid vs single-list latency, depth sweep.
+
+Runs every judged query of a BEIR split (default: SciFact test, 300 queries) through ``SearchClient`` in
+the three modes, interleaved per query (rotating which mode goes first) so that all three see the same
+cluster and CPU conditions in the same run. Query embeddings are not cached (every call embeds), so
+hybrid and dense pay the same embedding cost. Prints p50/p95 per stage (embed, _msearch, fusion +
+assembly, rerank, total), the client-side overhead share, the hybrid/slower-single-list latency ratio
+(target ≤ 1.2) and nDCG@10 / recall@100 per mode. ``--sweep 50,100,200`` also measures quality,
+candidate count and latency of hybrid search at several per-list depths (``bm25_k`` = ``knn_k``).
+
+    ops/bench_query.py --prefix scifact                   # the lead's SciFact index, all 300 queries
+    ops/bench_query.py --prefix bench-small --build-subset 600 --queries 40 --sweep 50,100   # a small trial
+
+Needs a running node (HSP_ES_URL) and an index behind ``<prefix>-chunks`` (``--build-subset N`` ingests the
+judged documents of the chosen queries plus others up to N documents). Exit 0; numbers only, no gate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from hybridsearch.eval.datasets import Collection, iter_corpus, load_collection
+from hybridsearch.eval.metrics import evaluate
+from hybridsearch.query.client import SearchClient
+from hybridsearch.query.results import Mode, SearchResult
+from hybridsearch.settings import Settings, load_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_COLLECTION = ROOT.parent / "shared" / "datasets" / "scifact"
+MODES: tuple[Mode, ...] = ("hybrid", "bm25", "dense")
+STAGES = ("embed_ms", "search_ms", "fusion_ms", "rerank_ms", "total_ms")
+console = Console()
+
+
+def pct(values: list[float], p: float) -> float:
+    """The ``p``-th percentile (0-100) by linear interpolation; 0 for no values."""
+    if not values:
+        return 0.0
+    if len(values) == 1:
+        return values[0]
+    return statistics.quantiles(values, n=100, method="inclusive")[max(0, min(98, round(p) - 1))]
+
+
+def bench_settings(prefix: str | None, depth: int | None = None) -> Settings:
+    s = load_settings()
+    query: dict[str, Any] = {"log_queries": False}
+    if depth is not None:
+        query.update(bm25_k=depth, knn_k=depth, num_candidates=max(s.query.num_candidates, 2 * depth))
+    return s.model_copy(update={
+        "index": s.index.model_copy(update={"prefix": prefix or s.index.prefix}),
+        "embedding": s.embedding.model_copy(update={"query_cache_size": 0}),
+        "query": s.query.model_copy(update=query),
+    })
+
+
+def build_subset(settings: Settings, col: Collection, n_docs: int) -> None:
+    """Ingest the judged documents of ``col`` plus corpus documents up to ``n_docs`` (for trials)."""
+    from hybridsearch.ingest.pipeline import run_ingest
+    from hybridsearch.ingest.sources import Document
+
+    wanted = {d for q in col.qrels.values() for d in q}
+    docs: list[Document] = []
+    for rec in iter_corpus(col.corpus_path):
+        if rec["_id"] in wanted or len(docs) < n_docs - len(wanted):
+            docs.append(Document.make(rec["_id"], rec["text"], title=rec["title"] or None, source=col.name))
+        if len(docs) >= max(n_docs, len(wanted)) and wanted <= {d.doc_id for d in docs}:
+            break
+    console.print(f"ingesting {len(docs)} documents into {settings.index.alias} …")
+    result = run_ingest(docs, settings, progress=True)
+    console.print(f"ingest: {getattr(result, 'status', '?')}, {getattr(result, 'chunks', '?')} chunks")
+
+
+def run_modes(client: SearchClient, col: Collection, rerank: bool, warmup: int) -> dict[str, Any]:
+    queries = list(col.queries.items())
+    for _, text in queries[:warmup]:
+        for mode in MODES:
+            client.search(text, k=100, mode=mode, rerank=rerank)
+    timings: dict[str, dict[str, list[float]]] = {m: {s: [] for s in (*STAGES, "wall_ms")} for m in MODES}
+    rankings: dict[str, dict[str, list[str]]] = {m: {} for m in MODES}
+    candidates: dict[str, list[int]] = {m: [] for m in MODES}
+    for i, (qid, text) in enumerate(queries):
+        order = MODES[i % 3:] + MODES[: i % 3]
+        for mode in order:
+            t0 = time.perf_counter()
+            res: SearchResult = client.search(text, k=100, mode=mode, rerank=rerank)
+            timings[mode]["wall_ms"].append((time.perf_counter() - t0) * 1000)
+            for stage in STAGES:
+                timings[mode][stage].append(getattr(res.timings, stage))
+            rankings[mode][qid] = [h.doc_id for h in res.hits]
+            candidates[mode].append(res.candidates)
+    quality = {m: evaluate(col.qrels, rankings[m], ("ndcg@10", "recall@100"))[0] for m in MODES}
+    return {"timings": timings, "quality": quality, "candidates": candidates}
+
+
+def report_modes(out: dict[str, Any], rerank: bool) -> dict[str, Any]:
+    timings, quality = out["timings"], out["quality"]
+    table = Table(title=f"per-stage latency, ms (p50 / p95), rerank={'on' if rerank else 'off'}")
+    table.add_column("mode")
+    for stage in (*STAGES, "wall_ms"):
+        table.add_column(stage.removesuffix("_ms"), justify="right")
+    table.add_column("nDCG@10", justify="right")
+    table.add_column("R@100", justify="right")
+    table.add_column("cands", justify="right")
+    summary: dict[str, Any] = {}
+    for m in MODES:
+        cells = []
+        summary[m] = {}
+        for stage in (*STAGES, "wall_ms"):
+            v = timings[m][stage]
+            summary[m][stage] = {"p50": pct(v, 50), "p95": pct(v, 95), "mean": statistics.fmean(v)}
+            cells.append(f"{pct(v, 50):.1f} / {pct(v, 95):.1f}")
+        summary[m].update(quality[m], candidates=statistics.fmean(out["candidates"][m]))
+        table.add_row(m, *cells, f"{quality[m]['ndcg@10']:.4f}", f"{quality[m]['recall@100']:.4f}",
+                      f"{summary[m]['candidates']:.0f}")
+    console.print(table)
+    hyb = timings["hybrid"]
+    overhead = sum(hyb["fusion_ms"]) / sum(hyb["total_ms"])
+    slower = max(("bm25", "dense"), key=lambda m: summary[m]["total_ms"]["p50"])
+    ratio_p50 = summary["hybrid"]["total_ms"]["p50"] / summary[slower]["total_ms"]["p50"]
+    ratio_mean = summary["hybrid"]["total_ms"]["mean"] / max(summary["bm25"]["total_ms"]["mean"],
+                                                              summary["dense"]["total_ms"]["mean"])
+    console.print(f"client overhead (collapse + fusion + assembly) in hybrid: {overhead:.1%} of total time "
+                  f"(target < 5%) · p50 {summary['hybrid']['fusion_ms']['p50']:.2f} ms")
+    console.print(f"hybrid / slower single list ({slower}) latency: p50 {ratio_p50:.2f}×, mean {ratio_mean:.2f}× "
+                  "(target ≤ 1.2×)")
+    summary["overhead_share"] = overhead
+    summary["hybrid_vs_slower_p50"] = ratio_p50
+    summary["hybrid_vs_slower_mean"] = ratio_mean
+    return summary
+
+
+def sweep(prefix: str | None, col: Collection, depths: list[int]) -> list[dict[str, Any]]:
+    rows = []
+    table = Table(title="hybrid, no rerank: per-list depth (bm25_k = knn_k) vs quality and latency")
+    for col_name in ("depth", "nDCG@10", "R@100", "cands min", "cands mean", "search p50", "total p50", "total p95"):
+        table.add_column(col_name, justify="right")
+    for depth in depths:
+        with SearchClient.from_settings(bench_settings(prefix, depth), reranker=None) as client:
+            client.reranker = None
+            for text in list(col.queries.values())[:5]:
+                client.search(text, k=100, rerank=False)
+            ranks: dict[str, list[str]] = {}
+            search, total, cands = [], [], []
+            for qid, text in col.queries.items():
+                res = client.search(text, k=100, rerank=False)
+                ranks[qid] = [h.doc_id for h in res.hits]
+                search.append(res.timings.search_ms)
+                total.append(res.timings.total_ms)
+                cands.append(res.candidates)
+        q = evaluate(col.qrels, ranks, ("ndcg@10", "recall@100"))[0]
+        row = {"depth": depth, **q, "candidates_min": min(cands), "candidates_mean": statistics.fmean(cands),
+               "search_p50": pct(search, 50), "total_p50": pct(total, 50), "total_p95": pct(total, 95)}
+        rows.append(row)
+        table.add_row(str(depth), f"{q['ndcg@10']:.4f}", f"{q['recall@100']:.4f}", str(min(cands)),
+                      f"{row['candidates_mean']:.0f}", f"{row['search_p50']:.1f}", f"{row['total_p50']:.1f}",
+                      f"{row['total_p95']:.1f}")
+    console.print(table)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--prefix", help="index prefix (default: HSP_INDEX__PREFIX / settings)")
+    ap.add_argument("--collection", type=Path, default=DEFAULT_COLLECTION, help="BEIR folder (default SciFact)")
+    ap.add_argument("--split", default="test")
+    ap.add_argument("--queries", type=int, help="only the first N judged queries (default all)")
+    ap.add_argument("--warmup", type=int, default=5, help="queries run first and not measured (default 5)")
+    ap.add_argument("--rerank", action="store_true", help="also rerank (reranker from settings; default off)")
+    ap.add_argument("--sweep", help="comma-separated per-list depths to compare, e.g. 50,100,200")
+    ap.add_argument("--build-subset", type=int, metavar="N", help="first ingest a subset of N documents (trials)")
+    ap.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    args = ap.parse_args(argv)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    col = load_collection(args.collection, args.split).limit(args.queries)
+    settings = bench_settings(args.prefix)
+    if args.build_subset:
+        build_subset(settings, col, args.build_subset)
+    console.print(f"{col.name}/{col.split}: {len(col)} queries on {settings.index.alias}, "
+                  f"bm25_k={settings.query.bm25_k} knn_k={settings.query.knn_k} "
+                  f"num_candidates={settings.query.num_candidates} fusion={settings.query.fusion}")
+    with SearchClient.from_settings(settings) as client:
+        if not args.rerank:
+            client.reranker = None
+        console.print(f"index {client.index()}")
+        figures: dict[str, Any] = {"collection": col.name, "queries": len(col), "index": client.index(),
+                                   "modes": report_modes(run_modes(client, col, args.rerank, args.warmup), args.rerank)}
+    if args.sweep:
+        figures["sweep"] = sweep(args.prefix, col, [int(d) for d in args.sweep.split(",")])
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
