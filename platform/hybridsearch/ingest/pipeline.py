@@ -258,27 +258,14 @@ class _Run:
             return
 
     def _chunks(self, item: _Doc) -> Iterator[tuple[dict[str, Any], str]]:
-        d, cfg = item.doc, self.settings
-        limit = text_budget(self.tokenizer, d.title, cfg.embedding.prepend_title, self.max_seq)
-        now = _now()
         try:
-            for c in chunk_text(d.text, cfg.chunking, self.tokenizer, limit):
-                cid = chunk_id(d.doc_id, c.position, self.signature, self.tenant)
-                src: dict[str, Any] = {
-                    "doc_id": d.doc_id, "chunk_id": cid, "position": c.position,
-                    "char_start": c.char_start, "char_end": c.char_end, "title": d.title, "text": c.text,
-                    "source": d.source, "content_hash": d.content_hash, "tenant": self.tenant,
-                    "ingested_at": now, "metadata": d.metadata,
-                }
-                if c.parent_start is not None and c.parent_end is not None:
-                    src.update(parent_id=parent_id(d.doc_id, c.parent_start, c.parent_end, self.signature),
-                               parent_text=d.text[c.parent_start:c.parent_end],
-                               parent_start=c.parent_start, parent_end=c.parent_end)
+            for src, text in document_chunks(item.doc, self.settings, self.tokenizer, self.max_seq):
                 item.n_chunks += 1
-                yield src, embed_text(d.title, c.text, cfg.embedding.prepend_title)
+                yield src, text
         except (ValueError, TypeError) as exc:
-            self.failed_docs.add(d.doc_id)
-            self.dead.write(doc_id=d.doc_id, reason=f"cannot chunk: {exc}", stage="chunk", source=d.source)
+            self.failed_docs.add(item.doc.doc_id)
+            self.dead.write(doc_id=item.doc.doc_id, reason=f"cannot chunk: {exc}", stage="chunk",
+                            source=item.doc.source)
 
     # ---- stage 2: embed (calling thread) -----------------------------------------------------------
     def embed_loop(self, encode: Any) -> None:
@@ -360,6 +347,27 @@ class _Run:
         keep = {chunk_id(f.doc.doc_id, i, self.signature, self.tenant) for f in docs for i in range(f.n_chunks)}
         return [(i, d) for i, d in existing_chunk_ids(self.es, self.index, [f.doc.doc_id for f in docs],
                                                        self.tenant) if i not in keep]
+
+
+def document_chunks(d: Document, settings: Settings, tokenizer: Tokenizer, max_seq_length: int
+                    ) -> Iterator[tuple[dict[str, Any], str]]:
+    """``(chunk document without its vector, text to embed)`` for each chunk of ``d``, lazily."""
+    signature, tenant = chunker_signature(settings.chunking), settings.index.tenant
+    limit = text_budget(tokenizer, d.title, settings.embedding.prepend_title, max_seq_length)
+    now = _now()
+    for c in chunk_text(d.text, settings.chunking, tokenizer, limit):
+        cid = chunk_id(d.doc_id, c.position, signature, tenant)
+        src: dict[str, Any] = {
+            "doc_id": d.doc_id, "chunk_id": cid, "position": c.position,
+            "char_start": c.char_start, "char_end": c.char_end, "title": d.title, "text": c.text,
+            "source": d.source, "content_hash": d.content_hash, "tenant": tenant,
+            "ingested_at": now, "metadata": d.metadata,
+        }
+        if c.parent_start is not None and c.parent_end is not None:
+            src.update(parent_id=parent_id(d.doc_id, c.parent_start, c.parent_end, signature),
+                       parent_text=d.text[c.parent_start:c.parent_end],
+                       parent_start=c.parent_start, parent_end=c.parent_end)
+        yield src, embed_text(d.title, c.text, settings.embedding.prepend_title)
 
 
 def existing_chunk_ids(es: Elasticsearch, index: str, doc_ids: list[str], tenant: str | None = None

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Ingest benchmark: whole-pipeline chunks/s beside the embedder's own chunks/s, measured in one run.
+
+Ingests a BEIR corpus (default: SciFact, 5,183 abstracts) into a throwaway index prefix against the node at
+HSP_ES_URL, then encodes the very same chunk texts with the same embedder and batch size ("pure encode"),
+and prints the ratio (target: the pipeline keeps >= 90% of the embedder's throughput). Then compares encode
+throughput of torch, ONNX and ONNX-int8 (and torch in 2 processes) on the same chunks, with the mean cosine of
+each backend's vectors to the torch vectors. A second ingest run shows how fast unchanged documents are skipped.
+
+    HF_HUB_OFFLINE=1 $V/bin/python ops/bench_ingest.py --limit 300      # quick subset
+    HF_HUB_OFFLINE=1 $V/bin/python ops/bench_ingest.py                  # full corpus (minutes)
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from hybridsearch.cluster import make_client
+from hybridsearch.embedding import Embedder
+from hybridsearch.ingest.chunking import HFTokenizer
+from hybridsearch.ingest.pipeline import document_chunks, run_ingest
+from hybridsearch.ingest.sources import Document, read_path
+from hybridsearch.ingest.workers import ProcessPoolEncoder
+from hybridsearch.settings import load_settings
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_CORPUS = ROOT.parent / "shared" / "datasets" / "scifact" / "corpus.jsonl.gz"
+console = Console(width=None if sys.stdout.isatty() else 150)
+
+
+def timed_encode(encode: Any, texts: list[str], batch: int) -> tuple[float, np.ndarray]:
+    """Chunks/s of ``encode`` over ``texts`` fed in pipeline-sized batches, and the vectors."""
+    out = []
+    t0 = time.perf_counter()
+    for i in range(0, len(texts), batch):
+        out.append(encode(texts[i:i + batch]))
+    dt = time.perf_counter() - t0
+    return len(texts) / dt, np.concatenate(out)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
+    ap.add_argument("--limit", type=int, default=None, help="only the first N documents")
+    ap.add_argument("--backend-sample", type=int, default=600,
+                    help="chunks used for the torch/ONNX/int8 comparison (0 = skip it)")
+    ap.add_argument("--no-processes", action="store_true", help="skip the 2-process encode measurement")
+    ap.add_argument("--keep", action="store_true", help="keep the throwaway indices")
+    ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
+    args = ap.parse_args(argv)
+
+    prefix = f"bench-ingest-{uuid.uuid4().hex[:8]}"
+    settings = load_settings(index={"prefix": prefix}, ingest={"dead_letter_dir": "/tmp/hsp-bench-dead-letter"})
+    es = make_client(settings.es)
+    docs = [d for d in itertools.islice(read_path(args.corpus), args.limit) if isinstance(d, Document)]
+    console.print(f"{len(docs):,} documents from {args.corpus} · cpus={os.cpu_count()} · "
+                  f"batch_size={settings.embedding.batch_size} · chunker={settings.chunking.strategy}")
+    embedder = Embedder(settings.embedding)
+    embedder.encode(["warm up"])
+    figures: dict[str, Any] = {"documents": len(docs), "cpus": os.cpu_count()}
+    try:
+        first = run_ingest(docs, settings, es=es, embedder=embedder, progress=True)
+        second = run_ingest(docs, settings, es=es, embedder=embedder)
+        tok = HFTokenizer(embedder.model.tokenizer)
+        texts = [t for d in docs for _, t in document_chunks(d, settings, tok, embedder.max_seq_length)]
+        batch = max(settings.embedding.batch_size * 4, 16)  # what the pipeline hands the embedder
+        pure_cps, torch_vecs = timed_encode(embedder.encode, texts, batch)
+    finally:
+        if not args.keep:
+            es.options(ignore_status=404).indices.delete(index=f"{prefix}-*", expand_wildcards="all")
+            es.options(ignore_status=404).indices.delete_index_template(name=f"{prefix}-*")
+    pipe_cps = (first.indexed + first.updated) / first.seconds
+    figures.update(chunks=len(texts), pipeline_seconds=first.seconds, pipeline_chunks_per_s=pipe_cps,
+                   pure_encode_chunks_per_s=pure_cps, ratio=pipe_cps / pure_cps,
+                   embed_share=first.embed_seconds / first.seconds, rerun_seconds=second.seconds,
+                   rerun_changed_nothing=second.changed_nothing, failed=first.failed + first.documents_failed)
+
+    t = Table(title="ingest pipeline vs pure encode (same chunks, same run)")
+    for col in ("documents", "chunks", "pipeline s", "pipeline chunks/s", "encode chunks/s", "ratio",
+                "embedder busy", "re-run s", "re-run"):
+        t.add_column(col, justify="right")
+    t.add_row(f"{len(docs):,}", f"{len(texts):,}", f"{first.seconds:.1f}", f"{pipe_cps:.1f}", f"{pure_cps:.1f}",
+              f"{pipe_cps / pure_cps:.2f}", f"{figures['embed_share']:.0%}", f"{second.seconds:.1f}",
+              "nothing changed" if second.changed_nothing else "CHANGED")
+    console.print(t)
+
+    if args.backend_sample:
+        sample = texts[:args.backend_sample]
+        ref = torch_vecs[:len(sample)]
+        rows = []
+        torch_cps, _ = timed_encode(embedder.encode, sample, batch)
+        rows.append(("torch (1 process)", torch_cps, 1.0))
+        for name, extra in (("onnx fp32", {"onnx_quantized": False}), ("onnx int8", {"onnx_quantized": True})):
+            cfg = settings.embedding.model_copy(update={"backend": "onnx", **extra})
+            emb = Embedder(cfg)
+            emb.encode(["warm up"])
+            cps, vecs = timed_encode(emb.encode, sample, batch)
+            rows.append((name, cps, float((vecs * ref).sum(1).mean())))
+        if not args.no_processes:
+            pool = ProcessPoolEncoder(settings.embedding, 2)
+            pool.encode(["warm up", "warm up"])
+            cps, vecs = timed_encode(pool.encode, sample, batch)
+            pool.close()
+            rows.append(("torch (2 processes × 1 thread)", cps, float((vecs * ref).sum(1).mean())))
+        bt = Table(title=f"encode throughput on the same {len(sample):,} chunks")
+        for col in ("backend", "chunks/s", "× torch", "mean cosine to torch"):
+            bt.add_column(col, justify="right")
+        for name, cps, cos in rows:
+            bt.add_row(name, f"{cps:.1f}", f"{cps / torch_cps:.2f}", f"{cos:.4f}")
+            figures[f"encode::{name}"] = {"chunks_per_s": cps, "speedup": cps / torch_cps, "cosine": cos}
+        console.print(bt)
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0 if figures["failed"] == 0 and second.changed_nothing else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
