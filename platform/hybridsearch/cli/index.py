@@ -67,8 +67,9 @@ def _human(n: int) -> str:
 
 
 def _options(opts: dict[str, Any]) -> str:
-    extra = ", ".join(f"{k}={v}" for k, v in opts.items() if k != "type")
-    return f"{opts.get('type', '?')}" + (f" ({extra})" if extra else "")
+    short = {"ef_construction": "ef", "confidence_interval": "ci"}
+    extra = " ".join(f"{short.get(k, k)}={v}" for k, v in opts.items() if k != "type")
+    return f"{opts.get('type', '?')}" + (f" {extra}" if extra else "")
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
@@ -80,18 +81,21 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     alias = ", ".join(status.alias_targets) or "[red]missing[/]"
     console.print(f"prefix [bold]{status.prefix}[/] · alias [bold]{status.alias}[/] → {alias}"
                   + ("" if status.template_present else " · [yellow]templates missing[/]"))
-    table = Table(show_lines=False)
-    for col in ("", "index", "health", "docs", "chunks", "size", "model", "dims", "chunker", "vectors", "created"):
-        table.add_column(col, justify="right" if col in {"docs", "chunks", "size", "dims"} else "left")
+    table = Table(show_lines=False, box=None, header_style="bold")
+    for col in ("", "version", "health", "docs", "chunks", "size", "vectors", "created"):
+        table.add_column(col, justify="right" if col in {"docs", "chunks", "size"} else "left", no_wrap=True)
     for row in status.indices:
         health = {"green": "[green]green[/]", "yellow": "[yellow]yellow[/]", "red": "[red]red[/]"}.get(row.health,
                                                                                                         row.health)
-        table.add_row("[bold green]●[/]" if row.live else "", row.name, health,
+        table.add_row("[bold green]●[/]" if row.live else "", f"v{row.version}", health,
                       "?" if row.documents is None else f"{row.documents:,}", f"{row.chunks:,}",
-                      _human(row.store_bytes), row.model or "?", str(row.dims or "?"), row.chunker or "?",
-                      _options(row.index_options), (row.created or "")[:19])
+                      _human(row.store_bytes), str(row.index_options.get("type", "?")),
+                      (row.created or "")[:16].replace("T", " "))
     if status.indices:
         console.print(table)
+        for row in status.indices:
+            console.print(f"  v{row.version} {row.name}: {row.model or '?'} ({row.dims or '?'} dims), "
+                          f"chunker {row.chunker or '?'}, vectors {_options(row.index_options)}", highlight=False)
     else:
         console.print("no chunk index yet: `hsp index create` or `hsp ingest PATH` makes one")
     for name, count in status.logs.items():
