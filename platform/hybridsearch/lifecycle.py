@@ -187,6 +187,7 @@ class MigrationResult:
     failed: int
     seconds: float
     swapped: bool
+    reembedded: bool
     source_meta: dict[str, Any]
     target_meta: dict[str, Any]
 
@@ -203,9 +204,10 @@ def embedding_settings_for(model: str, base: EmbeddingSettings, dims: int | None
     return base.model_copy(update={"model": model, "dims": dims})
 
 
-def _scan(es: Elasticsearch, index: str, batch: int) -> Iterator[dict[str, Any]]:
+def _scan(es: Elasticsearch, index: str, batch: int, vectors: bool = False) -> Iterator[dict[str, Any]]:
+    source: dict[str, Any] = {"exclude_vectors": False} if vectors else {"excludes": SOURCE_EXCLUDES}
     yield from helpers.scan(es, index=index, size=batch, scroll="5m",
-                            query={"query": {"match_all": {}}, "_source": {"excludes": SOURCE_EXCLUDES}})
+                            query={"query": {"match_all": {}}, "_source": source})
 
 
 def _batched(hits: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
@@ -221,9 +223,11 @@ def _batched(hits: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[st
 
 def copy_reembedded(es: Elasticsearch, source: str, target: str, embedder: Embedder, *, prepend_title: bool,
                     cfg: IngestSettings, batch_size: int = 256, on_batch: Callable[[int], None] | None = None,
-                    dead_letter: DeadLetter | None = None) -> tuple[int, int]:
+                    dead_letter: DeadLetter | None = None, reuse_vectors: bool = False) -> tuple[int, int]:
     """Copy every chunk of ``source`` into ``target`` with vectors from ``embedder``.
 
+    With ``reuse_vectors`` (same model, dims and embedded text) the stored vectors are copied and only
+    chunks without one are embedded, so a change of vector index options costs no embedding.
     Keeps each chunk's ``_id`` and fields. Writes go through the ingestion bulk writer (failed items
     alone are retried with backoff) in a background thread, so batch N is written while batch N+1 is
     embedded. Items that still fail go to ``dead_letter``. Returns ``(written, failed)``.
@@ -244,13 +248,14 @@ def copy_reembedded(es: Elasticsearch, source: str, target: str, embedder: Embed
 
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsp-migrate-writer") as pool:
         pending: tuple[Future[WriteReport], int] | None = None
-        for batch in _batched(_scan(es, source, batch_size), batch_size):
+        for batch in _batched(_scan(es, source, batch_size, vectors=reuse_vectors), batch_size):
+            todo = [h for h in batch if not (reuse_vectors and h["_source"].get("embedding"))]
             texts = [embed_text(h["_source"].get("title"), h["_source"].get("text") or "", prepend_title)
-                     for h in batch]
-            vectors = embedder.encode(texts)
-            actions = [{"_op_type": "index", "_index": target, "_id": h["_id"],
-                        "_source": {**h["_source"], "embedding": vec.tolist()}}
-                       for h, vec in zip(batch, vectors, strict=True)]
+                     for h in todo]
+            for hit, vec in zip(todo, embedder.encode(texts) if todo else [], strict=True):
+                hit["_source"]["embedding"] = vec.tolist()
+            actions = [{"_op_type": "index", "_index": target, "_id": h["_id"], "_source": h["_source"]}
+                       for h in batch]
             if pending is not None:
                 absorb(pending[0].result(), pending[1])
             pending = (pool.submit(write_actions, es, actions, cfg), len(batch))
@@ -259,18 +264,26 @@ def copy_reembedded(es: Elasticsearch, source: str, target: str, embedder: Embed
     return written, failed
 
 
+def same_vectors(meta: dict[str, Any], settings: Settings) -> bool:
+    """True when an index with ``_meta`` ``meta`` holds exactly the vectors ``settings`` would compute."""
+    return (meta.get("embedding_model") == settings.embedding.model
+            and meta.get("embedding_dims") == settings.embedding.dims
+            and meta.get("prepend_title", settings.embedding.prepend_title) == settings.embedding.prepend_title)
+
+
 def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | None = None,
             embedder: Embedder | None = None, swap: bool = True, batch_size: int = 256,
-            on_progress: Callable[[int, int], None] | None = None) -> MigrationResult:
+            reembed: bool | None = None, on_progress: Callable[[int, int], None] | None = None) -> MigrationResult:
     """Build a new chunk index for ``new`` from the live index of ``old`` and swap the alias to it.
 
-    Every chunk of the live index is read with a scroll, re-embedded with ``new.embedding`` and
-    written to ``<prefix>-chunks-v<N>`` (``version`` defaults to the next free one). The alias moves
+    Every chunk of the live index is read with a scroll, re-embedded with ``new.embedding`` (or, when
+    ``reembed`` is None and model, dims and title handling are unchanged, its stored vector is kept)
+    and written to ``<prefix>-chunks-v<N>`` (``version`` defaults to the next free one). The alias moves
     only when the new index holds exactly as many chunks as the source; until then (and on any
     failure) searches keep using the old index, which is never modified. ``on_progress(done, total)``
     is called after each batch. Raises IndexNotFound when there is no live index, IndexMismatch when
     the live index was not built with ``old``'s model, ConfigError when ``new`` changes the chunker
-    (chunks cannot be re-cut from chunks: re-ingest the sources into a new version instead), and
+    (chunks cannot be re-cut from chunks), and
     IngestError when chunks fail to copy or counts disagree (the new index is left for inspection).
     """
     if old.index.prefix != new.index.prefix:
@@ -293,7 +306,9 @@ def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | N
         es.indices.refresh(index=source)
         total = int(es.count(index=source)["count"])
     target = create_version(es, new, version)
-    embedder = embedder or Embedder(new.embedding)
+    embedder = embedder or Embedder(new.embedding)  # loads its model only when something must be embedded
+    if reembed is None:
+        reembed = not same_vectors(source_meta, new)
     if embedder.cfg.model != new.embedding.model or embedder.cfg.dims != new.embedding.dims:
         raise ConfigError("the embedder given to migrate() does not match the new settings' model and dims")
     done = 0
@@ -308,7 +323,7 @@ def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | N
     dead_letter = DeadLetter(new.ingest.dead_letter_dir, f"migrate-{target}-{time.strftime('%Y%m%dT%H%M%S')}")
     written, failed = copy_reembedded(es, source, target, embedder, prepend_title=new.embedding.prepend_title,
                                       cfg=new.ingest, batch_size=batch_size, on_batch=progress,
-                                      dead_letter=dead_letter)
+                                      dead_letter=dead_letter, reuse_vectors=not reembed)
     with es_errors(f"refresh {target}"):
         es.indices.refresh(index=target)
         copied = int(es.count(index=target)["count"])
@@ -328,6 +343,7 @@ def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | N
         swap_to(es, new, target)
     docs = _doc_count(es, target) or 0
     return MigrationResult(source=source, target=target, chunks=written, documents=docs, failed=failed,
+                           reembedded=reembed,
                            seconds=seconds, swapped=swap, source_meta=source_meta, target_meta=target_meta)
 
 

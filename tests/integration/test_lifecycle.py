@@ -105,6 +105,7 @@ def test_migrate_to_new_model_then_rollback(es: Elasticsearch, settings: Setting
 
     v2 = settings.index.versioned(2)
     assert (result.source, result.target, result.chunks, result.documents) == (v1, v2, 5, 5)
+    assert result.reembedded
     assert seen[-1] == (5, 5) and len(seen) == 3  # batches of 2
     assert alias_targets(es, settings.index.alias) == [v2]
     meta = index_meta(es, v2)
@@ -196,3 +197,37 @@ def test_failed_copy_keeps_the_alias_and_dead_letters_the_chunks(es: Elasticsear
     assert str(settings.ingest.dead_letter_dir) in str(err.value)
     es.indices.put_settings(index=v2, settings={"index.blocks.write": False})
     assert lifecycle.drop_version(es, settings, 2) == v2
+
+
+def vector(es: Elasticsearch, index: str, chunk_id: str) -> list[float]:
+    hit = es.search(index=index, query={"ids": {"values": [chunk_id]}}, source={"exclude_vectors": False})
+    return list(hit["hits"]["hits"][0]["_source"]["embedding"])
+
+
+class CountingEmbedder(Embedder):
+    """The real embedder, counting what it is asked to encode."""
+
+    encoded = 0
+
+    def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
+        self.encoded += len(texts)
+        return super().encode(texts, batch_size)
+
+
+def test_same_model_migration_copies_vectors_unless_asked(es: Elasticsearch, settings: Settings,
+                                                           embedder: Embedder) -> None:
+    v1 = ensure_index(es, settings)
+    write_chunks(es, v1, embedder)
+    counting = CountingEmbedder(settings.embedding)
+    counting._model = embedder.model  # share the session's loaded model
+    flat = settings.model_copy(update={"index": settings.index.model_copy(update={"index_options": "flat"})})
+    result = lifecycle.migrate(es, settings, flat, embedder=counting)
+    assert not result.reembedded and counting.encoded == 0
+    assert vector(es, result.target, "dogs#0") == pytest.approx(vector(es, v1, "dogs#0"), abs=1e-6)
+    forced = lifecycle.migrate(es, flat, settings, embedder=counting, reembed=True)
+    assert forced.reembedded and counting.encoded == 5
+    assert vector(es, forced.target, "dogs#0") == pytest.approx(vector(es, v1, "dogs#0"), abs=1e-5)
+    no_title = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"prepend_title": False})})
+    retitled = lifecycle.migrate(es, settings, no_title, embedder=counting)
+    assert retitled.reembedded and counting.encoded == 10  # the embedded text changed: vectors must too
+    assert vector(es, retitled.target, "dogs#0") != pytest.approx(vector(es, v1, "dogs#0"), abs=1e-3)

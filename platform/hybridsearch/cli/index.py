@@ -44,6 +44,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    choices=["hnsw", "int8_hnsw", "int4_hnsw", "bbq_hnsw", "flat", "int8_flat"],
                    help="dense_vector index_options of the new index (default: current setting)")
     m.add_argument("--no-title", action="store_true", help="embed chunk text without the title prepended")
+    m.add_argument("--reembed", action="store_true",
+                   help="embed every chunk again even when the model is unchanged (default: copy its vector)")
     m.add_argument("--no-swap", action="store_true", help="build and verify the new index but leave the alias")
     m.add_argument("--batch-size", type=int, default=256, help="chunks per scroll page and bulk request")
     m.set_defaults(handler=cmd_migrate)
@@ -123,7 +125,7 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     if args.index_options:
         index = index.model_copy(update={"index_options": args.index_options})
     new = settings.model_copy(update={"embedding": embedding, "index": index})
-    with Progress(TextColumn("re-embedding"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"),
+    with Progress(TextColumn("copying"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"),
                   TimeRemainingColumn(), console=console, transient=True) as bar:
         task = bar.add_task("migrate", total=None)
 
@@ -131,9 +133,11 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
             bar.update(task, completed=done, total=total)
 
         result = lifecycle.migrate(es, settings, new, version=args.to_version, swap=not args.no_swap,
-                                   batch_size=args.batch_size, on_progress=progress)
+                                   batch_size=args.batch_size, on_progress=progress,
+                                   reembed=True if args.reembed else None)
+    how = f"re-embedded with {new.embedding.model}" if result.reembedded else "copied with their vectors"
     console.print(f"{result.source} → [bold]{result.target}[/]: {result.chunks:,} chunks of "
-                  f"{result.documents:,} documents re-embedded with {new.embedding.model} "
+                  f"{result.documents:,} documents {how} "
                   f"in {result.seconds:.1f} s ({result.chunks_per_second:.0f} chunks/s)")
     if result.swapped:
         console.print(f"alias {settings.index.alias} → {result.target}; {result.source} kept "
