@@ -33,10 +33,12 @@ REUSE_META = ("embedding_model", "embedding_dims", "chunker", "chunker_version",
 
 
 def eval_settings(settings: Settings, prefix: str) -> Settings:
-    """``settings`` with index prefix ``prefix`` and the query log off (evaluation queries are not traffic)."""
+    """``settings`` for an evaluation under index prefix ``prefix``: the query log off (evaluation queries
+    are not traffic) and the query-embedding cache off (each mode re-embeds, so its latency is honest)."""
     index = settings.index.model_validate({**settings.index.model_dump(), "prefix": prefix})
     query = settings.query.model_copy(update={"log_queries": False})
-    return settings.model_copy(update={"index": index, "query": query})
+    embedding = settings.embedding.model_copy(update={"query_cache_size": 0})
+    return settings.model_copy(update={"index": index, "query": query, "embedding": embedding})
 
 
 def build_signature(settings: Settings) -> dict[str, Any]:
