@@ -1,8 +1,8 @@
 """Entry point of ``hsp``: parses arguments, dispatches, maps errors to exit codes in one place.
 
 Exit codes: 0 ok · 1 other hybridsearch error, or a failed quality gate (``hsp eval --baseline``)
-· 2 usage or settings · 3 cluster · 4 index mismatch · 5 model · 130 interrupted. Each command module in this package exposes
-``register(subparsers)``, which adds its sub-commands and sets ``handler(args, settings) -> int``.
+· 2 usage or settings · 3 cluster · 4 index mismatch · 5 model · 130 interrupted. Each command
+module in this package exposes ``register(subparsers)``, which adds its sub-commands and sets ``handler(args, settings) -> int``.
 """
 
 from __future__ import annotations
