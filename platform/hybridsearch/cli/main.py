@@ -2,7 +2,8 @@
 
 Exit codes: 0 ok · 1 other hybridsearch error, or a failed quality gate (``hsp eval --baseline``)
 · 2 usage or settings · 3 cluster · 4 index mismatch · 5 model · 130 interrupted. Each command
-module in this package exposes ``register(subparsers)``, which adds its sub-commands and sets ``handler(args, settings) -> int``.
+module in this package exposes ``register(subparsers)``, which adds its sub-commands and sets
+``handler(args, settings) -> int``.
 """
 
 from __future__ import annotations
