@@ -324,3 +324,13 @@ def test_a_lone_client_is_not_held_for_the_batching_window(scorer: LocalReranker
         wait_ready(c)
         for _ in range(3):  # a ten-minute window would hang here if a lone request waited for company
             assert_still_serves(c)
+
+
+def test_each_request_is_logged_with_its_timing(client: TestClient, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO", logger="hybridsearch.rerank.service"):
+        client.post("/rerank", json=VALID)
+        client.post("/rerank", json={"query": QUERY, "passages": []})
+    lines = [r.getMessage() for r in caplog.records if r.name == "hybridsearch.rerank.service"]
+    assert any(m.startswith("rerank status=200 passages=4 took_ms=") and "model_ms=" in m and "batch_requests=1" in m
+               for m in lines), lines
+    assert any(m.startswith("rerank status=422 passages=0") for m in lines), lines

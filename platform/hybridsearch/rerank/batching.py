@@ -32,6 +32,7 @@ class Job:
     passages: list[str]
     future: asyncio.Future[list[float]]
     queued_at: float = field(default_factory=time.perf_counter)
+    stats: dict[str, float] = field(default_factory=dict)
 
 
 BatchHook = Callable[[int, int, float], None]
@@ -73,9 +74,12 @@ class MicroBatcher:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 
-    async def submit(self, query: str, passages: list[str]) -> list[float]:
-        """Scores for ``passages`` in input order, once the worker got to them. Raises what the scorer raises."""
-        job = Job(query, passages, asyncio.get_running_loop().create_future())
+    async def submit(self, query: str, passages: list[str], stats: dict[str, float] | None = None) -> list[float]:
+        """Scores for ``passages`` in input order, once the worker got to them. Raises what the scorer raises.
+
+        ``stats``, when given, receives ``queue_ms``, ``model_ms`` and ``batch_requests`` of this request.
+        """
+        job = Job(query, passages, asyncio.get_running_loop().create_future(), stats=stats if stats is not None else {})
         await self._queue.put(job)
         return await job.future
 
@@ -122,9 +126,12 @@ class MicroBatcher:
                 continue
             started = time.perf_counter()
             outcome = await asyncio.get_running_loop().run_in_executor(self._executor, self._score, jobs)
+            seconds = time.perf_counter() - started
             if self.on_batch is not None:
-                self.on_batch(len(jobs), sum(len(j.passages) for j in jobs), time.perf_counter() - started)
+                self.on_batch(len(jobs), sum(len(j.passages) for j in jobs), seconds)
             for job, result in zip(jobs, outcome, strict=True):
+                job.stats.update(queue_ms=(started - job.queued_at) * 1000, model_ms=seconds * 1000,
+                                 batch_requests=len(jobs))
                 if job.future.done():
                     continue
                 if isinstance(result, BaseException):

@@ -203,6 +203,7 @@ def create_app(settings: Settings | RerankerSettings | None = None, scorer: Pair
     async def rerank(request: Request) -> JSONResponse:
         started = time.perf_counter()
         n_passages = 0
+        stats: dict[str, float] = {}
         try:
             state.check_token(request)
             req = state.parse(await state.read_body(request))
@@ -212,7 +213,7 @@ def create_app(settings: Settings | RerankerSettings | None = None, scorer: Pair
                     raise ApiError(503, "model_unavailable", f"model not loaded: {state.load_error}")
                 raise ApiError(503, "loading", "model is still loading; retry shortly", {"Retry-After": "1"})
             try:
-                scores = await state.batcher.submit(req.query, req.passages)
+                scores = await state.batcher.submit(req.query, req.passages, stats)
             except Exception as exc:  # the model failed on this request: say so, stay up
                 log.exception("rerank failed")
                 raise ApiError(500, "model_failed", f"model failed: {exc}") from exc
@@ -225,7 +226,9 @@ def create_app(settings: Settings | RerankerSettings | None = None, scorer: Pair
         seconds = time.perf_counter() - started
         state.metrics.requests.labels(status=str(response.status_code)).inc()
         state.metrics.latency.observe(seconds)
-        log.info("rerank status=%d passages=%d took_ms=%.1f", response.status_code, n_passages, seconds * 1000)
+        log.info("rerank status=%d passages=%d took_ms=%.1f queue_ms=%.1f model_ms=%.1f batch_requests=%d",
+                 response.status_code, n_passages, seconds * 1000, stats.get("queue_ms", 0.0),
+                 stats.get("model_ms", 0.0), stats.get("batch_requests", 0))
         return response
 
     return app
