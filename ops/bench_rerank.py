@@ -15,7 +15,7 @@ MiniLM-L6-sized cross-encoder built from the packaged all-MiniLM-L6-v2 weights w
 one-logit head: the same architecture and compute as cross-encoder/ms-marco-MiniLM-L-6-v2, so
 the timings hold, while its scores mean nothing (the output says which model ran).
 
-Usage:  python ops/bench_rerank.py [--rounds 10] [--requests 2] [--clients 8] [--json out.json]
+Usage:  python ops/bench_rerank.py [--rounds 10] [--requests 2] [--clients 8] [--json out.json] [--plot out.png]
 Quick trial: python ops/bench_rerank.py --rounds 3 --requests 1
 """
 
@@ -187,6 +187,7 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=2, help="requests per client in the throughput runs")
     ap.add_argument("--window-ms", type=float, default=5.0, help="micro-batching window")
     ap.add_argument("--json", type=Path, help="also write the figures here")
+    ap.add_argument("--plot", type=Path, help="also draw them into this PNG")
     args = ap.parse_args()
 
     import torch
@@ -205,21 +206,27 @@ def main() -> int:
     figures: dict[str, Any] = {"model": model, "note": note, "device": device, "gpu": gpu,
                                "passages": len(passages), "words": args.words, "cpus": os.cpu_count()}
 
-    service = Service(model, device, "--batch-window-ms", str(args.window_ms))
+    with console.status("starting the service (micro-batching on)"):
+        service = Service(model, device, "--batch-window-ms", str(args.window_ms))
     try:
-        with HttpReranker(service.url, timeout=120) as remote:
-            for _ in range(2):  # warm-up both paths
-                local.score(queries[0], passages)
-                remote.score(queries[0], passages)
-            inproc, served = latency(local, remote, queries, passages, args.rounds)
+        with HttpReranker(service.url, timeout=600) as remote:
+            with console.status("warming up both paths"):
+                for _ in range(2):
+                    local.score(queries[0], passages)
+                    remote.score(queries[0], passages)
+            with console.status(f"latency: {args.rounds} interleaved rounds"):
+                inproc, served = latency(local, remote, queries, passages, args.rounds)
         del local  # free the in-process model before the throughput runs
-        on_s, on_n = throughput(service.url, queries, passages, args.clients, args.requests, 600)
+        with console.status(f"throughput, micro-batching on: {args.clients} clients × {args.requests} requests"):
+            on_s, on_n = throughput(service.url, queries, passages, args.clients, args.requests, 600)
         on_batch = service.calls_per_batch()
     finally:
         service.stop()
-    plain = Service(model, device, "--no-batching")
+    with console.status("starting the service (micro-batching off)"):
+        plain = Service(model, device, "--no-batching")
     try:
-        off_s, off_n = throughput(plain.url, queries, passages, args.clients, args.requests, 600)
+        with console.status(f"throughput, micro-batching off: {args.clients} clients × {args.requests} requests"):
+            off_s, off_n = throughput(plain.url, queries, passages, args.clients, args.requests, 600)
         off_batch = plain.calls_per_batch()
     finally:
         plain.stop()
@@ -253,7 +260,30 @@ def main() -> int:
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
         console.print(f"figures written to {args.json}")
+    if args.plot:
+        plot(figures, args.plot, args.clients)
+        console.print(f"plot written to {args.plot}")
     return 0
+
+
+def plot(figures: dict[str, Any], path: Path, clients: int) -> None:
+    """Latency per path (box plot) and throughput with/without micro-batching (bars), side by side."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    left.boxplot([figures["inproc_ms"], figures["service_ms"]], tick_labels=["in-process", "service"])
+    left.set_ylabel("ms per request")
+    left.set_title(f"one request of {figures['passages']} passages (×{figures['overhead_ratio']:.2f})")
+    names = ["batching on", "batching off"]
+    right.bar(names, [figures["batching_on"]["rps"], figures["batching_off"]["rps"]], color=["tab:blue", "tab:gray"])
+    right.set_ylabel("requests/s")
+    right.set_title(f"{clients} concurrent clients")
+    fig.suptitle(f"reranker on {figures['device']}{' (' + figures['gpu'] + ')' if figures['gpu'] else ''}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
 
 
 if __name__ == "__main__":

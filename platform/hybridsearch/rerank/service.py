@@ -11,7 +11,8 @@ Endpoints:
 Errors answer ``{"error": code, "detail": reason}``: 400 body not UTF-8 JSON, 401 missing/wrong
 bearer token, 413 body over ``max_body_bytes``, 422 missing/invalid fields or a limit
 (``max_passages``, ``max_passage_chars``), 500 the model failed on this request, 503 model not
-loaded. The service stays up after each.
+loaded. The service stays up after each. With ``HSP_RERANKER__TOKEN`` set, ``/rerank`` needs
+``Authorization: Bearer <token>``; the probes and ``/metrics`` stay open (keep the port private).
 """
 
 from __future__ import annotations
