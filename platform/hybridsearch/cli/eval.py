@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
@@ -26,7 +27,8 @@ from hybridsearch.eval.runner import DEFAULT_MODES, parse_modes
 from hybridsearch.settings import Settings
 
 GATE_FAILED = 1  # exit code when --baseline finds a regression beyond --tolerance
-console = Console()
+# wide enough for the tables when the output goes to a file or a CI log rather than a terminal
+console = Console(width=None if sys.stdout.isatty() else 160)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -28,10 +28,10 @@ def write_chart(report: EvalReport, path: Path) -> Path:
         bars = ax_q.bar(x + i * width - 0.4 + width / 2, values, width, label=m.mode)
         ax_q.bar_label(bars, fmt="%.3f", fontsize=6, rotation=90, padding=2)
     ax_q.set_xticks(x, [METRICS[k] for k in metric_keys])
-    ax_q.set_ylim(0, 1.1)
+    ax_q.set_ylim(0, 1.22)
     ax_q.set_ylabel("score")
     ax_q.set_title(f"{report.dataset['name']} {report.dataset['split']}: quality per mode")
-    ax_q.legend(fontsize=8, loc="upper left")
+    ax_q.legend(fontsize=8, loc="upper center", ncol=max(len(modes), 1))
 
     names = [m.mode for m in modes]
     bottom = np.zeros(len(modes))
@@ -39,6 +39,8 @@ def write_chart(report: EvalReport, path: Path) -> Path:
         p50 = np.array([m.latency_ms[stage].p50 for m in modes])
         ax_l.bar(names, p50, bottom=bottom, label=stage)
         bottom += p50
+    for x_pos, total in enumerate(bottom):
+        ax_l.annotate(f"{total:.1f}", (x_pos, total), ha="center", va="bottom", fontsize=7)
     p95 = [m.latency_ms["total"].p95 for m in modes]
     ax_l.scatter(names, p95, marker="_", s=400, color="black", label="total p95", zorder=3)
     ax_l.set_ylabel("ms (p50 per stage, stacked)")
