@@ -30,6 +30,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from hybridsearch.embedding import Embedder
 from hybridsearch.eval.datasets import Collection, iter_corpus, load_collection
 from hybridsearch.eval.metrics import evaluate
 from hybridsearch.query.client import SearchClient
@@ -64,7 +65,7 @@ def bench_settings(prefix: str | None, depth: int | None = None) -> Settings:
     })
 
 
-def build_subset(settings: Settings, col: Collection, n_docs: int) -> None:
+def build_subset(settings: Settings, col: Collection, n_docs: int, embedder: Embedder) -> None:
     """Ingest the judged documents of ``col`` plus corpus documents up to ``n_docs`` (for trials)."""
     from hybridsearch.ingest.pipeline import run_ingest
     from hybridsearch.ingest.sources import Document
@@ -77,7 +78,7 @@ def build_subset(settings: Settings, col: Collection, n_docs: int) -> None:
         if len(docs) >= max(n_docs, len(wanted)) and wanted <= {d.doc_id for d in docs}:
             break
     console.print(f"ingesting {len(docs)} documents into {settings.index.alias} …")
-    result = run_ingest(docs, settings, progress=True)
+    result = run_ingest(docs, settings, progress=True, embedder=embedder)
     console.print(f"ingest: {getattr(result, 'status', '?')}, {getattr(result, 'chunks', '?')} chunks")
 
 
@@ -140,13 +141,13 @@ def report_modes(out: dict[str, Any], rerank: bool) -> dict[str, Any]:
     return summary
 
 
-def sweep(prefix: str | None, col: Collection, depths: list[int]) -> list[dict[str, Any]]:
+def sweep(prefix: str | None, col: Collection, depths: list[int], embedder: Embedder) -> list[dict[str, Any]]:
     rows = []
     table = Table(title="hybrid, no rerank: per-list depth (bm25_k = knn_k) vs quality and latency")
     for col_name in ("depth", "nDCG@10", "R@100", "cands min", "cands mean", "search p50", "total p50", "total p95"):
         table.add_column(col_name, justify="right")
     for depth in depths:
-        with SearchClient.from_settings(bench_settings(prefix, depth), reranker=None) as client:
+        with SearchClient.from_settings(bench_settings(prefix, depth), embedder=embedder) as client:
             client.reranker = None
             for text in list(col.queries.values())[:5]:
                 client.search(text, k=100, rerank=False)
@@ -184,19 +185,20 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     col = load_collection(args.collection, args.split).limit(args.queries)
     settings = bench_settings(args.prefix)
+    embedder = Embedder(settings.embedding)  # one model for ingest and every client
     if args.build_subset:
-        build_subset(settings, col, args.build_subset)
+        build_subset(settings, col, args.build_subset, embedder)
     console.print(f"{col.name}/{col.split}: {len(col)} queries on {settings.index.alias}, "
                   f"bm25_k={settings.query.bm25_k} knn_k={settings.query.knn_k} "
                   f"num_candidates={settings.query.num_candidates} fusion={settings.query.fusion}")
-    with SearchClient.from_settings(settings) as client:
+    with SearchClient.from_settings(settings, embedder=embedder) as client:
         if not args.rerank:
             client.reranker = None
         console.print(f"index {client.index()}")
         figures: dict[str, Any] = {"collection": col.name, "queries": len(col), "index": client.index(),
                                    "modes": report_modes(run_modes(client, col, args.rerank, args.warmup), args.rerank)}
     if args.sweep:
-        figures["sweep"] = sweep(args.prefix, col, [int(d) for d in args.sweep.split(",")])
+        figures["sweep"] = sweep(args.prefix, col, [int(d) for d in args.sweep.split(",")], embedder)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0
