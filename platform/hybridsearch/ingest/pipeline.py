@@ -10,6 +10,7 @@ so a re-run rewrites nothing and resumes where an interrupted run stopped.
 
 from __future__ import annotations
 
+import copy
 import logging
 import queue
 import threading
@@ -132,13 +133,24 @@ class _Run:
         self.to_write: queue.Queue[Any] = queue.Queue(maxsize=size)
         self.seen: set[str] = set()
         self.failed_docs: set[str] = set()
-        self.tokenizer: Tokenizer = HFTokenizer(embedder.model.tokenizer)
-        self.max_seq = embedder.max_seq_length
+        self._tokenizer: Tokenizer | None = None
         self.batch_chunks = max(settings.embedding.batch_size * 4, 16)
         self.progress: Any = None
         self.on_progress: Any = None
 
     # ---- helpers -------------------------------------------------------------------------------
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """The model's tokenizer, loaded on first use (a run where nothing changed never loads the model)."""
+        if self._tokenizer is None:
+            # a copy: a Rust tokenizer used from two threads at once fails with "Already borrowed"
+            self._tokenizer = HFTokenizer(copy.deepcopy(self.embedder.model.tokenizer))
+        return self._tokenizer
+
+    @property
+    def max_seq(self) -> int:
+        return self.embedder.max_seq_length
+
     def put(self, q: queue.Queue[Any], item: Any) -> bool:
         while not self.stop.is_set():
             try:
