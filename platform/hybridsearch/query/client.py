@@ -53,8 +53,9 @@ def auto_reranker(settings: Settings) -> tuple[Reranker | None, str | None]:
         return None, None
     try:
         reranker: Reranker | None = make_reranker(settings)
-    except HybridSearchError as exc:
-        return None, f"reranker unavailable: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a reranker that cannot be built must not stop searching
+        what = str(exc) if isinstance(exc, HybridSearchError) else f"{type(exc).__name__}: {exc}"
+        return None, f"reranker unavailable: {what}"
     return reranker, None
 
 

@@ -1,0 +1,66 @@
+"""SearchClient.from_settings picks the reranker from hybridsearch.rerank.make_reranker, never failing on it."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+import hybridsearch.rerank
+from hybridsearch import SearchClient
+from hybridsearch.cluster import make_client
+from hybridsearch.errors import RerankerError
+from hybridsearch.query.assemble import Window
+from hybridsearch.query.build import plan
+from hybridsearch.settings import Settings, load_settings
+
+
+class Fixed:
+    name = "fixed"
+
+    def score(self, query: str, passages: Sequence[str]) -> list[float]:
+        return [1.0] * len(passages)
+
+
+def _settings(**reranker: object) -> Settings:
+    return load_settings(es_url="http://127.0.0.1:1", query={"log_queries": False}, reranker=reranker)
+
+
+def _reason(client: SearchClient) -> str | None:
+    from hybridsearch.query.assemble import Candidate
+
+    window = Window(candidates=[Candidate(key="a", source={}, chunk_id="a#0")], depths={"bm25": 1})
+    return client._rerank_skip(plan(client.settings, "q"), window)
+
+
+def test_factory_reranker_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    made = Fixed()
+    monkeypatch.setattr(hybridsearch.rerank, "make_reranker", lambda s: made)
+    with SearchClient.from_settings(_settings()) as c:
+        assert c.reranker is made and _reason(c) is None
+
+
+def test_explicit_reranker_wins_and_disabled_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    mine = Fixed()
+    with SearchClient.from_settings(_settings(), reranker=mine) as c:
+        assert c.reranker is mine
+    with SearchClient.from_settings(_settings(enabled=False)) as c:
+        assert c.reranker is None and _reason(c) == "reranker disabled (HSP_RERANKER__ENABLED=false)"
+
+
+@pytest.mark.parametrize("exc", [RerankerError("no model here"), ValueError("bad url")])
+def test_factory_failure_degrades_with_a_reason(monkeypatch: pytest.MonkeyPatch, exc: Exception) -> None:
+    def boom(settings: Settings) -> None:
+        raise exc
+
+    monkeypatch.setattr(hybridsearch.rerank, "make_reranker", boom)
+    with SearchClient.from_settings(_settings()) as c:
+        assert c.reranker is None
+        assert _reason(c) in ("reranker unavailable: no model here", "reranker unavailable: ValueError: bad url")
+
+
+def test_no_reranker_and_not_requested() -> None:
+    with SearchClient(make_client(_settings().es), _settings()) as c:
+        assert _reason(c) == "no reranker configured"
+        window = Window(candidates=[], depths={})
+        assert c._rerank_skip(plan(c.settings, "q", rerank=False), window) == "rerank not requested"
