@@ -286,7 +286,10 @@ def run_hybridsearch(args: argparse.Namespace, col: Any, docs: list[dict[str, st
     def searcher(mode: str) -> Any:
         return lambda q: [h.doc_id for h in client.search(q, k=k, mode=mode, rerank=False).hits]
 
-    modes = _run_modes({m: searcher(m) for m in MODES}, col.queries)
+    modes: dict[str, Any] = {}
+    for m in MODES:
+        embedder.clear_cache()  # each mode embeds its queries itself, like the peers do
+        modes.update(_run_modes({m: searcher(m)}, col.queries))
     client.close()
     es.close()
     from importlib.metadata import version

@@ -110,6 +110,10 @@ class Embedder:
         )
         return np.asarray(out, dtype=np.float32)
 
+    def clear_cache(self) -> None:
+        """Forget cached query embeddings (benchmarks use it so each run pays for its own embedding)."""
+        self._cache.clear()
+
     def encode_query(self, text: str) -> np.ndarray:
         """One query vector, from an LRU cache of ``query_cache_size`` entries."""
         with self._cache_lock:

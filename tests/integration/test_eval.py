@@ -104,7 +104,7 @@ def test_cli_writes_reports_and_gates_on_a_baseline(
     monkeypatch.setenv("HSP_INGEST__DEAD_LETTER_DIR", str(tmp_path / "dl"))
     out = tmp_path / "reports"
     base = ["eval", str(collection_path), "--prefix", settings.index.prefix, "--modes", "bm25,hybrid", "--out"]
-    assert main([*base, str(out / "first"), "--worst", "2"]) == 0
+    assert main([*base, str(out / "first"), "--worst", "2", "--sweep", "query.rrf_k=1,60"]) == 0
     files = sorted((out / "first").iterdir())
     assert [f.suffix for f in files] == [".json", ".md", ".png"]
     report = json.loads(files[0].read_text())
@@ -112,6 +112,11 @@ def test_cli_writes_reports_and_gates_on_a_baseline(
     assert [m["mode"] for m in report["modes"]] == ["bm25", "dense", "hybrid"]  # --worst adds dense
     assert all(0 <= v <= 1 for m in report["modes"] for v in m["metrics"].values())
     assert "| hybrid |" in files[1].read_text() and files[2].read_bytes()[:4] == b"\x89PNG"
+    sweep = {t["value"]: t["metrics"] for t in report["sweep"]}
+    assert set(sweep) == {"1", "60"} and set(sweep["60"]) == {"bm25", "dense", "hybrid"}
+    hybrid = next(m for m in report["modes"] if m["mode"] == "hybrid")
+    assert sweep["60"]["hybrid"]["ndcg@10"] == pytest.approx(hybrid["metrics"]["ndcg@10"])  # 60 is the default
+    assert "Knob sweep" in files[1].read_text()
 
     # gate runs: bm25 only on the index as built, so no model is loaded again
     gate = ["eval", str(collection_path), "--prefix", settings.index.prefix, "--modes", "bm25", "--no-ingest",

@@ -31,7 +31,6 @@ def test_git_info_names_the_checkout_commit(tmp_path: Path) -> None:
 def test_eval_settings_use_their_own_prefix_and_no_query_log() -> None:
     s = eval_settings(load_settings(), "eval-scifact")
     assert s.index.alias == "eval-scifact-chunks" and not s.query.log_queries
-    assert s.embedding.query_cache_size == 0  # every mode pays for its own query embedding
 
 
 def test_an_index_built_from_the_template_has_the_signature_the_settings_expect() -> None:

@@ -49,6 +49,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "(adds bm25, dense and hybrid to the modes)")
     p.add_argument("--limit-queries", type=int, metavar="N", help="evaluate only the first N judged queries")
     p.add_argument("--prefix", help="index prefix (default: eval-<dataset folder name>)")
+    p.add_argument("--sweep", action="append", default=[], metavar="query.NAME=V1,V2",
+                   help="after the run, re-run the query phase once per value of a query setting (repeatable; "
+                        "one knob at a time, same index) and report nDCG@10 and Recall@100 per mode")
     p.add_argument("--no-ingest", action="store_true",
                    help="use the existing index as it is (it must fit the settings); skip ingestion")
     p.set_defaults(handler=run)
@@ -84,21 +87,28 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.eval.datasets import load_collection
     from hybridsearch.eval.harness import evaluate_collection
     from hybridsearch.eval.prepare import eval_settings
+    from hybridsearch.eval.sweep import parse_sweep, run_sweep
 
     modes = _check_args(args)
+    knobs = parse_sweep(args.sweep)
     baseline = load_report(args.baseline) if args.baseline else None
     collection = load_collection(args.dataset, args.split).limit(args.limit_queries)
     s = eval_settings(settings, args.prefix or f"eval-{collection.name}")
     console.print(f"[bold]{collection.name}[/] {collection.split}: {len(collection)} judged queries · "
                   f"index prefix [cyan]{s.index.prefix}[/] · modes {', '.join(modes)}")
     es = make_client(s.es)
+    embedder = Embedder(s.embedding)
     try:
         with Progress(TextColumn("{task.description:>14}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=False) as progress:
             evaluation = evaluate_collection(
-                es, s, collection, modes, embedder=Embedder(s.embedding), ingest=not args.no_ingest,
+                es, s, collection, modes, embedder=embedder, ingest=not args.no_ingest,
                 worst=args.worst, progress=_progress_factory(progress), ingest_progress=True,
             )
+        if knobs:
+            console.print(f"sweeping {', '.join(f'{n}={v}' for n, vs in knobs for v in vs)}")
+            trials = run_sweep(es, s, collection, modes, knobs, embedder=embedder, k=evaluation.report.k)
+            evaluation.report.sweep = [t.model_dump() for t in trials]
     finally:
         es.close()
     report = evaluation.report
@@ -165,6 +175,21 @@ def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float)
             style = "red" if d.regressed else ("green" if d.delta > 0 else "")
             table.add_row(d.mode, METRICS[d.metric], f"{d.baseline:.4f}", f"{d.current:.4f}", f"{d.delta:+.4f}",
                           style=style)
+        console.print(table)
+    if report.sweep:
+        from hybridsearch.eval.sweep import SWEEP_METRICS, Trial
+
+        trials = [Trial.model_validate(t) for t in report.sweep]
+        sweep_modes = [m.mode for m in ok if m.mode != "hybrid+rerank"]
+        table = Table(title="knob sweep (query phase only, same index)")
+        table.add_column("knob")
+        table.add_column("value")
+        for name in sweep_modes:
+            for x in SWEEP_METRICS:
+                table.add_column(f"{name} {METRICS[x]}", justify="right")
+        for t in trials:
+            table.add_row(t.knob, t.value, *(f"{t.metrics[name][x]:.4f}" if name in t.metrics else "—"
+                                             for name in sweep_modes for x in SWEEP_METRICS))
         console.print(table)
     if report.worst:
         table = Table(title="where hybrid loses most nDCG@10 (relevant doc: rank in BM25 / kNN / fusion / rerank)")

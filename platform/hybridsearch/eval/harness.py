@@ -139,6 +139,7 @@ def evaluate_collection(
             if mode in skip_reason:
                 continue
             tick = progress(mode, len(collection.queries)) if progress else None
+            client.embedder.clear_cache()  # each mode pays for its own query embeddings: honest latency
             run = run_mode(search, collection.queries, mode, on_query=tick)
             means, per_query = evaluate(collection.qrels, run.rankings)
             runs[mode], reports[mode] = run, mode_report(run, means, per_query)

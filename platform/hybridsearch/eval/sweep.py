@@ -1,0 +1,100 @@
+"""Query-time knob sweeps on an evaluation index: one knob at a time, quality per value.
+
+``hsp eval … --sweep query.rrf_k=20,60,100 --sweep query.title_boost=1,2`` re-runs the query phase
+for each value on the same index (no re-ingestion) and reports nDCG@10 and Recall@100 per mode.
+Only ``query.*`` settings can be swept: anything else changes how the index is built.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from elasticsearch import Elasticsearch
+from pydantic import BaseModel, ValidationError
+
+from hybridsearch.errors import ConfigError
+from hybridsearch.eval.datasets import Collection
+from hybridsearch.eval.metrics import METRICS, evaluate
+from hybridsearch.eval.runner import run_mode
+from hybridsearch.query.results import Mode, SearchResult
+from hybridsearch.settings import QuerySettings, Settings
+
+if TYPE_CHECKING:
+    from hybridsearch.embedding import Embedder
+
+SWEEP_METRICS = ("ndcg@10", "recall@100")
+
+
+def parse_sweep(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """``["query.rrf_k=20,60"]`` → ``[("rrf_k", ["20", "60"])]``. Raises ConfigError on other keys or syntax."""
+    out: list[tuple[str, list[str]]] = []
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        name = key.strip().removeprefix("query.")
+        if not sep or not values.strip():
+            raise ConfigError(f"--sweep {spec!r}: expected query.NAME=V1,V2,…")
+        if "." in name or name not in QuerySettings.model_fields:
+            raise ConfigError(f"--sweep {key!r}: only query settings can be swept "
+                              f"({', '.join(sorted(QuerySettings.model_fields))})")
+        out.append((name, [v.strip() for v in values.split(",") if v.strip()]))
+    return out
+
+
+def with_query(settings: Settings, name: str, value: str) -> Settings:
+    """``settings`` with ``query.<name>`` set to ``value`` (validated). Raises ConfigError."""
+    try:
+        query = QuerySettings.model_validate({**settings.query.model_dump(), name: value})
+    except ValidationError as exc:
+        raise ConfigError(f"--sweep query.{name}={value}: {exc.errors()[0]['msg']}") from None
+    return settings.model_copy(update={"query": query})
+
+
+class Trial(BaseModel):
+    """One knob value: metrics per mode."""
+
+    knob: str
+    value: str
+    metrics: dict[str, dict[str, float]]  # mode -> metric -> mean
+
+
+def run_sweep(
+    es: Elasticsearch, settings: Settings, collection: Collection, modes: Sequence[str],
+    knobs: list[tuple[str, list[str]]], *, embedder: Embedder | None = None, k: int = 100,
+) -> list[Trial]:
+    """Run ``modes`` (without rerank) once per knob value on the index behind ``settings.index.alias``."""
+    from hybridsearch.query.client import SearchClient
+
+    modes = [m for m in modes if m != "hybrid+rerank"]
+    trials: list[Trial] = []
+    for name, values in knobs:
+        for value in values:
+            s = with_query(settings, name, value)
+            client = SearchClient(es, s, embedder=embedder)
+
+            def search(query: str, mode: Mode, rerank: bool, client: Any = client, k: int = k) -> SearchResult:
+                result: SearchResult = client.search(query, k=min(k, client.settings.query.max_k), mode=mode,
+                                                     rerank=False)
+                return result
+
+            metrics: dict[str, dict[str, float]] = {}
+            try:
+                for mode in modes:
+                    run = run_mode(search, collection.queries, mode)
+                    means, _ = evaluate(collection.qrels, run.rankings, SWEEP_METRICS)
+                    metrics[mode] = means
+            finally:
+                client.close()
+            trials.append(Trial(knob=name, value=value, metrics=metrics))
+    return trials
+
+
+def sweep_markdown(trials: list[Trial], modes: Sequence[str]) -> str:
+    """A Markdown table: one row per knob value, nDCG@10 and Recall@100 per mode."""
+    modes = [m for m in modes if m != "hybrid+rerank"]
+    head = "| knob | value | " + " | ".join(f"{m} {METRICS[x]}" for m in modes for x in SWEEP_METRICS) + " |"
+    lines = [head, "|---|---|" + "---:|" * (len(modes) * len(SWEEP_METRICS))]
+    for t in trials:
+        cells = [f"{t.metrics[m][x]:.4f}" if m in t.metrics else "—" for m in modes for x in SWEEP_METRICS]
+        lines.append(f"| {t.knob} | {t.value} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

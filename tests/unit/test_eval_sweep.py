@@ -1,0 +1,32 @@
+"""--sweep parsing: only query settings, validated values."""
+
+from __future__ import annotations
+
+import pytest
+
+from hybridsearch.errors import ConfigError
+from hybridsearch.eval.sweep import Trial, parse_sweep, sweep_markdown, with_query
+from hybridsearch.settings import load_settings
+
+
+def test_parse_sweep_accepts_query_settings_with_or_without_prefix() -> None:
+    assert parse_sweep(["query.rrf_k=20, 60", "title_boost=2"]) == [("rrf_k", ["20", "60"]), ("title_boost", ["2"])]
+
+
+@pytest.mark.parametrize("spec", ["index.index_options=hnsw", "query.nope=1", "query.rrf_k", "query.rrf_k="])
+def test_parse_sweep_rejects_build_settings_unknown_names_and_bad_syntax(spec: str) -> None:
+    with pytest.raises(ConfigError, match="--sweep"):
+        parse_sweep([spec])
+
+
+def test_with_query_validates_values() -> None:
+    s = with_query(load_settings(), "rrf_k", "20")
+    assert s.query.rrf_k == 20 and s.index == load_settings().index
+    with pytest.raises(ConfigError, match=r"query\.rrf_k=0"):
+        with_query(load_settings(), "rrf_k", "0")
+
+
+def test_sweep_markdown() -> None:
+    t = Trial(knob="rrf_k", value="20", metrics={"hybrid": {"ndcg@10": 0.5, "recall@100": 0.9}})
+    md = sweep_markdown([t], ["hybrid", "hybrid+rerank"])
+    assert "| knob | value | hybrid nDCG@10 | hybrid Recall@100 |" in md and "| rrf_k | 20 | 0.5000 | 0.9000 |" in md
