@@ -1,0 +1,24 @@
+"""Embedding in worker processes gives the same vectors as in-process embedding."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hybridsearch.embedding import Embedder
+from hybridsearch.ingest.workers import InProcessEncoder, ProcessPoolEncoder, make_encoder
+from hybridsearch.settings import EmbeddingSettings, Settings
+
+TEXTS = [f"Sentence number {i} about proteins and cells." for i in range(5)]
+
+
+def test_process_pool_matches_in_process() -> None:
+    cfg = EmbeddingSettings(device="cpu")
+    local = Embedder(cfg)
+    assert isinstance(make_encoder(local, Settings()), InProcessEncoder)
+    pool = ProcessPoolEncoder(cfg, 2)
+    try:
+        vecs = pool.encode(TEXTS)
+    finally:
+        pool.close()
+    assert vecs.shape == (5, 384)
+    assert np.allclose(vecs, local.encode(TEXTS), atol=1e-4)
