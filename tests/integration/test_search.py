@@ -59,7 +59,7 @@ def index_corpus(es: Elasticsearch, settings: Settings, embedder: Embedder,
             actions.append({"_index": name, "_id": chunk_id, "doc_id": doc_id, "chunk_id": chunk_id, "title": title,
                             "text": text, "embedding": _VECTORS[key], "source": source, "tenant": tenant,
                             "ingested_at": date, "position": pos, "metadata": meta, "content_hash": f"h-{chunk_id}"})
-    helpers.bulk(es, actions, refresh="wait_for")
+    helpers.bulk(es, actions, refresh=True)
     return name
 
 
