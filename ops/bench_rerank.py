@@ -116,13 +116,18 @@ class Service:
         self.stop()
         raise SystemExit("serve-reranker did not become ready in 300 s")
 
-    def calls_per_batch(self) -> float:
+    def batch_counters(self) -> tuple[float, float]:
+        """(requests scored, model calls) so far, from /metrics."""
         text = httpx.get(f"{self.url}/metrics").text
         total = re.search(r"^hsp_reranker_batch_requests_sum (\S+)", text, re.M)
         count = re.search(r"^hsp_reranker_batch_requests_count (\S+)", text, re.M)
-        if not total or not count or float(count.group(1)) == 0:
-            return float("nan")
-        return float(total.group(1)) / float(count.group(1))
+        return (float(total.group(1)) if total else 0.0, float(count.group(1)) if count else 0.0)
+
+    def requests_per_call(self, before: tuple[float, float]) -> float:
+        """Mean requests per model call since ``before`` (a batch_counters() reading)."""
+        total, count = self.batch_counters()
+        calls = count - before[1]
+        return (total - before[0]) / calls if calls else float("nan")
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -218,16 +223,18 @@ def main() -> int:
                 inproc, served = latency(local, remote, queries, passages, args.rounds)
         del local  # free the in-process model before the throughput runs
         with console.status(f"throughput, micro-batching on: {args.clients} clients × {args.requests} requests"):
+            before = service.batch_counters()
             on_s, on_n = throughput(service.url, queries, passages, args.clients, args.requests, 600)
-        on_batch = service.calls_per_batch()
+        on_batch = service.requests_per_call(before)
     finally:
         service.stop()
     with console.status("starting the service (micro-batching off)"):
         plain = Service(model, device, "--no-batching")
     try:
         with console.status(f"throughput, micro-batching off: {args.clients} clients × {args.requests} requests"):
+            before = plain.batch_counters()
             off_s, off_n = throughput(plain.url, queries, passages, args.clients, args.requests, 600)
-        off_batch = plain.calls_per_batch()
+        off_batch = plain.requests_per_call(before)
     finally:
         plain.stop()
 
