@@ -176,3 +176,24 @@ def test_unreachable_cluster_is_our_error(settings: Settings, embedder: Embedder
 
     with pytest.raises(ClusterUnavailable):
         asyncio.run(run())
+
+
+def test_warm_up_loads_models_and_ignores_a_broken_reranker(es: Elasticsearch, tuned: Settings,
+                                                           embedder: Embedder) -> None:
+    rr = Reverse()
+    with SearchClient(es, tuned, embedder=embedder, reranker=rr) as c:
+        c.warm_up()
+        assert rr.seen == [["warm up"]]
+    with SearchClient(es, tuned, embedder=embedder, reranker=Broken()) as c:
+        c.warm_up()  # no error: the searches report it
+        assert c.search(QUERY, k=3).rerank_reason == "reranker error: model exploded"
+
+    async def run() -> list[list[str]]:
+        aes = make_async_client(tuned.es)
+        arr = Reverse()
+        async with AsyncSearchClient(aes, tuned, embedder=embedder, reranker=arr) as ac:
+            await ac.warm_up()
+        await aes.close()
+        return arr.seen
+
+    assert asyncio.run(run()) == [["warm up"]]

@@ -53,6 +53,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     filters = parse_cli_filters(args.filters)
     out = Console(highlight=False, soft_wrap=False)
     with SearchClient.from_settings(settings) as client:
+        if not args.rerank:
+            client.reranker = None  # not loaded when not wanted
+        client.warm_up(args.mode)  # models load now, so the printed timings are the query's own
         if args.why:
             report = client.why(args.query, args.why, mode=args.mode, filters=filters, rerank=args.rerank)
             if args.json:

@@ -187,7 +187,7 @@ def explain(settings: Settings, window: Window, c: Candidate) -> list[str]:
     elif window.reranked:
         lines.append(f"rerank: below the rerank depth {settings.reranker.depth}, keeps its fused order")
     elif window.rerank_reason:
-        lines.append(f"rerank: not applied ({window.rerank_reason})")
+        lines.append(f"rerank: not applied ({window.rerank_reason.split(': ')[0]}; see rerank_reason)")
     return lines
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 import time
 from collections.abc import Mapping
@@ -245,6 +246,19 @@ class SearchClient(_Core):
         index, window, _ = self._window(p, Timings())
         return why_report(self, p, index, window, doc_id)
 
+    def warm_up(self, mode: Mode = "hybrid") -> None:
+        """Load the embedding model (unless ``mode`` is bm25) and let the reranker score one pair, so that
+        the first search does not pay for loading models. A reranker failure here is ignored (searches
+        will report it); an embedding model that cannot load raises ModelError."""
+        if mode != "bm25":
+            self._encode("warm up")
+        if self.reranker is not None and self.settings.reranker.enabled:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="hsp-rerank")
+            future = self._pool.submit(self.reranker.score, "warm up", ["warm up"])
+            with contextlib.suppress(Exception):
+                future.result(timeout=max(60.0, self.settings.reranker.timeout))
+
     def close(self) -> None:
         """Flush the query log, stop worker threads, close the ES client when this object made it."""
         if self.query_log is not None:
@@ -347,6 +361,15 @@ class AsyncSearchClient(_Core):
         t = Timings()
         index, window, fuse_ms = await self._window(p, t)
         return self._finish(p, index, window, t, started, fuse_ms)
+
+    async def warm_up(self, mode: Mode = "hybrid") -> None:
+        """See :meth:`SearchClient.warm_up`."""
+        if mode != "bm25":
+            await asyncio.to_thread(self._encode, "warm up")
+        if self.reranker is not None and self.settings.reranker.enabled:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(asyncio.to_thread(self.reranker.score, "warm up", ["warm up"]),
+                                       timeout=max(60.0, self.settings.reranker.timeout))
 
     async def close(self) -> None:
         """Flush the query log and close the clients this object made."""
