@@ -18,8 +18,7 @@ from hybridsearch.settings import Settings
 
 MODES: tuple[str, ...] = get_args(Mode)
 #: Fields fetched for each hit; the vector and offsets stay on the server.
-SOURCE_FIELDS = ["doc_id", "chunk_id", "parent_id", "parent_text", "title", "text", "source", "tenant",
-                 "position", "ingested_at", "metadata"]
+SOURCE_FIELDS = ["doc_id", "chunk_id", "parent_id", "parent_text", "title", "text", "metadata"]
 _DROP_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn"}
 
 
