@@ -188,6 +188,7 @@ class MigrationResult:
     seconds: float
     swapped: bool
     reembedded: bool
+    rechunked: bool
     source_meta: dict[str, Any]
     target_meta: dict[str, Any]
 
@@ -278,13 +279,14 @@ def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | N
 
     Every chunk of the live index is read with a scroll, re-embedded with ``new.embedding`` (or, when
     ``reembed`` is None and model, dims and title handling are unchanged, its stored vector is kept)
-    and written to ``<prefix>-chunks-v<N>`` (``version`` defaults to the next free one). The alias moves
-    only when the new index holds exactly as many chunks as the source; until then (and on any
-    failure) searches keep using the old index, which is never modified. ``on_progress(done, total)``
-    is called after each batch. Raises IndexNotFound when there is no live index, IndexMismatch when
-    the live index was not built with ``old``'s model, ConfigError when ``new`` changes the chunker
-    (chunks cannot be re-cut from chunks), and
-    IngestError when chunks fail to copy or counts disagree (the new index is left for inspection).
+    and written to ``<prefix>-chunks-v<N>`` (``version`` defaults to the next free one). When ``new``
+    names another chunker, each document is rebuilt from its chunks' offsets and cut again
+    (:mod:`hybridsearch.rechunk`). The alias moves only when the new index holds every chunk (or, after
+    re-chunking, every document) of the source; until then, and on any failure, searches keep using
+    the old index, which is never modified. ``on_progress(done, total)`` is called as chunks (or
+    documents) are done. Raises IndexNotFound when there is no live index, IndexMismatch when it was
+    not built with ``old``'s model, and IngestError when anything fails to copy or the counts disagree
+    (the new index is left for inspection, failures in a dead-letter file).
     """
     if old.index.prefix != new.index.prefix:
         raise ConfigError("a migration stays within one prefix")
@@ -293,24 +295,17 @@ def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | N
         raise IndexNotFound(f"alias {old.index.alias} does not exist: nothing to migrate")
     source_meta = index_meta(es, source)
     check_meta(source, source_meta, old)
-    target_meta_expected = load_template("chunks", new)["template"]["mappings"]["_meta"]
-    if source_meta.get("chunker_version") not in (None, target_meta_expected["chunker_version"]):
-        raise ConfigError(
-            f"{source} was cut by chunker {source_meta.get('chunker_version')!r}, the new settings ask for "
-            f"{target_meta_expected['chunker_version']!r}: chunks cannot be re-cut from chunks. A chunker change "
-            "needs the source documents ingested again into a new index version."
-        )
-    if source_meta.get("prepend_title") is not None and source_meta.get("prepend_title") != new.embedding.prepend_title:
-        log.info("prepend_title changes from %s to %s", source_meta.get("prepend_title"), new.embedding.prepend_title)
+    expected = load_template("chunks", new)["template"]["mappings"]["_meta"]
+    rechunk = source_meta.get("chunker_version") not in (None, expected["chunker_version"])
+    first_chunks = {"term": {"position": 0}}  # one per document (and tenant)
     with es_errors(f"refresh {source}"):
         es.indices.refresh(index=source)
-        total = int(es.count(index=source)["count"])
-    target = create_version(es, new, version)
+        total = int(es.count(index=source, query=first_chunks if rechunk else None)["count"])
     embedder = embedder or Embedder(new.embedding)  # loads its model only when something must be embedded
-    if reembed is None:
-        reembed = not same_vectors(source_meta, new)
     if embedder.cfg.model != new.embedding.model or embedder.cfg.dims != new.embedding.dims:
         raise ConfigError("the embedder given to migrate() does not match the new settings' model and dims")
+    reembed = True if rechunk else (not same_vectors(source_meta, new) if reembed is None else reembed)
+    target = create_version(es, new, version)
     done = 0
 
     def progress(n: int) -> None:
@@ -321,17 +316,24 @@ def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | N
 
     t0 = time.perf_counter()
     dead_letter = DeadLetter(new.ingest.dead_letter_dir, f"migrate-{target}-{time.strftime('%Y%m%dT%H%M%S')}")
-    written, failed = copy_reembedded(es, source, target, embedder, prepend_title=new.embedding.prepend_title,
-                                      cfg=new.ingest, batch_size=batch_size, on_batch=progress,
-                                      dead_letter=dead_letter, reuse_vectors=not reembed)
+    if rechunk:
+        from hybridsearch.rechunk import rechunk_copy
+
+        _, written, failed = rechunk_copy(es, source, target, new, embedder, batch_size=batch_size,
+                                          on_document=lambda n: progress(n - done), dead_letter=dead_letter)
+    else:
+        written, failed = copy_reembedded(es, source, target, embedder, prepend_title=new.embedding.prepend_title,
+                                          cfg=new.ingest, batch_size=batch_size, on_batch=progress,
+                                          dead_letter=dead_letter, reuse_vectors=not reembed)
+    unit = "documents" if rechunk else "chunks"
     with es_errors(f"refresh {target}"):
         es.indices.refresh(index=target)
-        copied = int(es.count(index=target)["count"])
-        now = int(es.count(index=source)["count"])
+        copied = int(es.count(index=target, query=first_chunks if rechunk else None)["count"])
+        now = int(es.count(index=source, query=first_chunks if rechunk else None)["count"])
     seconds = time.perf_counter() - t0
     if failed or copied != total or now != total:
         raise IngestError(
-            f"migration {source} -> {target} incomplete: source had {total} chunks (now {now}), target holds "
+            f"migration {source} -> {target} incomplete: source had {total} {unit} (now {now}), target holds "
             f"{copied}, {failed} failed to copy"
             + (f" (reasons in {dead_letter.path})" if dead_letter.used else "")
             + f". The alias still points at {source}; drop {target} with "
@@ -343,8 +345,8 @@ def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | N
         swap_to(es, new, target)
     docs = _doc_count(es, target) or 0
     return MigrationResult(source=source, target=target, chunks=written, documents=docs, failed=failed,
-                           reembedded=reembed,
-                           seconds=seconds, swapped=swap, source_meta=source_meta, target_meta=target_meta)
+                           reembedded=reembed, rechunked=rechunk, seconds=seconds, swapped=swap,
+                           source_meta=source_meta, target_meta=target_meta)
 
 
 # --------------------------------------------------------------------------------------------- alias moves

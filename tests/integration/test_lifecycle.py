@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from elasticsearch import Elasticsearch
@@ -136,9 +138,6 @@ def test_migrate_refuses_a_source_built_for_another_model(es: Elasticsearch, set
     other = with_model(settings, "someone/else", 384)
     with pytest.raises(IndexMismatch):
         lifecycle.migrate(es, other, settings, embedder=embedder)
-    with pytest.raises(ConfigError, match="re-cut"):
-        rechunk = settings.model_copy(update={"chunking": settings.chunking.model_copy(update={"strategy": "fixed"})})
-        lifecycle.migrate(es, settings, rechunk, embedder=embedder)
     assert list(lifecycle.list_versions(es, settings)) == [1]  # nothing was built
 
 
@@ -231,3 +230,45 @@ def test_same_model_migration_copies_vectors_unless_asked(es: Elasticsearch, set
     retitled = lifecycle.migrate(es, settings, no_title, embedder=counting)
     assert retitled.reembedded and counting.encoded == 10  # the embedded text changed: vectors must too
     assert vector(es, retitled.target, "dogs#0") != pytest.approx(vector(es, v1, "dogs#0"), abs=1e-3)
+
+
+def chunk(text: str, start: int, end: int) -> dict[str, object]:
+    return {"chunk_id": f"{start}-{end}", "char_start": start, "char_end": end, "text": text[start:end]}
+
+
+def test_rebuild_text_from_chunk_offsets() -> None:
+    from hybridsearch.rechunk import rebuild_text
+
+    text = "One paragraph.\n\nAnother paragraph, a little longer.\n\n\nA third after three newlines."
+    paragraphs = [(m.start(), m.end()) for m in re.finditer(r"[^\n]+", text)]
+    chunks = [chunk(text, s, e) for s, e in paragraphs]
+    chunks.append(chunk(text, 4, 25))  # overlapping two paragraphs, as overlap does
+    assert rebuild_text(list(reversed(chunks))) == text  # order does not matter, newline gaps come back
+    # single-character gaps come back as a space; the span before the first chunk as newlines
+    sentences = "  First one. Second one."
+    assert rebuild_text([chunk(sentences, 2, 12), chunk(sentences, 13, 24)]) == "\n\nFirst one. Second one."
+    # parent-child chunks carry their parent's span, which fills what the children skip
+    parent = {**chunk(text, 0, 14), "parent_start": 0, "parent_text": text[:paragraphs[1][1]]}
+    assert rebuild_text([parent, chunk(text, *paragraphs[2])]) == text
+
+
+def test_rebuild_text_refuses_chunks_without_offsets() -> None:
+    from hybridsearch.rechunk import rebuild_text
+
+    with pytest.raises(ValueError, match="offsets"):
+        rebuild_text([{"chunk_id": "x", "text": "abc", "char_start": 0, "char_end": 5}])
+
+
+def test_cli_migrate_to_another_chunker(es: Elasticsearch, settings: Settings, embedder: Embedder,
+                                        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setenv("HSP_ES_URL", settings.es.url)
+    monkeypatch.setenv("HSP_INDEX__PREFIX", settings.index.prefix)
+    monkeypatch.setenv("HSP_INGEST__DEAD_LETTER_DIR", str(settings.ingest.dead_letter_dir))
+    monkeypatch.setenv("COLUMNS", "200")
+    write_chunks(es, ensure_index(es, settings), embedder)
+    assert main(["index", "migrate", "--chunker", "sentence", "--max-tokens", "1"]) == 2  # below the minimum
+    assert main(["index", "migrate", "--chunker", "sentence", "--max-tokens", "16", "--overlap", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "5 documents re-cut by sentence-16-0-v" in out and "HSP_CHUNKING__STRATEGY=sentence" in out
+    assert alias_targets(es, settings.index.alias) == [settings.index.versioned(2)]
+    assert index_meta(es, settings.index.versioned(2))["chunker"] == "sentence"

@@ -12,6 +12,7 @@ from hybridsearch.embedding import Embedder
 from hybridsearch.indices import alias_targets
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
+from hybridsearch.mappings import load_template
 from hybridsearch.settings import Settings
 
 TOPICS = {
@@ -147,3 +148,54 @@ def test_ingest_after_migration_changes_nothing(es: Elasticsearch, settings: Set
     again = run_ingest(docs, new, es=es, embedder=embedder)
     assert again.index == settings.index.versioned(2)
     assert again.changed_nothing and again.unchanged == len(docs) and again.indexed == 0
+
+
+def long_documents() -> list[Document]:
+    """Documents of several paragraphs, so chunkers disagree on how to cut them."""
+    names = list(TOPICS)
+    docs = []
+    for i, name in enumerate(names):
+        paragraphs = [TOPICS[n] for n in (names[i:] + names[:i])[:4]]
+        docs.append(Document.make(f"long-{name}", "\n\n".join(paragraphs), title=name.title(),
+                                  metadata={"kind": "long"}))
+    return docs
+
+
+def test_migration_to_another_chunker_recuts_documents_from_their_chunks(es: Elasticsearch, settings: Settings,
+                                                                        embedder: Embedder) -> None:
+    from hybridsearch.rechunk import documents_from_chunks, scan_sorted, to_document
+
+    docs = long_documents()
+    tenant_b = settings.model_copy(update={"index": settings.index.model_copy(update={"tenant": "b"})})
+    run_ingest(docs[:6], settings, es=es, embedder=embedder)
+    run_ingest(docs[6:], tenant_b, es=es, embedder=embedder)
+    v1 = settings.index.versioned(1)
+    old_chunks = es.count(index=v1)["count"]
+    small = settings.chunking.model_copy(update={"strategy": "sentence", "max_tokens": 24, "overlap": 0.0})
+    new = settings.model_copy(update={"chunking": small})
+
+    seen: list[tuple[int, int]] = []
+    result = lifecycle.migrate(es, settings, new, embedder=embedder, batch_size=16,
+                               on_progress=lambda d, t: seen.append((d, t)))
+    assert result.rechunked and result.reembedded and result.documents == len(docs)
+    assert seen[-1] == (len(docs), len(docs))
+    assert result.chunks > old_chunks  # smaller chunks, more of them
+    assert alias_targets(es, settings.index.alias) == [result.target]
+    signature = load_template("chunks", new)["template"]["mappings"]["_meta"]["chunker_version"]
+    assert signature.startswith("sentence-24-") and lifecycle.index_status(es, new).indices[-1].chunker == signature
+
+    # every document comes back exactly from the new chunks, with its tenant, title, metadata and hash
+    originals = {d.doc_id: d for d in docs}
+    rebuilt = {(t, c[0]["doc_id"]): c for t, c in documents_from_chunks(scan_sorted(es, result.target))}
+    assert {k for k in rebuilt} == {(None, d.doc_id) for d in docs[:6]} | {("b", d.doc_id) for d in docs[6:]}
+    for (_, doc_id), chunks in rebuilt.items():
+        doc = to_document(chunks)
+        assert doc.text == originals[doc_id].text and doc.content_hash == originals[doc_id].content_hash
+        assert doc.title == originals[doc_id].title and doc.metadata == {"kind": "long"}
+        assert all(c["chunk_id"].endswith(f"@{signature}") for c in chunks)
+
+    # the re-cut index is a faithful ingest target: the sources change nothing, searches find them
+    again = run_ingest(docs[:6], new, es=es, embedder=embedder)
+    assert again.changed_nothing and again.index == result.target
+    with SearchClient(es, new, embedder=embedder) as client:
+        assert client.search("why does bread rise", k=1, rerank=False).hits[0].doc_id.startswith("long-")

@@ -6,14 +6,16 @@ import argparse
 import json
 from typing import Any
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from hybridsearch import lifecycle
 from hybridsearch.cluster import make_client
+from hybridsearch.errors import ConfigError
 from hybridsearch.indices import index_meta
-from hybridsearch.settings import Settings
+from hybridsearch.settings import ChunkingSettings, Settings
 
 console = Console()
 
@@ -43,6 +45,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     m.add_argument("--index-options", default=None,
                    choices=["hnsw", "int8_hnsw", "int4_hnsw", "bbq_hnsw", "flat", "int8_flat"],
                    help="dense_vector index_options of the new index (default: current setting)")
+    m.add_argument("--chunker", default=None, choices=["paragraph", "sentence", "token", "fixed", "parent_child"],
+                   help="cut the documents again with this chunker (rebuilt from the chunks' offsets)")
+    m.add_argument("--max-tokens", type=int, default=None, help="with --chunker: target chunk size in word pieces")
+    m.add_argument("--overlap", type=float, default=None, help="with --chunker: share of a chunk repeated")
     m.add_argument("--no-title", action="store_true", help="embed chunk text without the title prepended")
     m.add_argument("--reembed", action="store_true",
                    help="embed every chunk again even when the model is unchanged (default: copy its vector)")
@@ -124,8 +130,17 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     index = settings.index
     if args.index_options:
         index = index.model_copy(update={"index_options": args.index_options})
-    new = settings.model_copy(update={"embedding": embedding, "index": index})
-    with Progress(TextColumn("copying"), BarColumn(), MofNCompleteColumn(), TextColumn("chunks"),
+    chunking = settings.chunking
+    changes = {k: v for k, v in (("strategy", args.chunker), ("max_tokens", args.max_tokens),
+                                 ("overlap", args.overlap)) if v is not None}
+    if changes:
+        try:
+            chunking = ChunkingSettings.model_validate({**chunking.model_dump(), **changes})
+        except ValidationError as exc:
+            raise ConfigError(f"invalid chunker options: {exc.errors()[0]['msg']}") from None
+    new = settings.model_copy(update={"embedding": embedding, "index": index, "chunking": chunking})
+    with Progress(TextColumn("copying"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("documents" if changes else "chunks"),
                   TimeRemainingColumn(), console=console, transient=True) as bar:
         task = bar.add_task("migrate", total=None)
 
@@ -136,6 +151,8 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
                                    batch_size=args.batch_size, on_progress=progress,
                                    reembed=True if args.reembed else None)
     how = f"re-embedded with {new.embedding.model}" if result.reembedded else "copied with their vectors"
+    if result.rechunked:
+        how = f"re-cut by {result.target_meta.get('chunker_version')} and {how}"
     console.print(f"{result.source} → [bold]{result.target}[/]: {result.chunks:,} chunks of "
                   f"{result.documents:,} documents {how} "
                   f"in {result.seconds:.1f} s ({result.chunks_per_second:.0f} chunks/s)")
@@ -149,6 +166,10 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     if new.embedding.model != settings.embedding.model or new.embedding.dims != settings.embedding.dims:
         console.print(f"[yellow]query clients must now use[/] HSP_EMBEDDING__MODEL={new.embedding.model} "
                       f"HSP_EMBEDDING__DIMS={new.embedding.dims}")
+    if result.rechunked:
+        console.print(f"[yellow]ingestion must now use[/] HSP_CHUNKING__STRATEGY={new.chunking.strategy} "
+                      f"HSP_CHUNKING__MAX_TOKENS={new.chunking.max_tokens} "
+                      f"HSP_CHUNKING__OVERLAP={new.chunking.overlap:g}")
     return 0
 
 

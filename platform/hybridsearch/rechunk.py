@@ -1,0 +1,157 @@
+"""Re-cut an index's documents with another chunker, without the original sources.
+
+Every chunk keeps its character offsets in its document (``text == source[char_start:char_end]``,
+and the parent span for parent-child chunks), so the documents can be put back together from the
+chunks of the live index: overlapping spans agree, and the few characters no chunk covers (the
+whitespace between paragraphs) come back as whitespace of the same length. The rebuilt documents
+then go through ingestion's own chunk layout (:func:`hybridsearch.ingest.pipeline.document_chunks`),
+keeping their ``content_hash``, so a later ingest of the original sources finds them unchanged.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+from elasticsearch import Elasticsearch, helpers
+
+from hybridsearch.cluster import es_errors
+from hybridsearch.embedding import Embedder
+from hybridsearch.ingest.chunking import HFTokenizer
+from hybridsearch.ingest.pipeline import document_chunks
+from hybridsearch.ingest.sources import Document
+from hybridsearch.ingest.writer import DeadLetter, WriteReport, write_actions
+from hybridsearch.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+def rebuild_text(chunks: list[dict[str, Any]]) -> str:
+    """A document's text from its chunks' sources (any order). Raises ValueError when offsets are unusable."""
+    spans: list[tuple[int, str]] = []
+    for c in chunks:
+        start, end, text = c.get("char_start"), c.get("char_end"), c.get("text")
+        if isinstance(start, int) and isinstance(end, int) and isinstance(text, str) and end - start == len(text):
+            spans.append((start, text))
+        else:
+            raise ValueError(f"chunk {c.get('chunk_id')} has no usable character offsets")
+        p_start, p_text = c.get("parent_start"), c.get("parent_text")
+        if isinstance(p_start, int) and isinstance(p_text, str):
+            spans.append((p_start, p_text))
+    if not spans:
+        raise ValueError("no chunks")
+    end = max(s + len(t) for s, t in spans)
+    buf: list[str | None] = [None] * end
+    for start, text in spans:
+        buf[start:start + len(text)] = list(text)
+    out: list[str] = []
+    i = 0
+    while i < end:  # characters no chunk covers: one space, or newlines for longer gaps (paragraph breaks)
+        if buf[i] is not None:
+            out.append(buf[i])  # type: ignore[arg-type]
+            i += 1
+            continue
+        j = i
+        while j < end and buf[j] is None:
+            j += 1
+        out.append(" " if j - i == 1 else "\n" * (j - i))
+        i = j
+    return "".join(out)
+
+
+def scan_sorted(es: Elasticsearch, index: str, batch: int = 500) -> Iterator[dict[str, Any]]:
+    """Chunk sources of ``index`` ordered by tenant, document and position (vectors left out)."""
+    yield from helpers.scan(
+        es, index=index, size=batch, scroll="10m", preserve_order=True,
+        query={"query": {"match_all": {}}, "_source": {"excludes": ["embedding"]},
+               "sort": [{"tenant": {"order": "asc", "missing": "_first"}}, {"doc_id": "asc"}, {"position": "asc"}]},
+    )
+
+
+def documents_from_chunks(hits: Iterable[dict[str, Any]]) -> Iterator[tuple[str | None, list[dict[str, Any]]]]:
+    """``(tenant, chunk sources of one document)`` for hits sorted by tenant and doc_id."""
+    key: tuple[str | None, str] | None = None
+    group: list[dict[str, Any]] = []
+    for hit in hits:
+        src = hit["_source"]
+        k = (src.get("tenant"), str(src.get("doc_id")))
+        if key is not None and k != key:
+            yield key[0], group
+            group = []
+        key = k
+        group.append(src)
+    if key is not None:
+        yield key[0], group
+
+
+def to_document(chunks: list[dict[str, Any]]) -> Document:
+    """The document the chunks were cut from. Raises ValueError."""
+    first = chunks[0]
+    return Document(doc_id=str(first["doc_id"]), title=first.get("title"), text=rebuild_text(chunks),
+                    metadata=dict(first.get("metadata") or {}), source=first.get("source") or "",
+                    content_hash=first.get("content_hash") or "")
+
+
+def rechunk_copy(es: Elasticsearch, source: str, target: str, new: Settings, embedder: Embedder, *,
+                 batch_size: int = 256, on_document: Callable[[int], None] | None = None,
+                 dead_letter: DeadLetter | None = None) -> tuple[int, int, int]:
+    """Cut every document of ``source`` again with ``new.chunking``, embed and write it to ``target``.
+
+    Returns ``(documents, chunks written, chunks or documents failed)``; failures go to ``dead_letter``.
+    """
+    tokenizer = HFTokenizer(copy.deepcopy(embedder.model.tokenizer))
+    max_seq = embedder.max_seq_length
+    per_tenant: dict[str | None, Settings] = {}
+    documents = written = failed = 0
+    pending: list[tuple[dict[str, Any], str]] = []
+    in_flight: Future[WriteReport] | None = None
+
+    def absorb(report: WriteReport) -> None:
+        nonlocal written, failed
+        written += len(report.ok_ids)
+        failed += len(report.failures)
+        for f in report.failures:
+            if dead_letter is not None:
+                dead_letter.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f.reason, stage="migrate",
+                                  status=f.status)
+
+    def flush(pool: ThreadPoolExecutor) -> None:
+        nonlocal in_flight
+        if not pending:
+            return
+        vectors = embedder.encode([text for _, text in pending])
+        actions = [{"_op_type": "index", "_index": target, "_id": src["chunk_id"],
+                    "_source": {**src, "embedding": vec.tolist()}} for (src, _), vec in zip(pending, vectors,
+                                                                                           strict=True)]
+        pending.clear()
+        if in_flight is not None:
+            absorb(in_flight.result())
+        in_flight = pool.submit(write_actions, es, actions, new.ingest)
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsp-rechunk-writer") as pool, \
+            es_errors(f"re-chunk {source} into {target}"):
+        for tenant, chunks in documents_from_chunks(scan_sorted(es, source)):
+            documents += 1
+            settings = per_tenant.get(tenant)
+            if settings is None:
+                settings = new.model_copy(update={"index": new.index.model_copy(update={"tenant": tenant})})
+                per_tenant[tenant] = settings
+            try:
+                pending.extend(document_chunks(to_document(chunks), settings, tokenizer, max_seq))
+            except (ValueError, TypeError) as exc:
+                failed += 1
+                log.warning("document %s not re-chunked: %s", chunks[0].get("doc_id"), exc)
+                if dead_letter is not None:
+                    dead_letter.write(doc_id=str(chunks[0].get("doc_id")), reason=f"cannot re-chunk: {exc}",
+                                      stage="migrate")
+            if len(pending) >= batch_size:
+                flush(pool)
+            if on_document:
+                on_document(documents)
+        flush(pool)
+        if in_flight is not None:
+            absorb(in_flight.result())
+    return documents, written, failed
