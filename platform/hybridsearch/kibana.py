@@ -1,6 +1,6 @@
 """Kibana saved objects for hybridsearch: load, validate, re-prefix and import them.
 
-The objects live in ``ops/kibana/hybridsearch.ndjson`` (packaged as ``hybridsearch/_kibana``): data
+The objects live in ``ops/kibana/hybridsearch.ndjson`` (a wheel may package them as ``hybridsearch/_kibana``): data
 views for the live chunks (the read alias), the query log and the ingest runs, Lens panels and one
 dashboard, all written for the default prefix ``hsp``. :func:`rewrite_prefix` renames index patterns,
 object ids and titles for another prefix, so several teams can import their own copy into one Kibana.
@@ -41,7 +41,8 @@ def load_objects(path: Path | None = None) -> list[dict[str, Any]]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:
-        raise ConfigError(f"cannot read Kibana saved objects {path}: {exc}") from None
+        raise ConfigError(f"cannot read Kibana saved objects {path}: {exc}. They ship in the repository's "
+                          f"ops/kibana/{FILE_NAME}: pass its path with --file") from None
     objects: list[dict[str, Any]] = []
     for no, line in enumerate(lines, 1):
         if not line.strip():
