@@ -42,7 +42,7 @@ def test_ingest_then_rerun_changes_nothing(es: Elasticsearch, settings: Settings
     docs = corpus()
     first = run_ingest(docs, settings, es=es, embedder=embedder)
     assert first.status == "completed"
-    assert (first.documents, first.documents_failed, first.documents_skipped) == (8, 0, 0)
+    assert (first.documents, first.documents_indexed, first.documents_failed, first.documents_skipped) == (8, 8, 0, 0)
     assert first.indexed == first.chunks == 8 and first.failed == 0 and first.dead_letter_path is None
     stored = chunks_of(es, settings)
     assert len(stored) == 8
@@ -63,6 +63,7 @@ def test_ingest_then_rerun_changes_nothing(es: Elasticsearch, settings: Settings
     runs = es.search(index=settings.index.ingest_runs, sort=["started_at"]).body["hits"]["hits"]
     assert [r["_source"]["run_id"] for r in runs] == [first.run_id, second.run_id]
     assert runs[0]["_source"]["indexed"] == 8 and runs[1]["_source"]["unchanged"] == 8
+    assert runs[0]["_source"]["documents_indexed"] == 8 and runs[0]["_source"]["chunker"] == "paragraph"
     assert runs[0]["_source"]["status"] == "completed" and runs[0]["_source"]["model"] == settings.embedding.model
 
 
@@ -110,7 +111,7 @@ def test_bad_inputs_are_dead_lettered_and_the_rest_indexed_once(es: Elasticsearc
     result = run_ingest(root, settings, es=es, embedder=embedder)
     stored = {c["doc_id"] for c in chunks_of(es, settings)}
     assert stored == {"good.txt", "page.html", "r1", "r4"}
-    assert result.documents == 11 and result.documents_failed == 7
+    assert (result.documents, result.documents_indexed, result.documents_failed) == (11, 4, 7)
     assert result.failed == 1  # the chunk the mapping rejected
     dead = read_dead_letter(Path(result.dead_letter_path or ""))
     reasons = {(d["doc_id"], d["stage"]): d["reason"] for d in dead}

@@ -51,6 +51,7 @@ class IngestResult:
     documents: int = 0
     documents_skipped: int = 0
     documents_failed: int = 0
+    documents_indexed: int = 0
     chunks: int = 0
     indexed: int = 0
     updated: int = 0
@@ -68,16 +69,12 @@ class IngestResult:
     chunker: str = ""
 
     @property
-    def documents_indexed(self) -> int:
-        return self.documents - self.documents_skipped - self.documents_failed
-
-    @property
     def changed_nothing(self) -> bool:
         return self.indexed == self.updated == self.deleted == self.failed == self.documents_failed == 0
 
     def summary_doc(self) -> dict[str, Any]:
         """The document stored in ``<prefix>-ingest-runs``."""
-        doc = {k: v for k, v in asdict(self).items() if k != "embed_seconds"}
+        doc = asdict(self)
         doc["@timestamp"] = self.ended_at or self.started_at
         doc["chunker_version"] = doc.pop("chunker")
         doc["chunker"] = self.chunker.split("-", 1)[0]
@@ -344,6 +341,7 @@ class _Run:
                      "_id": chunk_id(f.doc.doc_id, 0, self.signature, self.tenant)} for f in failed]
             write_actions(self.es, undo, self.settings.ingest)
             self.count(documents_failed=len(failed))
+        self.count(documents_indexed=len(good))
         stale = self._stale_ids([f for f in good if f.changed])
         if stale:
             rep = write_actions(self.es, [{"_op_type": "delete", "_index": self.index, "_id": i, "_doc_id": d}
@@ -458,6 +456,7 @@ def run_ingest(documents: str | Path | Iterable[Document | SourceFailure], setti
     result.seconds = round(time.perf_counter() - started, 3)
     written = result.indexed + result.updated
     result.chunks_per_second = round(written / result.seconds, 2) if result.seconds else 0.0
+    result.embed_seconds = round(result.embed_seconds, 3)
     result.ended_at = _now()
     result.dead_letter_path = str(run.dead.path) if run.dead.used else None
     if run.error is not None:
