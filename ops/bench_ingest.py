@@ -50,6 +50,51 @@ def timed_encode(encode: Any, texts: list[str], batch: int) -> tuple[float, np.n
     return len(texts) / dt, np.concatenate(out)
 
 
+def dense_quality(corpus: Path, extra_docs: int, settings: Any, backends: dict[str, Any]) -> list[tuple[str, float]]:
+    """Dense-only nDCG@10 on SciFact test queries over (relevant docs + ``extra_docs`` others), scoring a document
+    by its best chunk, for each backend; plus whole documents (no chunking, model truncates) with torch."""
+    from ranx import Qrels, Run, evaluate
+
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (corpus.parent / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        qid, did, score = line.split("\t")
+        qrels.setdefault(qid, {})[did] = int(score)
+    with (corpus.parent / "queries.jsonl").open() as fh:
+        queries = {q["_id"]: q["text"] for q in map(json.loads, fh) if q["_id"] in qrels}
+    relevant = {d for rel in qrels.values() for d in rel}
+    docs, others = [], 0
+    for d in read_path(corpus):
+        if isinstance(d, Document) and (d.doc_id in relevant or others < extra_docs):
+            others += d.doc_id not in relevant
+            docs.append(d)
+    rows = []
+    for name, emb in backends.items():
+        tok = HFTokenizer(emb.model.tokenizer)
+        owners, texts = [], []
+        for d in docs:
+            for _, t in document_chunks(d, settings, tok, emb.max_seq_length):
+                owners.append(d.doc_id)
+                texts.append(t)
+        variants = {f"{name}, chunks (max per doc)": (owners, texts)}
+        if name == "torch":
+            whole = [f"{d.title}. {d.text}" if d.title else d.text for d in docs]
+            variants["torch, whole documents (truncated)"] = ([d.doc_id for d in docs], whole)
+        qids = list(queries)
+        qv = emb.encode([queries[q] for q in qids])
+        for label, (own, txt) in variants.items():
+            sims = qv @ emb.encode(txt).T
+            run: dict[str, dict[str, float]] = {}
+            for qi, qid in enumerate(qids):
+                best: dict[str, float] = {}
+                for j in np.argsort(-sims[qi])[:200]:
+                    best.setdefault(own[j], float(sims[qi, j]))
+                run[qid] = best
+            rows.append((label, float(evaluate(Qrels(qrels), Run(run), "ndcg@10"))))
+    console.print(f"dense nDCG@10: {len(queries)} SciFact test queries over {len(docs):,} documents "
+                  f"({len(relevant)} relevant + {others} others)")
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
@@ -57,6 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--backend-sample", type=int, default=600,
                     help="chunks used for the torch/ONNX/int8 comparison (0 = skip it)")
     ap.add_argument("--no-processes", action="store_true", help="skip the 2-process encode measurement")
+    ap.add_argument("--quality-docs", type=int, default=0,
+                    help="also compare dense nDCG@10 of torch/ONNX/int8 over relevant + N other docs (e.g. 1500)")
     ap.add_argument("--keep", action="store_true", help="keep the throwaway indices")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     args = ap.parse_args(argv)
@@ -126,6 +173,17 @@ def main(argv: list[str] | None = None) -> int:
             bt.add_row(name, f"{cps:.1f}", f"{cps / torch_cps:.2f}", f"{cos:.4f}")
             figures[f"encode::{name}"] = {"chunks_per_s": cps, "speedup": cps / torch_cps, "cosine": cos}
         console.print(bt)
+    if args.quality_docs:
+        backends = {"torch": embedder}
+        for name, extra in (("onnx fp32", {"onnx_quantized": False}), ("onnx int8", {"onnx_quantized": True})):
+            backends[name] = Embedder(settings.embedding.model_copy(update={"backend": "onnx", **extra}))
+        qt = Table(title="retrieval quality (dense only, no Elasticsearch)")
+        qt.add_column("embedding")
+        qt.add_column("nDCG@10", justify="right")
+        for label, ndcg in dense_quality(args.corpus, args.quality_docs, settings, backends):
+            qt.add_row(label, f"{ndcg:.4f}")
+            figures[f"ndcg10::{label}"] = ndcg
+        console.print(qt)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0 if figures["failed"] == 0 and second.changed_nothing else 1
