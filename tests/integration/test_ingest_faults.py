@@ -212,3 +212,23 @@ def test_cluster_going_away_mid_run_then_rerun_resumes(proxy: Proxy, settings: S
     assert again.status == "completed" and again.failed == 0 and again.documents_failed == 0
     assert again.documents_skipped > 0  # documents finished before the fault are not embedded again
     assert_indexed_exactly_once(es, direct, embedder, corpus)
+
+
+def test_update_that_failed_leaves_no_stale_chunks_after_rerun(proxy: Proxy, settings: Settings, embedder: Embedder,
+                                                               es: Elasticsearch) -> None:
+    s, client = via(settings, proxy.url)
+    long_text = " ".join(f"Sentence {i} reports another measured effect." for i in range(8))
+    old = [Document.make("u", long_text, title="U"), Document.make("v", "Stable document.", title="V")]
+    run_ingest(old, s, es=client, embedder=embedder)
+    es.indices.refresh(index=s.index.alias)
+    assert es.count(index=s.index.alias, query={"term": {"doc_id": "u"}}).body["count"] >= 3
+
+    new = [Document.make("u", "A single short sentence now.", title="U"), old[1]]
+    proxy.faults.reject_doc = "u"  # the update cannot be written
+    failed = run_ingest(new, s, es=client, embedder=embedder)
+    assert failed.documents_failed == 1 and failed.documents_skipped == 1
+
+    proxy.faults.reject_doc = None
+    again = run_ingest(new, s, es=client, embedder=embedder)
+    assert again.documents_failed == 0 and again.deleted >= 2
+    assert_indexed_exactly_once(es, s, embedder, new)

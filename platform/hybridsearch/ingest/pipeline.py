@@ -342,7 +342,9 @@ class _Run:
             write_actions(self.es, undo, self.settings.ingest)
             self.count(documents_failed=len(failed))
         self.count(documents_indexed=len(good))
-        stale = self._stale_ids([f for f in good if f.changed])
+        # every written document, not only the changed ones: a document whose earlier run failed half-way
+        # has no chunk 0 (so it looks new) but may still have surplus chunks from its older version
+        stale = self._stale_ids(good)
         if stale:
             rep = write_actions(self.es, [{"_op_type": "delete", "_index": self.index, "_id": i, "_doc_id": d}
                                           for i, d in stale], self.settings.ingest)

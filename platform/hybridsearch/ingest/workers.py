@@ -51,18 +51,29 @@ class ProcessPoolEncoder:
     """Splits each batch across ``workers`` processes (spawned, model loaded once in each)."""
 
     def __init__(self, cfg: EmbeddingSettings, workers: int) -> None:
-        self.workers = workers
-        threads = max(1, (os.cpu_count() or 1) // workers)
-        self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                        initializer=_init_worker, initargs=(cfg.model_dump_json(), threads))
+        self.cfg, self.workers = cfg, workers
+        self._pool: ProcessPoolExecutor | None = None
+
+    @property
+    def pool(self) -> ProcessPoolExecutor:
+        """Started on first use, so a run where nothing changed starts no process."""
+        if self._pool is None:
+            threads = max(1, (os.cpu_count() or 1) // self.workers)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"),
+                                             initializer=_init_worker, initargs=(self.cfg.model_dump_json(), threads))
+        return self._pool
 
     def encode(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.cfg.dims), dtype=np.float32)
         size = -(-len(texts) // self.workers)
         parts = [texts[i:i + size] for i in range(0, len(texts), size)]
         return np.concatenate(list(self.pool.map(_encode_in_worker, parts)))
 
     def close(self) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
 
 
 def make_encoder(embedder: Embedder, settings: Settings) -> Any:
