@@ -127,7 +127,8 @@ def worker_haystack(args: argparse.Namespace, docs: list[dict[str, str]], querie
     build_s, reused = 0.0, _count(es, index) == len(docs)
     if not reused:
         es.options(ignore_status=404).indices.delete(index=index)
-        es.indices.create(index=index, mappings=store._default_mappings)
+        # the store's own mapping; no replica, since a single-node cluster would turn yellow
+        es.indices.create(index=index, mappings=store._default_mappings, settings={"number_of_replicas": 0})
         t0 = time.perf_counter()
         embedder = SentenceTransformersDocumentEmbedder(model=args.model, normalize_embeddings=True,
                                                         local_files_only=True, progress_bar=False, batch_size=32)
