@@ -183,11 +183,12 @@ def worker_langchain(args: argparse.Namespace, docs: list[dict[str, str]], queri
     texts = [f"{d['title']}\n\n{d['text']}".strip() for d in docs]
     metas = [{"doc_id": d["_id"]} for d in docs]
     ids = [d["_id"] for d in docs]
+    no_replica = {"number_of_replicas": 0}  # a single-node cluster would turn yellow
     stores = {
         "bm25": ElasticsearchStore(index_name=f"{args.index_prefix}-langchain-bm25", client=es,
-                                   strategy=BM25Strategy()),
+                                   strategy=BM25Strategy(), custom_index_settings=no_replica),
         "dense": ElasticsearchStore(index_name=f"{args.index_prefix}-langchain-dense", client=es, embedding=emb,
-                                    strategy=DenseVectorStrategy()),
+                                    strategy=DenseVectorStrategy(), custom_index_settings=no_replica),
     }
     build_s, reused = 0.0, True
     for name, store in stores.items():
