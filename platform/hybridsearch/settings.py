@@ -129,6 +129,8 @@ class QuerySettings(BaseModel):
     linear_norm: Literal["minmax", "zscore"] = "minmax"
     title_boost: float = Field(1.0, ge=0)
     operator: Literal["or", "and"] = "or"
+    tie_breaker: float = Field(0.5, ge=0, le=1, description="multi_match best_fields: share of the other field's "
+                               "score added to the best field's (0.5 measured best on SciFact)")
     max_k: int = Field(100, ge=1, description="largest k a caller may ask for")
     max_query_chars: int = Field(2000, ge=16, description="longer queries are truncated")
     collapse: bool = Field(True, description="keep only the best chunk of each document")

@@ -54,6 +54,7 @@ def test_one_msearch_with_the_same_filters_in_bm25_and_knn(settings: Settings) -
     want = [{"term": {"tenant": "acme"}}, {"term": {"source": "wiki"}}]
     assert bm25["query"]["bool"]["filter"] == want == knn["knn"]["filter"]
     assert bm25["query"]["bool"]["must"] == [{"multi_match": {"query": "bees dance", "fields": ["title^2.5", "text"],
+                                                              "type": "best_fields", "tie_breaker": 0.5,
                                                               "operator": "and"}}]
     assert knn["knn"] == {"field": "embedding", "query_vector": [0.5, 0.25], "k": 200, "num_candidates": 200,
                           "filter": want}  # collapse: knn_k × knn_overfetch chunks, for ~knn_k documents

@@ -93,10 +93,11 @@ def _common(settings: Settings, size: int) -> dict[str, Any]:
 
 
 def bm25_body(settings: Settings, p: Plan) -> dict[str, Any]:
-    """``multi_match`` over ``title^title_boost`` and ``text``, filters in ``bool.filter``."""
+    """``multi_match`` (best_fields, ``tie_breaker``) over ``title^title_boost`` and ``text``; filters in
+    ``bool.filter``."""
     q = settings.query
     match = {"multi_match": {"query": p.query, "fields": [f"title^{q.title_boost:g}", "text"],
-                             "operator": q.operator}}
+                             "type": "best_fields", "tie_breaker": q.tie_breaker, "operator": q.operator}}
     body = _common(settings, q.bm25_k)
     body["query"] = {"bool": {"must": [match], "filter": p.filters}} if p.filters else match
     return body
