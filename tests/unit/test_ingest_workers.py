@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from hybridsearch.embedding import Embedder
 from hybridsearch.ingest.workers import InProcessEncoder, ProcessPoolEncoder, make_encoder
@@ -11,6 +12,7 @@ from hybridsearch.settings import EmbeddingSettings, Settings
 TEXTS = [f"Sentence number {i} about proteins and cells." for i in range(5)]
 
 
+@pytest.mark.slow
 def test_process_pool_matches_in_process() -> None:
     cfg = EmbeddingSettings(device="cpu")
     local = Embedder(cfg)
