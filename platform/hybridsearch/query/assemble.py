@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from hybridsearch.errors import ClusterError, IndexNotFound, RerankerError
 from hybridsearch.query.build import Plan
@@ -27,11 +27,11 @@ class Candidate:
     key: str
     source: dict[str, Any]
     chunk_id: str
-    stages: dict[str, StageScore] = field(default_factory=dict)
+    stages: dict[str, Rank] = field(default_factory=dict)
     terms: dict[str, float] = field(default_factory=dict)
-    fused: StageScore | None = None
+    fused: Rank | None = None
     base_score: float = 0.0
-    rerank: StageScore | None = None
+    rerank: Rank | None = None
 
 
 @dataclass
@@ -42,6 +42,18 @@ class Window:
     depths: dict[str, int]
     reranked: bool = False
     rerank_reason: str | None = None
+
+
+class Rank(NamedTuple):
+    """A stage rank and score while assembling (cheap); becomes a StageScore only for returned hits."""
+
+    rank: int
+    score: float
+
+
+def stage_score(r: Rank | None) -> StageScore | None:
+    """The public :class:`StageScore` for ``r``."""
+    return None if r is None else StageScore(rank=r.rank, score=r.score)
 
 
 def check_response(resp: Mapping[str, Any], index: str) -> None:
@@ -88,7 +100,7 @@ def fuse_window(settings: Settings, names: Sequence[str], responses: Sequence[Ma
                 else:
                     c.source, c.chunk_id = src, chunk_id
                 best_rank[key] = rank
-            c.stages[name] = StageScore(rank=rank, score=score)
+            c.stages[name] = Rank(rank, score)
     if len(lists) == 1:
         (name, lst), = lists.items()
         order = [(key, score) for key, score, _ in lst]
@@ -97,7 +109,7 @@ def fuse_window(settings: Settings, names: Sequence[str], responses: Sequence[Ma
     else:
         order = _fuse(settings, lists, cands)
         for rank, (key, score) in enumerate(order, start=1):
-            cands[key].fused = StageScore(rank=rank, score=score)
+            cands[key].fused = Rank(rank, score)
             cands[key].base_score = score
     return Window(candidates=[cands[key] for key, _ in order], depths={n: len(v) for n, v in lists.items()})
 
@@ -145,7 +157,7 @@ def apply_rerank(window: Window, depth: int, scores: Sequence[float]) -> None:
         raise RerankerError("reranker returned a score that is not a finite number")
     order = sorted(range(len(top)), key=lambda i: (-vals[i], i))
     for new_rank, i in enumerate(order, start=1):
-        top[i].rerank = StageScore(rank=new_rank, score=vals[i])
+        top[i].rerank = Rank(new_rank, vals[i])
     window.candidates = [top[i] for i in order] + window.candidates[depth:]
     window.reranked = True
     window.rerank_reason = None
@@ -159,7 +171,8 @@ def _hit(c: Candidate, rank: int, explain: list[str] | None) -> Hit:
         text=str(src.get("text") or ""), parent_id=src.get("parent_id"), parent_text=src.get("parent_text"),
         metadata=meta if isinstance(meta, dict) else {},
         score=c.rerank.score if c.rerank else c.base_score, rank=rank,
-        bm25=c.stages.get("bm25"), knn=c.stages.get("knn"), fused=c.fused, rerank=c.rerank, explanation=explain,
+        bm25=stage_score(c.stages.get("bm25")), knn=stage_score(c.stages.get("knn")), fused=stage_score(c.fused),
+        rerank=stage_score(c.rerank), explanation=explain,
     )
 
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from hybridsearch.cluster import es_errors
-from hybridsearch.query.assemble import Window
+from hybridsearch.query.assemble import Rank, Window, stage_score
 from hybridsearch.query.build import Plan, bm25_body
-from hybridsearch.query.results import StageScore, WhyReport
+from hybridsearch.query.results import WhyReport
 
 if TYPE_CHECKING:
     from hybridsearch.query.client import SearchClient
@@ -42,11 +42,11 @@ def why_report(client: SearchClient, p: Plan, index: str, window: Window, doc_id
     elif allowed == 0:
         notes.append(f"all {total} chunks of {doc_id} are excluded by the filters (or tenant)")
     if cand is not None:
-        rep.bm25, rep.knn, rep.fused, rep.rerank = (cand.stages.get("bm25"), cand.stages.get("knn"),
-                                                    cand.fused, cand.rerank)
+        rep.bm25, rep.knn = stage_score(cand.stages.get("bm25")), stage_score(cand.stages.get("knn"))
+        rep.fused, rep.rerank = stage_score(cand.fused), stage_score(cand.rerank)
         rep.final_rank = (pos or 0) + 1
     for name, depth in window.depths.items():
-        stage: StageScore | None = cand.stages.get(name) if cand else None
+        stage: Rank | None = cand.stages.get(name) if cand else None
         if stage is not None:
             label = "BM25" if name == "bm25" else "kNN"
             notes.append(f"{label}: rank {stage.rank} of {depth}, score {stage.score:.4f}")
