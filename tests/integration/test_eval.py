@@ -87,7 +87,8 @@ def test_evaluation_end_to_end_matches_ranx_and_reuses_the_index(
         assert m.metrics == pytest.approx({k: float(v) for k, v in direct.items()})
     # the topics are distinct enough that every retriever finds something relevant at the top
     assert report.mode("hybrid").metrics["mrr@10"] > 0.5  # type: ignore[union-attr]
-    assert {c.name.split()[0] for c in report.checks} == {"hybrid"}
+    assert report.checks[0].name == "every corpus document indexed" and report.checks[0].passed
+    assert {c.name.split()[0] for c in report.checks[1:]} == {"hybrid"}
 
     again = evaluate_collection(es, s, collection, ["bm25"], embedder=embedder)
     assert again.report.index["action"] == "reused" and again.report.index["name"] == report.index["name"]

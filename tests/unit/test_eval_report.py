@@ -12,6 +12,7 @@ from hybridsearch.eval.report import (
     EvalReport,
     ModeReport,
     compare,
+    ingest_checks,
     latency_stats,
     load_report,
     mode_report,
@@ -160,3 +161,11 @@ def test_markdown_and_chart(tmp_path: Path) -> None:
     assert "FAIL" in md and "a: 1 / 2 / 3 / —" in md and "tolerance 0.01" in md
     png = write_chart(report, tmp_path / "sub" / "chart.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_ingest_checks_fail_when_documents_were_dead_lettered() -> None:
+    assert ingest_checks(None) == []
+    (ok,) = ingest_checks({"documents": 20, "documents_failed": 0})
+    assert ok.passed
+    (bad,) = ingest_checks({"documents": 20, "documents_failed": 3, "dead_letter_path": "dl/x.jsonl"})
+    assert not bad.passed and "3 of 20" in bad.detail and "dl/x.jsonl" in bad.detail

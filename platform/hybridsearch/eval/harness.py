@@ -21,7 +21,14 @@ from hybridsearch.errors import HybridSearchError
 from hybridsearch.eval.datasets import Collection
 from hybridsearch.eval.metrics import evaluate
 from hybridsearch.eval.prepare import choose_index, index_counts, ingest_corpus
-from hybridsearch.eval.report import EvalReport, ModeReport, mode_report, quality_checks, worst_queries
+from hybridsearch.eval.report import (
+    EvalReport,
+    ModeReport,
+    ingest_checks,
+    mode_report,
+    quality_checks,
+    worst_queries,
+)
 from hybridsearch.eval.runner import MODES, ModeRun, run_mode
 from hybridsearch.query.results import Mode, SearchResult
 from hybridsearch.settings import Settings
@@ -162,7 +169,7 @@ def evaluate_collection(
         settings=redacted_settings(settings),
         k=k,
         modes=mode_reports,
-        checks=quality_checks(reports),
+        checks=ingest_checks(ingest_result) + quality_checks(reports),
         worst=worst_queries(reports, runs, collection.queries, collection.qrels, worst),
     )
     return Evaluation(report, runs)

@@ -152,6 +152,16 @@ def quality_checks(modes: dict[str, ModeReport], slack: float = 0.01) -> list[Ch
     return checks
 
 
+def ingest_checks(ingest: dict[str, Any] | None) -> list[Check]:
+    """A failed check when ingestion could not index some documents (the scores then undercount)."""
+    if ingest is None:
+        return []
+    failed = int(ingest.get("documents_failed") or 0)
+    detail = (f"{failed} of {ingest.get('documents')} documents failed to index; see {ingest.get('dead_letter_path')}"
+              if failed else f"{ingest.get('documents')} documents read, none failed")
+    return [Check(name="every corpus document indexed", passed=failed == 0, detail=detail)]
+
+
 def worst_queries(
     report_modes: dict[str, ModeReport], runs: dict[str, ModeRun], queries: dict[str, str],
     qrels: dict[str, dict[str, int]], n: int,
