@@ -375,6 +375,7 @@ def to_markdown(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
 
 def print_table(rows: list[dict[str, Any]]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     console = Console(width=max(Console().width, 110))
@@ -384,7 +385,7 @@ def print_table(rows: list[dict[str, Any]]) -> None:
     errors = []
     for r in rows:
         if "error" in r:
-            errors.append(f"[red]{r['stack']} {r['mode']}:[/] {r['error']}")
+            errors.append(f"[red]{r['stack']} {r['mode']}:[/] {escape(r['error'])}")
             t.add_row(r["stack"], r["mode"], "[red]refused/failed[/]", "", "", "", "", "")
             continue
         t.add_row(r["stack"], r["mode"], f"{r['ndcg@10']:.4f}", f"{r['recall@100']:.4f}", f"{r['p50_ms']:.1f}",

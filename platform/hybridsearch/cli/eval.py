@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -161,12 +162,12 @@ def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float)
     console.print(latency)
     for m in report.modes:
         if m.status != "ok":
-            console.print(f"[yellow]{m.mode} skipped:[/] {m.reason}")
+            console.print(f"[yellow]{m.mode} skipped:[/] {escape(m.reason or '')}")
         elif m.rerank_reasons:
             console.print(f"[yellow]{m.mode}:[/] {m.reranked_queries}/{m.queries} reranked; others: "
-                          + "; ".join(f"{r} ({n})" for r, n in m.rerank_reasons.items()))
+                          + escape("; ".join(f"{r} ({n})" for r, n in m.rerank_reasons.items())))
     for c in report.checks:
-        console.print(("[green]PASS[/] " if c.passed else "[red]FAIL[/] ") + f"{c.name}: {c.detail}")
+        console.print(("[green]PASS[/] " if c.passed else "[red]FAIL[/] ") + escape(f"{c.name}: {c.detail}"))
     if diffs is not None:
         table = Table(title=f"against the baseline (tolerance {tolerance:g})")
         for col in ("mode", "metric", "baseline", "now", "Δ"):
@@ -198,6 +199,6 @@ def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float)
         for w in report.worst:
             ranks = "\n".join(f"{r.doc_id}: {r.bm25 or '—'} / {r.knn or '—'} / {r.fusion or '—'} / {r.rerank or '—'}"
                               for r in w.relevant)
-            table.add_row(f"{w.qid}: {w.query}", f"{w.hybrid:.3f}", f"{w.best_single:.3f} ({w.best_single_mode})",
-                          f"{w.loss:.3f}", ranks)
+            table.add_row(escape(f"{w.qid}: {w.query}"), f"{w.hybrid:.3f}",
+                          f"{w.best_single:.3f} ({w.best_single_mode})", f"{w.loss:.3f}", ranks)
         console.print(table)
