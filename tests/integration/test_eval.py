@@ -134,3 +134,20 @@ def test_cli_writes_reports_and_gates_on_a_baseline(
     assert main([*gate, "--baseline", str(tmp_path / "doctored.json"), "--tolerance", "0.1"]) == 0
     assert main([*gate, "--baseline", str(tmp_path / "missing.json")]) == 2
     assert len(list((out / "gate").glob("*.json"))) == 3
+
+
+def test_hybrid_plus_rerank_runs_with_a_loadable_reranker(
+    es: Elasticsearch, settings: Settings, embedder: Embedder, collection_path: Path, tiny_cross_encoder: Path
+) -> None:
+    s = settings.model_copy(update={"reranker": settings.reranker.model_copy(
+        update={"enabled": True, "model": str(tiny_cross_encoder), "device": "cpu", "timeout": 60.0})})
+    ev = evaluate_collection(es, s, load_collection(collection_path), ["hybrid", "hybrid+rerank"], embedder=embedder)
+    rr = ev.report.mode("hybrid+rerank")
+    assert rr is not None and rr.status == "ok" and rr.reranked_queries == 5 and not rr.rerank_reasons
+    assert all(0.0 <= v <= 1.0 for v in rr.metrics.values())
+    assert rr.latency_ms["rerank"].p50 > 0
+    depth = s.reranker.depth
+    for qid, fused in ev.runs["hybrid"].rankings.items():
+        reranked = ev.runs["hybrid+rerank"].rankings[qid]
+        # the reranker reorders the fused top `depth` documents and leaves the rest where fusion put them
+        assert set(reranked[:depth]) == set(fused[:depth]) and reranked[depth:] == fused[depth:]
