@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from hybridsearch.errors import ConfigError
 from hybridsearch.eval.harness import git_info, redacted_settings
 from hybridsearch.eval.prepare import build_signature, eval_settings, index_signature
 from hybridsearch.mappings import load_template
@@ -31,6 +34,8 @@ def test_git_info_names_the_checkout_commit(tmp_path: Path) -> None:
 def test_eval_settings_use_their_own_prefix_and_no_query_log() -> None:
     s = eval_settings(load_settings(), "eval-scifact")
     assert s.index.alias == "eval-scifact-chunks" and not s.query.log_queries
+    with pytest.raises(ConfigError, match="prefix 'Bad Prefix' is not valid"):
+        eval_settings(load_settings(), "Bad Prefix")
 
 
 def test_an_index_built_from_the_template_has_the_signature_the_settings_expect() -> None:

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from elasticsearch import Elasticsearch
+from pydantic import ValidationError
 
 from hybridsearch.cluster import es_errors
-from hybridsearch.errors import IndexNotFound, IngestError
+from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
 from hybridsearch.indices import alias_targets, ensure_index, expected_meta, swap_alias
 from hybridsearch.mappings import index_options
 from hybridsearch.settings import Settings
@@ -35,7 +36,10 @@ REUSE_META = ("embedding_model", "embedding_dims", "chunker", "chunker_version",
 def eval_settings(settings: Settings, prefix: str) -> Settings:
     """``settings`` for an evaluation under index prefix ``prefix``, with the query log off (evaluation
     queries are not traffic)."""
-    index = settings.index.model_validate({**settings.index.model_dump(), "prefix": prefix})
+    try:
+        index = settings.index.model_validate({**settings.index.model_dump(), "prefix": prefix})
+    except ValidationError:
+        raise ConfigError(f"index prefix {prefix!r} is not valid: lowercase letters, digits, '_', '.', '-'") from None
     query = settings.query.model_copy(update={"log_queries": False})
     return settings.model_copy(update={"index": index, "query": query})
 
