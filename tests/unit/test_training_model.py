@@ -10,7 +10,10 @@ import pytest
 
 from hybridsearch.rerank.negatives import Candidate, MinedData, SplitData, ValidationQuery, build_pairs
 from hybridsearch.rerank.training import (
+    EpochResult,
     TrainingConfig,
+    TrainResult,
+    beats_fused,
     load_base,
     read_card,
     rerank_metrics,
@@ -116,6 +119,9 @@ def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(ti
         next(e for e in epochs if e["epoch"] == best)["ndcg_at_10"], abs=1e-6)
     readme = (out / "README.md").read_text()
     assert "HSP_RERANKER__MODEL" in readme and "(kept)" in readme
+    beats = card["validation"]["beats_fused_order"]
+    assert beats == (next(e for e in epochs if e["epoch"] == best)["ndcg_at_10"] > fused["ndcg@10"])
+    assert ("Do not deploy it" in readme) == (not beats)
 
 
 def test_training_is_reproducible_with_a_seed(tiny_base: Path, tmp_path: Path) -> None:
@@ -156,3 +162,13 @@ def test_rerank_metrics_count_judged_documents_missing_from_the_candidates() -> 
     assert fused["mrr@10"] == pytest.approx((0.5 + 1 + 0) / 3)
     flipped = rerank_metrics(val, {"a": [0.1, 0.9], "b": [0.2, 0.1]})
     assert flipped["ndcg@10"] == pytest.approx((1 + ndcg_b + 0) / 3)
+
+
+def test_beats_fused_compares_the_kept_epoch_with_the_fused_order() -> None:
+    result = TrainResult(epochs=[EpochResult(1, 0.5, 0.4), EpochResult(2, 0.8, 0.7)], best_epoch=2,
+                         fused={"ndcg@10": 0.7, "mrr@10": 0.6})
+    assert beats_fused(result) is True
+    result.best_epoch = 1
+    assert beats_fused(result) is False
+    result.fused = {}
+    assert beats_fused(result) is None

@@ -88,6 +88,10 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
         mark = " *" if e["epoch"] == card["validation"]["best_epoch"] else ""
         table.add_row(f"{e['epoch']}{mark}", _f(e["ndcg_at_10"]), _f(e["mrr_at_10"]), _f(e["train_loss"]))
     console.print(table)
+    if card["validation"].get("beats_fused_order") is False:
+        console.print("[bold yellow]warning:[/] the kept epoch reranks the held-out queries WORSE than the fused "
+                      "hybrid order: do not serve this model (more judgments, more epochs or steps, a higher --lr, "
+                      "or a cross-encoder as --base; see docs/reranker-training.md)")
     console.print(
         f"saved to [bold]{cfg.out}[/] ({card['pairs']['positive']} positive / {card['pairs']['negative']} negative "
         f"pairs from {card['queries']['train']} queries; mining {card['time_seconds']['mining']:.0f} s, training "

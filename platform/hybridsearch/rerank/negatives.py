@@ -254,8 +254,9 @@ def load_split(dataset: Path, split: str, *, allow_test: bool = False, limit: in
     qrels = {q: dict(j) for q, j in coll.qrels.items() if relevant_ids(j)}
     if not qrels:
         raise ConfigError(f"split {split!r} of {coll.root} judges no document relevant: nothing to train on")
-    qrels_file = next((p for p in (coll.root / "qrels" / f"{split}.tsv", coll.root / "qrels" / f"{split}.tsv.gz")
-                       if p.exists()), coll.root / "qrels" / f"{split}.tsv")
+    root = coll.root.resolve()
+    qrels_file = next((p for p in (root / "qrels" / f"{split}.tsv", root / "qrels" / f"{split}.tsv.gz")
+                       if p.exists()), root / "qrels" / f"{split}.tsv")
     return SplitData(split, {q: coll.queries[q] for q in qrels}, qrels, [str(qrels_file)])
 
 

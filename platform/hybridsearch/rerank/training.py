@@ -274,6 +274,14 @@ def _callbacks(model: Any, result: TrainResult, progress: bool, validating: bool
 # ------------------------------------------------------------------------------------------------ card
 
 
+def beats_fused(result: TrainResult) -> bool | None:
+    """Whether the kept epoch reranks the validation queries better than the fused order (None: no validation)."""
+    kept = next((e for e in result.epochs if e.epoch == result.best_epoch), None)
+    if not result.fused or kept is None or kept.ndcg_at_10 is None:
+        return None
+    return kept.ndcg_at_10 > result.fused["ndcg@10"]
+
+
 def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: TrainResult,
               extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``card.json`` content: what the model was trained from and how it did on validation."""
@@ -287,7 +295,7 @@ def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: Tr
         "base_model": cfg.base,
         "base_model_path": resolve_model(cfg.base),
         "head": "one-logit sequence classification (sigmoid = relevance probability)",
-        "dataset": str(cfg.dataset),
+        "dataset": str(Path(cfg.dataset).expanduser().resolve()),
         "split": data.split,
         "files_read": data.files_read,
         "queries": {"train": len(mined.train_qids), "validation": len(mined.val_qids),
@@ -306,6 +314,7 @@ def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: Tr
             "fused_order": result.fused,
             "per_epoch": [asdict(e) for e in result.epochs],
             "best_epoch": result.best_epoch,
+            "beats_fused_order": beats_fused(result),
         },
         "time_seconds": {"mining": round(mined.seconds, 1), "training": round(result.seconds, 1)},
         "device": result.device,
@@ -381,6 +390,11 @@ def card_markdown(card: Mapping[str, Any]) -> str:
         "",
         f"## Validation ({val['metric']})",
         "",
+    ]
+    if val.get("beats_fused_order") is False:
+        lines += ["**Warning: this model ranks the validation queries worse than the fused hybrid order. "
+                  "Do not deploy it; see docs/reranker-training.md.**", ""]
+    lines += [
         "| epoch | nDCG@10 | MRR@10 |", "|---|---|---|",
     ]
     if val["fused_order"]:
