@@ -20,11 +20,21 @@ CHECKED_META = ("embedding_model", "embedding_dims")
 
 
 def ensure_templates(es: Elasticsearch, settings: Settings) -> None:
-    """Create or update the index templates for chunks, the query log and ingest runs."""
+    """Create or update the index templates for chunks, the query log and ingest runs.
+
+    The query-log and ingest-runs indices are not versioned, so when they already exist their
+    mappings are brought up to date too (new fields are added; a conflicting change raises
+    ClusterError naming the index).
+    """
+    logs = {"query_log": settings.index.query_log, "ingest_runs": settings.index.ingest_runs}
     for name in TEMPLATES:
         body = load_template(name, settings)
         with es_errors(f"put index template {template_name(name, settings)}"):
             es.indices.put_index_template(name=template_name(name, settings), **body)
+        if name in logs:
+            with es_errors(f"update mapping of {logs[name]}"):
+                if es.indices.exists(index=logs[name]):
+                    es.indices.put_mapping(index=logs[name], properties=body["template"]["mappings"]["properties"])
 
 
 def expected_meta(settings: Settings) -> dict[str, Any]:

@@ -58,3 +58,13 @@ def test_unreachable_cluster_is_our_error() -> None:
     client = make_client(load_settings(es_url="http://127.0.0.1:1", es={"max_retries": 0}).es)
     with pytest.raises(ClusterUnavailable, match=r"es-local\.sh"):
         cluster_info(client)
+
+
+def test_templates_update_existing_log_index_mappings(es: Elasticsearch, settings: Settings) -> None:
+    from hybridsearch.indices import ensure_templates
+
+    runs = settings.index.ingest_runs
+    es.indices.create(index=runs, mappings={"dynamic": "strict", "properties": {"run_id": {"type": "keyword"}}})
+    ensure_templates(es, settings)
+    props = es.indices.get_mapping(index=runs).body[runs]["mappings"]["properties"]
+    assert {"run_id", "documents", "chunks_per_second"} <= set(props)
