@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hybridsearch.errors import ConfigError
+from hybridsearch.query.fusion import unique
 
 # ranx metric name -> name shown in tables and reports.
 METRICS: dict[str, str] = {
@@ -29,13 +30,7 @@ Rankings = Mapping[str, Sequence[str]]
 
 def doc_ranking(doc_ids: Iterable[str]) -> list[str]:
     """Document ids in first-seen order: the best chunk of a document wins, its other chunks go."""
-    seen: set[str] = set()
-    out: list[str] = []
-    for doc in doc_ids:
-        if doc not in seen:
-            seen.add(doc)
-            out.append(doc)
-    return out
+    return unique(doc_ids)
 
 
 def to_run(rankings: Rankings) -> dict[str, dict[str, float]]:
