@@ -82,11 +82,11 @@ def build_subset(settings: Settings, col: Collection, n_docs: int, embedder: Emb
     console.print(f"ingest: {getattr(result, 'status', '?')}, {getattr(result, 'chunks', '?')} chunks")
 
 
-def run_modes(client: SearchClient, col: Collection, rerank: bool, warmup: int) -> dict[str, Any]:
+def run_modes(client: SearchClient, col: Collection, rerank: bool, warmup: int, k: int = 100) -> dict[str, Any]:
     queries = list(col.queries.items())
     for _, text in queries[:warmup]:
         for mode in MODES:
-            client.search(text, k=100, mode=mode, rerank=rerank)
+            client.search(text, k=k, mode=mode, rerank=rerank)
     timings: dict[str, dict[str, list[float]]] = {m: {s: [] for s in (*STAGES, "wall_ms")} for m in MODES}
     rankings: dict[str, dict[str, list[str]]] = {m: {} for m in MODES}
     candidates: dict[str, list[int]] = {m: [] for m in MODES}
@@ -94,7 +94,7 @@ def run_modes(client: SearchClient, col: Collection, rerank: bool, warmup: int) 
         order = MODES[i % 3:] + MODES[: i % 3]
         for mode in order:
             t0 = time.perf_counter()
-            res: SearchResult = client.search(text, k=100, mode=mode, rerank=rerank)
+            res: SearchResult = client.search(text, k=k, mode=mode, rerank=rerank)
             timings[mode]["wall_ms"].append((time.perf_counter() - t0) * 1000)
             for stage in STAGES:
                 timings[mode][stage].append(getattr(res.timings, stage))
@@ -177,6 +177,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", default="test")
     ap.add_argument("--queries", type=int, help="only the first N judged queries (default all)")
     ap.add_argument("--warmup", type=int, default=5, help="queries run first and not measured (default 5)")
+    ap.add_argument("--k", type=int, default=100,
+                    help="hits returned per query (default 100; Recall@100 needs 100, a user's page is often 10)")
     ap.add_argument("--rerank", action="store_true", help="also rerank (reranker from settings; default off)")
     ap.add_argument("--sweep", help="comma-separated per-list depths to compare, e.g. 50,100,200")
     ap.add_argument("--build-subset", type=int, metavar="N", help="first ingest a subset of N documents (trials)")
@@ -195,8 +197,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.rerank:
             client.reranker = None
         console.print(f"index {client.index()}")
-        figures: dict[str, Any] = {"collection": col.name, "queries": len(col), "index": client.index(),
-                                   "modes": report_modes(run_modes(client, col, args.rerank, args.warmup), args.rerank)}
+        runs = run_modes(client, col, args.rerank, args.warmup, args.k)
+        figures: dict[str, Any] = {"collection": col.name, "queries": len(col), "index": client.index(), "k": args.k,
+                                   "modes": report_modes(runs, args.rerank)}
     if args.sweep:
         figures["sweep"] = sweep(args.prefix, col, [int(d) for d in args.sweep.split(",")], embedder)
     if args.json:
