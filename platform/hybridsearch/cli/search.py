@@ -116,7 +116,7 @@ def print_result(out: Console, r: SearchResult) -> None:
     table = Table(show_lines=False, expand=True)
     for col, kw in (("#", {"justify": "right"}), ("score", {"justify": "right"}), ("bm25", {"justify": "right"}),
                     ("knn", {"justify": "right"}), ("fused", {"justify": "right"}), ("rerank", {"justify": "right"}),
-                    ("doc / title", {"max_width": 32}), ("snippet", {"ratio": 1})):
+                    ("doc / title", {"max_width": 24, "overflow": "fold"}), ("snippet", {"ratio": 1, "min_width": 32})):
         table.add_column(col, **kw)  # type: ignore[arg-type]
     for h in r.hits:
         title = Text(h.doc_id, style="cyan")
