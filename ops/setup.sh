@@ -11,12 +11,17 @@ PY="${HSP_PYTHON:-python3}"
 if [[ ! -x "$VENV/bin/python" ]]; then
   echo "[setup] creating $VENV" >&2
   "$PY" -m venv "$VENV"
+  fresh=1
   "$VENV/bin/pip" install -q --upgrade pip >&2
 fi
 stamp="$VENV/.hsp-installed-$(sha1sum "$root/pyproject.toml" | cut -c1-12)"
 if [[ ! -f "$stamp" ]] || ! "$VENV/bin/python" -c "import hybridsearch" 2>/dev/null \
    || [[ "$("$VENV/bin/python" -c 'import hybridsearch,os;print(os.path.realpath(hybridsearch.__file__))' 2>/dev/null)" != "$root"/* ]]; then
-  echo "[setup] installing hybridsearch-platform[dev,onnx] (first time: several minutes for torch)" >&2
+  if [[ -n "${fresh:-}" ]]; then
+    echo "[setup] installing hybridsearch-platform[dev,onnx] and torch (several minutes the first time)" >&2
+  else
+    echo "[setup] updating the editable install of hybridsearch-platform[dev,onnx]" >&2
+  fi
   "$VENV/bin/pip" install -q -e "$root[dev,onnx]" >&2
   touch "$stamp"
 fi
