@@ -61,9 +61,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     queries = args.query or list(SAMPLE_QUERIES)
     console.print(f"[bold]2/2[/] {len(queries)} queries: BM25 + kNN in one _msearch, RRF fusion"
                   + (", cross-encoder rerank" if reranker and not args.no_rerank else ""))
-    with SearchClient(es, settings, embedder=embedder, reranker=reranker) as client:
-        if reason:
-            client._no_reranker_reason = reason
+    with SearchClient(es, settings, embedder=embedder, reranker=reranker, no_reranker_reason=reason) as client:
         shown: set[str] = set()
         for query in queries:
             show(client.search(query, k=args.k, rerank=not args.no_rerank, explain=True), shown)

@@ -45,13 +45,11 @@ def _ms(since: float) -> float:
 
 
 def auto_reranker(settings: Settings) -> tuple[Reranker | None, str | None]:
-    """``hybridsearch.rerank.make_reranker(settings)`` when that factory exists, else None; and why not."""
+    """``hybridsearch.rerank.make_reranker(settings)``, or None and the reason the search will report."""
     if not settings.reranker.enabled:
         return None, "reranker disabled (HSP_RERANKER__ENABLED=false)"
-    try:
-        from hybridsearch.rerank import make_reranker  # type: ignore[attr-defined]
-    except ImportError:
-        return None, None
+    from hybridsearch.rerank import make_reranker
+
     try:
         reranker: Reranker | None = make_reranker(settings)
     except Exception as exc:  # noqa: BLE001 - a reranker that cannot be built must not stop searching
@@ -63,14 +61,15 @@ def auto_reranker(settings: Settings) -> tuple[Reranker | None, str | None]:
 class _Core:
     """State and pure steps shared by the sync and async clients."""
 
-    def __init__(self, settings: Settings, embedder: Embedder | None, reranker: Reranker | None) -> None:
+    def __init__(self, settings: Settings, embedder: Embedder | None, reranker: Reranker | None,
+                 no_reranker_reason: str | None) -> None:
         self.settings = settings
         self.reranker = reranker
         self._embedder = embedder
         self._embed_lock = threading.Lock()
         self._index: str | None = None
         self._index_checked_at = 0.0
-        self._no_reranker_reason: str | None = None
+        self._no_reranker_reason = no_reranker_reason
         self.query_log: QueryLogger | None = None
 
     @property
@@ -138,6 +137,14 @@ class _Core:
             self.query_log.submit(log_doc(self.settings, p, result))
         return result
 
+    @staticmethod
+    def _defaults(settings: Settings | None, reranker: Reranker | None) -> tuple[Settings, Reranker | None, str | None]:
+        """``from_settings``'s settings (default: the environment) and reranker (default: ``auto_reranker``)."""
+        settings = settings or get_settings()
+        if reranker is not None:
+            return settings, reranker, None
+        return (settings, *auto_reranker(settings))
+
     def _start_log(self, es: Elasticsearch) -> None:
         if self.settings.query.log_queries:
             self.query_log = QueryLogger(es, self.settings)
@@ -151,8 +158,8 @@ class SearchClient(_Core):
     """
 
     def __init__(self, es: Elasticsearch, settings: Settings, *, embedder: Embedder | None = None,
-                 reranker: Reranker | None = None) -> None:
-        super().__init__(settings, embedder, reranker)
+                 reranker: Reranker | None = None, no_reranker_reason: str | None = None) -> None:
+        super().__init__(settings, embedder, reranker, no_reranker_reason)
         self.es = es
         self._owns_es = False
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -162,12 +169,10 @@ class SearchClient(_Core):
     def from_settings(cls, settings: Settings | None = None, *, reranker: Reranker | None = None,
                       embedder: Embedder | None = None) -> SearchClient:
         """A client on ``settings`` (default: the environment); reranker from ``make_reranker`` when not given."""
-        settings = settings or get_settings()
-        reason = None
-        if reranker is None:
-            reranker, reason = auto_reranker(settings)
-        client = cls(make_client(settings.es), settings, embedder=embedder, reranker=reranker)
-        client._owns_es, client._no_reranker_reason = True, reason
+        settings, reranker, reason = cls._defaults(settings, reranker)
+        client = cls(make_client(settings.es), settings, embedder=embedder, reranker=reranker,
+                     no_reranker_reason=reason)
+        client._owns_es = True
         return client
 
     def index(self) -> str:
@@ -283,8 +288,8 @@ class AsyncSearchClient(_Core):
     """
 
     def __init__(self, es: AsyncElasticsearch, settings: Settings, *, embedder: Embedder | None = None,
-                 reranker: Reranker | None = None) -> None:
-        super().__init__(settings, embedder, reranker)
+                 reranker: Reranker | None = None, no_reranker_reason: str | None = None) -> None:
+        super().__init__(settings, embedder, reranker, no_reranker_reason)
         self.es = es
         self._owns_es = False
         self._log_es: Elasticsearch | None = None
@@ -296,12 +301,10 @@ class AsyncSearchClient(_Core):
     def from_settings(cls, settings: Settings | None = None, *, reranker: Reranker | None = None,
                       embedder: Embedder | None = None) -> AsyncSearchClient:
         """Like :meth:`SearchClient.from_settings`, on an ``AsyncElasticsearch`` client."""
-        settings = settings or get_settings()
-        reason = None
-        if reranker is None:
-            reranker, reason = auto_reranker(settings)
-        client = cls(make_async_client(settings.es), settings, embedder=embedder, reranker=reranker)
-        client._owns_es, client._no_reranker_reason = True, reason
+        settings, reranker, reason = cls._defaults(settings, reranker)
+        client = cls(make_async_client(settings.es), settings, embedder=embedder, reranker=reranker,
+                     no_reranker_reason=reason)
+        client._owns_es = True
         return client
 
     async def index(self) -> str:
