@@ -150,6 +150,11 @@ class RerankerSettings(BaseModel):
     batch_size: int = Field(32, ge=1)
     max_length: int = Field(512, ge=8)
     depth: int = Field(30, ge=1, le=200, description="fused hits sent to the reranker")
+    blend: float | None = Field(
+        None, ge=0, le=1,
+        description="reranker share in the final order of the reranked top: blend × min-max(rerank score) + "
+                    "(1 - blend) × min-max(fused score); 1 = reranker order only. Unset: the value the model's "
+                    "training card recommends (hsp train-reranker), else 1")
     timeout: float = Field(5.0, gt=0, description="seconds before the search gives up on the reranker")
     token: SecretStr | None = Field(None, description="bearer token the service requires")
     max_passages: int = Field(256, ge=1)

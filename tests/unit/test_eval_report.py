@@ -47,7 +47,7 @@ def fake_search(query: str, mode: Mode, rerank: bool) -> SearchResult:
                       rerank_ms=30.0 if rerank else 0.0, total_ms=13.0)
     return SearchResult(query=query, mode=mode, index="i", k=100, hits=list(reversed(hits)), candidates=len(docs),
                         reranked=rerank and query == "first", rerank_reason=None if query == "first" else "timeout",
-                        timings=timings)
+                        rerank_blend=0.3 if rerank and query == "first" else None, timings=timings)
 
 
 def build(modes: list[str]) -> tuple[dict[str, ModeRun], dict[str, ModeReport]]:
@@ -88,6 +88,9 @@ def test_rerank_mode_counts_reranked_queries_and_reasons() -> None:
     ANSWERS[("hybrid", "first")]  # same answers as hybrid
     run = run_mode(fake_search, QUERIES, "hybrid+rerank")
     assert run.reranked == 1 and dict(run.rerank_reasons) == {"timeout": 1}
+    assert dict(run.rerank_blends) == {0.3: 1}
+    means, per_query = evaluate(QRELS, run.rankings)
+    assert mode_report(run, means, per_query).rerank_blend == 0.3
 
 
 def test_rejected_query_scores_zero_and_is_recorded() -> None:
@@ -155,6 +158,9 @@ def test_markdown_and_chart(tmp_path: Path) -> None:
     report = make_report(reports, worst=worst_queries(reports, runs, QUERIES, QRELS, 3),
                          checks=quality_checks(reports))
     md = to_markdown(report, compare(report, report, 0.01), 0.01)
+    assert "blended" not in md
+    blended = make_report({**build(["hybrid+rerank"])[1]}, worst=[], checks=[])
+    assert "reranker score blended with the fused score at 0.3" in to_markdown(blended, None, 0.01)
     assert "| mode | nDCG@10 | Recall@10 | Recall@100 | MRR@10 | P@5 |" in md
     assert f"| bm25 | {reports['bm25'].metrics['ndcg@10']:.4f} |" in md
     assert "**hybrid+rerank** skipped: no reranker configured" in md

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hybridsearch.errors import QueryError
-from hybridsearch.query.fusion import fuse, linear_fuse, normalise, rrf_term
+from hybridsearch.query.fusion import fuse, interpolate, linear_fuse, normalise, rrf_term
 
 # 1/61, 1/62, 1/63 written out by hand.
 R61, R62, R63 = 0.01639344262295082, 0.016129032258064516, 0.015873015873015872
@@ -84,3 +84,17 @@ def test_linear_zscore_golden() -> None:
     out = linear_fuse([BM25, DENSE], [0.5, 0.5], norm="zscore")
     assert out == [("b", pytest.approx(0.5)), ("a", pytest.approx(0.1123724357)),
                    ("c", pytest.approx(-1.1123724357)), ("d", pytest.approx(-1.1123724357))]
+
+
+def test_interpolate_golden() -> None:
+    # rerank minmax: 0, 1, 0.5 ; fused minmax: 1, 0, 0.25
+    out = interpolate([2.0, 4.0, 3.0], [0.5, 0.1, 0.2], 0.25)
+    assert out == pytest.approx([0.75, 0.25, 0.3125])
+    assert interpolate([2.0, 4.0], [0.5, 0.1], 1.0) == [0.0, 1.0]
+    assert interpolate([2.0, 4.0], [0.5, 0.1], 0.0) == [1.0, 0.0]
+    assert interpolate([], [], 0.5) == []
+    for bad in (-0.1, 1.5, float("nan")):
+        with pytest.raises(QueryError, match="blend"):
+            interpolate([1.0], [1.0], bad)
+    with pytest.raises(QueryError, match="2 rerank scores for 1"):
+        interpolate([1.0, 2.0], [1.0], 0.5)

@@ -120,6 +120,25 @@ def test_rerank_reorders_only_the_top_depth(settings: Settings) -> None:
             apply_rerank(fuse_window(settings, ["bm25"], [BM25]), 2, bad)
 
 
+def test_rerank_blend_interpolates_with_the_fused_score(settings: Settings) -> None:
+    # fused top 2 is b, a; the reranker prefers a. Over the top, min-max gives b: rerank 0, fused 1; a: 1, 0.
+    w = fuse_window(settings, ["bm25", "knn"], [BM25, KNN])
+    assert [c.key for c in w.candidates[:2]] == ["b", "a"]
+    apply_rerank(w, 2, [0.1, 0.9], blend=0.4)  # b = 0.6, a = 0.4: fused order holds
+    assert [c.key for c in w.candidates] == ["b", "a", "d", "c"] and w.blend == 0.4
+    assert [c.rerank.rank for c in w.candidates[:2]] == [1, 2]  # type: ignore[union-attr]
+    w = fuse_window(settings, ["bm25", "knn"], [BM25, KNN])
+    apply_rerank(w, 2, [0.1, 0.9], blend=0.6)  # b = 0.4, a = 0.6: the reranker wins
+    assert [c.key for c in w.candidates] == ["a", "b", "d", "c"]
+    p = plan(settings, "q", k=3, explain=True)
+    res = build_result(settings, p, "idx", w, Timings())
+    assert res.rerank_blend == 0.6
+    top = res.hits[0]
+    assert top.score == pytest.approx(0.6) and top.rerank is not None and top.rerank.score == pytest.approx(0.9)
+    assert any(line.startswith("blend: 0.6") for line in top.explanation or [])
+    assert res.hits[2].score == res.hits[2].fused.score  # type: ignore[union-attr]  # below the depth: fused
+
+
 def test_result_paging_and_explain(settings: Settings) -> None:
     w = fuse_window(settings, ["bm25", "knn"], [BM25, KNN])
     w.rerank_reason = "no reranker configured"

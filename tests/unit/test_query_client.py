@@ -64,3 +64,21 @@ def test_no_reranker_and_not_requested() -> None:
         assert _reason(c) == "no reranker configured"
         window = Window(candidates=[], depths={})
         assert c._rerank_skip(plan(c.settings, "q", rerank=False), window) == "rerank not requested"
+
+
+class Recommends(Fixed):
+    def __init__(self, blend: object) -> None:
+        self.blend = blend
+
+
+@pytest.mark.parametrize(("setting", "recommended", "used"), [
+    (None, None, 1.0),  # no card: reranker order only
+    (None, 0.3, 0.3),  # the model's card decides
+    (0.8, 0.3, 0.8),  # HSP_RERANKER__BLEND overrides the card
+    (0.0, 0.3, 0.0),  # ... even with 0 (fused order kept)
+    (None, 7, 1.0),  # an out-of-range recommendation is ignored
+])
+def test_rerank_blend_setting_then_model_recommendation_then_one(setting: float | None, recommended: object,
+                                                                  used: float) -> None:
+    with SearchClient(make_client(_settings().es), _settings(blend=setting), reranker=Recommends(recommended)) as c:
+        assert c.rerank_blend() == used

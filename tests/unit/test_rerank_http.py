@@ -41,6 +41,17 @@ def test_scores_sends_query_passages_and_token() -> None:
     assert client.model == "m"
 
 
+def test_blend_recommended_by_the_service_is_kept() -> None:
+    answer = {"scores": [0.1], "order": [0], "model": "m", "took_ms": 1.0, "blend": 0.35}
+    transport, _ = scripted(httpx.Response(200, json=answer), httpx.Response(200, json={**answer, "blend": None}))
+    client = HttpReranker("http://x", transport=transport)
+    assert client.blend is None
+    client.score("q", ["a"])
+    assert client.blend == 0.35
+    client.score("q", ["a"])
+    assert client.blend is None
+
+
 def test_empty_passages_need_no_request() -> None:
     transport, seen = scripted()
     assert HttpReranker("http://x", transport=transport).score("q", []) == []

@@ -63,7 +63,8 @@ def test_rerank_answers_scores_in_input_order_and_consistent_order(client: TestC
     resp = client.post("/rerank", json=VALID)
     assert resp.status_code == 200
     body = resp.json()
-    assert set(body) == {"scores", "order", "model", "took_ms"}
+    assert set(body) == {"scores", "order", "model", "took_ms", "blend"}
+    assert body["blend"] is None  # a model without a training card recommends no blend
     assert body["scores"] == pytest.approx(scorer.score(QUERY, PASSAGES), abs=1e-5)
     assert body["order"] == order_by_score(body["scores"])
     assert body["model"] == scorer.name and body["took_ms"] >= 0
@@ -334,3 +335,9 @@ def test_each_request_is_logged_with_its_timing(client: TestClient, caplog: pyte
     assert any(m.startswith("rerank status=200 passages=4 took_ms=") and "model_ms=" in m and "batch_requests=1" in m
                for m in lines), lines
     assert any(m.startswith("rerank status=422 passages=0") for m in lines), lines
+
+
+def test_rerank_passes_on_the_blend_the_model_recommends(client: TestClient, scorer: LocalReranker,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(scorer, "blend", 0.25)
+    assert client.post("/rerank", json=VALID).json()["blend"] == 0.25

@@ -9,18 +9,18 @@ import numpy as np
 import pytest
 
 from hybridsearch.rerank.negatives import Candidate, MinedData, SplitData, ValidationQuery, build_pairs
+from hybridsearch.rerank.card import beats_fused, read_card, recommended_blend, save_model
+from hybridsearch.rerank.card import make_card as _make_card
 from hybridsearch.rerank.training import (
     EpochResult,
     TrainingConfig,
     TrainResult,
-    beats_fused,
+    blended_scores,
+    choose_blend,
     load_base,
-    read_card,
     rerank_metrics,
-    save_model,
     train_cross_encoder,
 )
-from hybridsearch.rerank.training import make_card as _make_card
 
 TOPICS = {
     "heart": "cardiac arrest blood pressure artery",
@@ -62,7 +62,7 @@ def tiny_mined() -> MinedData:
             queries[qid] = f"{words.split()[j]} {topic}"
             qrels[qid] = {topic: 1}
             order = sorted(TOPICS, key=lambda t, s=i + j: (hash(t) + s) % 7)
-            cands[qid] = [Candidate(t, docs[t]) for t in order]
+            cands[qid] = [Candidate(t, docs[t], 1 / (60 + r)) for r, t in enumerate(order, start=1)]
     val_qids = ["q00", "q31"]
     train_qids = [q for q in queries if q not in val_qids]
     pairs, stats = build_pairs(train_qids, queries, qrels, cands, {}, negatives=3, seed=0)
@@ -109,18 +109,21 @@ def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(ti
     assert [e["epoch"] for e in epochs] == [1, 2]
     assert all(0.0 <= e["ndcg_at_10"] <= 1.0 and e["train_loss"] > 0 for e in epochs)
     best = card["validation"]["best_epoch"]
-    assert best == max(epochs, key=lambda e: e["ndcg_at_10"])["epoch"]
+    kept = next(e for e in epochs if e["epoch"] == best)
+    assert kept == max(epochs, key=lambda e: e["blend_ndcg_at_10"])  # epochs compete on the served figure
+    assert card["serving"]["blend"] == kept["blend"] and reranker.blend == kept["blend"]
     fused = rerank_metrics(mined.validation, None)
     assert card["validation"]["fused_order"]["ndcg@10"] == pytest.approx(fused["ndcg@10"])
     # the saved weights are the kept epoch's: re-validating them gives that epoch's number
     scores_by_q = {v.qid: [float(s) for s in loaded.predict([(v.query, c.text) for c in v.candidates])]
                    for v in mined.validation}
-    assert rerank_metrics(mined.validation, scores_by_q)["ndcg@10"] == pytest.approx(
-        next(e for e in epochs if e["epoch"] == best)["ndcg_at_10"], abs=1e-6)
+    assert rerank_metrics(mined.validation, scores_by_q)["ndcg@10"] == pytest.approx(kept["ndcg_at_10"], abs=1e-6)
+    assert rerank_metrics(mined.validation, blended_scores(mined.validation, scores_by_q, kept["blend"]))[
+        "ndcg@10"] == pytest.approx(kept["blend_ndcg_at_10"], abs=1e-6)
     readme = (out / "README.md").read_text()
     assert "HSP_RERANKER__MODEL" in readme and "(kept)" in readme
     beats = card["validation"]["beats_fused_order"]
-    assert beats == (next(e for e in epochs if e["epoch"] == best)["ndcg_at_10"] > fused["ndcg@10"])
+    assert beats == (kept["blend_ndcg_at_10"] > fused["ndcg@10"])
     assert ("Do not deploy it" in readme) == (not beats)
 
 
@@ -164,11 +167,51 @@ def test_rerank_metrics_count_judged_documents_missing_from_the_candidates() -> 
     assert flipped["ndcg@10"] == pytest.approx((1 + ndcg_b + 0) / 3)
 
 
-def test_beats_fused_compares_the_kept_epoch_with_the_fused_order() -> None:
-    result = TrainResult(epochs=[EpochResult(1, 0.5, 0.4), EpochResult(2, 0.8, 0.7)], best_epoch=2,
+def test_beats_fused_compares_the_kept_epoch_as_served_with_the_fused_order() -> None:
+    result = TrainResult(epochs=[EpochResult(1, 0.5, 0.4, blend_ndcg_at_10=0.7),
+                                 EpochResult(2, 0.6, 0.7, blend_ndcg_at_10=0.8)], best_epoch=2,
                          fused={"ndcg@10": 0.7, "mrr@10": 0.6})
     assert beats_fused(result) is True
     result.best_epoch = 1
     assert beats_fused(result) is False
     result.fused = {}
     assert beats_fused(result) is None
+
+
+def _val_two_queries() -> list[ValidationQuery]:
+    # fused order puts the relevant document second in both queries
+    return [
+        ValidationQuery("a", "qa", [Candidate("x", "", 0.9), Candidate("r", "", 0.8), Candidate("y", "", 0.1)],
+                        {"r": 1}),
+        ValidationQuery("b", "qb", [Candidate("z", "", 0.9), Candidate("s", "", 0.8), Candidate("w", "", 0.1)],
+                        {"s": 1}),
+    ]
+
+
+def test_choose_blend_picks_the_weight_that_serves_validation_best() -> None:
+    val = _val_two_queries()
+    # the reranker is right about a and b but wildly wrong about the third candidate
+    scores = {"a": [0.0, 0.1, 1.0], "b": [0.0, 0.1, 1.0]}
+    assert rerank_metrics(val, scores)["ndcg@10"] == pytest.approx(1 / np.log2(3))
+    w, ndcg = choose_blend(val, scores, grid=[0.0, 0.5, 1.0])
+    # 0.5: x = 0.5, r = 0.05 + 0.4375 = 0.4875, y = 0.5 -> r third (0.5); 1.0 ties with 0.0 -> the smaller wins
+    assert (w, ndcg) == (0.0, pytest.approx(1 / np.log2(3)))
+    w, ndcg = choose_blend(val, {"a": [0.0, 1.0, 0.2], "b": [0.0, 1.0, 0.2]}, grid=[0.0, 0.25, 0.5, 1.0])
+    # at 0.25: x = 0.75, r = 0.25 + 0.75*0.875 = 0.906 -> r first; 0.25 is the smallest weight that wins
+    assert (w, ndcg) == (0.25, pytest.approx(1.0))
+
+
+def test_recommended_blend_reads_our_card_only(tmp_path: Path) -> None:
+    def card(body: object) -> Path:
+        d = tmp_path / str(len(list(tmp_path.iterdir())))
+        d.mkdir()
+        (d / "card.json").write_text(json.dumps(body))
+        return d
+
+    assert recommended_blend(card({"kind": "hybridsearch-domain-reranker", "serving": {"blend": 0.3}})) == 0.3
+    assert recommended_blend(card({"kind": "other", "serving": {"blend": 0.3}})) is None
+    assert recommended_blend(card({"kind": "hybridsearch-domain-reranker", "serving": {"blend": 1.5}})) is None
+    assert recommended_blend(card({"kind": "hybridsearch-domain-reranker", "serving": {"blend": True}})) is None
+    assert recommended_blend(card({"kind": "hybridsearch-domain-reranker"})) is None
+    assert recommended_blend(tmp_path / "missing") is None
+    assert recommended_blend("cross-encoder/ms-marco-MiniLM-L-6-v2") is None

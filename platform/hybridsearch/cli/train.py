@@ -79,27 +79,31 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
     wall = time.perf_counter() - started
 
     table = Table(title=f"validation ({card['queries']['validation_scored']} held-out {card['split']} queries)")
-    for col in ("epoch", "nDCG@10", "MRR@10", "train loss"):
+    for col in ("epoch", "reranker alone nDCG@10", "MRR@10", "blend", "served nDCG@10", "train loss"):
         table.add_column(col, justify="right")
     fused = card["validation"]["fused_order"]
     if fused:
-        table.add_row("fused (no rerank)", f"{fused['ndcg@10']:.4f}", f"{fused['mrr@10']:.4f}", "")
+        table.add_row("fused (no rerank)", f"{fused['ndcg@10']:.4f}", f"{fused['mrr@10']:.4f}", "0",
+                      f"{fused['ndcg@10']:.4f}", "")
     for e in card["validation"]["per_epoch"]:
         mark = " *" if e["epoch"] == card["validation"]["best_epoch"] else ""
-        table.add_row(f"{e['epoch']}{mark}", _f(e["ndcg_at_10"]), _f(e["mrr_at_10"]), _f(e["train_loss"]))
+        table.add_row(f"{e['epoch']}{mark}", _f(e["ndcg_at_10"]), _f(e["mrr_at_10"]), _f(e.get("blend"), 2),
+                      _f(e.get("blend_ndcg_at_10")), _f(e["train_loss"]))
     console.print(table)
     if card["validation"].get("beats_fused_order") is False:
-        console.print("[bold yellow]warning:[/] the kept epoch reranks the held-out queries WORSE than the fused "
-                      "hybrid order: do not serve this model (more judgments, more epochs or steps, a higher --lr, "
-                      "or a cross-encoder as --base; see docs/reranker-training.md)")
+        console.print("[bold yellow]warning:[/] even blended with the fused order, the kept epoch ranks the held-out "
+                      "queries no better than the fused hybrid order: do not serve this model (more judgments, "
+                      "more epochs or steps, a higher --lr, or a cross-encoder as --base; see "
+                      "docs/reranker-training.md)")
     console.print(
         f"saved to [bold]{cfg.out}[/] ({card['pairs']['positive']} positive / {card['pairs']['negative']} negative "
         f"pairs from {card['queries']['train']} queries; mining {card['time_seconds']['mining']:.0f} s, training "
         f"{card['time_seconds']['training']:.0f} s, total {wall:.0f} s on {card['device']}). "
-        f"Serve it: HSP_RERANKER__MODEL={cfg.out} hsp serve-reranker"
+        f"Serve it: HSP_RERANKER__MODEL={cfg.out} hsp serve-reranker (served blend "
+        f"{card['serving']['blend']:g}, from the card)"
     )
     return 0
 
 
-def _f(x: float | None) -> str:
-    return "" if x is None else f"{x:.4f}"
+def _f(x: float | None, digits: int = 4) -> str:
+    return "" if x is None else f"{x:.{digits}f}"

@@ -46,6 +46,8 @@ class ModeReport(BaseModel):
     failed_queries: int = 0
     reranked_queries: int | None = Field(None, description="hybrid+rerank: queries the reranker actually reordered")
     rerank_reasons: dict[str, int] = Field(default_factory=dict, description="why the other queries were not")
+    rerank_blend: float | None = Field(None, description="hybrid+rerank: reranker share in the final order "
+                                                         "(1 = reranker order only), when one value was used")
     metrics: dict[str, float] = Field(default_factory=dict)
     latency_ms: dict[str, Latency] = Field(default_factory=dict)
     per_query: dict[str, dict[str, float]] = Field(default_factory=dict, description="metric -> query id -> value")
@@ -57,6 +59,7 @@ def mode_report(run: ModeRun, means: dict[str, float], per_query: dict[str, dict
         mode=run.mode, status="ok", queries=len(run.rankings), failed_queries=len(run.failed),
         reranked_queries=run.reranked if run.mode.endswith("rerank") else None,
         rerank_reasons=dict(run.rerank_reasons),
+        rerank_blend=next(iter(run.rerank_blends)) if len(run.rerank_blends) == 1 else None,
         metrics=means, latency_ms={k: latency_stats(run.latency[k]) for k in LATENCY_KEYS}, per_query=per_query,
     )
 
@@ -256,6 +259,9 @@ def to_markdown(report: EvalReport, diffs: list[Diff] | None = None, tolerance: 
     notes += [f"- **{m.mode}**: {m.reranked_queries}/{m.queries} queries reranked; others: "
               + "; ".join(f"{r} ({n})" for r, n in m.rerank_reasons.items())
               for m in ok if m.rerank_reasons]
+    notes += [f"- **{m.mode}**: reranker score blended with the fused score at {m.rerank_blend:g} "
+              "(HSP_RERANKER__BLEND, else the model card's recommendation)" for m in ok
+              if m.rerank_blend is not None and m.rerank_blend < 1]
     notes += [f"- **{m.mode}**: {m.failed_queries} queries rejected by the query layer (scored 0)"
               for m in ok if m.failed_queries]
     if notes:

@@ -50,6 +50,7 @@ class ModeRun:
     failed: dict[str, str] = field(default_factory=dict)
     reranked: int = 0
     rerank_reasons: Counter[str] = field(default_factory=Counter)
+    rerank_blends: Counter[float] = field(default_factory=Counter)
 
     def rank_of(self, qid: str, doc_id: str) -> int | None:
         """1-based rank of ``doc_id`` for ``qid`` in this mode, None when it was not retrieved."""
@@ -92,6 +93,7 @@ def run_mode(
         if rerank:
             if result.reranked:
                 out.reranked += 1
+                out.rerank_blends[result.rerank_blend if result.rerank_blend is not None else 1.0] += 1
             else:
                 out.rerank_reasons[result.rerank_reason or "not reranked"] += 1
         if on_query:

@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from hybridsearch.errors import ClusterError, IndexNotFound, RerankerError
 from hybridsearch.query.build import Plan
-from hybridsearch.query.fusion import fuse, hybrid_weights, linear_fuse, normalise, rrf_term
+from hybridsearch.query.fusion import fuse, hybrid_weights, interpolate, linear_fuse, normalise, rrf_term
 from hybridsearch.query.results import Hit, SearchResult, StageScore, Timings
 from hybridsearch.settings import Settings
 
@@ -32,6 +32,7 @@ class Candidate:
     fused: Rank | None = None
     base_score: float = 0.0
     rerank: Rank | None = None
+    blended: float | None = None  # final score when the rerank blend weight is below 1
 
 
 @dataclass
@@ -42,6 +43,7 @@ class Window:
     depths: dict[str, int]
     reranked: bool = False
     rerank_reason: str | None = None
+    blend: float | None = None  # reranker share in the final order of the reranked top (1 = reranker only)
 
 
 class Rank(NamedTuple):
@@ -144,10 +146,12 @@ def rerank_slice(window: Window, depth: int) -> list[Candidate]:
     return window.candidates[:depth]
 
 
-def apply_rerank(window: Window, depth: int, scores: Sequence[float]) -> None:
+def apply_rerank(window: Window, depth: int, scores: Sequence[float], blend: float = 1.0) -> None:
     """Reorder the top ``depth`` by ``scores`` (ties keep fused order); the rest keep fused order.
 
-    Raises RerankerError when ``scores`` does not hold one finite number per passage.
+    With ``blend`` below 1 the top is ordered by :func:`~hybridsearch.query.fusion.interpolate`:
+    ``blend`` × min-max(reranker score) + (1 − ``blend``) × min-max(fused score); 0 keeps the fused
+    order. Raises RerankerError when ``scores`` does not hold one finite number per passage.
     """
     top = window.candidates[:depth]
     if len(scores) != len(top):
@@ -155,12 +159,15 @@ def apply_rerank(window: Window, depth: int, scores: Sequence[float]) -> None:
     vals = [float(s) for s in scores]
     if not all(math.isfinite(s) for s in vals):
         raise RerankerError("reranker returned a score that is not a finite number")
-    order = sorted(range(len(top)), key=lambda i: (-vals[i], i))
+    keys = vals if blend >= 1.0 else interpolate(vals, [c.base_score for c in top], blend)
+    order = sorted(range(len(top)), key=lambda i: (-keys[i], i))
     for new_rank, i in enumerate(order, start=1):
         top[i].rerank = Rank(new_rank, vals[i])
+        top[i].blended = keys[i] if blend < 1.0 else None
     window.candidates = [top[i] for i in order] + window.candidates[depth:]
     window.reranked = True
     window.rerank_reason = None
+    window.blend = blend
 
 
 def _hit(c: Candidate, rank: int, explain: list[str] | None) -> Hit:
@@ -170,7 +177,7 @@ def _hit(c: Candidate, rank: int, explain: list[str] | None) -> Hit:
         doc_id=str(src.get("doc_id") or c.key), chunk_id=c.chunk_id, title=src.get("title"),
         text=str(src.get("text") or ""), parent_id=src.get("parent_id"), parent_text=src.get("parent_text"),
         metadata=meta if isinstance(meta, dict) else {},
-        score=c.rerank.score if c.rerank else c.base_score, rank=rank,
+        score=c.blended if c.blended is not None else c.rerank.score if c.rerank else c.base_score, rank=rank,
         bm25=stage_score(c.stages.get("bm25")), knn=stage_score(c.stages.get("knn")), fused=stage_score(c.fused),
         rerank=stage_score(c.rerank), explanation=explain,
     )
@@ -197,6 +204,9 @@ def explain(settings: Settings, window: Window, c: Candidate) -> list[str]:
     if c.rerank:
         before = c.fused.rank if c.fused else next(iter(c.stages.values())).rank
         lines.append(f"rerank: rank {c.rerank.rank}, score {c.rerank.score:.4f} (was rank {before} before rerank)")
+        if c.blended is not None and window.blend is not None:
+            lines.append(f"blend: {window.blend:g} × min-max(rerank score) + {1 - window.blend:g} × min-max(fused "
+                         f"score) = {c.blended:.4f} over the reranked top")
     elif window.reranked:
         lines.append(f"rerank: below the rerank depth {settings.reranker.depth}, keeps its fused order")
     elif window.rerank_reason:
@@ -211,7 +221,8 @@ def build_result(settings: Settings, p: Plan, index: str, window: Window, timing
     hits = [_hit(c, start + i + 1, explain(settings, window, c) if p.explain else None) for i, c in enumerate(page)]
     return SearchResult(query=p.query, mode=p.mode, index=index, k=p.k, page=p.page, hits=hits,
                         candidates=len(window.candidates), reranked=window.reranked,
-                        rerank_reason=window.rerank_reason, truncated_query=p.truncated, timings=timings)
+                        rerank_reason=window.rerank_reason, rerank_blend=window.blend if window.reranked else None,
+                        truncated_query=p.truncated, timings=timings)
 
 
 def query_hash(text: str) -> str:

@@ -111,11 +111,19 @@ class _Core:
         top = window.candidates[: self.settings.reranker.depth]
         return p.query, [_passage(c) for c in top]
 
+    def rerank_blend(self) -> float:
+        """The reranker's share in the final order: ``HSP_RERANKER__BLEND`` when set, else what the
+        reranker's model recommends (its training card, see ``hsp train-reranker``), else 1."""
+        if self.settings.reranker.blend is not None:
+            return self.settings.reranker.blend
+        recommended = getattr(self.reranker, "blend", None)
+        return float(recommended) if isinstance(recommended, int | float) and 0 <= recommended <= 1 else 1.0
+
     def _rerank_done(self, window: Window, scores: list[float] | None, error: BaseException | None) -> None:
         depth = self.settings.reranker.depth
         if error is None and scores is not None:
             try:
-                apply_rerank(window, depth, scores)
+                apply_rerank(window, depth, scores, self.rerank_blend())
                 return
             except RerankerError as exc:
                 error = exc

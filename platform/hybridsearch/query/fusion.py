@@ -86,6 +86,20 @@ def linear_fuse(
     return _ordered(scores)
 
 
+def interpolate(rerank_scores: Sequence[float], fused_scores: Sequence[float], weight: float) -> list[float]:
+    """``weight`` × min-max(rerank) + (1 − ``weight``) × min-max(fused), per position.
+
+    Both lists score the same candidates in the same order. ``weight`` 1 keeps the reranker's order,
+    0 the fused order. Raises QueryError for a weight outside [0, 1] or lists of different lengths.
+    """
+    if not 0.0 <= weight <= 1.0 or not math.isfinite(weight):
+        raise QueryError(f"rerank blend weight must be in [0, 1], got {weight}")
+    if len(rerank_scores) != len(fused_scores):
+        raise QueryError(f"{len(rerank_scores)} rerank scores for {len(fused_scores)} fused scores")
+    r, f = normalise(list(rerank_scores)), normalise(list(fused_scores))
+    return [weight * a + (1.0 - weight) * b for a, b in zip(r, f, strict=True)]
+
+
 def hybrid_weights(alpha: float) -> tuple[float, float]:
     """``(bm25, dense)`` weights for linear fusion: ``alpha`` is the dense share."""
     return (1.0 - alpha, alpha)

@@ -29,7 +29,8 @@ class Hit(BaseModel):
     parent_id: str | None = None
     parent_text: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
-    score: float = Field(description="final score: rerank score when reranked, else fused score")
+    score: float = Field(description="final score: the rerank score when reranked (the blended score when "
+                                     "the rerank blend is below 1), else the fused score")
     rank: int = Field(description="final rank, from 1, over the whole fused window")
     bm25: StageScore | None = None
     knn: StageScore | None = None
@@ -60,6 +61,8 @@ class SearchResult(BaseModel):
     candidates: int = Field(description="distinct hits in the fused window before paging")
     reranked: bool = False
     rerank_reason: str | None = Field(None, description="why the rerank stage did not run or was cut short")
+    rerank_blend: float | None = Field(None, description="reranker share in the final order of the reranked top "
+                                                         "(1 = reranker order only); None when not reranked")
     truncated_query: bool = False
     timings: Timings = Field(default_factory=Timings)
 

@@ -45,6 +45,7 @@ class HttpReranker:
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
         )
         self.model: str | None = None
+        self.blend: float | None = None  # the served model's recommended rerank blend, from its answers
 
     @classmethod
     def from_settings(cls, cfg: RerankerSettings) -> HttpReranker:
@@ -54,7 +55,7 @@ class HttpReranker:
         return cls(cfg.url, cfg.timeout, cfg.token.get_secret_value() if cfg.token else None)
 
     def rerank(self, query: str, passages: Sequence[str], top_n: int | None = None) -> dict[str, Any]:
-        """The service's full answer ``{scores, order, model, took_ms}``. Raises RerankerError."""
+        """The service's full answer ``{scores, order, model, took_ms, blend}``. Raises RerankerError."""
         payload: dict[str, Any] = {"query": query, "passages": list(passages)}
         if top_n is not None:
             payload["top_n"] = top_n
@@ -69,7 +70,10 @@ class HttpReranker:
             raise RerankerError(f"reranker service at {self.url} sent {len(scores)} scores for {len(passages)} "
                                 "passages")
         self.model = body.get("model")
-        return {"scores": scores, "order": order, "model": self.model, "took_ms": body.get("took_ms")}
+        blend = body.get("blend")
+        self.blend = float(blend) if isinstance(blend, int | float) and 0 <= blend <= 1 else None
+        return {"scores": scores, "order": order, "model": self.model, "took_ms": body.get("took_ms"),
+                "blend": self.blend}
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         """One score per passage, in input order. Raises RerankerError."""

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from hybridsearch.embedding import pick_device
 from hybridsearch.errors import RerankerError, RerankerModelError
+from hybridsearch.rerank.card import recommended_blend
 from hybridsearch.rerank.ranking import length_sorted_batches, order_by_score
 from hybridsearch.settings import RerankerSettings
 
@@ -106,7 +107,8 @@ class LocalReranker:
 
     The model loads on first use (or :meth:`load`), once, thread-safely. A load failure is
     remembered and raised again as RerankerModelError on every later call, without retrying.
-    Inference failures raise RerankerError.
+    Inference failures raise RerankerError. ``blend`` is the rerank blend the model's training card
+    recommends (None for models without one).
     """
 
     def __init__(self, cfg: RerankerSettings | None = None) -> None:
@@ -117,6 +119,8 @@ class LocalReranker:
         self._load_lock = threading.Lock()
         self._infer_lock = threading.Lock()
         self.load_seconds: float | None = None
+        # A model trained by `hsp train-reranker` says how to blend its scores with the fused order.
+        self.blend: float | None = recommended_blend(self.cfg.model)
 
     @property
     def loaded(self) -> bool:

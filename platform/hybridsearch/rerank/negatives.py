@@ -36,10 +36,11 @@ PROTECTED_SPLITS = frozenset({"test"})
 
 @dataclass(frozen=True)
 class Candidate:
-    """One retrieved document: its id and the passage text a reranker would score."""
+    """One retrieved document: its id, the passage text a reranker would score and its fused score."""
 
     doc_id: str
     text: str
+    score: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -311,7 +312,7 @@ class IndexMiner:
     def candidates(self, query: str, depth: int) -> list[Candidate]:
         """The hybrid top-``depth`` documents for ``query``, best chunk each, in fused order."""
         result = self.client.search(query, k=depth, mode="hybrid", rerank=False)
-        return dedupe(Candidate(h.doc_id, passage_text(h.title, h.text)) for h in result.hits)
+        return dedupe(Candidate(h.doc_id, passage_text(h.title, h.text), h.score) for h in result.hits)
 
     def best_chunks(self, wanted: Sequence[tuple[str, str, str]], batch: int = 100) -> dict[tuple[str, str], str]:
         """For each ``(qid, query, doc_id)``, the document's chunk that best matches the query (BM25 on

@@ -3,7 +3,8 @@
 Endpoints:
 
 * ``POST /rerank`` ``{"query": str, "passages": [str, ...], "top_n": int?}`` →
-  ``{"scores": [...] (input order), "order": [indices best first, cut to top_n], "model", "took_ms"}``
+  ``{"scores": [...] (input order), "order": [indices best first, cut to top_n], "model", "took_ms",
+  "blend"}`` (blend: the rerank blend the model's training card recommends, or null)
 * ``GET /healthz`` liveness (always 200 while the process serves)
 * ``GET /readyz`` 200 once the model is loaded, 503 while loading or when loading failed (with the reason)
 * ``GET /metrics`` Prometheus text: requests by status, latency, batch sizes, readiness
@@ -220,7 +221,8 @@ def create_app(settings: Settings | RerankerSettings | None = None, scorer: Pair
                 raise ApiError(500, "model_failed", f"model failed: {exc}") from exc
             took_ms = (time.perf_counter() - started) * 1000
             body: dict[str, Any] = {"scores": scores, "order": order_by_score(scores, top_n=req.top_n),
-                                    "model": state.scorer.name, "took_ms": round(took_ms, 3)}
+                                    "model": state.scorer.name, "took_ms": round(took_ms, 3),
+                                    "blend": getattr(state.scorer, "blend", None)}
             response = JSONResponse(body)
         except ApiError as exc:
             response = _error(exc)

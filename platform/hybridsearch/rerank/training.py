@@ -10,28 +10,29 @@ The steps (``hsp train-reranker`` runs them all, see :func:`run_training`):
 3. :func:`train_cross_encoder` puts a one-logit head on a BERT-family encoder and trains it with
    sentence-transformers' ``CrossEncoderTrainer`` and ``BinaryCrossEntropyLoss``; after each epoch it
    reranks the validation queries' fused candidates and keeps the epoch with the best nDCG@10.
+   Each epoch is also scored blended with the fused order (:func:`choose_blend`): the weight that
+   serves the validation queries best is recorded, and epochs are compared by that served figure.
 4. The model is saved as a normal sentence-transformers CrossEncoder folder with ``card.json`` and
-   ``README.md`` describing base model, data, split, negatives, epochs and per-epoch validation.
+   ``README.md`` (:mod:`hybridsearch.rerank.card`): base model, data, split, negatives, epochs,
+   per-epoch validation and the blend to serve it with.
 """
 
 from __future__ import annotations
 
-import json
-import platform
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, Field
 
-from hybridsearch import __version__
 from hybridsearch.embedding import pick_device, resolve_model
 from hybridsearch.errors import ModelError
-from hybridsearch.rerank.negatives import MinedData, SplitData, Strategy, ValidationQuery, load_split, mine
+from hybridsearch.query.fusion import interpolate
+from hybridsearch.rerank.card import make_card, save_model
+from hybridsearch.rerank.negatives import MinedData, Strategy, ValidationQuery, load_split, mine
 from hybridsearch.settings import DEFAULT_EMBEDDING_MODEL
 
 if TYPE_CHECKING:
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from hybridsearch.embedding import Embedder
     from hybridsearch.settings import Settings
 
-CARD_FILE = "card.json"
+BLEND_GRID = tuple(round(0.05 * i, 2) for i in range(21))  # 0, 0.05, ..., 1
 
 
 class TrainingConfig(BaseModel):
@@ -65,6 +66,10 @@ class TrainingConfig(BaseModel):
     allow_test: bool = False
     device: str = "auto"
 
+    @property
+    def loss_name(self) -> str:
+        return "BinaryCrossEntropyLoss"
+
 
 @dataclass
 class EpochResult:
@@ -72,6 +77,8 @@ class EpochResult:
     ndcg_at_10: float | None = None
     mrr_at_10: float | None = None
     train_loss: float | None = None
+    blend: float | None = None
+    blend_ndcg_at_10: float | None = None
 
 
 @dataclass
@@ -108,6 +115,27 @@ def rerank_metrics(val: Sequence[ValidationQuery], scores: Mapping[str, Sequence
     return {k: float(v) for k, v in res.items()}
 
 
+def blended_scores(val: Sequence[ValidationQuery], scores: Mapping[str, Sequence[float]],
+                   blend: float) -> dict[str, list[float]]:
+    """Per query, the served order's scores: ``blend`` × min-max(reranker) + (1 − ``blend``) ×
+    min-max(fused), exactly what the query layer does (:func:`hybridsearch.query.fusion.interpolate`)."""
+    return {v.qid: interpolate(scores[v.qid], [c.score for c in v.candidates], blend)
+            for v in val if v.candidates}
+
+
+def choose_blend(val: Sequence[ValidationQuery], scores: Mapping[str, Sequence[float]],
+                 grid: Sequence[float] = BLEND_GRID) -> tuple[float, float]:
+    """The blend weight of ``grid`` whose served order has the best validation nDCG@10, and that
+    nDCG; the smallest such weight on ties (closest to the fused order)."""
+    best: tuple[float, float] | None = None
+    for w in sorted(grid):
+        ndcg = rerank_metrics(val, blended_scores(val, scores, w))["ndcg@10"]
+        if best is None or ndcg > best[1] + 1e-12:
+            best = (w, ndcg)
+    assert best is not None, "empty blend grid"
+    return best
+
+
 def _rerank_validation_evaluator(val: Sequence[ValidationQuery], batch_size: int) -> Any:
     """A sentence-transformers evaluator that reranks ``val`` and reports :func:`rerank_metrics`."""
     from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
@@ -116,7 +144,7 @@ def _rerank_validation_evaluator(val: Sequence[ValidationQuery], batch_size: int
         def __init__(self) -> None:
             super().__init__()  # type: ignore[no-untyped-call]
             self.name = "val"
-            self.primary_metric = "ndcg@10"
+            self.primary_metric = "blend_ndcg@10"
 
         def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1,
                      steps: int = -1) -> dict[str, float]:
@@ -128,7 +156,9 @@ def _rerank_validation_evaluator(val: Sequence[ValidationQuery], batch_size: int
             for v in val:
                 scores[v.qid] = [float(s) for s in flat[at:at + len(v.candidates)]]
                 at += len(v.candidates)
-            return self.prefix_name_to_metrics(rerank_metrics(val, scores), self.name)  # type: ignore[no-any-return]
+            metrics = rerank_metrics(val, scores)
+            metrics["blend"], metrics["blend_ndcg@10"] = choose_blend(val, scores)
+            return self.prefix_name_to_metrics(metrics, self.name)  # type: ignore[no-any-return]
 
     return RerankValidation()
 
@@ -226,7 +256,9 @@ def _callbacks(model: Any, result: TrainResult, progress: bool, validating: bool
             epoch = result.epochs[-1] if result.epochs else EpochResult(epoch=round(state.epoch or 0))
             epoch.ndcg_at_10 = float(metrics["eval_val_ndcg@10"])
             epoch.mrr_at_10 = float(metrics.get("eval_val_mrr@10", 0.0))
-            self._keep(epoch.epoch, epoch.ndcg_at_10)
+            epoch.blend = float(metrics.get("eval_val_blend", 1.0))
+            epoch.blend_ndcg_at_10 = float(metrics.get("eval_val_blend_ndcg@10", epoch.ndcg_at_10))
+            self._keep(epoch.epoch, epoch.blend_ndcg_at_10)
 
         def _keep(self, epoch: int, score: float) -> None:
             if self.best_score is None or score > self.best_score:
@@ -263,66 +295,13 @@ def _callbacks(model: Any, result: TrainResult, progress: bool, validating: bool
             if metrics and "eval_val_ndcg@10" in metrics:
                 self.progress.console.print(
                     f"epoch {round(state.epoch or 0)}: validation nDCG@10 {metrics['eval_val_ndcg@10']:.4f} "
-                    f"MRR@10 {metrics.get('eval_val_mrr@10', 0.0):.4f}")
+                    f"(MRR@10 {metrics.get('eval_val_mrr@10', 0.0):.4f}); served at blend "
+                    f"{metrics.get('eval_val_blend', 1.0):g}: {metrics.get('eval_val_blend_ndcg@10', 0.0):.4f}")
 
         def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
             self.progress.stop()
 
     return BestEpoch(), (Bar() if progress else None)
-
-
-# ------------------------------------------------------------------------------------------------ card
-
-
-def beats_fused(result: TrainResult) -> bool | None:
-    """Whether the kept epoch reranks the validation queries better than the fused order (None: no validation)."""
-    kept = next((e for e in result.epochs if e.epoch == result.best_epoch), None)
-    if not result.fused or kept is None or kept.ndcg_at_10 is None:
-        return None
-    return kept.ndcg_at_10 > result.fused["ndcg@10"]
-
-
-def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: TrainResult,
-              extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The ``card.json`` content: what the model was trained from and how it did on validation."""
-    import sentence_transformers
-    import torch
-    import transformers
-
-    return {
-        "kind": "hybridsearch-domain-reranker",
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "base_model": cfg.base,
-        "base_model_path": resolve_model(cfg.base),
-        "head": "one-logit sequence classification (sigmoid = relevance probability)",
-        "dataset": str(Path(cfg.dataset).expanduser().resolve()),
-        "split": data.split,
-        "files_read": data.files_read,
-        "queries": {"train": len(mined.train_qids), "validation": len(mined.val_qids),
-                    "validation_scored": len(mined.validation), "skipped_no_positive_passage":
-                    len(mined.stats.skipped_queries)},
-        "pairs": {"total": len(mined.pairs), "positive": mined.stats.positives, "negative": mined.stats.negatives,
-                  "positives_missing_from_index": mined.stats.positives_missing},
-        "negatives": {"per_query": cfg.negatives, "mined_from": f"hybrid top-{cfg.depth} minus judged-relevant",
-                      "strategy": cfg.strategy},
-        "training": {"epochs": cfg.epochs, "batch_size": cfg.batch_size, "max_length": cfg.max_length,
-                     "learning_rate": cfg.lr, "warmup_ratio": cfg.warmup_ratio, "seed": cfg.seed,
-                     "loss": "BinaryCrossEntropyLoss", "steps": result.steps,
-                     "limit_queries": cfg.limit_queries, "val_fraction": cfg.val_fraction},
-        "validation": {
-            "metric": "nDCG@10 of reranking the fused hybrid candidates of held-out train queries",
-            "fused_order": result.fused,
-            "per_epoch": [asdict(e) for e in result.epochs],
-            "best_epoch": result.best_epoch,
-            "beats_fused_order": beats_fused(result),
-        },
-        "time_seconds": {"mining": round(mined.seconds, 1), "training": round(result.seconds, 1)},
-        "device": result.device,
-        "host": {"cpu_count": _cpu_count(), "platform": platform.platform()},
-        "versions": {"hybridsearch": __version__, "sentence_transformers": sentence_transformers.__version__,
-                     "transformers": transformers.__version__, "torch": torch.__version__},
-        **(dict(extra) if extra else {}),
-    }
 
 
 def run_training(cfg: TrainingConfig, settings: Settings, *, es: Elasticsearch | None = None,
@@ -361,80 +340,3 @@ def run_training(cfg: TrainingConfig, settings: Settings, *, es: Elasticsearch |
     return card
 
 
-def _cpu_count() -> int:
-    import os
-
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-
-
-def card_markdown(card: Mapping[str, Any]) -> str:
-    """A README.md a person reads: the card as prose and tables."""
-    val = card["validation"]
-    lines = [
-        "# Domain reranker (hybridsearch)",
-        "",
-        f"Cross-encoder fine-tuned from `{card['base_model']}` with {card['head']}, on the "
-        f"`{card['split']}` split of `{card['dataset']}`.",
-        "",
-        "| data | value |", "|---|---|",
-        f"| training queries | {card['queries']['train']} |",
-        f"| validation queries (held out of the same split) | {card['queries']['validation']} |",
-        f"| pairs (positive / negative) | {card['pairs']['positive']} / {card['pairs']['negative']} |",
-        f"| negatives per query | {card['negatives']['per_query']} ({card['negatives']['strategy']}, "
-        f"{card['negatives']['mined_from']}) |",
-        f"| epochs, batch, max length, lr | {card['training']['epochs']}, {card['training']['batch_size']}, "
-        f"{card['training']['max_length']}, {card['training']['learning_rate']} |",
-        f"| seed | {card['training']['seed']} |",
-        f"| device | {card['device']} |",
-        f"| time (mining / training) | {card['time_seconds']['mining']} s / {card['time_seconds']['training']} s |",
-        "",
-        f"## Validation ({val['metric']})",
-        "",
-    ]
-    if val.get("beats_fused_order") is False:
-        lines += ["**Warning: this model ranks the validation queries worse than the fused hybrid order. "
-                  "Do not deploy it; see docs/reranker-training.md.**", ""]
-    lines += [
-        "| epoch | nDCG@10 | MRR@10 |", "|---|---|---|",
-    ]
-    if val["fused_order"]:
-        lines.append(f"| fused order (no rerank) | {val['fused_order']['ndcg@10']:.4f} | "
-                     f"{val['fused_order']['mrr@10']:.4f} |")
-    for e in val["per_epoch"]:
-        mark = " (kept)" if e["epoch"] == val["best_epoch"] else ""
-        lines.append(f"| {e['epoch']}{mark} | {_fmt(e['ndcg_at_10'])} | {_fmt(e['mrr_at_10'])} |")
-    lines += [
-        "",
-        "## Use",
-        "",
-        "```",
-        "HSP_RERANKER__MODEL=<this folder> hsp serve-reranker",
-        "```",
-        "",
-        "Files read for training: " + ", ".join(f"`{f}`" for f in card["files_read"]) + ".",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def _fmt(x: float | None) -> str:
-    return "–" if x is None else f"{x:.4f}"
-
-
-def save_model(model: Any, out: Path, card: Mapping[str, Any]) -> Path:
-    """Write the CrossEncoder folder, ``card.json`` and ``README.md`` to ``out``; returns ``out``."""
-    out = Path(out).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
-    model.save(str(out), create_model_card=False)
-    (out / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
-    (out / "README.md").write_text(card_markdown(card), encoding="utf-8")
-    return out
-
-
-def read_card(folder: Path) -> dict[str, Any]:
-    """The ``card.json`` of a trained model folder. Raises ModelError when there is none."""
-    path = Path(folder) / CARD_FILE
-    if not path.exists():
-        raise ModelError(f"{folder} has no {CARD_FILE}: not a model trained by `hsp train-reranker`")
-    card: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return card
