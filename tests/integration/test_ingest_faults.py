@@ -44,6 +44,9 @@ class Proxy:
     def __init__(self, upstream: str) -> None:
         self.faults = Faults()
         up = urlparse(upstream)
+        if up.hostname is None:
+            raise ValueError(f"proxy upstream {upstream!r} names no host")
+        host, port = up.hostname, up.port
         proxy = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -109,7 +112,7 @@ class Proxy:
                 return (b"\n".join(kept) + b"\n" if kept else b""), rejected
 
             def _forward(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
-                conn = http.client.HTTPConnection(up.hostname, up.port, timeout=30)
+                conn = http.client.HTTPConnection(host, port, timeout=30)
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in {"host", "content-length"}}
                 conn.request(self.command, self.path, body=body or None, headers=headers)
                 resp = conn.getresponse()

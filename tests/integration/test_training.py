@@ -14,8 +14,9 @@ from hybridsearch.cli.main import main
 from hybridsearch.embedding import Embedder
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
+from hybridsearch.rerank.card import read_card
 from hybridsearch.rerank.negatives import IndexMiner, load_split, relevant_ids
-from hybridsearch.rerank.training import TrainingConfig, read_card, run_training
+from hybridsearch.rerank.training import TrainingConfig, run_training
 from hybridsearch.settings import Settings
 
 TOPICS = {
@@ -30,7 +31,10 @@ TOPICS = {
 
 def write_collection(root: Path) -> list[Document]:
     """24 documents, one judged-relevant document per query; 18 train queries, 6 test queries."""
-    docs, queries, train, test = [], [], [], []
+    docs: list[Document] = []
+    queries: list[dict[str, str]] = []
+    train: list[str] = []
+    test: list[str] = []
     for t, subjects in TOPICS.items():
         for i, subject in enumerate(subjects):
             did = f"{t}-{i}"
@@ -65,6 +69,8 @@ def test_index_miner_gives_hybrid_candidates_and_best_chunks(collection: Path, e
     cands = miner.candidates("what is known about asthma attacks?", 5)
     assert 1 <= len(cands) <= 5 and len({c.doc_id for c in cands}) == len(cands)
     assert cands[0].doc_id == "lung-0" and cands[0].text.startswith("asthma attacks")
+    assert all(c.score > 0 for c in cands) and [c.score for c in cands] == sorted((c.score for c in cands),
+                                                                                  reverse=True)  # fused scores
     chunks = miner.best_chunks([("q", "melanoma", "skin-0"), ("q", "melanoma", "no-such-doc")])
     assert list(chunks) == [("q", "skin-0")] and "melanoma" in chunks[("q", "skin-0")]
 
@@ -100,6 +106,15 @@ def test_train_reranker_trains_a_servable_model_from_train_queries_only(
     passages = ["asthma attacks. asthma in lung patients", "melanoma detection. skin"]
     np.testing.assert_allclose(reranker.score("asthma", passages),
                                model.predict([("asthma", p) for p in passages], activation_fn=None), rtol=1e-4)
+
+    # searching with it serves the blend and the token length the card recommends
+    from hybridsearch import SearchClient
+
+    assert 0.0 <= card["serving"]["blend"] <= 1.0 and card["serving"]["blend"] == epoch["blend"]
+    assert reranker.max_length == 48
+    with SearchClient(es, settings, embedder=embedder, reranker=reranker) as client:
+        res = client.search("what is known about asthma attacks?", k=5)
+    assert res.reranked and res.rerank_blend == card["serving"]["blend"]
 
 
 def test_cli_refuses_the_test_split_and_a_missing_index(collection: Path, settings: Settings, tmp_path: Path,

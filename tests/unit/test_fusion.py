@@ -30,7 +30,8 @@ def test_rrf_ties_are_broken_by_id() -> None:
 def test_rrf_weights_and_small_k() -> None:
     # k=1: a = 2/(1+1) + 1/(1+2) = 4/3; b = 2/(1+2) + 1/(1+1) = 7/6
     out = fuse([["a", "b"], ["b", "a"]], k=1, weights=[2.0, 1.0])
-    assert out == [("a", pytest.approx(4 / 3)), ("b", pytest.approx(7 / 6))]
+    want: list[tuple[str, object]] = [("a", pytest.approx(4 / 3)), ("b", pytest.approx(7 / 6))]
+    assert out == want
     assert fuse([["a"], ["b"]], weights=[0.0, 1.0]) == [("b", R61), ("a", 0.0)]
 
 
@@ -82,8 +83,9 @@ def test_linear_minmax_golden() -> None:
 def test_linear_zscore_golden() -> None:
     # z(bm25) = 1.2247, 0, -1.2247 (floor -1.2247); z(dense) = 1, -1 (floor -1)
     out = linear_fuse([BM25, DENSE], [0.5, 0.5], norm="zscore")
-    assert out == [("b", pytest.approx(0.5)), ("a", pytest.approx(0.1123724357)),
-                   ("c", pytest.approx(-1.1123724357)), ("d", pytest.approx(-1.1123724357))]
+    want: list[tuple[str, object]] = [("b", pytest.approx(0.5)), ("a", pytest.approx(0.1123724357)),
+                                      ("c", pytest.approx(-1.1123724357)), ("d", pytest.approx(-1.1123724357))]
+    assert out == want
 
 
 def test_interpolate_golden() -> None:

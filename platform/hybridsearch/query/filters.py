@@ -129,17 +129,26 @@ class AllOf(_Group):
 
     kind: Literal["all_of"] = "all_of"
 
+    def __init__(self, filters: list[Any] | None = None, **kw: Any) -> None:  # positional for type checkers too
+        super().__init__(filters, **kw)
+
 
 class AnyOf(_Group):
     """At least one filter matches."""
 
     kind: Literal["any_of"] = "any_of"
 
+    def __init__(self, filters: list[Any] | None = None, **kw: Any) -> None:  # positional for type checkers too
+        super().__init__(filters, **kw)
+
 
 class NoneOf(_Group):
     """No filter matches."""
 
     kind: Literal["none_of"] = "none_of"
+
+    def __init__(self, filters: list[Any] | None = None, **kw: Any) -> None:  # positional for type checkers too
+        super().__init__(filters, **kw)
 
 
 Filter = Term | Terms | Range | Exists | AllOf | AnyOf | NoneOf

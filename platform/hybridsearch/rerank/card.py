@@ -2,9 +2,10 @@
 
 ``hsp train-reranker`` writes both next to the model. The card says what the model was trained on
 (base model, data, split, negatives, epochs), how it did on held-out queries of the training split
-per epoch, and the rerank blend it recommends for serving (``serving.blend``, chosen on those
-held-out queries). :class:`~hybridsearch.rerank.local.LocalReranker` reads that blend through
-:func:`recommended_blend`, so a served model is used the way it was validated.
+per epoch, and how to serve it: the rerank blend chosen on those held-out queries
+(``serving.blend``) and the token length it was trained with (``serving.max_length``).
+:class:`~hybridsearch.rerank.local.LocalReranker` reads both (:func:`recommended_blend`,
+:func:`trained_max_length`), so a served model is used the way it was validated.
 """
 
 from __future__ import annotations
@@ -178,15 +179,27 @@ def read_card(folder: Path) -> dict[str, Any]:
     return card
 
 
-def recommended_blend(model: str | Path) -> float | None:
-    """``serving.blend`` from the card of the model folder ``model``; None when ``model`` is not a
-    folder with a readable card of ours or the card names no valid blend (never raises)."""
+def _serving(model: str | Path) -> dict[str, Any]:
     path = Path(model).expanduser() / CARD_FILE
     try:
         card = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return None
-    blend = card.get("serving", {}).get("blend") if isinstance(card, dict) and card.get("kind") == KIND else None
+        return {}
+    serving = card.get("serving") if isinstance(card, dict) and card.get("kind") == KIND else None
+    return serving if isinstance(serving, dict) else {}
+
+
+def recommended_blend(model: str | Path) -> float | None:
+    """``serving.blend`` from the card of the model folder ``model``; None when ``model`` is not a
+    folder with a readable card of ours or the card names no valid blend (never raises)."""
+    blend = _serving(model).get("blend")
     if isinstance(blend, int | float) and not isinstance(blend, bool) and 0.0 <= blend <= 1.0:
         return float(blend)
     return None
+
+
+def trained_max_length(model: str | Path) -> int | None:
+    """``serving.max_length`` (the ``--max-length`` trained with) from the card of the model folder
+    ``model``; None without a card of ours or a valid value (never raises)."""
+    n = _serving(model).get("max_length")
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 8 else None

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from hybridsearch.embedding import pick_device
 from hybridsearch.errors import RerankerError, RerankerModelError
-from hybridsearch.rerank.card import recommended_blend
+from hybridsearch.rerank.card import recommended_blend, trained_max_length
 from hybridsearch.rerank.ranking import length_sorted_batches, order_by_score
 from hybridsearch.settings import RerankerSettings
 
@@ -108,7 +108,8 @@ class LocalReranker:
     The model loads on first use (or :meth:`load`), once, thread-safely. A load failure is
     remembered and raised again as RerankerModelError on every later call, without retrying.
     Inference failures raise RerankerError. ``blend`` is the rerank blend the model's training card
-    recommends (None for models without one).
+    recommends (None for models without one); ``max_length`` is ``HSP_RERANKER__MAX_LENGTH`` when set,
+    else the card's trained length, else the setting's default (512).
     """
 
     def __init__(self, cfg: RerankerSettings | None = None) -> None:
@@ -119,8 +120,12 @@ class LocalReranker:
         self._load_lock = threading.Lock()
         self._infer_lock = threading.Lock()
         self.load_seconds: float | None = None
-        # A model trained by `hsp train-reranker` says how to blend its scores with the fused order.
+        # A model trained by `hsp train-reranker` says how to blend its scores with the fused order,
+        # and the token length it was trained with (used unless HSP_RERANKER__MAX_LENGTH is set).
         self.blend: float | None = recommended_blend(self.cfg.model)
+        trained = trained_max_length(self.cfg.model)
+        explicit = "max_length" in self.cfg.model_fields_set
+        self.max_length: int = trained if trained is not None and not explicit else self.cfg.max_length
 
     @property
     def loaded(self) -> bool:
@@ -141,7 +146,7 @@ class LocalReranker:
                 if self._model is None:
                     started = time.perf_counter()
                     try:
-                        self._model = load_cross_encoder(self.cfg.model, self.cfg.device, self.cfg.max_length)
+                        self._model = load_cross_encoder(self.cfg.model, self.cfg.device, self.max_length)
                     except RerankerModelError as exc:
                         self._error = exc
                         raise
@@ -155,7 +160,7 @@ class LocalReranker:
         _ = self.model
 
     def _clip(self, text: str) -> str:
-        cap = self.cfg.max_length * CHARS_PER_TOKEN_CAP
+        cap = self.max_length * CHARS_PER_TOKEN_CAP
         return text if len(text) <= cap else text[:cap]
 
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
