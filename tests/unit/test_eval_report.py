@@ -160,7 +160,10 @@ def test_markdown_and_chart(tmp_path: Path) -> None:
     md = to_markdown(report, compare(report, report, 0.01), 0.01)
     assert "blended" not in md
     blended = make_report({**build(["hybrid+rerank"])[1]}, worst=[], checks=[])
-    assert "reranker score blended with the fused score at 0.3" in to_markdown(blended, None, 0.01)
+    blended.settings = {"reranker": {"model": "/models/x", "depth": 30}}
+    md_blended = to_markdown(blended, None, 0.01)
+    assert "reranker score blended with the fused score at 0.3" in md_blended
+    assert "- reranker: `/models/x` · blend 0.3 · depth 30" in md_blended
     assert "| mode | nDCG@10 | Recall@10 | Recall@100 | MRR@10 | P@5 |" in md
     assert f"| bm25 | {reports['bm25'].metrics['ndcg@10']:.4f} |" in md
     assert "**hybrid+rerank** skipped: no reranker configured" in md

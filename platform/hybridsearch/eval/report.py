@@ -232,6 +232,17 @@ def _fmt(v: float | int | None) -> str:
     return f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
+def _reranker_line(report: EvalReport) -> list[str]:
+    """``- reranker: ...`` when a rerank mode ran: the model (or service) and its blend."""
+    ran = report.mode("hybrid+rerank")
+    cfg = report.settings.get("reranker", {}) if isinstance(report.settings, dict) else {}
+    if ran is None or not isinstance(cfg, dict) or not (cfg.get("url") or cfg.get("model")):
+        return []
+    where = f"service {cfg['url']}" if cfg.get("url") else f"`{cfg.get('model')}`"
+    blend = f" · blend {ran.rerank_blend:g}" if ran.rerank_blend is not None else ""
+    return [f"- reranker: {where}{blend} · depth {cfg.get('depth')}"]
+
+
 def to_markdown(report: EvalReport, diffs: list[Diff] | None = None, tolerance: float | None = None) -> str:
     """The report as Markdown: metrics table, latency table, checks, skipped modes, worst queries."""
     ok = [m for m in report.modes if m.status == "ok"]
@@ -243,7 +254,8 @@ def to_markdown(report: EvalReport, diffs: list[Diff] | None = None, tolerance: 
         f"{report.index.get('chunks')} chunks; {report.index.get('action')})",
         f"- model: `{report.model}` · chunker: `{report.chunker}` · k = {report.k}",
         f"- cluster: {', '.join(report.cluster.get('versions', []))} · git: `{report.git.get('commit')}`"
-        + (" (dirty)" if report.git.get("dirty") else ""), "",
+        + (" (dirty)" if report.git.get("dirty") else ""),
+        *_reranker_line(report), "",
         "## Quality", "",
         "| mode | " + " | ".join(METRICS.values()) + " |",
         "|---|" + "---:|" * len(METRICS),
