@@ -32,17 +32,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--base", default=None, metavar="MODEL",
                    help="encoder to start from: Hub name or folder (default: HSP_EMBEDDING__MODEL, i.e. the "
                         "packaged all-MiniLM-L6-v2)")
-    p.add_argument("--negatives", type=int, default=4, help="hard negatives per query (default 4)")
+    p.add_argument("--negatives", type=int, default=3, help="hard negatives per query (default 3)")
     p.add_argument("--depth", type=int, default=None,
                    help="hybrid candidates per query to mine from (default: HSP_RERANKER__DEPTH, 30)")
     p.add_argument("--strategy", choices=("sample", "top"), default="sample",
                    help="sample negatives from the candidates (default) or take the top-ranked ones")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--max-length", type=int, default=256, help="tokens per (query, passage) pair (default 256)")
-    p.add_argument("--lr", type=float, default=2e-5, help="peak learning rate (default 2e-5)")
-    p.add_argument("--val-fraction", type=float, default=0.1,
-                   help="share of the split's queries held out for choosing the best epoch (default 0.1)")
+    p.add_argument("--max-length", type=int, default=128, help="tokens per (query, passage) pair (default 128)")
+    p.add_argument("--lr", type=float, default=1e-4,
+                   help="peak learning rate (default 1e-4, for a bi-encoder base; ~2e-5 to adapt a cross-encoder)")
+    p.add_argument("--val-fraction", type=float, default=0.15,
+                   help="share of the split's queries held out for choosing the epoch and blend (default 0.15)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--limit-queries", type=int, default=None, metavar="N", help="use the first N queries only")
     p.add_argument("--prefix", default=None, help="index prefix of the collection's index (HSP_INDEX__PREFIX)")

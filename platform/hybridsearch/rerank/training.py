@@ -52,15 +52,15 @@ class TrainingConfig(BaseModel):
     split: str = "train"
     out: Path
     base: str = DEFAULT_EMBEDDING_MODEL
-    negatives: int = Field(4, ge=0, description="mined negatives per training query")
+    negatives: int = Field(3, ge=0, description="mined negatives per training query")
     depth: int = Field(30, ge=1, le=100, description="hybrid candidates per query to mine from (= rerank depth)")
     strategy: Strategy = "sample"
     epochs: int = Field(1, ge=1)
     batch_size: int = Field(16, ge=1)
-    max_length: int = Field(256, ge=16, le=512)
-    lr: float = Field(2e-5, gt=0)
+    max_length: int = Field(128, ge=16, le=512)
+    lr: float = Field(1e-4, gt=0)
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
-    val_fraction: float = Field(0.1, ge=0, lt=1)
+    val_fraction: float = Field(0.15, ge=0, lt=1)
     seed: int = 42
     limit_queries: int | None = Field(None, ge=1)
     allow_test: bool = False
