@@ -226,7 +226,11 @@ def check_reranker(settings: Settings) -> Check:
         return Check("reranker", "local model", "WARN", f"{str(exc).split('. ')[0]}; {degrade}",
                      "set HSP_RERANKER__MODEL to a local cross-encoder folder, HSP_RERANKER__URL to a "
                      "reranker service, or HSP_RERANKER__ENABLED=false")
-    return Check("reranker", "local model", "OK", f"{cfg.model} loads on {reranker.device}")
+    from hybridsearch.rerank.card import effective_blend
+
+    blend, source = effective_blend(cfg.blend, reranker.blend)
+    return Check("reranker", "local model", "OK", f"{cfg.model} loads on {reranker.device} (max length "
+                 f"{reranker.max_length}, blend {blend:g} from {source})")
 
 
 # --------------------------------------------------------------------------------------------- all

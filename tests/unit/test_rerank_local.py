@@ -106,3 +106,24 @@ def test_a_crossencoder_saved_folder_loads(tmp_path: Path, reranker: LocalRerank
     reranker.model.save_pretrained(str(tmp_path / "trained"))
     again = LocalReranker(RerankerSettings(model=str(tmp_path / "trained"), device="cpu", max_length=64))
     assert again.score(QUERY, PASSAGES) == pytest.approx(reranker.score(QUERY, PASSAGES), abs=1e-5)
+
+
+def test_doctor_reports_the_trained_length_and_the_blend_with_its_source(tiny_cross_encoder: Path,
+                                                                         tmp_path: Path) -> None:
+    import json
+    import shutil
+
+    from hybridsearch import doctor
+    from hybridsearch.settings import load_settings
+
+    model = tmp_path / "trained"
+    shutil.copytree(tiny_cross_encoder, model)
+    (model / "card.json").write_text(json.dumps({"kind": "hybridsearch-domain-reranker",
+                                                 "serving": {"blend": 0.3, "max_length": 64}}))
+    carded = doctor.check_reranker(load_settings(reranker={"model": str(model), "device": "cpu"}))
+    assert carded.status == "OK" and "max length 64, blend 0.3 from model card" in carded.detail
+    forced = doctor.check_reranker(load_settings(reranker={"model": str(model), "device": "cpu", "blend": 0.7,
+                                                           "max_length": 32}))
+    assert "max length 32, blend 0.7 from HSP_RERANKER__BLEND" in forced.detail
+    plain = doctor.check_reranker(load_settings(reranker={"model": str(tiny_cross_encoder), "device": "cpu"}))
+    assert "blend 1 from default" in plain.detail

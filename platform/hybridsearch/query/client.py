@@ -29,6 +29,7 @@ from hybridsearch.query.filters import Filter
 from hybridsearch.query.querylog import QueryLogger
 from hybridsearch.query.results import Mode, SearchResult, Timings, WhyReport
 from hybridsearch.rerank.base import Reranker
+from hybridsearch.rerank.card import effective_blend
 from hybridsearch.settings import Settings, get_settings
 
 if TYPE_CHECKING:
@@ -114,10 +115,7 @@ class _Core:
     def rerank_blend(self) -> float:
         """The reranker's share in the final order: ``HSP_RERANKER__BLEND`` when set, else what the
         reranker's model recommends (its training card, see ``hsp train-reranker``), else 1."""
-        if self.settings.reranker.blend is not None:
-            return self.settings.reranker.blend
-        recommended = getattr(self.reranker, "blend", None)
-        return float(recommended) if isinstance(recommended, int | float) and 0 <= recommended <= 1 else 1.0
+        return effective_blend(self.settings.reranker.blend, getattr(self.reranker, "blend", None))[0]
 
     def _rerank_done(self, window: Window, scores: list[float] | None, error: BaseException | None) -> None:
         depth = self.settings.reranker.depth

@@ -203,3 +203,13 @@ def trained_max_length(model: str | Path) -> int | None:
     ``model``; None without a card of ours or a valid value (never raises)."""
     n = _serving(model).get("max_length")
     return n if isinstance(n, int) and not isinstance(n, bool) and n >= 8 else None
+
+
+def effective_blend(setting: float | None, recommended: object) -> tuple[float, str]:
+    """The blend a search uses and where it came from: ``setting`` (HSP_RERANKER__BLEND) when set, else
+    the reranker's ``recommended`` blend (its card) when a number in [0, 1], else 1 (reranker order)."""
+    if setting is not None:
+        return setting, "HSP_RERANKER__BLEND"
+    if isinstance(recommended, int | float) and not isinstance(recommended, bool) and 0 <= recommended <= 1:
+        return float(recommended), "model card"
+    return 1.0, "default"
