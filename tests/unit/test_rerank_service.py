@@ -341,3 +341,5 @@ def test_rerank_passes_on_the_blend_the_model_recommends(client: TestClient, sco
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(scorer, "blend", 0.25)
     assert client.post("/rerank", json=VALID).json()["blend"] == 0.25
+    ready = client.get("/readyz").json()
+    assert ready["blend"] == 0.25 and ready["max_length"] == scorer.max_length

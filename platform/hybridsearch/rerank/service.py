@@ -6,7 +6,8 @@ Endpoints:
   ``{"scores": [...] (input order), "order": [indices best first, cut to top_n], "model", "took_ms",
   "blend"}`` (blend: the rerank blend the model's training card recommends, or null)
 * ``GET /healthz`` liveness (always 200 while the process serves)
-* ``GET /readyz`` 200 once the model is loaded, 503 while loading or when loading failed (with the reason)
+* ``GET /readyz`` 200 once the model is loaded (with its recommended blend and max length), 503 while
+  loading or when loading failed (with the reason)
 * ``GET /metrics`` Prometheus text: requests by status, latency, batch sizes, readiness
 
 Errors answer ``{"error": code, "detail": reason}``: 400 body not UTF-8 JSON, 401 missing/wrong
@@ -191,7 +192,9 @@ def create_app(settings: Settings | RerankerSettings | None = None, scorer: Pair
     @app.get("/readyz")
     async def readyz() -> JSONResponse:
         if state.ready:
-            return JSONResponse({"status": "ready", "model": state.scorer.name})
+            return JSONResponse({"status": "ready", "model": state.scorer.name,
+                                 "blend": getattr(state.scorer, "blend", None),
+                                 "max_length": getattr(state.scorer, "max_length", None)})
         if state.load_error:
             return JSONResponse({"status": "failed", "detail": state.load_error}, status_code=503)
         return JSONResponse({"status": "loading", "model": state.scorer.name}, status_code=503,
