@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import pytest
@@ -71,9 +72,9 @@ def tiny_mined() -> MinedData:
     return MinedData(train_qids, val_qids, pairs, val, stats, 0.0)
 
 
-def config(base: Path, out: Path, epochs: int = 1) -> TrainingConfig:
+def config(base: Path, out: Path, epochs: int = 1, keep: Literal["last", "best"] = "last") -> TrainingConfig:
     return TrainingConfig(dataset=Path("mini"), out=out, base=str(base), epochs=epochs, batch_size=8,
-                          max_length=32, lr=1e-3, device="cpu", seed=3)
+                          max_length=32, lr=1e-3, device="cpu", seed=3, keep=keep)
 
 
 def _split() -> SplitData:
@@ -87,7 +88,7 @@ def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(ti
     from hybridsearch.settings import RerankerSettings
 
     mined = tiny_mined()
-    cfg = config(tiny_base, tmp_path / "model", epochs=2)
+    cfg = config(tiny_base, tmp_path / "model", epochs=3, keep="best")
     model, result = train_cross_encoder(mined, cfg, progress=False)
     card = _make_card(cfg, _split(), mined, result)
     out = save_model(model, cfg.out, card)
@@ -107,7 +108,7 @@ def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(ti
     assert card["pairs"] == {"total": len(mined.pairs), "positive": 10, "negative": 30,
                              "positives_missing_from_index": 0}
     epochs = card["validation"]["per_epoch"]
-    assert [e["epoch"] for e in epochs] == [1, 2]
+    assert [e["epoch"] for e in epochs] == [1, 2, 3] and card["training"]["keep"] == "best"
     assert all(0.0 <= e["ndcg_at_10"] <= 1.0 and e["train_loss"] > 0 for e in epochs)
     best = card["validation"]["best_epoch"]
     kept = next(e for e in epochs if e["epoch"] == best)
@@ -131,6 +132,18 @@ def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(ti
     beats = card["validation"]["beats_fused_order"]
     assert beats == (kept["blend_ndcg_at_10"] > fused["ndcg@10"])
     assert ("Do not deploy it" in readme) == (not beats)
+
+
+def test_keep_last_saves_the_final_epoch_with_its_blend(tiny_base: Path, tmp_path: Path) -> None:
+    mined = tiny_mined()
+    model, result = train_cross_encoder(mined, config(tiny_base, tmp_path / "m", epochs=3), progress=False)
+    assert result.best_epoch == 3
+    last = result.epochs[-1]
+    scores = {v.qid: [float(x) for x in model.predict([(v.query, c.text) for c in v.candidates])]
+              for v in mined.validation}
+    assert rerank_metrics(mined.validation, scores)["ndcg@10"] == pytest.approx(last.ndcg_at_10, abs=1e-6)
+    card = _make_card(config(tiny_base, tmp_path / "m", epochs=3), _split(), mined, result)
+    assert card["serving"]["blend"] == last.blend and card["training"]["keep"] == "last"
 
 
 def test_training_is_reproducible_with_a_seed(tiny_base: Path, tmp_path: Path) -> None:

@@ -37,13 +37,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="hybrid candidates per query to mine from (default: HSP_RERANKER__DEPTH, 30)")
     p.add_argument("--strategy", choices=("sample", "top"), default="sample",
                    help="sample negatives from the candidates (default) or take the top-ranked ones")
-    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--epochs", type=int, default=4, help="passes over the pairs (default 4)")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-length", type=int, default=128, help="tokens per (query, passage) pair (default 128)")
     p.add_argument("--lr", type=float, default=1e-4,
                    help="peak learning rate (default 1e-4, for a bi-encoder base; ~2e-5 to adapt a cross-encoder)")
     p.add_argument("--val-fraction", type=float, default=0.15,
                    help="share of the split's queries held out for choosing the epoch and blend (default 0.15)")
+    p.add_argument("--keep", choices=("last", "best"), default="last",
+                   help="save the last epoch (default: the annealed weights) or the epoch whose blended order "
+                        "served the validation queries best (noisy with a few hundred validation queries)")
     p.add_argument("--seed", type=int, default=42)
     p.add_argument("--limit-queries", type=int, default=None, metavar="N", help="use the first N queries only")
     p.add_argument("--prefix", default=None, help="index prefix of the collection's index (HSP_INDEX__PREFIX)")
@@ -69,7 +72,7 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
             negatives=args.negatives, depth=args.depth or settings.reranker.depth, strategy=args.strategy,
             epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
             val_fraction=args.val_fraction, seed=args.seed, limit_queries=args.limit_queries,
-            allow_test=args.allow_test, device=args.device or settings.reranker.device,
+            allow_test=args.allow_test, device=args.device or settings.reranker.device, keep=args.keep,
         )
     except ValidationError as exc:
         problems = "; ".join(f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"

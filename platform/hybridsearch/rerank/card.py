@@ -71,7 +71,7 @@ def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: Tr
                       "strategy": cfg.strategy},
         "training": {"epochs": cfg.epochs, "batch_size": cfg.batch_size, "max_length": cfg.max_length,
                      "learning_rate": cfg.lr, "warmup_ratio": cfg.warmup_ratio, "seed": cfg.seed,
-                     "loss": cfg.loss_name, "steps": result.steps,
+                     "loss": cfg.loss_name, "steps": result.steps, "keep": cfg.keep,
                      "limit_queries": cfg.limit_queries, "val_fraction": cfg.val_fraction},
         "validation": {
             "metric": "nDCG@10 of reranking the fused hybrid candidates of held-out train queries",

@@ -11,7 +11,8 @@ The steps (``hsp train-reranker`` runs them all, see :func:`run_training`):
    sentence-transformers' ``CrossEncoderTrainer`` and ``BinaryCrossEntropyLoss``; after each epoch it
    reranks the validation queries' fused candidates and keeps the epoch with the best nDCG@10.
    Each epoch is also scored blended with the fused order (:func:`choose_blend`): the weight that
-   serves the validation queries best is recorded, and epochs are compared by that served figure.
+   serves the validation queries best is recorded. The last epoch is kept (``keep="best"``: the
+   epoch with the best served figure), and its blend is the one the model is served with.
 4. The model is saved as a normal sentence-transformers CrossEncoder folder with ``card.json`` and
    ``README.md`` (:mod:`hybridsearch.rerank.card`): base model, data, split, negatives, epochs,
    per-epoch validation and the blend to serve it with.
@@ -24,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -55,7 +56,7 @@ class TrainingConfig(BaseModel):
     negatives: int = Field(3, ge=0, description="mined negatives per training query")
     depth: int = Field(30, ge=1, le=100, description="hybrid candidates per query to mine from (= rerank depth)")
     strategy: Strategy = "sample"
-    epochs: int = Field(1, ge=1)
+    epochs: int = Field(4, ge=1)
     batch_size: int = Field(16, ge=1)
     max_length: int = Field(128, ge=16, le=512)
     lr: float = Field(1e-4, gt=0)
@@ -65,6 +66,9 @@ class TrainingConfig(BaseModel):
     limit_queries: int | None = Field(None, ge=1)
     allow_test: bool = False
     device: str = "auto"
+    keep: Literal["last", "best"] = Field(
+        "last", description="weights to save: the last epoch's (annealed; default) or the epoch with the best "
+                            "served validation nDCG@10 (noisy when there are few validation queries)")
 
     @property
     def loss_name(self) -> str:
@@ -219,7 +223,10 @@ def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: bool
         out = trainer.train()
         result.seconds = time.perf_counter() - started
         result.steps = int(out.global_step)
-    best.restore()
+    if cfg.keep == "best":
+        best.restore()
+    elif result.epochs:
+        result.best_epoch = result.epochs[-1].epoch
     return model, result
 
 
