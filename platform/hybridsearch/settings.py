@@ -148,7 +148,9 @@ class RerankerSettings(BaseModel):
     model: str = DEFAULT_RERANKER_MODEL
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     batch_size: int = Field(32, ge=1)
-    max_length: int = Field(512, ge=8)
+    max_length: int | None = Field(
+        None, ge=8, description="tokens per (query, passage) pair; unset: the length the model was trained with "
+                                "(its hsp train-reranker card), else 512")
     depth: int = Field(30, ge=1, le=200, description="fused hits sent to the reranker")
     blend: float | None = Field(
         None, ge=0, le=1,

@@ -127,3 +127,21 @@ def test_doctor_reports_the_trained_length_and_the_blend_with_its_source(tiny_cr
     assert "max length 32, blend 0.7 from HSP_RERANKER__BLEND" in forced.detail
     plain = doctor.check_reranker(load_settings(reranker={"model": str(tiny_cross_encoder), "device": "cpu"}))
     assert "blend 1 from default" in plain.detail
+
+
+def test_serve_reranker_overrides_keep_the_trained_length(tmp_path: Path) -> None:
+    import argparse
+    import json
+
+    from hybridsearch.cli.rerank import _with_overrides
+    from hybridsearch.settings import load_settings
+
+    model = tmp_path / "trained"
+    model.mkdir()
+    (model / "card.json").write_text(json.dumps({"kind": "hybridsearch-domain-reranker",
+                                                 "serving": {"blend": 0.45, "max_length": 128}}))
+    args = argparse.Namespace(model=str(model), device="cpu", url=None, batch_window_ms=None, no_batching=False)
+    cfg = _with_overrides(load_settings(), args).reranker
+    assert cfg.max_length is None and LocalReranker(cfg).max_length == 128  # not the 512 fallback
+    forced = _with_overrides(load_settings(reranker={"max_length": 256}), args).reranker
+    assert LocalReranker(forced).max_length == 256

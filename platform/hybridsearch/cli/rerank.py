@@ -34,7 +34,8 @@ def _with_overrides(settings: Settings, args: argparse.Namespace) -> Settings:
         update["micro_batching"] = False
     if not update:
         return settings
-    cfg = settings.reranker.model_validate({**settings.reranker.model_dump(), **update})
+    # only what was set: a field left unset keeps meaning "decide later" (e.g. max_length from the model's card)
+    cfg = settings.reranker.model_validate({**settings.reranker.model_dump(exclude_unset=True), **update})
     return settings.model_copy(update={"reranker": cfg})
 
 

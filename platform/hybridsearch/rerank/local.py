@@ -29,6 +29,7 @@ log = logging.getLogger(__name__)
 # A word piece covers at least one character and rarely more than ~10, so text beyond this many
 # characters per token of max_length is cut before tokenising: it would be truncated anyway.
 CHARS_PER_TOKEN_CAP = 20
+DEFAULT_MAX_LENGTH = 512  # tokens per pair for a model that does not say what it was trained with
 _TRUTHY = {"1", "true", "yes", "on"}
 
 
@@ -109,7 +110,7 @@ class LocalReranker:
     remembered and raised again as RerankerModelError on every later call, without retrying.
     Inference failures raise RerankerError. ``blend`` is the rerank blend the model's training card
     recommends (None for models without one); ``max_length`` is ``HSP_RERANKER__MAX_LENGTH`` when set,
-    else the card's trained length, else the setting's default (512).
+    else the card's trained length, else 512.
     """
 
     def __init__(self, cfg: RerankerSettings | None = None) -> None:
@@ -123,9 +124,7 @@ class LocalReranker:
         # A model trained by `hsp train-reranker` says how to blend its scores with the fused order,
         # and the token length it was trained with (used unless HSP_RERANKER__MAX_LENGTH is set).
         self.blend: float | None = recommended_blend(self.cfg.model)
-        trained = trained_max_length(self.cfg.model)
-        explicit = "max_length" in self.cfg.model_fields_set
-        self.max_length: int = trained if trained is not None and not explicit else self.cfg.max_length
+        self.max_length: int = self.cfg.max_length or trained_max_length(self.cfg.model) or DEFAULT_MAX_LENGTH
 
     @property
     def loaded(self) -> bool:
