@@ -8,11 +8,10 @@ The steps (``hsp train-reranker`` runs them all, see :func:`run_training`):
    validation slice, runs each through the hybrid search and builds ``(query, passage, label)``
    pairs: judged-relevant documents as positives, the hybrid top-k minus them as hard negatives.
 3. :func:`train_cross_encoder` puts a one-logit head on a BERT-family encoder and trains it with
-   sentence-transformers' ``CrossEncoderTrainer`` and ``BinaryCrossEntropyLoss``; after each epoch it
-   reranks the validation queries' fused candidates and keeps the epoch with the best nDCG@10.
-   Each epoch is also scored blended with the fused order (:func:`choose_blend`): the weight that
-   serves the validation queries best is recorded. The last epoch is kept (``keep="best"``: the
-   epoch with the best served figure), and its blend is the one the model is served with.
+   sentence-transformers' ``CrossEncoderTrainer`` and ``BinaryCrossEntropyLoss``. After each epoch it
+   reranks the validation queries' fused candidates (nDCG@10, MRR@10) and finds the blend with the
+   fused order that serves them best (:func:`choose_blend`). The last epoch is kept (``keep="best"``:
+   the epoch with the best served figure), and its blend is the one the model is served with.
 4. The model is saved as a normal sentence-transformers CrossEncoder folder with ``card.json`` and
    ``README.md`` (:mod:`hybridsearch.rerank.card`): base model, data, split, negatives, epochs,
    per-epoch validation and the blend to serve it with.
@@ -72,6 +71,7 @@ class TrainingConfig(BaseModel):
 
     @property
     def loss_name(self) -> str:
+        """The sentence-transformers loss trained with (recorded in the card)."""
         return "BinaryCrossEntropyLoss"
 
 
@@ -205,7 +205,7 @@ def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: bool
     result = TrainResult(device=device)
     if evaluator is not None:
         result.fused = rerank_metrics(mined.validation, None)
-    best, bar = _callbacks(model, result, progress, validating=evaluator is not None)
+    best, bar = _callbacks(model, result, progress, validating=evaluator is not None, snapshot=cfg.keep == "best")
     callbacks: list[Any] = [best] + ([bar] if bar is not None else [])
     with tempfile.TemporaryDirectory(prefix="hsp-train-") as tmp:
         args = CrossEncoderTrainingArguments(
@@ -230,9 +230,10 @@ def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: bool
     return model, result
 
 
-def _callbacks(model: Any, result: TrainResult, progress: bool, validating: bool) -> tuple[Any, Any]:
-    """Trainer callbacks: one records per-epoch validation and keeps the best weights in memory
-    (restored by ``restore()``); the other draws a rich progress bar with the running loss."""
+def _callbacks(model: Any, result: TrainResult, progress: bool, validating: bool,
+               snapshot: bool) -> tuple[Any, Any]:
+    """Trainer callbacks: one records per-epoch validation and, with ``snapshot``, keeps the best
+    epoch's weights in memory (restored by ``restore()``); the other draws a rich progress bar."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.progress import Progress as RichProgress
@@ -268,7 +269,7 @@ def _callbacks(model: Any, result: TrainResult, progress: bool, validating: bool
             self._keep(epoch.epoch, epoch.blend_ndcg_at_10)
 
         def _keep(self, epoch: int, score: float) -> None:
-            if self.best_score is None or score > self.best_score:
+            if snapshot and (self.best_score is None or score > self.best_score):
                 self.best_score = score
                 self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
                 result.best_epoch = epoch
