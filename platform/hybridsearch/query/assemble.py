@@ -221,7 +221,7 @@ def build_result(settings: Settings, p: Plan, index: str, window: Window, timing
     hits = [_hit(c, start + i + 1, explain(settings, window, c) if p.explain else None) for i, c in enumerate(page)]
     return SearchResult(query=p.query, mode=p.mode, index=index, k=p.k, page=p.page, hits=hits,
                         candidates=len(window.candidates), reranked=window.reranked,
-                        rerank_reason=window.rerank_reason, rerank_blend=window.blend if window.reranked else None,
+                        rerank_reason=window.rerank_reason, rerank_blend=window.blend,
                         truncated_query=p.truncated, timings=timings)
 
 

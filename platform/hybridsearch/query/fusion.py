@@ -96,7 +96,7 @@ def interpolate(rerank_scores: Sequence[float], fused_scores: Sequence[float], w
         raise QueryError(f"rerank blend weight must be in [0, 1], got {weight}")
     if len(rerank_scores) != len(fused_scores):
         raise QueryError(f"{len(rerank_scores)} rerank scores for {len(fused_scores)} fused scores")
-    r, f = normalise(list(rerank_scores)), normalise(list(fused_scores))
+    r, f = normalise(rerank_scores), normalise(fused_scores)
     return [weight * a + (1.0 - weight) * b for a, b in zip(r, f, strict=True)]
 
 

@@ -179,30 +179,38 @@ def read_card(folder: Path) -> dict[str, Any]:
     return card
 
 
-def _serving(model: str | Path) -> dict[str, Any]:
+def valid_blend(value: object) -> float | None:
+    """``value`` as a blend weight when it is a number in [0, 1] (not a bool), else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0.0 <= value <= 1.0:
+        return float(value)
+    return None
+
+
+def serving_hints(model: str | Path) -> tuple[float | None, int | None]:
+    """``(serving.blend, serving.max_length)`` from the card of the model folder ``model``, one read;
+    each None when ``model`` is not a folder with a readable card of ours or the value is not valid
+    (never raises)."""
     path = Path(model).expanduser() / CARD_FILE
     try:
         card = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
-        return {}
+        return None, None
     serving = card.get("serving") if isinstance(card, dict) and card.get("kind") == KIND else None
-    return serving if isinstance(serving, dict) else {}
+    if not isinstance(serving, dict):
+        return None, None
+    n = serving.get("max_length")
+    length = n if isinstance(n, int) and not isinstance(n, bool) and n >= 8 else None
+    return valid_blend(serving.get("blend")), length
 
 
 def recommended_blend(model: str | Path) -> float | None:
-    """``serving.blend`` from the card of the model folder ``model``; None when ``model`` is not a
-    folder with a readable card of ours or the card names no valid blend (never raises)."""
-    blend = _serving(model).get("blend")
-    if isinstance(blend, int | float) and not isinstance(blend, bool) and 0.0 <= blend <= 1.0:
-        return float(blend)
-    return None
+    """``serving.blend`` from the card of the model folder ``model`` (see :func:`serving_hints`)."""
+    return serving_hints(model)[0]
 
 
 def trained_max_length(model: str | Path) -> int | None:
-    """``serving.max_length`` (the ``--max-length`` trained with) from the card of the model folder
-    ``model``; None without a card of ours or a valid value (never raises)."""
-    n = _serving(model).get("max_length")
-    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 8 else None
+    """``serving.max_length`` (the ``--max-length`` trained with) from the card (see :func:`serving_hints`)."""
+    return serving_hints(model)[1]
 
 
 def effective_blend(setting: float | None, recommended: object) -> tuple[float, str]:
@@ -210,6 +218,5 @@ def effective_blend(setting: float | None, recommended: object) -> tuple[float, 
     the reranker's ``recommended`` blend (its card) when a number in [0, 1], else 1 (reranker order)."""
     if setting is not None:
         return setting, "HSP_RERANKER__BLEND"
-    if isinstance(recommended, int | float) and not isinstance(recommended, bool) and 0 <= recommended <= 1:
-        return float(recommended), "model card"
-    return 1.0, "default"
+    card = valid_blend(recommended)
+    return (card, "model card") if card is not None else (1.0, "default")

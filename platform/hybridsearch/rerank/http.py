@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from hybridsearch.errors import RerankerError
+from hybridsearch.rerank.card import valid_blend
 from hybridsearch.settings import RerankerSettings
 
 log = logging.getLogger(__name__)
@@ -70,8 +71,7 @@ class HttpReranker:
             raise RerankerError(f"reranker service at {self.url} sent {len(scores)} scores for {len(passages)} "
                                 "passages")
         self.model = body.get("model")
-        blend = body.get("blend")
-        self.blend = float(blend) if isinstance(blend, int | float) and 0 <= blend <= 1 else None
+        self.blend = valid_blend(body.get("blend"))
         return {"scores": scores, "order": order, "model": self.model, "took_ms": body.get("took_ms"),
                 "blend": self.blend}
 

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from hybridsearch.embedding import pick_device
 from hybridsearch.errors import RerankerError, RerankerModelError
-from hybridsearch.rerank.card import recommended_blend, trained_max_length
+from hybridsearch.rerank.card import serving_hints
 from hybridsearch.rerank.ranking import length_sorted_batches, order_by_score
 from hybridsearch.settings import RerankerSettings
 
@@ -123,8 +123,9 @@ class LocalReranker:
         self.load_seconds: float | None = None
         # A model trained by `hsp train-reranker` says how to blend its scores with the fused order,
         # and the token length it was trained with (used unless HSP_RERANKER__MAX_LENGTH is set).
-        self.blend: float | None = recommended_blend(self.cfg.model)
-        self.max_length: int = self.cfg.max_length or trained_max_length(self.cfg.model) or DEFAULT_MAX_LENGTH
+        self.blend: float | None
+        self.blend, trained = serving_hints(self.cfg.model)
+        self.max_length: int = self.cfg.max_length or trained or DEFAULT_MAX_LENGTH
 
     @property
     def loaded(self) -> bool:
