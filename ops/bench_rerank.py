@@ -129,6 +129,14 @@ class Service:
         calls = count - before[1]
         return (total - before[0]) / calls if calls else float("nan")
 
+    def run_throughput(self, label: str, queries: list[str], passages: list[str], clients: int,
+                       requests: int) -> tuple[float, int, float]:
+        """(seconds, requests done, requests per model call) of one :func:`throughput` run against this service."""
+        with console.status(f"throughput, {label}: {clients} clients × {requests} requests"):
+            before = self.batch_counters()
+            took, done = throughput(self.url, queries, passages, clients, requests, 600)
+        return took, done, self.requests_per_call(before)
+
     def stop(self) -> None:
         self.proc.terminate()
         try:
@@ -222,19 +230,15 @@ def main() -> int:
             with console.status(f"latency: {args.rounds} interleaved rounds"):
                 inproc, served = latency(local, remote, queries, passages, args.rounds)
         del local  # free the in-process model before the throughput runs
-        with console.status(f"throughput, micro-batching on: {args.clients} clients × {args.requests} requests"):
-            before = service.batch_counters()
-            on_s, on_n = throughput(service.url, queries, passages, args.clients, args.requests, 600)
-        on_batch = service.requests_per_call(before)
+        on_s, on_n, on_batch = service.run_throughput("micro-batching on", queries, passages, args.clients,
+                                                      args.requests)
     finally:
         service.stop()
     with console.status("starting the service (micro-batching off)"):
         plain = Service(model, device, "--no-batching")
     try:
-        with console.status(f"throughput, micro-batching off: {args.clients} clients × {args.requests} requests"):
-            before = plain.batch_counters()
-            off_s, off_n = throughput(plain.url, queries, passages, args.clients, args.requests, 600)
-        off_batch = plain.requests_per_call(before)
+        off_s, off_n, off_batch = plain.run_throughput("micro-batching off", queries, passages, args.clients,
+                                                       args.requests)
     finally:
         plain.stop()
 
