@@ -12,7 +12,11 @@
 # (Elasticsearch refuses to run as root) with security off, loopback only and an explicit heap.
 #
 # Environment: HSP_ES_VERSION, HSP_ES_PORT (9200), HSP_ES_HEAP (1g), HSP_CACHE, HSP_ES_USER
-# (hspes), ES_JAVA_HOME (default: the Temurin 21+ JDK under /usr/lib/jvm).
+# (hspes), HSP_M2_REPO (the Maven repository the zip is fetched into; default ~/.m2/repository),
+# ES_JAVA_HOME (default: the Temurin 21+ JDK under /usr/lib/jvm).
+#
+# The SHA-512 pin below is the only integrity check: the registry serves these zips without
+# .sha1/.md5 files, so Maven's own strict checksum mode (-C) cannot be used and is not.
 set -euo pipefail
 
 ES_VERSION="${HSP_ES_VERSION:-9.3.2}"
@@ -21,6 +25,7 @@ ES_SHA512_9_3_2="3808f6d3156c5c08b864323aee33eb3abcb369979fea36949ff002bb8d851bc
 PORT="${HSP_ES_PORT:-9200}"
 HEAP="${HSP_ES_HEAP:-1g}"
 CACHE="${HSP_CACHE:-$HOME/.cache/hybridsearch}"
+M2_REPO="${HSP_M2_REPO:-$HOME/.m2/repository}"
 ES_USER="${HSP_ES_USER:-hspes}"
 HOME_DIR="$CACHE/es/elasticsearch-$ES_VERSION"
 NODE_DIR="$CACHE/es/node-$ES_VERSION-$PORT"
@@ -43,15 +48,29 @@ find_java() {
   log "no Java 21+ found: install a Temurin JDK 21+ and set ES_JAVA_HOME"; exit 3
 }
 
+# SHA-512 pinned for the version asked for; an unpinned version is refused rather than run unchecked.
+pinned_sha512() {
+  case "$ES_VERSION" in
+    9.3.2) echo "$ES_SHA512_9_3_2" ;;
+    *) [[ -n "${HSP_ES_SHA512:-}" ]] && { echo "$HSP_ES_SHA512"; return; }
+       log "no SHA-512 is pinned for Elasticsearch $ES_VERSION: pin it in $0 or set HSP_ES_SHA512"; exit 4 ;;
+  esac
+}
+
 fetch() {
-  local zip="$HOME/.m2/repository/org/elasticsearch/distribution/integ-test-zip/elasticsearch/$ES_VERSION/elasticsearch-$ES_VERSION.zip"
+  local want; want=$(pinned_sha512)
+  local zip="$M2_REPO/org/elasticsearch/distribution/integ-test-zip/elasticsearch/$ES_VERSION/elasticsearch-$ES_VERSION.zip"
   if [[ ! -f "$zip" ]]; then
-    command -v mvn >/dev/null || { log "Maven (mvn) is needed to fetch $COORDS"; exit 3; }
-    log "fetching $COORDS from Maven Central"
-    mvn -B -q -C dependency:get -Dartifact="$COORDS" -Dtransitive=false >&2
+    command -v mvn >/dev/null || { log "Maven (mvn) is needed to fetch $COORDS: apt-get install -y maven"; exit 3; }
+    log "fetching $COORDS from Maven Central into $M2_REPO (about 5 s on a fast link)"
+    mvn -B -q dependency:get -Dmaven.repo.local="$M2_REPO" -Dartifact="$COORDS" -Dtransitive=false >&2 \
+      || { log "Maven could not fetch $COORDS; retry with: $0 start"; exit 3; }
   fi
-  if [[ "$ES_VERSION" == "9.3.2" ]]; then
-    echo "$ES_SHA512_9_3_2  $zip" | sha512sum -c --quiet - >&2 || { log "checksum mismatch for $zip"; rm -f "$zip"; exit 4; }
+  local got; got=$(sha512sum "$zip" | cut -d' ' -f1)
+  if [[ "$got" != "$want" ]]; then
+    rm -f "$zip"
+    log "SHA-512 mismatch for $zip (got ${got:0:16}…, pinned ${want:0:16}…): the file was deleted; run $0 start to fetch it again"
+    exit 4
   fi
   echo "$zip"
 }
@@ -106,7 +125,10 @@ start() {
   local cmd=(env ES_JAVA_HOME="$java" ES_PATH_CONF="$NODE_DIR/config" ES_JAVA_OPTS="${ES_JAVA_OPTS:-}"
              "$HOME_DIR/bin/elasticsearch" -d -p "$PID_FILE")
   if [[ $(id -u) -eq 0 ]]; then
-    chmod o+rx "$HOME" "$CACHE" "$CACHE/es" 2>/dev/null || true
+    # The node's user must be able to reach the unpacked node: let it traverse every folder above it.
+    local d="$CACHE/es"
+    while [[ "$d" != "/" && -n "$d" ]]; do chmod o+x "$d" 2>/dev/null || true; d=$(dirname "$d"); done
+    chmod o+rx "$CACHE/es" 2>/dev/null || true
     runuser -u "$ES_USER" -- "${cmd[@]}" >"$NODE_DIR/logs/stdout.log" 2>&1
   else
     "${cmd[@]}" >"$NODE_DIR/logs/stdout.log" 2>&1
