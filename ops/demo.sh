@@ -16,12 +16,21 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 export HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 
-say() { printf '\033[1m[demo]\033[0m %s\n' "$*" >&2; }
+say() { printf '[demo] %s\n' "$*" >&2; }
 answers() { curl -fsS --max-time 3 "$1/_cluster/health" >/dev/null 2>&1; }
+# On any failure: the one command that fixes (or retries) the step that failed.
+fix="$0 $*"
+trap 'rc=$?; [[ $rc -ne 0 ]] && say "failed (exit $rc). Fix: $fix"; exit $rc' EXIT
 
-say "setting up the virtual environment (ops/setup.sh)"
+say "step 1/3: the virtual environment (ops/setup.sh; 2-3 minutes the first time, seconds after)"
+t0=$SECONDS
+fix="ops/setup.sh && $0 $*"
 VENV=$(ops/setup.sh)
+say "environment ready in $((SECONDS - t0)) s: $VENV"
 
+say "step 2/3: a cluster (a local node starts in 20-40 s; fetching it the first time adds a few seconds)"
+t0=$SECONDS
+fix="ops/es-local.sh restart && $0 $*"
 port="${HSP_ES_PORT:-9200}"
 local_url="http://127.0.0.1:$port"
 if [[ -n "${HSP_ES_URL:-}" ]] && answers "$HSP_ES_URL"; then
@@ -38,8 +47,10 @@ else
   HSP_ES_URL=$(ops/es-local.sh start)
 fi
 export HSP_ES_URL
+say "cluster ready in $((SECONDS - t0)) s at $HSP_ES_URL"
 
-say "running: hsp demo $*"
+say "step 3/3: hsp demo $* (embeds the standard library's documentation: a few minutes on 2 cores)"
+fix="HSP_ES_URL=$HSP_ES_URL $VENV/bin/hsp doctor   (names what is wrong and how to fix it; then run $0 again: it resumes)"
 "$VENV/bin/hsp" demo "$@"
 
 say "done. Search the same index yourself:"
