@@ -93,6 +93,26 @@ def test_rerank_mode_counts_reranked_queries_and_reasons() -> None:
     assert mode_report(run, means, per_query).rerank_blend == 0.3
 
 
+def test_beir_protocol_drops_a_hit_whose_id_is_the_query_id_unless_asked_to_keep_it() -> None:
+    queries = {"x": "first"}  # the query's own id "x" is hybrid's top document for "first"
+    assert run_mode(fake_search, queries, "hybrid").rankings == {"x": ["y", "a"]}
+    assert run_mode(fake_search, queries, "hybrid", ignore_identical_ids=False).rankings == {"x": ["x", "y", "a"]}
+    qrels = {"x": {"y": 1}}
+    dropped, _ = evaluate(qrels, run_mode(fake_search, queries, "hybrid").rankings)
+    kept, _ = evaluate(qrels, run_mode(fake_search, queries, "hybrid", ignore_identical_ids=False).rankings)
+    assert dropped["mrr@10"] == 1.0 and kept["mrr@10"] == 0.5
+
+
+def test_markdown_says_which_protocol_the_figures_follow() -> None:
+    _, reports = build(["bm25"])
+    beir = make_report(reports)
+    beir.dataset["ignore_identical_ids"] = True
+    assert "BEIR's (a hit whose id equals the query id is dropped)" in to_markdown(beir)
+    kept = make_report(reports)
+    kept.dataset["ignore_identical_ids"] = False
+    assert "are kept (not comparable with BEIR tables)" in to_markdown(kept)
+
+
 def test_rejected_query_scores_zero_and_is_recorded() -> None:
     run = run_mode(fake_search, {"q1": "first", "q2": ""}, "bm25")
     assert run.failed == {"q2": "empty query"} and run.rankings["q2"] == []

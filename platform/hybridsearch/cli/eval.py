@@ -49,6 +49,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="list the N queries where hybrid loses most nDCG@10 to the better single retriever "
                         "(adds bm25, dense and hybrid to the modes)")
     p.add_argument("--limit-queries", type=int, metavar="N", help="evaluate only the first N judged queries")
+    p.add_argument("--keep-identical-ids", action="store_true",
+                   help="keep hits whose id equals the query id (BEIR drops them; so do we by default)")
     p.add_argument("--prefix", help="index prefix (default: eval-<dataset folder name>)")
     p.add_argument("--sweep", action="append", default=[], metavar="query.NAME=V1,V2",
                    help="after the run, re-run the query phase once per value of a query setting (repeatable; "
@@ -105,10 +107,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             evaluation = evaluate_collection(
                 es, s, collection, modes, embedder=embedder, ingest=not args.no_ingest,
                 worst=args.worst, progress=_progress_factory(progress), ingest_progress=True,
+                ignore_identical_ids=not args.keep_identical_ids,
             )
         if knobs:
             console.print(f"sweeping {', '.join(f'{n}={v}' for n, vs in knobs for v in vs)}")
-            trials = run_sweep(es, s, collection, modes, knobs, embedder=embedder, k=evaluation.report.k)
+            trials = run_sweep(es, s, collection, modes, knobs, embedder=embedder, k=evaluation.report.k,
+                               ignore_identical_ids=not args.keep_identical_ids)
             evaluation.report.sweep = [t.model_dump() for t in trials]
     finally:
         es.close()

@@ -109,13 +109,15 @@ def evaluate_collection(
     worst: int = 0,
     progress: ProgressFn | None = None,
     ingest_progress: bool = False,
+    ignore_identical_ids: bool = True,
 ) -> Evaluation:
     """Index ``collection`` under ``settings.index.prefix`` (reusing a fitting index), run ``modes``, score.
 
     ``settings`` should already carry the evaluation prefix (see :func:`eval_settings`). With
     ``ingest=False`` an existing fitting index is used as it is. ``hybrid+rerank`` runs only when
     ``reranker`` (default: the one ``settings.reranker`` configures) answers a one-pair probe;
-    otherwise it is reported as skipped with the reason.
+    otherwise it is reported as skipped with the reason. ``ignore_identical_ids`` follows BEIR's
+    protocol (a hit whose id equals the query id is dropped); the report says which was used.
     """
     from hybridsearch.query.client import SearchClient, auto_reranker
 
@@ -147,7 +149,7 @@ def evaluate_collection(
                 continue
             tick = progress(mode, len(collection.queries)) if progress else None
             client.embedder.clear_cache()  # each mode pays for its own query embeddings: honest latency
-            run = run_mode(search, collection.queries, mode, on_query=tick)
+            run = run_mode(search, collection.queries, mode, on_query=tick, ignore_identical_ids=ignore_identical_ids)
             means, per_query = evaluate(collection.qrels, run.rankings)
             runs[mode], reports[mode] = run, mode_report(run, means, per_query)
     finally:
@@ -158,7 +160,7 @@ def evaluate_collection(
         created_at=started.isoformat(timespec="seconds"),
         dataset={"name": collection.name, "path": str(collection.root), "split": collection.split,
                  "queries": len(collection.queries), "judgements": sum(len(j) for j in collection.qrels.values()),
-                 "skipped_queries": collection.skipped_queries},
+                 "skipped_queries": collection.skipped_queries, "ignore_identical_ids": ignore_identical_ids},
         index={"name": choice.index, "alias": settings.index.alias, "action": choice.action,
                "signature": choice.signature, **counts},
         ingest=ingest_result,

@@ -243,6 +243,13 @@ def _reranker_line(report: EvalReport) -> list[str]:
     return [f"- reranker: {where}{blend} · depth {cfg.get('depth')}"]
 
 
+def _identical_ids_line(dataset: dict[str, Any]) -> str:
+    """Which BEIR protocol the figures follow (reports written before the flag existed kept such hits)."""
+    if dataset.get("ignore_identical_ids", False):
+        return "- protocol: BEIR's (a hit whose id equals the query id is dropped)"
+    return "- protocol: hits whose id equals the query id are kept (not comparable with BEIR tables)"
+
+
 def to_markdown(report: EvalReport, diffs: list[Diff] | None = None, tolerance: float | None = None) -> str:
     """The report as Markdown: metrics table, latency table, checks, skipped modes, worst queries."""
     ok = [m for m in report.modes if m.status == "ok"]
@@ -253,6 +260,7 @@ def to_markdown(report: EvalReport, diffs: list[Diff] | None = None, tolerance: 
         f"- index: `{report.index.get('name')}` ({report.index.get('documents')} documents, "
         f"{report.index.get('chunks')} chunks; {report.index.get('action')})",
         f"- model: `{report.model}` · chunker: `{report.chunker}` · k = {report.k}",
+        _identical_ids_line(ds),
         f"- cluster: {', '.join(report.cluster.get('versions', []))} · git: `{report.git.get('commit')}`"
         + (" (dirty)" if report.git.get("dirty") else ""),
         *_reranker_line(report), "",

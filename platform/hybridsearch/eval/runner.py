@@ -66,11 +66,14 @@ def run_mode(
     mode: str,
     *,
     on_query: Callable[[], None] | None = None,
+    ignore_identical_ids: bool = True,
 ) -> ModeRun:
     """Search every query in ``queries`` with ``mode``.
 
     Chunk hits are collapsed to documents (best chunk wins). A query the query layer rejects
     (QueryError, e.g. an empty text) is recorded in ``failed`` and scores 0; cluster errors propagate.
+    With ``ignore_identical_ids`` (BEIR's protocol, the default) a hit whose document id equals the
+    query id is dropped: where queries are also documents, each would otherwise find itself first.
     """
     layer_mode, rerank = MODES[mode]
     out = ModeRun(mode)
@@ -85,7 +88,8 @@ def run_mode(
                 on_query()
             continue
         wall = (time.perf_counter() - t0) * 1000.0
-        out.rankings[qid] = doc_ranking(h.doc_id for h in sorted(result.hits, key=lambda h: h.rank))
+        ranking = doc_ranking(h.doc_id for h in sorted(result.hits, key=lambda h: h.rank))
+        out.rankings[qid] = [d for d in ranking if d != qid] if ignore_identical_ids else ranking
         t = result.timings
         for stage, value in zip(STAGES, (t.embed_ms, t.search_ms, t.fusion_ms, t.rerank_ms, t.total_ms), strict=True):
             out.latency[stage].append(value)

@@ -61,6 +61,7 @@ class Trial(BaseModel):
 def run_sweep(
     es: Elasticsearch, settings: Settings, collection: Collection, modes: Sequence[str],
     knobs: list[tuple[str, list[str]]], *, embedder: Embedder | None = None, k: int = 100,
+    ignore_identical_ids: bool = True,
 ) -> list[Trial]:
     """Run ``modes`` (without rerank) once per knob value on the index behind ``settings.index.alias``."""
     from hybridsearch.query.client import SearchClient
@@ -80,7 +81,7 @@ def run_sweep(
             metrics: dict[str, dict[str, float]] = {}
             try:
                 for mode in modes:
-                    run = run_mode(search, collection.queries, mode)
+                    run = run_mode(search, collection.queries, mode, ignore_identical_ids=ignore_identical_ids)
                     means, _ = evaluate(collection.qrels, run.rankings, SWEEP_METRICS)
                     metrics[mode] = means
             finally:
