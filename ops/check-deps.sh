@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Check that the environment is consistent and that every import in platform/ is a declared dependency.
+# Check that the environment is consistent, every import in platform/ is a declared dependency, and the
+# package keeps its shape (no import circles, the reranker serves only; pyproject's [tool.importlinter]).
 #
 #   ops/check-deps.sh [VENV]     (default: the environment ops/setup.sh makes)
 #
 # pip check: installed packages agree with each other's requirements. deptry: each module platform/
 # imports is declared in pyproject.toml (not only present because something else pulled it in).
+# lint-imports: the import contracts in pyproject.toml.
 # Importing every module of the package, and building the async client, is tests/unit/test_dependencies.py.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -12,3 +14,4 @@ VENV="${1:-${HSP_VENV:-$HOME/.cache/hybridsearch/venv}}"
 cd "$root"
 "$VENV/bin/python" -m pip check || { echo "[check-deps] pip check failed; fix with: ops/setup.sh" >&2; exit 1; }
 "$VENV/bin/deptry" platform || { echo "[check-deps] declare the imports above in pyproject.toml" >&2; exit 1; }
+"$VENV/bin/lint-imports" --no-cache || { echo "[check-deps] an import breaks a contract above (docs/architecture.md)" >&2; exit 1; }

@@ -14,8 +14,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.errors import ConfigError
-from hybridsearch.ingest.chunking import chunker_signature
 from hybridsearch.settings import Settings
 
 _PLACEHOLDER = re.compile(r"\$\{([a-z_.]+)\}")

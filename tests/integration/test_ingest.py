@@ -9,11 +9,12 @@ from typing import Any
 import pytest
 from elasticsearch import Elasticsearch
 
+from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.cli.main import main
 from hybridsearch.embedding import Embedder
 from hybridsearch.errors import IndexMismatch
 from hybridsearch.indices import ensure_index
-from hybridsearch.ingest.chunking import HFTokenizer, chunk_text, chunker_signature, text_budget
+from hybridsearch.ingest.chunking import HFTokenizer, chunk_text, text_budget
 from hybridsearch.ingest.ids import chunk_id
 from hybridsearch.ingest.pipeline import delete_documents, run_ingest
 from hybridsearch.ingest.sources import Document

@@ -19,10 +19,11 @@ from urllib.parse import urlparse
 import pytest
 from elasticsearch import Elasticsearch
 
+from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.cluster import make_client
 from hybridsearch.embedding import Embedder
 from hybridsearch.errors import ClusterUnavailable
-from hybridsearch.ingest.chunking import HFTokenizer, chunk_text, chunker_signature, text_budget
+from hybridsearch.ingest.chunking import HFTokenizer, chunk_text, text_budget
 from hybridsearch.ingest.ids import chunk_id
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document

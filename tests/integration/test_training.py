@@ -15,9 +15,10 @@ from hybridsearch.embedding import Embedder
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
 from hybridsearch.rerank.card import read_card
-from hybridsearch.rerank.negatives import IndexMiner, load_split, relevant_ids
-from hybridsearch.rerank.training import TrainingConfig, run_training
 from hybridsearch.settings import Settings
+from hybridsearch.training.config import TrainingConfig
+from hybridsearch.training.negatives import IndexMiner, load_split, relevant_ids
+from hybridsearch.training.reranker import run_training
 
 TOPICS = {
     "cardio": ["heart attack risk", "blood pressure drugs", "artery plaque", "cardiac arrest survival"],

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding import resolve_model
 from hybridsearch.ingest.chunking import (
     MAX_SEGMENT_CHARS,
@@ -16,7 +17,6 @@ from hybridsearch.ingest.chunking import (
     Tokenizer,
     WhitespaceTokenizer,
     chunk_text,
-    chunker_signature,
     embed_text,
     text_budget,
 )

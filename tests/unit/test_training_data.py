@@ -13,7 +13,7 @@ from hybridsearch.errors import ConfigError
 from hybridsearch.eval.datasets import read_qrels
 from hybridsearch.query.assemble import Candidate as FusedCandidate
 from hybridsearch.query.assemble import passage
-from hybridsearch.rerank.negatives import (
+from hybridsearch.training.negatives import (
     Candidate,
     SplitData,
     build_pairs,

@@ -9,13 +9,12 @@ from typing import Literal
 import numpy as np
 import pytest
 
-from hybridsearch.rerank.card import beats_fused, read_card, recommended_blend, save_model, trained_max_length
-from hybridsearch.rerank.card import make_card as _make_card
-from hybridsearch.rerank.negatives import Candidate, MinedData, SplitData, ValidationQuery, build_pairs
-from hybridsearch.rerank.training import (
-    EpochResult,
-    TrainingConfig,
-    TrainResult,
+from hybridsearch.rerank.card import read_card, recommended_blend, trained_max_length
+from hybridsearch.training.card import beats_fused, save_model
+from hybridsearch.training.card import make_card as _make_card
+from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
+from hybridsearch.training.negatives import Candidate, MinedData, SplitData, ValidationQuery, build_pairs
+from hybridsearch.training.reranker import (
     blended_scores,
     choose_blend,
     load_base,

@@ -62,7 +62,8 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
     from pydantic import ValidationError
 
     from hybridsearch.errors import ConfigError
-    from hybridsearch.rerank.training import TrainingConfig, run_training
+    from hybridsearch.training.config import TrainingConfig
+    from hybridsearch.training.reranker import run_training
 
     if args.prefix:
         settings = settings.model_copy(update={"index": settings.index.model_copy(update={"prefix": args.prefix})})

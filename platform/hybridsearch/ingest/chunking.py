@@ -28,24 +28,11 @@ from typing import Any, Protocol
 
 from hybridsearch.settings import ChunkingSettings
 
-ALGORITHM_VERSION = 1
-
 # Longest stretch of text handed to the tokenizer / sentence splitter at once; longer paragraphs are cut
 # at whitespace first, so a 50 MB file without blank lines is processed in bounded memory.
 MAX_SEGMENT_CHARS = 20_000
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
 _SPACE = re.compile(r"\s")
-
-
-def chunker_signature(cfg: ChunkingSettings) -> str:
-    """Short string naming the chunker and its parameters, e.g. ``paragraph-200-0.12-v1``.
-
-    It goes into each chunk's ``_id`` and the index ``_meta``: chunks cut another way get other ids.
-    """
-    sig = f"{cfg.strategy}-{cfg.max_tokens}-{cfg.overlap:g}-v{ALGORITHM_VERSION}"
-    if cfg.strategy == "parent_child":
-        sig = f"{cfg.strategy}-{cfg.max_tokens}-{cfg.parent_max_tokens}-{cfg.overlap:g}-v{ALGORITHM_VERSION}"
-    return sig
 
 
 class Tokenizer(Protocol):

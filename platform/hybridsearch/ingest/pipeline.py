@@ -24,11 +24,12 @@ from typing import Any
 
 from elasticsearch import Elasticsearch
 
+from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.cluster import es_errors, make_client
 from hybridsearch.embedding import Embedder
 from hybridsearch.errors import ClusterError, ConfigError, HybridSearchError, ModelError
 from hybridsearch.indices import alias_targets, ensure_index
-from hybridsearch.ingest.chunking import HFTokenizer, Tokenizer, chunk_text, chunker_signature, embed_text, text_budget
+from hybridsearch.ingest.chunking import HFTokenizer, Tokenizer, chunk_text, embed_text, text_budget
 from hybridsearch.ingest.ids import chunk_id, parent_id, shard_of
 from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, read_path
 from hybridsearch.ingest.writer import DeadLetter, WriteReport, write_actions

@@ -251,11 +251,11 @@ class SearchClient(_Core):
     def why(self, query: str, doc_id: str, *, mode: Mode = "hybrid", filters: FilterArg = None,
             rerank: bool = True) -> WhyReport:
         """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query``. Raises like :meth:`search`."""
-        from hybridsearch.query.why import why_report
+        from hybridsearch.query.why import Probes, why_report
 
         p = plan(self.settings, query, k=1, mode=mode, filters=filters, rerank=rerank)
         index, window, _ = self._window(p, Timings())
-        return why_report(self, p, index, window, doc_id)
+        return why_report(Probes(self.es, self.settings, self._encode), p, index, window, doc_id)
 
     def warm_up(self, mode: Mode = "hybrid") -> None:
         """Load the embedding model (unless ``mode`` is bm25) and let the reranker score one pair, so that

@@ -7,15 +7,27 @@ similarity of its chunks against the lowest score the list kept.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from elasticsearch import Elasticsearch
 
 from hybridsearch.cluster import es_errors
 from hybridsearch.query.assemble import Rank, Window, stage_score
 from hybridsearch.query.build import Plan, bm25_body
 from hybridsearch.query.results import WhyReport
+from hybridsearch.settings import Settings
 
-if TYPE_CHECKING:
-    from hybridsearch.query.client import SearchClient
+
+@dataclass(frozen=True)
+class Probes:
+    """What the probes need from the search client: the cluster, the settings, the query encoder."""
+
+    es: Elasticsearch
+    settings: Settings
+    encode: Callable[[str], np.ndarray]
 
 
 def _doc_filter(p: Plan, doc_id: str, with_filters: bool) -> dict[str, Any]:
@@ -25,9 +37,9 @@ def _doc_filter(p: Plan, doc_id: str, with_filters: bool) -> dict[str, Any]:
     return {"bool": {"filter": clauses}}
 
 
-def why_report(client: SearchClient, p: Plan, index: str, window: Window, doc_id: str) -> WhyReport:
+def why_report(probes: Probes, p: Plan, index: str, window: Window, doc_id: str) -> WhyReport:
     """Build the :class:`WhyReport` for ``doc_id`` from a search's fused ``window``. Raises ClusterError."""
-    es, alias, s = client.es, client.settings.index.alias, client.settings
+    es, alias, s = probes.es, probes.settings.index.alias, probes.settings
     with es_errors(f"count chunks of {doc_id}"):
         total = int(es.count(index=alias, query=_doc_filter(p, doc_id, False))["count"])
         allowed = int(es.count(index=alias, query=_doc_filter(p, doc_id, True))["count"]) if p.filters else total
@@ -51,8 +63,8 @@ def why_report(client: SearchClient, p: Plan, index: str, window: Window, doc_id
             label = "BM25" if name == "bm25" else "kNN"
             notes.append(f"{label}: rank {stage.rank} of {depth}, score {stage.score:.4f}")
         elif allowed:
-            notes.append(_probe_bm25(client, p, doc_id, depth) if name == "bm25" else
-                         _probe_knn(client, p, doc_id, window, depth))
+            notes.append(_probe_bm25(probes, p, doc_id, depth) if name == "bm25" else
+                         _probe_knn(probes, p, doc_id, window, depth))
     if rep.fused:
         notes.append(f"fused: rank {rep.fused.rank} of {len(window.candidates)}, score {rep.fused.score:.6f}")
     elif cand is None and allowed:
@@ -68,29 +80,29 @@ def why_report(client: SearchClient, p: Plan, index: str, window: Window, doc_id
     return rep
 
 
-def _probe_bm25(client: SearchClient, p: Plan, doc_id: str, depth: int) -> str:
-    body = bm25_body(client.settings, p)
+def _probe_bm25(probes: Probes, p: Plan, doc_id: str, depth: int) -> str:
+    body = bm25_body(probes.settings, p)
     match = body["query"]["bool"]["must"][0] if "bool" in body["query"] else body["query"]
-    alias = client.settings.index.alias
+    alias = probes.settings.index.alias
     with es_errors("BM25 probe"):
         only_doc = _doc_filter(p, doc_id, True)["bool"]["filter"]
-        res = client.es.search(index=alias, size=1, source=False,
+        res = probes.es.search(index=alias, size=1, source=False,
                                query={"bool": {"must": [match], "filter": only_doc}})
         hits = res["hits"]["hits"]
         if not hits:
-            return f"BM25: no chunk of {doc_id} matches the query terms (operator {client.settings.query.operator})"
+            return f"BM25: no chunk of {doc_id} matches the query terms (operator {probes.settings.query.operator})"
         score = float(hits[0]["_score"])
         query = {"bool": {"must": [match], "filter": p.filters}} if p.filters else match
-        above = int(client.es.count(index=alias, query=query, min_score=score)["count"])
+        above = int(probes.es.count(index=alias, query=query, min_score=score)["count"])
     return f"BM25: best chunk score {score:.4f}, about {above} chunks score as high or higher; the list keeps {depth}"
 
 
-def _probe_knn(client: SearchClient, p: Plan, doc_id: str, window: Window, depth: int) -> str:
-    qv = client._encode(p.query)
+def _probe_knn(probes: Probes, p: Plan, doc_id: str, window: Window, depth: int) -> str:
+    qv = probes.encode(p.query)
     knn = {"field": "embedding", "query_vector": [float(x) for x in qv], "k": 1, "num_candidates": 100,
            "filter": _doc_filter(p, doc_id, True)["bool"]["filter"]}
     with es_errors("kNN probe"):
-        hits = client.es.search(index=client.settings.index.alias, size=1, source=False, knn=knn)["hits"]["hits"]
+        hits = probes.es.search(index=probes.settings.index.alias, size=1, source=False, knn=knn)["hits"]["hits"]
     if not hits:
         return f"kNN: no chunk of {doc_id} has a vector"
     kept = [c.stages["knn"].score for c in window.candidates if "knn" in c.stages]

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hybridsearch.embedding import pick_device
+from hybridsearch.embedding.models import pick_device
 from hybridsearch.errors import RerankerError, RerankerModelError
 from hybridsearch.rerank.card import serving_hints
 from hybridsearch.rerank.ranking import length_sorted_batches, order_by_score

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hybridsearch.embedding.models import resolve_model
 from hybridsearch.errors import ModelError
 from hybridsearch.settings import EmbeddingSettings
 
@@ -143,8 +144,6 @@ def attach_onnx(model: SentenceTransformer, cfg: EmbeddingSettings) -> SentenceT
     """Replace ``model``'s transformer by an ONNX Runtime session (int8 when ``cfg.onnx_quantized``).
 
     Raises ModelError when the model is not a plain BERT-like transformer or the export fails."""
-    from hybridsearch.embedding import resolve_model
-
     try:
         first: Any = model[0]
         inner: Any = first.model

@@ -224,7 +224,7 @@ class MinedData:
 
 
 class Miner(Protocol):
-    """Where candidates and positive passages come from (:class:`~hybridsearch.rerank.negatives.IndexMiner`)."""
+    """Where candidates and positive passages come from (:class:`~hybridsearch.training.negatives.IndexMiner`)."""
 
     def candidates(self, query: str, depth: int) -> list[Candidate]: ...
 

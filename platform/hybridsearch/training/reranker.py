@@ -2,9 +2,9 @@
 
 The steps (``hsp train-reranker`` runs them all, see :func:`run_training`):
 
-1. :func:`~hybridsearch.rerank.negatives.load_split` reads the queries and qrels of ONE split of a
+1. :func:`~hybridsearch.training.negatives.load_split` reads the queries and qrels of ONE split of a
    BEIR collection; ``test`` is refused unless explicitly allowed, no other split's file is opened.
-2. :func:`~hybridsearch.rerank.negatives.mine` splits those queries into train and a held-out
+2. :func:`~hybridsearch.training.negatives.mine` splits those queries into train and a held-out
    validation slice, runs each through the hybrid search and builds ``(query, passage, label)``
    pairs: judged-relevant documents as positives, the hybrid top-k minus them as hard negatives.
 3. :func:`train_cross_encoder` puts a one-logit head on a BERT-family encoder and trains it with
@@ -13,7 +13,7 @@ The steps (``hsp train-reranker`` runs them all, see :func:`run_training`):
    fused order that serves them best (:func:`choose_blend`). The last epoch is kept (``keep="best"``:
    the epoch with the best served figure), and its blend is the one the model is served with.
 4. The model is saved as a normal sentence-transformers CrossEncoder folder with ``card.json`` and
-   ``README.md`` (:mod:`hybridsearch.rerank.card`): base model, data, split, negatives, epochs,
+   ``README.md`` (:mod:`hybridsearch.training.card`): base model, data, split, negatives, epochs,
    per-epoch validation and the blend to serve it with.
 """
 
@@ -22,18 +22,14 @@ from __future__ import annotations
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, Field
-
-from hybridsearch.embedding import pick_device, resolve_model
+from hybridsearch.embedding.models import pick_device, resolve_model
 from hybridsearch.errors import ModelError
 from hybridsearch.query.fusion import interpolate
-from hybridsearch.rerank.card import make_card, save_model
-from hybridsearch.rerank.negatives import MinedData, Strategy, ValidationQuery, load_split, mine
-from hybridsearch.settings import DEFAULT_EMBEDDING_MODEL
+from hybridsearch.training.card import make_card, save_model
+from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
+from hybridsearch.training.negatives import MinedData, ValidationQuery, load_split, mine
 
 if TYPE_CHECKING:
     from elasticsearch import Elasticsearch
@@ -43,56 +39,6 @@ if TYPE_CHECKING:
     from hybridsearch.settings import Settings
 
 BLEND_GRID = tuple(round(0.05 * i, 2) for i in range(21))  # 0, 0.05, ..., 1
-
-
-class TrainingConfig(BaseModel):
-    """Everything that decides a trained model; defaults match ``hsp train-reranker``."""
-
-    dataset: Path
-    split: str = "train"
-    out: Path
-    base: str = DEFAULT_EMBEDDING_MODEL
-    negatives: int = Field(3, ge=0, description="mined negatives per training query")
-    depth: int = Field(30, ge=1, le=100, description="hybrid candidates per query to mine from (= rerank depth)")
-    strategy: Strategy = "sample"
-    epochs: int = Field(4, ge=1)
-    batch_size: int = Field(16, ge=1)
-    max_length: int = Field(128, ge=16, le=512)
-    lr: float = Field(1e-4, gt=0)
-    warmup_ratio: float = Field(0.1, ge=0, lt=1)
-    val_fraction: float = Field(0.15, ge=0, lt=1)
-    seed: int = 42
-    limit_queries: int | None = Field(None, ge=1)
-    allow_test: bool = False
-    device: str = "auto"
-    keep: Literal["last", "best"] = Field(
-        "last", description="weights to save: the last epoch's (annealed; default) or the epoch with the best "
-                            "served validation nDCG@10 (noisy when there are few validation queries)")
-
-    @property
-    def loss_name(self) -> str:
-        """The sentence-transformers loss trained with (recorded in the card)."""
-        return "BinaryCrossEntropyLoss"
-
-
-@dataclass
-class EpochResult:
-    epoch: int
-    ndcg_at_10: float | None = None
-    mrr_at_10: float | None = None
-    train_loss: float | None = None
-    blend: float | None = None
-    blend_ndcg_at_10: float | None = None
-
-
-@dataclass
-class TrainResult:
-    epochs: list[EpochResult] = field(default_factory=list)
-    best_epoch: int | None = None
-    fused: dict[str, float] = field(default_factory=dict)
-    seconds: float = 0.0
-    device: str = "cpu"
-    steps: int = 0
 
 
 # ---------------------------------------------------------------------------------------- validation
@@ -322,7 +268,7 @@ def run_training(cfg: TrainingConfig, settings: Settings, *, es: Elasticsearch |
     from rich.progress import Progress as RichProgress
 
     from hybridsearch.cluster import make_client
-    from hybridsearch.rerank.negatives import IndexMiner
+    from hybridsearch.training.negatives import IndexMiner
 
     data = load_split(cfg.dataset, cfg.split, allow_test=cfg.allow_test, limit=cfg.limit_queries)
     own = es is None

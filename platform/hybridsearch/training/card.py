@@ -1,0 +1,164 @@
+"""Writing the card of a trained domain reranker: ``card.json`` (for programs) and ``README.md`` (for people).
+
+The card says what the model was trained on (base model, data, split, negatives, epochs), how it did
+on held-out queries of the training split per epoch, and how to serve it (``serving.blend``,
+``serving.max_length``), which :mod:`hybridsearch.rerank.card` reads back when the model is served.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from collections.abc import Mapping
+from dataclasses import asdict
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hybridsearch import __version__
+from hybridsearch.embedding.models import resolve_model
+from hybridsearch.rerank.card import CARD_FILE, KIND
+
+if TYPE_CHECKING:
+    from hybridsearch.training.config import TrainingConfig, TrainResult
+    from hybridsearch.training.negatives import MinedData, SplitData
+
+
+def kept_epoch(result: TrainResult) -> Any:
+    """The :class:`~hybridsearch.training.config.EpochResult` that was kept, or None."""
+    return next((e for e in result.epochs if e.epoch == result.best_epoch), None)
+
+
+def beats_fused(result: TrainResult) -> bool | None:
+    """Whether the kept epoch, served with its blend, ranks the validation queries better than the
+    fused order (None: no validation)."""
+    kept = kept_epoch(result)
+    if not result.fused or kept is None or kept.blend_ndcg_at_10 is None:
+        return None
+    return bool(kept.blend_ndcg_at_10 > result.fused["ndcg@10"])
+
+
+def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: TrainResult,
+              extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The ``card.json`` content: what the model was trained from and how it did on validation."""
+    import sentence_transformers
+    import torch
+    import transformers
+
+    kept = kept_epoch(result)
+    return {
+        "kind": KIND,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "base_model": cfg.base,
+        "base_model_path": resolve_model(cfg.base),
+        "head": "one-logit sequence classification (sigmoid = relevance probability)",
+        "dataset": str(Path(cfg.dataset).expanduser().resolve()),
+        "split": data.split,
+        "files_read": data.files_read,
+        "queries": {"train": len(mined.train_qids), "validation": len(mined.val_qids),
+                    "validation_scored": len(mined.validation), "skipped_no_positive_passage":
+                    len(mined.stats.skipped_queries)},
+        "pairs": {"total": len(mined.pairs), "positive": mined.stats.positives, "negative": mined.stats.negatives,
+                  "positives_missing_from_index": mined.stats.positives_missing},
+        "negatives": {"per_query": cfg.negatives, "mined_from": f"hybrid top-{cfg.depth} minus judged-relevant",
+                      "strategy": cfg.strategy},
+        "training": {"epochs": cfg.epochs, "batch_size": cfg.batch_size, "max_length": cfg.max_length,
+                     "learning_rate": cfg.lr, "warmup_ratio": cfg.warmup_ratio, "seed": cfg.seed,
+                     "loss": cfg.loss_name, "steps": result.steps, "keep": cfg.keep,
+                     "limit_queries": cfg.limit_queries, "val_fraction": cfg.val_fraction},
+        "validation": {
+            "metric": "nDCG@10 of reranking the fused hybrid candidates of held-out train queries",
+            "fused_order": result.fused,
+            "per_epoch": [asdict(e) for e in result.epochs],
+            "best_epoch": result.best_epoch,
+            "beats_fused_order": beats_fused(result),
+        },
+        "serving": {
+            "blend": kept.blend if kept is not None and kept.blend is not None else 1.0,
+            "how": "final order of the reranked top = blend × min-max(reranker score) + (1 - blend) × "
+                   "min-max(fused score); chosen on the validation queries (HSP_RERANKER__BLEND overrides)",
+            "max_length": cfg.max_length,
+        },
+        "time_seconds": {"mining": round(mined.seconds, 1), "training": round(result.seconds, 1)},
+        "device": result.device,
+        "host": {"cpu_count": _cpu_count(), "platform": platform.platform()},
+        "versions": {"hybridsearch": __version__, "sentence_transformers": sentence_transformers.__version__,
+                     "transformers": transformers.__version__, "torch": torch.__version__},
+        **(dict(extra) if extra else {}),
+    }
+
+
+def _cpu_count() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def card_markdown(card: Mapping[str, Any]) -> str:
+    """A README.md a person reads: the card as prose and tables."""
+    val = card["validation"]
+    blend = card.get("serving", {}).get("blend", 1.0)
+    lines = [
+        "# Domain reranker (hybridsearch)",
+        "",
+        f"Cross-encoder fine-tuned from `{card['base_model']}` with {card['head']}, on the "
+        f"`{card['split']}` split of `{card['dataset']}`.",
+        "",
+        "| data | value |", "|---|---|",
+        f"| training queries | {card['queries']['train']} |",
+        f"| validation queries (held out of the same split) | {card['queries']['validation']} |",
+        f"| pairs (positive / negative) | {card['pairs']['positive']} / {card['pairs']['negative']} |",
+        f"| negatives per query | {card['negatives']['per_query']} ({card['negatives']['strategy']}, "
+        f"{card['negatives']['mined_from']}) |",
+        f"| epochs, batch, max length, lr | {card['training']['epochs']}, {card['training']['batch_size']}, "
+        f"{card['training']['max_length']}, {card['training']['learning_rate']} |",
+        f"| loss | {card['training'].get('loss', 'BinaryCrossEntropyLoss')} |",
+        f"| seed | {card['training']['seed']} |",
+        f"| device | {card['device']} |",
+        f"| time (mining / training) | {card['time_seconds']['mining']} s / {card['time_seconds']['training']} s |",
+        "",
+        f"## Validation ({val['metric']})",
+        "",
+        "\"reranker alone\" orders the candidates by the model's score only; \"served\" blends it with the "
+        "fused score at the epoch's best blend weight, which is how the model is served.",
+        "",
+    ]
+    if val.get("beats_fused_order") is False:
+        lines += ["**Warning: even blended, this model ranks the validation queries no better than the fused "
+                  "hybrid order. Do not deploy it; see docs/reranker-training.md.**", ""]
+    lines += ["| epoch | reranker alone nDCG@10 | MRR@10 | blend | served nDCG@10 |", "|---|---|---|---|---|"]
+    if val["fused_order"]:
+        lines.append(f"| fused order (no rerank) | {val['fused_order']['ndcg@10']:.4f} | "
+                     f"{val['fused_order']['mrr@10']:.4f} | 0 | {val['fused_order']['ndcg@10']:.4f} |")
+    for e in val["per_epoch"]:
+        mark = " (kept)" if e["epoch"] == val["best_epoch"] else ""
+        lines.append(f"| {e['epoch']}{mark} | {_fmt(e['ndcg_at_10'])} | {_fmt(e['mrr_at_10'])} | "
+                     f"{_fmt(e.get('blend'), 2)} | {_fmt(e.get('blend_ndcg_at_10'))} |")
+    lines += [
+        "",
+        "## Use",
+        "",
+        "```",
+        "HSP_RERANKER__MODEL=<this folder> hsp serve-reranker",
+        "```",
+        "",
+        f"The served order blends the reranker's score with the fused score at {blend:g} (from `serving.blend` "
+        "in card.json; `HSP_RERANKER__BLEND` overrides it, 1 = reranker order only).",
+        "",
+        "Files read for training: " + ", ".join(f"`{f}`" for f in card["files_read"]) + ".",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def _fmt(x: float | None, digits: int = 4) -> str:
+    return "–" if x is None else f"{x:.{digits}f}"
+
+
+def save_model(model: Any, out: Path, card: Mapping[str, Any]) -> Path:
+    """Write the CrossEncoder folder, ``card.json`` and ``README.md`` to ``out``; returns ``out``."""
+    out = Path(out).expanduser()
+    out.mkdir(parents=True, exist_ok=True)
+    model.save(str(out), create_model_card=False)
+    (out / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
+    (out / "README.md").write_text(card_markdown(card), encoding="utf-8")
+    return out
