@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -29,7 +29,7 @@ def _restore_client_log_levels() -> Iterator[None]:
         logging.getLogger(name).setLevel(level)
 
 
-def _raising(exc: Exception):  # type: ignore[no-untyped-def]
+def _raising(exc: Exception) -> Callable[[argparse.Namespace, Settings], int]:
     def handler(args: argparse.Namespace, settings: Settings) -> int:
         raise exc
     return handler
