@@ -48,10 +48,16 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    """Run one search (or ``--why``) and print it. Raises QueryError, IndexNotFound, ClusterUnavailable."""
+    """Run one search (or ``--why``) and print it. Raises QueryError, IndexNotFound, ClusterUnavailable.
+
+    The query, filters, k and page are checked before any model loads or request goes out.
+    """
+    from hybridsearch.query.build import plan
     from hybridsearch.query.client import SearchClient
 
     filters = parse_cli_filters(args.filters)
+    plan(settings, args.query, k=1 if args.why else args.k, mode=args.mode, filters=filters, rerank=args.rerank,
+         explain=args.explain, page=1 if args.why else args.page)  # raises QueryError
     out = console()
     with SearchClient.from_settings(settings) as client:
         if not args.rerank:
