@@ -12,7 +12,6 @@ import pytest
 from hybridsearch.cli import doctor as cli_doctor
 from hybridsearch.cli import index as cli_index
 from hybridsearch.cli.main import main
-from hybridsearch.cli.output import MAX_ERROR_LINES, console
 from hybridsearch.errors import ClusterError, ConfigError
 from hybridsearch.settings import Settings
 
@@ -52,6 +51,8 @@ def test_cli_filter_that_looks_like_markup_is_a_clean_usage_error(capsys: pytest
 
 def test_long_messages_are_cut_to_a_few_lines_unless_verbose(monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    from hybridsearch.cli.output import MAX_ERROR_LINES
+
     message = "\n".join(f"line {i} [x]" for i in range(20))
     try:
         raise ConfigError(message) from KeyError("the [cause]")
@@ -72,6 +73,7 @@ def test_long_messages_are_cut_to_a_few_lines_unless_verbose(monkeypatch: pytest
 def test_doctor_table_shows_bracketed_details(monkeypatch: pytest.MonkeyPatch,
                                               capsys: pytest.CaptureFixture[str]) -> None:
     from hybridsearch import doctor
+    from hybridsearch.cli.output import console
 
     checks = [doctor.Check("cluster", "reachable", "FAIL", "user [x] for REST request [/_cluster/health]",
                            "set [bold]HSP_ES__PASSWORD[/]")]
@@ -87,6 +89,7 @@ def test_doctor_table_shows_bracketed_details(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_search_result_text_is_not_markup(capsys: pytest.CaptureFixture[str]) -> None:
+    from hybridsearch.cli.output import console
     from hybridsearch.cli.search import print_result
     from hybridsearch.query.results import SearchResult
 
