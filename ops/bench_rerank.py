@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from hybridsearch.embedding import pick_device
 from hybridsearch.rerank import HttpReranker, LocalReranker
@@ -185,7 +186,7 @@ def throughput(url: str, queries: list[str], passages: list[str], clients: int, 
         t.join()
     took = time.perf_counter() - started
     if errors:
-        console.print(f"[red]{len(errors)} failed requests[/], first: {errors[0]}")
+        console.print(Text.assemble((f"{len(errors)} failed requests", "red"), f", first: {errors[0]}"))
     return took, clients * requests - len(errors)
 
 

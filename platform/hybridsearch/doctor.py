@@ -19,7 +19,14 @@ import httpx
 from elasticsearch import Elasticsearch
 
 from hybridsearch.cluster import cluster_info, es_errors, make_client
-from hybridsearch.errors import HybridSearchError, IndexMismatch
+from hybridsearch.errors import (
+    AccessDenied,
+    AuthenticationFailed,
+    ClusterUnavailable,
+    HybridSearchError,
+    IndexMismatch,
+    TlsFailure,
+)
 from hybridsearch.indices import alias_targets, check_meta, index_meta
 from hybridsearch.mappings import TEMPLATES, template_name
 from hybridsearch.settings import Settings
@@ -73,14 +80,39 @@ def _watermarks(es: Elasticsearch) -> dict[str, str]:
     return merged
 
 
+START_NODE = ("start a node (`ops/es-local.sh start` or `docker compose up -d elasticsearch`) or point HSP_ES_URL "
+              "at one")
+
+
+def problem(exc: HybridSearchError) -> tuple[str, str]:
+    """(what went wrong, how to fix it) for an error of a check, by the kind of error."""
+    if isinstance(exc, AuthenticationFailed):
+        return (f"authentication failed: {exc.reason or 'credentials refused or missing'}",
+                "set HSP_ES__USERNAME and HSP_ES__PASSWORD, or HSP_ES__API_KEY, to credentials this cluster "
+                "accepts")
+    if isinstance(exc, AccessDenied):
+        found = f"not allowed: {exc.action}" + (f" ({exc.es_action})" if exc.es_action else "") + (
+            f" on {exc.resource}" if exc.resource else "")
+        grant = f"one of the privileges {', '.join(exc.privileges)}" if exc.privileges else "the privilege for it"
+        return (found, f"the credentials in HSP_ES__USERNAME or HSP_ES__API_KEY lack {grant}: add it to their "
+                       "role (docs/operations.md lists what each command needs)")
+    if isinstance(exc, TlsFailure):
+        detail = f"TLS handshake with {exc.url} failed: {exc.reason}"
+        if exc.untrusted:
+            return (detail, "set HSP_ES__CA_CERTS to the CA certificate file that signed the node's certificate "
+                            "(HSP_ES__VERIFY_CERTS=false only for a throw-away test node)")
+        return detail, "use an http:// URL in HSP_ES_URL if the node serves plain HTTP"
+    if isinstance(exc, ClusterUnavailable):
+        return str(exc).split(". ")[0], START_NODE
+    return str(exc), "Elasticsearch refused the request: its log says why (`hsp -v doctor` shows the request)"
+
+
 def check_cluster(es: Elasticsearch) -> list[Check]:
-    """Reachable, version, health, disk. The first check FAILs when no node answers."""
+    """Reachable, version, health, disk. The first check FAILs when no node answers or refuses us."""
     try:
         info = cluster_info(es)
     except HybridSearchError as exc:
-        return [Check("cluster", "reachable", "FAIL", str(exc).split(". ")[0],
-                      "start a node (`ops/es-local.sh start` or `docker compose up -d elasticsearch`) "
-                      "or point HSP_ES_URL at one; check HSP_ES__API_KEY for secured clusters")]
+        return [Check("cluster", "reachable", "FAIL", *problem(exc))]
     checks = [Check("cluster", "reachable", "OK", f"{info['cluster_name']}, {info['number_of_nodes']} node(s)")]
     versions = info["versions"]
     majors = {int(v.split(".")[0]) for v in versions}
@@ -107,7 +139,8 @@ def _check_disk(es: Elasticsearch) -> Check:
             nodes = es.nodes.stats(metric="fs", filter_path="nodes.*.name,nodes.*.fs.total").body.get("nodes", {})
         marks = _watermarks(es)
     except HybridSearchError as exc:
-        return Check("cluster", "disk", "WARN", f"cannot read disk usage: {exc}")
+        detail, fix = problem(exc)
+        return Check("cluster", "disk", "WARN", f"cannot read disk usage: {detail}", fix)
     worst: tuple[float, str, int, int] | None = None
     for node in nodes.values():
         total = int(node["fs"]["total"].get("total_in_bytes", 0))
@@ -133,19 +166,33 @@ def _check_disk(es: Elasticsearch) -> Check:
 
 def check_index(es: Elasticsearch, settings: Settings) -> list[Check]:
     """Templates, alias, ``_meta`` against the configured model, vector dims, chunk count."""
-    checks: list[Check] = []
-    with es_errors("index templates"):
-        missing = [template_name(t, settings) for t in TEMPLATES
-                   if not es.indices.exists_index_template(name=template_name(t, settings))]
-    checks.append(Check("index", "templates", "WARN" if missing else "OK",
-                        f"missing: {', '.join(missing)}" if missing else f"{len(TEMPLATES)} present",
-                        "`hsp ingest` or `hsp index create` puts them" if missing else None))
+    checks = [_check_templates(es, settings)]
+    try:
+        _check_live_index(es, settings, checks)
+    except HybridSearchError as exc:
+        checks.append(Check("index", "index", "FAIL", *problem(exc)))
+    return checks
+
+
+def _check_templates(es: Elasticsearch, settings: Settings) -> Check:
+    names = [template_name(t, settings) for t in TEMPLATES]
+    try:
+        with es_errors(f"read index templates {', '.join(names)}"):
+            missing = [name for name in names if not es.indices.exists_index_template(name=name)]
+    except AccessDenied as exc:  # a search-only role may not read templates: say so, check the rest
+        return Check("index", "templates", "WARN", *problem(exc))
+    return Check("index", "templates", "WARN" if missing else "OK",
+                 f"missing: {', '.join(missing)}" if missing else f"{len(TEMPLATES)} present",
+                 "`hsp ingest` or `hsp index create` puts them" if missing else None)
+
+
+def _check_live_index(es: Elasticsearch, settings: Settings, checks: list[Check]) -> None:
     alias = settings.index.alias
     targets = alias_targets(es, alias)
     if not targets:
         checks.append(Check("index", "alias", "FAIL", f"{alias} does not exist",
                             "ingest documents (`hsp ingest PATH` or `hsp demo`), or `hsp index create`"))
-        return checks
+        return
     live = targets[-1]
     checks.append(Check("index", "alias", "OK" if len(targets) == 1 else "WARN", f"{alias} → {', '.join(targets)}",
                         None if len(targets) == 1 else "point the alias at one index: `hsp index rollback "
@@ -178,7 +225,6 @@ def check_index(es: Elasticsearch, settings: Settings) -> list[Check]:
                         f"{live} is {health}", None if health == "green" else "see `GET _cluster/allocation/explain`"))
     checks.append(Check("index", "chunks", "OK" if chunks else "WARN", f"{chunks:,} chunks in {live}",
                         None if chunks else "ingest documents: `hsp ingest PATH` or `hsp demo`"))
-    return checks
 
 
 # --------------------------------------------------------------------------------------------- models
@@ -254,7 +300,7 @@ def run_checks(settings: Settings, *, es: Elasticsearch | None = None, models: b
         try:
             add(check_index(es, settings))
         except HybridSearchError as exc:
-            add([Check("index", "index", "FAIL", str(exc), "see the cluster checks above")])
+            add([Check("index", "index", "FAIL", *problem(exc))])
     add([check_embedder(settings)] if models else [Check("models", "embedder", "SKIP", "--no-models")])
     add([check_reranker(settings)] if reranker else [Check("reranker", "reranker", "SKIP", "--no-reranker")])
     return checks

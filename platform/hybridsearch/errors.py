@@ -9,6 +9,9 @@ can catch one type. Exceptions from the ``elasticsearch`` client are translated 
     │   └── QueryError         a query the caller must fix (empty text, k out of range, bad filter)
     ├── ClusterError           Elasticsearch answered with an error
     │   ├── ClusterUnavailable no node answers (connection refused, timeout)
+    │   │   └── TlsFailure     the TLS handshake failed (untrusted certificate, not a TLS port)
+    │   ├── AuthenticationFailed  HTTP 401: the credentials were refused or are missing
+    │   ├── AccessDenied       HTTP 403: the credentials lack a privilege for an action
     │   ├── IndexNotFound      the index or alias does not exist
     │   └── IndexMismatch      the index exists but was built for another model, dims or chunker
     ├── ModelError             a model cannot be loaded or does not fit the index
@@ -44,6 +47,63 @@ class ClusterError(HybridSearchError):
 
 class ClusterUnavailable(ClusterError):
     """No Elasticsearch node answers at the configured URL."""
+
+
+class TlsFailure(ClusterUnavailable):
+    """The TLS handshake with ``url`` failed; retrying cannot help.
+
+    ``untrusted`` is True when the node's certificate could not be verified (the fix is
+    ``HSP_ES__CA_CERTS``), False when the handshake failed otherwise (e.g. an https URL on a plain
+    HTTP port). ``reason`` is the TLS library's own words.
+    """
+
+    def __init__(self, url: str, reason: str, *, untrusted: bool) -> None:
+        self.url, self.reason, self.untrusted = url, reason, untrusted
+        if untrusted:
+            message = (f"the TLS certificate of {url} is not trusted ({reason}): set HSP_ES__CA_CERTS to the CA "
+                       "certificate file that signed it (HSP_ES__VERIFY_CERTS=false skips the check, for a "
+                       "throw-away test node only)")
+        else:
+            message = (f"TLS handshake with {url} failed ({reason}): if the node serves plain HTTP use an "
+                       "http:// URL in HSP_ES_URL; otherwise check HSP_ES__CA_CERTS and HSP_ES__VERIFY_CERTS")
+        super().__init__(message)
+
+
+class AuthenticationFailed(ClusterError):
+    """Elasticsearch refused the credentials, or wanted some (HTTP 401), for ``action``.
+
+    ``reason`` is Elasticsearch's own reason (None for HEAD requests, which get no body).
+    """
+
+    status = 401
+
+    def __init__(self, action: str, reason: str | None = None) -> None:
+        self.action, self.reason = action, reason
+        said = f": {reason}" if reason else ""
+        super().__init__(f"authentication failed for {action} (HTTP 401{said}): check HSP_ES__USERNAME and "
+                         "HSP_ES__PASSWORD, or HSP_ES__API_KEY")
+
+
+class AccessDenied(ClusterError):
+    """The credentials are valid but lack a privilege (HTTP 403).
+
+    ``action`` is what hybridsearch was doing (``"get alias hsp-chunks"``); ``es_action``,
+    ``resource`` and ``privileges`` are what Elasticsearch named, when it said (HEAD requests get
+    no body, so they stay None / empty).
+    """
+
+    status = 403
+
+    def __init__(self, action: str, *, es_action: str | None = None, resource: str | None = None,
+                 privileges: tuple[str, ...] = (), reason: str | None = None) -> None:
+        self.action, self.es_action, self.resource = action, es_action, resource
+        self.privileges, self.reason = privileges, reason
+        what = f"{action} ({es_action})" if es_action else action
+        where = f" on {resource}" if resource else ""
+        grant = (f"grant one of the privileges {', '.join(privileges)}" if privileges
+                 else "grant the privilege")
+        super().__init__(f"not allowed: {what}{where} (HTTP 403): the credentials in HSP_ES__USERNAME or "
+                         f"HSP_ES__API_KEY lack the privilege; {grant} to their role")
 
 
 class IndexNotFound(ClusterError):

@@ -39,6 +39,13 @@ class ClusterSettings(BaseModel):
     def hosts(self) -> list[str]:
         return [u.strip() for u in self.url.split(",") if u.strip()]
 
+    @field_validator("ca_certs")
+    @classmethod
+    def _check_ca_certs(cls, v: Path | None) -> Path | None:
+        if v is not None and not v.is_file():
+            raise ValueError(f"CA certificate file {str(v)!r} does not exist (or is not a file)")
+        return v
+
     @field_validator("url")
     @classmethod
     def _check_url(cls, v: str) -> str:
@@ -203,7 +210,8 @@ def load_settings(**overrides: object) -> Settings:
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
-        problems = "; ".join(f"{_env_name(e['loc'])}: {e['msg']}" for e in exc.errors())
+        problems = "; ".join(f"{_env_name(e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}"
+                             for e in exc.errors())
         raise ConfigError(f"invalid settings: {problems}") from None
 
 

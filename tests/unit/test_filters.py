@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 from datetime import date
+from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hybridsearch.errors import QueryError
 from hybridsearch.query.filters import (
@@ -70,7 +73,7 @@ def test_unknown_fields_are_refused(spec: dict[str, object]) -> None:
     ({"range": {"position": {"gte": "x"}}}, "needs numbers"),
     ({"range": {"position": {"gte": 1, "gt": 2}}}, "at most one lower"),
     ({"range": {"metadata.year": {"gte": "2020"}}}, "both a lower and an upper"),
-    ({"terms": {"source": []}}, "at least 1"),
+    ({"terms": {"source": []}}, "at least one value"),
     ({"terms": {"source": "x"}}, "list of values"),
     ({"all_of": "x"}, "list of filters"),
     ({"term": {"source": "x", "tenant": "y"}}, "exactly one"),
@@ -108,3 +111,48 @@ def test_cli_filters() -> None:
                      ("metadata.year>=2020", "both a lower")):
         with pytest.raises(QueryError, match=msg):
             parse_cli_filters([bad])
+
+
+TYPED_AND_DICT = [
+    (lambda: Terms("doc_id", [str(i) for i in range(10_000)]), {"doc_id": [str(i) for i in range(10_000)]},
+     "invalid filter: terms on doc_id takes at most 1024 values, got 10000"),
+    (lambda: Range("position", gte="a"), {"range": {"position": {"gte": "a"}}},
+     "invalid filter: range on position needs numbers, got 'a'"),
+    (lambda: Term("doc_id", None), {"doc_id": None},  # type: ignore[arg-type]  # what untyped callers do
+     "invalid filter: term on doc_id needs a value (a string, number or boolean), got None"),
+    (lambda: Terms("doc_id", []), {"terms": {"doc_id": []}},
+     "invalid filter: terms on doc_id needs at least one value"),
+    (lambda: Terms("doc_id", ["a", None]), {"doc_id": ["a", None]},  # type: ignore[list-item]
+     "invalid filter: terms on doc_id: values[1] is None"),
+    (lambda: AllOf([]), {"all_of": []}, "invalid filter: filters: List should have at least 1 item"),
+]
+
+
+@pytest.mark.parametrize(("typed", "spec", "message"), TYPED_AND_DICT)
+def test_typed_constructors_raise_the_dict_forms_query_error(typed: Any, spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(QueryError) as from_typed:
+        typed()
+    with pytest.raises(QueryError) as from_dict:
+        parse_filter(spec)
+    assert str(from_typed.value).startswith(message)
+    assert str(from_typed.value) == str(from_dict.value)
+
+
+_ANY = st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=5),
+                 st.dates(), st.lists(st.one_of(st.none(), st.integers(), st.text(max_size=3)), max_size=3),
+                 st.dictionaries(st.text(max_size=3), st.integers(), max_size=2))
+_FIELDS = st.sampled_from(["doc_id", "position", "ingested_at", "metadata.lang", "title.raw", "nope", ""])
+
+
+@settings(max_examples=300, deadline=None)
+@given(field=_FIELDS, value=_ANY, bounds=st.dictionaries(st.sampled_from(["gte", "gt", "lte", "lt", "x"]), _ANY,
+                                                         max_size=3))
+def test_typed_filters_raise_only_query_error(field: str, value: Any, bounds: dict[str, Any]) -> None:
+    for build in (lambda: Term(field, value), lambda: Terms(field, value), lambda: Range(field, **bounds),
+                  lambda: Exists(value), lambda: AnyOf(value), lambda: NoneOf([Term(field, value)])):
+        try:
+            built = build()
+        except QueryError as exc:
+            assert str(exc) and "validation error" not in str(exc) and "pydantic" not in str(exc)
+        else:
+            assert to_dsl(built)

@@ -33,6 +33,15 @@ def test_clean_query() -> None:
             clean_query(bad, 100)
 
 
+def test_emoji_are_searchable_but_punctuation_and_math_symbols_are_not() -> None:
+    # what the standard analyzer makes tokens of (checked with _analyze on 9.3): emoji yes, $ + → no
+    for ok in ("🔥🔥", "\u200b🔥\u200d", "©", "★ ☃", "🇫🇷", "々"):
+        assert clean_query(ok, 100)[0]
+    for bad in ("$$$", "+= ->", "→ ∑ ≥", "\u200b\u200d\ufe0f", "_"):
+        with pytest.raises(QueryError, match="the query is empty"):
+            clean_query(bad, 100)
+
+
 def test_plan_checks_arguments_before_any_request(settings: Settings) -> None:
     p = plan(settings, "bees", k=5, mode="dense", page=2)
     assert (p.query, p.k, p.mode, p.page, p.wants_vector) == ("bees", 5, "dense", 2, True)

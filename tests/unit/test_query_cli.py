@@ -1,6 +1,8 @@
-"""Pure helpers of `hsp search`: matched terms and highlighted snippets."""
+"""`hsp search`: matched terms, highlighted snippets, and the query checked before any model loads."""
 
 from __future__ import annotations
+
+import pytest
 
 from hybridsearch.cli.search import HIGHLIGHT, query_terms, snippet
 
@@ -18,3 +20,23 @@ def test_snippet_centres_on_the_first_match_and_highlights_whole_words() -> None
     short = snippet("vitamins are not vitamin", ["vitamin"])
     assert [short.plain[s.start:s.end] for s in short.spans] == ["vitamin"] and short.plain[-1] != "…"
     assert snippet("no match here", []).plain == "no match here"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["search", " \u200b "], "the query is empty"),
+    (["search", "bees", "--k", "0"], "k must be an integer"),
+    (["search", "bees", "--page", "0"], "page must"),
+    (["search", "   ", "--why", "doc-1"], "the query is empty"),
+])
+def test_search_checks_the_query_before_loading_anything(argv: list[str], message: str,
+                                                         monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    from hybridsearch.cli.main import main
+    from hybridsearch.query.client import SearchClient
+
+    def no_client(*args: object, **kwargs: object) -> SearchClient:
+        raise AssertionError("a client (model load, cluster request) was made before the query was checked")
+
+    monkeypatch.setattr(SearchClient, "from_settings", no_client)
+    assert main(argv) == 2
+    assert message in capsys.readouterr().err

@@ -6,6 +6,7 @@ micro-batching; after every fault the next valid request must still succeed.
 
 from __future__ import annotations
 
+import gzip
 import json
 import threading
 import time
@@ -343,3 +344,40 @@ def test_rerank_passes_on_the_blend_the_model_recommends(client: TestClient, sco
     assert client.post("/rerank", json=VALID).json()["blend"] == 0.25
     ready = client.get("/readyz").json()
     assert ready["blend"] == 0.25 and ready["max_length"] == scorer.max_length
+
+
+def test_compressed_bodies_are_refused_with_415_not_misread_as_text(client: TestClient) -> None:
+    body = gzip.compress(json.dumps(VALID).encode())
+    declared = client.post("/rerank", content=body, headers={"content-type": "application/json",
+                                                              "content-encoding": "gzip"})
+    assert declared.status_code == 415 and declared.headers["accept-encoding"] == "identity"
+    assert declared.json() == {"error": "unsupported_encoding", "detail": "Content-Encoding 'gzip' is not accepted: "
+                               "send the JSON uncompressed (no Content-Encoding)"}
+    undeclared = client.post("/rerank", content=body, headers={"content-type": "application/json"})
+    assert undeclared.status_code == 415
+    assert undeclared.json()["detail"].startswith("a gzip-compressed body is not accepted")
+    assert_still_serves(client)
+
+
+@pytest.mark.parametrize("ctype", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data; b=x",
+                                   "application/json; charset=latin-1"])
+def test_non_json_content_types_are_415(client: TestClient, ctype: str) -> None:
+    resp = client.post("/rerank", content=json.dumps(VALID).encode(), headers={"content-type": ctype})
+    assert resp.status_code == 415, resp.text
+    assert "not accepted" in resp.json()["detail"]
+    assert_still_serves(client)
+
+
+@pytest.mark.parametrize("ctype", ["application/json; charset=UTF-8", "application/vnd.api+json", None])
+def test_json_content_types_and_none_are_read(client: TestClient, ctype: str | None) -> None:
+    headers = {"content-type": ctype} if ctype else {}
+    resp = client.post("/rerank", content=json.dumps(VALID).encode(), headers=headers)
+    assert resp.status_code == 200, resp.text
+
+
+@pytest.mark.parametrize("query", ["   ", "\t\n", "\u3000\u2003"])
+def test_whitespace_only_query_is_422(client: TestClient, query: str) -> None:
+    resp = client.post("/rerank", json={"query": query, "passages": ["p"]})
+    assert resp.status_code == 422
+    assert resp.json()["error"] == "blank_query"
+    assert_still_serves(client)

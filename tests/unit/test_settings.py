@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hybridsearch.errors import ConfigError
@@ -37,3 +39,12 @@ def test_invalid_setting_names_the_variable(monkeypatch: pytest.MonkeyPatch, var
     monkeypatch.setenv(var, value)
     with pytest.raises(ConfigError, match=var):
         load_settings()
+
+
+def test_missing_ca_file_stops_at_start_up(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HSP_ES__CA_CERTS", str(tmp_path / "no-such-ca.pem"))
+    with pytest.raises(ConfigError, match=r"HSP_ES__CA_CERTS: CA certificate file '.*no-such-ca.pem' does not exist"):
+        load_settings()
+    (tmp_path / "ca.pem").write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setenv("HSP_ES__CA_CERTS", str(tmp_path / "ca.pem"))
+    assert load_settings().es.ca_certs == tmp_path / "ca.pem"

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 from pathlib import Path
+
+import pytest
 
 from hybridsearch.ingest.sources import (
     Document,
@@ -135,3 +138,28 @@ def test_big_text_file_is_one_document(tmp_path: Path) -> None:
             fh.write(line)
     (doc,) = read_path(path)
     assert isinstance(doc, Document) and len(doc.text) == path.stat().st_size
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-le", "utf-16-be", "utf-32", "utf-32-le", "utf-32-be"])
+def test_utf16_and_utf32_with_a_bom_are_text(tmp_path: Path, encoding: str) -> None:
+    bom = {"utf-16-le": codecs.BOM_UTF16_LE, "utf-16-be": codecs.BOM_UTF16_BE, "utf-32-le": codecs.BOM_UTF32_LE,
+           "utf-32-be": codecs.BOM_UTF32_BE}.get(encoding, b"")
+    (tmp_path / "note.txt").write_bytes(bom + "# Café\n\nNaïve résumé 🔥.".encode(encoding))
+    (tmp_path / "one.json").write_bytes(bom + json.dumps({"_id": "j", "text": "größe"}).encode(encoding))
+    lines = '{"_id": "a", "text": "ä"}\n{"_id": "b", "text": "ß"}\n'
+    (tmp_path / "many.jsonl").write_bytes(bom + lines.encode(encoding))
+    docs, failures = split(list(read_path(tmp_path)))
+    assert failures == []
+    assert docs["note.txt"].text == "# Café\n\nNaïve résumé 🔥."
+    assert (docs["j"].text, docs["a"].text, docs["b"].text) == ("größe", "ä", "ß")
+
+
+def test_binary_is_still_refused_even_behind_a_bom(tmp_path: Path) -> None:
+    (tmp_path / "nul.txt").write_bytes(b"plain\x00binary")
+    (tmp_path / "bom.txt").write_bytes(codecs.BOM_UTF16_LE + "PK\x03\x04\x00\x00\x08".encode("utf-16-le"))
+    (tmp_path / "odd.txt").write_bytes(codecs.BOM_UTF16_LE + b"a\x00b")  # odd byte count: truncated UTF-16
+    _, failures = split(list(read_path(tmp_path)))
+    reasons = {f.doc_id: f.reason for f in failures}
+    assert reasons["nul.txt"] == "binary file (NUL bytes), not text"
+    assert reasons["bom.txt"].startswith("binary file (NUL characters after a UTF-16 byte-order mark)")
+    assert reasons["odd.txt"].startswith("not valid UTF-16")

@@ -6,14 +6,14 @@ import argparse
 import time
 from typing import TYPE_CHECKING
 
-from rich.console import Console
-
+from hybridsearch.cli.output import console as make_console
+from hybridsearch.cli.output import styled
 from hybridsearch.settings import Settings
 
 if TYPE_CHECKING:
     from hybridsearch.query.results import SearchResult
 
-console = Console()
+console = make_console()
 DEFAULT_LIMIT = 3000
 
 
@@ -48,9 +48,9 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
         from hybridsearch.ingest.pipeline import run_ingest
 
         limit = args.limit or None
-        console.print(f"[bold]1/2[/] ingesting the Python standard library's documentation "
-                      f"({'all documents' if limit is None else f'{limit:,} documents'}) into "
-                      f"[bold]{settings.index.alias}[/] with {settings.embedding.model}")
+        console.print(styled(("1/2", "bold"), " ingesting the Python standard library's documentation "
+                             f"({'all documents' if limit is None else f'{limit:,} documents'}) into ",
+                             (settings.index.alias, "bold"), f" with {settings.embedding.model}"))
         t0 = time.perf_counter()
         result = run_ingest(stdlib_documents(limit), settings, es=es, embedder=embedder, progress=True)
         console.print(f"    {result.documents:,} documents → {result.chunks:,} chunks: {result.indexed:,} indexed, "
@@ -59,14 +59,14 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
                       + (f"; dead letters: {result.dead_letter_path}" if result.dead_letter_path else ""))
     reranker, reason = auto_reranker(settings)
     queries = args.query or list(SAMPLE_QUERIES)
-    console.print(f"[bold]2/2[/] {len(queries)} queries: BM25 + kNN in one _msearch, RRF fusion"
-                  + (", cross-encoder rerank" if reranker and not args.no_rerank else ""))
+    console.print(styled(("2/2", "bold"), f" {len(queries)} queries: BM25 + kNN in one _msearch, RRF fusion"
+                         + (", cross-encoder rerank" if reranker and not args.no_rerank else "")))
     with SearchClient(es, settings, embedder=embedder, reranker=reranker, no_reranker_reason=reason) as client:
         shown: set[str] = set()
         for query in queries:
             show(client.search(query, k=args.k, rerank=not args.no_rerank, explain=True), shown)
-    console.print("\nSearch it yourself: [bold]hsp search \"how do I parse JSON\"[/] · index status: "
-                  "[bold]hsp index status[/] · health: [bold]hsp doctor[/]")
+    console.print(styled("\nSearch it yourself: ", ('hsp search "how do I parse JSON"', "bold"), " · index status: ",
+                         ("hsp index status", "bold"), " · health: ", ("hsp doctor", "bold")))
     return 0
 
 
@@ -82,22 +82,22 @@ def _short(reason: str | None) -> str:
 def show(res: SearchResult, shown_reasons: set[str] | None = None) -> None:
     """Print one result: each hit with its rank in BM25, kNN, RRF and rerank, a snippet, and the timings."""
     t = res.timings
-    console.print(f"\n[bold cyan]» {res.query}[/]  [dim]{res.candidates} candidates · embed {t.embed_ms:.0f} ms · "
-                  f"_msearch {t.search_ms:.0f} ms · fusion {t.fusion_ms:.1f} ms · rerank {t.rerank_ms:.0f} ms · "
-                  f"total {t.total_ms:.0f} ms[/]")
+    console.print(styled("\n", (f"» {res.query}", "bold cyan"), "  ",
+                         (f"{res.candidates} candidates · embed {t.embed_ms:.0f} ms · _msearch {t.search_ms:.0f} ms "
+                          f"· fusion {t.fusion_ms:.1f} ms · rerank {t.rerank_ms:.0f} ms · total {t.total_ms:.0f} ms",
+                          "dim")))
     if not res.reranked:
         reason = _short(res.rerank_reason)
         if shown_reasons is None or reason not in shown_reasons:
-            console.print(f"  [yellow]fused order, not reranked:[/] {reason}", highlight=False)
+            console.print(styled("  ", ("fused order, not reranked:", "yellow"), f" {reason}"))
             if shown_reasons is not None:
                 shown_reasons.add(reason)
     if not res.hits:
-        console.print("  [yellow]no hits[/]")
+        console.print(styled("  ", ("no hits", "yellow")))
     for hit in res.hits:
         kind = hit.metadata.get("kind", "")
-        console.print(f"  [bold]{hit.rank:>2}. {hit.title or hit.doc_id}[/] [dim]{hit.doc_id} {kind}[/]",
-                      highlight=False)
+        console.print(styled("  ", (f"{hit.rank:>2}. {hit.title or hit.doc_id}", "bold"), " ",
+                             (f"{hit.doc_id} {kind}", "dim")))
         console.print("      " + " · ".join([_stage("BM25", hit.bm25), _stage("kNN", hit.knn),
-                                              _stage("RRF", hit.fused), _stage("rerank", hit.rerank)]),
-                      highlight=False)
-        console.print(f"      [dim]{' '.join(hit.text.split())[:200]}[/]", highlight=False)
+                                              _stage("RRF", hit.fused), _stage("rerank", hit.rerank)]))
+        console.print(styled("      ", (" ".join(hit.text.split())[:200], "dim")))

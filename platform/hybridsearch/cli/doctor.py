@@ -7,14 +7,15 @@ import json
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
 from hybridsearch import doctor
+from hybridsearch.cli.output import console as make_console
+from hybridsearch.cli.output import styled
 from hybridsearch.settings import Settings
 
-console = Console()
-STYLE = {"OK": "[green]OK[/]", "WARN": "[yellow]WARN[/]", "FAIL": "[bold red]FAIL[/]", "SKIP": "[dim]SKIP[/]"}
+console = make_console()
+STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -38,12 +39,12 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
         for col in ("area", "check", "status", "found", "fix"):
             table.add_column(col, overflow="fold")
         for c in checks:
-            table.add_row(c.area, c.name, STYLE[c.status], c.detail, c.fix or "")
+            table.add_row(c.area, c.name, styled((c.status, STYLE[c.status])), c.detail, c.fix or "")
         console.print(table)
     bad = doctor.failed(checks, strict=args.strict)
     if not args.json:
         counts = {s: sum(c.status == s for c in checks) for s in STYLE}
-        console.print(", ".join(f"{n} {s}" for s, n in counts.items() if n)
-                      + (" — [bold red]not healthy[/]" if bad else " — [green]healthy[/]"))
+        console.print(styled(", ".join(f"{n} {s}" for s, n in counts.items() if n) + " — ",
+                             ("not healthy", "bold red") if bad else ("healthy", "green")))
     return 1 if bad else 0
 

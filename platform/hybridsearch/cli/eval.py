@@ -16,11 +16,11 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from hybridsearch.cli.output import console as make_console
+from hybridsearch.cli.output import styled
 from hybridsearch.errors import ConfigError
 from hybridsearch.eval.metrics import METRICS
 from hybridsearch.eval.report import LATENCY_KEYS, Diff, EvalReport, compare, load_report, to_markdown
@@ -29,7 +29,7 @@ from hybridsearch.settings import Settings
 
 GATE_FAILED = 1  # exit code when --baseline finds a regression beyond --tolerance
 # wide enough for the tables when the output goes to a file or a CI log rather than a terminal
-console = Console(width=None if sys.stdout.isatty() else 160)
+console = make_console(width=None if sys.stdout.isatty() else 160)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -97,8 +97,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     baseline = load_report(args.baseline) if args.baseline else None
     collection = load_collection(args.dataset, args.split).limit(args.limit_queries)
     s = eval_settings(settings, args.prefix or f"eval-{collection.name}")
-    console.print(f"[bold]{collection.name}[/] {collection.split}: {len(collection)} judged queries · "
-                  f"index prefix [cyan]{s.index.prefix}[/] · modes {', '.join(modes)}")
+    console.print(styled((collection.name, "bold"), f" {collection.split}: {len(collection)} judged queries · "
+                         "index prefix ", (s.index.prefix, "cyan"), f" · modes {', '.join(modes)}"))
     es = make_client(s.es)
     embedder = Embedder(s.embedding)
     try:
@@ -123,8 +123,9 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     console.print("wrote " + ", ".join(str(p) for p in paths))
     if diffs and any(d.regressed for d in diffs):
         worst = min(diffs, key=lambda d: d.delta)
-        console.print(f"[bold red]quality gate failed:[/] {sum(d.regressed for d in diffs)} metric(s) fell by more "
-                      f"than {args.tolerance:g} (worst: {worst.mode} {METRICS[worst.metric]} {worst.delta:+.4f})")
+        console.print(styled(("quality gate failed:", "bold red"), f" {sum(d.regressed for d in diffs)} metric(s) "
+                             f"fell by more than {args.tolerance:g} (worst: {worst.mode} {METRICS[worst.metric]} "
+                             f"{worst.delta:+.4f})"))
         return GATE_FAILED
     return 0
 
@@ -166,12 +167,12 @@ def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float)
     console.print(latency)
     for m in report.modes:
         if m.status != "ok":
-            console.print(f"[yellow]{m.mode} skipped:[/] {escape(m.reason or '')}")
+            console.print(styled((f"{m.mode} skipped:", "yellow"), f" {m.reason or ''}"))
         elif m.rerank_reasons:
-            console.print(f"[yellow]{m.mode}:[/] {m.reranked_queries}/{m.queries} reranked; others: "
-                          + escape("; ".join(f"{r} ({n})" for r, n in m.rerank_reasons.items())))
+            console.print(styled((f"{m.mode}:", "yellow"), f" {m.reranked_queries}/{m.queries} reranked; others: "
+                                 + "; ".join(f"{r} ({n})" for r, n in m.rerank_reasons.items())))
     for c in report.checks:
-        console.print(("[green]PASS[/] " if c.passed else "[red]FAIL[/] ") + escape(f"{c.name}: {c.detail}"))
+        console.print(styled(("PASS", "green") if c.passed else ("FAIL", "red"), f" {c.name}: {c.detail}"))
     if diffs is not None:
         table = Table(title=f"against the baseline (tolerance {tolerance:g})")
         for col in ("mode", "metric", "baseline", "now", "Δ"):
@@ -203,6 +204,6 @@ def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float)
         for w in report.worst:
             ranks = "\n".join(f"{r.doc_id}: {r.bm25 or '—'} / {r.knn or '—'} / {r.fusion or '—'} / {r.rerank or '—'}"
                               for r in w.relevant)
-            table.add_row(escape(f"{w.qid}: {w.query}"), f"{w.hybrid:.3f}",
+            table.add_row(f"{w.qid}: {w.query}", f"{w.hybrid:.3f}",
                           f"{w.best_single:.3f} ({w.best_single_mode})", f"{w.loss:.3f}", ranks)
         console.print(table)

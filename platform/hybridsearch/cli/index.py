@@ -7,17 +7,18 @@ import json
 from typing import Any
 
 from pydantic import ValidationError
-from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from hybridsearch import lifecycle
+from hybridsearch.cli.output import console as make_console
+from hybridsearch.cli.output import styled
 from hybridsearch.cluster import make_client
 from hybridsearch.errors import ConfigError
 from hybridsearch.indices import index_meta
 from hybridsearch.settings import ChunkingSettings, Settings
 
-console = Console()
+console = make_console()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -86,16 +87,15 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps(status.as_dict(), indent=2, default=str))
         return 0
-    alias = ", ".join(status.alias_targets) or "[red]missing[/]"
-    console.print(f"prefix [bold]{status.prefix}[/] · alias [bold]{status.alias}[/] → {alias}"
-                  + ("" if status.template_present else " · [yellow]templates missing[/]"))
+    alias = (", ".join(status.alias_targets), "") if status.alias_targets else ("missing", "red")
+    console.print(styled("prefix ", (status.prefix, "bold"), " · alias ", (status.alias, "bold"), " → ", alias,
+                         ("", "") if status.template_present else (" · templates missing", "yellow")))
     table = Table(show_lines=False, box=None, header_style="bold")
     for col in ("", "version", "health", "docs", "chunks", "size", "vectors", "created"):
         table.add_column(col, justify="right" if col in {"docs", "chunks", "size"} else "left", no_wrap=True)
     for row in status.indices:
-        health = {"green": "[green]green[/]", "yellow": "[yellow]yellow[/]", "red": "[red]red[/]"}.get(row.health,
-                                                                                                        row.health)
-        table.add_row("[bold green]●[/]" if row.live else "", f"v{row.version}", health,
+        health = styled((row.health, row.health if row.health in ("green", "yellow", "red") else ""))
+        table.add_row(styled(("●", "bold green")) if row.live else "", f"v{row.version}", health,
                       "?" if row.documents is None else f"{row.documents:,}", f"{row.chunks:,}",
                       _human(row.store_bytes), str(row.index_options.get("type", "?")),
                       (row.created or "")[:16].replace("T", " "))
@@ -103,7 +103,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         console.print(table)
         for row in status.indices:
             console.print(f"  v{row.version} {row.name}: {row.model or '?'} ({row.dims or '?'} dims), "
-                          f"chunker {row.chunker or '?'}, vectors {_options(row.index_options)}", highlight=False)
+                          f"chunker {row.chunker or '?'}, vectors {_options(row.index_options)}")
     else:
         console.print("no chunk index yet: `hsp index create` or `hsp ingest PATH` makes one")
     for name, count in status.logs.items():
@@ -115,8 +115,8 @@ def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
     es = make_client(settings.es)
     name = lifecycle.create_version(es, settings, args.version)
     live = lifecycle.current_index(es, settings)
-    console.print(f"created [bold]{name}[/] ({settings.embedding.model}, {settings.embedding.dims} dims)"
-                  + (" · alias points at it" if live == name else f" · alias still points at {live}"))
+    console.print(styled("created ", (name, "bold"), f" ({settings.embedding.model}, {settings.embedding.dims} dims)"
+                         + (" · alias points at it" if live == name else f" · alias still points at {live}")))
     return 0
 
 
@@ -153,9 +153,9 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     how = f"re-embedded with {new.embedding.model}" if result.reembedded else "copied with their vectors"
     if result.rechunked:
         how = f"re-cut by {result.target_meta.get('chunker_version')} and {how}"
-    console.print(f"{result.source} → [bold]{result.target}[/]: {result.chunks:,} chunks of "
-                  f"{result.documents:,} documents {how} "
-                  f"in {result.seconds:.1f} s ({result.chunks_per_second:.0f} chunks/s)")
+    console.print(styled(f"{result.source} → ", (result.target, "bold"), f": {result.chunks:,} chunks of "
+                         f"{result.documents:,} documents {how} "
+                         f"in {result.seconds:.1f} s ({result.chunks_per_second:.0f} chunks/s)"))
     if result.swapped:
         console.print(f"alias {settings.index.alias} → {result.target}; {result.source} kept "
                       f"(`hsp index rollback` to go back, `hsp index drop --version "
@@ -164,19 +164,19 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
         console.print(f"alias left on {result.source}; swap with `hsp index rollback --to-version "
                       f"{lifecycle.version_of(result.target)}`")
     if new.embedding.model != settings.embedding.model or new.embedding.dims != settings.embedding.dims:
-        console.print(f"[yellow]query clients must now use[/] HSP_EMBEDDING__MODEL={new.embedding.model} "
-                      f"HSP_EMBEDDING__DIMS={new.embedding.dims}")
+        console.print(styled(("query clients must now use", "yellow"), f" HSP_EMBEDDING__MODEL={new.embedding.model} "
+                             f"HSP_EMBEDDING__DIMS={new.embedding.dims}"))
     if result.rechunked:
-        console.print(f"[yellow]ingestion must now use[/] HSP_CHUNKING__STRATEGY={new.chunking.strategy} "
-                      f"HSP_CHUNKING__MAX_TOKENS={new.chunking.max_tokens} "
-                      f"HSP_CHUNKING__OVERLAP={new.chunking.overlap:g}")
+        console.print(styled(("ingestion must now use", "yellow"), f" HSP_CHUNKING__STRATEGY={new.chunking.strategy} "
+                             f"HSP_CHUNKING__MAX_TOKENS={new.chunking.max_tokens} "
+                             f"HSP_CHUNKING__OVERLAP={new.chunking.overlap:g}"))
     return 0
 
 
 def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
     es = make_client(settings.es)
     old, new = lifecycle.rollback(es, settings, args.to_version)
-    console.print(f"alias {settings.index.alias}: {old} → [bold]{new}[/]")
+    console.print(styled(f"alias {settings.index.alias}: {old} → ", (new, "bold")))
     meta = index_meta(es, new)
     console.print(f"{new} was built with {meta.get('embedding_model')} ({meta.get('embedding_dims')} dims); "
                   "query clients must use that model")

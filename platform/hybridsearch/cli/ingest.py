@@ -5,13 +5,14 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
+from hybridsearch.cli.output import console as make_console
+from hybridsearch.cli.output import styled
 from hybridsearch.errors import ConfigError
 from hybridsearch.settings import Settings
 
-console = Console()
+console = make_console()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -87,11 +88,11 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
     console.print(table)
     console.print(f"{result.seconds:.1f} s · {result.chunks_per_second:,.1f} chunks/s · chunker {result.chunker}")
     if result.changed_nothing:
-        console.print("[green]Nothing changed:[/] every document was already indexed.")
+        console.print(styled(("Nothing changed:", "green"), " every document was already indexed."))
     if result.dead_letter_path:
-        console.print(f"[yellow]Failures recorded in[/] {result.dead_letter_path}")
+        console.print(styled(("Failures recorded in", "yellow"), f" {result.dead_letter_path}"))
     if result.status == "interrupted":
-        console.print("[yellow]Interrupted:[/] re-run the same command to resume.")
+        console.print(styled(("Interrupted:", "yellow"), " re-run the same command to resume."))
         return 130
     return 1 if result.documents_failed or result.failed else 0
 

@@ -6,13 +6,13 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-
 from hybridsearch import kibana
+from hybridsearch.cli.output import console as make_console
+from hybridsearch.cli.output import styled
 from hybridsearch.errors import ConfigError
 from hybridsearch.settings import Settings
 
-console = Console()
+console = make_console()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,7 +56,7 @@ def cmd_import(args: argparse.Namespace, settings: Settings) -> int:
     password = settings.es.password.get_secret_value() if settings.es.password else None
     answer = kibana.import_objects(args.url, objects, space=args.space, api_key=api_key,
                                    username=settings.es.username, password=password, verify=not args.insecure)
-    console.print(f"imported {answer.get('successCount', len(objects))} objects for prefix "
-                  f"[bold]{settings.index.prefix}[/]: open {args.url.rstrip('/')}/app/dashboards and pick "
-                  f"'hybridsearch ({settings.index.prefix})'")
+    console.print(styled(f"imported {answer.get('successCount', len(objects))} objects for prefix ",
+                         (settings.index.prefix, "bold"), f": open {args.url.rstrip('/')}/app/dashboards and pick "
+                         f"'hybridsearch ({settings.index.prefix})'"))
     return 0

@@ -1,5 +1,8 @@
 """Entry point of ``hsp``: parses arguments, dispatches, maps errors to exit codes in one place.
 
+Errors are printed here only, as text (never rich markup), in a few lines; ``--verbose`` adds their
+causes and the Elasticsearch client's own retry warnings (see :mod:`hybridsearch.cli.output`).
+
 Exit codes: 0 ok · 1 other hybridsearch error, or a failed quality gate (``hsp eval --baseline``)
 · 2 usage or settings · 3 cluster · 4 index mismatch · 5 model · 130 interrupted. Each command
 module in this package exposes ``register(subparsers)``, which adds its sub-commands and sets
@@ -14,15 +17,14 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from rich.console import Console
-
+from hybridsearch.cli import output
 from hybridsearch.errors import HybridSearchError
 from hybridsearch.settings import load_settings
 
 # Command modules, in the order their commands appear in --help.
 COMMAND_MODULES = ("ingest", "search", "rerank", "eval", "index", "doctor", "kibana", "train", "demo")
 
-err_console = Console(stderr=True)
+err_console = output.console(stderr=True)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -43,12 +45,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(exc.code or 0)
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    output.quiet_client_logs(args.verbose)
     try:
         settings = load_settings()
         code: int = args.handler(args, settings)
         return code
     except HybridSearchError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+        output.print_error(err_console, exc, args.verbose)
         return exc.exit_code
     except KeyboardInterrupt:
         err_console.print("interrupted")

@@ -7,13 +7,14 @@ import logging
 import time
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
+from hybridsearch.cli.output import console as make_console
+from hybridsearch.cli.output import styled
 from hybridsearch.errors import ConfigError
 from hybridsearch.settings import Settings
 
-console = Console()
+console = make_console()
 
 SAMPLE_QUERY = "what do cross-encoders do in a search engine"
 SAMPLE_PASSAGES = [
@@ -53,11 +54,11 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
     if not args.lazy:
         started = time.perf_counter()
         scorer.load()
-        console.print(f"model [bold]{cfg.model}[/] loaded on {scorer.device} in {time.perf_counter() - started:.1f}s",
-                      highlight=False)
+        console.print(styled("model ", (cfg.model, "bold"),
+                             f" loaded on {scorer.device} in {time.perf_counter() - started:.1f}s"))
     console.print(f"reranker service on http://{args.host}:{args.port} (micro-batching "
                   f"{'on, ' + str(cfg.batch_window_ms) + ' ms' if cfg.micro_batching else 'off'}, "
-                  f"auth {'on' if cfg.token else 'off'})", highlight=False)
+                  f"auth {'on' if cfg.token else 'off'})")
     uvicorn.run(create_app(settings, scorer), host=args.host, port=args.port, log_level="info",
                 access_log=args.verbose > 0, timeout_graceful_shutdown=5)
     return 0

@@ -19,6 +19,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from hybridsearch.cli.output import console, styled
 from hybridsearch.query.filters import parse_cli_filters
 from hybridsearch.query.results import Mode, SearchResult, StageScore, WhyReport
 from hybridsearch.settings import Settings
@@ -47,11 +48,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    """Run one search (or ``--why``) and print it. Raises QueryError, IndexNotFound, ClusterUnavailable."""
+    """Run one search (or ``--why``) and print it. Raises QueryError, IndexNotFound, ClusterUnavailable.
+
+    The query, filters, k and page are checked before any model loads or request goes out.
+    """
+    from hybridsearch.query.build import plan
     from hybridsearch.query.client import SearchClient
 
     filters = parse_cli_filters(args.filters)
-    out = Console(highlight=False, soft_wrap=False)
+    plan(settings, args.query, k=1 if args.why else args.k, mode=args.mode, filters=filters, rerank=args.rerank,
+         explain=args.explain, page=1 if args.why else args.page)  # raises QueryError
+    out = console()
     with SearchClient.from_settings(settings) as client:
         if not args.rerank:
             client.reranker = None  # not loaded when not wanted
@@ -104,13 +111,14 @@ def print_result(out: Console, r: SearchResult) -> None:
     """The result as a table, followed by explanations when present."""
     rr = "reranked" if r.reranked else f"not reranked: {r.rerank_reason}"
     t = r.timings
-    out.print(f"[bold]{r.mode}[/] search of [cyan]{r.index}[/]: {len(r.hits)} hits (page {r.page}) of "
-              f"{r.candidates} candidates, {rr} · embed {t.embed_ms:.0f} ms, search {t.search_ms:.0f} ms, "
-              f"fusion {t.fusion_ms:.1f} ms, rerank {t.rerank_ms:.0f} ms, total {t.total_ms:.0f} ms")
+    out.print(styled((r.mode, "bold"), " search of ", (r.index, "cyan"),
+                     f": {len(r.hits)} hits (page {r.page}) of {r.candidates} candidates, {rr} · embed "
+                     f"{t.embed_ms:.0f} ms, search {t.search_ms:.0f} ms, fusion {t.fusion_ms:.1f} ms, rerank "
+                     f"{t.rerank_ms:.0f} ms, total {t.total_ms:.0f} ms"))
     if r.truncated_query:
-        out.print(f"[yellow]query truncated to {len(r.query)} characters (HSP_QUERY__MAX_QUERY_CHARS)[/]")
+        out.print(styled((f"query truncated to {len(r.query)} characters (HSP_QUERY__MAX_QUERY_CHARS)", "yellow")))
     if not r.hits:
-        out.print("[yellow]no hits[/]")
+        out.print(styled(("no hits", "yellow")))
         return
     terms = query_terms(r.query)
     table = Table(show_lines=False, expand=True)
@@ -127,14 +135,15 @@ def print_result(out: Console, r: SearchResult) -> None:
     out.print(table)
     for h in r.hits:
         if h.explanation:
-            out.print(f"[bold]{h.rank}. {h.doc_id}[/] ({h.chunk_id})")
+            out.print(styled((f"{h.rank}. {h.doc_id}", "bold"), f" ({h.chunk_id})"))
             for line in h.explanation:
                 out.print(f"   {line}")
 
 
 def print_why(out: Console, w: WhyReport) -> None:
     """Where one document fell at each stage."""
-    out.print(f"why [cyan]{w.doc_id}[/] for [bold]{w.query!r}[/] ({w.mode}, {w.index}, {w.candidates} candidates):")
+    out.print(styled("why ", (w.doc_id, "cyan"), " for ", (repr(w.query), "bold"),
+                     f" ({w.mode}, {w.index}, {w.candidates} candidates):"))
     table = Table(show_header=True)
     for col in ("stage", "rank", "score"):
         table.add_column(col, justify="right" if col != "stage" else "left")

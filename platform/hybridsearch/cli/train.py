@@ -6,12 +6,13 @@ import argparse
 import time
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
+from hybridsearch.cli.output import console as make_console
+from hybridsearch.cli.output import styled
 from hybridsearch.settings import Settings
 
-console = Console()
+console = make_console()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -96,17 +97,18 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
                       _f(e.get("blend_ndcg_at_10")), _f(e["train_loss"]))
     console.print(table)
     if card["validation"].get("beats_fused_order") is False:
-        console.print("[bold yellow]warning:[/] even blended with the fused order, the kept epoch ranks the held-out "
-                      "queries no better than the fused hybrid order: do not serve this model (more judgments, "
-                      "more epochs or steps, a higher --lr, or a cross-encoder as --base; see "
-                      "docs/reranker-training.md)")
-    console.print(
-        f"saved to [bold]{cfg.out}[/] ({card['pairs']['positive']} positive / {card['pairs']['negative']} negative "
-        f"pairs from {card['queries']['train']} queries; mining {card['time_seconds']['mining']:.0f} s, training "
+        console.print(styled(("warning:", "bold yellow"), " even blended with the fused order, the kept epoch ranks "
+                             "the held-out queries no better than the fused hybrid order: do not serve this model "
+                             "(more judgments, more epochs or steps, a higher --lr, or a cross-encoder as --base; "
+                             "see docs/reranker-training.md)"))
+    console.print(styled(
+        "saved to ", (str(cfg.out), "bold"),
+        f" ({card['pairs']['positive']} positive / {card['pairs']['negative']} negative pairs from "
+        f"{card['queries']['train']} queries; mining {card['time_seconds']['mining']:.0f} s, training "
         f"{card['time_seconds']['training']:.0f} s, total {wall:.0f} s on {card['device']}). "
         f"Serve it: HSP_RERANKER__MODEL={cfg.out} hsp serve-reranker (served blend "
         f"{card['serving']['blend']:g}, from the card)"
-    )
+    ))
     return 0
 
 

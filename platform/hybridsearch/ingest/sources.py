@@ -4,17 +4,19 @@ Supported: a folder tree of ``.txt``, ``.md``, ``.html``/``.htm`` (text by selec
 or a list of objects) and ``.jsonl`` files (optionally ``.gz``), and BEIR ``corpus.jsonl[.gz]`` (``_id``,
 ``title``, ``text``, ``metadata``). Files are read in sorted order, so runs are deterministic. Nothing
 is dropped silently: undecodable, binary, empty or unparsable inputs come out as ``SourceFailure``.
+Text is UTF-8, or UTF-16/UTF-32 when the file starts with their byte-order mark.
 """
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import hashlib
 import io
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, cast
@@ -24,6 +26,14 @@ RECORD_SUFFIXES = {".json", ".jsonl", ".ndjson"}
 _MD_HEADING = re.compile(r"^\s{0,3}#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 _BLOCK_TAGS = "p,div,h1,h2,h3,h4,h5,h6,li,br,tr,td,th,section,article,header,footer,pre,blockquote,dt,dd,table"
 BINARY_SNIFF_BYTES = 8192
+#: Byte-order marks of the encodings read besides UTF-8, longest first (UTF-32-LE's starts like UTF-16-LE's).
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
+         (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+def bom_encoding(head: bytes) -> str | None:
+    """``"utf-16"`` or ``"utf-32"`` when ``head`` starts with that byte-order mark, else None (UTF-8)."""
+    return next((enc for bom, enc in _BOMS if head.startswith(bom)), None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,13 +158,20 @@ def read_file(path: Path, rel: str, fields: RecordFields | None = None) -> Itera
 
 
 def decode(raw: bytes, source: str, doc_id: str | None = None) -> str | SourceFailure:
-    """UTF-8 text of ``raw`` (BOM stripped), or a SourceFailure for binary or undecodable bytes."""
-    if b"\x00" in raw[:BINARY_SNIFF_BYTES]:
+    """Text of ``raw``: UTF-8 (BOM stripped), or UTF-16/UTF-32 when it starts with their BOM; a SourceFailure
+    for binary (NUL characters) or undecodable bytes."""
+    encoding = bom_encoding(raw[:4])
+    if encoding is None and b"\x00" in raw[:BINARY_SNIFF_BYTES]:
         return SourceFailure(source, "binary file (NUL bytes), not text", doc_id)
     try:
-        return raw.decode("utf-8-sig")
+        text = raw.decode(encoding or "utf-8-sig")
     except UnicodeDecodeError as exc:
-        return SourceFailure(source, f"not valid UTF-8: byte 0x{raw[exc.start]:02x} at offset {exc.start}", doc_id)
+        return SourceFailure(source, f"not valid {(encoding or 'utf-8').upper()}: byte 0x{raw[exc.start]:02x} at "
+                                     f"offset {exc.start}", doc_id)
+    if encoding is not None and "\x00" in text[:BINARY_SNIFF_BYTES]:
+        return SourceFailure(source, f"binary file (NUL characters after a {encoding.upper()} byte-order mark), "
+                                     "not text", doc_id)
+    return text
 
 
 def html_to_text(html: str) -> tuple[str | None, str]:
@@ -202,7 +219,7 @@ def _read_records(path: Path, rel: str, suffix: str, gz: bool, fields: RecordFie
                 yield record_to_document(rec, source, f"{rel}:{i}", fields)
             return
         yield from _read_jsonl(path, rel, gz, fields)
-    except (OSError, EOFError, gzip.BadGzipFile) as exc:
+    except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
         yield SourceFailure(source, f"cannot read: {exc}", rel)
 
 
@@ -210,7 +227,7 @@ def _read_jsonl(path: Path, rel: str, gz: bool, fields: RecordFields) -> Iterato
     source = str(path)
     empty = True
     with (gzip.open(path, "rb") if gz else path.open("rb")) as fh:
-        for lineno, raw in enumerate(_lines(fh), start=1):
+        for lineno, raw in enumerate(_lines(cast(IO[bytes], fh)), start=1):
             if not raw.strip():
                 continue
             empty = False
@@ -229,8 +246,15 @@ def _read_jsonl(path: Path, rel: str, gz: bool, fields: RecordFields) -> Iterato
         yield SourceFailure(source, "empty file", rel)
 
 
-def _lines(fh: Iterable[bytes]) -> Iterator[bytes]:
-    yield from fh
+def _lines(fh: IO[bytes]) -> Iterator[bytes]:
+    """Lines of ``fh`` as UTF-8 bytes; a UTF-16/32 file (with its BOM) is decoded line by line first."""
+    encoding = bom_encoding(fh.peek(4)[:4] if isinstance(fh, io.BufferedReader | gzip.GzipFile) else b"")
+    if encoding is None:
+        yield from fh
+        return
+    text = io.TextIOWrapper(fh, encoding=encoding, errors="strict", newline="")  # a bad sequence: "cannot read"
+    for line in text:
+        yield line.encode("utf-8")
 
 
 def record_to_document(rec: Any, where: str, fallback_id: str, fields: RecordFields,

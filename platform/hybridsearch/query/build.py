@@ -22,6 +22,16 @@ SOURCE_FIELDS = ["doc_id", "chunk_id", "parent_id", "parent_text", "title", "tex
 _DROP_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn"}
 
 
+def searchable(ch: str) -> bool:
+    """Whether ``ch`` can be a search term: a letter, a digit, or an "other symbol" (emoji, ©, ★).
+
+    The standard analyzer makes tokens of letters, digits and emoji (``🔥`` is an ``<EMOJI>`` token),
+    and drops punctuation and math/currency/modifier symbols (``$``, ``+``, ``→``), so a query of
+    only those finds nothing by BM25 and is refused; So is the closest Unicode category to emoji.
+    """
+    return ch.isalnum() or unicodedata.category(ch) == "So"
+
+
 def _drop_odd(text: str) -> str:
     return "".join(" " if unicodedata.category(ch) in _DROP_CATEGORIES else ch for ch in text)
 
@@ -32,14 +42,14 @@ def clean_query(text: object, max_chars: int) -> tuple[str, bool]:
     Unicode is NFKC-normalised; control, format (zero-width, bidi), surrogate, private-use and
     unassigned characters become spaces; whitespace runs collapse to one space. Text longer than
     ``max_chars`` is cut at the last space before the limit (or at the limit). Raises QueryError
-    for a non-string or a query with nothing searchable left.
+    for a non-string or a query with nothing searchable left (see :func:`searchable`).
     """
     if not isinstance(text, str):
         raise QueryError(f"the query must be a string, got {type(text).__name__}")
     # Cut early so a huge input costs little; the later cut is the documented one.
     raw = text[: max_chars * 4]
     q = " ".join(_drop_odd(unicodedata.normalize("NFKC", _drop_odd(raw))).split())
-    if not q or not any(ch.isalnum() for ch in q):
+    if not any(searchable(ch) for ch in q):
         raise QueryError("the query is empty: give some words to search for")
     truncated = len(text) > len(raw) or len(q) > max_chars
     if len(q) > max_chars:

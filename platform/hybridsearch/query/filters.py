@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from datetime import date, datetime
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from hybridsearch.errors import QueryError
 
@@ -32,9 +32,12 @@ DATE_FIELDS = frozenset({"ingested_at"})
 _METADATA_KEY = re.compile(r"^metadata\.[A-Za-z0-9_@$-][A-Za-z0-9_.@$-]{0,200}$")
 MAX_DEPTH = 8
 MAX_CLAUSES = 256
+MAX_TERMS = 1024
 
 Scalar = str | int | float | bool
 Bound = str | int | float | date | datetime
+#: "Argument not given" in the positional constructors (None is a value, and a wrong one).
+_UNSET: Any = object()
 
 
 def check_field(field: str) -> str:
@@ -46,7 +49,15 @@ def check_field(field: str) -> str:
 
 
 class _Base(BaseModel):
+    """Every filter is built through here: bad arguments raise QueryError, never pydantic's ValidationError."""
+
     model_config = ConfigDict(frozen=True, extra="forbid")
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _error(exc) from None
 
 
 class _FieldFilter(_Base):
@@ -64,18 +75,40 @@ class Term(_FieldFilter):
     kind: Literal["term"] = "term"
     value: Scalar
 
-    def __init__(self, field: str | None = None, value: Scalar | None = None, **kw: Any) -> None:
+    def __init__(self, field: str = _UNSET, value: Scalar = _UNSET, **kw: Any) -> None:
         super().__init__(**_positional(kw, field=field, value=value))
+
+    @field_validator("value", mode="before")
+    @classmethod
+    def _not_none(cls, v: Any, info: ValidationInfo) -> Any:
+        if v is None:
+            raise ValueError(f"term on {info.data.get('field')} needs a value (a string, number or boolean), "
+                             "got None (documents without the field: NoneOf([Exists(field)]))")
+        return v
 
 
 class Terms(_FieldFilter):
     """``field`` equals any of ``values``."""
 
     kind: Literal["terms"] = "terms"
-    values: list[Scalar] = Field(min_length=1, max_length=1024)
+    values: list[Scalar] = Field(min_length=1, max_length=MAX_TERMS)
 
-    def __init__(self, field: str | None = None, values: list[Scalar] | None = None, **kw: Any) -> None:
+    def __init__(self, field: str = _UNSET, values: list[Scalar] = _UNSET, **kw: Any) -> None:
         super().__init__(**_positional(kw, field=field, values=values))
+
+    @field_validator("values", mode="before")
+    @classmethod
+    def _sized(cls, v: Any, info: ValidationInfo) -> Any:
+        on = f"terms on {info.data.get('field')}"
+        if isinstance(v, list | tuple):
+            if not v:
+                raise ValueError(f"{on} needs at least one value")
+            if len(v) > MAX_TERMS:
+                raise ValueError(f"{on} takes at most {MAX_TERMS} values, got {len(v)}: split the search or "
+                                 "filter on a field the values share")
+            if None in v:
+                raise ValueError(f"{on}: values[{list(v).index(None)}] is None; give strings, numbers or booleans")
+        return v
 
 
 class Range(_FieldFilter):
@@ -87,7 +120,7 @@ class Range(_FieldFilter):
     lte: Bound | None = None
     lt: Bound | None = None
 
-    def __init__(self, field: str | None = None, **kw: Any) -> None:
+    def __init__(self, field: str = _UNSET, **kw: Any) -> None:
         super().__init__(**_positional(kw, field=field))
 
     @model_validator(mode="after")
@@ -113,14 +146,14 @@ class Exists(_FieldFilter):
 
     kind: Literal["exists"] = "exists"
 
-    def __init__(self, field: str | None = None, **kw: Any) -> None:
+    def __init__(self, field: str = _UNSET, **kw: Any) -> None:
         super().__init__(**_positional(kw, field=field))
 
 
 class _Group(_Base):
     filters: list[Filter] = Field(min_length=1, max_length=MAX_CLAUSES)
 
-    def __init__(self, filters: list[Any] | None = None, **kw: Any) -> None:
+    def __init__(self, filters: list[Any] = _UNSET, **kw: Any) -> None:
         super().__init__(**_positional(kw, filters=filters))
 
 
@@ -129,7 +162,7 @@ class AllOf(_Group):
 
     kind: Literal["all_of"] = "all_of"
 
-    def __init__(self, filters: list[Any] | None = None, **kw: Any) -> None:  # positional for type checkers too
+    def __init__(self, filters: list[Any] = _UNSET, **kw: Any) -> None:  # positional for type checkers too
         super().__init__(filters, **kw)
 
 
@@ -138,7 +171,7 @@ class AnyOf(_Group):
 
     kind: Literal["any_of"] = "any_of"
 
-    def __init__(self, filters: list[Any] | None = None, **kw: Any) -> None:  # positional for type checkers too
+    def __init__(self, filters: list[Any] = _UNSET, **kw: Any) -> None:  # positional for type checkers too
         super().__init__(filters, **kw)
 
 
@@ -147,7 +180,7 @@ class NoneOf(_Group):
 
     kind: Literal["none_of"] = "none_of"
 
-    def __init__(self, filters: list[Any] | None = None, **kw: Any) -> None:  # positional for type checkers too
+    def __init__(self, filters: list[Any] = _UNSET, **kw: Any) -> None:  # positional for type checkers too
         super().__init__(filters, **kw)
 
 
@@ -158,7 +191,10 @@ for _cls in (AllOf, AnyOf, NoneOf):
 
 
 def _positional(kw: dict[str, Any], **named: Any) -> dict[str, Any]:
-    return {**{k: v for k, v in named.items() if v is not None}, **kw}
+    return {**{k: v for k, v in named.items() if v is not _UNSET}, **kw}
+
+
+_NAMES_ITSELF = re.compile(r"^(term|terms|range|exists) on ")
 
 
 def _error(exc: ValidationError) -> QueryError:
@@ -166,7 +202,7 @@ def _error(exc: ValidationError) -> QueryError:
     for e in exc.errors():
         msg = str(e["msg"]).removeprefix("Value error, ")
         loc = ".".join(str(p) for p in e["loc"])
-        msgs.append(f"{loc}: {msg}" if loc else msg)
+        msgs.append(f"{loc}: {msg}" if loc and not _NAMES_ITSELF.match(msg) else msg)
     return QueryError("invalid filter: " + "; ".join(msgs))
 
 

@@ -11,10 +11,17 @@ Endpoints:
 * ``GET /metrics`` Prometheus text: requests by status, latency, batch sizes, readiness
 
 Errors answer ``{"error": code, "detail": reason}``: 400 body not UTF-8 JSON, 401 missing/wrong
-bearer token, 413 body over ``max_body_bytes``, 422 missing/invalid fields or a limit
-(``max_passages``, ``max_passage_chars``), 500 the model failed on this request, 503 model not
-loaded. The service stays up after each. With ``HSP_RERANKER__TOKEN`` set, ``/rerank`` needs
-``Authorization: Bearer <token>``; the probes and ``/metrics`` stay open (keep the port private).
+bearer token, 413 body over ``max_body_bytes``, 415 a Content-Type other than JSON or a compressed
+body, 422 missing/invalid fields, a blank query or a limit (``max_passages``, ``max_passage_chars``),
+500 the model failed on this request, 503 model not loaded. The service stays up after each. With
+``HSP_RERANKER__TOKEN`` set, ``/rerank`` needs ``Authorization: Bearer <token>``; the probes and
+``/metrics`` stay open (keep the port private).
+
+Compressed bodies (``Content-Encoding: gzip``, or gzip bytes without the header) are refused with
+415 and ``Accept-Encoding: identity`` (RFC 9110 §15.5.16) rather than decoded: rerank bodies are a
+query and a few dozen passages sent over a private network, so compression saves little, while
+decoding would let a small body expand far past ``max_body_bytes`` (a zip bomb). A request
+without a Content-Type is read as JSON.
 """
 
 from __future__ import annotations
@@ -57,6 +64,31 @@ class ApiError(Exception):
     def __init__(self, status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(detail)
         self.status, self.code, self.detail, self.headers = status, code, detail, headers
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _compressed(what: str) -> ApiError:
+    return ApiError(415, "unsupported_encoding", f"{what} is not accepted: send the JSON uncompressed (no "
+                    "Content-Encoding)", {"Accept-Encoding": "identity"})
+
+
+def check_content_headers(request: Request) -> None:
+    """415 unless the body is declared as uncompressed JSON (application/json or a +json type, UTF-8)."""
+    coding = request.headers.get("content-encoding", "").strip().lower()
+    if coding not in ("", "identity"):
+        raise _compressed(f"Content-Encoding {coding!r}")
+    ctype = request.headers.get("content-type")
+    if ctype is None:
+        return
+    media, *params = (p.strip().lower() for p in ctype.split(";"))
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise ApiError(415, "unsupported_media_type", f"Content-Type {media or ctype!r} is not accepted: send "
+                       "the body as application/json")
+    charset = next((p.split("=", 1)[1].strip('" ') for p in params if p.startswith("charset=")), "utf-8")
+    if charset not in ("utf-8", "utf8"):
+        raise ApiError(415, "unsupported_charset", f"charset {charset!r} is not accepted: send UTF-8 JSON")
 
 
 class Metrics:
@@ -133,6 +165,8 @@ class ServiceState:
         return bytes(body)
 
     def parse(self, raw: bytes) -> RerankRequest:
+        if raw.startswith(_GZIP_MAGIC):
+            raise _compressed("a gzip-compressed body")
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as exc:
@@ -147,6 +181,9 @@ class ServiceState:
             detail = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in errors[:5])
             raise ApiError(422, "invalid_request", detail) from None
         cfg = self.cfg
+        if not req.query.strip():
+            raise ApiError(422, "blank_query", "query is blank (only whitespace): send the text to score the "
+                                               "passages against")
         if not req.passages:
             raise ApiError(422, "no_passages", "passages is empty: send at least one passage")
         if len(req.passages) > cfg.max_passages:
@@ -211,6 +248,7 @@ def create_app(settings: Settings | RerankerSettings | None = None, scorer: Pair
         stats: dict[str, float] = {}
         try:
             state.check_token(request)
+            check_content_headers(request)
             req = state.parse(await state.read_body(request))
             n_passages = len(req.passages)
             if not state.ready:

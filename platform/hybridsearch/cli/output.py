@@ -1,0 +1,62 @@
+"""How ``hsp`` writes to the terminal. One rule: text is text, never markup.
+
+Every console a command prints on comes from :func:`console`, which has rich markup, emoji codes
+and highlighting turned off, so a ``[`` in an index name, a query, a document title or an error
+message prints as itself (Elasticsearch's messages are full of ``[...]``). Style comes only from
+:func:`styled`, which builds a :class:`rich.text.Text` from plain pieces and ``(piece, style)``
+pairs — never from markup inside a string.
+
+Errors are printed by :func:`print_error` only (called from ``cli/main.py``): ``error: <message>``,
+at most :data:`MAX_ERROR_LINES` lines, and the chain of causes only with ``--verbose``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from rich.console import Console
+from rich.text import Text
+
+#: A piece of :func:`styled` output: plain text, or (text, rich style).
+Part = str | tuple[str, str]
+#: Lines of an error message shown without ``--verbose``.
+MAX_ERROR_LINES = 4
+#: Loggers of the Elasticsearch client: their retry warnings (with tracebacks) only show with --verbose.
+CLIENT_LOGGERS = ("elastic_transport", "elasticsearch")
+
+
+def console(*, stderr: bool = False, width: int | None = None) -> Console:
+    """A console that prints strings as they are: no markup, no ``:emoji:`` codes, no highlighting."""
+    return Console(stderr=stderr, width=width, markup=False, emoji=False, highlight=False)
+
+
+def styled(*parts: Part) -> Text:
+    """Text from plain pieces and ``(piece, style)`` pairs; no piece is ever read as markup."""
+    return Text.assemble(*parts)
+
+
+def error_text(exc: BaseException, verbose: int = 0) -> Text:
+    """``error: <message>``: at most MAX_ERROR_LINES lines, plus the causes when ``verbose``."""
+    lines = (str(exc) or type(exc).__name__).splitlines() or [type(exc).__name__]
+    if not verbose and len(lines) > MAX_ERROR_LINES:
+        lines = [*lines[:MAX_ERROR_LINES], f"… {len(lines) - MAX_ERROR_LINES} more line(s) with --verbose"]
+    text = styled(("error: ", "bold red"), "\n".join(lines))
+    if verbose:
+        seen = {id(exc)}
+        cause = exc.__cause__ or exc.__context__
+        while cause is not None and id(cause) not in seen:
+            seen.add(id(cause))
+            text.append(f"\n  caused by {type(cause).__module__}.{type(cause).__qualname__}: {cause}", style="dim")
+            cause = cause.__cause__ or cause.__context__
+    return text
+
+
+def print_error(out: Console, exc: BaseException, verbose: int = 0) -> None:
+    """Print ``exc`` for people on ``out`` (see :func:`error_text`), without hard line breaks."""
+    out.print(error_text(exc, verbose), soft_wrap=True)
+
+
+def quiet_client_logs(verbose: int) -> None:
+    """Hide the Elasticsearch client's retry warnings unless ``verbose``: our error says what failed."""
+    for name in CLIENT_LOGGERS:
+        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
