@@ -7,6 +7,9 @@ saying how to start a node (``ops/es-local.sh start``).
 from __future__ import annotations
 
 import os
+import shutil
+import ssl
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +20,7 @@ from elasticsearch import Elasticsearch
 from hybridsearch.cluster import make_client
 from hybridsearch.embedding import Embedder
 from hybridsearch.settings import Settings, load_settings
+from standin import Canned, serve
 
 ROOT = Path(__file__).resolve().parents[1]
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
@@ -122,3 +126,26 @@ def build_tiny_cross_encoder(dest: Path, seed: int = 0) -> Path:
 def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Folder of a tiny random BERT cross-encoder, built once per session (no Hub access needed)."""
     return build_tiny_cross_encoder(tmp_path_factory.mktemp("tiny-cross-encoder"))
+
+
+# Stand-in Elasticsearch servers for unit tests of the client seam (see standin.py).
+
+
+@pytest.fixture
+def fake_es() -> Iterator[Canned]:
+    """A plain-HTTP stand-in; set ``status``/``body``/``head_status`` before the first request."""
+    yield from serve(Canned(), None)
+
+
+@pytest.fixture
+def self_signed_es(tmp_path: Path) -> Iterator[Canned]:
+    """A TLS stand-in whose certificate is self-signed (untrusted by default). Needs the openssl CLI."""
+    openssl = shutil.which("openssl")
+    if openssl is None:
+        pytest.skip("needs the openssl command to make a certificate")
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run([openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=127.0.0.1",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.load_cert_chain(cert, key)
+    yield from serve(Canned(), ctx)
