@@ -1,18 +1,74 @@
-"""hybridsearch: hybrid BM25 + dense search on Elasticsearch with client-side RRF and reranking."""
+"""hybridsearch: hybrid BM25 + dense search on Elasticsearch with client-side RRF and reranking.
+
+The public API is what ``__all__`` lists (``tests/unit/test_exported_members.py`` guards it): the
+search clients, the filter types, the result types, the errors and the settings. Everything else is
+reached through its module and may change.
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from hybridsearch.errors import HybridSearchError
+from hybridsearch.errors import (
+    AccessDenied,
+    AuthenticationFailed,
+    ClusterError,
+    ClusterUnavailable,
+    ConfigError,
+    HybridSearchError,
+    IndexMismatch,
+    IndexNotFound,
+    IngestError,
+    ModelError,
+    QueryError,
+    RerankerError,
+    RerankerModelError,
+    TlsFailure,
+)
+from hybridsearch.query.filters import AllOf, AnyOf, Exists, Filter, NoneOf, Range, Term, Terms
+from hybridsearch.query.results import Hit, Mode, SearchResult, StageScore, Timings, WhyReport
 from hybridsearch.settings import Settings, get_settings, load_settings
 
 if TYPE_CHECKING:
     from hybridsearch.query.client import AsyncSearchClient, SearchClient
 
 __version__ = "0.1.0"
-__all__ = ["AsyncSearchClient", "HybridSearchError", "SearchClient", "Settings", "__version__", "get_settings",
-           "load_settings"]
+__all__ = [
+    "AccessDenied",
+    "AllOf",
+    "AnyOf",
+    "AsyncSearchClient",
+    "AuthenticationFailed",
+    "ClusterError",
+    "ClusterUnavailable",
+    "ConfigError",
+    "Exists",
+    "Filter",
+    "Hit",
+    "HybridSearchError",
+    "IndexMismatch",
+    "IndexNotFound",
+    "IngestError",
+    "Mode",
+    "ModelError",
+    "NoneOf",
+    "QueryError",
+    "Range",
+    "RerankerError",
+    "RerankerModelError",
+    "SearchClient",
+    "SearchResult",
+    "Settings",
+    "StageScore",
+    "Term",
+    "Terms",
+    "Timings",
+    "TlsFailure",
+    "WhyReport",
+    "__version__",
+    "get_settings",
+    "load_settings",
+]
 _LAZY = {"SearchClient", "AsyncSearchClient"}
 
 
