@@ -19,8 +19,8 @@ import httpx
 from elasticsearch import Elasticsearch
 
 from hybridsearch.cluster import cluster_info, es_errors, make_client
-from hybridsearch.errors import HybridSearchError, IndexMismatch
-from hybridsearch.indices import alias_targets, check_meta, index_meta
+from hybridsearch.errors import AliasConflict, HybridSearchError, IndexMismatch
+from hybridsearch.indices import alias_targets, check_meta, get_aliases, index_meta, single_target
 from hybridsearch.mappings import TEMPLATES, template_name
 from hybridsearch.settings import Settings
 
@@ -147,9 +147,12 @@ def check_index(es: Elasticsearch, settings: Settings) -> list[Check]:
                             "ingest documents (`hsp ingest PATH` or `hsp demo`), or `hsp index create`"))
         return checks
     live = targets[-1]
-    checks.append(Check("index", "alias", "OK" if len(targets) == 1 else "WARN", f"{alias} → {', '.join(targets)}",
-                        None if len(targets) == 1 else "point the alias at one index: `hsp index rollback "
-                                                        "--to-version N`"))
+    try:
+        single_target(alias, get_aliases(es, alias))
+        checks.append(Check("index", "alias", "OK", f"{alias} → {live}"))
+    except AliasConflict as exc:  # search and ingest refuse such an alias
+        message, fix = str(exc).split(". ", 1)
+        checks.append(Check("index", "alias", "FAIL", message, fix))
     meta = index_meta(es, live)
     try:
         check_meta(live, meta, settings)
