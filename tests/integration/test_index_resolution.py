@@ -75,7 +75,12 @@ def test_hand_made_index_with_other_dims_is_refused_before_embedding(
     name = _hand_made(es, settings, {"dims": 768})
     embedded: list[int] = []
     real = embedder.encode
-    monkeypatch.setattr(embedder, "encode", lambda texts, *a, **k: embedded.append(len(texts)) or real(texts))
+
+    def spy(texts: list[str], *args: Any, **kwargs: Any) -> Any:
+        embedded.append(len(texts))
+        return real(texts, *args, **kwargs)
+
+    monkeypatch.setattr(embedder, "encode", spy)
 
     with pytest.raises(IndexMismatch) as caught:
         run_ingest(docs("Bees dance."), settings, es=es, embedder=embedder)
