@@ -14,7 +14,9 @@ from typing import Any
 from elasticsearch import Elasticsearch
 
 from hybridsearch.embedding import Embedder
-from hybridsearch.ingest.pipeline import run_ingest
+from hybridsearch.ingest.chunking import HFTokenizer
+from hybridsearch.ingest.pipeline import document_chunks, run_ingest
+from hybridsearch.ingest.sources import Document, read_path
 from hybridsearch.query.client import SearchClient
 from hybridsearch.settings import Settings
 
@@ -87,14 +89,19 @@ VISIBLE = {"bool": {"must_not": [{"exists": {"field": "pending_run"}}]}}
 PENDING = {"exists": {"field": "pending_run"}}
 
 
-def _start_and_kill(es: Elasticsearch, settings: Settings, env: dict[str, str], tmp_path: Path, sig: int
-                    ) -> tuple[subprocess.Popen[str], Path]:
-    """Start `hsp ingest` on a corpus of long documents; send ``sig`` once one document is committed and
-    another is partly written (pending chunks)."""
+def _start_and_kill(es: Elasticsearch, settings: Settings, embedder: Embedder, env: dict[str, str], tmp_path: Path,
+                    sig: int) -> tuple[subprocess.Popen[str], Path, dict[str, int]]:
+    """Start `hsp ingest` on a corpus of long documents; send ``sig`` once one document is written whole and
+    another in part (counting every chunk in the index, searchable or not). Returns the process, the corpus
+    and each document's number of chunks."""
     corpus = tmp_path / "long.jsonl"
     rows = [{"_id": f"d{d}", "title": f"Cohort {d}",
              "text": "".join(SENTENCE.format(d=d, i=i, n=i * 3) for i in range(90))} for d in range(KILL_DOCS)]
     corpus.write_text("\n".join(json.dumps(r) for r in rows))
+    tokenizer = HFTokenizer(embedder.model.tokenizer)
+    expected = {d.doc_id: len(list(document_chunks(d, settings, tokenizer, embedder.max_seq_length)))
+                for d in read_path(corpus) if isinstance(d, Document)}
+    assert len(expected) == KILL_DOCS and min(expected.values()) > 40
     full_env = {**os.environ, **env, "HSP_INDEX__PREFIX": settings.index.prefix, "HSP_ES_URL": settings.es.url,
                 "HSP_INGEST__DEAD_LETTER_DIR": str(tmp_path / "dl"), "HF_HUB_OFFLINE": "1"}
     proc = subprocess.Popen([sys.executable, "-c", "from hybridsearch.cli.main import entry; entry()", "ingest",
@@ -104,33 +111,42 @@ def _start_and_kill(es: Elasticsearch, settings: Settings, env: dict[str, str], 
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
         if es.indices.exists(index=index):
-            es.indices.refresh(index=index)
-            if es.count(index=index, query=VISIBLE)["count"] and es.count(index=index, query=PENDING)["count"]:
+            stored = _per_doc(es, index, {"match_all": {}})
+            if any(n == expected[d] for d, n in stored.items()) and any(n < expected[d] for d, n in stored.items()):
                 break
         time.sleep(0.05)
     assert proc.poll() is None, "the ingest ended before it could be stopped"
     proc.send_signal(sig)
-    return proc, corpus
+    return proc, corpus, expected
 
 
-def _check_killed_state(es: Elasticsearch, s: Settings, embedder: Embedder, corpus: Path) -> None:
-    """No document is partly searchable; the re-run completes, reusing every chunk already written."""
+def _nothing_partial(es: Elasticsearch, s: Settings, embedder: Embedder, expected: dict[str, int]
+                     ) -> tuple[dict[str, int], dict[str, int]]:
+    """No document is partly searchable after the stop; returns chunks per document, visible and pending."""
     index = s.index.versioned(1)
     time.sleep(1.5)  # a bulk request sent before the signal still completes on the node
-    visible, pending = _per_doc(es, index, VISIBLE), _per_doc(es, index, PENDING)
-    assert pending, "the run was not stopped mid-document"
+    visible, stored = _per_doc(es, index, VISIBLE), _per_doc(es, index, {"match_all": {}})
+    for doc, n in visible.items():
+        assert n == expected[doc], f"{doc} is searchable with {n} of its {expected[doc]} chunks"
+    assert any(n < expected[d] for d, n in stored.items()), "the run was not stopped mid-document"
     assert visible, "no document was committed before the stop"
+    pending = _per_doc(es, index, PENDING)
+    assert {d: n for d, n in stored.items() if d not in visible} == pending
     with SearchClient(es, s, embedder=embedder) as client:  # what searches see now
         seen = {h.doc_id for h in client.search("cohort blood pressure", k=KILL_DOCS, mode="bm25").hits}
     assert seen == set(visible)
+    return visible, pending
 
+
+def _resumes(es: Elasticsearch, s: Settings, embedder: Embedder, corpus: Path, expected: dict[str, int],
+             visible: dict[str, int], pending: dict[str, int]) -> None:
+    """The re-run completes, reusing every chunk the stopped run wrote."""
+    index = s.index.versioned(1)
     again = run_ingest(corpus, s, es=es, embedder=embedder)
     full = _per_doc(es, index, {"match_all": {}})
     assert again.status == "completed" and again.documents_failed == 0 and again.failed == 0
-    assert len(full) == KILL_DOCS and _per_doc(es, index, PENDING) == {}
+    assert full == expected and _per_doc(es, index, PENDING) == {}
     assert _per_doc(es, index, VISIBLE) == full
-    for doc, n in visible.items():
-        assert n == full[doc], f"{doc} was searchable with {n} of its {full[doc]} chunks"
     written_before = sum(pending.values())
     assert again.reused == written_before > 0  # every chunk the stopped run wrote: not embedded again
     assert again.updated == 0
@@ -150,20 +166,22 @@ def _runs(es: Elasticsearch, settings: Settings) -> list[str]:
 def test_sigterm_mid_document_stops_cleanly_and_resumes(es: Elasticsearch, settings: Settings,
                                                         embedder: Embedder, tmp_path: Path) -> None:
     s, env = _kill_settings(settings)
-    proc, corpus = _start_and_kill(es, s, env, tmp_path, signal.SIGTERM)
+    proc, corpus, expected = _start_and_kill(es, s, embedder, env, tmp_path, signal.SIGTERM)
     out, _ = proc.communicate(timeout=120)
+    visible, pending = _nothing_partial(es, s, embedder, expected)
     assert proc.returncode == 130 and "Interrupted" in out, out
     assert _runs(es, s) == ["interrupted"]
-    _check_killed_state(es, s, embedder, corpus)
+    _resumes(es, s, embedder, corpus, expected, visible, pending)
     assert _runs(es, s) == ["interrupted", "completed"]
 
 
 def test_sigkill_mid_document_is_recorded_as_killed_and_resumes(es: Elasticsearch, settings: Settings,
                                                                embedder: Embedder, tmp_path: Path) -> None:
     s, env = _kill_settings(settings)
-    proc, corpus = _start_and_kill(es, s, env, tmp_path, signal.SIGKILL)
+    proc, corpus, expected = _start_and_kill(es, s, embedder, env, tmp_path, signal.SIGKILL)
     proc.communicate(timeout=60)
     assert proc.returncode == -signal.SIGKILL
+    visible, pending = _nothing_partial(es, s, embedder, expected)
     assert _runs(es, s) == ["running"]  # nothing could record the end
-    _check_killed_state(es, s, embedder, corpus)
+    _resumes(es, s, embedder, corpus, expected, visible, pending)
     assert _runs(es, s) == ["killed", "completed"]  # the next run recorded it

@@ -315,7 +315,7 @@ class _Run:
         if failed:
             self.count(documents_failed=len(failed))
         good = [Staged(f.doc.doc_id, f.ids, f.stored) for f in finals if f.doc.doc_id not in self.failed_docs]
-        deletes, flips = commit(self.es, self.index, good, self.settings.ingest)
+        deletes, flips = commit(self.es, self.index, self.result.run_id, good, self.settings.ingest)
         for f in deletes.failures:
             self.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"stale chunk not deleted (hidden): "
                             f"{f.reason}", stage="delete", status=f.status)
