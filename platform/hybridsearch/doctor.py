@@ -22,6 +22,7 @@ from hybridsearch.cluster import cluster_info, es_errors, make_client
 from hybridsearch.errors import AliasConflict, HybridSearchError, IndexMismatch
 from hybridsearch.indices import alias_targets, check_meta, get_aliases, index_meta, single_target
 from hybridsearch.mappings import TEMPLATES, template_name
+from hybridsearch.pending import pending_only, visible_only
 from hybridsearch.settings import Settings
 
 Status = Literal["OK", "WARN", "FAIL", "SKIP"]
@@ -165,7 +166,8 @@ def check_index(es: Elasticsearch, settings: Settings) -> list[Check]:
     with es_errors(f"mapping of {live}"):
         props = es.indices.get_mapping(index=live).body[live]["mappings"].get("properties", {})
         health = es.cluster.health(index=live).body["status"]
-        chunks = int(es.count(index=live)["count"])
+        chunks = int(es.count(index=live, query=visible_only())["count"])
+        pending = int(es.count(index=live, query=pending_only())["count"])
     emb = props.get("embedding", {})
     dims = emb.get("dims")
     if emb.get("type") != "dense_vector" or dims != settings.embedding.dims:
@@ -181,6 +183,10 @@ def check_index(es: Elasticsearch, settings: Settings) -> list[Check]:
                         f"{live} is {health}", None if health == "green" else "see `GET _cluster/allocation/explain`"))
     checks.append(Check("index", "chunks", "OK" if chunks else "WARN", f"{chunks:,} chunks in {live}",
                         None if chunks else "ingest documents: `hsp ingest PATH` or `hsp demo`"))
+    if pending:
+        checks.append(Check("index", "pending", "WARN", f"{pending:,} chunks in {live} were written by runs that "
+                            "did not finish and are not searchable", "re-run the same `hsp ingest` to finish "
+                            "those documents (what was written is reused), or `hsp ingest delete DOC_ID`"))
     return checks
 
 

@@ -22,18 +22,11 @@ from elasticsearch import Elasticsearch, helpers
 from hybridsearch.cluster import es_errors
 from hybridsearch.embedding import Embedder, load_sentence_transformer
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
-from hybridsearch.indices import (
-    alias_targets,
-    check_mapping,
-    ensure_templates,
-    get_aliases,
-    index_mapping,
-    resolve_index,
-    single_target,
-)
+from hybridsearch.indices import alias_targets, check_mapping, ensure_templates, index_mapping, resolve_index
 from hybridsearch.ingest.chunking import embed_text
 from hybridsearch.ingest.writer import DeadLetter, WriteReport, write_actions
 from hybridsearch.mappings import load_template
+from hybridsearch.pending import pending_only, visible_only
 from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
 
 log = logging.getLogger(__name__)
@@ -62,8 +55,10 @@ def list_versions(es: Elasticsearch, settings: Settings) -> dict[int, str]:
 def current_index(es: Elasticsearch, settings: Settings) -> str | None:
     """The one index the read alias points at, or None when there is no alias. Raises AliasConflict when
     it points at several (``indices.single_target``)."""
-    aliases = get_aliases(es, settings.index.alias)
-    return single_target(settings.index.alias, aliases) if aliases else None
+    try:
+        return resolve_index(es, settings, check=False)
+    except IndexNotFound:
+        return None
 
 
 # --------------------------------------------------------------------------------------------- status
@@ -85,6 +80,7 @@ class IndexStatus:
     chunker: str | None
     index_options: dict[str, Any] = field(default_factory=dict)
     created: str | None = None
+    pending: int = 0  # chunks staged by runs that did not finish: not searchable (hybridsearch.pending)
 
 
 @dataclass
@@ -108,11 +104,16 @@ def _doc_count(es: Elasticsearch, index: str) -> int | None:
     """Distinct documents in a chunk index (cardinality of doc_id; approximate above 40k)."""
     try:
         with es_errors(f"count documents in {index}"):
-            body = es.search(index=index, size=0, aggs={"docs": {"cardinality": {"field": "doc_id",
-                                                                                   "precision_threshold": 40000}}})
+            body = es.search(index=index, size=0, query=visible_only(), track_total_hits=True,
+                             aggs={"docs": {"cardinality": {"field": "doc_id", "precision_threshold": 40000}}})
         return int(body["aggregations"]["docs"]["value"])
     except IndexNotFound:
         return None
+
+
+def _pending(es: Elasticsearch, index: str) -> int:
+    with es_errors(f"count pending chunks in {index}"):
+        return int(es.count(index=index, query=pending_only())["count"])
 
 
 def index_status(es: Elasticsearch, settings: Settings) -> ClusterStatus:
@@ -141,6 +142,7 @@ def index_status(es: Elasticsearch, settings: Settings) -> ClusterStatus:
                 store_bytes=int(row.get("store.size") or 0), model=meta.get("embedding_model"),
                 dims=emb.get("dims", meta.get("embedding_dims")), chunker=meta.get("chunker_version"),
                 index_options=emb.get("index_options", {}), created=row.get("creation.date.string"),
+                pending=_pending(es, name) if row.get("status") == "open" else 0,
             ))
     logs: dict[str, int] = {}
     for name in (settings.index.query_log, settings.index.ingest_runs):
