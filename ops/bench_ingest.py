@@ -32,7 +32,8 @@ from rich.table import Table
 from hybridsearch.cluster import make_client
 from hybridsearch.embedding import Embedder
 from hybridsearch.ingest.chunking import HFTokenizer
-from hybridsearch.ingest.pipeline import IngestResult, document_chunks, run_ingest
+from hybridsearch.ingest.pipeline import document_chunks, run_ingest
+from hybridsearch.ingest.runs import IngestResult
 from hybridsearch.ingest.sources import Document, read_path
 from hybridsearch.ingest.workers import ProcessPoolEncoder
 from hybridsearch.settings import load_settings

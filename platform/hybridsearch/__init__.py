@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from hybridsearch.errors import (
     AccessDenied,
+    AliasConflict,
     AuthenticationFailed,
     ClusterError,
     ClusterUnavailable,
@@ -35,6 +36,7 @@ if TYPE_CHECKING:
 __version__ = "0.1.0"
 __all__ = [
     "AccessDenied",
+    "AliasConflict",
     "AllOf",
     "AnyOf",
     "AsyncSearchClient",

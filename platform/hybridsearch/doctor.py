@@ -21,14 +21,16 @@ from elasticsearch import Elasticsearch
 from hybridsearch.cluster import cluster_info, es_errors, make_client
 from hybridsearch.errors import (
     AccessDenied,
+    AliasConflict,
     AuthenticationFailed,
     ClusterUnavailable,
     HybridSearchError,
     IndexMismatch,
     TlsFailure,
 )
-from hybridsearch.indices import alias_targets, check_meta, index_meta
+from hybridsearch.indices import alias_targets, check_meta, get_aliases, index_meta, single_target
 from hybridsearch.mappings import TEMPLATES, template_name
+from hybridsearch.pending import pending_only, visible_only
 from hybridsearch.settings import Settings
 
 Status = Literal["OK", "WARN", "FAIL", "SKIP"]
@@ -194,9 +196,12 @@ def _check_live_index(es: Elasticsearch, settings: Settings, checks: list[Check]
                             "ingest documents (`hsp ingest PATH` or `hsp demo`), or `hsp index create`"))
         return
     live = targets[-1]
-    checks.append(Check("index", "alias", "OK" if len(targets) == 1 else "WARN", f"{alias} → {', '.join(targets)}",
-                        None if len(targets) == 1 else "point the alias at one index: `hsp index rollback "
-                                                        "--to-version N`"))
+    try:
+        single_target(alias, get_aliases(es, alias))
+        checks.append(Check("index", "alias", "OK", f"{alias} → {live}"))
+    except AliasConflict as exc:  # search and ingest refuse such an alias
+        message, fix = str(exc).split(". ", 1)
+        checks.append(Check("index", "alias", "FAIL", message, fix))
     meta = index_meta(es, live)
     try:
         check_meta(live, meta, settings)
@@ -209,7 +214,8 @@ def _check_live_index(es: Elasticsearch, settings: Settings, checks: list[Check]
     with es_errors(f"mapping of {live}"):
         props = es.indices.get_mapping(index=live).body[live]["mappings"].get("properties", {})
         health = es.cluster.health(index=live).body["status"]
-        chunks = int(es.count(index=live)["count"])
+        chunks = int(es.count(index=live, query=visible_only())["count"])
+        pending = int(es.count(index=live, query=pending_only())["count"])
     emb = props.get("embedding", {})
     dims = emb.get("dims")
     if emb.get("type") != "dense_vector" or dims != settings.embedding.dims:
@@ -225,6 +231,10 @@ def _check_live_index(es: Elasticsearch, settings: Settings, checks: list[Check]
                         f"{live} is {health}", None if health == "green" else "see `GET _cluster/allocation/explain`"))
     checks.append(Check("index", "chunks", "OK" if chunks else "WARN", f"{chunks:,} chunks in {live}",
                         None if chunks else "ingest documents: `hsp ingest PATH` or `hsp demo`"))
+    if pending:
+        checks.append(Check("index", "pending", "WARN", f"{pending:,} chunks in {live} were written by runs that "
+                            "did not finish and are not searchable", "re-run the same `hsp ingest` to finish "
+                            "those documents (what was written is reused), or `hsp ingest delete DOC_ID`"))
 
 
 # --------------------------------------------------------------------------------------------- models

@@ -13,7 +13,8 @@ can catch one type. Exceptions from the ``elasticsearch`` client are translated 
     │   ├── AuthenticationFailed  HTTP 401: the credentials were refused or are missing
     │   ├── AccessDenied       HTTP 403: the credentials lack a privilege for an action
     │   ├── IndexNotFound      the index or alias does not exist
-    │   └── IndexMismatch      the index exists but was built for another model, dims or chunker
+    │   ├── IndexMismatch      the index exists but was built for another model, dims or chunker
+    │   └── AliasConflict      the read alias points at more than one index
     ├── ModelError             a model cannot be loaded or does not fit the index
     ├── IngestError            a document or run could not be ingested
     └── RerankerError          the reranker failed, timed out or is unreachable
@@ -111,9 +112,29 @@ class IndexNotFound(ClusterError):
 
 
 class IndexMismatch(ClusterError):
-    """The index exists but records another embedding model, dims or chunker in its ``_meta``."""
+    """The index exists but its ``_meta`` or mapping (vector dims, similarity, field types) does not fit
+    the settings. ``differences`` holds ``(field, expected, actual)`` for each disagreement; ``actual`` is
+    None for a field the index lacks."""
 
     exit_code = 4
+
+    def __init__(self, message: str, *, index: str = "",
+                 differences: tuple[tuple[str, object, object], ...] = ()) -> None:
+        super().__init__(message)
+        self.index = index
+        self.differences = differences
+
+
+class AliasConflict(ClusterError):
+    """The read alias points at more than one index, so reads would mix them and writes go to one of them.
+    ``alias`` and ``indices`` (sorted) say which."""
+
+    exit_code = 4
+
+    def __init__(self, message: str, *, alias: str = "", indices: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.alias = alias
+        self.indices = indices
 
 
 class ModelError(HybridSearchError):

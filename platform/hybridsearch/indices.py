@@ -6,17 +6,27 @@ Chunk indices are named ``<prefix>-chunks-v<N>`` and searched through the alias
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from elasticsearch import Elasticsearch
 
 from hybridsearch.cluster import es_errors
-from hybridsearch.errors import IndexMismatch, IndexNotFound
+from hybridsearch.errors import AliasConflict, IndexMismatch, IndexNotFound
 from hybridsearch.mappings import TEMPLATES, load_template, template_name
 from hybridsearch.settings import Settings
 
 # _meta keys that must agree between an index and the settings that write to or query it.
 CHECKED_META = ("embedding_model", "embedding_dims")
+# dense_vector parameters that must agree: a vector of other dims cannot be written or compared, and
+# another similarity ranks (and, for dot_product, accepts) vectors differently.
+CHECKED_VECTOR = ("dims", "similarity")
+# Chunk fields added after indices were first built: an index without them is still served (reads treat
+# the missing field as absent) and ``ensure_chunk_fields`` adds them before an ingest writes.
+ADDABLE_FIELDS = ("pending_run",)
+
+Difference = tuple[str, object, object]  # (field, expected, actual); actual None = the index lacks it
 
 
 def ensure_templates(es: Elasticsearch, settings: Settings) -> None:
@@ -43,24 +53,69 @@ def expected_meta(settings: Settings) -> dict[str, Any]:
     return meta
 
 
-def index_meta(es: Elasticsearch, index: str) -> dict[str, Any]:
-    """``_meta`` of one concrete index (``{}`` when it has none). Raises IndexNotFound."""
+def index_mapping(es: Elasticsearch, index: str) -> dict[str, Any]:
+    """The ``mappings`` of one concrete index (``_meta`` and ``properties``). Raises IndexNotFound."""
     with es_errors(f"get mapping of {index}"):
         body = es.indices.get_mapping(index=index).body
-    mapping = next(iter(body.values()))["mappings"]
-    meta: dict[str, Any] = mapping.get("_meta", {})
+    mapping: dict[str, Any] = next(iter(body.values()))["mappings"]
+    return mapping
+
+
+def index_meta(es: Elasticsearch, index: str) -> dict[str, Any]:
+    """``_meta`` of one concrete index (``{}`` when it has none). Raises IndexNotFound."""
+    meta: dict[str, Any] = index_mapping(es, index).get("_meta", {})
     return meta
+
+
+def mapping_differences(mapping: Mapping[str, Any], settings: Settings,
+                        keys: tuple[str, ...] = CHECKED_META) -> list[Difference]:
+    """Where an index's ``mappings`` disagree with what ``settings`` would build: the ``_meta`` ``keys``
+    (as ``_meta.<key>``), the vector's dims and similarity (``embedding.dims``...) and the type of every
+    field of the chunk template (``<field>.type``; ADDABLE_FIELDS may be missing)."""
+    want = load_template("chunks", settings)["template"]["mappings"]
+    meta = mapping.get("_meta") or {}
+    diffs: list[Difference] = [(f"_meta.{k}", want["_meta"][k], meta.get(k)) for k in keys
+                               if meta.get(k) != want["_meta"][k]]
+    if "properties" not in mapping:  # only _meta given (check_meta)
+        return diffs
+    props: Mapping[str, Any] = mapping.get("properties") or {}
+    for name, spec in want["properties"].items():
+        have = props.get(name)
+        if have is None:
+            if name not in ADDABLE_FIELDS:
+                diffs.append((f"{name}.type", spec["type"], None))
+        elif have.get("type", "object") != spec["type"]:
+            diffs.append((f"{name}.type", spec["type"], have.get("type", "object")))
+    vector, have_vector = want["properties"]["embedding"], props.get("embedding") or {}
+    if have_vector.get("type") == vector["type"]:
+        defaults = {"similarity": "cosine"}  # what Elasticsearch uses when the mapping names none
+        diffs += [(f"embedding.{k}", vector[k], have_vector.get(k, defaults.get(k))) for k in CHECKED_VECTOR
+                  if have_vector.get(k, defaults.get(k)) != vector[k]]
+    return diffs
+
+
+def _raise_mismatch(index: str, diffs: list[Difference]) -> None:
+    if not diffs:
+        return
+    text = "; ".join(f"{f}: index has {a!r}, settings say {e!r}" if a is not None else
+                     f"{f}: index lacks it, settings say {e!r}" for f, e, a in diffs)
+    raise IndexMismatch(
+        f"index {index} does not fit the settings (built for another model or by hand): {text}. "
+        "Use matching HSP_EMBEDDING__* / HSP_INDEX__* settings, or build a new index version and migrate "
+        "(`hsp index migrate`).",
+        index=index, differences=tuple(diffs),
+    )
 
 
 def check_meta(index: str, meta: dict[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META) -> None:
     """Raise IndexMismatch when ``meta`` disagrees with ``settings`` on any of ``keys``."""
-    want = expected_meta(settings)
-    diffs = [f"{k}: index has {meta.get(k)!r}, settings say {want[k]!r}" for k in keys if meta.get(k) != want[k]]
-    if diffs:
-        raise IndexMismatch(
-            f"index {index} was built for another model: " + "; ".join(diffs)
-            + ". Use matching HSP_EMBEDDING__* settings, or build a new index version and migrate."
-        )
+    _raise_mismatch(index, mapping_differences({"_meta": meta}, settings, keys))
+
+
+def check_mapping(index: str, mapping: Mapping[str, Any], settings: Settings) -> None:
+    """Raise IndexMismatch (carrying the differences) when the index's real mapping, not only its ``_meta``,
+    does not fit ``settings``: model and dims in ``_meta``, vector dims and similarity, field types."""
+    _raise_mismatch(index, mapping_differences(mapping, settings))
 
 
 def alias_targets(es: Elasticsearch, alias: str) -> list[str]:
@@ -71,31 +126,73 @@ def alias_targets(es: Elasticsearch, alias: str) -> list[str]:
         return sorted(es.indices.get_alias(name=alias).body)
 
 
-def resolve_index(es: Elasticsearch, settings: Settings) -> str:
-    """The concrete index the read alias points at. Raises IndexNotFound."""
-    targets = alias_targets(es, settings.index.alias)
+def single_target(alias: str, aliases: Mapping[str, Any]) -> str:
+    """The one index behind ``alias`` in a ``GET _alias/<alias>`` answer (``{index: {"aliases": ...}}``).
+
+    Raises IndexNotFound when no index carries the alias and AliasConflict when several do: reads through
+    such an alias mix the indices (collapse keeps either copy of a document) while writes go to one of them,
+    so searches would serve stale text under another index's name.
+    """
+    targets = sorted(i for i, v in aliases.items() if isinstance(v, dict) and "aliases" in v)
     if not targets:
-        raise IndexNotFound(
-            f"alias {settings.index.alias} does not exist: run `hsp index create` or `hsp ingest` first"
+        raise IndexNotFound(f"alias {alias} does not exist: run `hsp index create` or `hsp ingest` first")
+    if len(targets) > 1:
+        writers = [i for i in targets if (aliases[i]["aliases"].get(alias) or {}).get("is_write_index")]
+        keep = writers[0] if len(writers) == 1 else targets[0]
+        remove = ", ".join(json.dumps({"remove": {"index": i, "alias": alias}}) for i in targets if i != keep)
+        version = keep.rsplit("-v", 1)[-1]
+        raise AliasConflict(
+            f"alias {alias} points at {len(targets)} indices ({', '.join(targets)}); searches and writes need "
+            f"exactly one. Keep one with `hsp index rollback --to-version {version if version.isdigit() else 'N'}`"
+            f" (keeps {keep}), or remove the others: POST _aliases {{\"actions\": [{remove}]}}",
+            alias=alias, indices=tuple(targets),
         )
-    return targets[-1]
+    return targets[0]
+
+
+def get_aliases(es: Elasticsearch, alias: str) -> dict[str, Any]:
+    """``GET _alias/<alias>`` (``{}`` when it does not exist)."""
+    with es_errors(f"resolve alias {alias}"):
+        body = es.options(ignore_status=404).indices.get_alias(name=alias).body
+    return {i: v for i, v in body.items() if isinstance(v, dict) and "aliases" in v}
+
+
+def resolve_index(es: Elasticsearch, settings: Settings, *, check: bool = True) -> str:
+    """The one concrete index the read alias points at; with ``check``, its real mapping is checked against
+    ``settings`` (:func:`check_mapping`). Every reader and writer resolves the alias here (the async search
+    client runs the same :func:`single_target` and :func:`check_mapping` on its own I/O).
+
+    Raises IndexNotFound (no alias), AliasConflict (several indices), IndexMismatch.
+    """
+    index = single_target(settings.index.alias, get_aliases(es, settings.index.alias))
+    if check:
+        check_mapping(index, index_mapping(es, index), settings)
+    return index
 
 
 def ensure_index(es: Elasticsearch, settings: Settings, version: int | None = None) -> str:
     """Create ``<prefix>-chunks-v<N>`` from the template if absent and point the alias at it.
 
     Idempotent. When the alias already points at an index, that index is checked and returned
-    (unless ``version`` names another one explicitly). Raises IndexMismatch when the index records
-    another embedding model or dims, ClusterError for other cluster failures.
+    (unless ``version`` names another one explicitly). Raises AliasConflict when the alias points at
+    several indices, IndexMismatch when the index's mapping does not fit the settings (model, dims,
+    similarity, field types), ClusterError for other cluster failures.
     """
     ensure_templates(es, settings)
     alias = settings.index.alias
-    current = alias_targets(es, alias)
-    name = current[-1] if current and version is None else settings.index.versioned(version)
+    aliases = get_aliases(es, alias)
+    current = [single_target(alias, aliases)] if aliases else []
+    name = current[0] if current and version is None else settings.index.versioned(version)
     with es_errors(f"create index {name}"):
         if not es.indices.exists(index=name):
             es.indices.create(index=name)
-    check_meta(name, index_meta(es, name), settings)
+    mapping = index_mapping(es, name)
+    check_mapping(name, mapping, settings)
+    missing = {f: spec for f, spec in load_template("chunks", settings)["template"]["mappings"]["properties"].items()
+               if f in ADDABLE_FIELDS and f not in mapping.get("properties", {})}
+    if missing:  # an index built before these fields existed: add them so that writes carrying them pass
+        with es_errors(f"add fields {', '.join(missing)} to {name}"):
+            es.indices.put_mapping(index=name, properties=missing)
     if not current:
         with es_errors(f"point alias {alias} at {name}"):
             es.indices.update_aliases(actions=[{"add": {"index": name, "alias": alias, "is_write_index": True}}])

@@ -22,10 +22,11 @@ from elasticsearch import Elasticsearch, helpers
 from hybridsearch.cluster import es_errors
 from hybridsearch.embedding import Embedder, load_sentence_transformer
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
-from hybridsearch.indices import alias_targets, check_meta, ensure_templates, index_meta
+from hybridsearch.indices import alias_targets, check_mapping, ensure_templates, index_mapping, resolve_index
 from hybridsearch.ingest.chunking import embed_text
 from hybridsearch.ingest.writer import DeadLetter, WriteReport, write_actions
 from hybridsearch.mappings import load_template
+from hybridsearch.pending import pending_only, visible_only
 from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
 
 log = logging.getLogger(__name__)
@@ -52,9 +53,12 @@ def list_versions(es: Elasticsearch, settings: Settings) -> dict[int, str]:
 
 
 def current_index(es: Elasticsearch, settings: Settings) -> str | None:
-    """The index the read alias points at, or None when there is no alias."""
-    targets = alias_targets(es, settings.index.alias)
-    return targets[-1] if targets else None
+    """The one index the read alias points at, or None when there is no alias. Raises AliasConflict when
+    it points at several (``indices.single_target``)."""
+    try:
+        return resolve_index(es, settings, check=False)
+    except IndexNotFound:
+        return None
 
 
 # --------------------------------------------------------------------------------------------- status
@@ -76,6 +80,7 @@ class IndexStatus:
     chunker: str | None
     index_options: dict[str, Any] = field(default_factory=dict)
     created: str | None = None
+    pending: int = 0  # chunks staged by runs that did not finish: not searchable (hybridsearch.pending)
 
 
 @dataclass
@@ -99,11 +104,16 @@ def _doc_count(es: Elasticsearch, index: str) -> int | None:
     """Distinct documents in a chunk index (cardinality of doc_id; approximate above 40k)."""
     try:
         with es_errors(f"count documents in {index}"):
-            body = es.search(index=index, size=0, aggs={"docs": {"cardinality": {"field": "doc_id",
-                                                                                   "precision_threshold": 40000}}})
+            body = es.search(index=index, size=0, query=visible_only(), track_total_hits=True,
+                             aggs={"docs": {"cardinality": {"field": "doc_id", "precision_threshold": 40000}}})
         return int(body["aggregations"]["docs"]["value"])
     except IndexNotFound:
         return None
+
+
+def _pending(es: Elasticsearch, index: str) -> int:
+    with es_errors(f"count pending chunks in {index}"):
+        return int(es.count(index=index, query=pending_only())["count"])
 
 
 def index_status(es: Elasticsearch, settings: Settings) -> ClusterStatus:
@@ -132,6 +142,7 @@ def index_status(es: Elasticsearch, settings: Settings) -> ClusterStatus:
                 store_bytes=int(row.get("store.size") or 0), model=meta.get("embedding_model"),
                 dims=emb.get("dims", meta.get("embedding_dims")), chunker=meta.get("chunker_version"),
                 index_options=emb.get("index_options", {}), created=row.get("creation.date.string"),
+                pending=_pending(es, name) if row.get("status") == "open" else 0,
             ))
     logs: dict[str, int] = {}
     for name in (settings.index.query_log, settings.index.ingest_runs):
@@ -290,11 +301,10 @@ def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | N
     """
     if old.index.prefix != new.index.prefix:
         raise ConfigError("a migration stays within one prefix")
-    source = current_index(es, old)
-    if source is None:
-        raise IndexNotFound(f"alias {old.index.alias} does not exist: nothing to migrate")
-    source_meta = index_meta(es, source)
-    check_meta(source, source_meta, old)
+    source = resolve_index(es, old, check=False)
+    source_mapping = index_mapping(es, source)
+    check_mapping(source, source_mapping, old)
+    source_meta = source_mapping.get("_meta", {})
     expected = load_template("chunks", new)["template"]["mappings"]["_meta"]
     rechunk = source_meta.get("chunker_version") not in (None, expected["chunker_version"])
     first_chunks = {"term": {"position": 0}}  # one per document (and tenant)
@@ -339,8 +349,9 @@ def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | N
             + f". The alias still points at {source}; drop {target} with "
             f"`hsp index drop --version {version_of(target)}` and retry (pause ingestion during migrations)."
         )
-    target_meta = index_meta(es, target)
-    check_meta(target, target_meta, new)
+    target_mapping = index_mapping(es, target)
+    check_mapping(target, target_mapping, new)
+    target_meta = target_mapping.get("_meta", {})
     if swap:
         swap_to(es, new, target)
     docs = _doc_count(es, target) or 0
@@ -364,14 +375,19 @@ def swap_to(es: Elasticsearch, settings: Settings, index: str) -> list[str]:
 def rollback(es: Elasticsearch, settings: Settings, version: int | None = None) -> tuple[str, str]:
     """Point the alias back at ``version`` (default: the highest version below the live one).
 
-    Returns ``(from_index, to_index)``. Raises IndexNotFound when there is no alias or no earlier
-    version. The rolled-back-to index must have been built for the model queries will use: the
-    caller checks that with ``check_meta`` before querying.
+    Returns ``(from_index, to_index)``; ``from_index`` lists every index the alias left when it pointed
+    at several (the fix for AliasConflict: ``version`` must then be given). Raises IndexNotFound when there
+    is no alias or no earlier version. The rolled-back-to index must have been built for the model queries
+    will use: the caller checks that with ``check_meta`` before querying.
     """
-    live = current_index(es, settings)
-    if live is None:
+    targets = alias_targets(es, settings.index.alias)
+    if not targets:
         raise IndexNotFound(f"alias {settings.index.alias} does not exist: nothing to roll back")
-    live_v = version_of(live) or 0
+    if len(targets) > 1 and version is None:
+        raise ConfigError(f"alias {settings.index.alias} points at {', '.join(targets)}: name the version to "
+                          "keep with --to-version N")
+    live = targets[-1] if len(targets) == 1 else ", ".join(targets)
+    live_v = version_of(targets[-1]) or 0
     versions = list_versions(es, settings)
     if version is None:
         earlier = [v for v in versions if v < live_v]
@@ -381,8 +397,8 @@ def rollback(es: Elasticsearch, settings: Settings, version: int | None = None) 
     if version not in versions:
         raise IndexNotFound(f"version {version} ({settings.index.versioned(version)}) does not exist")
     target = versions[version]
-    if target == live:
-        raise ConfigError(f"{live} is already live")
+    if targets == [target]:
+        raise ConfigError(f"{target} is already live")
     swap_to(es, settings, target)
     return live, target
 
@@ -400,10 +416,7 @@ def drop_version(es: Elasticsearch, settings: Settings, version: int) -> str:
 
 
 def check_live_model(es: Elasticsearch, settings: Settings) -> str:
-    """The live index, after checking its ``_meta`` against ``settings``. Raises IndexMismatch/IndexNotFound."""
-    live = current_index(es, settings)
-    if live is None:
-        raise IndexNotFound(f"alias {settings.index.alias} does not exist")
-    check_meta(live, index_meta(es, live), settings)
-    return live
+    """The live index, after checking its mapping against ``settings``. Raises IndexMismatch, IndexNotFound,
+    AliasConflict."""
+    return resolve_index(es, settings)
 

@@ -60,7 +60,8 @@ def test_one_msearch_with_the_same_filters_in_bm25_and_knn(settings: Settings) -
     assert names == ["bm25", "knn"] and len(lines) == 4
     assert lines[0] == lines[2] == {"index": "unit-chunks"}
     bm25, knn = lines[1], lines[3]
-    want = [{"term": {"tenant": "acme"}}, {"term": {"source": "wiki"}}]
+    visible = {"bool": {"must_not": [{"exists": {"field": "pending_run"}}]}}  # no chunk of a half-written doc
+    want = [{"term": {"tenant": "acme"}}, {"term": {"source": "wiki"}}, visible]
     assert bm25["query"]["bool"]["filter"] == want == knn["knn"]["filter"]
     assert bm25["query"]["bool"]["must"] == [{"multi_match": {"query": "bees dance", "fields": ["title^2.5", "text"],
                                                               "type": "best_fields", "tie_breaker": 0.5,
@@ -71,7 +72,8 @@ def test_one_msearch_with_the_same_filters_in_bm25_and_knn(settings: Settings) -
         assert body["size"] == 100 and body["collapse"] == {"field": "doc_id"} and "embedding" not in body["_source"]
     assert searches(settings, plan(settings, "x", mode="bm25"), None)[0] == ["bm25"]
     names, lines = searches(settings, plan(settings, "x", mode="dense"), [1.0])
-    assert names == ["knn"] and "filter" not in lines[1]["knn"]
+    assert names == ["knn"] and lines[1]["knn"]["filter"] == [visible]
+    assert searches(settings, plan(settings, "x", mode="bm25"), None)[1][1]["query"]["bool"]["filter"] == [visible]
     with pytest.raises(QueryError):
         searches(settings, plan(settings, "x"), None)
 

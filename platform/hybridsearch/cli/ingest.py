@@ -83,6 +83,7 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
     docs = (f"{result.documents:,} read\n{result.documents_indexed:,} indexed\n"
             f"{result.documents_skipped:,} unchanged\n{result.documents_failed:,} failed")
     chunks = (f"{result.indexed:,} new\n{result.updated:,} updated\n{result.unchanged:,} unchanged\n"
+              f"{result.reused:,} reused (written by a stopped run)\n"
               f"{result.deleted:,} deleted\n{result.failed:,} failed ({result.retried:,} retries)")
     table.add_row(docs, chunks)
     console.print(table)

@@ -5,7 +5,10 @@ bulk writes in a *writer* thread, and the embedder in the calling thread (or in 
 so the embedder never waits on the network while the queues (``ingest.queue_size`` batches) hold work.
 Every document is accounted for: indexed, unchanged (same ``content_hash``, skipped without
 re-embedding) or failed with a dead-letter record. Chunk ``_id`` = ``doc_id#position@chunker``,
-so a re-run rewrites nothing and resumes where an interrupted run stopped.
+so a re-run rewrites nothing and resumes where an interrupted run stopped. A document is staged and
+committed (:mod:`hybridsearch.ingest.commit`): it becomes searchable only when all of it is written,
+and the chunks a stopped run wrote are reused, not embedded again. The run is recorded from its start
+(:mod:`hybridsearch.ingest.runs`), so a run killed outright is recorded as ``killed`` by the next one.
 """
 
 from __future__ import annotations
@@ -13,11 +16,12 @@ from __future__ import annotations
 import copy
 import logging
 import queue
+import signal
 import threading
 import time
 import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -28,11 +32,16 @@ from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.cluster import es_errors, make_client
 from hybridsearch.embedding import Embedder
 from hybridsearch.errors import ClusterError, ConfigError, HybridSearchError, ModelError
-from hybridsearch.indices import alias_targets, ensure_index
+from hybridsearch.indices import ensure_index
 from hybridsearch.ingest.chunking import HFTokenizer, Tokenizer, chunk_text, embed_text, text_budget
+from hybridsearch.ingest.commit import Staged, Stored, commit, hide, stored_chunks
+from hybridsearch.ingest.commit import delete_documents as delete_documents
+from hybridsearch.ingest.commit import existing_chunk_ids as existing_chunk_ids
 from hybridsearch.ingest.ids import chunk_id, parent_id, shard_of
+from hybridsearch.ingest.runs import IngestResult, RunRecord
 from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, read_path
-from hybridsearch.ingest.writer import DeadLetter, WriteReport, write_actions
+from hybridsearch.ingest.writer import DeadLetter, write_actions
+from hybridsearch.pending import PENDING_FIELD, visible_only
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -41,52 +50,11 @@ LOOKUP_BATCH = 64  # documents per change-detection search
 
 
 @dataclass
-class IngestResult:
-    """What one run did. Document counts are documents; the rest count chunks."""
-
-    run_id: str
-    index: str
-    source: str
-    status: str = "running"  # completed | interrupted | failed
-    shard: str | None = None
-    documents: int = 0
-    documents_skipped: int = 0
-    documents_failed: int = 0
-    documents_indexed: int = 0
-    chunks: int = 0
-    indexed: int = 0
-    updated: int = 0
-    unchanged: int = 0
-    deleted: int = 0
-    failed: int = 0
-    retried: int = 0
-    seconds: float = 0.0
-    chunks_per_second: float = 0.0
-    embed_seconds: float = 0.0
-    dead_letter_path: str | None = None
-    started_at: str = ""
-    ended_at: str = ""
-    model: str = ""
-    chunker: str = ""
-
-    @property
-    def changed_nothing(self) -> bool:
-        return self.indexed == self.updated == self.deleted == self.failed == self.documents_failed == 0
-
-    def summary_doc(self) -> dict[str, Any]:
-        """The document stored in ``<prefix>-ingest-runs``."""
-        doc = asdict(self)
-        doc["@timestamp"] = self.ended_at or self.started_at
-        doc["chunker_version"] = doc.pop("chunker")
-        doc["chunker"] = self.chunker.split("-", 1)[0]
-        return doc
-
-
-@dataclass
 class _Doc:
     doc: Document
     changed: bool
-    n_chunks: int = 0
+    stored: Stored = field(default_factory=Stored)
+    ids: list[str] = field(default_factory=list)  # chunk ids of the version being written, in order
 
 
 @dataclass
@@ -124,6 +92,7 @@ class _Run:
         self.tenant = settings.index.tenant
         self.dead = DeadLetter(settings.ingest.dead_letter_dir, result.run_id)
         self.stop = threading.Event()
+        self.terminated = False  # SIGTERM
         self.error: BaseException | None = None
         self.lock = threading.Lock()
         size = settings.ingest.queue_size
@@ -217,41 +186,41 @@ class _Run:
         q.put(_DONE)
 
     def lookup(self, docs: list[Document]) -> tuple[list[_Doc], list[Document]]:
-        """Split ``docs`` into work (new or changed) and unchanged, by chunk 0 of each in the index."""
+        """Split ``docs`` into work (new, changed or not committed) and unchanged: a document is done when its
+        chunk 0 is visible with its ``content_hash`` (:mod:`.commit` makes chunk 0 visible last)."""
         ids = [d.doc_id for d in docs]
-        flt: list[dict[str, Any]] = [{"terms": {"doc_id": ids}}, {"term": {"position": 0}}]
+        flt: list[dict[str, Any]] = [{"terms": {"doc_id": ids}}, {"term": {"position": 0}}, visible_only()]
         if self.tenant:
             flt.append({"term": {"tenant": self.tenant}})
         with es_errors("look up existing chunks"):
             hits = self.es.search(index=self.index, query={"bool": {"filter": flt}}, size=len(ids) * 4,
                                   source_includes=["doc_id", "content_hash"]).body["hits"]["hits"]
-        existing: dict[str, list[tuple[str, str]]] = {}
-        for h in hits:
-            existing.setdefault(h["_source"]["doc_id"], []).append((h["_id"], h["_source"].get("content_hash")))
-        work, same = [], []
-        for d in docs:
-            found = existing.get(d.doc_id, [])
-            current = chunk_id(d.doc_id, 0, self.signature, self.tenant)
-            if (current, d.content_hash) in found:
-                same.append(d)
-            else:
-                work.append(_Doc(d, changed=bool(found)))
-        return work, same
+        done = {(h["_id"], h["_source"].get("content_hash")) for h in hits}
+        same = [d for d in docs if (chunk_id(d.doc_id, 0, self.signature, self.tenant), d.content_hash) in done]
+        rest = [d for d in docs if d not in same]
+        stored = stored_chunks(self.es, self.index, {d.doc_id: d.content_hash for d in rest}, self.tenant)
+        return [_Doc(d, changed=bool(stored.get(d.doc_id, Stored()).visible), stored=stored.get(d.doc_id, Stored()))
+                for d in rest], same
 
     def _prepare_group(self, docs: list[Document]) -> None:
         work, same = self.lookup(docs)
         if same:
-            flt: list[dict[str, Any]] = [{"terms": {"doc_id": [d.doc_id for d in same]}}]
+            flt: list[dict[str, Any]] = [{"terms": {"doc_id": [d.doc_id for d in same]}}, visible_only()]
             if self.tenant:
                 flt.append({"term": {"tenant": self.tenant}})
             with es_errors("count unchanged chunks"):
                 n = int(self.es.count(index=self.index, query={"bool": {"filter": flt}}).body["count"])
             self.count(documents_skipped=len(same), unchanged=n)
+        self._hide(work)
         batch = _Batch()
         for item in work:
             first: tuple[dict[str, Any], str] | None = None
             for part in self._chunks(item):
-                if first is None:  # chunk 0 marks the document done: it travels in the document's last batch
+                if part[0]["chunk_id"] in item.stored.same:  # written by a stopped run: reuse, do not embed
+                    self.count(reused=1)
+                    continue
+                part[0][PENDING_FIELD] = self.result.run_id
+                if first is None:  # chunk 0 travels in the document's last batch
                     first = part
                     continue
                 batch.sources.append(part[0])
@@ -267,10 +236,20 @@ class _Run:
         if (batch.sources or batch.finals) and not self.put(self.to_embed, batch):
             return
 
+    def _hide(self, work: list[_Doc]) -> None:
+        """Take the visible chunks of documents about to be (re)written out of searches (:func:`.commit.hide`)."""
+        rep = hide(self.es, self.index, self.result.run_id,
+                   [(i, w.doc.doc_id) for w in work for i in sorted(w.stored.visible)], self.settings.ingest)
+        for f in rep.failures:
+            self.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"old chunk not hidden: {f.reason}",
+                            stage="hide", status=f.status)
+        for w in work:
+            w.stored.visible.clear()
+
     def _chunks(self, item: _Doc) -> Iterator[tuple[dict[str, Any], str]]:
         try:
             for src, text in document_chunks(item.doc, self.settings, self.tokenizer, self.max_seq):
-                item.n_chunks += 1
+                item.ids.append(src["chunk_id"])
                 yield src, text
         except (ValueError, TypeError) as exc:
             self.failed_docs.add(item.doc.doc_id)
@@ -298,8 +277,7 @@ class _Run:
                     batch.sources, batch.texts = [], []
                 with self.lock:
                     self.result.embed_seconds += time.perf_counter() - t0
-            if not self.put(self.to_write, batch):
-                break
+            self.put(self.to_write, batch)  # refused once stopped: keep draining to the end marker
 
     # ---- stage 3: write ----------------------------------------------------------------------------
     def write_loop(self) -> None:
@@ -319,8 +297,6 @@ class _Run:
         for src, vec in zip(batch.sources, batch.vectors if batch.vectors is not None else [], strict=True):
             src["embedding"] = [float(x) for x in vec]
             actions.append({"_op_type": "index", "_index": self.index, "_id": src["chunk_id"], "_source": src})
-        # chunk 0 carries the content_hash that marks a document done: write it last
-        actions.sort(key=lambda a: a["_source"]["position"] == 0)
         report = write_actions(self.es, actions, self.settings.ingest, stop=None)
         for f in report.failures:
             self.failed_docs.add(f.doc_id)
@@ -329,37 +305,27 @@ class _Run:
                             status=f.status, source=src.get("source"))
         self.count(chunks=len(actions), indexed=report.created, updated=report.updated,
                    failed=len(report.failures), retried=report.retried)
-        self._finalize(batch.finals, report)
+        self._finalize(batch.finals)
 
-    def _finalize(self, finals: list[_Doc], report: WriteReport) -> None:
+    def _finalize(self, finals: list[_Doc]) -> None:
+        """Commit the documents whose chunks are all written; ones with a failed chunk stay hidden (a re-run
+        writes what is missing and commits them)."""
         if not finals:
             return
         failed = [f for f in finals if f.doc.doc_id in self.failed_docs]
-        good = [f for f in finals if f.doc.doc_id not in self.failed_docs]
         if failed:
-            # un-mark them: without chunk 0 a re-run sees them as not done and tries again
-            undo = [{"_op_type": "delete", "_index": self.index, "_doc_id": f.doc.doc_id,
-                     "_id": chunk_id(f.doc.doc_id, 0, self.signature, self.tenant)} for f in failed]
-            write_actions(self.es, undo, self.settings.ingest)
             self.count(documents_failed=len(failed))
-        self.count(documents_indexed=len(good))
-        # every written document, not only the changed ones: a document whose earlier run failed half-way
-        # has no chunk 0 (so it looks new) but may still have surplus chunks from its older version
-        stale = self._stale_ids(good)
-        if stale:
-            rep = write_actions(self.es, [{"_op_type": "delete", "_index": self.index, "_id": i, "_doc_id": d}
-                                          for i, d in stale], self.settings.ingest)
-            for f in rep.failures:
-                self.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"stale chunk not deleted: {f.reason}",
-                                stage="delete", status=f.status)
-            self.count(deleted=rep.deleted)
-
-    def _stale_ids(self, docs: list[_Doc]) -> list[tuple[str, str]]:
-        if not docs:
-            return []
-        keep = {chunk_id(f.doc.doc_id, i, self.signature, self.tenant) for f in docs for i in range(f.n_chunks)}
-        return [(i, d) for i, d in existing_chunk_ids(self.es, self.index, [f.doc.doc_id for f in docs],
-                                                       self.tenant) if i not in keep]
+        good = [Staged(f.doc.doc_id, f.ids, f.stored) for f in finals if f.doc.doc_id not in self.failed_docs]
+        deletes, flips = commit(self.es, self.index, self.result.run_id, good, self.settings.ingest)
+        for f in deletes.failures:
+            self.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"stale chunk not deleted (hidden): "
+                            f"{f.reason}", stage="delete", status=f.status)
+        broken = {f.doc_id for f in flips.failures}
+        for f in flips.failures:
+            self.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"not made visible: {f.reason}",
+                            stage="commit", status=f.status)
+        self.count(deleted=deletes.deleted, documents_indexed=len(good) - len(broken),
+                   documents_failed=len(broken))
 
 
 def document_chunks(d: Document, settings: Settings, tokenizer: Tokenizer, max_seq_length: int
@@ -383,19 +349,6 @@ def document_chunks(d: Document, settings: Settings, tokenizer: Tokenizer, max_s
         yield src, embed_text(d.title, c.text, settings.embedding.prepend_title)
 
 
-def existing_chunk_ids(es: Elasticsearch, index: str, doc_ids: list[str], tenant: str | None = None
-                       ) -> list[tuple[str, str]]:
-    """``(_id, doc_id)`` of every chunk of ``doc_ids`` in ``index`` (searchable ones; refresh first)."""
-    from elasticsearch import helpers
-
-    flt: list[dict[str, Any]] = [{"terms": {"doc_id": doc_ids}}]
-    if tenant:
-        flt.append({"term": {"tenant": tenant}})
-    with es_errors("list chunks"):
-        return [(h["_id"], h["_source"]["doc_id"]) for h in helpers.scan(
-            es, index=index, query={"query": {"bool": {"filter": flt}}, "_source": ["doc_id"]}, size=1000)]
-
-
 def _check_embedder(embedder: Embedder, settings: Settings) -> None:
     from hybridsearch.embedding import resolve_model
 
@@ -410,11 +363,13 @@ def run_ingest(documents: str | Path | Iterable[Document | SourceFailure], setti
                shard: tuple[int, int] | None = None, fields: RecordFields | None = None) -> IngestResult:
     """Ingest ``documents`` (a path, or Documents) into the chunk index; returns the run's counts.
 
-    Ensures the index (checking its ``_meta`` against the model: IndexMismatch), skips unchanged documents,
-    replaces changed ones, dead-letters what fails and records the run in ``<prefix>-ingest-runs``.
-    ``shard=(i, n)`` keeps only documents whose id hashes to ``i`` of ``n``. On Ctrl-C the run stops after
-    the batches in flight and returns with ``status="interrupted"``. Raises ClusterUnavailable when the
-    cluster stays unreachable, ConfigError for a bad shard.
+    Ensures the index (checking its mapping against the settings: IndexMismatch; an alias over several
+    indices: AliasConflict), skips unchanged documents, replaces changed ones (each visible only once all of
+    it is written), dead-letters what fails and records the run in ``<prefix>-ingest-runs`` from its start
+    (marking runs that died unrecorded as ``killed``). ``shard=(i, n)`` keeps only documents whose id hashes
+    to ``i`` of ``n``. On Ctrl-C or SIGTERM the run stops after the batches in flight and returns with
+    ``status="interrupted"``. Raises ClusterUnavailable when the cluster stays unreachable, ConfigError for
+    a bad shard.
     """
     if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
         raise ConfigError(f"shard {shard[0]}/{shard[1]} is not i/N with 0 <= i < N")
@@ -430,10 +385,61 @@ def run_ingest(documents: str | Path | Iterable[Document | SourceFailure], setti
                           shard=f"{shard[0]}/{shard[1]}" if shard else None, started_at=_now(),
                           model=settings.embedding.model, chunker=chunker_signature(settings.chunking))
     run = _Run(settings, es, embedder, index, result, shard)
+    record = RunRecord(es, settings, result, run.lock)
+    record.start()
+    restore = _stop_on_sigterm(run)
+    try:
+        _stages(run, documents, fields, progress)
+    finally:
+        restore()
+    result.seconds = round(time.perf_counter() - started, 3)
+    written = result.indexed + result.updated
+    result.chunks_per_second = round(written / result.seconds, 2) if result.seconds else 0.0
+    result.embed_seconds = round(result.embed_seconds, 3)
+    result.ended_at = _now()
+    result.dead_letter_path = str(run.dead.path) if run.dead.used else None
+    if run.error is not None:
+        result.status = "failed"
+    elif run.terminated:
+        result.status = "interrupted"
+    elif result.status == "running":
+        result.status = "completed"
+    try:
+        with es_errors(f"refresh {index}"):
+            es.indices.refresh(index=index)
+    except HybridSearchError as exc:
+        log.warning("could not refresh %s: %s", index, exc)
+    record.finish()
+    if run.error is not None:
+        if isinstance(run.error, HybridSearchError):
+            raise run.error
+        raise ClusterError(f"ingest failed: {run.error!r}") from run.error
+    return result
+
+
+def _stop_on_sigterm(run: _Run) -> Any:
+    """Make SIGTERM stop ``run`` like Ctrl-C (after the batches in flight, recorded as interrupted) while it
+    runs; returns the function that puts the previous handler back. Only the main thread can do this."""
+    if threading.current_thread() is not threading.main_thread():
+        return lambda: None
+    previous = signal.getsignal(signal.SIGTERM)
+
+    def on_term(signum: int, frame: Any) -> None:
+        run.terminated = True
+        run.stop.set()
+
+    signal.signal(signal.SIGTERM, on_term)
+    return lambda: signal.signal(signal.SIGTERM, previous)
+
+
+def _stages(run: _Run, documents: str | Path | Iterable[Document | SourceFailure], fields: RecordFields | None,
+            progress: bool) -> None:
+    """Run prepare and write in threads and embed here until every stage is done."""
     from hybridsearch.ingest.progress import IngestProgress
     from hybridsearch.ingest.workers import make_encoder
 
-    encoder = make_encoder(embedder, settings)
+    result = run.result
+    encoder = make_encoder(run.embedder, run.settings)
     prep = threading.Thread(target=run.prepare, args=(_iter_input(documents, fields),), name="hsp-prepare",
                             daemon=True)
     writer = threading.Thread(target=run.write_loop, name="hsp-writer", daemon=True)
@@ -456,55 +462,3 @@ def run_ingest(documents: str | Path | Iterable[Document | SourceFailure], setti
             writer.join()
             prep.join(timeout=30)
             encoder.close()
-    result.seconds = round(time.perf_counter() - started, 3)
-    written = result.indexed + result.updated
-    result.chunks_per_second = round(written / result.seconds, 2) if result.seconds else 0.0
-    result.embed_seconds = round(result.embed_seconds, 3)
-    result.ended_at = _now()
-    result.dead_letter_path = str(run.dead.path) if run.dead.used else None
-    if run.error is not None:
-        result.status = "failed"
-    elif result.status == "running":
-        result.status = "completed"
-    _finish(es, settings, index, result)
-    if run.error is not None:
-        if isinstance(run.error, HybridSearchError):
-            raise run.error
-        raise ClusterError(f"ingest failed: {run.error!r}") from run.error
-    return result
-
-
-def _finish(es: Elasticsearch, settings: Settings, index: str, result: IngestResult) -> None:
-    """Refresh the chunk index and store the run summary; a failure here is logged, not raised."""
-    try:
-        with es_errors("store ingest run"):
-            es.indices.refresh(index=index)
-            es.index(index=settings.index.ingest_runs, id=result.run_id, document=result.summary_doc(),
-                     refresh="wait_for")
-    except HybridSearchError as exc:
-        log.warning("could not record ingest run %s: %s", result.run_id, exc)
-
-
-def delete_documents(doc_ids: Iterable[str], settings: Settings, es: Elasticsearch | None = None) -> int:
-    """Delete every chunk of ``doc_ids`` from the index behind the read alias; returns chunks deleted.
-
-    Unknown ids delete nothing. Raises ClusterError (IndexNotFound when there is no index)."""
-    es = es or make_client(settings.es)
-    ids = list(dict.fromkeys(doc_ids))
-    targets = alias_targets(es, settings.index.alias)
-    if not ids or not targets:
-        return 0
-    deleted = 0
-    for index in targets:
-        with es_errors(f"refresh {index}"):
-            es.indices.refresh(index=index)
-        for start in range(0, len(ids), 500):
-            found = existing_chunk_ids(es, index, ids[start:start + 500], settings.index.tenant)
-            rep = write_actions(es, [{"_op_type": "delete", "_index": index, "_id": i, "_doc_id": d}
-                                     for i, d in found], settings.ingest)
-            if rep.failures:
-                raise ClusterError(f"{len(rep.failures)} chunks could not be deleted: {rep.failures[0].reason}")
-            deleted += rep.deleted
-        with es_errors(f"refresh {index}"):
-            es.indices.refresh(index=index)
-    return deleted

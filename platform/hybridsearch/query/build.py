@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any, get_args
 
 from hybridsearch.errors import QueryError
+from hybridsearch.pending import visible_only
 from hybridsearch.query.filters import Filter, filter_clauses, filter_summary
 from hybridsearch.query.results import Mode
 from hybridsearch.settings import Settings
@@ -102,19 +103,26 @@ def _common(settings: Settings, size: int) -> dict[str, Any]:
     return body
 
 
+def search_filters(p: Plan) -> list[dict[str, Any]]:
+    """The plan's filters plus :func:`~hybridsearch.pending.visible_only`: chunks of a document that is still
+    being written are never searched."""
+    return [*p.filters, visible_only()]
+
+
 def bm25_body(settings: Settings, p: Plan) -> dict[str, Any]:
-    """``multi_match`` (best_fields, ``tie_breaker``) over ``title^title_boost`` and ``text``; filters in
-    ``bool.filter``."""
+    """``multi_match`` (best_fields, ``tie_breaker``) over ``title^title_boost`` and ``text``; filters
+    (:func:`search_filters`) in ``bool.filter``."""
     q = settings.query
     match = {"multi_match": {"query": p.query, "fields": [f"title^{q.title_boost:g}", "text"],
                              "type": "best_fields", "tie_breaker": q.tie_breaker, "operator": q.operator}}
     body = _common(settings, q.bm25_k)
-    body["query"] = {"bool": {"must": [match], "filter": p.filters}} if p.filters else match
+    body["query"] = {"bool": {"must": [match], "filter": search_filters(p)}}
     return body
 
 
 def knn_body(settings: Settings, p: Plan, vector: Iterable[float]) -> dict[str, Any]:
-    """Top-level ``knn`` with the same filters as a pre-filter, returning up to ``knn_k`` hits.
+    """Top-level ``knn`` with the same filters (:func:`search_filters`) as a pre-filter, returning up to
+    ``knn_k`` hits.
 
     With ``collapse`` the search gathers ``knn_k × knn_overfetch`` nearest chunks (``k``) and keeps the best
     chunk of each document, so about ``knn_k`` distinct documents remain; ``num_candidates`` is at least ``k``.
@@ -122,9 +130,7 @@ def knn_body(settings: Settings, p: Plan, vector: Iterable[float]) -> dict[str, 
     q = settings.query
     k = min(10_000, math.ceil(q.knn_k * q.knn_overfetch)) if q.collapse else q.knn_k
     knn: dict[str, Any] = {"field": "embedding", "query_vector": [float(x) for x in vector], "k": k,
-                           "num_candidates": min(10_000, max(q.num_candidates, k))}
-    if p.filters:
-        knn["filter"] = p.filters
+                           "num_candidates": min(10_000, max(q.num_candidates, k)), "filter": search_filters(p)}
     body = _common(settings, q.knn_k)
     body["knn"] = knn
     return body

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Self
 from elasticsearch import AsyncElasticsearch, Elasticsearch
 
 from hybridsearch.cluster import es_errors, make_async_client, make_client
-from hybridsearch.errors import HybridSearchError, IndexNotFound, RerankerError
-from hybridsearch.indices import check_meta
+from hybridsearch.errors import HybridSearchError, RerankerError
+from hybridsearch.indices import check_mapping, get_aliases, single_target
 from hybridsearch.query.assemble import Window, apply_rerank, build_result, check_response, fuse_window, log_doc
 from hybridsearch.query.assemble import passage as _passage
 from hybridsearch.query.build import Plan, plan, searches
@@ -88,13 +88,9 @@ class _Core:
     def _index_stale(self) -> bool:
         return self._index is None or time.monotonic() - self._index_checked_at > INDEX_RECHECK_S
 
-    def _checked_index(self, targets: list[str], mappings: Mapping[str, Any]) -> str:
-        alias = self.settings.index.alias
-        if not targets:
-            raise IndexNotFound(f"alias {alias} does not exist: run `hsp index create` or `hsp ingest` first")
-        index = sorted(targets)[-1]
-        meta = next(iter(mappings.values()))["mappings"].get("_meta", {}) if mappings else {}
-        check_meta(index, meta, self.settings)
+    def _checked_index(self, index: str, mappings: Mapping[str, Any]) -> str:
+        """Remember ``index`` (the alias's one target, see ``indices.single_target``) once its mapping fits."""
+        check_mapping(index, next(iter(mappings.values()))["mappings"], self.settings)
         self._index, self._index_checked_at = index, time.monotonic()
         return index
 
@@ -182,17 +178,16 @@ class SearchClient(_Core):
         return client
 
     def index(self) -> str:
-        """The concrete index behind the alias, its ``_meta`` checked (cached 60 s). Raises IndexNotFound,
-        IndexMismatch, ClusterUnavailable."""
+        """The one concrete index behind the alias, its mapping checked (cached 60 s): ``indices.resolve_index``.
+        Raises IndexNotFound, AliasConflict (the alias points at several indices), IndexMismatch,
+        ClusterUnavailable."""
         if not self._index_stale():
             assert self._index is not None
             return self._index
-        alias = self.settings.index.alias
-        with es_errors(f"resolve alias {alias}"):
-            targets = sorted(self.es.options(ignore_status=404).indices.get_alias(name=alias).body)
-            targets = [t for t in targets if t not in ("error", "status")]
-            mappings = self.es.indices.get_mapping(index=sorted(targets)[-1]).body if targets else {}
-        return self._checked_index(targets, mappings)
+        index = single_target(self.settings.index.alias, get_aliases(self.es, self.settings.index.alias))
+        with es_errors(f"get mapping of {index}"):
+            mappings = self.es.indices.get_mapping(index=index).body
+        return self._checked_index(index, mappings)
 
     def _window(self, p: Plan, t: Timings) -> tuple[str, Window, float]:
         index = self.index()
@@ -321,9 +316,10 @@ class AsyncSearchClient(_Core):
         alias = self.settings.index.alias
         with es_errors(f"resolve alias {alias}"):
             body = (await self.es.options(ignore_status=404).indices.get_alias(name=alias)).body
-            targets = sorted(t for t in body if t not in ("error", "status"))
-            mappings = (await self.es.indices.get_mapping(index=targets[-1])).body if targets else {}
-        return self._checked_index(targets, mappings)
+        index = single_target(alias, body)
+        with es_errors(f"get mapping of {index}"):
+            mappings = (await self.es.indices.get_mapping(index=index)).body
+        return self._checked_index(index, mappings)
 
     async def _window(self, p: Plan, t: Timings) -> tuple[str, Window, float]:
         index = await self.index()

@@ -16,7 +16,7 @@ from elasticsearch import Elasticsearch
 
 from hybridsearch.cluster import es_errors
 from hybridsearch.query.assemble import Rank, Window, stage_score
-from hybridsearch.query.build import Plan, bm25_body
+from hybridsearch.query.build import Plan, bm25_body, search_filters
 from hybridsearch.query.results import WhyReport
 from hybridsearch.settings import Settings
 
@@ -33,7 +33,7 @@ class Probes:
 def _doc_filter(p: Plan, doc_id: str, with_filters: bool) -> dict[str, Any]:
     clauses: list[dict[str, Any]] = [{"term": {"doc_id": doc_id}}]
     if with_filters:
-        clauses += p.filters
+        clauses += search_filters(p)
     return {"bool": {"filter": clauses}}
 
 
@@ -42,7 +42,7 @@ def why_report(probes: Probes, p: Plan, index: str, window: Window, doc_id: str)
     es, alias, s = probes.es, probes.settings.index.alias, probes.settings
     with es_errors(f"count chunks of {doc_id}"):
         total = int(es.count(index=alias, query=_doc_filter(p, doc_id, False))["count"])
-        allowed = int(es.count(index=alias, query=_doc_filter(p, doc_id, True))["count"]) if p.filters else total
+        allowed = int(es.count(index=alias, query=_doc_filter(p, doc_id, True))["count"])
     pos = next((i for i, c in enumerate(window.candidates) if str(c.source.get("doc_id") or c.key) == doc_id), None)
     cand = window.candidates[pos] if pos is not None else None
     rep = WhyReport(query=p.query, doc_id=doc_id, mode=p.mode, index=index, chunks_in_index=total,
@@ -52,7 +52,7 @@ def why_report(probes: Probes, p: Plan, index: str, window: Window, doc_id: str)
     if total == 0:
         notes.append(f"{doc_id} is not in {index}: no chunk has this doc_id")
     elif allowed == 0:
-        notes.append(f"all {total} chunks of {doc_id} are excluded by the filters (or tenant)")
+        notes.append(f"all {total} chunks of {doc_id} are excluded by the filters (or tenant), or still being written")
     if cand is not None:
         rep.bm25, rep.knn = stage_score(cand.stages.get("bm25")), stage_score(cand.stages.get("knn"))
         rep.fused, rep.rerank = stage_score(cand.fused), stage_score(cand.rerank)
@@ -92,7 +92,7 @@ def _probe_bm25(probes: Probes, p: Plan, doc_id: str, depth: int) -> str:
         if not hits:
             return f"BM25: no chunk of {doc_id} matches the query terms (operator {probes.settings.query.operator})"
         score = float(hits[0]["_score"])
-        query = {"bool": {"must": [match], "filter": p.filters}} if p.filters else match
+        query = {"bool": {"must": [match], "filter": search_filters(p)}}
         above = int(probes.es.count(index=alias, query=query, min_score=score)["count"])
     return f"BM25: best chunk score {score:.4f}, about {above} chunks score as high or higher; the list keeps {depth}"
 

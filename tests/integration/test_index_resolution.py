@@ -1,0 +1,101 @@
+"""One index behind the read alias, and index checks on the real mapping (issue 15, items 7 and 8)."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from elasticsearch import Elasticsearch
+
+from hybridsearch import lifecycle
+from hybridsearch.embedding import Embedder
+from hybridsearch.errors import AliasConflict, IndexMismatch
+from hybridsearch.indices import alias_targets, resolve_index
+from hybridsearch.ingest.pipeline import run_ingest
+from hybridsearch.ingest.sources import Document
+from hybridsearch.mappings import load_template
+from hybridsearch.query.client import AsyncSearchClient, SearchClient
+from hybridsearch.settings import Settings
+
+
+def docs(text: str) -> list[Document]:
+    return [Document.make("d1", text, title="Bees"), Document.make("d2", "Ants build nests underground.")]
+
+
+def test_alias_over_two_indices_is_refused_with_the_fix(es: Elasticsearch, settings: Settings,
+                                                        embedder: Embedder) -> None:
+    run_ingest(docs("Bees dance to tell where flowers are."), settings, es=es, embedder=embedder)
+    v1, v2 = settings.index.versioned(1), lifecycle.create_version(es, settings)
+    es.indices.update_aliases(actions=[{"add": {"index": v2, "alias": settings.index.alias}}])  # by hand
+
+    with pytest.raises(AliasConflict) as caught:
+        SearchClient(es, settings, embedder=embedder).search("bees", mode="bm25")
+    assert caught.value.indices == (v1, v2) and caught.value.alias == settings.index.alias
+    message = str(caught.value)
+    assert f"points at 2 indices ({v1}, {v2})" in message
+    assert "`hsp index rollback --to-version 1`" in message  # v1 is the write index: keep it
+    assert f'{{"remove": {{"index": "{v2}", "alias": "{settings.index.alias}"}}}}' in message
+    with pytest.raises(AliasConflict):
+        asyncio.run(_async_search(settings, embedder))
+    with pytest.raises(AliasConflict):  # nothing written to either index
+        run_ingest(docs("Bees dance differently now."), settings, es=es, embedder=embedder)
+    with pytest.raises(AliasConflict):
+        lifecycle.migrate(es, settings, settings, embedder=embedder)
+    with pytest.raises(AliasConflict):
+        resolve_index(es, settings)
+    es.indices.refresh(index=f"{v1},{v2}")
+    assert es.count(index=v2)["count"] == 0
+    assert es.search(index=v1, query={"term": {"doc_id": "d1"}})["hits"]["hits"][0]["_source"]["text"] == \
+        "Bees dance to tell where flowers are."
+
+    assert lifecycle.rollback(es, settings, 1) == (f"{v1}, {v2}", v1)  # the fix the message names
+    assert alias_targets(es, settings.index.alias) == [v1]
+    hits = SearchClient(es, settings, embedder=embedder).search("bees", mode="bm25").hits
+    assert [h.doc_id for h in hits] == ["d1"]
+
+
+async def _async_search(settings: Settings, embedder: Embedder) -> None:
+    async with AsyncSearchClient.from_settings(settings, embedder=embedder) as client:
+        await client.search("bees", mode="bm25")
+
+
+def _hand_made(es: Elasticsearch, settings: Settings, change: dict[str, Any]) -> str:
+    """An index whose ``_meta`` is copied from the template but whose ``embedding`` field is ``change``d."""
+    body = load_template("chunks", settings)["template"]
+    body["mappings"]["properties"]["embedding"].update(change)
+    name = settings.index.versioned(1)
+    es.indices.create(index=name, settings=body["settings"], mappings=body["mappings"],
+                      aliases={settings.index.alias: {"is_write_index": True}})
+    return name
+
+
+def test_hand_made_index_with_other_dims_is_refused_before_embedding(
+        es: Elasticsearch, settings: Settings, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+    name = _hand_made(es, settings, {"dims": 768})
+    embedded: list[int] = []
+    real = embedder.encode
+
+    def spy(texts: list[str], *args: Any, **kwargs: Any) -> Any:
+        embedded.append(len(texts))
+        return real(texts, *args, **kwargs)
+
+    monkeypatch.setattr(embedder, "encode", spy)
+
+    with pytest.raises(IndexMismatch) as caught:
+        run_ingest(docs("Bees dance."), settings, es=es, embedder=embedder)
+    assert caught.value.index == name
+    assert caught.value.differences == (("embedding.dims", 384, 768),)
+    assert "embedding.dims: index has 768, settings say 384" in str(caught.value)
+    assert embedded == []  # refused before any document was embedded
+    es.indices.refresh(index=name)
+    assert es.count(index=name)["count"] == 0
+    with pytest.raises(IndexMismatch, match=r"embedding\.dims"):
+        SearchClient(es, settings, embedder=embedder).search("bees")
+
+
+def test_other_similarity_is_a_mismatch(es: Elasticsearch, settings: Settings, embedder: Embedder) -> None:
+    _hand_made(es, settings, {"similarity": "dot_product"})
+    with pytest.raises(IndexMismatch) as caught:
+        resolve_index(es, settings)
+    assert caught.value.differences == (("embedding.similarity", "cosine", "dot_product"),)

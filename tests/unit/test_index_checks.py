@@ -1,0 +1,43 @@
+"""Alias resolution and mapping checks, without a cluster (issue 15, items 7 and 8)."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from hybridsearch.errors import AliasConflict, IndexNotFound
+from hybridsearch.indices import mapping_differences, single_target
+from hybridsearch.mappings import load_template
+from hybridsearch.settings import load_settings
+
+
+def test_single_target() -> None:
+    assert single_target("p-chunks", {"p-chunks-v3": {"aliases": {"p-chunks": {}}}}) == "p-chunks-v3"
+    with pytest.raises(IndexNotFound, match="alias p-chunks does not exist"):
+        single_target("p-chunks", {})
+    both = {"p-chunks-v1": {"aliases": {"p-chunks": {}}},
+            "p-chunks-v2": {"aliases": {"p-chunks": {"is_write_index": True}}}}
+    with pytest.raises(AliasConflict) as caught:
+        single_target("p-chunks", both)
+    assert caught.value.indices == ("p-chunks-v1", "p-chunks-v2")
+    assert "--to-version 2`" in str(caught.value)  # keep the write index
+    assert '{"remove": {"index": "p-chunks-v1", "alias": "p-chunks"}}' in str(caught.value)
+
+
+def test_mapping_differences_compare_the_real_mapping() -> None:
+    settings = load_settings()
+    mapping = load_template("chunks", settings)["template"]["mappings"]
+    assert mapping_differences(mapping, settings) == []
+    older = copy.deepcopy(mapping)
+    del older["properties"]["pending_run"]  # built before the field existed: still fits
+    assert mapping_differences(older, settings) == []
+    odd = copy.deepcopy(mapping)
+    odd["properties"]["embedding"]["dims"] = 768
+    odd["properties"]["doc_id"] = {"type": "text"}
+    del odd["properties"]["tenant"]
+    del odd["properties"]["embedding"]["similarity"]  # Elasticsearch's default is cosine: fits
+    assert sorted(mapping_differences(odd, settings)) == [
+        ("doc_id.type", "keyword", "text"), ("embedding.dims", 384, 768), ("tenant.type", "keyword", None)]
+    odd["_meta"]["embedding_model"] = "x/other"
+    assert ("_meta.embedding_model", settings.embedding.model, "x/other") in mapping_differences(odd, settings)
