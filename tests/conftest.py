@@ -2,6 +2,11 @@
 
 Cluster fixture order: ``HSP_ES_URL`` → testcontainers when a Docker engine answers → fail,
 saying how to start a node (``ops/es-local.sh start``).
+
+A secured node (``ops/es-local.sh start --secure``) writes ``security.env``; with its path in
+``HSP_TEST_SECURITY_ENV`` its URL, CA and superuser (``HSP_ES_URL``, ``HSP_ES__CA_CERTS``,
+``HSP_ES__USERNAME``, ``HSP_ES__PASSWORD``) fill in whatever the environment does not set, so every
+test (and every ``hsp`` it starts) reaches that node; its team users are for tests/integration/test_security.py.
 """
 
 from __future__ import annotations
@@ -21,6 +26,25 @@ from hybridsearch.settings import Settings, load_settings
 ROOT = Path(__file__).resolve().parents[1]
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
 ES_IMAGE = "docker.elastic.co/elasticsearch/elasticsearch:9.3.2"
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """``KEY=value`` lines of a shell env file (comments and blank lines skipped, quotes removed)."""
+    values: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.lstrip().startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            values[key.strip().removeprefix("export ").strip()] = value.strip().strip('"')
+    return values
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Take the secured node's URL, CA and superuser from HSP_TEST_SECURITY_ENV where the environment has none."""
+    path = os.environ.get("HSP_TEST_SECURITY_ENV")
+    if path and Path(path).is_file():
+        for key, value in read_env_file(Path(path)).items():
+            if key.startswith(("HSP_ES_URL", "HSP_ES__")):
+                os.environ.setdefault(key, value)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -77,7 +101,7 @@ def es(es_url: str) -> Iterator[Elasticsearch]:
 
 @pytest.fixture()
 def settings(es: Elasticsearch, es_url: str, tmp_path: Path) -> Iterator[Settings]:
-    """Settings with a uuid prefix, so each test has its own indices, aliases and templates; all
+    """Settings with a uuid prefix, so each test has its own indices and aliases; all
     of them are deleted afterwards."""
     prefix = f"t-{uuid.uuid4().hex[:10]}"
     yield load_settings(
@@ -87,7 +111,6 @@ def settings(es: Elasticsearch, es_url: str, tmp_path: Path) -> Iterator[Setting
         query={"log_queries": False},
     )
     es.options(ignore_status=404).indices.delete(index=f"{prefix}-*", expand_wildcards="all")
-    es.options(ignore_status=404).indices.delete_index_template(name=f"{prefix}-*")
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,7 @@ can catch one type. Exceptions from the ``elasticsearch`` client are translated 
     ├── ClusterError           Elasticsearch answered with an error
     │   ├── ClusterUnavailable no node answers (connection refused, timeout)
     │   ├── IndexNotFound      the index or alias does not exist
+    │   ├── PermissionDenied   the credentials lack privileges an operation needs (checked before writing)
     │   └── IndexMismatch      the index exists but was built for another model, dims or chunker
     ├── ModelError             a model cannot be loaded or does not fit the index
     ├── IngestError            a document or run could not be ingested
@@ -48,6 +49,20 @@ class ClusterUnavailable(ClusterError):
 
 class IndexNotFound(ClusterError):
     """The index or alias does not exist."""
+
+
+class PermissionDenied(ClusterError):
+    """The credentials lack index privileges an operation needs; it was refused before writing anything.
+
+    ``missing`` maps each missing privilege to the index names or patterns it is missing on; ``user`` is
+    the user Elasticsearch authenticated (None when unknown).
+    """
+
+    def __init__(self, message: str, *, user: str | None = None,
+                 missing: dict[str, list[str]] | None = None) -> None:
+        super().__init__(message)
+        self.user = user
+        self.missing = dict(missing or {})
 
 
 class IndexMismatch(ClusterError):

@@ -87,8 +87,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(status.as_dict(), indent=2, default=str))
         return 0
     alias = ", ".join(status.alias_targets) or "[red]missing[/]"
-    console.print(f"prefix [bold]{status.prefix}[/] · alias [bold]{status.alias}[/] → {alias}"
-                  + ("" if status.template_present else " · [yellow]templates missing[/]"))
+    console.print(f"prefix [bold]{status.prefix}[/] · alias [bold]{status.alias}[/] → {alias}")
     table = Table(show_lines=False, box=None, header_style="bold")
     for col in ("", "version", "health", "docs", "chunks", "size", "vectors", "created"):
         table.add_column(col, justify="right" if col in {"docs", "chunks", "size"} else "left", no_wrap=True)
