@@ -92,6 +92,23 @@ def es_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def security_env() -> dict[str, str]:
+    """The secured node's ``security.env`` (URL, CA, superuser, team users' passwords).
+
+    Without HSP_TEST_SECURITY_ENV the secured tests skip on a workstation and fail under CI (``CI`` set):
+    CI must run them (ops/test.sh starts its node with ``--secure`` and sets the variable)."""
+    path = os.environ.get("HSP_TEST_SECURITY_ENV")
+    if path and Path(path).is_file():
+        return read_env_file(Path(path))
+    why = (f"HSP_TEST_SECURITY_ENV={path!r} is not a file" if path else "HSP_TEST_SECURITY_ENV is not set")
+    msg = (f"no secured node for the security tests ({why}): start one with `ops/es-local.sh start --secure` "
+           "and `eval \"$(ops/es-local.sh env)\"`, or run ops/test.sh, which does both")
+    if os.environ.get("CI"):
+        pytest.fail(msg + " (CI is set: these tests must run, not skip)", pytrace=False)
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
 def es(es_url: str) -> Iterator[Elasticsearch]:
     client = make_client(load_settings(es_url=es_url).es)
     client.cluster.health(wait_for_status="yellow", timeout="30s")

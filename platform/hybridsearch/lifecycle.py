@@ -372,6 +372,7 @@ def rollback(es: Elasticsearch, settings: Settings, version: int | None = None) 
     version. The rolled-back-to index must have been built for the model queries will use: the
     caller checks that with ``check_meta`` before querying.
     """
+    require_privileges(es, chunk_names(settings), MOVE_ALIAS, f"move the alias {settings.index.alias}")
     live = current_index(es, settings)
     if live is None:
         raise IndexNotFound(f"alias {settings.index.alias} does not exist: nothing to roll back")
@@ -393,10 +394,10 @@ def rollback(es: Elasticsearch, settings: Settings, version: int | None = None) 
 
 def drop_version(es: Elasticsearch, settings: Settings, version: int) -> str:
     """Delete ``<prefix>-chunks-v<N>``. Refuses the live index (ConfigError); IndexNotFound if absent."""
+    require_privileges(es, chunk_names(settings), DROP, f"delete indices of prefix {settings.index.prefix}")
     name = settings.index.versioned(version)
     if name in alias_targets(es, settings.index.alias):
         raise ConfigError(f"{name} is live behind {settings.index.alias}: migrate or roll back before dropping it")
-    require_privileges(es, chunk_names(settings), DROP, f"delete indices of prefix {settings.index.prefix}")
     with es_errors(f"delete {name}"):
         if not es.indices.exists(index=name):
             raise IndexNotFound(f"index {name} does not exist")

@@ -24,6 +24,7 @@ from typing import Any
 
 from elasticsearch import Elasticsearch
 
+from hybridsearch.access import chunk_names, require_privileges
 from hybridsearch.cluster import es_errors, make_client
 from hybridsearch.embedding import Embedder
 from hybridsearch.errors import ClusterError, ConfigError, HybridSearchError, ModelError
@@ -487,8 +488,11 @@ def _finish(es: Elasticsearch, settings: Settings, index: str, result: IngestRes
 def delete_documents(doc_ids: Iterable[str], settings: Settings, es: Elasticsearch | None = None) -> int:
     """Delete every chunk of ``doc_ids`` from the index behind the read alias; returns chunks deleted.
 
-    Unknown ids delete nothing. Raises ClusterError (IndexNotFound when there is no index)."""
+    Unknown ids delete nothing. Raises PermissionDenied before deleting anything when the credentials may
+    not, ClusterError (IndexNotFound when there is no index)."""
     es = es or make_client(settings.es)
+    require_privileges(es, chunk_names(settings), ("read", "delete"),
+                       f"delete documents of prefix {settings.index.prefix}")
     ids = list(dict.fromkeys(doc_ids))
     targets = alias_targets(es, settings.index.alias)
     if not ids or not targets:

@@ -108,8 +108,9 @@ class QueryLogger:
             return
         try:
             self._ensure_index()
-            ok, errors = helpers.bulk(self.es, ({"_index": self.index, "_source": d} for d in docs),
-                                      raise_on_error=False, raise_on_exception=False, stats_only=True)
+            # op_type create: enough for a role granted only create_doc on its query log (append-only)
+            actions = ({"_op_type": "create", "_index": self.index, "_source": d} for d in docs)
+            ok, errors = helpers.bulk(self.es, actions, raise_on_error=False, raise_on_exception=False, stats_only=True)
             self.written += int(ok)
             self.failed += int(errors) if isinstance(errors, int) else len(errors)
         except Exception as exc:  # noqa: BLE001 - logging must never break searching
