@@ -129,6 +129,7 @@ YML
 start() {
   if health >/dev/null; then log "a node already answers at $URL"; echo "$URL"; return 0; fi
   if [[ "${HSP_ES_SECURE:-0}" != 1 ]]; then rm -f "$SEC_MARK"; URL="http://127.0.0.1:$PORT"; fi
+  secure_refuse_plain_node
   ensure_user; install
   local java; java=$(find_java)
   write_config

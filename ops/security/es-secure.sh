@@ -117,3 +117,11 @@ secure_env() {
   fi
   sed -n 's/^\(HSP_[A-Z0-9_]*=\)/export \1/p' "$SEC_ENV"
 }
+
+# A secured start where a plain node answers on the port would only time out: say so instead.
+secure_refuse_plain_node() {
+  if [[ "${HSP_ES_SECURE:-0}" == 1 ]] && curl -fsS --max-time 2 "http://127.0.0.1:$PORT/_cluster/health" >/dev/null 2>&1; then
+    log "a node without security answers at http://127.0.0.1:$PORT: stop it first ($0 stop) or start without --secure"
+    exit 6
+  fi
+}
