@@ -5,6 +5,10 @@
 #   ops/es-local.sh stop     stop the node this script started (by pid)
 #   ops/es-local.sh status   print the cluster health, exit 1 when no node answers
 #   ops/es-local.sh url      print the URL to export as HSP_ES_URL
+#   ops/es-local.sh env      print export lines for a secured node's URL, CA, superuser and test users
+#
+#   start --secure (or HSP_ES_SECURE=1): TLS on HTTP, the elastic superuser and file-realm users and roles
+#   (ops/security/es-secure.sh, roles from ops/security/roles.yml); then eval "$(ops/es-local.sh env)".
 #
 # It fetches Elasticsearch's own integ-test-zip distribution from Maven Central with Maven,
 # checks its SHA-512 against the pinned value below, unpacks it under $HSP_CACHE (default
@@ -32,10 +36,16 @@ NODE_DIR="$CACHE/es/node-$ES_VERSION-$PORT"
 PID_FILE="$NODE_DIR/es.pid"
 URL="http://127.0.0.1:$PORT"
 COORDS="org.elasticsearch.distribution.integ-test-zip:elasticsearch:$ES_VERSION:zip"
+for arg in "$@"; do if [[ "$arg" == --secure ]]; then HSP_ES_SECURE=1; fi; done
+# shellcheck source=ops/security/es-secure.sh
+source "$(dirname "$0")/security/es-secure.sh"
+if secure_mode; then URL="https://127.0.0.1:$PORT"; fi
 
 log() { printf '[es-local] %s\n' "$*" >&2; }
 
-health() { curl -fsS --max-time 2 "$URL/_cluster/health" 2>/dev/null; }
+es_curl() { local o; mapfile -t o < <(secure_curl_opts); curl "${o[@]}" "$@"; }
+
+health() { es_curl -fsS --max-time 2 "$URL/_cluster/health" 2>/dev/null; }
 
 find_java() {
   if [[ -n "${ES_JAVA_HOME:-}" ]]; then echo "$ES_JAVA_HOME"; return; fi
@@ -102,7 +112,7 @@ network.host: 127.0.0.1
 http.port: $PORT
 transport.port: $((PORT + 100))
 discovery.type: single-node
-xpack.security.enabled: false
+xpack.security.enabled: $(secure_mode && echo true || echo false)
 xpack.ml.enabled: false
 action.destructive_requires_name: false
 cluster.routing.allocation.disk.watermark.low: 1gb
@@ -112,11 +122,14 @@ YML
   # Extra settings for tests, e.g. thread_pool.write.queue_size: 2
   if [[ -n "${HSP_ES_EXTRA_YML:-}" ]]; then printf '%s\n' "$HSP_ES_EXTRA_YML" >> "$NODE_DIR/config/elasticsearch.yml"; fi
   printf -- '-Xms%s\n-Xmx%s\n' "$HEAP" "$HEAP" > "$NODE_DIR/config/jvm.options.d/heap.options"
+  if secure_mode; then secure_setup; fi
   if [[ $(id -u) -eq 0 ]]; then chown -R "$ES_USER" "$NODE_DIR"; fi
 }
 
 start() {
   if health >/dev/null; then log "a node already answers at $URL"; echo "$URL"; return 0; fi
+  if [[ "${HSP_ES_SECURE:-0}" != 1 ]]; then rm -f "$SEC_MARK"; URL="http://127.0.0.1:$PORT"; fi
+  secure_refuse_plain_node
   ensure_user; install
   local java; java=$(find_java)
   write_config
@@ -134,7 +147,7 @@ start() {
     "${cmd[@]}" >"$NODE_DIR/logs/stdout.log" 2>&1
   fi
   local deadline=$((SECONDS + ${HSP_ES_START_TIMEOUT:-180}))
-  until curl -fsS --max-time 2 "$URL/_cluster/health?wait_for_status=yellow&timeout=1s" >/dev/null 2>&1; do
+  until es_curl -fsS --max-time 2 "$URL/_cluster/health?wait_for_status=yellow&timeout=1s" >/dev/null 2>&1; do
     if (( SECONDS > deadline )); then log "node did not become ready; last log lines:"; tail -n 40 "$NODE_DIR/logs/"*.log >&2 || true; exit 5; fi
     sleep 1
   done
@@ -162,5 +175,6 @@ case "${1:-start}" in
   restart) stop; start ;;
   status) health || { log "no node answers at $URL"; exit 1; }; echo ;;
   url) echo "$URL" ;;
-  *) echo "usage: $0 start|stop|restart|status|url" >&2; exit 2 ;;
+  env) secure_env ;;
+  *) echo "usage: $0 start|stop|restart|status|url|env [--secure]" >&2; exit 2 ;;
 esac

@@ -3,13 +3,22 @@
 #
 # Sets up the virtual environment (ops/setup.sh), starts a local node unless HSP_ES_URL points at
 # one (ops/es-local.sh), then runs pytest with any extra arguments, e.g. `ops/test.sh tests/unit`.
+#
+# The node it starts listens on port 9250 (HSP_TEST_ES_PORT) and is secured (`ops/es-local.sh start
+# --secure`: TLS, the elastic superuser, team users; HSP_ES_SECURE=0 for a plain one): the whole suite runs as the superuser over TLS, and
+# tests/integration/test_security.py as the team users. With HSP_ES_URL given, those tests need
+# HSP_TEST_SECURITY_ENV (eval "$(ops/es-local.sh env)"); without it they skip, or fail when CI is set.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 VENV=$(ops/setup.sh)
 if [[ -z "${HSP_ES_URL:-}" ]]; then
-  HSP_ES_URL=$(ops/es-local.sh start)
+  # Its own port (9250), so the demo's plain node on 9200 can keep running beside it.
+  export HSP_ES_PORT="${HSP_TEST_ES_PORT:-9250}"
+  HSP_ES_URL=$(HSP_ES_SECURE="${HSP_ES_SECURE:-1}" ops/es-local.sh start)
   export HSP_ES_URL
+  # a secured node: its CA, superuser and the security tests' env file (nothing for a plain node)
+  if sec_env=$(ops/es-local.sh env 2>/dev/null); then eval "$sec_env"; fi
 fi
 export HF_HUB_OFFLINE="${HF_HUB_OFFLINE:-1}" TOKENIZERS_PARALLELISM=false
 set +e

@@ -2,6 +2,11 @@
 
 Cluster fixture order: ``HSP_ES_URL`` → testcontainers when a Docker engine answers → fail,
 saying how to start a node (``ops/es-local.sh start``).
+
+A secured node (``ops/es-local.sh start --secure``) writes ``security.env``; with its path in
+``HSP_TEST_SECURITY_ENV`` its URL, CA and superuser (``HSP_ES_URL``, ``HSP_ES__CA_CERTS``,
+``HSP_ES__USERNAME``, ``HSP_ES__PASSWORD``) fill in whatever the environment does not set, so every
+test (and every ``hsp`` it starts) reaches that node; its team users are for tests/integration/test_security.py.
 """
 
 from __future__ import annotations
@@ -25,6 +30,25 @@ from standin import Canned, serve
 ROOT = Path(__file__).resolve().parents[1]
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
 ES_IMAGE = "docker.elastic.co/elasticsearch/elasticsearch:9.3.2"
+
+
+def read_env_file(path: Path) -> dict[str, str]:
+    """``KEY=value`` lines of a shell env file (comments and blank lines skipped, quotes removed)."""
+    values: dict[str, str] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if line.strip() and not line.lstrip().startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            values[key.strip().removeprefix("export ").strip()] = value.strip().strip('"')
+    return values
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Take the secured node's URL, CA and superuser from HSP_TEST_SECURITY_ENV where the environment has none."""
+    path = os.environ.get("HSP_TEST_SECURITY_ENV")
+    if path and Path(path).is_file():
+        for key, value in read_env_file(Path(path)).items():
+            if key.startswith(("HSP_ES_URL", "HSP_ES__")):
+                os.environ.setdefault(key, value)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -72,6 +96,23 @@ def es_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def security_env() -> dict[str, str]:
+    """The secured node's ``security.env`` (URL, CA, superuser, team users' passwords).
+
+    Without HSP_TEST_SECURITY_ENV the secured tests skip on a workstation and fail under CI (``CI`` set):
+    CI must run them (ops/test.sh starts its node with ``--secure`` and sets the variable)."""
+    path = os.environ.get("HSP_TEST_SECURITY_ENV")
+    if path and Path(path).is_file():
+        return read_env_file(Path(path))
+    why = (f"HSP_TEST_SECURITY_ENV={path!r} is not a file" if path else "HSP_TEST_SECURITY_ENV is not set")
+    msg = (f"no secured node for the security tests ({why}): start one with `ops/es-local.sh start --secure` "
+           "and `eval \"$(ops/es-local.sh env)\"`, or run ops/test.sh, which does both")
+    if os.environ.get("CI"):
+        pytest.fail(msg + " (CI is set: these tests must run, not skip)", pytrace=False)
+    pytest.skip(msg)
+
+
+@pytest.fixture(scope="session")
 def es(es_url: str) -> Iterator[Elasticsearch]:
     client = make_client(load_settings(es_url=es_url).es)
     client.cluster.health(wait_for_status="yellow", timeout="30s")
@@ -81,7 +122,7 @@ def es(es_url: str) -> Iterator[Elasticsearch]:
 
 @pytest.fixture()
 def settings(es: Elasticsearch, es_url: str, tmp_path: Path) -> Iterator[Settings]:
-    """Settings with a uuid prefix, so each test has its own indices, aliases and templates; all
+    """Settings with a uuid prefix, so each test has its own indices and aliases; all
     of them are deleted afterwards."""
     prefix = f"t-{uuid.uuid4().hex[:10]}"
     yield load_settings(
@@ -91,7 +132,6 @@ def settings(es: Elasticsearch, es_url: str, tmp_path: Path) -> Iterator[Setting
         query={"log_queries": False},
     )
     es.options(ignore_status=404).indices.delete(index=f"{prefix}-*", expand_wildcards="all")
-    es.options(ignore_status=404).indices.delete_index_template(name=f"{prefix}-*")
 
 
 @pytest.fixture(scope="session")

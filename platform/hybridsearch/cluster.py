@@ -48,9 +48,11 @@ def client_kwargs(cfg: ClusterSettings) -> dict[str, Any]:
     elif cfg.username is not None:
         password = cfg.password.get_secret_value() if cfg.password else ""
         kwargs["basic_auth"] = (cfg.username, password)
-    if cfg.ca_certs is not None:
+    # TLS options only for https URLs (the client refuses them for http, e.g. a CA exported for another node)
+    tls = any(h.startswith("https://") for h in cfg.hosts)
+    if cfg.ca_certs is not None and tls:
         kwargs["ca_certs"] = str(cfg.ca_certs)
-    if not cfg.verify_certs:
+    if not cfg.verify_certs and tls:
         kwargs["verify_certs"] = False
     return kwargs
 

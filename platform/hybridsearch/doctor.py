@@ -2,7 +2,7 @@
 
 Each check returns a :class:`Check` with a status (OK, WARN, FAIL or SKIP), what it found and, when
 something is wrong, the fix. Areas: the cluster (reachable, version, health, disk against the
-cluster's own watermarks), the index (templates, alias, ``_meta`` against the configured model,
+cluster's own watermarks), the index (privileges, alias, ``_meta`` against the configured model,
 vector dims, chunk count), the embedding model (loads, dims) and the reranker (service ready, or
 the local cross-encoder loads). A reranker problem is a WARN: searches then keep the fused order.
 """
@@ -18,6 +18,7 @@ from typing import Any, Literal
 import httpx
 from elasticsearch import Elasticsearch
 
+from hybridsearch.access import INGEST, check_privileges, prefix_names
 from hybridsearch.cluster import cluster_info, es_errors, make_client
 from hybridsearch.errors import (
     AccessDenied,
@@ -29,7 +30,6 @@ from hybridsearch.errors import (
     TlsFailure,
 )
 from hybridsearch.indices import alias_targets, check_meta, get_aliases, index_meta, single_target
-from hybridsearch.mappings import TEMPLATES, template_name
 from hybridsearch.pending import pending_only, visible_only
 from hybridsearch.settings import Settings
 
@@ -166,26 +166,34 @@ def _check_disk(es: Elasticsearch) -> Check:
 
 # --------------------------------------------------------------------------------------------- index
 
+def check_access(es: Elasticsearch, settings: Settings) -> Check:
+    """What the credentials may do on the prefix: ingest and manage (OK), only search (OK, read-only), or
+    not even search (FAIL)."""
+    got = check_privileges(es, prefix_names(settings), INGEST)
+    pattern = f"{settings.index.prefix}-*"
+    if not got.enforced:
+        return Check("index", "privileges", "OK", "security is off on this cluster: nothing to check")
+    if got.ok:
+        return Check("index", "privileges", "OK", f"{got.user} may ingest, search and manage {pattern}")
+    if not {"read", "view_index_metadata"} & set(got.missing):
+        return Check("index", "privileges", "OK", f"{got.user} may search {pattern} (read-only: ingesting "
+                     f"would be refused, missing {got.describe()})")
+    return Check("index", "privileges", "FAIL", f"{got.user} may not search {pattern}: missing {got.describe()}",
+                 "use credentials whose role grants the prefix's privileges (docs/operations.md, 'Roles'), "
+                 "or set HSP_INDEX__PREFIX to a prefix they own")
+
+
 def check_index(es: Elasticsearch, settings: Settings) -> list[Check]:
-    """Templates, alias, ``_meta`` against the configured model, vector dims, chunk count."""
-    checks = [_check_templates(es, settings)]
+    """Privileges, alias, ``_meta`` against the configured model, vector dims, chunk count."""
+    try:
+        checks = [check_access(es, settings)]
+    except HybridSearchError as exc:  # say why, then check what can still be read
+        checks = [Check("index", "privileges", "FAIL", *problem(exc))]
     try:
         _check_live_index(es, settings, checks)
     except HybridSearchError as exc:
         checks.append(Check("index", "index", "FAIL", *problem(exc)))
     return checks
-
-
-def _check_templates(es: Elasticsearch, settings: Settings) -> Check:
-    names = [template_name(t, settings) for t in TEMPLATES]
-    try:
-        with es_errors(f"read index templates {', '.join(names)}"):
-            missing = [name for name in names if not es.indices.exists_index_template(name=name)]
-    except AccessDenied as exc:  # a search-only role may not read templates: say so, check the rest
-        return Check("index", "templates", "WARN", *problem(exc))
-    return Check("index", "templates", "WARN" if missing else "OK",
-                 f"missing: {', '.join(missing)}" if missing else f"{len(TEMPLATES)} present",
-                 "`hsp ingest` or `hsp index create` puts them" if missing else None)
 
 
 def _check_live_index(es: Elasticsearch, settings: Settings, checks: list[Check]) -> None:

@@ -13,6 +13,7 @@ can catch one type. Exceptions from the ``elasticsearch`` client are translated 
     │   ├── AuthenticationFailed  HTTP 401: the credentials were refused or are missing
     │   ├── AccessDenied       HTTP 403: the credentials lack a privilege for an action
     │   ├── IndexNotFound      the index or alias does not exist
+    │   ├── PermissionDenied   the credentials lack privileges an operation needs (checked before writing)
     │   ├── IndexMismatch      the index exists but was built for another model, dims or chunker
     │   └── AliasConflict      the read alias points at more than one index
     ├── ModelError             a model cannot be loaded or does not fit the index
@@ -109,6 +110,20 @@ class AccessDenied(ClusterError):
 
 class IndexNotFound(ClusterError):
     """The index or alias does not exist."""
+
+
+class PermissionDenied(ClusterError):
+    """The credentials lack index privileges an operation needs; it was refused before writing anything.
+
+    ``missing`` maps each missing privilege to the index names or patterns it is missing on; ``user`` is
+    the user Elasticsearch authenticated (None when unknown).
+    """
+
+    def __init__(self, message: str, *, user: str | None = None,
+                 missing: dict[str, list[str]] | None = None) -> None:
+        super().__init__(message)
+        self.user = user
+        self.missing = dict(missing or {})
 
 
 class IndexMismatch(ClusterError):

@@ -1,7 +1,9 @@
-"""Templates, versioned indices and the read alias.
+"""Versioned chunk indices, the read alias and the log indices, each created with explicit mappings.
 
 Chunk indices are named ``<prefix>-chunks-v<N>`` and searched through the alias
-``<prefix>-chunks``, so a new model or chunker is a new index and an atomic alias swap.
+``<prefix>-chunks``, so a new model or chunker is a new index and an atomic alias swap. No index
+template is used: every index is created with its settings and mappings from ``mappings/``, so a
+team needs index privileges on its own prefix only and can change nothing outside it.
 """
 
 from __future__ import annotations
@@ -10,11 +12,13 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+import elasticsearch
 from elasticsearch import Elasticsearch
 
+from hybridsearch.access import INGEST, prefix_names, require_privileges
 from hybridsearch.cluster import es_errors
 from hybridsearch.errors import AliasConflict, IndexMismatch, IndexNotFound
-from hybridsearch.mappings import TEMPLATES, load_template, template_name
+from hybridsearch.mappings import load_template
 from hybridsearch.settings import Settings
 
 # _meta keys that must agree between an index and the settings that write to or query it.
@@ -29,22 +33,41 @@ ADDABLE_FIELDS = ("pending_run",)
 Difference = tuple[str, object, object]  # (field, expected, actual); actual None = the index lacks it
 
 
-def ensure_templates(es: Elasticsearch, settings: Settings) -> None:
-    """Create or update the index templates for chunks, the query log and ingest runs.
+def index_body(name: str, settings: Settings) -> dict[str, Any]:
+    """``{"settings": …, "mappings": …}`` of index kind ``name`` (chunks, query_log, ingest_runs)."""
+    body: dict[str, Any] = load_template(name, settings)["template"]
+    return body
 
-    The query-log and ingest-runs indices are not versioned, so when they already exist their
-    mappings are brought up to date too (new fields are added; a conflicting change raises
-    ClusterError naming the index).
-    """
-    logs = {"query_log": settings.index.query_log, "ingest_runs": settings.index.ingest_runs}
-    for name in TEMPLATES:
-        body = load_template(name, settings)
-        with es_errors(f"put index template {template_name(name, settings)}"):
-            es.indices.put_index_template(name=template_name(name, settings), **body)
-        if name in logs:
-            with es_errors(f"update mapping of {logs[name]}"):
-                if es.indices.exists(index=logs[name]):
-                    es.indices.put_mapping(index=logs[name], properties=body["template"]["mappings"]["properties"])
+
+def ensure_log_index(es: Elasticsearch, settings: Settings, kind: str) -> str:
+    """Create the query-log or ingest-runs index with its mappings, or bring an existing one's mappings up
+    to date (new fields are added; a conflicting change raises ClusterError naming the index)."""
+    name = {"query_log": settings.index.query_log, "ingest_runs": settings.index.ingest_runs}[kind]
+    body = index_body(kind, settings)
+    with es_errors(f"create or update {name}"):
+        if es.indices.exists(index=name):
+            es.indices.put_mapping(index=name, properties=body["mappings"]["properties"])
+        else:
+            create_index(es, name, body)
+    return name
+
+
+def create_index(es: Elasticsearch, name: str, body: dict[str, Any]) -> bool:
+    """Create ``name`` with ``body``; False when it exists already (e.g. made meanwhile by a parallel run).
+    Call inside ``es_errors``."""
+    try:
+        es.indices.create(index=name, **body)
+        return True
+    except elasticsearch.BadRequestError as exc:
+        if isinstance(exc.body, dict) and exc.body.get("error", {}).get("type") == "resource_already_exists_exception":
+            return False
+        raise
+
+
+def ensure_log_indices(es: Elasticsearch, settings: Settings) -> None:
+    """:func:`ensure_log_index` for the query log and the ingest runs."""
+    for kind in ("query_log", "ingest_runs"):
+        ensure_log_index(es, settings, kind)
 
 
 def expected_meta(settings: Settings) -> dict[str, Any]:
@@ -171,28 +194,31 @@ def resolve_index(es: Elasticsearch, settings: Settings, *, check: bool = True) 
 
 
 def ensure_index(es: Elasticsearch, settings: Settings, version: int | None = None) -> str:
-    """Create ``<prefix>-chunks-v<N>`` from the template if absent and point the alias at it.
+    """Create ``<prefix>-chunks-v<N>`` (explicit mappings) if absent, point the alias at it, and create
+    the log indices.
 
     Idempotent. When the alias already points at an index, that index is checked and returned
-    (unless ``version`` names another one explicitly). Raises AliasConflict when the alias points at
-    several indices, IndexMismatch when the index's mapping does not fit the settings (model, dims,
-    similarity, field types), ClusterError for other cluster failures.
+    (unless ``version`` names another one explicitly). Checks first that the credentials may ingest into
+    the prefix (PermissionDenied, nothing written). Raises AliasConflict when the alias points at several
+    indices, IndexMismatch when the index's mapping does not fit the settings (model, dims, similarity,
+    field types), ClusterError for other cluster failures.
     """
-    ensure_templates(es, settings)
+    require_privileges(es, prefix_names(settings), INGEST, f"write to prefix {settings.index.prefix}")
     alias = settings.index.alias
     aliases = get_aliases(es, alias)
     current = [single_target(alias, aliases)] if aliases else []
     name = current[0] if current and version is None else settings.index.versioned(version)
     with es_errors(f"create index {name}"):
         if not es.indices.exists(index=name):
-            es.indices.create(index=name)
+            create_index(es, name, index_body("chunks", settings))
     mapping = index_mapping(es, name)
     check_mapping(name, mapping, settings)
-    missing = {f: spec for f, spec in load_template("chunks", settings)["template"]["mappings"]["properties"].items()
+    missing = {f: spec for f, spec in index_body("chunks", settings)["mappings"]["properties"].items()
                if f in ADDABLE_FIELDS and f not in mapping.get("properties", {})}
     if missing:  # an index built before these fields existed: add them so that writes carrying them pass
         with es_errors(f"add fields {', '.join(missing)} to {name}"):
             es.indices.put_mapping(index=name, properties=missing)
+    ensure_log_indices(es, settings)
     if not current:
         with es_errors(f"point alias {alias} at {name}"):
             es.indices.update_aliases(actions=[{"add": {"index": name, "alias": alias, "is_write_index": True}}])

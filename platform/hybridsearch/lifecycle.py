@@ -19,10 +19,11 @@ from typing import Any
 
 from elasticsearch import Elasticsearch, helpers
 
+from hybridsearch.access import CREATE, DROP, INGEST, MOVE_ALIAS, chunk_names, prefix_names, require_privileges
 from hybridsearch.cluster import es_errors
 from hybridsearch.embedding import Embedder, load_sentence_transformer
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
-from hybridsearch.indices import alias_targets, check_mapping, ensure_templates, index_mapping, resolve_index
+from hybridsearch.indices import alias_targets, check_mapping, ensure_log_indices, index_mapping, resolve_index
 from hybridsearch.ingest.chunking import embed_text
 from hybridsearch.ingest.writer import DeadLetter, WriteReport, write_actions
 from hybridsearch.mappings import load_template
@@ -92,7 +93,6 @@ class ClusterStatus:
     alias_targets: list[str]
     indices: list[IndexStatus]
     logs: dict[str, int]
-    template_present: bool
 
     def as_dict(self) -> dict[str, Any]:
         from dataclasses import asdict
@@ -149,10 +149,8 @@ def index_status(es: Elasticsearch, settings: Settings) -> ClusterStatus:
         with es_errors(f"count {name}"):
             if es.indices.exists(index=name):
                 logs[name] = int(es.count(index=name)["count"])
-    with es_errors("get templates"):
-        template = bool(es.indices.exists_index_template(name=f"{prefix}-chunks"))
     return ClusterStatus(prefix=prefix, alias=settings.index.alias, alias_targets=sorted(live), indices=rows,
-                         logs=logs, template_present=template)
+                         logs=logs)
 
 
 # --------------------------------------------------------------------------------------------- create
@@ -166,11 +164,13 @@ def next_version(es: Elasticsearch, settings: Settings) -> int:
 def create_version(es: Elasticsearch, settings: Settings, version: int | None = None) -> str:
     """Create ``<prefix>-chunks-v<N>`` for ``settings`` (model, dims, chunker, vector options).
 
-    ``version`` defaults to the next free one. The index gets its mappings explicitly, so versions
-    built for different models coexist under one template. When the prefix has no read alias yet,
-    the alias is pointed at the new index. Raises ConfigError when the version exists.
+    ``version`` defaults to the next free one. The index gets its settings and mappings explicitly (no
+    template), so versions built for different models coexist. The log indices are created too. When the
+    prefix has no read alias yet, the alias is pointed at the new index. Raises PermissionDenied (before
+    writing anything) when the credentials may not create the prefix's indices, ConfigError when the
+    version exists.
     """
-    ensure_templates(es, settings)
+    require_privileges(es, prefix_names(settings), CREATE, f"create indices of prefix {settings.index.prefix}")
     version = version or next_version(es, settings)
     name = settings.index.versioned(version)
     body = load_template("chunks", settings)["template"]
@@ -178,6 +178,8 @@ def create_version(es: Elasticsearch, settings: Settings, version: int | None = 
         if es.indices.exists(index=name):
             raise ConfigError(f"index {name} already exists: pick another --version or drop it first")
         es.indices.create(index=name, settings=body["settings"], mappings=body["mappings"])
+    ensure_log_indices(es, settings)
+    with es_errors(f"point alias {settings.index.alias} at {name}"):
         if not alias_targets(es, settings.index.alias):
             es.indices.update_aliases(actions=[{"add": {"index": name, "alias": settings.index.alias,
                                                         "is_write_index": True}}])
@@ -301,6 +303,7 @@ def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | N
     """
     if old.index.prefix != new.index.prefix:
         raise ConfigError("a migration stays within one prefix")
+    require_privileges(es, prefix_names(new), INGEST, f"migrate indices of prefix {new.index.prefix}")
     source = resolve_index(es, old, check=False)
     source_mapping = index_mapping(es, source)
     check_mapping(source, source_mapping, old)
@@ -366,6 +369,7 @@ def swap_to(es: Elasticsearch, settings: Settings, index: str) -> list[str]:
     """Point the read alias at ``index`` alone, atomically. Returns the indices it left."""
     from hybridsearch.indices import swap_alias
 
+    require_privileges(es, chunk_names(settings), MOVE_ALIAS, f"move the alias {settings.index.alias}")
     with es_errors(f"check {index}"):
         if not es.indices.exists(index=index):
             raise IndexNotFound(f"index {index} does not exist")
@@ -380,6 +384,7 @@ def rollback(es: Elasticsearch, settings: Settings, version: int | None = None) 
     is no alias or no earlier version. The rolled-back-to index must have been built for the model queries
     will use: the caller checks that with ``check_meta`` before querying.
     """
+    require_privileges(es, chunk_names(settings), MOVE_ALIAS, f"move the alias {settings.index.alias}")
     targets = alias_targets(es, settings.index.alias)
     if not targets:
         raise IndexNotFound(f"alias {settings.index.alias} does not exist: nothing to roll back")
@@ -405,6 +410,7 @@ def rollback(es: Elasticsearch, settings: Settings, version: int | None = None) 
 
 def drop_version(es: Elasticsearch, settings: Settings, version: int) -> str:
     """Delete ``<prefix>-chunks-v<N>``. Refuses the live index (ConfigError); IndexNotFound if absent."""
+    require_privileges(es, chunk_names(settings), DROP, f"delete indices of prefix {settings.index.prefix}")
     name = settings.index.versioned(version)
     if name in alias_targets(es, settings.index.alias):
         raise ConfigError(f"{name} is live behind {settings.index.alias}: migrate or roll back before dropping it")

@@ -1,8 +1,10 @@
-"""Load index templates from the repository's ``mappings/`` folder and render them from settings.
+"""Load index definitions from the repository's ``mappings/`` folder and render them from settings.
 
-Templates are plain JSON. A string value of the exact form ``"${name}"`` is replaced by the value
-of ``name`` in the render context, keeping its type (``"${embedding.dims}"`` becomes ``384``);
-placeholders inside longer strings are interpolated as text (``"${index.alias}-v*"``).
+Each file holds the ``settings`` and ``mappings`` (under ``template``) that the platform creates an index
+with explicitly; none is installed as an index template. They are plain JSON. A string value of the
+exact form ``"${name}"`` is replaced by the value of ``name`` in the render context, keeping its type
+(``"${embedding.dims}"`` becomes ``384``); placeholders inside longer strings are interpolated as text
+(``"${index.alias}-v*"``).
 """
 
 from __future__ import annotations
@@ -86,7 +88,3 @@ def load_template(name: str, settings: Settings) -> dict[str, Any]:
     rendered: dict[str, Any] = _substitute(json.loads(_raw(name)), render_context(settings))
     return rendered
 
-
-def template_name(name: str, settings: Settings) -> str:
-    """Name under which template ``name`` is stored in the cluster, e.g. ``hsp-chunks``."""
-    return f"{settings.index.prefix}-{name.replace('_', '-')}"

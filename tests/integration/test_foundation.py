@@ -62,11 +62,16 @@ def test_unreachable_cluster_is_our_error() -> None:
         cluster_info(client)
 
 
-def test_templates_update_existing_log_index_mappings(es: Elasticsearch, settings: Settings) -> None:
-    from hybridsearch.indices import ensure_templates
+def test_log_indices_are_created_or_brought_up_to_date(es: Elasticsearch, settings: Settings) -> None:
+    from hybridsearch.indices import ensure_log_indices
 
-    runs = settings.index.ingest_runs
+    runs, log = settings.index.ingest_runs, settings.index.query_log
     es.indices.create(index=runs, mappings={"dynamic": "strict", "properties": {"run_id": {"type": "keyword"}}})
-    ensure_templates(es, settings)
+    ensure_log_indices(es, settings)
     props = es.indices.get_mapping(index=runs).body[runs]["mappings"]["properties"]
     assert {"run_id", "documents", "chunks_per_second"} <= set(props)
+    created = es.indices.get_mapping(index=log).body[log]["mappings"]  # made with its explicit mappings
+    assert created["dynamic"] == "strict" and {"query_hash", "latency_ms"} <= set(created["properties"])
+    # no index template is involved (none is needed, so no cluster privilege to write one)
+    assert not es.options(ignore_status=404).indices.get_index_template(name=f"{settings.index.prefix}-*").body.get(
+        "index_templates")

@@ -1,6 +1,7 @@
 """Faults between the pipeline and a real node: 429s on single bulk items and a cluster that goes away.
 
-A small proxy on loopback forwards everything to the real node and, on cue, rejects chosen bulk items
+A small proxy on loopback (plain HTTP) forwards everything to the real node (over TLS, with the caller's
+credentials, when the node is secured) and, on cue, rejects chosen bulk items
 with 429 (removing them from the request, as a node whose write queue is full would) or stops answering.
 After the fault clears, a re-run ends with every valid document indexed exactly once.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import ssl
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -42,9 +44,10 @@ class Faults:
 
 
 class Proxy:
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, ca_certs: str | None = None) -> None:
         self.faults = Faults()
         up = urlparse(upstream)
+        tls = ssl.create_default_context(cafile=ca_certs) if up.scheme == "https" else None
         if up.hostname is None:
             raise ValueError(f"proxy upstream {upstream!r} names no host")
         host, port = up.hostname, up.port
@@ -113,7 +116,8 @@ class Proxy:
                 return (b"\n".join(kept) + b"\n" if kept else b""), rejected
 
             def _forward(self, body: bytes) -> tuple[int, dict[str, str], bytes]:
-                conn = http.client.HTTPConnection(host, port, timeout=30)
+                conn = (http.client.HTTPSConnection(host, port, timeout=30, context=tls) if tls else
+                        http.client.HTTPConnection(host, port, timeout=30))
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in {"host", "content-length"}}
                 conn.request(self.command, self.path, body=body or None, headers=headers)
                 resp = conn.getresponse()
@@ -134,8 +138,8 @@ class Proxy:
 
 
 @pytest.fixture()
-def proxy(es_url: str) -> Iterator[Proxy]:
-    p = Proxy(es_url)
+def proxy(es_url: str, settings: Settings) -> Iterator[Proxy]:
+    p = Proxy(es_url, str(settings.es.ca_certs) if settings.es.ca_certs else None)
     yield p
     p.close()
 

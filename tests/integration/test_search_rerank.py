@@ -120,7 +120,8 @@ def test_query_log_is_written_in_the_background(es: Elasticsearch, tuned: Settin
     assert hyb["top_ids"] == [h.doc_id for h in res.hits] and hyb["hits"] == 3 and hyb["reranked"] is False
     assert hyb["filters"]["bool"]["filter"][0] == {"term": {"source": "wiki"}} and hyb["latency_ms"]["total"] > 0
     assert docs["bm25"]["zero_hits"] is True
-    assert es.indices.exists_index_template(name=f"{logged.index.prefix}-query-log")
+    mapping = es.indices.get_mapping(index=logged.index.query_log).body[logged.index.query_log]["mappings"]
+    assert mapping["dynamic"] == "strict"  # the logger created the index with its mappings, not by auto-create
 
 
 def test_redacted_query_log_keeps_only_the_hash(es: Elasticsearch, tuned: Settings, embedder: Embedder) -> None:

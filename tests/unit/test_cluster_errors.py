@@ -101,10 +101,11 @@ def test_doctor_gives_the_fix_for_each_kind(fake_es: Canned, monkeypatch: pytest
     fake_es.status, fake_es.body = 403, None
     monkeypatch.setattr(doctor, "check_cluster", lambda es: [doctor.Check("cluster", "reachable", "OK", "fine")])
     checks = doctor.run_checks(settings, models=False, reranker=False)
-    templates, alias = checks[1], checks[2]
-    assert templates.status == "WARN" and templates.detail.startswith("not allowed: read index templates hsp-")
+    privileges, alias = checks[1], checks[2]
+    assert privileges.name == "privileges" and privileges.status == "FAIL"
+    assert privileges.detail == "not allowed: check privileges"
     assert alias.status == "FAIL" and alias.detail == "not allowed: get alias hsp-chunks"
-    for c in (templates, alias):
+    for c in (privileges, alias):
         assert c.fix is not None and "lack the privilege" in c.fix and "cluster checks above" not in c.fix
 
 

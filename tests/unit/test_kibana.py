@@ -167,7 +167,8 @@ def test_import_when_kibana_is_down() -> None:
 def test_cli_import_rewrites_for_the_prefix(fake_kibana: tuple[str, Any], monkeypatch: pytest.MonkeyPatch,
                                             capsys: pytest.CaptureFixture[str]) -> None:
     url, handler = fake_kibana
-    monkeypatch.delenv("HSP_ES__API_KEY", raising=False)
+    for name in ("HSP_ES__API_KEY", "HSP_ES__USERNAME", "HSP_ES__PASSWORD"):  # e.g. a secured test node's
+        monkeypatch.delenv(name, raising=False)
     assert main(["kibana", "import", "--url", url, "--prefix", "team-b"]) == 0
     assert "team-b" in capsys.readouterr().out
     _, sent = _uploaded(handler.requests[0])

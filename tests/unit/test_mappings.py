@@ -17,7 +17,7 @@ def test_chunks_template_renders_from_settings() -> None:
                       "analyzer": "english", "prefix": "team", "index_options": "hnsw", "hnsw_m": 32})
     t = load_template("chunks", s)
     props = t["template"]["mappings"]["properties"]
-    assert t["index_patterns"] == ["team-chunks-v*"]
+    assert "index_patterns" not in t  # created explicitly, never installed as an index template
     assert props["embedding"]["dims"] == 768
     assert props["embedding"]["similarity"] == "dot_product"
     assert props["embedding"]["index_options"] == {"type": "hnsw", "m": 32, "ef_construction": 100}

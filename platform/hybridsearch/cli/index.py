@@ -88,8 +88,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(status.as_dict(), indent=2, default=str))
         return 0
     alias = (", ".join(status.alias_targets), "") if status.alias_targets else ("missing", "red")
-    console.print(styled("prefix ", (status.prefix, "bold"), " · alias ", (status.alias, "bold"), " → ", alias,
-                         ("", "") if status.template_present else (" · templates missing", "yellow")))
+    console.print(styled("prefix ", (status.prefix, "bold"), " · alias ", (status.alias, "bold"), " → ", alias))
     table = Table(show_lines=False, box=None, header_style="bold")
     for col in ("", "version", "health", "docs", "chunks", "size", "vectors", "created"):
         table.add_column(col, justify="right" if col in {"docs", "chunks", "size"} else "left", no_wrap=True)

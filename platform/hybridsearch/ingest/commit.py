@@ -36,6 +36,7 @@ from typing import Any
 
 from elasticsearch import Elasticsearch, helpers
 
+from hybridsearch.access import chunk_names, require_privileges
 from hybridsearch.cluster import es_errors, make_client
 from hybridsearch.errors import ClusterError
 from hybridsearch.indices import alias_targets
@@ -126,8 +127,11 @@ def existing_chunk_ids(es: Elasticsearch, index: str, doc_ids: list[str], tenant
 
 def delete_documents(doc_ids: Iterable[str], settings: Settings, es: Elasticsearch | None = None) -> int:
     """Delete every chunk of ``doc_ids`` (visible or pending) from the indices behind the read alias;
-    returns chunks deleted. Unknown ids delete nothing. Raises ClusterError."""
+    returns chunks deleted. Unknown ids delete nothing. Raises PermissionDenied before deleting anything
+    when the credentials may not, ClusterError otherwise."""
     es = es or make_client(settings.es)
+    require_privileges(es, chunk_names(settings), ("read", "delete"),
+                       f"delete documents of prefix {settings.index.prefix}")
     ids = list(dict.fromkeys(doc_ids))
     targets = alias_targets(es, settings.index.alias)
     if not ids or not targets:

@@ -2,7 +2,7 @@
 
 ``submit`` never blocks the search: documents go into a bounded queue, and when it is full they
 are dropped and counted (``dropped``). A daemon thread bulk-writes batches to
-``<prefix>-query-log`` (creating its index template first when missing). ``flush`` waits until
+``<prefix>-query-log`` (creating that index with its mappings first when missing and allowed). ``flush`` waits until
 everything queued has been written; ``close`` flushes and stops the thread.
 """
 
@@ -15,7 +15,9 @@ from typing import Any
 
 from elasticsearch import Elasticsearch, helpers
 
-from hybridsearch.mappings import load_template, template_name
+from hybridsearch.access import require_privileges
+from hybridsearch.cluster import es_errors
+from hybridsearch.indices import create_index, index_body
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -34,7 +36,7 @@ class QueryLogger:
         self.written = 0
         self.failed = 0
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
-        self._template_ready = False
+        self._index_ready = False
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="hsp-query-log", daemon=True)
         self._thread.start()
@@ -74,13 +76,16 @@ class QueryLogger:
             return
         self._thread.join(timeout)
 
-    def _ensure_template(self) -> None:
-        if self._template_ready:
+    def _ensure_index(self) -> None:
+        """Create the query-log index with its mappings when it is missing (never let a write auto-create it
+        with guessed mappings); PermissionDenied when these credentials may not."""
+        if self._index_ready:
             return
-        name = template_name("query_log", self.settings)
-        if not self.es.indices.exists_index_template(name=name):
-            self.es.indices.put_index_template(name=name, **load_template("query_log", self.settings))
-        self._template_ready = True
+        with es_errors(f"check {self.index}"):
+            if not self.es.indices.exists(index=self.index):
+                require_privileges(self.es, [self.index], ("create_index",), f"create the query log {self.index}")
+                create_index(self.es, self.index, index_body("query_log", self.settings))
+        self._index_ready = True
 
     def _run(self) -> None:
         while True:
@@ -102,9 +107,10 @@ class QueryLogger:
         if not docs:
             return
         try:
-            self._ensure_template()
-            ok, errors = helpers.bulk(self.es, ({"_index": self.index, "_source": d} for d in docs),
-                                      raise_on_error=False, raise_on_exception=False, stats_only=True)
+            self._ensure_index()
+            # op_type create: enough for a role granted only create_doc on its query log (append-only)
+            actions = ({"_op_type": "create", "_index": self.index, "_source": d} for d in docs)
+            ok, errors = helpers.bulk(self.es, actions, raise_on_error=False, raise_on_exception=False, stats_only=True)
             self.written += int(ok)
             self.failed += int(errors) if isinstance(errors, int) else len(errors)
         except Exception as exc:  # noqa: BLE001 - logging must never break searching
