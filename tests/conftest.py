@@ -11,6 +11,7 @@ test (and every ``hsp`` it starts) reaches that node; its team users are for tes
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import ssl
@@ -189,3 +190,12 @@ def self_signed_es(tmp_path: Path) -> Iterator[Canned]:
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     ctx.load_cert_chain(cert, key)
     yield from serve(Canned(), ctx)
+
+
+@pytest.fixture
+def restore_client_log_levels() -> Iterator[None]:
+    """Put the client libraries' log levels back after a test that ran the CLI (it quiets them)."""
+    levels = {n: logging.getLogger(n).level for n in ("elastic_transport", "elasticsearch")}
+    yield
+    for name, level in levels.items():
+        logging.getLogger(name).setLevel(level)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 
@@ -20,12 +19,7 @@ ES_SAYS = ("action [indices:admin/get] is unauthorized for user [bob] with effec
            "for REST request [/_cluster/health] :fire: [bold red]not markup[/]")
 
 
-@pytest.fixture(autouse=True)
-def _restore_client_log_levels() -> Iterator[None]:
-    levels = {n: logging.getLogger(n).level for n in ("elastic_transport", "elasticsearch")}
-    yield
-    for name, level in levels.items():
-        logging.getLogger(name).setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_client_log_levels")
 
 
 def _raising(exc: Exception) -> Callable[[argparse.Namespace, Settings], int]:

@@ -7,12 +7,9 @@ port → TlsFailure raised at once (no retries); each one line from ``hsp``, nam
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
-from collections.abc import Iterator
 
 import pytest
-from standin import Canned
 
 from hybridsearch import doctor
 from hybridsearch.cli.main import main
@@ -20,6 +17,7 @@ from hybridsearch.cluster import cluster_info, make_async_client, make_client
 from hybridsearch.errors import AccessDenied, AuthenticationFailed, ClusterUnavailable, TlsFailure
 from hybridsearch.indices import alias_targets
 from hybridsearch.settings import ClusterSettings, load_settings
+from standin import Canned
 
 UNAUTHENTICATED = {"error": {"root_cause": [{"type": "security_exception",
                                              "reason": "unable to authenticate user [x] for REST request "
@@ -34,12 +32,7 @@ FORBIDDEN = {"error": {"root_cause": [{"type": "security_exception", "reason": F
                        "type": "security_exception", "reason": FORBIDDEN_REASON}, "status": 403}
 
 
-@pytest.fixture(autouse=True)
-def _restore_client_log_levels() -> Iterator[None]:
-    levels = {n: logging.getLogger(n).level for n in ("elastic_transport", "elasticsearch")}
-    yield
-    for name, level in levels.items():
-        logging.getLogger(name).setLevel(level)
+pytestmark = pytest.mark.usefixtures("restore_client_log_levels")
 
 
 def test_401_names_the_credential_settings(fake_es: Canned) -> None:
