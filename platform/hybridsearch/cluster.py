@@ -134,8 +134,8 @@ def translate(exc: Exception, what: str = "request") -> HybridSearchError:
         return tls_failure(exc, "the node") or ClusterUnavailable(
             f"TLS error on the {what}: {exc.message}. Check HSP_ES__CA_CERTS and HSP_ES__VERIFY_CERTS")
     if isinstance(exc, elasticsearch.ConnectionError | elasticsearch.ConnectionTimeout):
-        return ClusterUnavailable(f"Elasticsearch did not answer the {what}: {exc}. "
-                                  "Is a node running? Start one with `ops/es-local.sh start` "
+        return ClusterUnavailable(f"Elasticsearch did not answer the {what}: {exc}",
+                                  fix="Is a node running? Start one with `ops/es-local.sh start` "
                                   "or set HSP_ES_URL.")
     if isinstance(exc, elasticsearch.ApiError) and exc.meta.status == 401:
         return AuthenticationFailed(what, _reason(exc) if exc.body else None)
