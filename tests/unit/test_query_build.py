@@ -9,7 +9,7 @@ import pytest
 from hybridsearch.errors import ClusterError, IndexNotFound, QueryError, RerankerError
 from hybridsearch.query.assemble import apply_rerank, build_result, check_response, fuse_window, log_doc, query_hash
 from hybridsearch.query.build import clean_query, plan, searches
-from hybridsearch.query.results import Timings
+from hybridsearch.query.results import RerankOutcome, Timings
 from hybridsearch.settings import Settings, load_settings
 
 
@@ -152,13 +152,13 @@ def test_rerank_blend_interpolates_with_the_fused_score(settings: Settings) -> N
 
 def test_result_paging_and_explain(settings: Settings) -> None:
     w = fuse_window(settings, ["bm25", "knn"], [BM25, KNN])
-    w.rerank_reason = "no reranker configured"
+    w.rerank_outcome, w.rerank_reason = RerankOutcome.DISABLED, "no reranker configured"
     p = plan(settings, "q", k=3, page=2, explain=True)
     res = build_result(settings, p, "unit-chunks-v1", w, Timings())
     assert [h.doc_id for h in res.hits] == ["c"] and res.hits[0].rank == 4 and res.candidates == 4
     assert res.hits[0].explanation == [
         "BM25: rank 3, score 6.0000 → RRF term 1/(60+3) = 0.015873", "kNN: not in the top 3 (adds 0)",
-        "fused: rank 4, score 0.015873 (RRF, k=60)", "rerank: not applied (no reranker configured; see rerank_reason)"]
+        "fused: rank 4, score 0.015873 (RRF, k=60)", "rerank: not applied (disabled; see rerank_reason)"]
     doc = log_doc(settings, p, res)
     assert doc["query"] == "q" and doc["query_hash"] == query_hash("q") and doc["top_ids"] == ["c"]
     red = settings.model_copy(update={"query": settings.query.model_copy(update={"redact": True})})

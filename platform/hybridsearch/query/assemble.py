@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 from hybridsearch.errors import ClusterError, IndexNotFound, RerankerError
 from hybridsearch.query.build import Plan
 from hybridsearch.query.fusion import fuse, hybrid_weights, interpolate, linear_fuse, normalise, rrf_term
-from hybridsearch.query.results import Hit, SearchResult, StageScore, Timings
+from hybridsearch.query.results import Hit, RerankOutcome, SearchResult, StageScore, Timings
 from hybridsearch.settings import Settings
 
 STAGE_LABEL = {"bm25": "BM25", "knn": "kNN"}
@@ -42,7 +42,8 @@ class Window:
     candidates: list[Candidate]
     depths: dict[str, int]
     reranked: bool = False
-    rerank_reason: str | None = None
+    rerank_outcome: RerankOutcome = RerankOutcome.SKIPPED
+    rerank_reason: str | None = None  # detail for people when not applied
     blend: float | None = None  # reranker share in the final order of the reranked top (1 = reranker only)
 
 
@@ -134,10 +135,11 @@ def _fuse(
     return linear_fuse(scored, [weights[n] for n in names], q.linear_norm)
 
 
-def passage(c: Candidate) -> str:
-    """Text the reranker scores: the chunk's title and text."""
-    title = c.source.get("title") or ""
-    text = c.source.get("text") or ""
+def passage_text(source: Mapping[str, Any]) -> str:
+    """Text the reranker scores for a stored chunk ``source``: its title and text (training pairs use it too,
+    so a reranker is trained on exactly what it scores when serving)."""
+    title = source.get("title") or ""
+    text = source.get("text") or ""
     return f"{title} {text}".strip() if title else str(text)
 
 
@@ -153,7 +155,7 @@ def apply_rerank(window: Window, depth: int, scores: Sequence[float], blend: flo
     ``blend`` × min-max(reranker score) + (1 − ``blend``) × min-max(fused score); 0 keeps the fused
     order. Raises RerankerError when ``scores`` does not hold one finite number per passage.
     """
-    top = window.candidates[:depth]
+    top = rerank_slice(window, depth)
     if len(scores) != len(top):
         raise RerankerError(f"reranker returned {len(scores)} scores for {len(top)} passages")
     vals = [float(s) for s in scores]
@@ -166,7 +168,7 @@ def apply_rerank(window: Window, depth: int, scores: Sequence[float], blend: flo
         top[i].blended = keys[i] if blend < 1.0 else None
     window.candidates = [top[i] for i in order] + window.candidates[depth:]
     window.reranked = True
-    window.rerank_reason = None
+    window.rerank_outcome, window.rerank_reason = RerankOutcome.APPLIED, None
     window.blend = blend
 
 
@@ -209,8 +211,8 @@ def explain(settings: Settings, window: Window, c: Candidate) -> list[str]:
                          f"score) = {c.blended:.4f} over the reranked top")
     elif window.reranked:
         lines.append(f"rerank: below the rerank depth {settings.reranker.depth}, keeps its fused order")
-    elif window.rerank_reason:
-        lines.append(f"rerank: not applied ({window.rerank_reason.split(': ')[0]}; see rerank_reason)")
+    elif window.rerank_outcome is not RerankOutcome.APPLIED:
+        lines.append(f"rerank: not applied ({window.rerank_outcome.value.replace('_', ' ')}; see rerank_reason)")
     return lines
 
 
@@ -221,8 +223,8 @@ def build_result(settings: Settings, p: Plan, index: str, window: Window, timing
     hits = [_hit(c, start + i + 1, explain(settings, window, c) if p.explain else None) for i, c in enumerate(page)]
     return SearchResult(query=p.query, mode=p.mode, index=index, k=p.k, page=p.page, hits=hits,
                         candidates=len(window.candidates), reranked=window.reranked,
-                        rerank_reason=window.rerank_reason, rerank_blend=window.blend,
-                        truncated_query=p.truncated, timings=timings)
+                        rerank_outcome=window.rerank_outcome, rerank_reason=window.rerank_reason,
+                        rerank_blend=window.blend, truncated_query=p.truncated, timings=timings)
 
 
 def query_hash(text: str) -> str:

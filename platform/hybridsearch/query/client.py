@@ -22,12 +22,20 @@ from elasticsearch import AsyncElasticsearch, Elasticsearch
 from hybridsearch.cluster import es_errors, make_async_client, make_client
 from hybridsearch.errors import HybridSearchError, RerankerError
 from hybridsearch.indices import check_mapping, get_aliases, single_target
-from hybridsearch.query.assemble import Window, apply_rerank, build_result, check_response, fuse_window, log_doc
-from hybridsearch.query.assemble import passage as _passage
+from hybridsearch.query.assemble import (
+    Window,
+    apply_rerank,
+    build_result,
+    check_response,
+    fuse_window,
+    log_doc,
+    passage_text,
+    rerank_slice,
+)
 from hybridsearch.query.build import Plan, plan, searches
 from hybridsearch.query.filters import Filter
 from hybridsearch.query.querylog import QueryLogger
-from hybridsearch.query.results import Mode, SearchResult, Timings, WhyReport
+from hybridsearch.query.results import Mode, RerankOutcome, SearchResult, Timings, WhyReport
 from hybridsearch.rerank.base import Reranker
 from hybridsearch.rerank.card import effective_blend
 from hybridsearch.settings import Settings, get_settings
@@ -94,19 +102,21 @@ class _Core:
         self._index, self._index_checked_at = index, time.monotonic()
         return index
 
-    def _rerank_skip(self, p: Plan, window: Window) -> str | None:
-        """Why the rerank stage will not run for this search, or None when it will."""
+    def _rerank_skip(self, p: Plan, window: Window) -> bool:
+        """True (with the outcome and its reason set on ``window``) when the rerank stage will not run."""
         if not p.rerank:
-            return "rerank not requested"
-        if self.reranker is None:
-            return self._no_reranker_reason or "no reranker configured"
-        if not window.candidates:
-            return "no hits to rerank"
-        return None
+            outcome, reason = RerankOutcome.SKIPPED, "rerank not requested"
+        elif self.reranker is None:
+            outcome, reason = RerankOutcome.DISABLED, self._no_reranker_reason or "no reranker configured"
+        elif not window.candidates:
+            outcome, reason = RerankOutcome.SKIPPED, "no hits to rerank"
+        else:
+            return False
+        window.rerank_outcome, window.rerank_reason = outcome, reason
+        return True
 
     def _rerank_inputs(self, p: Plan, window: Window) -> tuple[str, list[str]]:
-        top = window.candidates[: self.settings.reranker.depth]
-        return p.query, [_passage(c) for c in top]
+        return p.query, [passage_text(c.source) for c in rerank_slice(window, self.settings.reranker.depth)]
 
     def rerank_blend(self) -> float:
         """The reranker's share in the final order: ``HSP_RERANKER__BLEND`` when set, else what the
@@ -123,11 +133,12 @@ class _Core:
                 error = exc
         window.reranked = False
         if isinstance(error, TimeoutError | concurrent.futures.TimeoutError):
+            window.rerank_outcome = RerankOutcome.TIMED_OUT
             window.rerank_reason = f"reranker timeout after {self.settings.reranker.timeout}s"
-        elif isinstance(error, RerankerError):
-            window.rerank_reason = f"reranker error: {error}"
         else:
-            window.rerank_reason = f"reranker error: {type(error).__name__}: {error}"
+            window.rerank_outcome = RerankOutcome.FAILED
+            what = str(error) if isinstance(error, RerankerError) else f"{type(error).__name__}: {error}"
+            window.rerank_reason = f"reranker error: {what}"
 
     def _finish(self, p: Plan, index: str, window: Window, t: Timings, started: float, fuse_ms: float) -> SearchResult:
         t0 = time.perf_counter()
@@ -212,9 +223,7 @@ class SearchClient(_Core):
         return index, window, fuse_ms
 
     def _rerank(self, p: Plan, window: Window) -> None:
-        skip = self._rerank_skip(p, window)
-        if skip is not None:
-            window.rerank_reason = skip
+        if self._rerank_skip(p, window):
             return
         assert self.reranker is not None
         if self._pool is None:
@@ -344,9 +353,7 @@ class AsyncSearchClient(_Core):
         return index, window, fuse_ms
 
     async def _rerank(self, p: Plan, window: Window) -> None:
-        skip = self._rerank_skip(p, window)
-        if skip is not None:
-            window.rerank_reason = skip
+        if self._rerank_skip(p, window):
             return
         assert self.reranker is not None
         query, passages = self._rerank_inputs(p, window)

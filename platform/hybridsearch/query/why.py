@@ -47,7 +47,8 @@ def why_report(probes: Probes, p: Plan, index: str, window: Window, doc_id: str)
     cand = window.candidates[pos] if pos is not None else None
     rep = WhyReport(query=p.query, doc_id=doc_id, mode=p.mode, index=index, chunks_in_index=total,
                     chunks_matching_filters=allowed, candidates=len(window.candidates),
-                    reranked=window.reranked, rerank_reason=window.rerank_reason)
+                    reranked=window.reranked, rerank_outcome=window.rerank_outcome,
+                    rerank_reason=window.rerank_reason)
     notes = rep.notes
     if total == 0:
         notes.append(f"{doc_id} is not in {index}: no chunk has this doc_id")

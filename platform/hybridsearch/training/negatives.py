@@ -77,12 +77,11 @@ class PairStats:
 
 
 def passage_text(title: str | None, text: str) -> str:
-    """The text the query layer hands the reranker for a chunk (``query.assemble.passage``), so the
+    """The text the query layer hands the reranker for a chunk (``query.assemble.passage_text``), so the
     model is trained on exactly what it scores when serving."""
-    from hybridsearch.query.assemble import Candidate as FusedCandidate
-    from hybridsearch.query.assemble import passage
+    from hybridsearch.query.assemble import passage_text as chunk_passage
 
-    return passage(FusedCandidate(key="", source={"title": title, "text": text}, chunk_id=""))
+    return chunk_passage({"title": title, "text": text})
 
 
 def relevant_ids(judgments: Mapping[str, int]) -> set[str]:
