@@ -112,9 +112,16 @@ class _AsyncNode(AiohttpHttpNode):
             raise (tls_failure(exc, self.base_url) or exc) from exc
 
 
-def make_client(cfg: ClusterSettings) -> Elasticsearch:
-    """A synchronous client for ``cfg``. Builds no connection yet; raises nothing."""
-    return Elasticsearch(**client_kwargs(cfg), node_class=_Node)
+def make_client(cfg: ClusterSettings, *, max_retries: int | None = None,
+                request_timeout: float | None = None) -> Elasticsearch:
+    """A synchronous client for ``cfg`` (``max_retries`` and ``request_timeout`` override its values: the
+    doctor wants a quick answer). Builds no connection yet; raises nothing."""
+    kwargs = client_kwargs(cfg)
+    if max_retries is not None:
+        kwargs["max_retries"] = max_retries
+    if request_timeout is not None:
+        kwargs["request_timeout"] = request_timeout
+    return Elasticsearch(**kwargs, node_class=_Node)
 
 
 def make_async_client(cfg: ClusterSettings) -> AsyncElasticsearch:

@@ -301,7 +301,7 @@ def check_reranker(settings: Settings) -> Check:
 def run_checks(settings: Settings, *, es: Elasticsearch | None = None, models: bool = True,
                reranker: bool = True, on_check: Callable[[Check], None] | None = None) -> list[Check]:
     """Every check, in order; index checks are skipped when the cluster does not answer."""
-    es = es or make_client(settings.es.model_copy(update={"max_retries": 0, "request_timeout": 10.0}))
+    es = es or make_client(settings.es, max_retries=0, request_timeout=10.0)
     checks: list[Check] = []
 
     def add(new: list[Check]) -> None:

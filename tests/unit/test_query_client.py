@@ -31,7 +31,7 @@ def _reason(client: SearchClient) -> str | None:
     from hybridsearch.query.assemble import Candidate
 
     window = Window(candidates=[Candidate(key="a", source={}, chunk_id="a#0")], depths={"bm25": 1})
-    return window.rerank_reason if client._rerank_skip(plan(client.settings, "q"), window) else None
+    return window.rerank_reason if client._rerank_skip(plan(client.query, None, "q"), window) else None
 
 
 def test_factory_reranker_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -64,7 +64,7 @@ def test_no_reranker_and_not_requested() -> None:
     with SearchClient(make_client(_settings().es), _settings()) as c:
         assert _reason(c) == "no reranker configured"
         window = Window(candidates=[], depths={})
-        assert c._rerank_skip(plan(c.settings, "q", rerank=False), window)
+        assert c._rerank_skip(plan(c.query, None, "q", rerank=False), window)
         assert window.rerank_outcome is RerankOutcome.SKIPPED and window.rerank_reason == "rerank not requested"
 
 

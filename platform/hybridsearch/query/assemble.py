@@ -15,7 +15,7 @@ from hybridsearch.errors import ClusterError, IndexNotFound, RerankerError
 from hybridsearch.query.build import Plan
 from hybridsearch.query.fusion import fuse, hybrid_weights, interpolate, linear_fuse, normalise, rrf_term
 from hybridsearch.query.results import Hit, RerankOutcome, SearchResult, StageScore, Timings
-from hybridsearch.settings import Settings
+from hybridsearch.settings import QuerySettings
 
 STAGE_LABEL = {"bm25": "BM25", "knn": "kNN"}
 
@@ -86,9 +86,8 @@ def stage_list(resp: Mapping[str, Any], collapse: bool) -> list[tuple[str, float
     return out
 
 
-def fuse_window(settings: Settings, names: Sequence[str], responses: Sequence[Mapping[str, Any]]) -> Window:
-    """Collapse each list, fuse them (RRF or linear, per ``settings.query.fusion``) into the window."""
-    q = settings.query
+def fuse_window(q: QuerySettings, names: Sequence[str], responses: Sequence[Mapping[str, Any]]) -> Window:
+    """Collapse each list, fuse them (RRF or linear, per ``q.fusion``) into the window."""
     lists = {name: stage_list(resp, q.collapse) for name, resp in zip(names, responses, strict=True)}
     cands: dict[str, Candidate] = {}
     best_rank: dict[str, int] = {}
@@ -110,7 +109,7 @@ def fuse_window(settings: Settings, names: Sequence[str], responses: Sequence[Ma
         for key, score in order:
             cands[key].base_score = score
     else:
-        order = _fuse(settings, lists, cands)
+        order = _fuse(q, lists, cands)
         for rank, (key, score) in enumerate(order, start=1):
             cands[key].fused = Rank(rank, score)
             cands[key].base_score = score
@@ -118,9 +117,8 @@ def fuse_window(settings: Settings, names: Sequence[str], responses: Sequence[Ma
 
 
 def _fuse(
-    settings: Settings, lists: dict[str, list[tuple[str, float, dict[str, Any]]]], cands: dict[str, Candidate]
+    q: QuerySettings, lists: dict[str, list[tuple[str, float, dict[str, Any]]]], cands: dict[str, Candidate]
 ) -> list[tuple[str, float]]:
-    q = settings.query
     names = list(lists)
     if q.fusion == "rrf":
         for c in cands.values():
@@ -185,9 +183,8 @@ def _hit(c: Candidate, rank: int, explain: list[str] | None) -> Hit:
     )
 
 
-def explain(settings: Settings, window: Window, c: Candidate) -> list[str]:
+def explain(q: QuerySettings, rerank_depth: int, window: Window, c: Candidate) -> list[str]:
     """Human-readable reasons for ``c``'s place: each list's rank and fusion term, fusion, rerank."""
-    q = settings.query
     lines: list[str] = []
     for name, depth in window.depths.items():
         label, s = STAGE_LABEL[name], c.stages.get(name)
@@ -210,17 +207,19 @@ def explain(settings: Settings, window: Window, c: Candidate) -> list[str]:
             lines.append(f"blend: {window.blend:g} × min-max(rerank score) + {1 - window.blend:g} × min-max(fused "
                          f"score) = {c.blended:.4f} over the reranked top")
     elif window.reranked:
-        lines.append(f"rerank: below the rerank depth {settings.reranker.depth}, keeps its fused order")
+        lines.append(f"rerank: below the rerank depth {rerank_depth}, keeps its fused order")
     elif window.rerank_outcome is not RerankOutcome.APPLIED:
         lines.append(f"rerank: not applied ({window.rerank_outcome.value.replace('_', ' ')}; see rerank_reason)")
     return lines
 
 
-def build_result(settings: Settings, p: Plan, index: str, window: Window, timings: Timings) -> SearchResult:
+def build_result(q: QuerySettings, rerank_depth: int, p: Plan, index: str, window: Window, timings: Timings
+                 ) -> SearchResult:
     """Page ``window`` (``k`` hits from ``(page-1)*k``) into a :class:`SearchResult`."""
     start = (p.page - 1) * p.k
     page = window.candidates[start:start + p.k]
-    hits = [_hit(c, start + i + 1, explain(settings, window, c) if p.explain else None) for i, c in enumerate(page)]
+    hits = [_hit(c, start + i + 1, explain(q, rerank_depth, window, c) if p.explain else None)
+            for i, c in enumerate(page)]
     return SearchResult(query=p.query, mode=p.mode, index=index, k=p.k, page=p.page, hits=hits,
                         candidates=len(window.candidates), reranked=window.reranked,
                         rerank_outcome=window.rerank_outcome, rerank_reason=window.rerank_reason,
@@ -232,8 +231,8 @@ def query_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def log_doc(settings: Settings, p: Plan, result: SearchResult) -> dict[str, Any]:
-    """The query-log document for one answered search (query text omitted when ``query.redact``)."""
+def log_doc(p: Plan, result: SearchResult, *, redact: bool, tenant: str | None) -> dict[str, Any]:
+    """The query-log document for one answered search (query text omitted when ``redact``)."""
     t = result.timings
     doc: dict[str, Any] = {
         "@timestamp": datetime.now(UTC).isoformat(), "query_hash": query_hash(p.query), "mode": p.mode,
@@ -242,10 +241,10 @@ def log_doc(settings: Settings, p: Plan, result: SearchResult) -> dict[str, Any]
         "latency_ms": {"embed": t.embed_ms, "search": t.search_ms, "fusion": t.fusion_ms,
                        "rerank": t.rerank_ms, "total": t.total_ms},
     }
-    if not settings.query.redact:
+    if not redact:
         doc["query"] = p.query
-    if settings.index.tenant is not None:
-        doc["tenant"] = settings.index.tenant
+    if tenant is not None:
+        doc["tenant"] = tenant
     if p.filter_log is not None:
         doc["filters"] = p.filter_log
     if result.rerank_reason:

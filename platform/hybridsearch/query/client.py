@@ -38,7 +38,7 @@ from hybridsearch.query.querylog import QueryLogger
 from hybridsearch.query.results import Mode, RerankOutcome, SearchResult, Timings, WhyReport
 from hybridsearch.rerank.base import Reranker
 from hybridsearch.rerank.card import effective_blend
-from hybridsearch.settings import Settings, get_settings
+from hybridsearch.settings import QuerySettings, Settings, get_settings
 
 if TYPE_CHECKING:
     import numpy as np
@@ -71,8 +71,10 @@ class _Core:
     """State and pure steps shared by the sync and async clients."""
 
     def __init__(self, settings: Settings, embedder: Embedder | None, reranker: Reranker | None,
-                 no_reranker_reason: str | None) -> None:
+                 no_reranker_reason: str | None, query: QuerySettings | None, log_queries: bool | None) -> None:
         self.settings = settings
+        self.query = query or settings.query  # the query knobs searches use (an eval sweep passes others)
+        self.log_queries = self.query.log_queries if log_queries is None else log_queries
         self.reranker = reranker
         self._embedder = embedder
         self._embed_lock = threading.Lock()
@@ -142,12 +144,12 @@ class _Core:
 
     def _finish(self, p: Plan, index: str, window: Window, t: Timings, started: float, fuse_ms: float) -> SearchResult:
         t0 = time.perf_counter()
-        result = build_result(self.settings, p, index, window, t)
+        result = build_result(self.query, self.settings.reranker.depth, p, index, window, t)
         t.fusion_ms = fuse_ms + _ms(t0)
         t.total_ms = _ms(started)
         result.timings = t
         if self.query_log is not None:
-            self.query_log.submit(log_doc(self.settings, p, result))
+            self.query_log.submit(log_doc(p, result, redact=self.query.redact, tenant=self.settings.index.tenant))
         return result
 
     @staticmethod
@@ -159,8 +161,14 @@ class _Core:
         return (settings, *auto_reranker(settings))
 
     def _start_log(self, es: Elasticsearch) -> None:
-        if self.settings.query.log_queries:
+        if self.log_queries:
             self.query_log = QueryLogger(es, self.settings)
+
+    def _plan(self, query: str, **kwargs: Any) -> Plan:
+        return plan(self.query, self.settings.index.tenant, query, **kwargs)
+
+    def _searches(self, p: Plan, vector: np.ndarray | None) -> tuple[list[str], list[dict[str, Any]]]:
+        return searches(self.query, self.settings.index.alias, p, vector)
 
 
 class SearchClient(_Core):
@@ -171,8 +179,9 @@ class SearchClient(_Core):
     """
 
     def __init__(self, es: Elasticsearch, settings: Settings, *, embedder: Embedder | None = None,
-                 reranker: Reranker | None = None, no_reranker_reason: str | None = None) -> None:
-        super().__init__(settings, embedder, reranker, no_reranker_reason)
+                 reranker: Reranker | None = None, no_reranker_reason: str | None = None,
+                 query: QuerySettings | None = None, log_queries: bool | None = None) -> None:
+        super().__init__(settings, embedder, reranker, no_reranker_reason, query, log_queries)
         self.es = es
         self._owns_es = False
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -207,7 +216,7 @@ class SearchClient(_Core):
             t0 = time.perf_counter()
             vector = self._encode(p.query)
             t.embed_ms = _ms(t0)
-        names, lines = searches(self.settings, p, vector)
+        names, lines = self._searches(p, vector)
         t0 = time.perf_counter()
         with es_errors(f"search {self.settings.index.alias}"):
             responses = self.es.msearch(searches=lines).body["responses"]
@@ -215,7 +224,7 @@ class SearchClient(_Core):
         t0 = time.perf_counter()
         for r in responses:
             check_response(r, self.settings.index.alias)
-        window = fuse_window(self.settings, names, responses)
+        window = fuse_window(self.query, names, responses)
         fuse_ms = _ms(t0)
         t0 = time.perf_counter()
         self._rerank(p, window)
@@ -247,7 +256,7 @@ class SearchClient(_Core):
         ``reranked=False`` and why.
         """
         started = time.perf_counter()
-        p = plan(self.settings, query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain, page=page)
+        p = self._plan(query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain, page=page)
         t = Timings()
         index, window, fuse_ms = self._window(p, t)
         return self._finish(p, index, window, t, started, fuse_ms)
@@ -257,9 +266,10 @@ class SearchClient(_Core):
         """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query``. Raises like :meth:`search`."""
         from hybridsearch.query.why import Probes, why_report
 
-        p = plan(self.settings, query, k=1, mode=mode, filters=filters, rerank=rerank)
+        p = self._plan(query, k=1, mode=mode, filters=filters, rerank=rerank)
         index, window, _ = self._window(p, Timings())
-        return why_report(Probes(self.es, self.settings, self._encode), p, index, window, doc_id)
+        return why_report(Probes(self.es, self.settings.index.alias, self.query, self.settings.reranker.depth,
+                                 self._encode), p, index, window, doc_id)
 
     def warm_up(self, mode: Mode = "hybrid") -> None:
         """Load the embedding model (unless ``mode`` is bm25) and let the reranker score one pair, so that
@@ -298,12 +308,13 @@ class AsyncSearchClient(_Core):
     """
 
     def __init__(self, es: AsyncElasticsearch, settings: Settings, *, embedder: Embedder | None = None,
-                 reranker: Reranker | None = None, no_reranker_reason: str | None = None) -> None:
-        super().__init__(settings, embedder, reranker, no_reranker_reason)
+                 reranker: Reranker | None = None, no_reranker_reason: str | None = None,
+                 query: QuerySettings | None = None, log_queries: bool | None = None) -> None:
+        super().__init__(settings, embedder, reranker, no_reranker_reason, query, log_queries)
         self.es = es
         self._owns_es = False
         self._log_es: Elasticsearch | None = None
-        if settings.query.log_queries:
+        if self.log_queries:
             self._log_es = make_client(settings.es)
             self._start_log(self._log_es)
 
@@ -337,7 +348,7 @@ class AsyncSearchClient(_Core):
             t0 = time.perf_counter()
             vector = await asyncio.to_thread(self._encode, p.query)
             t.embed_ms = _ms(t0)
-        names, lines = searches(self.settings, p, vector)
+        names, lines = self._searches(p, vector)
         t0 = time.perf_counter()
         with es_errors(f"search {self.settings.index.alias}"):
             responses = (await self.es.msearch(searches=lines)).body["responses"]
@@ -345,7 +356,7 @@ class AsyncSearchClient(_Core):
         t0 = time.perf_counter()
         for r in responses:
             check_response(r, self.settings.index.alias)
-        window = fuse_window(self.settings, names, responses)
+        window = fuse_window(self.query, names, responses)
         fuse_ms = _ms(t0)
         t0 = time.perf_counter()
         await self._rerank(p, window)
@@ -369,7 +380,7 @@ class AsyncSearchClient(_Core):
                      rerank: bool = True, explain: bool = False, page: int = 1) -> SearchResult:
         """See :meth:`SearchClient.search`."""
         started = time.perf_counter()
-        p = plan(self.settings, query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain, page=page)
+        p = self._plan(query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain, page=page)
         t = Timings()
         index, window, fuse_ms = await self._window(p, t)
         return self._finish(p, index, window, t, started, fuse_ms)

@@ -305,8 +305,7 @@ class IndexMiner:
         self.settings = settings
         self.index = resolve_index(es, settings)
         # No query log for mining: thousands of training queries are not user traffic.
-        quiet = settings.model_copy(update={"query": settings.query.model_copy(update={"log_queries": False})})
-        self.client = SearchClient(es, quiet, embedder=embedder, reranker=None)
+        self.client = SearchClient(es, settings, embedder=embedder, reranker=None, log_queries=False)
 
     def candidates(self, query: str, depth: int) -> list[Candidate]:
         """The hybrid top-``depth`` documents for ``query``, best chunk each, in fused order."""
