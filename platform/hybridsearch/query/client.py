@@ -160,6 +160,18 @@ class _Core:
             return settings, reranker, None
         return (settings, *auto_reranker(settings))
 
+    def _fuse(self, names: list[str], responses: list[dict[str, Any]]) -> tuple[Window, float]:
+        """The fused window of one ``_msearch`` answer (failed items raise) and the milliseconds it took."""
+        t0 = time.perf_counter()
+        for r in responses:
+            check_response(r, self.settings.index.alias)
+        return fuse_window(self.query, names, responses), _ms(t0)
+
+    def _owning(self) -> Self:
+        """This client, marked as the owner of its Elasticsearch client (closed with it)."""
+        self._owns_es = True
+        return self
+
     def _start_log(self, es: Elasticsearch) -> None:
         if self.log_queries:
             self.query_log = QueryLogger(es, self.settings)
@@ -192,10 +204,8 @@ class SearchClient(_Core):
                       embedder: Embedder | None = None) -> SearchClient:
         """A client on ``settings`` (default: the environment); reranker from ``make_reranker`` when not given."""
         settings, reranker, reason = cls._defaults(settings, reranker)
-        client = cls(make_client(settings.es), settings, embedder=embedder, reranker=reranker,
-                     no_reranker_reason=reason)
-        client._owns_es = True
-        return client
+        return cls(make_client(settings.es), settings, embedder=embedder, reranker=reranker,
+                   no_reranker_reason=reason)._owning()
 
     def index(self) -> str:
         """The one concrete index behind the alias, its mapping checked (cached 60 s): ``indices.resolve_index``.
@@ -221,11 +231,7 @@ class SearchClient(_Core):
         with es_errors(f"search {self.settings.index.alias}"):
             responses = self.es.msearch(searches=lines).body["responses"]
         t.search_ms = _ms(t0)
-        t0 = time.perf_counter()
-        for r in responses:
-            check_response(r, self.settings.index.alias)
-        window = fuse_window(self.query, names, responses)
-        fuse_ms = _ms(t0)
+        window, fuse_ms = self._fuse(names, responses)
         t0 = time.perf_counter()
         self._rerank(p, window)
         t.rerank_ms = _ms(t0)
@@ -323,10 +329,8 @@ class AsyncSearchClient(_Core):
                       embedder: Embedder | None = None) -> AsyncSearchClient:
         """Like :meth:`SearchClient.from_settings`, on an ``AsyncElasticsearch`` client."""
         settings, reranker, reason = cls._defaults(settings, reranker)
-        client = cls(make_async_client(settings.es), settings, embedder=embedder, reranker=reranker,
-                     no_reranker_reason=reason)
-        client._owns_es = True
-        return client
+        return cls(make_async_client(settings.es), settings, embedder=embedder, reranker=reranker,
+                   no_reranker_reason=reason)._owning()
 
     async def index(self) -> str:
         """See :meth:`SearchClient.index`."""
@@ -353,11 +357,7 @@ class AsyncSearchClient(_Core):
         with es_errors(f"search {self.settings.index.alias}"):
             responses = (await self.es.msearch(searches=lines)).body["responses"]
         t.search_ms = _ms(t0)
-        t0 = time.perf_counter()
-        for r in responses:
-            check_response(r, self.settings.index.alias)
-        window = fuse_window(self.query, names, responses)
-        fuse_ms = _ms(t0)
+        window, fuse_ms = self._fuse(names, responses)
         t0 = time.perf_counter()
         await self._rerank(p, window)
         t.rerank_ms = _ms(t0)
