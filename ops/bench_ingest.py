@@ -32,7 +32,8 @@ from rich.table import Table
 from hybridsearch.cluster import make_client
 from hybridsearch.embedding import Embedder
 from hybridsearch.ingest.chunking import HFTokenizer
-from hybridsearch.ingest.pipeline import document_chunks, run_ingest
+from hybridsearch.ingest.layout import document_chunks
+from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.runs import IngestResult
 from hybridsearch.ingest.sources import Document, read_path
 from hybridsearch.ingest.workers import ProcessPoolEncoder
@@ -75,7 +76,8 @@ def dense_quality(corpus: Path, extra_docs: int, settings: Any, backends: dict[s
         tok = HFTokenizer(emb.model.tokenizer)
         owners, texts = [], []
         for d in docs:
-            for _, t in document_chunks(d, settings, tok, emb.max_seq_length):
+            for _, t in document_chunks(d, settings.chunking, settings.embedding, settings.index.tenant, tok,
+                                        emb.max_seq_length):
                 owners.append(d.doc_id)
                 texts.append(t)
         variants = {f"{name}, chunks (max per doc)": (owners, texts)}
@@ -136,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             r = run_ingest(part, settings, es=es, embedder=embedder, progress=True)
             for k in ("seconds", "embed_seconds", "indexed", "updated", "failed", "documents_failed"):
                 setattr(first, k, getattr(first, k) + getattr(r, k))
-            part_texts = [t for d in part for _, t in document_chunks(d, settings, tok, embedder.max_seq_length)]
+            part_texts = [t for d in part for _, t in document_chunks(
+                d, settings.chunking, settings.embedding, settings.index.tenant, tok, embedder.max_seq_length)]
             t0 = time.perf_counter()
             timed_encode(embedder.encode, part_texts, batch)
             pure_seconds += time.perf_counter() - t0

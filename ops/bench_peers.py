@@ -285,7 +285,7 @@ def run_hybridsearch(args: argparse.Namespace, col: Any, docs: list[dict[str, st
     notes = [f"index {choice.index} ({choice.action}; {counts['documents']} documents, {counts['chunks']} chunks)"]
     if counts["documents"] != len(docs):
         notes.append(f"the index holds {counts['documents']} documents, the peers {len(docs)}: not the same corpus")
-    client = SearchClient(es, s, embedder=embedder)
+    client = SearchClient(es, s, embedder=embedder, log_queries=False)
     k = min(args.k, s.query.max_k)
 
     def searcher(mode: Mode) -> Any:

@@ -112,9 +112,16 @@ class _AsyncNode(AiohttpHttpNode):
             raise (tls_failure(exc, self.base_url) or exc) from exc
 
 
-def make_client(cfg: ClusterSettings) -> Elasticsearch:
-    """A synchronous client for ``cfg``. Builds no connection yet; raises nothing."""
-    return Elasticsearch(**client_kwargs(cfg), node_class=_Node)
+def make_client(cfg: ClusterSettings, *, max_retries: int | None = None,
+                request_timeout: float | None = None) -> Elasticsearch:
+    """A synchronous client for ``cfg`` (``max_retries`` and ``request_timeout`` override its values: the
+    doctor wants a quick answer). Builds no connection yet; raises nothing."""
+    kwargs = client_kwargs(cfg)
+    if max_retries is not None:
+        kwargs["max_retries"] = max_retries
+    if request_timeout is not None:
+        kwargs["request_timeout"] = request_timeout
+    return Elasticsearch(**kwargs, node_class=_Node)
 
 
 def make_async_client(cfg: ClusterSettings) -> AsyncElasticsearch:
@@ -134,8 +141,8 @@ def translate(exc: Exception, what: str = "request") -> HybridSearchError:
         return tls_failure(exc, "the node") or ClusterUnavailable(
             f"TLS error on the {what}: {exc.message}. Check HSP_ES__CA_CERTS and HSP_ES__VERIFY_CERTS")
     if isinstance(exc, elasticsearch.ConnectionError | elasticsearch.ConnectionTimeout):
-        return ClusterUnavailable(f"Elasticsearch did not answer the {what}: {exc}. "
-                                  "Is a node running? Start one with `ops/es-local.sh start` "
+        return ClusterUnavailable(f"Elasticsearch did not answer the {what}: {exc}",
+                                  fix="Is a node running? Start one with `ops/es-local.sh start` "
                                   "or set HSP_ES_URL.")
     if isinstance(exc, elasticsearch.ApiError) and exc.meta.status == 401:
         return AuthenticationFailed(what, _reason(exc) if exc.body else None)

@@ -105,7 +105,7 @@ def problem(exc: HybridSearchError) -> tuple[str, str]:
                             "(HSP_ES__VERIFY_CERTS=false only for a throw-away test node)")
         return detail, "use an http:// URL in HSP_ES_URL if the node serves plain HTTP"
     if isinstance(exc, ClusterUnavailable):
-        return str(exc).split(". ")[0], START_NODE
+        return exc.problem, START_NODE
     return str(exc), "Elasticsearch refused the request: its log says why (`hsp -v doctor` shows the request)"
 
 
@@ -208,14 +208,13 @@ def _check_live_index(es: Elasticsearch, settings: Settings, checks: list[Check]
         single_target(alias, get_aliases(es, alias))
         checks.append(Check("index", "alias", "OK", f"{alias} → {live}"))
     except AliasConflict as exc:  # search and ingest refuse such an alias
-        message, fix = str(exc).split(". ", 1)
-        checks.append(Check("index", "alias", "FAIL", message, fix))
+        checks.append(Check("index", "alias", "FAIL", exc.problem, exc.fix))
     meta = index_meta(es, live)
     try:
         check_meta(live, meta, settings)
         checks.append(Check("index", "model", "OK", f"{live} built with {meta.get('embedding_model')}"))
     except IndexMismatch as exc:
-        checks.append(Check("index", "model", "FAIL", str(exc).split(". ")[0],
+        checks.append(Check("index", "model", "FAIL", exc.problem,
                             f"set HSP_EMBEDDING__MODEL={meta.get('embedding_model')} "
                             f"HSP_EMBEDDING__DIMS={meta.get('embedding_dims')}, or `hsp index migrate --to-model "
                             f"{settings.embedding.model}`"))
@@ -255,7 +254,7 @@ def check_embedder(settings: Settings) -> Check:
     try:
         vec = Embedder(settings.embedding).encode(["hybridsearch doctor"])
     except HybridSearchError as exc:
-        return Check("models", "embedder", "FAIL", str(exc).split(". ")[0],
+        return Check("models", "embedder", "FAIL", exc.problem,
                      "point HSP_EMBEDDING__MODEL at a local sentence-transformers folder and set "
                      "HSP_EMBEDDING__DIMS to its size")
     return Check("models", "embedder", "OK", f"{settings.embedding.model}: {vec.shape[1]} dims, loaded in "
@@ -287,7 +286,7 @@ def check_reranker(settings: Settings) -> Check:
         reranker = LocalReranker(cfg)
         reranker.score("doctor", ["a passage"])
     except HybridSearchError as exc:
-        return Check("reranker", "local model", "WARN", f"{str(exc).split('. ')[0]}; {degrade}",
+        return Check("reranker", "local model", "WARN", f"{exc.problem}; {degrade}",
                      "set HSP_RERANKER__MODEL to a local cross-encoder folder, HSP_RERANKER__URL to a "
                      "reranker service, or HSP_RERANKER__ENABLED=false")
     from hybridsearch.rerank.card import effective_blend
@@ -302,7 +301,7 @@ def check_reranker(settings: Settings) -> Check:
 def run_checks(settings: Settings, *, es: Elasticsearch | None = None, models: bool = True,
                reranker: bool = True, on_check: Callable[[Check], None] | None = None) -> list[Check]:
     """Every check, in order; index checks are skipped when the cluster does not answer."""
-    es = es or make_client(settings.es.model_copy(update={"max_retries": 0, "request_timeout": 10.0}))
+    es = es or make_client(settings.es, max_retries=0, request_timeout=10.0)
     checks: list[Check] = []
 
     def add(new: list[Check]) -> None:

@@ -26,9 +26,17 @@ from __future__ import annotations
 
 
 class HybridSearchError(Exception):
-    """Base class of every error hybridsearch raises on purpose."""
+    """Base class of every error hybridsearch raises on purpose.
+
+    ``problem`` says what went wrong and ``fix`` (when known) what to do about it; the message is
+    ``"<problem>. <fix>"``, so programs (``hsp doctor``) read the two fields and never split the text."""
 
     exit_code = 1
+
+    def __init__(self, problem: str = "", *, fix: str | None = None) -> None:
+        super().__init__(f"{problem}. {fix}" if fix else problem)
+        self.problem = problem
+        self.fix = fix
 
 
 class ConfigError(HybridSearchError):
@@ -133,9 +141,9 @@ class IndexMismatch(ClusterError):
 
     exit_code = 4
 
-    def __init__(self, message: str, *, index: str = "",
+    def __init__(self, message: str, *, index: str = "", fix: str | None = None,
                  differences: tuple[tuple[str, object, object], ...] = ()) -> None:
-        super().__init__(message)
+        super().__init__(message, fix=fix)
         self.index = index
         self.differences = differences
 
@@ -146,8 +154,9 @@ class AliasConflict(ClusterError):
 
     exit_code = 4
 
-    def __init__(self, message: str, *, alias: str = "", indices: tuple[str, ...] = ()) -> None:
-        super().__init__(message)
+    def __init__(self, message: str, *, alias: str = "", indices: tuple[str, ...] = (),
+                 fix: str | None = None) -> None:
+        super().__init__(message, fix=fix)
         self.alias = alias
         self.indices = indices
 

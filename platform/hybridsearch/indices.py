@@ -123,8 +123,8 @@ def _raise_mismatch(index: str, diffs: list[Difference]) -> None:
     text = "; ".join(f"{f}: index has {a!r}, settings say {e!r}" if a is not None else
                      f"{f}: index lacks it, settings say {e!r}" for f, e, a in diffs)
     raise IndexMismatch(
-        f"index {index} does not fit the settings (built for another model or by hand): {text}. "
-        "Use matching HSP_EMBEDDING__* / HSP_INDEX__* settings, or build a new index version and migrate "
+        f"index {index} does not fit the settings (built for another model or by hand): {text}",
+        fix="Use matching HSP_EMBEDDING__* / HSP_INDEX__* settings, or build a new index version and migrate "
         "(`hsp index migrate`).",
         index=index, differences=tuple(diffs),
     )
@@ -166,7 +166,8 @@ def single_target(alias: str, aliases: Mapping[str, Any]) -> str:
         version = keep.rsplit("-v", 1)[-1]
         raise AliasConflict(
             f"alias {alias} points at {len(targets)} indices ({', '.join(targets)}); searches and writes need "
-            f"exactly one. Keep one with `hsp index rollback --to-version {version if version.isdigit() else 'N'}`"
+            "exactly one",
+            fix=f"Keep one with `hsp index rollback --to-version {version if version.isdigit() else 'N'}`"
             f" (keeps {keep}), or remove the others: POST _aliases {{\"actions\": [{remove}]}}",
             alias=alias, indices=tuple(targets),
         )

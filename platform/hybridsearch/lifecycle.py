@@ -13,7 +13,6 @@ import logging
 import re
 import time
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,7 +24,8 @@ from hybridsearch.embedding import Embedder, load_sentence_transformer
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
 from hybridsearch.indices import alias_targets, check_mapping, ensure_log_indices, index_mapping, resolve_index
 from hybridsearch.ingest.chunking import embed_text
-from hybridsearch.ingest.writer import DeadLetter, WriteReport, write_actions
+from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter
+from hybridsearch.ingest.writer import DeadLetter
 from hybridsearch.mappings import load_template
 from hybridsearch.pending import pending_only, visible_only
 from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
@@ -242,40 +242,26 @@ def copy_reembedded(es: Elasticsearch, source: str, target: str, embedder: Embed
 
     With ``reuse_vectors`` (same model, dims and embedded text) the stored vectors are copied and only
     chunks without one are embedded, so a change of vector index options costs no embedding.
-    Keeps each chunk's ``_id`` and fields. Writes go through the ingestion bulk writer (failed items
-    alone are retried with backoff) in a background thread, so batch N is written while batch N+1 is
-    embedded. Items that still fail go to ``dead_letter``. Returns ``(written, failed)``.
+    Keeps each chunk's ``_id`` and fields. Goes through the embed-and-write stage of ingestion
+    (:class:`hybridsearch.ingest.stage.EmbedWriter`): batch N is written while batch N+1 is embedded.
+    Items that still fail go to ``dead_letter``. Returns ``(written, failed)``.
     """
-    written = failed = 0
+    tally = CopyTally(dead_letter, "migrate", on_batch)
+    stage: EmbedWriter[ChunkBatch] = EmbedWriter(es, target, cfg, embedder.encode, after=tally.absorb,
+                                                 name="hsp-migrate-writer")
 
-    def absorb(report: WriteReport, n: int) -> None:
-        nonlocal written, failed
-        written += len(report.ok_ids)
-        failed += len(report.failures)
-        for f in report.failures:
-            log.warning("chunk %s not copied: %s", f.chunk_id, f.reason)
-            if dead_letter is not None:
-                dead_letter.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f.reason, stage="migrate",
-                                  status=f.status)
-        if on_batch:
-            on_batch(n)
+    def batches() -> Iterator[ChunkBatch]:
+        for hits in _batched(_scan(es, source, batch_size, vectors=reuse_vectors), batch_size):
+            batch = ChunkBatch()
+            for h in hits:
+                src = h["_source"]
+                keep = reuse_vectors and src.get("embedding")
+                batch.add(h["_id"], src, None if keep else embed_text(src.get("title"), src.get("text") or "",
+                                                                      prepend_title))
+            yield batch
 
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsp-migrate-writer") as pool:
-        pending: tuple[Future[WriteReport], int] | None = None
-        for batch in _batched(_scan(es, source, batch_size, vectors=reuse_vectors), batch_size):
-            todo = [h for h in batch if not (reuse_vectors and h["_source"].get("embedding"))]
-            texts = [embed_text(h["_source"].get("title"), h["_source"].get("text") or "", prepend_title)
-                     for h in todo]
-            for hit, vec in zip(todo, embedder.encode(texts) if todo else [], strict=True):
-                hit["_source"]["embedding"] = vec.tolist()
-            actions = [{"_op_type": "index", "_index": target, "_id": h["_id"], "_source": h["_source"]}
-                       for h in batch]
-            if pending is not None:
-                absorb(pending[0].result(), pending[1])
-            pending = (pool.submit(write_actions, es, actions, cfg), len(batch))
-        if pending is not None:
-            absorb(pending[0].result(), pending[1])
-    return written, failed
+    stage.run(batches())
+    return tally.written, tally.failed
 
 
 def same_vectors(meta: dict[str, Any], settings: Settings) -> bool:

@@ -4,26 +4,24 @@ Every chunk keeps its character offsets in its document (``text == source[char_s
 and the parent span for parent-child chunks), so the documents can be put back together from the
 chunks of the live index: overlapping spans agree, and the few characters no chunk covers (the
 whitespace between paragraphs) come back as whitespace of the same length. The rebuilt documents
-then go through ingestion's own chunk layout (:func:`hybridsearch.ingest.pipeline.document_chunks`),
+then go through ingestion's own chunk layout (:func:`hybridsearch.ingest.layout.document_chunks`),
 keeping their ``content_hash``, so a later ingest of the original sources finds them unchanged.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
 from collections.abc import Callable, Iterable, Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from elasticsearch import Elasticsearch, helpers
 
 from hybridsearch.cluster import es_errors
 from hybridsearch.embedding import Embedder
-from hybridsearch.ingest.chunking import HFTokenizer
-from hybridsearch.ingest.pipeline import document_chunks
+from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.sources import Document
-from hybridsearch.ingest.writer import DeadLetter, WriteReport, write_actions
+from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter, copy_tokenizer
+from hybridsearch.ingest.writer import DeadLetter
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -98,60 +96,40 @@ def to_document(chunks: list[dict[str, Any]]) -> Document:
 def rechunk_copy(es: Elasticsearch, source: str, target: str, new: Settings, embedder: Embedder, *,
                  batch_size: int = 256, on_document: Callable[[int], None] | None = None,
                  dead_letter: DeadLetter | None = None) -> tuple[int, int, int]:
-    """Cut every document of ``source`` again with ``new.chunking``, embed and write it to ``target``.
+    """Cut every document of ``source`` again with ``new.chunking``, embed and write it to ``target``
+    through ingestion's embed-and-write stage (:class:`hybridsearch.ingest.stage.EmbedWriter`).
 
     Returns ``(documents, chunks written, chunks or documents failed)``; failures go to ``dead_letter``.
     """
-    tokenizer = HFTokenizer(copy.deepcopy(embedder.model.tokenizer))
-    max_seq = embedder.max_seq_length
-    per_tenant: dict[str | None, Settings] = {}
-    documents = written = failed = 0
-    pending: list[tuple[dict[str, Any], str]] = []
-    in_flight: Future[WriteReport] | None = None
+    tokenizer = copy_tokenizer(embedder)
+    tally = CopyTally(dead_letter, "migrate")
+    stage: EmbedWriter[ChunkBatch] = EmbedWriter(es, target, new.ingest, embedder.encode, after=tally.absorb,
+                                                 name="hsp-rechunk-writer")
+    documents = unchunked = 0
 
-    def absorb(report: WriteReport) -> None:
-        nonlocal written, failed
-        written += len(report.ok_ids)
-        failed += len(report.failures)
-        for f in report.failures:
-            if dead_letter is not None:
-                dead_letter.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f.reason, stage="migrate",
-                                  status=f.status)
-
-    def flush(pool: ThreadPoolExecutor) -> None:
-        nonlocal in_flight
-        if not pending:
-            return
-        vectors = embedder.encode([text for _, text in pending])
-        actions = [{"_op_type": "index", "_index": target, "_id": src["chunk_id"],
-                    "_source": {**src, "embedding": vec.tolist()}} for (src, _), vec in zip(pending, vectors,
-                                                                                           strict=True)]
-        pending.clear()
-        if in_flight is not None:
-            absorb(in_flight.result())
-        in_flight = pool.submit(write_actions, es, actions, new.ingest)
-
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsp-rechunk-writer") as pool, \
-            es_errors(f"re-chunk {source} into {target}"):
+    def batches() -> Iterator[ChunkBatch]:
+        nonlocal documents, unchunked
+        batch = ChunkBatch()
         for tenant, chunks in documents_from_chunks(scan_sorted(es, source)):
             documents += 1
-            settings = per_tenant.get(tenant)
-            if settings is None:
-                settings = new.model_copy(update={"index": new.index.model_copy(update={"tenant": tenant})})
-                per_tenant[tenant] = settings
             try:
-                pending.extend(document_chunks(to_document(chunks), settings, tokenizer, max_seq))
+                for src, text in document_chunks(to_document(chunks), new.chunking, new.embedding, tenant,
+                                                  tokenizer, embedder.max_seq_length):
+                    batch.add(src["chunk_id"], src, text)
             except (ValueError, TypeError) as exc:
-                failed += 1
+                unchunked += 1
                 log.warning("document %s not re-chunked: %s", chunks[0].get("doc_id"), exc)
                 if dead_letter is not None:
                     dead_letter.write(doc_id=str(chunks[0].get("doc_id")), reason=f"cannot re-chunk: {exc}",
                                       stage="migrate")
-            if len(pending) >= batch_size:
-                flush(pool)
+            if len(batch) >= batch_size:
+                yield batch
+                batch = ChunkBatch()
             if on_document:
                 on_document(documents)
-        flush(pool)
-        if in_flight is not None:
-            absorb(in_flight.result())
-    return documents, written, failed
+        if batch:
+            yield batch
+
+    with es_errors(f"re-chunk {source} into {target}"):
+        stage.run(batches())
+    return documents, tally.written, tally.failed + unchunked

@@ -15,7 +15,8 @@ from elasticsearch import Elasticsearch
 
 from hybridsearch.embedding import Embedder
 from hybridsearch.ingest.chunking import HFTokenizer
-from hybridsearch.ingest.pipeline import document_chunks, run_ingest
+from hybridsearch.ingest.layout import document_chunks
+from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document, read_path
 from hybridsearch.query.client import SearchClient
 from hybridsearch.settings import Settings
@@ -99,7 +100,8 @@ def _start_and_kill(es: Elasticsearch, settings: Settings, embedder: Embedder, e
              "text": "".join(SENTENCE.format(d=d, i=i, n=i * 3) for i in range(90))} for d in range(KILL_DOCS)]
     corpus.write_text("\n".join(json.dumps(r) for r in rows))
     tokenizer = HFTokenizer(embedder.model.tokenizer)
-    expected = {d.doc_id: len(list(document_chunks(d, settings, tokenizer, embedder.max_seq_length)))
+    expected = {d.doc_id: len(list(document_chunks(d, settings.chunking, settings.embedding, settings.index.tenant,
+                                                   tokenizer, embedder.max_seq_length)))
                 for d in read_path(corpus) if isinstance(d, Document)}
     assert len(expected) == KILL_DOCS and min(expected.values()) > 40
     full_env = {**os.environ, **env, "HSP_INDEX__PREFIX": settings.index.prefix, "HSP_ES_URL": settings.es.url,

@@ -159,8 +159,7 @@ def test_a_team_role_is_enough_for_everything_on_its_own_prefix(
     result = run_ingest(docs(TEAM_A), a, es=a_es, embedder=embedder)
     assert result.failed == 0 and result.documents == 3
     assert admin.count(index=a.index.ingest_runs)["count"] == 1  # the run was recorded
-    with SearchClient(a_es, a.model_copy(update={"query": a.query.model_copy(update={"log_queries": True})}),
-                      embedder=embedder) as client:
+    with SearchClient(a_es, a, embedder=embedder, log_queries=True) as client:
         assert ("handbook", "Expense policy") in seen(client, "expense policy train tickets")
         assert client.query_log is not None and client.query_log.flush(10) and client.query_log.written == 1
     assert check_access(a_es, a).status == "OK" and "may ingest" in check_access(a_es, a).detail

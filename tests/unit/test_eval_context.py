@@ -31,9 +31,9 @@ def test_git_info_names_the_checkout_commit(tmp_path: Path) -> None:
     assert git_info(tmp_path) == {"commit": None, "dirty": False}
 
 
-def test_eval_settings_use_their_own_prefix_and_no_query_log() -> None:
+def test_eval_settings_use_their_own_prefix() -> None:
     s = eval_settings(load_settings(), "eval-scifact")
-    assert s.index.alias == "eval-scifact-chunks" and not s.query.log_queries
+    assert s.index.alias == "eval-scifact-chunks" and s.query == load_settings().query
     with pytest.raises(ConfigError, match="prefix 'Bad Prefix' is not valid"):
         eval_settings(load_settings(), "Bad Prefix")
 

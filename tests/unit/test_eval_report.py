@@ -21,7 +21,7 @@ from hybridsearch.eval.report import (
     worst_queries,
 )
 from hybridsearch.eval.runner import ModeRun, parse_modes, run_mode
-from hybridsearch.query.results import Hit, Mode, SearchResult, StageScore, Timings
+from hybridsearch.query.results import Hit, Mode, RerankOutcome, SearchResult, StageScore, Timings
 
 QRELS = {"q1": {"a": 1}, "q2": {"b": 1, "c": 1}}
 QUERIES = {"q1": "first", "q2": "second"}
@@ -47,6 +47,7 @@ def fake_search(query: str, mode: Mode, rerank: bool) -> SearchResult:
                       rerank_ms=30.0 if rerank else 0.0, total_ms=13.0)
     return SearchResult(query=query, mode=mode, index="i", k=100, hits=list(reversed(hits)), candidates=len(docs),
                         reranked=rerank and query == "first", rerank_reason=None if query == "first" else "timeout",
+                        rerank_outcome=RerankOutcome.APPLIED if rerank and query == "first" else RerankOutcome.TIMED_OUT,
                         rerank_blend=0.3 if rerank and query == "first" else None, timings=timings)
 
 
@@ -87,7 +88,7 @@ def test_run_mode_collapses_chunks_orders_by_rank_and_records_latency() -> None:
 def test_rerank_mode_counts_reranked_queries_and_reasons() -> None:
     ANSWERS[("hybrid", "first")]  # same answers as hybrid
     run = run_mode(fake_search, QUERIES, "hybrid+rerank")
-    assert run.reranked == 1 and dict(run.rerank_reasons) == {"timeout": 1}
+    assert run.reranked == 1 and dict(run.rerank_reasons) == {"timed_out": 1}
     assert dict(run.rerank_blends) == {0.3: 1}
     means, per_query = evaluate(QRELS, run.rankings)
     assert mode_report(run, means, per_query).rerank_blend == 0.3

@@ -20,10 +20,10 @@ def test_parse_sweep_rejects_build_settings_unknown_names_and_bad_syntax(spec: s
 
 
 def test_with_query_validates_values() -> None:
-    s = with_query(load_settings(), "rrf_k", "20")
-    assert s.query.rrf_k == 20 and s.index == load_settings().index
+    q = with_query(load_settings().query, "rrf_k", "20")
+    assert q.rrf_k == 20 and q.model_copy(update={"rrf_k": 60}) == load_settings().query
     with pytest.raises(ConfigError, match=r"query\.rrf_k=0"):
-        with_query(load_settings(), "rrf_k", "0")
+        with_query(load_settings().query, "rrf_k", "0")
 
 
 def test_sweep_markdown() -> None:

@@ -9,7 +9,7 @@ import pytest
 from hybridsearch.errors import ClusterError, IndexNotFound, QueryError, RerankerError
 from hybridsearch.query.assemble import apply_rerank, build_result, check_response, fuse_window, log_doc, query_hash
 from hybridsearch.query.build import clean_query, plan, searches
-from hybridsearch.query.results import Timings
+from hybridsearch.query.results import RerankOutcome, Timings
 from hybridsearch.settings import Settings, load_settings
 
 
@@ -43,20 +43,20 @@ def test_emoji_are_searchable_but_punctuation_and_math_symbols_are_not() -> None
 
 
 def test_plan_checks_arguments_before_any_request(settings: Settings) -> None:
-    p = plan(settings, "bees", k=5, mode="dense", page=2)
+    p = plan(settings.query, settings.index.tenant, "bees", k=5, mode="dense", page=2)
     assert (p.query, p.k, p.mode, p.page, p.wants_vector) == ("bees", 5, "dense", 2, True)
     for kwargs, msg in (({"k": 0}, "k must"), ({"k": 101}, "k must"), ({"k": True}, "k must"),
                         ({"k": 2.5}, "k must"), ({"page": 0}, "page must"), ({"mode": "sparse"}, "unknown mode"),
                         ({"filters": {"body": "x"}}, "unknown field")):
         with pytest.raises(QueryError, match=msg):
-            plan(settings, "bees", **kwargs)  # type: ignore[arg-type]
+            plan(settings.query, settings.index.tenant, "bees", **kwargs)  # type: ignore[arg-type]
 
 
 def test_one_msearch_with_the_same_filters_in_bm25_and_knn(settings: Settings) -> None:
     s = settings.model_copy(update={"index": settings.index.model_copy(update={"tenant": "acme"}),
                                     "query": settings.query.model_copy(update={"title_boost": 2.5, "operator": "and"})})
-    p = plan(s, "bees dance", filters={"source": "wiki"})
-    names, lines = searches(s, p, [0.5, 0.25])
+    p = plan(s.query, s.index.tenant, "bees dance", filters={"source": "wiki"})
+    names, lines = searches(s.query, s.index.alias, p, [0.5, 0.25])
     assert names == ["bm25", "knn"] and len(lines) == 4
     assert lines[0] == lines[2] == {"index": "unit-chunks"}
     bm25, knn = lines[1], lines[3]
@@ -70,12 +70,12 @@ def test_one_msearch_with_the_same_filters_in_bm25_and_knn(settings: Settings) -
                           "filter": want}  # collapse: knn_k × knn_overfetch chunks, for ~knn_k documents
     for body in (bm25, knn):
         assert body["size"] == 100 and body["collapse"] == {"field": "doc_id"} and "embedding" not in body["_source"]
-    assert searches(settings, plan(settings, "x", mode="bm25"), None)[0] == ["bm25"]
-    names, lines = searches(settings, plan(settings, "x", mode="dense"), [1.0])
+    assert searches(settings.query, settings.index.alias, plan(settings.query, settings.index.tenant, "x", mode="bm25"), None)[0] == ["bm25"]
+    names, lines = searches(settings.query, settings.index.alias, plan(settings.query, settings.index.tenant, "x", mode="dense"), [1.0])
     assert names == ["knn"] and lines[1]["knn"]["filter"] == [visible]
-    assert searches(settings, plan(settings, "x", mode="bm25"), None)[1][1]["query"]["bool"]["filter"] == [visible]
+    assert searches(settings.query, settings.index.alias, plan(settings.query, settings.index.tenant, "x", mode="bm25"), None)[1][1]["query"]["bool"]["filter"] == [visible]
     with pytest.raises(QueryError):
-        searches(settings, plan(settings, "x"), None)
+        searches(settings.query, settings.index.alias, plan(settings.query, settings.index.tenant, "x"), None)
 
 
 def _hit(chunk: str, score: float, doc: str | None = None) -> dict[str, Any]:
@@ -93,7 +93,7 @@ KNN = _resp(_hit("b#1", 0.9), _hit("d#0", 0.8), _hit("a#1", 0.7))
 
 
 def test_fuse_window_collapses_each_list_then_applies_rrf(settings: Settings) -> None:
-    w = fuse_window(settings, ["bm25", "knn"], [BM25, KNN])
+    w = fuse_window(settings.query, ["bm25", "knn"], [BM25, KNN])
     order = [c.key for c in w.candidates]
     # bm25 doc ranks a1 b2 c3 ; knn b1 d2 a3 → b: 1/62+1/61, a: 1/61+1/63, d: 1/62, c: 1/63
     assert order == ["b", "a", "d", "c"] and w.depths == {"bm25": 3, "knn": 3}
@@ -105,44 +105,44 @@ def test_fuse_window_collapses_each_list_then_applies_rrf(settings: Settings) ->
 
 def test_without_collapse_chunks_are_separate(settings: Settings) -> None:
     flat = settings.model_copy(update={"query": settings.query.model_copy(update={"collapse": False})})
-    w = fuse_window(flat, ["bm25"], [BM25])
+    w = fuse_window(flat.query, ["bm25"], [BM25])
     assert [c.key for c in w.candidates] == ["a#0", "a#1", "b#0", "c#0"]
     assert [c.base_score for c in w.candidates] == [9.0, 8.0, 7.0, 6.0] and w.candidates[0].fused is None
-    assert "collapse" not in searches(flat, plan(flat, "x", mode="bm25"), None)[1][1]
-    assert searches(flat, plan(flat, "x", mode="dense"), [1.0])[1][1]["knn"]["k"] == 100
+    assert "collapse" not in searches(flat.query, flat.index.alias, plan(flat.query, flat.index.tenant, "x", mode="bm25"), None)[1][1]
+    assert searches(flat.query, flat.index.alias, plan(flat.query, flat.index.tenant, "x", mode="dense"), [1.0])[1][1]["knn"]["k"] == 100
 
 
 def test_linear_fusion_is_selected_by_settings(settings: Settings) -> None:
     lin = settings.model_copy(update={"query": settings.query.model_copy(update={"fusion": "linear",
                                                                                   "linear_alpha": 0.5})})
-    w = fuse_window(lin, ["bm25", "knn"], [BM25, KNN])
+    w = fuse_window(lin.query, ["bm25", "knn"], [BM25, KNN])
     # minmax: bm25 a1 b.333 c0 ; knn b1 d.5 a0 → b .6667, a .5, d .25, c 0
     assert [(c.key, round(c.fused.score, 4)) for c in w.candidates] == [  # type: ignore[union-attr]
         ("b", 0.6667), ("a", 0.5), ("d", 0.25), ("c", 0.0)]
 
 
 def test_rerank_reorders_only_the_top_depth(settings: Settings) -> None:
-    w = fuse_window(settings, ["bm25", "knn"], [BM25, KNN])
+    w = fuse_window(settings.query, ["bm25", "knn"], [BM25, KNN])
     apply_rerank(w, 2, [0.1, 0.9])
     assert [c.key for c in w.candidates] == ["a", "b", "d", "c"] and w.reranked
     assert w.candidates[0].rerank.rank == 1 and w.candidates[2].rerank is None  # type: ignore[union-attr]
     for bad in ([1.0], [float("nan"), 1.0]):
         with pytest.raises(RerankerError):
-            apply_rerank(fuse_window(settings, ["bm25"], [BM25]), 2, bad)
+            apply_rerank(fuse_window(settings.query, ["bm25"], [BM25]), 2, bad)
 
 
 def test_rerank_blend_interpolates_with_the_fused_score(settings: Settings) -> None:
     # fused top 2 is b, a; the reranker prefers a. Over the top, min-max gives b: rerank 0, fused 1; a: 1, 0.
-    w = fuse_window(settings, ["bm25", "knn"], [BM25, KNN])
+    w = fuse_window(settings.query, ["bm25", "knn"], [BM25, KNN])
     assert [c.key for c in w.candidates[:2]] == ["b", "a"]
     apply_rerank(w, 2, [0.1, 0.9], blend=0.4)  # b = 0.6, a = 0.4: fused order holds
     assert [c.key for c in w.candidates] == ["b", "a", "d", "c"] and w.blend == 0.4
     assert [c.rerank.rank for c in w.candidates[:2]] == [1, 2]  # type: ignore[union-attr]
-    w = fuse_window(settings, ["bm25", "knn"], [BM25, KNN])
+    w = fuse_window(settings.query, ["bm25", "knn"], [BM25, KNN])
     apply_rerank(w, 2, [0.1, 0.9], blend=0.6)  # b = 0.4, a = 0.6: the reranker wins
     assert [c.key for c in w.candidates] == ["a", "b", "d", "c"]
-    p = plan(settings, "q", k=3, explain=True)
-    res = build_result(settings, p, "idx", w, Timings())
+    p = plan(settings.query, settings.index.tenant, "q", k=3, explain=True)
+    res = build_result(settings.query, settings.reranker.depth, p, "idx", w, Timings())
     assert res.rerank_blend == 0.6
     top = res.hits[0]
     assert top.score == pytest.approx(0.6) and top.rerank is not None and top.rerank.score == pytest.approx(0.9)
@@ -151,18 +151,17 @@ def test_rerank_blend_interpolates_with_the_fused_score(settings: Settings) -> N
 
 
 def test_result_paging_and_explain(settings: Settings) -> None:
-    w = fuse_window(settings, ["bm25", "knn"], [BM25, KNN])
-    w.rerank_reason = "no reranker configured"
-    p = plan(settings, "q", k=3, page=2, explain=True)
-    res = build_result(settings, p, "unit-chunks-v1", w, Timings())
+    w = fuse_window(settings.query, ["bm25", "knn"], [BM25, KNN])
+    w.rerank_outcome, w.rerank_reason = RerankOutcome.DISABLED, "no reranker configured"
+    p = plan(settings.query, settings.index.tenant, "q", k=3, page=2, explain=True)
+    res = build_result(settings.query, settings.reranker.depth, p, "unit-chunks-v1", w, Timings())
     assert [h.doc_id for h in res.hits] == ["c"] and res.hits[0].rank == 4 and res.candidates == 4
     assert res.hits[0].explanation == [
         "BM25: rank 3, score 6.0000 → RRF term 1/(60+3) = 0.015873", "kNN: not in the top 3 (adds 0)",
-        "fused: rank 4, score 0.015873 (RRF, k=60)", "rerank: not applied (no reranker configured; see rerank_reason)"]
-    doc = log_doc(settings, p, res)
+        "fused: rank 4, score 0.015873 (RRF, k=60)", "rerank: not applied (disabled; see rerank_reason)"]
+    doc = log_doc(p, res, redact=settings.query.redact, tenant=settings.index.tenant)
     assert doc["query"] == "q" and doc["query_hash"] == query_hash("q") and doc["top_ids"] == ["c"]
-    red = settings.model_copy(update={"query": settings.query.model_copy(update={"redact": True})})
-    assert "query" not in log_doc(red, p, res)
+    assert "query" not in log_doc(p, res, redact=True, tenant=None)
 
 
 def test_failed_msearch_items_become_our_errors() -> None:

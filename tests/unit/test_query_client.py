@@ -12,6 +12,7 @@ from hybridsearch.cluster import make_client
 from hybridsearch.errors import RerankerError
 from hybridsearch.query.assemble import Window
 from hybridsearch.query.build import plan
+from hybridsearch.query.results import RerankOutcome
 from hybridsearch.settings import Settings, load_settings
 
 
@@ -30,7 +31,7 @@ def _reason(client: SearchClient) -> str | None:
     from hybridsearch.query.assemble import Candidate
 
     window = Window(candidates=[Candidate(key="a", source={}, chunk_id="a#0")], depths={"bm25": 1})
-    return client._rerank_skip(plan(client.settings, "q"), window)
+    return window.rerank_reason if client._rerank_skip(plan(client.query, None, "q"), window) else None
 
 
 def test_factory_reranker_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,7 +64,8 @@ def test_no_reranker_and_not_requested() -> None:
     with SearchClient(make_client(_settings().es), _settings()) as c:
         assert _reason(c) == "no reranker configured"
         window = Window(candidates=[], depths={})
-        assert c._rerank_skip(plan(c.settings, "q", rerank=False), window) == "rerank not requested"
+        assert c._rerank_skip(plan(c.query, None, "q", rerank=False), window)
+        assert window.rerank_outcome is RerankOutcome.SKIPPED and window.rerank_reason == "rerank not requested"
 
 
 class Recommends(Fixed):

@@ -11,8 +11,7 @@ import pytest
 
 from hybridsearch.errors import ConfigError
 from hybridsearch.eval.datasets import read_qrels
-from hybridsearch.query.assemble import Candidate as FusedCandidate
-from hybridsearch.query.assemble import passage
+from hybridsearch.query.assemble import passage_text as chunk_passage
 from hybridsearch.training.negatives import (
     Candidate,
     SplitData,
@@ -189,9 +188,9 @@ def test_validation_queries_keep_fused_order_and_drop_unjudged() -> None:
 
 
 def test_passage_text_is_what_the_query_layer_sends_the_reranker() -> None:
-    for title, text in (("A title", "Body text."), ("", "Body only"), (None, "Body")):
-        assert passage_text(title, text) == passage(FusedCandidate(key="k", source={"title": title, "text": text},
-                                                                   chunk_id="c"))
+    for title, text, want in (("A title", "Body text.", "A title Body text."), ("", "Body only", "Body only"),
+                              (None, "Body", "Body")):
+        assert passage_text(title, text) == chunk_passage({"title": title, "text": text}) == want
 
 
 class ListMiner:

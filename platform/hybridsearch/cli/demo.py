@@ -75,10 +75,6 @@ def _stage(name: str, stage: object) -> str:
     return f"{name} –" if rank is None else f"{name} #{rank} ({getattr(stage, 'score', 0.0):.3g})"
 
 
-def _short(reason: str | None) -> str:
-    return (reason or "").split(". ")[0][:100]
-
-
 def show(res: SearchResult, shown_reasons: set[str] | None = None) -> None:
     """Print one result: each hit with its rank in BM25, kNN, RRF and rerank, a snippet, and the timings."""
     t = res.timings
@@ -87,7 +83,7 @@ def show(res: SearchResult, shown_reasons: set[str] | None = None) -> None:
                           f"· fusion {t.fusion_ms:.1f} ms · rerank {t.rerank_ms:.0f} ms · total {t.total_ms:.0f} ms",
                           "dim")))
     if not res.reranked:
-        reason = _short(res.rerank_reason)
+        reason = f"{res.rerank_outcome.value.replace('_', ' ')}: {(res.rerank_reason or '')[:100]}"
         if shown_reasons is None or reason not in shown_reasons:
             console.print(styled("  ", ("fused order, not reranked:", "yellow"), f" {reason}"))
             if shown_reasons is not None:

@@ -56,8 +56,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.query.client import SearchClient
 
     filters = parse_cli_filters(args.filters)
-    plan(settings, args.query, k=1 if args.why else args.k, mode=args.mode, filters=filters, rerank=args.rerank,
-         explain=args.explain, page=1 if args.why else args.page)  # raises QueryError
+    plan(settings.query, settings.index.tenant, args.query, k=1 if args.why else args.k, mode=args.mode,
+         filters=filters, rerank=args.rerank, explain=args.explain, page=1 if args.why else args.page)  # QueryError
     out = console()
     with SearchClient.from_settings(settings) as client:
         if not args.rerank:

@@ -29,8 +29,8 @@ def load_sentence_transformer(name: str, device: str = "auto", **kwargs: Any) ->
         return SentenceTransformer(where, device=pick_device(device), **kwargs)
     except Exception as exc:
         raise ModelError(
-            f"cannot load embedding model {name!r} ({type(exc).__name__}: {exc}). Without network access, "
-            "point HSP_EMBEDDING__MODEL at a local sentence-transformers folder."
+            f"cannot load embedding model {name!r} ({type(exc).__name__}: {exc})",
+            fix="Without network access, point HSP_EMBEDDING__MODEL at a local sentence-transformers folder."
         ) from exc
 
 

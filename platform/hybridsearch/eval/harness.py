@@ -136,7 +136,7 @@ def evaluate_collection(
         why = why or probe_reranker(reranker, settings)
         if why is not None:
             skip_reason["hybrid+rerank"] = why
-    client = SearchClient(es, settings, embedder=embedder, reranker=reranker)
+    client = SearchClient(es, settings, embedder=embedder, reranker=reranker, log_queries=False)
 
     def search(query: str, mode: Mode, rerank: bool) -> SearchResult:
         return client.search(query, k=k, mode=mode, rerank=rerank)

@@ -34,14 +34,14 @@ REUSE_META = ("embedding_model", "embedding_dims", "chunker", "chunker_version",
 
 
 def eval_settings(settings: Settings, prefix: str) -> Settings:
-    """``settings`` for an evaluation under index prefix ``prefix``, with the query log off (evaluation
-    queries are not traffic)."""
+    """``settings`` for an evaluation under index prefix ``prefix``: a copy, because the evaluation works on
+    other indices than the settings name (the query log is switched off where the clients are made:
+    evaluation queries are not traffic)."""
     try:
         index = settings.index.model_validate({**settings.index.model_dump(), "prefix": prefix})
     except ValidationError:
         raise ConfigError(f"index prefix {prefix!r} is not valid: lowercase letters, digits, '_', '.', '-'") from None
-    query = settings.query.model_copy(update={"log_queries": False})
-    return settings.model_copy(update={"index": index, "query": query})
+    return settings.model_copy(update={"index": index})
 
 
 def build_signature(settings: Settings) -> dict[str, Any]:

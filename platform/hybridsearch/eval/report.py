@@ -45,7 +45,8 @@ class ModeReport(BaseModel):
     queries: int = 0
     failed_queries: int = 0
     reranked_queries: int | None = Field(None, description="hybrid+rerank: queries the reranker actually reordered")
-    rerank_reasons: dict[str, int] = Field(default_factory=dict, description="why the other queries were not")
+    rerank_reasons: dict[str, int] = Field(default_factory=dict, description="the other queries by rerank outcome "
+                                           "(disabled, skipped, failed, timed_out)")
     rerank_blend: float | None = Field(None, description="hybrid+rerank: reranker share in the final order "
                                                          "(1 = reranker order only), when one value was used")
     metrics: dict[str, float] = Field(default_factory=dict)

@@ -49,7 +49,7 @@ class ModeRun:
     latency: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in (*STAGES, "wall")})
     failed: dict[str, str] = field(default_factory=dict)
     reranked: int = 0
-    rerank_reasons: Counter[str] = field(default_factory=Counter)
+    rerank_reasons: Counter[str] = field(default_factory=Counter)  # by RerankOutcome value
     rerank_blends: Counter[float] = field(default_factory=Counter)
 
     def rank_of(self, qid: str, doc_id: str) -> int | None:
@@ -99,7 +99,7 @@ def run_mode(
                 out.reranked += 1
                 out.rerank_blends[result.rerank_blend if result.rerank_blend is not None else 1.0] += 1
             else:
-                out.rerank_reasons[result.rerank_reason or "not reranked"] += 1
+                out.rerank_reasons[result.rerank_outcome.value] += 1
         if on_query:
             on_query()
     return out

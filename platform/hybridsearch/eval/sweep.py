@@ -41,13 +41,12 @@ def parse_sweep(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
     return out
 
 
-def with_query(settings: Settings, name: str, value: str) -> Settings:
-    """``settings`` with ``query.<name>`` set to ``value`` (validated). Raises ConfigError."""
+def with_query(query: QuerySettings, name: str, value: str) -> QuerySettings:
+    """The query knobs ``query`` with ``<name>`` set to ``value`` (validated). Raises ConfigError."""
     try:
-        query = QuerySettings.model_validate({**settings.query.model_dump(), name: value})
+        return QuerySettings.model_validate({**query.model_dump(), name: value})
     except ValidationError as exc:
         raise ConfigError(f"--sweep query.{name}={value}: {exc.errors()[0]['msg']}") from None
-    return settings.model_copy(update={"query": query})
 
 
 class Trial(BaseModel):
@@ -70,11 +69,11 @@ def run_sweep(
     trials: list[Trial] = []
     for name, values in knobs:
         for value in values:
-            s = with_query(settings, name, value)
-            client = SearchClient(es, s, embedder=embedder)
+            knobs_now = with_query(settings.query, name, value)
+            client = SearchClient(es, settings, embedder=embedder, query=knobs_now, log_queries=False)
 
             def search(query: str, mode: Mode, rerank: bool, client: Any = client, k: int = k) -> SearchResult:
-                result: SearchResult = client.search(query, k=min(k, client.settings.query.max_k), mode=mode,
+                result: SearchResult = client.search(query, k=min(k, client.query.max_k), mode=mode,
                                                      rerank=False)
                 return result
 

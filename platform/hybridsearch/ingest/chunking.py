@@ -153,6 +153,15 @@ def _word_starts(tokens: Sequence[Span]) -> list[bool]:
     return [i == 0 or tokens[i][0] > tokens[i - 1][1] for i in range(len(tokens))]
 
 
+def _back_to_word_start(starts: Sequence[bool], i: int, j: int) -> int:
+    """``j`` moved back to the nearest word start after ``i``, so a window does not end inside a word;
+    ``j`` itself when no word starts in between."""
+    k = j
+    while k > i + 1 and not starts[k]:
+        k -= 1
+    return k if starts[k] else j
+
+
 def _windows(tokens: Sequence[Span], limit: int, overlap: int) -> Iterator[Span]:
     """Windows of at most ``limit`` tokens starting at word starts, consecutive ones sharing ``overlap``."""
     n = len(tokens)
@@ -161,10 +170,7 @@ def _windows(tokens: Sequence[Span], limit: int, overlap: int) -> Iterator[Span]
     while i < n:
         j = min(i + limit, n)
         if j < n:
-            k = j
-            while k > i + 1 and not starts[k]:
-                k -= 1
-            j = k if starts[k] else j
+            j = _back_to_word_start(starts, i, j)
         yield tokens[i][0], tokens[j - 1][1]
         if j >= n:
             return
@@ -267,10 +273,7 @@ class _Cutter:
                 j = bisect.bisect_right(ends, toks[i][0] + size)
                 j = max(i + 1, min(j, i + self.limit, n))
                 if j < n:
-                    k = j
-                    while k > i + 1 and not words[k]:
-                        k -= 1
-                    j = k if words[k] else j
+                    j = _back_to_word_start(words, i, j)
                 yield toks[i][0], toks[j - 1][1]
                 if j >= n:
                     break

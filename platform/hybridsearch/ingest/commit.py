@@ -109,8 +109,8 @@ def commit(es: Elasticsearch, index: str, run_id: str, docs: list[Staged], cfg: 
                                  for i, d in surplus], cfg) if surplus else WriteReport()
     actions = [{"_op_type": "update", "_index": index, "_id": i, "_doc_id": s.doc_id, "doc": {PENDING_FIELD: None}}
                for s in docs for i in [*s.ids[1:], *s.ids[:1]]]
-    one_request = cfg.model_copy(update={"bulk_chunk_size": max(cfg.bulk_chunk_size, len(actions))})
-    flips = write_actions(es, actions, one_request) if actions else WriteReport()
+    flips = write_actions(es, actions, cfg, chunk_size=max(cfg.bulk_chunk_size, len(actions))) if actions \
+        else WriteReport()  # one request: chunk 0 (last) must not become visible before the others
     broken = {f.doc_id for f in flips.failures}
     hide(es, index, run_id, [(s.ids[0], s.doc_id) for s in docs if s.doc_id in broken and s.ids], cfg)
     return deletes, flips

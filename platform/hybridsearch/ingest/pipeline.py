@@ -1,27 +1,25 @@
 """The ingest pipeline: read → look up → chunk → embed → bulk-write, with bounded queues between stages.
 
-Reading, change detection (one search per batch of documents) and chunking run in a *prepare* thread,
-bulk writes in a *writer* thread, and the embedder in the calling thread (or in ``workers`` processes),
-so the embedder never waits on the network while the queues (``ingest.queue_size`` batches) hold work.
-Every document is accounted for: indexed, unchanged (same ``content_hash``, skipped without
-re-embedding) or failed with a dead-letter record. Chunk ``_id`` = ``doc_id#position@chunker``,
-so a re-run rewrites nothing and resumes where an interrupted run stopped. A document is staged and
-committed (:mod:`hybridsearch.ingest.commit`): it becomes searchable only when all of it is written,
-and the chunks a stopped run wrote are reused, not embedded again. The run is recorded from its start
-(:mod:`hybridsearch.ingest.runs`), so a run killed outright is recorded as ``killed`` by the next one.
+Reading, change detection (one search per batch of documents) and chunking run in a *prepare* thread
+(:mod:`.prepare`); the embedder runs in the calling thread (or in ``workers`` processes) and bulk writes in
+a *writer* thread (:mod:`.stage`, the embed-and-write stage migrations use too), so the embedder never
+waits on the network while the queues (``ingest.queue_size`` batches) hold work. Every document is
+accounted for: indexed, unchanged (same ``content_hash``, skipped without re-embedding) or failed with a
+dead-letter record. Chunk ``_id`` = ``doc_id#position@chunker``, so a re-run rewrites nothing and resumes
+where an interrupted run stopped. A document is staged and committed (:mod:`.commit`): it becomes
+searchable only when all of it is written, and the chunks a stopped run wrote are reused, not embedded
+again. The run is recorded from its start (:mod:`.runs`), so a run killed outright is recorded as
+``killed`` by the next one.
 """
 
 from __future__ import annotations
 
-import copy
 import logging
-import queue
 import signal
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,334 +31,88 @@ from hybridsearch.cluster import es_errors, make_client
 from hybridsearch.embedding import Embedder
 from hybridsearch.errors import ClusterError, ConfigError, HybridSearchError, ModelError
 from hybridsearch.indices import ensure_index
-from hybridsearch.ingest.chunking import HFTokenizer, Tokenizer, chunk_text, embed_text, text_budget
-from hybridsearch.ingest.commit import Staged, Stored, commit, hide, stored_chunks
+from hybridsearch.ingest.commit import Staged, commit
 from hybridsearch.ingest.commit import delete_documents as delete_documents
 from hybridsearch.ingest.commit import existing_chunk_ids as existing_chunk_ids
-from hybridsearch.ingest.ids import chunk_id, parent_id, shard_of
+from hybridsearch.ingest.layout import now
+from hybridsearch.ingest.prepare import Preparer
 from hybridsearch.ingest.runs import IngestResult, RunRecord
 from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, read_path
-from hybridsearch.ingest.writer import DeadLetter, write_actions
-from hybridsearch.pending import PENDING_FIELD, visible_only
-from hybridsearch.settings import Settings
+from hybridsearch.ingest.stage import EmbedWriter
+from hybridsearch.ingest.state import DONE, Batch, RunState, WorkDoc
+from hybridsearch.ingest.writer import WriteReport
+from hybridsearch.settings import EmbeddingSettings, Settings
 
 log = logging.getLogger(__name__)
 
-LOOKUP_BATCH = 64  # documents per change-detection search
+Input = str | Path | Iterable[Document | SourceFailure]
 
 
-@dataclass
-class _Doc:
-    doc: Document
-    changed: bool
-    stored: Stored = field(default_factory=Stored)
-    ids: list[str] = field(default_factory=list)  # chunk ids of the version being written, in order
-
-
-@dataclass
-class _Batch:
-    """Chunks on their way to the index; ``finals`` are documents whose last chunk is in this batch."""
-
-    sources: list[dict[str, Any]] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-    finals: list[_Doc] = field(default_factory=list)
-    vectors: Any = None
-
-
-_DONE = object()
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
-
-
-def _iter_input(documents: str | Path | Iterable[Document | SourceFailure], fields: RecordFields | None
-                ) -> Iterator[Document | SourceFailure]:
+def _iter_input(documents: Input, fields: RecordFields | None) -> Iterator[Document | SourceFailure]:
     if isinstance(documents, str | Path):
         return read_path(documents, fields)
     return iter(documents)
 
 
-class _Run:
-    """State shared by the stages of one run."""
+class _Committer:
+    """Ingest stage 3, in the writer thread after each batch is written: count, dead-letter, commit."""
 
-    def __init__(self, settings: Settings, es: Elasticsearch, embedder: Embedder, index: str, result: IngestResult,
-                 shard: tuple[int, int] | None) -> None:
-        self.settings, self.es, self.embedder, self.index = settings, es, embedder, index
-        self.result, self.shard = result, shard
-        self.signature = chunker_signature(settings.chunking)
-        self.tenant = settings.index.tenant
-        self.dead = DeadLetter(settings.ingest.dead_letter_dir, result.run_id)
-        self.stop = threading.Event()
-        self.terminated = False  # SIGTERM
-        self.error: BaseException | None = None
-        self.lock = threading.Lock()
-        size = settings.ingest.queue_size
-        self.to_embed: queue.Queue[Any] = queue.Queue(maxsize=size)
-        self.to_write: queue.Queue[Any] = queue.Queue(maxsize=size)
-        self.seen: set[str] = set()
-        self.failed_docs: set[str] = set()
-        self._tokenizer: Tokenizer | None = None
-        self.batch_chunks = max(settings.embedding.batch_size * 4, 16)
-        self.progress: Any = None
-        self.on_progress: Any = None
+    def __init__(self, run: RunState) -> None:
+        self.run = run
 
-    # ---- helpers -------------------------------------------------------------------------------
-    @property
-    def tokenizer(self) -> Tokenizer:
-        """The model's tokenizer, loaded on first use (a run where nothing changed never loads the model)."""
-        if self._tokenizer is None:
-            # a copy: a Rust tokenizer used from two threads at once fails with "Already borrowed"
-            self._tokenizer = HFTokenizer(copy.deepcopy(self.embedder.model.tokenizer))
-        return self._tokenizer
+    def embed_failed(self, batch: Batch, exc: Exception) -> None:
+        """Dead-letter every chunk of a batch the embedder refused; the run goes on."""
+        run = self.run
+        for src in batch.sources:
+            run.failed_docs.add(src["doc_id"])
+            run.dead.write(doc_id=src["doc_id"], chunk_id=src["chunk_id"], stage="embed",
+                           reason=f"embedding failed: {type(exc).__name__}: {exc}", source=src["source"])
+        run.count(failed=len(batch.sources))
 
-    @property
-    def max_seq(self) -> int:
-        return self.embedder.max_seq_length
-
-    def put(self, q: queue.Queue[Any], item: Any) -> bool:
-        while not self.stop.is_set():
-            try:
-                q.put(item, timeout=0.2)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def fail(self, exc: BaseException) -> None:
-        with self.lock:
-            if self.error is None:
-                self.error = exc
-        self.stop.set()
-
-    def doc_failed(self, doc_id: str | None, reason: str, stage: str, source: str | None = None) -> None:
-        self.dead.write(doc_id=doc_id, reason=reason, stage=stage, source=source)
-        with self.lock:
-            self.result.documents_failed += 1
-
-    def count(self, **deltas: int) -> None:
-        with self.lock:
-            for k, v in deltas.items():
-                setattr(self.result, k, getattr(self.result, k) + v)
-        if self.on_progress is not None:
-            self.on_progress(self.result)
-
-    # ---- stage 1: read, filter, look up, chunk -----------------------------------------------------
-    def prepare(self, items: Iterator[Document | SourceFailure]) -> None:
-        try:
-            group: list[Document] = []
-            for item in items:
-                if self.stop.is_set():
-                    break
-                if isinstance(item, SourceFailure):
-                    key = item.doc_id or item.source
-                    if self.shard is None or shard_of(key, self.shard[1]) == self.shard[0]:
-                        self.count(documents=1)
-                        self.doc_failed(item.doc_id, item.reason, "read", item.source)
-                    continue
-                if self.shard is not None and shard_of(item.doc_id, self.shard[1]) != self.shard[0]:
-                    continue
-                self.count(documents=1)
-                if item.doc_id in self.seen:
-                    self.doc_failed(item.doc_id, f"duplicate doc_id {item.doc_id!r} in this run; the first one "
-                                    "was kept", "read", item.source)
-                    continue
-                self.seen.add(item.doc_id)
-                if not item.text.strip():
-                    self.doc_failed(item.doc_id, "document has no text", "read", item.source)
-                    continue
-                group.append(item)
-                if len(group) >= LOOKUP_BATCH:
-                    self._prepare_group(group)
-                    group = []
-            if group and not self.stop.is_set():
-                self._prepare_group(group)
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-            self.fail(exc)
-        finally:
-            self.put_final(self.to_embed)
-
-    @staticmethod
-    def put_final(q: queue.Queue[Any]) -> None:
-        """End marker; blocks until there is room (every consumer drains to the marker, even on errors)."""
-        q.put(_DONE)
-
-    def lookup(self, docs: list[Document]) -> tuple[list[_Doc], list[Document]]:
-        """Split ``docs`` into work (new, changed or not committed) and unchanged: a document is done when its
-        chunk 0 is visible with its ``content_hash`` (:mod:`.commit` makes chunk 0 visible last)."""
-        ids = [d.doc_id for d in docs]
-        flt: list[dict[str, Any]] = [{"terms": {"doc_id": ids}}, {"term": {"position": 0}}, visible_only()]
-        if self.tenant:
-            flt.append({"term": {"tenant": self.tenant}})
-        with es_errors("look up existing chunks"):
-            hits = self.es.search(index=self.index, query={"bool": {"filter": flt}}, size=len(ids) * 4,
-                                  source_includes=["doc_id", "content_hash"]).body["hits"]["hits"]
-        done = {(h["_id"], h["_source"].get("content_hash")) for h in hits}
-        same = [d for d in docs if (chunk_id(d.doc_id, 0, self.signature, self.tenant), d.content_hash) in done]
-        rest = [d for d in docs if d not in same]
-        stored = stored_chunks(self.es, self.index, {d.doc_id: d.content_hash for d in rest}, self.tenant)
-        return [_Doc(d, changed=bool(stored.get(d.doc_id, Stored()).visible), stored=stored.get(d.doc_id, Stored()))
-                for d in rest], same
-
-    def _prepare_group(self, docs: list[Document]) -> None:
-        work, same = self.lookup(docs)
-        if same:
-            flt: list[dict[str, Any]] = [{"terms": {"doc_id": [d.doc_id for d in same]}}, visible_only()]
-            if self.tenant:
-                flt.append({"term": {"tenant": self.tenant}})
-            with es_errors("count unchanged chunks"):
-                n = int(self.es.count(index=self.index, query={"bool": {"filter": flt}}).body["count"])
-            self.count(documents_skipped=len(same), unchanged=n)
-        self._hide(work)
-        batch = _Batch()
-        for item in work:
-            first: tuple[dict[str, Any], str] | None = None
-            for part in self._chunks(item):
-                if part[0]["chunk_id"] in item.stored.same:  # written by a stopped run: reuse, do not embed
-                    self.count(reused=1)
-                    continue
-                part[0][PENDING_FIELD] = self.result.run_id
-                if first is None:  # chunk 0 travels in the document's last batch
-                    first = part
-                    continue
-                batch.sources.append(part[0])
-                batch.texts.append(part[1])
-                if len(batch.sources) >= self.batch_chunks:
-                    if not self.put(self.to_embed, batch):
-                        return
-                    batch = _Batch()
-            if first is not None:
-                batch.sources.append(first[0])
-                batch.texts.append(first[1])
-            batch.finals.append(item)
-        if (batch.sources or batch.finals) and not self.put(self.to_embed, batch):
-            return
-
-    def _hide(self, work: list[_Doc]) -> None:
-        """Take the visible chunks of documents about to be (re)written out of searches (:func:`.commit.hide`)."""
-        rep = hide(self.es, self.index, self.result.run_id,
-                   [(i, w.doc.doc_id) for w in work for i in sorted(w.stored.visible)], self.settings.ingest)
-        for f in rep.failures:
-            self.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"old chunk not hidden: {f.reason}",
-                            stage="hide", status=f.status)
-        for w in work:
-            w.stored.visible.clear()
-
-    def _chunks(self, item: _Doc) -> Iterator[tuple[dict[str, Any], str]]:
-        try:
-            for src, text in document_chunks(item.doc, self.settings, self.tokenizer, self.max_seq):
-                item.ids.append(src["chunk_id"])
-                yield src, text
-        except (ValueError, TypeError) as exc:
-            self.failed_docs.add(item.doc.doc_id)
-            self.dead.write(doc_id=item.doc.doc_id, reason=f"cannot chunk: {exc}", stage="chunk",
-                            source=item.doc.source)
-
-    # ---- stage 2: embed (calling thread) -----------------------------------------------------------
-    def embed_loop(self, encode: Any) -> None:
-        while True:
-            batch = self.to_embed.get()
-            if batch is _DONE:
-                break
-            if self.stop.is_set():
-                continue
-            if batch.texts:
-                t0 = time.perf_counter()
-                try:
-                    batch.vectors = encode(batch.texts)
-                except Exception as exc:  # noqa: BLE001 - recorded per chunk, the run goes on
-                    for src in batch.sources:
-                        self.failed_docs.add(src["doc_id"])
-                        self.dead.write(doc_id=src["doc_id"], chunk_id=src["chunk_id"], stage="embed",
-                                        reason=f"embedding failed: {type(exc).__name__}: {exc}", source=src["source"])
-                    self.count(failed=len(batch.sources))
-                    batch.sources, batch.texts = [], []
-                with self.lock:
-                    self.result.embed_seconds += time.perf_counter() - t0
-            self.put(self.to_write, batch)  # refused once stopped: keep draining to the end marker
-
-    # ---- stage 3: write ----------------------------------------------------------------------------
-    def write_loop(self) -> None:
-        try:
-            while True:
-                batch = self.to_write.get()
-                if batch is _DONE:
-                    return
-                self._write(batch)
-        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
-            self.fail(exc)
-            while self.to_write.get() is not _DONE:  # drain so the embedder can finish
-                pass
-
-    def _write(self, batch: _Batch) -> None:
-        actions: list[dict[str, Any]] = []
-        for src, vec in zip(batch.sources, batch.vectors if batch.vectors is not None else [], strict=True):
-            src["embedding"] = [float(x) for x in vec]
-            actions.append({"_op_type": "index", "_index": self.index, "_id": src["chunk_id"], "_source": src})
-        report = write_actions(self.es, actions, self.settings.ingest, stop=None)
+    def written(self, batch: Batch, report: WriteReport) -> None:
+        run = self.run
+        by_id = dict(zip(batch.ids, batch.sources, strict=True))
         for f in report.failures:
-            self.failed_docs.add(f.doc_id)
-            src = next((a["_source"] for a in actions if a["_id"] == f.chunk_id), {})
-            self.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f.reason, stage="write",
-                            status=f.status, source=src.get("source"))
-        self.count(chunks=len(actions), indexed=report.created, updated=report.updated,
-                   failed=len(report.failures), retried=report.retried)
+            run.failed_docs.add(f.doc_id)
+            run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f.reason, stage="write",
+                           status=f.status, source=by_id.get(f.chunk_id, {}).get("source"))
+        run.count(chunks=len(batch.ids), indexed=report.created, updated=report.updated,
+                  failed=len(report.failures), retried=report.retried)
         self._finalize(batch.finals)
 
-    def _finalize(self, finals: list[_Doc]) -> None:
+    def _finalize(self, finals: list[WorkDoc]) -> None:
         """Commit the documents whose chunks are all written; ones with a failed chunk stay hidden (a re-run
         writes what is missing and commits them)."""
+        run = self.run
         if not finals:
             return
-        failed = [f for f in finals if f.doc.doc_id in self.failed_docs]
+        failed = [f for f in finals if f.doc.doc_id in run.failed_docs]
         if failed:
-            self.count(documents_failed=len(failed))
-        good = [Staged(f.doc.doc_id, f.ids, f.stored) for f in finals if f.doc.doc_id not in self.failed_docs]
-        deletes, flips = commit(self.es, self.index, self.result.run_id, good, self.settings.ingest)
+            run.count(documents_failed=len(failed))
+        good = [Staged(f.doc.doc_id, f.ids, f.stored) for f in finals if f.doc.doc_id not in run.failed_docs]
+        deletes, flips = commit(run.es, run.index, run.result.run_id, good, run.settings.ingest)
         for f in deletes.failures:
-            self.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"stale chunk not deleted (hidden): "
-                            f"{f.reason}", stage="delete", status=f.status)
+            run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"stale chunk not deleted (hidden): "
+                           f"{f.reason}", stage="delete", status=f.status)
         broken = {f.doc_id for f in flips.failures}
         for f in flips.failures:
-            self.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"not made visible: {f.reason}",
-                            stage="commit", status=f.status)
-        self.count(deleted=deletes.deleted, documents_indexed=len(good) - len(broken),
-                   documents_failed=len(broken))
+            run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"not made visible: {f.reason}",
+                           stage="commit", status=f.status)
+        run.count(deleted=deletes.deleted, documents_indexed=len(good) - len(broken), documents_failed=len(broken))
 
 
-def document_chunks(d: Document, settings: Settings, tokenizer: Tokenizer, max_seq_length: int
-                    ) -> Iterator[tuple[dict[str, Any], str]]:
-    """``(chunk document without its vector, text to embed)`` for each chunk of ``d``, lazily."""
-    signature, tenant = chunker_signature(settings.chunking), settings.index.tenant
-    limit = text_budget(tokenizer, d.title, settings.embedding.prepend_title, max_seq_length)
-    now = _now()
-    for c in chunk_text(d.text, settings.chunking, tokenizer, limit):
-        cid = chunk_id(d.doc_id, c.position, signature, tenant)
-        src: dict[str, Any] = {
-            "doc_id": d.doc_id, "chunk_id": cid, "position": c.position,
-            "char_start": c.char_start, "char_end": c.char_end, "title": d.title, "text": c.text,
-            "source": d.source, "content_hash": d.content_hash, "tenant": tenant,
-            "ingested_at": now, "metadata": d.metadata,
-        }
-        if c.parent_start is not None and c.parent_end is not None:
-            src.update(parent_id=parent_id(d.doc_id, c.parent_start, c.parent_end, signature),
-                       parent_text=d.text[c.parent_start:c.parent_end],
-                       parent_start=c.parent_start, parent_end=c.parent_end)
-        yield src, embed_text(d.title, c.text, settings.embedding.prepend_title)
-
-
-def _check_embedder(embedder: Embedder, settings: Settings) -> None:
+def _check_embedder(embedder: Embedder, want: EmbeddingSettings) -> None:
     from hybridsearch.embedding import resolve_model
 
-    want, have = settings.embedding, embedder.cfg
+    have = embedder.cfg
     if resolve_model(want.model) != resolve_model(have.model) or want.dims != have.dims:
         raise ModelError(f"the embedder ({have.model}, {have.dims} dims) is not the model the settings name "
                          f"({want.model}, {want.dims} dims)")
 
 
-def run_ingest(documents: str | Path | Iterable[Document | SourceFailure], settings: Settings, *,
-               es: Elasticsearch | None = None, embedder: Embedder | None = None, progress: bool = False,
-               shard: tuple[int, int] | None = None, fields: RecordFields | None = None) -> IngestResult:
+def run_ingest(documents: Input, settings: Settings, *, es: Elasticsearch | None = None,
+               embedder: Embedder | None = None, progress: bool = False, shard: tuple[int, int] | None = None,
+               fields: RecordFields | None = None) -> IngestResult:
     """Ingest ``documents`` (a path, or Documents) into the chunk index; returns the run's counts.
 
     Ensures the index (checking its mapping against the settings: IndexMismatch; an alias over several
@@ -375,38 +127,25 @@ def run_ingest(documents: str | Path | Iterable[Document | SourceFailure], setti
         raise ConfigError(f"shard {shard[0]}/{shard[1]} is not i/N with 0 <= i < N")
     es = es or make_client(settings.es)
     embedder = embedder or Embedder(settings.embedding)
-    _check_embedder(embedder, settings)
+    _check_embedder(embedder, settings.embedding)
     index = ensure_index(es, settings)
-    with es_errors(f"refresh {index}"):
-        es.indices.refresh(index=index)
+    _refresh(es, index)
     started = time.perf_counter()
     result = IngestResult(run_id=f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}", index=index,
                           source=str(documents) if isinstance(documents, str | Path) else "<documents>",
-                          shard=f"{shard[0]}/{shard[1]}" if shard else None, started_at=_now(),
+                          shard=f"{shard[0]}/{shard[1]}" if shard else None, started_at=now(),
                           model=settings.embedding.model, chunker=chunker_signature(settings.chunking))
-    run = _Run(settings, es, embedder, index, result, shard)
+    run = RunState(settings, es, index, result, shard)
     record = RunRecord(es, settings, result, run.lock)
     record.start()
     restore = _stop_on_sigterm(run)
     try:
-        _stages(run, documents, fields, progress)
+        _stages(run, embedder, _iter_input(documents, fields), progress)
     finally:
         restore()
-    result.seconds = round(time.perf_counter() - started, 3)
-    written = result.indexed + result.updated
-    result.chunks_per_second = round(written / result.seconds, 2) if result.seconds else 0.0
-    result.embed_seconds = round(result.embed_seconds, 3)
-    result.ended_at = _now()
-    result.dead_letter_path = str(run.dead.path) if run.dead.used else None
-    if run.error is not None:
-        result.status = "failed"
-    elif run.terminated:
-        result.status = "interrupted"
-    elif result.status == "running":
-        result.status = "completed"
+    _close(run, started)
     try:
-        with es_errors(f"refresh {index}"):
-            es.indices.refresh(index=index)
+        _refresh(es, index)
     except HybridSearchError as exc:
         log.warning("could not refresh %s: %s", index, exc)
     record.finish()
@@ -417,7 +156,29 @@ def run_ingest(documents: str | Path | Iterable[Document | SourceFailure], setti
     return result
 
 
-def _stop_on_sigterm(run: _Run) -> Any:
+def _refresh(es: Elasticsearch, index: str) -> None:
+    with es_errors(f"refresh {index}"):
+        es.indices.refresh(index=index)
+
+
+def _close(run: RunState, started: float) -> None:
+    """Fill in the result's totals and final status."""
+    result = run.result
+    result.seconds = round(time.perf_counter() - started, 3)
+    written = result.indexed + result.updated
+    result.chunks_per_second = round(written / result.seconds, 2) if result.seconds else 0.0
+    result.embed_seconds = round(result.embed_seconds, 3)
+    result.ended_at = now()
+    result.dead_letter_path = str(run.dead.path) if run.dead.used else None
+    if run.error is not None:
+        result.status = "failed"
+    elif run.terminated:
+        result.status = "interrupted"
+    elif result.status == "running":
+        result.status = "completed"
+
+
+def _stop_on_sigterm(run: RunState) -> Callable[[], object]:
     """Make SIGTERM stop ``run`` like Ctrl-C (after the batches in flight, recorded as interrupted) while it
     runs; returns the function that puts the previous handler back. Only the main thread can do this."""
     if threading.current_thread() is not threading.main_thread():
@@ -432,33 +193,52 @@ def _stop_on_sigterm(run: _Run) -> Any:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-def _stages(run: _Run, documents: str | Path | Iterable[Document | SourceFailure], fields: RecordFields | None,
-            progress: bool) -> None:
-    """Run prepare and write in threads and embed here until every stage is done."""
+class _Queued:
+    """The prepared batches, until the end marker; once the run stops, the rest are drained unembedded."""
+
+    def __init__(self, run: RunState) -> None:
+        self.run, self.ended = run, False
+
+    def __iter__(self) -> Iterator[Batch]:
+        while not self.ended:
+            batch = self.run.to_embed.get()
+            if batch is DONE:
+                self.ended = True
+            elif not self.run.stop.is_set():
+                yield batch
+
+    def drain(self) -> None:
+        for _ in self:
+            pass
+
+
+def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | SourceFailure], progress: bool) -> None:
+    """Run prepare in a thread, embed here and write in the writer thread until every stage is done."""
     from hybridsearch.ingest.progress import IngestProgress
     from hybridsearch.ingest.workers import make_encoder
 
-    result = run.result
-    encoder = make_encoder(run.embedder, run.settings)
-    prep = threading.Thread(target=run.prepare, args=(_iter_input(documents, fields),), name="hsp-prepare",
-                            daemon=True)
-    writer = threading.Thread(target=run.write_loop, name="hsp-writer", daemon=True)
+    settings = run.settings
+    encoder = make_encoder(embedder, settings)
+    committer = _Committer(run)
+    stage: EmbedWriter[Batch] = EmbedWriter(run.es, run.index, settings.ingest, encoder.encode,
+                                            after=committer.written, on_embed_error=committer.embed_failed,
+                                            depth=settings.ingest.queue_size, name="hsp-writer")
+    preparer = Preparer(run, embedder, batch_chunks=max(settings.embedding.batch_size * 4, 16))
+    prep = threading.Thread(target=preparer, args=(items,), name="hsp-prepare", daemon=True)
+    queued = _Queued(run)
     with IngestProgress(enabled=progress) as bar:
         run.on_progress = bar.update
         prep.start()
-        writer.start()
         try:
-            run.embed_loop(encoder.encode)
+            stage.run(queued)
         except KeyboardInterrupt:
-            result.status = "interrupted"
+            run.result.status = "interrupted"
             run.stop.set()
-            run.embed_loop(lambda texts: None)  # drain to the end marker without embedding
-        except Exception as exc:  # noqa: BLE001 - re-raised below, after the other stages stop
+        except Exception as exc:  # noqa: BLE001 - re-raised by run_ingest, after the other stages stop
             run.fail(exc)
-            while run.to_embed.get() is not _DONE:
-                pass
         finally:
-            run.put_final(run.to_write)
-            writer.join()
+            queued.drain()
             prep.join(timeout=30)
             encoder.close()
+            with run.lock:
+                run.result.embed_seconds += stage.embed_seconds

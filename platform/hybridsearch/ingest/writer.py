@@ -77,10 +77,12 @@ def _reason(item: dict[str, Any]) -> str:
 
 
 def write_actions(es: Elasticsearch, actions: Sequence[dict[str, Any]], cfg: IngestSettings, *,
-                  stop: threading.Event | None = None, sleep: Callable[[float], None] = time.sleep) -> WriteReport:
+                  stop: threading.Event | None = None, sleep: Callable[[float], None] = time.sleep,
+                  chunk_size: int | None = None) -> WriteReport:
     """Bulk-apply ``actions`` (each with ``_op_type``, ``_index``, ``_id`` and, for index ops, ``_source``
     plus a ``doc_id`` in its source or a ``_doc_id`` key). Retries failed retryable items only, up to
-    ``cfg.bulk_max_retries`` times. Raises ClusterUnavailable when the cluster never answers."""
+    ``cfg.bulk_max_retries`` times; ``chunk_size`` (default ``cfg.bulk_chunk_size``) actions per request.
+    Raises ClusterUnavailable when the cluster never answers."""
     report = WriteReport()
     by_id = {a["_id"]: a for a in actions}
     pending = list(actions)
@@ -91,7 +93,7 @@ def write_actions(es: Elasticsearch, actions: Sequence[dict[str, Any]], cfg: Ing
         unreachable: Exception | None = None
         try:
             for ok, result in helpers.streaming_bulk(
-                es, [_strip(a) for a in pending], chunk_size=cfg.bulk_chunk_size, max_retries=0,
+                es, [_strip(a) for a in pending], chunk_size=chunk_size or cfg.bulk_chunk_size, max_retries=0,
                 raise_on_error=False, raise_on_exception=False,
             ):
                 op, item = next(iter(result.items()))

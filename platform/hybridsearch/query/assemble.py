@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 from hybridsearch.errors import ClusterError, IndexNotFound, RerankerError
 from hybridsearch.query.build import Plan
 from hybridsearch.query.fusion import fuse, hybrid_weights, interpolate, linear_fuse, normalise, rrf_term
-from hybridsearch.query.results import Hit, SearchResult, StageScore, Timings
-from hybridsearch.settings import Settings
+from hybridsearch.query.results import Hit, RerankOutcome, SearchResult, StageScore, Timings
+from hybridsearch.settings import QuerySettings
 
 STAGE_LABEL = {"bm25": "BM25", "knn": "kNN"}
 
@@ -42,7 +42,8 @@ class Window:
     candidates: list[Candidate]
     depths: dict[str, int]
     reranked: bool = False
-    rerank_reason: str | None = None
+    rerank_outcome: RerankOutcome = RerankOutcome.SKIPPED
+    rerank_reason: str | None = None  # detail for people when not applied
     blend: float | None = None  # reranker share in the final order of the reranked top (1 = reranker only)
 
 
@@ -85,9 +86,8 @@ def stage_list(resp: Mapping[str, Any], collapse: bool) -> list[tuple[str, float
     return out
 
 
-def fuse_window(settings: Settings, names: Sequence[str], responses: Sequence[Mapping[str, Any]]) -> Window:
-    """Collapse each list, fuse them (RRF or linear, per ``settings.query.fusion``) into the window."""
-    q = settings.query
+def fuse_window(q: QuerySettings, names: Sequence[str], responses: Sequence[Mapping[str, Any]]) -> Window:
+    """Collapse each list, fuse them (RRF or linear, per ``q.fusion``) into the window."""
     lists = {name: stage_list(resp, q.collapse) for name, resp in zip(names, responses, strict=True)}
     cands: dict[str, Candidate] = {}
     best_rank: dict[str, int] = {}
@@ -109,7 +109,7 @@ def fuse_window(settings: Settings, names: Sequence[str], responses: Sequence[Ma
         for key, score in order:
             cands[key].base_score = score
     else:
-        order = _fuse(settings, lists, cands)
+        order = _fuse(q, lists, cands)
         for rank, (key, score) in enumerate(order, start=1):
             cands[key].fused = Rank(rank, score)
             cands[key].base_score = score
@@ -117,9 +117,8 @@ def fuse_window(settings: Settings, names: Sequence[str], responses: Sequence[Ma
 
 
 def _fuse(
-    settings: Settings, lists: dict[str, list[tuple[str, float, dict[str, Any]]]], cands: dict[str, Candidate]
+    q: QuerySettings, lists: dict[str, list[tuple[str, float, dict[str, Any]]]], cands: dict[str, Candidate]
 ) -> list[tuple[str, float]]:
-    q = settings.query
     names = list(lists)
     if q.fusion == "rrf":
         for c in cands.values():
@@ -134,10 +133,11 @@ def _fuse(
     return linear_fuse(scored, [weights[n] for n in names], q.linear_norm)
 
 
-def passage(c: Candidate) -> str:
-    """Text the reranker scores: the chunk's title and text."""
-    title = c.source.get("title") or ""
-    text = c.source.get("text") or ""
+def passage_text(source: Mapping[str, Any]) -> str:
+    """Text the reranker scores for a stored chunk ``source``: its title and text (training pairs use it too,
+    so a reranker is trained on exactly what it scores when serving)."""
+    title = source.get("title") or ""
+    text = source.get("text") or ""
     return f"{title} {text}".strip() if title else str(text)
 
 
@@ -153,7 +153,7 @@ def apply_rerank(window: Window, depth: int, scores: Sequence[float], blend: flo
     ``blend`` × min-max(reranker score) + (1 − ``blend``) × min-max(fused score); 0 keeps the fused
     order. Raises RerankerError when ``scores`` does not hold one finite number per passage.
     """
-    top = window.candidates[:depth]
+    top = rerank_slice(window, depth)
     if len(scores) != len(top):
         raise RerankerError(f"reranker returned {len(scores)} scores for {len(top)} passages")
     vals = [float(s) for s in scores]
@@ -166,7 +166,7 @@ def apply_rerank(window: Window, depth: int, scores: Sequence[float], blend: flo
         top[i].blended = keys[i] if blend < 1.0 else None
     window.candidates = [top[i] for i in order] + window.candidates[depth:]
     window.reranked = True
-    window.rerank_reason = None
+    window.rerank_outcome, window.rerank_reason = RerankOutcome.APPLIED, None
     window.blend = blend
 
 
@@ -183,9 +183,8 @@ def _hit(c: Candidate, rank: int, explain: list[str] | None) -> Hit:
     )
 
 
-def explain(settings: Settings, window: Window, c: Candidate) -> list[str]:
+def explain(q: QuerySettings, rerank_depth: int, window: Window, c: Candidate) -> list[str]:
     """Human-readable reasons for ``c``'s place: each list's rank and fusion term, fusion, rerank."""
-    q = settings.query
     lines: list[str] = []
     for name, depth in window.depths.items():
         label, s = STAGE_LABEL[name], c.stages.get(name)
@@ -208,21 +207,23 @@ def explain(settings: Settings, window: Window, c: Candidate) -> list[str]:
             lines.append(f"blend: {window.blend:g} × min-max(rerank score) + {1 - window.blend:g} × min-max(fused "
                          f"score) = {c.blended:.4f} over the reranked top")
     elif window.reranked:
-        lines.append(f"rerank: below the rerank depth {settings.reranker.depth}, keeps its fused order")
-    elif window.rerank_reason:
-        lines.append(f"rerank: not applied ({window.rerank_reason.split(': ')[0]}; see rerank_reason)")
+        lines.append(f"rerank: below the rerank depth {rerank_depth}, keeps its fused order")
+    elif window.rerank_outcome is not RerankOutcome.APPLIED:
+        lines.append(f"rerank: not applied ({window.rerank_outcome.value.replace('_', ' ')}; see rerank_reason)")
     return lines
 
 
-def build_result(settings: Settings, p: Plan, index: str, window: Window, timings: Timings) -> SearchResult:
+def build_result(q: QuerySettings, rerank_depth: int, p: Plan, index: str, window: Window, timings: Timings
+                 ) -> SearchResult:
     """Page ``window`` (``k`` hits from ``(page-1)*k``) into a :class:`SearchResult`."""
     start = (p.page - 1) * p.k
     page = window.candidates[start:start + p.k]
-    hits = [_hit(c, start + i + 1, explain(settings, window, c) if p.explain else None) for i, c in enumerate(page)]
+    hits = [_hit(c, start + i + 1, explain(q, rerank_depth, window, c) if p.explain else None)
+            for i, c in enumerate(page)]
     return SearchResult(query=p.query, mode=p.mode, index=index, k=p.k, page=p.page, hits=hits,
                         candidates=len(window.candidates), reranked=window.reranked,
-                        rerank_reason=window.rerank_reason, rerank_blend=window.blend,
-                        truncated_query=p.truncated, timings=timings)
+                        rerank_outcome=window.rerank_outcome, rerank_reason=window.rerank_reason,
+                        rerank_blend=window.blend, truncated_query=p.truncated, timings=timings)
 
 
 def query_hash(text: str) -> str:
@@ -230,8 +231,8 @@ def query_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def log_doc(settings: Settings, p: Plan, result: SearchResult) -> dict[str, Any]:
-    """The query-log document for one answered search (query text omitted when ``query.redact``)."""
+def log_doc(p: Plan, result: SearchResult, *, redact: bool, tenant: str | None) -> dict[str, Any]:
+    """The query-log document for one answered search (query text omitted when ``redact``)."""
     t = result.timings
     doc: dict[str, Any] = {
         "@timestamp": datetime.now(UTC).isoformat(), "query_hash": query_hash(p.query), "mode": p.mode,
@@ -240,10 +241,10 @@ def log_doc(settings: Settings, p: Plan, result: SearchResult) -> dict[str, Any]
         "latency_ms": {"embed": t.embed_ms, "search": t.search_ms, "fusion": t.fusion_ms,
                        "rerank": t.rerank_ms, "total": t.total_ms},
     }
-    if not settings.query.redact:
+    if not redact:
         doc["query"] = p.query
-    if settings.index.tenant is not None:
-        doc["tenant"] = settings.index.tenant
+    if tenant is not None:
+        doc["tenant"] = tenant
     if p.filter_log is not None:
         doc["filters"] = p.filter_log
     if result.rerank_reason:

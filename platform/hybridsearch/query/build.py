@@ -15,7 +15,7 @@ from hybridsearch.errors import QueryError
 from hybridsearch.pending import visible_only
 from hybridsearch.query.filters import Filter, filter_clauses, filter_summary
 from hybridsearch.query.results import Mode
-from hybridsearch.settings import Settings
+from hybridsearch.settings import QuerySettings
 
 MODES: tuple[str, ...] = get_args(Mode)
 #: Fields fetched for each hit; the vector and offsets stay on the server.
@@ -79,11 +79,11 @@ class Plan:
 
 
 def plan(
-    settings: Settings, query: object, *, k: int = 10, mode: str = "hybrid",
+    q: QuerySettings, tenant: str | None, query: object, *, k: int = 10, mode: str = "hybrid",
     filters: Filter | Mapping[str, Any] | None = None, rerank: bool = True, explain: bool = False, page: int = 1,
 ) -> Plan:
-    """Check the arguments of ``search`` and build a :class:`Plan`. Raises QueryError."""
-    q = settings.query
+    """Check the arguments of ``search`` and build a :class:`Plan` (``tenant``: the tenant every search is
+    filtered to, ``index.tenant``). Raises QueryError."""
     if mode not in MODES:
         raise QueryError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= q.max_k:
@@ -91,14 +91,14 @@ def plan(
     if isinstance(page, bool) or not isinstance(page, int) or page < 1:
         raise QueryError(f"page must be an integer from 1, got {page!r}")
     text, truncated = clean_query(query, q.max_query_chars)
-    clauses = filter_clauses(filters, settings.index.tenant)
+    clauses = filter_clauses(filters, tenant)
     return Plan(query=text, truncated=truncated, mode=mode, k=k, page=page, rerank=rerank,  # type: ignore[arg-type]
                 explain=explain, filters=clauses, filter_log=filter_summary(filters))
 
 
-def _common(settings: Settings, size: int) -> dict[str, Any]:
+def _common(q: QuerySettings, size: int) -> dict[str, Any]:
     body: dict[str, Any] = {"size": size, "_source": SOURCE_FIELDS, "track_total_hits": False}
-    if settings.query.collapse:
+    if q.collapse:
         body["collapse"] = {"field": "doc_id"}
     return body
 
@@ -109,44 +109,44 @@ def search_filters(p: Plan) -> list[dict[str, Any]]:
     return [*p.filters, visible_only()]
 
 
-def bm25_body(settings: Settings, p: Plan) -> dict[str, Any]:
+def bm25_body(q: QuerySettings, p: Plan) -> dict[str, Any]:
     """``multi_match`` (best_fields, ``tie_breaker``) over ``title^title_boost`` and ``text``; filters
     (:func:`search_filters`) in ``bool.filter``."""
-    q = settings.query
     match = {"multi_match": {"query": p.query, "fields": [f"title^{q.title_boost:g}", "text"],
                              "type": "best_fields", "tie_breaker": q.tie_breaker, "operator": q.operator}}
-    body = _common(settings, q.bm25_k)
+    body = _common(q, q.bm25_k)
     body["query"] = {"bool": {"must": [match], "filter": search_filters(p)}}
     return body
 
 
-def knn_body(settings: Settings, p: Plan, vector: Iterable[float]) -> dict[str, Any]:
+def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float]) -> dict[str, Any]:
     """Top-level ``knn`` with the same filters (:func:`search_filters`) as a pre-filter, returning up to
     ``knn_k`` hits.
 
     With ``collapse`` the search gathers ``knn_k × knn_overfetch`` nearest chunks (``k``) and keeps the best
     chunk of each document, so about ``knn_k`` distinct documents remain; ``num_candidates`` is at least ``k``.
     """
-    q = settings.query
     k = min(10_000, math.ceil(q.knn_k * q.knn_overfetch)) if q.collapse else q.knn_k
     knn: dict[str, Any] = {"field": "embedding", "query_vector": [float(x) for x in vector], "k": k,
                            "num_candidates": min(10_000, max(q.num_candidates, k)), "filter": search_filters(p)}
-    body = _common(settings, q.knn_k)
+    body = _common(q, q.knn_k)
     body["knn"] = knn
     return body
 
 
-def searches(settings: Settings, p: Plan, vector: Iterable[float] | None) -> tuple[list[str], list[dict[str, Any]]]:
-    """Names of the lists (``bm25``/``knn``) and the ``_msearch`` header/body lines, in one round trip."""
+def searches(q: QuerySettings, alias: str, p: Plan, vector: Iterable[float] | None
+             ) -> tuple[list[str], list[dict[str, Any]]]:
+    """Names of the lists (``bm25``/``knn``) and the ``_msearch`` header/body lines on ``alias``, in one round
+    trip."""
     names: list[str] = []
     lines: list[dict[str, Any]] = []
-    header = {"index": settings.index.alias}
+    header = {"index": alias}
     if p.mode in ("hybrid", "bm25"):
         names.append("bm25")
-        lines += [header, bm25_body(settings, p)]
+        lines += [header, bm25_body(q, p)]
     if p.mode in ("hybrid", "dense"):
         if vector is None:
             raise QueryError(f"mode {p.mode} needs a query vector")
         names.append("knn")
-        lines += [header, knn_body(settings, p, vector)]
+        lines += [header, knn_body(q, p, vector)]
     return names, lines

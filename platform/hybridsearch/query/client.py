@@ -22,15 +22,23 @@ from elasticsearch import AsyncElasticsearch, Elasticsearch
 from hybridsearch.cluster import es_errors, make_async_client, make_client
 from hybridsearch.errors import HybridSearchError, RerankerError
 from hybridsearch.indices import check_mapping, get_aliases, single_target
-from hybridsearch.query.assemble import Window, apply_rerank, build_result, check_response, fuse_window, log_doc
-from hybridsearch.query.assemble import passage as _passage
+from hybridsearch.query.assemble import (
+    Window,
+    apply_rerank,
+    build_result,
+    check_response,
+    fuse_window,
+    log_doc,
+    passage_text,
+    rerank_slice,
+)
 from hybridsearch.query.build import Plan, plan, searches
 from hybridsearch.query.filters import Filter
 from hybridsearch.query.querylog import QueryLogger
-from hybridsearch.query.results import Mode, SearchResult, Timings, WhyReport
+from hybridsearch.query.results import Mode, RerankOutcome, SearchResult, Timings, WhyReport
 from hybridsearch.rerank.base import Reranker
 from hybridsearch.rerank.card import effective_blend
-from hybridsearch.settings import Settings, get_settings
+from hybridsearch.settings import QuerySettings, Settings, get_settings
 
 if TYPE_CHECKING:
     import numpy as np
@@ -63,8 +71,10 @@ class _Core:
     """State and pure steps shared by the sync and async clients."""
 
     def __init__(self, settings: Settings, embedder: Embedder | None, reranker: Reranker | None,
-                 no_reranker_reason: str | None) -> None:
+                 no_reranker_reason: str | None, query: QuerySettings | None, log_queries: bool | None) -> None:
         self.settings = settings
+        self.query = query or settings.query  # the query knobs searches use (an eval sweep passes others)
+        self.log_queries = self.query.log_queries if log_queries is None else log_queries
         self.reranker = reranker
         self._embedder = embedder
         self._embed_lock = threading.Lock()
@@ -94,19 +104,21 @@ class _Core:
         self._index, self._index_checked_at = index, time.monotonic()
         return index
 
-    def _rerank_skip(self, p: Plan, window: Window) -> str | None:
-        """Why the rerank stage will not run for this search, or None when it will."""
+    def _rerank_skip(self, p: Plan, window: Window) -> bool:
+        """True (with the outcome and its reason set on ``window``) when the rerank stage will not run."""
         if not p.rerank:
-            return "rerank not requested"
-        if self.reranker is None:
-            return self._no_reranker_reason or "no reranker configured"
-        if not window.candidates:
-            return "no hits to rerank"
-        return None
+            outcome, reason = RerankOutcome.SKIPPED, "rerank not requested"
+        elif self.reranker is None:
+            outcome, reason = RerankOutcome.DISABLED, self._no_reranker_reason or "no reranker configured"
+        elif not window.candidates:
+            outcome, reason = RerankOutcome.SKIPPED, "no hits to rerank"
+        else:
+            return False
+        window.rerank_outcome, window.rerank_reason = outcome, reason
+        return True
 
     def _rerank_inputs(self, p: Plan, window: Window) -> tuple[str, list[str]]:
-        top = window.candidates[: self.settings.reranker.depth]
-        return p.query, [_passage(c) for c in top]
+        return p.query, [passage_text(c.source) for c in rerank_slice(window, self.settings.reranker.depth)]
 
     def rerank_blend(self) -> float:
         """The reranker's share in the final order: ``HSP_RERANKER__BLEND`` when set, else what the
@@ -123,20 +135,21 @@ class _Core:
                 error = exc
         window.reranked = False
         if isinstance(error, TimeoutError | concurrent.futures.TimeoutError):
+            window.rerank_outcome = RerankOutcome.TIMED_OUT
             window.rerank_reason = f"reranker timeout after {self.settings.reranker.timeout}s"
-        elif isinstance(error, RerankerError):
-            window.rerank_reason = f"reranker error: {error}"
         else:
-            window.rerank_reason = f"reranker error: {type(error).__name__}: {error}"
+            window.rerank_outcome = RerankOutcome.FAILED
+            what = str(error) if isinstance(error, RerankerError) else f"{type(error).__name__}: {error}"
+            window.rerank_reason = f"reranker error: {what}"
 
     def _finish(self, p: Plan, index: str, window: Window, t: Timings, started: float, fuse_ms: float) -> SearchResult:
         t0 = time.perf_counter()
-        result = build_result(self.settings, p, index, window, t)
+        result = build_result(self.query, self.settings.reranker.depth, p, index, window, t)
         t.fusion_ms = fuse_ms + _ms(t0)
         t.total_ms = _ms(started)
         result.timings = t
         if self.query_log is not None:
-            self.query_log.submit(log_doc(self.settings, p, result))
+            self.query_log.submit(log_doc(p, result, redact=self.query.redact, tenant=self.settings.index.tenant))
         return result
 
     @staticmethod
@@ -147,9 +160,27 @@ class _Core:
             return settings, reranker, None
         return (settings, *auto_reranker(settings))
 
+    def _fuse(self, names: list[str], responses: list[dict[str, Any]]) -> tuple[Window, float]:
+        """The fused window of one ``_msearch`` answer (failed items raise) and the milliseconds it took."""
+        t0 = time.perf_counter()
+        for r in responses:
+            check_response(r, self.settings.index.alias)
+        return fuse_window(self.query, names, responses), _ms(t0)
+
+    def _owning(self) -> Self:
+        """This client, marked as the owner of its Elasticsearch client (closed with it)."""
+        self._owns_es = True
+        return self
+
     def _start_log(self, es: Elasticsearch) -> None:
-        if self.settings.query.log_queries:
+        if self.log_queries:
             self.query_log = QueryLogger(es, self.settings)
+
+    def _plan(self, query: str, **kwargs: Any) -> Plan:
+        return plan(self.query, self.settings.index.tenant, query, **kwargs)
+
+    def _searches(self, p: Plan, vector: np.ndarray | None) -> tuple[list[str], list[dict[str, Any]]]:
+        return searches(self.query, self.settings.index.alias, p, vector)
 
 
 class SearchClient(_Core):
@@ -160,8 +191,9 @@ class SearchClient(_Core):
     """
 
     def __init__(self, es: Elasticsearch, settings: Settings, *, embedder: Embedder | None = None,
-                 reranker: Reranker | None = None, no_reranker_reason: str | None = None) -> None:
-        super().__init__(settings, embedder, reranker, no_reranker_reason)
+                 reranker: Reranker | None = None, no_reranker_reason: str | None = None,
+                 query: QuerySettings | None = None, log_queries: bool | None = None) -> None:
+        super().__init__(settings, embedder, reranker, no_reranker_reason, query, log_queries)
         self.es = es
         self._owns_es = False
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
@@ -172,10 +204,8 @@ class SearchClient(_Core):
                       embedder: Embedder | None = None) -> SearchClient:
         """A client on ``settings`` (default: the environment); reranker from ``make_reranker`` when not given."""
         settings, reranker, reason = cls._defaults(settings, reranker)
-        client = cls(make_client(settings.es), settings, embedder=embedder, reranker=reranker,
-                     no_reranker_reason=reason)
-        client._owns_es = True
-        return client
+        return cls(make_client(settings.es), settings, embedder=embedder, reranker=reranker,
+                   no_reranker_reason=reason)._owning()
 
     def index(self) -> str:
         """The one concrete index behind the alias, its mapping checked (cached 60 s): ``indices.resolve_index``.
@@ -196,25 +226,19 @@ class SearchClient(_Core):
             t0 = time.perf_counter()
             vector = self._encode(p.query)
             t.embed_ms = _ms(t0)
-        names, lines = searches(self.settings, p, vector)
+        names, lines = self._searches(p, vector)
         t0 = time.perf_counter()
         with es_errors(f"search {self.settings.index.alias}"):
             responses = self.es.msearch(searches=lines).body["responses"]
         t.search_ms = _ms(t0)
-        t0 = time.perf_counter()
-        for r in responses:
-            check_response(r, self.settings.index.alias)
-        window = fuse_window(self.settings, names, responses)
-        fuse_ms = _ms(t0)
+        window, fuse_ms = self._fuse(names, responses)
         t0 = time.perf_counter()
         self._rerank(p, window)
         t.rerank_ms = _ms(t0)
         return index, window, fuse_ms
 
     def _rerank(self, p: Plan, window: Window) -> None:
-        skip = self._rerank_skip(p, window)
-        if skip is not None:
-            window.rerank_reason = skip
+        if self._rerank_skip(p, window):
             return
         assert self.reranker is not None
         if self._pool is None:
@@ -238,7 +262,7 @@ class SearchClient(_Core):
         ``reranked=False`` and why.
         """
         started = time.perf_counter()
-        p = plan(self.settings, query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain, page=page)
+        p = self._plan(query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain, page=page)
         t = Timings()
         index, window, fuse_ms = self._window(p, t)
         return self._finish(p, index, window, t, started, fuse_ms)
@@ -248,9 +272,10 @@ class SearchClient(_Core):
         """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query``. Raises like :meth:`search`."""
         from hybridsearch.query.why import Probes, why_report
 
-        p = plan(self.settings, query, k=1, mode=mode, filters=filters, rerank=rerank)
+        p = self._plan(query, k=1, mode=mode, filters=filters, rerank=rerank)
         index, window, _ = self._window(p, Timings())
-        return why_report(Probes(self.es, self.settings, self._encode), p, index, window, doc_id)
+        return why_report(Probes(self.es, self.settings.index.alias, self.query, self.settings.reranker.depth,
+                                 self._encode), p, index, window, doc_id)
 
     def warm_up(self, mode: Mode = "hybrid") -> None:
         """Load the embedding model (unless ``mode`` is bm25) and let the reranker score one pair, so that
@@ -289,12 +314,13 @@ class AsyncSearchClient(_Core):
     """
 
     def __init__(self, es: AsyncElasticsearch, settings: Settings, *, embedder: Embedder | None = None,
-                 reranker: Reranker | None = None, no_reranker_reason: str | None = None) -> None:
-        super().__init__(settings, embedder, reranker, no_reranker_reason)
+                 reranker: Reranker | None = None, no_reranker_reason: str | None = None,
+                 query: QuerySettings | None = None, log_queries: bool | None = None) -> None:
+        super().__init__(settings, embedder, reranker, no_reranker_reason, query, log_queries)
         self.es = es
         self._owns_es = False
         self._log_es: Elasticsearch | None = None
-        if settings.query.log_queries:
+        if self.log_queries:
             self._log_es = make_client(settings.es)
             self._start_log(self._log_es)
 
@@ -303,10 +329,8 @@ class AsyncSearchClient(_Core):
                       embedder: Embedder | None = None) -> AsyncSearchClient:
         """Like :meth:`SearchClient.from_settings`, on an ``AsyncElasticsearch`` client."""
         settings, reranker, reason = cls._defaults(settings, reranker)
-        client = cls(make_async_client(settings.es), settings, embedder=embedder, reranker=reranker,
-                     no_reranker_reason=reason)
-        client._owns_es = True
-        return client
+        return cls(make_async_client(settings.es), settings, embedder=embedder, reranker=reranker,
+                   no_reranker_reason=reason)._owning()
 
     async def index(self) -> str:
         """See :meth:`SearchClient.index`."""
@@ -328,25 +352,19 @@ class AsyncSearchClient(_Core):
             t0 = time.perf_counter()
             vector = await asyncio.to_thread(self._encode, p.query)
             t.embed_ms = _ms(t0)
-        names, lines = searches(self.settings, p, vector)
+        names, lines = self._searches(p, vector)
         t0 = time.perf_counter()
         with es_errors(f"search {self.settings.index.alias}"):
             responses = (await self.es.msearch(searches=lines)).body["responses"]
         t.search_ms = _ms(t0)
-        t0 = time.perf_counter()
-        for r in responses:
-            check_response(r, self.settings.index.alias)
-        window = fuse_window(self.settings, names, responses)
-        fuse_ms = _ms(t0)
+        window, fuse_ms = self._fuse(names, responses)
         t0 = time.perf_counter()
         await self._rerank(p, window)
         t.rerank_ms = _ms(t0)
         return index, window, fuse_ms
 
     async def _rerank(self, p: Plan, window: Window) -> None:
-        skip = self._rerank_skip(p, window)
-        if skip is not None:
-            window.rerank_reason = skip
+        if self._rerank_skip(p, window):
             return
         assert self.reranker is not None
         query, passages = self._rerank_inputs(p, window)
@@ -362,7 +380,7 @@ class AsyncSearchClient(_Core):
                      rerank: bool = True, explain: bool = False, page: int = 1) -> SearchResult:
         """See :meth:`SearchClient.search`."""
         started = time.perf_counter()
-        p = plan(self.settings, query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain, page=page)
+        p = self._plan(query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain, page=page)
         t = Timings()
         index, window, fuse_ms = await self._window(p, t)
         return self._finish(p, index, window, t, started, fuse_ms)

@@ -5,11 +5,22 @@ This is the contract between the query layer and its users (CLI, evaluation, ser
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 Mode = Literal["hybrid", "bm25", "dense"]
+
+
+class RerankOutcome(StrEnum):
+    """What the rerank stage did for one search; ``rerank_reason`` adds the detail for people."""
+
+    APPLIED = "applied"
+    DISABLED = "disabled"  # no reranker: switched off, none configured, or it could not be built
+    SKIPPED = "skipped"  # not requested, or no hits to rerank
+    FAILED = "failed"  # the reranker raised or returned unusable scores: fused order kept
+    TIMED_OUT = "timed_out"  # no answer within reranker.timeout: fused order kept
 
 
 class StageScore(BaseModel):
@@ -60,7 +71,9 @@ class SearchResult(BaseModel):
     hits: list[Hit]
     candidates: int = Field(description="distinct hits in the fused window before paging")
     reranked: bool = False
-    rerank_reason: str | None = Field(None, description="why the rerank stage did not run or was cut short")
+    rerank_outcome: RerankOutcome = Field(RerankOutcome.SKIPPED, description="what the rerank stage did")
+    rerank_reason: str | None = Field(None, description="detail for people: why the rerank stage did not run or "
+                                                        "was cut short; None when applied")
     rerank_blend: float | None = Field(None, description="reranker share in the final order of the reranked top "
                                                          "(1 = reranker order only); None when not reranked")
     truncated_query: bool = False
@@ -83,5 +96,6 @@ class WhyReport(BaseModel):
     final_rank: int | None = Field(None, description="rank in the fused (and reranked) window, from 1")
     candidates: int = 0
     reranked: bool = False
+    rerank_outcome: RerankOutcome = RerankOutcome.SKIPPED
     rerank_reason: str | None = None
     notes: list[str] = Field(default_factory=list, description="one line per stage, for people")

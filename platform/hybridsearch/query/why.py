@@ -18,15 +18,18 @@ from hybridsearch.cluster import es_errors
 from hybridsearch.query.assemble import Rank, Window, stage_score
 from hybridsearch.query.build import Plan, bm25_body, search_filters
 from hybridsearch.query.results import WhyReport
-from hybridsearch.settings import Settings
+from hybridsearch.settings import QuerySettings
 
 
 @dataclass(frozen=True)
 class Probes:
-    """What the probes need from the search client: the cluster, the settings, the query encoder."""
+    """What the probes need from the search client: the cluster, the alias searched, its query knobs, the
+    rerank depth and the query encoder."""
 
     es: Elasticsearch
-    settings: Settings
+    alias: str
+    query: QuerySettings
+    rerank_depth: int
     encode: Callable[[str], np.ndarray]
 
 
@@ -39,7 +42,7 @@ def _doc_filter(p: Plan, doc_id: str, with_filters: bool) -> dict[str, Any]:
 
 def why_report(probes: Probes, p: Plan, index: str, window: Window, doc_id: str) -> WhyReport:
     """Build the :class:`WhyReport` for ``doc_id`` from a search's fused ``window``. Raises ClusterError."""
-    es, alias, s = probes.es, probes.settings.index.alias, probes.settings
+    es, alias = probes.es, probes.alias
     with es_errors(f"count chunks of {doc_id}"):
         total = int(es.count(index=alias, query=_doc_filter(p, doc_id, False))["count"])
         allowed = int(es.count(index=alias, query=_doc_filter(p, doc_id, True))["count"])
@@ -47,7 +50,8 @@ def why_report(probes: Probes, p: Plan, index: str, window: Window, doc_id: str)
     cand = window.candidates[pos] if pos is not None else None
     rep = WhyReport(query=p.query, doc_id=doc_id, mode=p.mode, index=index, chunks_in_index=total,
                     chunks_matching_filters=allowed, candidates=len(window.candidates),
-                    reranked=window.reranked, rerank_reason=window.rerank_reason)
+                    reranked=window.reranked, rerank_outcome=window.rerank_outcome,
+                    rerank_reason=window.rerank_reason)
     notes = rep.notes
     if total == 0:
         notes.append(f"{doc_id} is not in {index}: no chunk has this doc_id")
@@ -72,7 +76,7 @@ def why_report(probes: Probes, p: Plan, index: str, window: Window, doc_id: str)
     if rep.rerank:
         notes.append(f"rerank: rank {rep.rerank.rank}, score {rep.rerank.score:.4f}")
     elif cand is not None and window.reranked:
-        notes.append(f"rerank: not seen (fused rank {rep.final_rank} is below the depth {s.reranker.depth})")
+        notes.append(f"rerank: not seen (fused rank {rep.final_rank} is below the depth {probes.rerank_depth})")
     elif window.rerank_reason:
         notes.append(f"rerank: not applied ({window.rerank_reason})")
     if rep.final_rank is not None:
@@ -81,16 +85,16 @@ def why_report(probes: Probes, p: Plan, index: str, window: Window, doc_id: str)
 
 
 def _probe_bm25(probes: Probes, p: Plan, doc_id: str, depth: int) -> str:
-    body = bm25_body(probes.settings, p)
+    body = bm25_body(probes.query, p)
     match = body["query"]["bool"]["must"][0] if "bool" in body["query"] else body["query"]
-    alias = probes.settings.index.alias
+    alias = probes.alias
     with es_errors("BM25 probe"):
         only_doc = _doc_filter(p, doc_id, True)["bool"]["filter"]
         res = probes.es.search(index=alias, size=1, source=False,
                                query={"bool": {"must": [match], "filter": only_doc}})
         hits = res["hits"]["hits"]
         if not hits:
-            return f"BM25: no chunk of {doc_id} matches the query terms (operator {probes.settings.query.operator})"
+            return f"BM25: no chunk of {doc_id} matches the query terms (operator {probes.query.operator})"
         score = float(hits[0]["_score"])
         query = {"bool": {"must": [match], "filter": search_filters(p)}}
         above = int(probes.es.count(index=alias, query=query, min_score=score)["count"])
@@ -102,7 +106,7 @@ def _probe_knn(probes: Probes, p: Plan, doc_id: str, window: Window, depth: int)
     knn = {"field": "embedding", "query_vector": [float(x) for x in qv], "k": 1, "num_candidates": 100,
            "filter": _doc_filter(p, doc_id, True)["bool"]["filter"]}
     with es_errors("kNN probe"):
-        hits = probes.es.search(index=probes.settings.index.alias, size=1, source=False, knn=knn)["hits"]["hits"]
+        hits = probes.es.search(index=probes.alias, size=1, source=False, knn=knn)["hits"]["hits"]
     if not hits:
         return f"kNN: no chunk of {doc_id} has a vector"
     kept = [c.stages["knn"].score for c in window.candidates if "knn" in c.stages]

@@ -67,12 +67,12 @@ def load_cross_encoder(name: str, device: str = "auto", max_length: int = 512, f
     path = Path(name).expanduser()
     local = path.exists()
     if not local and (name.startswith((".", "/", "~")) or name.count("/") > 1):
-        raise RerankerModelError(f"reranker model folder {name!r} does not exist. {_how_to_fix(name)}")
+        raise RerankerModelError(f"reranker model folder {name!r} does not exist", fix=_how_to_fix(name))
     offline = hub_offline()
     if not local and offline and not _hub_cached(name):
         raise RerankerModelError(
             f"cannot load reranker model {name!r}: it is not a local folder, not in the Hugging Face cache, "
-            f"and HF_HUB_OFFLINE is set. {_how_to_fix(name)}"
+            "and HF_HUB_OFFLINE is set", fix=_how_to_fix(name)
         )
     from sentence_transformers import CrossEncoder
 
@@ -82,7 +82,7 @@ def load_cross_encoder(name: str, device: str = "auto", max_length: int = 512, f
         model = CrossEncoder(where, device=dev, local_files_only=local or offline)
     except Exception as exc:
         raise RerankerModelError(
-            f"cannot load reranker model {name!r} ({type(exc).__name__}: {exc}). {_how_to_fix(name)}"
+            f"cannot load reranker model {name!r} ({type(exc).__name__}: {exc})", fix=_how_to_fix(name)
         ) from exc
     if model.num_labels != 1:
         raise RerankerModelError(

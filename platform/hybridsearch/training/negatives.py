@@ -77,12 +77,11 @@ class PairStats:
 
 
 def passage_text(title: str | None, text: str) -> str:
-    """The text the query layer hands the reranker for a chunk (``query.assemble.passage``), so the
+    """The text the query layer hands the reranker for a chunk (``query.assemble.passage_text``), so the
     model is trained on exactly what it scores when serving."""
-    from hybridsearch.query.assemble import Candidate as FusedCandidate
-    from hybridsearch.query.assemble import passage
+    from hybridsearch.query.assemble import passage_text as chunk_passage
 
-    return passage(FusedCandidate(key="", source={"title": title, "text": text}, chunk_id=""))
+    return chunk_passage({"title": title, "text": text})
 
 
 def relevant_ids(judgments: Mapping[str, int]) -> set[str]:
@@ -306,8 +305,7 @@ class IndexMiner:
         self.settings = settings
         self.index = resolve_index(es, settings)
         # No query log for mining: thousands of training queries are not user traffic.
-        quiet = settings.model_copy(update={"query": settings.query.model_copy(update={"log_queries": False})})
-        self.client = SearchClient(es, quiet, embedder=embedder, reranker=None)
+        self.client = SearchClient(es, settings, embedder=embedder, reranker=None, log_queries=False)
 
     def candidates(self, query: str, depth: int) -> list[Candidate]:
         """The hybrid top-``depth`` documents for ``query``, best chunk each, in fused order."""

@@ -1,0 +1,160 @@
+"""Ingest stage 1, in its own thread: read, filter, look up what changed, chunk, and queue batches to embed.
+
+A document is unchanged when its chunk 0 is visible with its ``content_hash`` (:mod:`.commit` makes chunk 0
+visible last); it is then skipped without re-embedding. Chunks a stopped run already wrote are reused.
+Chunk 0 of a document travels in the batch that carries its last chunk, so the writer can commit the
+document once that batch is written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from hybridsearch.cluster import es_errors
+from hybridsearch.embedding import Embedder
+from hybridsearch.ingest.chunking import Tokenizer
+from hybridsearch.ingest.commit import Stored, hide, stored_chunks
+from hybridsearch.ingest.ids import chunk_id, shard_of
+from hybridsearch.ingest.layout import document_chunks
+from hybridsearch.ingest.sources import Document, SourceFailure
+from hybridsearch.ingest.stage import copy_tokenizer
+from hybridsearch.ingest.state import DONE, Batch, RunState, WorkDoc
+from hybridsearch.pending import PENDING_FIELD, visible_only
+
+LOOKUP_BATCH = 64  # documents per change-detection search
+
+
+class Preparer:
+    """Turns the input into queued :class:`~.state.Batch` es of ``batch_chunks`` chunks."""
+
+    def __init__(self, run: RunState, embedder: Embedder, batch_chunks: int) -> None:
+        self.run, self.embedder, self.batch_chunks = run, embedder, batch_chunks
+        self.seen: set[str] = set()
+        self._tokenizer: Tokenizer | None = None
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        """Loaded on first use: a run where nothing changed never loads the model."""
+        if self._tokenizer is None:
+            self._tokenizer = copy_tokenizer(self.embedder)
+        return self._tokenizer
+
+    def __call__(self, items: Iterator[Document | SourceFailure]) -> None:
+        run = self.run
+        try:
+            group: list[Document] = []
+            for item in items:
+                if run.stop.is_set():
+                    break
+                doc = self._admit(item)
+                if doc is not None:
+                    group.append(doc)
+                if len(group) >= LOOKUP_BATCH:
+                    self._prepare_group(group)
+                    group = []
+            if group and not run.stop.is_set():
+                self._prepare_group(group)
+        except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+            run.fail(exc)
+        finally:
+            run.to_embed.put(DONE)  # blocks until there is room: the embedder drains to the marker
+
+    def _mine(self, key: str) -> bool:
+        shard = self.run.shard
+        return shard is None or shard_of(key, shard[1]) == shard[0]
+
+    def _admit(self, item: Document | SourceFailure) -> Document | None:
+        """The document when it is this run's to write; counts and dead-letters the rest."""
+        run = self.run
+        if isinstance(item, SourceFailure):
+            if self._mine(item.doc_id or item.source):
+                run.count(documents=1)
+                run.doc_failed(item.doc_id, item.reason, "read", item.source)
+            return None
+        if not self._mine(item.doc_id):
+            return None
+        run.count(documents=1)
+        if item.doc_id in self.seen:
+            run.doc_failed(item.doc_id, f"duplicate doc_id {item.doc_id!r} in this run; the first one was kept",
+                           "read", item.source)
+            return None
+        self.seen.add(item.doc_id)
+        if not item.text.strip():
+            run.doc_failed(item.doc_id, "document has no text", "read", item.source)
+            return None
+        return item
+
+    def _filter(self, doc_ids: list[str], *extra: dict[str, Any]) -> dict[str, Any]:
+        flt: list[dict[str, Any]] = [{"terms": {"doc_id": doc_ids}}, *extra, visible_only()]
+        if self.run.tenant:
+            flt.append({"term": {"tenant": self.run.tenant}})
+        return {"bool": {"filter": flt}}
+
+    def lookup(self, docs: list[Document]) -> tuple[list[WorkDoc], list[Document]]:
+        """Split ``docs`` into work (new, changed or not committed) and unchanged."""
+        run = self.run
+        query = self._filter([d.doc_id for d in docs], {"term": {"position": 0}})
+        with es_errors("look up existing chunks"):
+            hits = run.es.search(index=run.index, query=query, size=len(docs) * 4,
+                                 source_includes=["doc_id", "content_hash"]).body["hits"]["hits"]
+        done = {(h["_id"], h["_source"].get("content_hash")) for h in hits}
+        same = [d for d in docs if (chunk_id(d.doc_id, 0, run.signature, run.tenant), d.content_hash) in done]
+        rest = [d for d in docs if d not in same]
+        stored = stored_chunks(run.es, run.index, {d.doc_id: d.content_hash for d in rest}, run.tenant)
+        return [WorkDoc(d, changed=bool(stored.get(d.doc_id, Stored()).visible), stored=stored.get(d.doc_id, Stored()))
+                for d in rest], same
+
+    def _prepare_group(self, docs: list[Document]) -> None:
+        run = self.run
+        work, same = self.lookup(docs)
+        if same:
+            with es_errors("count unchanged chunks"):
+                n = int(run.es.count(index=run.index, query=self._filter([d.doc_id for d in same])).body["count"])
+            run.count(documents_skipped=len(same), unchanged=n)
+        self._hide(work)
+        batch = Batch()
+        for item in work:
+            first: tuple[dict[str, Any], str] | None = None
+            for src, text in self._chunks(item):
+                if src["chunk_id"] in item.stored.same:  # written by a stopped run: reuse, do not embed
+                    run.count(reused=1)
+                    continue
+                src[PENDING_FIELD] = run.result.run_id
+                if first is None:  # chunk 0 travels in the document's last batch
+                    first = src, text
+                    continue
+                batch.add(src["chunk_id"], src, text)
+                if len(batch) >= self.batch_chunks:
+                    if not run.put(batch):
+                        return
+                    batch = Batch()
+            if first is not None:
+                batch.add(first[0]["chunk_id"], *first)
+            batch.finals.append(item)
+        if (batch.sources or batch.finals) and not run.put(batch):
+            return
+
+    def _hide(self, work: list[WorkDoc]) -> None:
+        """Take the visible chunks of documents about to be (re)written out of searches (:func:`.commit.hide`)."""
+        run = self.run
+        rep = hide(run.es, run.index, run.result.run_id,
+                   [(i, w.doc.doc_id) for w in work for i in sorted(w.stored.visible)], run.settings.ingest)
+        for f in rep.failures:
+            run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"old chunk not hidden: {f.reason}",
+                           stage="hide", status=f.status)
+        for w in work:
+            w.stored.visible.clear()
+
+    def _chunks(self, item: WorkDoc) -> Iterator[tuple[dict[str, Any], str]]:
+        run = self.run
+        s = run.settings
+        try:
+            for src, text in document_chunks(item.doc, s.chunking, s.embedding, run.tenant, self.tokenizer,
+                                             self.embedder.max_seq_length):
+                item.ids.append(src["chunk_id"])
+                yield src, text
+        except (ValueError, TypeError) as exc:
+            run.failed_docs.add(item.doc.doc_id)
+            run.dead.write(doc_id=item.doc.doc_id, reason=f"cannot chunk: {exc}", stage="chunk",
+                           source=item.doc.source)

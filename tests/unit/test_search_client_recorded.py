@@ -1,0 +1,227 @@
+"""SearchClient and AsyncSearchClient on recorded ``_msearch`` answers (tests/unit/recordings/*.json).
+
+The only fake is the Elasticsearch client object: its ``msearch`` returns a recording, and the alias
+and mapping calls answer for one index built from the settings' own template. Everything else (plan,
+query bodies, fusion, rerank with its timeout, paging) is the real code, run by both clients, which
+must return the same results for the same inputs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import elasticsearch
+import numpy as np
+import pytest
+
+from hybridsearch import AsyncSearchClient, SearchClient
+from hybridsearch.errors import ClusterError, ClusterUnavailable, IndexNotFound
+from hybridsearch.mappings import load_template
+from hybridsearch.query.results import RerankOutcome, SearchResult
+from hybridsearch.settings import Settings, load_settings
+
+RECORDINGS = Path(__file__).parent / "recordings"
+INDEX = "rec-chunks-v1"
+
+
+def recording(name: str) -> dict[str, Any]:
+    body: dict[str, Any] = json.loads((RECORDINGS / f"msearch_{name}.json").read_text())
+    return body
+
+
+class Answer:
+    def __init__(self, body: Any) -> None:
+        self.body = body
+
+
+class FakeIndices:
+    def __init__(self, settings: Settings) -> None:
+        self.alias = settings.index.alias
+        self.mappings = load_template("chunks", settings)["template"]["mappings"]
+
+    def get_alias(self, name: str) -> Answer:
+        return Answer({INDEX: {"aliases": {self.alias: {"is_write_index": True}}}})
+
+    def get_mapping(self, index: str) -> Answer:
+        return Answer({INDEX: {"mappings": self.mappings}})
+
+
+class FakeES:
+    """The I/O seam: what the sync client calls on ``elasticsearch.Elasticsearch``."""
+
+    def __init__(self, settings: Settings, answer: dict[str, Any] | Exception) -> None:
+        self.indices = FakeIndices(settings)
+        self.answer = answer
+        self.sent: list[list[dict[str, Any]]] = []
+
+    def options(self, **kwargs: object) -> FakeES:
+        return self
+
+    def msearch(self, searches: list[dict[str, Any]]) -> Answer:
+        self.sent.append(searches)
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return Answer(self.answer)
+
+    def close(self) -> None:
+        pass
+
+
+class FakeAsyncIndices:
+    def __init__(self, sync: FakeIndices) -> None:
+        self.sync = sync
+
+    async def get_alias(self, name: str) -> Answer:
+        return self.sync.get_alias(name)
+
+    async def get_mapping(self, index: str) -> Answer:
+        return self.sync.get_mapping(index)
+
+
+class FakeAsyncES:
+    """The same seam for ``elasticsearch.AsyncElasticsearch``."""
+
+    def __init__(self, sync: FakeES) -> None:
+        self.sync = sync
+        self.indices = FakeAsyncIndices(sync.indices)
+
+    def options(self, **kwargs: object) -> FakeAsyncES:
+        return self
+
+    async def msearch(self, searches: list[dict[str, Any]]) -> Answer:
+        return self.sync.msearch(searches)
+
+    async def close(self) -> None:
+        pass
+
+
+class FixedVectors:
+    """The embedding model's place: one fixed unit vector per query."""
+
+    def encode_query(self, text: str) -> np.ndarray:
+        vec = np.ones(384, dtype=np.float32)
+        return vec / np.linalg.norm(vec)
+
+
+class Scores:
+    """A reranker that prefers passages by a word they contain; or fails; or is slow."""
+
+    name = "recorded"
+
+    def __init__(self, mode: str = "ok") -> None:
+        self.mode = mode
+
+    def score(self, query: str, passages: Sequence[str]) -> list[float]:
+        if self.mode == "fail":
+            raise RuntimeError("model exploded")
+        if self.mode == "slow":
+            time.sleep(1.0)
+        return [2.0 if "Wasps" in p else 1.0 if "Moths" in p else 0.0 for p in passages]
+
+
+def settings() -> Settings:
+    return load_settings(es_url="http://127.0.0.1:1", index={"prefix": "rec"}, query={"log_queries": False},
+                         reranker={"timeout": 0.3})
+
+
+def both(answer: dict[str, Any] | Exception, reranker: Scores | None = None, **search: Any
+         ) -> tuple[SearchResult, SearchResult, FakeES]:
+    """The same search through both clients on the same recorded answer."""
+    s = settings()
+    es = FakeES(s, answer)
+    with SearchClient(es, s, embedder=FixedVectors(), reranker=reranker) as sync:  # type: ignore[arg-type]
+        one = sync.search("how do bees find food", **search)
+
+    async def run() -> SearchResult:
+        async with AsyncSearchClient(FakeAsyncES(es), s, embedder=FixedVectors(),  # type: ignore[arg-type]
+                                     reranker=reranker) as client:
+            return await client.search("how do bees find food", **search)
+
+    return one, asyncio.run(run()), es
+
+
+def same(a: SearchResult, b: SearchResult) -> bool:
+    return a.model_dump(exclude={"timings"}) == b.model_dump(exclude={"timings"})
+
+
+def test_hybrid_recording_is_fused_alike_by_both_clients() -> None:
+    sync, async_, es = both(recording("hybrid"), rerank=False)
+    assert [h.doc_id for h in sync.hits] == ["d2", "d1", "d4", "d3"]  # RRF k=60 over both lists
+    top = sync.hits[0]
+    assert top.bm25 is not None and top.bm25.rank == 2 and top.knn is not None and top.knn.rank == 1
+    assert top.fused is not None and top.fused.score == pytest.approx(1 / 62 + 1 / 61)
+    assert sync.index == INDEX and sync.rerank_outcome is RerankOutcome.SKIPPED
+    assert sync.rerank_reason == "rerank not requested" and same(sync, async_)
+    bm25_body, knn_body = es.sent[0][1], es.sent[0][3]
+    assert es.sent[0][0] == {"index": "rec-chunks"} and "multi_match" in json.dumps(bm25_body)
+    assert len(knn_body["knn"]["query_vector"]) == 384 and es.sent[0] == es.sent[1]
+
+
+def test_reranker_reorders_the_top() -> None:
+    sync, async_, _ = both(recording("hybrid"), reranker=Scores())
+    assert [h.doc_id for h in sync.hits] == ["d3", "d4", "d2", "d1"]
+    assert sync.reranked and sync.rerank_outcome is RerankOutcome.APPLIED and sync.rerank_reason is None
+    assert same(sync, async_)
+
+
+def test_failing_reranker_keeps_the_fused_order() -> None:
+    sync, async_, _ = both(recording("hybrid"), reranker=Scores("fail"))
+    assert [h.doc_id for h in sync.hits] == ["d2", "d1", "d4", "d3"] and not sync.reranked
+    assert sync.rerank_outcome is RerankOutcome.FAILED
+    assert sync.rerank_reason == "reranker error: RuntimeError: model exploded" and same(sync, async_)
+
+
+def test_slow_reranker_times_out_to_the_fused_order() -> None:
+    sync, async_, _ = both(recording("hybrid"), reranker=Scores("slow"))
+    assert [h.doc_id for h in sync.hits] == ["d2", "d1", "d4", "d3"] and not sync.reranked
+    assert sync.rerank_outcome is RerankOutcome.TIMED_OUT and sync.rerank_reason == "reranker timeout after 0.3s"
+    assert same(sync, async_)
+
+
+def test_no_reranker_is_reported_as_disabled() -> None:
+    sync, async_, _ = both(recording("hybrid"))
+    assert sync.rerank_outcome is RerankOutcome.DISABLED and sync.rerank_reason == "no reranker configured"
+    assert same(sync, async_)
+
+
+def test_one_failed_search_of_the_two_fails_the_query() -> None:
+    for client in ("sync", "async"):
+        with pytest.raises(ClusterError, match="HTTP 500: search_phase_execution_exception: all shards failed"):
+            _one(client, recording("knn_failed"))
+
+
+def test_missing_index_in_the_answer_is_index_not_found() -> None:
+    for client in ("sync", "async"):
+        with pytest.raises(IndexNotFound, match="no such index"):
+            _one(client, recording("index_gone"))
+
+
+def test_shard_failures_and_timed_out_searches_return_what_answered() -> None:
+    sync, async_, _ = both(recording("partial"), rerank=False)
+    assert {h.doc_id for h in sync.hits} == {"d1", "d4"} and sync.candidates == 2 and same(sync, async_)
+
+
+def test_cluster_timeout_is_cluster_unavailable() -> None:
+    timeout = elasticsearch.ConnectionTimeout("timed out after 30 s")
+    for client in ("sync", "async"):
+        with pytest.raises(ClusterUnavailable, match="did not answer"):
+            _one(client, timeout)
+
+
+def _one(client: str, answer: dict[str, Any] | Exception) -> SearchResult:
+    s = settings()
+    es = FakeES(s, answer)
+    if client == "sync":
+        with SearchClient(es, s, embedder=FixedVectors()) as c:  # type: ignore[arg-type]
+            return c.search("bees", rerank=False)
+
+    async def run() -> SearchResult:
+        async with AsyncSearchClient(FakeAsyncES(es), s, embedder=FixedVectors()) as c:  # type: ignore[arg-type]
+            return await c.search("bees", rerank=False)
+
+    return asyncio.run(run())
