@@ -47,7 +47,8 @@ def fake_search(query: str, mode: Mode, rerank: bool) -> SearchResult:
                       rerank_ms=30.0 if rerank else 0.0, total_ms=13.0)
     return SearchResult(query=query, mode=mode, index="i", k=100, hits=list(reversed(hits)), candidates=len(docs),
                         reranked=rerank and query == "first", rerank_reason=None if query == "first" else "timeout",
-                        rerank_outcome=RerankOutcome.APPLIED if rerank and query == "first" else RerankOutcome.TIMED_OUT,
+                        rerank_outcome=(RerankOutcome.APPLIED if rerank and query == "first"
+                                        else RerankOutcome.TIMED_OUT),
                         rerank_blend=0.3 if rerank and query == "first" else None, timings=timings)
 
 

@@ -70,12 +70,13 @@ def test_one_msearch_with_the_same_filters_in_bm25_and_knn(settings: Settings) -
                           "filter": want}  # collapse: knn_k × knn_overfetch chunks, for ~knn_k documents
     for body in (bm25, knn):
         assert body["size"] == 100 and body["collapse"] == {"field": "doc_id"} and "embedding" not in body["_source"]
-    assert searches(settings.query, settings.index.alias, plan(settings.query, settings.index.tenant, "x", mode="bm25"), None)[0] == ["bm25"]
-    names, lines = searches(settings.query, settings.index.alias, plan(settings.query, settings.index.tenant, "x", mode="dense"), [1.0])
+    q, alias, tenant = settings.query, settings.index.alias, settings.index.tenant
+    assert searches(q, alias, plan(q, tenant, "x", mode="bm25"), None)[0] == ["bm25"]
+    names, lines = searches(q, alias, plan(q, tenant, "x", mode="dense"), [1.0])
     assert names == ["knn"] and lines[1]["knn"]["filter"] == [visible]
-    assert searches(settings.query, settings.index.alias, plan(settings.query, settings.index.tenant, "x", mode="bm25"), None)[1][1]["query"]["bool"]["filter"] == [visible]
+    assert searches(q, alias, plan(q, tenant, "x", mode="bm25"), None)[1][1]["query"]["bool"]["filter"] == [visible]
     with pytest.raises(QueryError):
-        searches(settings.query, settings.index.alias, plan(settings.query, settings.index.tenant, "x"), None)
+        searches(q, alias, plan(q, tenant, "x"), None)
 
 
 def _hit(chunk: str, score: float, doc: str | None = None) -> dict[str, Any]:
@@ -108,8 +109,9 @@ def test_without_collapse_chunks_are_separate(settings: Settings) -> None:
     w = fuse_window(flat.query, ["bm25"], [BM25])
     assert [c.key for c in w.candidates] == ["a#0", "a#1", "b#0", "c#0"]
     assert [c.base_score for c in w.candidates] == [9.0, 8.0, 7.0, 6.0] and w.candidates[0].fused is None
-    assert "collapse" not in searches(flat.query, flat.index.alias, plan(flat.query, flat.index.tenant, "x", mode="bm25"), None)[1][1]
-    assert searches(flat.query, flat.index.alias, plan(flat.query, flat.index.tenant, "x", mode="dense"), [1.0])[1][1]["knn"]["k"] == 100
+    q, alias, tenant = flat.query, flat.index.alias, flat.index.tenant
+    assert "collapse" not in searches(q, alias, plan(q, tenant, "x", mode="bm25"), None)[1][1]
+    assert searches(q, alias, plan(q, tenant, "x", mode="dense"), [1.0])[1][1]["knn"]["k"] == 100
 
 
 def test_linear_fusion_is_selected_by_settings(settings: Settings) -> None:
