@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from hybridsearch.errors import ClusterError, ClusterUnavailable, ConfigError
+from hybridsearch.jsonl import BadLine, parse_lines
 from hybridsearch.mappings import load_template
 from hybridsearch.settings import Settings
 
@@ -44,13 +45,10 @@ def load_objects(path: Path | None = None) -> list[dict[str, Any]]:
         raise ConfigError(f"cannot read Kibana saved objects {path}: {exc}. They ship in the repository's "
                           f"ops/kibana/{FILE_NAME}: pass its path with --file") from None
     objects: list[dict[str, Any]] = []
-    for no, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            obj = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"{path}:{no}: not JSON ({exc})") from None
+    for item in parse_lines(lines):
+        if isinstance(item, BadLine):
+            raise ConfigError(f"{path}:{item.lineno}: not JSON ({item.reason})")
+        no, obj = item
         if not isinstance(obj, dict) or not {"type", "id", "attributes"} <= obj.keys():
             raise ConfigError(f"{path}:{no}: a saved object needs type, id and attributes")
         objects.append(obj)

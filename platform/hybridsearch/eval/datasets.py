@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import csv
 import gzip
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from hybridsearch.errors import ConfigError
+from hybridsearch.jsonl import BadLine, parse_lines
 
 Qrels = dict[str, dict[str, int]]
 
@@ -73,13 +73,10 @@ def collection_name(root: Path) -> str:
 def read_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """``(line number, record)`` for each non-blank line. Raises ConfigError on invalid JSON."""
     with _open_text(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise ConfigError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from None
+        for item in parse_lines(fh):
+            if isinstance(item, BadLine):
+                raise ConfigError(f"{path}:{item.lineno}: invalid JSON ({item.reason})")
+            lineno, record = item
             if not isinstance(record, dict):
                 raise ConfigError(f"{path}:{lineno}: expected a JSON object")
             yield lineno, record

@@ -22,6 +22,7 @@ import elasticsearch
 from elasticsearch import Elasticsearch, helpers
 
 from hybridsearch.errors import ClusterUnavailable
+from hybridsearch.jsonl import BadLine, parse_lines
 from hybridsearch.settings import IngestSettings
 
 RETRY_STATUSES = frozenset({429, 500, 502, 503, 504})
@@ -176,4 +177,5 @@ def read_dead_letter(path: Path) -> list[dict[str, Any]]:
     """Records of a dead-letter file (``[]`` when it does not exist)."""
     if not Path(path).exists():
         return []
-    return [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    return [item[1] for item in parse_lines(lines) if not isinstance(item, BadLine)]
