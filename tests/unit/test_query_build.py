@@ -160,7 +160,7 @@ def test_result_paging_and_explain(settings: Settings) -> None:
     assert [h.doc_id for h in res.hits] == ["c"] and res.hits[0].rank == 4 and res.candidates == 4
     assert res.hits[0].explanation == [
         "BM25: rank 3, score 6.0000 → RRF term 1/(60+3) = 0.015873", "kNN: not in the top 3 (adds 0)",
-        "fused: rank 4, score 0.015873 (RRF, k=60)", "rerank: not applied (disabled; see rerank_reason)"]
+        "fused: rank 4, score 0.015873 (RRF, k=60)", "rerank: not applied (no reranker configured)"]
     doc = log_doc(p, res, redact=settings.query.redact, tenant=settings.index.tenant)
     assert doc["query"] == "q" and doc["query_hash"] == query_hash("q") and doc["top_ids"] == ["c"]
     assert "query" not in log_doc(p, res, redact=True, tenant=None)

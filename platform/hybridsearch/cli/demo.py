@@ -83,7 +83,7 @@ def show(res: SearchResult, shown_reasons: set[str] | None = None) -> None:
                           f"· fusion {t.fusion_ms:.1f} ms · rerank {t.rerank_ms:.0f} ms · total {t.total_ms:.0f} ms",
                           "dim")))
     if not res.reranked:
-        reason = f"{res.rerank_outcome.value.replace('_', ' ')}: {(res.rerank_reason or '')[:100]}"
+        reason = (res.rerank_reason or res.rerank_outcome.value.replace("_", " "))[:100]
         if shown_reasons is None or reason not in shown_reasons:
             console.print(styled("  ", ("fused order, not reranked:", "yellow"), f" {reason}"))
             if shown_reasons is not None:

@@ -209,7 +209,8 @@ def explain(q: QuerySettings, rerank_depth: int, window: Window, c: Candidate) -
     elif window.reranked:
         lines.append(f"rerank: below the rerank depth {rerank_depth}, keeps its fused order")
     elif window.rerank_outcome is not RerankOutcome.APPLIED:
-        lines.append(f"rerank: not applied ({window.rerank_outcome.value.replace('_', ' ')}; see rerank_reason)")
+        detail = window.rerank_reason or window.rerank_outcome.value.replace("_", " ")
+        lines.append(f"rerank: not applied ({detail})")
     return lines
 
 
