@@ -162,7 +162,7 @@ async def hybridsearch_levels(args: argparse.Namespace, docs: list[dict[str, str
 
     s = load_settings(es_url=args.es_url, index={"prefix": f"{args.index_prefix}-hsp", "shards": args.shards,
                                                  "replicas": args.replicas},
-                      query={"log_queries": False}, embedding={"query_cache_size": 0})
+                      query={"log_queries": False}, embedding={"query_cache_size": 0}, reranker={"enabled": False})
     es = make_client(s.es)
     embedder = Embedder(s.embedding)
     choice = choose_index(es, s)
@@ -189,7 +189,8 @@ async def hybridsearch_levels(args: argparse.Namespace, docs: list[dict[str, str
         return out, info
     proc, url = start_reranker(args.reranker_model)
     try:
-        rs = s.model_copy(update={"reranker": s.reranker.model_copy(update={"url": url, "timeout": 10.0})})
+        rs = s.model_copy(update={"reranker": s.reranker.model_copy(update={"enabled": True, "url": url,
+                                                                            "timeout": 10.0})})
         reranker = HttpReranker(url, timeout=10.0)
         rclient = AsyncSearchClient.from_settings(rs, embedder=embedder, reranker=reranker)
         try:

@@ -151,7 +151,8 @@ def stored_chunks(es: Any, index: str) -> list[dict[str, Any]]:
     from elasticsearch import helpers
 
     return [{"_id": h["_id"], **h["_source"]} for h in helpers.scan(
-        es, index=index, query={"match_all": {}}, _source=["doc_id", "position", "pending_run"], size=2000)]
+        es, index=index, query={"query": {"match_all": {}}}, _source=["doc_id", "position", "pending_run"],
+        size=2000)]
 
 
 def verify(want: dict[str, set[str]], stored: list[dict[str, Any]]) -> dict[str, Any]:
@@ -193,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fault-after-chunks", type=int, default=300, help="inject once this many chunks are written")
     ap.add_argument("--hold", type=float, default=20.0, help="seconds the fault lasts before it is cleared")
     ap.add_argument("--time-limit", type=float, default=900.0, help="seconds for the faulted run")
+    ap.add_argument("--verify-only", action="store_true", help="no new faulted run: verify the index and the run "
+                    "records a previous one left, then re-run")
     args = ap.parse_args(argv)
 
     from hybridsearch.cluster import make_client
@@ -204,8 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings(es_url=urls, index={"prefix": prefix, "shards": args.shards, "replicas": args.replicas})
     es = make_client(settings.es)
     (ROOT / "reports").mkdir(exist_ok=True)
-    for name in (f"{prefix}-chunks*", settings.index.ingest_runs, settings.index.query_log):
-        es.options(ignore_status=404).indices.delete(index=name, expand_wildcards="all")
+    if not args.verify_only:
+        for name in (f"{prefix}-chunks*", settings.index.ingest_runs, settings.index.query_log):
+            es.options(ignore_status=404).indices.delete(index=name, expand_wildcards="all")
     index = ensure_index(es, settings)
     corpus = ROOT / "reports" / f"fault-ingest-corpus-{args.limit_docs or 'all'}.jsonl"
     n_docs = write_subset(corpus, args.limit_docs or None)
@@ -215,11 +219,13 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
     deadline = t0 + args.time_limit
     events: list[dict[str, Any]] = []
-    fault = threading.Thread(target=inject, args=(args.fault, es, index, args.node, args.fault_after_chunks,
-                                                  args.hold, deadline, events, settings.index.alias), daemon=True)
-    fault.start()
-    workers = run_workers(corpus, env, deadline, f"{args.fault}-run")
-    fault.join(max(1.0, deadline + 300 - time.monotonic()))
+    workers: list[dict[str, Any]] = []
+    if not args.verify_only:
+        fault = threading.Thread(target=inject, args=(args.fault, es, index, args.node, args.fault_after_chunks,
+                                                      args.hold, deadline, events, settings.index.alias), daemon=True)
+        fault.start()
+        workers = run_workers(corpus, env, deadline, f"{args.fault}-run")
+        fault.join(max(1.0, deadline + 300 - time.monotonic()))
     faulted_s = time.monotonic() - t0
     log(f"faulted run ended after {faulted_s:.0f} s; exits {[w['exit'] for w in workers]}")
     es.cluster.health(wait_for_status="yellow", timeout="120s")

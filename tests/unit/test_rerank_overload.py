@@ -7,6 +7,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Sequence
+from typing import Any
 
 import httpx
 import pytest
@@ -162,3 +163,54 @@ def test_http_reranker_reports_the_overload_as_a_reason() -> None:
         client.score("q", ["a"])
     assert "503" in str(err.value) and "overloaded" in str(err.value) and "max_queue" in str(err.value)
     assert len(seen) <= 2  # at most the one retry of a 5xx, no loop
+
+
+def test_a_request_that_waited_over_max_wait_is_answered_503_not_scored() -> None:
+    async def scenario() -> None:
+        scorer = HeldScorer()
+        batcher = MicroBatcher(scorer, window_s=0, max_queue=8, max_wait_s=0.05)
+        batcher.start()
+        try:
+            first = asyncio.create_task(batcher.submit("q", ["x"]))
+            while not scorer.entered.is_set():
+                await asyncio.sleep(0.005)
+            stale = asyncio.create_task(batcher.submit("q", ["stale"]))
+            await asyncio.sleep(0.2)  # longer than max_wait_s, while the model is still busy
+            scorer.release.set()
+            assert await first == [1.0]
+            with pytest.raises(QueueFull) as expired:
+                await stale
+            assert expired.value.waited_s is not None and expired.value.waited_s > 0.05
+            assert batcher.expired == 1
+            assert scorer.calls == [1]  # the stale request never reached the model
+            assert await batcher.submit("q", ["fresh"]) == [5.0]
+        finally:
+            scorer.release.set()
+            await batcher.stop()
+
+    asyncio.run(scenario())
+
+
+def test_service_names_the_queue_wait_limit_in_its_503() -> None:
+    scorer = HeldScorer()
+    app = create_app(cfg(max_queue=8, max_queue_wait=0.05), scorer)
+    with TestClient(app) as c:
+        statuses: dict[str, Any] = {}
+        first = threading.Thread(target=lambda: statuses.setdefault("first", c.post("/rerank", json=VALID)))
+        first.start()
+        assert scorer.entered.wait(10)
+        stale = threading.Thread(target=lambda: statuses.setdefault("stale", c.post("/rerank", json=VALID)))
+        stale.start()
+        for _ in range(500):
+            if app.state.service.batcher.pending == 1:
+                break
+            time.sleep(0.01)
+        time.sleep(0.2)
+        scorer.release.set()
+        first.join(10)
+        stale.join(10)
+        assert statuses["first"].status_code == 200
+        r = statuses["stale"]
+        assert r.status_code == 503 and r.json()["error"] == "overloaded"
+        assert "max_queue_wait=0.05s" in r.json()["detail"] and int(r.headers["retry-after"]) >= 1
+        assert c.post("/rerank", json=VALID).status_code == 200

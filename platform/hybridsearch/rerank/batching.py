@@ -10,7 +10,10 @@ With ``enabled=False`` every request is its own model call (still one at a time)
 The queue is bounded: with ``max_queue`` requests already waiting (not counting those in the model
 call under way), ``submit`` raises :class:`QueueFull` at once, carrying how long the queue needs to
 drain (from the recent model-call times), so that the service can answer 503 with ``Retry-After``
-instead of letting requests pile up (memory and latency would grow without bound).
+instead of letting requests pile up (memory and latency would grow without bound). A request that
+still waits after ``max_wait_s`` (its client has most likely given up: the query layer's reranker
+timeout) is answered with :class:`QueueFull` as well when the worker reaches it, rather than scored
+for no one.
 """
 
 from __future__ import annotations
@@ -47,11 +50,13 @@ BatchHook = Callable[[int, int, float], None]
 class QueueFull(Exception):
     """The batcher already holds ``max_queue`` waiting requests; ``retry_after_s`` estimates the drain time."""
 
-    def __init__(self, waiting: int, retry_after_s: float) -> None:
-        super().__init__(f"{waiting} requests already wait for the model (max_queue); retry in "
-                         f"{retry_after_s:.1f}s")
+    def __init__(self, waiting: int, retry_after_s: float, waited_s: float | None = None) -> None:
+        what = (f"waited {waited_s:.1f}s in the queue, over max_queue_wait" if waited_s is not None
+                else f"{waiting} requests already wait for the model (max_queue)")
+        super().__init__(f"{what}; retry in {retry_after_s:.1f}s")
         self.waiting = waiting
         self.retry_after_s = retry_after_s
+        self.waited_s = waited_s  # set when the request expired in the queue rather than being refused at once
 
     @property
     def retry_after(self) -> int:
@@ -63,14 +68,17 @@ class MicroBatcher:
     """Queues requests and scores them in shared model calls. Exceptions of the model reach the caller."""
 
     def __init__(self, scorer: PairScorer, *, window_s: float = 0.005, max_pairs: int = 256, enabled: bool = True,
-                 on_batch: BatchHook | None = None, max_queue: int | None = None) -> None:
+                 on_batch: BatchHook | None = None, max_queue: int | None = None,
+                 max_wait_s: float | None = None) -> None:
         self.scorer = scorer
         self.window_s = window_s
         self.max_pairs = max_pairs
         self.enabled = enabled
         self.on_batch = on_batch
         self.max_queue = max_queue  # None: unbounded
+        self.max_wait_s = max_wait_s  # None: a queued request waits as long as it takes
         self.refused = 0
+        self.expired = 0
         # moving averages of the recent model calls: seconds per call and pairs per call (drain estimate)
         self._call_s = 0.0
         self._call_pairs = 0.0
@@ -170,6 +178,8 @@ class MicroBatcher:
             gathered = await self._gather()
             self._queued_pairs -= sum(len(j.passages) for j in gathered)
             jobs = [j for j in gathered if not j.future.done()]  # drop requests whose client left
+            if self.max_wait_s is not None:
+                jobs = self._expire(jobs, self.max_wait_s)
             if not jobs:
                 continue
             started = time.perf_counter()
@@ -190,6 +200,18 @@ class MicroBatcher:
                     job.future.set_exception(result)
                 else:
                     job.future.set_result(result)
+
+    def _expire(self, jobs: list[Job], max_wait_s: float) -> list[Job]:
+        """Answer the jobs that waited over ``max_wait_s`` with QueueFull; return the others."""
+        now, keep = time.perf_counter(), []
+        for j in jobs:
+            waited = now - j.queued_at
+            if waited > max_wait_s:
+                self.expired += 1
+                j.future.set_exception(QueueFull(self.pending, self.drain_estimate(), waited_s=waited))
+            else:
+                keep.append(j)
+        return keep
 
     def _score(self, jobs: list[Job]) -> list[list[float] | BaseException]:
         """Score all jobs in one call; when that fails and there were several, retry each alone so one bad

@@ -16,7 +16,8 @@ body, 422 missing/invalid fields, a blank query or a limit (``max_passages``, ``
 500 the model failed on this request, 503 model not loaded, or ``overloaded``: ``max_queue`` requests
 already wait for the model (``HSP_RERANKER__MAX_QUEUE``), answered at once with ``Retry-After`` (whole
 seconds, the estimated time to drain the queue) so that load beyond capacity is shed instead of
-queued without bound. The service stays up after each. With
+queued without bound; likewise a request that waited over ``max_queue_wait`` seconds in the queue
+(its client has given up) is answered 503 instead of being scored. The service stays up after each. With
 ``HSP_RERANKER__TOKEN`` set, ``/rerank`` needs ``Authorization: Bearer <token>``; the probes and
 ``/metrics`` stay open (keep the port private).
 
@@ -131,7 +132,7 @@ class ServiceState:
         self.metrics = Metrics()
         self.batcher = MicroBatcher(scorer, window_s=cfg.batch_window_ms / 1000, max_pairs=cfg.max_batch_pairs,
                                     enabled=cfg.micro_batching, on_batch=self.metrics.on_batch,
-                                    max_queue=cfg.max_queue)
+                                    max_queue=cfg.max_queue, max_wait_s=cfg.max_queue_wait)
         self.metrics.queued.set_function(lambda: self.batcher.pending)
         self.ready = False
         self.load_error: str | None = None
@@ -161,9 +162,14 @@ class ServiceState:
     def overloaded(self, exc: QueueFull) -> ApiError:
         """The 503 for a full queue, with Retry-After (counted in the refused metric)."""
         self.metrics.refused.inc()
-        return ApiError(503, "overloaded", f"overloaded: {exc.waiting} requests already wait for the model "
-                        f"(max_queue={self.cfg.max_queue}, HSP_RERANKER__MAX_QUEUE); retry after "
-                        f"{exc.retry_after}s", {"Retry-After": str(exc.retry_after)})
+        if exc.waited_s is not None:
+            what = (f"waited {exc.waited_s:.1f}s in the queue, over max_queue_wait={self.cfg.max_queue_wait}s "
+                    "(HSP_RERANKER__MAX_QUEUE_WAIT)")
+        else:
+            what = (f"{exc.waiting} requests already wait for the model (max_queue={self.cfg.max_queue}, "
+                    "HSP_RERANKER__MAX_QUEUE)")
+        return ApiError(503, "overloaded", f"overloaded: {what}; retry after {exc.retry_after}s",
+                        {"Retry-After": str(exc.retry_after)})
 
     def check_capacity(self) -> None:
         """ApiError 503 overloaded when the batcher's queue is full."""
