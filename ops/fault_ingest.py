@@ -194,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fault-after-chunks", type=int, default=300, help="inject once this many chunks are written")
     ap.add_argument("--hold", type=float, default=20.0, help="seconds the fault lasts before it is cleared")
     ap.add_argument("--time-limit", type=float, default=900.0, help="seconds for the faulted run")
+    ap.add_argument("--bulk-max-retries", type=int, help="HSP_INGEST__BULK_MAX_RETRIES for the workers (default 5: "
+                    "about 15 s of backoff; a fault held longer dead-letters documents for the re-run to resume)")
     ap.add_argument("--verify-only", action="store_true", help="no new faulted run: verify the index and the run "
                     "records a previous one left, then re-run")
     args = ap.parse_args(argv)
@@ -215,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
     n_docs = write_subset(corpus, args.limit_docs or None)
     log(f"{n_docs} SciFact documents → {index} ({args.shards} primaries, {args.replicas} replica) on {urls}")
     env = worker_env(urls, prefix, args.shards, args.replicas)
+    if args.bulk_max_retries is not None:
+        env["HSP_INGEST__BULK_MAX_RETRIES"] = str(args.bulk_max_retries)
 
     t0 = time.monotonic()
     deadline = t0 + args.time_limit

@@ -12,8 +12,8 @@ call under way), ``submit`` raises :class:`QueueFull` at once, carrying how long
 drain (from the recent model-call times), so that the service can answer 503 with ``Retry-After``
 instead of letting requests pile up (memory and latency would grow without bound). A request that
 still waits after ``max_wait_s`` (its client has most likely given up: the query layer's reranker
-timeout) is answered with :class:`QueueFull` as well when the worker reaches it, rather than scored
-for no one.
+timeout) is answered with :class:`QueueFull` as well at that moment, and dropped from the queue
+rather than scored for no one; a request already in a model call waits for its answer.
 """
 
 from __future__ import annotations
@@ -42,6 +42,8 @@ class Job:
     future: asyncio.Future[list[float]]
     queued_at: float = field(default_factory=time.perf_counter)
     stats: dict[str, float] = field(default_factory=dict)
+    taken: bool = False  # in a model call (or done): no longer waiting
+    expired: bool = False  # gave up waiting (max_wait_s): the worker skips it
 
 
 BatchHook = Callable[[int, int, float], None]
@@ -82,7 +84,8 @@ class MicroBatcher:
         # moving averages of the recent model calls: seconds per call and pairs per call (drain estimate)
         self._call_s = 0.0
         self._call_pairs = 0.0
-        self._queued_pairs = 0  # pairs of the requests queued or held, not yet in a model call
+        self._queued_pairs = 0  # pairs of the requests waiting (queued or held, not expired)
+        self._waiting = 0  # requests waiting: submitted, neither taken into a model call nor expired
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._held: Job | None = None
@@ -91,8 +94,8 @@ class MicroBatcher:
 
     @property
     def pending(self) -> int:
-        """Requests queued and not yet taken by the worker."""
-        return self._queue.qsize() + (self._held is not None)
+        """Requests waiting: queued, not yet taken into a model call, not expired."""
+        return self._waiting
 
     def start(self) -> None:
         if self._task is None:
@@ -133,11 +136,32 @@ class MicroBatcher:
         """
         self.check_capacity()
         job = Job(query, passages, asyncio.get_running_loop().create_future(), stats=stats if stats is not None else {})
-        self._queue.put_nowait(job)
-        self._queued_pairs += len(passages)  # unbounded asyncio queue; the bound is check_capacity's (no await between)
-        return await job.future
+        self._queue.put_nowait(job)  # an unbounded asyncio queue: the bound is check_capacity's (no await between)
+        self._waiting += 1
+        self._queued_pairs += len(passages)
+        if self.max_wait_s is None:
+            return await job.future
+        try:
+            return await asyncio.wait_for(asyncio.shield(job.future), self.max_wait_s)
+        except TimeoutError:
+            if job.taken:  # in a model call by now: its answer is on the way
+                return await job.future
+            job.expired = True
+            self._waiting -= 1
+            self._queued_pairs -= len(passages)
+            self.expired += 1
+            job.future.cancel()
+            waited = time.perf_counter() - job.queued_at
+            raise QueueFull(self._waiting, self.drain_estimate(), waited_s=waited) from None
 
     async def _next(self, timeout: float | None) -> Job | None:
+        """The next job that has not expired (None when none came within ``timeout``)."""
+        while True:
+            job = await self._take(timeout)
+            if job is None or not job.expired:
+                return job
+
+    async def _take(self, timeout: float | None) -> Job | None:
         if self._held is not None:
             job, self._held = self._held, None
             return job
@@ -176,10 +200,11 @@ class MicroBatcher:
     async def _run(self) -> None:
         while True:
             gathered = await self._gather()
+            for j in gathered:
+                j.taken = True
+            self._waiting -= len(gathered)
             self._queued_pairs -= sum(len(j.passages) for j in gathered)
             jobs = [j for j in gathered if not j.future.done()]  # drop requests whose client left
-            if self.max_wait_s is not None:
-                jobs = self._expire(jobs, self.max_wait_s)
             if not jobs:
                 continue
             started = time.perf_counter()
@@ -200,18 +225,6 @@ class MicroBatcher:
                     job.future.set_exception(result)
                 else:
                     job.future.set_result(result)
-
-    def _expire(self, jobs: list[Job], max_wait_s: float) -> list[Job]:
-        """Answer the jobs that waited over ``max_wait_s`` with QueueFull; return the others."""
-        now, keep = time.perf_counter(), []
-        for j in jobs:
-            waited = now - j.queued_at
-            if waited > max_wait_s:
-                self.expired += 1
-                j.future.set_exception(QueueFull(self.pending, self.drain_estimate(), waited_s=waited))
-            else:
-                keep.append(j)
-        return keep
 
     def _score(self, jobs: list[Job]) -> list[list[float] | BaseException]:
         """Score all jobs in one call; when that fails and there were several, retry each alone so one bad
