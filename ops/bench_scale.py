@@ -114,13 +114,13 @@ def build(es: Any, settings: Any, n: int, syn: Synthetic, batch: int) -> tuple[n
             m = min(batch, n - start)
             vecs, texts = syn.vectors(m), syn.texts(m)
             stored[start:start + m] = vecs
-            for ok, item in helpers.streaming_bulk(es, actions(index, start, vecs, texts), chunk_size=500,
-                                                   max_retries=5, raise_on_error=True, request_timeout=120):
+            for ok, item in helpers.streaming_bulk(es.options(request_timeout=120), actions(index, start, vecs, texts),
+                                                   chunk_size=500, max_retries=5, raise_on_error=True):
                 if not ok:
                     raise RuntimeError(str(item))
             bar.update(m)
     es.indices.put_settings(index=index, settings={"index.refresh_interval": settings.index.refresh_interval})
-    es.indices.refresh(index=index, request_timeout=600)
+    es.options(request_timeout=600).indices.refresh(index=index)
     seconds = time.perf_counter() - t0
     return stored, seconds, index
 
@@ -212,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seconds", type=float, default=10.0, help="per latency level")
     ap.add_argument("--queries", type=int, default=200, help="query vectors for recall and latency")
     ap.add_argument("--batch", type=int, default=5000, help="chunks generated per step")
+    ap.add_argument("--include", type=Path, action="append", default=[],
+                    help="an earlier run's reports/bench-scale-*.json whose sizes join this table and plot")
     ap.add_argument("--keep", action="store_true", help="keep the indices (default: delete each after measuring)")
     args = ap.parse_args(argv)
     if max(args.sizes) > 2_000_000 or args.seconds > 120:
@@ -245,6 +247,9 @@ def main(argv: list[str] | None = None) -> int:
         if not args.keep:
             es.options(ignore_status=404).indices.delete(index=f"scale-{n}-chunks*", expand_wildcards="all")
         es.close()
+    for earlier in args.include:
+        rows += [r for r in json.loads(earlier.read_text(encoding="utf-8")) if r["chunks"] not in args.sizes]
+    rows.sort(key=lambda r: r["chunks"])
     print(f"\nscale curve ({args.shards} primaries, {args.replicas} replicas; shared 2-core machine, 3 nodes x 512 MB)")
     print(f"{'chunks':>9} {'index s':>8} {'chunks/s':>9} {'B/chunk':>8} {'p50 c1':>7} {'p99 c1':>7} {'p50 c16':>8} "
           f"{'p99 c16':>8} {'q/s c16':>8} {'recall@10':>9}")
