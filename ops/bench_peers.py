@@ -105,7 +105,24 @@ def _count(es: Any, index: str) -> int:
     return int(es.count(index=index)["count"])
 
 
+def _hosts(args: argparse.Namespace) -> list[str]:
+    """Every node URL of ``--es-url`` (comma-separated), so the peers' clients fail over like ours."""
+    return [u.strip() for u in str(args.es_url).split(",") if u.strip()]
+
+
+def _index_settings(args: argparse.Namespace) -> dict[str, int]:
+    """Shards and replicas of the peers' indices (default 1 and 0: a single-node cluster would turn yellow)."""
+    return {"number_of_shards": getattr(args, "shards", 1), "number_of_replicas": getattr(args, "replicas", 0)}
+
+
 def worker_haystack(args: argparse.Namespace, docs: list[dict[str, str]], queries: dict[str, str]) -> dict[str, Any]:
+    searchers, info = haystack_searchers(args, docs)
+    return {**info, "modes": _run_modes(searchers, queries)}
+
+
+def haystack_searchers(args: argparse.Namespace, docs: list[dict[str, str]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Haystack's index over ``docs`` (built unless it already holds them) and one query function per mode
+    (text → doc ids); plus what to report (indices, build seconds, reuse, notes). Also used by bench_load."""
     from elasticsearch import Elasticsearch
     from haystack import Document, Pipeline
     from haystack.components.joiners import DocumentJoiner
@@ -124,14 +141,14 @@ def worker_haystack(args: argparse.Namespace, docs: list[dict[str, str]], querie
              "distribution answers 405; the bench hands the store a client and creates the index with the "
              "store's own default mapping, the step it would have done itself."]
     index = f"{args.index_prefix}-haystack"
-    store = ElasticsearchDocumentStore(hosts=args.es_url, index=index)
-    es = Elasticsearch(args.es_url, request_timeout=120)
+    store = ElasticsearchDocumentStore(hosts=_hosts(args), index=index)
+    es = Elasticsearch(_hosts(args), request_timeout=120, retry_on_timeout=True, max_retries=3)
     store._client = es  # see the note above
     build_s, reused = 0.0, _count(es, index) == len(docs)
     if not reused:
         es.options(ignore_status=404).indices.delete(index=index)
-        # the store's own mapping; no replica, since a single-node cluster would turn yellow
-        es.indices.create(index=index, mappings=store._default_mappings, settings={"number_of_replicas": 0})
+        # the store's own mapping; shards and replicas from --shards/--replicas (default: no replica)
+        es.indices.create(index=index, mappings=store._default_mappings, settings=_index_settings(args))
         t0 = time.perf_counter()
         embedder = SentenceTransformersDocumentEmbedder(model=args.model, normalize_embeddings=True,
                                                         local_files_only=True, progress_bar=False, batch_size=32)
@@ -169,24 +186,30 @@ def worker_haystack(args: argparse.Namespace, docs: list[dict[str, str]], querie
         "hybrid": lambda q: [d.id for d in
                              hybrid.run({"embed": {"text": q}, "bm25": {"query": q}})["join"]["documents"]],
     }
-    return {"indices": [index], "build_seconds": build_s, "reused_index": reused, "notes": notes,
-            "modes": _run_modes(searchers, queries)}
+    return searchers, {"indices": [index], "build_seconds": build_s, "reused_index": reused, "notes": notes}
 
 
 def worker_langchain(args: argparse.Namespace, docs: list[dict[str, str]], queries: dict[str, str]) -> dict[str, Any]:
+    searchers, info = langchain_searchers(args, docs)
+    return {**info, "modes": _run_modes(searchers, queries)}
+
+
+def langchain_searchers(args: argparse.Namespace, docs: list[dict[str, str]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """LangChain's indices over ``docs`` (built unless they already hold them) and one query function per
+    mode; plus what to report. Also used by bench_load."""
     from elasticsearch import Elasticsearch
     from langchain_elasticsearch import BM25Strategy, DenseVectorStrategy, ElasticsearchStore
     from langchain_huggingface import HuggingFaceEmbeddings
 
     notes = ["ElasticsearchStore is given a client (its es_url path calls GET /, answered 405 here). "
              "Dense and hybrid share the DenseVectorStrategy index; hybrid=True sends ES's server-side rrf."]
-    es = Elasticsearch(args.es_url, request_timeout=120)
+    es = Elasticsearch(_hosts(args), request_timeout=120, retry_on_timeout=True, max_retries=3)
     emb = HuggingFaceEmbeddings(model_name=args.model, model_kwargs={"local_files_only": True},
                                 encode_kwargs={"normalize_embeddings": True, "batch_size": 32})
     texts = [f"{d['title']}\n\n{d['text']}".strip() for d in docs]
     metas = [{"doc_id": d["_id"]} for d in docs]
     ids = [d["_id"] for d in docs]
-    no_replica = {"number_of_replicas": 0}  # a single-node cluster would turn yellow
+    no_replica = _index_settings(args)  # default: no replica (a single-node cluster would turn yellow)
     stores = {
         "bm25": ElasticsearchStore(index_name=f"{args.index_prefix}-langchain-bm25", client=es,
                                    strategy=BM25Strategy(), custom_index_settings=no_replica),
@@ -213,8 +236,8 @@ def worker_langchain(args: argparse.Namespace, docs: list[dict[str, str]], queri
                                                                                 fetch_k=args.num_candidates)]
 
     searchers = {"bm25": ids_of(stores["bm25"]), "dense": ids_of(stores["dense"]), "hybrid": ids_of(hybrid)}
-    return {"indices": [f"{args.index_prefix}-langchain-{n}" for n in stores], "build_seconds": build_s,
-            "reused_index": reused, "notes": notes, "modes": _run_modes(searchers, queries)}
+    return searchers, {"indices": [f"{args.index_prefix}-langchain-{n}" for n in stores], "build_seconds": build_s,
+                       "reused_index": reused, "notes": notes}
 
 
 def _versions(peer: str) -> dict[str, str]:

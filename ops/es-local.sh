@@ -7,6 +7,21 @@
 #   ops/es-local.sh url      print the URL to export as HSP_ES_URL
 #   ops/es-local.sh env      print export lines for a secured node's URL, CA, superuser and test users
 #
+#   ops/es-local.sh cluster start            start an N-node cluster on loopback (HSP_ES_NODES, default 3)
+#   ops/es-local.sh cluster stop             stop every node of it (SIGTERM, by pid)
+#   ops/es-local.sh cluster kill NODE        SIGKILL one node (NODE: node-2 or 2) - a crash, no clean shutdown
+#   ops/es-local.sh cluster stop NODE        stop one node cleanly
+#   ops/es-local.sh cluster restart NODE     start one node again (after kill/stop) and wait until it rejoined
+#   ops/es-local.sh cluster status           nodes, health and shard allocation; exit 1 when no node answers
+#   ops/es-local.sh cluster url              every node's URL, comma-separated (export as HSP_ES_URL)
+#   ops/es-local.sh cluster pid NODE         the pid of one node (empty when it is not running)
+#
+#   The cluster: HTTP ports HSP_ES_CLUSTER_PORT (9210) .. +N-1, transport ports HTTP+100, heap HSP_ES_HEAP
+#   (512m for cluster nodes unless set), discovery.seed_hosts listing every node's transport address and
+#   cluster.initial_master_nodes on the very first start only (every node master- and data-eligible), no
+#   discovery.type: single-node. Security is off for the cluster (plain HTTP on 127.0.0.1 only).
+#   Folders: $HSP_CACHE/es/cluster-<version>-<port>/node-<i>; `cluster wipe` deletes them (nodes stopped).
+#
 #   start --secure (or HSP_ES_SECURE=1): TLS on HTTP, the elastic superuser and file-realm users and roles
 #   (ops/security/es-secure.sh, roles from ops/security/roles.yml); then eval "$(ops/es-local.sh env)".
 #
@@ -126,6 +141,22 @@ YML
   if [[ $(id -u) -eq 0 ]]; then chown -R "$ES_USER" "$NODE_DIR"; fi
 }
 
+# Start the node whose folder is $1 (config in $1/config) as a daemon writing its pid to $2, with Java $3.
+launch() {
+  local dir=$1 pid_file=$2 java=$3
+  local cmd=(env ES_JAVA_HOME="$java" ES_PATH_CONF="$dir/config" ES_JAVA_OPTS="${ES_JAVA_OPTS:-}"
+             "$HOME_DIR/bin/elasticsearch" -d -p "$pid_file")
+  if [[ $(id -u) -eq 0 ]]; then
+    # The node's user must be able to reach the unpacked node: let it traverse every folder above it.
+    local d="$CACHE/es"
+    while [[ "$d" != "/" && -n "$d" ]]; do chmod o+x "$d" 2>/dev/null || true; d=$(dirname "$d"); done
+    chmod o+rx "$CACHE/es" 2>/dev/null || true
+    runuser -u "$ES_USER" -- "${cmd[@]}" >"$dir/logs/stdout.log" 2>&1
+  else
+    "${cmd[@]}" >"$dir/logs/stdout.log" 2>&1
+  fi
+}
+
 start() {
   if health >/dev/null; then log "a node already answers at $URL"; echo "$URL"; return 0; fi
   if [[ "${HSP_ES_SECURE:-0}" != 1 ]]; then rm -f "$SEC_MARK"; URL="http://127.0.0.1:$PORT"; fi
@@ -135,17 +166,7 @@ start() {
   write_config
   local t0=$SECONDS
   log "starting Elasticsearch $ES_VERSION on $URL (heap $HEAP, java $java)"
-  local cmd=(env ES_JAVA_HOME="$java" ES_PATH_CONF="$NODE_DIR/config" ES_JAVA_OPTS="${ES_JAVA_OPTS:-}"
-             "$HOME_DIR/bin/elasticsearch" -d -p "$PID_FILE")
-  if [[ $(id -u) -eq 0 ]]; then
-    # The node's user must be able to reach the unpacked node: let it traverse every folder above it.
-    local d="$CACHE/es"
-    while [[ "$d" != "/" && -n "$d" ]]; do chmod o+x "$d" 2>/dev/null || true; d=$(dirname "$d"); done
-    chmod o+rx "$CACHE/es" 2>/dev/null || true
-    runuser -u "$ES_USER" -- "${cmd[@]}" >"$NODE_DIR/logs/stdout.log" 2>&1
-  else
-    "${cmd[@]}" >"$NODE_DIR/logs/stdout.log" 2>&1
-  fi
+  launch "$NODE_DIR" "$PID_FILE" "$java"
   local deadline=$((SECONDS + ${HSP_ES_START_TIMEOUT:-180}))
   until es_curl -fsS --max-time 2 "$URL/_cluster/health?wait_for_status=yellow&timeout=1s" >/dev/null 2>&1; do
     if (( SECONDS > deadline )); then log "node did not become ready; last log lines:"; tail -n 40 "$NODE_DIR/logs/"*.log >&2 || true; exit 5; fi
@@ -169,12 +190,148 @@ stop() {
   fi
 }
 
+# ------------------------------------------------------------------------------------- cluster
+
+C_NODES="${HSP_ES_NODES:-3}"
+C_PORT="${HSP_ES_CLUSTER_PORT:-9210}"
+C_HEAP="${HSP_ES_HEAP:-512m}"
+C_DIR="$CACHE/es/cluster-$ES_VERSION-$C_PORT"
+
+c_port() { echo $((C_PORT + $1 - 1)); }
+c_url() { echo "http://127.0.0.1:$(c_port "$1")"; }
+c_urls() { local i out=(); for i in $(seq 1 "$C_NODES"); do out+=("$(c_url "$i")"); done; (IFS=,; echo "${out[*]}"); }
+c_pid_file() { echo "$C_DIR/node-$1/es.pid"; }
+
+# The node's number from "node-2" or "2"; exits 2 for anything else.
+c_index() {
+  local n=${1:-}; n=${n#node-}
+  if [[ ! "$n" =~ ^[0-9]+$ ]] || (( n < 1 || n > C_NODES )); then
+    echo "no node ${1:-(none given)}: name one of node-1 .. node-$C_NODES" >&2; exit 2
+  fi
+  echo "$n"
+}
+
+c_running_pid() {  # the pid of node $1 when its process lives, else nothing
+  local f; f=$(c_pid_file "$1")
+  [[ -f "$f" ]] || return 0
+  local pid; pid=$(cat "$f")
+  if [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null; then echo "$pid"; fi
+}
+
+# Any node's answer to a GET of path $1 (the first node that answers).
+c_get() {
+  local i
+  for i in $(seq 1 "$C_NODES"); do
+    curl -fsS --max-time 3 "$(c_url "$i")$1" 2>/dev/null && return 0
+  done
+  return 1
+}
+
+c_write_config() {
+  local i=$1 dir="$C_DIR/node-$1" seeds=() masters=() j
+  for j in $(seq 1 "$C_NODES"); do seeds+=("\"127.0.0.1:$(( $(c_port "$j") + 100 ))\""); masters+=("\"node-$j\""); done
+  local fresh=0
+  [[ -d "$dir/data/_state" ]] || fresh=1
+  mkdir -p "$dir"/{data,logs,config}
+  cp -r "$HOME_DIR/config/." "$dir/config/"
+  cat > "$dir/config/elasticsearch.yml" <<YML
+cluster.name: hybridsearch-cluster-$C_PORT
+node.name: node-$i
+path.data: $dir/data
+path.logs: $dir/logs
+network.host: 127.0.0.1
+http.port: $(c_port "$i")
+transport.port: $(( $(c_port "$i") + 100 ))
+discovery.seed_hosts: [$(IFS=,; echo "${seeds[*]}")]
+xpack.security.enabled: false
+xpack.ml.enabled: false
+action.destructive_requires_name: false
+cluster.routing.allocation.disk.watermark.low: 1gb
+cluster.routing.allocation.disk.watermark.high: 512mb
+cluster.routing.allocation.disk.watermark.flood_stage: 256mb
+YML
+  # Bootstrap only a brand-new cluster: a node that already holds cluster state must rejoin, not re-elect.
+  if (( fresh )); then echo "cluster.initial_master_nodes: [$(IFS=,; echo "${masters[*]}")]" >> "$dir/config/elasticsearch.yml"; fi
+  if [[ -n "${HSP_ES_EXTRA_YML:-}" ]]; then printf '%s\n' "$HSP_ES_EXTRA_YML" >> "$dir/config/elasticsearch.yml"; fi
+  printf -- '-Xms%s\n-Xmx%s\n' "$C_HEAP" "$C_HEAP" > "$dir/config/jvm.options.d/heap.options"
+  if [[ $(id -u) -eq 0 ]]; then chown -R "$ES_USER" "$dir"; fi
+}
+
+c_launch() {
+  local i=$1 java=$2
+  if [[ -n "$(c_running_pid "$i")" ]]; then log "node-$i already runs (pid $(c_running_pid "$i"))"; return 0; fi
+  c_write_config "$i"
+  log "starting node-$i on $(c_url "$i") (transport $(( $(c_port "$i") + 100 )), heap $C_HEAP)"
+  launch "$C_DIR/node-$i" "$(c_pid_file "$i")" "$java"
+}
+
+# Wait until $1 nodes are in the cluster and its health is at least yellow.
+c_wait_nodes() {
+  local want=$1 deadline=$((SECONDS + ${HSP_ES_START_TIMEOUT:-240}))
+  until c_get "/_cluster/health?wait_for_nodes=$want&wait_for_status=yellow&timeout=1s" 2>/dev/null \
+        | grep -q '"timed_out":false'; do
+    if (( SECONDS > deadline )); then
+      log "the cluster did not reach $want nodes; last log lines:"
+      tail -n 20 "$C_DIR"/node-*/logs/hybridsearch-cluster-*.log >&2 2>/dev/null || true; exit 5
+    fi
+    sleep 1
+  done
+}
+
+c_stop_node() {  # $1 node number, $2 signal (TERM or KILL)
+  local i=$1 sig=$2 pid; pid=$(c_running_pid "$i")
+  if [[ -z "$pid" ]]; then log "node-$i is not running"; return 0; fi
+  kill -s "$sig" "$pid"
+  for _ in $(seq 1 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
+  kill -9 "$pid" 2>/dev/null || true
+  if [[ "$sig" == KILL ]]; then log "killed node-$i (pid $pid, SIGKILL)"; else log "stopped node-$i (pid $pid)"; fi
+}
+
+cluster() {
+  local action=${1:-status}; shift || true
+  case "$action" in
+    start)
+      ensure_user; install
+      local java t0=$SECONDS i; java=$(find_java)
+      # In parallel: a daemonising node returns only once it found a master (or after 30 s), so starting
+      # them one by one would wait on every node before the quorum exists.
+      local pids=()
+      for i in $(seq 1 "$C_NODES"); do c_launch "$i" "$java" & pids+=($!); done
+      for i in "${pids[@]}"; do wait "$i" || { log "a node failed to launch (see $C_DIR/node-*/logs/stdout.log)"; exit 5; }; done
+      c_wait_nodes "$C_NODES"
+      log "$C_NODES-node cluster ready in $((SECONDS - t0)) s"
+      c_urls ;;
+    stop)
+      if [[ -n "${1:-}" ]]; then local n; n=$(c_index "$1"); c_stop_node "$n" TERM; return; fi
+      local i; for i in $(seq 1 "$C_NODES"); do c_stop_node "$i" TERM; done ;;
+    kill) local n; n=$(c_index "${1:-}"); c_stop_node "$n" KILL ;;
+    restart)
+      local i java t0=$SECONDS; i=$(c_index "${1:-}"); java=$(find_java)
+      c_stop_node "$i" TERM
+      c_launch "$i" "$java"
+      c_wait_nodes "$C_NODES"
+      log "node-$i rejoined in $((SECONDS - t0)) s" ;;
+    status)
+      c_get "/_cat/nodes?v&h=name,ip,port,node.role,master,heap.percent" || { log "no node of the cluster answers"; exit 1; }
+      c_get "/_cluster/health?pretty" ;;
+    url) c_urls ;;
+    pid) local n; n=$(c_index "${1:-}"); c_running_pid "$n" ;;
+    wipe)
+      local i; for i in $(seq 1 "$C_NODES"); do
+        if [[ -n "$(c_running_pid "$i")" ]]; then log "node-$i still runs: cluster stop first"; exit 1; fi
+      done
+      rm -rf "$C_DIR"; log "deleted $C_DIR" ;;
+    *) echo "usage: $0 cluster start|stop [NODE]|kill NODE|restart NODE|status|url|pid NODE|wipe" >&2; exit 2 ;;
+  esac
+}
+
 case "${1:-start}" in
+  cluster) shift; cluster "$@" ;;
   start) start ;;
   stop) stop ;;
   restart) stop; start ;;
   status) health || { log "no node answers at $URL"; exit 1; }; echo ;;
   url) echo "$URL" ;;
   env) secure_env ;;
-  *) echo "usage: $0 start|stop|restart|status|url|env [--secure]" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|restart|status|url|env [--secure] | cluster ..." >&2; exit 2 ;;
 esac

@@ -172,6 +172,12 @@ class RerankerSettings(BaseModel):
     batch_window_ms: float = Field(5.0, ge=0, description="service micro-batching window")
     micro_batching: bool = Field(True, description="service: score concurrent requests together")
     max_batch_pairs: int = Field(256, ge=1, description="service: most (query, passage) pairs per model call")
+    max_queue: int = Field(32, ge=1, description="service: most requests waiting for the model; more are refused "
+                           "at once with 503 and Retry-After (bounded memory and latency under overload)")
+    max_queue_wait: float = Field(4.0, gt=0, description="service: seconds a request may wait in the queue; "
+                                  "older ones get 503 instead of being scored after their client gave up (keep "
+                                  "it below the query layer's timeout, 5 s, so searches report the 503, not a "
+                                  "timeout)")
 
 
 class Settings(BaseSettings):

@@ -6,6 +6,14 @@ requests until ``window_s`` has passed, up to ``max_pairs`` pairs; then it runs 
 all of them in a thread, so the event loop keeps accepting requests meanwhile. "Under load" means
 the previous model call was shared by several requests: a lone client never waits for the window.
 With ``enabled=False`` every request is its own model call (still one at a time).
+
+The queue is bounded: with ``max_queue`` requests already waiting (not counting those in the model
+call under way), ``submit`` raises :class:`QueueFull` at once, carrying how long the queue needs to
+drain (from the recent model-call times), so that the service can answer 503 with ``Retry-After``
+instead of letting requests pile up (memory and latency would grow without bound). A request that
+still waits after ``max_wait_s`` (its client has most likely given up: the query layer's reranker
+timeout) is answered with :class:`QueueFull` as well at that moment, and dropped from the queue
+rather than scored for no one; a request already in a model call waits for its answer.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -33,21 +42,50 @@ class Job:
     future: asyncio.Future[list[float]]
     queued_at: float = field(default_factory=time.perf_counter)
     stats: dict[str, float] = field(default_factory=dict)
+    taken: bool = False  # in a model call (or done): no longer waiting
+    expired: bool = False  # gave up waiting (max_wait_s): the worker skips it
 
 
 BatchHook = Callable[[int, int, float], None]
+
+
+class QueueFull(Exception):
+    """The batcher already holds ``max_queue`` waiting requests; ``retry_after_s`` estimates the drain time."""
+
+    def __init__(self, waiting: int, retry_after_s: float, waited_s: float | None = None) -> None:
+        what = (f"waited {waited_s:.1f}s in the queue, over max_queue_wait" if waited_s is not None
+                else f"{waiting} requests already wait for the model (max_queue)")
+        super().__init__(f"{what}; retry in {retry_after_s:.1f}s")
+        self.waiting = waiting
+        self.retry_after_s = retry_after_s
+        self.waited_s = waited_s  # set when the request expired in the queue rather than being refused at once
+
+    @property
+    def retry_after(self) -> int:
+        """Whole seconds for a ``Retry-After`` header (at least 1, at most 30)."""
+        return max(1, min(30, math.ceil(self.retry_after_s)))
 
 
 class MicroBatcher:
     """Queues requests and scores them in shared model calls. Exceptions of the model reach the caller."""
 
     def __init__(self, scorer: PairScorer, *, window_s: float = 0.005, max_pairs: int = 256, enabled: bool = True,
-                 on_batch: BatchHook | None = None) -> None:
+                 on_batch: BatchHook | None = None, max_queue: int | None = None,
+                 max_wait_s: float | None = None) -> None:
         self.scorer = scorer
         self.window_s = window_s
         self.max_pairs = max_pairs
         self.enabled = enabled
         self.on_batch = on_batch
+        self.max_queue = max_queue  # None: unbounded
+        self.max_wait_s = max_wait_s  # None: a queued request waits as long as it takes
+        self.refused = 0
+        self.expired = 0
+        # moving averages of the recent model calls: seconds per call and pairs per call (drain estimate)
+        self._call_s = 0.0
+        self._call_pairs = 0.0
+        self._queued_pairs = 0  # pairs of the requests waiting (queued or held, not expired)
+        self._waiting = 0  # requests waiting: submitted, neither taken into a model call nor expired
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._held: Job | None = None
@@ -56,8 +94,8 @@ class MicroBatcher:
 
     @property
     def pending(self) -> int:
-        """Requests queued and not yet taken by the worker."""
-        return self._queue.qsize() + (self._held is not None)
+        """Requests waiting: queued, not yet taken into a model call, not expired."""
+        return self._waiting
 
     def start(self) -> None:
         if self._task is None:
@@ -74,16 +112,56 @@ class MicroBatcher:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 
+    def drain_estimate(self) -> float:
+        """Seconds until the model has scored what waits now (plus the call under way), from the recent model
+        calls; 0 before the first call."""
+        if self._call_s <= 0:
+            return 0.0
+        # micro-batching: queued pairs over pairs per recent call; without it, one call per request
+        calls = math.ceil(self._queued_pairs / max(1.0, self._call_pairs)) if self.enabled else self.pending
+        return (calls + 1) * self._call_s
+
+    def check_capacity(self) -> None:
+        """Raise QueueFull when a request now would be refused (a cheap early check before reading a body)."""
+        waiting = self.pending
+        if self.max_queue is not None and waiting >= self.max_queue:
+            self.refused += 1
+            raise QueueFull(waiting, self.drain_estimate())
+
     async def submit(self, query: str, passages: list[str], stats: dict[str, float] | None = None) -> list[float]:
-        """Scores for ``passages`` in input order, once the worker got to them. Raises what the scorer raises.
+        """Scores for ``passages`` in input order, once the worker got to them. Raises what the scorer raises,
+        or QueueFull at once when ``max_queue`` requests already wait.
 
         ``stats``, when given, receives ``queue_ms``, ``model_ms`` and ``batch_requests`` of this request.
         """
+        self.check_capacity()
         job = Job(query, passages, asyncio.get_running_loop().create_future(), stats=stats if stats is not None else {})
-        await self._queue.put(job)
-        return await job.future
+        self._queue.put_nowait(job)  # an unbounded asyncio queue: the bound is check_capacity's (no await between)
+        self._waiting += 1
+        self._queued_pairs += len(passages)
+        if self.max_wait_s is None:
+            return await job.future
+        try:
+            return await asyncio.wait_for(asyncio.shield(job.future), self.max_wait_s)
+        except TimeoutError:
+            if job.taken:  # in a model call by now: its answer is on the way
+                return await job.future
+            job.expired = True
+            self._waiting -= 1
+            self._queued_pairs -= len(passages)
+            self.expired += 1
+            job.future.cancel()
+            waited = time.perf_counter() - job.queued_at
+            raise QueueFull(self._waiting, self.drain_estimate(), waited_s=waited) from None
 
     async def _next(self, timeout: float | None) -> Job | None:
+        """The next job that has not expired (None when none came within ``timeout``)."""
+        while True:
+            job = await self._take(timeout)
+            if job is None or not job.expired:
+                return job
+
+    async def _take(self, timeout: float | None) -> Job | None:
         if self._held is not None:
             job, self._held = self._held, None
             return job
@@ -121,14 +199,23 @@ class MicroBatcher:
 
     async def _run(self) -> None:
         while True:
-            jobs = [j for j in await self._gather() if not j.future.done()]  # drop requests whose client left
+            gathered = await self._gather()
+            for j in gathered:
+                j.taken = True
+            self._waiting -= len(gathered)
+            self._queued_pairs -= sum(len(j.passages) for j in gathered)
+            jobs = [j for j in gathered if not j.future.done()]  # drop requests whose client left
             if not jobs:
                 continue
             started = time.perf_counter()
             outcome = await asyncio.get_running_loop().run_in_executor(self._executor, self._score, jobs)
             seconds = time.perf_counter() - started
+            n_pairs = sum(len(j.passages) for j in jobs)
+            first = self._call_s <= 0
+            self._call_s = seconds if first else 0.8 * self._call_s + 0.2 * seconds
+            self._call_pairs = n_pairs if first else 0.8 * self._call_pairs + 0.2 * n_pairs
             if self.on_batch is not None:
-                self.on_batch(len(jobs), sum(len(j.passages) for j in jobs), seconds)
+                self.on_batch(len(jobs), n_pairs, seconds)
             for job, result in zip(jobs, outcome, strict=True):
                 job.stats.update(queue_ms=(started - job.queued_at) * 1000, model_ms=seconds * 1000,
                                  batch_requests=len(jobs))

@@ -13,7 +13,11 @@ Endpoints:
 Errors answer ``{"error": code, "detail": reason}``: 400 body not UTF-8 JSON, 401 missing/wrong
 bearer token, 413 body over ``max_body_bytes``, 415 a Content-Type other than JSON or a compressed
 body, 422 missing/invalid fields, a blank query or a limit (``max_passages``, ``max_passage_chars``),
-500 the model failed on this request, 503 model not loaded. The service stays up after each. With
+500 the model failed on this request, 503 model not loaded, or ``overloaded``: ``max_queue`` requests
+already wait for the model (``HSP_RERANKER__MAX_QUEUE``), answered at once with ``Retry-After`` (whole
+seconds, the estimated time to drain the queue) so that load beyond capacity is shed instead of
+queued without bound; likewise a request that waited over ``max_queue_wait`` seconds in the queue
+(its client has given up) is answered 503 instead of being scored. The service stays up after each. With
 ``HSP_RERANKER__TOKEN`` set, ``/rerank`` needs ``Authorization: Bearer <token>``; the probes and
 ``/metrics`` stay open (keep the port private).
 
@@ -40,7 +44,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hybridsearch.rerank.base import PairScorer
-from hybridsearch.rerank.batching import MicroBatcher
+from hybridsearch.rerank.batching import MicroBatcher, QueueFull
 from hybridsearch.rerank.local import LocalReranker
 from hybridsearch.rerank.ranking import order_by_score
 from hybridsearch.settings import RerankerSettings, Settings
@@ -108,6 +112,9 @@ class Metrics:
         self.model_seconds = Histogram("hsp_reranker_model_seconds", "seconds per model call",
                                        registry=self.registry)
         self.ready = Gauge("hsp_reranker_ready", "1 once the model is loaded", registry=self.registry)
+        self.queued = Gauge("hsp_reranker_queued_requests", "requests waiting for the model", registry=self.registry)
+        self.refused = Counter("hsp_reranker_refused", "requests refused with 503 because the queue was full",
+                               registry=self.registry)
 
     def on_batch(self, n_requests: int, n_pairs: int, seconds: float) -> None:
         self.batch_requests.observe(n_requests)
@@ -124,7 +131,9 @@ class ServiceState:
         self.token = cfg.token.get_secret_value() if cfg.token else None
         self.metrics = Metrics()
         self.batcher = MicroBatcher(scorer, window_s=cfg.batch_window_ms / 1000, max_pairs=cfg.max_batch_pairs,
-                                    enabled=cfg.micro_batching, on_batch=self.metrics.on_batch)
+                                    enabled=cfg.micro_batching, on_batch=self.metrics.on_batch,
+                                    max_queue=cfg.max_queue, max_wait_s=cfg.max_queue_wait)
+        self.metrics.queued.set_function(lambda: self.batcher.pending)
         self.ready = False
         self.load_error: str | None = None
 
@@ -149,6 +158,25 @@ class ServiceState:
         if not secrets.compare_digest(given.strip().encode(), self.token.encode()):
             raise ApiError(401, "unauthorized", "wrong bearer token",
                            {"WWW-Authenticate": 'Bearer error="invalid_token"'})
+
+    def overloaded(self, exc: QueueFull) -> ApiError:
+        """The 503 for a full queue, with Retry-After (counted in the refused metric)."""
+        self.metrics.refused.inc()
+        if exc.waited_s is not None:
+            what = (f"waited {exc.waited_s:.1f}s in the queue, over max_queue_wait={self.cfg.max_queue_wait}s "
+                    "(HSP_RERANKER__MAX_QUEUE_WAIT)")
+        else:
+            what = (f"{exc.waiting} requests already wait for the model (max_queue={self.cfg.max_queue}, "
+                    "HSP_RERANKER__MAX_QUEUE)")
+        return ApiError(503, "overloaded", f"overloaded: {what}; retry after {exc.retry_after}s",
+                        {"Retry-After": str(exc.retry_after)})
+
+    def check_capacity(self) -> None:
+        """ApiError 503 overloaded when the batcher's queue is full."""
+        try:
+            self.batcher.check_capacity()
+        except QueueFull as exc:
+            raise self.overloaded(exc) from None
 
     async def read_body(self, request: Request) -> bytes:
         limit = self.cfg.max_body_bytes
@@ -249,6 +277,7 @@ def create_app(settings: Settings | RerankerSettings | None = None, scorer: Pair
         try:
             state.check_token(request)
             check_content_headers(request)
+            state.check_capacity()  # shed load before reading and parsing the body
             req = state.parse(await state.read_body(request))
             n_passages = len(req.passages)
             if not state.ready:
@@ -257,6 +286,8 @@ def create_app(settings: Settings | RerankerSettings | None = None, scorer: Pair
                 raise ApiError(503, "loading", "model is still loading; retry shortly", {"Retry-After": "1"})
             try:
                 scores = await state.batcher.submit(req.query, req.passages, stats)
+            except QueueFull as exc:  # filled up while this body was read
+                raise state.overloaded(exc) from None
             except Exception as exc:  # the model failed on this request: say so, stay up
                 log.exception("rerank failed")
                 raise ApiError(500, "model_failed", f"model failed: {exc}") from exc

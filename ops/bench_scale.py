@@ -1,0 +1,270 @@
+#!/usr/bin/env python
+"""How cost grows with the collection (issue 17, item 6): synthetic chunks at several sizes.
+
+For each size N (default 10k and 100k; 1M with ``--sizes 10000,100000,1000000`` where time and disk allow)
+it creates ``scale-<N>-chunks-v1`` with hybridsearch's own mapping (``ensure_index``: 384-dim
+``int8_hnsw`` vectors, BM25 text; ``--shards`` primaries, ``--replicas`` replicas), bulk-writes N synthetic
+chunks, and reports:
+
+* indexing time (bulk of all N, then a refresh) and chunks/s;
+* bytes on disk per chunk (primary store size after the refresh, no force-merge, divided by N);
+* hybrid search p50/p99 at concurrency 1 and 16 (``AsyncSearchClient``, ``mode="hybrid"``, no rerank; the
+  query vector comes from the same synthetic distribution instead of the model, so the model's cost does
+  not hide the cluster's);
+* kNN recall@10 of the index's ``knn`` search (k=10, the client's ``num_candidates``) against exact search,
+  brute force in numpy over the very vectors that were stored (cosine; vectors are unit length).
+
+Synthetic data: vectors are unit-length noisy copies of 2,000 random centroids (clustered, as real
+embeddings are; uniform random vectors make ANN search unrealistically hard), text is 40-80 words drawn
+from a Zipf-distributed vocabulary of 20,000 made-up words, so BM25 has realistic posting lists.
+
+    ops/es-local.sh cluster start
+    $V/bin/python ops/bench_scale.py                                   # 10k, 100k
+    $V/bin/python ops/bench_scale.py --sizes 10000,100000,1000000      # if it fits
+
+Writes reports/bench-scale-*.json and .png (docs/scale.md shows a run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from loadgen import drive
+
+ROOT = Path(__file__).resolve().parents[1]
+ES_LOCAL = ROOT / "ops" / "es-local.sh"
+DIMS = 384
+
+
+class Synthetic:
+    """Clustered unit vectors and Zipf text, reproducible from a seed."""
+
+    def __init__(self, seed: int = 0, centroids: int = 2000, vocab: int = 20000) -> None:
+        self.rng = np.random.default_rng(seed)
+        c = self.rng.standard_normal((centroids, DIMS)).astype(np.float32)
+        self.centroids = c / np.linalg.norm(c, axis=1, keepdims=True)
+        syll = ["ka", "lo", "mi", "ne", "ru", "ta", "vo", "zi", "pe", "su", "do", "ha", "xi", "bu", "fe", "go"]
+        self.words = np.array(["".join(syll[(i >> (4 * j)) % 16] for j in range(1 + i % 3 + 1)) + str(i % 97)
+                               for i in range(vocab)])
+        ranks = np.arange(1, vocab + 1, dtype=np.float64)
+        self.p = (1 / ranks) / (1 / ranks).sum()
+
+    def vectors(self, n: int) -> np.ndarray:
+        idx = self.rng.integers(0, len(self.centroids), n)
+        # noise of norm about 0.6 around unit centroids: neighbours within a cluster, clusters apart
+        v = self.centroids[idx] + 0.6 * self.rng.standard_normal((n, DIMS)).astype(np.float32) / np.sqrt(DIMS)
+        out: np.ndarray = (v / np.linalg.norm(v, axis=1, keepdims=True)).astype(np.float32)
+        return out
+
+    def texts(self, n: int) -> list[str]:
+        lens = self.rng.integers(40, 81, n)
+        flat = self.rng.choice(len(self.words), size=int(lens.sum()), p=self.p)
+        out, at = [], 0
+        for ln in lens:
+            out.append(" ".join(self.words[flat[at:at + ln]]))
+            at += ln
+        return out
+
+
+def actions(index: str, start: int, vecs: np.ndarray, texts: list[str]) -> Iterator[dict[str, Any]]:
+    for i, (v, t) in enumerate(zip(vecs, texts, strict=True)):
+        n = start + i
+        yield {"_index": index, "_id": f"d{n}#0@synthetic", "_source": {
+            "doc_id": f"d{n}", "chunk_id": f"d{n}#0@synthetic", "position": 0, "char_start": 0, "char_end": len(t),
+            "title": None, "text": t, "source": "synthetic", "content_hash": f"h{n}",
+            "embedding": [round(float(x), 6) for x in v]}}
+
+
+class FixedEmbedder:
+    """Stands in for the model at query time: the query vector for a text is looked up, not computed."""
+
+    def __init__(self, table: dict[str, np.ndarray]) -> None:
+        self.table = table
+
+    def encode_query(self, text: str) -> np.ndarray:
+        return self.table[text]
+
+
+def build(es: Any, settings: Any, n: int, syn: Synthetic, batch: int) -> tuple[np.ndarray, float, str]:
+    from elasticsearch import helpers
+    from tqdm import tqdm
+
+    from hybridsearch.indices import ensure_index
+
+    for name in (f"{settings.index.prefix}-chunks*", settings.index.ingest_runs, settings.index.query_log):
+        es.options(ignore_status=404).indices.delete(index=name, expand_wildcards="all")
+    index = ensure_index(es, settings)
+    es.indices.put_settings(index=index, settings={"index.refresh_interval": "30s"})
+    stored = np.empty((n, DIMS), dtype=np.float32)
+    t0 = time.perf_counter()
+    with tqdm(total=n, desc=f"index {n:,}", unit="chunk") as bar:
+        for start in range(0, n, batch):
+            m = min(batch, n - start)
+            vecs, texts = syn.vectors(m), syn.texts(m)
+            stored[start:start + m] = vecs
+            for ok, item in helpers.streaming_bulk(es.options(request_timeout=120), actions(index, start, vecs, texts),
+                                                   chunk_size=500, max_retries=5, raise_on_error=True):
+                if not ok:
+                    raise RuntimeError(str(item))
+            bar.update(m)
+    es.indices.put_settings(index=index, settings={"index.refresh_interval": settings.index.refresh_interval})
+    es.options(request_timeout=600).indices.refresh(index=index)
+    seconds = time.perf_counter() - t0
+    return stored, seconds, index
+
+
+def exact_top(stored: np.ndarray, q: np.ndarray, k: int) -> list[list[int]]:
+    out = []
+    for start in range(0, len(q), 64):
+        sims = q[start:start + 64] @ stored.T
+        top = np.argpartition(-sims, k, axis=1)[:, :k]
+        order = np.take_along_axis(sims, top, 1).argsort(axis=1)[:, ::-1]
+        out.extend(np.take_along_axis(top, order, 1).tolist())
+    return out
+
+
+def recall(es: Any, index: str, stored: np.ndarray, queries: np.ndarray, num_candidates: int) -> float:
+    truth = exact_top(stored, queries, 10)
+    hits = 0
+    for q, want in zip(queries, truth, strict=True):
+        r = es.search(index=index, knn={"field": "embedding", "query_vector": q.tolist(), "k": 10,
+                                        "num_candidates": num_candidates}, source=False, size=10)
+        got = {int(h["_id"][1:].split("#")[0]) for h in r["hits"]["hits"]}
+        hits += len(got & set(want))
+    return hits / (10 * len(queries))
+
+
+async def latency(settings: Any, table: dict[str, np.ndarray], levels: list[int], seconds: float
+                  ) -> dict[int, dict[str, Any]]:
+    from hybridsearch import AsyncSearchClient
+    from hybridsearch.cluster import make_async_client
+
+    client = AsyncSearchClient(make_async_client(settings.es), settings, embedder=FixedEmbedder(table))  # type: ignore[arg-type]
+    texts = list(table)
+
+    async def call(q: str) -> str | None:
+        await client.search(q, k=10, mode="hybrid", rerank=False)
+        return None
+
+    out = {}
+    try:
+        await drive("warm-up", call, texts, 4, 3.0)
+        for c in levels:
+            out[c] = (await drive("hybrid", call, texts, c, seconds, 50_000)).summary()
+    finally:
+        await client.close()
+        await client.es.close()
+    return out
+
+
+def store_bytes(es: Any, index: str) -> int:
+    stats = es.indices.stats(index=index, metric="store")
+    return int(stats["indices"][index]["primaries"]["store"]["size_in_bytes"])
+
+
+def plot(rows: list[dict[str, Any]], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = [r["chunks"] for r in rows]
+    fig, ax = plt.subplots(1, 4, figsize=(15, 3.6))
+    ax[0].plot(n, [r["index_seconds"] for r in rows], marker="o")
+    ax[0].set_title("indexing time (s)")
+    ax[1].plot(n, [r["bytes_per_chunk"] for r in rows], marker="o")
+    ax[1].set_title("bytes on disk per chunk")
+    for c in (1, 16):
+        ax[2].plot(n, [r[f"p50_c{c}_ms"] for r in rows], marker="o", label=f"p50 c={c}")
+        ax[2].plot(n, [r[f"p99_c{c}_ms"] for r in rows], marker="s", linestyle="--", label=f"p99 c={c}")
+    ax[2].set_title("hybrid latency (ms)")
+    ax[2].legend(fontsize=7)
+    ax[3].plot(n, [r["knn_recall_at_10"] for r in rows], marker="o")
+    ax[3].set_title("kNN recall@10 vs exact")
+    ax[3].set_ylim(0, 1.02)
+    for a in ax:
+        a.set_xscale("log")
+        a.set_xlabel("chunks")
+        a.grid(alpha=0.3)
+    fig.suptitle("scale curve, synthetic 384-dim chunks, 3-node local cluster (shared 2-core machine)")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[10_000, 100_000])
+    ap.add_argument("--es-url", help="comma-separated node URLs (default: ops/es-local.sh cluster url)")
+    ap.add_argument("--shards", type=int, default=3)
+    ap.add_argument("--replicas", type=int, default=0)
+    ap.add_argument("--seconds", type=float, default=10.0, help="per latency level")
+    ap.add_argument("--queries", type=int, default=200, help="query vectors for recall and latency")
+    ap.add_argument("--batch", type=int, default=5000, help="chunks generated per step")
+    ap.add_argument("--include", type=Path, action="append", default=[],
+                    help="an earlier run's reports/bench-scale-*.json whose sizes join this table and plot")
+    ap.add_argument("--keep", action="store_true", help="keep the indices (default: delete each after measuring)")
+    args = ap.parse_args(argv)
+    if max(args.sizes) > 2_000_000 or args.seconds > 120:
+        ap.error("bounded runs only: sizes <= 2,000,000, --seconds <= 120")
+
+    from hybridsearch.cluster import make_client
+    from hybridsearch.settings import load_settings
+
+    urls = args.es_url or subprocess.run([str(ES_LOCAL), "cluster", "url"], check=True, capture_output=True,
+                                         text=True).stdout.strip()
+    rows = []
+    for n in args.sizes:
+        settings = load_settings(es_url=urls, index={"prefix": f"scale-{n}", "shards": args.shards,
+                                                     "replicas": args.replicas}, query={"log_queries": False})
+        es = make_client(settings.es)
+        syn = Synthetic(seed=n)
+        stored, seconds, index = build(es, settings, n, syn, args.batch)
+        qv = syn.vectors(args.queries)
+        table = dict(zip(syn.texts(args.queries), qv, strict=False))
+        rec = recall(es, index, stored, np.array(list(table.values())), settings.query.num_candidates)
+        lat = asyncio.run(latency(settings, table, [1, 16], args.seconds))
+        size = store_bytes(es, index)
+        row = {"chunks": n, "index_seconds": round(seconds, 1), "chunks_per_s": round(n / seconds, 1),
+               "store_bytes": size, "bytes_per_chunk": round(size / n, 1), "knn_recall_at_10": round(rec, 4),
+               "num_candidates": settings.query.num_candidates, "shards": args.shards, "replicas": args.replicas}
+        for c, s in lat.items():
+            row.update({f"p50_c{c}_ms": s["p50_ms"], f"p99_c{c}_ms": s["p99_ms"], f"qps_c{c}": s["qps"],
+                        f"errors_c{c}": s["errors"]})
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        if not args.keep:
+            es.options(ignore_status=404).indices.delete(index=f"scale-{n}-chunks*", expand_wildcards="all")
+        es.close()
+    for earlier in args.include:
+        rows += [r for r in json.loads(earlier.read_text(encoding="utf-8")) if r["chunks"] not in args.sizes]
+    rows.sort(key=lambda r: r["chunks"])
+    print(f"\nscale curve ({args.shards} primaries, {args.replicas} replicas; shared 2-core machine, 3 nodes x 512 MB)")
+    print(f"{'chunks':>9} {'index s':>8} {'chunks/s':>9} {'B/chunk':>8} {'p50 c1':>7} {'p99 c1':>7} {'p50 c16':>8} "
+          f"{'p99 c16':>8} {'q/s c16':>8} {'recall@10':>9}")
+    for r in rows:
+        print(f"{r['chunks']:>9,} {r['index_seconds']:>8} {r['chunks_per_s']:>9} {r['bytes_per_chunk']:>8} "
+              f"{r['p50_c1_ms']:>7} {r['p99_c1_ms']:>7} {r['p50_c16_ms']:>8} {r['p99_c16_ms']:>8} {r['qps_c16']:>8} "
+              f"{r['knn_recall_at_10']:>9}")
+    stamp = f"{dt.datetime.now():%Y%m%dT%H%M%S}"
+    (ROOT / "reports").mkdir(exist_ok=True)
+    out = ROOT / "reports" / f"bench-scale-{stamp}"
+    out.with_suffix(".json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
+    plot(rows, out.with_suffix(".png"))
+    print(f"wrote {out.with_suffix('.json').relative_to(ROOT)} and .png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,282 @@
+#!/usr/bin/env python
+"""Ingestion that survives a fault, on the local multi-node cluster (issue 17, item 2). One command, bounded.
+
+Two ingestion workers (``hsp ingest … --shard 0/2`` and ``--shard 1/2``, separate processes) write a SciFact
+corpus into a 3-primary, 1-replica chunk index while a fault is injected and, a little later, cleared:
+
+* ``--fault node``: one data node is killed with SIGKILL (``ops/es-local.sh cluster kill NODE``) and
+  restarted (``cluster restart NODE``);
+* ``--fault block``: the flood-stage block ``index.blocks.read_only_allow_delete: true`` is set on the
+  index, then cleared.
+
+Then it checks, against the chunk ids the chunker produces for every document (no model call: the
+chunker only needs the tokenizer): every valid document is visible, each with exactly its chunks, none
+missing, none duplicated, nothing left staged (``pending_run``); the run records in
+``<prefix>-ingest-runs`` (status, retried); and that a re-run of both shards finds nothing to do.
+Exit status 0 only when lost = duplicated = incomplete = 0 and the re-run indexed nothing.
+
+    ops/es-local.sh cluster start
+    $V/bin/python ops/fault_ingest.py --fault node --limit-docs 1500
+    $V/bin/python ops/fault_ingest.py --fault block --limit-docs 1500
+
+Writes ``reports/fault-ingest-<fault>-<time>.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import gzip
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+ES_LOCAL = ROOT / "ops" / "es-local.sh"
+SCIFACT = Path(os.environ.get("HSP_SCIFACT", "/work/shared/datasets/scifact/corpus.jsonl.gz"))
+HSP = [sys.executable, "-c", "from hybridsearch.cli.main import entry; entry()"]
+
+
+def log(msg: str) -> None:
+    print(f"[fault-ingest {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def cluster_urls() -> str:
+    return subprocess.run([str(ES_LOCAL), "cluster", "url"], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def write_subset(dest: Path, limit: int | None) -> int:
+    """The first ``limit`` SciFact records (all when None) as a plain .jsonl; returns how many."""
+    n = 0
+    with gzip.open(SCIFACT, "rt", encoding="utf-8") as src, dest.open("w", encoding="utf-8") as out:
+        for line in src:
+            if limit is not None and n >= limit:
+                break
+            if line.strip():
+                out.write(line if line.endswith("\n") else line + "\n")
+                n += 1
+    return n
+
+
+def worker_env(urls: str, prefix: str, shards: int, replicas: int) -> dict[str, str]:
+    env = {**os.environ, "HSP_ES_URL": urls, "HSP_INDEX__PREFIX": prefix, "HSP_INDEX__SHARDS": str(shards),
+           "HSP_INDEX__REPLICAS": str(replicas), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false",
+           "HSP_INGEST__DEAD_LETTER_DIR": str(ROOT / "reports" / f"dead-letter-{prefix}")}
+    env.pop("HSP_ES__URL", None)
+    return env
+
+
+def run_workers(corpus: Path, env: dict[str, str], deadline: float, tag: str) -> list[dict[str, Any]]:
+    """Both shards as separate ``hsp ingest`` processes; waits until both end (killed at ``deadline``)."""
+    procs = []
+    for i in (0, 1):
+        out = (ROOT / "reports" / f"fault-ingest-{tag}-shard{i}.log").open("w")
+        procs.append((i, out, subprocess.Popen([*HSP, "ingest", str(corpus), "--shard", f"{i}/2", "--no-progress"],
+                                               env=env, stdout=out, stderr=subprocess.STDOUT)))
+    results = []
+    for i, out, p in procs:
+        try:
+            rc = p.wait(max(1.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            rc = p.wait()
+            log(f"worker shard {i}/2 ran past the time limit and was killed")
+        out.close()
+        tail = (ROOT / "reports" / f"fault-ingest-{tag}-shard{i}.log").read_text(errors="replace")[-600:]
+        results.append({"shard": f"{i}/2", "exit": rc, "tail": tail})
+    return results
+
+
+def chunk_count(es: Any, alias: str) -> int:
+    try:
+        return int(es.count(index=alias)["count"])
+    except Exception:  # noqa: BLE001 - a probe during a fault
+        return -1
+
+
+def inject(fault: str, es: Any, index: str, node: str, after_chunks: int, hold_s: float, deadline: float,
+           events: list[dict[str, Any]], alias: str) -> None:
+    """Wait until ``after_chunks`` chunks are written, inject the fault, hold it ``hold_s``, clear it."""
+    t0 = time.monotonic()
+    while time.monotonic() < deadline and chunk_count(es, alias) < after_chunks:
+        time.sleep(0.5)
+    events.append({"at_s": round(time.monotonic() - t0, 1), "event": f"inject {fault}",
+                   "chunks_so_far": chunk_count(es, alias)})
+    log(f"injecting {fault} ({events[-1]['chunks_so_far']} chunks written so far)")
+    if fault == "node":
+        subprocess.run([str(ES_LOCAL), "cluster", "kill", node], check=True)
+    else:
+        es.indices.put_settings(index=index, settings={"index.blocks.read_only_allow_delete": True})
+    time.sleep(hold_s)
+    log(f"clearing {fault}")
+    if fault == "node":
+        subprocess.run([str(ES_LOCAL), "cluster", "restart", node], check=True)
+    else:
+        es.indices.put_settings(index=index, settings={"index.blocks.read_only_allow_delete": None})
+    events.append({"at_s": round(time.monotonic() - t0, 1), "event": f"cleared {fault}",
+                   "chunks_so_far": chunk_count(es, alias)})
+
+
+def expected_chunks(corpus: Path, settings: Any) -> tuple[dict[str, set[str]], int]:
+    """Per valid document, the chunk ids the chunker produces (tokenizer only); and how many records were
+    not valid documents (no chunks or unreadable)."""
+    from hybridsearch.embedding import Embedder
+    from hybridsearch.ingest.chunking import HFTokenizer
+    from hybridsearch.ingest.pipeline import document_chunks
+    from hybridsearch.ingest.sources import Document, read_path
+
+    embedder = Embedder(settings.embedding)
+    tokenizer = HFTokenizer(embedder.model.tokenizer)
+    want: dict[str, set[str]] = {}
+    invalid = 0
+    for d in read_path(corpus):
+        if not isinstance(d, Document):
+            invalid += 1
+            continue
+        ids = {src["chunk_id"] for src, _ in document_chunks(d, settings, tokenizer, embedder.max_seq_length)}
+        if ids:
+            want[d.doc_id] = ids
+        else:
+            invalid += 1
+    return want, invalid
+
+
+def stored_chunks(es: Any, index: str) -> list[dict[str, Any]]:
+    from elasticsearch import helpers
+
+    return [{"_id": h["_id"], **h["_source"]} for h in helpers.scan(
+        es, index=index, query={"query": {"match_all": {}}}, _source=["doc_id", "position", "pending_run"],
+        size=2000)]
+
+
+def verify(want: dict[str, set[str]], stored: list[dict[str, Any]]) -> dict[str, Any]:
+    visible = [c for c in stored if not c.get("pending_run")]
+    staged = [c for c in stored if c.get("pending_run")]
+    by_doc: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for c in visible:
+        by_doc[str(c["doc_id"])].append(c)
+    positions = Counter((str(c["doc_id"]), c["position"]) for c in visible)
+    lost = sorted(set(want) - set(by_doc))
+    incomplete = sorted(d for d in want if d in by_doc and {c["_id"] for c in by_doc[d]} != want[d])
+    return {
+        "documents_expected": len(want), "chunks_expected": sum(len(v) for v in want.values()),
+        "documents_visible": len(by_doc), "chunks_visible": len(visible), "chunks_staged": len(staged),
+        "documents_lost": len(lost), "documents_incomplete": len(incomplete),
+        "chunks_duplicated": sum(n - 1 for n in positions.values() if n > 1),
+        "unexpected_documents": len(set(by_doc) - set(want)),
+        "examples": {"lost": lost[:5], "incomplete": incomplete[:5]},
+    }
+
+
+def run_records(es: Any, runs_index: str) -> list[dict[str, Any]]:
+    es.indices.refresh(index=runs_index)
+    hits = es.search(index=runs_index, size=50, sort=[{"started_at": "asc"}])["hits"]["hits"]
+    keep = ("run_id", "shard", "status", "documents", "documents_indexed", "documents_skipped", "documents_failed",
+            "chunks", "indexed", "updated", "unchanged", "reused", "retried", "seconds")
+    return [{k: h["_source"].get(k) for k in keep} for h in hits]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--fault", choices=("node", "block"), default="node")
+    ap.add_argument("--node", default="node-2", help="node to kill with --fault node")
+    ap.add_argument("--es-url", help="comma-separated node URLs (default: ops/es-local.sh cluster url)")
+    ap.add_argument("--prefix", help="index prefix (default fault-<fault>); its indices are deleted first")
+    ap.add_argument("--limit-docs", type=int, default=1500, help="first N SciFact documents (0: all 5,183)")
+    ap.add_argument("--shards", type=int, default=3)
+    ap.add_argument("--replicas", type=int, default=1)
+    ap.add_argument("--fault-after-chunks", type=int, default=300, help="inject once this many chunks are written")
+    ap.add_argument("--hold", type=float, default=20.0, help="seconds the fault lasts before it is cleared")
+    ap.add_argument("--time-limit", type=float, default=900.0, help="seconds for the faulted run")
+    ap.add_argument("--bulk-max-retries", type=int, help="HSP_INGEST__BULK_MAX_RETRIES for the workers (default 5: "
+                    "about 15 s of backoff; a fault held longer dead-letters documents for the re-run to resume)")
+    ap.add_argument("--verify-only", action="store_true", help="no new faulted run: verify the index and the run "
+                    "records a previous one left, then re-run")
+    args = ap.parse_args(argv)
+
+    from hybridsearch.cluster import make_client
+    from hybridsearch.indices import ensure_index
+    from hybridsearch.settings import load_settings
+
+    urls = args.es_url or cluster_urls()
+    prefix = args.prefix or f"fault-{args.fault}"
+    settings = load_settings(es_url=urls, index={"prefix": prefix, "shards": args.shards, "replicas": args.replicas})
+    es = make_client(settings.es)
+    (ROOT / "reports").mkdir(exist_ok=True)
+    if not args.verify_only:
+        for name in (f"{prefix}-chunks*", settings.index.ingest_runs, settings.index.query_log):
+            es.options(ignore_status=404).indices.delete(index=name, expand_wildcards="all")
+    index = ensure_index(es, settings)
+    corpus = ROOT / "reports" / f"fault-ingest-corpus-{args.limit_docs or 'all'}.jsonl"
+    n_docs = write_subset(corpus, args.limit_docs or None)
+    log(f"{n_docs} SciFact documents → {index} ({args.shards} primaries, {args.replicas} replica) on {urls}")
+    env = worker_env(urls, prefix, args.shards, args.replicas)
+    if args.bulk_max_retries is not None:
+        env["HSP_INGEST__BULK_MAX_RETRIES"] = str(args.bulk_max_retries)
+
+    t0 = time.monotonic()
+    deadline = t0 + args.time_limit
+    events: list[dict[str, Any]] = []
+    workers: list[dict[str, Any]] = []
+    if not args.verify_only:
+        fault = threading.Thread(target=inject, args=(args.fault, es, index, args.node, args.fault_after_chunks,
+                                                      args.hold, deadline, events, settings.index.alias), daemon=True)
+        fault.start()
+        workers = run_workers(corpus, env, deadline, f"{args.fault}-run")
+        fault.join(max(1.0, deadline + 300 - time.monotonic()))
+    faulted_s = time.monotonic() - t0
+    log(f"faulted run ended after {faulted_s:.0f} s; exits {[w['exit'] for w in workers]}")
+    es.cluster.health(wait_for_status="yellow", timeout="120s")
+    es.indices.refresh(index=index)
+
+    want, invalid = expected_chunks(corpus, settings)
+    after_fault = verify(want, stored_chunks(es, index))
+    records = run_records(es, settings.index.ingest_runs)
+
+    log("re-running both shards: it must find nothing to do")
+    rerun = run_workers(corpus, env, time.monotonic() + args.time_limit, f"{args.fault}-rerun")
+    es.indices.refresh(index=index)
+    rerun_records = [r for r in run_records(es, settings.index.ingest_runs) if r["run_id"] not in
+                     {x["run_id"] for x in records}]
+    after_rerun = verify(want, stored_chunks(es, index))
+    rerun_work = sum((r.get("indexed") or 0) + (r.get("updated") or 0) + (r.get("documents_indexed") or 0)
+                     for r in rerun_records)
+
+    ok = (after_fault["documents_lost"] == 0 and after_fault["chunks_duplicated"] == 0
+          and after_fault["documents_incomplete"] == 0 and after_fault["chunks_staged"] == 0 and rerun_work == 0
+          and after_rerun["documents_lost"] == 0 and after_rerun["chunks_duplicated"] == 0)
+    report = {"fault": args.fault, "node": args.node if args.fault == "node" else None, "es_url": urls,
+              "index": index, "documents_in_file": n_docs, "invalid_records": invalid, "events": events,
+              "faulted_run_seconds": round(faulted_s, 1), "workers": workers, "after_fault": after_fault,
+              "run_records": records, "rerun_records": rerun_records, "rerun_workers": rerun,
+              "after_rerun": after_rerun, "rerun_work": rerun_work, "ok": ok,
+              "machine": "shared 2-core machine, 3 nodes x 512 MB heap on loopback"}
+    out = ROOT / "reports" / f"fault-ingest-{args.fault}-{dt.datetime.now():%Y%m%dT%H%M%S}.json"
+    out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+
+    print(f"\nfault: {args.fault}" + (f" ({args.node} SIGKILLed, restarted)" if args.fault == "node" else
+                                        " (read_only_allow_delete set, cleared)"))
+    for e in events:
+        print(f"  {e['at_s']:>6.1f} s  {e['event']}  ({e['chunks_so_far']} chunks visible then)")
+    print(f"workers: exits {[w['exit'] for w in workers]}")
+    for r in records:
+        print(f"  run {r['run_id']} shard {r['shard']}: {r['status']}, documents_indexed {r['documents_indexed']}, "
+              f"chunks indexed {r['indexed']}, retried {r['retried']}, failed docs {r['documents_failed']}")
+    a = after_fault
+    print(f"documents written {a['documents_visible']} of {a['documents_expected']} valid; lost {a['documents_lost']}; "
+          f"incomplete {a['documents_incomplete']}; chunks duplicated {a['chunks_duplicated']}; "
+          f"chunks {a['chunks_visible']}/{a['chunks_expected']}; staged leftovers {a['chunks_staged']}")
+    print(f"re-run: exits {[w['exit'] for w in rerun]}, chunks/documents written {rerun_work} (must be 0); after it: "
+          f"lost {after_rerun['documents_lost']}, duplicated {after_rerun['chunks_duplicated']}")
+    print(f"{'PASS' if ok else 'FAIL'}  (report {out.relative_to(ROOT)})")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
