@@ -128,7 +128,7 @@ def expected_chunks(corpus: Path, settings: Any) -> tuple[dict[str, set[str]], i
     not valid documents (no chunks or unreadable)."""
     from hybridsearch.embedding import Embedder
     from hybridsearch.ingest.chunking import HFTokenizer
-    from hybridsearch.ingest.pipeline import document_chunks
+    from hybridsearch.ingest.layout import document_chunks
     from hybridsearch.ingest.sources import Document, read_path
 
     embedder = Embedder(settings.embedding)
@@ -139,7 +139,9 @@ def expected_chunks(corpus: Path, settings: Any) -> tuple[dict[str, set[str]], i
         if not isinstance(d, Document):
             invalid += 1
             continue
-        ids = {src["chunk_id"] for src, _ in document_chunks(d, settings, tokenizer, embedder.max_seq_length)}
+        ids = {src["chunk_id"] for src, _ in document_chunks(d, settings.chunking, settings.embedding,
+                                                               settings.index.tenant, tokenizer,
+                                                               embedder.max_seq_length)}
         if ids:
             want[d.doc_id] = ids
         else:

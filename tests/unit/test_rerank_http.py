@@ -87,6 +87,15 @@ def test_4xx_is_not_retried() -> None:
     assert len(seen) == 1
 
 
+def test_overloaded_503_with_retry_after_is_not_retried_at_once() -> None:
+    busy = httpx.Response(503, headers={"Retry-After": "6"},
+                          json={"error": "overloaded", "detail": "queue full (32 waiting)"})
+    transport, seen = scripted(busy, ok([1.0]))
+    with pytest.raises(RerankerError, match="answered 503: queue full"):
+        HttpReranker("http://x", transport=transport).score("q", ["a"])
+    assert len(seen) == 1
+
+
 def test_read_timeout_is_not_retried() -> None:
     transport, seen = scripted(httpx.ReadTimeout("slow"))
     with pytest.raises(RerankerError, match="timed out"):

@@ -30,8 +30,10 @@ class HttpReranker:
     """Scores passages through the reranker service at ``url`` (``POST {url}/rerank``).
 
     One pooled ``httpx.Client``; ``timeout`` seconds per attempt (connect capped at 2 s); one retry
-    on connection errors and 5xx answers, none on read timeouts (the caller's time budget is spent)
-    or 4xx. Every failure raises RerankerError saying what happened.
+    on connection errors and 5xx answers, none on read timeouts (the caller's time budget is spent),
+    on 4xx, or on a 503 with ``Retry-After`` (an overloaded service asked for time: retrying at once
+    only adds load; the search keeps its fused order). Every failure raises RerankerError saying what
+    happened.
     """
 
     def __init__(self, url: str, timeout: float = 5.0, token: str | None = None, *, retries: int = 1,
@@ -98,7 +100,7 @@ class HttpReranker:
                 if resp.status_code < 400:
                     return resp
                 last = f"reranker service at {self.url} answered {resp.status_code}: {_reason(resp)}"
-                if resp.status_code < 500:
+                if resp.status_code < 500 or (resp.status_code == 503 and "retry-after" in resp.headers):
                     raise RerankerError(last)
             if attempt < self.retries:
                 log.info("%s; retrying once", last)
