@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import json
 import os
 import subprocess
@@ -44,7 +43,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loadgen import Call, LevelResult, drive, shell_fault, threaded
+from loadgen import Call, LevelResult, drive, save_report, shell_fault, threaded
 
 ROOT = Path(__file__).resolve().parents[1]
 ES_LOCAL = ROOT / "ops" / "es-local.sh"
@@ -339,14 +338,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {r['stack']} c={r['concurrency']} error: {ex}")
         for ex in r.get("degraded_examples", [])[:1]:
             print(f"  {r['stack']} c={r['concurrency']} degraded: {ex}")
-    stamp = f"{dt.datetime.now():%Y%m%dT%H%M%S}"
-    (ROOT / "reports").mkdir(exist_ok=True)
-    out = ROOT / "reports" / f"bench-load-{'kill-' if args.kill else ''}{stamp}"
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "rows": rows}, indent=1, default=str),
-                                        encoding="utf-8")
-    if not args.kill:
-        plot(rows, out.with_suffix(".png"))
-    print(f"wrote {out.with_suffix('.json').relative_to(ROOT)}" + ("" if args.kill else " and .png"))
+    save_report(f"bench-load{'-kill' if args.kill else ''}", {"meta": meta, "rows": rows},
+                None if args.kill else lambda png: plot(rows, png))
     failed = sum(r.get("errors", 0) for r in rows if r["stack"].startswith("hybridsearch"))
     return 0 if failed == 0 else 1
 

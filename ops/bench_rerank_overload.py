@@ -22,8 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
-import json
 import os
 import socket
 import subprocess
@@ -33,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loadgen import RssSampler, pct
+from loadgen import RssSampler, pct, save_report
 
 ROOT = Path(__file__).resolve().parents[1]
 HSP = [sys.executable, "-c", "from hybridsearch.cli.main import entry; entry()"]
@@ -276,12 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"ratios unbounded/bounded: ok p99 {u['ok_p99_ms'] / b['ok_p99_ms']:.2f}x, "
               f"peak RSS {u['rss_peak_mib'] / b['rss_peak_mib']:.2f}x, accepted/s "
               f"{u['accepted_per_s'] / max(b['accepted_per_s'], 1e-9):.2f}x")
-    stamp = f"{dt.datetime.now():%Y%m%dT%H%M%S}"
-    (ROOT / "reports").mkdir(exist_ok=True)
-    out = ROOT / "reports" / f"bench-rerank-overload-{stamp}"
-    out.with_suffix(".json").write_text(json.dumps(results, indent=1), encoding="utf-8")
-    plot(results, out.with_suffix(".png"))
-    print(f"wrote {out.with_suffix('.json').relative_to(ROOT)} and .png")
+    save_report("bench-rerank-overload", results, lambda png: plot(results, png))
     return 0 if b["after_load_status"] == 200 and b["refused"] > 0 and not b["client_errors"] else 1
 
 

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime as dt
 import json
 import subprocess
 import sys
@@ -41,7 +40,7 @@ from typing import Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from loadgen import drive
+from loadgen import drive, save_report
 
 ROOT = Path(__file__).resolve().parents[1]
 ES_LOCAL = ROOT / "ops" / "es-local.sh"
@@ -257,12 +256,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['chunks']:>9,} {r['index_seconds']:>8} {r['chunks_per_s']:>9} {r['bytes_per_chunk']:>8} "
               f"{r['p50_c1_ms']:>7} {r['p99_c1_ms']:>7} {r['p50_c16_ms']:>8} {r['p99_c16_ms']:>8} {r['qps_c16']:>8} "
               f"{r['knn_recall_at_10']:>9}")
-    stamp = f"{dt.datetime.now():%Y%m%dT%H%M%S}"
-    (ROOT / "reports").mkdir(exist_ok=True)
-    out = ROOT / "reports" / f"bench-scale-{stamp}"
-    out.with_suffix(".json").write_text(json.dumps(rows, indent=1), encoding="utf-8")
-    plot(rows, out.with_suffix(".png"))
-    print(f"wrote {out.with_suffix('.json').relative_to(ROOT)} and .png")
+    save_report("bench-scale", rows, lambda png: plot(rows, png))
     return 0
 
 

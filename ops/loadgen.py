@@ -8,7 +8,9 @@ function to call; every run is bounded both in requests and in seconds.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import itertools
+import json
 import math
 import statistics
 import subprocess
@@ -17,6 +19,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 # What one call returns: None for a full answer, a reason string for a degraded one (an exception: an error).
@@ -163,3 +166,16 @@ class RssSampler:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(5)
+
+
+def save_report(name: str, data: Any, plot: Callable[[Path], None] | None = None) -> Path:
+    """Write ``data`` to ``reports/<name>-<local time>.json`` (and the plot beside it as .png); prints and
+    returns the JSON path. The one report writer of the load and scale benchmarks."""
+    root = Path(__file__).resolve().parents[1]
+    out = root / "reports" / f"{name}-{dt.datetime.now():%Y%m%dT%H%M%S}"
+    out.parent.mkdir(exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+    if plot is not None:
+        plot(out.with_suffix(".png"))
+    print(f"wrote {out.with_suffix('.json').relative_to(root)}" + (" and .png" if plot is not None else ""))
+    return out.with_suffix(".json")
