@@ -58,6 +58,18 @@ if secure_mode; then URL="https://127.0.0.1:$PORT"; fi
 
 log() { printf '[es-local] %s\n' "$*" >&2; }
 
+# Settings every local node gets, single or in a cluster: no ML, deletes by wildcard allowed (tests clean
+# up by prefix), and disk watermarks in bytes so that a nearly full laptop disk does not block writes.
+common_yml() {
+  cat <<'YML'
+xpack.ml.enabled: false
+action.destructive_requires_name: false
+cluster.routing.allocation.disk.watermark.low: 1gb
+cluster.routing.allocation.disk.watermark.high: 512mb
+cluster.routing.allocation.disk.watermark.flood_stage: 256mb
+YML
+}
+
 es_curl() { local o; mapfile -t o < <(secure_curl_opts); curl "${o[@]}" "$@"; }
 
 health() { es_curl -fsS --max-time 2 "$URL/_cluster/health" 2>/dev/null; }
@@ -128,11 +140,7 @@ http.port: $PORT
 transport.port: $((PORT + 100))
 discovery.type: single-node
 xpack.security.enabled: $(secure_mode && echo true || echo false)
-xpack.ml.enabled: false
-action.destructive_requires_name: false
-cluster.routing.allocation.disk.watermark.low: 1gb
-cluster.routing.allocation.disk.watermark.high: 512mb
-cluster.routing.allocation.disk.watermark.flood_stage: 256mb
+$(common_yml)
 YML
   # Extra settings for tests, e.g. thread_pool.write.queue_size: 2
   if [[ -n "${HSP_ES_EXTRA_YML:-}" ]]; then printf '%s\n' "$HSP_ES_EXTRA_YML" >> "$NODE_DIR/config/elasticsearch.yml"; fi
@@ -244,11 +252,7 @@ http.port: $(c_port "$i")
 transport.port: $(( $(c_port "$i") + 100 ))
 discovery.seed_hosts: [$(IFS=,; echo "${seeds[*]}")]
 xpack.security.enabled: false
-xpack.ml.enabled: false
-action.destructive_requires_name: false
-cluster.routing.allocation.disk.watermark.low: 1gb
-cluster.routing.allocation.disk.watermark.high: 512mb
-cluster.routing.allocation.disk.watermark.flood_stage: 256mb
+$(common_yml)
 YML
   # Bootstrap only a brand-new cluster: a node that already holds cluster state must rejoin, not re-elect.
   if (( fresh )); then echo "cluster.initial_master_nodes: [$(IFS=,; echo "${masters[*]}")]" >> "$dir/config/elasticsearch.yml"; fi
