@@ -40,7 +40,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import Call, LevelResult, drive, save_report, shell_fault, threaded
@@ -74,6 +74,20 @@ async def run_levels(stack: str, call: Call, queries: list[str], args: argparse.
         out.append(r)
         print(f"  {stack} c={c}: {r.qps:.1f} q/s, errors {r.errors}, degraded {r.degraded}", flush=True)
     return out
+
+
+if TYPE_CHECKING:
+    from hybridsearch import AsyncSearchClient
+
+
+async def measure(stack: str, client: AsyncSearchClient, call: Call, queries: list[str],
+                  args: argparse.Namespace) -> list[dict[str, Any]]:
+    """Warm ``client`` up, run every level with ``call``, then bring a killed node back for the next stack."""
+    await client.warm_up()
+    rows = [r.summary() for r in await run_levels(stack, call, queries, args)]
+    if args.kill:
+        restart_and_wait(args.kill)
+    return rows
 
 
 # --------------------------------------------------------------------------------------------------
@@ -177,11 +191,7 @@ async def hybridsearch_levels(args: argparse.Namespace, docs: list[dict[str, str
             await client.search(q, k=10, mode="hybrid", rerank=False)
             return None
 
-        await client.warm_up()
-        for r in await run_levels("hybridsearch", plain, queries, args):
-            out.append(r.summary())
-        if args.kill:
-            restart_and_wait(args.kill)
+        out += await measure("hybridsearch", client, plain, queries, args)
     finally:
         await client.close()
     if args.no_rerank:
@@ -197,11 +207,7 @@ async def hybridsearch_levels(args: argparse.Namespace, docs: list[dict[str, str
                 res = await rclient.search(q, k=10, mode="hybrid", rerank=True)
                 return None if res.reranked else (res.rerank_reason or "not reranked")
 
-            await rclient.warm_up()
-            for r in await run_levels("hybridsearch+rerank", reranked, queries, args):
-                out.append(r.summary())
-            if args.kill:
-                restart_and_wait(args.kill)
+            out += await measure("hybridsearch+rerank", rclient, reranked, queries, args)
         finally:
             await rclient.close()
             reranker.close()
