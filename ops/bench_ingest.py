@@ -29,8 +29,8 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from hybridsearch.cluster import make_client
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import connect
 from hybridsearch.ingest.chunking import HFTokenizer
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.pipeline import run_ingest
@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
 
     prefix = f"bench-ingest-{uuid.uuid4().hex[:8]}"
     settings = load_settings(index={"prefix": prefix}, ingest={"dead_letter_dir": "/tmp/hsp-bench-dead-letter"})
-    es = make_client(settings.es)
+    es = connect(settings.es)
     docs = [d for d in itertools.islice(read_path(args.corpus), args.limit) if isinstance(d, Document)]
     console.print(f"{len(docs):,} documents from {args.corpus} · cpus={os.cpu_count()} · "
                   f"batch_size={settings.embedding.batch_size} · chunker={settings.chunking.strategy}")
@@ -148,8 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         second = run_ingest(docs, settings, es=es, embedder=embedder)
     finally:
         if not args.keep:
-            es.options(ignore_status=404).indices.delete(index=f"{prefix}-*", expand_wildcards="all")
-            es.options(ignore_status=404).indices.delete_index_template(name=f"{prefix}-*")
+            es.indices.delete(index=f"{prefix}-*", expand_wildcards="all")
     pipe_cps = (first.indexed + first.updated) / first.seconds
     in_pipe_cps = (first.indexed + first.updated) / first.embed_seconds if first.embed_seconds else 0.0
     figures.update(chunks=len(texts), pipeline_seconds=first.seconds, pipeline_chunks_per_s=pipe_cps,

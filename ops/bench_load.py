@@ -166,8 +166,8 @@ def start_reranker(model: Path) -> tuple[subprocess.Popen[bytes], str]:
 async def hybridsearch_levels(args: argparse.Namespace, docs: list[dict[str, str]], queries: list[str]
                               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from hybridsearch import AsyncSearchClient
-    from hybridsearch.cluster import make_client
     from hybridsearch.embedding import Embedder
+    from hybridsearch.engine import connect
     from hybridsearch.eval.prepare import choose_index, index_counts, ingest_corpus
     from hybridsearch.ingest.sources import Document
     from hybridsearch.rerank import HttpReranker
@@ -176,7 +176,7 @@ async def hybridsearch_levels(args: argparse.Namespace, docs: list[dict[str, str
     s = load_settings(es_url=args.es_url, index={"prefix": f"{args.index_prefix}-hsp", "shards": args.shards,
                                                  "replicas": args.replicas},
                       query={"log_queries": False}, embedding={"query_cache_size": 0}, reranker={"enabled": False})
-    es = make_client(s.es)
+    es = connect(s.es)
     embedder = Embedder(s.embedding)
     choice = choose_index(es, s)
     print(f"[hybridsearch] ingesting into {choice.index} (unchanged documents are skipped)", flush=True)

@@ -288,15 +288,15 @@ def select(dataset: Path, split: str, limit_docs: int | None, limit_queries: int
 
 
 def run_hybridsearch(args: argparse.Namespace, col: Any, docs: list[dict[str, str]]) -> dict[str, Any]:
-    from hybridsearch.cluster import make_client
     from hybridsearch.embedding import Embedder
+    from hybridsearch.engine import connect
     from hybridsearch.eval.prepare import choose_index, eval_settings, index_counts, ingest_corpus
     from hybridsearch.ingest.sources import Document
     from hybridsearch.query.client import SearchClient
     from hybridsearch.settings import load_settings
 
     s = eval_settings(load_settings(es_url=args.es_url), args.hsp_prefix or f"{args.index_prefix}-hsp")
-    es = make_client(s.es)
+    es = connect(s.es)
     embedder = Embedder(s.embedding)
     choice = choose_index(es, s)
     t0 = time.perf_counter()
@@ -448,8 +448,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_worker(args)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from hybridsearch.cluster import cluster_info, make_client
     from hybridsearch.embedding import resolve_model
+    from hybridsearch.engine import cluster_info, connect
     from hybridsearch.settings import load_settings
 
     args.model = args.model or resolve_model(load_settings().embedding.model)
@@ -470,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
                   + (f": {results[stack]['error'][:300]}" if "error" in results[stack] else ""), flush=True)
     rows = score(results, col.qrels)
     print_table(rows)
-    es = make_client(load_settings(es_url=args.es_url).es)
+    es = connect(load_settings(es_url=args.es_url).es)
     meta = {"dataset": f"{col.name} {col.split}", "queries": len(col.queries), "documents": len(docs),
             "cluster": ",".join(cluster_info(es)["versions"]), "model": args.model, "k": args.k,
             "num_candidates": args.num_candidates,

@@ -97,13 +97,12 @@ class FixedEmbedder:
 
 
 def build(es: Any, settings: Any, n: int, syn: Synthetic, batch: int) -> tuple[np.ndarray, float, str]:
-    from elasticsearch import helpers
     from tqdm import tqdm
 
     from hybridsearch.indices import ensure_index
 
     for name in (f"{settings.index.prefix}-chunks*", settings.index.ingest_runs, settings.index.query_log):
-        es.options(ignore_status=404).indices.delete(index=name, expand_wildcards="all")
+        es.indices.delete(index=name, expand_wildcards="all")
     index = ensure_index(es, settings)
     es.indices.put_settings(index=index, settings={"index.refresh_interval": "30s"})
     stored = np.empty((n, DIMS), dtype=np.float32)
@@ -113,13 +112,13 @@ def build(es: Any, settings: Any, n: int, syn: Synthetic, batch: int) -> tuple[n
             m = min(batch, n - start)
             vecs, texts = syn.vectors(m), syn.texts(m)
             stored[start:start + m] = vecs
-            for ok, item in helpers.streaming_bulk(es.options(request_timeout=120), actions(index, start, vecs, texts),
-                                                   chunk_size=500, max_retries=5, raise_on_error=True):
+            for ok, item in es.streaming_bulk(actions(index, start, vecs, texts), chunk_size=500, max_retries=5,
+                                              raise_on_error=True, request_timeout=120):
                 if not ok:
                     raise RuntimeError(str(item))
             bar.update(m)
     es.indices.put_settings(index=index, settings={"index.refresh_interval": settings.index.refresh_interval})
-    es.options(request_timeout=600).indices.refresh(index=index)
+    es.indices.refresh(index=index)
     seconds = time.perf_counter() - t0
     return stored, seconds, index
 
@@ -148,9 +147,9 @@ def recall(es: Any, index: str, stored: np.ndarray, queries: np.ndarray, num_can
 async def latency(settings: Any, table: dict[str, np.ndarray], levels: list[int], seconds: float
                   ) -> dict[int, dict[str, Any]]:
     from hybridsearch import AsyncSearchClient
-    from hybridsearch.cluster import make_async_client
+    from hybridsearch.engine import connect_async
 
-    client = AsyncSearchClient(make_async_client(settings.es), settings, embedder=FixedEmbedder(table))  # type: ignore[arg-type]
+    client = AsyncSearchClient(connect_async(settings.es), settings, embedder=FixedEmbedder(table))  # type: ignore[arg-type]
     texts = list(table)
 
     async def call(q: str) -> str | None:
@@ -218,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     if max(args.sizes) > 2_000_000 or args.seconds > 120:
         ap.error("bounded runs only: sizes <= 2,000,000, --seconds <= 120")
 
-    from hybridsearch.cluster import make_client
+    from hybridsearch.engine import connect
     from hybridsearch.settings import load_settings
 
     urls = args.es_url or subprocess.run([str(ES_LOCAL), "cluster", "url"], check=True, capture_output=True,
@@ -227,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     for n in args.sizes:
         settings = load_settings(es_url=urls, index={"prefix": f"scale-{n}", "shards": args.shards,
                                                      "replicas": args.replicas}, query={"log_queries": False})
-        es = make_client(settings.es)
+        es = connect(settings.es, request_timeout=600)
         syn = Synthetic(seed=n)
         stored, seconds, index = build(es, settings, n, syn, args.batch)
         qv = syn.vectors(args.queries)
@@ -244,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         print(json.dumps(row), flush=True)
         if not args.keep:
-            es.options(ignore_status=404).indices.delete(index=f"scale-{n}-chunks*", expand_wildcards="all")
+            es.indices.delete(index=f"scale-{n}-chunks*", expand_wildcards="all")
         es.close()
     for earlier in args.include:
         rows += [r for r in json.loads(earlier.read_text(encoding="utf-8")) if r["chunks"] not in args.sizes]

@@ -202,18 +202,18 @@ def main(argv: list[str] | None = None) -> int:
                     "records a previous one left, then re-run")
     args = ap.parse_args(argv)
 
-    from hybridsearch.cluster import make_client
+    from hybridsearch.engine import connect
     from hybridsearch.indices import ensure_index
     from hybridsearch.settings import load_settings
 
     urls = args.es_url or cluster_urls()
     prefix = args.prefix or f"fault-{args.fault}"
     settings = load_settings(es_url=urls, index={"prefix": prefix, "shards": args.shards, "replicas": args.replicas})
-    es = make_client(settings.es)
+    es = connect(settings.es)
     (ROOT / "reports").mkdir(exist_ok=True)
     if not args.verify_only:
         for name in (f"{prefix}-chunks*", settings.index.ingest_runs, settings.index.query_log):
-            es.options(ignore_status=404).indices.delete(index=name, expand_wildcards="all")
+            es.indices.delete(index=name, expand_wildcards="all")
     index = ensure_index(es, settings)
     corpus = ROOT / "reports" / f"fault-ingest-corpus-{args.limit_docs or 'all'}.jsonl"
     n_docs = write_subset(corpus, args.limit_docs or None)

@@ -21,10 +21,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from elasticsearch import Elasticsearch
 
-from hybridsearch.cluster import make_client
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import EngineClient, connect
 from hybridsearch.settings import Settings, load_settings
 from standin import Canned, serve
 
@@ -114,15 +113,15 @@ def security_env() -> dict[str, str]:
 
 
 @pytest.fixture(scope="session")
-def es(es_url: str) -> Iterator[Elasticsearch]:
-    client = make_client(load_settings(es_url=es_url).es)
+def es(es_url: str) -> Iterator[EngineClient]:
+    client = connect(load_settings(es_url=es_url).es)
     client.cluster.health(wait_for_status="yellow", timeout="30s")
     yield client
     client.close()
 
 
 @pytest.fixture()
-def settings(es: Elasticsearch, es_url: str, tmp_path: Path) -> Iterator[Settings]:
+def settings(es: EngineClient, es_url: str, tmp_path: Path) -> Iterator[Settings]:
     """Settings with a uuid prefix, so each test has its own indices and aliases; all
     of them are deleted afterwards."""
     prefix = f"t-{uuid.uuid4().hex[:10]}"
@@ -132,7 +131,7 @@ def settings(es: Elasticsearch, es_url: str, tmp_path: Path) -> Iterator[Setting
         ingest={"dead_letter_dir": tmp_path / "dead-letter"},
         query={"log_queries": False},
     )
-    es.options(ignore_status=404).indices.delete(index=f"{prefix}-*", expand_wildcards="all")
+    es.indices.delete(index=f"{prefix}-*", expand_wildcards="all")
 
 
 @pytest.fixture(scope="session")

@@ -16,10 +16,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-import elasticsearch
-from elasticsearch import Elasticsearch
-
-from hybridsearch.cluster import es_errors
+from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, status_of
 from hybridsearch.errors import PermissionDenied
 from hybridsearch.settings import Settings
 
@@ -60,17 +57,17 @@ class Privileges:
         return f"{', '.join(sorted(self.missing))} on {', '.join(names)}"
 
 
-def check_privileges(es: Elasticsearch, names: list[str], privileges: tuple[str, ...]) -> Privileges:
+def check_privileges(es: EngineClient, names: list[str], privileges: tuple[str, ...]) -> Privileges:
     """Which of ``privileges`` the credentials lack on ``names``. Raises ClusterError when authentication
     fails or the cluster cannot be reached; a cluster without security answers ``enforced=False``."""
-    with es_errors("check privileges"):
+    with engine_errors("check privileges"):
         try:
-            body = es.security.has_privileges(index=[{"names": names, "privileges": list(privileges)}]).body
-        except elasticsearch.ApiError as exc:
-            if exc.meta.status in (401, 403):
+            body = es.security.has_privileges(index=[{"names": names, "privileges": list(privileges)}])
+        except API_ERRORS as exc:
+            if status_of(exc) in (401, 403) or status_of(exc) is None:
                 raise
-            # Security off: the security APIs answer with an error instead: nothing to enforce.
-            log.debug("privileges not checked (HTTP %s): security looks off", exc.meta.status)
+            # Security off, or OpenSearch (no such API): an error answer instead, nothing to enforce.
+            log.debug("privileges not checked (HTTP %s): security looks off", status_of(exc))
             return Privileges(user=None, enforced=False)
     missing: dict[str, list[str]] = {}
     for name, privs in body.get("index", {}).items():
@@ -80,7 +77,7 @@ def check_privileges(es: Elasticsearch, names: list[str], privileges: tuple[str,
     return Privileges(user=body.get("username"), enforced=True, missing=missing)
 
 
-def require_privileges(es: Elasticsearch, names: list[str], privileges: tuple[str, ...], doing: str) -> Privileges:
+def require_privileges(es: EngineClient, names: list[str], privileges: tuple[str, ...], doing: str) -> Privileges:
     """Raise PermissionDenied (one line) unless the credentials hold every privilege on every name."""
     got = check_privileges(es, names, privileges)
     if not got.ok:

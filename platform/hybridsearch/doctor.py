@@ -16,10 +16,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import httpx
-from elasticsearch import Elasticsearch
 
 from hybridsearch.access import INGEST, check_privileges, prefix_names
-from hybridsearch.cluster import cluster_info, es_errors, make_client
+from hybridsearch.engine import EngineClient, EngineInfo, cluster_info, connect, engine_errors, unsafe_vector_options
 from hybridsearch.errors import (
     AccessDenied,
     AliasConflict,
@@ -34,7 +33,6 @@ from hybridsearch.pending import pending_only, visible_only
 from hybridsearch.settings import Settings
 
 Status = Literal["OK", "WARN", "FAIL", "SKIP"]
-MIN_ES_MAJOR = 9
 
 
 @dataclass
@@ -71,9 +69,9 @@ def watermark_used_fraction(value: str, total_bytes: int) -> float:
     raise ValueError(f"unreadable disk watermark {value!r}")
 
 
-def _watermarks(es: Elasticsearch) -> dict[str, str]:
-    with es_errors("cluster settings"):
-        body = es.cluster.get_settings(include_defaults=True, flat_settings=True).body
+def _watermarks(es: EngineClient) -> dict[str, str]:
+    with engine_errors("cluster settings"):
+        body = es.cluster.get_settings(include_defaults=True, flat_settings=True)
     merged: dict[str, str] = {}
     for scope in ("defaults", "persistent", "transient"):
         for key, value in body.get(scope, {}).items():
@@ -109,7 +107,7 @@ def problem(exc: HybridSearchError) -> tuple[str, str]:
     return str(exc), "Elasticsearch refused the request: its log says why (`hsp -v doctor` shows the request)"
 
 
-def check_cluster(es: Elasticsearch) -> list[Check]:
+def check_cluster(es: EngineClient) -> list[Check]:
     """Reachable, version, health, disk. The first check FAILs when no node answers or refuses us."""
     try:
         info = cluster_info(es)
@@ -117,13 +115,13 @@ def check_cluster(es: Elasticsearch) -> list[Check]:
         return [Check("cluster", "reachable", "FAIL", *problem(exc))]
     checks = [Check("cluster", "reachable", "OK", f"{info['cluster_name']}, {info['number_of_nodes']} node(s)")]
     versions = info["versions"]
-    majors = {int(v.split(".")[0]) for v in versions}
-    if min(majors) < MIN_ES_MAJOR:
-        checks.append(Check("cluster", "version", "FAIL", ", ".join(versions),
-                            f"hybridsearch needs Elasticsearch {MIN_ES_MAJOR}.x (int8_hnsw, knn filters, "
-                            "the 9.x client)"))
+    engine = es.engine
+    oldest = EngineInfo(engine.kind, min(versions, key=lambda v: EngineInfo(engine.kind, v).version_tuple or ()))
+    label = f"{engine.kind} {', '.join(versions)}"
+    if (why := oldest.support_problem()) is not None:
+        checks.append(Check("cluster", "version", "FAIL", label, why + "; upgrade the cluster"))
     else:
-        checks.append(Check("cluster", "version", "OK" if len(versions) == 1 else "WARN", ", ".join(versions),
+        checks.append(Check("cluster", "version", "OK" if len(versions) == 1 else "WARN", label,
                             None if len(versions) == 1 else "finish the rolling upgrade"))
     status = info["status"]
     fixes = {"yellow": "replicas cannot be allocated: on a single node set HSP_INDEX__REPLICAS=0 "
@@ -135,10 +133,10 @@ def check_cluster(es: Elasticsearch) -> list[Check]:
     return checks
 
 
-def _check_disk(es: Elasticsearch) -> Check:
+def _check_disk(es: EngineClient) -> Check:
     try:
-        with es_errors("node disk stats"):
-            nodes = es.nodes.stats(metric="fs", filter_path="nodes.*.name,nodes.*.fs.total").body.get("nodes", {})
+        with engine_errors("node disk stats"):
+            nodes = es.nodes.stats(metric="fs", filter_path="nodes.*.name,nodes.*.fs.total").get("nodes", {})
         marks = _watermarks(es)
     except HybridSearchError as exc:
         detail, fix = problem(exc)
@@ -166,7 +164,7 @@ def _check_disk(es: Elasticsearch) -> Check:
 
 # --------------------------------------------------------------------------------------------- index
 
-def check_access(es: Elasticsearch, settings: Settings) -> Check:
+def check_access(es: EngineClient, settings: Settings) -> Check:
     """What the credentials may do on the prefix: ingest and manage (OK), only search (OK, read-only), or
     not even search (FAIL)."""
     got = check_privileges(es, prefix_names(settings), INGEST)
@@ -183,7 +181,7 @@ def check_access(es: Elasticsearch, settings: Settings) -> Check:
                  "or set HSP_INDEX__PREFIX to a prefix they own")
 
 
-def check_index(es: Elasticsearch, settings: Settings) -> list[Check]:
+def check_index(es: EngineClient, settings: Settings) -> list[Check]:
     """Privileges, alias, ``_meta`` against the configured model, vector dims, chunk count."""
     try:
         checks = [check_access(es, settings)]
@@ -196,7 +194,7 @@ def check_index(es: Elasticsearch, settings: Settings) -> list[Check]:
     return checks
 
 
-def _check_live_index(es: Elasticsearch, settings: Settings, checks: list[Check]) -> None:
+def _check_live_index(es: EngineClient, settings: Settings, checks: list[Check]) -> None:
     alias = settings.index.alias
     targets = alias_targets(es, alias)
     if not targets:
@@ -218,22 +216,25 @@ def _check_live_index(es: Elasticsearch, settings: Settings, checks: list[Check]
                             f"set HSP_EMBEDDING__MODEL={meta.get('embedding_model')} "
                             f"HSP_EMBEDDING__DIMS={meta.get('embedding_dims')}, or `hsp index migrate --to-model "
                             f"{settings.embedding.model}`"))
-    with es_errors(f"mapping of {live}"):
-        props = es.indices.get_mapping(index=live).body[live]["mappings"].get("properties", {})
-        health = es.cluster.health(index=live).body["status"]
+    with engine_errors(f"mapping of {live}"):
+        props = es.indices.get_mapping(index=live)[live]["mappings"].get("properties", {})
+        health = es.cluster.health(index=live)["status"]
         chunks = int(es.count(index=live, query=visible_only())["count"])
         pending = int(es.count(index=live, query=pending_only())["count"])
     emb = props.get("embedding", {})
-    dims = emb.get("dims")
-    if emb.get("type") != "dense_vector" or dims != settings.embedding.dims:
+    vec = es.dialect.vector_summary(emb)
+    if not vec.is_vector or vec.dims != settings.embedding.dims:
         checks.append(Check("index", "vectors", "FAIL",
-                            f"embedding field is {emb.get('type')} with {dims} dims, settings say "
+                            f"embedding field is {emb.get('type')} with {vec.dims} dims, settings say "
                             f"{settings.embedding.dims}", "migrate to an index built for this model "
                                                           "(`hsp index migrate`)"))
+    elif (unsafe := unsafe_vector_options(vec)) is not None:
+        checks.append(Check("index", "vectors", "WARN", f"{live}: {unsafe}", "fine where the k-NN plugin has its "
+                            "native libraries (managed domains); elsewhere `hsp index migrate` to a version built "
+                            "on the lucene engine"))
     else:
-        opts = emb.get("index_options", {})
-        checks.append(Check("index", "vectors", "OK", f"{dims} dims, {emb.get('similarity')}, "
-                                                      f"{opts.get('type', 'default')}"))
+        checks.append(Check("index", "vectors", "OK", f"{vec.dims} dims, {vec.similarity}, "
+                                                      f"{vec.options.get('type', 'default')}"))
     checks.append(Check("index", "health", {"green": "OK", "yellow": "WARN"}.get(health, "FAIL"),  # type: ignore[arg-type]
                         f"{live} is {health}", None if health == "green" else "see `GET _cluster/allocation/explain`"))
     checks.append(Check("index", "chunks", "OK" if chunks else "WARN", f"{chunks:,} chunks in {live}",
@@ -298,10 +299,10 @@ def check_reranker(settings: Settings) -> Check:
 
 # --------------------------------------------------------------------------------------------- all
 
-def run_checks(settings: Settings, *, es: Elasticsearch | None = None, models: bool = True,
+def run_checks(settings: Settings, *, es: EngineClient | None = None, models: bool = True,
                reranker: bool = True, on_check: Callable[[Check], None] | None = None) -> list[Check]:
     """Every check, in order; index checks are skipped when the cluster does not answer."""
-    es = es or make_client(settings.es, max_retries=0, request_timeout=10.0)
+    es = es or connect(settings.es, max_retries=0, request_timeout=10.0)
     checks: list[Check] = []
 
     def add(new: list[Check]) -> None:

@@ -12,19 +12,18 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-import elasticsearch
-from elasticsearch import Elasticsearch
-
 from hybridsearch.access import INGEST, prefix_names, require_privileges
-from hybridsearch.cluster import es_errors
+from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, error_type_of, status_of
+from hybridsearch.engine.dialect import ELASTICSEARCH, Dialect
 from hybridsearch.errors import AliasConflict, IndexMismatch, IndexNotFound
 from hybridsearch.mappings import load_template
 from hybridsearch.settings import Settings
 
 # _meta keys that must agree between an index and the settings that write to or query it.
 CHECKED_META = ("embedding_model", "embedding_dims")
-# dense_vector parameters that must agree: a vector of other dims cannot be written or compared, and
-# another similarity ranks (and, for dot_product, accepts) vectors differently.
+# vector parameters that must agree (read by the engine's dialect, :class:`VectorSummary`): a vector of other
+# dims cannot be written or compared, and another similarity ranks (and, for dot_product, accepts) vectors
+# differently.
 CHECKED_VECTOR = ("dims", "similarity")
 # Chunk fields added after indices were first built: an index without them is still served (reads treat
 # the missing field as absent) and ``ensure_chunk_fields`` adds them before an ingest writes.
@@ -33,18 +32,19 @@ ADDABLE_FIELDS = ("pending_run",)
 Difference = tuple[str, object, object]  # (field, expected, actual); actual None = the index lacks it
 
 
-def index_body(name: str, settings: Settings) -> dict[str, Any]:
-    """``{"settings": …, "mappings": …}`` of index kind ``name`` (chunks, query_log, ingest_runs)."""
-    body: dict[str, Any] = load_template(name, settings)["template"]
+def index_body(name: str, settings: Settings, dialect: Dialect = ELASTICSEARCH) -> dict[str, Any]:
+    """``{"settings": …, "mappings": …}`` of index kind ``name`` (chunks, query_log, ingest_runs) on the engine
+    of ``dialect``."""
+    body: dict[str, Any] = load_template(name, settings, dialect)["template"]
     return body
 
 
-def ensure_log_index(es: Elasticsearch, settings: Settings, kind: str) -> str:
+def ensure_log_index(es: EngineClient, settings: Settings, kind: str) -> str:
     """Create the query-log or ingest-runs index with its mappings, or bring an existing one's mappings up
     to date (new fields are added; a conflicting change raises ClusterError naming the index)."""
     name = {"query_log": settings.index.query_log, "ingest_runs": settings.index.ingest_runs}[kind]
-    body = index_body(kind, settings)
-    with es_errors(f"create or update {name}"):
+    body = index_body(kind, settings, es.dialect)
+    with engine_errors(f"create or update {name}"):
         if es.indices.exists(index=name):
             es.indices.put_mapping(index=name, properties=body["mappings"]["properties"])
         else:
@@ -52,19 +52,19 @@ def ensure_log_index(es: Elasticsearch, settings: Settings, kind: str) -> str:
     return name
 
 
-def create_index(es: Elasticsearch, name: str, body: dict[str, Any]) -> bool:
+def create_index(es: EngineClient, name: str, body: dict[str, Any]) -> bool:
     """Create ``name`` with ``body``; False when it exists already (e.g. made meanwhile by a parallel run).
-    Call inside ``es_errors``."""
+    Call inside ``engine_errors``."""
     try:
         es.indices.create(index=name, **body)
         return True
-    except elasticsearch.BadRequestError as exc:
-        if isinstance(exc.body, dict) and exc.body.get("error", {}).get("type") == "resource_already_exists_exception":
+    except API_ERRORS as exc:
+        if status_of(exc) == 400 and error_type_of(exc) == "resource_already_exists_exception":
             return False
         raise
 
 
-def ensure_log_indices(es: Elasticsearch, settings: Settings) -> None:
+def ensure_log_indices(es: EngineClient, settings: Settings) -> None:
     """:func:`ensure_log_index` for the query log and the ingest runs."""
     for kind in ("query_log", "ingest_runs"):
         ensure_log_index(es, settings, kind)
@@ -76,26 +76,26 @@ def expected_meta(settings: Settings) -> dict[str, Any]:
     return meta
 
 
-def index_mapping(es: Elasticsearch, index: str) -> dict[str, Any]:
+def index_mapping(es: EngineClient, index: str) -> dict[str, Any]:
     """The ``mappings`` of one concrete index (``_meta`` and ``properties``). Raises IndexNotFound."""
-    with es_errors(f"get mapping of {index}"):
-        body = es.indices.get_mapping(index=index).body
+    with engine_errors(f"get mapping of {index}"):
+        body = es.indices.get_mapping(index=index)
     mapping: dict[str, Any] = next(iter(body.values()))["mappings"]
     return mapping
 
 
-def index_meta(es: Elasticsearch, index: str) -> dict[str, Any]:
+def index_meta(es: EngineClient, index: str) -> dict[str, Any]:
     """``_meta`` of one concrete index (``{}`` when it has none). Raises IndexNotFound."""
     meta: dict[str, Any] = index_mapping(es, index).get("_meta", {})
     return meta
 
 
-def mapping_differences(mapping: Mapping[str, Any], settings: Settings,
-                        keys: tuple[str, ...] = CHECKED_META) -> list[Difference]:
+def mapping_differences(mapping: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META,
+                        dialect: Dialect = ELASTICSEARCH) -> list[Difference]:
     """Where an index's ``mappings`` disagree with what ``settings`` would build: the ``_meta`` ``keys``
     (as ``_meta.<key>``), the vector's dims and similarity (``embedding.dims``...) and the type of every
     field of the chunk template (``<field>.type``; ADDABLE_FIELDS may be missing)."""
-    want = load_template("chunks", settings)["template"]["mappings"]
+    want = load_template("chunks", settings, dialect)["template"]["mappings"]
     meta = mapping.get("_meta") or {}
     diffs: list[Difference] = [(f"_meta.{k}", want["_meta"][k], meta.get(k)) for k in keys
                                if meta.get(k) != want["_meta"][k]]
@@ -109,11 +109,11 @@ def mapping_differences(mapping: Mapping[str, Any], settings: Settings,
                 diffs.append((f"{name}.type", spec["type"], None))
         elif have.get("type", "object") != spec["type"]:
             diffs.append((f"{name}.type", spec["type"], have.get("type", "object")))
-    vector, have_vector = want["properties"]["embedding"], props.get("embedding") or {}
-    if have_vector.get("type") == vector["type"]:
-        defaults = {"similarity": "cosine"}  # what Elasticsearch uses when the mapping names none
-        diffs += [(f"embedding.{k}", vector[k], have_vector.get(k, defaults.get(k))) for k in CHECKED_VECTOR
-                  if have_vector.get(k, defaults.get(k)) != vector[k]]
+    vector = dialect.vector_summary(want["properties"]["embedding"])
+    have_vector = dialect.vector_summary(props.get("embedding") or {})
+    if have_vector.is_vector:
+        diffs += [(f"embedding.{k}", getattr(vector, k), getattr(have_vector, k)) for k in CHECKED_VECTOR
+                  if getattr(have_vector, k) != getattr(vector, k)]
     return diffs
 
 
@@ -135,18 +135,19 @@ def check_meta(index: str, meta: dict[str, Any], settings: Settings, keys: tuple
     _raise_mismatch(index, mapping_differences({"_meta": meta}, settings, keys))
 
 
-def check_mapping(index: str, mapping: Mapping[str, Any], settings: Settings) -> None:
+def check_mapping(index: str, mapping: Mapping[str, Any], settings: Settings,
+                  dialect: Dialect = ELASTICSEARCH) -> None:
     """Raise IndexMismatch (carrying the differences) when the index's real mapping, not only its ``_meta``,
     does not fit ``settings``: model and dims in ``_meta``, vector dims and similarity, field types."""
-    _raise_mismatch(index, mapping_differences(mapping, settings))
+    _raise_mismatch(index, mapping_differences(mapping, settings, dialect=dialect))
 
 
-def alias_targets(es: Elasticsearch, alias: str) -> list[str]:
+def alias_targets(es: EngineClient, alias: str) -> list[str]:
     """Concrete indices behind ``alias`` (``[]`` when the alias does not exist)."""
-    with es_errors(f"get alias {alias}"):
+    with engine_errors(f"get alias {alias}"):
         if not es.indices.exists_alias(name=alias):
             return []
-        return sorted(es.indices.get_alias(name=alias).body)
+        return sorted(es.indices.get_alias(name=alias))
 
 
 def single_target(alias: str, aliases: Mapping[str, Any]) -> str:
@@ -174,14 +175,14 @@ def single_target(alias: str, aliases: Mapping[str, Any]) -> str:
     return targets[0]
 
 
-def get_aliases(es: Elasticsearch, alias: str) -> dict[str, Any]:
+def get_aliases(es: EngineClient, alias: str) -> dict[str, Any]:
     """``GET _alias/<alias>`` (``{}`` when it does not exist)."""
-    with es_errors(f"resolve alias {alias}"):
-        body = es.options(ignore_status=404).indices.get_alias(name=alias).body
+    with engine_errors(f"resolve alias {alias}"):
+        body = es.indices.get_alias(name=alias)
     return {i: v for i, v in body.items() if isinstance(v, dict) and "aliases" in v}
 
 
-def resolve_index(es: Elasticsearch, settings: Settings, *, check: bool = True) -> str:
+def resolve_index(es: EngineClient, settings: Settings, *, check: bool = True) -> str:
     """The one concrete index the read alias points at; with ``check``, its real mapping is checked against
     ``settings`` (:func:`check_mapping`). Every reader and writer resolves the alias here (the async search
     client runs the same :func:`single_target` and :func:`check_mapping` on its own I/O).
@@ -190,11 +191,11 @@ def resolve_index(es: Elasticsearch, settings: Settings, *, check: bool = True) 
     """
     index = single_target(settings.index.alias, get_aliases(es, settings.index.alias))
     if check:
-        check_mapping(index, index_mapping(es, index), settings)
+        check_mapping(index, index_mapping(es, index), settings, es.dialect)
     return index
 
 
-def ensure_index(es: Elasticsearch, settings: Settings, version: int | None = None) -> str:
+def ensure_index(es: EngineClient, settings: Settings, version: int | None = None) -> str:
     """Create ``<prefix>-chunks-v<N>`` (explicit mappings) if absent, point the alias at it, and create
     the log indices.
 
@@ -209,28 +210,28 @@ def ensure_index(es: Elasticsearch, settings: Settings, version: int | None = No
     aliases = get_aliases(es, alias)
     current = [single_target(alias, aliases)] if aliases else []
     name = current[0] if current and version is None else settings.index.versioned(version)
-    with es_errors(f"create index {name}"):
+    with engine_errors(f"create index {name}"):
         if not es.indices.exists(index=name):
-            create_index(es, name, index_body("chunks", settings))
+            create_index(es, name, index_body("chunks", settings, es.dialect))
     mapping = index_mapping(es, name)
-    check_mapping(name, mapping, settings)
-    missing = {f: spec for f, spec in index_body("chunks", settings)["mappings"]["properties"].items()
+    check_mapping(name, mapping, settings, es.dialect)
+    missing = {f: spec for f, spec in index_body("chunks", settings, es.dialect)["mappings"]["properties"].items()
                if f in ADDABLE_FIELDS and f not in mapping.get("properties", {})}
     if missing:  # an index built before these fields existed: add them so that writes carrying them pass
-        with es_errors(f"add fields {', '.join(missing)} to {name}"):
+        with engine_errors(f"add fields {', '.join(missing)} to {name}"):
             es.indices.put_mapping(index=name, properties=missing)
     ensure_log_indices(es, settings)
     if not current:
-        with es_errors(f"point alias {alias} at {name}"):
+        with engine_errors(f"point alias {alias} at {name}"):
             es.indices.update_aliases(actions=[{"add": {"index": name, "alias": alias, "is_write_index": True}}])
     return name
 
 
-def swap_alias(es: Elasticsearch, alias: str, new_index: str) -> list[str]:
+def swap_alias(es: EngineClient, alias: str, new_index: str) -> list[str]:
     """Atomically point ``alias`` at ``new_index`` alone; returns the indices it left."""
     old = [i for i in alias_targets(es, alias) if i != new_index]
     actions: list[dict[str, Any]] = [{"remove": {"index": i, "alias": alias}} for i in old]
     actions.append({"add": {"index": new_index, "alias": alias, "is_write_index": True}})
-    with es_errors(f"swap alias {alias} to {new_index}"):
+    with engine_errors(f"swap alias {alias} to {new_index}"):
         es.indices.update_aliases(actions=actions)
     return old

@@ -16,11 +16,9 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from elasticsearch import Elasticsearch, helpers
-
 from hybridsearch.access import CREATE, DROP, INGEST, MOVE_ALIAS, chunk_names, prefix_names, require_privileges
-from hybridsearch.cluster import es_errors
 from hybridsearch.embedding import Embedder, load_sentence_transformer
+from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
 from hybridsearch.indices import alias_targets, check_mapping, ensure_log_indices, index_mapping, resolve_index
 from hybridsearch.ingest.chunking import embed_text
@@ -43,17 +41,17 @@ def version_of(index: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def list_versions(es: Elasticsearch, settings: Settings) -> dict[int, str]:
+def list_versions(es: EngineClient, settings: Settings) -> dict[int, str]:
     """``{N: index}`` for every ``<prefix>-chunks-v<N>`` in the cluster, sorted by N."""
-    with es_errors("list chunk indices"):
+    with engine_errors("list chunk indices"):
         body = es.indices.get(index=f"{settings.index.alias}-v*", expand_wildcards="open,closed",
-                              allow_no_indices=True, filter_path="*.settings.index.provided_name").body
+                              allow_no_indices=True, filter_path="*.settings.index.provided_name")
     found = {v: name for name in body if (v := version_of(name)) is not None
              and name == settings.index.versioned(v)}
     return dict(sorted(found.items()))
 
 
-def current_index(es: Elasticsearch, settings: Settings) -> str | None:
+def current_index(es: EngineClient, settings: Settings) -> str | None:
     """The one index the read alias points at, or None when there is no alias. Raises AliasConflict when
     it points at several (``indices.single_target``)."""
     try:
@@ -100,10 +98,10 @@ class ClusterStatus:
         return asdict(self)
 
 
-def _doc_count(es: Elasticsearch, index: str) -> int | None:
+def _doc_count(es: EngineClient, index: str) -> int | None:
     """Distinct documents in a chunk index (cardinality of doc_id; approximate above 40k)."""
     try:
-        with es_errors(f"count documents in {index}"):
+        with engine_errors(f"count documents in {index}"):
             body = es.search(index=index, size=0, query=visible_only(), track_total_hits=True,
                              aggs={"docs": {"cardinality": {"field": "doc_id", "precision_threshold": 40000}}})
         return int(body["aggregations"]["docs"]["value"])
@@ -111,12 +109,12 @@ def _doc_count(es: Elasticsearch, index: str) -> int | None:
         return None
 
 
-def _pending(es: Elasticsearch, index: str) -> int:
-    with es_errors(f"count pending chunks in {index}"):
+def _pending(es: EngineClient, index: str) -> int:
+    with engine_errors(f"count pending chunks in {index}"):
         return int(es.count(index=index, query=pending_only())["count"])
 
 
-def index_status(es: Elasticsearch, settings: Settings) -> ClusterStatus:
+def index_status(es: EngineClient, settings: Settings) -> ClusterStatus:
     """Aliases, versions, counts, ``_meta``, size, health and vector options for the prefix."""
     prefix = settings.index.prefix
     live = set(alias_targets(es, settings.index.alias))
@@ -124,29 +122,29 @@ def index_status(es: Elasticsearch, settings: Settings) -> ClusterStatus:
     rows: list[IndexStatus] = []
     if versions:
         names = ",".join(versions.values())
-        with es_errors("cat indices"):
+        with engine_errors("cat indices"):
             rows_json: list[dict[str, Any]] = es.cat.indices(
-                index=names, format="json", bytes="b",
-                h="index,health,status,docs.count,store.size,creation.date.string").body  # type: ignore[assignment]
+                index=names, bytes="b",
+                h="index,health,status,docs.count,store.size,creation.date.string")  # type: ignore[assignment]
             cat = {r["index"]: r for r in rows_json}
-            mappings = es.indices.get_mapping(index=names).body
+            mappings = es.indices.get_mapping(index=names)
         for version, name in versions.items():
             row = cat.get(name, {})
             mapping = mappings.get(name, {}).get("mappings", {})
             meta = mapping.get("_meta", {})
-            emb = mapping.get("properties", {}).get("embedding", {})
+            vec = es.dialect.vector_summary(mapping.get("properties", {}).get("embedding", {}))
             rows.append(IndexStatus(
                 name=name, version=version, live=name in live, health=str(row.get("health", "?")),
                 status=str(row.get("status", "?")), chunks=int(row.get("docs.count") or 0),
                 documents=_doc_count(es, name) if row.get("status") == "open" else None,
                 store_bytes=int(row.get("store.size") or 0), model=meta.get("embedding_model"),
-                dims=emb.get("dims", meta.get("embedding_dims")), chunker=meta.get("chunker_version"),
-                index_options=emb.get("index_options", {}), created=row.get("creation.date.string"),
+                dims=vec.dims or meta.get("embedding_dims"), chunker=meta.get("chunker_version"),
+                index_options=vec.options, created=row.get("creation.date.string"),
                 pending=_pending(es, name) if row.get("status") == "open" else 0,
             ))
     logs: dict[str, int] = {}
     for name in (settings.index.query_log, settings.index.ingest_runs):
-        with es_errors(f"count {name}"):
+        with engine_errors(f"count {name}"):
             if es.indices.exists(index=name):
                 logs[name] = int(es.count(index=name)["count"])
     return ClusterStatus(prefix=prefix, alias=settings.index.alias, alias_targets=sorted(live), indices=rows,
@@ -155,13 +153,13 @@ def index_status(es: Elasticsearch, settings: Settings) -> ClusterStatus:
 
 # --------------------------------------------------------------------------------------------- create
 
-def next_version(es: Elasticsearch, settings: Settings) -> int:
+def next_version(es: EngineClient, settings: Settings) -> int:
     """One more than the highest existing version (1 when there is none)."""
     versions = list_versions(es, settings)
     return max(versions, default=0) + 1
 
 
-def create_version(es: Elasticsearch, settings: Settings, version: int | None = None) -> str:
+def create_version(es: EngineClient, settings: Settings, version: int | None = None) -> str:
     """Create ``<prefix>-chunks-v<N>`` for ``settings`` (model, dims, chunker, vector options).
 
     ``version`` defaults to the next free one. The index gets its settings and mappings explicitly (no
@@ -173,13 +171,13 @@ def create_version(es: Elasticsearch, settings: Settings, version: int | None = 
     require_privileges(es, prefix_names(settings), CREATE, f"create indices of prefix {settings.index.prefix}")
     version = version or next_version(es, settings)
     name = settings.index.versioned(version)
-    body = load_template("chunks", settings)["template"]
-    with es_errors(f"create index {name}"):
+    body = load_template("chunks", settings, es.dialect)["template"]
+    with engine_errors(f"create index {name}"):
         if es.indices.exists(index=name):
             raise ConfigError(f"index {name} already exists: pick another --version or drop it first")
         es.indices.create(index=name, settings=body["settings"], mappings=body["mappings"])
     ensure_log_indices(es, settings)
-    with es_errors(f"point alias {settings.index.alias} at {name}"):
+    with engine_errors(f"point alias {settings.index.alias} at {name}"):
         if not alias_targets(es, settings.index.alias):
             es.indices.update_aliases(actions=[{"add": {"index": name, "alias": settings.index.alias,
                                                         "is_write_index": True}}])
@@ -218,10 +216,9 @@ def embedding_settings_for(model: str, base: EmbeddingSettings, dims: int | None
     return base.model_copy(update={"model": model, "dims": dims})
 
 
-def _scan(es: Elasticsearch, index: str, batch: int, vectors: bool = False) -> Iterator[dict[str, Any]]:
-    source: dict[str, Any] = {"exclude_vectors": False} if vectors else {"excludes": SOURCE_EXCLUDES}
-    yield from helpers.scan(es, index=index, size=batch, scroll="5m",
-                            query={"query": {"match_all": {}}, "_source": source})
+def _scan(es: EngineClient, index: str, batch: int, vectors: bool = False) -> Iterator[dict[str, Any]]:
+    source: Any = es.engine.source_with_vectors if vectors else {"excludes": SOURCE_EXCLUDES}
+    yield from es.scan(index=index, size=batch, scroll="5m", query={"query": {"match_all": {}}, "_source": source})
 
 
 def _batched(hits: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
@@ -235,7 +232,7 @@ def _batched(hits: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[st
         yield batch
 
 
-def copy_reembedded(es: Elasticsearch, source: str, target: str, embedder: Embedder, *, prepend_title: bool,
+def copy_reembedded(es: EngineClient, source: str, target: str, embedder: Embedder, *, prepend_title: bool,
                     cfg: IngestSettings, batch_size: int = 256, on_batch: Callable[[int], None] | None = None,
                     dead_letter: DeadLetter | None = None, reuse_vectors: bool = False) -> tuple[int, int]:
     """Copy every chunk of ``source`` into ``target`` with vectors from ``embedder``.
@@ -271,7 +268,7 @@ def same_vectors(meta: dict[str, Any], settings: Settings) -> bool:
             and meta.get("prepend_title", settings.embedding.prepend_title) == settings.embedding.prepend_title)
 
 
-def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | None = None,
+def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | None = None,
             embedder: Embedder | None = None, swap: bool = True, batch_size: int = 256,
             reembed: bool | None = None, on_progress: Callable[[int, int], None] | None = None) -> MigrationResult:
     """Build a new chunk index for ``new`` from the live index of ``old`` and swap the alias to it.
@@ -292,12 +289,12 @@ def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | N
     require_privileges(es, prefix_names(new), INGEST, f"migrate indices of prefix {new.index.prefix}")
     source = resolve_index(es, old, check=False)
     source_mapping = index_mapping(es, source)
-    check_mapping(source, source_mapping, old)
+    check_mapping(source, source_mapping, old, es.dialect)
     source_meta = source_mapping.get("_meta", {})
     expected = load_template("chunks", new)["template"]["mappings"]["_meta"]
     rechunk = source_meta.get("chunker_version") not in (None, expected["chunker_version"])
     first_chunks = {"term": {"position": 0}}  # one per document (and tenant)
-    with es_errors(f"refresh {source}"):
+    with engine_errors(f"refresh {source}"):
         es.indices.refresh(index=source)
         total = int(es.count(index=source, query=first_chunks if rechunk else None)["count"])
     embedder = embedder or Embedder(new.embedding)  # loads its model only when something must be embedded
@@ -325,7 +322,7 @@ def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | N
                                           cfg=new.ingest, batch_size=batch_size, on_batch=progress,
                                           dead_letter=dead_letter, reuse_vectors=not reembed)
     unit = "documents" if rechunk else "chunks"
-    with es_errors(f"refresh {target}"):
+    with engine_errors(f"refresh {target}"):
         es.indices.refresh(index=target)
         copied = int(es.count(index=target, query=first_chunks if rechunk else None)["count"])
         now = int(es.count(index=source, query=first_chunks if rechunk else None)["count"])
@@ -339,7 +336,7 @@ def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | N
             f"`hsp index drop --version {version_of(target)}` and retry (pause ingestion during migrations)."
         )
     target_mapping = index_mapping(es, target)
-    check_mapping(target, target_mapping, new)
+    check_mapping(target, target_mapping, new, es.dialect)
     target_meta = target_mapping.get("_meta", {})
     if swap:
         swap_to(es, new, target)
@@ -351,18 +348,18 @@ def migrate(es: Elasticsearch, old: Settings, new: Settings, *, version: int | N
 
 # --------------------------------------------------------------------------------------------- alias moves
 
-def swap_to(es: Elasticsearch, settings: Settings, index: str) -> list[str]:
+def swap_to(es: EngineClient, settings: Settings, index: str) -> list[str]:
     """Point the read alias at ``index`` alone, atomically. Returns the indices it left."""
     from hybridsearch.indices import swap_alias
 
     require_privileges(es, chunk_names(settings), MOVE_ALIAS, f"move the alias {settings.index.alias}")
-    with es_errors(f"check {index}"):
+    with engine_errors(f"check {index}"):
         if not es.indices.exists(index=index):
             raise IndexNotFound(f"index {index} does not exist")
     return swap_alias(es, settings.index.alias, index)
 
 
-def rollback(es: Elasticsearch, settings: Settings, version: int | None = None) -> tuple[str, str]:
+def rollback(es: EngineClient, settings: Settings, version: int | None = None) -> tuple[str, str]:
     """Point the alias back at ``version`` (default: the highest version below the live one).
 
     Returns ``(from_index, to_index)``; ``from_index`` lists every index the alias left when it pointed
@@ -394,20 +391,20 @@ def rollback(es: Elasticsearch, settings: Settings, version: int | None = None) 
     return live, target
 
 
-def drop_version(es: Elasticsearch, settings: Settings, version: int) -> str:
+def drop_version(es: EngineClient, settings: Settings, version: int) -> str:
     """Delete ``<prefix>-chunks-v<N>``. Refuses the live index (ConfigError); IndexNotFound if absent."""
     require_privileges(es, chunk_names(settings), DROP, f"delete indices of prefix {settings.index.prefix}")
     name = settings.index.versioned(version)
     if name in alias_targets(es, settings.index.alias):
         raise ConfigError(f"{name} is live behind {settings.index.alias}: migrate or roll back before dropping it")
-    with es_errors(f"delete {name}"):
+    with engine_errors(f"delete {name}"):
         if not es.indices.exists(index=name):
             raise IndexNotFound(f"index {name} does not exist")
         es.indices.delete(index=name)
     return name
 
 
-def check_live_model(es: Elasticsearch, settings: Settings) -> str:
+def check_live_model(es: EngineClient, settings: Settings) -> str:
     """The live index, after checking its mapping against ``settings``. Raises IndexMismatch, IndexNotFound,
     AliasConflict."""
     return resolve_index(es, settings)

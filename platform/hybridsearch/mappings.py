@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridsearch.chunker_signature import chunker_signature
+from hybridsearch.engine.dialect import ELASTICSEARCH, Dialect
 from hybridsearch.errors import ConfigError
 from hybridsearch.settings import Settings
 
@@ -49,12 +50,14 @@ def index_options(settings: Settings) -> dict[str, Any]:
     return opts
 
 
-def render_context(settings: Settings) -> dict[str, Any]:
-    """Flat ``{dotted.name: value}`` context every template may refer to."""
+def render_context(settings: Settings, dialect: Dialect = ELASTICSEARCH) -> dict[str, Any]:
+    """Flat ``{dotted.name: value}`` context every template may refer to; ``metadata_type`` is the engine's
+    (``vector_field`` is added for the chunk template only, by :func:`load_template`)."""
     ctx: dict[str, Any] = {
         "chunker": settings.chunking.strategy,
         "chunker_version": chunker_signature(settings.chunking),
         "index_options": index_options(settings),
+        "metadata_type": dialect.metadata_type,
         "index.alias": settings.index.alias,
         "index.query_log": settings.index.query_log,
         "index.ingest_runs": settings.index.ingest_runs,
@@ -83,8 +86,15 @@ def _lookup(name: str, ctx: dict[str, Any]) -> Any:
     return ctx[name]
 
 
-def load_template(name: str, settings: Settings) -> dict[str, Any]:
-    """Render template ``name`` (one of TEMPLATES) for ``settings``. Raises ConfigError."""
-    rendered: dict[str, Any] = _substitute(json.loads(_raw(name)), render_context(settings))
+def load_template(name: str, settings: Settings, dialect: Dialect = ELASTICSEARCH) -> dict[str, Any]:
+    """Render template ``name`` (one of TEMPLATES) for ``settings`` on the engine of ``dialect``. Raises
+    ConfigError (e.g. vector options the engine cannot serve)."""
+    ctx = render_context(settings, dialect)
+    if name == "chunks":
+        ctx["vector_field"] = dialect.vector_field(settings.embedding.dims, settings.index.similarity,
+                                                  index_options(settings))
+    rendered: dict[str, Any] = _substitute(json.loads(_raw(name)), ctx)
+    if name == "chunks":
+        rendered["template"]["settings"].update(dialect.index_settings())
     return rendered
 

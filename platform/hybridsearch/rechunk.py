@@ -14,10 +14,8 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from elasticsearch import Elasticsearch, helpers
-
-from hybridsearch.cluster import es_errors
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.sources import Document
 from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter, copy_tokenizer
@@ -60,10 +58,9 @@ def rebuild_text(chunks: list[dict[str, Any]]) -> str:
     return "".join(out)
 
 
-def scan_sorted(es: Elasticsearch, index: str, batch: int = 500) -> Iterator[dict[str, Any]]:
+def scan_sorted(es: EngineClient, index: str, batch: int = 500) -> Iterator[dict[str, Any]]:
     """Chunk sources of ``index`` ordered by tenant, document and position (vectors left out)."""
-    yield from helpers.scan(
-        es, index=index, size=batch, scroll="10m", preserve_order=True,
+    yield from es.scan(index=index, size=batch, scroll="10m", preserve_order=True,
         query={"query": {"match_all": {}}, "_source": {"excludes": ["embedding"]},
                "sort": [{"tenant": {"order": "asc", "missing": "_first"}}, {"doc_id": "asc"}, {"position": "asc"}]},
     )
@@ -93,7 +90,7 @@ def to_document(chunks: list[dict[str, Any]]) -> Document:
                     content_hash=first.get("content_hash") or "")
 
 
-def rechunk_copy(es: Elasticsearch, source: str, target: str, new: Settings, embedder: Embedder, *,
+def rechunk_copy(es: EngineClient, source: str, target: str, new: Settings, embedder: Embedder, *,
                  batch_size: int = 256, on_document: Callable[[int], None] | None = None,
                  dead_letter: DeadLetter | None = None) -> tuple[int, int, int]:
     """Cut every document of ``source`` again with ``new.chunking``, embed and write it to ``target``
@@ -130,6 +127,6 @@ def rechunk_copy(es: Elasticsearch, source: str, target: str, new: Settings, emb
         if batch:
             yield batch
 
-    with es_errors(f"re-chunk {source} into {target}"):
+    with engine_errors(f"re-chunk {source} into {target}"):
         stage.run(batches())
     return documents, tally.written, tally.failed + unchunked

@@ -24,9 +24,11 @@ DEFAULT_RERANKER_MODEL = "cross-encoder/ms-marco-MiniLM-L-6-v2"
 
 
 class ClusterSettings(BaseModel):
-    """How to reach Elasticsearch (``HSP_ES__*``)."""
+    """How to reach the cluster, Elasticsearch or OpenSearch (``HSP_ES__*``)."""
 
     url: str = Field("http://127.0.0.1:9200", description="node URL(s), comma-separated")
+    engine: Literal["auto", "elasticsearch", "opensearch"] = Field(
+        "auto", description="which engine serves the cluster; auto asks it (GET /)")
     api_key: SecretStr | None = Field(None, description="encoded API key (id:key base64)")
     username: str | None = None
     password: SecretStr | None = None

@@ -5,13 +5,13 @@ from __future__ import annotations
 import re
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from hybridsearch.cli.main import main
+from hybridsearch.engine import EngineClient
 from hybridsearch.settings import Settings
 
 
-def test_demo_ingests_then_answers_and_a_rerun_changes_nothing(es: Elasticsearch, settings: Settings,
+def test_demo_ingests_then_answers_and_a_rerun_changes_nothing(es: EngineClient, settings: Settings,
                                                                monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("HSP_ES_URL", settings.es.url)

@@ -9,11 +9,10 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from hybridsearch import doctor
 from hybridsearch.cli.main import main
-from hybridsearch.cluster import make_client
+from hybridsearch.engine import EngineClient, connect
 from hybridsearch.indices import ensure_index
 from hybridsearch.settings import Settings, load_settings
 
@@ -22,7 +21,7 @@ def by_name(checks: list[doctor.Check]) -> dict[str, doctor.Check]:
     return {f"{c.area}.{c.name}": c for c in checks}
 
 
-def test_missing_index_fails_with_a_fix(es: Elasticsearch, settings: Settings) -> None:
+def test_missing_index_fails_with_a_fix(es: EngineClient, settings: Settings) -> None:
     checks = by_name(doctor.run_checks(settings, es=es, models=False, reranker=False))
     assert checks["cluster.reachable"].status == "OK"
     assert checks["cluster.version"].status == "OK" and checks["cluster.version"].detail.startswith("9.")
@@ -34,7 +33,7 @@ def test_missing_index_fails_with_a_fix(es: Elasticsearch, settings: Settings) -
     assert doctor.failed(list(checks.values()))
 
 
-def test_healthy_index_passes(es: Elasticsearch, settings: Settings) -> None:
+def test_healthy_index_passes(es: EngineClient, settings: Settings) -> None:
     name = ensure_index(es, settings)
     es.index(index=name, id="a#0", document={"doc_id": "a", "chunk_id": "a#0", "text": "hello"}, refresh=True)
     checks = by_name(doctor.run_checks(settings, es=es, models=False, reranker=False))
@@ -45,7 +44,7 @@ def test_healthy_index_passes(es: Elasticsearch, settings: Settings) -> None:
     assert not doctor.failed([c for c in checks.values() if c.area == "index"], strict=True)
 
 
-def test_model_mismatch_is_a_failure_naming_both_ways_out(es: Elasticsearch, settings: Settings) -> None:
+def test_model_mismatch_is_a_failure_naming_both_ways_out(es: EngineClient, settings: Settings) -> None:
     ensure_index(es, settings)
     other = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"model": "x/y",
                                                                                           "dims": 64})})
@@ -58,7 +57,7 @@ def test_model_mismatch_is_a_failure_naming_both_ways_out(es: Elasticsearch, set
 
 def test_unreachable_cluster_skips_index_checks() -> None:
     settings = load_settings(es_url="http://127.0.0.1:1")
-    es = make_client(settings.es.model_copy(update={"max_retries": 0}))
+    es = connect(settings.es.model_copy(update={"max_retries": 0}))
     checks = doctor.run_checks(settings, es=es, models=False, reranker=False)
     assert [(c.area, c.status) for c in checks[:2]] == [("cluster", "FAIL"), ("index", "SKIP")]
     assert "es-local.sh" in (checks[0].fix or "")
@@ -118,7 +117,7 @@ def test_watermarks_as_used_fraction(value: str, total: int, expected: float) ->
     assert doctor.watermark_used_fraction(value, total) == pytest.approx(expected)
 
 
-def test_cli_exit_codes(es: Elasticsearch, settings: Settings, monkeypatch: pytest.MonkeyPatch,
+def test_cli_exit_codes(es: EngineClient, settings: Settings, monkeypatch: pytest.MonkeyPatch,
                         capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("HSP_ES_URL", settings.es.url)
     monkeypatch.setenv("HSP_INDEX__PREFIX", settings.index.prefix)

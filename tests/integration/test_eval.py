@@ -7,12 +7,12 @@ import warnings
 from pathlib import Path
 
 import pytest
-from elasticsearch import Elasticsearch
 from ranx import Qrels, Run
 from ranx import evaluate as ranx_evaluate
 
 from hybridsearch.cli.main import main
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import EngineClient
 from hybridsearch.eval.datasets import load_collection
 from hybridsearch.eval.harness import evaluate_collection
 from hybridsearch.eval.metrics import METRICS
@@ -59,7 +59,7 @@ def collection_path(tmp_path: Path) -> Path:
 
 
 def test_evaluation_end_to_end_matches_ranx_and_reuses_the_index(
-    es: Elasticsearch, settings: Settings, embedder: Embedder, collection_path: Path
+    es: EngineClient, settings: Settings, embedder: Embedder, collection_path: Path
 ) -> None:
     s = settings.model_copy(update={"reranker": settings.reranker.model_copy(update={"enabled": False})})
     collection = load_collection(collection_path)
@@ -137,7 +137,7 @@ def test_cli_writes_reports_and_gates_on_a_baseline(
 
 
 def test_hybrid_plus_rerank_runs_with_a_loadable_reranker(
-    es: Elasticsearch, settings: Settings, embedder: Embedder, collection_path: Path, tiny_cross_encoder: Path
+    es: EngineClient, settings: Settings, embedder: Embedder, collection_path: Path, tiny_cross_encoder: Path
 ) -> None:
     s = settings.model_copy(update={"reranker": settings.reranker.model_copy(
         update={"enabled": True, "model": str(tiny_cross_encoder), "device": "cpu", "timeout": 60.0})})

@@ -4,9 +4,8 @@ from typing import cast
 
 import numpy as np
 import pytest
-from elasticsearch import Elasticsearch
 
-from hybridsearch.cluster import cluster_info, make_client
+from hybridsearch.engine import EngineClient, cluster_info, connect
 from hybridsearch.errors import ClusterUnavailable, IndexMismatch
 from hybridsearch.indices import alias_targets, ensure_index, index_meta, resolve_index
 from hybridsearch.settings import Settings, load_settings
@@ -17,13 +16,13 @@ def _vec(seed: int, dims: int = 384) -> list[float]:
     return cast(list[float], (v / np.linalg.norm(v)).tolist())  # 1-D float64 array → list of floats
 
 
-def test_cluster_info_reports_version(es: Elasticsearch) -> None:
+def test_cluster_info_reports_version(es: EngineClient) -> None:
     info = cluster_info(es)
     assert info["status"] in {"green", "yellow"}
     assert all(v.startswith("9.") for v in info["versions"])
 
 
-def test_ensure_index_is_idempotent_and_alias_points_at_it(es: Elasticsearch, settings: Settings) -> None:
+def test_ensure_index_is_idempotent_and_alias_points_at_it(es: EngineClient, settings: Settings) -> None:
     name = ensure_index(es, settings)
     assert name == f"{settings.index.prefix}-chunks-v1"
     assert ensure_index(es, settings) == name
@@ -31,11 +30,11 @@ def test_ensure_index_is_idempotent_and_alias_points_at_it(es: Elasticsearch, se
     assert resolve_index(es, settings) == name
     meta = index_meta(es, name)
     assert meta["embedding_model"] == settings.embedding.model and meta["embedding_dims"] == 384
-    mapping = es.indices.get_mapping(index=name).body[name]["mappings"]["properties"]["embedding"]
+    mapping = es.indices.get_mapping(index=name)[name]["mappings"]["properties"]["embedding"]
     assert mapping["index_options"]["type"] == "int8_hnsw"
 
 
-def test_write_and_search_bm25_and_knn(es: Elasticsearch, settings: Settings) -> None:
+def test_write_and_search_bm25_and_knn(es: EngineClient, settings: Settings) -> None:
     name = ensure_index(es, settings)
     docs = {"a": ("Cats purr", "The domestic cat purrs when content."), "b": ("Dogs bark", "A dog barks at strangers.")}
     for i, (doc_id, (title, text)) in enumerate(docs.items()):
@@ -49,7 +48,7 @@ def test_write_and_search_bm25_and_knn(es: Elasticsearch, settings: Settings) ->
     assert knn["hits"]["hits"][0]["_source"]["doc_id"] == "a"
 
 
-def test_mismatched_meta_is_refused(es: Elasticsearch, settings: Settings) -> None:
+def test_mismatched_meta_is_refused(es: EngineClient, settings: Settings) -> None:
     ensure_index(es, settings)
     other = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"model": "other/model"})})
     with pytest.raises(IndexMismatch, match="other/model"):
@@ -57,21 +56,21 @@ def test_mismatched_meta_is_refused(es: Elasticsearch, settings: Settings) -> No
 
 
 def test_unreachable_cluster_is_our_error() -> None:
-    client = make_client(load_settings(es_url="http://127.0.0.1:1", es={"max_retries": 0}).es)
+    client = connect(load_settings(es_url="http://127.0.0.1:1", es={"max_retries": 0}).es)
     with pytest.raises(ClusterUnavailable, match=r"es-local\.sh"):
         cluster_info(client)
 
 
-def test_log_indices_are_created_or_brought_up_to_date(es: Elasticsearch, settings: Settings) -> None:
+def test_log_indices_are_created_or_brought_up_to_date(es: EngineClient, settings: Settings) -> None:
     from hybridsearch.indices import ensure_log_indices
 
     runs, log = settings.index.ingest_runs, settings.index.query_log
     es.indices.create(index=runs, mappings={"dynamic": "strict", "properties": {"run_id": {"type": "keyword"}}})
     ensure_log_indices(es, settings)
-    props = es.indices.get_mapping(index=runs).body[runs]["mappings"]["properties"]
+    props = es.indices.get_mapping(index=runs)[runs]["mappings"]["properties"]
     assert {"run_id", "documents", "chunks_per_second"} <= set(props)
-    created = es.indices.get_mapping(index=log).body[log]["mappings"]  # made with its explicit mappings
+    created = es.indices.get_mapping(index=log)[log]["mappings"]  # made with its explicit mappings
     assert created["dynamic"] == "strict" and {"query_hash", "latency_ms"} <= set(created["properties"])
     # no index template is involved (none is needed, so no cluster privilege to write one)
-    assert not es.options(ignore_status=404).indices.get_index_template(name=f"{settings.index.prefix}-*").body.get(
+    assert not es.indices.get_index_template(name=f"{settings.index.prefix}-*").get(
         "index_templates")

@@ -6,10 +6,10 @@ import asyncio
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from hybridsearch import lifecycle
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import EngineClient
 from hybridsearch.errors import AliasConflict, IndexMismatch
 from hybridsearch.indices import alias_targets, resolve_index
 from hybridsearch.ingest.pipeline import run_ingest
@@ -23,7 +23,7 @@ def docs(text: str) -> list[Document]:
     return [Document.make("d1", text, title="Bees"), Document.make("d2", "Ants build nests underground.")]
 
 
-def test_alias_over_two_indices_is_refused_with_the_fix(es: Elasticsearch, settings: Settings,
+def test_alias_over_two_indices_is_refused_with_the_fix(es: EngineClient, settings: Settings,
                                                         embedder: Embedder) -> None:
     run_ingest(docs("Bees dance to tell where flowers are."), settings, es=es, embedder=embedder)
     v1, v2 = settings.index.versioned(1), lifecycle.create_version(es, settings)
@@ -60,7 +60,7 @@ async def _async_search(settings: Settings, embedder: Embedder) -> None:
         await client.search("bees", mode="bm25")
 
 
-def _hand_made(es: Elasticsearch, settings: Settings, change: dict[str, Any]) -> str:
+def _hand_made(es: EngineClient, settings: Settings, change: dict[str, Any]) -> str:
     """An index whose ``_meta`` is copied from the template but whose ``embedding`` field is ``change``d."""
     body = load_template("chunks", settings)["template"]
     body["mappings"]["properties"]["embedding"].update(change)
@@ -71,7 +71,7 @@ def _hand_made(es: Elasticsearch, settings: Settings, change: dict[str, Any]) ->
 
 
 def test_hand_made_index_with_other_dims_is_refused_before_embedding(
-        es: Elasticsearch, settings: Settings, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
+        es: EngineClient, settings: Settings, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> None:
     name = _hand_made(es, settings, {"dims": 768})
     embedded: list[int] = []
     real = embedder.encode
@@ -94,7 +94,7 @@ def test_hand_made_index_with_other_dims_is_refused_before_embedding(
         SearchClient(es, settings, embedder=embedder).search("bees")
 
 
-def test_other_similarity_is_a_mismatch(es: Elasticsearch, settings: Settings, embedder: Embedder) -> None:
+def test_other_similarity_is_a_mismatch(es: EngineClient, settings: Settings, embedder: Embedder) -> None:
     _hand_made(es, settings, {"similarity": "dot_product"})
     with pytest.raises(IndexMismatch) as caught:
         resolve_index(es, settings)

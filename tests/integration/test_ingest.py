@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.cli.main import main
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import EngineClient
 from hybridsearch.errors import IndexMismatch
 from hybridsearch.indices import ensure_index
 from hybridsearch.ingest.chunking import HFTokenizer, chunk_text, text_budget
@@ -31,15 +31,15 @@ def corpus(n: int = 8) -> list[Document]:
                           metadata={"year": 2000 + i}, source="test") for i in range(n)]
 
 
-def chunks_of(es: Elasticsearch, settings: Settings, doc_id: str | None = None) -> list[dict[str, Any]]:
+def chunks_of(es: EngineClient, settings: Settings, doc_id: str | None = None) -> list[dict[str, Any]]:
     query: dict[str, Any] = {"term": {"doc_id": doc_id}} if doc_id else {"match_all": {}}
     es.indices.refresh(index=settings.index.alias)
     hits = es.search(index=settings.index.alias, query=query, size=1000, sort=["doc_id", "position"],
-                     source_exclude_vectors=False).body
+                     source=es.engine.source_with_vectors)
     return [{"_id": h["_id"], **h["_source"]} for h in hits["hits"]["hits"]]
 
 
-def test_ingest_then_rerun_changes_nothing(es: Elasticsearch, settings: Settings, embedder: Embedder) -> None:
+def test_ingest_then_rerun_changes_nothing(es: EngineClient, settings: Settings, embedder: Embedder) -> None:
     docs = corpus()
     first = run_ingest(docs, settings, es=es, embedder=embedder)
     assert first.status == "completed"
@@ -61,14 +61,14 @@ def test_ingest_then_rerun_changes_nothing(es: Elasticsearch, settings: Settings
     assert second.changed_nothing
     assert (second.documents_skipped, second.unchanged, second.chunks) == (8, 8, 0)
 
-    runs = es.search(index=settings.index.ingest_runs, sort=["started_at"]).body["hits"]["hits"]
+    runs = es.search(index=settings.index.ingest_runs, sort=["started_at"])["hits"]["hits"]
     assert [r["_source"]["run_id"] for r in runs] == [first.run_id, second.run_id]
     assert runs[0]["_source"]["indexed"] == 8 and runs[1]["_source"]["unchanged"] == 8
     assert runs[0]["_source"]["documents_indexed"] == 8 and runs[0]["_source"]["chunker"] == "paragraph"
     assert runs[0]["_source"]["status"] == "completed" and runs[0]["_source"]["model"] == settings.embedding.model
 
 
-def test_changed_document_replaces_its_chunks(es: Elasticsearch, settings: Settings, embedder: Embedder) -> None:
+def test_changed_document_replaces_its_chunks(es: EngineClient, settings: Settings, embedder: Embedder) -> None:
     settings = settings.model_copy(update={"chunking": settings.chunking.model_copy(
         update={"strategy": "sentence", "max_tokens": 16})})
     long_text = " ".join(f"Sentence {i} describes a separate experimental result." for i in range(6))
@@ -88,7 +88,7 @@ def test_changed_document_replaces_its_chunks(es: Elasticsearch, settings: Setti
     assert chunks_of(es, settings, "a") == [] and len(chunks_of(es, settings, "b")) == 1
 
 
-def test_bad_inputs_are_dead_lettered_and_the_rest_indexed_once(es: Elasticsearch, settings: Settings,
+def test_bad_inputs_are_dead_lettered_and_the_rest_indexed_once(es: EngineClient, settings: Settings,
                                                                 embedder: Embedder, tmp_path: Path) -> None:
     root = tmp_path / "in"
     root.mkdir()
@@ -133,7 +133,7 @@ def test_bad_inputs_are_dead_lettered_and_the_rest_indexed_once(es: Elasticsearc
     assert {c["doc_id"] for c in chunks_of(es, settings)} == stored
 
 
-def test_shards_split_a_corpus_without_overlap(es: Elasticsearch, settings: Settings, embedder: Embedder) -> None:
+def test_shards_split_a_corpus_without_overlap(es: EngineClient, settings: Settings, embedder: Embedder) -> None:
     docs = corpus(8)
     parts = [run_ingest(docs, settings, es=es, embedder=embedder, shard=(i, 2)) for i in range(2)]
     assert sum(p.documents for p in parts) == 8 and all(p.documents < 8 for p in parts)
@@ -141,7 +141,7 @@ def test_shards_split_a_corpus_without_overlap(es: Elasticsearch, settings: Sett
     assert parts[0].shard == "0/2"
 
 
-def test_parent_child_chunks_carry_their_parent(es: Elasticsearch, settings: Settings, embedder: Embedder) -> None:
+def test_parent_child_chunks_carry_their_parent(es: EngineClient, settings: Settings, embedder: Embedder) -> None:
     settings = settings.model_copy(update={"chunking": settings.chunking.model_copy(
         update={"strategy": "parent_child", "max_tokens": 16, "parent_max_tokens": 40})})
     text = "\n\n".join(" ".join(f"Paragraph {p} sentence {s} is about cells." for s in range(4)) for p in range(2))
@@ -155,12 +155,12 @@ def test_parent_child_chunks_carry_their_parent(es: Elasticsearch, settings: Set
     assert len({c["parent_id"] for c in stored}) >= 2
 
 
-def test_index_built_for_another_model_is_refused(es: Elasticsearch, settings: Settings, embedder: Embedder) -> None:
+def test_index_built_for_another_model_is_refused(es: EngineClient, settings: Settings, embedder: Embedder) -> None:
     other = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"model": "other/model"})})
     ensure_index(es, other)
     with pytest.raises(IndexMismatch):
         run_ingest(corpus(2), settings, es=es, embedder=embedder)
-    assert es.count(index=settings.index.alias).body["count"] == 0
+    assert es.count(index=settings.index.alias)["count"] == 0
 
 
 def test_chunks_fit_the_model_with_the_title(embedder: Embedder) -> None:
@@ -172,7 +172,7 @@ def test_chunks_fit_the_model_with_the_title(embedder: Embedder) -> None:
         assert len(embedder.model.tokenizer(f"{title.strip()}. {c.text}")["input_ids"]) <= embedder.max_seq_length
 
 
-def test_cli_ingest_twice_and_delete(es: Elasticsearch, settings: Settings, tmp_path: Path,
+def test_cli_ingest_twice_and_delete(es: EngineClient, settings: Settings, tmp_path: Path,
                                      monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "corpus.jsonl"
     path.write_text("\n".join(json.dumps({"_id": d.doc_id, "title": d.title, "text": d.text}) for d in corpus(3)))
@@ -186,4 +186,4 @@ def test_cli_ingest_twice_and_delete(es: Elasticsearch, settings: Settings, tmp_
     assert main(["delete", "doc-1", "doc-2"]) == 0
     assert "deleted 2 chunks" in capsys.readouterr().out
     assert main(["ingest", str(path), "--shard", "3/2"]) == 2
-    assert es.count(index=settings.index.alias).body["count"] == 1
+    assert es.count(index=settings.index.alias)["count"] == 1

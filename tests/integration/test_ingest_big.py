@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import EngineClient
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.settings import Settings
 
@@ -41,7 +41,7 @@ def tiny_embedder_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_bi_encoder(tmp_path_factory.mktemp("tiny-bi-encoder"))
 
 
-def test_big_text_file_streams_through(es: Elasticsearch, settings: Settings, tiny_embedder_dir: Path,
+def test_big_text_file_streams_through(es: EngineClient, settings: Settings, tiny_embedder_dir: Path,
                                        tmp_path: Path) -> None:
     settings = settings.model_copy(update={"embedding": settings.embedding.model_copy(
         update={"model": str(tiny_embedder_dir), "dims": 32, "batch_size": 64})})
@@ -56,8 +56,8 @@ def test_big_text_file_streams_through(es: Elasticsearch, settings: Settings, ti
     assert result.documents == 1 and result.documents_failed == 0 and result.failed == 0
     assert result.chunks == result.indexed > n_paragraphs // 2  # paragraphs merged up to max_tokens
     es.indices.refresh(index=settings.index.alias)
-    assert es.count(index=settings.index.alias).body["count"] == result.indexed
-    last = es.search(index=settings.index.alias, size=1, sort=[{"position": "desc"}]).body["hits"]["hits"][0]
+    assert es.count(index=settings.index.alias)["count"] == result.indexed
+    last = es.search(index=settings.index.alias, size=1, sort=[{"position": "desc"}])["hits"]["hits"][0]
     assert last["_source"]["position"] == result.indexed - 1
     assert last["_source"]["char_end"] == path.stat().st_size - 2  # the text is covered to its end
 

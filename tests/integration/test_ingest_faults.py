@@ -19,11 +19,10 @@ from typing import Any
 from urllib.parse import urlparse
 
 import pytest
-from elasticsearch import Elasticsearch
 
 from hybridsearch.chunker_signature import chunker_signature
-from hybridsearch.cluster import make_client
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import EngineClient, connect
 from hybridsearch.errors import ClusterUnavailable
 from hybridsearch.ingest.chunking import HFTokenizer, chunk_text, text_budget
 from hybridsearch.ingest.ids import chunk_id
@@ -144,7 +143,7 @@ def proxy(es_url: str, settings: Settings) -> Iterator[Proxy]:
     p.close()
 
 
-def via(settings: Settings, url: str) -> tuple[Settings, Elasticsearch]:
+def via(settings: Settings, url: str) -> tuple[Settings, EngineClient]:
     s = settings.model_copy(update={
         "es": settings.es.model_copy(update={"url": url, "max_retries": 0, "request_timeout": 10}),
         "ingest": settings.ingest.model_copy(update={"bulk_chunk_size": 4, "bulk_max_retries": 2,
@@ -152,7 +151,7 @@ def via(settings: Settings, url: str) -> tuple[Settings, Elasticsearch]:
         "chunking": settings.chunking.model_copy(update={"strategy": "sentence", "max_tokens": 16}),
         "embedding": settings.embedding.model_copy(update={"batch_size": 4}),
     })
-    return s, make_client(s.es)
+    return s, connect(s.es)
 
 
 def docs(n: int = 10) -> list[Document]:
@@ -160,7 +159,7 @@ def docs(n: int = 10) -> list[Document]:
                           f"A third sentence closes document {i}.", title=f"T{i}") for i in range(n)]
 
 
-def assert_indexed_exactly_once(es: Elasticsearch, settings: Settings, embedder: Embedder,
+def assert_indexed_exactly_once(es: EngineClient, settings: Settings, embedder: Embedder,
                                 documents: list[Document]) -> None:
     tok = HFTokenizer(embedder.model.tokenizer)
     sig = chunker_signature(settings.chunking)
@@ -169,14 +168,14 @@ def assert_indexed_exactly_once(es: Elasticsearch, settings: Settings, embedder:
         limit = text_budget(tok, d.title, True, embedder.max_seq_length)
         want |= {chunk_id(d.doc_id, c.position, sig) for c in chunk_text(d.text, settings.chunking, tok, limit)}
     es.indices.refresh(index=settings.index.alias)
-    hits = es.search(index=settings.index.alias, size=1000, source_includes=["content_hash", "doc_id"]).body
+    hits = es.search(index=settings.index.alias, size=1000, source=["content_hash", "doc_id"])
     got = [h["_id"] for h in hits["hits"]["hits"]]
     assert sorted(got) == sorted(want)
     by_doc = {d.doc_id: d.content_hash for d in documents}
     assert all(h["_source"]["content_hash"] == by_doc[h["_source"]["doc_id"]] for h in hits["hits"]["hits"])
 
 
-def test_429_items_are_retried_alone(proxy: Proxy, settings: Settings, embedder: Embedder, es: Elasticsearch) -> None:
+def test_429_items_are_retried_alone(proxy: Proxy, settings: Settings, embedder: Embedder, es: EngineClient) -> None:
     s, client = via(settings, proxy.url)
     proxy.faults.reject_every_other = 3
     corpus = docs()
@@ -188,7 +187,7 @@ def test_429_items_are_retried_alone(proxy: Proxy, settings: Settings, embedder:
 
 
 def test_persistent_429_goes_to_dead_letter_then_rerun_completes(proxy: Proxy, settings: Settings,
-                                                                 embedder: Embedder, es: Elasticsearch) -> None:
+                                                                 embedder: Embedder, es: EngineClient) -> None:
     s, client = via(settings, proxy.url)
     proxy.faults.reject_doc = "d3"
     corpus = docs()
@@ -205,14 +204,14 @@ def test_persistent_429_goes_to_dead_letter_then_rerun_completes(proxy: Proxy, s
 
 
 def test_cluster_going_away_mid_run_then_rerun_resumes(proxy: Proxy, settings: Settings, embedder: Embedder,
-                                                      es: Elasticsearch) -> None:
+                                                      es: EngineClient) -> None:
     s, client = via(settings, proxy.url)
     proxy.faults.drop_after = 20  # the first batch of 16 chunks gets through, then the node vanishes
     corpus = docs(16)
     with pytest.raises(ClusterUnavailable, match="Re-run"):
         run_ingest(corpus, s, es=client, embedder=embedder)
     es.indices.refresh(index=s.index.alias)
-    partial = es.count(index=s.index.alias).body["count"]
+    partial = es.count(index=s.index.alias)["count"]
     assert partial > 0
 
     direct, direct_client = via(settings, settings.es.url)  # the cluster is back
@@ -223,13 +222,13 @@ def test_cluster_going_away_mid_run_then_rerun_resumes(proxy: Proxy, settings: S
 
 
 def test_update_that_failed_leaves_no_stale_chunks_after_rerun(proxy: Proxy, settings: Settings, embedder: Embedder,
-                                                               es: Elasticsearch) -> None:
+                                                               es: EngineClient) -> None:
     s, client = via(settings, proxy.url)
     long_text = " ".join(f"Sentence {i} reports another measured effect." for i in range(8))
     old = [Document.make("u", long_text, title="U"), Document.make("v", "Stable document.", title="V")]
     run_ingest(old, s, es=client, embedder=embedder)
     es.indices.refresh(index=s.index.alias)
-    assert es.count(index=s.index.alias, query={"term": {"doc_id": "u"}}).body["count"] >= 3
+    assert es.count(index=s.index.alias, query={"term": {"doc_id": "u"}})["count"] >= 3
 
     new = [Document.make("u", "A single short sentence now.", title="U"), old[1]]
     proxy.faults.reject_doc = "u"  # the update cannot be written

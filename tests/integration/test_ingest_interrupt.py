@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from elasticsearch import Elasticsearch
-
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import EngineClient
 from hybridsearch.ingest.chunking import HFTokenizer
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.pipeline import run_ingest
@@ -24,7 +23,7 @@ from hybridsearch.settings import Settings
 N_DOCS = 400
 
 
-def test_ctrl_c_then_rerun_resumes(es: Elasticsearch, settings: Settings, embedder: Embedder, tmp_path: Path) -> None:
+def test_ctrl_c_then_rerun_resumes(es: EngineClient, settings: Settings, embedder: Embedder, tmp_path: Path) -> None:
     corpus = tmp_path / "corpus.jsonl"
     sentence = "Clinical trial {i} measured blood pressure, cholesterol and outcomes in {n} adults over five years. "
     rows = [{"_id": f"c{i}", "title": f"Trial {i}", "text": sentence.format(i=i, n=i * 7) * 4} for i in range(N_DOCS)]
@@ -40,7 +39,7 @@ def test_ctrl_c_then_rerun_resumes(es: Elasticsearch, settings: Settings, embedd
     while time.monotonic() < deadline and proc.poll() is None:
         if es.indices.exists_alias(name=alias):
             es.indices.refresh(index=alias)
-            if es.count(index=alias).body["count"] > 0:
+            if es.count(index=alias)["count"] > 0:
                 break
         time.sleep(0.05)
     assert proc.poll() is None, "the ingest ended before it could be interrupted"
@@ -49,9 +48,9 @@ def test_ctrl_c_then_rerun_resumes(es: Elasticsearch, settings: Settings, embedd
     assert proc.returncode == 130, out
     assert "Interrupted" in out
     es.indices.refresh(index=alias)
-    partial = es.count(index=alias).body["count"]
+    partial = es.count(index=alias)["count"]
     assert 0 < partial < N_DOCS
-    runs = es.search(index=settings.index.ingest_runs).body["hits"]["hits"]
+    runs = es.search(index=settings.index.ingest_runs)["hits"]["hits"]
     assert [r["_source"]["status"] for r in runs] == ["interrupted"]
 
     again = run_ingest(corpus, settings, es=es, embedder=embedder)
@@ -59,7 +58,7 @@ def test_ctrl_c_then_rerun_resumes(es: Elasticsearch, settings: Settings, embedd
         Path(again.dead_letter_path).read_text()[:2000]
     assert again.documents_skipped > 0 and again.documents_skipped + again.indexed == N_DOCS
     es.indices.refresh(index=alias)
-    assert es.count(index=alias).body["count"] == N_DOCS  # one chunk per document, none twice
+    assert es.count(index=alias)["count"] == N_DOCS  # one chunk per document, none twice
 
 
 # ---- SIGTERM and SIGKILL mid-document (issue 15, item 10) ------------------------------------------------
@@ -80,7 +79,7 @@ def _kill_settings(settings: Settings) -> tuple[Settings, dict[str, str]]:
     return s, env
 
 
-def _per_doc(es: Elasticsearch, index: str, query: dict[str, Any]) -> dict[str, int]:
+def _per_doc(es: EngineClient, index: str, query: dict[str, Any]) -> dict[str, int]:
     es.indices.refresh(index=index)
     body = es.search(index=index, size=0, query=query, aggs={"d": {"terms": {"field": "doc_id", "size": 100}}})
     return {b["key"]: b["doc_count"] for b in body["aggregations"]["d"]["buckets"]}
@@ -90,7 +89,7 @@ VISIBLE = {"bool": {"must_not": [{"exists": {"field": "pending_run"}}]}}
 PENDING = {"exists": {"field": "pending_run"}}
 
 
-def _start_and_kill(es: Elasticsearch, settings: Settings, embedder: Embedder, env: dict[str, str], tmp_path: Path,
+def _start_and_kill(es: EngineClient, settings: Settings, embedder: Embedder, env: dict[str, str], tmp_path: Path,
                     sig: int) -> tuple[subprocess.Popen[str], Path, dict[str, int]]:
     """Start `hsp ingest` on a corpus of long documents; send ``sig`` once one document is written whole and
     another in part (counting every chunk in the index, searchable or not). Returns the process, the corpus
@@ -122,7 +121,7 @@ def _start_and_kill(es: Elasticsearch, settings: Settings, embedder: Embedder, e
     return proc, corpus, expected
 
 
-def _nothing_partial(es: Elasticsearch, s: Settings, embedder: Embedder, expected: dict[str, int]
+def _nothing_partial(es: EngineClient, s: Settings, embedder: Embedder, expected: dict[str, int]
                      ) -> tuple[dict[str, int], dict[str, int]]:
     """No document is partly searchable after the stop; returns chunks per document, visible and pending."""
     index = s.index.versioned(1)
@@ -140,7 +139,7 @@ def _nothing_partial(es: Elasticsearch, s: Settings, embedder: Embedder, expecte
     return visible, pending
 
 
-def _resumes(es: Elasticsearch, s: Settings, embedder: Embedder, corpus: Path, expected: dict[str, int],
+def _resumes(es: EngineClient, s: Settings, embedder: Embedder, corpus: Path, expected: dict[str, int],
              visible: dict[str, int], pending: dict[str, int]) -> None:
     """The re-run completes, reusing every chunk the stopped run wrote."""
     index = s.index.versioned(1)
@@ -159,13 +158,13 @@ def _resumes(es: Elasticsearch, s: Settings, embedder: Embedder, corpus: Path, e
     assert sorted(h.doc_id for h in top) == sorted(full)
 
 
-def _runs(es: Elasticsearch, settings: Settings) -> list[str]:
+def _runs(es: EngineClient, settings: Settings) -> list[str]:
     es.indices.refresh(index=settings.index.ingest_runs)
-    hits = es.search(index=settings.index.ingest_runs, sort=[{"started_at": "asc"}]).body["hits"]["hits"]
+    hits = es.search(index=settings.index.ingest_runs, sort=[{"started_at": "asc"}])["hits"]["hits"]
     return [h["_source"]["status"] for h in hits]
 
 
-def test_sigterm_mid_document_stops_cleanly_and_resumes(es: Elasticsearch, settings: Settings,
+def test_sigterm_mid_document_stops_cleanly_and_resumes(es: EngineClient, settings: Settings,
                                                         embedder: Embedder, tmp_path: Path) -> None:
     s, env = _kill_settings(settings)
     proc, corpus, expected = _start_and_kill(es, s, embedder, env, tmp_path, signal.SIGTERM)
@@ -177,7 +176,7 @@ def test_sigterm_mid_document_stops_cleanly_and_resumes(es: Elasticsearch, setti
     assert _runs(es, s) == ["interrupted", "completed"]
 
 
-def test_sigkill_mid_document_is_recorded_as_killed_and_resumes(es: Elasticsearch, settings: Settings,
+def test_sigkill_mid_document_is_recorded_as_killed_and_resumes(es: EngineClient, settings: Settings,
                                                                embedder: Embedder, tmp_path: Path) -> None:
     s, env = _kill_settings(settings)
     proc, corpus, expected = _start_and_kill(es, s, embedder, env, tmp_path, signal.SIGKILL)

@@ -6,11 +6,11 @@ import re
 
 import numpy as np
 import pytest
-from elasticsearch import Elasticsearch
 
 from hybridsearch import lifecycle
 from hybridsearch.cli.main import main
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import EngineClient
 from hybridsearch.errors import ConfigError, IndexMismatch, IndexNotFound, IngestError
 from hybridsearch.indices import alias_targets, check_meta, ensure_index, index_meta
 from hybridsearch.ingest.chunking import embed_text
@@ -47,7 +47,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(out / "st")
 
 
-def write_chunks(es: Elasticsearch, index: str, embedder: Embedder, docs: dict[str, tuple[str, str]] = DOCS,
+def write_chunks(es: EngineClient, index: str, embedder: Embedder, docs: dict[str, tuple[str, str]] = DOCS,
                  tenant: str | None = None) -> None:
     """Index one chunk per document the way ingestion lays chunks out (title prepended when embedding)."""
     vectors = embedder.encode([embed_text(t, x, True) for t, x in docs.values()])
@@ -60,7 +60,7 @@ def write_chunks(es: Elasticsearch, index: str, embedder: Embedder, docs: dict[s
     es.indices.refresh(index=index)
 
 
-def knn_top(es: Elasticsearch, index: str, vector: np.ndarray) -> str:
+def knn_top(es: EngineClient, index: str, vector: np.ndarray) -> str:
     hits = es.search(index=index, knn={"field": "embedding", "query_vector": vector.tolist(), "k": 1,
                                        "num_candidates": 10})["hits"]["hits"]
     return str(hits[0]["_source"]["doc_id"])
@@ -71,7 +71,7 @@ def with_model(settings: Settings, model: str, dims: int) -> Settings:
                                                                                           "dims": dims})})
 
 
-def test_create_status_and_drop(es: Elasticsearch, settings: Settings) -> None:
+def test_create_status_and_drop(es: EngineClient, settings: Settings) -> None:
     first = lifecycle.create_version(es, settings)
     assert first == settings.index.versioned(1)
     assert alias_targets(es, settings.index.alias) == [first]  # the first version goes live
@@ -94,7 +94,7 @@ def test_create_status_and_drop(es: Elasticsearch, settings: Settings) -> None:
         lifecycle.drop_version(es, settings, 2)
 
 
-def test_migrate_to_new_model_then_rollback(es: Elasticsearch, settings: Settings, embedder: Embedder,
+def test_migrate_to_new_model_then_rollback(es: EngineClient, settings: Settings, embedder: Embedder,
                                             tiny_model: str) -> None:
     v1 = ensure_index(es, settings)
     write_chunks(es, v1, embedder)
@@ -132,7 +132,7 @@ def test_migrate_to_new_model_then_rollback(es: Elasticsearch, settings: Setting
     assert lifecycle.rollback(es, settings, 2) == (v1, v2)  # and forward again
 
 
-def test_migrate_refuses_a_source_built_for_another_model(es: Elasticsearch, settings: Settings,
+def test_migrate_refuses_a_source_built_for_another_model(es: EngineClient, settings: Settings,
                                                            embedder: Embedder) -> None:
     ensure_index(es, settings)
     other = with_model(settings, "someone/else", 384)
@@ -141,12 +141,12 @@ def test_migrate_refuses_a_source_built_for_another_model(es: Elasticsearch, set
     assert list(lifecycle.list_versions(es, settings)) == [1]  # nothing was built
 
 
-def test_migrate_without_alias_is_index_not_found(es: Elasticsearch, settings: Settings, embedder: Embedder) -> None:
+def test_migrate_without_alias_is_index_not_found(es: EngineClient, settings: Settings, embedder: Embedder) -> None:
     with pytest.raises(IndexNotFound):
         lifecycle.migrate(es, settings, settings, embedder=embedder)
 
 
-def test_cli_index_commands(es: Elasticsearch, settings: Settings, embedder: Embedder,
+def test_cli_index_commands(es: EngineClient, settings: Settings, embedder: Embedder,
                             monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("HSP_ES_URL", settings.es.url)
     monkeypatch.setenv("HSP_INDEX__PREFIX", settings.index.prefix)
@@ -175,7 +175,7 @@ def test_version_parsing() -> None:
     assert lifecycle.version_of("hsp-chunks") is None
 
 
-def test_failed_copy_keeps_the_alias_and_dead_letters_the_chunks(es: Elasticsearch, settings: Settings,
+def test_failed_copy_keeps_the_alias_and_dead_letters_the_chunks(es: EngineClient, settings: Settings,
                                                                   embedder: Embedder) -> None:
     v1 = ensure_index(es, settings)
     write_chunks(es, v1, embedder)
@@ -198,7 +198,7 @@ def test_failed_copy_keeps_the_alias_and_dead_letters_the_chunks(es: Elasticsear
     assert lifecycle.drop_version(es, settings, 2) == v2
 
 
-def vector(es: Elasticsearch, index: str, chunk_id: str) -> list[float]:
+def vector(es: EngineClient, index: str, chunk_id: str) -> list[float]:
     hit = es.search(index=index, query={"ids": {"values": [chunk_id]}}, source={"exclude_vectors": False})
     return list(hit["hits"]["hits"][0]["_source"]["embedding"])
 
@@ -213,7 +213,7 @@ class CountingEmbedder(Embedder):
         return super().encode(texts, batch_size)
 
 
-def test_same_model_migration_copies_vectors_unless_asked(es: Elasticsearch, settings: Settings,
+def test_same_model_migration_copies_vectors_unless_asked(es: EngineClient, settings: Settings,
                                                            embedder: Embedder) -> None:
     v1 = ensure_index(es, settings)
     write_chunks(es, v1, embedder)
@@ -259,7 +259,7 @@ def test_rebuild_text_refuses_chunks_without_offsets() -> None:
         rebuild_text([{"chunk_id": "x", "text": "abc", "char_start": 0, "char_end": 5}])
 
 
-def test_cli_migrate_to_another_chunker(es: Elasticsearch, settings: Settings, embedder: Embedder,
+def test_cli_migrate_to_another_chunker(es: EngineClient, settings: Settings, embedder: Embedder,
                                         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("HSP_ES_URL", settings.es.url)
     monkeypatch.setenv("HSP_INDEX__PREFIX", settings.index.prefix)

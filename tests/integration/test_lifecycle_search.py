@@ -5,10 +5,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass
 
-from elasticsearch import Elasticsearch
-
 from hybridsearch import SearchClient, lifecycle
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import EngineClient
 from hybridsearch.indices import alias_targets
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
@@ -81,7 +80,7 @@ class Searcher(threading.Thread):
         assert ok, "the search thread stopped answering"
 
 
-def test_searches_keep_answering_throughout_a_migration(es: Elasticsearch, settings: Settings,
+def test_searches_keep_answering_throughout_a_migration(es: EngineClient, settings: Settings,
                                                          embedder: Embedder) -> None:
     ingest = run_ingest(documents(), settings, es=es, embedder=embedder)
     assert ingest.documents == 30 and ingest.failed == 0
@@ -127,7 +126,7 @@ def test_searches_keep_answering_throughout_a_migration(es: Elasticsearch, setti
     assert status[v1].chunks == status[result.target].chunks == ingest.chunks
 
 
-def test_rollback_keeps_search_working(es: Elasticsearch, settings: Settings, embedder: Embedder) -> None:
+def test_rollback_keeps_search_working(es: EngineClient, settings: Settings, embedder: Embedder) -> None:
     run_ingest(documents()[:10], settings, es=es, embedder=embedder)
     new = settings.model_copy(update={"index": settings.index.model_copy(update={"index_options": "flat"})})
     lifecycle.migrate(es, settings, new, embedder=embedder)
@@ -138,7 +137,7 @@ def test_rollback_keeps_search_working(es: Elasticsearch, settings: Settings, em
         assert client.search("what causes earthquakes", k=1, rerank=False).hits[0].doc_id == "earthquake-0"
 
 
-def test_ingest_after_migration_changes_nothing(es: Elasticsearch, settings: Settings, embedder: Embedder) -> None:
+def test_ingest_after_migration_changes_nothing(es: EngineClient, settings: Settings, embedder: Embedder) -> None:
     """The copied chunks keep their ids and content hashes: re-ingesting the sources into the new
     version finds every document unchanged."""
     docs = documents()[:10]
@@ -161,7 +160,7 @@ def long_documents() -> list[Document]:
     return docs
 
 
-def test_migration_to_another_chunker_recuts_documents_from_their_chunks(es: Elasticsearch, settings: Settings,
+def test_migration_to_another_chunker_recuts_documents_from_their_chunks(es: EngineClient, settings: Settings,
                                                                         embedder: Embedder) -> None:
     from hybridsearch.rechunk import documents_from_chunks, scan_sorted, to_document
 

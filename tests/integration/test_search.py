@@ -6,10 +6,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch, helpers
 
 from hybridsearch import SearchClient
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import EngineClient
 from hybridsearch.errors import IndexMismatch, IndexNotFound, QueryError
 from hybridsearch.indices import ensure_index
 from hybridsearch.query.filters import AllOf, NoneOf, Range, Term
@@ -46,7 +46,7 @@ CORPUS: dict[str, tuple[str, list[str], str, str, str, dict[str, str]]] = {
 _VECTORS: dict[str, list[float]] = {}
 
 
-def index_corpus(es: Elasticsearch, settings: Settings, embedder: Embedder,
+def index_corpus(es: EngineClient, settings: Settings, embedder: Embedder,
                  corpus: dict[str, Any] | None = None) -> str:
     """Create the versioned index + alias for ``settings`` and bulk-write the test chunks; returns the index."""
     name = ensure_index(es, settings)
@@ -60,12 +60,12 @@ def index_corpus(es: Elasticsearch, settings: Settings, embedder: Embedder,
             actions.append({"_index": name, "_id": chunk_id, "doc_id": doc_id, "chunk_id": chunk_id, "title": title,
                             "text": text, "embedding": _VECTORS[key], "source": source, "tenant": tenant,
                             "ingested_at": date, "position": pos, "metadata": meta, "content_hash": f"h-{chunk_id}"})
-    helpers.bulk(es, actions, refresh=True)
+    es.bulk(actions, refresh=True)
     return name
 
 
 @pytest.fixture()
-def client(es: Elasticsearch, settings: Settings, embedder: Embedder) -> Iterator[SearchClient]:
+def client(es: EngineClient, settings: Settings, embedder: Embedder) -> Iterator[SearchClient]:
     index_corpus(es, settings, embedder)
     c = SearchClient(es, settings, embedder=embedder)
     yield c
@@ -101,7 +101,7 @@ def test_bm25_and_dense_modes_report_only_their_stage(client: SearchClient) -> N
     assert dense.hits[0].doc_id == "d2" and dense.hits[0].bm25 is None and dense.hits[0].knn is not None
 
 
-def test_chunks_of_one_document_collapse_to_its_best_chunk(es: Elasticsearch, settings: Settings,
+def test_chunks_of_one_document_collapse_to_its_best_chunk(es: EngineClient, settings: Settings,
                                                            embedder: Embedder) -> None:
     index_corpus(es, settings, embedder)
     with SearchClient(es, settings, embedder=embedder) as c:
@@ -136,7 +136,7 @@ def test_typed_filters_range_metadata_and_negation(client: SearchClient) -> None
     assert set(ids(res)) == {"d2", "d3", "d12"}
 
 
-def test_tenant_setting_always_filters(es: Elasticsearch, settings: Settings, embedder: Embedder) -> None:
+def test_tenant_setting_always_filters(es: EngineClient, settings: Settings, embedder: Embedder) -> None:
     index_corpus(es, settings, embedder)
     scoped = settings.model_copy(update={"index": settings.index.model_copy(update={"tenant": "globex"})})
     with SearchClient(es, scoped, embedder=embedder) as c:
@@ -200,7 +200,7 @@ def test_bad_queries_get_our_errors_and_long_ones_are_truncated(client: SearchCl
     assert odd.hits[0].doc_id == "d5" and not odd.truncated_query and odd.query == "coffee beans brewed 🙂"
 
 
-def test_missing_alias_and_model_mismatch_are_our_errors(es: Elasticsearch, settings: Settings,
+def test_missing_alias_and_model_mismatch_are_our_errors(es: EngineClient, settings: Settings,
                                                         embedder: Embedder) -> None:
     with SearchClient(es, settings, embedder=embedder) as c, pytest.raises(IndexNotFound, match="hsp ingest"):
         c.search("bees")

@@ -5,16 +5,16 @@ from __future__ import annotations
 import json
 
 import pytest
-from elasticsearch import Elasticsearch
 from test_search import index_corpus
 
 from hybridsearch.cli.main import main
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import EngineClient
 from hybridsearch.settings import Settings
 
 
 @pytest.fixture()
-def env(es: Elasticsearch, settings: Settings, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> Settings:
+def env(es: EngineClient, settings: Settings, embedder: Embedder, monkeypatch: pytest.MonkeyPatch) -> Settings:
     index_corpus(es, settings, embedder)
     monkeypatch.setenv("HSP_INDEX__PREFIX", settings.index.prefix)
     monkeypatch.setenv("HSP_QUERY__LOG_QUERIES", "false")

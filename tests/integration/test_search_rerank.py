@@ -7,12 +7,11 @@ import time
 from collections.abc import Sequence
 
 import pytest
-from elasticsearch import AsyncElasticsearch, Elasticsearch
 from test_search import index_corpus
 
 from hybridsearch import AsyncSearchClient, SearchClient
-from hybridsearch.cluster import make_async_client, make_client
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import AsyncEngineClient, EngineClient, connect, connect_async
 from hybridsearch.errors import ClusterUnavailable, RerankerError
 from hybridsearch.query.assemble import query_hash
 from hybridsearch.settings import Settings, load_settings
@@ -63,12 +62,12 @@ def _with(settings: Settings, **query: object) -> Settings:
 
 
 @pytest.fixture()
-def tuned(es: Elasticsearch, settings: Settings, embedder: Embedder) -> Settings:
+def tuned(es: EngineClient, settings: Settings, embedder: Embedder) -> Settings:
     index_corpus(es, settings, embedder)
     return _with(settings)
 
 
-def test_reranker_reorders_the_top_depth_only(es: Elasticsearch, tuned: Settings, embedder: Embedder) -> None:
+def test_reranker_reorders_the_top_depth_only(es: EngineClient, tuned: Settings, embedder: Embedder) -> None:
     plain = SearchClient(es, tuned, embedder=embedder).search(QUERY, k=8, explain=True)
     rr = Reverse()
     with SearchClient(es, tuned, embedder=embedder, reranker=rr) as c:
@@ -94,7 +93,7 @@ def test_reranker_reorders_the_top_depth_only(es: Elasticsearch, tuned: Settings
     (Broken(), "reranker error: model exploded"),
     (ShortAnswer(), "reranker error: reranker returned 1 scores for 4 passages"),
 ])
-def test_failing_reranker_degrades_to_fused_order(es: Elasticsearch, tuned: Settings, embedder: Embedder,
+def test_failing_reranker_degrades_to_fused_order(es: EngineClient, tuned: Settings, embedder: Embedder,
                                                   reranker: object, reason: str) -> None:
     fused = SearchClient(es, tuned, embedder=embedder).search(QUERY, k=8)
     with SearchClient(es, tuned, embedder=embedder, reranker=reranker) as c:  # type: ignore[arg-type]
@@ -104,7 +103,7 @@ def test_failing_reranker_degrades_to_fused_order(es: Elasticsearch, tuned: Sett
     assert all(h.rerank is None for h in res.hits)
 
 
-def test_query_log_is_written_in_the_background(es: Elasticsearch, tuned: Settings, embedder: Embedder) -> None:
+def test_query_log_is_written_in_the_background(es: EngineClient, tuned: Settings, embedder: Embedder) -> None:
     logged = _with(tuned, log_queries=True)
     with SearchClient(es, logged, embedder=embedder) as c:
         nested = {"all_of": [{"source": "wiki"}, {"range": {"position": {"gte": 0}}},
@@ -120,11 +119,11 @@ def test_query_log_is_written_in_the_background(es: Elasticsearch, tuned: Settin
     assert hyb["top_ids"] == [h.doc_id for h in res.hits] and hyb["hits"] == 3 and hyb["reranked"] is False
     assert hyb["filters"]["bool"]["filter"][0] == {"term": {"source": "wiki"}} and hyb["latency_ms"]["total"] > 0
     assert docs["bm25"]["zero_hits"] is True
-    mapping = es.indices.get_mapping(index=logged.index.query_log).body[logged.index.query_log]["mappings"]
+    mapping = es.indices.get_mapping(index=logged.index.query_log)[logged.index.query_log]["mappings"]
     assert mapping["dynamic"] == "strict"  # the logger created the index with its mappings, not by auto-create
 
 
-def test_redacted_query_log_keeps_only_the_hash(es: Elasticsearch, tuned: Settings, embedder: Embedder) -> None:
+def test_redacted_query_log_keeps_only_the_hash(es: EngineClient, tuned: Settings, embedder: Embedder) -> None:
     logged = _with(tuned, log_queries=True, redact=True)
     with SearchClient(es, logged, embedder=embedder) as c:
         c.search("secret patient name", k=3)
@@ -133,10 +132,10 @@ def test_redacted_query_log_keeps_only_the_hash(es: Elasticsearch, tuned: Settin
     assert "query" not in doc and doc["query_hash"] == query_hash("secret patient name")
 
 
-def test_full_query_log_queue_drops_and_counts(es: Elasticsearch, tuned: Settings) -> None:
+def test_full_query_log_queue_drops_and_counts(es: EngineClient, tuned: Settings) -> None:
     from hybridsearch.query.querylog import QueryLogger
 
-    ql = QueryLogger(make_client(load_settings(es_url="http://127.0.0.1:1", es={"max_retries": 0}).es), tuned,
+    ql = QueryLogger(connect(load_settings(es_url="http://127.0.0.1:1", es={"max_retries": 0}).es), tuned,
                      max_queue=2)
     accepted = [ql.submit({"mode": "bm25"}) for _ in range(200)]
     assert not all(accepted) and ql.dropped == accepted.count(False) > 0
@@ -144,12 +143,12 @@ def test_full_query_log_queue_drops_and_counts(es: Elasticsearch, tuned: Setting
     assert ql.failed + ql.dropped + ql.written == 200 and ql.written == 0  # unreachable cluster: none written
 
 
-def test_async_client_matches_sync_and_degrades_the_same(es: Elasticsearch, tuned: Settings,
+def test_async_client_matches_sync_and_degrades_the_same(es: EngineClient, tuned: Settings,
                                                          embedder: Embedder) -> None:
     sync = SearchClient(es, tuned, embedder=embedder).search(QUERY, k=6, filters={"source": "wiki"})
 
     async def run() -> tuple[list[str], str | None, list[str], bool]:
-        aes: AsyncElasticsearch = make_async_client(tuned.es)
+        aes: AsyncEngineClient = connect_async(tuned.es)
         async with AsyncSearchClient(aes, tuned, embedder=embedder, reranker=Slow()) as c:
             res = await c.search(QUERY, k=6, filters={"source": "wiki"})
             rr = await AsyncSearchClient(aes, tuned, embedder=embedder, reranker=Reverse()).search(QUERY, k=6)
@@ -164,12 +163,12 @@ def test_async_client_matches_sync_and_degrades_the_same(es: Elasticsearch, tune
 
 def test_unreachable_cluster_is_our_error(settings: Settings, embedder: Embedder) -> None:
     down = load_settings(es_url="http://127.0.0.1:1", es={"max_retries": 0}, query={"log_queries": False})
-    with SearchClient(make_client(down.es), down, embedder=embedder) as c, \
+    with SearchClient(connect(down.es), down, embedder=embedder) as c, \
             pytest.raises(ClusterUnavailable, match=r"es-local\.sh"):
         c.search("bees")
 
     async def run() -> None:
-        aes = make_async_client(down.es)
+        aes = connect_async(down.es)
         try:
             await AsyncSearchClient(aes, down, embedder=embedder).search("bees")
         finally:
@@ -179,7 +178,7 @@ def test_unreachable_cluster_is_our_error(settings: Settings, embedder: Embedder
         asyncio.run(run())
 
 
-def test_warm_up_loads_models_and_ignores_a_broken_reranker(es: Elasticsearch, tuned: Settings,
+def test_warm_up_loads_models_and_ignores_a_broken_reranker(es: EngineClient, tuned: Settings,
                                                            embedder: Embedder) -> None:
     rr = Reverse()
     with SearchClient(es, tuned, embedder=embedder, reranker=rr) as c:
@@ -190,7 +189,7 @@ def test_warm_up_loads_models_and_ignores_a_broken_reranker(es: Elasticsearch, t
         assert c.search(QUERY, k=3).rerank_reason == "reranker error: model exploded"
 
     async def run() -> list[list[str]]:
-        aes = make_async_client(tuned.es)
+        aes = connect_async(tuned.es)
         arr = Reverse()
         async with AsyncSearchClient(aes, tuned, embedder=embedder, reranker=arr) as ac:
             await ac.warm_up()

@@ -18,14 +18,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from elasticsearch import Elasticsearch
 from test_tenant import TEAM_A, TEAM_B, docs, seen
 
 from hybridsearch import SearchClient, lifecycle
 from hybridsearch.cli.main import main
-from hybridsearch.cluster import make_client
 from hybridsearch.doctor import check_access
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import EngineClient, connect
 from hybridsearch.errors import ClusterError, PermissionDenied
 from hybridsearch.ingest.pipeline import delete_documents, run_ingest
 from hybridsearch.settings import Settings, load_settings
@@ -43,31 +42,31 @@ def as_user(sec: dict[str, str], user: str, prefix: str, tmp: Path, **query: Any
 
 
 @pytest.fixture()
-def prefixes(admin: Elasticsearch) -> Iterator[tuple[str, str]]:
+def prefixes(admin: EngineClient) -> Iterator[tuple[str, str]]:
     """A fresh (team-a-…, team-b-…) pair of prefixes, deleted afterwards by the superuser."""
     tag = uuid.uuid4().hex[:8]
     pair = (f"team-a-{tag}", f"team-b-{tag}")
     yield pair
     for p in pair:
-        admin.options(ignore_status=404).indices.delete(index=f"{p}-*", expand_wildcards="all")
+        admin.indices.delete(index=f"{p}-*", expand_wildcards="all")
 
 
 @pytest.fixture(scope="module")
-def admin(security_env: dict[str, str]) -> Iterator[Elasticsearch]:
+def admin(security_env: dict[str, str]) -> Iterator[EngineClient]:
     """The superuser of the secured node (from its security.env, whatever HSP_ES_URL says)."""
     s = security_env
-    client = make_client(load_settings(es_url=s["HSP_ES_URL"], es={
+    client = connect(load_settings(es_url=s["HSP_ES_URL"], es={
         "username": s["HSP_ES__USERNAME"], "password": s["HSP_ES__PASSWORD"], "ca_certs": s["HSP_ES__CA_CERTS"]}).es)
     yield client
     client.close()
 
 
-def snapshot(admin: Elasticsearch, prefix: str) -> dict[str, Any]:
+def snapshot(admin: EngineClient, prefix: str) -> dict[str, Any]:
     """Everything of ``prefix`` another team could change: indices (settings, mappings, aliases), their
     document counts, and any index template whose name or patterns start with the prefix."""
-    admin.options(ignore_status=404).indices.refresh(index=f"{prefix}-*", expand_wildcards="all")
-    indices = admin.indices.get(index=f"{prefix}-*", expand_wildcards="all").body
-    templates = [t for t in admin.indices.get_index_template().body["index_templates"]
+    admin.indices.refresh(index=f"{prefix}-*", expand_wildcards="all")
+    indices = admin.indices.get(index=f"{prefix}-*", expand_wildcards="all")
+    templates = [t for t in admin.indices.get_index_template()["index_templates"]
                  if t["name"].startswith(prefix) or any(p.startswith(prefix)
                                                        for p in t["index_template"]["index_patterns"])]
     return {"indices": indices, "counts": {n: admin.count(index=n)["count"] for n in indices},
@@ -97,20 +96,20 @@ def use_cli_as(monkeypatch: pytest.MonkeyPatch, sec: dict[str, str], user: str |
 
 # --------------------------------------------------------------------------------------------- teams
 
-def test_team_credentials_change_nothing_of_another_team(security_env: dict[str, str], admin: Elasticsearch,
+def test_team_credentials_change_nothing_of_another_team(security_env: dict[str, str], admin: EngineClient,
                                                          prefixes: tuple[str, str], embedder: Embedder,
                                                          tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     sec, (_, b_prefix) = security_env, prefixes
     b = as_user(sec, "team-b", b_prefix, tmp_path)
-    assert run_ingest(docs(TEAM_B), b, es=make_client(b.es), embedder=embedder).failed == 0
+    assert run_ingest(docs(TEAM_B), b, es=connect(b.es), embedder=embedder).failed == 0
     before = snapshot(admin, b_prefix)
     assert before["indices"] and before["counts"][b.index.versioned(1)] == 3
 
     # team A's credentials pointed at team B's prefix, asking for another shard count (issue 15, item 2)
     a_on_b = as_user(sec, "team-a", b_prefix, tmp_path).model_copy(
         update={"index": b.index.model_copy(update={"shards": 3})})
-    a_es = make_client(a_on_b.es)
+    a_es = connect(a_on_b.es)
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "note.txt").write_text("Team A writes where it must not.", encoding="utf-8")
     use_cli_as(monkeypatch, sec, "team-a", b_prefix, HSP_INDEX__SHARDS="3")
@@ -132,7 +131,7 @@ def test_team_credentials_change_nothing_of_another_team(security_env: dict[str,
                     lambda: delete_documents(["recipes"], a_on_b, es=a_es)):
         with pytest.raises(ClusterError, match=r"403|may not"):
             attempt()
-    # searching: Elasticsearch hides B's alias from A (its lookup answers 404), or refuses (403)
+    # searching: EngineClient hides B's alias from A (its lookup answers 404), or refuses (403)
     with SearchClient(a_es, a_on_b, embedder=embedder) as client, pytest.raises(ClusterError,
                                                                                 match=r"403|does not exist"):
         client.search("sourdough", rerank=False)
@@ -142,20 +141,20 @@ def test_team_credentials_change_nothing_of_another_team(security_env: dict[str,
         assert "403" in str(exc)  # ...or the status is refused outright
 
     assert snapshot(admin, b_prefix) == before  # nothing of team B changed
-    with SearchClient(make_client(b.es), b, embedder=embedder) as client:
+    with SearchClient(connect(b.es), b, embedder=embedder) as client:
         assert ("recipes", "Sourdough") in seen(client, "sourdough starter rye flour")
 
 
 def test_a_team_role_is_enough_for_everything_on_its_own_prefix(
-        security_env: dict[str, str], admin: Elasticsearch, prefixes: tuple[str, str], embedder: Embedder,
+        security_env: dict[str, str], admin: EngineClient, prefixes: tuple[str, str], embedder: Embedder,
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     sec, (a_prefix, b_prefix) = security_env, prefixes
     b = as_user(sec, "team-b", b_prefix, tmp_path)
-    run_ingest(docs(TEAM_B), b, es=make_client(b.es), embedder=embedder)
+    run_ingest(docs(TEAM_B), b, es=connect(b.es), embedder=embedder)
     before_b = snapshot(admin, b_prefix)
 
     a = as_user(sec, "team-a", a_prefix, tmp_path)
-    a_es = make_client(a.es)
+    a_es = connect(a.es)
     result = run_ingest(docs(TEAM_A), a, es=a_es, embedder=embedder)
     assert result.failed == 0 and result.documents == 3
     assert admin.count(index=a.index.ingest_runs)["count"] == 1  # the run was recorded
@@ -182,15 +181,15 @@ def test_a_team_role_is_enough_for_everything_on_its_own_prefix(
 # --------------------------------------------------------------------------------------------- read-only
 
 def test_read_only_searcher_searches_and_sees_status_but_cannot_write(
-        security_env: dict[str, str], admin: Elasticsearch, prefixes: tuple[str, str], embedder: Embedder,
+        security_env: dict[str, str], admin: EngineClient, prefixes: tuple[str, str], embedder: Embedder,
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     sec, (a_prefix, _) = security_env, prefixes
     a = as_user(sec, "team-a", a_prefix, tmp_path)
-    run_ingest(docs(TEAM_A), a, es=make_client(a.es), embedder=embedder)
+    run_ingest(docs(TEAM_A), a, es=connect(a.es), embedder=embedder)
     before = snapshot(admin, a_prefix)
 
     reader = as_user(sec, "searcher-a", a_prefix, tmp_path, log_queries=True)
-    r_es = make_client(reader.es)
+    r_es = connect(reader.es)
     with SearchClient(r_es, reader, embedder=embedder) as client:
         assert ("oncall", "On-call rota") in seen(client, "pager handover monday")
         assert client.query_log is not None and client.query_log.flush(10)

@@ -12,11 +12,10 @@ from typing import Any
 
 import pytest
 import yaml
-from elasticsearch import ApiError, Elasticsearch
 
 from hybridsearch import SearchClient, lifecycle
-from hybridsearch.cluster import make_client
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import API_ERRORS, EngineClient, connect, status_of
 from hybridsearch.errors import PermissionDenied
 from hybridsearch.indices import alias_targets
 from hybridsearch.ingest.pipeline import run_ingest
@@ -49,7 +48,7 @@ def seen(client: SearchClient, query: str, **kw: Any) -> set[tuple[str, str | No
     return {(h.doc_id, h.title) for h in client.search(query, k=10, rerank=False, **kw).hits}
 
 
-def test_two_tenants_in_one_index_see_only_their_own_documents(es: Elasticsearch, settings: Settings,
+def test_two_tenants_in_one_index_see_only_their_own_documents(es: EngineClient, settings: Settings,
                                                                  embedder: Embedder) -> None:
     a, b = tenant(settings, "team-a"), tenant(settings, "team-b")
     assert run_ingest(docs(TEAM_A), a, es=es, embedder=embedder).failed == 0
@@ -87,14 +86,14 @@ def test_two_tenants_in_one_index_see_only_their_own_documents(es: Elasticsearch
         assert ("shared-id", "Coffee beans") in seen(cb2, "coffee")
 
 
-def test_prefixes_keep_teams_apart(es: Elasticsearch, settings: Settings, embedder: Embedder) -> None:
+def test_prefixes_keep_teams_apart(es: EngineClient, settings: Settings, embedder: Embedder) -> None:
     other = settings.model_copy(update={"index": settings.index.model_copy(
         update={"prefix": f"{settings.index.prefix}-x"})})
     try:
         run_ingest(docs(TEAM_A), settings, es=es, embedder=embedder)
         run_ingest(docs(TEAM_B), other, es=es, embedder=embedder)
         for s, corpus in ((settings, TEAM_A), (other, TEAM_B)):
-            names = {n for n in es.indices.get(index=f"{s.index.prefix}-*").body if not n.startswith(
+            names = {n for n in es.indices.get(index=f"{s.index.prefix}-*") if not n.startswith(
                 f"{s.index.prefix}-x-") or s is other}
             assert s.index.versioned(1) in names and s.index.ingest_runs in names
             assert s.index.query_log in names
@@ -103,18 +102,20 @@ def test_prefixes_keep_teams_apart(es: Elasticsearch, settings: Settings, embedd
         # the status of one prefix lists only its own versions
         assert [r.name for r in lifecycle.index_status(es, settings).indices] == [settings.index.versioned(1)]
     finally:
-        es.options(ignore_status=404).indices.delete(index=f"{other.index.prefix}-*", expand_wildcards="all")
+        es.indices.delete(index=f"{other.index.prefix}-*", expand_wildcards="all")
 
 
 # --------------------------------------------------------------------------------------------- API keys
 
-def security_enabled(es: Elasticsearch) -> tuple[bool, str]:
+def security_enabled(es: EngineClient) -> tuple[bool, str]:
     """Whether the cluster enforces security, and what the answer was (``_security/_authenticate`` works
     exactly when security is on; ``_xpack/usage`` fails on the integ-test zip either way)."""
+    if es.engine.kind != "elasticsearch":
+        return False, f"{es.engine.name} has no Elasticsearch security APIs"
     try:
-        who = es.security.authenticate().body
-    except ApiError as exc:
-        return False, f"xpack.security.enabled is false here (_security/_authenticate: HTTP {exc.meta.status})"
+        who = es.raw.security.authenticate().body
+    except API_ERRORS as exc:
+        return False, f"xpack.security.enabled is false here (_security/_authenticate: HTTP {status_of(exc)})"
     return True, f"security enabled, authenticated as {who.get('username')}"
 
 
@@ -127,31 +128,31 @@ def prefix_role(prefix: str) -> dict[str, Any]:
 
 
 @pytest.fixture()
-def prefix_api_key(es: Elasticsearch, settings: Settings) -> Iterator[str]:
+def prefix_api_key(es: EngineClient, settings: Settings) -> Iterator[str]:
     enabled, why = security_enabled(es)
     if not enabled:
         pytest.skip(f"cluster security is off, so API keys cannot be restricted: {why}")
     try:
-        key = es.security.create_api_key(name=f"hsp-test-{uuid.uuid4().hex[:8]}",
+        key = es.raw.security.create_api_key(name=f"hsp-test-{uuid.uuid4().hex[:8]}",
                                          role_descriptors={"team": prefix_role(settings.index.prefix)},
                                          expiration="1h").body
-    except ApiError as exc:
-        if exc.meta.status == 400 and "pattern_capture" in str(exc.body):
+    except API_ERRORS as exc:
+        if status_of(exc) == 400 and "pattern_capture" in str(exc):
             pytest.skip("this node cannot create API keys: POST /_security/api_key answered 400 Unknown filter "
                         "type [pattern_capture] (the integ-test zip lacks analysis-common, which the .security "
                         "index needs); the same role descriptors are exercised as file-realm users by "
                         "test_security.py, and a wrong API key's 401 by test_security.py too")
         raise
     yield str(key["encoded"])
-    es.security.invalidate_api_key(ids=[key["id"]])
+    es.raw.security.invalidate_api_key(ids=[key["id"]])
 
 
-def test_api_key_restricted_to_the_prefix_is_enough(es: Elasticsearch, settings: Settings, embedder: Embedder,
+def test_api_key_restricted_to_the_prefix_is_enough(es: EngineClient, settings: Settings, embedder: Embedder,
                                                      prefix_api_key: str) -> None:
     team = load_settings(es_url=settings.es.url, es={"api_key": prefix_api_key},
                          index={"prefix": settings.index.prefix}, query={"log_queries": False},
                          ingest={"dead_letter_dir": str(settings.ingest.dead_letter_dir)})
-    team_es = make_client(team.es)
+    team_es = connect(team.es)
     result = run_ingest(docs(TEAM_A), team, es=team_es, embedder=embedder)
     assert result.failed == 0 and result.documents == 3
     with SearchClient(team_es, team, embedder=embedder) as client:
@@ -163,4 +164,4 @@ def test_api_key_restricted_to_the_prefix_is_enough(es: Elasticsearch, settings:
         with pytest.raises(PermissionDenied, match=r"missing index privileges"):
             run_ingest(docs(TEAM_B), outsider, es=team_es, embedder=embedder)
     finally:
-        es.options(ignore_status=404).indices.delete(index=f"{outsider.index.prefix}-*", expand_wildcards="all")
+        es.indices.delete(index=f"{outsider.index.prefix}-*", expand_wildcards="all")

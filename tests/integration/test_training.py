@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from elasticsearch import Elasticsearch
 
 from hybridsearch.cli.main import main
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import EngineClient
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
 from hybridsearch.rerank.card import read_card
@@ -55,7 +55,7 @@ def write_collection(root: Path) -> list[Document]:
 
 
 @pytest.fixture()
-def collection(tmp_path: Path, es: Elasticsearch, settings: Settings, embedder: Embedder) -> Path:
+def collection(tmp_path: Path, es: EngineClient, settings: Settings, embedder: Embedder) -> Path:
     root = tmp_path / "mini"
     docs = write_collection(root)
     result = run_ingest(docs, settings, es=es, embedder=embedder)
@@ -64,7 +64,7 @@ def collection(tmp_path: Path, es: Elasticsearch, settings: Settings, embedder: 
     return root
 
 
-def test_index_miner_gives_hybrid_candidates_and_best_chunks(collection: Path, es: Elasticsearch, settings: Settings,
+def test_index_miner_gives_hybrid_candidates_and_best_chunks(collection: Path, es: EngineClient, settings: Settings,
                                                              embedder: Embedder) -> None:
     miner = IndexMiner(es, settings, embedder)
     cands = miner.candidates("what is known about asthma attacks?", 5)
@@ -77,7 +77,7 @@ def test_index_miner_gives_hybrid_candidates_and_best_chunks(collection: Path, e
 
 
 def test_train_reranker_trains_a_servable_model_from_train_queries_only(
-    collection: Path, es: Elasticsearch, settings: Settings, embedder: Embedder, tiny_cross_encoder: Path,
+    collection: Path, es: EngineClient, settings: Settings, embedder: Embedder, tiny_cross_encoder: Path,
     tmp_path: Path,
 ) -> None:
     from sentence_transformers import CrossEncoder

@@ -8,7 +8,7 @@ import pkgutil
 import pytest
 
 import hybridsearch
-from hybridsearch.cluster import make_async_client
+from hybridsearch.engine import connect_async
 from hybridsearch.settings import load_settings
 
 MODULES = sorted(m.name for m in pkgutil.walk_packages(hybridsearch.__path__, prefix="hybridsearch."))
@@ -24,7 +24,7 @@ def test_every_module_imports(name: str) -> None:
 
 
 async def _build_and_close() -> None:
-    client = make_async_client(load_settings(es_url="http://127.0.0.1:1").es)
+    client = connect_async(load_settings(es_url="http://127.0.0.1:1").es)
     await client.close()
 
 

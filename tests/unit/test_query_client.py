@@ -8,7 +8,7 @@ import pytest
 
 import hybridsearch.rerank
 from hybridsearch import SearchClient
-from hybridsearch.cluster import make_client
+from hybridsearch.engine import connect
 from hybridsearch.errors import RerankerError
 from hybridsearch.query.assemble import Window
 from hybridsearch.query.build import plan
@@ -61,7 +61,7 @@ def test_factory_failure_degrades_with_a_reason(monkeypatch: pytest.MonkeyPatch,
 
 
 def test_no_reranker_and_not_requested() -> None:
-    with SearchClient(make_client(_settings().es), _settings()) as c:
+    with SearchClient(connect(_settings().es), _settings()) as c:
         assert _reason(c) == "no reranker configured"
         window = Window(candidates=[], depths={})
         assert c._rerank_skip(plan(c.query, None, "q", rerank=False), window)
@@ -82,5 +82,5 @@ class Recommends(Fixed):
 ])
 def test_rerank_blend_setting_then_model_recommendation_then_one(setting: float | None, recommended: object,
                                                                   used: float) -> None:
-    with SearchClient(make_client(_settings().es), _settings(blend=setting), reranker=Recommends(recommended)) as c:
+    with SearchClient(connect(_settings().es), _settings(blend=setting), reranker=Recommends(recommended)) as c:
         assert c.rerank_blend() == used

@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from hybridsearch import AsyncSearchClient, SearchClient
+from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, Dialect
 from hybridsearch.errors import ClusterError, ClusterUnavailable, IndexNotFound
 from hybridsearch.mappings import load_template
 from hybridsearch.query.results import RerankOutcome, SearchResult
@@ -34,39 +35,33 @@ def recording(name: str) -> dict[str, Any]:
     return body
 
 
-class Answer:
-    def __init__(self, body: Any) -> None:
-        self.body = body
-
-
 class FakeIndices:
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, dialect: Dialect) -> None:
         self.alias = settings.index.alias
-        self.mappings = load_template("chunks", settings)["template"]["mappings"]
+        self.mappings = load_template("chunks", settings, dialect)["template"]["mappings"]
 
-    def get_alias(self, name: str) -> Answer:
-        return Answer({INDEX: {"aliases": {self.alias: {"is_write_index": True}}}})
+    def get_alias(self, name: str) -> dict[str, Any]:
+        return {INDEX: {"aliases": {self.alias: {"is_write_index": True}}}}
 
-    def get_mapping(self, index: str) -> Answer:
-        return Answer({INDEX: {"mappings": self.mappings}})
+    def get_mapping(self, index: str) -> dict[str, Any]:
+        return {INDEX: {"mappings": self.mappings}}
 
 
 class FakeES:
-    """The I/O seam: what the sync client calls on ``elasticsearch.Elasticsearch``."""
+    """The I/O seam: what the sync client calls on :class:`hybridsearch.engine.EngineClient`."""
 
-    def __init__(self, settings: Settings, answer: dict[str, Any] | Exception) -> None:
-        self.indices = FakeIndices(settings)
+    def __init__(self, settings: Settings, answer: dict[str, Any] | Exception,
+                 dialect: Dialect = ELASTICSEARCH) -> None:
+        self.dialect = dialect
+        self.indices = FakeIndices(settings, dialect)
         self.answer = answer
         self.sent: list[list[dict[str, Any]]] = []
 
-    def options(self, **kwargs: object) -> FakeES:
-        return self
-
-    def msearch(self, searches: list[dict[str, Any]]) -> Answer:
+    def msearch(self, searches: list[dict[str, Any]]) -> dict[str, Any]:
         self.sent.append(searches)
         if isinstance(self.answer, Exception):
             raise self.answer
-        return Answer(self.answer)
+        return self.answer
 
     def close(self) -> None:
         pass
@@ -76,24 +71,25 @@ class FakeAsyncIndices:
     def __init__(self, sync: FakeIndices) -> None:
         self.sync = sync
 
-    async def get_alias(self, name: str) -> Answer:
+    async def get_alias(self, name: str) -> dict[str, Any]:
         return self.sync.get_alias(name)
 
-    async def get_mapping(self, index: str) -> Answer:
+    async def get_mapping(self, index: str) -> dict[str, Any]:
         return self.sync.get_mapping(index)
 
 
 class FakeAsyncES:
-    """The same seam for ``elasticsearch.AsyncElasticsearch``."""
+    """The same seam for :class:`hybridsearch.engine.AsyncEngineClient`."""
 
     def __init__(self, sync: FakeES) -> None:
         self.sync = sync
+        self.dialect = sync.dialect
         self.indices = FakeAsyncIndices(sync.indices)
 
-    def options(self, **kwargs: object) -> FakeAsyncES:
-        return self
+    async def detect(self) -> None:
+        pass
 
-    async def msearch(self, searches: list[dict[str, Any]]) -> Answer:
+    async def msearch(self, searches: list[dict[str, Any]]) -> dict[str, Any]:
         return self.sync.msearch(searches)
 
     async def close(self) -> None:
@@ -129,11 +125,11 @@ def settings() -> Settings:
                          reranker={"timeout": 0.3})
 
 
-def both(answer: dict[str, Any] | Exception, reranker: Scores | None = None, **search: Any
-         ) -> tuple[SearchResult, SearchResult, FakeES]:
+def both(answer: dict[str, Any] | Exception, reranker: Scores | None = None, dialect: Dialect = ELASTICSEARCH,
+         **search: Any) -> tuple[SearchResult, SearchResult, FakeES]:
     """The same search through both clients on the same recorded answer."""
     s = settings()
-    es = FakeES(s, answer)
+    es = FakeES(s, answer, dialect)
     with SearchClient(es, s, embedder=FixedVectors(), reranker=reranker) as sync:  # type: ignore[arg-type]
         one = sync.search("how do bees find food", **search)
 
@@ -160,6 +156,22 @@ def test_hybrid_recording_is_fused_alike_by_both_clients() -> None:
     bm25_body, knn_body = es.sent[0][1], es.sent[0][3]
     assert es.sent[0][0] == {"index": "rec-chunks"} and "multi_match" in json.dumps(bm25_body)
     assert len(knn_body["knn"]["query_vector"]) == 384 and es.sent[0] == es.sent[1]
+
+
+def test_opensearch_gets_the_knn_query_clause_and_fuses_alike() -> None:
+    """OpenSearch answers _msearch in the same format; only the kNN request differs (the ``knn`` query clause
+    with a ``filter`` and ``ef_search`` for ``num_candidates``)."""
+    es_result = both(recording("hybrid"), rerank=False)[0]
+    sync, async_, es = both(recording("hybrid"), rerank=False, dialect=OPENSEARCH)
+    assert same(sync, async_) and same(sync, es_result)
+    knn_body = es.sent[0][3]
+    assert "knn" not in knn_body and set(knn_body["query"]) == {"knn"}
+    clause = knn_body["query"]["knn"]["embedding"]
+    q = settings().query
+    assert len(clause["vector"]) == 384 and clause["k"] == q.knn_k * q.knn_overfetch
+    assert clause["method_parameters"] == {"ef_search": max(q.num_candidates, clause["k"])}
+    assert {"term": {"doc_id": "x"}} not in clause["filter"]["bool"]["filter"] and clause["filter"]["bool"]["filter"]
+    assert es.sent[0][1] == both(recording("hybrid"), rerank=False)[2].sent[0][1]  # the BM25 body is the same
 
 
 def test_reranker_reorders_the_top() -> None:

@@ -37,12 +37,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
-    from hybridsearch.cluster import make_client
     from hybridsearch.demo import SAMPLE_QUERIES, stdlib_documents
     from hybridsearch.embedding import Embedder
+    from hybridsearch.engine import connect
     from hybridsearch.query.client import SearchClient, auto_reranker
 
-    es = make_client(settings.es)
+    es = connect(settings.es)
     embedder = Embedder(settings.embedding)
     if not args.skip_ingest:
         from hybridsearch.ingest.pipeline import run_ingest

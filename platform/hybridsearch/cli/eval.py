@@ -85,8 +85,8 @@ def _check_args(args: argparse.Namespace) -> list[str]:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Handler of ``hsp eval``; returns 0, or 1 when the baseline gate fails."""
-    from hybridsearch.cluster import make_client
     from hybridsearch.embedding import Embedder
+    from hybridsearch.engine import connect
     from hybridsearch.eval.datasets import load_collection
     from hybridsearch.eval.harness import evaluate_collection
     from hybridsearch.eval.prepare import eval_settings
@@ -99,7 +99,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     s = eval_settings(settings, args.prefix or f"eval-{collection.name}")
     console.print(styled((collection.name, "bold"), f" {collection.split}: {len(collection)} judged queries · "
                          "index prefix ", (s.index.prefix, "cyan"), f" · modes {', '.join(modes)}"))
-    es = make_client(s.es)
+    es = connect(s.es)
     embedder = Embedder(s.embedding)
     try:
         with Progress(TextColumn("{task.description:>14}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

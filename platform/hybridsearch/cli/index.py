@@ -13,7 +13,7 @@ from rich.table import Table
 from hybridsearch import lifecycle
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
-from hybridsearch.cluster import make_client
+from hybridsearch.engine import connect
 from hybridsearch.errors import ConfigError
 from hybridsearch.indices import index_meta
 from hybridsearch.settings import ChunkingSettings, Settings
@@ -82,7 +82,7 @@ def _options(opts: dict[str, Any]) -> str:
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    es = make_client(settings.es)
+    es = connect(settings.es)
     status = lifecycle.index_status(es, settings)
     if args.json:
         print(json.dumps(status.as_dict(), indent=2, default=str))
@@ -111,7 +111,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
-    es = make_client(settings.es)
+    es = connect(settings.es)
     name = lifecycle.create_version(es, settings, args.version)
     live = lifecycle.current_index(es, settings)
     console.print(styled("created ", (name, "bold"), f" ({settings.embedding.model}, {settings.embedding.dims} dims)"
@@ -120,7 +120,7 @@ def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
-    es = make_client(settings.es)
+    es = connect(settings.es)
     embedding = settings.embedding
     if args.to_model or args.dims:
         embedding = lifecycle.embedding_settings_for(args.to_model or embedding.model, embedding, args.dims)
@@ -173,7 +173,7 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
-    es = make_client(settings.es)
+    es = connect(settings.es)
     old, new = lifecycle.rollback(es, settings, args.to_version)
     console.print(styled(f"alias {settings.index.alias}: {old} → ", (new, "bold")))
     meta = index_meta(es, new)
@@ -183,7 +183,7 @@ def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_drop(args: argparse.Namespace, settings: Settings) -> int:
-    es = make_client(settings.es)
+    es = connect(settings.es)
     name = lifecycle.drop_version(es, settings, args.version)
     console.print(f"deleted {name}")
     return 0

@@ -14,9 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from elasticsearch import Elasticsearch
-
-from hybridsearch.cluster import cluster_info
+from hybridsearch.engine import EngineClient, cluster_info
 from hybridsearch.errors import HybridSearchError
 from hybridsearch.eval.datasets import Collection
 from hybridsearch.eval.metrics import evaluate
@@ -98,7 +96,7 @@ class Evaluation:
 
 
 def evaluate_collection(
-    es: Elasticsearch,
+    es: EngineClient,
     settings: Settings,
     collection: Collection,
     modes: Sequence[str],

@@ -16,10 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from elasticsearch import Elasticsearch
 from pydantic import ValidationError
 
-from hybridsearch.cluster import es_errors
+from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
 from hybridsearch.indices import alias_targets, ensure_index, expected_meta, swap_alias
 from hybridsearch.mappings import index_options
@@ -77,15 +76,15 @@ class IndexChoice:
     signature: dict[str, Any]
 
 
-def choose_index(es: Elasticsearch, settings: Settings, *, create: bool = True) -> IndexChoice:
+def choose_index(es: EngineClient, settings: Settings, *, create: bool = True) -> IndexChoice:
     """Point ``settings.index.alias`` at an index that fits ``settings``, creating one when none does.
 
     Raises IndexNotFound when none fits and ``create`` is false, ClusterError for cluster failures.
     """
     alias = settings.index.alias
     want = build_signature(settings)
-    with es_errors(f"list indices {alias}-v*"):
-        mappings = es.indices.get_mapping(index=f"{alias}-v*", allow_no_indices=True).body
+    with engine_errors(f"list indices {alias}-v*"):
+        mappings = es.indices.get_mapping(index=f"{alias}-v*", allow_no_indices=True)
     fitting = sorted((i for i, m in mappings.items() if index_signature(m["mappings"]) == want),
                      key=lambda i: _version_of(i, alias))
     current = alias_targets(es, alias)
@@ -104,17 +103,17 @@ def choose_index(es: Elasticsearch, settings: Settings, *, create: bool = True) 
     return IndexChoice(name, "created", want)
 
 
-def index_counts(es: Elasticsearch, index: str) -> dict[str, int]:
+def index_counts(es: EngineClient, index: str) -> dict[str, int]:
     """Chunks and distinct documents in ``index`` (after a refresh)."""
-    with es_errors(f"count {index}"):
+    with engine_errors(f"count {index}"):
         es.indices.refresh(index=index)
         body = es.search(index=index, size=0, track_total_hits=True,
-                         aggs={"docs": {"cardinality": {"field": "doc_id", "precision_threshold": 40000}}}).body
+                         aggs={"docs": {"cardinality": {"field": "doc_id", "precision_threshold": 40000}}})
     return {"chunks": int(body["hits"]["total"]["value"]), "documents": int(body["aggregations"]["docs"]["value"])}
 
 
 def ingest_corpus(
-    es: Elasticsearch, settings: Settings, corpus: Path | Iterable[Document], *,
+    es: EngineClient, settings: Settings, corpus: Path | Iterable[Document], *,
     embedder: Embedder | None = None, progress: bool = False,
 ) -> dict[str, Any]:
     """Ingest ``corpus`` (a path, or Documents) through the alias; unchanged documents are skipped.

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from elasticsearch import Elasticsearch
 from pydantic import BaseModel, ValidationError
 
+from hybridsearch.engine import EngineClient
 from hybridsearch.errors import ConfigError
 from hybridsearch.eval.datasets import Collection
 from hybridsearch.eval.metrics import METRICS, evaluate
@@ -58,7 +58,7 @@ class Trial(BaseModel):
 
 
 def run_sweep(
-    es: Elasticsearch, settings: Settings, collection: Collection, modes: Sequence[str],
+    es: EngineClient, settings: Settings, collection: Collection, modes: Sequence[str],
     knobs: list[tuple[str, list[str]]], *, embedder: Embedder | None = None, k: int = 100,
     ignore_identical_ids: bool = True,
 ) -> list[Trial]:

@@ -34,10 +34,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from elasticsearch import Elasticsearch, helpers
-
 from hybridsearch.access import chunk_names, require_privileges
-from hybridsearch.cluster import es_errors, make_client
+from hybridsearch.engine import EngineClient, connect, engine_errors
 from hybridsearch.errors import ClusterError
 from hybridsearch.indices import alias_targets
 from hybridsearch.ingest.writer import WriteReport, write_actions
@@ -70,7 +68,7 @@ def _doc_filter(doc_ids: list[str], tenant: str | None) -> list[dict[str, Any]]:
     return flt
 
 
-def stored_chunks(es: Elasticsearch, index: str, hashes: dict[str, str], tenant: str | None) -> dict[str, Stored]:
+def stored_chunks(es: EngineClient, index: str, hashes: dict[str, str], tenant: str | None) -> dict[str, Stored]:
     """``{doc_id: Stored}`` for the documents of ``hashes`` (``doc_id → content_hash`` being ingested);
     documents with no chunk are left out. Sees what is searchable: the index is refreshed when a run starts."""
     found: dict[str, Stored] = {}
@@ -78,8 +76,8 @@ def stored_chunks(es: Elasticsearch, index: str, hashes: dict[str, str], tenant:
         return found
     query = {"query": {"bool": {"filter": _doc_filter(list(hashes), tenant)}},
              "_source": ["doc_id", "content_hash", PENDING_FIELD]}
-    with es_errors("look up stored chunks"):
-        for h in helpers.scan(es, index=index, query=query, size=1000):
+    with engine_errors("look up stored chunks"):
+        for h in es.scan(index=index, query=query, size=1000):
             src = h["_source"]
             s = found.setdefault(src["doc_id"], Stored())
             s.ids.add(h["_id"])
@@ -90,7 +88,7 @@ def stored_chunks(es: Elasticsearch, index: str, hashes: dict[str, str], tenant:
     return found
 
 
-def hide(es: Elasticsearch, index: str, run_id: str, chunks: Iterable[tuple[str, str]], cfg: IngestSettings
+def hide(es: EngineClient, index: str, run_id: str, chunks: Iterable[tuple[str, str]], cfg: IngestSettings
          ) -> WriteReport:
     """Set ``pending_run`` on ``chunks`` (``(_id, doc_id)`` pairs), taking them out of every search."""
     actions = [{"_op_type": "update", "_index": index, "_id": i, "_doc_id": d, "doc": {PENDING_FIELD: run_id}}
@@ -98,7 +96,7 @@ def hide(es: Elasticsearch, index: str, run_id: str, chunks: Iterable[tuple[str,
     return write_actions(es, actions, cfg) if actions else WriteReport()
 
 
-def commit(es: Elasticsearch, index: str, run_id: str, docs: list[Staged], cfg: IngestSettings
+def commit(es: EngineClient, index: str, run_id: str, docs: list[Staged], cfg: IngestSettings
            ) -> tuple[WriteReport, WriteReport]:
     """Delete the surplus chunks of ``docs``, then make the rest visible in one request, chunk 0 of each last.
 
@@ -116,20 +114,19 @@ def commit(es: Elasticsearch, index: str, run_id: str, docs: list[Staged], cfg: 
     return deletes, flips
 
 
-def existing_chunk_ids(es: Elasticsearch, index: str, doc_ids: list[str], tenant: str | None = None
+def existing_chunk_ids(es: EngineClient, index: str, doc_ids: list[str], tenant: str | None = None
                        ) -> list[tuple[str, str]]:
     """``(_id, doc_id)`` of every chunk of ``doc_ids`` in ``index`` (searchable ones; refresh first)."""
-    with es_errors("list chunks"):
-        return [(h["_id"], h["_source"]["doc_id"]) for h in helpers.scan(
-            es, index=index, query={"query": {"bool": {"filter": _doc_filter(doc_ids, tenant)}},
-                                    "_source": ["doc_id"]}, size=1000)]
+    with engine_errors("list chunks"):
+        query = {"query": {"bool": {"filter": _doc_filter(doc_ids, tenant)}}, "_source": ["doc_id"]}
+        return [(h["_id"], h["_source"]["doc_id"]) for h in es.scan(index=index, query=query, size=1000)]
 
 
-def delete_documents(doc_ids: Iterable[str], settings: Settings, es: Elasticsearch | None = None) -> int:
+def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClient | None = None) -> int:
     """Delete every chunk of ``doc_ids`` (visible or pending) from the indices behind the read alias;
     returns chunks deleted. Unknown ids delete nothing. Raises PermissionDenied before deleting anything
     when the credentials may not, ClusterError otherwise."""
-    es = es or make_client(settings.es)
+    es = es or connect(settings.es)
     require_privileges(es, chunk_names(settings), ("read", "delete"),
                        f"delete documents of prefix {settings.index.prefix}")
     ids = list(dict.fromkeys(doc_ids))
@@ -138,7 +135,7 @@ def delete_documents(doc_ids: Iterable[str], settings: Settings, es: Elasticsear
         return 0
     deleted = 0
     for index in targets:
-        with es_errors(f"refresh {index}"):
+        with engine_errors(f"refresh {index}"):
             es.indices.refresh(index=index)
         for start in range(0, len(ids), 500):
             found = existing_chunk_ids(es, index, ids[start:start + 500], settings.index.tenant)
@@ -147,6 +144,6 @@ def delete_documents(doc_ids: Iterable[str], settings: Settings, es: Elasticsear
             if rep.failures:
                 raise ClusterError(f"{len(rep.failures)} chunks could not be deleted: {rep.failures[0].reason}")
             deleted += rep.deleted
-        with es_errors(f"refresh {index}"):
+        with engine_errors(f"refresh {index}"):
             es.indices.refresh(index=index)
     return deleted

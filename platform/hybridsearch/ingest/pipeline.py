@@ -24,11 +24,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from elasticsearch import Elasticsearch
-
 from hybridsearch.chunker_signature import chunker_signature
-from hybridsearch.cluster import es_errors, make_client
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import EngineClient, connect, engine_errors
 from hybridsearch.errors import ClusterError, ConfigError, HybridSearchError, ModelError
 from hybridsearch.indices import ensure_index
 from hybridsearch.ingest.commit import Staged, commit
@@ -110,7 +108,7 @@ def _check_embedder(embedder: Embedder, want: EmbeddingSettings) -> None:
                          f"({want.model}, {want.dims} dims)")
 
 
-def run_ingest(documents: Input, settings: Settings, *, es: Elasticsearch | None = None,
+def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None = None,
                embedder: Embedder | None = None, progress: bool = False, shard: tuple[int, int] | None = None,
                fields: RecordFields | None = None) -> IngestResult:
     """Ingest ``documents`` (a path, or Documents) into the chunk index; returns the run's counts.
@@ -125,7 +123,7 @@ def run_ingest(documents: Input, settings: Settings, *, es: Elasticsearch | None
     """
     if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
         raise ConfigError(f"shard {shard[0]}/{shard[1]} is not i/N with 0 <= i < N")
-    es = es or make_client(settings.es)
+    es = es or connect(settings.es)
     embedder = embedder or Embedder(settings.embedding)
     _check_embedder(embedder, settings.embedding)
     index = ensure_index(es, settings)
@@ -156,8 +154,8 @@ def run_ingest(documents: Input, settings: Settings, *, es: Elasticsearch | None
     return result
 
 
-def _refresh(es: Elasticsearch, index: str) -> None:
-    with es_errors(f"refresh {index}"):
+def _refresh(es: EngineClient, index: str) -> None:
+    with engine_errors(f"refresh {index}"):
         es.indices.refresh(index=index)
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from hybridsearch.cluster import es_errors
 from hybridsearch.embedding import Embedder
+from hybridsearch.engine import engine_errors
 from hybridsearch.ingest.chunking import Tokenizer
 from hybridsearch.ingest.commit import Stored, hide, stored_chunks
 from hybridsearch.ingest.ids import chunk_id, shard_of
@@ -95,9 +95,9 @@ class Preparer:
         """Split ``docs`` into work (new, changed or not committed) and unchanged."""
         run = self.run
         query = self._filter([d.doc_id for d in docs], {"term": {"position": 0}})
-        with es_errors("look up existing chunks"):
+        with engine_errors("look up existing chunks"):
             hits = run.es.search(index=run.index, query=query, size=len(docs) * 4,
-                                 source_includes=["doc_id", "content_hash"]).body["hits"]["hits"]
+                                 source_includes=["doc_id", "content_hash"])["hits"]["hits"]
         done = {(h["_id"], h["_source"].get("content_hash")) for h in hits}
         same = [d for d in docs if (chunk_id(d.doc_id, 0, run.signature, run.tenant), d.content_hash) in done]
         rest = [d for d in docs if d not in same]
@@ -109,8 +109,8 @@ class Preparer:
         run = self.run
         work, same = self.lookup(docs)
         if same:
-            with es_errors("count unchanged chunks"):
-                n = int(run.es.count(index=run.index, query=self._filter([d.doc_id for d in same])).body["count"])
+            with engine_errors("count unchanged chunks"):
+                n = int(run.es.count(index=run.index, query=self._filter([d.doc_id for d in same]))["count"])
             run.count(documents_skipped=len(same), unchanged=n)
         self._hide(work)
         batch = Batch()

@@ -18,9 +18,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from elasticsearch import Elasticsearch
-
-from hybridsearch.cluster import es_errors
+from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import HybridSearchError
 from hybridsearch.settings import Settings
 
@@ -107,20 +105,20 @@ def is_dead(record: dict[str, Any], host: str, at: datetime) -> bool:
     return record.get("host") == host and not pid_alive(int(record.get("pid") or 0))
 
 
-def mark_killed(es: Elasticsearch, settings: Settings) -> list[str]:
+def mark_killed(es: EngineClient, settings: Settings) -> list[str]:
     """Rewrite the ``running`` records of dead runs (:func:`is_dead`) as ``killed``; returns their ids."""
     runs, host, at = settings.index.ingest_runs, socket.gethostname(), datetime.now(UTC)
-    with es_errors(f"look for unfinished runs in {runs}"):
+    with engine_errors(f"look for unfinished runs in {runs}"):
         if not es.indices.exists(index=runs):
             return []
         es.indices.refresh(index=runs)
-        hits = es.search(index=runs, query={"term": {"status": "running"}}, size=1000).body["hits"]["hits"]
+        hits = es.search(index=runs, query={"term": {"status": "running"}}, size=1000)["hits"]["hits"]
     killed = []
     for h in hits:
         if not is_dead(h["_source"], host, at):
             continue
         last = h["_source"].get("heartbeat_at") or h["_source"].get("started_at")
-        with es_errors(f"mark run {h['_id']} killed"):
+        with engine_errors(f"mark run {h['_id']} killed"):
             es.update(index=runs, id=h["_id"], doc={"status": "killed", "ended_at": last, "@timestamp": last},
                       refresh="wait_for")
         log.warning("ingest run %s (host %s, pid %s) stopped without finishing: recorded as killed",
@@ -135,7 +133,7 @@ class RunRecord:
     Failures to write it are logged, never raised: the record must not stop an ingest.
     """
 
-    def __init__(self, es: Elasticsearch, settings: Settings, result: IngestResult, lock: threading.Lock) -> None:
+    def __init__(self, es: EngineClient, settings: Settings, result: IngestResult, lock: threading.Lock) -> None:
         self.es, self.index, self.result, self.lock = es, settings.index.ingest_runs, result, lock
         self.settings = settings
         self._stop = threading.Event()
@@ -145,7 +143,7 @@ class RunRecord:
         with self.lock:
             doc = self.result.summary_doc()
         try:
-            with es_errors("store ingest run"):
+            with engine_errors("store ingest run"):
                 self.es.index(index=self.index, id=self.result.run_id, document=doc,
                               refresh="wait_for" if refresh else None)
         except HybridSearchError as exc:

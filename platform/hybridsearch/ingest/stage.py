@@ -18,8 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from elasticsearch import Elasticsearch
-
+from hybridsearch.engine import EngineClient
 from hybridsearch.ingest.chunking import HFTokenizer
 from hybridsearch.ingest.writer import DeadLetter, WriteReport, write_actions
 from hybridsearch.settings import IngestSettings
@@ -78,7 +77,7 @@ class EmbedWriter(Generic[B]):
     raises is raised here, from :meth:`run`. ``embed_seconds`` adds up the time spent embedding.
     """
 
-    def __init__(self, es: Elasticsearch, index: str, cfg: IngestSettings, encode: Encode, *,
+    def __init__(self, es: EngineClient, index: str, cfg: IngestSettings, encode: Encode, *,
                  after: Callable[[B, WriteReport], None],
                  on_embed_error: Callable[[B, Exception], None] | None = None,
                  depth: int = 1, name: str = "hsp-writer") -> None:

@@ -8,9 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from elasticsearch import Elasticsearch
-
 from hybridsearch.chunker_signature import chunker_signature
+from hybridsearch.engine import EngineClient
 from hybridsearch.ingest.commit import Stored
 from hybridsearch.ingest.runs import IngestResult
 from hybridsearch.ingest.sources import Document
@@ -41,7 +40,7 @@ class Batch(ChunkBatch):
 class RunState:
     """State shared by the stages of one run (prepare thread, embedder, writer thread)."""
 
-    def __init__(self, settings: Settings, es: Elasticsearch, index: str, result: IngestResult,
+    def __init__(self, settings: Settings, es: EngineClient, index: str, result: IngestResult,
                  shard: tuple[int, int] | None) -> None:
         self.settings, self.es, self.index = settings, es, index
         self.result, self.shard = result, shard

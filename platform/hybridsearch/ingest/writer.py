@@ -18,9 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import elasticsearch
-from elasticsearch import Elasticsearch, helpers
-
+from hybridsearch.engine import UNREACHABLE, EngineClient
 from hybridsearch.errors import ClusterUnavailable
 from hybridsearch.jsonl import BadLine, parse_lines
 from hybridsearch.settings import IngestSettings
@@ -77,7 +75,7 @@ def _reason(item: dict[str, Any]) -> str:
     return str(err) if err else f"HTTP {item.get('status')}"
 
 
-def write_actions(es: Elasticsearch, actions: Sequence[dict[str, Any]], cfg: IngestSettings, *,
+def write_actions(es: EngineClient, actions: Sequence[dict[str, Any]], cfg: IngestSettings, *,
                   stop: threading.Event | None = None, sleep: Callable[[float], None] = time.sleep,
                   chunk_size: int | None = None) -> WriteReport:
     """Bulk-apply ``actions`` (each with ``_op_type``, ``_index``, ``_id`` and, for index ops, ``_source``
@@ -93,8 +91,8 @@ def write_actions(es: Elasticsearch, actions: Sequence[dict[str, Any]], cfg: Ing
         answered: set[str] = set()
         unreachable: Exception | None = None
         try:
-            for ok, result in helpers.streaming_bulk(
-                es, [_strip(a) for a in pending], chunk_size=chunk_size or cfg.bulk_chunk_size, max_retries=0,
+            for ok, result in es.streaming_bulk(
+                [_strip(a) for a in pending], chunk_size=chunk_size or cfg.bulk_chunk_size, max_retries=0,
                 raise_on_error=False, raise_on_exception=False,
             ):
                 op, item = next(iter(result.items()))
@@ -118,7 +116,7 @@ def write_actions(es: Elasticsearch, actions: Sequence[dict[str, Any]], cfg: Ing
                     retry.append((action, _reason(item), status))
                 else:
                     report.failures.append(_failure(action, _reason(item), status))
-        except (elasticsearch.ConnectionError, elasticsearch.ConnectionTimeout, elasticsearch.TransportError) as exc:
+        except UNREACHABLE as exc:
             unreachable = exc
             retry.extend((a, f"cluster unreachable: {exc}", None) for a in pending if a["_id"] not in answered)
         if not retry:

@@ -11,6 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
+from hybridsearch.engine.dialect import ELASTICSEARCH, Dialect
 from hybridsearch.errors import QueryError
 from hybridsearch.pending import visible_only
 from hybridsearch.query.filters import Filter, filter_clauses, filter_summary
@@ -119,23 +120,22 @@ def bm25_body(q: QuerySettings, p: Plan) -> dict[str, Any]:
     return body
 
 
-def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float]) -> dict[str, Any]:
-    """Top-level ``knn`` with the same filters (:func:`search_filters`) as a pre-filter, returning up to
-    ``knn_k`` hits.
+def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float], dialect: Dialect = ELASTICSEARCH) -> dict[str, Any]:
+    """The engine's kNN search (``dialect``: Elasticsearch's top-level ``knn``, OpenSearch's ``knn`` query) with
+    the same filters (:func:`search_filters`) as a pre-filter, returning up to ``knn_k`` hits.
 
     With ``collapse`` the search gathers ``knn_k × knn_overfetch`` nearest chunks (``k``) and keeps the best
     chunk of each document, so about ``knn_k`` distinct documents remain; ``num_candidates`` is at least ``k``.
     """
     k = min(10_000, math.ceil(q.knn_k * q.knn_overfetch)) if q.collapse else q.knn_k
-    knn: dict[str, Any] = {"field": "embedding", "query_vector": [float(x) for x in vector], "k": k,
-                           "num_candidates": min(10_000, max(q.num_candidates, k)), "filter": search_filters(p)}
     body = _common(q, q.knn_k)
-    body["knn"] = knn
+    body.update(dialect.knn_search("embedding", list(vector), k, min(10_000, max(q.num_candidates, k)),
+                                   search_filters(p)))
     return body
 
 
-def searches(q: QuerySettings, alias: str, p: Plan, vector: Iterable[float] | None
-             ) -> tuple[list[str], list[dict[str, Any]]]:
+def searches(q: QuerySettings, alias: str, p: Plan, vector: Iterable[float] | None,
+             dialect: Dialect = ELASTICSEARCH) -> tuple[list[str], list[dict[str, Any]]]:
     """Names of the lists (``bm25``/``knn``) and the ``_msearch`` header/body lines on ``alias``, in one round
     trip."""
     names: list[str] = []
@@ -148,5 +148,5 @@ def searches(q: QuerySettings, alias: str, p: Plan, vector: Iterable[float] | No
         if vector is None:
             raise QueryError(f"mode {p.mode} needs a query vector")
         names.append("knn")
-        lines += [header, knn_body(q, p, vector)]
+        lines += [header, knn_body(q, p, vector, dialect)]
     return names, lines

@@ -17,9 +17,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Self
 
-from elasticsearch import AsyncElasticsearch, Elasticsearch
-
-from hybridsearch.cluster import es_errors, make_async_client, make_client
+from hybridsearch.engine import AsyncEngineClient, Dialect, EngineClient, connect, connect_async, engine_errors
 from hybridsearch.errors import HybridSearchError, RerankerError
 from hybridsearch.indices import check_mapping, get_aliases, single_target
 from hybridsearch.query.assemble import (
@@ -98,9 +96,9 @@ class _Core:
     def _index_stale(self) -> bool:
         return self._index is None or time.monotonic() - self._index_checked_at > INDEX_RECHECK_S
 
-    def _checked_index(self, index: str, mappings: Mapping[str, Any]) -> str:
+    def _checked_index(self, index: str, mappings: Mapping[str, Any], dialect: Dialect) -> str:
         """Remember ``index`` (the alias's one target, see ``indices.single_target``) once its mapping fits."""
-        check_mapping(index, next(iter(mappings.values()))["mappings"], self.settings)
+        check_mapping(index, next(iter(mappings.values()))["mappings"], self.settings, dialect)
         self._index, self._index_checked_at = index, time.monotonic()
         return index
 
@@ -172,15 +170,16 @@ class _Core:
         self._owns_es = True
         return self
 
-    def _start_log(self, es: Elasticsearch) -> None:
+    def _start_log(self, es: EngineClient) -> None:
         if self.log_queries:
             self.query_log = QueryLogger(es, self.settings)
 
     def _plan(self, query: str, **kwargs: Any) -> Plan:
         return plan(self.query, self.settings.index.tenant, query, **kwargs)
 
-    def _searches(self, p: Plan, vector: np.ndarray | None) -> tuple[list[str], list[dict[str, Any]]]:
-        return searches(self.query, self.settings.index.alias, p, vector)
+    def _searches(self, p: Plan, vector: np.ndarray | None, dialect: Dialect
+                  ) -> tuple[list[str], list[dict[str, Any]]]:
+        return searches(self.query, self.settings.index.alias, p, vector, dialect)
 
 
 class SearchClient(_Core):
@@ -190,7 +189,7 @@ class SearchClient(_Core):
     ``reranker`` defaults to none. Thread-safe. Close it (or use ``with``) to flush the query log.
     """
 
-    def __init__(self, es: Elasticsearch, settings: Settings, *, embedder: Embedder | None = None,
+    def __init__(self, es: EngineClient, settings: Settings, *, embedder: Embedder | None = None,
                  reranker: Reranker | None = None, no_reranker_reason: str | None = None,
                  query: QuerySettings | None = None, log_queries: bool | None = None) -> None:
         super().__init__(settings, embedder, reranker, no_reranker_reason, query, log_queries)
@@ -204,7 +203,7 @@ class SearchClient(_Core):
                       embedder: Embedder | None = None) -> SearchClient:
         """A client on ``settings`` (default: the environment); reranker from ``make_reranker`` when not given."""
         settings, reranker, reason = cls._defaults(settings, reranker)
-        return cls(make_client(settings.es), settings, embedder=embedder, reranker=reranker,
+        return cls(connect(settings.es), settings, embedder=embedder, reranker=reranker,
                    no_reranker_reason=reason)._owning()
 
     def index(self) -> str:
@@ -215,9 +214,9 @@ class SearchClient(_Core):
             assert self._index is not None
             return self._index
         index = single_target(self.settings.index.alias, get_aliases(self.es, self.settings.index.alias))
-        with es_errors(f"get mapping of {index}"):
-            mappings = self.es.indices.get_mapping(index=index).body
-        return self._checked_index(index, mappings)
+        with engine_errors(f"get mapping of {index}"):
+            mappings = self.es.indices.get_mapping(index=index)
+        return self._checked_index(index, mappings, self.es.dialect)
 
     def _window(self, p: Plan, t: Timings) -> tuple[str, Window, float]:
         index = self.index()
@@ -226,10 +225,10 @@ class SearchClient(_Core):
             t0 = time.perf_counter()
             vector = self._encode(p.query)
             t.embed_ms = _ms(t0)
-        names, lines = self._searches(p, vector)
+        names, lines = self._searches(p, vector, self.es.dialect)
         t0 = time.perf_counter()
-        with es_errors(f"search {self.settings.index.alias}"):
-            responses = self.es.msearch(searches=lines).body["responses"]
+        with engine_errors(f"search {self.settings.index.alias}"):
+            responses = self.es.msearch(searches=lines)["responses"]
         t.search_ms = _ms(t0)
         window, fuse_ms = self._fuse(names, responses)
         t0 = time.perf_counter()
@@ -313,15 +312,15 @@ class AsyncSearchClient(_Core):
     synchronous client of its own in its background thread.
     """
 
-    def __init__(self, es: AsyncElasticsearch, settings: Settings, *, embedder: Embedder | None = None,
+    def __init__(self, es: AsyncEngineClient, settings: Settings, *, embedder: Embedder | None = None,
                  reranker: Reranker | None = None, no_reranker_reason: str | None = None,
                  query: QuerySettings | None = None, log_queries: bool | None = None) -> None:
         super().__init__(settings, embedder, reranker, no_reranker_reason, query, log_queries)
         self.es = es
         self._owns_es = False
-        self._log_es: Elasticsearch | None = None
+        self._log_es: EngineClient | None = None
         if self.log_queries:
-            self._log_es = make_client(settings.es)
+            self._log_es = connect(settings.es)
             self._start_log(self._log_es)
 
     @classmethod
@@ -329,7 +328,7 @@ class AsyncSearchClient(_Core):
                       embedder: Embedder | None = None) -> AsyncSearchClient:
         """Like :meth:`SearchClient.from_settings`, on an ``AsyncElasticsearch`` client."""
         settings, reranker, reason = cls._defaults(settings, reranker)
-        return cls(make_async_client(settings.es), settings, embedder=embedder, reranker=reranker,
+        return cls(connect_async(settings.es), settings, embedder=embedder, reranker=reranker,
                    no_reranker_reason=reason)._owning()
 
     async def index(self) -> str:
@@ -338,12 +337,13 @@ class AsyncSearchClient(_Core):
             assert self._index is not None
             return self._index
         alias = self.settings.index.alias
-        with es_errors(f"resolve alias {alias}"):
-            body = (await self.es.options(ignore_status=404).indices.get_alias(name=alias)).body
+        with engine_errors(f"resolve alias {alias}"):
+            await self.es.detect()
+            body = await self.es.indices.get_alias(name=alias)
         index = single_target(alias, body)
-        with es_errors(f"get mapping of {index}"):
-            mappings = (await self.es.indices.get_mapping(index=index)).body
-        return self._checked_index(index, mappings)
+        with engine_errors(f"get mapping of {index}"):
+            mappings = await self.es.indices.get_mapping(index=index)
+        return self._checked_index(index, mappings, self.es.dialect)
 
     async def _window(self, p: Plan, t: Timings) -> tuple[str, Window, float]:
         index = await self.index()
@@ -352,10 +352,10 @@ class AsyncSearchClient(_Core):
             t0 = time.perf_counter()
             vector = await asyncio.to_thread(self._encode, p.query)
             t.embed_ms = _ms(t0)
-        names, lines = self._searches(p, vector)
+        names, lines = self._searches(p, vector, self.es.dialect)
         t0 = time.perf_counter()
-        with es_errors(f"search {self.settings.index.alias}"):
-            responses = (await self.es.msearch(searches=lines)).body["responses"]
+        with engine_errors(f"search {self.settings.index.alias}"):
+            responses = (await self.es.msearch(searches=lines))["responses"]
         t.search_ms = _ms(t0)
         window, fuse_ms = self._fuse(names, responses)
         t0 = time.perf_counter()

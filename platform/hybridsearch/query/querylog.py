@@ -13,10 +13,8 @@ import queue
 import threading
 from typing import Any
 
-from elasticsearch import Elasticsearch, helpers
-
 from hybridsearch.access import require_privileges
-from hybridsearch.cluster import es_errors
+from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.indices import create_index, index_body
 from hybridsearch.settings import Settings
 
@@ -27,7 +25,7 @@ _STOP = object()
 class QueryLogger:
     """Background writer of query-log documents (see the module docstring)."""
 
-    def __init__(self, es: Elasticsearch, settings: Settings, *, max_queue: int = 10_000, batch: int = 500) -> None:
+    def __init__(self, es: EngineClient, settings: Settings, *, max_queue: int = 10_000, batch: int = 500) -> None:
         self.es = es
         self.settings = settings
         self.index = settings.index.query_log
@@ -81,10 +79,10 @@ class QueryLogger:
         with guessed mappings); PermissionDenied when these credentials may not."""
         if self._index_ready:
             return
-        with es_errors(f"check {self.index}"):
+        with engine_errors(f"check {self.index}"):
             if not self.es.indices.exists(index=self.index):
                 require_privileges(self.es, [self.index], ("create_index",), f"create the query log {self.index}")
-                create_index(self.es, self.index, index_body("query_log", self.settings))
+                create_index(self.es, self.index, index_body("query_log", self.settings, self.es.dialect))
         self._index_ready = True
 
     def _run(self) -> None:
@@ -110,7 +108,7 @@ class QueryLogger:
             self._ensure_index()
             # op_type create: enough for a role granted only create_doc on its query log (append-only)
             actions = ({"_op_type": "create", "_index": self.index, "_source": d} for d in docs)
-            ok, errors = helpers.bulk(self.es, actions, raise_on_error=False, raise_on_exception=False, stats_only=True)
+            ok, errors = self.es.bulk(actions, raise_on_error=False, raise_on_exception=False, stats_only=True)
             self.written += int(ok)
             self.failed += int(errors) if isinstance(errors, int) else len(errors)
         except Exception as exc:  # noqa: BLE001 - logging must never break searching

@@ -12,9 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from elasticsearch import Elasticsearch
 
-from hybridsearch.cluster import es_errors
+from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.query.assemble import Rank, Window, stage_score
 from hybridsearch.query.build import Plan, bm25_body, search_filters
 from hybridsearch.query.results import WhyReport
@@ -26,7 +25,7 @@ class Probes:
     """What the probes need from the search client: the cluster, the alias searched, its query knobs, the
     rerank depth and the query encoder."""
 
-    es: Elasticsearch
+    es: EngineClient
     alias: str
     query: QuerySettings
     rerank_depth: int
@@ -43,7 +42,7 @@ def _doc_filter(p: Plan, doc_id: str, with_filters: bool) -> dict[str, Any]:
 def why_report(probes: Probes, p: Plan, index: str, window: Window, doc_id: str) -> WhyReport:
     """Build the :class:`WhyReport` for ``doc_id`` from a search's fused ``window``. Raises ClusterError."""
     es, alias = probes.es, probes.alias
-    with es_errors(f"count chunks of {doc_id}"):
+    with engine_errors(f"count chunks of {doc_id}"):
         total = int(es.count(index=alias, query=_doc_filter(p, doc_id, False))["count"])
         allowed = int(es.count(index=alias, query=_doc_filter(p, doc_id, True))["count"])
     pos = next((i for i, c in enumerate(window.candidates) if str(c.source.get("doc_id") or c.key) == doc_id), None)
@@ -88,7 +87,7 @@ def _probe_bm25(probes: Probes, p: Plan, doc_id: str, depth: int) -> str:
     body = bm25_body(probes.query, p)
     match = body["query"]["bool"]["must"][0] if "bool" in body["query"] else body["query"]
     alias = probes.alias
-    with es_errors("BM25 probe"):
+    with engine_errors("BM25 probe"):
         only_doc = _doc_filter(p, doc_id, True)["bool"]["filter"]
         res = probes.es.search(index=alias, size=1, source=False,
                                query={"bool": {"must": [match], "filter": only_doc}})
@@ -103,10 +102,10 @@ def _probe_bm25(probes: Probes, p: Plan, doc_id: str, depth: int) -> str:
 
 def _probe_knn(probes: Probes, p: Plan, doc_id: str, window: Window, depth: int) -> str:
     qv = probes.encode(p.query)
-    knn = {"field": "embedding", "query_vector": [float(x) for x in qv], "k": 1, "num_candidates": 100,
-           "filter": _doc_filter(p, doc_id, True)["bool"]["filter"]}
-    with es_errors("kNN probe"):
-        hits = probes.es.search(index=probes.alias, size=1, source=False, knn=knn)["hits"]["hits"]
+    knn = probes.es.dialect.knn_search("embedding", [float(x) for x in qv], 1, 100,
+                                       _doc_filter(p, doc_id, True)["bool"]["filter"])
+    with engine_errors("kNN probe"):
+        hits = probes.es.search(index=probes.alias, size=1, source=False, **knn)["hits"]["hits"]
     if not hits:
         return f"kNN: no chunk of {doc_id} has a vector"
     kept = [c.stages["knn"].score for c in window.candidates if "knn" in c.stages]

@@ -18,14 +18,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from hybridsearch.cluster import es_errors
+from hybridsearch.engine import engine_errors
 from hybridsearch.errors import ClusterError, ConfigError
 from hybridsearch.indices import resolve_index
 
 if TYPE_CHECKING:
-    from elasticsearch import Elasticsearch
-
     from hybridsearch.embedding import Embedder
+    from hybridsearch.engine import EngineClient
     from hybridsearch.settings import Settings
 
 Strategy = Literal["sample", "top"]
@@ -298,7 +297,7 @@ class IndexMiner:
     exactly what the reranker is given when serving. Raises IndexNotFound when the alias is missing.
     """
 
-    def __init__(self, es: Elasticsearch, settings: Settings, embedder: Embedder | None = None) -> None:
+    def __init__(self, es: EngineClient, settings: Settings, embedder: Embedder | None = None) -> None:
         from hybridsearch.query.client import SearchClient
 
         self.es = es
@@ -328,8 +327,8 @@ class IndexMiner:
                     "size": 1, "_source": ["doc_id", "title", "text"],
                     "query": {"bool": {"filter": filters, "should": [{"match": {"text": query}}]}},
                 })
-            with es_errors(f"fetch judged chunks from {self.settings.index.alias}"):
-                responses = self.es.msearch(searches=searches).body["responses"]
+            with engine_errors(f"fetch judged chunks from {self.settings.index.alias}"):
+                responses = self.es.msearch(searches=searches)["responses"]
             for (qid, _query, doc_id), resp in zip(part, responses, strict=True):
                 if "error" in resp:
                     raise ClusterError(f"fetching chunk of {doc_id} from {self.settings.index.alias}: {resp['error']}")

@@ -32,10 +32,10 @@ from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResul
 from hybridsearch.training.negatives import MinedData, ValidationQuery, load_split, mine
 
 if TYPE_CHECKING:
-    from elasticsearch import Elasticsearch
     from sentence_transformers import CrossEncoder
 
     from hybridsearch.embedding import Embedder
+    from hybridsearch.engine import EngineClient
     from hybridsearch.settings import Settings
 
 BLEND_GRID = tuple(round(0.05 * i, 2) for i in range(21))  # 0, 0.05, ..., 1
@@ -258,7 +258,7 @@ def _callbacks(model: Any, result: TrainResult, progress: bool, validating: bool
     return BestEpoch(), (Bar() if progress else None)
 
 
-def run_training(cfg: TrainingConfig, settings: Settings, *, es: Elasticsearch | None = None,
+def run_training(cfg: TrainingConfig, settings: Settings, *, es: EngineClient | None = None,
                  embedder: Embedder | None = None, progress: bool = True) -> dict[str, Any]:
     """Load the split, mine pairs from the index under ``settings.index.prefix``, train, save to
     ``cfg.out``; returns the card. Raises ConfigError (test split, bad collection, no pairs),
@@ -267,12 +267,12 @@ def run_training(cfg: TrainingConfig, settings: Settings, *, es: Elasticsearch |
     from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
     from rich.progress import Progress as RichProgress
 
-    from hybridsearch.cluster import make_client
+    from hybridsearch.engine import connect
     from hybridsearch.training.negatives import IndexMiner
 
     data = load_split(cfg.dataset, cfg.split, allow_test=cfg.allow_test, limit=cfg.limit_queries)
     own = es is None
-    client = es if es is not None else make_client(settings.es)
+    client = es if es is not None else connect(settings.es)
     try:
         miner = IndexMiner(client, settings, embedder)
         bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),

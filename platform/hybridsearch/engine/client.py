@@ -1,0 +1,307 @@
+"""``EngineClient`` and ``AsyncEngineClient``: the calls the platform makes, the same on every engine.
+
+Each method takes the platform's arguments, sends them to whichever library serves the engine in the one
+form both accept (a ``body`` plus query-string parameters) and returns plain JSON (``dict``/``list``). The
+engine is detected on the first call (:func:`~hybridsearch.engine.connect.detect`). Errors are the libraries'
+own: wrap calls in :func:`~hybridsearch.engine.errors.engine_errors` to get hybridsearch errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+import elasticsearch
+import elasticsearch.helpers
+import opensearchpy
+import opensearchpy.helpers
+
+from hybridsearch.engine.connect import (
+    EngineInfo,
+    detect,
+    es_async_client,
+    es_client,
+    os_async_client,
+    os_client,
+)
+from hybridsearch.engine.dialect import Dialect
+from hybridsearch.settings import ClusterSettings
+
+Json = dict[str, Any]
+
+
+def _plain(resp: Any) -> Any:
+    """The JSON of a response: ``elasticsearch`` wraps it (``.body``), ``opensearchpy`` does not."""
+    return resp.body if hasattr(resp, "body") else resp
+
+
+def _body(**fields: Any) -> Json:
+    """A request body from keyword fields, None values dropped; ``source`` is ``_source``."""
+    return {("_source" if k == "source" else k): v for k, v in fields.items() if v is not None}
+
+
+def _params(**params: Any) -> dict[str, Any]:
+    return {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in params.items() if v is not None}
+
+
+class EngineClient:
+    """One cluster, any engine: see the module docstring. ``close()`` when done (or use ``with``)."""
+
+    def __init__(self, cfg: ClusterSettings, *, max_retries: int | None = None,
+                 request_timeout: float | None = None) -> None:
+        self.cfg = cfg
+        self._retries, self._timeout = max_retries, request_timeout
+        self._es = es_client(cfg, max_retries, request_timeout)  # also asks which engine it is
+        self._os: opensearchpy.OpenSearch | None = None
+        self._engine: EngineInfo | None = None
+        self._lock = threading.Lock()
+        self.indices = _Indices(self)
+        self.cluster = _Cluster(self)
+        self.nodes = _Nodes(self)
+        self.cat = _Cat(self)
+        self.security = _Security(self)
+
+    # ---- which engine
+
+    @property
+    def engine(self) -> EngineInfo:
+        """The engine serving the cluster (asked once). Raises ClusterError."""
+        if self._engine is None:
+            with self._lock:
+                if self._engine is None:
+                    self._engine = detect(self.cfg, self._es)
+        return self._engine
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.engine.dialect
+
+    @property
+    def raw(self) -> Any:
+        """The library's client for this engine (``Elasticsearch`` or ``OpenSearch``)."""
+        if self.engine.kind == "elasticsearch":
+            return self._es
+        if self._os is None:
+            self._os = os_client(self.cfg, self._retries, self._timeout)
+        return self._os
+
+    # ---- documents and searches
+
+    def search(self, *, index: str, filter_path: str | None = None, **fields: Any) -> Json:
+        """``POST <index>/_search`` with ``fields`` as the body (``query``, ``knn``, ``size``, ``source``...)."""
+        resp: Json = _plain(self.raw.search(index=index, body=_body(**fields), **_params(filter_path=filter_path)))
+        return resp
+
+    def count(self, *, index: str, query: Mapping[str, Any] | None = None, min_score: float | None = None) -> Json:
+        body = _body(query=query) or None
+        resp: Json = _plain(self.raw.count(index=index, body=body, **_params(min_score=min_score)))
+        return resp
+
+    def msearch(self, *, searches: list[Json]) -> Json:
+        """``POST _msearch`` with header/body lines."""
+        resp: Json = _plain(self.raw.msearch(body=searches))
+        return resp
+
+    def index(self, *, index: str, id: str, document: Mapping[str, Any], refresh: bool | str | None = None) -> Json:
+        resp: Json = _plain(self.raw.index(index=index, id=id, body=dict(document), **_params(refresh=refresh)))
+        return resp
+
+    def update(self, *, index: str, id: str, doc: Mapping[str, Any], refresh: bool | str | None = None,
+               retry_on_conflict: int | None = None) -> Json:
+        resp: Json = _plain(self.raw.update(index=index, id=id, body={"doc": dict(doc)},
+                                            **_params(refresh=refresh, retry_on_conflict=retry_on_conflict)))
+        return resp
+
+    # ---- bulk helpers (each library's own, on its own client)
+
+    def streaming_bulk(self, actions: Iterable[Json], **kwargs: Any) -> Iterator[tuple[bool, Json]]:
+        """The library's ``helpers.streaming_bulk`` (same keyword arguments)."""
+        helpers = opensearchpy.helpers if self.engine.kind == "opensearch" else elasticsearch.helpers
+        yield from helpers.streaming_bulk(self.raw, actions, **kwargs)
+
+    def bulk(self, actions: Iterable[Json], **kwargs: Any) -> Any:
+        """The library's ``helpers.bulk`` (same keyword arguments)."""
+        helpers = opensearchpy.helpers if self.engine.kind == "opensearch" else elasticsearch.helpers
+        return helpers.bulk(self.raw, actions, **kwargs)
+
+    def scan(self, *, index: str, query: Json | None = None, size: int = 1000, scroll: str = "5m",
+             preserve_order: bool = False) -> Iterator[Json]:
+        """Every hit of ``query`` (a search body) on ``index``, by scroll (in ``query``'s sort order when
+        ``preserve_order``)."""
+        helpers = opensearchpy.helpers if self.engine.kind == "opensearch" else elasticsearch.helpers
+        yield from helpers.scan(self.raw, index=index, query=query, size=size, scroll=scroll,
+                                preserve_order=preserve_order)
+
+    # ---- lifetime
+
+    def close(self) -> None:
+        self._es.close()
+        if self._os is not None:
+            self._os.close()
+
+    def __enter__(self) -> EngineClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Namespace:
+    def __init__(self, client: EngineClient) -> None:
+        self._c = client
+
+
+class _Indices(_Namespace):
+    def create(self, *, index: str, settings: Json | None = None, mappings: Json | None = None,
+               aliases: Json | None = None) -> Json:
+        resp: Json = _plain(self._c.raw.indices.create(
+            index=index, body=_body(settings=settings, mappings=mappings, aliases=aliases)))
+        return resp
+
+    def put_settings(self, *, index: str, settings: Json) -> None:
+        self._c.raw.indices.put_settings(index=index, body=settings)
+
+    def get_index_template(self, *, name: str | None = None) -> Json:
+        """Composable index templates (``name`` may be a pattern; ``{"index_templates": []}`` when none)."""
+        resp: Json = _plain(self._c.raw.indices.get_index_template(name=name))
+        return resp
+
+    def delete(self, *, index: str, expand_wildcards: str | None = None) -> None:
+        """Delete ``index`` (a name or pattern; a pattern that matches nothing is no error)."""
+        self._c.raw.indices.delete(index=index, **_params(expand_wildcards=expand_wildcards))
+
+    def exists(self, *, index: str) -> bool:
+        return bool(self._c.raw.indices.exists(index=index))
+
+    def refresh(self, *, index: str, expand_wildcards: str | None = None) -> None:
+        self._c.raw.indices.refresh(index=index, **_params(expand_wildcards=expand_wildcards))
+
+    def get(self, *, index: str, expand_wildcards: str | None = None, allow_no_indices: bool | None = None,
+            filter_path: str | None = None) -> Json:
+        resp: Json = _plain(self._c.raw.indices.get(index=index, **_params(
+            expand_wildcards=expand_wildcards, allow_no_indices=allow_no_indices, filter_path=filter_path)))
+        return resp
+
+    def get_mapping(self, *, index: str, allow_no_indices: bool | None = None) -> Json:
+        resp: Json = _plain(self._c.raw.indices.get_mapping(index=index,
+                                                            **_params(allow_no_indices=allow_no_indices)))
+        return resp
+
+    def put_mapping(self, *, index: str, properties: Json) -> None:
+        self._c.raw.indices.put_mapping(index=index, body={"properties": properties})
+
+    def get_alias(self, *, name: str) -> Json:
+        """``GET _alias/<name>``; ``{}`` when the alias does not exist."""
+        if not self.exists_alias(name=name):
+            return {}
+        resp: Json = _plain(self._c.raw.indices.get_alias(name=name))
+        return resp
+
+    def exists_alias(self, *, name: str) -> bool:
+        return bool(self._c.raw.indices.exists_alias(name=name))
+
+    def update_aliases(self, *, actions: list[Json]) -> None:
+        self._c.raw.indices.update_aliases(body={"actions": actions})
+
+
+class _Cluster(_Namespace):
+    def health(self, *, index: str | None = None, wait_for_status: str | None = None,
+               timeout: str | None = None) -> Json:
+        resp: Json = _plain(self._c.raw.cluster.health(index=index, **_params(wait_for_status=wait_for_status,
+                                                                                timeout=timeout)))
+        return resp
+
+    def get_settings(self, *, include_defaults: bool = False, flat_settings: bool = False) -> Json:
+        resp: Json = _plain(self._c.raw.cluster.get_settings(**_params(include_defaults=include_defaults,
+                                                                       flat_settings=flat_settings)))
+        return resp
+
+
+class _Nodes(_Namespace):
+    def info(self, *, filter_path: str | None = None) -> Json:
+        resp: Json = _plain(self._c.raw.nodes.info(**_params(filter_path=filter_path)))
+        return resp
+
+    def stats(self, *, metric: str | None = None, filter_path: str | None = None) -> Json:
+        resp: Json = _plain(self._c.raw.nodes.stats(metric=metric, **_params(filter_path=filter_path)))
+        return resp
+
+
+class _Cat(_Namespace):
+    def indices(self, *, index: str, h: str, bytes: str = "b") -> list[Json]:
+        resp: list[Json] = _plain(self._c.raw.cat.indices(index=index, **_params(format="json", bytes=bytes, h=h)))
+        return resp
+
+
+class _Security(_Namespace):
+    def has_privileges(self, *, index: list[Json]) -> Json:
+        """Elasticsearch's ``_has_privileges``. OpenSearch has no such API: it answers with an error (as a
+        cluster without security does)."""
+        resp: Json = _plain(self._c.raw.transport.perform_request(
+            "POST", "/_security/user/_has_privileges", body={"index": index})) \
+            if self._c.engine.kind == "opensearch" else _plain(self._c.raw.security.has_privileges(index=index))
+        return resp
+
+
+class AsyncEngineClient:
+    """The asyncio calls of the search path (``msearch``, aliases, mappings) on any engine."""
+
+    def __init__(self, cfg: ClusterSettings, engine: EngineInfo | None = None) -> None:
+        self.cfg = cfg
+        self._engine = engine
+        self._raw: Any = None
+        self.indices = _AsyncIndices(self)
+
+    async def detect(self) -> EngineInfo:
+        """The engine (asked once, on a short-lived sync client in a worker thread)."""
+        if self._engine is None:
+            def ask() -> EngineInfo:
+                es = es_client(self.cfg)
+                try:
+                    return detect(self.cfg, es)
+                finally:
+                    es.close()
+            self._engine = await asyncio.to_thread(ask)
+        return self._engine
+
+    @property
+    def engine(self) -> EngineInfo:
+        if self._engine is None:
+            raise RuntimeError("await detect() first")
+        return self._engine
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.engine.dialect
+
+    async def raw(self) -> Any:
+        if self._raw is None:
+            engine = await self.detect()
+            self._raw = os_async_client(self.cfg) if engine.kind == "opensearch" else es_async_client(self.cfg)
+        return self._raw
+
+    async def msearch(self, *, searches: list[Json]) -> Json:
+        resp: Json = _plain(await (await self.raw()).msearch(body=searches))
+        return resp
+
+    async def close(self) -> None:
+        if self._raw is not None:
+            await self._raw.close()
+
+
+class _AsyncIndices:
+    def __init__(self, client: AsyncEngineClient) -> None:
+        self._c = client
+
+    async def get_alias(self, *, name: str) -> Json:
+        raw = await self._c.raw()
+        if not await raw.indices.exists_alias(name=name):
+            return {}
+        resp: Json = _plain(await raw.indices.get_alias(name=name))
+        return resp
+
+    async def get_mapping(self, *, index: str) -> Json:
+        resp: Json = _plain(await (await self._c.raw()).indices.get_mapping(index=index))
+        return resp

@@ -1,0 +1,163 @@
+"""What differs between the engines in the JSON we send: the vector field, the kNN clause, field types.
+
+Pure: no I/O and no client library. :class:`ElasticsearchDialect` serves Elasticsearch 8.12+ and 9.x (one
+mapping and query syntax); :class:`OpenSearchDialect` serves OpenSearch 2.17+/3.x with the k-NN plugin on its
+``lucene`` engine. Everything else the platform sends (BM25 ``multi_match``, filters, ``collapse``, aliases,
+``_bulk``, ``_msearch``) is the same on both and stays outside this module.
+
+The platform's settings speak Elasticsearch's vocabulary (``similarity: cosine``, ``index_options: int8_hnsw``);
+:meth:`Dialect.vector_field` renders them for the engine and :meth:`Dialect.vector_summary` reads an existing
+mapping back into that vocabulary, so checks compare like with like on every engine.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+from hybridsearch.errors import ConfigError
+
+EngineKind = Literal["elasticsearch", "opensearch"]
+
+
+@dataclass(frozen=True)
+class VectorSummary:
+    """A vector field's mapping in the settings' vocabulary: what the checks and ``hsp index status`` read."""
+
+    is_vector: bool
+    dims: int | None = None
+    similarity: str | None = None
+    #: ``{"type": "int8_hnsw", "m": 16, ...}``; OpenSearch adds ``engine`` (and ``mode`` when set)
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+class Dialect(Protocol):
+    """The engine-specific parts of index bodies and search bodies."""
+
+    kind: EngineKind
+    #: field type of free-form metadata (``flattened`` / ``flat_object``): term filters on ``metadata.<key>``
+    metadata_type: str
+
+    def vector_field(self, dims: int, similarity: str, index_options: Mapping[str, Any]) -> dict[str, Any]:
+        """The chunk vector field's mapping for ``dims``, ``similarity`` and ES-style ``index_options``."""
+        ...
+
+    def index_settings(self) -> dict[str, Any]:
+        """Index settings the engine needs for a chunk index beyond shards, replicas and refresh."""
+        ...
+
+    def vector_summary(self, prop: Mapping[str, Any]) -> VectorSummary:
+        """Read a vector field's mapping back (see :class:`VectorSummary`)."""
+        ...
+
+    def knn_search(self, field: str, vector: Sequence[float], k: int, num_candidates: int,
+                   filters: list[dict[str, Any]]) -> dict[str, Any]:
+        """The body keys of a kNN search for the ``k`` nearest chunks passing every filter (a pre-filter)."""
+        ...
+
+
+class ElasticsearchDialect:
+    """Elasticsearch 8.12+ and 9.x: ``dense_vector`` with ``index_options``, top-level ``knn``."""
+
+    kind: EngineKind = "elasticsearch"
+    metadata_type = "flattened"
+
+    def vector_field(self, dims: int, similarity: str, index_options: Mapping[str, Any]) -> dict[str, Any]:
+        return {"type": "dense_vector", "dims": dims, "index": True, "similarity": similarity,
+                "index_options": dict(index_options)}
+
+    def index_settings(self) -> dict[str, Any]:
+        return {}
+
+    def vector_summary(self, prop: Mapping[str, Any]) -> VectorSummary:
+        if prop.get("type") != "dense_vector":
+            return VectorSummary(is_vector=False)
+        # what Elasticsearch uses when the mapping names no similarity
+        return VectorSummary(True, prop.get("dims"), prop.get("similarity", "cosine"),
+                             dict(prop.get("index_options", {})))
+
+    def knn_search(self, field: str, vector: Sequence[float], k: int, num_candidates: int,
+                   filters: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"knn": {"field": field, "query_vector": [float(x) for x in vector], "k": k,
+                        "num_candidates": num_candidates, "filter": filters}}
+
+
+# Settings' similarity -> the k-NN plugin's space_type, and back.
+_SPACE = {"cosine": "cosinesimil", "dot_product": "innerproduct"}
+_SIMILARITY = {v: k for k, v in _SPACE.items()}
+#: index_options the lucene engine can serve, and the encoder each needs (None: plain float vectors)
+OPENSEARCH_OPTIONS = {"hnsw": None, "int8_hnsw": "sq"}
+#: the only k-NN engine a node from the Maven plugin zip can run (it ships no native faiss/nmslib libraries)
+LUCENE = "lucene"
+#: what the k-NN plugin (2.19+, 3.x) uses when a mapping names no engine
+DEFAULT_KNN_ENGINE = "faiss"
+
+
+class OpenSearchDialect:
+    """OpenSearch with the k-NN plugin: ``knn_vector`` on the ``lucene`` engine, the ``knn`` query clause.
+
+    ``faiss`` and ``nmslib`` need the plugin's native libraries; the plugin zip from Maven Central has none, and
+    the first bulk into a faiss index kills such a node, so only ``lucene`` is ever rendered.
+    """
+
+    kind: EngineKind = "opensearch"
+    metadata_type = "flat_object"
+
+    def vector_field(self, dims: int, similarity: str, index_options: Mapping[str, Any]) -> dict[str, Any]:
+        kind = str(index_options.get("type"))
+        if kind not in OPENSEARCH_OPTIONS:
+            raise ConfigError(
+                f"index_options {kind} has no equivalent on OpenSearch's lucene k-NN engine",
+                fix=f"Set HSP_INDEX__INDEX_OPTIONS to one of {', '.join(OPENSEARCH_OPTIONS)} for OpenSearch")
+        params: dict[str, Any] = {"m": index_options.get("m", 16),
+                                  "ef_construction": index_options.get("ef_construction", 100)}
+        if (encoder := OPENSEARCH_OPTIONS[kind]) is not None:
+            params["encoder"] = {"name": encoder}
+        return {"type": "knn_vector", "dimension": dims,
+                "method": {"name": "hnsw", "engine": LUCENE, "space_type": _SPACE[similarity], "parameters": params}}
+
+    def index_settings(self) -> dict[str, Any]:
+        return {"knn": True}
+
+    def vector_summary(self, prop: Mapping[str, Any]) -> VectorSummary:
+        if prop.get("type") != "knn_vector":
+            return VectorSummary(is_vector=False)
+        method = prop.get("method") or {}
+        params = dict(method.get("parameters") or {})
+        encoder = (params.pop("encoder", None) or {}).get("name")
+        kind = next((k for k, enc in OPENSEARCH_OPTIONS.items() if enc == encoder), f"hnsw+{encoder}")
+        options = {"type": kind if method.get("name", "hnsw") == "hnsw" else method.get("name"), **params,
+                   "engine": method.get("engine", DEFAULT_KNN_ENGINE)}
+        if prop.get("mode"):
+            options["mode"] = prop["mode"]
+        space = method.get("space_type", "l2")
+        return VectorSummary(True, prop.get("dimension"), _SIMILARITY.get(space, space), options)
+
+    def knn_search(self, field: str, vector: Sequence[float], k: int, num_candidates: int,
+                   filters: list[dict[str, Any]]) -> dict[str, Any]:
+        clause: dict[str, Any] = {"vector": [float(x) for x in vector], "k": k,
+                                  "method_parameters": {"ef_search": num_candidates}}
+        if filters:
+            clause["filter"] = {"bool": {"filter": filters}}
+        return {"query": {"knn": {field: clause}}}
+
+
+ELASTICSEARCH: Dialect = ElasticsearchDialect()
+OPENSEARCH: Dialect = OpenSearchDialect()
+
+
+def dialect_for(kind: EngineKind) -> Dialect:
+    """The dialect of an engine kind."""
+    return OPENSEARCH if kind == "opensearch" else ELASTICSEARCH
+
+
+def unsafe_vector_options(summary: VectorSummary) -> str | None:
+    """Why an existing OpenSearch vector field would take a node from the plugin zip down, or None."""
+    if summary.options.get("mode") == "on_disk":
+        return "its vectors use on_disk mode, which needs the faiss engine; rebuild on the lucene engine"
+    engine = summary.options.get("engine")
+    if engine not in (None, LUCENE):
+        return (f"its vectors use the {engine} k-NN engine, which needs native libraries the OpenSearch k-NN "
+                "plugin zip does not ship (a bulk into it crashes such a node); rebuild on the lucene engine")
+    return None
