@@ -24,7 +24,8 @@ def by_name(checks: list[doctor.Check]) -> dict[str, doctor.Check]:
 def test_missing_index_fails_with_a_fix(es: EngineClient, settings: Settings) -> None:
     checks = by_name(doctor.run_checks(settings, es=es, models=False, reranker=False))
     assert checks["cluster.reachable"].status == "OK"
-    assert checks["cluster.version"].status == "OK" and checks["cluster.version"].detail.startswith("9.")
+    assert checks["cluster.version"].status == "OK"
+    assert checks["cluster.version"].detail == f"{es.engine.kind} {es.engine.version}"
     assert checks["cluster.disk"].status in {"OK", "WARN"} and "GiB free" in checks["cluster.disk"].detail
     access = checks["index.privileges"]  # the superuser on a secured node, anyone on a plain one
     assert access.status == "OK" and ("may ingest" in access.detail or "security is off" in access.detail)

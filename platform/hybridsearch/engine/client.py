@@ -27,6 +27,7 @@ from hybridsearch.engine.connect import (
     os_client,
 )
 from hybridsearch.engine.dialect import Dialect
+from hybridsearch.engine.errors import API_ERRORS, status_of
 from hybridsearch.settings import ClusterSettings
 
 Json = dict[str, Any]
@@ -89,9 +90,14 @@ class EngineClient:
 
     # ---- documents and searches
 
-    def search(self, *, index: str, filter_path: str | None = None, **fields: Any) -> Json:
-        """``POST <index>/_search`` with ``fields`` as the body (``query``, ``knn``, ``size``, ``source``...)."""
-        resp: Json = _plain(self.raw.search(index=index, body=_body(**fields), **_params(filter_path=filter_path)))
+    def search(self, *, index: str, query: Json | None = None, knn: Json | None = None, size: int | None = None,
+               source: Any = None, sort: list[Any] | None = None, aggs: Json | None = None,
+               track_total_hits: bool | None = None, filter_path: str | None = None) -> Json:
+        """``POST <index>/_search`` with the given body fields (``knn``: Elasticsearch's top-level kNN, as
+        :meth:`Dialect.knn_search` renders it; ``source``: ``_source``)."""
+        body = _body(query=query, knn=knn, size=size, source=source, sort=sort, aggs=aggs,
+                     track_total_hits=track_total_hits)
+        resp: Json = _plain(self.raw.search(index=index, body=body, **_params(filter_path=filter_path)))
         return resp
 
     def count(self, *, index: str, query: Mapping[str, Any] | None = None, min_score: float | None = None) -> Json:
@@ -165,7 +171,12 @@ class _Indices(_Namespace):
 
     def get_index_template(self, *, name: str | None = None) -> Json:
         """Composable index templates (``name`` may be a pattern; ``{"index_templates": []}`` when none)."""
-        resp: Json = _plain(self._c.raw.indices.get_index_template(name=name))
+        try:
+            resp: Json = _plain(self._c.raw.indices.get_index_template(name=name))
+        except API_ERRORS as exc:  # Elasticsearch answers a pattern that matches none with 404
+            if status_of(exc) != 404:
+                raise
+            return {"index_templates": []}
         return resp
 
     def delete(self, *, index: str, expand_wildcards: str | None = None) -> None:

@@ -97,7 +97,7 @@ class Preparer:
         query = self._filter([d.doc_id for d in docs], {"term": {"position": 0}})
         with engine_errors("look up existing chunks"):
             hits = run.es.search(index=run.index, query=query, size=len(docs) * 4,
-                                 source_includes=["doc_id", "content_hash"])["hits"]["hits"]
+                                 source=["doc_id", "content_hash"])["hits"]["hits"]
         done = {(h["_id"], h["_source"].get("content_hash")) for h in hits}
         same = [d for d in docs if (chunk_id(d.doc_id, 0, run.signature, run.tenant), d.content_hash) in done]
         rest = [d for d in docs if d not in same]
