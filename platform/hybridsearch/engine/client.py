@@ -12,6 +12,7 @@ import asyncio
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
+from urllib.parse import quote, urlencode
 
 import elasticsearch
 import elasticsearch.helpers
@@ -43,8 +44,13 @@ def _body(**fields: Any) -> Json:
     return {("_source" if k == "source" else k): v for k, v in fields.items() if v is not None}
 
 
-def _params(**params: Any) -> dict[str, Any]:
-    return {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in params.items() if v is not None}
+def _query(kind: str, **params: Any) -> dict[str, Any]:
+    """Query-string parameters as the library takes them: keywords for ``elasticsearch``, one ``params`` dict
+    for ``opensearchpy`` (whose keywords ``timeout`` and ``request_timeout`` mean the HTTP timeout)."""
+    given = {k: (str(v).lower() if isinstance(v, bool) else v) for k, v in params.items() if v is not None}
+    if kind == "opensearch":
+        return {"params": given} if given else {}
+    return given
 
 
 class EngineClient:
@@ -88,6 +94,9 @@ class EngineClient:
             self._os = os_client(self.cfg, self._retries, self._timeout)
         return self._os
 
+    def _q(self, **params: Any) -> dict[str, Any]:
+        return _query(self.engine.kind, **params)
+
     # ---- documents and searches
 
     def search(self, *, index: str, query: Json | None = None, knn: Json | None = None, size: int | None = None,
@@ -97,12 +106,12 @@ class EngineClient:
         :meth:`Dialect.knn_search` renders it; ``source``: ``_source``)."""
         body = _body(query=query, knn=knn, size=size, source=source, sort=sort, aggs=aggs,
                      track_total_hits=track_total_hits)
-        resp: Json = _plain(self.raw.search(index=index, body=body, **_params(filter_path=filter_path)))
+        resp: Json = _plain(self.raw.search(index=index, body=body, **self._q(filter_path=filter_path)))
         return resp
 
     def count(self, *, index: str, query: Mapping[str, Any] | None = None, min_score: float | None = None) -> Json:
         body = _body(query=query) or None
-        resp: Json = _plain(self.raw.count(index=index, body=body, **_params(min_score=min_score)))
+        resp: Json = _plain(self.raw.count(index=index, body=body, **self._q(min_score=min_score)))
         return resp
 
     def msearch(self, *, searches: list[Json]) -> Json:
@@ -111,13 +120,13 @@ class EngineClient:
         return resp
 
     def index(self, *, index: str, id: str, document: Mapping[str, Any], refresh: bool | str | None = None) -> Json:
-        resp: Json = _plain(self.raw.index(index=index, id=id, body=dict(document), **_params(refresh=refresh)))
+        resp: Json = _plain(self.raw.index(index=index, id=id, body=dict(document), **self._q(refresh=refresh)))
         return resp
 
     def update(self, *, index: str, id: str, doc: Mapping[str, Any], refresh: bool | str | None = None,
                retry_on_conflict: int | None = None) -> Json:
         resp: Json = _plain(self.raw.update(index=index, id=id, body={"doc": dict(doc)},
-                                            **_params(refresh=refresh, retry_on_conflict=retry_on_conflict)))
+                                            **self._q(refresh=refresh, retry_on_conflict=retry_on_conflict)))
         return resp
 
     # ---- bulk helpers (each library's own, on its own client)
@@ -181,23 +190,23 @@ class _Indices(_Namespace):
 
     def delete(self, *, index: str, expand_wildcards: str | None = None) -> None:
         """Delete ``index`` (a name or pattern; a pattern that matches nothing is no error)."""
-        self._c.raw.indices.delete(index=index, **_params(expand_wildcards=expand_wildcards))
+        self._c.raw.indices.delete(index=index, **self._c._q(expand_wildcards=expand_wildcards))
 
     def exists(self, *, index: str) -> bool:
         return bool(self._c.raw.indices.exists(index=index))
 
     def refresh(self, *, index: str, expand_wildcards: str | None = None) -> None:
-        self._c.raw.indices.refresh(index=index, **_params(expand_wildcards=expand_wildcards))
+        self._c.raw.indices.refresh(index=index, **self._c._q(expand_wildcards=expand_wildcards))
 
     def get(self, *, index: str, expand_wildcards: str | None = None, allow_no_indices: bool | None = None,
             filter_path: str | None = None) -> Json:
-        resp: Json = _plain(self._c.raw.indices.get(index=index, **_params(
+        resp: Json = _plain(self._c.raw.indices.get(index=index, **self._c._q(
             expand_wildcards=expand_wildcards, allow_no_indices=allow_no_indices, filter_path=filter_path)))
         return resp
 
     def get_mapping(self, *, index: str, allow_no_indices: bool | None = None) -> Json:
         resp: Json = _plain(self._c.raw.indices.get_mapping(index=index,
-                                                            **_params(allow_no_indices=allow_no_indices)))
+                                                            **self._c._q(allow_no_indices=allow_no_indices)))
         return resp
 
     def put_mapping(self, *, index: str, properties: Json) -> None:
@@ -220,29 +229,35 @@ class _Indices(_Namespace):
 class _Cluster(_Namespace):
     def health(self, *, index: str | None = None, wait_for_status: str | None = None,
                timeout: str | None = None) -> Json:
-        resp: Json = _plain(self._c.raw.cluster.health(index=index, **_params(wait_for_status=wait_for_status,
-                                                                                timeout=timeout)))
+        if self._c.engine.kind == "opensearch" and timeout is not None:
+            # opensearch-py takes a ``timeout`` parameter for the HTTP timeout: send it in the URL itself
+            query = urlencode({k: v for k, v in (("wait_for_status", wait_for_status), ("timeout", timeout)) if v})
+            path = f"/_cluster/health/{quote(index)}" if index else "/_cluster/health"
+            resp: Json = self._c.raw.transport.perform_request("GET", f"{path}?{query}")
+            return resp
+        resp = _plain(self._c.raw.cluster.health(index=index, **self._c._q(wait_for_status=wait_for_status,
+                                                                            timeout=timeout)))
         return resp
 
     def get_settings(self, *, include_defaults: bool = False, flat_settings: bool = False) -> Json:
-        resp: Json = _plain(self._c.raw.cluster.get_settings(**_params(include_defaults=include_defaults,
+        resp: Json = _plain(self._c.raw.cluster.get_settings(**self._c._q(include_defaults=include_defaults,
                                                                        flat_settings=flat_settings)))
         return resp
 
 
 class _Nodes(_Namespace):
     def info(self, *, filter_path: str | None = None) -> Json:
-        resp: Json = _plain(self._c.raw.nodes.info(**_params(filter_path=filter_path)))
+        resp: Json = _plain(self._c.raw.nodes.info(**self._c._q(filter_path=filter_path)))
         return resp
 
     def stats(self, *, metric: str | None = None, filter_path: str | None = None) -> Json:
-        resp: Json = _plain(self._c.raw.nodes.stats(metric=metric, **_params(filter_path=filter_path)))
+        resp: Json = _plain(self._c.raw.nodes.stats(metric=metric, **self._c._q(filter_path=filter_path)))
         return resp
 
 
 class _Cat(_Namespace):
     def indices(self, *, index: str, h: str, bytes: str = "b") -> list[Json]:
-        resp: list[Json] = _plain(self._c.raw.cat.indices(index=index, **_params(format="json", bytes=bytes, h=h)))
+        resp: list[Json] = _plain(self._c.raw.cat.indices(index=index, **self._c._q(format="json", bytes=bytes, h=h)))
         return resp
 
 
