@@ -112,6 +112,20 @@ def security_env() -> dict[str, str]:
     pytest.skip(msg)
 
 
+#: ``HSP_ENGINE`` (the engine ops/es-local.sh started) → the kind detected and the start of its version
+ENGINES = {"elasticsearch": ("elasticsearch", "9."), "elasticsearch8": ("elasticsearch", "8."),
+           "opensearch": ("opensearch", "3.")}
+
+
+@pytest.fixture(scope="session")
+def engine_under_test() -> tuple[str, str]:
+    """What the node should be: kind and version prefix, from ``HSP_ENGINE`` (default elasticsearch)."""
+    name = os.environ.get("HSP_ENGINE", "elasticsearch")
+    if name not in ENGINES:
+        pytest.fail(f"HSP_ENGINE={name!r} is not one of {', '.join(ENGINES)}", pytrace=False)
+    return ENGINES[name]
+
+
 @pytest.fixture(scope="session")
 def es(es_url: str) -> Iterator[EngineClient]:
     client = connect(load_settings(es_url=es_url).es)

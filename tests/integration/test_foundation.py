@@ -16,10 +16,11 @@ def _vec(seed: int, dims: int = 384) -> list[float]:
     return cast(list[float], (v / np.linalg.norm(v)).tolist())  # 1-D float64 array → list of floats
 
 
-def test_cluster_info_reports_version(es: EngineClient) -> None:
+def test_cluster_info_reports_version(es: EngineClient, engine_under_test: tuple[str, str]) -> None:
     info = cluster_info(es)
-    assert info["status"] in {"green", "yellow"}
-    assert all(v.startswith("9.") for v in info["versions"])
+    kind, version = engine_under_test
+    assert info["status"] in {"green", "yellow"} and info["engine"] == es.engine.kind == kind
+    assert all(v.startswith(version) for v in info["versions"]) and es.engine.version in info["versions"]
 
 
 def test_ensure_index_is_idempotent_and_alias_points_at_it(es: EngineClient, settings: Settings) -> None:
@@ -31,7 +32,8 @@ def test_ensure_index_is_idempotent_and_alias_points_at_it(es: EngineClient, set
     meta = index_meta(es, name)
     assert meta["embedding_model"] == settings.embedding.model and meta["embedding_dims"] == 384
     mapping = es.indices.get_mapping(index=name)[name]["mappings"]["properties"]["embedding"]
-    assert mapping["index_options"]["type"] == "int8_hnsw"
+    vector = es.dialect.vector_summary(mapping)
+    assert vector.options["type"] == "int8_hnsw" and (vector.dims, vector.similarity) == (384, "cosine")
 
 
 def test_write_and_search_bm25_and_knn(es: EngineClient, settings: Settings) -> None:
@@ -43,8 +45,7 @@ def test_write_and_search_bm25_and_knn(es: EngineClient, settings: Settings) -> 
     es.indices.refresh(index=name)
     bm25 = es.search(index=settings.index.alias, query={"match": {"text": "dog barks"}})
     assert [h["_source"]["doc_id"] for h in bm25["hits"]["hits"]] == ["b"]
-    knn = es.search(index=settings.index.alias, knn={"field": "embedding", "query_vector": _vec(0), "k": 1,
-                                                     "num_candidates": 10})
+    knn = es.search(index=settings.index.alias, **es.dialect.knn_search("embedding", _vec(0), 1, 10, []))
     assert knn["hits"]["hits"][0]["_source"]["doc_id"] == "a"
 
 

@@ -61,9 +61,14 @@ async def _async_search(settings: Settings, embedder: Embedder) -> None:
 
 
 def _hand_made(es: EngineClient, settings: Settings, change: dict[str, Any]) -> str:
-    """An index whose ``_meta`` is copied from the template but whose ``embedding`` field is ``change``d."""
-    body = load_template("chunks", settings)["template"]
-    body["mappings"]["properties"]["embedding"].update(change)
+    """An index whose ``_meta`` is copied from the template but whose ``embedding`` field is rendered for the
+    engine with ``change`` (``dims`` or ``similarity``) applied."""
+    body = load_template("chunks", settings, es.dialect)["template"]
+    other = settings.model_copy(update={
+        "embedding": settings.embedding.model_copy(update={k: v for k, v in change.items() if k == "dims"}),
+        "index": settings.index.model_copy(update={k: v for k, v in change.items() if k == "similarity"})})
+    body["mappings"]["properties"]["embedding"] = load_template(
+        "chunks", other, es.dialect)["template"]["mappings"]["properties"]["embedding"]
     name = settings.index.versioned(1)
     es.indices.create(index=name, settings=body["settings"], mappings=body["mappings"],
                       aliases={settings.index.alias: {"is_write_index": True}})

@@ -111,9 +111,12 @@ def test_bad_inputs_are_dead_lettered_and_the_rest_indexed_once(es: EngineClient
 
     result = run_ingest(root, settings, es=es, embedder=embedder)
     stored = {c["doc_id"] for c in chunks_of(es, settings)}
-    assert stored == {"good.txt", "page.html", "r1", "r4"}
-    assert (result.documents, result.documents_indexed, result.documents_failed) == (11, 4, 7)
-    assert result.failed == 1  # the chunk the mapping rejected
+    # Elasticsearch's flattened field refuses metadata nested deeper than 20; OpenSearch's flat_object takes it
+    deep_refused = es.engine.kind == "elasticsearch"
+    assert stored == {"good.txt", "page.html", "r1", "r4"} | (set() if deep_refused else {"r3"})
+    assert (result.documents, result.documents_indexed, result.documents_failed) == (
+        (11, 4, 7) if deep_refused else (11, 5, 6))
+    assert result.failed == (1 if deep_refused else 0)  # the chunk the mapping rejected
     dead = read_dead_letter(Path(result.dead_letter_path or ""))
     reasons = {(d["doc_id"], d["stage"]): d["reason"] for d in dead}
     assert "empty" in reasons[("empty.txt", "read")]
@@ -122,14 +125,15 @@ def test_bad_inputs_are_dead_lettered_and_the_rest_indexed_once(es: EngineClient
     assert "duplicate" in reasons[("r1", "read")]
     assert "no text field" in reasons[("r2", "read")]
     assert "invalid JSON" in reasons[("records.jsonl:6", "read")]
-    assert "document_parsing_exception" in reasons[("r3", "write")]
-    assert dead[-1]["chunk_id"] == chunk_id("r3", 0, chunker_signature(settings.chunking))
+    if deep_refused:
+        assert "document_parsing_exception" in reasons[("r3", "write")]
+        assert dead[-1]["chunk_id"] == chunk_id("r3", 0, chunker_signature(settings.chunking))
     r1 = chunks_of(es, settings, "r1")
     assert [c["title"] for c in r1] == ["Record one"]
 
     again = run_ingest(root, settings, es=es, embedder=embedder)
-    assert again.documents_skipped == 4 and again.indexed == again.updated == 0
-    assert again.documents_failed == 7  # the same bad inputs, recorded again
+    assert again.documents_skipped == len(stored) and again.indexed == again.updated == 0
+    assert again.documents_failed == (7 if deep_refused else 6)  # the same bad inputs, recorded again
     assert {c["doc_id"] for c in chunks_of(es, settings)} == stored
 
 

@@ -61,8 +61,7 @@ def write_chunks(es: EngineClient, index: str, embedder: Embedder, docs: dict[st
 
 
 def knn_top(es: EngineClient, index: str, vector: np.ndarray) -> str:
-    hits = es.search(index=index, knn={"field": "embedding", "query_vector": vector.tolist(), "k": 1,
-                                       "num_candidates": 10})["hits"]["hits"]
+    hits = es.search(index=index, **es.dialect.knn_search("embedding", vector.tolist(), 1, 10, []))["hits"]["hits"]
     return str(hits[0]["_source"]["doc_id"])
 
 
@@ -117,7 +116,7 @@ def test_migrate_to_new_model_then_rollback(es: EngineClient, settings: Settings
         lifecycle.check_live_model(es, settings)
     # Every field survives the copy and the vectors are the new model's.
     src = es.search(index=v2, query={"ids": {"values": ["tea#0"]}},
-                    source={"exclude_vectors": False})["hits"]["hits"][0]["_source"]
+                    source=es.engine.source_with_vectors)["hits"]["hits"][0]["_source"]
     assert src["title"] == "Tea" and src["metadata"] == {"lang": "en"} and len(src["embedding"]) == 64
     query = tiny.encode([embed_text("Tea", DOCS["tea"][1], True)])[0]
     assert knn_top(es, settings.index.alias, query) == "tea"
@@ -199,7 +198,7 @@ def test_failed_copy_keeps_the_alias_and_dead_letters_the_chunks(es: EngineClien
 
 
 def vector(es: EngineClient, index: str, chunk_id: str) -> list[float]:
-    hit = es.search(index=index, query={"ids": {"values": [chunk_id]}}, source={"exclude_vectors": False})
+    hit = es.search(index=index, query={"ids": {"values": [chunk_id]}}, source=es.engine.source_with_vectors)
     return list(hit["hits"]["hits"][0]["_source"]["embedding"])
 
 
@@ -219,7 +218,8 @@ def test_same_model_migration_copies_vectors_unless_asked(es: EngineClient, sett
     write_chunks(es, v1, embedder)
     counting = CountingEmbedder(settings.embedding)
     counting._model = embedder.model  # share the session's loaded model
-    flat = settings.model_copy(update={"index": settings.index.model_copy(update={"index_options": "flat"})})
+    # other vector options (plain float HNSW, which every engine offers) and the same model
+    flat = settings.model_copy(update={"index": settings.index.model_copy(update={"index_options": "hnsw"})})
     result = lifecycle.migrate(es, settings, flat, embedder=counting)
     assert not result.reembedded and counting.encoded == 0
     assert vector(es, result.target, "dogs#0") == pytest.approx(vector(es, v1, "dogs#0"), abs=1e-6)

@@ -128,7 +128,7 @@ def test_searches_keep_answering_throughout_a_migration(es: EngineClient, settin
 
 def test_rollback_keeps_search_working(es: EngineClient, settings: Settings, embedder: Embedder) -> None:
     run_ingest(documents()[:10], settings, es=es, embedder=embedder)
-    new = settings.model_copy(update={"index": settings.index.model_copy(update={"index_options": "flat"})})
+    new = settings.model_copy(update={"index": settings.index.model_copy(update={"index_options": "hnsw"})})
     lifecycle.migrate(es, settings, new, embedder=embedder)
     with SearchClient(es, settings, embedder=embedder) as client:
         assert client.search("why does bread rise", k=1, rerank=False).hits[0].doc_id == "bread-0"

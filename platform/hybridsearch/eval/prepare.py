@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from hybridsearch.engine import EngineClient, engine_errors
+from hybridsearch.engine import ELASTICSEARCH, Dialect, EngineClient, engine_errors
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
 from hybridsearch.indices import alias_targets, ensure_index, expected_meta, swap_alias
 from hybridsearch.mappings import index_options
@@ -52,13 +52,13 @@ def build_signature(settings: Settings) -> dict[str, Any]:
     return sig
 
 
-def index_signature(mapping: dict[str, Any]) -> dict[str, Any]:
-    """The same keys as :func:`build_signature`, read from one index's mapping."""
+def index_signature(mapping: dict[str, Any], dialect: Dialect = ELASTICSEARCH) -> dict[str, Any]:
+    """The same keys as :func:`build_signature`, read from one index's mapping (on ``dialect``'s engine)."""
     meta = mapping.get("_meta", {})
     props = mapping.get("properties", {})
     sig = {k: meta.get(k) for k in REUSE_META}
     sig["analyzer"] = props.get("text", {}).get("analyzer", "standard")
-    sig["index_options"] = props.get("embedding", {}).get("index_options", {}).get("type")
+    sig["index_options"] = dialect.vector_summary(props.get("embedding", {})).options.get("type")
     return sig
 
 
@@ -85,7 +85,7 @@ def choose_index(es: EngineClient, settings: Settings, *, create: bool = True) -
     want = build_signature(settings)
     with engine_errors(f"list indices {alias}-v*"):
         mappings = es.indices.get_mapping(index=f"{alias}-v*", allow_no_indices=True)
-    fitting = sorted((i for i, m in mappings.items() if index_signature(m["mappings"]) == want),
+    fitting = sorted((i for i, m in mappings.items() if index_signature(m["mappings"], es.dialect) == want),
                      key=lambda i: _version_of(i, alias))
     current = alias_targets(es, alias)
     if current and current[-1] in fitting:

@@ -98,7 +98,8 @@ def write_actions(es: EngineClient, actions: Sequence[dict[str, Any]], cfg: Inge
                 op, item = next(iter(result.items()))
                 _id = str(item.get("_id"))
                 answered.add(_id)
-                status = int(item.get("status") or 0)
+                raw_status = item.get("status")  # opensearch-py reports "N/A" for an item that got no answer
+                status = raw_status if isinstance(raw_status, int) else 0
                 action = by_id[_id]
                 if ok:
                     report.ok_ids.add(_id)
