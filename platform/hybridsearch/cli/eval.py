@@ -15,6 +15,7 @@ import datetime as dt
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -26,6 +27,10 @@ from hybridsearch.eval.metrics import METRICS
 from hybridsearch.eval.report import LATENCY_KEYS, Diff, EvalReport, compare, load_report, to_markdown
 from hybridsearch.eval.runner import DEFAULT_MODES, parse_modes
 from hybridsearch.settings import Settings
+
+if TYPE_CHECKING:
+    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.cache import CachedEmbedder
 
 GATE_FAILED = 1  # exit code when --baseline finds a regression beyond --tolerance
 # wide enough for the tables when the output goes to a file or a CI log rather than a terminal
@@ -57,6 +62,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "one knob at a time, same index) and report nDCG@10 and Recall@100 per mode")
     p.add_argument("--no-ingest", action="store_true",
                    help="use the existing index as it is (it must fit the settings); skip ingestion")
+    p.add_argument("--embedding-cache", type=Path, metavar="DIR",
+                   help="on-disk cache of chunk vectors, one SQLite file per model (default: $HSP_CACHE/embeddings, "
+                        "HSP_CACHE defaulting to ~/.cache/hybridsearch): rebuilding the same collection with the "
+                        "same model, on any engine or index options, embeds nothing")
+    p.add_argument("--no-embedding-cache", action="store_true", help="embed every chunk, without the cache")
     p.set_defaults(handler=run)
 
 
@@ -83,6 +93,18 @@ def _check_args(args: argparse.Namespace) -> list[str]:
     return modes
 
 
+def _embedding_cache(args: argparse.Namespace, settings: Settings, embedder: Embedder) -> CachedEmbedder | None:
+    """The cache in front of ``embedder`` for building the index, or None (off, or nothing to build)."""
+    from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
+
+    if args.no_embedding_cache or args.no_ingest:
+        return None
+    if settings.ingest.workers > 1:
+        console.print("embedding cache off: with HSP_INGEST__WORKERS > 1 the worker processes embed without it")
+        return None
+    return CachedEmbedder(embedder, args.embedding_cache or default_cache_dir())
+
+
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Handler of ``hsp eval``; returns 0, or 1 when the baseline gate fails."""
     from hybridsearch.embedding import Embedder
@@ -101,6 +123,8 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                          "index prefix ", (s.index.prefix, "cyan"), f" · modes {', '.join(modes)}"))
     es = connect(s.es)
     embedder = Embedder(s.embedding)
+    cache = _embedding_cache(args, s, embedder)
+    embedder = cache or embedder  # queries pass through it uncached
     try:
         with Progress(TextColumn("{task.description:>14}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=False) as progress:
@@ -116,7 +140,15 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
             evaluation.report.sweep = [t.model_dump() for t in trials]
     finally:
         es.close()
+        if cache is not None:
+            cache.close()
     report = evaluation.report
+    if cache is not None:
+        stats = cache.stats()
+        if report.ingest is not None:
+            report.ingest["embedding_cache"] = stats
+        console.print(f"embedding cache: {stats['from_cache']} chunk vectors from the cache, "
+                      f"{stats['embedded']} embedded ({stats['path']})")
     diffs = compare(report, baseline, args.tolerance) if baseline else None
     print_report(report, diffs, args.tolerance)
     paths = write_reports(report, args.out, diffs, args.tolerance)

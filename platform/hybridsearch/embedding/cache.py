@@ -1,0 +1,152 @@
+"""An on-disk cache of text vectors, for building the same collection again (``hsp eval`` on several engines,
+analyzers and index versions): the vectors depend only on the model and the exact text.
+
+:class:`CachedEmbedder` is an :class:`Embedder` that looks each text up by ``sha256(text)`` in one SQLite file
+per model identity (:func:`model_identity`) under a folder, embeds the misses in one call to the wrapped
+embedder and stores them as little-endian float32. Hits never load the model. Query embedding
+(``encode_query``) passes through uncached, so query latency stays honest. The files are in WAL mode; a
+second writer (thread or process) waits on SQLite's lock, and racing writes of one text store the same bytes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import re
+import sqlite3
+import threading
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hybridsearch.embedding.encoder import Embedder
+from hybridsearch.embedding.models import resolve_model
+from hybridsearch.settings import EmbeddingSettings
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+log = logging.getLogger(__name__)
+LOOKUP_CHUNK = 500  # keys per SELECT (SQLite builds before 3.32 allow 999 variables)
+
+
+def default_cache_dir() -> Path:
+    """``$HSP_CACHE/embeddings`` (``HSP_CACHE`` defaults to ``~/.cache/hybridsearch``, as in ops/)."""
+    return Path(os.environ.get("HSP_CACHE") or Path.home() / ".cache" / "hybridsearch") / "embeddings"
+
+
+def model_identity(cfg: EmbeddingSettings) -> str:
+    """What decides a text's vector besides the text: the model (a local folder by path and the size and
+    modification time of each file, so retraining into the same folder misses), dims and backend."""
+    where = resolve_model(cfg.model)
+    if Path(where).is_dir():
+        files = sorted((str(p.relative_to(where)), p.stat().st_size, p.stat().st_mtime_ns)
+                       for p in Path(where).rglob("*") if p.is_file())
+        where += "@" + hashlib.sha256(repr(files).encode()).hexdigest()[:16]
+    quantized = cfg.backend == "onnx" and cfg.onnx_quantized
+    return f"{where}|dims={cfg.dims}|backend={cfg.backend}|quantized={quantized}"
+
+
+def cache_file(folder: Path, model: str, identity: str) -> Path:
+    """``<folder>/<last part of the model name>-<hash of its identity>.sqlite``."""
+    name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(model).name)[:60] or "model"
+    return folder / f"{name}-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.sqlite"
+
+
+class CachedEmbedder(Embedder):
+    """``inner`` with an on-disk cache in front of :meth:`encode`; the model, the tokenizer and query
+    embedding are ``inner``'s. ``from_cache`` and ``embedded`` count the vectors :meth:`encode` returned."""
+
+    def __init__(self, inner: Embedder, folder: str | Path) -> None:
+        super().__init__(inner.cfg)
+        self.inner = inner
+        self.identity = model_identity(inner.cfg)
+        self.path = cache_file(Path(folder).expanduser(), inner.cfg.model, self.identity)
+        self.from_cache = self.embedded = 0
+        self._db: sqlite3.Connection | None = None
+        self._db_lock = threading.Lock()
+        self._broken = False
+
+    @property
+    def model(self) -> SentenceTransformer:
+        return self.inner.model
+
+    def encode_query(self, text: str) -> np.ndarray:
+        return self.inner.encode_query(text)
+
+    def clear_cache(self) -> None:
+        self.inner.clear_cache()
+
+    def stats(self) -> dict[str, Any]:
+        return {"path": str(self.path), "from_cache": self.from_cache, "embedded": self.embedded}
+
+    def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.cfg.dims), dtype=np.float32)
+        keys = [hashlib.sha256(t.encode("utf-8", "surrogatepass")).digest() for t in texts]
+        found = self._cached(keys)
+        hits = sum(k in found for k in keys)
+        missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in found}  # one per distinct text
+        if missing:
+            new = np.asarray(self.inner.encode(list(missing.values()), batch_size), dtype=np.float32)
+            fresh = dict(zip(missing, new, strict=True))
+            self._store(fresh)
+            found.update(fresh)
+        self.from_cache, self.embedded = self.from_cache + hits, self.embedded + len(texts) - hits
+        return np.stack([found[k] for k in keys])
+
+    def close(self) -> None:
+        with self._db_lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            with db:
+                db.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vector BLOB NOT NULL) "
+                           "WITHOUT ROWID")
+                db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                db.execute("INSERT OR IGNORE INTO meta VALUES ('model', ?)", (self.identity,))
+            self._db = db
+        return self._db
+
+    def _cached(self, keys: list[bytes]) -> dict[bytes, np.ndarray]:
+        """The stored vectors of ``keys`` (rows of the wrong length count as missing)."""
+        unique = list(dict.fromkeys(keys))
+        out: dict[bytes, np.ndarray] = {}
+        with self._db_lock:
+            if self._broken:
+                return {}
+            try:
+                db = self._conn()
+                for i in range(0, len(unique), LOOKUP_CHUNK):
+                    part = unique[i:i + LOOKUP_CHUNK]
+                    rows = db.execute(f"SELECT key, vector FROM vectors WHERE key IN ({','.join('?' * len(part))})",
+                                      part).fetchall()
+                    out.update((k, np.frombuffer(v, dtype="<f4").astype(np.float32)) for k, v in rows
+                               if len(v) == 4 * self.cfg.dims)
+            except sqlite3.Error as exc:
+                self._give_up(exc)
+        return out
+
+    def _store(self, vectors: dict[bytes, np.ndarray]) -> None:
+        rows = [(k, np.asarray(v, dtype="<f4").tobytes()) for k, v in vectors.items()]
+        with self._db_lock:
+            if self._broken:
+                return
+            try:
+                with self._conn() as db:
+                    db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)", rows)
+            except sqlite3.Error as exc:
+                self._give_up(exc)
+
+    def _give_up(self, exc: sqlite3.Error) -> None:
+        """The cache only saves time: on a database error, warn once and embed everything from here on."""
+        log.warning("embedding cache %s unusable (%s); embedding without it", self.path, exc)
+        self._broken = True
