@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import re
 import ssl
 import threading
 from collections.abc import Iterator
@@ -69,7 +70,7 @@ class Proxy:
                 rejected: dict[int, dict[str, Any]] = {}
                 if is_bulk:
                     f.bulk_requests += 1
-                    f.bulk_items += body.count(b'{"index":')
+                    f.bulk_items += len(re.findall(rb'^\{"index"\s*:', body, flags=re.M))  # either client's spacing
                     body, rejected = self._reject(body)
                 status, headers, payload = self._forward(body) if body.strip() or not is_bulk else \
                     (200, {"Content-Type": "application/json", "X-Elastic-Product": "Elasticsearch"},

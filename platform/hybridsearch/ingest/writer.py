@@ -97,9 +97,11 @@ def write_actions(es: EngineClient, actions: Sequence[dict[str, Any]], cfg: Inge
             ):
                 op, item = next(iter(result.items()))
                 _id = str(item.get("_id"))
+                status = item.get("status")
+                if not isinstance(status, int):  # opensearch-py: the request got no answer ("N/A")
+                    unreachable = ConnectionError(_reason(item))
+                    continue
                 answered.add(_id)
-                raw_status = item.get("status")  # opensearch-py reports "N/A" for an item that got no answer
-                status = raw_status if isinstance(raw_status, int) else 0
                 action = by_id[_id]
                 if ok:
                     report.ok_ids.add(_id)
@@ -119,7 +121,8 @@ def write_actions(es: EngineClient, actions: Sequence[dict[str, Any]], cfg: Inge
                     report.failures.append(_failure(action, _reason(item), status))
         except UNREACHABLE as exc:
             unreachable = exc
-            retry.extend((a, f"cluster unreachable: {exc}", None) for a in pending if a["_id"] not in answered)
+        if unreachable is not None:
+            retry.extend((a, f"cluster unreachable: {unreachable}", None) for a in pending if a["_id"] not in answered)
         if not retry:
             break
         if attempt >= cfg.bulk_max_retries or (stop is not None and stop.is_set()):
