@@ -28,7 +28,15 @@ from hybridsearch.errors import (
     IndexMismatch,
     TlsFailure,
 )
-from hybridsearch.indices import alias_targets, check_meta, get_aliases, index_meta, single_target
+from hybridsearch.indices import (
+    PREFERRED_ANALYZER,
+    alias_targets,
+    check_meta,
+    get_aliases,
+    index_meta,
+    single_target,
+    with_analyzer,
+)
 from hybridsearch.pending import pending_only, visible_only
 from hybridsearch.settings import Settings
 
@@ -181,6 +189,20 @@ def check_access(es: EngineClient, settings: Settings) -> Check:
                  "or set HSP_INDEX__PREFIX to a prefix they own")
 
 
+def check_analyzer(es: EngineClient, settings: Settings) -> Check:
+    """Which analyzer new indices get (``auto``: english where the cluster has it) and what is lost without."""
+    chosen = with_analyzer(es, settings).index.analyzer
+    if settings.index.analyzer != "auto":
+        known = es.has_analyzer(chosen)
+        return Check("index", "analyzer", "OK" if known else "FAIL", f"{chosen} (HSP_INDEX__ANALYZER)",
+                     None if known else f"the cluster has no analyzer {chosen}: pick another")
+    if chosen == PREFERRED_ANALYZER:
+        return Check("index", "analyzer", "OK", "english (stemming, stop words) for new indices")
+    return Check("index", "analyzer", "WARN", "standard: this cluster has no english analyzer, so BM25 matches "
+                 "exact word forms only (no stemming, stop words count)", "run a distribution with the "
+                 "analysis-common module (the full Elasticsearch, or OpenSearch) for English stemming")
+
+
 def check_index(es: EngineClient, settings: Settings) -> list[Check]:
     """Privileges, alias, ``_meta`` against the configured model, vector dims, chunk count."""
     try:
@@ -188,6 +210,7 @@ def check_index(es: EngineClient, settings: Settings) -> list[Check]:
     except HybridSearchError as exc:  # say why, then check what can still be read
         checks = [Check("index", "privileges", "FAIL", *problem(exc))]
     try:
+        checks.append(check_analyzer(es, settings))
         _check_live_index(es, settings, checks)
     except HybridSearchError as exc:
         checks.append(Check("index", "index", "FAIL", *problem(exc)))

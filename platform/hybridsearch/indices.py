@@ -32,6 +32,21 @@ ADDABLE_FIELDS = ("pending_run",)
 Difference = tuple[str, object, object]  # (field, expected, actual); actual None = the index lacks it
 
 
+#: what ``HSP_INDEX__ANALYZER=auto`` picks where the cluster has it (analysis-common: Elasticsearch's full
+#: distribution, OpenSearch's zips), and otherwise
+PREFERRED_ANALYZER, FALLBACK_ANALYZER = "english", "standard"
+
+
+def with_analyzer(es: EngineClient, settings: Settings) -> Settings:
+    """``settings`` with ``index.analyzer`` resolved for this cluster: ``auto`` becomes ``english`` where the
+    cluster offers it, else ``standard``; a named analyzer is kept. What a new chunk index is built with."""
+    if settings.index.analyzer != "auto":
+        return settings
+    with engine_errors("check the english analyzer"):
+        name = PREFERRED_ANALYZER if es.has_analyzer(PREFERRED_ANALYZER) else FALLBACK_ANALYZER
+    return settings.model_copy(update={"index": settings.index.model_copy(update={"analyzer": name})})
+
+
 def index_body(name: str, settings: Settings, dialect: Dialect = ELASTICSEARCH) -> dict[str, Any]:
     """``{"settings": …, "mappings": …}`` of index kind ``name`` (chunks, query_log, ingest_runs) on the engine
     of ``dialect``."""
@@ -212,7 +227,7 @@ def ensure_index(es: EngineClient, settings: Settings, version: int | None = Non
     name = current[0] if current and version is None else settings.index.versioned(version)
     with engine_errors(f"create index {name}"):
         if not es.indices.exists(index=name):
-            create_index(es, name, index_body("chunks", settings, es.dialect))
+            create_index(es, name, index_body("chunks", with_analyzer(es, settings), es.dialect))
     mapping = index_mapping(es, name)
     check_mapping(name, mapping, settings, es.dialect)
     missing = {f: spec for f, spec in index_body("chunks", settings, es.dialect)["mappings"]["properties"].items()

@@ -20,7 +20,14 @@ from hybridsearch.access import CREATE, DROP, INGEST, MOVE_ALIAS, chunk_names, p
 from hybridsearch.embedding import Embedder, load_sentence_transformer
 from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
-from hybridsearch.indices import alias_targets, check_mapping, ensure_log_indices, index_mapping, resolve_index
+from hybridsearch.indices import (
+    alias_targets,
+    check_mapping,
+    ensure_log_indices,
+    index_mapping,
+    resolve_index,
+    with_analyzer,
+)
 from hybridsearch.ingest.chunking import embed_text
 from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter
 from hybridsearch.ingest.writer import DeadLetter
@@ -171,7 +178,7 @@ def create_version(es: EngineClient, settings: Settings, version: int | None = N
     require_privileges(es, prefix_names(settings), CREATE, f"create indices of prefix {settings.index.prefix}")
     version = version or next_version(es, settings)
     name = settings.index.versioned(version)
-    body = load_template("chunks", settings, es.dialect)["template"]
+    body = load_template("chunks", with_analyzer(es, settings), es.dialect)["template"]
     with engine_errors(f"create index {name}"):
         if es.indices.exists(index=name):
             raise ConfigError(f"index {name} already exists: pick another --version or drop it first")

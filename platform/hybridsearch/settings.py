@@ -67,7 +67,8 @@ class IndexSettings(BaseModel):
     shards: int = Field(1, ge=1)
     replicas: int = Field(0, ge=0)
     refresh_interval: str = "1s"
-    analyzer: str = Field("standard", description="text analyzer; 'english' needs a full distribution")
+    analyzer: str = Field("auto", description="text analyzer of title and text; auto: english where the "
+                          "cluster has it (stemming, stop words), else standard")
     similarity: Literal["cosine", "dot_product"] = "cosine"
     index_options: Literal["hnsw", "int8_hnsw", "int4_hnsw", "bbq_hnsw", "flat", "int8_flat"] = "int8_hnsw"
     hnsw_m: int = Field(16, ge=2, le=512)

@@ -75,3 +75,17 @@ def test_log_indices_are_created_or_brought_up_to_date(es: EngineClient, setting
     # no index template is involved (none is needed, so no cluster privilege to write one)
     assert not es.indices.get_index_template(name=f"{settings.index.prefix}-*").get(
         "index_templates")
+
+
+def test_new_indices_get_english_analysis_where_the_cluster_has_it(es: EngineClient, settings: Settings) -> None:
+    """``HSP_INDEX__ANALYZER=auto``: english on OpenSearch (its zip has analysis-common), standard on the
+    Elasticsearch integ-test zip (which lacks it); the choice is in the mapping and in ``_meta``."""
+    english = es.has_analyzer("english")
+    assert english == (es.engine.kind == "opensearch")  # what the local nodes of each engine offer
+    name = ensure_index(es, settings)
+    props = es.indices.get_mapping(index=name)[name]["mappings"]["properties"]
+    want = "english" if english else "standard"
+    assert props["text"]["analyzer"] == props["title"]["analyzer"] == index_meta(es, name)["analyzer"] == want
+    tokens = es.raw.indices.analyze(index=name, body={"field": "text", "text": "Running studies"})
+    tokens = tokens.body if hasattr(tokens, "body") else tokens
+    assert [t["token"] for t in tokens["tokens"]] == (["run", "studi"] if english else ["running", "studies"])

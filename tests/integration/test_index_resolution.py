@@ -11,7 +11,7 @@ from hybridsearch import lifecycle
 from hybridsearch.embedding import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import AliasConflict, IndexMismatch
-from hybridsearch.indices import alias_targets, resolve_index
+from hybridsearch.indices import alias_targets, resolve_index, with_analyzer
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
 from hybridsearch.mappings import load_template
@@ -63,6 +63,7 @@ async def _async_search(settings: Settings, embedder: Embedder) -> None:
 def _hand_made(es: EngineClient, settings: Settings, change: dict[str, Any]) -> str:
     """An index whose ``_meta`` is copied from the template but whose ``embedding`` field is rendered for the
     engine with ``change`` (``dims`` or ``similarity``) applied."""
+    settings = with_analyzer(es, settings)
     body = load_template("chunks", settings, es.dialect)["template"]
     other = settings.model_copy(update={
         "embedding": settings.embedding.model_copy(update={k: v for k, v in change.items() if k == "dims"}),

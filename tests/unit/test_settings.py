@@ -10,7 +10,7 @@ from hybridsearch.settings import load_settings
 
 def test_defaults() -> None:
     s = load_settings()
-    assert s.index.analyzer == "standard"
+    assert s.index.analyzer == "auto"
     assert s.index.index_options == "int8_hnsw"
     assert s.embedding.dims == 384
     assert s.index.alias == "hsp-chunks"

@@ -64,6 +64,7 @@ class EngineClient:
         self._os: opensearchpy.OpenSearch | None = None
         self._engine: EngineInfo | None = None
         self._lock = threading.Lock()
+        self._analyzers: dict[str, bool] = {}
         self.indices = _Indices(self)
         self.cluster = _Cluster(self)
         self.nodes = _Nodes(self)
@@ -96,6 +97,18 @@ class EngineClient:
 
     def _q(self, **params: Any) -> dict[str, Any]:
         return _query(self.engine.kind, **params)
+
+    def has_analyzer(self, name: str) -> bool:
+        """Whether the cluster knows analyzer ``name`` (asked once per name with ``_analyze``)."""
+        if name not in self._analyzers:
+            try:
+                self.raw.indices.analyze(body={"analyzer": name, "text": "probe"})
+                self._analyzers[name] = True
+            except API_ERRORS as exc:
+                if status_of(exc) != 400:
+                    raise
+                self._analyzers[name] = False  # "failed to find global analyzer [english]"
+        return self._analyzers[name]
 
     # ---- documents and searches
 

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 
 from hybridsearch.engine import ELASTICSEARCH, Dialect, EngineClient, engine_errors
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
-from hybridsearch.indices import alias_targets, ensure_index, expected_meta, swap_alias
+from hybridsearch.indices import alias_targets, ensure_index, expected_meta, swap_alias, with_analyzer
 from hybridsearch.mappings import index_options
 from hybridsearch.settings import Settings
 
@@ -82,6 +82,7 @@ def choose_index(es: EngineClient, settings: Settings, *, create: bool = True) -
     Raises IndexNotFound when none fits and ``create`` is false, ClusterError for cluster failures.
     """
     alias = settings.index.alias
+    settings = with_analyzer(es, settings)  # "auto" is english or standard, as the index would be built
     want = build_signature(settings)
     with engine_errors(f"list indices {alias}-v*"):
         mappings = es.indices.get_mapping(index=f"{alias}-v*", allow_no_indices=True)
