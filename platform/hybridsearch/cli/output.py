@@ -22,7 +22,7 @@ Part = str | tuple[str, str]
 #: Lines of an error message shown without ``--verbose``.
 MAX_ERROR_LINES = 4
 #: Loggers of the Elasticsearch client: their retry warnings (with tracebacks) only show with --verbose.
-CLIENT_LOGGERS = ("elastic_transport", "elasticsearch")
+CLIENT_LOGGERS = ("elastic_transport", "elasticsearch", "opensearch")
 
 
 def console(*, stderr: bool = False, width: int | None = None) -> Console:

@@ -276,11 +276,9 @@ class _Cat(_Namespace):
 
 class _Security(_Namespace):
     def has_privileges(self, *, index: list[Json]) -> Json:
-        """Elasticsearch's ``_has_privileges``. OpenSearch has no such API: it answers with an error (as a
-        cluster without security does)."""
-        resp: Json = _plain(self._c.raw.transport.perform_request(
-            "POST", "/_security/user/_has_privileges", body={"index": index})) \
-            if self._c.engine.kind == "opensearch" else _plain(self._c.raw.security.has_privileges(index=index))
+        """Elasticsearch's ``_has_privileges`` (OpenSearch's security plugin has no such API: see
+        :func:`hybridsearch.access.check_privileges`)."""
+        resp: Json = _plain(self._c.raw.security.has_privileges(index=index))
         return resp
 
 
