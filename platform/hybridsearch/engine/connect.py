@@ -165,6 +165,7 @@ def os_kwargs(cfg: ClusterSettings, max_retries: int | None = None,
         "max_retries": cfg.max_retries if max_retries is None else max_retries,
         "retry_on_status": RETRY_STATUSES,
         "retry_on_timeout": True,
+        "pool_maxsize": 10,  # as many connections per node as the elasticsearch client keeps (its default)
         **_tls(cfg),
     }
     if cfg.username is not None:
