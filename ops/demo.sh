@@ -9,6 +9,8 @@
 # 2. A cluster: HSP_ES_URL when it answers; else a node already answering on 127.0.0.1:${HSP_ES_PORT:-9200};
 #    else `docker compose up -d --wait elasticsearch` where a Docker engine answers; else
 #    ops/es-local.sh start (Elasticsearch's integ-test-zip from Maven Central, a local JDK 21+).
+#    HSP_ENGINE=opensearch (or elasticsearch8) starts that engine instead (ops/es-local.sh); use another
+#    HSP_ES_PORT when a node of another engine already answers on 9200.
 # 3. `hsp demo`: index the running interpreter's standard-library documentation, run sample queries.
 # Afterwards `hsp search "…"` searches the same index (HSP_ES_URL as printed at the end).
 set -euo pipefail
@@ -38,7 +40,8 @@ if [[ -n "${HSP_ES_URL:-}" ]] && answers "$HSP_ES_URL"; then
 elif answers "$local_url"; then
   HSP_ES_URL="$local_url"
   say "a node already answers at $HSP_ES_URL: using it"
-elif command -v docker >/dev/null 2>&1 && docker info >/dev/null 2>&1; then
+elif [[ "${HSP_ENGINE:-elasticsearch}" == elasticsearch ]] && command -v docker >/dev/null 2>&1 \
+    && docker info >/dev/null 2>&1; then
   say "Docker answers: docker compose up -d --wait elasticsearch"
   HSP_ES_PORT="$port" docker compose up -d --wait elasticsearch >&2
   HSP_ES_URL="$local_url"
