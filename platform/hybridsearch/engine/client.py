@@ -32,6 +32,8 @@ from hybridsearch.engine.errors import API_ERRORS, status_of
 from hybridsearch.settings import ClusterSettings
 
 Json = dict[str, Any]
+#: analyzers every node has without the analysis-common module
+BUILT_IN_ANALYZERS = frozenset({"standard", "simple", "whitespace", "stop", "keyword", "pattern"})
 
 
 def _plain(resp: Any) -> Any:
@@ -99,16 +101,26 @@ class EngineClient:
         return _query(self.engine.kind, **params)
 
     def has_analyzer(self, name: str) -> bool:
-        """Whether the cluster knows analyzer ``name`` (asked once per name with ``_analyze``)."""
+        """Whether the cluster knows analyzer ``name`` (asked once per name). ``_analyze`` answers exactly but
+        needs the cluster privilege ``manage``; credentials without it (a team's role) are answered from the
+        nodes' modules (``monitor``): the language analyzers come with ``analysis-common``."""
         if name not in self._analyzers:
             try:
                 self.raw.indices.analyze(body={"analyzer": name, "text": "probe"})
                 self._analyzers[name] = True
             except API_ERRORS as exc:
-                if status_of(exc) != 400:
+                if status_of(exc) not in (400, 403):
                     raise
-                self._analyzers[name] = False  # "failed to find global analyzer [english]"
+                # 400: "failed to find global analyzer [english]"
+                self._analyzers[name] = status_of(exc) == 403 and self._modules_have(name)
         return self._analyzers[name]
+
+    def _modules_have(self, name: str) -> bool:
+        if name in BUILT_IN_ANALYZERS:
+            return True
+        nodes = self.nodes.info(filter_path="nodes.*.modules.name").get("nodes", {})
+        return bool(nodes) and all("analysis-common" in {m.get("name") for m in n.get("modules", [])}
+                                   for n in nodes.values())
 
     # ---- documents and searches
 
