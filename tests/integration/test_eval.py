@@ -107,9 +107,11 @@ def test_cli_writes_reports_and_gates_on_a_baseline(
     monkeypatch.setenv("HSP_ES_URL", settings.es.url)
     monkeypatch.setenv("HSP_RERANKER__ENABLED", "false")
     monkeypatch.setenv("HSP_INGEST__DEAD_LETTER_DIR", str(tmp_path / "dl"))
+    monkeypatch.setenv("HSP_CACHE", str(tmp_path / "cache"))  # the embedding cache lands in here
     out = tmp_path / "reports"
     base = ["eval", str(collection_path), "--prefix", settings.index.prefix, "--modes", "bm25,hybrid", "--out"]
     assert main([*base, str(out / "first"), "--worst", "2", "--sweep", "query.rrf_k=1,60"]) == 0
+    assert "20 embedded" in capsys.readouterr().out and list((tmp_path / "cache" / "embeddings").glob("*.sqlite"))
     files = sorted((out / "first").iterdir())
     assert [f.suffix for f in files] == [".json", ".md", ".png"]
     report = json.loads(files[0].read_text())
