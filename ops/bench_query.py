@@ -1,5 +1,6 @@
 #!/usr/bin/env python
-"""Query-layer benchmark: per-stage latency, client overhead, hybrid vs single-list latency, depth sweep.
+"""Query-layer benchmark: per-stage latency, client overhead, hybrid vs single-list latency, the query fast
+path, depth sweep.
 
 Runs every judged query of a BEIR split (default: SciFact test, 300 queries) through ``SearchClient`` in
 the three modes, interleaved per query (rotating which mode goes first) so that all three see the same
@@ -8,6 +9,13 @@ hybrid and dense pay the same embedding cost. Prints p50/p95 per stage (embed, _
 assembly, rerank, total), the client-side overhead share, the hybrid/slower-single-list latency ratio
 (target ≤ 1.2) and nDCG@10 / recall@100 per mode. ``--sweep 50,100,200`` also measures quality,
 candidate count and latency of hybrid search at several per-list depths (``bm25_k`` = ``knn_k``).
+
+The fast path (``--no-fast-path`` skips it), side by side in the same run: the query encoders on one query at a
+time (torch, the ONNX Runtime fp32 encoder that ``HSP_EMBEDDING__QUERY_BACKEND=auto`` picks, and int8 for
+comparison): p50/p95 and agreement with torch over every query of the split; then searches interleaved per
+query: hybrid as before (torch, one ``_msearch`` after embedding), hybrid with ONNX, hybrid with ONNX and BM25
+sent while embedding (the default), BM25, dense with each encoder, hybrid with int8: p50/p95, nDCG@10 and the
+hybrid p50 / BM25 p50 ratio at concurrency 1 (target ≤ 1.5).
 
     ops/bench_query.py --prefix scifact                   # the lead's SciFact index, all 300 queries
     ops/bench_query.py --prefix bench-small --build-subset 600 --queries 40 --sweep 50,100   # a small trial
@@ -31,6 +39,8 @@ from rich.console import Console
 from rich.table import Table
 
 from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.query import agreement
+from hybridsearch.engine import connect
 from hybridsearch.eval.datasets import Collection, iter_corpus, load_collection
 from hybridsearch.eval.metrics import evaluate
 from hybridsearch.query.client import SearchClient
@@ -141,6 +151,108 @@ def report_modes(out: dict[str, Any], rerank: bool) -> dict[str, Any]:
     return summary
 
 
+def encoder_embedders(settings: Settings, base: Embedder) -> dict[str, Embedder]:
+    """The query encoders compared: torch (the ingestion encoder), ``base`` (auto: ONNX fp32 when it agrees) and
+    int8 (the dynamically quantised ONNX file; its own reference, so it is never the default)."""
+    cfg = settings.embedding
+    return {"torch": Embedder(cfg.model_copy(update={"query_backend": "torch"})), "auto": base,
+            "int8": Embedder(cfg.model_copy(update={"backend": "onnx", "onnx_quantized": True,
+                                                    "query_backend": "onnx"}))}
+
+
+def bench_encoders(embedders: dict[str, Embedder], texts: list[str], warmup: int) -> dict[str, Any]:
+    """One query at a time through each encoder, interleaved per query (rotating order), and agreement with torch."""
+    names = list(embedders)
+    for text in texts[:warmup]:
+        for e in embedders.values():
+            e.encode_query(text)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for i, text in enumerate(texts):
+        for n in names[i % len(names):] + names[: i % len(names)]:
+            t0 = time.perf_counter()
+            embedders[n].encode_query(text)
+            times[n].append((time.perf_counter() - t0) * 1000)
+    table = Table(title=f"query encoder, one query at a time ({len(texts)} queries, interleaved), ms")
+    for c in ("encoder", "p50", "p95", "mean", "lowest cosine to torch", "largest |diff|"):
+        table.add_column(c, justify="right")
+    out: dict[str, Any] = {}
+    torch_encode = embedders["torch"].encode_query
+    for n in names:
+        qe = embedders[n].query_encoder
+        label = f"{qe.backend}{' int8' if n == 'int8' else ' fp32' if qe.backend == 'onnx' else ''}"
+        cos, diff = agreement(torch_encode, embedders[n].encode_query, texts)
+        out[n] = {"backend": label, "p50": pct(times[n], 50), "p95": pct(times[n], 95),
+                  "mean": statistics.fmean(times[n]), "min_cosine": cos, "max_abs_diff": diff}
+        table.add_row(f"{n}: {label}", f"{out[n]['p50']:.2f}", f"{out[n]['p95']:.2f}", f"{out[n]['mean']:.2f}",
+                      f"{cos:.7f}", f"{diff:.1e}")
+    console.print(table)
+    console.print(f"auto chose {embedders['auto'].query_encoder.backend}: {embedders['auto'].query_encoder.reason}")
+    out["onnx_vs_torch_p50"] = out["auto"]["p50"] / out["torch"]["p50"]
+    return out
+
+
+def fast_path(prefix: str | None, col: Collection, embedders: dict[str, Embedder], warmup: int,
+              k: int) -> dict[str, Any]:
+    """Hybrid before (torch, one _msearch) and after (ONNX, BM25 sent while embedding) against BM25 and dense, and
+    the int8 encoder's quality, interleaved per query at concurrency 1."""
+    variants: dict[str, tuple[str, bool, Mode]] = {  # label: (embedder, overlap, mode)
+        "hybrid · torch · one _msearch (before)": ("torch", False, "hybrid"),
+        "hybrid · onnx · one _msearch": ("auto", False, "hybrid"),
+        "hybrid · onnx · overlapped (default)": ("auto", True, "hybrid"),
+        "bm25": ("auto", True, "bm25"),
+        "dense · torch": ("torch", True, "dense"),
+        "dense · onnx (default)": ("auto", True, "dense"),
+        "hybrid · int8 · overlapped": ("int8", True, "hybrid"),
+        "dense · int8": ("int8", True, "dense"),
+    }
+    s = bench_settings(prefix)
+    es = connect(s.es)  # one connection pool; no reranker
+    clients = {label: SearchClient(es, s.model_copy(update={"query": s.query.model_copy(
+        update={"hybrid_overlap": overlap})}), embedder=embedders[enc])
+        for label, (enc, overlap, _) in variants.items()}
+    labels = list(variants)
+    queries = list(col.queries.items())
+    stats: dict[str, dict[str, list[float]]] = {v: {"total": [], "embed": [], "search": []} for v in labels}
+    ranks: dict[str, dict[str, list[str]]] = {v: {} for v in labels}
+    try:
+        for _, text in queries[:warmup]:
+            for v in labels:
+                clients[v].search(text, k=k, mode=variants[v][2], rerank=False)
+        for i, (qid, text) in enumerate(queries):
+            for v in labels[i % len(labels):] + labels[: i % len(labels)]:
+                res = clients[v].search(text, k=k, mode=variants[v][2], rerank=False)
+                stats[v]["total"].append(res.timings.total_ms)
+                stats[v]["embed"].append(res.timings.embed_ms)
+                stats[v]["search"].append(res.timings.search_ms)
+                ranks[v][qid] = [h.doc_id for h in res.hits]
+    finally:
+        for c in clients.values():
+            c.close()
+        es.close()
+    bm25_p50 = pct(stats["bm25"]["total"], 50)
+    table = Table(title=f"fast path: searches interleaved per query, concurrency 1, k={k}, ms")
+    for c in ("variant", "embed p50", "search p50", "total p50", "total p95", "p50 / bm25 p50", "nDCG@10"):
+        table.add_column(c, justify="right")
+    out: dict[str, Any] = {"variants": {}}
+    for v in labels:
+        q = evaluate(col.qrels, ranks[v], ("ndcg@10",))[0]
+        row = {"embed_p50": pct(stats[v]["embed"], 50), "search_p50": pct(stats[v]["search"], 50),
+               "total_p50": pct(stats[v]["total"], 50), "total_p95": pct(stats[v]["total"], 95),
+               "ndcg@10": q["ndcg@10"]}
+        row["vs_bm25_p50"] = row["total_p50"] / bm25_p50
+        out["variants"][v] = row
+        table.add_row(v, f"{row['embed_p50']:.1f}", f"{row['search_p50']:.1f}", f"{row['total_p50']:.1f}",
+                      f"{row['total_p95']:.1f}", f"{row['vs_bm25_p50']:.2f}×", f"{q['ndcg@10']:.4f}")
+    console.print(table)
+    before = out["variants"]["hybrid · torch · one _msearch (before)"]["vs_bm25_p50"]
+    after = out["variants"]["hybrid · onnx · overlapped (default)"]["vs_bm25_p50"]
+    out.update(hybrid_vs_bm25_before=before, hybrid_vs_bm25_after=after)
+    console.print(f"hybrid p50 / BM25 p50 at concurrency 1: before {before:.2f}×, after {after:.2f}× (target ≤ 1.5×); "
+                  f"dense p50 {out['variants']['dense · onnx (default)']['total_p50']:.1f} ms (onnx), "
+                  f"{out['variants']['dense · torch']['total_p50']:.1f} ms (torch)")
+    return out
+
+
 def sweep(prefix: str | None, col: Collection, depths: list[int], embedder: Embedder) -> list[dict[str, Any]]:
     rows = []
     table = Table(title="hybrid, no rerank: per-list depth (bm25_k = knn_k) vs quality and latency")
@@ -182,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rerank", action="store_true", help="also rerank (reranker from settings; default off)")
     ap.add_argument("--sweep", help="comma-separated per-list depths to compare, e.g. 50,100,200")
     ap.add_argument("--build-subset", type=int, metavar="N", help="first ingest a subset of N documents (trials)")
+    ap.add_argument("--no-fast-path", action="store_true", help="skip the encoder and fast-path comparison")
     ap.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -200,6 +313,11 @@ def main(argv: list[str] | None = None) -> int:
         runs = run_modes(client, col, args.rerank, args.warmup, args.k)
         figures: dict[str, Any] = {"collection": col.name, "queries": len(col), "index": client.index(), "k": args.k,
                                    "modes": report_modes(runs, args.rerank)}
+    if not args.no_fast_path:
+        embedders = encoder_embedders(settings, embedder)
+        every = list(load_collection(args.collection, args.split).queries.values())
+        figures["encoders"] = bench_encoders(embedders, every, args.warmup)
+        figures["fast_path"] = fast_path(args.prefix, col, embedders, args.warmup, args.k)
     if args.sweep:
         figures["sweep"] = sweep(args.prefix, col, [int(d) for d in args.sweep.split(",")], embedder)
     if args.json:

@@ -102,6 +102,10 @@ class EmbeddingSettings(BaseModel):
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     backend: Literal["torch", "onnx"] = "torch"
     onnx_quantized: bool = Field(False, description="with backend=onnx: int8-quantised weights")
+    query_backend: Literal["auto", "torch", "onnx"] = Field(
+        "auto", description="the encoder of search queries (one text at a time): onnx runs the model's ONNX "
+        "export in ONNX Runtime (same vectors, see hybridsearch.embedding.query); torch the ingestion encoder; "
+        "auto: onnx when onnxruntime imports, the export works and its vectors agree, else torch (logged)")
     prepend_title: bool = Field(True, description="embed 'title. text' rather than text alone")
     query_cache_size: int = Field(1024, ge=0, description="LRU entries of query embeddings")
 
@@ -146,6 +150,8 @@ class QuerySettings(BaseModel):
     collapse: bool = Field(True, description="keep only the best chunk of each document")
     knn_overfetch: float = Field(2.0, ge=1.0, le=10.0, description="with collapse, kNN gathers knn_k × this many "
                                  "nearest chunks so that about knn_k distinct documents remain")
+    hybrid_overlap: bool = Field(True, description="hybrid sends its BM25 search at once and its kNN search when "
+                                 "the query vector is ready (same results); false: one _msearch after embedding")
     log_queries: bool = True
     redact: bool = Field(False, description="log a hash instead of the query text")
 

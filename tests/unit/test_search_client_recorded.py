@@ -1,6 +1,7 @@
 """SearchClient and AsyncSearchClient on recorded ``_msearch`` answers (tests/unit/recordings/*.json).
 
-The only fake is the Elasticsearch client object: its ``msearch`` returns a recording, and the alias
+The only fake is the Elasticsearch client object: its ``msearch`` returns a recording (a hybrid search sends
+its BM25 and kNN lists as two ``_msearch`` requests: each gets its list's item of the recording), and the alias
 and mapping calls answer for one index built from the settings' own template. Everything else (plan,
 query bodies, fusion, rerank with its timeout, paging) is the real code, run by both clients, which
 must return the same results for the same inputs.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +23,7 @@ import pytest
 
 from hybridsearch import AsyncSearchClient, SearchClient
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, Dialect
-from hybridsearch.errors import ClusterError, ClusterUnavailable, IndexNotFound
+from hybridsearch.errors import ClusterError, ClusterUnavailable, IndexNotFound, ModelError
 from hybridsearch.mappings import load_template
 from hybridsearch.query.results import RerankOutcome, SearchResult
 from hybridsearch.settings import Settings, load_settings
@@ -61,7 +63,20 @@ class FakeES:
         self.sent.append(searches)
         if isinstance(self.answer, Exception):
             raise self.answer
-        return self.answer
+        responses = self.answer["responses"]
+        if len(searches) == 2 * len(responses):  # every list in one _msearch
+            return self.answer
+        return {"responses": [responses[is_knn(body)] for body in searches[1::2]]}
+
+
+def is_knn(body: dict[str, Any]) -> bool:
+    """Whether a search body is the kNN list's (Elasticsearch's top-level ``knn``, OpenSearch's ``knn`` query)."""
+    return "knn" in body or "knn" in body.get("query", {})
+
+
+def one_msearch(sent: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """The lines of one search's requests as one ``_msearch`` would send them: BM25's, then kNN's."""
+    return [line for request in sorted(sent, key=lambda r: is_knn(r[1])) for line in request]
 
     def close(self) -> None:
         pass
@@ -153,9 +168,10 @@ def test_hybrid_recording_is_fused_alike_by_both_clients() -> None:
     assert top.fused is not None and top.fused.score == pytest.approx(1 / 62 + 1 / 61)
     assert sync.index == INDEX and sync.rerank_outcome is RerankOutcome.SKIPPED
     assert sync.rerank_reason == "rerank not requested" and same(sync, async_)
-    bm25_body, knn_body = es.sent[0][1], es.sent[0][3]
-    assert es.sent[0][0] == {"index": "rec-chunks"} and "multi_match" in json.dumps(bm25_body)
-    assert len(knn_body["knn"]["query_vector"]) == 384 and es.sent[0] == es.sent[1]
+    lines = one_msearch(es.sent[:2])  # the sync client's two requests; then the async client's
+    bm25_body, knn_body = lines[1], lines[3]
+    assert lines[0] == lines[2] == {"index": "rec-chunks"} and "multi_match" in json.dumps(bm25_body)
+    assert len(knn_body["knn"]["query_vector"]) == 384 and lines == one_msearch(es.sent[2:])
 
 
 def test_opensearch_gets_the_knn_query_clause_and_fuses_alike() -> None:
@@ -164,14 +180,15 @@ def test_opensearch_gets_the_knn_query_clause_and_fuses_alike() -> None:
     es_result = both(recording("hybrid"), rerank=False)[0]
     sync, async_, es = both(recording("hybrid"), rerank=False, dialect=OPENSEARCH)
     assert same(sync, async_) and same(sync, es_result)
-    knn_body = es.sent[0][3]
+    knn_body = one_msearch(es.sent[:2])[3]
     assert "knn" not in knn_body and set(knn_body["query"]) == {"knn"}
     clause = knn_body["query"]["knn"]["embedding"]
     q = settings().query
     assert len(clause["vector"]) == 384 and clause["k"] == q.knn_k * q.knn_overfetch
     assert clause["method_parameters"] == {"ef_search": max(q.num_candidates, clause["k"])}
     assert {"term": {"doc_id": "x"}} not in clause["filter"]["bool"]["filter"] and clause["filter"]["bool"]["filter"]
-    assert es.sent[0][1] == both(recording("hybrid"), rerank=False)[2].sent[0][1]  # the BM25 body is the same
+    es_bm25 = one_msearch(both(recording("hybrid"), rerank=False)[2].sent[:2])[1]
+    assert one_msearch(es.sent[:2])[1] == es_bm25  # the BM25 body is the same
 
 
 def test_reranker_reorders_the_top() -> None:
@@ -237,3 +254,104 @@ def _one(client: str, answer: dict[str, Any] | Exception) -> SearchResult:
             return await c.search("bees", rerank=False)
 
     return asyncio.run(run())
+
+
+# Hybrid sends BM25 at once and kNN when the vector is ready (hybridsearch.query.send).
+
+class WaitsForBM25:
+    """An embedder that finishes only once the BM25 request has reached the cluster (or gives up after 5 s),
+    and says whether it had: proof that BM25 does not wait for the vector."""
+
+    def __init__(self, es: FakeES) -> None:
+        self.es = es
+        self.bm25_sent_while_embedding: list[bool] = []
+
+    def encode_query(self, text: str) -> np.ndarray:
+        self.bm25_sent_while_embedding.append(self.es.bm25_arrived.wait(timeout=5))
+        return FixedVectors().encode_query(text)
+
+
+class RecordingES(FakeES):
+    """:class:`FakeES` that notes when the BM25 request arrives (and, with ``fail``, fails one list's request)."""
+
+    def __init__(self, settings: Settings, answer: dict[str, Any], fail: dict[str, Exception] | None = None) -> None:
+        super().__init__(settings, answer)
+        self.bm25_arrived = threading.Event()
+        self.fail = fail or {}
+
+    def msearch(self, searches: list[dict[str, Any]]) -> dict[str, Any]:
+        kinds = {"knn" if is_knn(body) else "bm25" for body in searches[1::2]}
+        if "bm25" in kinds:
+            self.bm25_arrived.set()
+        for kind in kinds & set(self.fail):
+            raise self.fail[kind]
+        return super().msearch(searches)
+
+
+def overlapped(es: RecordingES, embedder: Any, client: str, mode: str = "hybrid", **query: Any) -> SearchResult:
+    s = settings()
+    s = s.model_copy(update={"query": s.query.model_copy(update=query)})
+    if client == "sync":
+        with SearchClient(es, s, embedder=embedder) as c:
+            return c.search("how do bees find food", mode=mode, rerank=False)  # type: ignore[arg-type]
+
+    async def run() -> SearchResult:
+        async with AsyncSearchClient(FakeAsyncES(es), s, embedder=embedder) as c:  # type: ignore[arg-type]
+            return await c.search("how do bees find food", mode=mode, rerank=False)  # type: ignore[arg-type]
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("client", ["sync", "async"])
+def test_hybrid_sends_bm25_before_the_embedding_finishes(client: str) -> None:
+    es = RecordingES(settings(), recording("hybrid"))
+    embedder = WaitsForBM25(es)
+    result = overlapped(es, embedder, client)
+    assert embedder.bm25_sent_while_embedding == [True]
+    assert [len(r) for r in es.sent] == [2, 2] and not is_knn(es.sent[0][1]) and is_knn(es.sent[1][1])
+    assert [h.doc_id for h in result.hits] == ["d2", "d1", "d4", "d3"]
+
+
+@pytest.mark.parametrize("client", ["sync", "async"])
+def test_overlapped_hybrid_equals_the_one_msearch_path(client: str) -> None:
+    """Same request lines, same fused results as HSP_QUERY__HYBRID_OVERLAP=false (one _msearch after embedding)."""
+    for name in ("hybrid", "partial"):
+        fast, slow = RecordingES(settings(), recording(name)), RecordingES(settings(), recording(name))
+        a = overlapped(fast, FixedVectors(), client)
+        b = overlapped(slow, FixedVectors(), client, hybrid_overlap=False)
+        assert same(a, b) and len(slow.sent) == 1 and one_msearch(fast.sent) == slow.sent[0]
+        assert a.timings.embed_ms > 0 and a.timings.search_ms > 0
+
+
+@pytest.mark.parametrize("client", ["sync", "async"])
+def test_bm25_and_dense_stay_one_request(client: str) -> None:
+    for mode in ("bm25", "dense"):
+        es = RecordingES(settings(), recording("hybrid"))
+        overlapped(es, FixedVectors(), client, mode)
+        assert len(es.sent) == 1 and len(es.sent[0]) == 2 and is_knn(es.sent[0][1]) == (mode == "dense")
+
+
+@pytest.mark.parametrize("client", ["sync", "async"])
+def test_either_request_failing_fails_the_search_as_before(client: str) -> None:
+    timeout = elasticsearch.ConnectionTimeout("timed out after 30 s")
+    for failing in ("bm25", "knn"):
+        es = RecordingES(settings(), recording("hybrid"), fail={failing: timeout})
+        with pytest.raises(ClusterUnavailable, match="did not answer"):
+            overlapped(es, FixedVectors(), client)
+    es = RecordingES(settings(), recording("knn_failed"), fail={"bm25": timeout})
+    with pytest.raises(ClusterUnavailable):  # both fail: BM25's error first, as in one _msearch
+        overlapped(es, FixedVectors(), client)
+
+
+class Broken:
+    def encode_query(self, text: str) -> np.ndarray:
+        raise ModelError("cannot load embedding model 'x'")
+
+
+@pytest.mark.parametrize("client", ["sync", "async"])
+def test_a_failing_embedding_raises_its_own_error(client: str, caplog: pytest.LogCaptureFixture) -> None:
+    """As before the overlap (nothing was sent then): the embedding's error, BM25's answer or error dropped."""
+    es = RecordingES(settings(), recording("hybrid"), fail={"bm25": elasticsearch.ConnectionTimeout("late")})
+    with pytest.raises(ModelError, match="cannot load embedding model"):
+        overlapped(es, Broken(), client)
+    assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]

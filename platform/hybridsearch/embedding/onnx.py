@@ -5,7 +5,8 @@ transformers 5 installed here, so the export is done with ``torch.onnx.export`` 
 ``onnxruntime.quantization.quantize_dynamic``. Both are written once to
 ``~/.cache/hybridsearch/onnx/<hash of model files, opset, quantisation>/`` (``HSP_ONNX_CACHE`` overrides
 the folder). :func:`attach_onnx` then swaps the transformer inside a loaded ``SentenceTransformer`` for an
-ONNX Runtime session, keeping its tokenizer, pooling and normalisation, so ``encode`` is unchanged.
+ONNX Runtime session, keeping its tokenizer, pooling and normalisation, so ``encode`` is unchanged. The query
+encoder (:mod:`.query`) runs the same file for single queries.
 """
 
 from __future__ import annotations
@@ -105,11 +106,17 @@ def _export_fp32(model: SentenceTransformer, path: Path) -> None:
     tmp.replace(path)
 
 
-def _session(path: Path, device: str) -> Any:
+def ort_session(path: Path, device: str, *, spinning: bool = True) -> Any:
+    """An ONNX Runtime session on ``path`` (CUDA first when ``device`` allows and the provider exists).
+
+    ``spinning=False`` lets the session's threads sleep between runs instead of spinning: for one query at a
+    time on a CPU shared with the engine, spinning threads only take cores from it (and from torch)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if not spinning:
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     providers = ["CPUExecutionProvider"]
     if device in {"auto", "cuda"} and "CUDAExecutionProvider" in ort.get_available_providers():
         providers.insert(0, "CUDAExecutionProvider")
@@ -148,7 +155,7 @@ def attach_onnx(model: SentenceTransformer, cfg: EmbeddingSettings) -> SentenceT
         first: Any = model[0]
         inner: Any = first.model
         path = export(model, resolve_model(cfg.model), cfg.onnx_quantized)
-        session = _session(path, cfg.device)
+        session = ort_session(path, cfg.device)
     except Exception as exc:
         raise ModelError(f"cannot build the ONNX backend for {cfg.model!r}: {type(exc).__name__}: {exc}. "
                          "Use HSP_EMBEDDING__BACKEND=torch.") from exc

@@ -134,19 +134,26 @@ def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float], dialect: Dialec
     return body
 
 
+def list_search(q: QuerySettings, alias: str, p: Plan, name: str, vector: Iterable[float] | None = None,
+                dialect: Dialect = ELASTICSEARCH) -> list[dict[str, Any]]:
+    """The ``_msearch`` header/body lines on ``alias`` of one list (``bm25``, ``knn``), or of ``all`` of ``p``'s
+    lists (:func:`list_names`) in one round trip."""
+    if name == "all":
+        return [line for n in list_names(p) for line in list_search(q, alias, p, n, vector, dialect)]
+    if name == "bm25":
+        return [{"index": alias}, bm25_body(q, p)]
+    if vector is None:
+        raise QueryError(f"mode {p.mode} needs a query vector")
+    return [{"index": alias}, knn_body(q, p, vector, dialect)]
+
+
+def list_names(p: Plan) -> list[str]:
+    """The lists ``p`` searches, in fusion order: ``bm25`` (hybrid, bm25) then ``knn`` (hybrid, dense)."""
+    return [n for n, modes in (("bm25", ("hybrid", "bm25")), ("knn", ("hybrid", "dense"))) if p.mode in modes]
+
+
 def searches(q: QuerySettings, alias: str, p: Plan, vector: Iterable[float] | None,
              dialect: Dialect = ELASTICSEARCH) -> tuple[list[str], list[dict[str, Any]]]:
-    """Names of the lists (``bm25``/``knn``) and the ``_msearch`` header/body lines on ``alias``, in one round
-    trip."""
-    names: list[str] = []
-    lines: list[dict[str, Any]] = []
-    header = {"index": alias}
-    if p.mode in ("hybrid", "bm25"):
-        names.append("bm25")
-        lines += [header, bm25_body(q, p)]
-    if p.mode in ("hybrid", "dense"):
-        if vector is None:
-            raise QueryError(f"mode {p.mode} needs a query vector")
-        names.append("knn")
-        lines += [header, knn_body(q, p, vector, dialect)]
-    return names, lines
+    """Names of the lists (:func:`list_names`) and the ``_msearch`` header/body lines of all of them on ``alias``,
+    in one round trip (a hybrid search sends the same lines as two requests: :mod:`.send`)."""
+    return list_names(p), list_search(q, alias, p, "all", vector, dialect)

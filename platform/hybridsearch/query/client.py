@@ -3,7 +3,8 @@
 Both run the same steps with the same pure helpers (:mod:`.build`, :mod:`.fusion`, :mod:`.assemble`);
 only the I/O differs::
 
-    plan (checks) → embed the query once (LRU) → one _msearch (BM25 + kNN) → collapse + fuse
+    plan (checks) → embed the query once (LRU) → _msearch (hybrid: BM25 sent at once, kNN when the vector is
+    ready; see :mod:`.send`) → collapse + fuse
     → rerank the top ``reranker.depth`` (with a timeout; degrade to fused order) → page → log
 """
 
@@ -12,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Mapping
@@ -30,10 +32,11 @@ from hybridsearch.query.assemble import (
     passage_text,
     rerank_slice,
 )
-from hybridsearch.query.build import Plan, plan, searches
+from hybridsearch.query.build import Plan, list_names, list_search, plan
 from hybridsearch.query.filters import Filter
 from hybridsearch.query.querylog import QueryLogger
 from hybridsearch.query.results import Mode, RerankOutcome, SearchResult, Timings, WhyReport
+from hybridsearch.query.send import Lines, send, send_async
 from hybridsearch.rerank.base import Reranker
 from hybridsearch.rerank.card import effective_blend
 from hybridsearch.settings import QuerySettings, Settings, get_settings
@@ -44,6 +47,7 @@ if TYPE_CHECKING:
     from hybridsearch.embedding import Embedder
 
 INDEX_RECHECK_S = 60.0
+SEARCH_WORKERS = 64  # the sync client's threads for hybrid's BM25 requests (sent while the query is embedded)
 FilterArg = Filter | Mapping[str, Any] | None
 
 
@@ -177,9 +181,9 @@ class _Core:
     def _plan(self, query: str, **kwargs: Any) -> Plan:
         return plan(self.query, self.settings.index.tenant, query, **kwargs)
 
-    def _searches(self, p: Plan, vector: np.ndarray | None, dialect: Dialect
-                  ) -> tuple[list[str], list[dict[str, Any]]]:
-        return searches(self.query, self.settings.index.alias, p, vector, dialect)
+    def _lines(self, p: Plan, dialect: Dialect) -> Lines:
+        """``send``'s ``lines``: the ``_msearch`` lines of one list of ``p``, or of ``all`` of them."""
+        return functools.partial(list_search, self.query, self.settings.index.alias, p, dialect=dialect)
 
 
 class SearchClient(_Core):
@@ -196,6 +200,7 @@ class SearchClient(_Core):
         self.es = es
         self._owns_es = False
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._io = concurrent.futures.ThreadPoolExecutor(max_workers=SEARCH_WORKERS, thread_name_prefix="hsp-bm25")
         self._start_log(es)
 
     @classmethod
@@ -220,17 +225,9 @@ class SearchClient(_Core):
 
     def _window(self, p: Plan, t: Timings) -> tuple[str, Window, float]:
         index = self.index()
-        vector = None
-        if p.wants_vector:
-            t0 = time.perf_counter()
-            vector = self._encode(p.query)
-            t.embed_ms = _ms(t0)
-        names, lines = self._searches(p, vector, self.es.dialect)
-        t0 = time.perf_counter()
-        with engine_errors(f"search {self.settings.index.alias}"):
-            responses = self.es.msearch(searches=lines)["responses"]
-        t.search_ms = _ms(t0)
-        window, fuse_ms = self._fuse(names, responses)
+        responses = send(self.es, self._io, p, t, self._lines(p, self.es.dialect), self._encode,
+                         f"search {self.settings.index.alias}", self.query.hybrid_overlap)
+        window, fuse_ms = self._fuse(list_names(p), responses)
         t0 = time.perf_counter()
         self._rerank(p, window)
         t.rerank_ms = _ms(t0)
@@ -293,8 +290,9 @@ class SearchClient(_Core):
         """Flush the query log, stop worker threads, close the ES client when this object made it."""
         if self.query_log is not None:
             self.query_log.close()
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
+        for pool in (self._pool, self._io):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
         if self._owns_es:
             self.es.close()
 
@@ -347,17 +345,9 @@ class AsyncSearchClient(_Core):
 
     async def _window(self, p: Plan, t: Timings) -> tuple[str, Window, float]:
         index = await self.index()
-        vector = None
-        if p.wants_vector:
-            t0 = time.perf_counter()
-            vector = await asyncio.to_thread(self._encode, p.query)
-            t.embed_ms = _ms(t0)
-        names, lines = self._searches(p, vector, self.es.dialect)
-        t0 = time.perf_counter()
-        with engine_errors(f"search {self.settings.index.alias}"):
-            responses = (await self.es.msearch(searches=lines))["responses"]
-        t.search_ms = _ms(t0)
-        window, fuse_ms = self._fuse(names, responses)
+        responses = await send_async(self.es, p, t, self._lines(p, self.es.dialect), self._encode,
+                                     f"search {self.settings.index.alias}", self.query.hybrid_overlap)
+        window, fuse_ms = self._fuse(list_names(p), responses)
         t0 = time.perf_counter()
         await self._rerank(p, window)
         t.rerank_ms = _ms(t0)

@@ -1,0 +1,136 @@
+"""The query encoder: one text at a time on the search path (``HSP_EMBEDDING__QUERY_BACKEND``).
+
+Ingestion embeds batches with the :class:`~hybridsearch.embedding.Embedder`'s model (torch by default); a
+search embeds one short text, where torch's thread pool and ``SentenceTransformer.encode`` cost more than
+the model does. ``onnx`` runs the same transformer exported to ONNX by :func:`.onnx.export` (the file cached
+where the ONNX backend caches it; the int8 file only when ingestion itself uses it, so queries always meet
+the weights the index was built with) in an ONNX Runtime session whose threads do not spin, and keeps the
+model's own tokenisation (``preprocess``), pooling and normalisation modules.
+
+``auto`` takes onnx when the model runs on CPU, onnxruntime imports, the export works and the vectors agree
+with the ingestion encoder's on :data:`PROBES` (cosine ≥ :data:`MIN_COSINE`: the index needs no rebuild);
+otherwise torch, with one log line saying why. ``onnx`` insists: any of those failing raises ModelError.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
+
+import numpy as np
+
+from hybridsearch.embedding.models import pick_device, resolve_model
+from hybridsearch.errors import ModelError
+from hybridsearch.settings import EmbeddingSettings
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
+log = logging.getLogger(__name__)
+Encode = Callable[[str], np.ndarray]
+#: Lowest cosine between a probe's ONNX and reference vectors for ``auto`` to take ONNX.
+MIN_COSINE = 0.99999
+#: Texts of several lengths (one past the model's 256-token limit, so truncation is compared too).
+PROBES = (
+    "how do bees find food",
+    "0-dimensional biomaterials lack inductive properties.",
+    "Vitamin D deficiency is associated with bone fractures in older adults; É, ß and 中文 too.",
+    "a",
+    " ".join(["Long queries are cut at the model's sequence limit, the same way by both encoders."] * 30),
+)
+
+
+@dataclass(frozen=True)
+class QueryEncoder:
+    """The encoder queries use: ``backend`` (``torch``: the ingestion encoder, ``onnx``), the function, and
+    why it was chosen (logged once; ``hsp``'s benchmarks print it)."""
+
+    backend: Literal["torch", "onnx"]
+    encode: Encode
+    reason: str
+
+
+class OnnxQueryEncoder:
+    """``model``'s vector for one text with its transformer run by the ONNX Runtime ``session``."""
+
+    def __init__(self, model: SentenceTransformer, session: Any) -> None:
+        first: Any = model[0]
+        self.model = model
+        self.session = session
+        self.output = str(getattr(first, "module_output_name", "token_embeddings"))
+        self.post = list(model)[1:]  # pooling, normalisation, any dense layers: the model's own modules
+
+    def __call__(self, text: str) -> np.ndarray:
+        import torch
+
+        features = self.model.preprocess([text])
+        ids = np.asarray(features["input_ids"], dtype=np.int64)
+        feeds = {"input_ids": ids, "attention_mask": np.asarray(features["attention_mask"], dtype=np.int64),
+                 "token_type_ids": (np.asarray(features["token_type_ids"], dtype=np.int64)
+                                    if "token_type_ids" in features else np.zeros_like(ids))}
+        (hidden,) = self.session.run(["last_hidden_state"], feeds)
+        features[self.output] = torch.from_numpy(hidden)
+        with torch.inference_mode():
+            for module in self.post:
+                features = module(features)
+        vec = np.asarray(features["sentence_embedding"][0].numpy(), dtype=np.float32)
+        return vec / max(float(np.linalg.norm(vec)), 1e-12)
+
+
+def onnx_query_encoder(model: SentenceTransformer, model_dir: str, quantized: bool = False) -> OnnxQueryEncoder:
+    """An :class:`OnnxQueryEncoder` on ``model``'s export (made on first use, then cached on disk)."""
+    from hybridsearch.embedding.onnx import export, ort_session
+
+    return OnnxQueryEncoder(model, ort_session(export(model, model_dir, quantized), "cpu", spinning=False))
+
+
+def agreement(reference: Encode, candidate: Encode, texts: Iterable[str]) -> tuple[float, float]:
+    """The lowest cosine and the largest absolute difference between the two encoders' vectors of ``texts``."""
+    texts = list(texts)
+    a = np.stack([reference(t) for t in texts]).astype(np.float64)
+    b = np.stack([candidate(t) for t in texts]).astype(np.float64)
+    cos = (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
+    return float(cos.min()), float(np.abs(a - b).max())
+
+
+def choose_query_encoder(cfg: EmbeddingSettings, model: SentenceTransformer, reference: Encode) -> QueryEncoder:
+    """The query encoder ``cfg.query_backend`` asks for; ``reference`` is the ingestion encoder of one text
+    (the torch choice, and the yardstick of the ONNX one). Raises ModelError when ``onnx`` cannot be had."""
+    if cfg.query_backend == "torch":
+        return QueryEncoder("torch", reference, "HSP_EMBEDDING__QUERY_BACKEND=torch")
+    device = pick_device(cfg.device)
+    try:
+        if device != "cpu":
+            raise _NoOnnx(f"the model runs on {device}; the ONNX query encoder is for CPU", expected=True)
+        try:
+            import onnxruntime  # noqa: F401
+        except ImportError:
+            raise _NoOnnx("onnxruntime is not installed (pip install 'hybridsearch[onnx]')", expected=True) from None
+        try:
+            encoder = onnx_query_encoder(model, resolve_model(cfg.model), cfg.backend == "onnx" and cfg.onnx_quantized)
+            cos, diff = agreement(reference, encoder, PROBES)
+        except Exception as exc:  # any failure of the export or the session means torch
+            raise _NoOnnx(f"the ONNX export or session failed: {type(exc).__name__}: {exc}") from exc
+        if cos < MIN_COSINE:
+            raise _NoOnnx(f"its vectors disagree with the {cfg.backend} encoder's (lowest cosine {cos:.7f} < "
+                          f"{MIN_COSINE} on {len(PROBES)} probe texts)")
+    except _NoOnnx as exc:
+        if cfg.query_backend == "onnx":
+            raise ModelError(f"no ONNX query encoder for {cfg.model!r}: {exc}",
+                             fix="Set HSP_EMBEDDING__QUERY_BACKEND=auto (or torch).") from exc
+        log.log(logging.INFO if exc.expected else logging.WARNING, "query encoder: torch, not ONNX: %s", exc)
+        return QueryEncoder("torch", reference, f"ONNX unavailable: {exc}")
+    reason = f"agrees with the {cfg.backend} encoder: lowest cosine {cos:.7f}, largest difference {diff:.1e}"
+    log.info("query encoder: onnx (%s)", reason)
+    return QueryEncoder("onnx", encoder, reason)
+
+
+class _NoOnnx(Exception):
+    """Why the ONNX query encoder cannot be used; ``expected``: a setup without it (logged as info, not a
+    warning)."""
+
+    def __init__(self, reason: str, *, expected: bool = False) -> None:
+        super().__init__(reason)
+        self.expected = expected
