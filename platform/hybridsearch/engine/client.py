@@ -9,6 +9,7 @@ own: wrap calls in :func:`~hybridsearch.engine.errors.engine_errors` to get hybr
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -32,6 +33,7 @@ from hybridsearch.engine.errors import API_ERRORS, status_of
 from hybridsearch.settings import ClusterSettings
 
 Json = dict[str, Any]
+log = logging.getLogger(__name__)
 #: analyzers every node has without the analysis-common module
 BUILT_IN_ANALYZERS = frozenset({"standard", "simple", "whitespace", "stop", "keyword", "pattern"})
 
@@ -118,7 +120,14 @@ class EngineClient:
     def _modules_have(self, name: str) -> bool:
         if name in BUILT_IN_ANALYZERS:
             return True
-        nodes = self.nodes.info(filter_path="nodes.*.modules.name").get("nodes", {})
+        try:
+            nodes = self.nodes.info(filter_path="nodes.*.modules.name").get("nodes", {})
+        except API_ERRORS as exc:
+            if status_of(exc) != 403:
+                raise
+            log.warning("cannot tell whether the cluster has analyzer %s: these credentials may neither _analyze "
+                        "nor read the nodes' modules; taking it as absent", name)
+            return False
         return bool(nodes) and all("analysis-common" in {m.get("name") for m in n.get("modules", [])}
                                    for n in nodes.values())
 
