@@ -16,6 +16,7 @@ import os
 import re
 import sqlite3
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 LOOKUP_CHUNK = 500  # keys per SELECT (SQLite builds before 3.32 allow 999 variables)
+#: tries at opening a file another connection is setting up
+OPEN_ATTEMPTS = 20
 
 
 def default_cache_dir() -> Path:
@@ -107,12 +110,22 @@ class CachedEmbedder(Embedder):
         if self._db is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            with db:
-                db.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vector BLOB NOT NULL) "
-                           "WITHOUT ROWID")
-                db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-                db.execute("INSERT OR IGNORE INTO meta VALUES ('model', ?)", (self.identity,))
+            for attempt in range(OPEN_ATTEMPTS):
+                try:
+                    # Switching a new file to WAL can answer "database is locked" at once, without waiting
+                    # for the busy timeout, while another connection opens it: try again shortly.
+                    db.execute("PRAGMA journal_mode=WAL")
+                    with db:
+                        db.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vector BLOB NOT NULL) "
+                                   "WITHOUT ROWID")
+                        db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
+                        db.execute("INSERT OR IGNORE INTO meta VALUES ('model', ?)", (self.identity,))
+                    break
+                except sqlite3.OperationalError as exc:
+                    if "locked" not in str(exc) or attempt == OPEN_ATTEMPTS - 1:
+                        db.close()
+                        raise
+                    time.sleep(0.05 * (attempt + 1))
             self._db = db
         return self._db
 
