@@ -247,10 +247,13 @@ class _Indices(_Namespace):
         self._c.raw.indices.put_mapping(index=index, body={"properties": properties})
 
     def get_alias(self, *, name: str) -> Json:
-        """``GET _alias/<name>``; ``{}`` when the alias does not exist."""
-        if not self.exists_alias(name=name):
+        """``GET _alias/<name>``; ``{}`` when the alias does not exist (one request either way)."""
+        try:
+            resp: Json = _plain(self._c.raw.indices.get_alias(name=name))
+        except API_ERRORS as exc:
+            if status_of(exc) != 404:
+                raise
             return {}
-        resp: Json = _plain(self._c.raw.indices.get_alias(name=name))
         return resp
 
     def exists_alias(self, *, name: str) -> bool:
@@ -354,10 +357,13 @@ class _AsyncIndices:
         self._c = client
 
     async def get_alias(self, *, name: str) -> Json:
-        raw = await self._c.raw()
-        if not await raw.indices.exists_alias(name=name):
+        """See :meth:`_Indices.get_alias`."""
+        try:
+            resp: Json = _plain(await (await self._c.raw()).indices.get_alias(name=name))
+        except API_ERRORS as exc:
+            if status_of(exc) != 404:
+                raise
             return {}
-        resp: Json = _plain(await raw.indices.get_alias(name=name))
         return resp
 
     async def get_mapping(self, *, index: str) -> Json:
