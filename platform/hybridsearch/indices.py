@@ -27,7 +27,7 @@ CHECKED_META = ("embedding_model", "embedding_dims")
 CHECKED_VECTOR = ("dims", "similarity")
 # Chunk fields added after indices were first built: an index without them is still served (reads treat
 # the missing field as absent) and ``ensure_chunk_fields`` adds them before an ingest writes.
-ADDABLE_FIELDS = ("pending_run",)
+ADDABLE_FIELDS = ("pending_run", "section_title", "section_text")
 
 Difference = tuple[str, object, object]  # (field, expected, actual); actual None = the index lacks it
 
@@ -45,6 +45,13 @@ def with_analyzer(es: EngineClient, settings: Settings) -> Settings:
     with engine_errors("check the english analyzer"):
         name = PREFERRED_ANALYZER if es.has_analyzer(PREFERRED_ANALYZER) else FALLBACK_ANALYZER
     return settings.model_copy(update={"index": settings.index.model_copy(update={"analyzer": name})})
+
+
+def section_words_of(meta: Mapping[str, object]) -> int | None:
+    """The section size (words) an index with ``_meta`` ``meta`` scores BM25 on, or None for chunk-level BM25
+    (``bm25_unit`` chunk, or an index built before sections existed)."""
+    words = meta.get("section_words")
+    return int(words) if meta.get("bm25_unit") == "section" and isinstance(words, int) else None
 
 
 def index_body(name: str, settings: Settings, dialect: Dialect = ELASTICSEARCH) -> dict[str, Any]:

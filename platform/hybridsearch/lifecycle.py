@@ -26,6 +26,7 @@ from hybridsearch.indices import (
     ensure_log_indices,
     index_mapping,
     resolve_index,
+    section_words_of,
     with_analyzer,
 )
 from hybridsearch.ingest.chunking import embed_text
@@ -299,7 +300,8 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     check_mapping(source, source_mapping, old, es.dialect)
     source_meta = source_mapping.get("_meta", {})
     expected = load_template("chunks", new)["template"]["mappings"]["_meta"]
-    rechunk = source_meta.get("chunker_version") not in (None, expected["chunker_version"])
+    rechunk = (source_meta.get("chunker_version") not in (None, expected["chunker_version"])
+               or section_words_of(source_meta) != new.index.bm25_section_words)  # documents are cut anew
     first_chunks = {"term": {"position": 0}}  # one per document (and tenant)
     with engine_errors(f"refresh {source}"):
         es.indices.refresh(index=source)

@@ -21,7 +21,7 @@ from hybridsearch.engine.dialect import ELASTICSEARCH, Dialect
 from hybridsearch.errors import ConfigError
 from hybridsearch.settings import Settings
 
-_PLACEHOLDER = re.compile(r"\$\{([a-z_.]+)\}")
+_PLACEHOLDER = re.compile(r"\$\{([a-z0-9_.]+)\}")
 TEMPLATES = ("chunks", "query_log", "ingest_runs")
 
 

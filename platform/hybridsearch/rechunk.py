@@ -111,7 +111,8 @@ def rechunk_copy(es: EngineClient, source: str, target: str, new: Settings, embe
             documents += 1
             try:
                 for src, text in document_chunks(to_document(chunks), new.chunking, new.embedding, tenant,
-                                                  tokenizer, embedder.max_seq_length):
+                                                  tokenizer, embedder.max_seq_length,
+                                                  new.index.bm25_section_words):
                     batch.add(src["chunk_id"], src, text)
             except (ValueError, TypeError) as exc:
                 unchunked += 1

@@ -74,6 +74,16 @@ class IndexSettings(BaseModel):
     hnsw_m: int = Field(16, ge=2, le=512)
     ef_construction: int = Field(100, ge=10, le=3200)
     tenant: str | None = Field(None, description="when set, every search is filtered to this tenant")
+    bm25_unit: Literal["section", "chunk"] = Field(
+        "section", description="what BM25 scores in a new index: section = whole documents, long ones cut into "
+        "sections of about section_words words (recorded in _meta; see docs/evaluation.md); chunk = each chunk")
+    section_words: int = Field(1000, ge=50, description="with bm25_unit=section: most words of one BM25 section; "
+                               "a shorter document is one section")
+
+    @property
+    def bm25_section_words(self) -> int | None:
+        """Section size in words a new index scores BM25 on, or None for chunk-level BM25."""
+        return self.section_words if self.bm25_unit == "section" else None
 
     @property
     def alias(self) -> str:
@@ -148,6 +158,9 @@ class QuerySettings(BaseModel):
     max_k: int = Field(100, ge=1, description="largest k a caller may ask for")
     max_query_chars: int = Field(2000, ge=16, description="longer queries are truncated")
     collapse: bool = Field(True, description="keep only the best chunk of each document")
+    bm25_unit: Literal["auto", "chunk"] = Field(
+        "auto", description="auto: BM25 over the index's unit (sections where the index has them and results are "
+        "collapsed per document); chunk: BM25 over chunks")
     knn_overfetch: float = Field(2.0, ge=1.0, le=10.0, description="with collapse, kNN gathers knn_k × this many "
                                  "nearest chunks so that about knn_k distinct documents remain")
     hybrid_overlap: bool = Field(True, description="hybrid sends its BM25 search at once and its kNN search when "

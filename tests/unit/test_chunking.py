@@ -11,8 +11,10 @@ from hypothesis import strategies as st
 
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding import resolve_model
+from hybridsearch.indices import section_words_of
 from hybridsearch.ingest.chunking import (
     MAX_SEGMENT_CHARS,
+    Chunk,
     HFTokenizer,
     Tokenizer,
     WhitespaceTokenizer,
@@ -20,6 +22,7 @@ from hybridsearch.ingest.chunking import (
     embed_text,
     text_budget,
 )
+from hybridsearch.ingest.layout import section_leaders
 from hybridsearch.settings import ChunkingSettings
 
 STRATEGIES = ["paragraph", "sentence", "token", "fixed", "parent_child"]
@@ -162,3 +165,22 @@ def test_signature_and_embed_text() -> None:
 def test_limit_must_be_positive() -> None:
     with pytest.raises(ValueError):
         list(chunk_text("x", ChunkingSettings(), WhitespaceTokenizer(), 0))
+
+
+def _chunk(position: int, start: int, words: int) -> Chunk:
+    text = " ".join(["w"] * words)
+    return Chunk(position=position, text=text, char_start=start, char_end=start + len(text), tokens=words)
+
+
+def test_sections_pack_whole_chunks_up_to_the_word_limit() -> None:
+    chunks = [_chunk(0, 0, 40), _chunk(1, 70, 40), _chunk(2, 150, 40), _chunk(3, 230, 200)]
+    # 40+40 fit in 100, the third starts a new section, the oversized last chunk is a section of its own
+    assert section_leaders(chunks, 100) == {0: (0, 149), 2: (150, 229), 3: (230, 629)}
+    assert section_leaders(chunks, 10_000) == {0: (0, 629)}  # a document within the limit is one section
+    assert section_leaders([], 100) == {}
+
+
+def test_only_section_indices_score_bm25_on_sections() -> None:
+    assert section_words_of({"bm25_unit": "section", "section_words": 1000}) == 1000
+    assert section_words_of({"bm25_unit": "chunk", "section_words": 1000}) is None
+    assert section_words_of({}) is None  # built before sections existed

@@ -8,7 +8,7 @@ import pytest
 
 from hybridsearch.errors import ClusterError, IndexNotFound, QueryError, RerankerError
 from hybridsearch.query.assemble import apply_rerank, build_result, check_response, fuse_window, log_doc, query_hash
-from hybridsearch.query.build import clean_query, plan, searches
+from hybridsearch.query.build import bm25_on_sections, clean_query, plan, searches
 from hybridsearch.query.results import RerankOutcome, Timings
 from hybridsearch.settings import Settings, load_settings
 
@@ -99,9 +99,12 @@ def test_fuse_window_collapses_each_list_then_applies_rrf(settings: Settings) ->
     # bm25 doc ranks a1 b2 c3 ; knn b1 d2 a3 → b: 1/62+1/61, a: 1/61+1/63, d: 1/62, c: 1/63
     assert order == ["b", "a", "d", "c"] and w.depths == {"bm25": 3, "knn": 3}
     b = w.candidates[0]
-    assert b.stages["bm25"].rank == 2 and b.stages["knn"].rank == 1 and b.chunk_id == "b#1"  # best-ranked chunk
+    assert b.stages["bm25"].rank == 2 and b.stages["knn"].rank == 1 and b.chunk_id == "b#1"  # kNN's chunk
     assert b.fused is not None and b.fused.score == pytest.approx(1 / 62 + 1 / 61)
-    assert w.candidates[1].chunk_id == "a#0" and w.candidates[1].stages["bm25"].score == 9.0
+    # a document in both lists shows kNN's chunk even where BM25 ranks it higher (its hit may be a section's
+    # first chunk); one found by BM25 alone shows BM25's
+    assert w.candidates[1].chunk_id == "a#1" and w.candidates[1].stages["bm25"].score == 9.0
+    assert w.candidates[3].chunk_id == "c#0"
 
 
 def test_without_collapse_chunks_are_separate(settings: Settings) -> None:
@@ -186,3 +189,15 @@ def test_client_refuses_bad_input_without_touching_the_cluster() -> None:
                 c.search("bees", **kwargs)  # type: ignore[arg-type]
         with pytest.raises(QueryError):
             c.search(" \n ")
+
+
+def test_bm25_scores_sections_only_where_the_index_has_them_and_results_are_per_document(settings: Settings) -> None:
+    q, alias = settings.query, settings.index.alias
+    p = plan(q, None, "x", mode="bm25")
+    fields = searches(q, alias, p, None, sections=True)[1][1]["query"]["bool"]["must"][0]["multi_match"]["fields"]
+    assert fields == ["section_title^1", "section_text"]
+    fields = searches(q, alias, p, None)[1][1]["query"]["bool"]["must"][0]["multi_match"]["fields"]
+    assert fields == ["title^1", "text"]
+    assert bm25_on_sections(q, 1000) and not bm25_on_sections(q, None)
+    assert not bm25_on_sections(q.model_copy(update={"collapse": False}), 1000)  # chunk results: chunk BM25
+    assert not bm25_on_sections(q.model_copy(update={"bm25_unit": "chunk"}), 1000)

@@ -6,12 +6,12 @@ index holds exactly what ingesting the original sources would have written.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from hybridsearch.chunker_signature import chunker_signature
-from hybridsearch.ingest.chunking import Tokenizer, chunk_text, embed_text, text_budget
+from hybridsearch.ingest.chunking import Chunk, Tokenizer, chunk_text, embed_text, text_budget
 from hybridsearch.ingest.ids import chunk_id, parent_id
 from hybridsearch.ingest.sources import Document
 from hybridsearch.settings import ChunkingSettings, EmbeddingSettings
@@ -22,13 +22,41 @@ def now() -> str:
     return datetime.now(UTC).isoformat()
 
 
+def section_leaders(chunks: Sequence[Chunk], max_words: int) -> dict[int, tuple[int, int]]:
+    """BM25 sections of one document: runs of consecutive chunks of about ``max_words`` words (a chunk's words
+    count whole; a chunk longer than the limit is a section of its own). Maps the index of each section's first
+    chunk to the section's ``(char_start, char_end)``; a document within the limit is one section."""
+    leaders: dict[int, tuple[int, int]] = {}
+    first, words = 0, 0
+    for i, c in enumerate(chunks):
+        n = len(c.text.split())
+        if i > first and words + n > max_words:
+            leaders[first] = (chunks[first].char_start, chunks[i - 1].char_end)
+            first, words = i, 0
+        words += n
+    if chunks:
+        leaders[first] = (chunks[first].char_start, chunks[-1].char_end)
+    return leaders
+
+
 def document_chunks(d: Document, chunking: ChunkingSettings, embedding: EmbeddingSettings, tenant: str | None,
-                    tokenizer: Tokenizer, max_seq_length: int) -> Iterator[tuple[dict[str, Any], str]]:
-    """``(chunk document without its vector, text to embed)`` for each chunk of ``d``, lazily."""
+                    tokenizer: Tokenizer, max_seq_length: int, section_words: int | None = None,
+                    ) -> Iterator[tuple[dict[str, Any], str]]:
+    """``(chunk document without its vector, text to embed)`` for each chunk of ``d``.
+
+    With ``section_words`` the first chunk of each BM25 section (:func:`section_leaders`) also carries the
+    section's text and the document's title (``section_text``, ``section_title``), which BM25 scores instead of
+    the chunks' own text: one section per document unless it is longer than ``section_words`` words.
+    """
     signature = chunker_signature(chunking)
     limit = text_budget(tokenizer, d.title, embedding.prepend_title, max_seq_length)
     stamp = now()
-    for c in chunk_text(d.text, chunking, tokenizer, limit):
+    chunks = chunk_text(d.text, chunking, tokenizer, limit)
+    leaders: dict[int, tuple[int, int]] = {}
+    if section_words is not None:
+        chunks = iter(listed := list(chunks))
+        leaders = section_leaders(listed, section_words)
+    for i, c in enumerate(chunks):
         cid = chunk_id(d.doc_id, c.position, signature, tenant)
         src: dict[str, Any] = {
             "doc_id": d.doc_id, "chunk_id": cid, "position": c.position,
@@ -40,4 +68,7 @@ def document_chunks(d: Document, chunking: ChunkingSettings, embedding: Embeddin
             src.update(parent_id=parent_id(d.doc_id, c.parent_start, c.parent_end, signature),
                        parent_text=d.text[c.parent_start:c.parent_end],
                        parent_start=c.parent_start, parent_end=c.parent_end)
+        if i in leaders:
+            start, end = leaders[i]
+            src.update(section_title=d.title, section_text=d.text[start:end])
         yield src, embed_text(d.title, c.text, embedding.prepend_title)

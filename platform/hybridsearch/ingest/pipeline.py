@@ -28,7 +28,7 @@ from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding import Embedder
 from hybridsearch.engine import EngineClient, connect, engine_errors
 from hybridsearch.errors import ClusterError, ConfigError, HybridSearchError, ModelError
-from hybridsearch.indices import ensure_index
+from hybridsearch.indices import ensure_index, index_meta, section_words_of
 from hybridsearch.ingest.commit import Staged, commit
 from hybridsearch.ingest.commit import delete_documents as delete_documents
 from hybridsearch.ingest.commit import existing_chunk_ids as existing_chunk_ids
@@ -134,6 +134,7 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
                           shard=f"{shard[0]}/{shard[1]}" if shard else None, started_at=now(),
                           model=settings.embedding.model, chunker=chunker_signature(settings.chunking))
     run = RunState(settings, es, index, result, shard)
+    run.section_words = section_words_of(index_meta(es, index))  # the index decides, not the settings
     record = RunRecord(es, settings, result, run.lock)
     record.start()
     restore = _stop_on_sigterm(run)

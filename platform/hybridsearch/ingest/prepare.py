@@ -151,7 +151,7 @@ class Preparer:
         s = run.settings
         try:
             for src, text in document_chunks(item.doc, s.chunking, s.embedding, run.tenant, self.tokenizer,
-                                             self.embedder.max_seq_length):
+                                             self.embedder.max_seq_length, run.section_words):
                 item.ids.append(src["chunk_id"])
                 yield src, text
         except (ValueError, TypeError) as exc:

@@ -46,6 +46,7 @@ class RunState:
         self.result, self.shard = result, shard
         self.signature = chunker_signature(settings.chunking)
         self.tenant = settings.index.tenant
+        self.section_words: int | None = None  # the index's BM25 sections (its _meta), set by run_ingest
         self.dead = DeadLetter(settings.ingest.dead_letter_dir, result.run_id)
         self.stop = threading.Event()
         self.terminated = False  # SIGTERM

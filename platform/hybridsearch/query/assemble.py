@@ -87,21 +87,23 @@ def stage_list(resp: Mapping[str, Any], collapse: bool) -> list[tuple[str, float
 
 
 def fuse_window(q: QuerySettings, names: Sequence[str], responses: Sequence[Mapping[str, Any]]) -> Window:
-    """Collapse each list, fuse them (RRF or linear, per ``q.fusion``) into the window."""
+    """Collapse each list, fuse them (RRF or linear, per ``q.fusion``) into the window.
+
+    A document found by both lists shows (and is reranked on) the chunk kNN found nearest to the query: BM25
+    over sections returns each section's first chunk, which need not be the passage that matched.
+    """
     lists = {name: stage_list(resp, q.collapse) for name, resp in zip(names, responses, strict=True)}
     cands: dict[str, Candidate] = {}
-    best_rank: dict[str, int] = {}
     for name, lst in lists.items():
         for rank, (key, score, hit) in enumerate(lst, start=1):
             c = cands.get(key)
-            if c is None or rank < best_rank[key]:
+            if c is None or name == "knn":
                 src = hit.get("_source") or {}
                 chunk_id = str(src.get("chunk_id") or hit["_id"])
                 if c is None:
                     c = cands[key] = Candidate(key=key, source=src, chunk_id=chunk_id)
                 else:
                     c.source, c.chunk_id = src, chunk_id
-                best_rank[key] = rank
             c.stages[name] = Rank(rank, score)
     if len(lists) == 1:
         (name, lst), = lists.items()

@@ -110,10 +110,24 @@ def search_filters(p: Plan) -> list[dict[str, Any]]:
     return [*p.filters, visible_only()]
 
 
-def bm25_body(q: QuerySettings, p: Plan) -> dict[str, Any]:
-    """``multi_match`` (best_fields, ``tie_breaker``) over ``title^title_boost`` and ``text``; filters
-    (:func:`search_filters`) in ``bool.filter``."""
-    match = {"multi_match": {"query": p.query, "fields": [f"title^{q.title_boost:g}", "text"],
+def bm25_fields(q: QuerySettings, sections: bool) -> list[str]:
+    """The fields BM25 scores: the sections' title and text when ``sections`` (see :func:`bm25_on_sections`),
+    else each chunk's title and text; the title boosted by ``title_boost``."""
+    title, text = ("section_title", "section_text") if sections else ("title", "text")
+    return [f"{title}^{q.title_boost:g}", text]
+
+
+def bm25_on_sections(q: QuerySettings, section_words: int | None) -> bool:
+    """Whether BM25 scores sections: the index has them (``section_words``, from its ``_meta``), results are
+    collapsed per document and ``bm25_unit`` is auto. Chunk-level results keep chunk-level BM25."""
+    return section_words is not None and q.collapse and q.bm25_unit == "auto"
+
+
+def bm25_body(q: QuerySettings, p: Plan, sections: bool = False) -> dict[str, Any]:
+    """``multi_match`` (best_fields, ``tie_breaker``) over :func:`bm25_fields`; filters (:func:`search_filters`)
+    in ``bool.filter``. With ``sections`` only the first chunk of each section matches, so the list ranks
+    sections (whole documents, unless long) and each hit stands for its document."""
+    match = {"multi_match": {"query": p.query, "fields": bm25_fields(q, sections),
                              "type": "best_fields", "tie_breaker": q.tie_breaker, "operator": q.operator}}
     body = _common(q, q.bm25_k)
     body["query"] = {"bool": {"must": [match], "filter": search_filters(p)}}
@@ -135,13 +149,13 @@ def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float], dialect: Dialec
 
 
 def list_search(q: QuerySettings, alias: str, p: Plan, name: str, vector: Iterable[float] | None = None,
-                dialect: Dialect = ELASTICSEARCH) -> list[dict[str, Any]]:
+                dialect: Dialect = ELASTICSEARCH, sections: bool = False) -> list[dict[str, Any]]:
     """The ``_msearch`` header/body lines on ``alias`` of one list (``bm25``, ``knn``), or of ``all`` of ``p``'s
-    lists (:func:`list_names`) in one round trip."""
+    lists (:func:`list_names`) in one round trip; ``sections``: BM25 over sections (:func:`bm25_body`)."""
     if name == "all":
-        return [line for n in list_names(p) for line in list_search(q, alias, p, n, vector, dialect)]
+        return [line for n in list_names(p) for line in list_search(q, alias, p, n, vector, dialect, sections)]
     if name == "bm25":
-        return [{"index": alias}, bm25_body(q, p)]
+        return [{"index": alias}, bm25_body(q, p, sections)]
     if vector is None:
         raise QueryError(f"mode {p.mode} needs a query vector")
     return [{"index": alias}, knn_body(q, p, vector, dialect)]
@@ -153,7 +167,7 @@ def list_names(p: Plan) -> list[str]:
 
 
 def searches(q: QuerySettings, alias: str, p: Plan, vector: Iterable[float] | None,
-             dialect: Dialect = ELASTICSEARCH) -> tuple[list[str], list[dict[str, Any]]]:
+             dialect: Dialect = ELASTICSEARCH, sections: bool = False) -> tuple[list[str], list[dict[str, Any]]]:
     """Names of the lists (:func:`list_names`) and the ``_msearch`` header/body lines of all of them on ``alias``,
     in one round trip (a hybrid search sends the same lines as two requests: :mod:`.send`)."""
-    return list_names(p), list_search(q, alias, p, "all", vector, dialect)
+    return list_names(p), list_search(q, alias, p, "all", vector, dialect, sections)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from hybridsearch.engine import AsyncEngineClient, Dialect, EngineClient, connect, connect_async, engine_errors
 from hybridsearch.errors import HybridSearchError, RerankerError
-from hybridsearch.indices import check_mapping, get_aliases, single_target
+from hybridsearch.indices import check_mapping, get_aliases, section_words_of, single_target
 from hybridsearch.query.assemble import (
     Window,
     apply_rerank,
@@ -32,7 +32,7 @@ from hybridsearch.query.assemble import (
     passage_text,
     rerank_slice,
 )
-from hybridsearch.query.build import Plan, list_names, list_search, plan
+from hybridsearch.query.build import Plan, bm25_on_sections, list_names, list_search, plan
 from hybridsearch.query.filters import Filter
 from hybridsearch.query.querylog import QueryLogger
 from hybridsearch.query.results import Mode, RerankOutcome, SearchResult, Timings, WhyReport
@@ -81,6 +81,7 @@ class _Core:
         self._embedder = embedder
         self._embed_lock = threading.Lock()
         self._index: str | None = None
+        self._sections = False  # BM25 over the index's sections (its _meta; set when the index is checked)
         self._index_checked_at = 0.0
         self._no_reranker_reason = no_reranker_reason
         self.query_log: QueryLogger | None = None
@@ -102,7 +103,9 @@ class _Core:
 
     def _checked_index(self, index: str, mappings: Mapping[str, Any], dialect: Dialect) -> str:
         """Remember ``index`` (the alias's one target, see ``indices.single_target``) once its mapping fits."""
-        check_mapping(index, next(iter(mappings.values()))["mappings"], self.settings, dialect)
+        mapping = next(iter(mappings.values()))["mappings"]
+        check_mapping(index, mapping, self.settings, dialect)
+        self._sections = bm25_on_sections(self.query, section_words_of(mapping.get("_meta") or {}))
         self._index, self._index_checked_at = index, time.monotonic()
         return index
 
@@ -183,7 +186,8 @@ class _Core:
 
     def _lines(self, p: Plan, dialect: Dialect) -> Lines:
         """``send``'s ``lines``: the ``_msearch`` lines of one list of ``p``, or of ``all`` of them."""
-        return functools.partial(list_search, self.query, self.settings.index.alias, p, dialect=dialect)
+        return functools.partial(list_search, self.query, self.settings.index.alias, p, dialect=dialect,
+                                 sections=self._sections)
 
 
 class SearchClient(_Core):
@@ -271,7 +275,7 @@ class SearchClient(_Core):
         p = self._plan(query, k=1, mode=mode, filters=filters, rerank=rerank)
         index, window, _ = self._window(p, Timings())
         return why_report(Probes(self.es, self.settings.index.alias, self.query, self.settings.reranker.depth,
-                                 self._encode), p, index, window, doc_id)
+                                 self._encode, self._sections), p, index, window, doc_id)
 
     def warm_up(self, mode: Mode = "hybrid") -> None:
         """Load the embedding model (unless ``mode`` is bm25) and let the reranker score one pair, so that

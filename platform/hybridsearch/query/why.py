@@ -30,6 +30,7 @@ class Probes:
     query: QuerySettings
     rerank_depth: int
     encode: Callable[[str], np.ndarray]
+    sections: bool = False  # BM25 over sections (``build.bm25_on_sections``)
 
 
 def _doc_filter(p: Plan, doc_id: str, with_filters: bool) -> dict[str, Any]:
@@ -84,7 +85,7 @@ def why_report(probes: Probes, p: Plan, index: str, window: Window, doc_id: str)
 
 
 def _probe_bm25(probes: Probes, p: Plan, doc_id: str, depth: int) -> str:
-    body = bm25_body(probes.query, p)
+    body = bm25_body(probes.query, p, probes.sections)
     match = body["query"]["bool"]["must"][0] if "bool" in body["query"] else body["query"]
     alias = probes.alias
     with engine_errors("BM25 probe"):
@@ -93,11 +94,14 @@ def _probe_bm25(probes: Probes, p: Plan, doc_id: str, depth: int) -> str:
                                query={"bool": {"must": [match], "filter": only_doc}})
         hits = res["hits"]["hits"]
         if not hits:
-            return f"BM25: no chunk of {doc_id} matches the query terms (operator {probes.query.operator})"
+            what = "section" if probes.sections else "chunk"
+            return f"BM25: no {what} of {doc_id} matches the query terms (operator {probes.query.operator})"
         score = float(hits[0]["_score"])
         query = {"bool": {"must": [match], "filter": search_filters(p)}}
         above = int(probes.es.count(index=alias, query=query, min_score=score)["count"])
-    return f"BM25: best chunk score {score:.4f}, about {above} chunks score as high or higher; the list keeps {depth}"
+    what = "section" if probes.sections else "chunk"
+    return (f"BM25: best {what} score {score:.4f}, about {above} {what}s score as high or higher; "
+            f"the list keeps {depth}")
 
 
 def _probe_knn(probes: Probes, p: Plan, doc_id: str, window: Window, depth: int) -> str:
