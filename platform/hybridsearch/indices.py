@@ -164,6 +164,15 @@ def check_mapping(index: str, mapping: Mapping[str, Any], settings: Settings,
     _raise_mismatch(index, mapping_differences(mapping, settings, dialect=dialect))
 
 
+def record_meta(es: EngineClient, index: str, **entries: Any) -> dict[str, Any]:
+    """Set ``entries`` in ``index``'s ``_meta`` (other keys kept; an update replaces the whole ``_meta``, so it is
+    read first). Returns the new ``_meta``. Raises IndexNotFound, ClusterError (e.g. PermissionDenied)."""
+    meta = {**index_meta(es, index), **entries}
+    with engine_errors(f"record {', '.join(entries)} in the _meta of {index}"):
+        es.indices.put_mapping(index=index, meta=meta)
+    return meta
+
+
 def alias_targets(es: EngineClient, alias: str) -> list[str]:
     """Concrete indices behind ``alias`` (``[]`` when the alias does not exist)."""
     with engine_errors(f"get alias {alias}"):

@@ -147,7 +147,9 @@ class QuerySettings(BaseModel):
     bm25_k: int = Field(100, ge=1, le=1000)
     knn_k: int = Field(100, ge=1, le=1000)
     num_candidates: int = Field(200, ge=1, le=10000)
-    fusion: Literal["rrf", "linear"] = "rrf"
+    fusion: Literal["auto", "rrf", "linear"] = Field(
+        "auto", description="auto: the fusion calibrated for the index (hsp calibrate-fusion, recorded in its _meta), "
+        "else RRF with rrf_k and equal weights; rrf or linear: that fusion, overriding a calibration")
     rrf_k: int = Field(60, ge=1)
     linear_alpha: float = Field(0.5, ge=0, le=1, description="weight of the dense list in linear fusion")
     linear_norm: Literal["minmax", "zscore"] = "minmax"

@@ -9,6 +9,7 @@ import pytest
 from hybridsearch.errors import ClusterError, IndexNotFound, QueryError, RerankerError
 from hybridsearch.query.assemble import apply_rerank, build_result, check_response, fuse_window, log_doc, query_hash
 from hybridsearch.query.build import bm25_on_sections, clean_query, plan, searches
+from hybridsearch.query.fusion import Fusion, fusion_for
 from hybridsearch.query.results import RerankOutcome, Timings
 from hybridsearch.settings import Settings, load_settings
 
@@ -120,10 +121,28 @@ def test_without_collapse_chunks_are_separate(settings: Settings) -> None:
 def test_linear_fusion_is_selected_by_settings(settings: Settings) -> None:
     lin = settings.model_copy(update={"query": settings.query.model_copy(update={"fusion": "linear",
                                                                                   "linear_alpha": 0.5})})
-    w = fuse_window(lin.query, ["bm25", "knn"], [BM25, KNN])
+    calibrated = {"fusion": Fusion(method="rrf", k=5, weights=(0.1, 1.9)).to_meta()}
+    w = fuse_window(lin.query, ["bm25", "knn"], [BM25, KNN], fusion_for(lin.query, calibrated))
     # minmax: bm25 a1 b.333 c0 ; knn b1 d.5 a0 → b .6667, a .5, d .25, c 0
     assert [(c.key, round(c.fused.score, 4)) for c in w.candidates] == [  # type: ignore[union-attr]
         ("b", 0.6667), ("a", 0.5), ("d", 0.25), ("c", 0.0)]
+    assert w.fusion is not None and w.fusion.describe() == "linear minmax, weights bm25 0.5 / kNN 0.5 (settings)"
+
+
+def test_an_index_calibration_is_used_unless_the_settings_name_a_fusion(settings: Settings) -> None:
+    q = settings.query
+    assert fusion_for(q, {}) == Fusion()  # nothing calibrated: RRF k=60, equal weights
+    recorded = Fusion(method="rrf", k=5, weights=(0.1, 1.9))
+    fusion = fusion_for(q, {"fusion": recorded.to_meta()})
+    assert fusion.source == "index" and (fusion.k, fusion.weights) == (5, (0.1, 1.9))
+    assert fusion_for(q.model_copy(update={"fusion": "rrf"}), {"fusion": recorded.to_meta()}).k == 60
+    w = fuse_window(q, ["bm25", "knn"], [BM25, KNN], fusion)
+    # bm25 a1 b2 c3 ; knn b1 d2 a3 with weights 0.1 / 1.9 at k=5: the kNN list dominates
+    assert [c.key for c in w.candidates] == ["b", "d", "a", "c"]
+    lines = build_result(q, 30, plan(q, None, "x", explain=True), "i", w, Timings()).hits[0].explanation
+    assert lines is not None and "RRF term 1.9 × 1/(5+1)" in "\n".join(lines)
+    with pytest.raises(QueryError, match="malformed"):
+        fusion_for(q, {"fusion": {"method": "rrf"}})
 
 
 def test_rerank_reorders_only_the_top_depth(settings: Settings) -> None:
@@ -163,7 +182,8 @@ def test_result_paging_and_explain(settings: Settings) -> None:
     assert [h.doc_id for h in res.hits] == ["c"] and res.hits[0].rank == 4 and res.candidates == 4
     assert res.hits[0].explanation == [
         "BM25: rank 3, score 6.0000 → RRF term 1/(60+3) = 0.015873", "kNN: not in the top 3 (adds 0)",
-        "fused: rank 4, score 0.015873 (RRF, k=60)", "rerank: not applied (no reranker configured)"]
+        "fused: rank 4, score 0.015873 (RRF k=60, weights bm25 1 / kNN 1 (default))",
+        "rerank: not applied (no reranker configured)"]
     doc = log_doc(p, res, redact=settings.query.redact, tenant=settings.index.tenant)
     assert doc["query"] == "q" and doc["query_hash"] == query_hash("q") and doc["top_ids"] == ["c"]
     assert "query" not in log_doc(p, res, redact=True, tenant=None)

@@ -243,8 +243,12 @@ class _Indices(_Namespace):
                                                             **self._c._q(allow_no_indices=allow_no_indices)))
         return resp
 
-    def put_mapping(self, *, index: str, properties: Json) -> None:
-        self._c.raw.indices.put_mapping(index=index, body={"properties": properties})
+    def put_mapping(self, *, index: str, properties: Json | None = None, meta: Json | None = None) -> None:
+        """Add ``properties`` and/or replace the whole ``_meta`` (``meta``) of ``index``."""
+        body: Json = {"properties": properties} if properties is not None else {}
+        if meta is not None:
+            body["_meta"] = meta
+        self._c.raw.indices.put_mapping(index=index, body=body)
 
     def get_alias(self, *, name: str) -> Json:
         """``GET _alias/<name>``; ``{}`` when the alias does not exist (one request either way)."""

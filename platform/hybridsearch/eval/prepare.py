@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from hybridsearch.ingest.sources import Document
 
 # _meta keys that decide whether an existing index holds what these settings would build.
-REUSE_META = ("embedding_model", "embedding_dims", "chunker", "chunker_version", "prepend_title")
+REUSE_META = ("embedding_model", "embedding_dims", "chunker", "chunker_version", "prepend_title", "bm25_unit",
+              "section_words")
 
 
 def eval_settings(settings: Settings, prefix: str) -> Settings:

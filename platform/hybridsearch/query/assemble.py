@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 from hybridsearch.errors import ClusterError, IndexNotFound, RerankerError
 from hybridsearch.query.build import Plan
-from hybridsearch.query.fusion import fuse, hybrid_weights, interpolate, linear_fuse, normalise, rrf_term
+from hybridsearch.query.fusion import Fusion, interpolate, normalise, rrf_term
 from hybridsearch.query.results import Hit, RerankOutcome, SearchResult, StageScore, Timings
 from hybridsearch.settings import QuerySettings
 
@@ -45,6 +45,7 @@ class Window:
     rerank_outcome: RerankOutcome = RerankOutcome.SKIPPED
     rerank_reason: str | None = None  # detail for people when not applied
     blend: float | None = None  # reranker share in the final order of the reranked top (1 = reranker only)
+    fusion: Fusion | None = None  # how the lists were fused; None for a single list
 
 
 class Rank(NamedTuple):
@@ -86,8 +87,9 @@ def stage_list(resp: Mapping[str, Any], collapse: bool) -> list[tuple[str, float
     return out
 
 
-def fuse_window(q: QuerySettings, names: Sequence[str], responses: Sequence[Mapping[str, Any]]) -> Window:
-    """Collapse each list, fuse them (RRF or linear, per ``q.fusion``) into the window.
+def fuse_window(q: QuerySettings, names: Sequence[str], responses: Sequence[Mapping[str, Any]],
+                fusion: Fusion | None = None) -> Window:
+    """Collapse each list, fuse them with ``fusion`` (default: RRF k=60, equal weights) into the window.
 
     A document found by both lists shows (and is reranked on) the chunk kNN found nearest to the query: BM25
     over sections returns each section's first chunk, which need not be the passage that matched.
@@ -110,29 +112,29 @@ def fuse_window(q: QuerySettings, names: Sequence[str], responses: Sequence[Mapp
         order = [(key, score) for key, score, _ in lst]
         for key, score in order:
             cands[key].base_score = score
-    else:
-        order = _fuse(q, lists, cands)
-        for rank, (key, score) in enumerate(order, start=1):
-            cands[key].fused = Rank(rank, score)
-            cands[key].base_score = score
-    return Window(candidates=[cands[key] for key, _ in order], depths={n: len(v) for n, v in lists.items()})
+        return Window(candidates=[cands[key] for key, _ in order], depths={n: len(v) for n, v in lists.items()})
+    fusion = fusion or Fusion()
+    order = _fuse(fusion, lists, cands)
+    for rank, (key, score) in enumerate(order, start=1):
+        cands[key].fused = Rank(rank, score)
+        cands[key].base_score = score
+    return Window(candidates=[cands[key] for key, _ in order], depths={n: len(v) for n, v in lists.items()},
+                  fusion=fusion)
 
 
 def _fuse(
-    q: QuerySettings, lists: dict[str, list[tuple[str, float, dict[str, Any]]]], cands: dict[str, Candidate]
+    fusion: Fusion, lists: dict[str, list[tuple[str, float, dict[str, Any]]]], cands: dict[str, Candidate]
 ) -> list[tuple[str, float]]:
-    names = list(lists)
-    if q.fusion == "rrf":
-        for c in cands.values():
-            c.terms = {n: rrf_term(s.rank, q.rrf_k) for n, s in c.stages.items()}
-        return fuse([[key for key, _, _ in lists[n]] for n in names], k=q.rrf_k)
-    weights = dict(zip(("bm25", "knn"), hybrid_weights(q.linear_alpha), strict=True))
-    for n in names:
-        normed = normalise([s for _, s, _ in lists[n]], q.linear_norm)
-        for (key, _, _), v in zip(lists[n], normed, strict=True):
-            cands[key].terms[n] = weights[n] * v
-    scored = [[(key, s) for key, s, _ in lists[n]] for n in names]
-    return linear_fuse(scored, [weights[n] for n in names], q.linear_norm)
+    """``fusion`` of the lists, with each candidate's per-list terms recorded for explanations."""
+    for name, lst in lists.items():
+        w = fusion.weight(name)
+        if fusion.method == "rrf":
+            for rank, (key, _, _) in enumerate(lst, start=1):
+                cands[key].terms[name] = rrf_term(rank, fusion.k, w)
+        else:
+            for (key, _, _), v in zip(lst, normalise([s for _, s, _ in lst], fusion.norm), strict=True):
+                cands[key].terms[name] = w * v
+    return fusion.fuse({name: [(key, s) for key, s, _ in lst] for name, lst in lists.items()})
 
 
 def passage_text(source: Mapping[str, Any]) -> str:
@@ -185,7 +187,7 @@ def _hit(c: Candidate, rank: int, explain: list[str] | None) -> Hit:
     )
 
 
-def explain(q: QuerySettings, rerank_depth: int, window: Window, c: Candidate) -> list[str]:
+def explain(rerank_depth: int, window: Window, c: Candidate) -> list[str]:
     """Human-readable reasons for ``c``'s place: each list's rank and fusion term, fusion, rerank."""
     lines: list[str] = []
     for name, depth in window.depths.items():
@@ -194,14 +196,15 @@ def explain(q: QuerySettings, rerank_depth: int, window: Window, c: Candidate) -
             lines.append(f"{label}: not in the top {depth} (adds 0)" if c.fused else f"{label}: not in the top {depth}")
             continue
         line = f"{label}: rank {s.rank}, score {s.score:.4f}"
-        if c.fused and q.fusion == "rrf":
-            line += f" → RRF term 1/({q.rrf_k}+{s.rank}) = {c.terms[name]:.6f}"
-        elif c.fused:
-            line += f" → {q.linear_norm}-normalised × weight = {c.terms[name]:.4f}"
+        f = window.fusion
+        if c.fused and f is not None and f.method == "rrf":
+            w = f.weight(name)
+            line += f" → RRF term {'' if w == 1 else f'{w:g} × '}1/({f.k}+{s.rank}) = {c.terms[name]:.6f}"
+        elif c.fused and f is not None:
+            line += f" → {f.norm}-normalised × weight {f.weight(name):g} = {c.terms[name]:.4f}"
         lines.append(line)
-    if c.fused:
-        how = f"RRF, k={q.rrf_k}" if q.fusion == "rrf" else f"linear {q.linear_norm}, alpha={q.linear_alpha:g}"
-        lines.append(f"fused: rank {c.fused.rank}, score {c.fused.score:.6f} ({how})")
+    if c.fused and window.fusion is not None:
+        lines.append(f"fused: rank {c.fused.rank}, score {c.fused.score:.6f} ({window.fusion.describe()})")
     if c.rerank:
         before = c.fused.rank if c.fused else next(iter(c.stages.values())).rank
         lines.append(f"rerank: rank {c.rerank.rank}, score {c.rerank.score:.4f} (was rank {before} before rerank)")
@@ -221,12 +224,13 @@ def build_result(q: QuerySettings, rerank_depth: int, p: Plan, index: str, windo
     """Page ``window`` (``k`` hits from ``(page-1)*k``) into a :class:`SearchResult`."""
     start = (p.page - 1) * p.k
     page = window.candidates[start:start + p.k]
-    hits = [_hit(c, start + i + 1, explain(q, rerank_depth, window, c) if p.explain else None)
+    hits = [_hit(c, start + i + 1, explain(rerank_depth, window, c) if p.explain else None)
             for i, c in enumerate(page)]
     return SearchResult(query=p.query, mode=p.mode, index=index, k=p.k, page=p.page, hits=hits,
                         candidates=len(window.candidates), reranked=window.reranked,
                         rerank_outcome=window.rerank_outcome, rerank_reason=window.rerank_reason,
-                        rerank_blend=window.blend, truncated_query=p.truncated, timings=timings)
+                        rerank_blend=window.blend, truncated_query=p.truncated, timings=timings,
+                        fusion=window.fusion.describe() if window.fusion else None)
 
 
 def query_hash(text: str) -> str:

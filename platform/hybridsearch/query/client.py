@@ -34,6 +34,7 @@ from hybridsearch.query.assemble import (
 )
 from hybridsearch.query.build import Plan, bm25_on_sections, list_names, list_search, plan
 from hybridsearch.query.filters import Filter
+from hybridsearch.query.fusion import Fusion, fusion_for
 from hybridsearch.query.querylog import QueryLogger
 from hybridsearch.query.results import Mode, RerankOutcome, SearchResult, Timings, WhyReport
 from hybridsearch.query.send import Lines, send, send_async
@@ -82,6 +83,7 @@ class _Core:
         self._embed_lock = threading.Lock()
         self._index: str | None = None
         self._sections = False  # BM25 over the index's sections (its _meta; set when the index is checked)
+        self._fusion = Fusion()  # the index's fusion (fusion_for: settings, its calibration or the default)
         self._index_checked_at = 0.0
         self._no_reranker_reason = no_reranker_reason
         self.query_log: QueryLogger | None = None
@@ -105,7 +107,9 @@ class _Core:
         """Remember ``index`` (the alias's one target, see ``indices.single_target``) once its mapping fits."""
         mapping = next(iter(mappings.values()))["mappings"]
         check_mapping(index, mapping, self.settings, dialect)
-        self._sections = bm25_on_sections(self.query, section_words_of(mapping.get("_meta") or {}))
+        meta = mapping.get("_meta") or {}
+        self._sections = bm25_on_sections(self.query, section_words_of(meta))
+        self._fusion = fusion_for(self.query, meta)
         self._index, self._index_checked_at = index, time.monotonic()
         return index
 
@@ -170,7 +174,7 @@ class _Core:
         t0 = time.perf_counter()
         for r in responses:
             check_response(r, self.settings.index.alias)
-        return fuse_window(self.query, names, responses), _ms(t0)
+        return fuse_window(self.query, names, responses, self._fusion), _ms(t0)
 
     def _owning(self) -> Self:
         """This client, marked as the owner of its Elasticsearch client (closed with it)."""

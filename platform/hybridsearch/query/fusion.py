@@ -8,13 +8,87 @@ are ordered by id ascending so the output is deterministic.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from typing import Literal, TypeVar
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, TypeVar
 
 from hybridsearch.errors import QueryError
+from hybridsearch.settings import QuerySettings
 
 T = TypeVar("T")
 Norm = Literal["minmax", "zscore"]
+LISTS = ("bm25", "knn")  # a hybrid search's lists, in the order of Fusion.weights
+
+
+@dataclass(frozen=True)
+class Fusion:
+    """How a hybrid search merges its lists: RRF with ``k``, or a linear sum of ``norm``-normalised scores, each
+    list weighted by ``weights`` (bm25, knn). ``source`` says where it came from: the index's calibration
+    (``hsp calibrate-fusion``), the settings (``HSP_QUERY__FUSION=rrf|linear``) or the default (RRF k=60, equal
+    weights)."""
+
+    method: Literal["rrf", "linear"] = "rrf"
+    k: int = 60
+    weights: tuple[float, float] = (1.0, 1.0)
+    norm: Norm = "minmax"
+    source: Literal["default", "settings", "index"] = "default"
+
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise QueryError(f"RRF k must be at least 1, got {self.k}")
+        _weights(len(LISTS), self.weights)
+
+    def weight(self, name: str) -> float:
+        """The weight of list ``name`` (``bm25``, ``knn``)."""
+        return self.weights[LISTS.index(name)]
+
+    @property
+    def label(self) -> str:
+        """What it does, for people: ``RRF k=60, weights bm25 1 / kNN 1``."""
+        how = f"RRF k={self.k}" if self.method == "rrf" else f"linear {self.norm}"
+        return f"{how}, weights bm25 {self.weights[0]:g} / kNN {self.weights[1]:g}"
+
+    def describe(self) -> str:
+        """:attr:`label` and where the fusion came from: ``RRF k=60, weights bm25 1 / kNN 1 (default)``."""
+        return f"{self.label} ({self.source})"
+
+    def to_meta(self) -> dict[str, Any]:
+        """The form recorded in an index's ``_meta.fusion`` (everything but ``source``)."""
+        meta = asdict(self)
+        meta.pop("source")
+        meta["weights"] = list(self.weights)
+        return meta
+
+    @classmethod
+    def from_meta(cls, meta: Mapping[str, Any]) -> Fusion:
+        """The fusion recorded by :meth:`to_meta`, marked as the index's. Raises QueryError when malformed."""
+        try:
+            weights = tuple(float(w) for w in meta["weights"])
+            return cls(method=meta["method"], k=int(meta.get("k", 60)), weights=(weights[0], weights[1]),
+                       norm=meta.get("norm", "minmax"), source="index")
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise QueryError(f"the index's recorded fusion {dict(meta)!r} is malformed ({exc})") from None
+
+    def fuse(self, lists: Mapping[str, Sequence[tuple[str, float]]]) -> list[tuple[str, float]]:
+        """Fuse ``{name: [(id, raw score), ...]}`` (best first): :func:`fuse` or :func:`linear_fuse`."""
+        names = list(lists)
+        weights = [self.weight(n) for n in names]
+        if self.method == "rrf":
+            return fuse([[key for key, _ in lists[n]] for n in names], k=self.k, weights=weights)
+        return linear_fuse([lists[n] for n in names], weights, self.norm)
+
+
+def fusion_for(q: QuerySettings, meta: Mapping[str, Any]) -> Fusion:
+    """The fusion searches of an index with ``_meta`` ``meta`` use: ``HSP_QUERY__FUSION=rrf|linear`` when set,
+    else (``auto``) the index's calibrated fusion (``_meta.fusion``), else RRF with ``rrf_k`` and equal weights."""
+    if q.fusion == "rrf":
+        return Fusion(method="rrf", k=q.rrf_k, source="settings")
+    if q.fusion == "linear":
+        return Fusion(method="linear", weights=hybrid_weights(q.linear_alpha), norm=q.linear_norm, source="settings")
+    recorded = meta.get("fusion")
+    if isinstance(recorded, Mapping):
+        return Fusion.from_meta(recorded)
+    return Fusion(method="rrf", k=q.rrf_k)
 
 
 def _weights(n: int, weights: Sequence[float] | None) -> list[float]:

@@ -77,6 +77,8 @@ class SearchResult(BaseModel):
     rerank_blend: float | None = Field(None, description="reranker share in the final order of the reranked top "
                                                          "(1 = reranker order only); None when not reranked")
     truncated_query: bool = False
+    fusion: str | None = Field(None, description="how the lists were fused and where that came from (the index's "
+                                                 "calibration, the settings or the default); None for one list")
     timings: Timings = Field(default_factory=Timings)
 
 

@@ -1,0 +1,116 @@
+"""``hsp calibrate-fusion``: choose the fusion of hybrid searches on a collection's train judgments and record it
+in the index's ``_meta``, where the query layer reads it (``HSP_QUERY__FUSION=auto``, the default)."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+from pathlib import Path
+
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from hybridsearch.cli.output import console as make_console
+from hybridsearch.cli.output import styled
+from hybridsearch.settings import Settings
+
+console = make_console()
+SHOWN = 8  # grid entries listed
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``calibrate-fusion`` to ``sub``."""
+    p = sub.add_parser(
+        "calibrate-fusion", help="choose RRF k and list weights (or linear fusion) on a collection's train judgments",
+        description=(
+            "Search every judged query of DATASET's --split (train) once per list on the collection's index "
+            "(build it first, e.g. `hsp eval DATASET --prefix P`), score every candidate fusion on those lists "
+            "(RRF k 1-100 x BM25 share 0-1, linear min-max/z-score x share) and record the best in the index's "
+            "_meta; searches then use it unless HSP_QUERY__FUSION names rrf or linear. The default (RRF k=60, "
+            "equal weights) is kept unless a candidate beats it by more than --min-gain."
+        ),
+    )
+    p.add_argument("dataset", type=Path, metavar="DATASET", help="BEIR collection folder")
+    p.add_argument("--split", default="train", help="qrels split to calibrate on (default train; 'test' is refused)")
+    p.add_argument("--prefix", default=None, help="index prefix of the collection's index (default: eval-<name>)")
+    p.add_argument("--min-gain", type=float, default=0.002,
+                   help="nDCG@10 a candidate must gain over the default to replace it (default 0.002)")
+    p.add_argument("--limit-queries", type=int, default=None, metavar="N", help="use the first N judged queries")
+    p.add_argument("--dry-run", action="store_true", help="measure and report, record nothing")
+    p.add_argument("--keep-identical-ids", action="store_true",
+                   help="keep hits whose id equals the query id (BEIR drops them; so do we by default)")
+    p.add_argument("--out", type=Path, default=Path("reports"), help="folder for the JSON report")
+    p.add_argument("--allow-test", action="store_true",
+                   help="allow --split test (never for a collection whose test numbers you report)")
+    p.set_defaults(handler=calibrate_fusion)
+
+
+def calibrate_fusion(args: argparse.Namespace, settings: Settings) -> int:
+    """Handler of ``hsp calibrate-fusion``. Raises ConfigError, IndexNotFound, IndexMismatch, ClusterError."""
+    from hybridsearch.engine import connect
+    from hybridsearch.errors import ConfigError
+    from hybridsearch.eval.calibrate import calibrate, record_lists
+    from hybridsearch.eval.datasets import load_collection
+    from hybridsearch.eval.prepare import eval_settings
+    from hybridsearch.indices import record_meta, resolve_index
+    from hybridsearch.query.client import SearchClient
+    from hybridsearch.training.negatives import check_split
+
+    check_split(args.split, args.allow_test)
+    if args.min_gain < 0:
+        raise ConfigError("--min-gain must be ≥ 0")
+    collection = load_collection(args.dataset, args.split).limit(args.limit_queries)
+    queries = dict(collection.queries)
+    if args.split != "test" and (args.dataset / "qrels" / "test.tsv").is_file():
+        shared = set(queries) & set(load_collection(args.dataset, "test").qrels)
+        for qid in shared:  # a query judged in both splits would carry the test answers into the choice
+            del queries[qid]
+        if shared:
+            console.print(f"left out {len(shared)} queries judged in the test split too")
+    s = eval_settings(settings, args.prefix or f"eval-{collection.name}")
+    es = connect(s.es)
+    try:
+        index = resolve_index(es, s)
+        client = SearchClient(es, s, reranker=None, log_queries=False)
+        k = min(s.query.max_k, max(s.query.bm25_k, s.query.knn_k))
+        try:
+            with Progress(TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
+                          TimeElapsedColumn(), console=console) as progress:
+                task = progress.add_task("lists", total=len(queries))
+                lists = record_lists(lambda text, mode: client.search(text, k=k, mode=mode, rerank=False), queries,
+                                     ignore_identical_ids=not args.keep_identical_ids,
+                                     on_query=lambda: progress.advance(task))
+        finally:
+            client.close()
+        console.print(f"scoring fusions on {len(lists)} {collection.split} queries of {index}")
+        cal = calibrate(lists, collection.qrels, min_gain=args.min_gain)
+        when = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        calibration = cal.meta(collection.name, collection.split, when)
+        if not args.dry_run:
+            record_meta(es, index, fusion=cal.chosen.to_meta(), fusion_calibration=calibration)
+    finally:
+        es.close()
+    _print(cal.scores, calibration, cal.chosen.label, index, args.dry_run)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"calibrate-{collection.name}-{collection.split}-{when.replace(':', '')}.json"
+    path.write_text(json.dumps({"index": index, "fusion": cal.chosen.to_meta(), "calibration": calibration,
+                                "grid": cal.scores}, indent=2), encoding="utf-8")
+    console.print(f"wrote {path}")
+    return 0
+
+
+def _print(scores: dict[str, float], calibration: dict[str, object], chosen: str, index: str, dry_run: bool) -> None:
+    table = Table(title=f"nDCG@10 on {calibration['queries']} {calibration['split']} queries (best of "
+                        f"{len(scores)} fusions first)")
+    table.add_column("fusion")
+    table.add_column("nDCG@10", justify="right")
+    for name, value in list(scores.items())[:SHOWN]:
+        table.add_row(name, f"{value:.4f}")
+    console.print(table)
+    console.print(f"BM25 alone {calibration['bm25']:.4f} · kNN alone {calibration['knn']:.4f} · default "
+                  f"{calibration['default']:.4f} · chosen {calibration['chosen']:.4f}")
+    console.print(f"2-fold check (chosen on one half, scored on the other): default "
+                  f"{calibration['heldout_default']:.4f} → chosen {calibration['heldout_chosen']:.4f}")
+    verb = "would record" if dry_run else "recorded"
+    console.print(styled((f"{verb} in {index}'s _meta: ", "bold"), chosen))

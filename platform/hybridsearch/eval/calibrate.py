@@ -1,0 +1,128 @@
+"""Fusion calibrated on judgments (``hsp calibrate-fusion``): choose how a hybrid search merges its lists.
+
+Each judged query of a split (the train split: never the one you report on) is searched once per list (BM25,
+kNN) on the collection's index; every candidate fusion is then scored offline on those same lists, so the
+grid costs no searches. The grid holds RRF with ``k`` from 1 to 100 and the share of the BM25 list from 0 to 1,
+and min-max or z-score linear fusion with the same shares. Shares 0 and 1 are the single lists, so the chosen
+fusion never scores below the better single list on the split it was chosen on.
+
+The default (RRF k=60, equal weights) is kept unless a candidate beats it by more than ``min_gain``; a 2-fold
+estimate (choose on one half of the queries, score on the other) says how much of the gain is real.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hybridsearch.eval.metrics import evaluate
+from hybridsearch.query.fusion import Fusion
+from hybridsearch.query.results import Mode, SearchResult
+
+Scored = list[tuple[str, float]]  # (doc id, raw score), best first
+ListsByQuery = dict[str, dict[str, Scored]]  # qid -> {"bm25": ..., "knn": ...}
+
+RRF_KS = (1, 2, 5, 10, 20, 40, 60, 100)
+SHARES = tuple(round(i / 20, 2) for i in range(21))  # the BM25 list's share of the weight
+METRIC = "ndcg@10"
+
+
+def grid() -> list[Fusion]:
+    """Every candidate: RRF per k and share, linear (minmax, zscore) per share; one entry per single list."""
+    out = [Fusion(method="rrf", k=k, weights=(2 * s, 2 * (1 - s))) for k in RRF_KS for s in SHARES if 0 < s < 1]
+    out += [Fusion(method="linear", weights=(s, round(1 - s, 2)), norm=n) for n in ("minmax", "zscore")
+            for s in SHARES if 0 < s < 1]
+    out += [Fusion(method="rrf", weights=(1.0, 0.0)), Fusion(method="rrf", weights=(0.0, 1.0))]
+    return out
+
+
+def fused_rankings(fusion: Fusion, lists: ListsByQuery, qids: Sequence[str], depth: int = 100
+                   ) -> dict[str, list[str]]:
+    """The document ranking ``fusion`` gives each query of ``qids`` from its recorded lists (zero-weight lists
+    contribute nothing, so a single list keeps its own order)."""
+    out: dict[str, list[str]] = {}
+    for qid in qids:
+        kept = {n: lst for n, lst in lists[qid].items() if fusion.weight(n) > 0}
+        out[qid] = [doc for doc, _ in fusion.fuse(kept)[:depth]] if kept else []
+    return out
+
+
+def score(fusion: Fusion, lists: ListsByQuery, qrels: Mapping[str, Mapping[str, int]], qids: Sequence[str]) -> float:
+    """Mean nDCG@10 of ``fusion`` over ``qids``."""
+    means, _ = evaluate({q: qrels[q] for q in qids}, fused_rankings(fusion, lists, qids), [METRIC])
+    return means[METRIC]
+
+
+@dataclass
+class Calibration:
+    """What ``calibrate`` measured and chose."""
+
+    chosen: Fusion
+    queries: int
+    scores: dict[str, float]  # Fusion.label -> mean nDCG@10 on all queries, best first
+    default_score: float
+    bm25_score: float
+    knn_score: float
+    chosen_score: float
+    heldout: dict[str, float] = field(default_factory=dict)  # 2-fold: default vs chosen on unseen halves
+
+    def meta(self, dataset: str, split: str, when: str) -> dict[str, Any]:
+        """``_meta.fusion_calibration``: what the choice rests on."""
+        return {"dataset": dataset, "split": split, "queries": self.queries, "at": when, "metric": "nDCG@10",
+                "chosen": round(self.chosen_score, 4), "default": round(self.default_score, 4),
+                "bm25": round(self.bm25_score, 4), "knn": round(self.knn_score, 4),
+                **{f"heldout_{k}": round(v, 4) for k, v in self.heldout.items()}}
+
+
+def choose(candidates: Sequence[Fusion], lists: ListsByQuery, qrels: Mapping[str, Mapping[str, int]],
+           qids: Sequence[str], min_gain: float) -> tuple[Fusion, dict[str, float]]:
+    """The best of ``candidates`` on ``qids`` (the default unless one beats it by more than ``min_gain``) and
+    every candidate's score, best first."""
+    default = Fusion()
+    scores = {f: score(f, lists, qrels, qids) for f in (default, *candidates)}
+    best = max(scores, key=lambda f: scores[f])
+    chosen = best if scores[best] > scores[default] + min_gain else default
+    return chosen, {f.label: v for f, v in sorted(scores.items(), key=lambda kv: -kv[1])}
+
+
+def calibrate(lists: ListsByQuery, qrels: Mapping[str, Mapping[str, int]], *, min_gain: float = 0.002,
+              seed: int = 13, candidates: Sequence[Fusion] | None = None) -> Calibration:
+    """Choose a fusion for the queries in ``lists`` (see the module's docstring)."""
+    cands = list(candidates if candidates is not None else grid())
+    qids = sorted(q for q in lists if q in qrels)
+    chosen, scores = choose(cands, lists, qrels, qids, min_gain)
+    single = {n: score(Fusion(weights=w), lists, qrels, qids) for n, w in (("bm25", (1.0, 0.0)), ("knn", (0.0, 1.0)))}
+    shuffled = qids[:]
+    random.Random(seed).shuffle(shuffled)
+    halves = shuffled[::2], shuffled[1::2]
+    heldout = {"default": 0.0, "chosen": 0.0}
+    for pick, judge in (halves, halves[::-1]):
+        fold_choice, _ = choose(cands, lists, qrels, pick, min_gain)
+        share = len(judge) / len(qids)
+        heldout["default"] += share * score(Fusion(), lists, qrels, judge)
+        heldout["chosen"] += share * score(fold_choice, lists, qrels, judge)
+    return Calibration(chosen=chosen, queries=len(qids), scores=scores, default_score=scores[Fusion().label],
+                       bm25_score=single["bm25"], knn_score=single["knn"], chosen_score=scores[chosen.label],
+                       heldout=heldout)
+
+
+def record_lists(search: Callable[[str, Mode], SearchResult], queries: Mapping[str, str], *,
+                 ignore_identical_ids: bool = True, on_query: Callable[[], None] | None = None) -> ListsByQuery:
+    """BM25 and kNN lists (documents with their raw scores) of every query, from a search function that runs one
+    mode (``bm25`` or ``dense``, no rerank) with the depth the lists are fused at."""
+    out: ListsByQuery = {}
+    modes: tuple[tuple[str, Mode], ...] = (("bm25", "bm25"), ("knn", "dense"))
+    for qid, text in queries.items():
+        lists: dict[str, Scored] = {}
+        for name, mode in modes:
+            lists[name] = []
+            for h in sorted(search(text, mode).hits, key=lambda h: h.rank):
+                stage = h.bm25 if name == "bm25" else h.knn
+                if stage is not None and not (ignore_identical_ids and h.doc_id == qid):
+                    lists[name].append((h.doc_id, stage.score))
+        out[qid] = lists
+        if on_query:
+            on_query()
+    return out
