@@ -157,3 +157,31 @@ def test_hybrid_plus_rerank_runs_with_a_loadable_reranker(
         reranked = ev.runs["hybrid+rerank"].rankings[qid]
         # the reranker reorders the fused top `depth` documents and leaves the rest where fusion put them
         assert set(reranked[:depth]) == set(fused[:depth]) and reranked[depth:] == fused[depth:]
+
+
+def test_calibrated_fusion_is_recorded_in_the_index_and_used_by_searches(
+    settings: Settings, es: EngineClient, collection_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str], embedder: Embedder,
+) -> None:
+    from hybridsearch import SearchClient
+    from hybridsearch.indices import index_meta, resolve_index
+
+    monkeypatch.setenv("HSP_ES_URL", settings.es.url)
+    monkeypatch.setenv("HSP_RERANKER__ENABLED", "false")
+    monkeypatch.setenv("HSP_CACHE", str(tmp_path / "cache"))
+    prefix = ["--prefix", settings.index.prefix]
+    assert main(["eval", str(collection_path), *prefix, "--modes", "bm25", "--out", str(tmp_path / "r")]) == 0
+    assert main(["calibrate-fusion", str(collection_path), "--split", "test", *prefix]) == 2  # test is refused
+    capsys.readouterr()
+    assert main(["calibrate-fusion", str(collection_path), *prefix, "--out", str(tmp_path / "r"),
+                 "--min-gain", "0"]) == 0
+    assert "recorded in" in capsys.readouterr().out
+    meta = index_meta(es, resolve_index(es, settings, check=False))
+    assert meta["fusion"]["method"] in ("rrf", "linear") and meta["fusion_calibration"]["queries"] == 1
+    assert meta["fusion_calibration"]["split"] == "train" and meta["bm25_unit"] == "section"
+    with SearchClient(es, settings, embedder=embedder) as client:
+        result = client.search("chess opening", rerank=False)
+        assert result.fusion is not None and result.fusion.endswith("(index)")
+    overridden = settings.model_copy(update={"query": settings.query.model_copy(update={"fusion": "rrf"})})
+    with SearchClient(es, overridden, embedder=embedder) as client:
+        assert client.search("chess opening", rerank=False).fusion == "RRF k=60, weights bm25 1 / kNN 1 (settings)"

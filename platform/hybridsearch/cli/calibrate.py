@@ -110,7 +110,10 @@ def _print(scores: dict[str, float], calibration: dict[str, object], chosen: str
     console.print(table)
     console.print(f"BM25 alone {calibration['bm25']:.4f} · kNN alone {calibration['knn']:.4f} · default "
                   f"{calibration['default']:.4f} · chosen {calibration['chosen']:.4f}")
-    console.print(f"2-fold check (chosen on one half, scored on the other): default "
-                  f"{calibration['heldout_default']:.4f} → chosen {calibration['heldout_chosen']:.4f}")
+    if "heldout_chosen" in calibration:
+        console.print(f"2-fold check (chosen on one half, scored on the other): default "
+                      f"{calibration['heldout_default']:.4f} → chosen {calibration['heldout_chosen']:.4f}")
+    else:
+        console.print("2-fold check: too few queries")
     verb = "would record" if dry_run else "recorded"
     console.print(styled((f"{verb} in {index}'s _meta: ", "bold"), chosen))

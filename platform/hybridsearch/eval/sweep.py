@@ -41,10 +41,19 @@ def parse_sweep(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
     return out
 
 
+#: knobs of one fusion method: sweeping one of them with ``fusion=auto`` sweeps that method (an index's calibrated
+#: fusion would otherwise be used and the knob change nothing)
+FUSION_OF_KNOB = {"rrf_k": "rrf", "linear_alpha": "linear", "linear_norm": "linear"}
+
+
 def with_query(query: QuerySettings, name: str, value: str) -> QuerySettings:
-    """The query knobs ``query`` with ``<name>`` set to ``value`` (validated). Raises ConfigError."""
+    """The query knobs ``query`` with ``<name>`` set to ``value`` (validated); a fusion knob also selects its
+    fusion when ``query.fusion`` is auto (:data:`FUSION_OF_KNOB`). Raises ConfigError."""
+    update: dict[str, str] = {name: value}
+    if query.fusion == "auto" and name in FUSION_OF_KNOB:
+        update["fusion"] = FUSION_OF_KNOB[name]
     try:
-        return QuerySettings.model_validate({**query.model_dump(), name: value})
+        return QuerySettings.model_validate({**query.model_dump(), **update})
     except ValidationError as exc:
         raise ConfigError(f"--sweep query.{name}={value}: {exc.errors()[0]['msg']}") from None
 
