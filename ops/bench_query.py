@@ -282,6 +282,44 @@ def sweep(prefix: str | None, col: Collection, depths: list[int], embedder: Embe
     return rows
 
 
+def against(prefixes: tuple[str | None, str], col: Collection, embedder: Embedder, warmup: int, k: int
+            ) -> dict[str, Any]:
+    """Hybrid on two indices (e.g. the collection's index before and after a change), interleaved per query with
+    the order alternating: p50/p95 wall time, nDCG@10, the fusion each used, and the p50 ratio."""
+    clients = [SearchClient.from_settings(bench_settings(p), embedder=embedder) for p in prefixes]
+    walls: list[list[float]] = [[], []]
+    rankings: list[dict[str, list[str]]] = [{}, {}]
+    fusions: list[str | None] = [None, None]
+    try:
+        for c in clients:
+            c.reranker = None
+            for _, text in list(col.queries.items())[:warmup]:
+                c.search(text, k=k)
+        for i, (qid, text) in enumerate(col.queries.items()):
+            for j in ((0, 1) if i % 2 == 0 else (1, 0)):
+                t0 = time.perf_counter()
+                res = clients[j].search(text, k=k, rerank=False)
+                walls[j].append((time.perf_counter() - t0) * 1000)
+                rankings[j][qid], fusions[j] = [h.doc_id for h in res.hits], res.fusion
+        indices = [c.index() for c in clients]
+    finally:
+        for c in clients:
+            c.close()
+    table = Table(title="hybrid on two indices, interleaved per query")
+    for col_name in ("index", "fusion", "p50 ms", "p95 ms", "nDCG@10"):
+        table.add_column(col_name)
+    rows: list[dict[str, Any]] = []
+    for j in (0, 1):
+        ndcg = evaluate(col.qrels, rankings[j], ("ndcg@10",))[0]["ndcg@10"]
+        rows.append({"index": indices[j], "fusion": fusions[j], "p50": pct(walls[j], 50), "p95": pct(walls[j], 95),
+                     "ndcg@10": ndcg})
+        table.add_row(indices[j], str(fusions[j]), f"{rows[j]['p50']:.1f}", f"{rows[j]['p95']:.1f}", f"{ndcg:.4f}")
+    console.print(table)
+    ratio = rows[0]["p50"] / rows[1]["p50"] if rows[1]["p50"] else 0.0
+    console.print(f"hybrid p50 {indices[0]} / {indices[1]} = {ratio:.3f}")
+    return {"rows": rows, "p50_ratio": ratio}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prefix", help="index prefix (default: HSP_INDEX__PREFIX / settings)")
@@ -296,6 +334,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--build-subset", type=int, metavar="N", help="first ingest a subset of N documents (trials)")
     ap.add_argument("--no-fast-path", action="store_true", help="skip the encoder and fast-path comparison")
     ap.add_argument("--json", type=Path, help="also write the figures to this JSON file")
+    ap.add_argument("--against", metavar="PREFIX", help="also run hybrid on PREFIX's index interleaved with this one "
+                                                        "(e.g. the index before a change) and print the p50 ratio")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     col = load_collection(args.collection, args.split).limit(args.queries)
@@ -318,6 +358,8 @@ def main(argv: list[str] | None = None) -> int:
         every = list(load_collection(args.collection, args.split).queries.values())
         figures["encoders"] = bench_encoders(embedders, every, args.warmup)
         figures["fast_path"] = fast_path(args.prefix, col, embedders, args.warmup, args.k)
+    if args.against:
+        figures["against"] = against((args.prefix, args.against), col, embedder, args.warmup, args.k)
     if args.sweep:
         figures["sweep"] = sweep(args.prefix, col, [int(d) for d in args.sweep.split(",")], embedder)
     if args.json:
