@@ -26,6 +26,7 @@ from hybridsearch.errors import (
     ClusterUnavailable,
     HybridSearchError,
     IndexMismatch,
+    QueryError,
     TlsFailure,
 )
 from hybridsearch.indices import (
@@ -34,11 +35,13 @@ from hybridsearch.indices import (
     check_meta,
     get_aliases,
     index_meta,
+    section_words_of,
     single_target,
     with_analyzer,
 )
 from hybridsearch.pending import pending_only, visible_only
-from hybridsearch.settings import Settings
+from hybridsearch.query.fusion import fusion_for
+from hybridsearch.settings import QuerySettings, Settings
 
 Status = Literal["OK", "WARN", "FAIL", "SKIP"]
 
@@ -265,6 +268,7 @@ def _check_live_index(es: EngineClient, settings: Settings, checks: list[Check])
     else:
         checks.append(Check("index", "vectors", "OK", f"{vec.dims} dims, {vec.similarity}, "
                                                       f"{vec.options.get('type', 'default')}"))
+    checks += retrieval_checks(meta, settings.query)
     checks.append(Check("index", "health", {"green": "OK", "yellow": "WARN"}.get(health, "FAIL"),  # type: ignore[arg-type]
                         f"{live} is {health}", None if health == "green" else "see `GET _cluster/allocation/explain`"))
     checks.append(Check("index", "chunks", "OK" if chunks else "WARN", f"{chunks:,} chunks in {live}",
@@ -273,6 +277,28 @@ def _check_live_index(es: EngineClient, settings: Settings, checks: list[Check])
         checks.append(Check("index", "pending", "WARN", f"{pending:,} chunks in {live} were written by runs that "
                             "did not finish and are not searchable", "re-run the same `hsp ingest` to finish "
                             "those documents (what was written is reused), or `hsp ingest delete DOC_ID`"))
+
+
+def retrieval_checks(meta: dict[str, Any], query: QuerySettings) -> list[Check]:
+    """What BM25 scores in the live index (``_meta``) and how its lists are fused (:func:`fusion_for`)."""
+    words = section_words_of(meta)
+    if words is not None:
+        bm25 = Check("index", "bm25", "OK", f"whole documents (sections of up to {words} words); kNN over chunks")
+    else:
+        bm25 = Check("index", "bm25", "WARN", "each chunk: the index was built before whole-document BM25 or with "
+                     "HSP_INDEX__BM25_UNIT=chunk (SciFact: BM25 nDCG@10 0.673 on chunks, 0.692 on documents)",
+                     "`hsp index migrate` builds a version with sections")
+    try:
+        fusion = fusion_for(query, meta)
+    except QueryError as exc:
+        return [bm25, Check("index", "fusion", "FAIL", str(exc), "run `hsp calibrate-fusion` again")]
+    if fusion.source == "index":
+        cal = meta.get("fusion_calibration") or {}
+        detail = (f"{fusion.label}, calibrated on {cal.get('dataset')} {cal.get('split')} ({cal.get('queries')} "
+                  f"queries: nDCG@10 {cal.get('default')} with the default, {cal.get('chosen')} with this)")
+        return [bm25, Check("index", "fusion", "OK", detail)]
+    fix = None if fusion.source == "settings" else "with judgments, `hsp calibrate-fusion DATASET` picks one"
+    return [bm25, Check("index", "fusion", "OK", fusion.describe(), fix)]
 
 
 # --------------------------------------------------------------------------------------------- models

@@ -41,3 +41,19 @@ def test_mapping_differences_compare_the_real_mapping() -> None:
         ("doc_id.type", "keyword", "text"), ("embedding.dims", 384, 768), ("tenant.type", "keyword", None)]
     odd["_meta"]["embedding_model"] = "x/other"
     assert ("_meta.embedding_model", settings.embedding.model, "x/other") in mapping_differences(odd, settings)
+
+
+def test_doctor_says_what_bm25_scores_and_which_fusion_searches_use() -> None:
+    from hybridsearch.doctor import retrieval_checks
+    from hybridsearch.query.fusion import Fusion
+    from hybridsearch.settings import QuerySettings
+
+    q = QuerySettings()
+    bm25, fusion = retrieval_checks({"bm25_unit": "section", "section_words": 1000}, q)
+    assert (bm25.status, fusion.status) == ("OK", "OK") and "1000 words" in bm25.detail
+    assert fusion.fix is not None and "calibrate-fusion" in fusion.fix  # nothing calibrated: say how
+    bm25, _ = retrieval_checks({}, q)
+    assert bm25.status == "WARN" and bm25.fix is not None and "migrate" in bm25.fix
+    meta = {"fusion": Fusion(k=10).to_meta(), "fusion_calibration": {"dataset": "scifact", "split": "train"}}
+    assert "calibrated on scifact train" in retrieval_checks(meta, q)[1].detail
+    assert retrieval_checks({"fusion": {"method": "rrf"}}, q)[1].status == "FAIL"
