@@ -12,7 +12,8 @@ chunks, and reports:
   query vector comes from the same synthetic distribution instead of the model, so the model's cost does
   not hide the cluster's);
 * kNN recall@10 of the index's ``knn`` search (k=10, the client's ``num_candidates``) against exact search,
-  brute force in numpy over the very vectors that were stored (cosine; vectors are unit length).
+  brute force in numpy over the very vectors that were stored (cosine; vectors are unit length;
+  ``hybridsearch.eval.knn``).
 
 Synthetic data: vectors are unit-length noisy copies of 2,000 random centroids (clustered, as real
 embeddings are; uniform random vectors make ANN search unrealistically hard), text is 40-80 words drawn
@@ -123,25 +124,16 @@ def build(es: Any, settings: Any, n: int, syn: Synthetic, batch: int) -> tuple[n
     return stored, seconds, index
 
 
-def exact_top(stored: np.ndarray, q: np.ndarray, k: int) -> list[list[int]]:
-    out = []
-    for start in range(0, len(q), 64):
-        sims = q[start:start + 64] @ stored.T
-        top = np.argpartition(-sims, k, axis=1)[:, :k]
-        order = np.take_along_axis(sims, top, 1).argsort(axis=1)[:, ::-1]
-        out.extend(np.take_along_axis(top, order, 1).tolist())
-    return out
-
-
 def recall(es: Any, index: str, stored: np.ndarray, queries: np.ndarray, num_candidates: int) -> float:
-    truth = exact_top(stored, queries, 10)
-    hits = 0
-    for q, want in zip(queries, truth, strict=True):
+    from hybridsearch.eval.knn import exact_top_k, knn_recall
+
+    _, scores = exact_top_k(stored, queries, 10)
+    total = 0.0
+    for q, kth in zip(queries, scores[:, -1], strict=True):
         r = es.search(index=index, knn={"field": "embedding", "query_vector": q.tolist(), "k": 10,
                                         "num_candidates": num_candidates}, source=False, size=10)
-        got = {int(h["_id"][1:].split("#")[0]) for h in r["hits"]["hits"]}
-        hits += len(got & set(want))
-    return hits / (10 * len(queries))
+        total += knn_recall(stored, q, float(kth), [int(h["_id"][1:].split("#")[0]) for h in r["hits"]["hits"]], 10)
+    return total / len(queries)
 
 
 async def latency(settings: Any, table: dict[str, np.ndarray], levels: list[int], seconds: float

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -265,6 +266,27 @@ class _Indices(_Namespace):
 
     def update_aliases(self, *, actions: list[Json]) -> None:
         self._c.raw.indices.update_aliases(body={"actions": actions})
+
+    def stats(self, *, index: str, metric: str | None = None, include_segment_file_sizes: bool | None = None) -> Json:
+        """``GET <index>/_stats[/<metric>]``; ``include_segment_file_sizes`` adds bytes per Lucene file extension
+        (``segments.file_sizes``: ``vec``, ``vex``, ``veq``, ...; one ``cfs`` for compound segments)."""
+        resp: Json = _plain(self._c.raw.indices.stats(
+            index=index, metric=metric, **self._c._q(include_segment_file_sizes=include_segment_file_sizes)))
+        return resp
+
+    def forcemerge(self, *, index: str, max_num_segments: int | None = None) -> None:
+        """``POST <index>/_forcemerge`` and wait for it (give the client a long ``request_timeout``)."""
+        self._c.raw.indices.forcemerge(index=index, **self._c._q(max_num_segments=max_num_segments))
+
+    def disk_usage(self, *, index: str) -> Json | None:
+        """Bytes per field and data structure (Elasticsearch's ``_disk_usage?run_expensive_tasks=true``, which reads
+        every file of the index); None on OpenSearch, which has no such API."""
+        if self._c.engine.kind == "opensearch":
+            return None
+        with warnings.catch_warnings():  # the client marks the API as a technical preview on every call
+            warnings.simplefilter("ignore")
+            resp: Json = _plain(self._c.raw.indices.disk_usage(index=index, run_expensive_tasks=True))
+        return resp
 
 
 class _Cluster(_Namespace):
