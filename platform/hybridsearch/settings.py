@@ -77,8 +77,8 @@ class IndexSettings(BaseModel):
     bm25_unit: Literal["section", "chunk"] = Field(
         "section", description="what BM25 scores in a new index: section = whole documents, long ones cut into "
         "sections of about section_words words (recorded in _meta; see docs/evaluation.md); chunk = each chunk")
-    section_words: int = Field(1000, ge=50, description="with bm25_unit=section: most words of one BM25 section; "
-                               "a shorter document is one section")
+    section_words: int = Field(500, ge=50, description="with bm25_unit=section: most words of one BM25 section "
+                               "(whole chunks); a shorter document is one section (500: measured, docs/evaluation.md)")
 
     @property
     def bm25_section_words(self) -> int | None:
