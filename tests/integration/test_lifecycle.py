@@ -53,7 +53,8 @@ def write_chunks(es: EngineClient, index: str, embedder: Embedder, docs: dict[st
     vectors = embedder.encode([embed_text(t, x, True) for t, x in docs.values()])
     for (doc_id, (title, text)), vec in zip(docs.items(), vectors, strict=True):
         body = {"doc_id": doc_id, "chunk_id": f"{doc_id}#0", "title": title, "text": text, "position": 0,
-                "char_start": 0, "char_end": len(text), "embedding": vec.tolist(), "metadata": {"lang": "en"}}
+                "char_start": 0, "char_end": len(text), "embedding": vec.tolist(), "metadata": {"lang": "en"},
+                "section_title": title, "section_text": text}  # a one-chunk document is its own BM25 section
         if tenant:
             body["tenant"] = tenant
         es.index(index=index, id=f"{doc_id}#0", document=body)

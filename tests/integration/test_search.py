@@ -60,6 +60,8 @@ def index_corpus(es: EngineClient, settings: Settings, embedder: Embedder,
             actions.append({"_index": name, "_id": chunk_id, "doc_id": doc_id, "chunk_id": chunk_id, "title": title,
                             "text": text, "embedding": _VECTORS[key], "source": source, "tenant": tenant,
                             "ingested_at": date, "position": pos, "metadata": meta, "content_hash": f"h-{chunk_id}"})
+            if pos == 0:  # the document's BM25 section rides on its first chunk, as ingestion writes it
+                actions[-1].update(section_title=title, section_text=" ".join(chunks))
     es.bulk(actions, refresh=True)
     return name
 
@@ -104,7 +106,11 @@ def test_bm25_and_dense_modes_report_only_their_stage(client: SearchClient) -> N
 def test_chunks_of_one_document_collapse_to_its_best_chunk(es: EngineClient, settings: Settings,
                                                            embedder: Embedder) -> None:
     index_corpus(es, settings, embedder)
-    with SearchClient(es, settings, embedder=embedder) as c:
+    with SearchClient(es, settings, embedder=embedder) as c:  # BM25 scores the whole document: its first chunk
+        res = c.search("bees waggle dance honeybees", mode="bm25", k=10)
+        assert ids(res).count("d7") == 1 and res.hits[0].chunk_id == "d7#0"
+    chunked = settings.model_copy(update={"query": settings.query.model_copy(update={"bm25_unit": "chunk"})})
+    with SearchClient(es, chunked, embedder=embedder) as c:
         res = c.search("bees waggle dance honeybees", mode="bm25", k=10)
         assert ids(res).count("d7") == 1
         assert res.hits[0].chunk_id == "d7#1"  # the chunk that says "bees" twice wins
@@ -177,7 +183,7 @@ def test_why_reports_each_stage_and_probes_missing_lists(client: SearchClient) -
     # No word of this query occurs in d9, so BM25 misses it while kNN finds it.
     rep = client.why("trembling ground caused by moving rock slabs", "d9")
     assert rep.knn is not None and rep.bm25 is None
-    assert any("BM25: no chunk of d9 matches" in n for n in rep.notes)
+    assert any("BM25: no section of d9 matches" in n for n in rep.notes)  # BM25 scores whole documents
     rep = client.why("coffee", "d5", filters={"source": "news"})
     assert rep.chunks_in_index == 1 and rep.chunks_matching_filters == 0 and rep.final_rank is None
     assert any("excluded by the filters" in n for n in rep.notes)
