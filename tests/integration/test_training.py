@@ -204,7 +204,7 @@ def test_train_embedder_trains_a_model_an_index_migrates_to_while_searches_run(
         stop.set()
         searcher.join(timeout=60)
     assert errors == [] and answered > 0
-    assert f"HSP_EMBEDDING__MODEL={out}" in capsys.readouterr().out
+    assert f"HSP_EMBEDDING__MODEL={out}" in capsys.readouterr().out.replace("\n", "")  # rich wraps lines
     v2 = settings.index.versioned(2)
     assert index_meta(es, v2)["embedding_model"] == str(out)
     new = settings.model_copy(update={"embedding": trained})
