@@ -122,10 +122,10 @@ def card_markdown(card: Mapping[str, Any]) -> str:
         f"| judgments | {', '.join(f'`{k}` sha256 {v[:12]}…' for k, v in card['qrels_sha256'].items())} |",
         f"| checked disjoint from | {', '.join(f'`{Path(f).name}`' for f in card['checked_disjoint_from']) or '–'} |",
         "",
-        f"## Validation ({val['metric']})",
+        "## Validation",
         "",
-        f"{val['queries']} queries against {corpus.get('chunks', '?')} chunks of {corpus.get('documents', '?')} "
-        f"documents ({'the whole index' if corpus.get('full_index') else POOL}). Epoch 0 is the base model.",
+        f"{val['metric'].capitalize()}: {val['queries']} queries against {corpus.get('chunks', '?')} chunks of "
+        f"{corpus.get('documents', '?')} documents ({'the whole index' if corpus.get('full_index') else POOL}). Epoch 0 is the base model.",
         "",
     ]
     if val.get("beats_base") is False:
