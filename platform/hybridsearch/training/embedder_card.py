@@ -125,7 +125,8 @@ def card_markdown(card: Mapping[str, Any]) -> str:
         "## Validation",
         "",
         f"{val['metric'].capitalize()}: {val['queries']} queries against {corpus.get('chunks', '?')} chunks of "
-        f"{corpus.get('documents', '?')} documents ({'the whole index' if corpus.get('full_index') else POOL}). Epoch 0 is the base model.",
+        f"{corpus.get('documents', '?')} documents ({'the whole index' if corpus.get('full_index') else POOL}). "
+        "Epoch 0 is the base model.",
         "",
     ]
     if val.get("beats_base") is False:
