@@ -131,3 +131,89 @@ def test_cli_refuses_the_test_split_and_a_missing_index(collection: Path, settin
 def test_judgments_loaded_for_training_are_relevant_only(collection: Path) -> None:
     data = load_split(collection, "train")
     assert all(relevant_ids(j) == set(j) for j in data.qrels.values())
+
+
+# ------------------------------------------------------------------------------------ train-embedder
+
+
+def test_train_embedder_trains_a_model_an_index_migrates_to_while_searches_run(
+    collection: Path, es: EngineClient, settings: Settings, embedder: Embedder, tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str],
+) -> None:
+    import threading
+
+    from hybridsearch import SearchClient
+    from hybridsearch.embedding.cache import model_identity
+    from hybridsearch.indices import index_meta
+    from hybridsearch.training.config import EmbedderConfig
+    from hybridsearch.training.embedder import run_embedder_training
+    from hybridsearch.training.embedder_card import read_embedder_card
+
+    monkeypatch.setenv("HSP_ONNX_CACHE", str(tmp_path / "onnx"))
+    out = tmp_path / "embedder"
+    cfg = EmbedderConfig(dataset=collection, out=out, negatives=1, depth=10, epochs=1, batch_size=8,
+                         max_seq_length=48, val_fraction=0.2, device="cpu", seed=1)
+    card = run_embedder_training(cfg, settings, es=es, embedder=embedder, cache_dir=tmp_path / "cache",
+                                 progress=False)
+
+    # trained on train queries only, checked against the test file, validated before and after training
+    assert read_embedder_card(out) == card
+    assert [Path(f).name for f in card["files_read"]] == ["train.tsv"]
+    assert [Path(f).name for f in card["checked_disjoint_from"]] == ["test.tsv"]
+    assert card["queries"]["train"] + card["queries"]["validation"] == 18
+    assert card["rows"]["total"] == card["queries"]["train"]  # one judged document per query
+    assert [e["epoch"] for e in card["validation"]["per_epoch"]] == [0, 1] and card["validation"]["best_epoch"] == 1
+    assert card["validation"]["corpus"]["full_index"] and card["validation"]["corpus"]["documents"] == 24
+    assert card["validation"]["per_epoch"][0]["ndcg_at_10"] > 0.5  # the base model on the easy mini collection
+    assert card["training"]["max_seq_length"] == 48 and card["serving"]["max_seq_length"] == 256
+
+    # a model name like any other: ingestion encoder, ONNX query encoder, cache identity
+    trained = settings.embedding.model_copy(update={"model": str(out), "device": "cpu"})
+    mine = Embedder(trained)
+    assert mine.max_seq_length == 256
+    import importlib.util
+
+    if importlib.util.find_spec("onnxruntime"):
+        assert mine.query_encoder.backend == "onnx"  # exported from the folder, agrees with torch
+    vec = mine.encode_query("what is known about asthma attacks?")
+    assert abs(float(vec @ embedder.encode_query("what is known about asthma attacks?")) - 1) > 1e-6
+    assert model_identity(trained) != model_identity(settings.embedding)
+
+    # roll the index over with `hsp index migrate --to-model DIR` while searches run on the old model
+    monkeypatch.setenv("HSP_ES_URL", settings.es.url)
+    monkeypatch.setenv("HSP_INDEX__PREFIX", settings.index.prefix)
+    errors: list[str] = []
+    answered = 0
+    stop = threading.Event()
+
+    def search_loop() -> None:
+        nonlocal answered
+        with SearchClient(es, settings, embedder=embedder) as client:
+            while not stop.is_set():
+                try:
+                    assert client.search("what is known about melanoma detection?", k=3, rerank=False).hits
+                    answered += 1
+                except Exception as exc:  # noqa: BLE001 - any error is what this test looks for
+                    errors.append(f"{type(exc).__name__}: {exc}")
+
+    searcher = threading.Thread(target=search_loop, daemon=True)
+    searcher.start()
+    try:
+        assert main(["index", "migrate", "--to-model", str(out), "--batch-size", "5"]) == 0
+    finally:
+        stop.set()
+        searcher.join(timeout=60)
+    assert errors == [] and answered > 0
+    assert f"HSP_EMBEDDING__MODEL={out}" in capsys.readouterr().out.replace("\n", "")  # rich wraps lines
+    v2 = settings.index.versioned(2)
+    assert index_meta(es, v2)["embedding_model"] == str(out)
+    new = settings.model_copy(update={"embedding": trained})
+    with SearchClient(es, new, embedder=mine) as client:
+        res = client.search("what is known about melanoma detection?", k=3, mode="dense", rerank=False)
+    assert res.hits and res.hits[0].doc_id == "skin-0"
+
+
+def test_cli_train_embedder_refuses_the_test_split(collection: Path, tmp_path: Path,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["train-embedder", str(collection), "--split", "test", "--out", str(tmp_path / "m")]) == 2
+    assert "refusing" in capsys.readouterr().err and not (tmp_path / "m").exists()

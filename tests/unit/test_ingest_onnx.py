@@ -27,3 +27,21 @@ def test_onnx_matches_torch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     assert list(tmp_path.glob("*/model_qint8.onnx"))
     cos = (int8 * torch_vecs).sum(1)
     assert 0.97 < float(cos.min()) < 0.99999  # quantised: close, not identical
+
+
+def test_onnx_export_is_redone_when_a_folder_is_trained_again(tmp_path: Path) -> None:
+    """A model fine-tuned again into the same folder has weights of the same size: the export cache must
+    not hand back the previous weights' ONNX file (it keys on the weights' modification time too)."""
+    import os
+
+    from hybridsearch.embedding.onnx import _fingerprint
+
+    (tmp_path / "config.json").write_text("{}")
+    weights = tmp_path / "model.safetensors"
+    weights.write_bytes(b"a" * 64)
+    first = _fingerprint(tmp_path)
+    assert _fingerprint(tmp_path) == first
+    weights.write_bytes(b"b" * 64)
+    st = weights.stat()
+    os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
+    assert _fingerprint(tmp_path) != first

@@ -1,11 +1,14 @@
-"""``hsp train-reranker``: fine-tune a cross-encoder on a collection's own judgments."""
+"""``hsp train-reranker`` and ``hsp train-embedder``: fine-tune a cross-encoder or the bi-encoder on a collection's
+own judgments."""
 
 from __future__ import annotations
 
 import argparse
 import time
 from pathlib import Path
+from typing import TypeVar
 
+from pydantic import BaseModel
 from rich.table import Table
 
 from hybridsearch.cli.output import console as make_console
@@ -13,6 +16,7 @@ from hybridsearch.cli.output import styled
 from hybridsearch.settings import Settings
 
 console = make_console()
+M = TypeVar("M", bound=BaseModel)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -56,30 +60,82 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="allow --split test (never for a collection whose test numbers you report)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(handler=train_reranker)
+    _register_embedder(sub)
+
+
+def _register_embedder(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = sub.add_parser(
+        "train-embedder",
+        help="fine-tune the bi-encoder on a BEIR collection's judgments (hard negatives from our index)",
+        description=(
+            "Train a domain embedding model: (query, judged-relevant passage, hard negatives) rows from "
+            "DATASET/qrels/<split>.tsv and the hybrid top-k of the collection's index under --prefix (ingest the "
+            "corpus there first, e.g. with `hsp eval DATASET --prefix P`), MultipleNegativesRankingLoss with "
+            "in-batch negatives, the epoch chosen by dense nDCG@10 of held-out training queries. Writes a "
+            "SentenceTransformer folder with card.json and README.md; use it with HSP_EMBEDDING__MODEL=DIR "
+            "and roll an index over with `hsp index migrate --to-model DIR`."
+        ),
+    )
+    p.add_argument("dataset", type=Path, metavar="DATASET", help="BEIR collection folder")
+    p.add_argument("--split", default="train", help="qrels split to train on (default train; 'test' is refused)")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to write the model to")
+    p.add_argument("--base", default=None, metavar="MODEL",
+                   help="model to start from: Hub name or folder (default: HSP_EMBEDDING__MODEL)")
+    p.add_argument("--negatives", type=int, default=1, help="hard negatives per (query, positive) row (default 1)")
+    p.add_argument("--depth", type=int, default=30, help="hybrid candidates per query to mine from (default 30)")
+    p.add_argument("--strategy", choices=("sample", "top"), default="sample",
+                   help="sample negatives from the candidates (default) or take the top-ranked ones")
+    p.add_argument("--skip-top", type=int, default=0, metavar="N",
+                   help="never use the N best-ranked non-relevant candidates as negatives (default 0)")
+    p.add_argument("--margin", type=float, default=0.95,
+                   help="drop a candidate the base model finds more than MARGIN × as similar to the query as "
+                        "its judged positive, as a likely false negative (default 0.95; 1 keeps all but ties)")
+    p.add_argument("--no-margin", action="store_true", help="no similarity filter on the negatives")
+    p.add_argument("--epochs", type=int, default=2, help="passes over the rows (default 2)")
+    p.add_argument("--batch-size", type=int, default=32, help="rows per batch: the in-batch negatives (default 32)")
+    p.add_argument("--max-seq-length", type=int, default=None, metavar="N",
+                   help="tokens per text while training (default: the base model's; the saved model keeps the "
+                        "base's length, so chunks cut for it still fit)")
+    p.add_argument("--lr", type=float, default=3e-5, help="peak learning rate (default 3e-5)")
+    p.add_argument("--val-fraction", type=float, default=0.2,
+                   help="share of the split's queries held out for choosing the epoch (default 0.2)")
+    p.add_argument("--val-corpus", type=int, default=2000, metavar="N",
+                   help="chunks the validation embeds and ranks after each epoch: the whole index when it has at "
+                        "most N, else N: the validation queries' judged documents, their hybrid candidates rank "
+                        "by rank, random other chunks (0: always the whole index; default 2000)")
+    p.add_argument("--keep", choices=("best", "last"), default="best",
+                   help="save the epoch with the best validation nDCG@10 (default) or the last")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--limit-queries", type=int, default=None, metavar="N", help="use the first N queries only")
+    p.add_argument("--prefix", default=None, help="index prefix of the collection's index (HSP_INDEX__PREFIX)")
+    p.add_argument("--device", default="auto", help="cpu, cuda or auto (default: a GPU when there is one)")
+    p.add_argument("--threads", type=int, default=None, metavar="N",
+                   help="torch CPU threads (default: torch's choice; on a CPU shared with other work, 1 can be "
+                        "twice as fast)")
+    p.add_argument("--embedding-cache", type=Path, metavar="DIR", default=None,
+                   help="where the base model's chunk vectors are cached (default: $HSP_CACHE/embeddings, filled "
+                        "by `hsp eval`)")
+    p.add_argument("--allow-test", action="store_true",
+                   help="allow --split test (never for a collection whose test numbers you report)")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p.set_defaults(handler=train_embedder)
 
 
 def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
     """Handler of ``hsp train-reranker``. Raises ConfigError, IndexNotFound, ModelError, ClusterError."""
-    from pydantic import ValidationError
-
-    from hybridsearch.errors import ConfigError
     from hybridsearch.training.config import TrainingConfig
     from hybridsearch.training.reranker import run_training
 
     if args.prefix:
         settings = settings.model_copy(update={"index": settings.index.model_copy(update={"prefix": args.prefix})})
-    try:
-        cfg = TrainingConfig(
-            dataset=args.dataset, split=args.split, out=args.out, base=args.base or settings.embedding.model,
-            negatives=args.negatives, depth=args.depth or settings.reranker.depth, strategy=args.strategy,
-            epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
-            val_fraction=args.val_fraction, seed=args.seed, limit_queries=args.limit_queries,
-            allow_test=args.allow_test, device=args.device or settings.reranker.device, keep=args.keep,
-        )
-    except ValidationError as exc:
-        problems = "; ".join(f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
-                             for e in exc.errors())
-        raise ConfigError(f"invalid arguments: {problems}") from None
+    cfg = _validated(
+        TrainingConfig, dataset=args.dataset, split=args.split, out=args.out,
+        base=args.base or settings.embedding.model, negatives=args.negatives,
+        depth=args.depth or settings.reranker.depth, strategy=args.strategy,
+        epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
+        val_fraction=args.val_fraction, seed=args.seed, limit_queries=args.limit_queries,
+        allow_test=args.allow_test, device=args.device or settings.reranker.device, keep=args.keep,
+    )
     started = time.perf_counter()
     card = run_training(cfg, settings, progress=not args.no_progress)
     wall = time.perf_counter() - started
@@ -114,3 +170,63 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
 
 def _f(x: float | None, digits: int = 4) -> str:
     return "" if x is None else f"{x:.{digits}f}"
+
+
+def train_embedder(args: argparse.Namespace, settings: Settings) -> int:
+    """Handler of ``hsp train-embedder``. Raises ConfigError, IndexNotFound, ModelError, ClusterError."""
+    from hybridsearch.training.config import EmbedderConfig
+    from hybridsearch.training.embedder import run_embedder_training
+
+    if args.prefix:
+        settings = settings.model_copy(update={"index": settings.index.model_copy(update={"prefix": args.prefix})})
+    cfg = _validated(EmbedderConfig, dataset=args.dataset, split=args.split, out=args.out,
+                     base=args.base or settings.embedding.model, negatives=args.negatives, depth=args.depth,
+                     strategy=args.strategy, skip_top=args.skip_top, margin=None if args.no_margin else args.margin,
+                     epochs=args.epochs, batch_size=args.batch_size, max_seq_length=args.max_seq_length, lr=args.lr,
+                     val_fraction=args.val_fraction, val_corpus=args.val_corpus, seed=args.seed,
+                     limit_queries=args.limit_queries, allow_test=args.allow_test, device=args.device,
+                     threads=args.threads, keep=args.keep)
+    started = time.perf_counter()
+    card = run_embedder_training(cfg, settings, cache_dir=args.embedding_cache, progress=not args.no_progress)
+    wall = time.perf_counter() - started
+
+    val = card["validation"]
+    corpus = val["corpus"] or {}
+    table = Table(title=f"validation: dense retrieval of {val['queries']} held-out {card['split']} queries over "
+                        f"{corpus.get('chunks', 0)} chunks" + ("" if corpus.get("full_index") else " (pool)"))
+    for col in ("epoch", "nDCG@10", "Recall@10", "MRR@10", "train loss"):
+        table.add_column(col, justify="right")
+    for e in val["per_epoch"]:
+        mark = " *" if e["epoch"] == val["best_epoch"] else (" (base)" if e["epoch"] == 0 else "")
+        table.add_row(f"{e['epoch']}{mark}", _f(e["ndcg_at_10"]), _f(e["recall_at_10"]), _f(e["mrr_at_10"]),
+                      _f(e["train_loss"]))
+    console.print(table)
+    if val.get("beats_base") is False:
+        console.print(styled(("warning:", "bold yellow"), " the kept epoch retrieves the held-out queries no better "
+                             "than the base model: do not roll it out (more judgments, another --lr or more epochs; "
+                             "see docs/embedder-training.md)"))
+    dropped = card["negatives"]["dropped_as_likely_false_negatives"]
+    times = card["time_seconds"]
+    console.print(styled(
+        "saved to ", (str(cfg.out), "bold"),
+        f" ({card['rows']['total']} rows from {card['queries']['trained_on']} queries; candidates dropped as likely "
+        f"false negatives: {dropped['top']} top, {dropped['duplicate_of_positive']} duplicates, {dropped['similar']} "
+        f"similar; mining {times['mining']:.0f} s, training {times['training']:.0f} s (validation "
+        f"{times['of_which_validation']:.0f} s of it), total {wall:.0f} s on {card['device']}). Roll it out: "
+        f"hsp index migrate --to-model {card['serving']['model']}"
+    ))
+    return 0
+
+
+def _validated(model: type[M], **values: object) -> M:
+    """``model(**values)``, its validation errors as one ConfigError naming the options."""
+    from pydantic import ValidationError
+
+    from hybridsearch.errors import ConfigError
+
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        problems = "; ".join(f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
+                             for e in exc.errors())
+        raise ConfigError(f"invalid arguments: {problems}") from None

@@ -44,6 +44,8 @@ def cache_root() -> Path:
 
 
 def _fingerprint(model_dir: Path) -> str:
+    """What the export depends on: the folder, the opset, each weight file's size and modification time (a model
+    fine-tuned again into the same folder keeps its sizes) and the configuration files' contents."""
     h = hashlib.sha256(f"opset={OPSET};{model_dir}".encode())
     for p in sorted(model_dir.rglob("*")):
         if p.is_file() and p.suffix in {".safetensors", ".bin", ".json", ".txt"}:
@@ -51,6 +53,8 @@ def _fingerprint(model_dir: Path) -> str:
             h.update(f"{p.relative_to(model_dir)}:{st.st_size}".encode())
             if p.suffix in {".json", ".txt"}:
                 h.update(p.read_bytes())
+            else:
+                h.update(f":{st.st_mtime_ns}".encode())
     return h.hexdigest()[:16]
 
 

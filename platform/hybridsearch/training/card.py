@@ -42,10 +42,6 @@ def beats_fused(result: TrainResult) -> bool | None:
 def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: TrainResult,
               extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``card.json`` content: what the model was trained from and how it did on validation."""
-    import sentence_transformers
-    import torch
-    import transformers
-
     kept = kept_epoch(result)
     return {
         "kind": KIND,
@@ -82,10 +78,21 @@ def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: Tr
         },
         "time_seconds": {"mining": round(mined.seconds, 1), "training": round(result.seconds, 1)},
         "device": result.device,
+        **environment(),
+        **(dict(extra) if extra else {}),
+    }
+
+
+def environment() -> dict[str, Any]:
+    """``host`` (CPUs, platform) and ``versions`` (hybridsearch and the training libraries) for a card."""
+    import sentence_transformers
+    import torch
+    import transformers
+
+    return {
         "host": {"cpu_count": _cpu_count(), "platform": platform.platform()},
         "versions": {"hybridsearch": __version__, "sentence_transformers": sentence_transformers.__version__,
                      "transformers": transformers.__version__, "torch": torch.__version__},
-        **(dict(extra) if extra else {}),
     }
 
 

@@ -1,4 +1,5 @@
-"""What a reranker training run is given (:class:`TrainingConfig`) and what it measured (:class:`TrainResult`).
+"""What a training run is given and what it measured: the reranker's (:class:`TrainingConfig`, :class:`TrainResult`)
+and the embedder's (:class:`EmbedderConfig`, :class:`EmbedderResult`).
 
 Shared by the trainer (:mod:`.reranker`) and the card writer (:mod:`.card`), which import this module
 and not each other.
@@ -62,5 +63,61 @@ class TrainResult:
     best_epoch: int | None = None
     fused: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
+    device: str = "cpu"
+    steps: int = 0
+
+
+class EmbedderConfig(BaseModel):
+    """Everything that decides a fine-tuned bi-encoder; defaults match ``hsp train-embedder``."""
+
+    dataset: Path
+    split: str = "train"
+    out: Path
+    base: str = DEFAULT_EMBEDDING_MODEL
+    negatives: int = Field(1, ge=0, le=8, description="mined hard negatives per (query, positive) row")
+    depth: int = Field(30, ge=1, le=100, description="hybrid candidates per query to mine from")
+    strategy: Strategy = "sample"
+    skip_top: int = Field(0, ge=0, description="non-relevant candidates at the very top never used as negatives")
+    margin: float | None = Field(
+        0.95, gt=0, le=1, description="drop a candidate as a likely false negative when the base model's "
+                                      "similarity to the query is above margin × that of the query's positive")
+    epochs: int = Field(2, ge=1)
+    batch_size: int = Field(32, ge=2)
+    max_seq_length: int | None = Field(None, ge=16, le=512, description="tokens per text while training "
+                                                                        "(default: the base model's)")
+    lr: float = Field(3e-5, gt=0)
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    val_fraction: float = Field(0.2, ge=0, lt=1)
+    val_corpus: int = Field(2000, ge=0, description="chunks the validation ranks (0: the whole index)")
+    seed: int = 42
+    limit_queries: int | None = Field(None, ge=1)
+    allow_test: bool = False
+    device: str = "auto"
+    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
+    keep: Literal["last", "best"] = Field("best", description="the epoch with the best validation nDCG@10, "
+                                                              "or the last")
+
+    @property
+    def loss_name(self) -> str:
+        return "MultipleNegativesRankingLoss"
+
+
+@dataclass
+class EmbedderEpoch:
+    """Dense retrieval on the validation queries after ``epoch`` (0: the base model)."""
+
+    epoch: int
+    ndcg_at_10: float | None = None
+    recall_at_10: float | None = None
+    mrr_at_10: float | None = None
+    train_loss: float | None = None
+
+
+@dataclass
+class EmbedderResult:
+    epochs: list[EmbedderEpoch] = field(default_factory=list)
+    best_epoch: int | None = None
+    seconds: float = 0.0
+    validation_seconds: float = 0.0
     device: str = "cpu"
     steps: int = 0

@@ -30,6 +30,7 @@ if TYPE_CHECKING:
 Strategy = Literal["sample", "top"]
 Qrels = Mapping[str, Mapping[str, int]]
 Progress = Callable[[str, int], Callable[[], None]]  # (description, total) -> advance()
+PassageFn = Callable[[str | None, str], str]  # (title, text) of a stored chunk -> the text trained on
 PROTECTED_SPLITS = frozenset({"test"})
 
 
@@ -259,14 +260,48 @@ def load_split(dataset: Path, split: str, *, allow_test: bool = False, limit: in
     return SplitData(split, {q: coll.queries[q] for q in qrels}, qrels, [str(qrels_file)])
 
 
+def check_disjoint(dataset: Path, qids: Iterable[str], protected: Iterable[str] = PROTECTED_SPLITS) -> list[str]:
+    """Raise ConfigError when a query id of ``qids`` is also judged in a protected split (``test``) of
+    ``dataset``; returns the qrels files checked. Only the query-id column of those files is used."""
+    from hybridsearch.eval.datasets import read_qrels
+
+    root = Path(dataset).expanduser().resolve()
+    ours = set(qids)
+    checked: list[str] = []
+    for split in sorted(protected):
+        path = next((p for p in (root / "qrels" / f"{split}.tsv", root / "qrels" / f"{split}.tsv.gz")
+                     if p.exists()), None)
+        if path is None:
+            continue
+        shared = ours & set(read_qrels(path))
+        if shared:
+            some = ", ".join(sorted(shared)[:5]) + (" …" if len(shared) > 5 else "")
+            raise ConfigError(f"{len(shared)} training queries are also judged in {path} ({some}): train and "
+                              f"{split} queries must be disjoint, or every {split} figure is contaminated")
+        checked.append(str(path))
+    return checked
+
+
 def _no_progress(_desc: str, _total: int) -> Callable[[], None]:
     return lambda: None
 
 
-def mine(miner: Miner, data: SplitData, *, depth: int = 30, negatives: int = 4, val_fraction: float = 0.1,
-         seed: int = 42, strategy: Strategy = "sample", progress: Progress = _no_progress) -> MinedData:
-    """Split ``data``'s queries (seeded) into train and validation, fetch each query's hybrid top-``depth``
-    and build the training pairs (``negatives`` per query). Raises ConfigError when no pair can be made."""
+@dataclass
+class Collected:
+    """What the index gave for one split: the seeded train/validation query split, each query's hybrid
+    candidates, and the best chunk of each judged-relevant training document the search missed."""
+
+    train_qids: list[str]
+    val_qids: list[str]
+    candidates: dict[str, list[Candidate]]
+    positive_passages: dict[tuple[str, str], str]
+    seconds: float
+
+
+def collect(miner: Miner, data: SplitData, *, depth: int = 30, val_fraction: float = 0.1, seed: int = 42,
+            progress: Progress = _no_progress) -> Collected:
+    """Split ``data``'s queries (seeded) into train and validation and fetch each query's hybrid
+    top-``depth`` and the passages of the training queries' judged documents the search missed."""
     started = time.perf_counter()
     train_qids, val_qids = split_queries(data.queries, val_fraction, seed)
     candidates: dict[str, list[Candidate]] = {}
@@ -281,27 +316,44 @@ def mine(miner: Miner, data: SplitData, *, depth: int = 30, negatives: int = 4, 
         if doc_id not in {c.doc_id for c in candidates[qid]}
     ]
     positive_passages = miner.best_chunks(wanted) if wanted else {}
-    pairs, stats = build_pairs(train_qids, data.queries, data.qrels, candidates, positive_passages,
+    return Collected(train_qids, val_qids, candidates, positive_passages, time.perf_counter() - started)
+
+
+def mine(miner: Miner, data: SplitData, *, depth: int = 30, negatives: int = 4, val_fraction: float = 0.1,
+         seed: int = 42, strategy: Strategy = "sample", progress: Progress = _no_progress) -> MinedData:
+    """:func:`collect` the split's candidates and build the reranker's training pairs (``negatives`` per
+    query) and validation lists. Raises ConfigError when no pair can be made."""
+    got = collect(miner, data, depth=depth, val_fraction=val_fraction, seed=seed, progress=progress)
+    pairs, stats = build_pairs(got.train_qids, data.queries, data.qrels, got.candidates, got.positive_passages,
                                negatives=negatives, seed=seed, strategy=strategy)
     if not pairs:
-        raise ConfigError("no training pairs: none of the judged-relevant documents is in the index "
-                          "(was the collection's corpus ingested under this prefix?)")
-    val = validation_queries(val_qids, data.queries, data.qrels, candidates)
-    return MinedData(train_qids, val_qids, pairs, val, stats, time.perf_counter() - started)
+        raise no_pairs()
+    val = validation_queries(got.val_qids, data.queries, data.qrels, got.candidates)
+    return MinedData(got.train_qids, got.val_qids, pairs, val, stats, got.seconds)
+
+
+def no_pairs() -> ConfigError:
+    """The error when no judged-relevant document of the training queries is in the index."""
+    return ConfigError("no training pairs: none of the judged-relevant documents is in the index "
+                       "(was the collection's corpus ingested under this prefix?)")
 
 
 class IndexMiner:
     """Candidates and positive passages from a hybridsearch index (``settings.index.alias``).
 
     Uses the query layer's ``SearchClient`` in hybrid mode without rerank, so the candidates are
-    exactly what the reranker is given when serving. Raises IndexNotFound when the alias is missing.
+    exactly what the reranker is given when serving. ``passage(title, text)`` makes a chunk's training
+    text: the reranker's passage by default; the embedder trainer passes the text ingestion embeds.
+    Raises IndexNotFound when the alias is missing.
     """
 
-    def __init__(self, es: EngineClient, settings: Settings, embedder: Embedder | None = None) -> None:
+    def __init__(self, es: EngineClient, settings: Settings, embedder: Embedder | None = None,
+                 passage: PassageFn = passage_text) -> None:
         from hybridsearch.query.client import SearchClient
 
         self.es = es
         self.settings = settings
+        self.passage = passage
         self.index = resolve_index(es, settings)
         # No query log for mining: thousands of training queries are not user traffic.
         self.client = SearchClient(es, settings, embedder=embedder, reranker=None, log_queries=False)
@@ -309,7 +361,7 @@ class IndexMiner:
     def candidates(self, query: str, depth: int) -> list[Candidate]:
         """The hybrid top-``depth`` documents for ``query``, best chunk each, in fused order."""
         result = self.client.search(query, k=depth, mode="hybrid", rerank=False)
-        return dedupe(Candidate(h.doc_id, passage_text(h.title, h.text), h.score) for h in result.hits)
+        return dedupe(Candidate(h.doc_id, self.passage(h.title, h.text), h.score) for h in result.hits)
 
     def best_chunks(self, wanted: Sequence[tuple[str, str, str]], batch: int = 100) -> dict[tuple[str, str], str]:
         """For each ``(qid, query, doc_id)``, the document's chunk that best matches the query (BM25 on
@@ -335,5 +387,5 @@ class IndexMiner:
                 hits = resp.get("hits", {}).get("hits", [])
                 if hits:
                     src = hits[0]["_source"]
-                    out[(qid, doc_id)] = passage_text(src.get("title"), src.get("text", ""))
+                    out[(qid, doc_id)] = self.passage(src.get("title"), src.get("text", ""))
         return out

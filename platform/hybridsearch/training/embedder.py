@@ -1,0 +1,262 @@
+"""Fine-tune the bi-encoder on a collection's own judgments (``hsp train-embedder``, :func:`run_embedder_training`).
+
+1. :func:`~hybridsearch.training.negatives.load_split` reads ONE split (``test`` refused) and
+   :func:`~hybridsearch.training.negatives.check_disjoint` checks no training query is judged in ``test``.
+2. :func:`~hybridsearch.training.negatives.collect` holds out a seeded validation slice of those queries
+   and fetches every query's hybrid top-k from the collection's index, passages as ingestion embeds them.
+3. :func:`~hybridsearch.training.embedder_data.build_rows` makes ``(query, positive, hard negatives)``
+   rows, leaving out likely false negatives (the base model's similarity, from the embedding cache).
+4. :func:`train_embedder` trains with sentence-transformers' ``SentenceTransformerTrainer`` and
+   ``MultipleNegativesRankingLoss`` (in-batch plus hard negatives; no duplicate texts in a batch),
+   measuring dense retrieval on the validation queries before training (epoch 0) and after each epoch.
+   The best epoch's weights are kept (``keep="last"``: the last).
+5. The model is saved as a SentenceTransformer folder (at the base's sequence length, so chunks cut for
+   the base fit it too) with ``card.json`` and ``README.md`` (:mod:`.embedder_card`): use it with
+   ``HSP_EMBEDDING__MODEL=DIR`` and roll an index over with ``hsp index migrate --to-model DIR``.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hybridsearch.embedding import Embedder, load_sentence_transformer, pick_device
+from hybridsearch.training.config import EmbedderConfig, EmbedderEpoch, EmbedderResult
+from hybridsearch.training.embedder_data import (
+    DenseValidation,
+    Row,
+    RowStats,
+    build_rows,
+    dense_metrics,
+    pool_priority,
+    rows_as_columns,
+    scan_chunks,
+    validation_pool,
+)
+from hybridsearch.training.negatives import Collected, SplitData, relevant_ids
+
+if TYPE_CHECKING:
+    from hybridsearch.engine import EngineClient
+    from hybridsearch.settings import Settings
+
+Encode = Callable[[list[str]], np.ndarray]
+Track = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
+ENCODE_SLICE = 256
+
+
+def _no_track(_desc: str, _total: int) -> Callable[[int], None]:
+    return lambda _n: None
+
+
+def encode_all(encode: Encode, texts: Sequence[str], desc: str, track: Track = _no_track) -> np.ndarray:
+    """``encode`` over ``texts`` in slices, advancing a progress bar."""
+    advance = track(desc, len(texts))
+    parts: list[np.ndarray] = []
+    for i in range(0, len(texts), ENCODE_SLICE):
+        part = list(texts[i:i + ENCODE_SLICE])
+        parts.append(np.asarray(encode(part), dtype=np.float32))
+        advance(len(part))
+    return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
+
+
+def model_encoder(model: Any, batch_size: int) -> Encode:
+    """Unit vectors from a SentenceTransformer (as :class:`~hybridsearch.embedding.Embedder` makes them)."""
+    def encode(texts: list[str]) -> np.ndarray:
+        return np.asarray(model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
+                                       convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
+    return encode
+
+
+def validate(val: DenseValidation, queries: Encode, chunks: Encode, track: Track = _no_track) -> dict[str, float]:
+    """:func:`~hybridsearch.training.embedder_data.dense_metrics` with vectors from the two encoders."""
+    q = queries(val.queries)
+    c = encode_all(chunks, [ch.text for ch in val.chunks], "validation: embedding chunks", track)
+    return dense_metrics(val, q, c)
+
+
+def base_similarities(encode: Encode, data: SplitData, got: Collected, qids: Sequence[str],
+                      track: Track = _no_track) -> dict[str, dict[str, float]]:
+    """Per training query, the base model's cosine with each candidate and judged positive passage
+    (vectors through ``encode``: the embedding cache, where the index was built with the base)."""
+    texts: dict[str, str] = {}
+    for qid in qids:
+        texts.update({f"{qid}\t{c.doc_id}": c.text for c in got.candidates.get(qid, ())})
+        texts.update({f"{qid}\t{d}": got.positive_passages[(qid, d)] for d in relevant_ids(data.qrels[qid])
+                      if (qid, d) in got.positive_passages})
+    unique = sorted(set(texts.values()))
+    vecs = dict(zip(unique, encode_all(encode, unique, "base model similarities", track), strict=True))
+    qvecs = dict(zip(qids, encode([data.queries[q] for q in qids]), strict=True)) if qids else {}
+    out: dict[str, dict[str, float]] = {}
+    for key, text in texts.items():
+        qid, doc = key.split("\t", 1)
+        out.setdefault(qid, {})[doc] = float(np.dot(qvecs[qid], vecs[text]))
+    return out
+
+
+def make_rows(cfg: EmbedderConfig, data: SplitData, got: Collected,
+              similarity: Mapping[str, Mapping[str, float]] | None) -> tuple[list[Row], RowStats]:
+    return build_rows(got.train_qids, data.queries, data.qrels, got.candidates, got.positive_passages,
+                      negatives=cfg.negatives, seed=cfg.seed, strategy=cfg.strategy, skip_top=cfg.skip_top,
+                      similarity=similarity, margin=cfg.margin)
+
+
+def _evaluator(val: DenseValidation, serve_length: int, batch_size: int, track: Track) -> Any:
+    """A sentence-transformers evaluator: dense retrieval on ``val`` at the served sequence length."""
+    from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
+
+    class DenseValidator(BaseEvaluator):  # type: ignore[misc]
+        def __init__(self) -> None:
+            super().__init__()  # type: ignore[no-untyped-call]
+            self.name = "val"
+            self.primary_metric = "ndcg@10"
+            self.seconds = 0.0
+
+        def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1,
+                     steps: int = -1) -> dict[str, float]:
+            started = time.perf_counter()
+            trained_length = model.max_seq_length
+            model.max_seq_length = serve_length
+            try:
+                enc = model_encoder(model, batch_size)
+                metrics = validate(val, enc, enc, track)
+            finally:
+                model.max_seq_length = trained_length
+            self.seconds += time.perf_counter() - started
+            return self.prefix_name_to_metrics(metrics, self.name)  # type: ignore[no-any-return]
+
+    return DenseValidator()
+
+
+def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: EmbedderConfig, *,
+                   base_scores: dict[str, float] | None = None, progress: bool = True) -> tuple[Any, EmbedderResult]:
+    """Fine-tune ``cfg.base`` on ``rows``; returns the model (best or last epoch, at the base's sequence
+    length) and what happened. ``base_scores``: the validation figures of the base (epoch 0). Seeded."""
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.base.sampler import BatchSamplers
+    from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
+    from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardCallback
+    from transformers import PrinterCallback, set_seed
+
+    from hybridsearch.training.progress import EpochKeeper, TrainingBar
+
+    device = pick_device(cfg.device)
+    _set_threads(cfg.threads)
+    set_seed(cfg.seed)
+    model = load_sentence_transformer(cfg.base, device)
+    serve_length = int(model.max_seq_length or 512)
+    model.max_seq_length = cfg.max_seq_length or serve_length
+    result = EmbedderResult(device=device)
+    if val is not None and base_scores is not None:
+        result.epochs.append(_epoch(0, base_scores, None))
+    bar = TrainingBar() if progress else None
+    evaluator = (_evaluator(val, serve_length, cfg.batch_size * 2, bar.track if bar else _no_track)
+                 if val is not None else None)
+    keeper = EpochKeeper(model, snapshot=cfg.keep == "best" and evaluator is not None)
+    callbacks: list[Any] = [keeper] + ([bar] if bar else [])
+    train_ds = Dataset.from_dict(rows_as_columns(rows, cfg.negatives))
+    with tempfile.TemporaryDirectory(prefix="hsp-train-embedder-") as tmp:
+        args = SentenceTransformerTrainingArguments(
+            output_dir=tmp, num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
+            learning_rate=cfg.lr, warmup_steps=cfg.warmup_ratio, seed=cfg.seed, data_seed=cfg.seed,
+            batch_sampler=BatchSamplers.NO_DUPLICATES,  # a query twice in a batch is its own false negative
+            eval_strategy="epoch" if evaluator is not None else "no", save_strategy="no",
+            logging_strategy="steps", logging_steps=max(1, min(10, len(rows) // cfg.batch_size // 5 or 1)),
+            report_to="none", disable_tqdm=True, use_cpu=device == "cpu", dataloader_num_workers=0,
+        )
+        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=train_ds,
+                                             loss=MultipleNegativesRankingLoss(model), evaluator=evaluator,
+                                             callbacks=callbacks)
+        trainer.remove_callback(SentenceTransformerModelCardCallback)  # Hub look-ups; we write our own card
+        trainer.remove_callback(PrinterCallback)
+        started = time.perf_counter()
+        out = trainer.train()
+        result.seconds = time.perf_counter() - started
+        result.steps = int(out.global_step)
+    result.validation_seconds = evaluator.seconds if evaluator is not None else 0.0
+    result.epochs += [_epoch(e, m, loss) for e, m, loss in keeper.epochs]
+    if cfg.keep == "best" and keeper.best_epoch is not None:
+        keeper.restore()
+        result.best_epoch = keeper.best_epoch
+    else:
+        result.best_epoch = keeper.epochs[-1][0] if keeper.epochs else cfg.epochs
+    model.max_seq_length = serve_length
+    return model, result
+
+
+def _set_threads(threads: int | None) -> None:
+    if threads:
+        import torch
+
+        torch.set_num_threads(threads)
+
+
+def _epoch(epoch: int, metrics: Mapping[str, float], loss: float | None) -> EmbedderEpoch:
+    return EmbedderEpoch(epoch, metrics.get("ndcg@10"), metrics.get("recall@10"), metrics.get("mrr@10"), loss)
+
+
+def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: EngineClient | None = None,
+                          embedder: Embedder | None = None, cache_dir: Path | None = None,
+                          progress: bool = True) -> dict[str, Any]:
+    """Load the split, check it against ``test``, mine rows from the index under ``settings.index.prefix``,
+    train, save to ``cfg.out``; returns the card. ``cache_dir``: the embedding cache the base model's
+    vectors come from (default ``$HSP_CACHE/embeddings``; the index's build filled it). Raises ConfigError
+    (test split, shared query ids, bad collection, nothing to train on), IndexNotFound, ModelError,
+    ClusterError."""
+    from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
+    from hybridsearch.engine import connect
+    from hybridsearch.ingest.chunking import embed_text
+    from hybridsearch.training.embedder_card import make_embedder_card, save_embedder
+    from hybridsearch.training.negatives import IndexMiner, check_disjoint, collect, load_split, no_pairs
+    from hybridsearch.training.progress import make_bar, one_at_a_time, tracker
+
+    _set_threads(cfg.threads)
+    data = load_split(cfg.dataset, cfg.split, allow_test=cfg.allow_test, limit=cfg.limit_queries)
+    disjoint_from = check_disjoint(cfg.dataset, data.queries) if cfg.split != "test" else []
+    prepend = settings.embedding.prepend_title
+    own = es is None
+    client = es if es is not None else connect(settings.es)
+    started = time.perf_counter()
+    try:
+        miner = IndexMiner(client, settings, embedder, passage=lambda t, x: embed_text(t, x, prepend))
+        with make_bar(progress) as bar:
+            got = collect(miner, data, depth=cfg.depth, val_fraction=cfg.val_fraction, seed=cfg.seed,
+                          progress=one_at_a_time(tracker(bar)))
+            chunks = scan_chunks(client, settings, miner.index)
+    finally:
+        if own:
+            client.close()
+    mining = time.perf_counter() - started
+
+    base_cfg = settings.embedding.model_copy(update={"model": cfg.base})
+    inner = embedder if embedder is not None and embedder.cfg == base_cfg else Embedder(base_cfg)
+    base = CachedEmbedder(inner, cache_dir or default_cache_dir())
+    try:
+        with make_bar(progress) as bar:
+            track = tracker(bar)
+            sims = base_similarities(base.encode, data, got, got.train_qids, track) if cfg.margin else None
+            rows, stats = make_rows(cfg, data, got, sims)
+            if not rows:
+                raise no_pairs()
+            val, base_scores = None, None
+            val_qids = [q for q in got.val_qids if relevant_ids(data.qrels[q])]
+            if val_qids:
+                priority = pool_priority(val_qids, data.qrels, got.candidates)
+                pool, full = validation_pool(chunks, priority, cfg.val_corpus, cfg.seed)
+                val = DenseValidation(val_qids, [data.queries[q] for q in val_qids],
+                                      {q: data.qrels[q] for q in val_qids}, pool, full, len(chunks))
+                base_scores = validate(val, base.encode, base.encode, track)
+    finally:
+        base.close()
+    filtering = time.perf_counter() - started - mining
+    model, result = train_embedder(rows, val, cfg, base_scores=base_scores, progress=progress)
+    card = make_embedder_card(cfg, data, got, stats, val, result, model, disjoint_from=disjoint_from,
+                              seconds={"mining": mining, "negatives_and_baseline": filtering},
+                              extra={"index": miner.index, "prefix": settings.index.prefix})
+    save_embedder(model, cfg.out, card)
+    return card

@@ -1,0 +1,284 @@
+"""Training data and validation for a fine-tuned bi-encoder (``hsp train-embedder``); no model in here.
+
+Rows are ``(query, positive, negative_1 … negative_n)``: one per judged-relevant document of a training
+query, its passage the chunk text ingestion embeds (``title. text``), the negatives mined from the query's
+hybrid candidates (:func:`hybridsearch.training.negatives.collect`) minus the judged-relevant ones and
+minus likely false negatives (:func:`negative_pool`): unjudged documents that may well be relevant. The
+loss (in-batch negatives) adds every other row's passages of a batch as further negatives.
+
+Validation is dense retrieval, as the index does it: held-out training queries against the chunks of
+the collection's index (a document ranks by its best chunk), scored by :func:`dense_metrics` with the
+metric code of ``hsp eval``. Each epoch embeds that corpus again, so for a large index it is a seeded pool
+of at most a cap of chunks (:func:`validation_pool`): the validation queries' judged documents, then their
+hybrid candidates rank by rank (the distractors that matter), then random other chunks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from hybridsearch.engine import engine_errors
+from hybridsearch.training.negatives import Candidate, Qrels, Strategy, dedupe, query_rng, relevant_ids
+
+if TYPE_CHECKING:
+    from hybridsearch.engine import EngineClient
+    from hybridsearch.settings import Settings
+
+VALIDATION_METRICS = ("ndcg@10", "recall@10", "mrr@10")
+
+
+@dataclass(frozen=True)
+class Row:
+    """One training example: a query, one judged-relevant passage and ``negatives`` mined passages."""
+
+    qid: str
+    query: str
+    positive_id: str
+    positive: str
+    negative_ids: tuple[str, ...]
+    negatives: tuple[str, ...]
+
+
+@dataclass
+class RowStats:
+    """What :func:`build_rows` made and left out."""
+
+    queries: int = 0
+    rows: int = 0
+    positives_missing: int = 0
+    skipped_queries: list[str] = field(default_factory=list)
+    dropped_top: int = 0
+    dropped_similar: int = 0
+    dropped_duplicate: int = 0
+    rows_without_negatives: int = 0
+    rows_reusing_negatives: int = 0
+
+
+def negative_pool(
+    candidates: Sequence[Candidate], relevant: set[str], positives: Sequence[str], *, skip_top: int = 0,
+    similarity: Mapping[str, float] | None = None, positive_similarity: float | None = None,
+    margin: float | None = None,
+) -> tuple[list[Candidate], dict[str, int]]:
+    """The candidates that may serve as negatives, in rank order, and how many were dropped why.
+
+    Judged-relevant documents never are. Of the others, the first ``skip_top`` (``top``) go: the very top
+    of an incompletely judged list holds most unjudged relevant documents. So does a candidate whose text
+    is one of the ``positives`` (``duplicate``: the corpus holds it twice) and, with ``margin``, one the
+    base model finds nearly as similar to the query as the judged positive (``similar``: ``similarity``
+    [doc id] > ``margin`` × ``positive_similarity``; "positive-aware" mining, Moreira et al. 2024).
+    """
+    dropped = {"top": 0, "duplicate": 0, "similar": 0}
+    texts = set(positives)
+    pool: list[Candidate] = []
+    for cand in (c for c in dedupe(candidates) if c.doc_id not in relevant):
+        if dropped["top"] < skip_top:
+            dropped["top"] += 1
+        elif cand.text in texts:
+            dropped["duplicate"] += 1
+        elif (margin is not None and similarity is not None and positive_similarity is not None
+              and cand.doc_id in similarity and similarity[cand.doc_id] > margin * positive_similarity):
+            dropped["similar"] += 1
+        else:
+            pool.append(cand)
+    return pool, dropped
+
+
+def pick_negatives(pool: Sequence[Candidate], n: int, *, rng: random.Random,
+                   strategy: Strategy = "sample") -> list[Candidate]:
+    """``n`` negatives from ``pool`` (rank order kept): the best-ranked (``top``) or drawn uniformly
+    (``sample``); when the pool is smaller than ``n`` it is cycled, so every row has ``n`` (none when
+    the pool is empty)."""
+    if not pool or n <= 0:
+        return []
+    if len(pool) >= n:
+        picked = list(pool[:n]) if strategy == "top" else [pool[i] for i in sorted(rng.sample(range(len(pool)), n))]
+        return picked
+    return [pool[i % len(pool)] for i in range(n)]
+
+
+def build_rows(
+    qids: Iterable[str], queries: Mapping[str, str], qrels: Qrels, candidates: Mapping[str, Sequence[Candidate]],
+    positive_passages: Mapping[tuple[str, str], str], *, negatives: int, seed: int, strategy: Strategy = "sample",
+    skip_top: int = 0, similarity: Mapping[str, Mapping[str, float]] | None = None, margin: float | None = None,
+) -> tuple[list[Row], RowStats]:
+    """Training rows for ``qids``: one per judged-relevant document with a passage (its chunk among the
+    query's candidates, else ``positive_passages[(qid, doc)]``), each with ``negatives`` different mined
+    negatives where the pool allows (:func:`negative_pool`, :func:`pick_negatives`).
+
+    ``similarity[qid]`` maps the query's candidate documents (and its positives) to the base model's
+    cosine with the query, for ``margin``; the bar is set by the query's least similar positive. A query
+    without a usable positive is skipped; with ``negatives > 0``, a row whose pool is empty is left out
+    (counted). Seeded per query, so the rows do not depend on the order of ``qids``.
+    """
+    rows: list[Row] = []
+    stats = RowStats()
+    for qid in sorted(set(qids)):
+        judged = relevant_ids(qrels.get(qid, {}))
+        cands = dedupe(candidates.get(qid, ()))
+        by_doc = {c.doc_id: c.text for c in cands}
+        positives: list[tuple[str, str]] = []
+        for doc_id in sorted(judged):
+            text = by_doc.get(doc_id) or positive_passages.get((qid, doc_id))
+            if text is None:
+                stats.positives_missing += 1
+            else:
+                positives.append((doc_id, text))
+        if not positives:
+            stats.skipped_queries.append(qid)
+            continue
+        sims = (similarity or {}).get(qid)
+        pos_sims = [sims[d] for d, _ in positives if sims is not None and d in sims]
+        pool, dropped = negative_pool(cands, judged, [t for _, t in positives], skip_top=skip_top, similarity=sims,
+                                      positive_similarity=min(pos_sims) if pos_sims else None, margin=margin)
+        stats.dropped_top += dropped["top"]
+        stats.dropped_duplicate += dropped["duplicate"]
+        stats.dropped_similar += dropped["similar"]
+        rng = query_rng(seed, qid)
+        # different negatives for the rows of one query while the pool lasts
+        drawn = pick_negatives(pool, min(len(pool), negatives * len(positives)), rng=rng, strategy=strategy)
+        rng.shuffle(drawn)
+        made = 0
+        for i, (doc_id, text) in enumerate(positives):
+            negs = drawn[i * negatives:(i + 1) * negatives]
+            if len(negs) < negatives:
+                negs = pick_negatives(pool, negatives, rng=rng, strategy=strategy)
+                stats.rows_reusing_negatives += bool(negs)
+            if negatives and not negs:
+                stats.rows_without_negatives += 1
+                continue
+            rows.append(Row(qid, queries[qid], doc_id, text, tuple(c.doc_id for c in negs),
+                            tuple(c.text for c in negs)))
+            made += 1
+        if made:
+            stats.queries += 1
+            stats.rows += made
+    return rows, stats
+
+
+def rows_as_columns(rows: Sequence[Row], negatives: int) -> dict[str, list[str]]:
+    """The trainer's dataset columns: ``anchor``, ``positive`` and ``negative_1`` … ``negative_n``."""
+    cols: dict[str, list[str]] = {"anchor": [r.query for r in rows], "positive": [r.positive for r in rows]}
+    for i in range(negatives):
+        cols[f"negative_{i + 1}"] = [r.negatives[i] for r in rows]
+    return cols
+
+
+# ---------------------------------------------------------------------------------------- validation
+
+
+@dataclass
+class Chunk:
+    doc_id: str
+    text: str
+
+
+@dataclass
+class DenseValidation:
+    """Held-out queries with their judgments and the chunks to rank; ``full_corpus``: every chunk of the
+    index (else a pool, see :func:`validation_pool`), ``index_chunks``: how many the index holds."""
+
+    qids: list[str]
+    queries: list[str]
+    qrels: dict[str, dict[str, int]]
+    chunks: list[Chunk]
+    full_corpus: bool
+    index_chunks: int
+
+    @property
+    def documents(self) -> int:
+        return len({c.doc_id for c in self.chunks})
+
+
+def dense_rankings(query_vecs: np.ndarray, chunk_vecs: np.ndarray, chunk_docs: Sequence[str], qids: Sequence[str],
+                   k: int = 10) -> dict[str, list[str]]:
+    """Per query, the top ``k`` documents by the cosine of their best chunk (vectors are unit length)."""
+    scores = np.asarray(query_vecs, dtype=np.float32) @ np.asarray(chunk_vecs, dtype=np.float32).T
+    depth = min(scores.shape[1], k * 8)  # a document may own several of the best chunks
+    out: dict[str, list[str]] = {}
+    for row, qid in zip(scores, qids, strict=True):
+        top = np.argpartition(-row, depth - 1)[:depth] if depth < row.size else np.arange(row.size)
+        ranked: list[str] = []
+        for i in top[np.argsort(-row[top], kind="stable")]:
+            doc = chunk_docs[i]
+            if doc not in ranked:
+                ranked.append(doc)
+                if len(ranked) == k:
+                    break
+        out[qid] = ranked
+    return out
+
+
+def dense_metrics(val: DenseValidation, query_vecs: np.ndarray, chunk_vecs: np.ndarray) -> dict[str, float]:
+    """nDCG@10, Recall@10 and MRR@10 of dense retrieval for ``val`` (``hsp eval``'s metric code)."""
+    from hybridsearch.eval.metrics import evaluate
+
+    rankings = dense_rankings(query_vecs, chunk_vecs, [c.doc_id for c in val.chunks], val.qids)
+    means, _ = evaluate(val.qrels, rankings, VALIDATION_METRICS)
+    return means
+
+
+def pool_priority(val_qids: Sequence[str], qrels: Qrels, candidates: Mapping[str, Sequence[Candidate]]) -> list[str]:
+    """Documents for the validation pool, most wanted first: every judged-relevant one of ``val_qids``, then
+    their hybrid candidates rank by rank (each query's first, then each query's second, …)."""
+    order = dict.fromkeys(d for q in val_qids for d in sorted(relevant_ids(qrels.get(q, {}))))
+    lists = [dedupe(candidates.get(q, ())) for q in val_qids]
+    for rank in range(max((len(c) for c in lists), default=0)):
+        order.update(dict.fromkeys(c[rank].doc_id for c in lists if rank < len(c)))
+    return list(order)
+
+
+def validation_pool(chunks: Sequence[Chunk], priority: Sequence[str], cap: int,
+                    seed: int) -> tuple[list[Chunk], bool]:
+    """All ``chunks`` when there are at most ``cap`` (or ``cap`` is 0). Else at most ``cap``: every chunk of
+    the ``priority`` documents in order while they fit, then a seeded random sample of the other chunks.
+    Returns ``(chunks, whole index)``."""
+    if cap == 0 or len(chunks) <= cap:
+        return list(chunks), True
+    by_doc: dict[str, list[Chunk]] = {}
+    for c in chunks:
+        by_doc.setdefault(c.doc_id, []).append(c)
+    kept: list[Chunk] = []
+    used: set[str] = set()
+    for doc in priority:
+        part = by_doc.get(doc, [])
+        if len(kept) + len(part) > cap:
+            break
+        kept += part
+        used.add(doc)
+    others = [c for c in chunks if c.doc_id not in used]
+    sample = random.Random(seed).sample(range(len(others)), min(cap - len(kept), len(others)))
+    return kept + [others[i] for i in sorted(sample)], False
+
+
+def scan_chunks(es: EngineClient, settings: Settings, index: str) -> list[Chunk]:
+    """Every chunk of ``index`` (the tenant's only, when one is set) as the text ingestion embeds, in
+    a stable order."""
+    from hybridsearch.ingest.chunking import embed_text
+
+    query: dict[str, Any] = {"match_all": {}}
+    if settings.index.tenant:
+        query = {"bool": {"filter": [{"term": {"tenant": settings.index.tenant}}]}}
+    found: list[tuple[str, Chunk]] = []
+    with engine_errors(f"read the chunks of {index}"):
+        for hit in es.scan(index=index, size=1000, query={"query": query,
+                                                          "_source": ["doc_id", "title", "text"]}):
+            src = hit["_source"]
+            text = embed_text(src.get("title"), src.get("text") or "", settings.embedding.prepend_title)
+            found.append((str(hit["_id"]), Chunk(str(src.get("doc_id", hit["_id"])), text)))
+    return [c for _, c in sorted(found, key=lambda x: x[0])]
+
+
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes (the card records the judgments trained on by it)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
