@@ -325,7 +325,8 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
         from hybridsearch.rechunk import rechunk_copy
 
         _, written, failed = rechunk_copy(es, source, target, new, embedder, batch_size=batch_size,
-                                          on_document=lambda n: progress(n - done), dead_letter=dead_letter)
+                                          on_document=lambda n: progress(n - done), dead_letter=dead_letter,
+                                          reuse_vectors=same_vectors(source_meta, new))
     else:
         written, failed = copy_reembedded(es, source, target, embedder, prepend_title=new.embedding.prepend_title,
                                           cfg=new.ingest, batch_size=batch_size, on_batch=progress,

@@ -16,6 +16,7 @@ from typing import Any
 
 from hybridsearch.embedding import Embedder
 from hybridsearch.engine import EngineClient, engine_errors
+from hybridsearch.ingest.chunking import embed_text
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.sources import Document
 from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter, copy_tokenizer
@@ -58,12 +59,19 @@ def rebuild_text(chunks: list[dict[str, Any]]) -> str:
     return "".join(out)
 
 
-def scan_sorted(es: EngineClient, index: str, batch: int = 500) -> Iterator[dict[str, Any]]:
-    """Chunk sources of ``index`` ordered by tenant, document and position (vectors left out)."""
+def scan_sorted(es: EngineClient, index: str, batch: int = 500, vectors: bool = False) -> Iterator[dict[str, Any]]:
+    """Chunk sources of ``index`` ordered by tenant, document and position (vectors left out unless ``vectors``)."""
+    source: Any = es.engine.source_with_vectors if vectors else {"excludes": ["embedding"]}
     yield from es.scan(index=index, size=batch, scroll="10m", preserve_order=True,
-        query={"query": {"match_all": {}}, "_source": {"excludes": ["embedding"]},
+        query={"query": {"match_all": {}}, "_source": source,
                "sort": [{"tenant": {"order": "asc", "missing": "_first"}}, {"doc_id": "asc"}, {"position": "asc"}]},
     )
+
+
+def stored_vectors(chunks: Iterable[dict[str, Any]], prepend_title: bool) -> dict[str, Any]:
+    """``{text embedded: stored vector}`` of one document's chunks (those that have a vector)."""
+    return {embed_text(c.get("title"), c.get("text") or "", prepend_title): c["embedding"]
+            for c in chunks if c.get("embedding")}
 
 
 def documents_from_chunks(hits: Iterable[dict[str, Any]]) -> Iterator[tuple[str | None, list[dict[str, Any]]]]:
@@ -92,10 +100,13 @@ def to_document(chunks: list[dict[str, Any]]) -> Document:
 
 def rechunk_copy(es: EngineClient, source: str, target: str, new: Settings, embedder: Embedder, *,
                  batch_size: int = 256, on_document: Callable[[int], None] | None = None,
-                 dead_letter: DeadLetter | None = None) -> tuple[int, int, int]:
-    """Cut every document of ``source`` again with ``new.chunking``, embed and write it to ``target``
-    through ingestion's embed-and-write stage (:class:`hybridsearch.ingest.stage.EmbedWriter`).
+                 dead_letter: DeadLetter | None = None, reuse_vectors: bool = False) -> tuple[int, int, int]:
+    """Cut every document of ``source`` again with ``new.chunking`` (and ``new.index``'s BM25 sections), embed
+    and write it to ``target`` through ingestion's embed-and-write stage
+    (:class:`hybridsearch.ingest.stage.EmbedWriter`).
 
+    With ``reuse_vectors`` (the source was embedded by ``new``'s model, the same way) a new chunk whose embedded
+    text equals an old chunk's keeps that chunk's vector: a change of BM25 sections alone embeds nothing.
     Returns ``(documents, chunks written, chunks or documents failed)``; failures go to ``dead_letter``.
     """
     tokenizer = copy_tokenizer(embedder)
@@ -107,13 +118,16 @@ def rechunk_copy(es: EngineClient, source: str, target: str, new: Settings, embe
     def batches() -> Iterator[ChunkBatch]:
         nonlocal documents, unchunked
         batch = ChunkBatch()
-        for tenant, chunks in documents_from_chunks(scan_sorted(es, source)):
+        for tenant, chunks in documents_from_chunks(scan_sorted(es, source, vectors=reuse_vectors)):
             documents += 1
+            known = stored_vectors(chunks, new.embedding.prepend_title) if reuse_vectors else {}
             try:
                 for src, text in document_chunks(to_document(chunks), new.chunking, new.embedding, tenant,
                                                   tokenizer, embedder.max_seq_length,
                                                   new.index.bm25_section_words):
-                    batch.add(src["chunk_id"], src, text)
+                    if text in known:  # the same text, the same model: keep the vector
+                        src["embedding"] = known[text]
+                    batch.add(src["chunk_id"], src, None if text in known else text)
             except (ValueError, TypeError) as exc:
                 unchunked += 1
                 log.warning("document %s not re-chunked: %s", chunks[0].get("doc_id"), exc)

@@ -237,6 +237,24 @@ def chunk(text: str, start: int, end: int) -> dict[str, object]:
     return {"chunk_id": f"{start}-{end}", "char_start": start, "char_end": end, "text": text[start:end]}
 
 
+def test_a_change_of_bm25_sections_alone_re_cuts_documents_but_embeds_nothing(es: EngineClient, settings: Settings,
+                                                                               embedder: Embedder) -> None:
+    v1 = ensure_index(es, settings)
+    write_chunks(es, v1, embedder)
+    counting = CountingEmbedder(settings.embedding)
+    counting._model = embedder.model
+    wider = settings.model_copy(update={"index": settings.index.model_copy(update={"section_words": 2000})})
+    result = lifecycle.migrate(es, settings, wider, embedder=counting)
+    assert result.rechunked and counting.encoded == 0  # same chunks, same model: the stored vectors are kept
+    assert index_meta(es, result.target)["section_words"] == 2000
+    hits = es.search(index=result.target, query={"exists": {"field": "section_text"}}, size=10)["hits"]["hits"]
+    assert len(hits) == len(DOCS)  # each one-chunk document is its own section
+    chunked = wider.model_copy(update={"index": wider.index.model_copy(update={"bm25_unit": "chunk"})})
+    result = lifecycle.migrate(es, wider, chunked, embedder=counting)
+    assert result.rechunked and counting.encoded == 0
+    assert not es.search(index=result.target, query={"exists": {"field": "section_text"}})["hits"]["hits"]
+
+
 def test_rebuild_text_from_chunk_offsets() -> None:
     from hybridsearch.rechunk import rebuild_text
 
