@@ -309,7 +309,8 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     embedder = embedder or Embedder(new.embedding)  # loads its model only when something must be embedded
     if embedder.cfg.model != new.embedding.model or embedder.cfg.dims != new.embedding.dims:
         raise ConfigError("the embedder given to migrate() does not match the new settings' model and dims")
-    reembed = True if rechunk else (not same_vectors(source_meta, new) if reembed is None else reembed)
+    keep_vectors = same_vectors(source_meta, new) and reembed is not True
+    reembed = not keep_vectors if reembed is None else reembed  # after re-cutting: whether any chunk was embedded
     target = create_version(es, new, version)
     done = 0
 
@@ -324,9 +325,10 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     if rechunk:
         from hybridsearch.rechunk import rechunk_copy
 
-        _, written, failed = rechunk_copy(es, source, target, new, embedder, batch_size=batch_size,
-                                          on_document=lambda n: progress(n - done), dead_letter=dead_letter,
-                                          reuse_vectors=same_vectors(source_meta, new))
+        _, written, failed, embedded = rechunk_copy(
+            es, source, target, new, embedder, batch_size=batch_size, on_document=lambda n: progress(n - done),
+            dead_letter=dead_letter, reuse_vectors=keep_vectors)
+        reembed = embedded > 0
     else:
         written, failed = copy_reembedded(es, source, target, embedder, prepend_title=new.embedding.prepend_title,
                                           cfg=new.ingest, batch_size=batch_size, on_batch=progress,

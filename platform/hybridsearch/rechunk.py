@@ -100,23 +100,24 @@ def to_document(chunks: list[dict[str, Any]]) -> Document:
 
 def rechunk_copy(es: EngineClient, source: str, target: str, new: Settings, embedder: Embedder, *,
                  batch_size: int = 256, on_document: Callable[[int], None] | None = None,
-                 dead_letter: DeadLetter | None = None, reuse_vectors: bool = False) -> tuple[int, int, int]:
+                 dead_letter: DeadLetter | None = None, reuse_vectors: bool = False) -> tuple[int, int, int, int]:
     """Cut every document of ``source`` again with ``new.chunking`` (and ``new.index``'s BM25 sections), embed
     and write it to ``target`` through ingestion's embed-and-write stage
     (:class:`hybridsearch.ingest.stage.EmbedWriter`).
 
     With ``reuse_vectors`` (the source was embedded by ``new``'s model, the same way) a new chunk whose embedded
     text equals an old chunk's keeps that chunk's vector: a change of BM25 sections alone embeds nothing.
-    Returns ``(documents, chunks written, chunks or documents failed)``; failures go to ``dead_letter``.
+    Returns ``(documents, chunks written, chunks or documents failed, chunks embedded)``; failures go to
+    ``dead_letter``.
     """
     tokenizer = copy_tokenizer(embedder)
     tally = CopyTally(dead_letter, "migrate")
     stage: EmbedWriter[ChunkBatch] = EmbedWriter(es, target, new.ingest, embedder.encode, after=tally.absorb,
                                                  name="hsp-rechunk-writer")
-    documents = unchunked = 0
+    documents = unchunked = embedded = 0
 
     def batches() -> Iterator[ChunkBatch]:
-        nonlocal documents, unchunked
+        nonlocal documents, unchunked, embedded
         batch = ChunkBatch()
         for tenant, chunks in documents_from_chunks(scan_sorted(es, source, vectors=reuse_vectors)):
             documents += 1
@@ -127,6 +128,8 @@ def rechunk_copy(es: EngineClient, source: str, target: str, new: Settings, embe
                                                   new.index.bm25_section_words):
                     if text in known:  # the same text, the same model: keep the vector
                         src["embedding"] = known[text]
+                    else:
+                        embedded += 1
                     batch.add(src["chunk_id"], src, None if text in known else text)
             except (ValueError, TypeError) as exc:
                 unchunked += 1
@@ -144,4 +147,4 @@ def rechunk_copy(es: EngineClient, source: str, target: str, new: Settings, embe
 
     with engine_errors(f"re-chunk {source} into {target}"):
         stage.run(batches())
-    return documents, tally.written, tally.failed + unchunked
+    return documents, tally.written, tally.failed + unchunked, embedded

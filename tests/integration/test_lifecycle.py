@@ -245,7 +245,8 @@ def test_a_change_of_bm25_sections_alone_re_cuts_documents_but_embeds_nothing(es
     counting._model = embedder.model
     wider = settings.model_copy(update={"index": settings.index.model_copy(update={"section_words": 2000})})
     result = lifecycle.migrate(es, settings, wider, embedder=counting)
-    assert result.rechunked and counting.encoded == 0  # same chunks, same model: the stored vectors are kept
+    # same chunks, same model: the stored vectors are kept
+    assert result.rechunked and not result.reembedded and counting.encoded == 0
     assert index_meta(es, result.target)["section_words"] == 2000
     hits = es.search(index=result.target, query={"exists": {"field": "section_text"}}, size=10)["hits"]["hits"]
     assert len(hits) == len(DOCS)  # each one-chunk document is its own section

@@ -151,7 +151,8 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
                                    reembed=True if args.reembed else None)
     how = f"re-embedded with {new.embedding.model}" if result.reembedded else "copied with their vectors"
     if result.rechunked:
-        how = f"re-cut by {result.target_meta.get('chunker_version')} and {how}"
+        how = f"re-cut by {result.target_meta.get('chunker_version')} and " + (
+            how if result.reembedded else "copied with their vectors (no chunk's text changed)")
     console.print(styled(f"{result.source} → ", (result.target, "bold"), f": {result.chunks:,} chunks of "
                          f"{result.documents:,} documents {how} "
                          f"in {result.seconds:.1f} s ({result.chunks_per_second:.0f} chunks/s)"))
