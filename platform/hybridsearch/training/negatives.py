@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from hybridsearch.engine import engine_errors
 from hybridsearch.errors import ClusterError, ConfigError
 from hybridsearch.indices import resolve_index
+from hybridsearch.training.hardneg import FilterStats, NegativePolicy, filter_negatives
 
 if TYPE_CHECKING:
     from hybridsearch.embedding import Embedder
@@ -40,6 +41,8 @@ class Candidate:
     doc_id: str
     text: str
     score: float = 0.0
+    bm25_rank: int | None = None  # rank in the BM25 list (None: not in it)
+    knn_rank: int | None = None  # rank in the kNN list
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class PairStats:
     positives_missing: int = 0
     queries_without_negatives: int = 0
     skipped_queries: list[str] = field(default_factory=list)
+    filtered: FilterStats = field(default_factory=FilterStats)
 
 
 def passage_text(title: str | None, text: str) -> str:
@@ -150,8 +154,12 @@ def build_pairs(
     negatives: int,
     seed: int,
     strategy: Strategy = "sample",
+    policy: NegativePolicy | None = None,
 ) -> tuple[list[Pair], PairStats]:
     """Training pairs for ``qids``: one per judged-relevant document, ``negatives`` mined per query.
+
+    With ``policy`` the negatives are drawn only from the candidates it keeps (see
+    :func:`hybridsearch.training.hardneg.filter_negatives`; counts in ``stats.filtered``).
 
     A positive's passage is its chunk among the query's candidates when the search found it, else
     ``positive_passages[(qid, doc_id)]``; a positive with neither is skipped and counted. Queries
@@ -173,7 +181,11 @@ def build_pairs(
         if not positives:
             stats.skipped_queries.append(qid)
             continue
-        negs = mine_negatives(cands, judged, negatives, rng=query_rng(seed, qid), strategy=strategy)
+        pool: Sequence[Candidate] = cands
+        if policy is not None:
+            pool, fstats = filter_negatives(cands, judged, [p.passage for p in positives], policy)
+            stats.filtered.add(fstats)
+        negs = mine_negatives(pool, judged, negatives, rng=query_rng(seed, qid), strategy=strategy)
         if negatives and not negs:
             stats.queries_without_negatives += 1
         pairs.extend(positives)
@@ -217,6 +229,7 @@ class MinedData:
     validation: list[ValidationQuery]
     stats: PairStats
     seconds: float
+    pool: list[ValidationQuery] = field(default_factory=list)  # the train queries' candidates (for k-fold)
 
 
 
@@ -264,9 +277,12 @@ def _no_progress(_desc: str, _total: int) -> Callable[[], None]:
 
 
 def mine(miner: Miner, data: SplitData, *, depth: int = 30, negatives: int = 4, val_fraction: float = 0.1,
-         seed: int = 42, strategy: Strategy = "sample", progress: Progress = _no_progress) -> MinedData:
+         seed: int = 42, strategy: Strategy = "sample", policy: NegativePolicy | None = None,
+         progress: Progress = _no_progress) -> MinedData:
     """Split ``data``'s queries (seeded) into train and validation, fetch each query's hybrid top-``depth``
-    and build the training pairs (``negatives`` per query). Raises ConfigError when no pair can be made."""
+    and build the training pairs (``negatives`` per query, drawn from what ``policy`` keeps). ``pool``
+    holds the train queries' candidates, for k-fold validation. Raises ConfigError when no pair can be
+    made."""
     started = time.perf_counter()
     train_qids, val_qids = split_queries(data.queries, val_fraction, seed)
     candidates: dict[str, list[Candidate]] = {}
@@ -282,12 +298,13 @@ def mine(miner: Miner, data: SplitData, *, depth: int = 30, negatives: int = 4, 
     ]
     positive_passages = miner.best_chunks(wanted) if wanted else {}
     pairs, stats = build_pairs(train_qids, data.queries, data.qrels, candidates, positive_passages,
-                               negatives=negatives, seed=seed, strategy=strategy)
+                               negatives=negatives, seed=seed, strategy=strategy, policy=policy)
     if not pairs:
         raise ConfigError("no training pairs: none of the judged-relevant documents is in the index "
                           "(was the collection's corpus ingested under this prefix?)")
     val = validation_queries(val_qids, data.queries, data.qrels, candidates)
-    return MinedData(train_qids, val_qids, pairs, val, stats, time.perf_counter() - started)
+    pool = validation_queries(train_qids, data.queries, data.qrels, candidates)
+    return MinedData(train_qids, val_qids, pairs, val, stats, time.perf_counter() - started, pool)
 
 
 class IndexMiner:
@@ -309,7 +326,9 @@ class IndexMiner:
     def candidates(self, query: str, depth: int) -> list[Candidate]:
         """The hybrid top-``depth`` documents for ``query``, best chunk each, in fused order."""
         result = self.client.search(query, k=depth, mode="hybrid", rerank=False)
-        return dedupe(Candidate(h.doc_id, passage_text(h.title, h.text), h.score) for h in result.hits)
+        return dedupe(Candidate(h.doc_id, passage_text(h.title, h.text), h.score,
+                                h.bm25.rank if h.bm25 else None, h.knn.rank if h.knn else None)
+                      for h in result.hits)
 
     def best_chunks(self, wanted: Sequence[tuple[str, str, str]], batch: int = 100) -> dict[tuple[str, str], str]:
         """For each ``(qid, query, doc_id)``, the document's chunk that best matches the query (BM25 on
