@@ -95,7 +95,8 @@ def _loss_and_dataset(model: Any, pairs: list[Pair], cfg: TrainingConfig) -> tup
         return BinaryCrossEntropyLoss(model), ds, cfg.batch_size
     lists = query_lists(pairs)
     if not lists:
-        raise ModelError("no query has both a positive and a negative passage: nothing to rank")
+        raise ModelError("no query has both a positive and a negative passage: nothing to rank (--negatives 0, "
+                         "or a negatives filter that removes everything, e.g. a low --max-overlap)")
     ds = Dataset.from_dict({"query": [q for q, _, _ in lists], "docs": [d for _, d, _ in lists],
                             "labels": [lab for _, _, lab in lists]})
     per_query = statistics.fmean(len(d) for _, d, _ in lists)
