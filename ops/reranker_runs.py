@@ -63,6 +63,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--test-limit", type=int, default=None, help="first N test queries only (trials)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--no-progress", action="store_true")
+    p.add_argument("--from-json", type=Path, nargs="+", metavar="JSON",
+                   help="run nothing: merge the runs of these reports, print the table (and write --json)")
     # the recipe (defaults: hsp train-reranker's)
     defaults = TrainingConfig(dataset=Path("."), out=Path("."))
     for name in ("base", "negatives", "epochs", "folds", "max_length", "lr", "batch_size", "loss", "skip_top",
@@ -157,8 +159,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def print_table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> None:
     t = Table(title="domain reranker: independent runs (test nDCG@10)")
-    for col in ("run", "seed", "epochs", "blend", "validation gain (± sd folds)", "hybrid", "hybrid+rerank",
-                "gain", "minutes"):
+    for col in ("run", "seed", "epochs", "blend", "val. gain ± sd", "hybrid", "hybrid+rerank", "gain", "min"):
         t.add_column(col, justify="right")
     for r in runs:
         if r.get("gain") is None:
@@ -176,11 +177,19 @@ def print_table(runs: list[dict[str, Any]], summary: dict[str, Any]) -> None:
         t.add_row("mean ± sd", "", "", "", f"{vg['mean']:+.4f} ± {vg['sd']:.4f}" if vg else "",
                   f"{h['mean']:.4f} ± {h['sd']:.4f}", f"{rr['mean']:.4f} ± {rr['sd']:.4f}",
                   f"{g['mean']:+.4f} ± {g['sd']:.4f}", "")
-    Console().print(t)
+    Console(width=140).print(t)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.from_json:
+        runs = [r for f in args.from_json for r in json.loads(f.read_text(encoding="utf-8"))["runs"]]
+        summary = summarize(runs)
+        print_table(runs, summary)
+        if args.json:
+            args.json.write_text(json.dumps({"merged_from": [str(f) for f in args.from_json], "runs": runs,
+                                             "summary": summary}, indent=2, default=str) + "\n", encoding="utf-8")
+        return 0
     base = Settings()
     path = args.json or ROOT / "reports" / f"reranker-runs-{datetime.now(UTC):%Y%m%dT%H%M%SZ}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
