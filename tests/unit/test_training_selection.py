@@ -187,3 +187,26 @@ def test_cli_prints_the_fold_table_of_a_cross_validated_card(tmp_path: Path,
     _print_folds({"cross_validation": None})  # a one-slice card: nothing to print
     out = capsys.readouterr().out
     assert "2-fold estimate" in out and "validation estimate: gain" in out
+
+
+def test_card_warns_when_the_base_learnt_from_the_same_judgments(tmp_path: Path) -> None:
+    import json as _json
+
+    from hybridsearch.training.card import base_training
+
+    base = tmp_path / "embedder"
+    base.mkdir()
+    (base / "card.json").write_text(_json.dumps({"kind": "hybridsearch-domain-embedder", "dataset": str(tmp_path),
+                                                 "split": "train", "files_read": ["train.tsv"]}))
+    assert base_training(str(base)) == {"kind": "hybridsearch-domain-embedder", "dataset": str(tmp_path),
+                                        "split": "train", "files_read": ["train.tsv"]}
+    assert base_training(str(tmp_path / "no-card")) is None
+    result = TrainResult(epochs=[EpochResult(1, 0.5, 0.5, 0.3, 0.5, 0.6)], best_epoch=1, fused={"ndcg@10": 0.5,
+                                                                                                  "mrr@10": 0.5})
+    mined = MinedData([v.qid for v in POOL], [], [], [], PairStats(), 1.0, POOL)
+    split = SplitData("train", {}, {}, ["train.tsv"])
+    card = make_card(TrainingConfig(dataset=tmp_path, out=tmp_path / "m", base=str(base)), split, mined, result)
+    assert "optimistic" in card["validation"]["caveat"] and "optimistic" in card_markdown(card)
+    other = make_card(TrainingConfig(dataset=tmp_path / "elsewhere", out=tmp_path / "m", base=str(base)), split,
+                      mined, result)
+    assert other["validation"]["caveat"] is None

@@ -52,6 +52,7 @@ def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: Tr
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "base_model": cfg.base,
         "base_model_path": resolve_model(cfg.base),
+        "base_model_trained_on": base_training(cfg.base),
         "head": "one-logit sequence classification (sigmoid = relevance probability)",
         "dataset": str(Path(cfg.dataset).expanduser().resolve()),
         "split": data.split,
@@ -79,6 +80,7 @@ def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: Tr
             "per_epoch": [asdict(e) for e in result.epochs],
             "best_epoch": result.best_epoch,
             "beats_fused_order": beats_fused(result),
+            "caveat": _caveat(cfg, data),
         },
         "cross_validation": result.cv,
         "serving": {
@@ -95,6 +97,31 @@ def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: Tr
                      "transformers": transformers.__version__, "torch": torch.__version__},
         **(dict(extra) if extra else {}),
     }
+
+
+def base_training(base: str) -> dict[str, Any] | None:
+    """What the base model was itself trained on, from its hybridsearch card (``kind``, ``dataset``,
+    ``split``, ``files_read``); None for a base without one (e.g. the packaged MiniLM)."""
+    card = Path(resolve_model(base)) / CARD_FILE
+    try:
+        data = json.loads(card.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {k: data.get(k) for k in ("kind", "dataset", "split", "files_read")}
+
+
+def _caveat(cfg: TrainingConfig, data: SplitData) -> str | None:
+    """A warning when the base already learnt from this split's judgments: then the held-out (or
+    out-of-fold) queries were seen by the base, and validation flatters the model."""
+    trained = base_training(cfg.base)
+    if not trained or trained.get("split") != data.split:
+        return None
+    if str(Path(str(trained.get("dataset") or "")).resolve()) != str(Path(cfg.dataset).expanduser().resolve()):
+        return None
+    return (f"the base model was trained on the {data.split!r} judgments of this collection: the validation "
+            "queries are not unseen by it, so validation figures are optimistic; trust the test split")
 
 
 def _cpu_count() -> int:
@@ -131,6 +158,8 @@ def card_markdown(card: Mapping[str, Any]) -> str:
         "fused score at the epoch's best blend weight, which is how the model is served.",
         "",
     ]
+    if val.get("caveat"):
+        lines += [f"**Note: {val['caveat']}.**", ""]
     if val.get("beats_fused_order") is False:
         lines += ["**Warning: even blended, this model ranks the validation queries no better than the fused "
                   "hybrid order. Do not deploy it; see docs/reranker-training.md.**", ""]
