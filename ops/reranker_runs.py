@@ -68,7 +68,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     # the recipe (defaults: hsp train-reranker's)
     defaults = TrainingConfig(dataset=Path("."), out=Path("."))
     for name in ("base", "negatives", "epochs", "folds", "max_length", "lr", "batch_size", "loss", "skip_top",
-                 "max_overlap", "limit_queries"):
+                 "max_overlap", "min_gain", "limit_queries"):
         default = getattr(defaults, name)
         kind = type(default) if default is not None else int
         p.add_argument(f"--{name.replace('_', '-')}", type=kind, default=default)
@@ -112,7 +112,8 @@ def one_run(i: int, args: argparse.Namespace, base: Settings) -> dict[str, Any]:
         cfg = TrainingConfig(dataset=args.dataset, out=out, base=args.base, negatives=args.negatives,
                              epochs=args.epochs, folds=args.folds, max_length=args.max_length, lr=args.lr,
                              batch_size=args.batch_size, loss=args.loss, skip_top=args.skip_top,
-                             max_overlap=args.max_overlap, limit_queries=args.limit_queries, seed=seed,
+                             max_overlap=args.max_overlap, min_gain=args.min_gain,
+                             limit_queries=args.limit_queries, seed=seed,
                              device=args.device, depth=s.reranker.depth)
         t0 = time.perf_counter()
         card = run_training(cfg, s, es=es, embedder=embedder, progress=not args.no_progress)
@@ -121,7 +122,8 @@ def one_run(i: int, args: argparse.Namespace, base: Settings) -> dict[str, Any]:
         rec["validation"] = {"fused": card["validation"]["fused_order"].get("ndcg@10"),
                              "best_epoch": card["validation"]["best_epoch"], "blend": card["serving"]["blend"],
                              "estimate": cv.get("estimate"), "chosen": cv.get("chosen"),
-                             "per_fold": cv.get("nested_per_fold"), "per_epoch": card["validation"]["per_epoch"]}
+                             "per_fold": cv.get("nested_per_fold"), "per_epoch": card["validation"]["per_epoch"],
+                             "guard": cv.get("guard")}
         rec["negatives"] = card["negatives"]
         rec["card"] = str(out / "card.json")
 

@@ -90,6 +90,10 @@ def test_nested_estimate_measures_each_fold_with_the_choice_of_the_others() -> N
     d = summary.as_dict()
     assert d["folds"] == 2 and d["fold_sizes"] == [3, 3] and len(d["nested_per_fold"]) == 2
     assert [e["epoch"] for e in d["per_epoch_pooled"]] == [1, 2] and d["train_loss_per_epoch"] == {"1": 0.5, "2": 0.25}
+    # a selection whose nested estimate is not positive is served at blend 0 (the guard)
+    assert est["gain_mean"] <= 0 and "blend 0" in (summary.guard(0.0) or "")
+    good = summarize(POOL, {1: scores_that_find(POOL, {f"q{i}" for i in range(6)})}, folds)
+    assert good.estimate()["gain_mean"] > 0.1 and good.guard(0.0) is None and good.guard(0.9) is not None
 
 
 # ------------------------------------------------------------------------------------------- negatives

@@ -51,6 +51,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--folds", type=int, default=3,
                    help="choose the epoch count and blend by k-fold over the split's queries, then fit once on all "
                         "of them (default 3); 0: hold out one --val-fraction slice instead")
+    p.add_argument("--min-gain", type=float, default=0.0,
+                   help="with --folds: serve at blend 0 (the fused order) unless the nested k-fold estimate of the "
+                        "gain over the fused order is above this (default 0)")
     p.add_argument("--epochs", type=int, default=2,
                    help="passes over the pairs (default 2); with --folds the most tried, the final fit stops at "
                         "the count chosen")
@@ -91,7 +94,7 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
             epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
             val_fraction=args.val_fraction, seed=args.seed, limit_queries=args.limit_queries,
             allow_test=args.allow_test, device=args.device or settings.reranker.device, keep=args.keep,
-            loss=args.loss, folds=args.folds, skip_top=args.skip_top,
+            loss=args.loss, folds=args.folds, skip_top=args.skip_top, min_gain=args.min_gain,
             skip_above_positive=not args.keep_above_positive, max_overlap=args.max_overlap,
         )
     except ValidationError as exc:
@@ -146,6 +149,8 @@ def _print_folds(card: dict[str, object]) -> None:
     est, ch = cv["estimate"], cv["chosen"]
     console.print(f"validation estimate: gain {est['gain_mean']:+.4f} ± {est['gain_std']:.4f} (sd over folds); "
                   f"chosen on all folds: {ch['epoch']} epoch(s), blend {ch['blend']:g}")
+    if cv.get("guard"):
+        console.print(styled(("guard:", "bold yellow"), f" {cv['guard']}"))
 
 
 def _f(x: float | None, digits: int = 4) -> str:

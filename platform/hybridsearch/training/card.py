@@ -199,6 +199,7 @@ def _cv_markdown(cv: Mapping[str, Any] | None) -> list[str]:
              "The final model was fitted on all training queries and stopped at that epoch.", "",
              "Nested estimate (each fold measured with the epochs and blend chosen on the other folds): gain "
              f"{est['gain_mean']:+.4f} ± {est['gain_std']:.4f} (sd over folds; min {est['gain_min']:+.4f}).", "",
+             *([f"**Guard: {cv['guard']}.**", ""] if cv.get("guard") else []),
              "| fold | queries | epochs | blend | fused | reranker alone | served | gain |",
              "|---|---|---|---|---|---|---|---|"]
     for f in cv["nested_per_fold"]:

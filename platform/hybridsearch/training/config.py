@@ -39,6 +39,8 @@ class TrainingConfig(BaseModel):
     loss: Loss = "lambda"
     folds: int = Field(3, ge=0, le=10, description="k-fold selection of epochs and blend over the train queries, "
                                                    "then one fit on all of them; 0: one --val-fraction slice")
+    min_gain: float = Field(0.0, description="with folds: serve at blend 0 (the fused order) unless the nested "
+                                             "estimate of the gain over the fused order is above this")
     skip_top: int = Field(0, ge=0, description="fused ranks never used as negatives")
     skip_above_positive: bool = True
     max_overlap: float = Field(0.6, gt=0, le=1, description="word-Jaccard with a positive from which a "

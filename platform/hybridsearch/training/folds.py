@@ -84,6 +84,15 @@ class CVSummary:
         return {"gain_mean": _mean(gains), "gain_std": _std(gains), "gain_min": min(gains, default=0.0),
                 "gain_max": max(gains, default=0.0), "served_mean": _mean(served), "served_std": _std(served)}
 
+    def guard(self, min_gain: float) -> str | None:
+        """Why the model must be served at blend 0 (the fused order): the nested estimate of its gain is
+        not above ``min_gain``; None when it is."""
+        gain = self.estimate()["gain_mean"]
+        if gain > min_gain:
+            return None
+        return (f"nested estimate of the gain {gain:+.4f} is not above --min-gain {min_gain:g}: served at blend 0 "
+                "(the fused order)")
+
     def as_dict(self) -> dict[str, Any]:
         return {
             "folds": self.folds, "fold_sizes": self.fold_sizes,

@@ -157,7 +157,9 @@ def cross_validate(mined: MinedData, cfg: TrainingConfig, *, progress: bool = Tr
     other folds' pairs for ``cfg.epochs`` epochs, scoring its fold's candidates after each), the epoch
     count and blend chosen on the pooled out-of-fold scores, and one model fitted on all pairs,
     stopped after the chosen epoch. The result's ``epochs`` are the pooled per-epoch figures, its
-    ``cv`` the per-fold ones. Raises ValueError when there are fewer queries than folds."""
+    ``cv`` the per-fold ones. When the nested estimate of the gain is not above ``cfg.min_gain`` the
+    chosen epoch is served at blend 0 (``cv["guard"]`` says why). Raises ValueError when there are fewer
+    queries than folds."""
     folds = kfold(mined.train_qids, cfg.folds, cfg.seed)
     oof: dict[int, dict[str, list[float]]] = {}
     losses: dict[int, list[float]] = {}
@@ -185,9 +187,13 @@ def cross_validate(mined: MinedData, cfg: TrainingConfig, *, progress: bool = Tr
     result.fused = rerank_metrics([v for v in mined.pool if v.candidates], None)
     result.epochs = [EpochResult(e.epoch, e.ndcg_at_10, e.mrr_at_10, summary.train_loss.get(e.epoch), e.blend,
                                  e.blend_ndcg_at_10) for e in summary.per_epoch]
+    why = summary.guard(cfg.min_gain)  # validation cannot vouch for the model: serve the fused order
+    guarded = why is not None
+    if guarded:
+        result.cv["guard"] = why
     for e in result.epochs:  # the served figure at the chosen epoch is the one with the chosen blend
         if e.epoch == chosen.epoch:
-            e.blend, e.blend_ndcg_at_10 = chosen.blend, chosen.served
+            e.blend, e.blend_ndcg_at_10 = (0.0, chosen.fused) if guarded else (chosen.blend, chosen.served)
     result.best_epoch = chosen.epoch
     return model, result
 
