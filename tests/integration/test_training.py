@@ -86,7 +86,8 @@ def test_train_reranker_trains_a_servable_model_from_train_queries_only(
 
     out = tmp_path / "reranker"
     cfg = TrainingConfig(dataset=collection, out=out, base=str(tiny_cross_encoder), negatives=2, depth=10, epochs=1,
-                         batch_size=8, max_length=48, val_fraction=0.2, device="cpu", seed=1)
+                         batch_size=8, max_length=48, val_fraction=0.2, device="cpu", seed=1,
+                         max_overlap=0.9)  # the mini collection's templated documents share most words
     card = run_training(cfg, settings, es=es, embedder=embedder, progress=False)
 
     assert read_card(out) == card
@@ -96,7 +97,13 @@ def test_train_reranker_trains_a_servable_model_from_train_queries_only(
     assert card["queries"]["train"] + card["queries"]["validation"] == len(train.queries) == 18
     assert [Path(f).name for f in card["files_read"]] == ["train.tsv"]
     assert card["pairs"]["positive"] == card["queries"]["train"]  # one judged document per query, all indexed
-    assert card["pairs"]["negative"] == 2 * card["queries"]["train"]
+    # negatives: 2 per query from what the policy keeps (likely false negatives are never drawn)
+    assert card["pairs"]["negative"] <= 2 * card["queries"]["train"] <= card["negatives"]["filtered"]["kept"]
+    assert card["negatives"]["policy"]["skip_above_positive"] is True
+    # k-fold selection (default 3 folds) over all 18 queries, then one fit on all of them
+    cv = card["cross_validation"]
+    assert cv["folds"] == 3 and sum(cv["fold_sizes"]) == 18 and len(cv["nested_per_fold"]) == 3
+    assert card["training"]["fit_on"] == "all training queries" and card["queries"]["validation_scored"] == 18
     assert card["index"] == f"{settings.index.prefix}-chunks-v1"
     [epoch] = card["validation"]["per_epoch"]
     assert epoch["epoch"] == 1 and 0.0 <= epoch["ndcg_at_10"] <= 1.0 and card["validation"]["best_epoch"] == 1

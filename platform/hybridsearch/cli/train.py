@@ -37,18 +37,37 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--base", default=None, metavar="MODEL",
                    help="encoder to start from: Hub name or folder (default: HSP_EMBEDDING__MODEL, i.e. the "
                         "packaged all-MiniLM-L6-v2)")
-    p.add_argument("--negatives", type=int, default=3, help="hard negatives per query (default 3)")
+    p.add_argument("--negatives", type=int, default=4, help="hard negatives per query (default 4)")
     p.add_argument("--depth", type=int, default=None,
                    help="hybrid candidates per query to mine from (default: HSP_RERANKER__DEPTH, 30)")
     p.add_argument("--strategy", choices=("sample", "top"), default="sample",
                    help="sample negatives from the candidates (default) or take the top-ranked ones")
-    p.add_argument("--epochs", type=int, default=4, help="passes over the pairs (default 4)")
+    p.add_argument("--skip-top", type=int, default=0, metavar="N",
+                   help="never take the fused top N as negatives (default 0)")
+    p.add_argument("--keep-above-positive", action="store_true",
+                   help="also take candidates that both BM25 and kNN rank above the judged positive (skipped by "
+                        "default: likely unjudged relevant documents)")
+    p.add_argument("--max-overlap", type=float, default=0.6,
+                   help="skip candidates whose word Jaccard with a positive passage reaches this (default 0.6; 1 = "
+                        "off)")
+    p.add_argument("--loss", choices=("lambda", "bce"), default="lambda",
+                   help="lambda: LambdaLoss over each query's list (default); bce: pointwise binary cross-entropy")
+    p.add_argument("--folds", type=int, default=3,
+                   help="choose the epoch count and blend by k-fold over the split's queries, then fit once on all "
+                        "of them (default 3); 0: hold out one --val-fraction slice instead")
+    p.add_argument("--min-gain", type=float, default=0.0,
+                   help="with --folds: serve at blend 0 (the fused order) unless the nested k-fold estimate of the "
+                        "gain over the fused order is above this (default 0)")
+    p.add_argument("--epochs", type=int, default=2,
+                   help="passes over the pairs (default 2); with --folds the most tried, the final fit stops at "
+                        "the count chosen")
     p.add_argument("--batch-size", type=int, default=16)
     p.add_argument("--max-length", type=int, default=128, help="tokens per (query, passage) pair (default 128)")
     p.add_argument("--lr", type=float, default=1e-4,
                    help="peak learning rate (default 1e-4, for a bi-encoder base; ~2e-5 to adapt a cross-encoder)")
     p.add_argument("--val-fraction", type=float, default=0.15,
-                   help="share of the split's queries held out for choosing the epoch and blend (default 0.15)")
+                   help="with --folds 0: share of the split's queries held out for choosing the blend (default "
+                        "0.15)")
     p.add_argument("--keep", choices=("last", "best"), default="last",
                    help="save the last epoch (default: the annealed weights) or the epoch whose blended order "
                         "served the validation queries best (noisy with a few hundred validation queries)")
@@ -135,6 +154,8 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
         epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
         val_fraction=args.val_fraction, seed=args.seed, limit_queries=args.limit_queries,
         allow_test=args.allow_test, device=args.device or settings.reranker.device, keep=args.keep,
+        loss=args.loss, folds=args.folds, skip_top=args.skip_top, min_gain=args.min_gain,
+        skip_above_positive=not args.keep_above_positive, max_overlap=args.max_overlap,
     )
     started = time.perf_counter()
     card = run_training(cfg, settings, progress=not args.no_progress)
@@ -152,6 +173,7 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
         table.add_row(f"{e['epoch']}{mark}", _f(e["ndcg_at_10"]), _f(e["mrr_at_10"]), _f(e.get("blend"), 2),
                       _f(e.get("blend_ndcg_at_10")), _f(e["train_loss"]))
     console.print(table)
+    _print_folds(card)
     if card["validation"].get("beats_fused_order") is False:
         console.print(styled(("warning:", "bold yellow"), " even blended with the fused order, the kept epoch ranks "
                              "the held-out queries no better than the fused hybrid order: do not serve this model "
@@ -166,6 +188,25 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
         f"{card['serving']['blend']:g}, from the card)"
     ))
     return 0
+
+
+def _print_folds(card: dict[str, object]) -> None:
+    cv = card.get("cross_validation")
+    if not isinstance(cv, dict):
+        return
+    table = Table(title=f"{cv['folds']}-fold estimate (each fold measured with the epochs and blend chosen on "
+                        "the others)")
+    for col in ("fold", "queries", "epochs", "blend", "fused", "reranker alone", "served", "gain"):
+        table.add_column(col, justify="right")
+    for f in cv["nested_per_fold"]:
+        table.add_row(str(f["fold"]), str(f["queries"]), str(f["epoch"]), f"{f['blend']:g}", f"{f['fused']:.4f}",
+                      f"{f['alone']:.4f}", f"{f['served']:.4f}", f"{f['gain']:+.4f}")
+    console.print(table)
+    est, ch = cv["estimate"], cv["chosen"]
+    console.print(f"validation estimate: gain {est['gain_mean']:+.4f} ± {est['gain_std']:.4f} (sd over folds); "
+                  f"chosen on all folds: {ch['epoch']} epoch(s), blend {ch['blend']:g}")
+    if cv.get("guard"):
+        console.print(styled(("guard:", "bold yellow"), f" {cv['guard']}"))
 
 
 def _f(x: float | None, digits: int = 4) -> str:

@@ -48,35 +48,45 @@ def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: Tr
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "base_model": cfg.base,
         "base_model_path": resolve_model(cfg.base),
+        "base_model_trained_on": base_training(cfg.base),
         "head": "one-logit sequence classification (sigmoid = relevance probability)",
         "dataset": str(Path(cfg.dataset).expanduser().resolve()),
         "split": data.split,
         "files_read": data.files_read,
         "queries": {"train": len(mined.train_qids), "validation": len(mined.val_qids),
-                    "validation_scored": len(mined.validation), "skipped_no_positive_passage":
-                    len(mined.stats.skipped_queries)},
+                    "validation_scored": len(mined.validation) or (len(mined.pool) if result.cv else 0),
+                    "skipped_no_positive_passage": len(mined.stats.skipped_queries)},
         "pairs": {"total": len(mined.pairs), "positive": mined.stats.positives, "negative": mined.stats.negatives,
                   "positives_missing_from_index": mined.stats.positives_missing},
         "negatives": {"per_query": cfg.negatives, "mined_from": f"hybrid top-{cfg.depth} minus judged-relevant",
-                      "strategy": cfg.strategy},
+                      "strategy": cfg.strategy, "policy": {**asdict(cfg.policy), "rules": cfg.policy.describe()},
+                      "filtered": asdict(mined.stats.filtered)},
         "training": {"epochs": cfg.epochs, "batch_size": cfg.batch_size, "max_length": cfg.max_length,
                      "learning_rate": cfg.lr, "warmup_ratio": cfg.warmup_ratio, "seed": cfg.seed,
                      "loss": cfg.loss_name, "steps": result.steps, "keep": cfg.keep,
-                     "limit_queries": cfg.limit_queries, "val_fraction": cfg.val_fraction},
+                     "limit_queries": cfg.limit_queries, "val_fraction": 0.0 if result.cv else cfg.val_fraction,
+                     "folds": cfg.folds if result.cv else 0, "max_epochs": cfg.epochs,
+                     "trained_epochs": result.best_epoch if result.cv else cfg.epochs,
+                     "fit_on": "all training queries" if result.cv else "training queries minus validation"},
         "validation": {
-            "metric": "nDCG@10 of reranking the fused hybrid candidates of held-out train queries",
+            "metric": "nDCG@10 of reranking the fused hybrid candidates of held-out train queries" + (
+                f" (out-of-fold over {cfg.folds} folds, pooled)" if result.cv else ""),
+            "method": f"{cfg.folds}-fold" if result.cv else f"one held-out slice ({cfg.val_fraction:g})",
             "fused_order": result.fused,
             "per_epoch": [asdict(e) for e in result.epochs],
             "best_epoch": result.best_epoch,
             "beats_fused_order": beats_fused(result),
+            "caveat": _caveat(cfg, data),
         },
+        "cross_validation": result.cv,
         "serving": {
             "blend": kept.blend if kept is not None and kept.blend is not None else 1.0,
             "how": "final order of the reranked top = blend × min-max(reranker score) + (1 - blend) × "
                    "min-max(fused score); chosen on the validation queries (HSP_RERANKER__BLEND overrides)",
             "max_length": cfg.max_length,
         },
-        "time_seconds": {"mining": round(mined.seconds, 1), "training": round(result.seconds, 1)},
+        "time_seconds": {"mining": round(mined.seconds, 1), "cross_validation": round(result.cv_seconds, 1),
+                         "training": round(result.seconds, 1)},
         "device": result.device,
         **environment(),
         **(dict(extra) if extra else {}),
@@ -96,6 +106,31 @@ def environment() -> dict[str, Any]:
     }
 
 
+def base_training(base: str) -> dict[str, Any] | None:
+    """What the base model was itself trained on, from its hybridsearch card (``kind``, ``dataset``,
+    ``split``, ``files_read``); None for a base without one (e.g. the packaged MiniLM)."""
+    card = Path(resolve_model(base)) / CARD_FILE
+    try:
+        data = json.loads(card.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    return {k: data.get(k) for k in ("kind", "dataset", "split", "files_read")}
+
+
+def _caveat(cfg: TrainingConfig, data: SplitData) -> str | None:
+    """A warning when the base already learnt from this split's judgments: then the held-out (or
+    out-of-fold) queries were seen by the base, and validation flatters the model."""
+    trained = base_training(cfg.base)
+    if not trained or trained.get("split") != data.split:
+        return None
+    if str(Path(str(trained.get("dataset") or "")).resolve()) != str(Path(cfg.dataset).expanduser().resolve()):
+        return None
+    return (f"the base model was trained on the {data.split!r} judgments of this collection: the validation "
+            "queries are not unseen by it, so validation figures are optimistic; trust the test split")
+
+
 def _cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -112,10 +147,11 @@ def card_markdown(card: Mapping[str, Any]) -> str:
         "",
         "| data | value |", "|---|---|",
         f"| training queries | {card['queries']['train']} |",
-        f"| validation queries (held out of the same split) | {card['queries']['validation']} |",
+        f"| validation | {card['validation'].get('method', 'one held-out slice')}: "
+        f"{card['queries']['validation_scored']} queries scored |",
         f"| pairs (positive / negative) | {card['pairs']['positive']} / {card['pairs']['negative']} |",
         f"| negatives per query | {card['negatives']['per_query']} ({card['negatives']['strategy']}, "
-        f"{card['negatives']['mined_from']}) |",
+        f"{card['negatives']['mined_from']}; {card['negatives'].get('policy', {}).get('rules', 'no filter')}) |",
         f"| epochs, batch, max length, lr | {card['training']['epochs']}, {card['training']['batch_size']}, "
         f"{card['training']['max_length']}, {card['training']['learning_rate']} |",
         f"| loss | {card['training'].get('loss', 'BinaryCrossEntropyLoss')} |",
@@ -129,6 +165,8 @@ def card_markdown(card: Mapping[str, Any]) -> str:
         "fused score at the epoch's best blend weight, which is how the model is served.",
         "",
     ]
+    if val.get("caveat"):
+        lines += [f"**Note: {val['caveat']}.**", ""]
     if val.get("beats_fused_order") is False:
         lines += ["**Warning: even blended, this model ranks the validation queries no better than the fused "
                   "hybrid order. Do not deploy it; see docs/reranker-training.md.**", ""]
@@ -140,6 +178,7 @@ def card_markdown(card: Mapping[str, Any]) -> str:
         mark = " (kept)" if e["epoch"] == val["best_epoch"] else ""
         lines.append(f"| {e['epoch']}{mark} | {_fmt(e['ndcg_at_10'])} | {_fmt(e['mrr_at_10'])} | "
                      f"{_fmt(e.get('blend'), 2)} | {_fmt(e.get('blend_ndcg_at_10'))} |")
+    lines += _cv_markdown(card.get("cross_validation"))
     lines += [
         "",
         "## Use",
@@ -155,6 +194,25 @@ def card_markdown(card: Mapping[str, Any]) -> str:
         "",
     ]
     return "\n".join(lines)
+
+
+def _cv_markdown(cv: Mapping[str, Any] | None) -> list[str]:
+    if not cv:
+        return []
+    est, ch = cv["estimate"], cv["chosen"]
+    lines = ["", f"## {cv['folds']}-fold selection", "",
+             f"Chosen on the pooled out-of-fold scores of {ch['queries']} queries: {ch['epoch']} epoch(s), blend "
+             f"{ch['blend']:g} (served {ch['served']:.4f} against fused {ch['fused']:.4f}, {ch['gain']:+.4f}). "
+             "The final model was fitted on all training queries and stopped at that epoch.", "",
+             "Nested estimate (each fold measured with the epochs and blend chosen on the other folds): gain "
+             f"{est['gain_mean']:+.4f} ± {est['gain_std']:.4f} (sd over folds; min {est['gain_min']:+.4f}).", "",
+             *([f"**Guard: {cv['guard']}.**", ""] if cv.get("guard") else []),
+             "| fold | queries | epochs | blend | fused | reranker alone | served | gain |",
+             "|---|---|---|---|---|---|---|---|"]
+    for f in cv["nested_per_fold"]:
+        lines.append(f"| {f['fold']} | {f['queries']} | {f['epoch']} | {f['blend']:g} | {f['fused']:.4f} | "
+                     f"{f['alone']:.4f} | {f['served']:.4f} | {f['gain']:+.4f} |")
+    return lines
 
 
 def _fmt(x: float | None, digits: int = 4) -> str:

@@ -9,12 +9,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from hybridsearch.settings import DEFAULT_EMBEDDING_MODEL
+from hybridsearch.training.hardneg import NegativePolicy
 from hybridsearch.training.negatives import Strategy
+
+Loss = Literal["lambda", "bce"]
+LOSS_NAMES = {"lambda": "LambdaLoss (NDCGLoss2++ weighting, listwise over each query's positives and negatives)",
+              "bce": "BinaryCrossEntropyLoss (pointwise)"}
 
 
 class TrainingConfig(BaseModel):
@@ -24,13 +29,23 @@ class TrainingConfig(BaseModel):
     split: str = "train"
     out: Path
     base: str = DEFAULT_EMBEDDING_MODEL
-    negatives: int = Field(3, ge=0, description="mined negatives per training query")
+    negatives: int = Field(4, ge=0, description="mined negatives per training query")
     depth: int = Field(30, ge=1, le=100, description="hybrid candidates per query to mine from (= rerank depth)")
     strategy: Strategy = "sample"
-    epochs: int = Field(4, ge=1)
+    epochs: int = Field(2, ge=1, description="epochs to train; with folds, the most epochs tried (the "
+                                             "final fit stops at the count chosen on the folds)")
     batch_size: int = Field(16, ge=1)
     max_length: int = Field(128, ge=16, le=512)
     lr: float = Field(1e-4, gt=0)
+    loss: Loss = "lambda"
+    folds: int = Field(3, ge=0, le=10, description="k-fold selection of epochs and blend over the train queries, "
+                                                   "then one fit on all of them; 0: one --val-fraction slice")
+    min_gain: float = Field(0.0, description="with folds: serve at blend 0 (the fused order) unless the nested "
+                                             "estimate of the gain over the fused order is above this")
+    skip_top: int = Field(0, ge=0, description="fused ranks never used as negatives")
+    skip_above_positive: bool = True
+    max_overlap: float = Field(0.6, gt=0, le=1, description="word-Jaccard with a positive from which a "
+                                                            "candidate counts as a duplicate (1: off)")
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
     val_fraction: float = Field(0.15, ge=0, lt=1)
     seed: int = 42
@@ -44,7 +59,16 @@ class TrainingConfig(BaseModel):
     @property
     def loss_name(self) -> str:
         """The sentence-transformers loss trained with (recorded in the card)."""
-        return "BinaryCrossEntropyLoss"
+        return LOSS_NAMES[self.loss]
+
+    @property
+    def policy(self) -> NegativePolicy:
+        """Which mined candidates may be negatives (:mod:`hybridsearch.training.hardneg`)."""
+        return NegativePolicy(self.skip_top, self.skip_above_positive, self.max_overlap)
+
+    @property
+    def cross_validating(self) -> bool:
+        return self.folds >= 2
 
 
 @dataclass
@@ -65,6 +89,8 @@ class TrainResult:
     seconds: float = 0.0
     device: str = "cpu"
     steps: int = 0
+    cv: dict[str, Any] | None = None  # folds.CVSummary.as_dict() when chosen by k-fold
+    cv_seconds: float = 0.0
 
 
 class EmbedderConfig(BaseModel):

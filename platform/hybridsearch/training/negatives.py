@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from hybridsearch.engine import engine_errors
 from hybridsearch.errors import ClusterError, ConfigError
 from hybridsearch.indices import resolve_index
+from hybridsearch.training.hardneg import FilterStats, NegativePolicy, filter_negatives
 
 if TYPE_CHECKING:
     from hybridsearch.embedding import Embedder
@@ -41,6 +42,8 @@ class Candidate:
     doc_id: str
     text: str
     score: float = 0.0
+    bm25_rank: int | None = None  # rank in the BM25 list (None: not in it)
+    knn_rank: int | None = None  # rank in the kNN list
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,7 @@ class PairStats:
     positives_missing: int = 0
     queries_without_negatives: int = 0
     skipped_queries: list[str] = field(default_factory=list)
+    filtered: FilterStats = field(default_factory=FilterStats)
 
 
 def passage_text(title: str | None, text: str) -> str:
@@ -151,8 +155,12 @@ def build_pairs(
     negatives: int,
     seed: int,
     strategy: Strategy = "sample",
+    policy: NegativePolicy | None = None,
 ) -> tuple[list[Pair], PairStats]:
     """Training pairs for ``qids``: one per judged-relevant document, ``negatives`` mined per query.
+
+    With ``policy`` the negatives are drawn only from the candidates it keeps (see
+    :func:`hybridsearch.training.hardneg.filter_negatives`; counts in ``stats.filtered``).
 
     A positive's passage is its chunk among the query's candidates when the search found it, else
     ``positive_passages[(qid, doc_id)]``; a positive with neither is skipped and counted. Queries
@@ -174,7 +182,11 @@ def build_pairs(
         if not positives:
             stats.skipped_queries.append(qid)
             continue
-        negs = mine_negatives(cands, judged, negatives, rng=query_rng(seed, qid), strategy=strategy)
+        pool: Sequence[Candidate] = cands
+        if policy is not None:
+            pool, fstats = filter_negatives(cands, judged, [p.passage for p in positives], policy)
+            stats.filtered.add(fstats)
+        negs = mine_negatives(pool, judged, negatives, rng=query_rng(seed, qid), strategy=strategy)
         if negatives and not negs:
             stats.queries_without_negatives += 1
         pairs.extend(positives)
@@ -218,6 +230,7 @@ class MinedData:
     validation: list[ValidationQuery]
     stats: PairStats
     seconds: float
+    pool: list[ValidationQuery] = field(default_factory=list)  # the train queries' candidates (for k-fold)
 
 
 
@@ -320,16 +333,19 @@ def collect(miner: Miner, data: SplitData, *, depth: int = 30, val_fraction: flo
 
 
 def mine(miner: Miner, data: SplitData, *, depth: int = 30, negatives: int = 4, val_fraction: float = 0.1,
-         seed: int = 42, strategy: Strategy = "sample", progress: Progress = _no_progress) -> MinedData:
-    """:func:`collect` the split's candidates and build the reranker's training pairs (``negatives`` per
-    query) and validation lists. Raises ConfigError when no pair can be made."""
+         seed: int = 42, strategy: Strategy = "sample", policy: NegativePolicy | None = None,
+         progress: Progress = _no_progress) -> MinedData:
+    """:func:`collect` the split's candidates and build the reranker's training pairs (``negatives`` per query,
+    drawn from what ``policy`` keeps) and validation lists. ``pool`` holds the train queries' candidates, for
+    k-fold validation. Raises ConfigError when no pair can be made."""
     got = collect(miner, data, depth=depth, val_fraction=val_fraction, seed=seed, progress=progress)
     pairs, stats = build_pairs(got.train_qids, data.queries, data.qrels, got.candidates, got.positive_passages,
-                               negatives=negatives, seed=seed, strategy=strategy)
+                               negatives=negatives, seed=seed, strategy=strategy, policy=policy)
     if not pairs:
         raise no_pairs()
     val = validation_queries(got.val_qids, data.queries, data.qrels, got.candidates)
-    return MinedData(got.train_qids, got.val_qids, pairs, val, stats, got.seconds)
+    pool = validation_queries(got.train_qids, data.queries, data.qrels, got.candidates)
+    return MinedData(got.train_qids, got.val_qids, pairs, val, stats, got.seconds, pool)
 
 
 def no_pairs() -> ConfigError:
@@ -361,7 +377,9 @@ class IndexMiner:
     def candidates(self, query: str, depth: int) -> list[Candidate]:
         """The hybrid top-``depth`` documents for ``query``, best chunk each, in fused order."""
         result = self.client.search(query, k=depth, mode="hybrid", rerank=False)
-        return dedupe(Candidate(h.doc_id, self.passage(h.title, h.text), h.score) for h in result.hits)
+        return dedupe(Candidate(h.doc_id, self.passage(h.title, h.text), h.score,
+                                h.bm25.rank if h.bm25 else None, h.knn.rank if h.knn else None)
+                      for h in result.hits)
 
     def best_chunks(self, wanted: Sequence[tuple[str, str, str]], batch: int = 100) -> dict[tuple[str, str], str]:
         """For each ``(qid, query, doc_id)``, the document's chunk that best matches the query (BM25 on

@@ -4,32 +4,44 @@ The steps (``hsp train-reranker`` runs them all, see :func:`run_training`):
 
 1. :func:`~hybridsearch.training.negatives.load_split` reads the queries and qrels of ONE split of a
    BEIR collection; ``test`` is refused unless explicitly allowed, no other split's file is opened.
-2. :func:`~hybridsearch.training.negatives.mine` splits those queries into train and a held-out
-   validation slice, runs each through the hybrid search and builds ``(query, passage, label)``
-   pairs: judged-relevant documents as positives, the hybrid top-k minus them as hard negatives.
+2. :func:`~hybridsearch.training.negatives.mine` runs each query through the hybrid search and builds
+   ``(query, passage, label)`` pairs: judged-relevant documents as positives, hard negatives drawn from
+   the hybrid top-k minus them and minus likely false negatives (:mod:`hybridsearch.training.hardneg`).
 3. :func:`train_cross_encoder` puts a one-logit head on a BERT-family encoder and trains it with
-   sentence-transformers' ``CrossEncoderTrainer`` and ``BinaryCrossEntropyLoss``. After each epoch it
-   reranks the validation queries' fused candidates (nDCG@10, MRR@10) and finds the blend with the
-   fused order that serves them best (:func:`choose_blend`). The last epoch is kept (``keep="best"``:
-   the epoch with the best served figure), and its blend is the one the model is served with.
-4. The model is saved as a normal sentence-transformers CrossEncoder folder with ``card.json`` and
-   ``README.md`` (:mod:`hybridsearch.training.card`): base model, data, split, negatives, epochs,
-   per-epoch validation and the blend to serve it with.
+   sentence-transformers' ``CrossEncoderTrainer``: ``LambdaLoss`` over each query's list of
+   positives and negatives (default) or pointwise ``BinaryCrossEntropyLoss``.
+4. Model selection. With ``folds >= 2`` (default 3) :func:`cross_validate` trains one model per fold,
+   scores the held-out fold's fused candidates after every epoch, and chooses the epoch count and the
+   blend with the fused order on the pooled out-of-fold scores of *all* training queries
+   (:mod:`hybridsearch.training.folds`); the final model is then fitted on all queries and stopped at
+   the chosen epoch. With ``folds=0`` one ``val_fraction`` slice is held out as before.
+5. The model is saved as a normal sentence-transformers CrossEncoder folder with ``card.json`` and
+   ``README.md`` (:mod:`hybridsearch.training.card`).
 """
 
 from __future__ import annotations
 
+import statistics
 import tempfile
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from hybridsearch.embedding.models import pick_device, resolve_model
 from hybridsearch.errors import ModelError
-from hybridsearch.query.fusion import interpolate
+from hybridsearch.training.callbacks import make_callbacks
 from hybridsearch.training.card import make_card, save_model
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
-from hybridsearch.training.negatives import MinedData, ValidationQuery, load_split, mine
+from hybridsearch.training.folds import kfold, summarize
+from hybridsearch.training.negatives import MinedData, Pair, load_split, mine
+from hybridsearch.training.validation import (
+    BLEND_GRID,
+    blended_scores,
+    choose_blend,
+    rerank_metrics,
+    rerank_validation_evaluator,
+)
 
 if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder
@@ -38,79 +50,9 @@ if TYPE_CHECKING:
     from hybridsearch.engine import EngineClient
     from hybridsearch.settings import Settings
 
-BLEND_GRID = tuple(round(0.05 * i, 2) for i in range(21))  # 0, 0.05, ..., 1
-
-
-# ---------------------------------------------------------------------------------------- validation
-
-
-def rerank_metrics(val: Sequence[ValidationQuery], scores: Mapping[str, Sequence[float]] | None) -> dict[str, float]:
-    """nDCG@10 and MRR@10 (ranx) of the validation candidates ordered by ``scores`` (per query, one per
-    candidate), or in fused order when ``scores`` is None. Judged documents outside the candidates
-    count as missed, so the numbers compare with the fused order and with ``hsp eval``."""
-    from ranx import Qrels, Run, evaluate
-
-    qrels = Qrels({v.qid: dict(v.relevant) for v in val})
-    run: dict[str, dict[str, float]] = {}
-    for v in val:
-        if not v.candidates:
-            continue
-        if scores is None:
-            run[v.qid] = {c.doc_id: float(len(v.candidates) - i) for i, c in enumerate(v.candidates)}
-        else:
-            run[v.qid] = {c.doc_id: float(s) for c, s in zip(v.candidates, scores[v.qid], strict=True)}
-    if not run:
-        return {"ndcg@10": 0.0, "mrr@10": 0.0}
-    res = evaluate(qrels, Run(run), ["ndcg@10", "mrr@10"], make_comparable=True)
-    return {k: float(v) for k, v in res.items()}
-
-
-def blended_scores(val: Sequence[ValidationQuery], scores: Mapping[str, Sequence[float]],
-                   blend: float) -> dict[str, list[float]]:
-    """Per query, the served order's scores: ``blend`` × min-max(reranker) + (1 − ``blend``) ×
-    min-max(fused), exactly what the query layer does (:func:`hybridsearch.query.fusion.interpolate`)."""
-    return {v.qid: interpolate(scores[v.qid], [c.score for c in v.candidates], blend)
-            for v in val if v.candidates}
-
-
-def choose_blend(val: Sequence[ValidationQuery], scores: Mapping[str, Sequence[float]],
-                 grid: Sequence[float] = BLEND_GRID) -> tuple[float, float]:
-    """The blend weight of ``grid`` whose served order has the best validation nDCG@10, and that
-    nDCG; the smallest such weight on ties (closest to the fused order)."""
-    best: tuple[float, float] | None = None
-    for w in sorted(grid):
-        ndcg = rerank_metrics(val, blended_scores(val, scores, w))["ndcg@10"]
-        if best is None or ndcg > best[1] + 1e-12:
-            best = (w, ndcg)
-    assert best is not None, "empty blend grid"
-    return best
-
-
-def _rerank_validation_evaluator(val: Sequence[ValidationQuery], batch_size: int) -> Any:
-    """A sentence-transformers evaluator that reranks ``val`` and reports :func:`rerank_metrics`."""
-    from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
-
-    class RerankValidation(BaseEvaluator):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()  # type: ignore[no-untyped-call]
-            self.name = "val"
-            self.primary_metric = "blend_ndcg@10"
-
-        def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1,
-                     steps: int = -1) -> dict[str, float]:
-            pairs = [(v.query, c.text) for v in val for c in v.candidates]
-            flat = model.predict(pairs, batch_size=batch_size, convert_to_numpy=True,
-                                 show_progress_bar=False) if pairs else []
-            scores: dict[str, list[float]] = {}
-            at = 0
-            for v in val:
-                scores[v.qid] = [float(s) for s in flat[at:at + len(v.candidates)]]
-                at += len(v.candidates)
-            metrics = rerank_metrics(val, scores)
-            metrics["blend"], metrics["blend_ndcg@10"] = choose_blend(val, scores)
-            return self.prefix_name_to_metrics(metrics, self.name)  # type: ignore[no-any-return]
-
-    return RerankValidation()
+_rerank_validation_evaluator = rerank_validation_evaluator  # the name tests knew
+__all__ = ["BLEND_GRID", "blended_scores", "choose_blend", "cross_validate", "load_base", "query_lists",
+           "rerank_metrics", "run_training", "train_cross_encoder"]
 
 
 # ------------------------------------------------------------------------------------------ training
@@ -130,39 +72,73 @@ def load_base(base: str, max_length: int, device: str) -> CrossEncoder:
     return model
 
 
-def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: bool = True) -> tuple[Any, TrainResult]:
-    """Fine-tune a cross-encoder on ``mined.pairs``; returns the model (best validation epoch
-    restored) and what happened. Seeded by ``cfg.seed``: the same inputs give the same weights."""
+def query_lists(pairs: list[Pair]) -> list[tuple[str, list[str], list[float]]]:
+    """Per query (in first-seen order): ``(query, passages, labels)`` for a listwise loss; queries whose
+    list holds only positives or only negatives are left out (they carry no ranking signal)."""
+    grouped: dict[str, tuple[str, list[str], list[float]]] = {}
+    for p in pairs:
+        entry = grouped.setdefault(p.qid, (p.query, [], []))
+        entry[1].append(p.passage)
+        entry[2].append(float(p.label))
+    return [e for e in grouped.values() if 0.0 < sum(e[2]) < len(e[2])]
+
+
+def _loss_and_dataset(model: Any, pairs: list[Pair], cfg: TrainingConfig) -> tuple[Any, Any, int]:
+    """The loss, its training dataset and the per-step batch size (in queries for the listwise loss,
+    so that a step holds about ``cfg.batch_size`` pairs either way)."""
     from datasets import Dataset
+    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, LambdaLoss
+
+    if cfg.loss == "bce":
+        ds = Dataset.from_dict({"query": [p.query for p in pairs], "passage": [p.passage for p in pairs],
+                                "label": [float(p.label) for p in pairs]})
+        return BinaryCrossEntropyLoss(model), ds, cfg.batch_size
+    lists = query_lists(pairs)
+    if not lists:
+        raise ModelError("no query has both a positive and a negative passage: nothing to rank (--negatives 0, "
+                         "or a negatives filter that removes everything, e.g. a low --max-overlap)")
+    ds = Dataset.from_dict({"query": [q for q, _, _ in lists], "docs": [d for _, d, _ in lists],
+                            "labels": [lab for _, _, lab in lists]})
+    per_query = statistics.fmean(len(d) for _, d, _ in lists)
+    return LambdaLoss(model), ds, max(1, round(cfg.batch_size / per_query))
+
+
+def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: bool = True,
+                        stop_after: int | None = None, label: str = "",
+                        sink: dict[int, dict[str, list[float]]] | None = None) -> tuple[Any, TrainResult]:
+    """Fine-tune a cross-encoder on ``mined.pairs``, validating on ``mined.validation`` after each
+    epoch (its scores kept in ``sink[epoch]`` when given); the schedule spans ``cfg.epochs`` but
+    training stops after ``stop_after`` epochs when given. Returns the model (the best validation epoch
+    restored with ``keep="best"``) and what happened. Seeded by ``cfg.seed``."""
+    import torch
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
-    from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss
     from sentence_transformers.cross_encoder.model_card import CrossEncoderModelCardCallback
     from transformers import PrinterCallback, set_seed
 
     device = pick_device(cfg.device)
     set_seed(cfg.seed)
     model = load_base(cfg.base, cfg.max_length, device)
-    pairs = mined.pairs
-    train_ds = Dataset.from_dict({
-        "query": [p.query for p in pairs], "passage": [p.passage for p in pairs],
-        "label": [float(p.label) for p in pairs],
-    })
-    evaluator = _rerank_validation_evaluator(mined.validation, cfg.batch_size * 4) if mined.validation else None
+    if cfg.loss != "bce":  # a listwise loss trains unbounded logits: serve them raw (a sigmoid would tie them)
+        model.activation_fn = torch.nn.Identity()
+    loss, train_ds, batch = _loss_and_dataset(model, mined.pairs, cfg)
+    evaluator = (rerank_validation_evaluator(mined.validation, cfg.batch_size * 4, sink)
+                 if mined.validation else None)
     result = TrainResult(device=device)
     if evaluator is not None:
         result.fused = rerank_metrics(mined.validation, None)
-    best, bar = _callbacks(model, result, progress, validating=evaluator is not None, snapshot=cfg.keep == "best")
+    best, bar = make_callbacks(model, result, progress, validating=evaluator is not None,
+                               snapshot=cfg.keep == "best", stop_after=stop_after, label=label)
     callbacks: list[Any] = [best] + ([bar] if bar is not None else [])
     with tempfile.TemporaryDirectory(prefix="hsp-train-") as tmp:
         args = CrossEncoderTrainingArguments(
-            output_dir=tmp, num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
+            output_dir=tmp, num_train_epochs=cfg.epochs, per_device_train_batch_size=batch,
             learning_rate=cfg.lr, warmup_steps=cfg.warmup_ratio, seed=cfg.seed, data_seed=cfg.seed,
             eval_strategy="epoch" if evaluator is not None else "no", save_strategy="no",
-            logging_strategy="steps", logging_steps=max(1, min(50, len(pairs) // cfg.batch_size // 10 or 1)),
+            logging_strategy="steps", logging_steps=max(1, min(50, len(train_ds) // batch // 10 or 1)),
             report_to="none", disable_tqdm=True, use_cpu=device == "cpu", dataloader_num_workers=0,
         )
-        trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=train_ds,
-                                      loss=BinaryCrossEntropyLoss(model), evaluator=evaluator, callbacks=callbacks)
+        trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=train_ds, loss=loss,
+                                      evaluator=evaluator, callbacks=callbacks)
         trainer.remove_callback(CrossEncoderModelCardCallback)  # it looks up the Hub; we write our own card
         trainer.remove_callback(PrinterCallback)  # raw log dicts on stdout; the rich bar shows the loss
         started = time.perf_counter()
@@ -176,86 +152,50 @@ def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: bool
     return model, result
 
 
-def _callbacks(model: Any, result: TrainResult, progress: bool, validating: bool,
-               snapshot: bool) -> tuple[Any, Any]:
-    """Trainer callbacks: one records per-epoch validation and, with ``snapshot``, keeps the best
-    epoch's weights in memory (restored by ``restore()``); the other draws a rich progress bar."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-    from rich.progress import Progress as RichProgress
-    from transformers import TrainerCallback
-
-    class BestEpoch(TrainerCallback):  # type: ignore[misc]
-        def __init__(self) -> None:
-            self.best_score: float | None = None
-            self.best_state: dict[str, Any] | None = None
-            self.losses: list[float] = []
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
-                   **kw: Any) -> None:
-            if logs and "loss" in logs:
-                self.losses.append(float(logs["loss"]))
-
-        def on_epoch_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            loss = sum(self.losses) / len(self.losses) if self.losses else None
-            self.losses = []
-            result.epochs.append(EpochResult(epoch=round(state.epoch or 0), train_loss=loss))
-            if not validating:  # nothing to choose by: the last epoch is kept
-                result.best_epoch = result.epochs[-1].epoch
-
-        def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, float] | None = None,
-                        **kw: Any) -> None:
-            if not metrics or "eval_val_ndcg@10" not in metrics:
-                return
-            epoch = result.epochs[-1] if result.epochs else EpochResult(epoch=round(state.epoch or 0))
-            epoch.ndcg_at_10 = float(metrics["eval_val_ndcg@10"])
-            epoch.mrr_at_10 = float(metrics.get("eval_val_mrr@10", 0.0))
-            epoch.blend = float(metrics.get("eval_val_blend", 1.0))
-            epoch.blend_ndcg_at_10 = float(metrics.get("eval_val_blend_ndcg@10", epoch.ndcg_at_10))
-            self._keep(epoch.epoch, epoch.blend_ndcg_at_10)
-
-        def _keep(self, epoch: int, score: float) -> None:
-            if snapshot and (self.best_score is None or score > self.best_score):
-                self.best_score = score
-                self.best_state = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
-                result.best_epoch = epoch
-
-        def restore(self) -> None:
-            if self.best_state is not None:
-                model.load_state_dict(self.best_state)
-
-    class Bar(TrainerCallback):  # type: ignore[misc]
-        def __init__(self) -> None:
-            self.progress = RichProgress(
-                TextColumn("[bold]training[/] {task.description}"), BarColumn(), MofNCompleteColumn(),
-                TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True),
-            )
-            self.task: Any = None
-
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            self.progress.start()
-            self.task = self.progress.add_task("", total=state.max_steps)
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            self.progress.update(self.task, completed=state.global_step)
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
-                   **kw: Any) -> None:
-            if logs and "loss" in logs:
-                self.progress.update(self.task, description=f"epoch {state.epoch:.2f} loss {logs['loss']:.4f}")
-
-        def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, float] | None = None,
-                        **kw: Any) -> None:
-            if metrics and "eval_val_ndcg@10" in metrics:
-                self.progress.console.print(
-                    f"epoch {round(state.epoch or 0)}: validation nDCG@10 {metrics['eval_val_ndcg@10']:.4f} "
-                    f"(MRR@10 {metrics.get('eval_val_mrr@10', 0.0):.4f}); served at blend "
-                    f"{metrics.get('eval_val_blend', 1.0):g}: {metrics.get('eval_val_blend_ndcg@10', 0.0):.4f}")
-
-        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            self.progress.stop()
-
-    return BestEpoch(), (Bar() if progress else None)
+def cross_validate(mined: MinedData, cfg: TrainingConfig, *, progress: bool = True) -> tuple[Any, TrainResult]:
+    """K-fold selection, then the final fit: one model per fold of ``mined.train_qids`` (trained on the
+    other folds' pairs for ``cfg.epochs`` epochs, scoring its fold's candidates after each), the epoch
+    count and blend chosen on the pooled out-of-fold scores, and one model fitted on all pairs,
+    stopped after the chosen epoch. The result's ``epochs`` are the pooled per-epoch figures, its
+    ``cv`` the per-fold ones. When the nested estimate of the gain is not above ``cfg.min_gain`` the
+    chosen epoch is served at blend 0 (``cv["guard"]`` says why). Raises ValueError when there are fewer
+    queries than folds."""
+    folds = kfold(mined.train_qids, cfg.folds, cfg.seed)
+    oof: dict[int, dict[str, list[float]]] = {}
+    losses: dict[int, list[float]] = {}
+    started = time.perf_counter()
+    for i, fold in enumerate(folds, start=1):
+        held = set(fold)
+        part = replace(mined, train_qids=[q for q in mined.train_qids if q not in held], val_qids=list(fold),
+                       pairs=[p for p in mined.pairs if p.qid not in held],
+                       validation=[v for v in mined.pool if v.qid in held])
+        sink: dict[int, dict[str, list[float]]] = {}
+        _, res = train_cross_encoder(part, cfg.model_copy(update={"keep": "last"}), progress=progress,
+                                     label=f"fold {i}/{len(folds)}", sink=sink)
+        for epoch, scores in sink.items():
+            oof.setdefault(epoch, {}).update(scores)
+        for e in res.epochs:
+            if e.train_loss is not None:
+                losses.setdefault(e.epoch, []).append(e.train_loss)
+    summary = summarize(mined.pool, oof, folds, {e: statistics.fmean(v) for e, v in losses.items()})
+    cv_seconds = time.perf_counter() - started
+    chosen = summary.chosen
+    final = replace(mined, validation=[])
+    model, result = train_cross_encoder(final, cfg.model_copy(update={"keep": "last"}), progress=progress,
+                                        stop_after=chosen.epoch, label="final fit (all queries)")
+    result.cv, result.cv_seconds = summary.as_dict(), cv_seconds
+    result.fused = rerank_metrics([v for v in mined.pool if v.candidates], None)
+    result.epochs = [EpochResult(e.epoch, e.ndcg_at_10, e.mrr_at_10, summary.train_loss.get(e.epoch), e.blend,
+                                 e.blend_ndcg_at_10) for e in summary.per_epoch]
+    why = summary.guard(cfg.min_gain)  # validation cannot vouch for the model: serve the fused order
+    guarded = why is not None
+    if guarded:
+        result.cv["guard"] = why
+    for e in result.epochs:  # the served figure at the chosen epoch is the one with the chosen blend
+        if e.epoch == chosen.epoch:
+            e.blend, e.blend_ndcg_at_10 = (0.0, chosen.fused) if guarded else (chosen.blend, chosen.served)
+    result.best_epoch = chosen.epoch
+    return model, result
 
 
 def run_training(cfg: TrainingConfig, settings: Settings, *, es: EngineClient | None = None,
@@ -283,12 +223,16 @@ def run_training(cfg: TrainingConfig, settings: Settings, *, es: EngineClient | 
             return lambda: bar.advance(task)
 
         with bar:
-            mined = mine(miner, data, depth=cfg.depth, negatives=cfg.negatives, val_fraction=cfg.val_fraction,
-                         seed=cfg.seed, strategy=cfg.strategy, progress=track)
+            mined = mine(miner, data, depth=cfg.depth, negatives=cfg.negatives,
+                         val_fraction=0.0 if cfg.cross_validating else cfg.val_fraction, seed=cfg.seed,
+                         strategy=cfg.strategy, policy=cfg.policy, progress=track)
     finally:
         if own:
             client.close()
-    model, result = train_cross_encoder(mined, cfg, progress=progress)
+    if cfg.cross_validating:
+        model, result = cross_validate(mined, cfg, progress=progress)
+    else:
+        model, result = train_cross_encoder(mined, cfg, progress=progress)
     card = make_card(cfg, data, mined, result, extra={"index": miner.index, "prefix": settings.index.prefix})
     save_model(model, cfg.out, card)
     return card
