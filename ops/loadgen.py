@@ -12,6 +12,7 @@ import datetime as dt
 import itertools
 import json
 import math
+import re
 import statistics
 import subprocess
 import threading
@@ -24,6 +25,12 @@ from typing import Any
 
 # What one call returns: None for a full answer, a reason string for a degraded one (an exception: an error).
 Call = Callable[[str], Awaitable[str | None]]
+
+
+def reason_kind(reason: str) -> str:
+    """A degraded answer's reason with its numbers (ports, seconds, counts) as ``#``, so that reasons of one
+    kind are counted together: ``reranker timeout after #s``."""
+    return re.sub(r"\d+(?:\.\d+)?", "#", reason)[:200]
 
 
 def pct(values: Sequence[float], p: float) -> float:
@@ -49,6 +56,7 @@ class LevelResult:
     started_s: list[float] = field(default_factory=list)  # start of each answered request, from the level start
     error_examples: list[str] = field(default_factory=list)
     degraded_examples: list[str] = field(default_factory=list)
+    degraded_reasons: dict[str, int] = field(default_factory=dict)  # reason_kind -> answers
     fault_at_s: float | None = None
     fault_note: str | None = None
 
@@ -102,6 +110,8 @@ async def drive(stack: str, call: Call, queries: Sequence[str], concurrency: int
                 res.ok += 1
             else:
                 res.degraded += 1
+                kind = reason_kind(reason)
+                res.degraded_reasons[kind] = res.degraded_reasons.get(kind, 0) + 1
                 if len(res.degraded_examples) < 3 and reason not in res.degraded_examples:
                     res.degraded_examples.append(reason[:300])
 
