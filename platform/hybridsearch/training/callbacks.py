@@ -12,9 +12,6 @@ def make_callbacks(model: Any, result: TrainResult, progress: bool, validating: 
     """Trainer callbacks: one records per-epoch validation, stops training after epoch ``stop_after``
     and, with ``snapshot``, keeps the best epoch's weights in memory (restored by ``restore()``); the
     other draws a rich progress bar whose lines start with ``label``."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-    from rich.progress import Progress as RichProgress
     from transformers import TrainerCallback
 
     class BestEpoch(TrainerCallback):  # type: ignore[misc]
@@ -58,26 +55,10 @@ def make_callbacks(model: Any, result: TrainResult, progress: bool, validating: 
             if self.best_state is not None:
                 model.load_state_dict(self.best_state)
 
-    class Bar(TrainerCallback):  # type: ignore[misc]
-        def __init__(self) -> None:
-            self.progress = RichProgress(
-                TextColumn(f"[bold]training{' ' + label if label else ''}[/] {{task.description}}"), BarColumn(),
-                MofNCompleteColumn(),
-                TimeElapsedColumn(), TimeRemainingColumn(), console=Console(stderr=True),
-            )
-            self.task: Any = None
+    from hybridsearch.training.progress import TrainingBar
 
-        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            self.progress.start()
-            self.task = self.progress.add_task("", total=state.max_steps)
-
-        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            self.progress.update(self.task, completed=state.global_step)
-
-        def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
-                   **kw: Any) -> None:
-            if logs and "loss" in logs:
-                self.progress.update(self.task, description=f"epoch {state.epoch:.2f} loss {logs['loss']:.4f}")
+    class Bar(TrainingBar):
+        """The shared training bar; each epoch's line gives the reranker's figures and its served blend."""
 
         def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, float] | None = None,
                         **kw: Any) -> None:
@@ -88,7 +69,4 @@ def make_callbacks(model: Any, result: TrainResult, progress: bool, validating: 
                     f"(MRR@10 {metrics.get('eval_val_mrr@10', 0.0):.4f}); served at blend "
                     f"{metrics.get('eval_val_blend', 1.0):g}: {metrics.get('eval_val_blend_ndcg@10', 0.0):.4f}")
 
-        def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-            self.progress.stop()
-
-    return BestEpoch(), (Bar() if progress else None)
+    return BestEpoch(), (Bar(label) if progress else None)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import os
 import platform
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
@@ -219,11 +219,13 @@ def _fmt(x: float | None, digits: int = 4) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
-def save_model(model: Any, out: Path, card: Mapping[str, Any]) -> Path:
-    """Write the CrossEncoder folder, ``card.json`` and ``README.md`` to ``out``; returns ``out``."""
+def save_model(model: Any, out: Path, card: Mapping[str, Any],
+               markdown: Callable[[Mapping[str, Any]], str] | None = None) -> Path:
+    """Write the model folder (a CrossEncoder or SentenceTransformer), ``card.json`` and ``README.md`` (the card
+    as ``markdown`` renders it, by default the reranker's :func:`card_markdown`) to ``out``; returns ``out``."""
     out = Path(out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     model.save(str(out), create_model_card=False)
     (out / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
-    (out / "README.md").write_text(card_markdown(card), encoding="utf-8")
+    (out / "README.md").write_text((markdown or card_markdown)(card), encoding="utf-8")
     return out

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hybridsearch.embedding.models import resolve_model
-from hybridsearch.training.card import environment
+from hybridsearch.training.card import environment, save_model
 from hybridsearch.training.embedder_data import file_sha256
 
 if TYPE_CHECKING:
@@ -159,9 +159,4 @@ def read_embedder_card(folder: str | Path) -> dict[str, Any] | None:
 
 def save_embedder(model: Any, out: Path, card: Mapping[str, Any]) -> Path:
     """Write the SentenceTransformer folder, ``card.json`` and ``README.md`` to ``out``; returns ``out``."""
-    out = Path(out).expanduser()
-    out.mkdir(parents=True, exist_ok=True)
-    model.save(str(out), create_model_card=False)
-    (out / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
-    (out / "README.md").write_text(card_markdown(card), encoding="utf-8")
-    return out
+    return save_model(model, out, card, card_markdown)

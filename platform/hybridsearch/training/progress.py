@@ -54,8 +54,8 @@ class TrainingBar(TrainerCallback):  # type: ignore[misc]
     """The trainer's steps and loss on a rich bar; each epoch's validation figures printed under it.
     :attr:`track` puts the validation's own progress on the same display."""
 
-    def __init__(self) -> None:
-        self.progress = make_bar(label="[bold]training[/] {task.description}")
+    def __init__(self, label: str = "") -> None:
+        self.progress = make_bar(label=f"[bold]training{' ' + label if label else ''}[/] {{task.description}}")
         self.track = tracker(self.progress)
         self.task: Any = None
 
