@@ -113,11 +113,16 @@ class EpochKeeper(TrainerCallback):  # type: ignore[misc]
         epoch, figures, _ = self.epochs[-1]
         figures.update({k.removeprefix("eval_val_"): float(v) for k, v in metrics.items()
                         if k.startswith("eval_val_")})
-        score = float(metrics[PRIMARY])
-        if self._best is None or score > self._best:
-            self._best, self.best_epoch = score, epoch
-            if self.snapshot:
-                self._state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        self._keep(epoch, float(metrics[PRIMARY]))
+
+    def _keep(self, epoch: int, score: float) -> bool:
+        """Make ``epoch`` the best (with ``snapshot``: copy its weights) when ``score`` beats the best so far."""
+        if self._best is not None and score <= self._best:
+            return False
+        self._best, self.best_epoch = score, epoch
+        if self.snapshot:
+            self._state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+        return True
 
     def restore(self) -> None:
         if self._state is not None:
