@@ -103,7 +103,8 @@ def build(es: Any, settings: Any, n: int, syn: Synthetic, batch: int) -> tuple[n
     from hybridsearch.indices import ensure_index
 
     for name in (f"{settings.index.prefix}-chunks*", settings.index.ingest_runs, settings.index.query_log):
-        es.indices.delete(index=name, expand_wildcards="all")
+        if "*" in name or es.indices.exists(index=name):  # a missing concrete name is a 404
+            es.indices.delete(index=name, expand_wildcards="all")
     index = ensure_index(es, settings)
     es.indices.put_settings(index=index, settings={"index.refresh_interval": "30s"})
     stored = np.empty((n, DIMS), dtype=np.float32)

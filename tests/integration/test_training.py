@@ -4,6 +4,7 @@ test's prefix, negatives are mined by our hybrid search, a tiny cross-encoder is
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 from hybridsearch.cli.main import main
 from hybridsearch.embedding import Embedder
 from hybridsearch.engine import EngineClient
+from hybridsearch.errors import IndexMismatch
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
 from hybridsearch.rerank.card import read_card
@@ -186,22 +188,25 @@ def test_train_embedder_trains_a_model_an_index_migrates_to_while_searches_run(
     assert abs(float(vec @ embedder.encode_query("what is known about asthma attacks?")) - 1) > 1e-6
     assert model_identity(trained) != model_identity(settings.embedding)
 
-    # roll the index over with `hsp index migrate --to-model DIR` while searches run on the old model
+    # roll the index over with `hsp index migrate --to-model DIR` while searches run on the old model: they
+    # answer from the old index until the swap, and are refused (never answered from the new one) after it
     monkeypatch.setenv("HSP_ES_URL", settings.es.url)
     monkeypatch.setenv("HSP_INDEX__PREFIX", settings.index.prefix)
     errors: list[str] = []
-    answered = 0
+    answered_from: list[str] = []
     stop = threading.Event()
+    old_client = SearchClient(es, settings, embedder=embedder)
 
     def search_loop() -> None:
-        nonlocal answered
-        with SearchClient(es, settings, embedder=embedder) as client:
-            while not stop.is_set():
-                try:
-                    assert client.search("what is known about melanoma detection?", k=3, rerank=False).hits
-                    answered += 1
-                except Exception as exc:  # noqa: BLE001 - any error is what this test looks for
-                    errors.append(f"{type(exc).__name__}: {exc}")
+        while not stop.is_set():
+            try:
+                res = old_client.search("what is known about melanoma detection?", k=3, rerank=False)
+                assert res.hits
+                answered_from.append(res.index)
+            except IndexMismatch:
+                pass  # after the swap: the old model's vectors do not fit the new index
+            except Exception as exc:  # noqa: BLE001 - any other error is what this test looks for
+                errors.append(f"{type(exc).__name__}: {exc}")
 
     searcher = threading.Thread(target=search_loop, daemon=True)
     searcher.start()
@@ -210,7 +215,9 @@ def test_train_embedder_trains_a_model_an_index_migrates_to_while_searches_run(
     finally:
         stop.set()
         searcher.join(timeout=60)
-    assert errors == [] and answered > 0
+    assert errors == [] and answered_from and set(answered_from) == {settings.index.versioned(1)}
+    with pytest.raises(IndexMismatch, match=re.escape(out.name)), old_client:
+        old_client.search("what is known about melanoma detection?", k=3, rerank=False)
     assert f"HSP_EMBEDDING__MODEL={out}" in capsys.readouterr().out.replace("\n", "")  # rich wraps lines
     v2 = settings.index.versioned(2)
     assert index_meta(es, v2)["embedding_model"] == str(out)

@@ -23,7 +23,7 @@ import pytest
 
 from hybridsearch import AsyncSearchClient, SearchClient
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, Dialect
-from hybridsearch.errors import ClusterError, ClusterUnavailable, IndexNotFound, ModelError
+from hybridsearch.errors import ClusterError, ClusterUnavailable, IndexMismatch, IndexNotFound, ModelError
 from hybridsearch.mappings import load_template
 from hybridsearch.query.results import RerankOutcome, SearchResult
 from hybridsearch.settings import Settings, load_settings
@@ -355,3 +355,75 @@ def test_a_failing_embedding_raises_its_own_error(client: str, caplog: pytest.Lo
     with pytest.raises(ModelError, match="cannot load embedding model"):
         overlapped(es, Broken(), client)
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
+
+
+class MovingIndices(FakeIndices):
+    """An alias that a migration swaps from ``rec-chunks-v1`` to ``rec-chunks-v2`` (whose ``_meta`` names
+    ``model``) once ``move()`` is called; ``checked`` records every mapping read."""
+
+    def __init__(self, settings: Settings, model: str) -> None:
+        super().__init__(settings, ELASTICSEARCH)
+        self.current, self.checked = INDEX, []
+        self.moved_mappings = json.loads(json.dumps(self.mappings))
+        self.moved_mappings["_meta"]["embedding_model"] = model
+
+    def get_alias(self, name: str) -> dict[str, Any]:
+        return {self.current: {"aliases": {self.alias: {"is_write_index": True}}}}
+
+    def get_mapping(self, index: str) -> dict[str, Any]:
+        self.checked.append(index)
+        return {index: {"mappings": self.mappings if index == INDEX else self.moved_mappings}}
+
+
+class MovingES(FakeES):
+    """Answers as the index the alias points at now: every hit's ``_index`` is the current one."""
+
+    def __init__(self, settings: Settings, model: str) -> None:
+        super().__init__(settings, recording("hybrid"))
+        self.indices: MovingIndices = MovingIndices(settings, model)
+
+    def msearch(self, searches: list[dict[str, Any]]) -> dict[str, Any]:
+        answer = json.loads(json.dumps(super().msearch(searches)))
+        for r in answer["responses"]:
+            for hit in r.get("hits", {}).get("hits", []):
+                hit["_index"] = self.indices.current
+        return answer
+
+
+def test_a_swapped_alias_is_checked_at_once_not_after_the_cache_expires() -> None:
+    """A migration to another chunker keeps the model: the first search after the swap sees hits of
+    ``-v2``, checks that index at once and searches again as it wants (here: the same lines)."""
+    s = settings()
+    es = MovingES(s, s.embedding.model)
+    with SearchClient(es, s, embedder=FixedVectors()) as client:  # type: ignore[arg-type]
+        assert client.search("how do bees find food", rerank=False).index == INDEX
+        es.indices.current = "rec-chunks-v2"
+        sent = len(es.sent)
+        after = client.search("how do bees find food", rerank=False)
+        assert after.index == "rec-chunks-v2" and es.indices.checked == [INDEX, "rec-chunks-v2"]
+        assert len(es.sent) - sent == 4  # two lists, searched twice
+        assert [h.doc_id for h in after.hits] == ["d2", "d1", "d4", "d3"]
+        client.search("how do bees find food", rerank=False)
+        assert es.indices.checked == [INDEX, "rec-chunks-v2"]  # cached again
+
+
+def test_a_client_of_the_old_model_is_refused_right_after_a_model_migration() -> None:
+    """Old-model query vectors against the new model's index would be meaningless: refused on the first
+    search after the swap, by both clients (not up to 60 s later, when the cached check expires)."""
+    s = settings()
+    es = MovingES(s, "/models/trained-embedder")
+    with SearchClient(es, s, embedder=FixedVectors()) as client:  # type: ignore[arg-type]
+        client.search("how do bees find food", rerank=False)
+        es.indices.current = "rec-chunks-v2"
+        with pytest.raises(IndexMismatch, match="trained-embedder"):
+            client.search("how do bees find food", rerank=False)
+
+    async def run() -> None:
+        es.indices.current = INDEX
+        async with AsyncSearchClient(FakeAsyncES(es), s, embedder=FixedVectors()) as client:  # type: ignore[arg-type]
+            await client.search("how do bees find food", rerank=False)
+            es.indices.current = "rec-chunks-v2"
+            with pytest.raises(IndexMismatch, match="trained-embedder"):
+                await client.search("how do bees find food", rerank=False)
+
+    asyncio.run(run())

@@ -73,6 +73,11 @@ def check_response(resp: Mapping[str, Any], index: str) -> None:
     raise ClusterError(f"search on {index} failed with HTTP {status}: {reason}")
 
 
+def answered_by(responses: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The concrete indices whose chunks the ``_msearch`` answers hold (each hit's ``_index``)."""
+    return {hit["_index"] for r in responses for hit in r.get("hits", {}).get("hits", []) if "_index" in hit}
+
+
 def stage_list(resp: Mapping[str, Any], collapse: bool) -> list[tuple[str, float, dict[str, Any]]]:
     """``(key, score, hit)`` best first; with ``collapse`` only a document's best chunk is kept."""
     out: list[tuple[str, float, dict[str, Any]]] = []

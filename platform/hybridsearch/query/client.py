@@ -24,6 +24,7 @@ from hybridsearch.errors import HybridSearchError, RerankerError
 from hybridsearch.indices import check_mapping, get_aliases, section_words_of, single_target
 from hybridsearch.query.assemble import (
     Window,
+    answered_by,
     apply_rerank,
     build_result,
     check_response,
@@ -169,6 +170,15 @@ class _Core:
             return settings, reranker, None
         return (settings, *auto_reranker(settings))
 
+    def _moved(self, index: str, responses: list[dict[str, Any]]) -> bool:
+        """Whether the answers came from another index than ``index``, the one checked: the alias moved (a
+        migration or rollback swapped it) since. The cached check is dropped, so the next ``index()`` checks
+        the new index at once (IndexMismatch for a client of the old model) instead of within 60 s."""
+        if not answered_by(responses) - {index}:
+            return False
+        self._index = None
+        return True
+
     def _fuse(self, names: list[str], responses: list[dict[str, Any]]) -> tuple[Window, float]:
         """The fused window of one ``_msearch`` answer (failed items raise) and the milliseconds it took."""
         t0 = time.perf_counter()
@@ -231,10 +241,12 @@ class SearchClient(_Core):
             mappings = self.es.indices.get_mapping(index=index)
         return self._checked_index(index, mappings, self.es.dialect)
 
-    def _window(self, p: Plan, t: Timings) -> tuple[str, Window, float]:
+    def _window(self, p: Plan, t: Timings, retry: bool = True) -> tuple[str, Window, float]:
         index = self.index()
         responses = send(self.es, self._io, p, t, self._lines(p, self.es.dialect), self._encode,
                          f"search {self.settings.index.alias}", self.query.hybrid_overlap)
+        if self._moved(index, responses) and retry:  # searched as the old index wants: check the new one, again
+            return self._window(p, t, retry=False)
         window, fuse_ms = self._fuse(list_names(p), responses)
         t0 = time.perf_counter()
         self._rerank(p, window)
@@ -351,10 +363,12 @@ class AsyncSearchClient(_Core):
             mappings = await self.es.indices.get_mapping(index=index)
         return self._checked_index(index, mappings, self.es.dialect)
 
-    async def _window(self, p: Plan, t: Timings) -> tuple[str, Window, float]:
+    async def _window(self, p: Plan, t: Timings, retry: bool = True) -> tuple[str, Window, float]:
         index = await self.index()
         responses = await send_async(self.es, p, t, self._lines(p, self.es.dialect), self._encode,
                                      f"search {self.settings.index.alias}", self.query.hybrid_overlap)
+        if self._moved(index, responses) and retry:  # see SearchClient._window
+            return await self._window(p, t, retry=False)
         window, fuse_ms = self._fuse(list_names(p), responses)
         t0 = time.perf_counter()
         await self._rerank(p, window)
