@@ -427,3 +427,22 @@ def test_a_client_of_the_old_model_is_refused_right_after_a_model_migration() ->
                 await client.search("how do bees find food", rerank=False)
 
     asyncio.run(run())
+
+
+def test_a_failed_list_after_a_swap_to_other_dims_says_what_changed() -> None:
+    """A new model of other dimensions fails the old client's kNN list (a failed item) and BM25 finds nothing,
+    so no hit shows the swap: the client checks the alias at once and reports the mismatch, not the engine's
+    failure."""
+    s = settings()
+    es = MovingES(s, "/models/wider-embedder")
+    es.indices.moved_mappings["properties"]["embedding"]["dims"] = 768
+    with SearchClient(es, s, embedder=FixedVectors()) as client:  # type: ignore[arg-type]
+        client.search("how do bees find food", rerank=False)
+        failed = recording("knn_failed")
+        failed["responses"][0]["hits"]["hits"] = []
+        es.indices.current, es.answer = "rec-chunks-v2", failed
+        with pytest.raises(IndexMismatch, match="wider-embedder"):
+            client.search("how do bees find food", rerank=False)
+        es.indices.current = INDEX  # rolled back: the same failure is the engine's error again
+        with pytest.raises(ClusterError, match="HTTP 500"):
+            client.search("how do bees find food", rerank=False)

@@ -247,7 +247,13 @@ class SearchClient(_Core):
                          f"search {self.settings.index.alias}", self.query.hybrid_overlap)
         if self._moved(index, responses) and retry:  # searched as the old index wants: check the new one, again
             return self._window(p, t, retry=False)
-        window, fuse_ms = self._fuse(list_names(p), responses)
+        try:
+            window, fuse_ms = self._fuse(list_names(p), responses)
+        except HybridSearchError:  # a failed list: if the alias moved, say what changed (IndexMismatch) or retry
+            self._index = None
+            if retry and self.index() != index:
+                return self._window(p, t, retry=False)
+            raise
         t0 = time.perf_counter()
         self._rerank(p, window)
         t.rerank_ms = _ms(t0)
@@ -369,7 +375,13 @@ class AsyncSearchClient(_Core):
                                      f"search {self.settings.index.alias}", self.query.hybrid_overlap)
         if self._moved(index, responses) and retry:  # see SearchClient._window
             return await self._window(p, t, retry=False)
-        window, fuse_ms = self._fuse(list_names(p), responses)
+        try:
+            window, fuse_ms = self._fuse(list_names(p), responses)
+        except HybridSearchError:
+            self._index = None
+            if retry and await self.index() != index:
+                return await self._window(p, t, retry=False)
+            raise
         t0 = time.perf_counter()
         await self._rerank(p, window)
         t.rerank_ms = _ms(t0)
