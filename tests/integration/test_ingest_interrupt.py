@@ -31,8 +31,11 @@ def test_ctrl_c_then_rerun_resumes(es: EngineClient, settings: Settings, embedde
     env = {**os.environ, "HSP_INDEX__PREFIX": settings.index.prefix, "HSP_ES_URL": settings.es.url,
            "HSP_INGEST__DEAD_LETTER_DIR": str(tmp_path / "dl"), "HSP_EMBEDDING__BATCH_SIZE": "4",
            "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", "from hybridsearch.cli.main import entry; entry()", "ingest",
-                             str(corpus), "--no-progress"],
+    # Ctrl-C raises KeyboardInterrupt even where this test itself runs with SIGINT ignored (a shell's background
+    # job, e.g. `.ci/run &`), which a child would inherit, never seeing the signal
+    child = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); " \
+            "from hybridsearch.cli.main import entry; entry()"
+    proc = subprocess.Popen([sys.executable, "-c", child, "ingest", str(corpus), "--no-progress"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     alias = settings.index.alias
     deadline = time.monotonic() + 300
@@ -105,8 +108,11 @@ def _start_and_kill(es: EngineClient, settings: Settings, embedder: Embedder, en
     assert len(expected) == KILL_DOCS and min(expected.values()) > 40
     full_env = {**os.environ, **env, "HSP_INDEX__PREFIX": settings.index.prefix, "HSP_ES_URL": settings.es.url,
                 "HSP_INGEST__DEAD_LETTER_DIR": str(tmp_path / "dl"), "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.Popen([sys.executable, "-c", "from hybridsearch.cli.main import entry; entry()", "ingest",
-                             str(corpus), "--no-progress"],
+    # Ctrl-C raises KeyboardInterrupt even where this test itself runs with SIGINT ignored (a shell's background
+    # job, e.g. `.ci/run &`), which a child would inherit, never seeing the signal
+    child = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); " \
+            "from hybridsearch.cli.main import entry; entry()"
+    proc = subprocess.Popen([sys.executable, "-c", child, "ingest", str(corpus), "--no-progress"],
                             env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     index = settings.index.versioned(1)
     deadline = time.monotonic() + 300
