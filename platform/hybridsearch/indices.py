@@ -26,8 +26,9 @@ CHECKED_META = ("embedding_model", "embedding_dims")
 # differently.
 CHECKED_VECTOR = ("dims", "similarity")
 # Chunk fields added after indices were first built: an index without them is still served (reads treat
-# the missing field as absent) and ``ensure_chunk_fields`` adds them before an ingest writes.
-ADDABLE_FIELDS = ("pending_run", "section_title", "section_text")
+# the missing field as absent) and ``ensure_chunk_fields`` adds them before an ingest writes. ``section_all`` is
+# only searched where both section fields copy into it (``query.build.has_joined_field``).
+ADDABLE_FIELDS = ("pending_run", "section_title", "section_text", "section_all")
 
 Difference = tuple[str, object, object]  # (field, expected, actual); actual None = the index lacks it
 
@@ -241,9 +242,13 @@ def ensure_index(es: EngineClient, settings: Settings, version: int | None = Non
     aliases = get_aliases(es, alias)
     current = [single_target(alias, aliases)] if aliases else []
     name = current[0] if current and version is None else settings.index.versioned(version)
+    extra = es.engine.chunk_index_settings
     with engine_errors(f"create index {name}"):
         if not es.indices.exists(index=name):
-            create_index(es, name, index_body("chunks", with_analyzer(es, settings), es.dialect))
+            body = index_body("chunks", with_analyzer(es, settings), es.dialect)
+            create_index(es, name, {**body, "settings": {**body.get("settings", {}), **extra}})
+        else:
+            ensure_index_settings(es, name, extra)
     mapping = index_mapping(es, name)
     check_mapping(name, mapping, settings, es.dialect)
     missing = {f: spec for f, spec in index_body("chunks", settings, es.dialect)["mappings"]["properties"].items()
@@ -256,6 +261,17 @@ def ensure_index(es: EngineClient, settings: Settings, version: int | None = Non
         with engine_errors(f"point alias {alias} at {name}"):
             es.indices.update_aliases(actions=[{"add": {"index": name, "alias": alias, "is_write_index": True}}])
     return name
+
+
+def ensure_index_settings(es: EngineClient, index: str, wanted: Mapping[str, Any]) -> None:
+    """Put the dynamic ``wanted`` settings (flat names) that ``index`` lacks or holds otherwise. Call inside
+    ``engine_errors``."""
+    if not wanted:
+        return
+    have = es.indices.get_settings(index=index, flat_settings=True).get(index, {}).get("settings", {})
+    differ = {k: v for k, v in wanted.items() if str(have.get(k)) != str(v)}
+    if differ:
+        es.indices.put_settings(index=index, settings=differ)
 
 
 def swap_alias(es: EngineClient, alias: str, new_index: str) -> list[str]:

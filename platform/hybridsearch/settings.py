@@ -138,6 +138,11 @@ class IngestSettings(BaseModel):
     bulk_initial_backoff: float = Field(0.5, gt=0)
     bulk_max_backoff: float = Field(30.0, gt=0)
     queue_size: int = Field(8, ge=1, description="batches buffered between pipeline stages")
+    merge_deleted: bool = Field(True, description="after a run, merge the deleted chunk copies out of the index "
+                                "(each new chunk is written staged, then again visible) when there are many")
+    merge_min_deleted: int = Field(1000, ge=1, description="fewer deleted copies than this are left to the engine")
+    merge_wait_s: float = Field(120.0, gt=0, description="longest wait for the engine to release the copies (it "
+                                "keeps them about 30 s) and merge them out")
     dead_letter_dir: Path = Path("dead-letter")
 
 
@@ -163,6 +168,10 @@ class QuerySettings(BaseModel):
     bm25_unit: Literal["auto", "chunk"] = Field(
         "auto", description="auto: BM25 over the index's unit (sections where the index has them and results are "
         "collapsed per document); chunk: BM25 over chunks")
+    bm25_fields: Literal["auto", "separate"] = Field(
+        "auto", description="over sections: auto = a section's title and text scored as one field where the index "
+        "has it (section_all; better on SciFact train and about 1 ms faster, docs/evaluation.md); separate = "
+        "multi_match over title and text (title_boost, tie_breaker)")
     knn_overfetch: float = Field(2.0, ge=1.0, le=10.0, description="with collapse, kNN gathers knn_k × this many "
                                  "nearest chunks so that about knn_k distinct documents remain")
     hybrid_overlap: bool = Field(True, description="hybrid sends its BM25 search at once and its kNN search when "

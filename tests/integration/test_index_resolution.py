@@ -11,7 +11,7 @@ from hybridsearch import lifecycle
 from hybridsearch.embedding import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import AliasConflict, IndexMismatch
-from hybridsearch.indices import alias_targets, resolve_index, with_analyzer
+from hybridsearch.indices import alias_targets, ensure_index, resolve_index, with_analyzer
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
 from hybridsearch.mappings import load_template
@@ -105,3 +105,20 @@ def test_other_similarity_is_a_mismatch(es: EngineClient, settings: Settings, em
     with pytest.raises(IndexMismatch) as caught:
         resolve_index(es, settings)
     assert caught.value.differences == (("embedding.similarity", "cosine", "dot_product"),)
+
+
+def test_chunk_indices_get_the_engines_filtered_knn_setting_when_made_and_when_found_without_it(
+    es: EngineClient, settings: Settings
+) -> None:
+    want = es.engine.chunk_index_settings
+    if not want:
+        pytest.skip(f"{es.engine.name} has no ACORN filtered kNN: nothing to set")
+
+    def have(name: str) -> dict[str, Any]:
+        flat: dict[str, Any] = es.indices.get_settings(index=name, flat_settings=True)[name]["settings"]
+        return {k: flat.get(k) for k in want}
+
+    name = ensure_index(es, settings)
+    assert have(name) == want
+    es.indices.put_settings(index=name, settings={k: "acorn" for k in want})  # an index made before the change
+    assert ensure_index(es, settings) == name and have(name) == want

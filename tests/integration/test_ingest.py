@@ -191,3 +191,24 @@ def test_cli_ingest_twice_and_delete(es: EngineClient, settings: Settings, tmp_p
     assert "deleted 2 chunks" in capsys.readouterr().out
     assert main(["ingest", str(path), "--shard", "3/2"]) == 2
     assert es.count(index=settings.index.alias)["count"] == 1
+
+
+def _deleted(es: EngineClient, index: str) -> int:
+    es.indices.refresh(index=index)
+    return int(es.indices.stats(index=index, metric="docs")["_all"]["primaries"]["docs"]["deleted"])
+
+
+def test_a_run_merges_away_the_copies_its_staging_deleted(es: EngineClient, settings: Settings,
+                                                          embedder: Embedder) -> None:
+    kept = settings.model_copy(update={"ingest": settings.ingest.model_copy(update={"merge_deleted": False})})
+    first = run_ingest(corpus(6), kept, es=es, embedder=embedder)
+    assert first.merge_seconds is None and _deleted(es, first.index) >= 6  # each staged copy, deleted by its flip
+    changed = [Document.make(d.doc_id, d.text + " Revised.", title=d.title) for d in corpus(3)]
+    few = settings.model_copy(update={"ingest": settings.ingest.model_copy(update={"merge_min_deleted": 1})})
+    second = run_ingest(changed, few, es=es, embedder=embedder)
+    assert second.updated + second.indexed >= 3 and second.merge_seconds is not None
+    assert _deleted(es, second.index) == 0
+    assert len({c["doc_id"] for c in chunks_of(es, settings)}) == 6  # nothing visible was lost by the merge
+    assert run_ingest(changed, few, es=es, embedder=embedder).merge_seconds is None  # nothing written
+    third = run_ingest(corpus(8), settings, es=es, embedder=embedder)  # 2 new documents: too few copies to merge
+    assert third.indexed and third.merge_seconds is None and _deleted(es, third.index) > 0

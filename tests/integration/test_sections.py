@@ -56,6 +56,13 @@ def test_bm25_scores_sections_and_a_document_is_found_by_words_in_different_chun
         hit = next(h for h in client.search("zygomorphic quokka", mode="hybrid", rerank=False).hits
                    if h.doc_id == "long")
         assert hit.bm25 is not None and hit.text  # shown with a chunk's text, not the section's
+        # a section's title and text are one field: a word of the title and a word of the text match together
+        assert [h.doc_id for h in client.search("captions orchid", mode="bm25", rerank=False).hits] == ["short"]
+    separate = both.model_copy(update={"query": both.query.model_copy(update={"bm25_fields": "separate"})})
+    with SearchClient(es, separate, embedder=embedder) as client:  # best_fields: every word in one field
+        assert client.search("captions orchid", mode="bm25", rerank=False).hits == []
+        assert {h.doc_id for h in client.search("zygomorphic quokka", mode="bm25", rerank=False).hits} == {
+            "short", "long"}
     chunked = both.model_copy(update={"query": both.query.model_copy(update={"bm25_unit": "chunk"})})
     with SearchClient(es, chunked, embedder=embedder) as client:
         assert [h.doc_id for h in client.search("zygomorphic quokka", mode="bm25", rerank=False).hits] == ["short"]

@@ -110,3 +110,34 @@ def test_opensearch_refuses_api_keys(fake_es: Canned) -> None:
     es = connect(ClusterSettings(url=fake_es.url, api_key="aWQ6a2V5"))
     with pytest.raises(ConfigError, match="OpenSearch has no API keys"):
         es.indices.exists(index="x")
+
+
+def test_filtered_knn_explores_the_graph_without_acorn_where_elasticsearch_has_acorn() -> None:
+    fanout = {"index.dense_vector.hnsw_filter_heuristic": "fanout"}
+    assert EngineInfo("elasticsearch", "9.3.2").chunk_index_settings == fanout
+    assert EngineInfo("elasticsearch", "9.1.0").chunk_index_settings == fanout
+    for older in (EngineInfo("elasticsearch", "9.0.4"), EngineInfo("elasticsearch", "8.19.8"),
+                  EngineInfo("opensearch", "3.5.0"), EngineInfo("elasticsearch", None, detected=False)):
+        assert older.chunk_index_settings == {}  # the setting is unknown there: creating the index would fail
+
+
+def test_msearch_and_bulk_bodies_are_written_with_orjson_numpy_vectors_included() -> None:
+    import json
+
+    import numpy as np
+    import orjson
+
+    from hybridsearch.engine.connect import SERIALIZERS, es_client
+
+    vector = np.array([0.5, -0.25, 1e-8], dtype=np.float32)
+    lines = SERIALIZERS["application/x-ndjson"].dumps([{"index": "a"}, {"knn": {"query_vector": vector}},
+                                                       {"v": list(vector)}])
+    assert [json.loads(x) for x in lines.splitlines()] == [
+        {"index": "a"}, {"knn": {"query_vector": [0.5, -0.25, 1e-8]}}, {"v": [0.5, -0.25, 1e-8]}]
+    client = es_client(ClusterSettings(url="http://127.0.0.1:1"))
+    serializers = client.transport.serializers.serializers
+    for mimetype in ("application/json", "application/x-ndjson", "application/vnd.elasticsearch+json",
+                     "application/vnd.elasticsearch+x-ndjson"):  # Elasticsearch 9 answers with the latter
+        assert serializers[mimetype].json_dumps({"a": vector}) == orjson.dumps({"a": vector},
+                                                                               option=orjson.OPT_SERIALIZE_NUMPY)
+    client.close()

@@ -8,7 +8,16 @@ import pytest
 
 from hybridsearch.errors import ClusterError, IndexNotFound, QueryError, RerankerError
 from hybridsearch.query.assemble import apply_rerank, build_result, check_response, fuse_window, log_doc, query_hash
-from hybridsearch.query.build import bm25_on_sections, clean_query, plan, searches
+from hybridsearch.query.build import (
+    JOINED_FIELD,
+    Bm25Scope,
+    bm25_on_sections,
+    bm25_scope,
+    clean_query,
+    has_joined_field,
+    plan,
+    searches,
+)
 from hybridsearch.query.fusion import Fusion, fusion_for
 from hybridsearch.query.results import RerankOutcome, Timings
 from hybridsearch.settings import Settings, load_settings
@@ -214,10 +223,40 @@ def test_client_refuses_bad_input_without_touching_the_cluster() -> None:
 def test_bm25_scores_sections_only_where_the_index_has_them_and_results_are_per_document(settings: Settings) -> None:
     q, alias = settings.query, settings.index.alias
     p = plan(q, None, "x", mode="bm25")
-    fields = searches(q, alias, p, None, sections=True)[1][1]["query"]["bool"]["must"][0]["multi_match"]["fields"]
+    fields = searches(q, alias, p, None, scope=Bm25Scope(sections=True))[1][1]["query"]["bool"]["must"][0][
+        "multi_match"]["fields"]
     assert fields == ["section_title^1", "section_text"]
     fields = searches(q, alias, p, None)[1][1]["query"]["bool"]["must"][0]["multi_match"]["fields"]
     assert fields == ["title^1", "text"]
     assert bm25_on_sections(q, 1000) and not bm25_on_sections(q, None)
     assert not bm25_on_sections(q.model_copy(update={"collapse": False}), 1000)  # chunk results: chunk BM25
     assert not bm25_on_sections(q.model_copy(update={"bm25_unit": "chunk"}), 1000)
+
+
+JOINED = {"section_title": {"type": "text", "copy_to": ["section_all"]},
+          "section_text": {"type": "text", "copy_to": ["section_all"]}, "section_all": {"type": "text"}}
+
+
+def test_bm25_scores_title_and_text_as_one_field_only_where_both_copy_into_it(settings: Settings) -> None:
+    q = settings.query
+    assert has_joined_field(JOINED)
+    # an index built before the field, or one that got the field added later (its documents never copied into it)
+    assert not has_joined_field({k: v for k, v in JOINED.items() if k != "section_all"})
+    assert not has_joined_field({**JOINED, "section_text": {"type": "text"}})
+    assert not has_joined_field({})
+    assert has_joined_field({**JOINED, "section_title": {"type": "text", "copy_to": "section_all"}})  # one name
+    assert bm25_scope(q, 500, JOINED) == Bm25Scope(sections=True, joined=True)
+    assert bm25_scope(q, 500, {}) == Bm25Scope(sections=True, joined=False)
+    assert bm25_scope(q, None, JOINED) == Bm25Scope()  # no sections: chunk fields, never joined
+    separate = q.model_copy(update={"bm25_fields": "separate"})
+    assert bm25_scope(separate, 500, JOINED) == Bm25Scope(sections=True, joined=False)
+
+
+def test_the_joined_scope_sends_one_match_with_the_operator_and_the_filters(settings: Settings) -> None:
+    q = settings.query.model_copy(update={"operator": "and"})
+    p = plan(q, "team-a", "bees find food", mode="bm25", filters={"source": "wiki"})
+    body = searches(q, settings.index.alias, p, None, scope=Bm25Scope(sections=True, joined=True))[1][1]
+    assert body["query"]["bool"]["must"] == [{"match": {JOINED_FIELD: {"query": "bees find food", "operator": "and"}}}]
+    separate = searches(q, settings.index.alias, p, None, scope=Bm25Scope(sections=True))[1][1]
+    assert body["query"]["bool"]["filter"] == separate["query"]["bool"]["filter"]
+    assert "team-a" in str(body["query"]["bool"]["filter"])  # the tenant filter too

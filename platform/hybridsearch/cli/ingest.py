@@ -88,6 +88,8 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
     table.add_row(docs, chunks)
     console.print(table)
     console.print(f"{result.seconds:.1f} s · {result.chunks_per_second:,.1f} chunks/s · chunker {result.chunker}")
+    if result.merge_seconds is not None:
+        console.print(f"deleted chunk copies merged out of {result.index} in {result.merge_seconds:.1f} s")
     if result.changed_nothing:
         console.print(styled(("Nothing changed:", "green"), " every document was already indexed."))
     if result.dead_letter_path:

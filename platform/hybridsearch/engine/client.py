@@ -213,6 +213,10 @@ class _Indices(_Namespace):
     def put_settings(self, *, index: str, settings: Json) -> None:
         self._c.raw.indices.put_settings(index=index, body=settings)
 
+    def get_settings(self, *, index: str, flat_settings: bool = False) -> Json:
+        resp: Json = _plain(self._c.raw.indices.get_settings(index=index, flat_settings=flat_settings))
+        return resp
+
     def get_index_template(self, *, name: str | None = None) -> Json:
         """Composable index templates (``name`` may be a pattern; ``{"index_templates": []}`` when none)."""
         try:
@@ -274,9 +278,20 @@ class _Indices(_Namespace):
             index=index, metric=metric, **self._c._q(include_segment_file_sizes=include_segment_file_sizes)))
         return resp
 
-    def forcemerge(self, *, index: str, max_num_segments: int | None = None) -> None:
-        """``POST <index>/_forcemerge`` and wait for it (give the client a long ``request_timeout``)."""
-        self._c.raw.indices.forcemerge(index=index, **self._c._q(max_num_segments=max_num_segments))
+    def forcemerge(self, *, index: str, max_num_segments: int | None = None, only_expunge_deletes: bool | None = None,
+                   wait_s: float | None = None) -> None:
+        """``POST <index>/_forcemerge`` and wait for it: up to ``wait_s`` seconds when given, else the client's
+        ``request_timeout`` (the merge goes on in the engine when the wait ends)."""
+        params = self._c._q(max_num_segments=max_num_segments, only_expunge_deletes=only_expunge_deletes)
+        if wait_s is None:
+            self._c.raw.indices.forcemerge(index=index, **params)
+        elif self._c.engine.kind == "opensearch":
+            self._c.raw.indices.forcemerge(index=index, params={**params.get("params", {}), "request_timeout": wait_s})
+        else:
+            self._c.raw.options(request_timeout=wait_s, max_retries=0).indices.forcemerge(index=index, **params)
+
+    def flush(self, *, index: str) -> None:
+        self._c.raw.indices.flush(index=index)
 
     def disk_usage(self, *, index: str) -> Json | None:
         """Bytes per field and data structure (Elasticsearch's ``_disk_usage?run_expensive_tasks=true``, which reads

@@ -39,9 +39,11 @@ from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, r
 from hybridsearch.ingest.stage import EmbedWriter
 from hybridsearch.ingest.state import DONE, Batch, RunState, WorkDoc
 from hybridsearch.ingest.writer import WriteReport
-from hybridsearch.settings import EmbeddingSettings, Settings
+from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
 
 log = logging.getLogger(__name__)
+#: seconds between merge attempts while the engine still keeps deleted copies (:func:`merge_deleted`)
+MERGE_POLL_S = 5.0
 
 Input = str | Path | Iterable[Document | SourceFailure]
 
@@ -147,12 +149,54 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
         _refresh(es, index)
     except HybridSearchError as exc:
         log.warning("could not refresh %s: %s", index, exc)
+    if run.error is None and settings.ingest.merge_deleted and result.indexed + result.updated + result.deleted:
+        result.merge_seconds = merge_deleted(es, index, settings.ingest)
     record.finish()
     if run.error is not None:
         if isinstance(run.error, HybridSearchError):
             raise run.error
         raise ClusterError(f"ingest failed: {run.error!r}") from run.error
     return result
+
+
+def merge_deleted(es: EngineClient, index: str, cfg: IngestSettings) -> float | None:
+    """Merge the deleted chunk copies out of ``index`` when there are at least ``cfg.merge_min_deleted``; the
+    seconds it took, or None when not needed, interrupted, failed or still unfinished after ``cfg.merge_wait_s``
+    (logged; the engine's own merges drop them some day).
+
+    Every chunk a run writes leaves a deleted copy (written staged, then again visible: :mod:`.commit`), so a
+    freshly built index is half deleted documents, and the engine does not merge them away by itself while the
+    index is idle. They cost disk (a SciFact index: 76 MB, 38 MB merged) and search time (same queries: BM25 p50
+    9.1 → 6.3 ms, dense 16.3 → 14.1 ms), and sent Elasticsearch's ACORN filtered kNN astray
+    (``EngineInfo.chunk_index_settings``). The engine keeps soft-deleted copies for about 30 s after they were
+    written (its retention leases renew on that schedule), so this flushes and merges until they are gone."""
+    t0 = time.perf_counter()
+    try:
+        with engine_errors(f"merge deleted chunk copies out of {index}"):
+            if _deleted_docs(es, index) < cfg.merge_min_deleted:
+                return None
+            while True:
+                es.indices.flush(index=index)
+                es.indices.forcemerge(index=index, only_expunge_deletes=True, wait_s=cfg.merge_wait_s)
+                left = _deleted_docs(es, index)
+                if left < cfg.merge_min_deleted:
+                    return round(time.perf_counter() - t0, 3)
+                if time.perf_counter() - t0 + MERGE_POLL_S > cfg.merge_wait_s:
+                    log.warning("%d deleted chunk copies stay in %s after %.0f s (the engine still keeps them); "
+                                "its merges drop them later", left, index, cfg.merge_wait_s)
+                    return None
+                time.sleep(MERGE_POLL_S)
+    except KeyboardInterrupt:
+        log.warning("merging deleted chunk copies out of %s was interrupted; the engine's merges drop them later",
+                    index)
+    except HybridSearchError as exc:
+        log.warning("deleted chunk copies stay in %s until the engine merges them: %s", index, exc)
+    return None
+
+
+def _deleted_docs(es: EngineClient, index: str) -> int:
+    es.indices.refresh(index=index)
+    return int(es.indices.stats(index=index, metric="docs")["_all"]["primaries"]["docs"].get("deleted", 0))
 
 
 def _refresh(es: EngineClient, index: str) -> None:

@@ -56,6 +56,7 @@ class IngestResult:
     seconds: float = 0.0
     chunks_per_second: float = 0.0
     embed_seconds: float = 0.0
+    merge_seconds: float | None = None  # merging the deleted staged copies away (None: not done, see pipeline)
     dead_letter_path: str | None = None
     started_at: str = ""
     ended_at: str = ""

@@ -110,11 +110,26 @@ def search_filters(p: Plan) -> list[dict[str, Any]]:
     return [*p.filters, visible_only()]
 
 
-def bm25_fields(q: QuerySettings, sections: bool) -> list[str]:
-    """The fields BM25 scores: the sections' title and text when ``sections`` (see :func:`bm25_on_sections`),
-    else each chunk's title and text; the title boosted by ``title_boost``."""
-    title, text = ("section_title", "section_text") if sections else ("title", "text")
-    return [f"{title}^{q.title_boost:g}", text]
+#: The field a section's title and text are copied into (``copy_to`` in the chunk template): BM25 scores them as
+#: one field, as Pyserini's one-field BEIR runs do.
+JOINED_FIELD = "section_all"
+
+
+@dataclass(frozen=True)
+class Bm25Scope:
+    """What the BM25 list scores on the searched index (:func:`bm25_scope`): ``sections`` (each section's
+    first chunk carries the section's title and text) and, over sections, ``joined`` (title and text as one
+    field, :data:`JOINED_FIELD`) or not (``multi_match`` over both, ``title_boost`` and ``tie_breaker``)."""
+
+    sections: bool = False
+    joined: bool = False
+
+    @property
+    def unit(self) -> str:
+        return "section" if self.sections else "chunk"
+
+
+CHUNKS = Bm25Scope()
 
 
 def bm25_on_sections(q: QuerySettings, section_words: int | None) -> bool:
@@ -123,12 +138,42 @@ def bm25_on_sections(q: QuerySettings, section_words: int | None) -> bool:
     return section_words is not None and q.collapse and q.bm25_unit == "auto"
 
 
-def bm25_body(q: QuerySettings, p: Plan, sections: bool = False) -> dict[str, Any]:
-    """``multi_match`` (best_fields, ``tie_breaker``) over :func:`bm25_fields`; filters (:func:`search_filters`)
-    in ``bool.filter``. With ``sections`` only the first chunk of each section matches, so the list ranks
-    sections (whole documents, unless long) and each hit stands for its document."""
-    match = {"multi_match": {"query": p.query, "fields": bm25_fields(q, sections),
-                             "type": "best_fields", "tie_breaker": q.tie_breaker, "operator": q.operator}}
+def has_joined_field(properties: Mapping[str, Any]) -> bool:
+    """Whether an index's mapping ``properties`` copy both section fields into :data:`JOINED_FIELD` (indices built
+    before it existed do not, and a field added later would hold nothing for the documents already written)."""
+    def copies(name: str) -> bool:
+        to = (properties.get(name) or {}).get("copy_to") or []
+        return JOINED_FIELD in ([to] if isinstance(to, str) else to)
+    return JOINED_FIELD in properties and copies("section_title") and copies("section_text")
+
+
+def bm25_scope(q: QuerySettings, section_words: int | None, properties: Mapping[str, Any]) -> Bm25Scope:
+    """The :class:`Bm25Scope` for an index with ``section_words`` (its ``_meta``) and mapping ``properties``:
+    sections per :func:`bm25_on_sections`; joined where the index has the field and ``bm25_fields`` is auto."""
+    sections = bm25_on_sections(q, section_words)
+    return Bm25Scope(sections, sections and q.bm25_fields == "auto" and has_joined_field(properties))
+
+
+def bm25_fields(q: QuerySettings, scope: Bm25Scope = CHUNKS) -> list[str]:
+    """The fields BM25 scores: :data:`JOINED_FIELD`, or the title (boosted by ``title_boost``) and text of the
+    sections or of each chunk."""
+    if scope.joined:
+        return [JOINED_FIELD]
+    title, text = ("section_title", "section_text") if scope.sections else ("title", "text")
+    return [f"{title}^{q.title_boost:g}", text]
+
+
+def bm25_body(q: QuerySettings, p: Plan, scope: Bm25Scope = CHUNKS) -> dict[str, Any]:
+    """A ``match`` on the joined field, else ``multi_match`` (best_fields, ``tie_breaker``) over
+    :func:`bm25_fields`; filters (:func:`search_filters`) in ``bool.filter``. Over sections only the first
+    chunk of each section matches, so the list ranks sections (whole documents, unless long) and each hit
+    stands for its document."""
+    match: dict[str, Any]
+    if scope.joined:
+        match = {"match": {JOINED_FIELD: {"query": p.query, "operator": q.operator}}}
+    else:
+        match = {"multi_match": {"query": p.query, "fields": bm25_fields(q, scope), "type": "best_fields",
+                                 "tie_breaker": q.tie_breaker, "operator": q.operator}}
     body = _common(q, q.bm25_k)
     body["query"] = {"bool": {"must": [match], "filter": search_filters(p)}}
     return body
@@ -149,13 +194,13 @@ def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float], dialect: Dialec
 
 
 def list_search(q: QuerySettings, alias: str, p: Plan, name: str, vector: Iterable[float] | None = None,
-                dialect: Dialect = ELASTICSEARCH, sections: bool = False) -> list[dict[str, Any]]:
+                dialect: Dialect = ELASTICSEARCH, scope: Bm25Scope = CHUNKS) -> list[dict[str, Any]]:
     """The ``_msearch`` header/body lines on ``alias`` of one list (``bm25``, ``knn``), or of ``all`` of ``p``'s
-    lists (:func:`list_names`) in one round trip; ``sections``: BM25 over sections (:func:`bm25_body`)."""
+    lists (:func:`list_names`) in one round trip; ``scope``: what BM25 scores (:func:`bm25_body`)."""
     if name == "all":
-        return [line for n in list_names(p) for line in list_search(q, alias, p, n, vector, dialect, sections)]
+        return [line for n in list_names(p) for line in list_search(q, alias, p, n, vector, dialect, scope)]
     if name == "bm25":
-        return [{"index": alias}, bm25_body(q, p, sections)]
+        return [{"index": alias}, bm25_body(q, p, scope)]
     if vector is None:
         raise QueryError(f"mode {p.mode} needs a query vector")
     return [{"index": alias}, knn_body(q, p, vector, dialect)]
@@ -167,7 +212,7 @@ def list_names(p: Plan) -> list[str]:
 
 
 def searches(q: QuerySettings, alias: str, p: Plan, vector: Iterable[float] | None,
-             dialect: Dialect = ELASTICSEARCH, sections: bool = False) -> tuple[list[str], list[dict[str, Any]]]:
+             dialect: Dialect = ELASTICSEARCH, scope: Bm25Scope = CHUNKS) -> tuple[list[str], list[dict[str, Any]]]:
     """Names of the lists (:func:`list_names`) and the ``_msearch`` header/body lines of all of them on ``alias``,
     in one round trip (a hybrid search sends the same lines as two requests: :mod:`.send`)."""
-    return list_names(p), list_search(q, alias, p, "all", vector, dialect, sections)
+    return list_names(p), list_search(q, alias, p, "all", vector, dialect, scope)

@@ -33,7 +33,7 @@ from hybridsearch.query.assemble import (
     passage_text,
     rerank_slice,
 )
-from hybridsearch.query.build import Plan, bm25_on_sections, list_names, list_search, plan
+from hybridsearch.query.build import CHUNKS, Plan, bm25_scope, list_names, list_search, plan
 from hybridsearch.query.filters import Filter
 from hybridsearch.query.fusion import Fusion, fusion_for
 from hybridsearch.query.querylog import QueryLogger
@@ -83,7 +83,7 @@ class _Core:
         self._embedder = embedder
         self._embed_lock = threading.Lock()
         self._index: str | None = None
-        self._sections = False  # BM25 over the index's sections (its _meta; set when the index is checked)
+        self._bm25 = CHUNKS  # what BM25 scores on the index (its _meta and mapping; set when the index is checked)
         self._fusion = Fusion()  # the index's fusion (fusion_for: settings, its calibration or the default)
         self._index_checked_at = 0.0
         self._no_reranker_reason = no_reranker_reason
@@ -109,7 +109,7 @@ class _Core:
         mapping = next(iter(mappings.values()))["mappings"]
         check_mapping(index, mapping, self.settings, dialect)
         meta = mapping.get("_meta") or {}
-        self._sections = bm25_on_sections(self.query, section_words_of(meta))
+        self._bm25 = bm25_scope(self.query, section_words_of(meta), mapping.get("properties") or {})
         self._fusion = fusion_for(self.query, meta)
         self._index, self._index_checked_at = index, time.monotonic()
         return index
@@ -201,7 +201,7 @@ class _Core:
     def _lines(self, p: Plan, dialect: Dialect) -> Lines:
         """``send``'s ``lines``: the ``_msearch`` lines of one list of ``p``, or of ``all`` of them."""
         return functools.partial(list_search, self.query, self.settings.index.alias, p, dialect=dialect,
-                                 sections=self._sections)
+                                 scope=self._bm25)
 
 
 class SearchClient(_Core):
@@ -297,7 +297,7 @@ class SearchClient(_Core):
         p = self._plan(query, k=1, mode=mode, filters=filters, rerank=rerank)
         index, window, _ = self._window(p, Timings())
         return why_report(Probes(self.es, self.settings.index.alias, self.query, self.settings.reranker.depth,
-                                 self._encode, self._sections), p, index, window, doc_id)
+                                 self._encode, self._bm25), p, index, window, doc_id)
 
     def warm_up(self, mode: Mode = "hybrid") -> None:
         """Load the embedding model (unless ``mode`` is bm25) and let the reranker score one pair, so that

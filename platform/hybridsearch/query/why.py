@@ -15,7 +15,7 @@ import numpy as np
 
 from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.query.assemble import Rank, Window, stage_score
-from hybridsearch.query.build import Plan, bm25_body, search_filters
+from hybridsearch.query.build import CHUNKS, Bm25Scope, Plan, bm25_body, search_filters
 from hybridsearch.query.results import WhyReport
 from hybridsearch.settings import QuerySettings
 
@@ -30,7 +30,7 @@ class Probes:
     query: QuerySettings
     rerank_depth: int
     encode: Callable[[str], np.ndarray]
-    sections: bool = False  # BM25 over sections (``build.bm25_on_sections``)
+    scope: Bm25Scope = CHUNKS  # what BM25 scores (``build.bm25_scope``)
 
 
 def _doc_filter(p: Plan, doc_id: str, with_filters: bool) -> dict[str, Any]:
@@ -85,7 +85,7 @@ def why_report(probes: Probes, p: Plan, index: str, window: Window, doc_id: str)
 
 
 def _probe_bm25(probes: Probes, p: Plan, doc_id: str, depth: int) -> str:
-    body = bm25_body(probes.query, p, probes.sections)
+    body = bm25_body(probes.query, p, probes.scope)
     match = body["query"]["bool"]["must"][0] if "bool" in body["query"] else body["query"]
     alias = probes.alias
     with engine_errors("BM25 probe"):
@@ -94,12 +94,12 @@ def _probe_bm25(probes: Probes, p: Plan, doc_id: str, depth: int) -> str:
                                query={"bool": {"must": [match], "filter": only_doc}})
         hits = res["hits"]["hits"]
         if not hits:
-            what = "section" if probes.sections else "chunk"
+            what = probes.scope.unit
             return f"BM25: no {what} of {doc_id} matches the query terms (operator {probes.query.operator})"
         score = float(hits[0]["_score"])
         query = {"bool": {"must": [match], "filter": search_filters(p)}}
         above = int(probes.es.count(index=alias, query=query, min_score=score)["count"])
-    what = "section" if probes.sections else "chunk"
+    what = probes.scope.unit
     return (f"BM25: best {what} score {score:.4f}, about {above} {what}s score as high or higher; "
             f"the list keeps {depth}")
 
