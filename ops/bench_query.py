@@ -15,7 +15,8 @@ time (torch, the ONNX Runtime fp32 encoder that ``HSP_EMBEDDING__QUERY_BACKEND=a
 comparison): p50/p95 and agreement with torch over every query of the split; then searches interleaved per
 query: hybrid as before (torch, one ``_msearch`` after embedding), hybrid with ONNX, hybrid with ONNX and BM25
 sent while embedding (the default), BM25, dense with each encoder, hybrid with int8: p50/p95, nDCG@10 and the
-hybrid p50 / BM25 p50 ratio at concurrency 1 (target ≤ 1.5).
+hybrid p50 / BM25 p50 ratio at concurrency 1 (target ≤ 1.5). ``--compare bm25_fields=auto,separate`` runs BM25
+and hybrid with each value of one query setting on the same index, interleaved per query.
 
     ops/bench_query.py --prefix scifact                   # the lead's SciFact index, all 300 queries
     ops/bench_query.py --prefix bench-small --build-subset 600 --queries 40 --sweep 50,100   # a small trial
@@ -320,6 +321,44 @@ def against(prefixes: tuple[str | None, str], col: Collection, embedder: Embedde
     return {"rows": rows, "p50_ratio": ratio}
 
 
+def compare(prefix: str | None, col: Collection, knob: str, embedder: Embedder, warmup: int, k: int
+            ) -> dict[str, Any]:
+    """BM25 and hybrid with each value of one query setting (``knob``: ``NAME=A,B``, e.g. ``bm25_fields=auto,
+    separate``) on the same index, interleaved per query with the order rotating: p50/p95 and nDCG@10."""
+    name, _, values = knob.removeprefix("query.").partition("=")
+    base = bench_settings(prefix)
+    variants = [(mode, v) for v in values.split(",") for mode in ("bm25", "hybrid")]
+    clients = {v: SearchClient(connect(base.es), base.model_copy(update={"query": type(base.query).model_validate(
+        {**base.query.model_dump(), name: v})}), embedder=embedder) for v in values.split(",")}
+    walls: dict[tuple[str, str], list[float]] = {x: [] for x in variants}
+    ranks: dict[tuple[str, str], dict[str, list[str]]] = {x: {} for x in variants}
+    queries = list(col.queries.items())
+    try:
+        for _, text in queries[:warmup]:
+            for mode, v in variants:
+                clients[v].search(text, k=k, mode=mode, rerank=False)  # type: ignore[arg-type]
+        for i, (qid, text) in enumerate(queries):
+            for mode, v in variants[i % len(variants):] + variants[: i % len(variants)]:
+                t0 = time.perf_counter()
+                res = clients[v].search(text, k=k, mode=mode, rerank=False)  # type: ignore[arg-type]
+                walls[(mode, v)].append((time.perf_counter() - t0) * 1000)
+                ranks[(mode, v)][qid] = [h.doc_id for h in res.hits]
+    finally:
+        for client in clients.values():
+            client.close()
+    table = Table(title=f"query.{name}: the same index, interleaved per query, concurrency 1, k={k}, ms")
+    for col_name in ("mode", name, "p50", "p95", "nDCG@10"):
+        table.add_column(col_name, justify="right")
+    rows = []
+    for mode, v in variants:
+        row = {"mode": mode, "value": v, "p50": pct(walls[(mode, v)], 50), "p95": pct(walls[(mode, v)], 95),
+               "ndcg@10": evaluate(col.qrels, ranks[(mode, v)], ("ndcg@10",))[0]["ndcg@10"]}
+        rows.append(row)
+        table.add_row(mode, v, f"{row['p50']:.2f}", f"{row['p95']:.2f}", f"{row['ndcg@10']:.4f}")
+    console.print(table)
+    return {"knob": name, "rows": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--prefix", help="index prefix (default: HSP_INDEX__PREFIX / settings)")
@@ -336,6 +375,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     ap.add_argument("--against", metavar="PREFIX", help="also run hybrid on PREFIX's index interleaved with this one "
                                                         "(e.g. the index before a change) and print the p50 ratio")
+    ap.add_argument("--compare", metavar="NAME=A,B", help="also run BM25 and hybrid with each value of one query "
+                    "setting on the same index, interleaved (e.g. bm25_fields=auto,separate)")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     col = load_collection(args.collection, args.split).limit(args.queries)
@@ -360,6 +401,8 @@ def main(argv: list[str] | None = None) -> int:
         figures["fast_path"] = fast_path(args.prefix, col, embedders, args.warmup, args.k)
     if args.against:
         figures["against"] = against((args.prefix, args.against), col, embedder, args.warmup, args.k)
+    if args.compare:
+        figures["compare"] = compare(args.prefix, col, args.compare, embedder, args.warmup, args.k)
     if args.sweep:
         figures["sweep"] = sweep(args.prefix, col, [int(d) for d in args.sweep.split(",")], embedder)
     if args.json:
