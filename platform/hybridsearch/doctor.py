@@ -269,6 +269,7 @@ def _check_live_index(es: EngineClient, settings: Settings, checks: list[Check])
         checks.append(Check("index", "vectors", "OK", f"{vec.dims} dims, {vec.similarity}, "
                                                       f"{vec.options.get('type', 'default')}"))
     checks += retrieval_checks(meta, settings.query)
+    checks += _check_segments(es, live, settings)
     checks.append(Check("index", "health", {"green": "OK", "yellow": "WARN"}.get(health, "FAIL"),  # type: ignore[arg-type]
                         f"{live} is {health}", None if health == "green" else "see `GET _cluster/allocation/explain`"))
     checks.append(Check("index", "chunks", "OK" if chunks else "WARN", f"{chunks:,} chunks in {live}",
@@ -277,6 +278,27 @@ def _check_live_index(es: EngineClient, settings: Settings, checks: list[Check])
         checks.append(Check("index", "pending", "WARN", f"{pending:,} chunks in {live} were written by runs that "
                             "did not finish and are not searchable", "re-run the same `hsp ingest` to finish "
                             "those documents (what was written is reused), or `hsp ingest delete DOC_ID`"))
+
+
+def _check_segments(es: EngineClient, live: str, settings: Settings) -> list[Check]:
+    """The filtered-kNN setting the engine needs (``EngineInfo.chunk_index_settings``) and the share of deleted
+    chunk copies (see ``ingest.pipeline.merge_deleted``): warnings only, the searches still work."""
+    want = es.engine.chunk_index_settings
+    with engine_errors(f"settings and stats of {live}"):
+        flat = es.indices.get_settings(index=live, flat_settings=True)[live]["settings"] if want else {}
+        docs = es.indices.stats(index=live, metric="docs")["_all"]["primaries"]["docs"]
+    checks = []
+    if missing := {k: v for k, v in want.items() if str(flat.get(k)) != v}:
+        setting = ", ".join(f"{k}: {v}" for k, v in missing.items())
+        checks.append(Check("index", "knn filter", "WARN", f"{live} lacks {setting}: filtered kNN may use ACORN, "
+                            "which misses most neighbours where many chunk copies are deleted",
+                            f"run `hsp ingest` once (it sets it) or PUT {live}/_settings {{\"{setting}\"}}"))
+    deleted, total = int(docs.get("deleted", 0)), int(docs.get("deleted", 0)) + int(docs.get("count", 0))
+    if deleted >= settings.ingest.merge_min_deleted and deleted > 0.2 * total:
+        checks.append(Check("index", "deleted", "WARN", f"{deleted:,} of {total:,} documents in {live} are deleted "
+                            "copies (disk, search time)", f"POST {live}/_flush, then POST {live}/_forcemerge"
+                            "?only_expunge_deletes=true (what `hsp ingest` does after a run)"))
+    return checks
 
 
 def retrieval_checks(meta: dict[str, Any], query: QuerySettings) -> list[Check]:
