@@ -141,8 +141,8 @@ class IngestSettings(BaseModel):
     merge_deleted: bool = Field(True, description="after a run, merge the deleted chunk copies out of the index "
                                 "(each new chunk is written staged, then again visible) when there are many")
     merge_min_deleted: int = Field(1000, ge=1, description="fewer deleted copies than this are left to the engine")
-    merge_wait_s: float = Field(120.0, gt=0, description="longest wait for the engine to release the copies (it "
-                                "keeps them about 30 s) and merge them out")
+    merge_wait_s: float = Field(45.0, gt=0, description="longest wait for the engine to release the deleted "
+                                "copies (about 25 s after the last write); copies another worker still writes stay")
     dead_letter_dir: Path = Path("dead-letter")
 
 

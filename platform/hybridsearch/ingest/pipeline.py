@@ -44,6 +44,8 @@ from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
 log = logging.getLogger(__name__)
 #: seconds between merge attempts while the engine still keeps deleted copies (:func:`merge_deleted`)
 MERGE_POLL_S = 5.0
+#: longest wait for one merge request (a big index's merge goes on in the engine after it)
+MERGE_REQUEST_S = 600.0
 
 Input = str | Path | Iterable[Document | SourceFailure]
 
@@ -177,7 +179,7 @@ def merge_deleted(es: EngineClient, index: str, cfg: IngestSettings) -> float | 
                 return None
             while True:
                 es.indices.flush(index=index)
-                es.indices.forcemerge(index=index, only_expunge_deletes=True, wait_s=cfg.merge_wait_s)
+                es.indices.forcemerge(index=index, only_expunge_deletes=True, wait_s=MERGE_REQUEST_S)
                 left = _deleted_docs(es, index)
                 if left < cfg.merge_min_deleted:
                     return round(time.perf_counter() - t0, 3)
