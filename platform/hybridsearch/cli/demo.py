@@ -59,7 +59,8 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
                       + (f"; dead letters: {result.dead_letter_path}" if result.dead_letter_path else ""))
     reranker, reason = auto_reranker(settings)
     queries = args.query or list(SAMPLE_QUERIES)
-    console.print(styled(("2/2", "bold"), f" {len(queries)} queries: BM25 sent at once, kNN once the query is embedded, RRF fusion"
+    console.print(styled(("2/2", "bold"), f" {len(queries)} queries: BM25 sent at once, kNN once the query is "
+                         "embedded, RRF fusion"
                          + (", cross-encoder rerank" if reranker and not args.no_rerank else "")))
     with SearchClient(es, settings, embedder=embedder, reranker=reranker, no_reranker_reason=reason) as client:
         shown: set[str] = set()
