@@ -232,8 +232,8 @@ def fast_path(prefix: str | None, col: Collection, embedders: dict[str, Embedder
         es.close()
     bm25_p50 = pct(stats["bm25"]["total"], 50)
     table = Table(title=f"fast path: searches interleaved per query, concurrency 1, k={k}, ms")
-    for c in ("variant", "embed p50", "search p50", "total p50", "total p95", "p50 / bm25 p50", "nDCG@10"):
-        table.add_column(c, justify="right")
+    for col_name in ("variant", "embed p50", "search p50", "total p50", "total p95", "p50 / bm25 p50", "nDCG@10"):
+        table.add_column(col_name, justify="right")
     out: dict[str, Any] = {"variants": {}}
     for v in labels:
         q = evaluate(col.qrels, ranks[v], ("ndcg@10",))[0]
