@@ -284,9 +284,12 @@ def _check_segments(es: EngineClient, live: str, settings: Settings) -> list[Che
     """The filtered-kNN setting the engine needs (``EngineInfo.chunk_index_settings``) and the share of deleted
     chunk copies (see ``ingest.pipeline.merge_deleted``): warnings only, the searches still work."""
     want = es.engine.chunk_index_settings
-    with engine_errors(f"settings and stats of {live}"):
-        flat = es.indices.get_settings(index=live, flat_settings=True)[live]["settings"] if want else {}
-        docs = es.indices.stats(index=live, metric="docs")["_all"]["primaries"]["docs"]
+    try:
+        with engine_errors(f"settings and stats of {live}"):
+            flat = es.indices.get_settings(index=live, flat_settings=True)[live]["settings"] if want else {}
+            docs = es.indices.stats(index=live, metric="docs")["_all"]["primaries"]["docs"]
+    except HybridSearchError as exc:  # credentials without indices monitor: the other checks still stand
+        return [Check("index", "segments", "WARN", f"cannot read {live}'s settings and stats: {exc.problem}", exc.fix)]
     checks = []
     if missing := {k: v for k, v in want.items() if str(flat.get(k)) != v}:
         setting = ", ".join(f"{k}: {v}" for k, v in missing.items())
