@@ -35,8 +35,9 @@ def chunk_names(settings: Settings) -> list[str]:
 
 
 def prefix_names(settings: Settings) -> list[str]:
-    """Everything the platform writes for a prefix: chunk indices and alias, the query log, ingest runs."""
-    return [*chunk_names(settings), settings.index.query_log, settings.index.ingest_runs]
+    """Everything the platform writes for a prefix: chunk indices and alias, the query log, ingest runs and
+    the ingest state."""
+    return [*chunk_names(settings), settings.index.query_log, settings.index.ingest_runs, settings.index.ingest_state]
 
 
 @dataclass(frozen=True)

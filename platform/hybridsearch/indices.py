@@ -65,7 +65,8 @@ def index_body(name: str, settings: Settings, dialect: Dialect = ELASTICSEARCH) 
 def ensure_log_index(es: EngineClient, settings: Settings, kind: str) -> str:
     """Create the query-log or ingest-runs index with its mappings, or bring an existing one's mappings up
     to date (new fields are added; a conflicting change raises ClusterError naming the index)."""
-    name = {"query_log": settings.index.query_log, "ingest_runs": settings.index.ingest_runs}[kind]
+    name = {"query_log": settings.index.query_log, "ingest_runs": settings.index.ingest_runs,
+            "ingest_state": settings.index.ingest_state}[kind]
     body = index_body(kind, settings, es.dialect)
     with engine_errors(f"create or update {name}"):
         if es.indices.exists(index=name):
@@ -88,8 +89,8 @@ def create_index(es: EngineClient, name: str, body: dict[str, Any]) -> bool:
 
 
 def ensure_log_indices(es: EngineClient, settings: Settings) -> None:
-    """:func:`ensure_log_index` for the query log and the ingest runs."""
-    for kind in ("query_log", "ingest_runs"):
+    """:func:`ensure_log_index` for the query log, the ingest runs and the ingest state."""
+    for kind in ("query_log", "ingest_runs", "ingest_state"):
         ensure_log_index(es, settings, kind)
 
 

@@ -22,7 +22,7 @@ from hybridsearch.errors import ConfigError
 from hybridsearch.settings import Settings
 
 _PLACEHOLDER = re.compile(r"\$\{([a-z0-9_.]+)\}")
-TEMPLATES = ("chunks", "query_log", "ingest_runs")
+TEMPLATES = ("chunks", "query_log", "ingest_runs", "ingest_state")
 
 
 def mappings_dir() -> Path:
@@ -61,6 +61,7 @@ def render_context(settings: Settings, dialect: Dialect = ELASTICSEARCH) -> dict
         "index.alias": settings.index.alias,
         "index.query_log": settings.index.query_log,
         "index.ingest_runs": settings.index.ingest_runs,
+        "index.ingest_state": settings.index.ingest_state,
     }
     for group in ("index", "embedding"):
         for key, value in getattr(settings, group).model_dump().items():

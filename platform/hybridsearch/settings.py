@@ -102,6 +102,12 @@ class IndexSettings(BaseModel):
     def ingest_runs(self) -> str:
         return f"{self.prefix}-ingest-runs"
 
+    @property
+    def ingest_state(self) -> str:
+        """The one-document index that says which documents are being written (hidden from every reader) and
+        which run holds the prefix's ingest lease: ``<prefix>-ingest-state`` (:mod:`hybridsearch.visibility`)."""
+        return f"{self.prefix}-ingest-state"
+
 
 class EmbeddingSettings(BaseModel):
     """The bi-encoder (``HSP_EMBEDDING__*``)."""
