@@ -18,6 +18,8 @@ can catch one type. Exceptions from the ``elasticsearch`` client are translated 
     │   └── AliasConflict      the read alias points at more than one index
     ├── ModelError             a model cannot be loaded or does not fit the index
     ├── IngestError            a document or run could not be ingested
+    │   ├── IngestLocked       another live run holds the prefix's ingest lease (exit code 6)
+    │   └── LeaseLost          this run's lease was taken over; it stopped writing
     └── RerankerError          the reranker failed, timed out or is unreachable
         └── RerankerModelError the cross-encoder cannot be loaded (also a ModelError: exit code 5)
 """
@@ -169,6 +171,25 @@ class ModelError(HybridSearchError):
 
 class IngestError(HybridSearchError):
     """A document or an ingest run could not be processed."""
+
+
+class IngestLocked(IngestError):
+    """Another live run holds the prefix's ingest lease (:mod:`hybridsearch.ingest.lease`) for documents this run
+    would write. ``holder`` is its run id; ``host``, ``pid``, ``shard`` (``i/N`` or None) and ``heartbeat_age_s``
+    say where it runs and when it was last seen."""
+
+    exit_code = 6
+
+    def __init__(self, problem: str, *, fix: str | None = None, holder: str, host: str | None, pid: int | None,
+                 shard: str | None, heartbeat_age_s: float) -> None:
+        super().__init__(problem, fix=fix)
+        self.holder, self.host, self.pid, self.shard = holder, host, pid, shard
+        self.heartbeat_age_s = heartbeat_age_s
+
+
+class LeaseLost(IngestError):
+    """This run's ingest lease was taken over (its heartbeat stopped for longer than the lease lasts): the run
+    stops writing at once; its unfinished documents stay hidden and the next run repairs them."""
 
 
 class RerankerError(HybridSearchError):

@@ -28,7 +28,7 @@ CHECKED_VECTOR = ("dims", "similarity")
 # Chunk fields added after indices were first built: an index without them is still served (reads treat
 # the missing field as absent) and ``ensure_chunk_fields`` adds them before an ingest writes. ``section_all`` is
 # only searched where both section fields copy into it (``query.build.has_joined_field``).
-ADDABLE_FIELDS = ("pending_run", "section_title", "section_text", "section_all")
+ADDABLE_FIELDS = ("pending_run", "section_title", "section_text", "section_all", "doc_chunks")
 
 Difference = tuple[str, object, object]  # (field, expected, actual); actual None = the index lacks it
 

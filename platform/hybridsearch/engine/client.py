@@ -30,7 +30,7 @@ from hybridsearch.engine.connect import (
     os_client,
 )
 from hybridsearch.engine.dialect import Dialect
-from hybridsearch.engine.errors import API_ERRORS, status_of
+from hybridsearch.engine.errors import API_ERRORS, error_type_of, status_of
 from hybridsearch.settings import ClusterSettings
 
 Json = dict[str, Any]
@@ -154,9 +154,24 @@ class EngineClient:
         resp: Json = _plain(self.raw.msearch(body=searches))
         return resp
 
-    def index(self, *, index: str, id: str, document: Mapping[str, Any], refresh: bool | str | None = None) -> Json:
-        resp: Json = _plain(self.raw.index(index=index, id=id, body=dict(document), **self._q(refresh=refresh)))
+    def index(self, *, index: str, id: str, document: Mapping[str, Any], refresh: bool | str | None = None,
+              if_seq_no: int | None = None, if_primary_term: int | None = None, op_type: str | None = None) -> Json:
+        """``PUT <index>/_doc/<id>``; with ``if_seq_no``/``if_primary_term`` (or ``op_type="create"``) only when the
+        document is still the one read (or absent): a 409 otherwise, read with :func:`status_of`."""
+        resp: Json = _plain(self.raw.index(index=index, id=id, body=dict(document), **self._q(
+            refresh=refresh, if_seq_no=if_seq_no, if_primary_term=if_primary_term, op_type=op_type)))
         return resp
+
+    def get(self, *, index: str, id: str) -> Json | None:
+        """``GET <index>/_doc/<id>`` (real time: ``_source``, ``_seq_no``, ``_primary_term``), or None when the
+        document is absent. A missing index raises as usual."""
+        try:
+            resp: Json = _plain(self.raw.get(index=index, id=id))
+        except API_ERRORS as exc:
+            if status_of(exc) == 404 and error_type_of(exc) in (None, ""):
+                return None
+            raise
+        return resp if resp.get("found") else None
 
     def update(self, *, index: str, id: str, doc: Mapping[str, Any], refresh: bool | str | None = None,
                retry_on_conflict: int | None = None) -> Json:

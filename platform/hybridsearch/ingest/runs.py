@@ -14,7 +14,7 @@ import logging
 import os
 import socket
 import threading
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -56,7 +56,9 @@ class IngestResult:
     seconds: float = 0.0
     chunks_per_second: float = 0.0
     embed_seconds: float = 0.0
-    merge_seconds: float | None = None  # merging the deleted staged copies away (None: not done, see pipeline)
+    repaired: int = 0  # documents a stopped run had left hidden, made whole and visible by this run
+    still_hidden: int = 0  # documents left hidden at the end (not whole: a failed chunk, an interrupted run)
+    took_over: list[str] = field(default_factory=list)  # runs that died holding the lease, taken over
     dead_letter_path: str | None = None
     started_at: str = ""
     ended_at: str = ""
@@ -68,7 +70,8 @@ class IngestResult:
 
     @property
     def changed_nothing(self) -> bool:
-        return self.indexed == self.updated == self.deleted == self.failed == self.documents_failed == 0
+        return (self.indexed == self.updated == self.deleted == self.failed == self.documents_failed
+                == self.repaired == 0)
 
     def summary_doc(self) -> dict[str, Any]:
         """The document stored in ``<prefix>-ingest-runs``."""
