@@ -144,11 +144,8 @@ class IngestSettings(BaseModel):
     bulk_initial_backoff: float = Field(0.5, gt=0)
     bulk_max_backoff: float = Field(30.0, gt=0)
     queue_size: int = Field(8, ge=1, description="batches buffered between pipeline stages")
-    merge_deleted: bool = Field(True, description="after a run, merge the deleted chunk copies out of the index "
-                                "(each new chunk is written staged, then again visible) when there are many")
-    merge_min_deleted: int = Field(1000, ge=1, description="fewer deleted copies than this are left to the engine")
-    merge_wait_s: float = Field(45.0, gt=0, description="longest wait for the engine to release the deleted "
-                                "copies (about 25 s after the last write); copies another worker still writes stay")
+    lease_wait_s: float = Field(0.0, ge=0, description="how long a run waits while another live run of the prefix "
+                                "holds the ingest lease for the same documents (0: refuse at once, naming it)")
     dead_letter_dir: Path = Path("dead-letter")
 
 
@@ -219,6 +216,15 @@ class RerankerSettings(BaseModel):
                                   "timeout)")
 
 
+class ModelsSettings(BaseModel):
+    """Where models come from (``HSP_MODELS__*``); see ``hsp models list`` and docs/models.md."""
+
+    allow_download: bool = Field(
+        False, description="let sentence-transformers download a model that is not on this machine from the Hugging "
+        "Face Hub; off: a model that is not a local folder, a fetched catalogue model (hsp models fetch NAME), the "
+        "packaged default or in the Hugging Face cache fails at once with one line saying how to get it")
+
+
 class Settings(BaseSettings):
     """Root of the settings tree; see the module docstring for where values come from."""
 
@@ -238,6 +244,7 @@ class Settings(BaseSettings):
     ingest: IngestSettings = IngestSettings()
     query: QuerySettings = QuerySettings()
     reranker: RerankerSettings = RerankerSettings()
+    models: ModelsSettings = ModelsSettings()
 
     @model_validator(mode="after")
     def _apply_shortcuts(self) -> Settings:

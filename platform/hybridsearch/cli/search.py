@@ -48,20 +48,28 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    """Run one search (or ``--why``) and print it. Raises QueryError, IndexNotFound, ClusterUnavailable.
+    """Run one search (or ``--why``) and print it. Raises QueryError, IndexNotFound, ClusterUnavailable,
+    AuthenticationFailed, ModelError.
 
-    The query, filters, k and page are checked before any model loads or request goes out.
+    The query, filters, k and page are checked before any request goes out; the cluster, the credentials and the
+    index before any model loads (a wrong password says so in about a second, not after loading models). Models
+    are never downloaded unless HSP_MODELS__ALLOW_DOWNLOAD allows it: one that is not on this machine fails at once.
     """
+    from hybridsearch.embedding.models import set_downloads_allowed
+
     from hybridsearch.query.build import plan
     from hybridsearch.query.client import SearchClient
 
     filters = parse_cli_filters(args.filters)
     plan(settings.query, settings.index.tenant, args.query, k=1 if args.why else args.k, mode=args.mode,
          filters=filters, rerank=args.rerank, explain=args.explain, page=1 if args.why else args.page)  # QueryError
+    if settings.models.allow_download:
+        set_downloads_allowed(True)  # a .env line counts as much as the environment variable
     out = console()
     with SearchClient.from_settings(settings) as client:
         if not args.rerank:
             client.reranker = None  # not loaded when not wanted
+        client.index()  # cluster, credentials, alias and mapping first: AuthenticationFailed, IndexNotFound, ...
         client.warm_up(args.mode)  # models load now, so the printed timings are the query's own
         if args.why:
             report = client.why(args.query, args.why, mode=args.mode, filters=filters, rerank=args.rerank)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hybridsearch.embedding.models import pick_device, resolve_model
+from hybridsearch.embedding.models import how_to_get, locate_model, pick_device, quiet_loading
 from hybridsearch.errors import ModelError
 from hybridsearch.settings import EmbeddingSettings
 
@@ -25,16 +25,19 @@ if TYPE_CHECKING:
 
 
 def load_sentence_transformer(name: str, device: str = "auto", **kwargs: Any) -> SentenceTransformer:
-    """Load a SentenceTransformer by Hub name or path. Raises ModelError with a way out."""
+    """Load a SentenceTransformer by local folder, catalogue name or Hub name. Never downloads unless downloads are
+    allowed (:func:`.models.locate_model`): a model that is not on this machine raises ModelError at once, with one
+    line naming the fix. Raises ModelError."""
+    where, local_only = locate_model(name)  # ModelError, before sentence-transformers is even imported
     from sentence_transformers import SentenceTransformer
 
-    where = resolve_model(name)
     try:
-        return SentenceTransformer(where, device=pick_device(device), **kwargs)
+        with quiet_loading():
+            return SentenceTransformer(where, device=pick_device(device), local_files_only=local_only, **kwargs)
     except Exception as exc:
         raise ModelError(
             f"cannot load embedding model {name!r} ({type(exc).__name__}: {exc})",
-            fix="Without network access, point HSP_EMBEDDING__MODEL at a local sentence-transformers folder."
+            fix=how_to_get(name),
         ) from exc
 
 

@@ -8,14 +8,13 @@ lazily and once, on ``HSP_RERANKER__DEVICE`` (``auto``: CUDA, else CPU), in fp16
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hybridsearch.embedding.models import pick_device
+from hybridsearch.embedding.models import downloads_allowed, hub_cached, pick_device, quiet_loading
 from hybridsearch.errors import RerankerError, RerankerModelError
 from hybridsearch.rerank.card import serving_hints
 from hybridsearch.rerank.ranking import length_sorted_batches, order_by_score
@@ -30,56 +29,47 @@ log = logging.getLogger(__name__)
 # characters per token of max_length is cut before tokenising: it would be truncated anyway.
 CHARS_PER_TOKEN_CAP = 20
 DEFAULT_MAX_LENGTH = 512  # tokens per pair for a model that does not say what it was trained with
-_TRUTHY = {"1", "true", "yes", "on"}
 
 
 def hub_offline() -> bool:
-    """True when ``HF_HUB_OFFLINE`` (or ``TRANSFORMERS_OFFLINE``) forbids downloads."""
-    return any(os.environ.get(v, "").strip().lower() in _TRUTHY for v in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"))
-
-
-def _hub_cached(name: str) -> bool:
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:  # pragma: no cover - huggingface_hub ships with sentence-transformers
-        return False
-    try:
-        return isinstance(try_to_load_from_cache(name, "config.json"), str)
-    except Exception:  # noqa: BLE001 - an invalid repo id is simply "not cached"
-        return False
+    """True unless model downloads are allowed (``HSP_MODELS__ALLOW_DOWNLOAD=true``, or ``HF_HUB_OFFLINE=0`` set
+    explicitly): see :func:`hybridsearch.embedding.models.downloads_allowed`."""
+    return not downloads_allowed()
 
 
 def _how_to_fix(name: str) -> str:
     return (
         f"Copy a sentence-transformers CrossEncoder (or a Hugging Face *ForSequenceClassification folder) "
         f"for {name!r} to this machine and point HSP_RERANKER__MODEL=/path/to/folder at it, "
-        "or set HSP_RERANKER__ENABLED=false to search without reranking."
+        "or set HSP_RERANKER__ENABLED=false to search without reranking (HSP_MODELS__ALLOW_DOWNLOAD=true lets it "
+        "download from the Hugging Face Hub)"
     )
 
 
 def load_cross_encoder(name: str, device: str = "auto", max_length: int = 512, fp16: bool = True) -> CrossEncoder:
     """Load a CrossEncoder by local path or Hub name; fp16 on CUDA when ``fp16``.
 
-    Fails fast (no network attempt) when the name is not a local folder, the Hub is offline and
-    the model is not in the Hugging Face cache. Raises RerankerModelError naming the model and
-    how to supply a local copy.
+    Fails fast (no network attempt) when the name is not a local folder, downloads are not allowed (the default;
+    ``HSP_MODELS__ALLOW_DOWNLOAD=true`` allows them) and the model is not in the Hugging Face cache. Raises
+    RerankerModelError naming the model and how to supply a local copy.
     """
     path = Path(name).expanduser()
     local = path.exists()
     if not local and (name.startswith((".", "/", "~")) or name.count("/") > 1):
         raise RerankerModelError(f"reranker model folder {name!r} does not exist", fix=_how_to_fix(name))
     offline = hub_offline()
-    if not local and offline and not _hub_cached(name):
+    if not local and offline and not hub_cached(name):
         raise RerankerModelError(
-            f"cannot load reranker model {name!r}: it is not a local folder, not in the Hugging Face cache, "
-            "and HF_HUB_OFFLINE is set", fix=_how_to_fix(name)
+            f"reranker model {name!r} is not on this machine (not a local folder, not in the Hugging Face cache) "
+            "and downloads are off", fix=_how_to_fix(name)
         )
     from sentence_transformers import CrossEncoder
 
     dev = pick_device(device)
     where = str(path.resolve()) if local else name
     try:
-        model = CrossEncoder(where, device=dev, local_files_only=local or offline)
+        with quiet_loading():
+            model = CrossEncoder(where, device=dev, local_files_only=local or offline)
     except Exception as exc:
         raise RerankerModelError(
             f"cannot load reranker model {name!r} ({type(exc).__name__}: {exc})", fix=_how_to_fix(name)
