@@ -3,8 +3,9 @@
 Each check returns a :class:`Check` with a status (OK, WARN, FAIL or SKIP), what it found and, when
 something is wrong, the fix. Areas: the cluster (reachable, version, health, disk against the
 cluster's own watermarks), the index (privileges, alias, ``_meta`` against the configured model,
-vector dims, chunk count), the embedding model (loads, dims) and the reranker (service ready, or
-the local cross-encoder loads). A reranker problem is a WARN: searches then keep the fused order.
+vector dims, chunk count), the log indices (exist, mapping fits their spec, not blocked, health), the
+embedding model (loads, dims) and the reranker (service ready, or the local cross-encoder loads). A
+reranker problem is a WARN: searches then keep the fused order.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from hybridsearch.errors import (
     QueryError,
     TlsFailure,
 )
+from hybridsearch.index_spec import LOG_KINDS, describe, inspect_log_index, unblock_fix
 from hybridsearch.indices import (
     PREFERRED_ANALYZER,
     alias_targets,
@@ -326,6 +328,52 @@ def retrieval_checks(meta: dict[str, Any], query: QuerySettings) -> list[Check]:
     return [bm25, Check("index", "fusion", "OK", fusion.describe(), fix)]
 
 
+# --------------------------------------------------------------------------------------------- log indices
+
+_LOG_WRITERS = {"query_log": "the first search", "ingest_runs": "the first `hsp ingest`",
+                "ingest_state": "the first `hsp ingest`"}
+
+
+def check_log_index(es: EngineClient, settings: Settings, kind: str) -> Check:
+    """One log index against its spec (``index_spec.inspect_log_index``): missing (WARN: created by the next write
+    with its mappings), a mapping that does not fit (FAIL: made by a write with guessed mappings, or by hand), a
+    write block (FAIL), no write alias (WARN: writes could create it with guessed mappings), health."""
+    name = kind.replace("_", "-")
+    try:
+        st = inspect_log_index(es, settings, kind)
+    except HybridSearchError as exc:
+        return Check("logs", name, "WARN", f"cannot read the {name} index: {exc.problem}", exc.fix)
+    if not st.exists:
+        return Check("logs", name, "WARN", f"{st.name} does not exist yet",
+                     f"nothing to do: {_LOG_WRITERS.get(kind, 'the next write')} creates it from its spec "
+                     "(`hsp index create` does now)")
+    if st.differences:
+        return Check("logs", name, "FAIL", f"{st.name} does not fit its spec (made by a write with guessed mappings, "
+                     f"or by hand): {describe(st.differences)}", f"reindex what you need from it, then DELETE "
+                     f"{st.name}: the next write creates it from its spec (`hsp index create` does now)")
+    if st.blocks:
+        block = st.blocks[0]
+        return Check("logs", name, "FAIL", f"{st.name} refuses writes: {', '.join(st.blocks)} is set",
+                     unblock_fix(st.name, block))
+    if not st.alias_ok:
+        return Check("logs", name, "WARN", f"{st.name} has no write alias {st.write_alias}: a write after the index "
+                     "is deleted would create it with guessed mappings", f"`hsp index create` or the next "
+                     f"`hsp ingest` adds it (needs manage on {settings.index.prefix}-*)")
+    via = f" through {st.write_alias}" if st.write_alias else ""
+    if st.health not in (None, "green"):
+        fix = (f"PUT {st.name}/_settings {{\"number_of_replicas\": {settings.index.replicas}}}"
+               if (st.replicas or 0) > settings.index.replicas else "see `GET _cluster/allocation/explain`")
+        return Check("logs", name, "WARN" if st.health == "yellow" else "FAIL",
+                     f"{st.name} is {st.health} ({st.replicas} replica(s), settings say {settings.index.replicas})",
+                     fix)
+    return Check("logs", name, "OK", f"{st.name}: mapping fits, writable{via}, {st.health}")
+
+
+def check_log_indices(es: EngineClient, settings: Settings) -> list[Check]:
+    """:func:`check_log_index` for the query log, the ingest runs and the ingest state."""
+    return [check_log_index(es, settings, kind) for kind in LOG_KINDS]
+
+
 # --------------------------------------------------------------------------------------------- models
 
 def check_embedder(settings: Settings) -> Check:
@@ -400,6 +448,7 @@ def run_checks(settings: Settings, *, es: EngineClient | None = None, models: bo
             add(check_index(es, settings))
         except HybridSearchError as exc:
             add([Check("index", "index", "FAIL", *problem(exc))])
+        add(check_log_indices(es, settings))
     add([check_embedder(settings)] if models else [Check("models", "embedder", "SKIP", "--no-models")])
     add([check_reranker(settings)] if reranker else [Check("reranker", "reranker", "SKIP", "--no-reranker")])
     return checks

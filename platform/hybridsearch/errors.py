@@ -15,7 +15,8 @@ can catch one type. Exceptions from the ``elasticsearch`` client are translated 
     │   ├── IndexNotFound      the index or alias does not exist
     │   ├── PermissionDenied   the credentials lack privileges an operation needs (checked before writing)
     │   ├── IndexMismatch      the index exists but was built for another model, dims or chunker
-    │   └── AliasConflict      the read alias points at more than one index
+    │   ├── AliasConflict      the read alias points at more than one index
+    │   └── IndexBlocked       a block refuses writes to the index (write block, disk flood stage, read-only)
     ├── ModelError             a model cannot be loaded or does not fit the index
     ├── IngestError            a document or run could not be ingested
     │   ├── IngestLocked       another live run holds the prefix's ingest lease (exit code 6)
@@ -161,6 +162,18 @@ class AliasConflict(ClusterError):
         super().__init__(message, fix=fix)
         self.alias = alias
         self.indices = indices
+
+
+class IndexBlocked(ClusterError):
+    """A block refuses writes to ``index`` (``"the cluster"`` for a cluster-wide block): ``block`` names it
+    (``index.blocks.write``, ``index.blocks.read_only_allow_delete (the disk flood-stage watermark)``...). The
+    engine answers such a write with HTTP 403 or 429, which is not a matter of credentials; ``fix`` says how the
+    block is lifted."""
+
+    def __init__(self, problem: str, *, index: str, block: str, fix: str | None = None) -> None:
+        super().__init__(problem, fix=fix)
+        self.index = index
+        self.block = block
 
 
 class ModelError(HybridSearchError):

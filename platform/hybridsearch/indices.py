@@ -3,7 +3,9 @@
 Chunk indices are named ``<prefix>-chunks-v<N>`` and searched through the alias
 ``<prefix>-chunks``, so a new model or chunker is a new index and an atomic alias swap. No index
 template is used: every index is created with its settings and mappings from ``mappings/``, so a
-team needs index privileges on its own prefix only and can change nothing outside it.
+team needs index privileges on its own prefix only and can change nothing outside it. What an index is
+created with, the one fit check and the one version parser live in :mod:`hybridsearch.index_spec`; the
+names below that come from there are kept for their callers.
 """
 
 from __future__ import annotations
@@ -13,39 +15,35 @@ from collections.abc import Mapping
 from typing import Any
 
 from hybridsearch.access import INGEST, prefix_names, require_privileges
-from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, error_type_of, status_of
+from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.engine.dialect import ELASTICSEARCH, Dialect
 from hybridsearch.errors import AliasConflict, IndexMismatch, IndexNotFound
+from hybridsearch.index_spec import (
+    ADDABLE_FIELDS,
+    CHECKED_META,
+    CHECKED_VECTOR,
+    FALLBACK_ANALYZER,
+    PREFERRED_ANALYZER,
+    Difference,
+    chunk_differences,
+    chunk_spec,
+    create_chunk_version,
+    create_index,
+    ensure_index_settings,
+    log_spec,
+    with_analyzer,
+)
+from hybridsearch.index_spec import ensure_log_index as _ensure_log_index
 from hybridsearch.mappings import load_template
 from hybridsearch.settings import Settings
 
-# _meta keys that must agree between an index and the settings that write to or query it.
-CHECKED_META = ("embedding_model", "embedding_dims")
-# vector parameters that must agree (read by the engine's dialect, :class:`VectorSummary`): a vector of other
-# dims cannot be written or compared, and another similarity ranks (and, for dot_product, accepts) vectors
-# differently.
-CHECKED_VECTOR = ("dims", "similarity")
-# Chunk fields added after indices were first built: an index without them is still served (reads treat
-# the missing field as absent) and ``ensure_chunk_fields`` adds them before an ingest writes. ``section_all`` is
-# only searched where both section fields copy into it (``query.build.has_joined_field``).
-ADDABLE_FIELDS = ("pending_run", "section_title", "section_text", "section_all", "doc_chunks")
-
-Difference = tuple[str, object, object]  # (field, expected, actual); actual None = the index lacks it
-
-
-#: what ``HSP_INDEX__ANALYZER=auto`` picks where the cluster has it (analysis-common: Elasticsearch's full
-#: distribution, OpenSearch's zips), and otherwise
-PREFERRED_ANALYZER, FALLBACK_ANALYZER = "english", "standard"
-
-
-def with_analyzer(es: EngineClient, settings: Settings) -> Settings:
-    """``settings`` with ``index.analyzer`` resolved for this cluster: ``auto`` becomes ``english`` where the
-    cluster offers it, else ``standard``; a named analyzer is kept. What a new chunk index is built with."""
-    if settings.index.analyzer != "auto":
-        return settings
-    with engine_errors("check the english analyzer"):
-        name = PREFERRED_ANALYZER if es.has_analyzer(PREFERRED_ANALYZER) else FALLBACK_ANALYZER
-    return settings.model_copy(update={"index": settings.index.model_copy(update={"analyzer": name})})
+__all__ = [
+    "ADDABLE_FIELDS", "CHECKED_META", "CHECKED_VECTOR", "FALLBACK_ANALYZER", "PREFERRED_ANALYZER", "Difference",
+    "alias_targets", "check_mapping", "check_meta", "create_index", "ensure_index", "ensure_index_settings",
+    "ensure_log_index", "ensure_log_indices", "expected_meta", "get_aliases", "index_body", "index_mapping",
+    "index_meta", "mapping_differences", "record_meta", "resolve_index", "section_words_of", "single_target",
+    "swap_alias", "with_analyzer",
+]
 
 
 def section_words_of(meta: Mapping[str, object]) -> int | None:
@@ -56,36 +54,18 @@ def section_words_of(meta: Mapping[str, object]) -> int | None:
 
 
 def index_body(name: str, settings: Settings, dialect: Dialect = ELASTICSEARCH) -> dict[str, Any]:
-    """``{"settings": …, "mappings": …}`` of index kind ``name`` (chunks, query_log, ingest_runs) on the engine
-    of ``dialect``."""
-    body: dict[str, Any] = load_template(name, settings, dialect)["template"]
-    return body
+    """``{"settings": …, "mappings": …}`` of index kind ``name`` (chunks, query_log, ingest_runs, ingest_state) on
+    the engine of ``dialect``, from its :mod:`~hybridsearch.index_spec` spec (a chunk index: without the engine's
+    chunk-index settings, which need the cluster: ``index_spec.chunk_spec_for``)."""
+    spec = chunk_spec(settings, None, dialect) if name == "chunks" else log_spec(settings, name, dialect)
+    return {"settings": spec.settings, "mappings": spec.mappings}
 
 
 def ensure_log_index(es: EngineClient, settings: Settings, kind: str) -> str:
-    """Create the query-log or ingest-runs index with its mappings, or bring an existing one's mappings up
-    to date (new fields are added; a conflicting change raises ClusterError naming the index)."""
-    name = {"query_log": settings.index.query_log, "ingest_runs": settings.index.ingest_runs,
-            "ingest_state": settings.index.ingest_state}[kind]
-    body = index_body(kind, settings, es.dialect)
-    with engine_errors(f"create or update {name}"):
-        if es.indices.exists(index=name):
-            es.indices.put_mapping(index=name, properties=body["mappings"]["properties"])
-        else:
-            create_index(es, name, body)
-    return name
-
-
-def create_index(es: EngineClient, name: str, body: dict[str, Any]) -> bool:
-    """Create ``name`` with ``body``; False when it exists already (e.g. made meanwhile by a parallel run).
-    Call inside ``engine_errors``."""
-    try:
-        es.indices.create(index=name, **body)
-        return True
-    except API_ERRORS as exc:
-        if status_of(exc) == 400 and error_type_of(exc) == "resource_already_exists_exception":
-            return False
-        raise
+    """Create the query-log, ingest-runs or ingest-state index from its spec (mappings, settings, write alias), or
+    bring an existing one's mappings up to date (new fields are added; a conflicting change raises ClusterError
+    naming the index): :func:`hybridsearch.index_spec.ensure_log_index`."""
+    return _ensure_log_index(es, settings, kind)
 
 
 def ensure_log_indices(es: EngineClient, settings: Settings) -> None:
@@ -118,27 +98,9 @@ def mapping_differences(mapping: Mapping[str, Any], settings: Settings, keys: tu
                         dialect: Dialect = ELASTICSEARCH) -> list[Difference]:
     """Where an index's ``mappings`` disagree with what ``settings`` would build: the ``_meta`` ``keys``
     (as ``_meta.<key>``), the vector's dims and similarity (``embedding.dims``...) and the type of every
-    field of the chunk template (``<field>.type``; ADDABLE_FIELDS may be missing)."""
-    want = load_template("chunks", settings, dialect)["template"]["mappings"]
-    meta = mapping.get("_meta") or {}
-    diffs: list[Difference] = [(f"_meta.{k}", want["_meta"][k], meta.get(k)) for k in keys
-                               if meta.get(k) != want["_meta"][k]]
-    if "properties" not in mapping:  # only _meta given (check_meta)
-        return diffs
-    props: Mapping[str, Any] = mapping.get("properties") or {}
-    for name, spec in want["properties"].items():
-        have = props.get(name)
-        if have is None:
-            if name not in ADDABLE_FIELDS:
-                diffs.append((f"{name}.type", spec["type"], None))
-        elif have.get("type", "object") != spec["type"]:
-            diffs.append((f"{name}.type", spec["type"], have.get("type", "object")))
-    vector = dialect.vector_summary(want["properties"]["embedding"])
-    have_vector = dialect.vector_summary(props.get("embedding") or {})
-    if have_vector.is_vector:
-        diffs += [(f"embedding.{k}", getattr(vector, k), getattr(have_vector, k)) for k in CHECKED_VECTOR
-                  if getattr(have_vector, k) != getattr(vector, k)]
-    return diffs
+    field of the chunk template (``<field>.type``; ADDABLE_FIELDS may be missing):
+    :func:`hybridsearch.index_spec.chunk_differences`."""
+    return chunk_differences(mapping, settings, keys, dialect)
 
 
 def _raise_mismatch(index: str, diffs: list[Difference]) -> None:
@@ -229,27 +191,26 @@ def resolve_index(es: EngineClient, settings: Settings, *, check: bool = True) -
 
 
 def ensure_index(es: EngineClient, settings: Settings, version: int | None = None) -> str:
-    """Create ``<prefix>-chunks-v<N>`` (explicit mappings) if absent, point the alias at it, and create
-    the log indices.
+    """Create ``<prefix>-chunks-v<N>`` from its spec if absent (``index_spec.create_chunk_version``: explicit
+    mappings, the cluster's analyzer, the engine's chunk-index settings), point the alias at it, and create the log
+    indices.
 
     Idempotent. When the alias already points at an index, that index is checked and returned
-    (unless ``version`` names another one explicitly). Checks first that the credentials may ingest into
-    the prefix (PermissionDenied, nothing written). Raises AliasConflict when the alias points at several
-    indices, IndexMismatch when the index's mapping does not fit the settings (model, dims, similarity,
-    field types), ClusterError for other cluster failures.
+    (unless ``version`` names another one explicitly); the engine's chunk-index settings it lacks are put on it.
+    Checks first that the credentials may ingest into the prefix (PermissionDenied, nothing written). Raises
+    AliasConflict when the alias points at several indices, IndexMismatch when the index's mapping does not fit the
+    settings (model, dims, similarity, field types), ClusterError for other cluster failures.
     """
     require_privileges(es, prefix_names(settings), INGEST, f"write to prefix {settings.index.prefix}")
     alias = settings.index.alias
     aliases = get_aliases(es, alias)
     current = [single_target(alias, aliases)] if aliases else []
-    name = current[0] if current and version is None else settings.index.versioned(version)
-    extra = es.engine.chunk_index_settings
-    with engine_errors(f"create index {name}"):
-        if not es.indices.exists(index=name):
-            body = index_body("chunks", with_analyzer(es, settings), es.dialect)
-            create_index(es, name, {**body, "settings": {**body.get("settings", {}), **extra}})
-        else:
-            ensure_index_settings(es, name, extra)
+    if current and version is None:
+        name = current[0]
+        with engine_errors(f"put the engine's settings on {name}"):
+            ensure_index_settings(es, name, es.engine.chunk_index_settings)
+    else:
+        name, _ = create_chunk_version(es, settings, version, exist_ok=True, point_alias=False)
     mapping = index_mapping(es, name)
     check_mapping(name, mapping, settings, es.dialect)
     missing = {f: spec for f, spec in index_body("chunks", settings, es.dialect)["mappings"]["properties"].items()
@@ -262,17 +223,6 @@ def ensure_index(es: EngineClient, settings: Settings, version: int | None = Non
         with engine_errors(f"point alias {alias} at {name}"):
             es.indices.update_aliases(actions=[{"add": {"index": name, "alias": alias, "is_write_index": True}}])
     return name
-
-
-def ensure_index_settings(es: EngineClient, index: str, wanted: Mapping[str, Any]) -> None:
-    """Put the dynamic ``wanted`` settings (flat names) that ``index`` lacks or holds otherwise. Call inside
-    ``engine_errors``."""
-    if not wanted:
-        return
-    have = es.indices.get_settings(index=index, flat_settings=True).get(index, {}).get("settings", {})
-    differ = {k: v for k, v in wanted.items() if str(have.get(k)) != str(v)}
-    if differ:
-        es.indices.put_settings(index=index, settings=differ)
 
 
 def swap_alias(es: EngineClient, alias: str, new_index: str) -> list[str]:

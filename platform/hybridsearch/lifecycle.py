@@ -10,7 +10,6 @@ index stays until ``drop_version``; ``rollback`` points the alias back at it.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from hybridsearch.access import CREATE, DROP, INGEST, MOVE_ALIAS, chunk_names, p
 from hybridsearch.embedding import Embedder, load_sentence_transformer
 from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
+from hybridsearch.index_spec import create_chunk_version, parse_version
 from hybridsearch.indices import (
     alias_targets,
     check_mapping,
@@ -27,7 +27,6 @@ from hybridsearch.indices import (
     index_mapping,
     resolve_index,
     section_words_of,
-    with_analyzer,
 )
 from hybridsearch.ingest.chunking import embed_text
 from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter
@@ -44,9 +43,8 @@ SOURCE_EXCLUDES = ["embedding"]
 
 
 def version_of(index: str) -> int | None:
-    """N of ``...-chunks-v<N>``, or None for any other name."""
-    m = _VERSION.search(index)
-    return int(m.group(1)) if m else None
+    """N of ``...-chunks-v<N>``, or None for any other name (:func:`hybridsearch.index_spec.parse_version`)."""
+    return parse_version(index)
 
 
 def list_versions(es: EngineClient, settings: Settings) -> dict[int, str]:
@@ -54,8 +52,7 @@ def list_versions(es: EngineClient, settings: Settings) -> dict[int, str]:
     with engine_errors("list chunk indices"):
         body = es.indices.get(index=f"{settings.index.alias}-v*", expand_wildcards="open,closed",
                               allow_no_indices=True, filter_path="*.settings.index.provided_name")
-    found = {v: name for name in body if (v := version_of(name)) is not None
-             and name == settings.index.versioned(v)}
+    found = {v: name for name in body if (v := parse_version(name, settings.index.alias)) is not None}
     return dict(sorted(found.items()))
 
 
@@ -170,26 +167,21 @@ def next_version(es: EngineClient, settings: Settings) -> int:
 def create_version(es: EngineClient, settings: Settings, version: int | None = None) -> str:
     """Create ``<prefix>-chunks-v<N>`` for ``settings`` (model, dims, chunker, vector options).
 
-    ``version`` defaults to the next free one. The index gets its settings and mappings explicitly (no
-    template), so versions built for different models coexist. The log indices are created too. When the
-    prefix has no read alias yet, the alias is pointed at the new index. Raises PermissionDenied (before
-    writing anything) when the credentials may not create the prefix's indices, ConfigError when the
-    version exists.
+    ``version`` defaults to the next free one. The index is made from its spec
+    (:func:`hybridsearch.index_spec.create_chunk_version`: settings and mappings explicitly, no template, with the
+    cluster's analyzer and the engine's chunk-index settings), so versions built for different models coexist. The
+    log indices are created too. When the prefix has no read alias yet, the alias is pointed at the new index.
+    Raises PermissionDenied (before writing anything) when the credentials may not create the prefix's indices,
+    ConfigError when the version exists.
     """
     require_privileges(es, prefix_names(settings), CREATE, f"create indices of prefix {settings.index.prefix}")
     version = version or next_version(es, settings)
-    name = settings.index.versioned(version)
-    body = load_template("chunks", with_analyzer(es, settings), es.dialect)["template"]
-    with engine_errors(f"create index {name}"):
-        if es.indices.exists(index=name):
-            raise ConfigError(f"index {name} already exists: pick another --version or drop it first")
-        es.indices.create(index=name, settings=body["settings"], mappings=body["mappings"])
+    name, _ = create_chunk_version(es, settings, version, exist_ok=False, point_alias=False)
     ensure_log_indices(es, settings)
     with engine_errors(f"point alias {settings.index.alias} at {name}"):
         if not alias_targets(es, settings.index.alias):
             es.indices.update_aliases(actions=[{"add": {"index": name, "alias": settings.index.alias,
                                                         "is_write_index": True}}])
-    log.info("created %s", name)
     return name
 
 

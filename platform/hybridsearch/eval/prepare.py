@@ -2,9 +2,10 @@
 
 Each collection gets its own prefix (default ``eval-<collection>``), so evaluations never touch a
 production index. Under that prefix, every ``<prefix>-chunks-v<N>`` whose ``_meta`` (model, dims,
-chunker, title handling) and mapping (analyzer, vector ``index_options``) match the settings is a
-candidate for reuse; otherwise a new version is created and the read alias swapped to it. The older
-versions stay, so switching settings back reuses them.
+chunker, title handling) and mapping (analyzer, vector ``index_options``, field types) match the settings
+(``index_spec.chunk_differences`` at level ``build``) is a candidate for reuse; otherwise a new version is
+created from its spec (``indices.ensure_index``, which calls ``index_spec.create_chunk_version``) and the read
+alias swapped to it. The older versions stay, so switching settings back reuses them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,8 @@ from pydantic import ValidationError
 
 from hybridsearch.engine import ELASTICSEARCH, Dialect, EngineClient, engine_errors
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
-from hybridsearch.indices import alias_targets, ensure_index, expected_meta, swap_alias, with_analyzer
+from hybridsearch.index_spec import BUILD_META, chunk_differences, parse_version, with_analyzer
+from hybridsearch.indices import alias_targets, ensure_index, expected_meta, swap_alias
 from hybridsearch.mappings import index_options
 from hybridsearch.settings import Settings
 
@@ -29,8 +31,7 @@ if TYPE_CHECKING:
     from hybridsearch.ingest.sources import Document
 
 # _meta keys that decide whether an existing index holds what these settings would build.
-REUSE_META = ("embedding_model", "embedding_dims", "chunker", "chunker_version", "prepend_title", "bm25_unit",
-              "section_words")
+REUSE_META = BUILD_META
 
 
 def eval_settings(settings: Settings, prefix: str) -> Settings:
@@ -87,8 +88,10 @@ def choose_index(es: EngineClient, settings: Settings, *, create: bool = True) -
     want = build_signature(settings)
     with engine_errors(f"list indices {alias}-v*"):
         mappings = es.indices.get_mapping(index=f"{alias}-v*", allow_no_indices=True)
-    fitting = sorted((i for i, m in mappings.items() if index_signature(m["mappings"], es.dialect) == want),
-                     key=lambda i: _version_of(i, alias))
+    versions = {i: v for i in mappings if (v := parse_version(i, alias)) is not None}
+    fitting = sorted((i for i in versions
+                      if not chunk_differences(mappings[i]["mappings"], settings, dialect=es.dialect, level="build")),
+                     key=versions.__getitem__)
     current = alias_targets(es, alias)
     if current and current[-1] in fitting:
         return IndexChoice(current[-1], "reused", want)
@@ -98,7 +101,7 @@ def choose_index(es: EngineClient, settings: Settings, *, create: bool = True) -
     if not create:
         raise IndexNotFound(f"no index under {alias}-v* was built with these settings ({want}); "
                             "run without --no-ingest to build one")
-    version = max([_version_of(i, alias) for i in mappings] + [0]) + 1
+    version = max(versions.values(), default=0) + 1
     name = ensure_index(es, settings, version=version)
     if alias_targets(es, alias) != [name]:
         swap_alias(es, alias, name)

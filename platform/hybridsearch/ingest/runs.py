@@ -6,20 +6,29 @@ A run's record says ``running`` from its first moment, with the host, the proces
 for a process that is killed with SIGKILL, loses its machine or its node, so the next run looks at the
 records still ``running``: one whose process is gone (same host, no such pid) or whose heartbeat is older
 than :data:`LEASE_S` is rewritten as ``killed`` (``ended_at`` = its last heartbeat).
+
+Records are written through :class:`hybridsearch.index_spec.LogWriter`: the index is never created by a write
+with guessed mappings (a missing one is created from its spec), and a write that fails says why (a write block
+or the disk flood stage as :class:`~hybridsearch.errors.IndexBlocked`, naming the index and the fix). A final
+record that cannot be stored is kept in ``<dead_letter_dir>/unrecorded-runs/<run id>.json`` and stored by the
+next run on this machine before it looks for dead runs, so a run that finished is never recorded as ``killed``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
 import threading
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import HybridSearchError
+from hybridsearch.index_spec import LogWriter
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -118,44 +127,102 @@ def mark_killed(es: EngineClient, settings: Settings) -> list[str]:
         es.indices.refresh(index=runs)
         hits = es.search(index=runs, query={"term": {"status": "running"}}, size=1000)["hits"]["hits"]
     killed = []
+    writer = LogWriter(es, settings, "ingest_runs")
     for h in hits:
         if not is_dead(h["_source"], host, at):
             continue
         last = h["_source"].get("heartbeat_at") or h["_source"].get("started_at")
-        with engine_errors(f"mark run {h['_id']} killed"):
-            es.update(index=runs, id=h["_id"], doc={"status": "killed", "ended_at": last, "@timestamp": last},
-                      refresh="wait_for")
+        done = writer.write([(str(h["_id"]), {"status": "killed", "ended_at": last, "@timestamp": last})],
+                            op_type="update", refresh="wait_for")
+        if done.error is not None:
+            raise done.error
         log.warning("ingest run %s (host %s, pid %s) stopped without finishing: recorded as killed",
                     h["_id"], h["_source"].get("host"), h["_source"].get("pid"))
         killed.append(str(h["_id"]))
     return killed
 
 
+def unrecorded_dir(settings: Settings) -> Path:
+    """Where final run records that could not be stored wait for the next run: ``<dead_letter_dir>/unrecorded-runs``."""
+    return Path(settings.ingest.dead_letter_dir) / "unrecorded-runs"
+
+
+def store_unrecorded(es: EngineClient, settings: Settings) -> list[str]:
+    """Store the final records kept in :func:`unrecorded_dir` (oldest first) and remove their files; returns the
+    run ids stored. Raises the first write failure (the files stay for the next try)."""
+    folder = unrecorded_dir(settings)
+    if not folder.is_dir():
+        return []
+    writer, stored = LogWriter(es, settings, "ingest_runs"), []
+    for path in sorted(folder.glob("*.json"), key=lambda p: p.stat().st_mtime):
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            log.warning("unreadable unrecorded run record %s: %s", path, exc)
+            continue
+        run_id = str(doc.get("run_id") or path.stem)
+        done = writer.write([(run_id, doc)], op_type="index", refresh="wait_for")
+        if done.error is not None:
+            raise done.error
+        path.unlink(missing_ok=True)
+        log.info("stored the final record of ingest run %s (%s), kept in %s", run_id, doc.get("status"), path)
+        stored.append(run_id)
+    return stored
+
+
 class RunRecord:
     """The ``<prefix>-ingest-runs`` document of one run, kept current while it runs.
 
-    Failures to write it are logged, never raised: the record must not stop an ingest.
+    Failures to write it are logged, never raised: the record must not stop an ingest. ``error`` holds the last
+    failure (None once a write succeeded again); a final record that cannot be stored is kept in a file
+    (:func:`unrecorded_dir`, path in ``unrecorded_path``) for the next run to store.
     """
 
     def __init__(self, es: EngineClient, settings: Settings, result: IngestResult, lock: threading.Lock) -> None:
         self.es, self.index, self.result, self.lock = es, settings.index.ingest_runs, result, lock
         self.settings = settings
+        self.error: HybridSearchError | None = None
+        self.unrecorded_path: Path | None = None
+        self._writer = LogWriter(es, settings, "ingest_runs")
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def _write(self, refresh: bool = False) -> None:
+    def _write(self, refresh: bool = False) -> bool:
         with self.lock:
             doc = self.result.summary_doc()
+        done = self._writer.write([(self.result.run_id, doc)], op_type="index", refresh="wait_for" if refresh else None)
+        if done.error is None:
+            self.error = None
+            return True
+        if self.error is None or str(self.error) != str(done.error):  # once per kind of failure, not every beat
+            log.warning("could not record ingest run %s in %s: %s", self.result.run_id, self.index, done.error)
+        self.error = done.error
+        return False
+
+    def _keep(self) -> None:
+        """Keep the final record in a file for the next run (:func:`store_unrecorded`)."""
+        with self.lock:
+            doc = self.result.summary_doc()
+        path = unrecorded_dir(self.settings) / f"{self.result.run_id}.json"
         try:
-            with engine_errors("store ingest run"):
-                self.es.index(index=self.index, id=self.result.run_id, document=doc,
-                              refresh="wait_for" if refresh else None)
-        except HybridSearchError as exc:
-            log.warning("could not record ingest run %s: %s", self.result.run_id, exc)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(doc, default=str), encoding="utf-8")
+        except OSError as exc:
+            log.warning("could not keep the final record of ingest run %s in %s either: %s", self.result.run_id,
+                        path, exc)
+            return
+        self.unrecorded_path = path
+        log.warning("ingest run %s ended %s but its record in %s still says running; the record is kept in %s and "
+                    "stored by the next `hsp ingest` of this prefix on this machine", self.result.run_id,
+                    self.result.status, self.index, path)
 
     def start(self) -> list[str]:
-        """Mark dead runs killed, write this run as ``running`` and start the heartbeat; returns the ids of
-        the runs marked killed."""
+        """Store records earlier runs could not, mark dead runs killed, write this run as ``running`` and start the
+        heartbeat; returns the ids of the runs marked killed."""
+        try:
+            store_unrecorded(self.es, self.settings)
+        except HybridSearchError as exc:
+            log.warning("could not store the final records of earlier ingest runs: %s", exc)
         try:
             killed = mark_killed(self.es, self.settings)
         except HybridSearchError as exc:
@@ -180,4 +247,5 @@ class RunRecord:
         if self._thread is not None:
             self._thread.join()
         self.result.heartbeat_at = now()
-        self._write(refresh=True)
+        if not self._write(refresh=True):
+            self._keep()

@@ -2,8 +2,10 @@
 
 ``submit`` never blocks the search: documents go into a bounded queue, and when it is full they
 are dropped and counted (``dropped``). A daemon thread bulk-writes batches to
-``<prefix>-query-log`` (creating that index with its mappings first when missing and allowed). ``flush`` waits until
-everything queued has been written; ``close`` flushes and stops the thread.
+``<prefix>-query-log`` through :class:`hybridsearch.index_spec.LogWriter`: never a write that could create the index
+with guessed mappings; an index deleted while searches run is created again with its own mappings (when these
+credentials may) and the batch written into it. ``flush`` waits until everything queued has been written;
+``close`` flushes and stops the thread. What failed, and why, is in ``failed`` and ``last_error``.
 """
 
 from __future__ import annotations
@@ -13,9 +15,9 @@ import queue
 import threading
 from typing import Any
 
-from hybridsearch.access import require_privileges
-from hybridsearch.engine import EngineClient, engine_errors
-from hybridsearch.indices import create_index, index_body
+from hybridsearch.engine import EngineClient
+from hybridsearch.errors import HybridSearchError
+from hybridsearch.index_spec import LogWriter
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -33,8 +35,9 @@ class QueryLogger:
         self.dropped = 0
         self.written = 0
         self.failed = 0
+        self.last_error: HybridSearchError | None = None  # why the last failed batch failed
+        self._writer = LogWriter(es, settings, "query_log")
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)
-        self._index_ready = False
         self._closed = False
         self._thread = threading.Thread(target=self._run, name="hsp-query-log", daemon=True)
         self._thread.start()
@@ -74,17 +77,6 @@ class QueryLogger:
             return
         self._thread.join(timeout)
 
-    def _ensure_index(self) -> None:
-        """Create the query-log index with its mappings when it is missing (never let a write auto-create it
-        with guessed mappings); PermissionDenied when these credentials may not."""
-        if self._index_ready:
-            return
-        with engine_errors(f"check {self.index}"):
-            if not self.es.indices.exists(index=self.index):
-                require_privileges(self.es, [self.index], ("create_index",), f"create the query log {self.index}")
-                create_index(self.es, self.index, index_body("query_log", self.settings, self.es.dialect))
-        self._index_ready = True
-
     def _run(self) -> None:
         while True:
             item = self._queue.get()
@@ -105,12 +97,15 @@ class QueryLogger:
         if not docs:
             return
         try:
-            self._ensure_index()
             # op_type create: enough for a role granted only create_doc on its query log (append-only)
-            actions = ({"_op_type": "create", "_index": self.index, "_source": d} for d in docs)
-            ok, errors = self.es.bulk(actions, raise_on_error=False, raise_on_exception=False, stats_only=True)
-            self.written += int(ok)
-            self.failed += int(errors) if isinstance(errors, int) else len(errors)
+            result = self._writer.write([(None, d) for d in docs], op_type="create")
         except Exception as exc:  # noqa: BLE001 - logging must never break searching
             self.failed += len(docs)
             log.warning("query log: could not write %d documents to %s: %s", len(docs), self.index, exc)
+            return
+        self.written += result.written
+        self.failed += result.failed
+        if result.error is not None:
+            self.last_error = result.error
+            log.warning("query log: %d of %d documents not written to %s: %s", result.failed, len(docs), self.index,
+                        result.error)
