@@ -22,7 +22,8 @@ from hybridsearch.errors import HybridSearchError
 from hybridsearch.settings import load_settings
 
 # Command modules, in the order their commands appear in --help.
-COMMAND_MODULES = ("ingest", "search", "rerank", "eval", "calibrate", "index", "doctor", "kibana", "train", "demo")
+COMMAND_MODULES = ("ingest", "search", "rerank", "eval", "calibrate", "index", "doctor", "kibana", "train", "models",
+                   "demo")
 
 err_console = output.console(stderr=True)
 

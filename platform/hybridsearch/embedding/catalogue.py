@@ -156,3 +156,8 @@ def fetched(e: CatalogueEntry) -> Path | None:
     """The finished folder of a Maven entry (its marker written last), else None."""
     folder = model_dir(e)
     return folder if (folder / MARKER).is_file() else None
+
+
+def fp32_of(e: CatalogueEntry) -> CatalogueEntry | None:
+    """The float entry an int8 entry was quantised from (same Hub model, with torch weights), else None."""
+    return next((x for x in ENTRIES if x.hub_name == e.hub_name and x.torch_weights and x is not e), None)

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hybridsearch.embedding import catalogue
 from hybridsearch.embedding.models import how_to_get, locate_model, pick_device, quiet_loading
 from hybridsearch.errors import ModelError
 from hybridsearch.settings import EmbeddingSettings
@@ -28,6 +29,11 @@ def load_sentence_transformer(name: str, device: str = "auto", **kwargs: Any) ->
     """Load a SentenceTransformer by local folder, catalogue name or Hub name. Never downloads unless downloads are
     allowed (:func:`.models.locate_model`): a model that is not on this machine raises ModelError at once, with one
     line naming the fix. Raises ModelError."""
+    entry = catalogue.entry(name)
+    if entry is not None and not entry.torch_weights:
+        raise ModelError(f"{entry.name} is an int8 ONNX-only model (no torch weights); sentence-transformers cannot "
+                         "load it", fix=f"Use {getattr(catalogue.fp32_of(entry), 'name', 'its fp32 model')} for "
+                         "HSP_EMBEDDING__MODEL (hsp models list)")
     where, local_only = locate_model(name)  # ModelError, before sentence-transformers is even imported
     from sentence_transformers import SentenceTransformer
 

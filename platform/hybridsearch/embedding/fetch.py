@@ -197,7 +197,8 @@ def build_folder(onnx_path: Path, tokenizer_json: Path, e: CatalogueEntry, folde
     tokenizer, pooling, prompts and, unless ``e`` is int8, torch weights from the ONNX initializers."""
     if e.torch_weights:
         config, weights = bert_weights_from_onnx(onnx_path)
-        _save_bert(config, weights, folder)
+        with quiet_loading():
+            _save_bert(config, weights, folder)
     _save_tokenizer(tokenizer_json, e.max_seq_length, folder)
     write_st_files(e, folder)
 
@@ -240,7 +241,7 @@ def _save_bert(config: dict[str, Any], weights: dict[str, np.ndarray], folder: P
     from transformers import BertConfig, BertModel
 
     model = BertModel(BertConfig(**config))
-    state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in weights.items()}
+    state = {k: torch.from_numpy(np.array(v, dtype=np.float32, copy=True)) for k, v in weights.items()}
     hidden = int(config["hidden_size"])
     state.setdefault("pooler.dense.weight", torch.zeros(hidden, hidden))  # unused by sentence embeddings
     state.setdefault("pooler.dense.bias", torch.zeros(hidden))
@@ -271,14 +272,17 @@ def bert_weights_from_onnx(onnx_path: Path) -> tuple[dict[str, Any], dict[str, n
                          fix="pip install 'hybridsearch-platform[onnx]'") from exc
     graph = onnx.load(str(onnx_path)).graph
     inits = {t.name: t for t in graph.initializer}
+    for node in graph.node:  # an exporter that deduplicates equal tensors names the copies with Identity nodes
+        if node.op_type == "Identity" and node.input[0] in inits:
+            inits[node.output[0]] = inits[node.input[0]]
 
     def arr(name: str) -> np.ndarray:
         return np.asarray(numpy_helper.to_array(inits[name]), dtype=np.float32)
 
     weights: dict[str, np.ndarray] = {}
     for name in inits:
-        clean = name.removeprefix("bert.")
-        if clean.startswith(("embeddings.", "encoder.")) and clean.endswith((".weight", ".bias")):
+        clean = _param_name(name.split("."))
+        if clean is not None and clean.endswith((".weight", ".bias")):
             weights[clean] = arr(name)
     consumers: dict[str, list[Any]] = {}
     for node in graph.node:
@@ -324,15 +328,20 @@ def _linear_name(node: Any, consumers: dict[str, list[Any]], inits: dict[str, An
         if c.op_type == "Add":
             names += [i for i in c.input if i in inits]
     for n in names:
-        clean = n.removeprefix("bert.")
-        if clean.endswith(".bias") and clean.startswith(("encoder.", "embeddings.")):
+        clean = _param_name(n.split("."))
+        if clean is not None and clean.endswith(".bias"):
             return clean.removesuffix(".bias") + ".weight"
-    path = [p for p in node.name.strip("/").split("/")[:-1] if p]
-    if path and path[0] == "bert":
-        path = path[1:]
-    if path:
-        return ".".join(path) + ".weight"
-    return f"unnamed:{node.name or node.output[0]}"
+    path = _param_name([p for p in node.name.strip("/").split("/")[:-1] if p])
+    return f"{path}.weight" if path else f"unnamed:{node.name or node.output[0]}"
+
+
+def _param_name(parts: list[str]) -> str | None:
+    """BertModel's name for a dotted (or ``/``-separated) path, whatever wraps the model (``bert.``, ``0.auto_model.``,
+    a wrapper module): the path from its first ``embeddings`` or ``encoder`` component on; None without one."""
+    for i, part in enumerate(parts):
+        if part in {"embeddings", "encoder"}:
+            return ".".join(parts[i:])
+    return None
 
 
 def _consts(graph: Any) -> dict[str, np.ndarray]:
@@ -453,7 +462,7 @@ def verify(e: CatalogueEntry, texts: Sequence[str] = VERIFY_TEXTS, threshold: fl
     notes = ("onnx/model.onnx matches the SHA-512 recorded when the pinned jar was unpacked",)
     if e.torch_weights:
         return _verify_torch_onnx(e, folder, onnx_path, texts, threshold, notes)
-    fp32 = next((x for x in catalogue.ENTRIES if x.hub_name == e.hub_name and x.torch_weights), None)
+    fp32 = catalogue.fp32_of(e)
     mine = OnnxFolderEncoder(onnx_path, folder, e.pooling, e.max_seq_length, e.normalize).encode(texts)
     base = catalogue.fetched(fp32) if fp32 is not None else None
     if fp32 is None or base is None:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from hybridsearch.embedding.catalogue import MARKER
 from hybridsearch.embedding.models import resolve_model
 from hybridsearch.errors import ModelError
 from hybridsearch.settings import EmbeddingSettings
@@ -59,16 +60,19 @@ def _fingerprint(model_dir: Path) -> str:
 
 
 def export(model: SentenceTransformer, model_dir: str | Path, quantized: bool = False) -> Path:
-    """Path of the ONNX file for ``model`` (loaded from ``model_dir``), exporting it on first use."""
+    """Path of the ONNX file for ``model`` (loaded from ``model_dir``), exporting it on first use. A catalogue
+    model's folder (``hsp models fetch``) ships its ONNX file: that file is used, not exported again."""
     folder = cache_root() / _fingerprint(Path(model_dir))
-    fp32 = folder / "model.onnx"
-    target = folder / ("model_qint8.onnx" if quantized else "model.onnx")
+    shipped = Path(model_dir) / "onnx" / "model.onnx"
+    fp32 = shipped if (Path(model_dir) / MARKER).is_file() and shipped.is_file() else folder / "model.onnx"
+    target = folder / "model_qint8.onnx" if quantized else fp32
     with _export_lock:
         if not fp32.exists():
             _export_fp32(model, fp32)
         if quantized and not target.exists():
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
+            target.parent.mkdir(parents=True, exist_ok=True)
             tmp = target.with_suffix(".tmp.onnx")
             root = logging.getLogger()
             level = root.level

