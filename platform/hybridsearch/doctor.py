@@ -41,7 +41,8 @@ from hybridsearch.indices import (
     single_target,
     with_analyzer,
 )
-from hybridsearch.pending import pending_only, visible_only
+from hybridsearch.ingest.lease import UNFINISHED, hidden_documents
+from hybridsearch.visibility import count_visible
 from hybridsearch.query.fusion import fusion_for
 from hybridsearch.settings import QuerySettings, Settings
 
@@ -64,6 +65,8 @@ class Check:
 
 # --------------------------------------------------------------------------------------------- cluster
 
+#: deleted copies below this are normal churn (changed documents are overwritten in place)
+DELETED_WARN_MIN = 1000
 _SIZE = re.compile(r"^\s*([0-9.]+)\s*([kmgtp]?b)?\s*$", re.I)
 _UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3, "tb": 1024**4, "pb": 1024**5}
 
@@ -254,8 +257,9 @@ def _check_live_index(es: EngineClient, settings: Settings, checks: list[Check])
     with engine_errors(f"mapping of {live}"):
         props = es.indices.get_mapping(index=live)[live]["mappings"].get("properties", {})
         health = es.cluster.health(index=live)["status"]
-        chunks = int(es.count(index=live, query=visible_only())["count"])
-        pending = int(es.count(index=live, query=pending_only())["count"])
+        chunks = count_visible(es, live)
+    holds = hidden_documents(es, settings.index.ingest_state)
+    pending = len({d for ids in holds.values() for d in ids})
     emb = props.get("embedding", {})
     vec = es.dialect.vector_summary(emb)
     if not vec.is_vector or vec.dims != settings.embedding.dims:
@@ -276,15 +280,20 @@ def _check_live_index(es: EngineClient, settings: Settings, checks: list[Check])
                         f"{live} is {health}", None if health == "green" else "see `GET _cluster/allocation/explain`"))
     checks.append(Check("index", "chunks", "OK" if chunks else "WARN", f"{chunks:,} chunks in {live}",
                         None if chunks else "ingest documents: `hsp ingest PATH` or `hsp demo`"))
-    if pending:
-        checks.append(Check("index", "pending", "WARN", f"{pending:,} chunks in {live} were written by runs that "
-                            "did not finish and are not searchable", "re-run the same `hsp ingest` to finish "
-                            "those documents (what was written is reused), or `hsp ingest delete DOC_ID`"))
+    left = sorted(set(holds.get(UNFINISHED, [])))
+    if left:
+        checks.append(Check("index", "hidden", "WARN", f"{len(left):,} documents of {live} were left half written by "
+                            f"runs that stopped (e.g. {', '.join(left[:3])}) and are hidden from every search",
+                            "re-run the same `hsp ingest` to finish them (what was written is reused), or "
+                            "`hsp delete DOC_ID`"))
+    elif pending:
+        checks.append(Check("index", "hidden", "OK", f"{pending:,} documents are being written by a running ingest "
+                            "(hidden until each is whole)"))
 
 
 def _check_segments(es: EngineClient, live: str, settings: Settings) -> list[Check]:
     """The filtered-kNN setting the engine needs (``EngineInfo.chunk_index_settings``) and the share of deleted
-    chunk copies (see ``ingest.pipeline.merge_deleted``): warnings only, the searches still work."""
+    chunk copies (changed documents overwritten in place): warnings only, the searches still work."""
     want = es.engine.chunk_index_settings
     try:
         with engine_errors(f"settings and stats of {live}"):
@@ -299,10 +308,10 @@ def _check_segments(es: EngineClient, live: str, settings: Settings) -> list[Che
                             "which misses most neighbours where many chunk copies are deleted",
                             f"run `hsp ingest` once (it sets it) or PUT {live}/_settings {{\"{setting}\"}}"))
     deleted, total = int(docs.get("deleted", 0)), int(docs.get("deleted", 0)) + int(docs.get("count", 0))
-    if deleted >= settings.ingest.merge_min_deleted and deleted > 0.2 * total:
+    if deleted >= DELETED_WARN_MIN and deleted > 0.2 * total:
         checks.append(Check("index", "deleted", "WARN", f"{deleted:,} of {total:,} documents in {live} are deleted "
-                            "copies (disk, search time)", f"POST {live}/_flush, then POST {live}/_forcemerge"
-                            "?only_expunge_deletes=true (what `hsp ingest` does after a run)"))
+                            "copies (disk, search time; an index rewritten in place many times)",
+                            f"POST {live}/_forcemerge?only_expunge_deletes=true when the cluster is quiet"))
     return checks
 
 

@@ -32,12 +32,12 @@ from hybridsearch.ingest.chunking import embed_text
 from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter
 from hybridsearch.ingest.writer import DeadLetter
 from hybridsearch.mappings import load_template
-from hybridsearch.pending import pending_only, visible_only
+from hybridsearch.ingest.lease import hidden_documents
+from hybridsearch.visibility import scan_visible, state_index_for, state_index_of, visible_query
 from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
 
 log = logging.getLogger(__name__)
 
-_VERSION = re.compile(r"-v(\d+)$")
 # Fields read from the old index; everything but the vector, which is recomputed.
 SOURCE_EXCLUDES = ["embedding"]
 
@@ -84,7 +84,7 @@ class IndexStatus:
     chunker: str | None
     index_options: dict[str, Any] = field(default_factory=dict)
     created: str | None = None
-    pending: int = 0  # chunks staged by runs that did not finish: not searchable (hybridsearch.pending)
+    pending: int = 0  # documents hidden: being written, or left half written by a stopped run (not searchable)
 
 
 @dataclass
@@ -107,7 +107,8 @@ def _doc_count(es: EngineClient, index: str) -> int | None:
     """Distinct documents in a chunk index (cardinality of doc_id; approximate above 40k)."""
     try:
         with engine_errors(f"count documents in {index}"):
-            body = es.search(index=index, size=0, query=visible_only(), track_total_hits=True,
+            body = es.search(index=index, size=0, query=visible_query(state_index_of(es, state_index_for(index))),
+                             track_total_hits=True,
                              aggs={"docs": {"cardinality": {"field": "doc_id", "precision_threshold": 40000}}})
         return int(body["aggregations"]["docs"]["value"])
     except IndexNotFound:
@@ -115,8 +116,8 @@ def _doc_count(es: EngineClient, index: str) -> int | None:
 
 
 def _pending(es: EngineClient, index: str) -> int:
-    with engine_errors(f"count pending chunks in {index}"):
-        return int(es.count(index=index, query=pending_only())["count"])
+    """Documents hidden in the prefix of ``index``: being written, or left half written by a stopped run."""
+    return len({d for ids in hidden_documents(es, state_index_for(index)).values() for d in ids})
 
 
 def index_status(es: EngineClient, settings: Settings) -> ClusterStatus:
@@ -218,7 +219,7 @@ def embedding_settings_for(model: str, base: EmbeddingSettings, dims: int | None
 
 def _scan(es: EngineClient, index: str, batch: int, vectors: bool = False) -> Iterator[dict[str, Any]]:
     source: Any = es.engine.source_with_vectors if vectors else {"excludes": SOURCE_EXCLUDES}
-    yield from es.scan(index=index, size=batch, scroll="5m", query={"query": {"match_all": {}}, "_source": source})
+    yield from scan_visible(es, index, source=source, size=batch, scroll="5m")
 
 
 def _batched(hits: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:

@@ -22,6 +22,7 @@ from hybridsearch.ingest.sources import Document
 from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter, copy_tokenizer
 from hybridsearch.ingest.writer import DeadLetter
 from hybridsearch.settings import Settings
+from hybridsearch.visibility import scan_visible
 
 log = logging.getLogger(__name__)
 
@@ -60,12 +61,12 @@ def rebuild_text(chunks: list[dict[str, Any]]) -> str:
 
 
 def scan_sorted(es: EngineClient, index: str, batch: int = 500, vectors: bool = False) -> Iterator[dict[str, Any]]:
-    """Chunk sources of ``index`` ordered by tenant, document and position (vectors left out unless ``vectors``)."""
+    """Chunk sources of ``index`` ordered by tenant, document and position (vectors left out unless ``vectors``):
+    whole documents only (:func:`~hybridsearch.visibility.scan_visible`), never one that is being written."""
     source: Any = es.engine.source_with_vectors if vectors else {"excludes": ["embedding"]}
-    yield from es.scan(index=index, size=batch, scroll="10m", preserve_order=True,
-        query={"query": {"match_all": {}}, "_source": source,
-               "sort": [{"tenant": {"order": "asc", "missing": "_first"}}, {"doc_id": "asc"}, {"position": "asc"}]},
-    )
+    yield from scan_visible(es, index, source=source, size=batch, scroll="10m", preserve_order=True,
+                            sort=[{"tenant": {"order": "asc", "missing": "_first"}}, {"doc_id": "asc"},
+                                  {"position": "asc"}])
 
 
 def stored_vectors(chunks: Iterable[dict[str, Any]], prepend_title: bool) -> dict[str, Any]:

@@ -33,6 +33,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--text-field", default=None, help="JSON field holding the text (default: text/body/content)")
     p.add_argument("--metadata-field", default="metadata", help="JSON object field copied into metadata")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+                   help="wait this long for another run of the prefix holding the ingest lease (default: "
+                   "HSP_INGEST__LEASE_WAIT_S, 0: refuse at once, naming it)")
     p.set_defaults(handler=run_ingest_command)
 
     d = sub.add_parser("delete", help="remove documents (all their chunks) from the index")
@@ -76,7 +79,10 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError(f"{args.path} does not exist")
     fields = RecordFields(id=args.id_field, title=args.title_field, text=args.text_field,
                           metadata=args.metadata_field)
-    result = run_ingest(args.path, settings, progress=not args.no_progress, shard=shard, fields=fields)
+    if args.wait is not None and args.wait < 0:
+        raise ConfigError(f"--wait must be 0 or more seconds, got {args.wait:g}")
+    result = run_ingest(args.path, settings, progress=not args.no_progress, shard=shard, fields=fields,
+                        wait_s=args.wait)
     table = Table(title=f"ingest run {result.run_id} → {result.index}", show_header=True)
     table.add_column("documents", justify="right")
     table.add_column("chunks", justify="right")
@@ -88,8 +94,16 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
     table.add_row(docs, chunks)
     console.print(table)
     console.print(f"{result.seconds:.1f} s · {result.chunks_per_second:,.1f} chunks/s · chunker {result.chunker}")
-    if result.merge_seconds is not None:
-        console.print(f"deleted chunk copies merged out of {result.index} in {result.merge_seconds:.1f} s")
+    if result.took_over:
+        console.print(styled(("Took over", "yellow"), f" the ingest lease of {', '.join(result.took_over)} "
+                             "(stopped without finishing)"))
+    if result.repaired:
+        console.print(styled(("Repaired:", "green"), f" {result.repaired:,} documents a stopped run had left "
+                             "half written are whole and searchable again"))
+    if result.still_hidden:
+        console.print(styled(("Still hidden:", "yellow"), f" {result.still_hidden:,} documents are not whole (a failed "
+                             "chunk or a stopped run) and stay out of every search; re-run with their sources to "
+                             "finish them (`hsp doctor` lists them)"))
     if result.changed_nothing:
         console.print(styled(("Nothing changed:", "green"), " every document was already indexed."))
     if result.dead_letter_path:

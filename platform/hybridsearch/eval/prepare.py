@@ -25,6 +25,7 @@ from hybridsearch.index_spec import BUILD_META, chunk_differences, parse_version
 from hybridsearch.indices import alias_targets, ensure_index, expected_meta, swap_alias
 from hybridsearch.mappings import index_options
 from hybridsearch.settings import Settings
+from hybridsearch.visibility import state_index_for, state_index_of, visible_query
 
 if TYPE_CHECKING:
     from hybridsearch.embedding import Embedder
@@ -62,11 +63,6 @@ def index_signature(mapping: dict[str, Any], dialect: Dialect = ELASTICSEARCH) -
     sig["analyzer"] = props.get("text", {}).get("analyzer", "standard")
     sig["index_options"] = dialect.vector_summary(props.get("embedding", {})).options.get("type")
     return sig
-
-
-def _version_of(index: str, alias: str) -> int:
-    tail = index.removeprefix(f"{alias}-v")
-    return int(tail) if tail.isdigit() else 0
 
 
 @dataclass
@@ -113,6 +109,7 @@ def index_counts(es: EngineClient, index: str) -> dict[str, int]:
     with engine_errors(f"count {index}"):
         es.indices.refresh(index=index)
         body = es.search(index=index, size=0, track_total_hits=True,
+                         query=visible_query(state_index_of(es, state_index_for(index))),
                          aggs={"docs": {"cardinality": {"field": "doc_id", "precision_threshold": 40000}}})
     return {"chunks": int(body["hits"]["total"]["value"]), "documents": int(body["aggregations"]["docs"]["value"])}
 

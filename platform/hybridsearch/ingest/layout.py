@@ -46,20 +46,19 @@ def document_chunks(d: Document, chunking: ChunkingSettings, embedding: Embeddin
 
     With ``section_words`` the first chunk of each BM25 section (:func:`section_leaders`) also carries the
     section's text and the document's title (``section_text``, ``section_title``), which BM25 scores instead of
-    the chunks' own text: one section per document unless it is longer than ``section_words`` words.
+    the chunks' own text: one section per document unless it is longer than ``section_words`` words. Every chunk
+    records ``doc_chunks``, the document's number of chunks, so a reader can tell a whole version from part of one
+    (:func:`hybridsearch.ingest.commit.whole_documents`).
     """
     signature = chunker_signature(chunking)
     limit = text_budget(tokenizer, d.title, embedding.prepend_title, max_seq_length)
     stamp = now()
-    chunks = chunk_text(d.text, chunking, tokenizer, limit)
-    leaders: dict[int, tuple[int, int]] = {}
-    if section_words is not None:
-        chunks = iter(listed := list(chunks))
-        leaders = section_leaders(listed, section_words)
+    chunks = list(chunk_text(d.text, chunking, tokenizer, limit))
+    leaders = section_leaders(chunks, section_words) if section_words is not None else {}
     for i, c in enumerate(chunks):
         cid = chunk_id(d.doc_id, c.position, signature, tenant)
         src: dict[str, Any] = {
-            "doc_id": d.doc_id, "chunk_id": cid, "position": c.position,
+            "doc_id": d.doc_id, "chunk_id": cid, "position": c.position, "doc_chunks": len(chunks),
             "char_start": c.char_start, "char_end": c.char_end, "title": d.title, "text": c.text,
             "source": d.source, "content_hash": d.content_hash, "tenant": tenant,
             "ingested_at": stamp, "metadata": d.metadata,

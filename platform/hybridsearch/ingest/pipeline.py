@@ -6,10 +6,10 @@ a *writer* thread (:mod:`.stage`, the embed-and-write stage migrations use too),
 waits on the network while the queues (``ingest.queue_size`` batches) hold work. Every document is
 accounted for: indexed, unchanged (same ``content_hash``, skipped without re-embedding) or failed with a
 dead-letter record. Chunk ``_id`` = ``doc_id#position@chunker``, so a re-run rewrites nothing and resumes
-where an interrupted run stopped. A document is staged and committed (:mod:`.commit`): it becomes
-searchable only when all of it is written, and the chunks a stopped run wrote are reused, not embedded
-again. The run is recorded from its start (:mod:`.runs`), so a run killed outright is recorded as
-``killed`` by the next one.
+where an interrupted run stopped. The run first takes the prefix's ingest lease (:mod:`.lease`), so two runs
+never write the same documents at once; each document is hidden while its chunks are written once, and shown
+whole (:mod:`.commit`). Documents a stopped run left hidden are adopted and repaired. The run is recorded
+from its start (:mod:`.runs`), so a run killed outright is recorded as ``killed`` by the next one.
 """
 
 from __future__ import annotations
@@ -29,23 +29,20 @@ from hybridsearch.embedding import Embedder
 from hybridsearch.engine import EngineClient, connect, engine_errors
 from hybridsearch.errors import ClusterError, ConfigError, HybridSearchError, ModelError
 from hybridsearch.indices import ensure_index, index_meta, section_words_of
-from hybridsearch.ingest.commit import Staged, commit
+from hybridsearch.ingest.commit import Staged, finish, whole_documents
 from hybridsearch.ingest.commit import delete_documents as delete_documents
 from hybridsearch.ingest.commit import existing_chunk_ids as existing_chunk_ids
 from hybridsearch.ingest.layout import now
+from hybridsearch.ingest.lease import Lease
 from hybridsearch.ingest.prepare import Preparer
 from hybridsearch.ingest.runs import IngestResult, RunRecord
 from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, read_path
 from hybridsearch.ingest.stage import EmbedWriter
 from hybridsearch.ingest.state import DONE, Batch, RunState, WorkDoc
 from hybridsearch.ingest.writer import WriteReport
-from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
+from hybridsearch.settings import EmbeddingSettings, Settings
 
 log = logging.getLogger(__name__)
-#: seconds between merge attempts while the engine still keeps deleted copies (:func:`merge_deleted`)
-MERGE_POLL_S = 5.0
-#: longest wait for one merge request (a big index's merge goes on in the engine after it)
-MERGE_REQUEST_S = 600.0
 
 Input = str | Path | Iterable[Document | SourceFailure]
 
@@ -83,8 +80,8 @@ class _Committer:
         self._finalize(batch.finals)
 
     def _finalize(self, finals: list[WorkDoc]) -> None:
-        """Commit the documents whose chunks are all written; ones with a failed chunk stay hidden (a re-run
-        writes what is missing and commits them)."""
+        """Finish the documents whose chunks are all written (:func:`.commit.finish`); ones with a failed chunk
+        stay hidden (a re-run writes what is missing and shows them)."""
         run = self.run
         if not finals:
             return
@@ -92,15 +89,12 @@ class _Committer:
         if failed:
             run.count(documents_failed=len(failed))
         good = [Staged(f.doc.doc_id, f.ids, f.stored) for f in finals if f.doc.doc_id not in run.failed_docs]
-        deletes, flips = commit(run.es, run.index, run.result.run_id, good, run.settings.ingest)
+        deletes, broken = finish(run.es, run.index, run.lease, good, run.settings.ingest)
         for f in deletes.failures:
-            run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"stale chunk not deleted (hidden): "
-                           f"{f.reason}", stage="delete", status=f.status)
-        broken = {f.doc_id for f in flips.failures}
-        for f in flips.failures:
-            run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"not made visible: {f.reason}",
-                           stage="commit", status=f.status)
-        run.count(deleted=deletes.deleted, documents_indexed=len(good) - len(broken), documents_failed=len(broken))
+            run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"old chunk not deleted (the document stays "
+                           f"hidden): {f.reason}", stage="delete", status=f.status)
+        run.count(deleted=deletes.deleted, documents_indexed=len(good) - len(broken), documents_failed=len(broken),
+                  repaired=sum(1 for g in good if g.doc_id in run.adopted and g.doc_id not in broken))
 
 
 def _check_embedder(embedder: Embedder, want: EmbeddingSettings) -> None:
@@ -114,16 +108,18 @@ def _check_embedder(embedder: Embedder, want: EmbeddingSettings) -> None:
 
 def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None = None,
                embedder: Embedder | None = None, progress: bool = False, shard: tuple[int, int] | None = None,
-               fields: RecordFields | None = None) -> IngestResult:
+               fields: RecordFields | None = None, wait_s: float | None = None) -> IngestResult:
     """Ingest ``documents`` (a path, or Documents) into the chunk index; returns the run's counts.
 
     Ensures the index (checking its mapping against the settings: IndexMismatch; an alias over several
-    indices: AliasConflict), skips unchanged documents, replaces changed ones (each visible only once all of
-    it is written), dead-letters what fails and records the run in ``<prefix>-ingest-runs`` from its start
-    (marking runs that died unrecorded as ``killed``). ``shard=(i, n)`` keeps only documents whose id hashes
-    to ``i`` of ``n``. On Ctrl-C or SIGTERM the run stops after the batches in flight and returns with
-    ``status="interrupted"``. Raises ClusterUnavailable when the cluster stays unreachable, ConfigError for
-    a bad shard.
+    indices: AliasConflict), takes the prefix's ingest lease (waiting up to ``wait_s`` seconds, default
+    ``ingest.lease_wait_s``, for a colliding
+    run, else IngestLocked naming it; dead runs' leases are taken over and their unfinished documents
+    repaired), skips unchanged documents, writes new and changed ones (each hidden until all of it is written),
+    dead-letters what fails and records the run in ``<prefix>-ingest-runs`` from its start (marking runs that
+    died unrecorded as ``killed``). ``shard=(i, n)`` keeps only documents whose id hashes to ``i`` of ``n``. On
+    Ctrl-C or SIGTERM the run stops after the batches in flight and returns with ``status="interrupted"``.
+    Raises ClusterUnavailable when the cluster stays unreachable, ConfigError for a bad shard.
     """
     if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
         raise ConfigError(f"shard {shard[0]}/{shard[1]} is not i/N with 0 <= i < N")
@@ -131,28 +127,35 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
     embedder = embedder or Embedder(settings.embedding)
     _check_embedder(embedder, settings.embedding)
     index = ensure_index(es, settings)
-    _refresh(es, index)
-    started = time.perf_counter()
     result = IngestResult(run_id=f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}", index=index,
                           source=str(documents) if isinstance(documents, str | Path) else "<documents>",
                           shard=f"{shard[0]}/{shard[1]}" if shard else None, started_at=now(),
                           model=settings.embedding.model, chunker=chunker_signature(settings.chunking))
-    run = RunState(settings, es, index, result, shard)
-    run.section_words = section_words_of(index_meta(es, index))  # the index decides, not the settings
+    lease = Lease(es, settings.index.ingest_state, result.run_id, shard)
+    takeover = lease.acquire(settings.ingest.lease_wait_s if wait_s is None else wait_s)
+    run = RunState(settings, es, index, result, shard, lease)
+    lease.on_lost = run.fail
+    run.adopted = takeover.adopted
+    result.took_over = takeover.dead_runs
+    started = time.perf_counter()
     record = RunRecord(es, settings, result, run.lock)
-    record.start()
-    restore = _stop_on_sigterm(run)
-    try:
-        _stages(run, embedder, _iter_input(documents, fields), progress)
-    finally:
-        restore()
-    _close(run, started)
     try:
         _refresh(es, index)
-    except HybridSearchError as exc:
-        log.warning("could not refresh %s: %s", index, exc)
-    if run.error is None and settings.ingest.merge_deleted and result.indexed + result.updated + result.deleted:
-        result.merge_seconds = merge_deleted(es, index, settings.ingest)
+        run.section_words = section_words_of(index_meta(es, index))  # the index decides, not the settings
+        record.start()
+        restore = _stop_on_sigterm(run)
+        try:
+            _stages(run, embedder, _iter_input(documents, fields), progress)
+        finally:
+            restore()
+        if run.error is None and not run.stop.is_set():
+            _repair_adopted(run)
+    finally:
+        try:
+            result.still_hidden = len(lease.release())
+        except HybridSearchError as exc:  # the lease runs out by itself; the next run takes it over
+            log.warning("could not release the ingest lease: %s", exc)
+    _close(run, started)
     record.finish()
     if run.error is not None:
         if isinstance(run.error, HybridSearchError):
@@ -161,44 +164,19 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
     return result
 
 
-def merge_deleted(es: EngineClient, index: str, cfg: IngestSettings) -> float | None:
-    """Merge the deleted chunk copies out of ``index`` when there are at least ``cfg.merge_min_deleted``; the
-    seconds it took, or None when not needed, interrupted, failed or still unfinished after ``cfg.merge_wait_s``
-    (logged; the engine's own merges drop them some day).
-
-    Every chunk a run writes leaves a deleted copy (written staged, then again visible: :mod:`.commit`), so a
-    freshly built index is half deleted documents, and the engine does not merge them away by itself while the
-    index is idle. They cost disk (a SciFact index: 76 MB, 38 MB merged) and search time (same queries: BM25 p50
-    9.1 → 6.3 ms, dense 16.3 → 14.1 ms), and sent Elasticsearch's ACORN filtered kNN astray
-    (``EngineInfo.chunk_index_settings``). The engine keeps soft-deleted copies for about 30 s after they were
-    written (its retention leases renew on that schedule), so this flushes and merges until they are gone."""
-    t0 = time.perf_counter()
-    try:
-        with engine_errors(f"merge deleted chunk copies out of {index}"):
-            if _deleted_docs(es, index) < cfg.merge_min_deleted:
-                return None
-            while True:
-                es.indices.flush(index=index)
-                es.indices.forcemerge(index=index, only_expunge_deletes=True, wait_s=MERGE_REQUEST_S)
-                left = _deleted_docs(es, index)
-                if left < cfg.merge_min_deleted:
-                    return round(time.perf_counter() - t0, 3)
-                if time.perf_counter() - t0 + MERGE_POLL_S > cfg.merge_wait_s:
-                    log.warning("%d deleted chunk copies stay in %s after %.0f s (the engine still keeps them); "
-                                "its merges drop them later", left, index, cfg.merge_wait_s)
-                    return None
-                time.sleep(MERGE_POLL_S)
-    except KeyboardInterrupt:
-        log.warning("merging deleted chunk copies out of %s was interrupted; the engine's merges drop them later",
-                    index)
-    except HybridSearchError as exc:
-        log.warning("deleted chunk copies stay in %s until the engine merges them: %s", index, exc)
-    return None
-
-
-def _deleted_docs(es: EngineClient, index: str) -> int:
-    es.indices.refresh(index=index)
-    return int(es.indices.stats(index=index, metric="docs")["_all"]["primaries"]["docs"].get("deleted", 0))
+def _repair_adopted(run: RunState) -> None:
+    """Show the adopted documents this run did not write again whose chunks are all there (their run died
+    between writing the last chunk and showing them); the others stay hidden until their source is ingested."""
+    rest = run.adopted - run.rewritten
+    if not rest:
+        return
+    _refresh(run.es, run.index)
+    whole = whole_documents(run.es, run.index, rest, run.tenant)
+    run.lease.show(whole)
+    run.count(repaired=len(whole))
+    if rest - whole:
+        log.warning("%d documents a stopped run left half written stay hidden until their sources are ingested "
+                    "again (e.g. %s)", len(rest - whole), ", ".join(sorted(rest - whole)[:3]))
 
 
 def _refresh(es: EngineClient, index: str) -> None:

@@ -1,9 +1,9 @@
 """Ingest stage 1, in its own thread: read, filter, look up what changed, chunk, and queue batches to embed.
 
-A document is unchanged when its chunk 0 is visible with its ``content_hash`` (:mod:`.commit` makes chunk 0
-visible last); it is then skipped without re-embedding. Chunks a stopped run already wrote are reused.
-Chunk 0 of a document travels in the batch that carries its last chunk, so the writer can commit the
-document once that batch is written.
+A document is unchanged when its chunk 0 is visible (:mod:`hybridsearch.visibility`: not hidden) with its
+``content_hash``; it is then skipped without re-embedding. Every other document is hidden (:mod:`.commit`)
+before its chunks are queued; chunks a stopped run already wrote with this content are reused. A batch lists
+the documents whose last chunk it carries, so the writer can finish them once it is written.
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ from typing import Any
 from hybridsearch.embedding import Embedder
 from hybridsearch.engine import engine_errors
 from hybridsearch.ingest.chunking import Tokenizer
-from hybridsearch.ingest.commit import Stored, hide, stored_chunks
+from hybridsearch.errors import HybridSearchError
+from hybridsearch.ingest.commit import Stored, stored_chunks
 from hybridsearch.ingest.ids import chunk_id, shard_of
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.sources import Document, SourceFailure
 from hybridsearch.ingest.stage import copy_tokenizer
 from hybridsearch.ingest.state import DONE, Batch, RunState, WorkDoc
-from hybridsearch.pending import PENDING_FIELD, visible_only
+from hybridsearch.visibility import visible_query
 
 LOOKUP_BATCH = 64  # documents per change-detection search
 
@@ -86,23 +87,25 @@ class Preparer:
         return item
 
     def _filter(self, doc_ids: list[str], *extra: dict[str, Any]) -> dict[str, Any]:
-        flt: list[dict[str, Any]] = [{"terms": {"doc_id": doc_ids}}, *extra, visible_only()]
+        """Visible chunks of ``doc_ids`` (and ``extra``) in this run's tenant."""
+        flt: list[dict[str, Any]] = [{"terms": {"doc_id": doc_ids}}, *extra]
         if self.run.tenant:
             flt.append({"term": {"tenant": self.run.tenant}})
-        return {"bool": {"filter": flt}}
+        return visible_query(self.run.settings.index.ingest_state, flt)
 
     def lookup(self, docs: list[Document]) -> tuple[list[WorkDoc], list[Document]]:
-        """Split ``docs`` into work (new, changed or not committed) and unchanged."""
+        """Split ``docs`` into work (new, changed, or hidden: left unfinished by a stopped run) and unchanged."""
         run = self.run
         query = self._filter([d.doc_id for d in docs], {"term": {"position": 0}})
         with engine_errors("look up existing chunks"):
             hits = run.es.search(index=run.index, query=query, size=len(docs) * 4,
                                  source=["doc_id", "content_hash"])["hits"]["hits"]
         done = {(h["_id"], h["_source"].get("content_hash")) for h in hits}
-        same = [d for d in docs if (chunk_id(d.doc_id, 0, run.signature, run.tenant), d.content_hash) in done]
+        same = [d for d in docs if (chunk_id(d.doc_id, 0, run.signature, run.tenant), d.content_hash) in done
+                and d.doc_id not in run.adopted]
         rest = [d for d in docs if d not in same]
         stored = stored_chunks(run.es, run.index, {d.doc_id: d.content_hash for d in rest}, run.tenant)
-        return [WorkDoc(d, changed=bool(stored.get(d.doc_id, Stored()).visible), stored=stored.get(d.doc_id, Stored()))
+        return [WorkDoc(d, changed=bool(stored.get(d.doc_id, Stored()).ids), stored=stored.get(d.doc_id, Stored()))
                 for d in rest], same
 
     def _prepare_group(self, docs: list[Document]) -> None:
@@ -112,39 +115,28 @@ class Preparer:
             with engine_errors("count unchanged chunks"):
                 n = int(run.es.count(index=run.index, query=self._filter([d.doc_id for d in same]))["count"])
             run.count(documents_skipped=len(same), unchanged=n)
-        self._hide(work)
+        if not work:
+            return
+        try:
+            run.lease.hide(w.doc.doc_id for w in work)  # before any of their chunks is written
+        except HybridSearchError as exc:
+            run.fail(exc)
+            return
+        run.rewritten.update(w.doc.doc_id for w in work if w.doc.doc_id in run.adopted)
         batch = Batch()
         for item in work:
-            first: tuple[dict[str, Any], str] | None = None
             for src, text in self._chunks(item):
                 if src["chunk_id"] in item.stored.same:  # written by a stopped run: reuse, do not embed
                     run.count(reused=1)
-                    continue
-                src[PENDING_FIELD] = run.result.run_id
-                if first is None:  # chunk 0 travels in the document's last batch
-                    first = src, text
                     continue
                 batch.add(src["chunk_id"], src, text)
                 if len(batch) >= self.batch_chunks:
                     if not run.put(batch):
                         return
                     batch = Batch()
-            if first is not None:
-                batch.add(first[0]["chunk_id"], *first)
             batch.finals.append(item)
         if (batch.sources or batch.finals) and not run.put(batch):
             return
-
-    def _hide(self, work: list[WorkDoc]) -> None:
-        """Take the visible chunks of documents about to be (re)written out of searches (:func:`.commit.hide`)."""
-        run = self.run
-        rep = hide(run.es, run.index, run.result.run_id,
-                   [(i, w.doc.doc_id) for w in work for i in sorted(w.stored.visible)], run.settings.ingest)
-        for f in rep.failures:
-            run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"old chunk not hidden: {f.reason}",
-                           stage="hide", status=f.status)
-        for w in work:
-            w.stored.visible.clear()
 
     def _chunks(self, item: WorkDoc) -> Iterator[tuple[dict[str, Any], str]]:
         run = self.run

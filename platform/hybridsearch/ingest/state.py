@@ -11,6 +11,7 @@ from typing import Any
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.engine import EngineClient
 from hybridsearch.ingest.commit import Stored
+from hybridsearch.ingest.lease import Lease
 from hybridsearch.ingest.runs import IngestResult
 from hybridsearch.ingest.sources import Document
 from hybridsearch.ingest.stage import ChunkBatch
@@ -41,9 +42,11 @@ class RunState:
     """State shared by the stages of one run (prepare thread, embedder, writer thread)."""
 
     def __init__(self, settings: Settings, es: EngineClient, index: str, result: IngestResult,
-                 shard: tuple[int, int] | None) -> None:
+                 shard: tuple[int, int] | None, lease: Lease) -> None:
         self.settings, self.es, self.index = settings, es, index
-        self.result, self.shard = result, shard
+        self.result, self.shard, self.lease = result, shard, lease
+        self.adopted: set[str] = set()  # documents a stopped run left hidden, this run's to repair
+        self.rewritten: set[str] = set()  # adopted documents this run wrote again from its input
         self.signature = chunker_signature(settings.chunking)
         self.tenant = settings.index.tenant
         self.section_words: int | None = None  # the index's BM25 sections (its _meta), set by run_ingest

@@ -13,7 +13,7 @@ from typing import Any, get_args
 
 from hybridsearch.engine.dialect import ELASTICSEARCH, Dialect
 from hybridsearch.errors import QueryError
-from hybridsearch.pending import visible_only
+from hybridsearch.visibility import visible_filter
 from hybridsearch.query.filters import Filter, filter_clauses, filter_summary
 from hybridsearch.query.results import Mode
 from hybridsearch.settings import QuerySettings
@@ -73,6 +73,7 @@ class Plan:
     explain: bool
     filters: list[dict[str, Any]] = field(default_factory=list)
     filter_log: dict[str, Any] | None = None
+    state_index: str | None = None  # the prefix's ingest state: documents being written are not searched
 
     @property
     def wants_vector(self) -> bool:
@@ -82,9 +83,11 @@ class Plan:
 def plan(
     q: QuerySettings, tenant: str | None, query: object, *, k: int = 10, mode: str = "hybrid",
     filters: Filter | Mapping[str, Any] | None = None, rerank: bool = True, explain: bool = False, page: int = 1,
+    state_index: str | None = None,
 ) -> Plan:
     """Check the arguments of ``search`` and build a :class:`Plan` (``tenant``: the tenant every search is
-    filtered to, ``index.tenant``). Raises QueryError."""
+    filtered to, ``index.tenant``; ``state_index``: the prefix's ingest state, whose hidden documents are never
+    searched, :mod:`hybridsearch.visibility`). Raises QueryError."""
     if mode not in MODES:
         raise QueryError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= q.max_k:
@@ -94,7 +97,7 @@ def plan(
     text, truncated = clean_query(query, q.max_query_chars)
     clauses = filter_clauses(filters, tenant)
     return Plan(query=text, truncated=truncated, mode=mode, k=k, page=page, rerank=rerank,  # type: ignore[arg-type]
-                explain=explain, filters=clauses, filter_log=filter_summary(filters))
+                explain=explain, filters=clauses, filter_log=filter_summary(filters), state_index=state_index)
 
 
 def _common(q: QuerySettings, size: int) -> dict[str, Any]:
@@ -105,9 +108,9 @@ def _common(q: QuerySettings, size: int) -> dict[str, Any]:
 
 
 def search_filters(p: Plan) -> list[dict[str, Any]]:
-    """The plan's filters plus :func:`~hybridsearch.pending.visible_only`: chunks of a document that is still
-    being written are never searched."""
-    return [*p.filters, visible_only()]
+    """The plan's filters plus :func:`~hybridsearch.visibility.visible_filter`: chunks of a document that is still
+    being written are never searched (the one read path every reader shares)."""
+    return [*p.filters, visible_filter(p.state_index)]
 
 
 #: The field a section's title and text are copied into (``copy_to`` in the chunk template): BM25 scores them as

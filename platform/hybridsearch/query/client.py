@@ -196,7 +196,8 @@ class _Core:
             self.query_log = QueryLogger(es, self.settings)
 
     def _plan(self, query: str, **kwargs: Any) -> Plan:
-        return plan(self.query, self.settings.index.tenant, query, **kwargs)
+        return plan(self.query, self.settings.index.tenant, query, state_index=self.settings.index.ingest_state,
+                    **kwargs)
 
     def _lines(self, p: Plan, dialect: Dialect) -> Lines:
         """``send``'s ``lines``: the ``_msearch`` lines of one list of ``p``, or of ``all`` of them."""

@@ -26,6 +26,7 @@ import numpy as np
 
 from hybridsearch.engine import engine_errors
 from hybridsearch.training.negatives import Candidate, Qrels, Strategy, dedupe, query_rng, relevant_ids
+from hybridsearch.visibility import scan_visible
 
 if TYPE_CHECKING:
     from hybridsearch.engine import EngineClient
@@ -262,13 +263,10 @@ def scan_chunks(es: EngineClient, settings: Settings, index: str) -> list[Chunk]
     a stable order."""
     from hybridsearch.ingest.chunking import embed_text
 
-    query: dict[str, Any] = {"match_all": {}}
-    if settings.index.tenant:
-        query = {"bool": {"filter": [{"term": {"tenant": settings.index.tenant}}]}}
+    filters = [{"term": {"tenant": settings.index.tenant}}] if settings.index.tenant else []
     found: list[tuple[str, Chunk]] = []
     with engine_errors(f"read the chunks of {index}"):
-        for hit in es.scan(index=index, size=1000, query={"query": query,
-                                                          "_source": ["doc_id", "title", "text"]}):
+        for hit in scan_visible(es, index, filters=filters, source=["doc_id", "title", "text"]):
             src = hit["_source"]
             text = embed_text(src.get("title"), src.get("text") or "", settings.embedding.prepend_title)
             found.append((str(hit["_id"]), Chunk(str(src.get("doc_id", hit["_id"])), text)))

@@ -22,6 +22,7 @@ from hybridsearch.engine import engine_errors
 from hybridsearch.errors import ClusterError, ConfigError
 from hybridsearch.indices import resolve_index
 from hybridsearch.training.hardneg import FilterStats, NegativePolicy, filter_negatives
+from hybridsearch.visibility import visible_filter
 
 if TYPE_CHECKING:
     from hybridsearch.embedding import Embedder
@@ -395,7 +396,8 @@ class IndexMiner:
                 searches.append({"index": self.settings.index.alias})
                 searches.append({
                     "size": 1, "_source": ["doc_id", "title", "text"],
-                    "query": {"bool": {"filter": filters, "should": [{"match": {"text": query}}]}},
+                    "query": {"bool": {"filter": [*filters, visible_filter(self.settings.index.ingest_state)],
+                                       "should": [{"match": {"text": query}}]}},
                 })
             with engine_errors(f"fetch judged chunks from {self.settings.index.alias}"):
                 responses = self.es.msearch(searches=searches)["responses"]

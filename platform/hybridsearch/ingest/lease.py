@@ -1,0 +1,302 @@
+"""The prefix's ingest lease and the documents a run hides while it writes them: one state document.
+
+``<prefix>-ingest-state`` holds one document (:data:`~hybridsearch.visibility.STATE_ID`)::
+
+    {"leases":  {"<run id>": {"shard": "0/4" | null, "host": ..., "pid": ..., "started_at": ..., "heartbeat_at": ...}},
+     "holds":   {"<run id>": [doc ids being written], "unfinished": [doc ids a stopped run left half written]},
+     "hidden":  [every doc id of every hold]}        <- what readers exclude (:mod:`hybridsearch.visibility`)
+
+Every change is a compare-and-set (``if_seq_no``/``if_primary_term``, retried on 409), so runs on several
+machines never lose each other's updates, and a reader's real-time GET sees each change at once.
+
+**The lease.** A run takes the lease before it writes anything. Two live runs of one prefix collide when
+their document sets overlap: an unsharded run overlaps everything; ``--shard i/N`` workers overlap only a
+worker of another N or the same i. A colliding run waits (``wait_s``) or is refused with
+:class:`~hybridsearch.errors.IngestLocked` naming the holder. The holder renews ``heartbeat_at`` every
+:data:`~hybridsearch.ingest.runs.HEARTBEAT_S` seconds; a lease older than
+:data:`~hybridsearch.ingest.runs.LEASE_S` seconds, or one whose process is gone from this host, is dead, and
+the next run takes it over: it *adopts* the dead run's holds that fall in its shard (those documents were
+being written when the run died) and repairs them (:mod:`.pipeline`). A run whose own lease was taken over
+stops with :class:`~hybridsearch.errors.LeaseLost`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, status_of
+from hybridsearch.errors import ClusterError, IngestLocked, LeaseLost
+from hybridsearch.ingest.ids import parse_shard, shard_of
+from hybridsearch.ingest.runs import HEARTBEAT_S, is_dead, now
+from hybridsearch.visibility import HIDDEN_PATH, STATE_ID
+
+log = logging.getLogger(__name__)
+
+UNFINISHED = "unfinished"  # the hold of documents whose run stopped before they were whole
+WAIT_POLL_S = 2.0
+CAS_TRIES = 100
+
+Shard = tuple[int, int] | None
+
+
+def shard_text(shard: Shard) -> str | None:
+    return f"{shard[0]}/{shard[1]}" if shard else None
+
+
+def stored_shard(text: object) -> Shard:
+    """The shard a lease records (None: every document, or an unreadable value, which overlaps everything)."""
+    try:
+        return parse_shard(text) if isinstance(text, str) else None
+    except ValueError:
+        return None
+
+
+def overlaps(a: Shard, b: Shard) -> bool:
+    """Whether runs over shards ``a`` and ``b`` (None: every document) may write the same document."""
+    return a is None or b is None or a[1] != b[1] or a[0] == b[0]
+
+
+def owns(shard: Shard, doc_id: str) -> bool:
+    return shard is None or shard_of(doc_id, shard[1]) == shard[0]
+
+
+@dataclass
+class State:
+    """The state document's content, as read."""
+
+    leases: dict[str, dict[str, Any]] = field(default_factory=dict)
+    holds: dict[str, list[str]] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, source: dict[str, Any] | None) -> State:
+        src = source or {}
+        return cls(dict(src.get("leases") or {}), {k: list(v) for k, v in (src.get("holds") or {}).items()})
+
+    def doc(self) -> dict[str, Any]:
+        holds = {k: sorted(set(v)) for k, v in self.holds.items() if v}
+        hidden = sorted({d for v in holds.values() for d in v})
+        return {"leases": self.leases, "holds": holds, HIDDEN_PATH: hidden, "updated_at": now()}
+
+
+@dataclass
+class Takeover:
+    """What :meth:`Lease.acquire` found: the dead runs whose lease it took over and the documents it adopted
+    (hidden by a run that stopped before they were whole, and in this run's shard)."""
+
+    dead_runs: list[str] = field(default_factory=list)
+    adopted: set[str] = field(default_factory=set)
+
+
+class Lease:
+    """One run's lease on a prefix and the documents it hides. Thread-safe; :meth:`release` when done."""
+
+    def __init__(self, es: EngineClient, state_index: str, run_id: str, shard: Shard = None, *,
+                 heartbeat_s: float = HEARTBEAT_S, on_lost: Callable[[LeaseLost], None] | None = None) -> None:
+        self.es, self.index, self.run_id, self.shard = es, state_index, run_id, shard
+        self.heartbeat_s, self.on_lost = heartbeat_s, on_lost
+        self.host, self.pid = socket.gethostname(), os.getpid()
+        self.started_at = now()
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+        self.held = False
+
+    # ---- compare-and-set on the state document
+
+    def _change(self, what: str, mutate: Callable[[State], bool]) -> State:
+        """Read the state, let ``mutate`` change it (False: nothing to write) and write it back only if nobody
+        wrote meanwhile; retried until it goes through."""
+        for attempt in range(CAS_TRIES):
+            with engine_errors(f"read {self.index}"):
+                got = self.es.get(index=self.index, id=STATE_ID)
+            state = State.of(got["_source"] if got else None)
+            if not mutate(state):
+                return state
+            with engine_errors(f"{what} in {self.index}"):
+                try:
+                    if got is None:
+                        self.es.index(index=self.index, id=STATE_ID, document=state.doc(), op_type="create")
+                    else:
+                        self.es.index(index=self.index, id=STATE_ID, document=state.doc(),
+                                      if_seq_no=got["_seq_no"], if_primary_term=got["_primary_term"])
+                    return state
+                except API_ERRORS as exc:
+                    if status_of(exc) != 409:
+                        raise
+            time.sleep(random.uniform(0, min(0.5, 0.01 * (attempt + 1))))  # another run wrote first: read again
+        raise ClusterError(f"could not {what} in {self.index}: {CAS_TRIES} concurrent updates in a row")
+
+    def _mine(self, state: State) -> dict[str, Any]:
+        lease = state.leases.get(self.run_id)
+        if lease is None:
+            raise LeaseLost(f"run {self.run_id} lost its ingest lease on {self.index} (another run took it over "
+                            "after its heartbeat stopped)", fix="Run the ingest again: it repairs what was left")
+        return lease
+
+    # ---- the lease
+
+    def _entry(self) -> dict[str, Any]:
+        return {"shard": shard_text(self.shard), "host": self.host, "pid": self.pid, "started_at": self.started_at,
+                "heartbeat_at": now()}
+
+    def acquire(self, wait_s: float = 0.0) -> Takeover:
+        """Take the lease (waiting up to ``wait_s`` seconds for a colliding live run), taking over dead runs'
+        leases and adopting their holds in this run's shard. Raises IngestLocked."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            taken = Takeover()
+            blocker: list[tuple[str, dict[str, Any]]] = []
+
+            def take(state: State) -> bool:
+                taken.dead_runs.clear()
+                taken.adopted.clear()
+                blocker.clear()
+                at, host = datetime.now(UTC), socket.gethostname()
+                for run, lease in list(state.leases.items()):
+                    if is_dead(lease, host, at):
+                        del state.leases[run]
+                        taken.dead_runs.append(run)
+                        state.holds.setdefault(UNFINISHED, []).extend(state.holds.pop(run, []))
+                    elif overlaps(self.shard, stored_shard(lease.get("shard"))):
+                        blocker.append((run, lease))
+                        return False
+                left = [d for d in state.holds.get(UNFINISHED, []) if not owns(self.shard, d)]
+                taken.adopted.update(d for d in state.holds.get(UNFINISHED, []) if owns(self.shard, d))
+                state.holds[UNFINISHED] = left
+                state.holds[self.run_id] = sorted(taken.adopted)
+                state.leases[self.run_id] = self._entry()
+                return True
+
+            self._change("take the ingest lease", take)
+            if not blocker:
+                break
+            run, lease = blocker[0]
+            if time.monotonic() + WAIT_POLL_S > deadline:
+                raise _locked(self.index, run, lease)
+            time.sleep(WAIT_POLL_S)
+        self.held = True
+        for run in taken.dead_runs:
+            log.warning("took over the ingest lease of run %s, which stopped without finishing", run)
+        self._beat = threading.Thread(target=self._heartbeat, name="hsp-lease", daemon=True)
+        self._beat.start()
+        return taken
+
+    def _heartbeat(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            try:
+                def beat(state: State) -> bool:
+                    self._mine(state)["heartbeat_at"] = now()
+                    return True
+                self._change("renew the ingest lease", beat)
+            except LeaseLost as exc:
+                log.error("%s", exc)
+                if self.on_lost is not None:
+                    self.on_lost(exc)
+                return
+            except ClusterError as exc:  # the next beat tries again; the lease lasts LEASE_S
+                log.warning("could not renew the ingest lease: %s", exc)
+
+    def release(self) -> list[str]:
+        """Give the lease up; documents still held (not whole: a failed chunk, an interrupted run) move to the
+        ``unfinished`` hold, stay hidden and are adopted by the next run. Returns them."""
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join()
+        left: list[str] = []
+        if not self.held:
+            return left
+
+        def drop(state: State) -> bool:
+            left[:] = state.holds.pop(self.run_id, [])
+            state.holds.setdefault(UNFINISHED, []).extend(left)
+            state.leases.pop(self.run_id, None)
+            return True
+
+        self._change("release the ingest lease", drop)
+        self.held = False
+        return sorted(set(left))
+
+    # ---- hiding documents
+
+    def hide(self, doc_ids: Iterable[str]) -> None:
+        """Hide ``doc_ids`` from every reader (before the first of their chunks is written). Raises LeaseLost."""
+        ids = set(doc_ids)
+        if not ids:
+            return
+
+        def add(state: State) -> bool:
+            self._mine(state)
+            have = set(state.holds.get(self.run_id, []))
+            if ids <= have:
+                return False
+            state.holds[self.run_id] = sorted(have | ids)
+            return True
+
+        self._change("hide documents being written", add)
+
+    def show(self, doc_ids: Iterable[str]) -> None:
+        """Make ``doc_ids`` visible again: every chunk of them is written and the index refreshed. Raises
+        LeaseLost (they then stay hidden, for the run that took over)."""
+        ids = set(doc_ids)
+        if not ids:
+            return
+
+        def drop(state: State) -> bool:
+            self._mine(state)
+            have = state.holds.get(self.run_id, [])
+            if not ids & set(have):
+                return False
+            state.holds[self.run_id] = [d for d in have if d not in ids]
+            return True
+
+        self._change("show written documents", drop)
+
+
+def hidden_documents(es: EngineClient, state_index: str) -> dict[str, list[str]]:
+    """The holds of the prefix (``{run id or "unfinished": doc ids}``); ``{}`` without a state document."""
+    with engine_errors(f"read {state_index}"):
+        if not es.indices.exists(index=state_index):
+            return {}
+        got = es.get(index=state_index, id=STATE_ID)
+    return {k: v for k, v in State.of(got["_source"] if got else None).holds.items() if v}
+
+
+def forget_documents(es: EngineClient, state_index: str, doc_ids: Iterable[str]) -> None:
+    """Drop ``doc_ids`` from the ``unfinished`` hold (their chunks were deleted: nothing is left to hide)."""
+    ids = set(doc_ids)
+    with engine_errors(f"read {state_index}"):
+        if not ids or not es.indices.exists(index=state_index):
+            return
+    lease = Lease(es, state_index, run_id="-")
+
+    def drop(state: State) -> bool:
+        have = state.holds.get(UNFINISHED, [])
+        if not ids & set(have):
+            return False
+        state.holds[UNFINISHED] = [d for d in have if d not in ids]
+        return True
+
+    lease._change("forget deleted documents", drop)
+
+
+def _locked(index: str, run: str, lease: dict[str, Any]) -> IngestLocked:
+    try:
+        age = (datetime.now(UTC) - datetime.fromisoformat(str(lease.get("heartbeat_at")))).total_seconds()
+    except ValueError:
+        age = float("nan")
+    shard = lease.get("shard")
+    where = f"host {lease.get('host')}, pid {lease.get('pid')}" + (f", shard {shard}" if shard else "")
+    prefix = index.removesuffix("-ingest-state")
+    return IngestLocked(
+        f"prefix {prefix} is being ingested by run {run} ({where}, started {lease.get('started_at')}, "
+        f"last heartbeat {age:.0f} s ago)",
+        fix="Wait for it to finish (hsp ingest --wait SECONDS waits), or give each worker its own --shard i/N",
+        holder=run, host=lease.get("host"), pid=lease.get("pid"), shard=shard, heartbeat_age_s=round(age, 1))
