@@ -56,7 +56,6 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     are never downloaded unless HSP_MODELS__ALLOW_DOWNLOAD allows it: one that is not on this machine fails at once.
     """
     from hybridsearch.embedding.models import set_downloads_allowed
-
     from hybridsearch.query.build import plan
     from hybridsearch.query.client import SearchClient
 
