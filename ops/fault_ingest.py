@@ -11,7 +11,7 @@ corpus into a 3-primary, 1-replica chunk index while a fault is injected and, a 
 
 Then it checks, against the chunk ids the chunker produces for every document (no model call: the
 chunker only needs the tokenizer): every valid document is visible, each with exactly its chunks, none
-missing, none duplicated, nothing left staged (``pending_run``); the run records in
+missing, none duplicated, nothing left hidden (the prefix's ingest state); the run records in
 ``<prefix>-ingest-runs`` (status, retried); and that a re-run of both shards finds nothing to do.
 Exit status 0 only when lost = duplicated = incomplete = 0 and the re-run indexed nothing.
 
@@ -149,17 +149,19 @@ def expected_chunks(corpus: Path, settings: Any) -> tuple[dict[str, set[str]], i
     return want, invalid
 
 
-def stored_chunks(es: Any, index: str) -> list[dict[str, Any]]:
-    from elasticsearch import helpers
+def stored_chunks(es: Any, index: str) -> tuple[list[dict[str, Any]], set[str]]:
+    """What every reader sees (the one read path), and the documents hidden from it."""
+    from hybridsearch.ingest.lease import hidden_documents
+    from hybridsearch.visibility import scan_visible, state_index_for
 
-    return [{"_id": h["_id"], **h["_source"]} for h in helpers.scan(
-        es, index=index, query={"query": {"match_all": {}}}, _source=["doc_id", "position", "pending_run"],
-        size=2000)]
+    visible = [{"_id": h["_id"], **h["_source"]} for h in scan_visible(es, index, source=["doc_id", "position"],
+                                                                       size=2000)]
+    hidden = {d for ids in hidden_documents(es, state_index_for(index)).values() for d in ids}
+    return visible, hidden
 
 
-def verify(want: dict[str, set[str]], stored: list[dict[str, Any]]) -> dict[str, Any]:
-    visible = [c for c in stored if not c.get("pending_run")]
-    staged = [c for c in stored if c.get("pending_run")]
+def verify(want: dict[str, set[str]], stored: tuple[list[dict[str, Any]], set[str]]) -> dict[str, Any]:
+    visible, hidden = stored
     by_doc: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for c in visible:
         by_doc[str(c["doc_id"])].append(c)
@@ -168,7 +170,7 @@ def verify(want: dict[str, set[str]], stored: list[dict[str, Any]]) -> dict[str,
     incomplete = sorted(d for d in want if d in by_doc and {c["_id"] for c in by_doc[d]} != want[d])
     return {
         "documents_expected": len(want), "chunks_expected": sum(len(v) for v in want.values()),
-        "documents_visible": len(by_doc), "chunks_visible": len(visible), "chunks_staged": len(staged),
+        "documents_visible": len(by_doc), "chunks_visible": len(visible), "documents_hidden": len(hidden),
         "documents_lost": len(lost), "documents_incomplete": len(incomplete),
         "chunks_duplicated": sum(n - 1 for n in positions.values() if n > 1),
         "unexpected_documents": len(set(by_doc) - set(want)),
@@ -212,8 +214,8 @@ def main(argv: list[str] | None = None) -> int:
     es = connect(settings.es)
     (ROOT / "reports").mkdir(exist_ok=True)
     if not args.verify_only:
-        for name in (f"{prefix}-chunks*", settings.index.ingest_runs, settings.index.query_log):
-            es.indices.delete(index=name, expand_wildcards="all")
+        for name in (f"{prefix}-chunks*", f"{prefix}-ingest-*", f"{prefix}-query-log*"):
+            es.indices.delete(index=name, expand_wildcards="all")  # wildcards: a missing index is no error
     index = ensure_index(es, settings)
     corpus = ROOT / "reports" / f"fault-ingest-corpus-{args.limit_docs or 'all'}.jsonl"
     n_docs = write_subset(corpus, args.limit_docs or None)
@@ -251,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
                      for r in rerun_records)
 
     ok = (after_fault["documents_lost"] == 0 and after_fault["chunks_duplicated"] == 0
-          and after_fault["documents_incomplete"] == 0 and after_fault["chunks_staged"] == 0 and rerun_work == 0
+          and after_fault["documents_incomplete"] == 0 and after_fault["documents_hidden"] == 0 and rerun_work == 0
           and after_rerun["documents_lost"] == 0 and after_rerun["chunks_duplicated"] == 0)
     report = {"fault": args.fault, "node": args.node if args.fault == "node" else None, "es_url": urls,
               "index": index, "documents_in_file": n_docs, "invalid_records": invalid, "events": events,
@@ -273,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     a = after_fault
     print(f"documents written {a['documents_visible']} of {a['documents_expected']} valid; lost {a['documents_lost']}; "
           f"incomplete {a['documents_incomplete']}; chunks duplicated {a['chunks_duplicated']}; "
-          f"chunks {a['chunks_visible']}/{a['chunks_expected']}; staged leftovers {a['chunks_staged']}")
+          f"chunks {a['chunks_visible']}/{a['chunks_expected']}; hidden leftovers {a['documents_hidden']}")
     print(f"re-run: exits {[w['exit'] for w in rerun]}, chunks/documents written {rerun_work} (must be 0); after it: "
           f"lost {after_rerun['documents_lost']}, duplicated {after_rerun['chunks_duplicated']}")
     print(f"{'PASS' if ok else 'FAIL'}  (report {out.relative_to(ROOT)})")

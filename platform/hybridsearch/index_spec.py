@@ -67,7 +67,7 @@ CHECKED_VECTOR = ("dims", "similarity")
 # Chunk fields added after indices were first built: an index without them is still served (reads treat the
 # missing field as absent) and ``indices.ensure_index`` adds them before an ingest writes. ``section_all`` is only
 # searched where both section fields copy into it (``query.build.has_joined_field``).
-ADDABLE_FIELDS = ("pending_run", "section_title", "section_text", "section_all")
+ADDABLE_FIELDS = ("pending_run", "section_title", "section_text", "section_all", "doc_chunks")
 # _meta keys that decide whether an existing index holds what the settings would build (reuse, level "build").
 BUILD_META = ("embedding_model", "embedding_dims", "chunker", "chunker_version", "prepend_title", "bm25_unit",
               "section_words")

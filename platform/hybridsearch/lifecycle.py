@@ -23,6 +23,7 @@ from hybridsearch.index_spec import create_chunk_version, parse_version
 from hybridsearch.indices import (
     alias_targets,
     check_mapping,
+    ensure_log_index,
     ensure_log_indices,
     index_mapping,
     resolve_index,
@@ -33,7 +34,8 @@ from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter
 from hybridsearch.ingest.writer import DeadLetter
 from hybridsearch.mappings import load_template
 from hybridsearch.ingest.lease import hidden_documents
-from hybridsearch.visibility import scan_visible, state_index_for, state_index_of, visible_query
+from hybridsearch.ingest.lease import Lease
+from hybridsearch.visibility import count_visible, scan_visible, state_index_for, state_index_of, visible_query
 from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
 
 log = logging.getLogger(__name__)
@@ -291,14 +293,33 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     source = resolve_index(es, old, check=False)
     source_mapping = index_mapping(es, source)
     check_mapping(source, source_mapping, old, es.dialect)
-    source_meta = source_mapping.get("_meta", {})
     expected = load_template("chunks", new)["template"]["mappings"]["_meta"]
+    source_meta = source_mapping.get("_meta", {})
     rechunk = (source_meta.get("chunker_version") not in (None, expected["chunker_version"])
                or section_words_of(source_meta) != new.index.bm25_section_words)  # documents are cut anew
-    first_chunks = {"term": {"position": 0}}  # one per document (and tenant)
+    first_chunks = [{"term": {"position": 0}}] if rechunk else []  # one per document (and tenant)
+    # No ingest may write while the copy reads: the migration holds the prefix's ingest lease throughout.
+    ensure_log_index(es, new, "ingest_state")
+    lease = Lease(es, new.index.ingest_state, f"migrate-{time.strftime('%Y%m%dT%H%M%S')}")
+    lease.acquire(new.ingest.lease_wait_s)
+    try:
+        return _migrate_locked(es, old, new, source, source_mapping, rechunk, first_chunks, version=version,
+                               embedder=embedder, swap=swap, batch_size=batch_size, reembed=reembed,
+                               on_progress=on_progress)
+    finally:
+        lease.release()
+
+
+def _migrate_locked(es: EngineClient, old: Settings, new: Settings, source: str, source_mapping: dict[str, Any],
+                    rechunk: bool, first_chunks: list[dict[str, Any]], *, version: int | None,
+                    embedder: Embedder | None, swap: bool, batch_size: int, reembed: bool | None,
+                    on_progress: Callable[[int, int], None] | None) -> MigrationResult:
+    """:func:`migrate`'s copy, check and swap, while it holds the lease. Counts what readers see (documents a
+    stopped run left half written are neither copied nor counted: they stay hidden in the new version too)."""
+    source_meta = source_mapping.get("_meta", {})
     with engine_errors(f"refresh {source}"):
         es.indices.refresh(index=source)
-        total = int(es.count(index=source, query=first_chunks if rechunk else None)["count"])
+        total = count_visible(es, source, first_chunks)
     embedder = embedder or Embedder(new.embedding)  # loads its model only when something must be embedded
     if embedder.cfg.model != new.embedding.model or embedder.cfg.dims != new.embedding.dims:
         raise ConfigError("the embedder given to migrate() does not match the new settings' model and dims")
@@ -329,8 +350,8 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     unit = "documents" if rechunk else "chunks"
     with engine_errors(f"refresh {target}"):
         es.indices.refresh(index=target)
-        copied = int(es.count(index=target, query=first_chunks if rechunk else None)["count"])
-        now = int(es.count(index=source, query=first_chunks if rechunk else None)["count"])
+        copied = count_visible(es, target, first_chunks)
+        now = count_visible(es, source, first_chunks)
     seconds = time.perf_counter() - t0
     if failed or copied != total or now != total:
         raise IngestError(

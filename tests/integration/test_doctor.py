@@ -52,18 +52,18 @@ def test_healthy_index_passes(es: EngineClient, settings: Settings) -> None:
 
 
 def test_an_index_without_the_knn_filter_setting_or_full_of_deleted_copies_is_a_warning(
-    es: EngineClient, settings: Settings
+    es: EngineClient, settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     name = ensure_index(es, settings)
     docs = [{"doc_id": f"d{i}", "chunk_id": f"d{i}#0", "text": f"copy {i}"} for i in range(4)]
     for d in docs + docs:  # the second write of each leaves a deleted copy
         es.index(index=name, id=d["chunk_id"], document=d)
     es.indices.refresh(index=name)
-    few = settings.model_copy(update={"ingest": settings.ingest.model_copy(update={"merge_min_deleted": 2})})
-    checks = by_name(doctor.run_checks(few, es=es, models=False, reranker=False))
+    assert "index.deleted" not in by_name(doctor.run_checks(settings, es=es, models=False, reranker=False))
+    monkeypatch.setattr(doctor, "DELETED_WARN_MIN", 2)  # 4 deleted copies of 8 documents: a warning here
+    checks = by_name(doctor.run_checks(settings, es=es, models=False, reranker=False))
     assert checks["index.deleted"].status == "WARN" and "only_expunge_deletes" in (checks["index.deleted"].fix or "")
     assert "index.knn filter" not in checks  # ensure_index set it where the engine needs it
-    assert "index.deleted" not in by_name(doctor.run_checks(settings, es=es, models=False, reranker=False))
     want = es.engine.chunk_index_settings
     if want:  # Elasticsearch 9.1+: an index made before the setting
         es.indices.put_settings(index=name, settings={k: "acorn" for k in want})

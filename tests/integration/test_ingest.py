@@ -198,17 +198,22 @@ def _deleted(es: EngineClient, index: str) -> int:
     return int(es.indices.stats(index=index, metric="docs")["_all"]["primaries"]["docs"]["deleted"])
 
 
-def test_a_run_merges_away_the_copies_its_staging_deleted(es: EngineClient, settings: Settings,
-                                                          embedder: Embedder) -> None:
-    kept = settings.model_copy(update={"ingest": settings.ingest.model_copy(update={"merge_deleted": False})})
-    first = run_ingest(corpus(6), kept, es=es, embedder=embedder)
-    assert first.merge_seconds is None and _deleted(es, first.index) >= 6  # each staged copy, deleted by its flip
-    changed = [Document.make(d.doc_id, d.text + " Revised.", title=d.title) for d in corpus(3)]
-    few = settings.model_copy(update={"ingest": settings.ingest.model_copy(update={"merge_min_deleted": 1})})
-    second = run_ingest(changed, few, es=es, embedder=embedder)
-    assert second.updated + second.indexed >= 3 and second.merge_seconds is not None
-    assert _deleted(es, second.index) == 0
-    assert len({c["doc_id"] for c in chunks_of(es, settings)}) == 6  # nothing visible was lost by the merge
-    assert run_ingest(changed, few, es=es, embedder=embedder).merge_seconds is None  # nothing written
-    third = run_ingest(corpus(8), settings, es=es, embedder=embedder)  # 2 new documents: too few copies to merge
-    assert third.indexed and third.merge_seconds is None and _deleted(es, third.index) > 0
+def _counters(es: EngineClient, index: str) -> tuple[int, int, int]:
+    """The engine's own counters for ``index``'s primaries: documents indexed and deleted by requests, and
+    deleted copies left in its segments."""
+    es.indices.refresh(index=index)
+    primaries = es.indices.stats(index=index, metric="indexing,docs")["_all"]["primaries"]
+    return (int(primaries["indexing"]["index_total"]), int(primaries["indexing"]["delete_total"]),
+            int(primaries["docs"]["deleted"]))
+
+
+def test_each_chunk_is_written_once_and_leaves_no_copy(es: EngineClient, settings: Settings,
+                                                       embedder: Embedder) -> None:
+    first = run_ingest(corpus(8), settings, es=es, embedder=embedder)
+    assert first.indexed == 8 and _counters(es, first.index) == (8, 0, 0)  # one write per chunk, nothing to merge
+    changed = [Document.make(d.doc_id, d.text + " Revised.", title=d.title) if d.doc_id == "doc-3" else d
+               for d in corpus(8)]
+    second = run_ingest(changed, settings, es=es, embedder=embedder)
+    assert (second.updated, second.indexed, second.documents_skipped) == (1, 0, 7)
+    assert _counters(es, second.index) == (9, 0, 1)  # the changed chunk overwritten in place: one write
+    assert len({c["doc_id"] for c in chunks_of(es, settings)}) == 8

@@ -19,6 +19,7 @@ from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document, read_path
 from hybridsearch.query.client import SearchClient
 from hybridsearch.settings import Settings
+from hybridsearch.visibility import hidden_lookup, visible_query
 
 N_DOCS = 400
 
@@ -59,7 +60,9 @@ def test_ctrl_c_then_rerun_resumes(es: EngineClient, settings: Settings, embedde
     again = run_ingest(corpus, settings, es=es, embedder=embedder)
     assert again.status == "completed" and again.documents_failed == 0, again.dead_letter_path and \
         Path(again.dead_letter_path).read_text()[:2000]
-    assert again.documents_skipped > 0 and again.documents_skipped + again.indexed == N_DOCS
+    assert again.documents_skipped > 0  # one chunk per document: each skipped, written, or reused (written but hidden)
+    assert again.documents_skipped + again.indexed + again.reused == N_DOCS
+    assert 0 < again.repaired <= N_DOCS - again.documents_skipped  # the hidden documents, adopted and finished
     es.indices.refresh(index=alias)
     assert es.count(index=alias)["count"] == N_DOCS  # one chunk per document, none twice
 
@@ -88,8 +91,14 @@ def _per_doc(es: EngineClient, index: str, query: dict[str, Any]) -> dict[str, i
     return {b["key"]: b["doc_count"] for b in body["aggregations"]["d"]["buckets"]}
 
 
-VISIBLE = {"bool": {"must_not": [{"exists": {"field": "pending_run"}}]}}
-PENDING = {"exists": {"field": "pending_run"}}
+def _visible(s: Settings) -> dict[str, Any]:
+    """What every reader sees (the one read path: hidden documents left out)."""
+    return visible_query(s.index.ingest_state)
+
+
+def _hidden(s: Settings) -> dict[str, Any]:
+    """Chunks of the documents the prefix's state document hides."""
+    return {"bool": {"filter": [hidden_lookup(s.index.ingest_state)]}}
 
 
 def _start_and_kill(es: EngineClient, settings: Settings, embedder: Embedder, env: dict[str, str], tmp_path: Path,
@@ -132,12 +141,12 @@ def _nothing_partial(es: EngineClient, s: Settings, embedder: Embedder, expected
     """No document is partly searchable after the stop; returns chunks per document, visible and pending."""
     index = s.index.versioned(1)
     time.sleep(1.5)  # a bulk request sent before the signal still completes on the node
-    visible, stored = _per_doc(es, index, VISIBLE), _per_doc(es, index, {"match_all": {}})
+    visible, stored = _per_doc(es, index, _visible(s)), _per_doc(es, index, {"match_all": {}})
     for doc, n in visible.items():
         assert n == expected[doc], f"{doc} is searchable with {n} of its {expected[doc]} chunks"
     assert any(n < expected[d] for d, n in stored.items()), "the run was not stopped mid-document"
     assert visible, "no document was committed before the stop"
-    pending = _per_doc(es, index, PENDING)
+    pending = _per_doc(es, index, _hidden(s))
     assert {d: n for d, n in stored.items() if d not in visible} == pending
     with SearchClient(es, s, embedder=embedder) as client:  # what searches see now
         seen = {h.doc_id for h in client.search("cohort blood pressure", k=KILL_DOCS, mode="bm25").hits}
@@ -152,8 +161,9 @@ def _resumes(es: EngineClient, s: Settings, embedder: Embedder, corpus: Path, ex
     again = run_ingest(corpus, s, es=es, embedder=embedder)
     full = _per_doc(es, index, {"match_all": {}})
     assert again.status == "completed" and again.documents_failed == 0 and again.failed == 0
-    assert full == expected and _per_doc(es, index, PENDING) == {}
-    assert _per_doc(es, index, VISIBLE) == full
+    assert full == expected and _per_doc(es, index, _hidden(s)) == {}
+    assert _per_doc(es, index, _visible(s)) == full
+    assert again.repaired == len(expected) - len(visible) and again.still_hidden == 0  # says what it repaired
     written_before = sum(pending.values())
     assert again.reused == written_before > 0  # every chunk the stopped run wrote: not embedded again
     assert again.updated == 0
