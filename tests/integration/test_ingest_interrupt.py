@@ -103,8 +103,8 @@ def _hidden(s: Settings) -> dict[str, Any]:
 
 def _start_and_kill(es: EngineClient, settings: Settings, embedder: Embedder, env: dict[str, str], tmp_path: Path,
                     sig: int) -> tuple[subprocess.Popen[str], Path, dict[str, int]]:
-    """Start `hsp ingest` on a corpus of long documents; send ``sig`` once one document is written whole and
-    another in part (counting every chunk in the index, searchable or not). Returns the process, the corpus
+    """Start `hsp ingest` on a corpus of long documents; send ``sig`` once one document is searchable and
+    another written in part (counting every chunk in the index, searchable or not). Returns the process, the corpus
     and each document's number of chunks."""
     corpus = tmp_path / "long.jsonl"
     rows = [{"_id": f"d{d}", "title": f"Cohort {d}",
@@ -126,9 +126,9 @@ def _start_and_kill(es: EngineClient, settings: Settings, embedder: Embedder, en
     index = settings.index.versioned(1)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
-        if es.indices.exists(index=index):
-            stored = _per_doc(es, index, {"match_all": {}})
-            if any(n == expected[d] for d, n in stored.items()) and any(n < expected[d] for d, n in stored.items()):
+        if es.indices.exists(index=index) and es.indices.exists(index=settings.index.ingest_state):
+            stored, shown = _per_doc(es, index, {"match_all": {}}), _per_doc(es, index, _visible(settings))
+            if shown and any(n < expected[d] for d, n in stored.items()):
                 break
         time.sleep(0.05)
     assert proc.poll() is None, "the ingest ended before it could be stopped"

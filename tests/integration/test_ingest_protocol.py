@@ -32,6 +32,7 @@ from hybridsearch.settings import Settings
 from hybridsearch.visibility import visible_query
 
 SENTENCE = "Record {d} sentence {i} notes marker zq{d}x{i}q about {topic}. "
+N_OVERLAP = 400  # documents of 8 sentence chunks: a run long enough for a second one to start meanwhile
 
 
 def _tiny(settings: Settings, tiny_dir: Path, **ingest: Any) -> Settings:
@@ -148,10 +149,10 @@ def test_two_runs_at_once_then_a_kill_lose_nothing(es: EngineClient, settings: S
     """Issue 23, case 1: run B starts while A runs (it is refused, naming A); A is killed mid-run; the next
     run takes A's lease over, repairs what A left and says so; every document is then whole, exactly once."""
     s = _tiny(settings, tiny_bi_encoder)
-    folder = _folder(tmp_path, 50, 8)
+    folder = _folder(tmp_path, N_OVERLAP, 8)
     with poller(es, s) as partial:
         a = _hsp(s, tmp_path, str(folder))
-        _wait_for(es, s, a, 3, hidden=False)
+        _wait_for(es, s, a, 1, hidden=True)
         b = _hsp(s, tmp_path, str(folder))
         out_b, _ = b.communicate(timeout=120)
         assert b.returncode == 6, out_b
@@ -168,7 +169,7 @@ def test_two_runs_at_once_then_a_kill_lose_nothing(es: EngineClient, settings: S
     assert again.took_over and again.repaired >= len(hidden) and again.still_hidden == 0
     assert again.documents_failed == 0 and again.failed == 0
     seen = _seen(es, s)
-    assert len(seen) == 50 and _partial(seen) == {}
+    assert len(seen) == N_OVERLAP and _partial(seen) == {}
     assert hidden_documents(es, s.index.ingest_state) == {}
     total = sum(v[0] for v in seen.values())
     es.indices.refresh(index=s.index.alias)
