@@ -42,9 +42,9 @@ from hybridsearch.indices import (
     with_analyzer,
 )
 from hybridsearch.ingest.lease import UNFINISHED, hidden_documents
-from hybridsearch.visibility import count_visible
 from hybridsearch.query.fusion import fusion_for
 from hybridsearch.settings import QuerySettings, Settings
+from hybridsearch.visibility import count_visible
 
 Status = Literal["OK", "WARN", "FAIL", "SKIP"]
 

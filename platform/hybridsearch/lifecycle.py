@@ -30,13 +30,12 @@ from hybridsearch.indices import (
     section_words_of,
 )
 from hybridsearch.ingest.chunking import embed_text
+from hybridsearch.ingest.lease import Lease, hidden_documents
 from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter
 from hybridsearch.ingest.writer import DeadLetter
 from hybridsearch.mappings import load_template
-from hybridsearch.ingest.lease import hidden_documents
-from hybridsearch.ingest.lease import Lease
-from hybridsearch.visibility import count_visible, scan_visible, state_index_for, state_index_of, visible_query
 from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
+from hybridsearch.visibility import count_visible, scan_visible, state_index_for, state_index_of, visible_query
 
 log = logging.getLogger(__name__)
 

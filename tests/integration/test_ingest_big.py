@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
 from hybridsearch.embedding import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.ingest.pipeline import run_ingest

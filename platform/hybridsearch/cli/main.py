@@ -4,7 +4,8 @@ Errors are printed here only, as text (never rich markup), in a few lines; ``--v
 causes and the Elasticsearch client's own retry warnings (see :mod:`hybridsearch.cli.output`).
 
 Exit codes: 0 ok · 1 other hybridsearch error, or a failed quality gate (``hsp eval --baseline``)
-· 2 usage or settings · 3 cluster · 4 index mismatch · 5 model · 130 interrupted. Each command
+· 2 usage or settings · 3 cluster · 4 index mismatch · 5 model · 6 another ingest run holds the prefix's
+lease · 130 interrupted. Each command
 module in this package exposes ``register(subparsers)``, which adds its sub-commands and sets
 ``handler(args, settings) -> int``.
 """
@@ -49,6 +50,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     output.quiet_client_logs(args.verbose)
     try:
         settings = load_settings()
+        if settings.models.allow_download:  # a .env line counts as much as the variable, for every command
+            from hybridsearch.embedding.models import set_downloads_allowed
+
+            set_downloads_allowed(True)
         code: int = args.handler(args, settings)
         return code
     except HybridSearchError as exc:

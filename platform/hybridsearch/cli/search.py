@@ -55,15 +55,12 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     index before any model loads (a wrong password says so in about a second, not after loading models). Models
     are never downloaded unless HSP_MODELS__ALLOW_DOWNLOAD allows it: one that is not on this machine fails at once.
     """
-    from hybridsearch.embedding.models import set_downloads_allowed
     from hybridsearch.query.build import plan
     from hybridsearch.query.client import SearchClient
 
     filters = parse_cli_filters(args.filters)
     plan(settings.query, settings.index.tenant, args.query, k=1 if args.why else args.k, mode=args.mode,
          filters=filters, rerank=args.rerank, explain=args.explain, page=1 if args.why else args.page)  # QueryError
-    if settings.models.allow_download:
-        set_downloads_allowed(True)  # a .env line counts as much as the environment variable
     out = console()
     with SearchClient.from_settings(settings) as client:
         if not args.rerank:

@@ -151,30 +151,30 @@ class Lease:
         """Take the lease (waiting up to ``wait_s`` seconds for a colliding live run), taking over dead runs'
         leases and adopting their holds in this run's shard. Raises IngestLocked."""
         deadline = time.monotonic() + wait_s
+        taken = Takeover()
+        blocker: list[tuple[str, dict[str, Any]]] = []
+
+        def take(state: State) -> bool:
+            taken.dead_runs.clear()
+            taken.adopted.clear()
+            blocker.clear()
+            at, host = datetime.now(UTC), socket.gethostname()
+            for run, lease in list(state.leases.items()):
+                if is_dead(lease, host, at):
+                    del state.leases[run]
+                    taken.dead_runs.append(run)
+                    state.holds.setdefault(UNFINISHED, []).extend(state.holds.pop(run, []))
+                elif overlaps(self.shard, stored_shard(lease.get("shard"))):
+                    blocker.append((run, lease))
+                    return False
+            left = [d for d in state.holds.get(UNFINISHED, []) if not owns(self.shard, d)]
+            taken.adopted.update(d for d in state.holds.get(UNFINISHED, []) if owns(self.shard, d))
+            state.holds[UNFINISHED] = left
+            state.holds[self.run_id] = sorted(taken.adopted)
+            state.leases[self.run_id] = self._entry()
+            return True
+
         while True:
-            taken = Takeover()
-            blocker: list[tuple[str, dict[str, Any]]] = []
-
-            def take(state: State) -> bool:
-                taken.dead_runs.clear()
-                taken.adopted.clear()
-                blocker.clear()
-                at, host = datetime.now(UTC), socket.gethostname()
-                for run, lease in list(state.leases.items()):
-                    if is_dead(lease, host, at):
-                        del state.leases[run]
-                        taken.dead_runs.append(run)
-                        state.holds.setdefault(UNFINISHED, []).extend(state.holds.pop(run, []))
-                    elif overlaps(self.shard, stored_shard(lease.get("shard"))):
-                        blocker.append((run, lease))
-                        return False
-                left = [d for d in state.holds.get(UNFINISHED, []) if not owns(self.shard, d)]
-                taken.adopted.update(d for d in state.holds.get(UNFINISHED, []) if owns(self.shard, d))
-                state.holds[UNFINISHED] = left
-                state.holds[self.run_id] = sorted(taken.adopted)
-                state.leases[self.run_id] = self._entry()
-                return True
-
             self._change("take the ingest lease", take)
             if not blocker:
                 break

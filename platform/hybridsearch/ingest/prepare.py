@@ -13,8 +13,8 @@ from typing import Any
 
 from hybridsearch.embedding import Embedder
 from hybridsearch.engine import engine_errors
-from hybridsearch.ingest.chunking import Tokenizer
 from hybridsearch.errors import HybridSearchError
+from hybridsearch.ingest.chunking import Tokenizer
 from hybridsearch.ingest.commit import Stored, stored_chunks
 from hybridsearch.ingest.ids import chunk_id, shard_of
 from hybridsearch.ingest.layout import document_chunks

@@ -13,10 +13,10 @@ from typing import Any, get_args
 
 from hybridsearch.engine.dialect import ELASTICSEARCH, Dialect
 from hybridsearch.errors import QueryError
-from hybridsearch.visibility import visible_filter
 from hybridsearch.query.filters import Filter, filter_clauses, filter_summary
 from hybridsearch.query.results import Mode
 from hybridsearch.settings import QuerySettings
+from hybridsearch.visibility import visible_filter
 
 MODES: tuple[str, ...] = get_args(Mode)
 #: Fields fetched for each hit; the vector and offsets stay on the server.
