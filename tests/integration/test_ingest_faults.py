@@ -103,7 +103,8 @@ class Proxy:
                     pair = lines[i:i + 2] if op in {"index", "create", "update"} else lines[i:i + 1]
                     i += len(pair)
                     doc = json.loads(pair[1]) if len(pair) == 2 else {}
-                    if op == "index" and ((every_other and item % 2 == 1) or doc.get("doc_id") == f.reject_doc):
+                    chunk = "-chunks" in str(meta.get("_index", ""))  # chunk writes only, not run records
+                    if op == "index" and chunk and ((every_other and item % 2 == 1) or doc.get("doc_id") == f.reject_doc):
                         rejected[item] = {op: {"_index": meta.get("_index"), "_id": meta.get("_id"), "status": 429,
                                                "error": {"type": "es_rejected_execution_exception",
                                                          "reason": "rejected by the test proxy: write queue full"}}}

@@ -46,6 +46,9 @@ WAIT_POLL_S = 2.0
 CAS_TRIES = 100
 
 Shard = tuple[int, int] | None
+#: run ids whose lease this process holds: a lease of this host and pid that is not here was left by a run of
+#: this process that could not release it (the cluster went away), and is dead although the process lives
+_HELD_HERE: set[str] = set()
 
 
 def shard_text(shard: Shard) -> str | None:
@@ -160,7 +163,8 @@ class Lease:
             blocker.clear()
             at, host = datetime.now(UTC), socket.gethostname()
             for run, lease in list(state.leases.items()):
-                if is_dead(lease, host, at):
+                if is_dead(lease, host, at) or (lease.get("host") == host and lease.get("pid") == self.pid
+                                                and run not in _HELD_HERE):
                     del state.leases[run]
                     taken.dead_runs.append(run)
                     state.holds.setdefault(UNFINISHED, []).extend(state.holds.pop(run, []))
@@ -183,6 +187,7 @@ class Lease:
                 raise _locked(self.index, run, lease)
             time.sleep(WAIT_POLL_S)
         self.held = True
+        _HELD_HERE.add(self.run_id)
         for run in taken.dead_runs:
             log.warning("took over the ingest lease of run %s, which stopped without finishing", run)
         self._beat = threading.Thread(target=self._heartbeat, name="hsp-lease", daemon=True)
@@ -210,6 +215,7 @@ class Lease:
         self._stop.set()
         if self._beat is not None:
             self._beat.join()
+        _HELD_HERE.discard(self.run_id)  # released or not, no run of this process holds it any more
         left: list[str] = []
         if not self.held:
             return left
