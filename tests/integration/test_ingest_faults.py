@@ -104,7 +104,8 @@ class Proxy:
                     i += len(pair)
                     doc = json.loads(pair[1]) if len(pair) == 2 else {}
                     chunk = "-chunks" in str(meta.get("_index", ""))  # chunk writes only, not run records
-                    if op == "index" and chunk and ((every_other and item % 2 == 1) or doc.get("doc_id") == f.reject_doc):
+                    hit = (every_other and item % 2 == 1) or doc.get("doc_id") == f.reject_doc
+                    if op == "index" and chunk and hit:
                         rejected[item] = {op: {"_index": meta.get("_index"), "_id": meta.get("_id"), "status": 429,
                                                "error": {"type": "es_rejected_execution_exception",
                                                          "reason": "rejected by the test proxy: write queue full"}}}
