@@ -27,6 +27,7 @@ from hybridsearch.errors import ClusterError, ClusterUnavailable, IndexMismatch,
 from hybridsearch.mappings import load_template
 from hybridsearch.query.results import RerankOutcome, SearchResult
 from hybridsearch.settings import Settings, load_settings
+from hybridsearch.visibility import hidden_lookup
 
 RECORDINGS = Path(__file__).parent / "recordings"
 INDEX = "rec-chunks-v1"
@@ -41,12 +42,17 @@ class FakeIndices:
     def __init__(self, settings: Settings, dialect: Dialect) -> None:
         self.alias = settings.index.alias
         self.mappings = load_template("chunks", settings, dialect)["template"]["mappings"]
+        self.state_present = True
 
     def get_alias(self, name: str) -> dict[str, Any]:
         return {INDEX: {"aliases": {self.alias: {"is_write_index": True}}}}
 
-    def get_mapping(self, index: str) -> dict[str, Any]:
-        return {INDEX: {"mappings": self.mappings}}
+    def get_mapping(self, index: str, ignore_unavailable: bool | None = None) -> dict[str, Any]:
+        """The chunk index's mapping and (``ignore_unavailable``: when asked for and present) the state index's."""
+        names = index.split(",")
+        found: dict[str, Any] = {INDEX: {"mappings": self.mappings}}
+        found.update({n: {"mappings": {}} for n in names[1:] if self.state_present})
+        return found
 
 
 class FakeES:
@@ -89,8 +95,8 @@ class FakeAsyncIndices:
     async def get_alias(self, name: str) -> dict[str, Any]:
         return self.sync.get_alias(name)
 
-    async def get_mapping(self, index: str) -> dict[str, Any]:
-        return self.sync.get_mapping(index)
+    async def get_mapping(self, index: str, ignore_unavailable: bool | None = None) -> dict[str, Any]:
+        return self.sync.get_mapping(index, ignore_unavailable)
 
 
 class FakeAsyncES:
@@ -173,6 +179,21 @@ def test_hybrid_recording_is_fused_alike_by_both_clients() -> None:
     # the fake index is built from today's template: BM25 scores the sections' joined field
     assert lines[0] == lines[2] == {"index": "rec-chunks"} and "section_all" in json.dumps(bm25_body)
     assert len(knn_body["knn"]["query_vector"]) == 384 and lines == one_msearch(es.sent[2:])
+
+
+@pytest.mark.parametrize("state_present", [True, False])
+def test_both_lists_leave_out_what_the_prefix_hides(state_present: bool) -> None:
+    """The ingest state's terms lookup is in both lists; a prefix without the state index (never ingested
+    since it came) is searched without it rather than failing on the missing index."""
+    s = settings()
+    es = FakeES(s, recording("hybrid"))
+    es.indices.state_present = state_present
+    with SearchClient(es, s, embedder=FixedVectors()) as client:  # type: ignore[arg-type]
+        client.search("how do bees find food", rerank=False)
+    bodies = json.dumps(es.sent[-1][1::2] if len(es.sent[-1]) == 4 else [b for r in es.sent for b in r[1::2]])
+    lookup = json.dumps(hidden_lookup(s.index.ingest_state))
+    assert bodies.count(lookup) == (2 if state_present else 0)
+    assert bodies.count('"pending_run"') == 2  # the earlier protocol's staged chunks: left out either way
 
 
 def test_opensearch_gets_the_knn_query_clause_and_fuses_alike() -> None:
@@ -371,7 +392,8 @@ class MovingIndices(FakeIndices):
     def get_alias(self, name: str) -> dict[str, Any]:
         return {self.current: {"aliases": {self.alias: {"is_write_index": True}}}}
 
-    def get_mapping(self, index: str) -> dict[str, Any]:
+    def get_mapping(self, index: str, ignore_unavailable: bool | None = None) -> dict[str, Any]:
+        index = index.split(",")[0]  # the chunk index (the state index after it is absent here)
         self.checked.append(index)
         return {index: {"mappings": self.mappings if index == INDEX else self.moved_mappings}}
 

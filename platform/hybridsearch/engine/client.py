@@ -258,9 +258,12 @@ class _Indices(_Namespace):
             expand_wildcards=expand_wildcards, allow_no_indices=allow_no_indices, filter_path=filter_path)))
         return resp
 
-    def get_mapping(self, *, index: str, allow_no_indices: bool | None = None) -> Json:
-        resp: Json = _plain(self._c.raw.indices.get_mapping(index=index,
-                                                            **self._c._q(allow_no_indices=allow_no_indices)))
+    def get_mapping(self, *, index: str, allow_no_indices: bool | None = None,
+                    ignore_unavailable: bool | None = None) -> Json:
+        """``GET <index>/_mapping`` (``index`` may list several, comma-separated; ``ignore_unavailable`` leaves
+        out those that do not exist)."""
+        resp: Json = _plain(self._c.raw.indices.get_mapping(index=index, **self._c._q(
+            allow_no_indices=allow_no_indices, ignore_unavailable=ignore_unavailable)))
         return resp
 
     def put_mapping(self, *, index: str, properties: Json | None = None, meta: Json | None = None) -> None:
@@ -422,6 +425,10 @@ class _AsyncIndices:
             return {}
         return resp
 
-    async def get_mapping(self, *, index: str) -> Json:
-        resp: Json = _plain(await (await self._c.raw()).indices.get_mapping(index=index))
+    async def get_mapping(self, *, index: str, ignore_unavailable: bool | None = None) -> Json:
+        """See :meth:`_Indices.get_mapping`."""
+        raw = await self._c.raw()
+        engine = await self._c.detect()
+        resp: Json = _plain(await raw.indices.get_mapping(index=index, **_query(
+            engine.kind, ignore_unavailable=ignore_unavailable)))
         return resp

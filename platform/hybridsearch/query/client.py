@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import functools
 import threading
 import time
@@ -20,7 +21,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Self
 
 from hybridsearch.engine import AsyncEngineClient, Dialect, EngineClient, connect, connect_async, engine_errors
-from hybridsearch.errors import HybridSearchError, RerankerError
+from hybridsearch.errors import HybridSearchError, IndexNotFound, RerankerError
 from hybridsearch.indices import check_mapping, get_aliases, section_words_of, single_target
 from hybridsearch.query.assemble import (
     Window,
@@ -86,6 +87,7 @@ class _Core:
         self._bm25 = CHUNKS  # what BM25 scores on the index (its _meta and mapping; set when the index is checked)
         self._fusion = Fusion()  # the index's fusion (fusion_for: settings, its calibration or the default)
         self._index_checked_at = 0.0
+        self._state: str | None = settings.index.ingest_state  # None once the check finds the prefix has none
         self._no_reranker_reason = no_reranker_reason
         self.query_log: QueryLogger | None = None
 
@@ -104,9 +106,19 @@ class _Core:
     def _index_stale(self) -> bool:
         return self._index is None or time.monotonic() - self._index_checked_at > INDEX_RECHECK_S
 
+    def _mapped(self, index: str) -> str:
+        """What :meth:`_checked_index` wants the mappings of: the index, and the prefix's ingest state."""
+        return f"{index},{self.settings.index.ingest_state}"
+
     def _checked_index(self, index: str, mappings: Mapping[str, Any], dialect: Dialect) -> str:
-        """Remember ``index`` (the alias's one target, see ``indices.single_target``) once its mapping fits."""
-        mapping = next(iter(mappings.values()))["mappings"]
+        """Remember ``index`` (the alias's one target, see ``indices.single_target``) once its mapping fits, and
+        whether the prefix has its ingest state (:meth:`_mapped`; a prefix never ingested since it exists has none,
+        and nothing is hidden there)."""
+        state = self.settings.index.ingest_state
+        self._state = state if state in mappings else None
+        if index not in mappings:
+            raise IndexNotFound(f"index {index} behind alias {self.settings.index.alias} no longer exists")
+        mapping = mappings[index]["mappings"]
         check_mapping(index, mapping, self.settings, dialect)
         meta = mapping.get("_meta") or {}
         self._bm25 = bm25_scope(self.query, section_words_of(meta), mapping.get("properties") or {})
@@ -196,11 +208,11 @@ class _Core:
             self.query_log = QueryLogger(es, self.settings)
 
     def _plan(self, query: str, **kwargs: Any) -> Plan:
-        return plan(self.query, self.settings.index.tenant, query, state_index=self.settings.index.ingest_state,
-                    **kwargs)
+        return plan(self.query, self.settings.index.tenant, query, state_index=self._state, **kwargs)
 
     def _lines(self, p: Plan, dialect: Dialect) -> Lines:
         """``send``'s ``lines``: the ``_msearch`` lines of one list of ``p``, or of ``all`` of them."""
+        p = dataclasses.replace(p, state_index=self._state)  # as the index check found it
         return functools.partial(list_search, self.query, self.settings.index.alias, p, dialect=dialect,
                                  scope=self._bm25)
 
@@ -239,7 +251,7 @@ class SearchClient(_Core):
             return self._index
         index = single_target(self.settings.index.alias, get_aliases(self.es, self.settings.index.alias))
         with engine_errors(f"get mapping of {index}"):
-            mappings = self.es.indices.get_mapping(index=index)
+            mappings = self.es.indices.get_mapping(index=self._mapped(index), ignore_unavailable=True)
         return self._checked_index(index, mappings, self.es.dialect)
 
     def _window(self, p: Plan, t: Timings, retry: bool = True) -> tuple[str, Window, float]:
@@ -367,7 +379,7 @@ class AsyncSearchClient(_Core):
             body = await self.es.indices.get_alias(name=alias)
         index = single_target(alias, body)
         with engine_errors(f"get mapping of {index}"):
-            mappings = await self.es.indices.get_mapping(index=index)
+            mappings = await self.es.indices.get_mapping(index=self._mapped(index), ignore_unavailable=True)
         return self._checked_index(index, mappings, self.es.dialect)
 
     async def _window(self, p: Plan, t: Timings, retry: bool = True) -> tuple[str, Window, float]:
