@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         table.add_column(col, justify="right")
     for r in rows:
         table.add_row(*(str(v) for v in r.values()))
-    Console().print(table)
+    Console(width=200).print(table)
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2))
     return 0

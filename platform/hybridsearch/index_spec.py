@@ -59,8 +59,13 @@ ALIASED_LOGS: tuple[LogKind, ...] = ("query_log", "ingest_runs")
 #: distribution, OpenSearch's zips), and otherwise
 PREFERRED_ANALYZER, FALLBACK_ANALYZER = "english", "standard"
 
-# _meta keys that must agree between an index and the settings that write to or query it.
-CHECKED_META = ("embedding_model", "embedding_dims")
+# _meta keys that must agree between an index and the settings that write to or query it. ``passage_prompt``: the
+# text every chunk was embedded after (embedding.prompts); a vector made with another prompt must not be written
+# beside them.
+CHECKED_META = ("embedding_model", "embedding_dims", "passage_prompt")
+# what a _meta key added after indices were first built means when an index lacks it: indices built before
+# prompts were applied embedded every passage without one.
+META_DEFAULTS: dict[str, object] = {"passage_prompt": ""}
 # vector parameters that must agree (read by the engine's dialect, ``VectorSummary``): a vector of other dims
 # cannot be written or compared, and another similarity ranks (and, for dot_product, accepts) vectors differently.
 CHECKED_VECTOR = ("dims", "similarity")
@@ -354,7 +359,7 @@ def chunk_differences(mapping: Mapping[str, Any], settings: Settings, keys: tupl
     if level == "build":
         keys = tuple(dict.fromkeys((*keys, *BUILD_META)))
     diffs: list[Difference] = [(f"_meta.{k}", want["_meta"][k], meta.get(k)) for k in keys
-                               if meta.get(k) != want["_meta"][k]]
+                               if meta.get(k, META_DEFAULTS.get(k)) != want["_meta"][k]]
     if "properties" not in mapping:  # only _meta given (check_meta)
         return diffs
     props: Mapping[str, Any] = mapping.get("properties") or {}

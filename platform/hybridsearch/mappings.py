@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridsearch.chunker_signature import chunker_signature
+from hybridsearch.embedding.prompts import resolve_prompts
 from hybridsearch.engine.dialect import ELASTICSEARCH, Dialect
 from hybridsearch.errors import ConfigError
 from hybridsearch.settings import Settings
@@ -62,6 +63,8 @@ def render_context(settings: Settings, dialect: Dialect = ELASTICSEARCH) -> dict
         "index.query_log": settings.index.query_log,
         "index.ingest_runs": settings.index.ingest_runs,
         "index.ingest_state": settings.index.ingest_state,
+        # what every passage is embedded after (recorded in the chunk index's _meta; "" for none)
+        "passage_prompt": resolve_prompts(settings.embedding).passage,
     }
     for group in ("index", "embedding"):
         for key, value in getattr(settings, group).model_dump().items():

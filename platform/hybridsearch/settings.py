@@ -124,6 +124,12 @@ class EmbeddingSettings(BaseModel):
         "auto: onnx when onnxruntime imports, the export works and its vectors agree, else torch (logged)")
     prepend_title: bool = Field(True, description="embed 'title. text' rather than text alone")
     query_cache_size: int = Field(1024, ge=0, description="LRU entries of query embeddings")
+    query_prompt: str | None = Field(
+        None, description="text put before every query embedded; unset: the model's own (its catalogue entry, else "
+        "the folder's config_sentence_transformers.json), empty: no prompt (hybridsearch.embedding.prompts)")
+    passage_prompt: str | None = Field(
+        None, description="text put before every passage (chunk) embedded; unset: the model's own, empty: no prompt. "
+        "Recorded in the chunk index's _meta.passage_prompt: an index fits only the passage prompt it was built with")
 
 
 class ChunkingSettings(BaseModel):

@@ -32,9 +32,11 @@ class Built:
     def __init__(self, encode: Any = reference, error: Exception | None = None) -> None:
         self.encode, self.error = encode, error
         self.calls: list[tuple[Any, str, bool]] = []
+        self.prompts: list[str] = []
 
-    def __call__(self, model: Any, model_dir: str, quantized: bool = False) -> Any:
+    def __call__(self, model: Any, model_dir: str, quantized: bool = False, prompt: str = "") -> Any:
         self.calls.append((model, model_dir, quantized))
+        self.prompts.append(prompt)
         if self.error is not None:
             raise self.error
         return self.encode
@@ -118,8 +120,8 @@ def test_agreement_measures_cosine_and_difference() -> None:
 def test_embedder_queries_go_through_the_chosen_encoder(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[tuple[Any, ...]] = []
 
-    def choose(c: EmbeddingSettings, model: Any, ref: Any) -> query.QueryEncoder:
-        calls.append((c, model, ref))
+    def choose(c: EmbeddingSettings, model: Any, ref: Any, prompt: str | None = None) -> query.QueryEncoder:
+        calls.append((c, model, ref, prompt))
         return query.QueryEncoder("onnx", lambda text: unit("q:" + text), "test")
 
     monkeypatch.setattr(query, "choose_query_encoder", choose)

@@ -1,10 +1,13 @@
 """An on-disk cache of text vectors, for building the same collection again (``hsp eval`` on several engines,
 analyzers and index versions): the vectors depend only on the model and the exact text.
 
-:class:`CachedEmbedder` is an :class:`Embedder` that looks each text up by ``sha256(text)`` in one SQLite file
-per model identity (:func:`model_identity`) under a folder, embeds the misses in one call to the wrapped
-embedder and stores them as little-endian float32. Hits never load the model. Query embedding
-(``encode_query``) passes through uncached, so query latency stays honest. The files are in WAL mode; a
+:class:`CachedEmbedder` is an :class:`Embedder` that looks each text up by :func:`cache_key` (``sha256(text)``,
+or of the prompt and the text where a prompt is put first) in one SQLite file per model identity
+(:func:`model_identity`, which names the passage prompt too) under a folder, embeds the misses in one call to the
+wrapped embedder and stores them as little-endian float32. Hits never load the model. Passages (``encode``) are
+keyed with the passage prompt, batches of queries (``encode_queries``, training) with the query prompt, so vectors
+made with and without a prompt never mix. Single queries (``encode_query``) pass through uncached, so query
+latency stays honest. The files are in WAL mode; a
 second writer (thread or process) waits on SQLite's lock, and racing writes of one text store the same bytes.
 """
 
@@ -17,6 +20,7 @@ import re
 import sqlite3
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +28,7 @@ import numpy as np
 
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.embedding.models import resolve_model
+from hybridsearch.embedding.prompts import Prompts, resolve_prompts
 from hybridsearch.settings import EmbeddingSettings
 
 if TYPE_CHECKING:
@@ -40,16 +45,30 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("HSP_CACHE") or Path.home() / ".cache" / "hybridsearch") / "embeddings"
 
 
-def model_identity(cfg: EmbeddingSettings) -> str:
+def model_identity(cfg: EmbeddingSettings, prompts: Prompts | None = None) -> str:
     """What decides a text's vector besides the text: the model (a local folder by path and the size and
-    modification time of each file, so retraining into the same folder misses), dims and backend."""
+    modification time of each file, so retraining into the same folder misses), dims, backend and the passage
+    prompt (``prompts``, default :func:`.prompts.resolve_prompts` of ``cfg``; named only where there is one, so
+    the files of models without prompts keep their names)."""
     where = resolve_model(cfg.model)
     if Path(where).is_dir():
         files = sorted((str(p.relative_to(where)), p.stat().st_size, p.stat().st_mtime_ns)
                        for p in Path(where).rglob("*") if p.is_file())
         where += "@" + hashlib.sha256(repr(files).encode()).hexdigest()[:16]
     quantized = cfg.backend == "onnx" and cfg.onnx_quantized
-    return f"{where}|dims={cfg.dims}|backend={cfg.backend}|quantized={quantized}"
+    identity = f"{where}|dims={cfg.dims}|backend={cfg.backend}|quantized={quantized}"
+    passage = (prompts if prompts is not None else resolve_prompts(cfg)).passage
+    return identity + (f"|passage_prompt={passage!r}" if passage else "")
+
+
+def cache_key(text: str, prompt: str = "") -> bytes:
+    """The row key of ``text`` embedded after ``prompt``: ``sha256(text)`` without a prompt (as before prompts),
+    else the hash of the prompt and the text apart, so it never equals a text's key without a prompt."""
+    data = text.encode("utf-8", "surrogatepass")
+    if not prompt:
+        return hashlib.sha256(data).digest()
+    mark = b"\x00prompt\x00" + prompt.encode("utf-8", "surrogatepass") + b"\x00"
+    return hashlib.sha256(mark + data).digest()
 
 
 def cache_file(folder: Path, model: str, identity: str) -> Path:
@@ -65,7 +84,7 @@ class CachedEmbedder(Embedder):
     def __init__(self, inner: Embedder, folder: str | Path) -> None:
         super().__init__(inner.cfg)
         self.inner = inner
-        self.identity = model_identity(inner.cfg)
+        self.identity = model_identity(inner.cfg, inner.prompts)
         self.path = cache_file(Path(folder).expanduser(), inner.cfg.model, self.identity)
         self.from_cache = self.embedded = 0
         self._db: sqlite3.Connection | None = None
@@ -75,6 +94,10 @@ class CachedEmbedder(Embedder):
     @property
     def model(self) -> SentenceTransformer:
         return self.inner.model
+
+    @property
+    def prompts(self) -> Prompts:
+        return self.inner.prompts
 
     def encode_query(self, text: str) -> np.ndarray:
         return self.inner.encode_query(text)
@@ -86,14 +109,23 @@ class CachedEmbedder(Embedder):
         return {"path": str(self.path), "from_cache": self.from_cache, "embedded": self.embedded}
 
     def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
+        """Passage vectors (``inner``'s :meth:`~Embedder.encode`), keyed with the passage prompt."""
+        return self._through(texts, self.prompts.passage, self.inner.encode, batch_size)
+
+    def encode_queries(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
+        """Query vectors (``inner``'s :meth:`~Embedder.encode_queries`), keyed with the query prompt."""
+        return self._through(texts, self.prompts.query, self.inner.encode_queries, batch_size)
+
+    def _through(self, texts: list[str], prompt: str, embed: Callable[[list[str], int | None], np.ndarray],
+                 batch_size: int | None) -> np.ndarray:
         if not texts:
             return np.zeros((0, self.cfg.dims), dtype=np.float32)
-        keys = [hashlib.sha256(t.encode("utf-8", "surrogatepass")).digest() for t in texts]
+        keys = [cache_key(t, prompt) for t in texts]
         found = self._cached(keys)
         hits = sum(k in found for k in keys)
         missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in found}  # one per distinct text
         if missing:
-            new = np.asarray(self.inner.encode(list(missing.values()), batch_size), dtype=np.float32)
+            new = np.asarray(embed(list(missing.values()), batch_size), dtype=np.float32)
             fresh = dict(zip(missing, new, strict=True))
             self._store(fresh)
             found.update(fresh)

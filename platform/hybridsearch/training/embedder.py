@@ -13,6 +13,13 @@
 5. The model is saved as a SentenceTransformer folder (at the base's sequence length, so chunks cut for
    the base fit it too) with ``card.json`` and ``README.md`` (:mod:`.embedder_card`): use it with
    ``HSP_EMBEDDING__MODEL=DIR`` and roll an index over with ``hsp index migrate --to-model DIR``.
+
+Prompts (:mod:`hybridsearch.embedding.prompts`): the base model's query and passage prompts (the settings'
+override applied) are used everywhere a text is embedded here, the same way the index and the query layer use
+them: the base similarities and the validation put the query prompt before queries and the passage prompt before
+chunks, and the training pairs are trained as ``query prompt + query`` against ``passage prompt + passage`` (and
+negatives). The saved folder's ``config_sentence_transformers.json`` carries those prompts, so the trained model
+embeds with them wherever it is used.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hybridsearch.embedding import Embedder, load_sentence_transformer, pick_device
+from hybridsearch.embedding.prompts import Prompts, model_prompts
 from hybridsearch.training.config import EmbedderConfig, EmbedderEpoch, EmbedderResult
 from hybridsearch.training.embedder_data import (
     DenseValidation,
@@ -64,12 +72,30 @@ def encode_all(encode: Encode, texts: Sequence[str], desc: str, track: Track = _
     return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
 
 
-def model_encoder(model: Any, batch_size: int) -> Encode:
-    """Unit vectors from a SentenceTransformer (as :class:`~hybridsearch.embedding.Embedder` makes them)."""
+def model_encoder(model: Any, batch_size: int, prompt: str = "") -> Encode:
+    """Unit vectors of ``prompt + text`` from a SentenceTransformer (as :meth:`~hybridsearch.embedding.Embedder.
+    embed` makes them; "" for no prompt, the model's ``default_prompt_name`` never applied)."""
     def encode(texts: list[str]) -> np.ndarray:
-        return np.asarray(model.encode(texts, batch_size=batch_size, normalize_embeddings=True,
+        return np.asarray(model.encode(texts, prompt=prompt, batch_size=batch_size, normalize_embeddings=True,
                                        convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
     return encode
+
+
+def prompted_columns(columns: Mapping[str, list[str]], prompts: Prompts) -> dict[str, list[str]]:
+    """The trainer's columns with the query prompt before each ``anchor`` and the passage prompt before each
+    ``positive`` and ``negative_*``: the texts the model will embed at ingestion and search time."""
+    def prompt_of(column: str) -> str:
+        return prompts.query if column == "anchor" else prompts.passage
+
+    return {c: [prompt_of(c) + t for t in texts] if prompt_of(c) else list(texts) for c, texts in columns.items()}
+
+
+def record_prompts(model: Any, prompts: Prompts) -> None:
+    """Set ``model``'s prompt table to the prompts it was trained with (saved in its
+    ``config_sentence_transformers.json``, where :func:`~hybridsearch.embedding.prompts.model_prompts` finds them);
+    no default prompt."""
+    model.prompts = {k: v for k, v in (("query", prompts.query), ("passage", prompts.passage)) if v}
+    model.default_prompt_name = None
 
 
 def validate(val: DenseValidation, queries: Encode, chunks: Encode, track: Track = _no_track) -> dict[str, float]:
@@ -80,9 +106,10 @@ def validate(val: DenseValidation, queries: Encode, chunks: Encode, track: Track
 
 
 def base_similarities(encode: Encode, data: SplitData, got: Collected, qids: Sequence[str],
-                      track: Track = _no_track) -> dict[str, dict[str, float]]:
+                      track: Track = _no_track, queries: Encode | None = None) -> dict[str, dict[str, float]]:
     """Per training query, the base model's cosine with each candidate and judged positive passage
-    (vectors through ``encode``: the embedding cache, where the index was built with the base)."""
+    (passage vectors through ``encode``: the embedding cache, where the index was built with the base; query
+    vectors through ``queries``, the query prompt first, default ``encode``)."""
     texts: dict[str, str] = {}
     for qid in qids:
         texts.update({f"{qid}\t{c.doc_id}": c.text for c in got.candidates.get(qid, ())})
@@ -90,7 +117,7 @@ def base_similarities(encode: Encode, data: SplitData, got: Collected, qids: Seq
                       if (qid, d) in got.positive_passages})
     unique = sorted(set(texts.values()))
     vecs = dict(zip(unique, encode_all(encode, unique, "base model similarities", track), strict=True))
-    qvecs = dict(zip(qids, encode([data.queries[q] for q in qids]), strict=True)) if qids else {}
+    qvecs = dict(zip(qids, (queries or encode)([data.queries[q] for q in qids]), strict=True)) if qids else {}
     out: dict[str, dict[str, float]] = {}
     for key, text in texts.items():
         qid, doc = key.split("\t", 1)
@@ -105,8 +132,9 @@ def make_rows(cfg: EmbedderConfig, data: SplitData, got: Collected,
                       similarity=similarity, margin=cfg.margin)
 
 
-def _evaluator(val: DenseValidation, serve_length: int, batch_size: int, track: Track) -> Any:
-    """A sentence-transformers evaluator: dense retrieval on ``val`` at the served sequence length."""
+def _evaluator(val: DenseValidation, serve_length: int, batch_size: int, track: Track, prompts: Prompts) -> Any:
+    """A sentence-transformers evaluator: dense retrieval on ``val`` at the served sequence length, queries and
+    chunks after their ``prompts``."""
     from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
 
     class DenseValidator(BaseEvaluator):  # type: ignore[misc]
@@ -122,8 +150,8 @@ def _evaluator(val: DenseValidation, serve_length: int, batch_size: int, track: 
             trained_length = model.max_seq_length
             model.max_seq_length = serve_length
             try:
-                enc = model_encoder(model, batch_size)
-                metrics = validate(val, enc, enc, track)
+                metrics = validate(val, model_encoder(model, batch_size, prompts.query),
+                                   model_encoder(model, batch_size, prompts.passage), track)
             finally:
                 model.max_seq_length = trained_length
             self.seconds += time.perf_counter() - started
@@ -133,9 +161,12 @@ def _evaluator(val: DenseValidation, serve_length: int, batch_size: int, track: 
 
 
 def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: EmbedderConfig, *,
-                   base_scores: dict[str, float] | None = None, progress: bool = True) -> tuple[Any, EmbedderResult]:
+                   base_scores: dict[str, float] | None = None, progress: bool = True,
+                   prompts: Prompts | None = None) -> tuple[Any, EmbedderResult]:
     """Fine-tune ``cfg.base`` on ``rows``; returns the model (best or last epoch, at the base's sequence
-    length) and what happened. ``base_scores``: the validation figures of the base (epoch 0). Seeded."""
+    length, its prompt table the ``prompts`` it was trained with) and what happened. ``base_scores``: the
+    validation figures of the base (epoch 0). ``prompts``: the query and passage prompts (default the base
+    model's own). Seeded."""
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.base.sampler import BatchSamplers
@@ -149,17 +180,18 @@ def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: Embedd
     _set_threads(cfg.threads)
     set_seed(cfg.seed)
     model = load_sentence_transformer(cfg.base, device)
+    prompts = prompts if prompts is not None else model_prompts(cfg.base)
     serve_length = int(model.max_seq_length or 512)
     model.max_seq_length = cfg.max_seq_length or serve_length
     result = EmbedderResult(device=device)
     if val is not None and base_scores is not None:
         result.epochs.append(_epoch(0, base_scores, None))
     bar = TrainingBar() if progress else None
-    evaluator = (_evaluator(val, serve_length, cfg.batch_size * 2, bar.track if bar else _no_track)
+    evaluator = (_evaluator(val, serve_length, cfg.batch_size * 2, bar.track if bar else _no_track, prompts)
                  if val is not None else None)
     keeper = EpochKeeper(model, snapshot=cfg.keep == "best" and evaluator is not None)
     callbacks: list[Any] = [keeper] + ([bar] if bar else [])
-    train_ds = Dataset.from_dict(rows_as_columns(rows, cfg.negatives))
+    train_ds = Dataset.from_dict(prompted_columns(rows_as_columns(rows, cfg.negatives), prompts))
     with tempfile.TemporaryDirectory(prefix="hsp-train-embedder-") as tmp:
         args = SentenceTransformerTrainingArguments(
             output_dir=tmp, num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
@@ -186,6 +218,7 @@ def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: Embedd
     else:
         result.best_epoch = keeper.epochs[-1][0] if keeper.epochs else cfg.epochs
     model.max_seq_length = serve_length
+    record_prompts(model, prompts)
     return model, result
 
 
@@ -235,11 +268,13 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
 
     base_cfg = settings.embedding.model_copy(update={"model": cfg.base})
     inner = embedder if embedder is not None and embedder.cfg == base_cfg else Embedder(base_cfg)
+    prompts = inner.prompts
     base = CachedEmbedder(inner, cache_dir or default_cache_dir())
     try:
         with make_bar(progress) as bar:
             track = tracker(bar)
-            sims = base_similarities(base.encode, data, got, got.train_qids, track) if cfg.margin else None
+            sims = (base_similarities(base.encode, data, got, got.train_qids, track, queries=base.encode_queries)
+                    if cfg.margin else None)
             rows, stats = make_rows(cfg, data, got, sims)
             if not rows:
                 raise no_pairs()
@@ -250,13 +285,14 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
                 pool, full = validation_pool(chunks, priority, cfg.val_corpus, cfg.seed)
                 val = DenseValidation(val_qids, [data.queries[q] for q in val_qids],
                                       {q: data.qrels[q] for q in val_qids}, pool, full, len(chunks))
-                base_scores = validate(val, base.encode, base.encode, track)
+                base_scores = validate(val, base.encode_queries, base.encode, track)
     finally:
         base.close()
     filtering = time.perf_counter() - started - mining
-    model, result = train_embedder(rows, val, cfg, base_scores=base_scores, progress=progress)
+    model, result = train_embedder(rows, val, cfg, base_scores=base_scores, progress=progress, prompts=prompts)
     card = make_embedder_card(cfg, data, got, stats, val, result, model, disjoint_from=disjoint_from,
                               seconds={"mining": mining, "negatives_and_baseline": filtering},
-                              extra={"index": miner.index, "prefix": settings.index.prefix})
+                              extra={"index": miner.index, "prefix": settings.index.prefix,
+                                     "prompts": {"query": prompts.query, "passage": prompts.passage}})
     save_embedder(model, cfg.out, card)
     return card
