@@ -17,6 +17,7 @@ from typing import Any
 
 from hybridsearch.access import CREATE, DROP, INGEST, MOVE_ALIAS, chunk_names, prefix_names, require_privileges
 from hybridsearch.embedding import Embedder, load_sentence_transformer
+from hybridsearch.embedding.prompts import resolve_prompts
 from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
 from hybridsearch.index_spec import create_chunk_version, parse_version
@@ -264,10 +265,12 @@ def copy_reembedded(es: EngineClient, source: str, target: str, embedder: Embedd
 
 
 def same_vectors(meta: dict[str, Any], settings: Settings) -> bool:
-    """True when an index with ``_meta`` ``meta`` holds exactly the vectors ``settings`` would compute."""
+    """True when an index with ``_meta`` ``meta`` holds exactly the vectors ``settings`` would compute (same model,
+    dims, title handling and passage prompt; an index without ``passage_prompt`` was built with none)."""
     return (meta.get("embedding_model") == settings.embedding.model
             and meta.get("embedding_dims") == settings.embedding.dims
-            and meta.get("prepend_title", settings.embedding.prepend_title) == settings.embedding.prepend_title)
+            and meta.get("prepend_title", settings.embedding.prepend_title) == settings.embedding.prepend_title
+            and (meta.get("passage_prompt") or "") == (resolve_prompts(settings.embedding).passage or ""))
 
 
 def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | None = None,
