@@ -65,7 +65,7 @@ PREFERRED_ANALYZER, FALLBACK_ANALYZER = "english", "standard"
 CHECKED_META = ("embedding_model", "embedding_dims", "passage_prompt")
 # what a _meta key added after indices were first built means when an index lacks it: indices built before
 # prompts were applied embedded every passage without one.
-META_DEFAULTS: dict[str, object] = {"passage_prompt": ""}
+META_DEFAULTS: dict[str, object] = {"passage_prompt": "", "metadata_fields": {}}
 # vector parameters that must agree (read by the engine's dialect, ``VectorSummary``): a vector of other dims
 # cannot be written or compared, and another similarity ranks (and, for dot_product, accepts) vectors differently.
 CHECKED_VECTOR = ("dims", "similarity")
@@ -73,9 +73,14 @@ CHECKED_VECTOR = ("dims", "similarity")
 # missing field as absent) and ``indices.ensure_index`` adds them before an ingest writes. ``section_all`` is only
 # searched where both section fields copy into it (``query.build.has_joined_field``).
 ADDABLE_FIELDS = ("pending_run", "section_title", "section_text", "section_all", "doc_chunks")
+# Typed metadata (``meta.<key>``, ``index.metadata_fields``): optional too, but never added to an existing index
+# (its documents would lack the typed copies and ranges would miss them silently). An index without a declared key
+# is still served and written (ingestion writes the keys the index has; filters refuse ranges on the others); a
+# key the index types otherwise than the settings is a difference.
+TYPED_METADATA = "meta"
 # _meta keys that decide whether an existing index holds what the settings would build (reuse, level "build").
 BUILD_META = ("embedding_model", "embedding_dims", "chunker", "chunker_version", "prepend_title", "bm25_unit",
-              "section_words")
+              "section_words", "metadata_fields")
 
 Difference = tuple[str, object, object]  # (field, expected, actual); actual None = the index lacks it
 Level = Literal["serve", "build"]
@@ -363,7 +368,10 @@ def chunk_differences(mapping: Mapping[str, Any], settings: Settings, keys: tupl
     if "properties" not in mapping:  # only _meta given (check_meta)
         return diffs
     props: Mapping[str, Any] = mapping.get("properties") or {}
-    diffs += _walk(want["properties"], props, optional=ADDABLE_FIELDS, deep=False)
+    diffs += _walk(want["properties"], props, optional=(*ADDABLE_FIELDS, TYPED_METADATA), deep=False)
+    have_typed = (props.get(TYPED_METADATA) or {}).get("properties") or {}
+    diffs += _walk(want["properties"][TYPED_METADATA]["properties"], have_typed, f"{TYPED_METADATA}.",
+                   optional=tuple(f"{TYPED_METADATA}.{k}" for k in settings.index.metadata_fields), deep=False)
     vector = dialect.vector_summary(want["properties"]["embedding"])
     have_vector = dialect.vector_summary(props.get("embedding") or {})
     if have_vector.is_vector:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from functools import cache
 from importlib import resources
 from pathlib import Path
@@ -51,6 +52,26 @@ def index_options(settings: Settings) -> dict[str, Any]:
     return opts
 
 
+#: mapping of each type ``index.metadata_fields`` may declare (dates: ISO 8601, as the query layer writes them)
+METADATA_MAPPINGS: dict[str, dict[str, Any]] = {
+    "long": {"type": "long"}, "double": {"type": "double"}, "keyword": {"type": "keyword", "ignore_above": 1024},
+    "date": {"type": "date", "format": "strict_date_optional_time"}, "boolean": {"type": "boolean"},
+}
+
+
+def metadata_mapping(fields: Mapping[str, str]) -> dict[str, Any]:
+    """The chunk template's ``meta`` object: one typed field per declared metadata key (``{}`` declares none)."""
+    return {"type": "object", "properties": {k: dict(METADATA_MAPPINGS[t]) for k, t in sorted(fields.items())}}
+
+
+def metadata_fields_of(mapping: Mapping[str, Any]) -> dict[str, str]:
+    """``{key: type}`` of the typed metadata a chunk index holds (its mapping's ``meta`` object, whose fields are
+    the declared ones, :func:`metadata_mapping`): ``{}`` for an index built before typed metadata or without any.
+    This, not the settings, is what filters compare against and what ingestion writes into that index."""
+    props = ((mapping.get("properties") or {}).get("meta") or {}).get("properties") or {}
+    return {k: str(v.get("type")) for k, v in props.items() if isinstance(v, Mapping) and v.get("type")}
+
+
 def render_context(settings: Settings, dialect: Dialect = ELASTICSEARCH) -> dict[str, Any]:
     """Flat ``{dotted.name: value}`` context every template may refer to; ``metadata_type`` is the engine's
     (``vector_field`` is added for the chunk template only, by :func:`load_template`)."""
@@ -63,6 +84,8 @@ def render_context(settings: Settings, dialect: Dialect = ELASTICSEARCH) -> dict
         "index.query_log": settings.index.query_log,
         "index.ingest_runs": settings.index.ingest_runs,
         "index.ingest_state": settings.index.ingest_state,
+        # typed metadata (index.metadata_fields): meta.<key> of its declared type beside the free-form metadata
+        "metadata_mapping": metadata_mapping(settings.index.metadata_fields),
         # what every passage is embedded after (recorded in the chunk index's _meta; "" for none)
         "passage_prompt": resolve_prompts(settings.embedding).passage,
     }

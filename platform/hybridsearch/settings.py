@@ -9,6 +9,7 @@ naming the environment variable at fault (see :func:`load_settings`).
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -79,6 +80,19 @@ class IndexSettings(BaseModel):
         "sections of about section_words words (recorded in _meta; see docs/evaluation.md); chunk = each chunk")
     section_words: int = Field(500, ge=50, description="with bm25_unit=section: most words of one BM25 section "
                                "(whole chunks); a shorter document is one section (500: measured, docs/evaluation.md)")
+    metadata_fields: dict[str, Literal["long", "double", "date", "keyword", "boolean"]] = Field(
+        default_factory=dict, description="typed metadata of a new index, {key: long|double|date|keyword|boolean} "
+        "(JSON: HSP_INDEX__METADATA_FIELDS='{\"n\": \"long\", \"published\": \"date\"}'): each key is also "
+        "indexed as meta.<key> of that type (recorded in _meta.metadata_fields), so ranges on metadata.<key> "
+        "compare numbers as numbers and dates as dates; a value that is not of its type fails its document")
+
+    @field_validator("metadata_fields")
+    @classmethod
+    def _check_metadata_keys(cls, v: dict[str, str]) -> dict[str, str]:
+        for key in v:
+            if not re.fullmatch(r"[A-Za-z0-9_@$-][A-Za-z0-9_@$-]{0,100}", key):
+                raise ValueError(f"metadata key {key!r}: letters, digits, _ @ $ - only (no dots), at most 101")
+        return v
 
     @property
     def bm25_section_words(self) -> int | None:

@@ -6,7 +6,7 @@ index holds exactly what ingesting the original sources would have written.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -14,6 +14,7 @@ from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.ingest.chunking import Chunk, Tokenizer, chunk_text, embed_text, text_budget
 from hybridsearch.ingest.ids import chunk_id, parent_id
 from hybridsearch.ingest.sources import Document
+from hybridsearch.query.filters import typed_metadata
 from hybridsearch.settings import ChunkingSettings, EmbeddingSettings
 
 
@@ -41,6 +42,7 @@ def section_leaders(chunks: Sequence[Chunk], max_words: int) -> dict[int, tuple[
 
 def document_chunks(d: Document, chunking: ChunkingSettings, embedding: EmbeddingSettings, tenant: str | None,
                     tokenizer: Tokenizer, max_seq_length: int, section_words: int | None = None,
+                    metadata_fields: Mapping[str, str] | None = None,
                     ) -> Iterator[tuple[dict[str, Any], str]]:
     """``(chunk document without its vector, text to embed)`` for each chunk of ``d``.
 
@@ -49,7 +51,15 @@ def document_chunks(d: Document, chunking: ChunkingSettings, embedding: Embeddin
     the chunks' own text: one section per document unless it is longer than ``section_words`` words. Every chunk
     records ``doc_chunks``, the document's number of chunks, so a reader can tell a whole version from part of one
     (:func:`hybridsearch.ingest.commit.whole_documents`).
+
+    ``metadata_fields``: the index's typed metadata (``{key: type}``, :func:`hybridsearch.mappings.metadata_fields_of`
+    of its mapping, which the settings' ``index.metadata_fields`` built): every chunk also carries ``meta``, those
+    keys of ``d.metadata`` converted to their types (:func:`hybridsearch.query.filters.typed_metadata`). A value
+    that does not convert fails the whole document with one reason (ValueError, before any chunk is made: the
+    caller dead-letters it), rather than leaving it out of ranges unseen; keys the index does not type stay
+    free-form only.
     """
+    typed = typed_metadata(d.metadata, metadata_fields) if metadata_fields else {}
     signature = chunker_signature(chunking)
     limit = text_budget(tokenizer, d.title, embedding.prepend_title, max_seq_length)
     stamp = now()
@@ -63,6 +73,8 @@ def document_chunks(d: Document, chunking: ChunkingSettings, embedding: Embeddin
             "source": d.source, "content_hash": d.content_hash, "tenant": tenant,
             "ingested_at": stamp, "metadata": d.metadata,
         }
+        if typed:
+            src["meta"] = typed
         if c.parent_start is not None and c.parent_end is not None:
             src.update(parent_id=parent_id(d.doc_id, c.parent_start, c.parent_end, signature),
                        parent_text=d.text[c.parent_start:c.parent_end],

@@ -10,26 +10,56 @@ Build filters as objects (``Term("source", "pubmed")``, ``AllOf([...])``) or pas
 Only the fields in :data:`ALLOWED_FIELDS` and ``metadata.<key>`` may be filtered; anything else,
 a malformed filter or a value of the wrong type raises :class:`~hybridsearch.errors.QueryError`
 before any request is sent. Values are never pasted into JSON text: they become DSL values.
+
+**Values are checked against the field's type** (:data:`FIELD_TYPES`; ``metadata.<key>`` by the index's typed
+metadata, below): ``position`` takes whole numbers, ``ingested_at`` ISO 8601 dates, ``date``/``datetime`` or date
+math (never booleans or numbers), keyword fields strings; a range whose lower bound lies above its upper bound (or
+meets it with an exclusive bound) matches nothing and is refused too.
+
+**Metadata.** ``metadata`` is free-form (``flattened`` / ``flat_object``): every value is indexed as text, so
+``metadata.<key>`` takes term, terms and exists filters, and a range on it is refused (text compares 25 after
+100). Keys declared in ``HSP_INDEX__METADATA_FIELDS`` (``{"n": "long", "published": "date"}``) are also indexed
+as ``meta.<key>`` of their type; given the index's declared keys (``metadata=``, :func:`~hybridsearch.mappings.
+metadata_fields_of` of its mapping), term, terms and range filters on ``metadata.<key>`` go to that typed field,
+values checked against the type. Without them (an index built before typed metadata) ranges on metadata are
+refused with the fix. :func:`typed_value` is the one conversion, used by ingestion for ``meta`` as well.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
-from datetime import date, datetime
+from datetime import UTC, date, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from hybridsearch.errors import QueryError
 
-#: Keyword, date and number fields of the chunk mapping that filters may name.
-ALLOWED_FIELDS = frozenset({
-    "doc_id", "chunk_id", "parent_id", "source", "content_hash", "tenant", "ingested_at", "position", "title.raw",
-})
-NUMERIC_FIELDS = frozenset({"position"})
-DATE_FIELDS = frozenset({"ingested_at"})
+#: Keyword, date and number fields of the chunk mapping that filters may name, with their types.
+FIELD_TYPES: dict[str, str] = {
+    "doc_id": "keyword", "chunk_id": "keyword", "parent_id": "keyword", "source": "keyword",
+    "content_hash": "keyword", "tenant": "keyword", "ingested_at": "date", "position": "integer",
+    "title.raw": "keyword",
+}
+ALLOWED_FIELDS = frozenset(FIELD_TYPES)
+NUMERIC_FIELDS = frozenset(f for f, t in FIELD_TYPES.items() if t == "integer")
+DATE_FIELDS = frozenset(f for f, t in FIELD_TYPES.items() if t == "date")
 _METADATA_KEY = re.compile(r"^metadata\.[A-Za-z0-9_@$-][A-Za-z0-9_.@$-]{0,200}$")
+#: the typed copy of declared metadata keys (``meta.<key>``, ``index.metadata_fields``)
+TYPED_METADATA = "meta"
+#: what free-form metadata is to the checks: every value indexed as text
+FREE_FORM = "free-form"
+MetadataFields = Mapping[str, str]
+_INT_LIMITS = {"integer": 2**31, "long": 2**63}
+_INTEGER = re.compile(r"^[+-]?[0-9]+$")
+_DECIMAL = re.compile(r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$")
+# ISO 8601 dates that both Python and the engines' strict_date_optional_time read the same way
+_ISO_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}"
+                       r"(T[0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]{1,6})?)?(Z|[+-][0-9]{2}:[0-9]{2})?)?$")
+_MATH = r"([+-][0-9]+[yMwdhHms])*(/[yMwdhHms])?"
+_DATE_MATH = re.compile(rf"^(now{_MATH}|(?P<anchor>[^|]+)\|\|{_MATH})$")
 MAX_DEPTH = 8
 MAX_CLAUSES = 256
 MAX_TERMS = 1024
@@ -46,6 +76,117 @@ def check_field(field: str) -> str:
         return field
     allowed = ", ".join(sorted(ALLOWED_FIELDS))
     raise QueryError(f"cannot filter on unknown field {field!r}: use one of {allowed}, or metadata.<key>")
+
+
+def parse_date(value: str) -> datetime | None:
+    """``value`` as an aware datetime (a date alone: its midnight, no offset: UTC) when it is an ISO 8601 date both
+    Python and the engines read alike (``2024-05-01``, ``2024-05-01T10:30:00Z``), else None."""
+    if not _ISO_DATE.match(value):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def typed_value(ftype: str, value: Any, what: str, *, bound: bool = False) -> Scalar:
+    """``value`` as a field of type ``ftype`` holds it (``integer``, ``long``, ``double``, ``date``, ``keyword``,
+    ``boolean``), as the DSL value to send (dates as ISO strings); ``what`` names it in the error. ``bound``: a
+    range bound (numbers need not be whole, dates may be date math such as ``now-7d``). Raises ValueError with one
+    line saying what the field holds. Ingestion writes typed metadata through this too, so what is compared is
+    what was written."""
+    if ftype in ("integer", "long", "double"):
+        number: int | float | None = None
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            number = value
+        elif isinstance(value, str) and _INTEGER.match(value.strip()):
+            number = int(value.strip())
+        elif isinstance(value, str) and _DECIMAL.match(value.strip()):
+            number = float(value.strip())
+        whole = ftype != "double" and not bound
+        kind = "whole numbers" if whole else "numbers"
+        if number is None or (isinstance(number, float) and not math.isfinite(number)):
+            raise ValueError(f"{what} holds {kind} ({ftype}), got {value!r}")
+        if whole and isinstance(number, float):
+            if not number.is_integer():
+                raise ValueError(f"{what} holds whole numbers ({ftype}), got {value!r}")
+            number = int(number)
+        limit = _INT_LIMITS.get(ftype)
+        if limit is not None and not -limit <= number < limit:
+            raise ValueError(f"{what} holds {ftype} numbers (below 2^{limit.bit_length() - 1} in size), got {value!r}")
+        return float(number) if ftype == "double" else number
+    if ftype == "date":
+        if isinstance(value, datetime | date):
+            return value.isoformat()
+        if isinstance(value, str):
+            text = value.strip()
+            if parse_date(text) is not None:
+                return text
+            m = _DATE_MATH.match(text) if bound else None
+            if m is not None and (m["anchor"] is None or parse_date(m["anchor"]) is not None):
+                return text
+        math_ = ", or date math such as now-7d" if bound else ""
+        raise ValueError(f"{what} holds dates: give an ISO 8601 date (2024-05-01, 2024-05-01T10:30:00Z), a date or "
+                         f"datetime{math_}; got {value!r}")
+    if ftype == "boolean":
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.strip() in ("true", "false"):
+            return value.strip() == "true"
+        raise ValueError(f"{what} holds booleans (true or false), got {value!r}")
+    if ftype == "keyword":
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, str | int | float):
+            return value if isinstance(value, str) else str(value)
+        raise ValueError(f"{what} holds text, got {value!r}")
+    raise ValueError(f"{what}: unknown field type {ftype!r}")
+
+
+def typed_metadata(metadata: Mapping[str, Any] | None, fields: MetadataFields) -> dict[str, Any]:
+    """The ``meta`` object of a chunk: each key of ``fields`` (``{key: type}``, the index's typed metadata) that
+    ``metadata`` holds, as :func:`typed_value` converts it (a list: each of its values; None: left out). Raises
+    ValueError naming the key, its value and declared type when one does not convert: the document fails."""
+    typed: dict[str, Any] = {}
+    for key, ftype in fields.items():
+        value = (metadata or {}).get(key)
+        if value is None:
+            continue
+        what = f"metadata.{key} (declared {ftype} in HSP_INDEX__METADATA_FIELDS)"
+        try:
+            if isinstance(value, list | tuple):
+                typed[key] = [typed_value(ftype, v, what) for v in value if v is not None]
+            else:
+                typed[key] = typed_value(ftype, value, what)
+        except ValueError:
+            raise ValueError(f"metadata.{key} is {value!r}, not a {ftype} as HSP_INDEX__METADATA_FIELDS declares; "
+                             "fix the value or the declaration") from None
+        if ftype == "keyword" and any(len(v) > 1024 for v in (typed[key] if isinstance(typed[key], list)
+                                                             else [typed[key]])):
+            raise ValueError(f"metadata.{key} holds a value longer than 1024 characters, which a keyword does not "
+                             "index; shorten it or leave the key undeclared")
+    return typed
+
+
+def field_type(field: str, metadata: MetadataFields | None = None) -> tuple[str, str]:
+    """``(field the DSL names, its type)`` for a filter's ``field``: a fixed field (:data:`FIELD_TYPES`), a
+    declared metadata key (``meta.<key>`` and its type) or free-form metadata (``metadata.<key>``,
+    :data:`FREE_FORM`)."""
+    if field in FIELD_TYPES:
+        return field, FIELD_TYPES[field]
+    key = field.removeprefix("metadata.")
+    if metadata and key in metadata:
+        return f"{TYPED_METADATA}.{key}", metadata[key]
+    return field, FREE_FORM
+
+
+def _free_form_range(field: str) -> str:
+    key = field.removeprefix("metadata.")
+    example = '{"' + key + '": "long"}'
+    return (f"range on {field}: this index has no typed field for it, and free-form metadata compares values as text "
+            f"(25 sorts after 100); declare it, e.g. HSP_INDEX__METADATA_FIELDS='{example}' (long, double, date, "
+            "keyword or boolean), and ingest into a new index version")
 
 
 class _Base(BaseModel):
@@ -86,6 +227,12 @@ class Term(_FieldFilter):
                              "got None (documents without the field: NoneOf([Exists(field)]))")
         return v
 
+    @model_validator(mode="after")
+    def _typed(self) -> Term:
+        if self.field in FIELD_TYPES:  # metadata keys are checked against the index's types (to_dsl)
+            _value("term", self.field, FIELD_TYPES[self.field], self.value)
+        return self
+
 
 class Terms(_FieldFilter):
     """``field`` equals any of ``values``."""
@@ -110,6 +257,13 @@ class Terms(_FieldFilter):
                 raise ValueError(f"{on}: values[{list(v).index(None)}] is None; give strings, numbers or booleans")
         return v
 
+    @model_validator(mode="after")
+    def _typed(self) -> Terms:
+        if self.field in FIELD_TYPES:
+            for v in self.values:
+                _value("terms", self.field, FIELD_TYPES[self.field], v)
+        return self
+
 
 class Range(_FieldFilter):
     """``field`` within bounds (dates as ISO strings, ``date``/``datetime`` or date math like ``now-7d``)."""
@@ -131,13 +285,11 @@ class Range(_FieldFilter):
             raise ValueError(f"range on {self.field} needs at least one of gte, gt, lte, lt")
         if len(lower) > 1 or len(upper) > 1:
             raise ValueError(f"range on {self.field}: give at most one lower (gte/gt) and one upper (lte/lt) bound")
-        if self.field.startswith("metadata.") and not (lower and upper):
-            raise ValueError(f"range on {self.field} (a metadata field) needs both a lower and an upper bound")
         for b in (*lower, *upper):
-            if self.field in NUMERIC_FIELDS and (isinstance(b, bool) or not isinstance(b, int | float)):
-                raise ValueError(f"range on {self.field} needs numbers, got {b!r}")
             if isinstance(b, bool):
-                raise ValueError(f"range on {self.field}: {b!r} is not a valid bound")
+                raise ValueError(f"range on {self.field}: {b!r} is not a valid bound (give a number, date or string)")
+        if self.field in FIELD_TYPES:  # metadata keys are checked against the index's types (to_dsl)
+            _range_bounds(self, FIELD_TYPES[self.field])
         return self
 
 
@@ -276,22 +428,79 @@ def _check_depth(f: Filter, depth: int = 0) -> None:
             _check_depth(sub, depth + 1)
 
 
-def _bound(v: Bound) -> str | int | float:
-    return v.isoformat() if isinstance(v, date | datetime) else v
+def _value(kind: str, field: str, ftype: str, value: Any) -> Scalar:
+    """A term's value as ``field`` (of type ``ftype``) holds it; ValueError saying what it holds otherwise."""
+    if ftype == FREE_FORM:
+        return value  # type: ignore[no-any-return]  # checked as a Scalar by the model
+    try:
+        return typed_value(ftype, value, "the field")
+    except ValueError as exc:
+        raise ValueError(f"{kind} on {field}: {exc}") from None
 
 
-def to_dsl(f: Filter) -> dict[str, Any]:
-    """The Elasticsearch query clause for ``f`` — the only place filters become DSL."""
+def _range_bounds(f: Range, ftype: str) -> dict[str, Scalar]:
+    """The bounds of ``f`` as the field (of type ``ftype``) compares them; ValueError when the field cannot answer
+    a range (free-form metadata, booleans), a bound is not of its type, or the range can match nothing."""
+    if ftype == FREE_FORM:
+        raise ValueError(_free_form_range(f.field))
+    if ftype == "boolean":
+        raise ValueError(f"range on {f.field}: booleans have no order; use a term filter")
+    bounds: dict[str, Scalar] = {}
+    for k in ("gte", "gt", "lte", "lt"):
+        v = getattr(f, k)
+        if v is None:
+            continue
+        if ftype == "keyword" and not isinstance(v, str):
+            raise ValueError(f"range on {f.field}: the field holds text, compared letter by letter; give strings, "
+                             f"got {v!r}")
+        try:
+            bounds[k] = typed_value(ftype, v, "the field", bound=True)
+        except ValueError as exc:
+            raise ValueError(f"range on {f.field}: {exc}") from None
+    _check_order(f.field, ftype, bounds)
+    return bounds
+
+
+def _check_order(field: str, ftype: str, bounds: Mapping[str, Scalar]) -> None:
+    lo_key = next((k for k in ("gte", "gt") if k in bounds), None)
+    hi_key = next((k for k in ("lte", "lt") if k in bounds), None)
+    if lo_key is None or hi_key is None:
+        return
+    lo: Any = bounds[lo_key]
+    hi: Any = bounds[hi_key]
+    if ftype == "date":  # date math (now-7d) is resolved by the engine: not compared here
+        lo, hi = parse_date(str(lo)), parse_date(str(hi))
+        if lo is None or hi is None:
+            return
+    if lo > hi or (lo == hi and (lo_key == "gt" or hi_key == "lt")):
+        raise ValueError(f"range on {field} can match nothing: {lo_key} {bounds[lo_key]!r} is "
+                         f"{'above' if lo > hi else 'at'} {hi_key} {bounds[hi_key]!r} (swapped bounds?)")
+
+
+def to_dsl(f: Filter, metadata: MetadataFields | None = None) -> dict[str, Any]:
+    """The Elasticsearch query clause for ``f`` — the only place filters become DSL. ``metadata``: the index's
+    typed metadata keys and their types (:func:`hybridsearch.mappings.metadata_fields_of`); term, terms and range
+    filters on those keys go to ``meta.<key>``, their values checked against the type. Raises QueryError (before
+    any request) for a value the field's type cannot hold and a range the field cannot answer."""
+    try:
+        return _dsl(f, metadata)
+    except ValueError as exc:
+        raise QueryError(f"invalid filter: {exc}") from None
+
+
+def _dsl(f: Filter, metadata: MetadataFields | None) -> dict[str, Any]:
     if isinstance(f, Term):
-        return {"term": {f.field: f.value}}
+        target, ftype = field_type(f.field, metadata)
+        return {"term": {target: _value("term", f.field, ftype, f.value)}}
     if isinstance(f, Terms):
-        return {"terms": {f.field: list(f.values)}}
+        target, ftype = field_type(f.field, metadata)
+        return {"terms": {target: [_value("terms", f.field, ftype, v) for v in f.values]}}
     if isinstance(f, Range):
-        bounds = {k: _bound(v) for k in ("gte", "gt", "lte", "lt") if (v := getattr(f, k)) is not None}
-        return {"range": {f.field: bounds}}
-    if isinstance(f, Exists):
+        target, ftype = field_type(f.field, metadata)
+        return {"range": {target: _range_bounds(f, ftype)}}
+    if isinstance(f, Exists):  # the free-form copy holds every value, typed or not
         return {"exists": {"field": f.field}}
-    subs = [to_dsl(s) for s in f.filters]
+    subs = [_dsl(s, metadata) for s in f.filters]
     if isinstance(f, AllOf):
         return {"bool": {"filter": subs}}
     if isinstance(f, AnyOf):
@@ -299,25 +508,57 @@ def to_dsl(f: Filter) -> dict[str, Any]:
     return {"bool": {"must_not": subs}}
 
 
-def filter_clauses(spec: Filter | Mapping[str, Any] | None, tenant: str | None = None) -> list[dict[str, Any]]:
-    """DSL ``filter`` clauses for ``spec``, plus a ``tenant`` term when ``tenant`` is set. Raises QueryError."""
+def filter_clauses(spec: Filter | Mapping[str, Any] | None, tenant: str | None = None,
+                   metadata: MetadataFields | None = None) -> list[dict[str, Any]]:
+    """DSL ``filter`` clauses for ``spec``, plus a ``tenant`` term when ``tenant`` is set; ``metadata``: the index's
+    typed metadata (:func:`to_dsl`). Raises QueryError."""
     clauses: list[dict[str, Any]] = []
     if tenant is not None:
         clauses.append({"term": {"tenant": tenant}})
     parsed = parse_filter(spec)
     if parsed is not None:
-        clauses.append(to_dsl(parsed))
+        clauses.append(to_dsl(parsed, metadata))
     return clauses
 
 
-def filter_summary(spec: Filter | Mapping[str, Any] | None) -> dict[str, Any] | None:
+def filter_summary(spec: Filter | Mapping[str, Any] | None,
+                   metadata: MetadataFields | None = None) -> dict[str, Any] | None:
     """A JSON-able description of ``spec`` (for the query log), or None."""
     parsed = parse_filter(spec)
-    return None if parsed is None else to_dsl(parsed)
+    return None if parsed is None else to_dsl(parsed, metadata)
 
 
-_CLI = re.compile(r"^\s*(?P<field>[A-Za-z0-9_.@$-]+)\s*(?P<op>>=|<=|!=|=|>|<)\s*(?P<value>.*?)\s*$")
+_CLI_FIELD = r"[A-Za-z0-9_.@$-]+"
+_CLI_EXISTS = re.compile(rf"^\s*(?P<field>{_CLI_FIELD})\s*\?\s*$")
+_CLI = re.compile(rf"^\s*(?P<field>{_CLI_FIELD})\s*(?P<op>>=|<=|!=|=|>|<)(?P<value>.*)$", re.DOTALL)
 _CLI_RANGE = {">=": "gte", ">": "gt", "<=": "lte", "<": "lt"}
+_CLI_FORMS = ('write field=value, field!=value, field>=x (>, <=, <) or field?; quote a value to keep spaces, '
+              'quotes or a trailing ? as written: field="What is this?"')
+
+
+def _cli_unquote(expr: str, raw: str) -> str:
+    """The value of a ``--filter``: unquoted, as written less the spaces around it; in double or single quotes,
+    what is between them, a backslash taking the next character as it is (``\\"``, ``\\\\``)."""
+    text = raw.strip()
+    if not text or text[0] not in "\"'":
+        if not text:
+            raise QueryError(f"invalid filter {expr!r}: no value; {_CLI_FORMS} (the empty string: field=\"\")")
+        return text
+    quote, out, i = text[0], [], 1
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            out.append(text[i + 1])
+            i += 2
+            continue
+        if c == quote:
+            if i != len(text) - 1:
+                raise QueryError(f"invalid filter {expr!r}: text after the closing {quote}; escape a quote inside "
+                                 f"the value as \\{quote}")
+            return "".join(out)
+        out.append(c)
+        i += 1
+    raise QueryError(f"invalid filter {expr!r}: the value opens a {quote} quote that does not close")
 
 
 def _cli_value(field: str, raw: str) -> Scalar:
@@ -336,25 +577,31 @@ def parse_cli_filters(exprs: list[str]) -> Filter | None:
     """Filters from ``--filter`` arguments, all of which must match.
 
     Forms: ``field=value``, ``field!=value``, ``field>=x`` (also ``>``, ``<=``, ``<``; two bounds on one
-    field combine into one range), ``field?`` (the field exists). Raises QueryError.
+    field combine into one range), ``field?`` (the field exists). The value is everything after the operator,
+    spaces around it dropped; a value in double or single quotes is taken exactly (``title.raw="What is this?"``,
+    ``source=" padded "``, ``source=""``), a backslash escaping the next character inside them (``"say \\"hi\\""``).
+    A value that starts with a quote must be quoted whole. Values stay strings: the field's type converts them
+    when the filter is checked. Raises QueryError.
     """
     parts: list[Filter] = []
     ranges: dict[str, dict[str, Scalar]] = {}
     try:
         for expr in exprs:
-            if expr.strip().endswith("?"):
-                parts.append(Exists(expr.strip()[:-1].strip()))
+            if (exists := _CLI_EXISTS.match(expr)) is not None:
+                parts.append(Exists(check_field(exists["field"])))
                 continue
             m = _CLI.match(expr)
-            if m is None or not m["value"]:
-                raise QueryError(f"invalid filter {expr!r}: write field=value, field!=value, field>=x or field?")
+            if m is None:
+                raise QueryError(f"invalid filter {expr!r}: {_CLI_FORMS}")
             field, op = check_field(m["field"]), m["op"]
-            value = _cli_value(field, m["value"])
+            value = _cli_value(field, _cli_unquote(expr, m["value"]))
             if op == "=":
                 parts.append(Term(field, value))
             elif op == "!=":
                 parts.append(NoneOf(filters=[Term(field, value)]))
             else:
+                if _CLI_RANGE[op] in ranges.get(field, {}):
+                    raise QueryError(f"invalid filter {expr!r}: {field} has two {op} bounds; give one")
                 ranges.setdefault(field, {})[_CLI_RANGE[op]] = value
         parts.extend(Range(field, **bounds) for field, bounds in ranges.items())  # type: ignore[arg-type]
     except ValidationError as exc:
