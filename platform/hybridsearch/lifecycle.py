@@ -30,7 +30,7 @@ from hybridsearch.indices import (
     resolve_index,
     section_words_of,
 )
-from hybridsearch.ingest.chunking import embed_text
+from hybridsearch.ingest.chunking import chunk_embed_text
 from hybridsearch.ingest.lease import Lease, hidden_documents
 from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter
 from hybridsearch.ingest.writer import DeadLetter
@@ -256,8 +256,7 @@ def copy_reembedded(es: EngineClient, source: str, target: str, embedder: Embedd
             for h in hits:
                 src = h["_source"]
                 keep = reuse_vectors and src.get("embedding")
-                batch.add(h["_id"], src, None if keep else embed_text(src.get("title"), src.get("text") or "",
-                                                                      prepend_title))
+                batch.add(h["_id"], src, None if keep else chunk_embed_text(src, prepend_title))
             yield batch
 
     stage.run(batches())

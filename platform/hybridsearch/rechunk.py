@@ -16,7 +16,7 @@ from typing import Any
 
 from hybridsearch.embedding import Embedder
 from hybridsearch.engine import EngineClient, engine_errors
-from hybridsearch.ingest.chunking import embed_text
+from hybridsearch.ingest.chunking import chunk_embed_text
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.sources import Document
 from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter, copy_tokenizer
@@ -71,8 +71,7 @@ def scan_sorted(es: EngineClient, index: str, batch: int = 500, vectors: bool = 
 
 def stored_vectors(chunks: Iterable[dict[str, Any]], prepend_title: bool) -> dict[str, Any]:
     """``{text embedded: stored vector}`` of one document's chunks (those that have a vector)."""
-    return {embed_text(c.get("title"), c.get("text") or "", prepend_title): c["embedding"]
-            for c in chunks if c.get("embedding")}
+    return {chunk_embed_text(c, prepend_title): c["embedding"] for c in chunks if c.get("embedding")}
 
 
 def documents_from_chunks(hits: Iterable[dict[str, Any]]) -> Iterator[tuple[str | None, list[dict[str, Any]]]]:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -349,6 +349,10 @@ def _verified(text: str, tokenizer: Tokenizer, spans: Iterator[Span], limit: int
                     pending.insert(1, (ra, rb, _tokens(tokenizer, text, ra, rb)))
 
 
+#: the largest share of the model's window a prepended title may take (:func:`title_cut`)
+TITLE_SHARE = 0.25
+
+
 def embed_text(title: str | None, text: str, prepend_title: bool) -> str:
     """What the bi-encoder embeds for a chunk: ``"title. text"`` when ``prepend_title``, else ``text``."""
     if prepend_title and title and title.strip():
@@ -357,11 +361,36 @@ def embed_text(title: str | None, text: str, prepend_title: bool) -> str:
     return text
 
 
+def title_cut(tokenizer: Tokenizer, title: str | None, prepend_title: bool, max_seq_length: int,
+              special_tokens: int = 2) -> int | None:
+    """Where to cut a title that would take more than :data:`TITLE_SHARE` of the model's window (characters of
+    the title to embed), or None when it fits. Title and text share the window: without the cut, a long title
+    fills it and the model never reads the chunk's text."""
+    if not (prepend_title and title and title.strip()):
+        return None
+    share = int((max_seq_length - special_tokens) * TITLE_SHARE)
+    pieces = tokenizer.offsets(title.strip())
+    if len(pieces) + 1 <= share:  # the ". " joining title and text is a piece too
+        return None
+    start = len(title) - len(title.lstrip())
+    return start + pieces[max(0, share - 2)][1]
+
+
+def cut_title(title: str | None, cut: int | None) -> str | None:
+    """``title`` as embedded: its first ``cut`` characters when it was cut (:func:`title_cut`)."""
+    return title[:cut].rstrip() if title and cut is not None else title
+
+
+def chunk_embed_text(source: Mapping[str, Any], prepend_title: bool) -> str:
+    """What was embedded for a stored chunk document: its title (cut where ``title_cut`` says) and its text."""
+    return embed_text(cut_title(source.get("title"), source.get("title_cut")), source.get("text") or "",
+                      prepend_title)
+
+
 def text_budget(tokenizer: Tokenizer, title: str | None, prepend_title: bool, max_seq_length: int,
                 special_tokens: int = 2) -> int:
-    """Word pieces left for chunk text once special tokens and a prepended ``"title. "`` are counted.
-
-    A title longer than half the model's window is counted as half (the model truncates the rest)."""
+    """Word pieces left for chunk text once special tokens and a prepended ``"title. "`` (already cut to its
+    share, :func:`title_cut`) are counted."""
     room = max_seq_length - special_tokens
     if prepend_title and title and title.strip():
         used = len(tokenizer.offsets(embed_text(title, "", True)))

@@ -261,14 +261,14 @@ def validation_pool(chunks: Sequence[Chunk], priority: Sequence[str], cap: int,
 def scan_chunks(es: EngineClient, settings: Settings, index: str) -> list[Chunk]:
     """Every chunk of ``index`` (the tenant's only, when one is set) as the text ingestion embeds, in
     a stable order."""
-    from hybridsearch.ingest.chunking import embed_text
+    from hybridsearch.ingest.chunking import chunk_embed_text
 
     filters = [{"term": {"tenant": settings.index.tenant}}] if settings.index.tenant else []
     found: list[tuple[str, Chunk]] = []
     with engine_errors(f"read the chunks of {index}"):
-        for hit in scan_visible(es, index, filters=filters, source=["doc_id", "title", "text"]):
+        for hit in scan_visible(es, index, filters=filters, source=["doc_id", "title", "title_cut", "text"]):
             src = hit["_source"]
-            text = embed_text(src.get("title"), src.get("text") or "", settings.embedding.prepend_title)
+            text = chunk_embed_text(src, settings.embedding.prepend_title)
             found.append((str(hit["_id"]), Chunk(str(src.get("doc_id", hit["_id"])), text)))
     return [c for _, c in sorted(found, key=lambda x: x[0])]
 
