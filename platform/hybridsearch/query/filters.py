@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -277,6 +277,14 @@ class Range(_FieldFilter):
     def __init__(self, field: str = _UNSET, **kw: Any) -> None:
         super().__init__(**_positional(kw, field=field))
 
+    @field_validator("gte", "gt", "lte", "lt", mode="before")
+    @classmethod
+    def _not_bool(cls, v: Any, info: ValidationInfo) -> Any:
+        if isinstance(v, bool):  # pydantic would read True as 1: epoch + 1 ms on a date
+            raise ValueError(f"range on {info.data.get('field')}: {v!r} is not a valid bound "
+                             "(give a number, date or string)")
+        return v
+
     @model_validator(mode="after")
     def _bounds(self) -> Range:
         lower = [b for b in (self.gte, self.gt) if b is not None]
@@ -285,9 +293,6 @@ class Range(_FieldFilter):
             raise ValueError(f"range on {self.field} needs at least one of gte, gt, lte, lt")
         if len(lower) > 1 or len(upper) > 1:
             raise ValueError(f"range on {self.field}: give at most one lower (gte/gt) and one upper (lte/lt) bound")
-        for b in (*lower, *upper):
-            if isinstance(b, bool):
-                raise ValueError(f"range on {self.field}: {b!r} is not a valid bound (give a number, date or string)")
         if self.field in FIELD_TYPES:  # metadata keys are checked against the index's types (to_dsl)
             _range_bounds(self, FIELD_TYPES[self.field])
         return self
@@ -469,12 +474,34 @@ def _check_order(field: str, ftype: str, bounds: Mapping[str, Scalar]) -> None:
     lo: Any = bounds[lo_key]
     hi: Any = bounds[hi_key]
     if ftype == "date":  # date math (now-7d) is resolved by the engine: not compared here
-        lo, hi = parse_date(str(lo)), parse_date(str(hi))
-        if lo is None or hi is None:
+        first, last = _date_span(str(lo), lo_key), _date_span(str(hi), hi_key)
+        if first is None or last is None:
             return
+        if first > last:
+            raise ValueError(f"range on {field} can match nothing: {lo_key} {lo!r} is above {hi_key} {hi!r} "
+                             "(swapped bounds?)")
+        return
     if lo > hi or (lo == hi and (lo_key == "gt" or hi_key == "lt")):
         raise ValueError(f"range on {field} can match nothing: {lo_key} {bounds[lo_key]!r} is "
                          f"{'above' if lo > hi else 'at'} {hi_key} {bounds[hi_key]!r} (swapped bounds?)")
+
+
+_MS = timedelta(milliseconds=1)
+
+
+def _date_span(text: str, key: str) -> datetime | None:
+    """The first (``gte``, ``gt``) or last (``lte``, ``lt``) millisecond a date bound admits, as the engines read
+    it: ``gt`` and ``lte`` fill what the bound leaves out upwards (``lte 2024-05-01`` is the day's last
+    millisecond), ``gte`` and ``lt`` downwards. None for date math."""
+    start = parse_date(text)
+    if start is None:
+        return None
+    clock = text[11:].split("Z")[0].split("+")[0].split("-")[0]
+    fraction = clock.split(".")[1] if "." in clock else ""
+    span = (timedelta(days=1) if len(text) == 10 else timedelta(minutes=1) if clock.count(":") == 1
+            else timedelta(seconds=10.0 ** -len(fraction)) if len(fraction) < 3 else _MS)
+    up = start + span - _MS
+    return {"gte": start, "gt": up + _MS, "lte": up, "lt": start - _MS}[key]
 
 
 def to_dsl(f: Filter, metadata: MetadataFields | None = None) -> dict[str, Any]:
