@@ -37,9 +37,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--k", type=int, default=10, help="hits per page (default 10, at most HSP_QUERY__MAX_K)")
     p.add_argument("--page", type=int, default=1, help="page of k hits over the fused window (default 1)")
     p.add_argument("--filter", dest="filters", action="append", default=[], metavar="EXPR",
-                   help="field=value, field!=value, field>=x (>, <=, <) or field? ; repeat to AND them. Fields: "
-                        "doc_id chunk_id parent_id source content_hash tenant ingested_at position title.raw "
-                        "metadata.<key>")
+                   help="field=value, field!=value, field>=x (>, <=, <) or field? ; repeat to AND them. Quote a "
+                        "value to take it exactly (spaces, quotes, a trailing ?): 'title.raw=\"What is this?\"'; "
+                        "inside quotes a backslash escapes the next character. Fields: doc_id chunk_id parent_id "
+                        "source content_hash tenant ingested_at position title.raw metadata.<key> (ranges only on "
+                        "keys typed by HSP_INDEX__METADATA_FIELDS)")
     p.add_argument("--no-rerank", dest="rerank", action="store_false", help="keep the fused order")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
     p.add_argument("--explain", action="store_true", help="say why each hit is where it is")
