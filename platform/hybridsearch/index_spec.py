@@ -72,7 +72,7 @@ CHECKED_VECTOR = ("dims", "similarity")
 # Chunk fields added after indices were first built: an index without them is still served (reads treat the
 # missing field as absent) and ``indices.ensure_index`` adds them before an ingest writes. ``section_all`` is only
 # searched where both section fields copy into it (``query.build.has_joined_field``).
-ADDABLE_FIELDS = ("pending_run", "section_title", "section_text", "section_all", "doc_chunks")
+ADDABLE_FIELDS = ("pending_run", "section_title", "section_text", "section_all", "doc_chunks", "title_cut")
 # Typed metadata (``meta.<key>``, ``index.metadata_fields``): optional too, but never added to an existing index
 # (its documents would lack the typed copies and ranges would miss them silently). An index without a declared key
 # is still served and written (ingestion writes the keys the index has; filters refuse ranges on the others); a

@@ -34,7 +34,8 @@ from hybridsearch.ingest.chunking import chunk_embed_text
 from hybridsearch.ingest.lease import Lease, hidden_documents
 from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter
 from hybridsearch.ingest.writer import DeadLetter
-from hybridsearch.mappings import load_template
+from hybridsearch.mappings import load_template, metadata_fields_of
+from hybridsearch.query.filters import typed_metadata
 from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
 from hybridsearch.visibility import count_visible, scan_visible, state_index_for, state_index_of, visible_query
 
@@ -238,7 +239,8 @@ def _batched(hits: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[st
 def copy_reembedded(es: EngineClient, source: str, target: str, embedder: Embedder, *, prepend_title: bool,
                     cfg: IngestSettings, batch_size: int = 256, on_batch: Callable[[int], None] | None = None,
                     dead_letter: DeadLetter | None = None, reuse_vectors: bool = False) -> tuple[int, int]:
-    """Copy every chunk of ``source`` into ``target`` with vectors from ``embedder``.
+    """Copy every chunk of ``source`` into ``target`` with vectors from ``embedder``, and the typed metadata
+    ``target`` declares (a value its type cannot hold fails that chunk).
 
     With ``reuse_vectors`` (same model, dims and embedded text) the stored vectors are copied and only
     chunks without one are embedded, so a change of vector index options costs no embedding.
@@ -250,11 +252,20 @@ def copy_reembedded(es: EngineClient, source: str, target: str, embedder: Embedd
     stage: EmbedWriter[ChunkBatch] = EmbedWriter(es, target, cfg, embedder.encode, after=tally.absorb,
                                                  name="hsp-migrate-writer")
 
+    fields = metadata_fields_of(index_mapping(es, target))
+
     def batches() -> Iterator[ChunkBatch]:
         for hits in _batched(_scan(es, source, batch_size, vectors=reuse_vectors), batch_size):
             batch = ChunkBatch()
             for h in hits:
                 src = h["_source"]
+                src.pop("meta", None)
+                try:
+                    if typed := typed_metadata(src.get("metadata"), fields):
+                        src["meta"] = typed
+                except ValueError as exc:
+                    tally.refuse(str(src.get("doc_id")), h["_id"], f"cannot copy: {exc}")
+                    continue
                 keep = reuse_vectors and src.get("embedding")
                 batch.add(h["_id"], src, None if keep else chunk_embed_text(src, prepend_title))
             yield batch

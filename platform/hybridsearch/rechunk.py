@@ -16,11 +16,13 @@ from typing import Any
 
 from hybridsearch.embedding import Embedder
 from hybridsearch.engine import EngineClient, engine_errors
+from hybridsearch.indices import index_mapping
 from hybridsearch.ingest.chunking import chunk_embed_text
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.sources import Document
 from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter, copy_tokenizer
 from hybridsearch.ingest.writer import DeadLetter
+from hybridsearch.mappings import metadata_fields_of
 from hybridsearch.settings import Settings
 from hybridsearch.visibility import scan_visible
 
@@ -115,6 +117,7 @@ def rechunk_copy(es: EngineClient, source: str, target: str, new: Settings, embe
     stage: EmbedWriter[ChunkBatch] = EmbedWriter(es, target, new.ingest, embedder.encode, after=tally.absorb,
                                                  name="hsp-rechunk-writer")
     documents = unchunked = embedded = 0
+    fields = metadata_fields_of(index_mapping(es, target))  # the typed metadata the new version declares
 
     def batches() -> Iterator[ChunkBatch]:
         nonlocal documents, unchunked, embedded
@@ -125,7 +128,7 @@ def rechunk_copy(es: EngineClient, source: str, target: str, new: Settings, embe
             try:
                 for src, text in document_chunks(to_document(chunks), new.chunking, new.embedding, tenant,
                                                   tokenizer, embedder.max_seq_length,
-                                                  new.index.bm25_section_words):
+                                                  new.index.bm25_section_words, fields):
                     if text in known:  # the same text, the same model: keep the vector
                         src["embedding"] = known[text]
                     else:

@@ -12,7 +12,7 @@ from hybridsearch.embedding import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import IndexMismatch, IndexNotFound, QueryError
 from hybridsearch.indices import ensure_index
-from hybridsearch.query.filters import AllOf, NoneOf, Range, Term
+from hybridsearch.query.filters import AllOf, NoneOf, Range, Term, typed_metadata
 from hybridsearch.settings import Settings
 
 # doc_id → (title, [chunk texts], source, tenant, ingested_at, metadata)
@@ -60,6 +60,8 @@ def index_corpus(es: EngineClient, settings: Settings, embedder: Embedder,
             actions.append({"_index": name, "_id": chunk_id, "doc_id": doc_id, "chunk_id": chunk_id, "title": title,
                             "text": text, "embedding": _VECTORS[key], "source": source, "tenant": tenant,
                             "ingested_at": date, "position": pos, "metadata": meta, "content_hash": f"h-{chunk_id}"})
+            if typed := typed_metadata(meta, settings.index.metadata_fields):  # as ingestion writes it
+                actions[-1]["meta"] = typed
             if pos == 0:  # the document's BM25 section rides on its first chunk, as ingestion writes it
                 actions[-1].update(section_title=title, section_text=" ".join(chunks))
     es.bulk(actions, refresh=True)
@@ -68,6 +70,8 @@ def index_corpus(es: EngineClient, settings: Settings, embedder: Embedder,
 
 @pytest.fixture()
 def client(es: EngineClient, settings: Settings, embedder: Embedder) -> Iterator[SearchClient]:
+    settings = settings.model_copy(update={"index": settings.index.model_copy(  # metadata.year compares as a number
+        update={"metadata_fields": {"year": "long"}})})
     index_corpus(es, settings, embedder)
     c = SearchClient(es, settings, embedder=embedder)
     yield c

@@ -184,3 +184,26 @@ def test_only_section_indices_score_bm25_on_sections() -> None:
     assert section_words_of({"bm25_unit": "section", "section_words": 1000}) == 1000
     assert section_words_of({"bm25_unit": "chunk", "section_words": 1000}) is None
     assert section_words_of({}) is None  # built before sections existed
+
+
+def test_a_title_longer_than_its_share_is_cut_so_the_text_is_embedded() -> None:
+    """Issue 24, case 5: a 10,000-character title used to fill the window; the body never reached the model."""
+    tok = hf()
+    from hybridsearch.ingest.chunking import TITLE_SHARE, chunk_embed_text
+    from hybridsearch.ingest.layout import document_chunks
+    from hybridsearch.ingest.sources import Document
+    from hybridsearch.settings import load_settings
+
+    s = load_settings()
+    title = " ".join(f"word{i}" for i in range(2000))
+    doc = Document.make("long-title", "The body says zq0x3q about enzymes. " * 5, title=title)
+    chunks = list(document_chunks(doc, s.chunking, s.embedding, None, tok, 256))
+    for src, text in chunks:
+        cut = src["title_cut"]
+        assert 0 < cut < len(title) and text.startswith(title[:cut].rstrip()) and src["text"] in text
+        assert len(tok.offsets(text)) <= 254  # the whole chunk text fits what the model reads
+        assert len(tok.offsets(title[:cut])) <= int(254 * TITLE_SHARE)
+        assert chunk_embed_text(src, True) == text  # a migration re-embeds exactly what ingestion embedded
+    short = Document.make("short", "Body text.", title="A short title")
+    (src, text), = document_chunks(short, s.chunking, s.embedding, None, tok, 256)
+    assert "title_cut" not in src and text == "A short title. Body text."

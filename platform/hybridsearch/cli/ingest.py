@@ -94,6 +94,9 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
     table.add_row(docs, chunks)
     console.print(table)
     console.print(f"{result.seconds:.1f} s · {result.chunks_per_second:,.1f} chunks/s · chunker {result.chunker}")
+    if result.titles_cut:
+        console.print(styled(("Titles cut:", "yellow"), f" {result.titles_cut:,} documents have a title longer than a "
+                             "quarter of what the model reads; only its start is embedded, so the text still is"))
     if result.took_over:
         console.print(styled(("Took over", "yellow"), f" the ingest lease of {', '.join(result.took_over)} "
                              "(stopped without finishing)"))

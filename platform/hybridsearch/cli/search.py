@@ -28,6 +28,9 @@ SNIPPET_CHARS = 180
 HIGHLIGHT = "bold yellow"
 
 
+#: the longest title the results table prints
+TITLE_CHARS = 120
+
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``hsp search``."""
     p = sub.add_parser("search", help="search the index (BM25 + kNN, fused, reranked)",
@@ -61,13 +64,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.query.client import SearchClient
 
     filters = parse_cli_filters(args.filters)
-    plan(settings.query, settings.index.tenant, args.query, k=1 if args.why else args.k, mode=args.mode,
-         filters=filters, rerank=args.rerank, explain=args.explain, page=1 if args.why else args.page)  # QueryError
+    checks = {"k": 1 if args.why else args.k, "mode": args.mode, "filters": filters, "rerank": args.rerank,
+              "explain": args.explain, "page": 1 if args.why else args.page}
+    # QueryError before any request; metadata filters against the declared typed fields (HSP_INDEX__METADATA_FIELDS),
+    # then again against the index's own once it is checked
+    plan(settings.query, settings.index.tenant, args.query, metadata=settings.index.metadata_fields, **checks)
     out = console()
     with SearchClient.from_settings(settings) as client:
         if not args.rerank:
             client.reranker = None  # not loaded when not wanted
         client.index()  # cluster, credentials, alias and mapping first: AuthenticationFailed, IndexNotFound, ...
+        client.check(args.query, **checks)  # the filters against the index's typed metadata, before models load
         client.warm_up(args.mode)  # models load now, so the printed timings are the query's own
         if args.why:
             report = client.why(args.query, args.why, mode=args.mode, filters=filters, rerank=args.rerank)
@@ -134,8 +141,8 @@ def print_result(out: Console, r: SearchResult) -> None:
         table.add_column(col, **kw)  # type: ignore[arg-type]
     for h in r.hits:
         title = Text(h.doc_id, style="cyan")
-        if h.title:
-            title.append("\n" + h.title)
+        if h.title:  # a long title is cut: the table is for reading (--json has it whole)
+            title.append("\n" + (h.title if len(h.title) <= TITLE_CHARS else h.title[:TITLE_CHARS - 1] + "…"))
         table.add_row(str(h.rank), f"{h.score:.4f}", _rank(h.bm25), _rank(h.knn), _rank(h.fused), _rank(h.rerank),
                       title, snippet(h.text, terms))
     out.print(table)

@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hybridsearch.chunker_signature import chunker_signature
-from hybridsearch.ingest.chunking import Chunk, Tokenizer, chunk_text, embed_text, text_budget
+from hybridsearch.ingest.chunking import Chunk, Tokenizer, chunk_text, cut_title, embed_text, text_budget, title_cut
 from hybridsearch.ingest.ids import chunk_id, parent_id
 from hybridsearch.ingest.sources import Document
 from hybridsearch.query.filters import typed_metadata
@@ -50,7 +50,9 @@ def document_chunks(d: Document, chunking: ChunkingSettings, embedding: Embeddin
     section's text and the document's title (``section_text``, ``section_title``), which BM25 scores instead of
     the chunks' own text: one section per document unless it is longer than ``section_words`` words. Every chunk
     records ``doc_chunks``, the document's number of chunks, so a reader can tell a whole version from part of one
-    (:func:`hybridsearch.ingest.commit.whole_documents`).
+    (:func:`hybridsearch.ingest.commit.whole_documents`). A title longer than its share of the model's window is
+    cut for embedding (:func:`hybridsearch.ingest.chunking.title_cut`) and the cut recorded as ``title_cut``
+    (characters of the title embedded), so re-embedding a stored chunk embeds the same text.
 
     ``metadata_fields``: the index's typed metadata (``{key: type}``, :func:`hybridsearch.mappings.metadata_fields_of`
     of its mapping, which the settings' ``index.metadata_fields`` built): every chunk also carries ``meta``, those
@@ -61,7 +63,9 @@ def document_chunks(d: Document, chunking: ChunkingSettings, embedding: Embeddin
     """
     typed = typed_metadata(d.metadata, metadata_fields) if metadata_fields else {}
     signature = chunker_signature(chunking)
-    limit = text_budget(tokenizer, d.title, embedding.prepend_title, max_seq_length)
+    cut = title_cut(tokenizer, d.title, embedding.prepend_title, max_seq_length)  # the body always gets its share
+    title = cut_title(d.title, cut)
+    limit = text_budget(tokenizer, title, embedding.prepend_title, max_seq_length)
     stamp = now()
     chunks = list(chunk_text(d.text, chunking, tokenizer, limit))
     leaders = section_leaders(chunks, section_words) if section_words is not None else {}
@@ -75,6 +79,8 @@ def document_chunks(d: Document, chunking: ChunkingSettings, embedding: Embeddin
         }
         if typed:
             src["meta"] = typed
+        if cut is not None:
+            src["title_cut"] = cut
         if c.parent_start is not None and c.parent_end is not None:
             src.update(parent_id=parent_id(d.doc_id, c.parent_start, c.parent_end, signature),
                        parent_text=d.text[c.parent_start:c.parent_end],
@@ -82,4 +88,4 @@ def document_chunks(d: Document, chunking: ChunkingSettings, embedding: Embeddin
         if i in leaders:
             start, end = leaders[i]
             src.update(section_title=d.title, section_text=d.text[start:end])
-        yield src, embed_text(d.title, c.text, embedding.prepend_title)
+        yield src, embed_text(title, c.text, embedding.prepend_title)

@@ -28,7 +28,7 @@ from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding import Embedder
 from hybridsearch.engine import EngineClient, connect, engine_errors
 from hybridsearch.errors import ClusterError, ConfigError, HybridSearchError, ModelError
-from hybridsearch.indices import ensure_index, index_meta, section_words_of
+from hybridsearch.indices import ensure_index, index_mapping, section_words_of
 from hybridsearch.ingest.commit import Staged, finish, whole_documents
 from hybridsearch.ingest.commit import delete_documents as delete_documents
 from hybridsearch.ingest.commit import existing_chunk_ids as existing_chunk_ids
@@ -40,6 +40,7 @@ from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, r
 from hybridsearch.ingest.stage import EmbedWriter
 from hybridsearch.ingest.state import DONE, Batch, RunState, WorkDoc
 from hybridsearch.ingest.writer import WriteReport
+from hybridsearch.mappings import metadata_fields_of
 from hybridsearch.settings import EmbeddingSettings, Settings
 
 log = logging.getLogger(__name__)
@@ -141,7 +142,9 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
     record = RunRecord(es, settings, result, run.lock)
     try:
         _refresh(es, index)
-        run.section_words = section_words_of(index_meta(es, index))  # the index decides, not the settings
+        mapping = index_mapping(es, index)  # the index decides, not the settings
+        run.section_words = section_words_of(mapping.get("_meta") or {})
+        run.metadata_fields = metadata_fields_of(mapping)
         record.start()
         restore = _stop_on_sigterm(run)
         try:

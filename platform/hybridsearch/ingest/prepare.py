@@ -143,8 +143,10 @@ class Preparer:
         s = run.settings
         try:
             for src, text in document_chunks(item.doc, s.chunking, s.embedding, run.tenant, self.tokenizer,
-                                             self.embedder.max_seq_length, run.section_words):
+                                             self.embedder.max_seq_length, run.section_words, run.metadata_fields):
                 item.ids.append(src["chunk_id"])
+                if src["position"] == 0 and "title_cut" in src:
+                    run.count(titles_cut=1)
                 yield src, text
         except (ValueError, TypeError) as exc:
             run.failed_docs.add(item.doc.doc_id)

@@ -65,6 +65,7 @@ class IngestResult:
     seconds: float = 0.0
     chunks_per_second: float = 0.0
     embed_seconds: float = 0.0
+    titles_cut: int = 0  # documents whose title was cut for embedding (longer than its share of the window)
     repaired: int = 0  # documents a stopped run had left hidden, made whole and visible by this run
     still_hidden: int = 0  # documents left hidden at the end (not whole: a failed chunk, an interrupted run)
     took_over: list[str] = field(default_factory=list)  # runs that died holding the lease, taken over

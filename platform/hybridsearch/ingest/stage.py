@@ -133,6 +133,13 @@ class CopyTally:
         self.dead_letter, self.stage, self.on_batch = dead_letter, stage, on_batch
         self.written = self.failed = 0
 
+    def refuse(self, doc_id: str, chunk_id: str, reason: str) -> None:
+        """Count one chunk that cannot be copied at all (it is not written) and dead-letter it."""
+        self.failed += 1
+        log.warning("chunk %s not copied: %s", chunk_id, reason)
+        if self.dead_letter is not None:
+            self.dead_letter.write(doc_id=doc_id, chunk_id=chunk_id, reason=reason, stage=self.stage)
+
     def absorb(self, batch: ChunkBatch, report: WriteReport) -> None:
         self.written += len(report.ok_ids)
         self.failed += len(report.failures)

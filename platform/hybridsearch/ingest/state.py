@@ -50,6 +50,7 @@ class RunState:
         self.signature = chunker_signature(settings.chunking)
         self.tenant = settings.index.tenant
         self.section_words: int | None = None  # the index's BM25 sections (its _meta), set by run_ingest
+        self.metadata_fields: dict[str, str] = {}  # the index's typed metadata (its mapping), set by run_ingest
         self.dead = DeadLetter(settings.ingest.dead_letter_dir, result.run_id)
         self.stop = threading.Event()
         self.terminated = False  # SIGTERM

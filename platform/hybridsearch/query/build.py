@@ -13,7 +13,7 @@ from typing import Any, get_args
 
 from hybridsearch.engine.dialect import ELASTICSEARCH, Dialect
 from hybridsearch.errors import QueryError
-from hybridsearch.query.filters import Filter, filter_clauses, filter_summary
+from hybridsearch.query.filters import Filter, MetadataFields, filter_clauses, filter_summary
 from hybridsearch.query.results import Mode
 from hybridsearch.settings import QuerySettings
 from hybridsearch.visibility import visible_filter
@@ -83,11 +83,12 @@ class Plan:
 def plan(
     q: QuerySettings, tenant: str | None, query: object, *, k: int = 10, mode: str = "hybrid",
     filters: Filter | Mapping[str, Any] | None = None, rerank: bool = True, explain: bool = False, page: int = 1,
-    state_index: str | None = None,
+    state_index: str | None = None, metadata: MetadataFields | None = None,
 ) -> Plan:
     """Check the arguments of ``search`` and build a :class:`Plan` (``tenant``: the tenant every search is
     filtered to, ``index.tenant``; ``state_index``: the prefix's ingest state, whose hidden documents are never
-    searched, :mod:`hybridsearch.visibility`). Raises QueryError."""
+    searched, :mod:`hybridsearch.visibility`; ``metadata``: the searched index's typed metadata fields, which
+    metadata filters are checked against and sent to). Raises QueryError."""
     if mode not in MODES:
         raise QueryError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= q.max_k:
@@ -95,9 +96,9 @@ def plan(
     if isinstance(page, bool) or not isinstance(page, int) or page < 1:
         raise QueryError(f"page must be an integer from 1, got {page!r}")
     text, truncated = clean_query(query, q.max_query_chars)
-    clauses = filter_clauses(filters, tenant)
+    clauses = filter_clauses(filters, tenant, metadata)
     return Plan(query=text, truncated=truncated, mode=mode, k=k, page=page, rerank=rerank,  # type: ignore[arg-type]
-                explain=explain, filters=clauses, filter_log=filter_summary(filters), state_index=state_index)
+                explain=explain, filters=clauses, filter_log=filter_summary(filters, metadata), state_index=state_index)
 
 
 def _common(q: QuerySettings, size: int) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Self
 from hybridsearch.engine import AsyncEngineClient, Dialect, EngineClient, connect, connect_async, engine_errors
 from hybridsearch.errors import HybridSearchError, IndexNotFound, RerankerError
 from hybridsearch.indices import check_mapping, get_aliases, section_words_of, single_target
+from hybridsearch.mappings import metadata_fields_of
 from hybridsearch.query.assemble import (
     Window,
     answered_by,
@@ -88,6 +89,7 @@ class _Core:
         self._fusion = Fusion()  # the index's fusion (fusion_for: settings, its calibration or the default)
         self._index_checked_at = 0.0
         self._state: str | None = settings.index.ingest_state  # None once the check finds the prefix has none
+        self._metadata: dict[str, str] = {}  # the index's typed metadata fields (set when the index is checked)
         self._no_reranker_reason = no_reranker_reason
         self.query_log: QueryLogger | None = None
 
@@ -116,6 +118,7 @@ class _Core:
         and nothing is hidden there)."""
         state = self.settings.index.ingest_state
         self._state = state if state in mappings else None
+        self._metadata = metadata_fields_of(mappings[index]["mappings"]) if index in mappings else {}
         if index not in mappings:
             raise IndexNotFound(f"index {index} behind alias {self.settings.index.alias} no longer exists")
         mapping = mappings[index]["mappings"]
@@ -208,7 +211,13 @@ class _Core:
             self.query_log = QueryLogger(es, self.settings)
 
     def _plan(self, query: str, **kwargs: Any) -> Plan:
-        return plan(self.query, self.settings.index.tenant, query, state_index=self._state, **kwargs)
+        return plan(self.query, self.settings.index.tenant, query, state_index=self._state, metadata=self._metadata,
+                    **kwargs)
+
+    def check(self, query: str, **kwargs: Any) -> Plan:
+        """Check a search's arguments (those of :meth:`SearchClient.search`) against the index last checked (its
+        typed metadata decides metadata filters) without sending anything. Raises QueryError."""
+        return self._plan(query, **kwargs)
 
     def _lines(self, p: Plan, dialect: Dialect) -> Lines:
         """``send``'s ``lines``: the ``_msearch`` lines of one list of ``p``, or of ``all`` of them."""
@@ -297,6 +306,7 @@ class SearchClient(_Core):
         ``reranked=False`` and why.
         """
         started = time.perf_counter()
+        self.index()  # its typed metadata decides how metadata filters are checked and sent
         p = self._plan(query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain, page=page)
         t = Timings()
         index, window, fuse_ms = self._window(p, t)
@@ -307,6 +317,7 @@ class SearchClient(_Core):
         """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query``. Raises like :meth:`search`."""
         from hybridsearch.query.why import Probes, why_report
 
+        self.index()
         p = self._plan(query, k=1, mode=mode, filters=filters, rerank=rerank)
         index, window, _ = self._window(p, Timings())
         return why_report(Probes(self.es, self.settings.index.alias, self.query, self.settings.reranker.depth,
@@ -417,6 +428,7 @@ class AsyncSearchClient(_Core):
                      rerank: bool = True, explain: bool = False, page: int = 1) -> SearchResult:
         """See :meth:`SearchClient.search`."""
         started = time.perf_counter()
+        await self.index()  # its typed metadata decides how metadata filters are checked and sent
         p = self._plan(query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain, page=page)
         t = Timings()
         index, window, fuse_ms = await self._window(p, t)
