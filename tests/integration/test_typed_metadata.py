@@ -164,3 +164,24 @@ def test_day_bounds_cover_the_whole_day(es: EngineClient, settings: Settings) ->
     assert engine_answer(es, index, "days", Range("metadata.d", gte="2024-03-01", lte="2024-03-01"), fields) == \
         {"days-0"}
     assert engine_answer(es, index, "days", Range("metadata.d", gt="2024-02-29"), fields) == {"days-0", "days-1"}
+
+
+def test_the_issue_case_through_ingest_and_the_search_client(es: EngineClient, settings: Settings,
+                                                            embedder: Any) -> None:
+    """Issue 24, case 1, end to end: `run_ingest` writes the typed copy, `SearchClient` sends the range to it."""
+    from hybridsearch.ingest.pipeline import run_ingest
+    from hybridsearch.query.client import SearchClient
+
+    s = typed_settings(settings, {"n": "long"})
+    docs = [Document.make(f"d{n}", f"Enzyme study number {n}.", title=f"Study {n}", metadata={"n": n})
+            for n in (5, 25, 100, 250)]
+    run_ingest(docs, s, es=es, embedder=embedder)
+    with SearchClient(es, s, embedder=embedder) as client:
+        for mode in ("bm25", "dense", "hybrid"):
+            hits = client.search("enzyme study", k=10, mode=mode, filters=Range("metadata.n", gte=10, lte=100)).hits
+            assert sorted(h.doc_id for h in hits) == ["d100", "d25"], mode
+        with pytest.raises(QueryError, match="can match nothing"):
+            client.search("enzyme study", filters=Range("metadata.n", gte=100, lte=10))
+    bad = run_ingest([Document.make("bad", "Enzyme text.", title="Bad", metadata={"n": "many"})], s, es=es,
+                     embedder=embedder)
+    assert bad.documents_failed == 1  # a value its declared type cannot hold: the document is dead-lettered
