@@ -28,6 +28,7 @@ from hybridsearch.errors import (
     HybridSearchError,
     IndexMismatch,
     QueryError,
+    SchemeMismatch,
     TlsFailure,
 )
 from hybridsearch.index_spec import LOG_KINDS, describe, inspect_log_index, unblock_fix
@@ -43,6 +44,7 @@ from hybridsearch.indices import (
 )
 from hybridsearch.ingest.lease import UNFINISHED, hidden_documents
 from hybridsearch.query.fusion import fusion_for
+from hybridsearch.redact import redact_url
 from hybridsearch.settings import QuerySettings, Settings
 from hybridsearch.visibility import count_visible
 
@@ -112,8 +114,10 @@ def problem(exc: HybridSearchError) -> tuple[str, str]:
         grant = f"one of the privileges {', '.join(exc.privileges)}" if exc.privileges else "the privilege for it"
         return (found, f"the credentials in HSP_ES__USERNAME or HSP_ES__API_KEY lack {grant}: add it to their "
                        "role (docs/operations.md lists what each command needs)")
+    if isinstance(exc, SchemeMismatch):  # the URL's scheme is not the node's: say which one it speaks
+        return exc.problem, exc.fix or ""
     if isinstance(exc, TlsFailure):
-        detail = f"TLS handshake with {exc.url} failed: {exc.reason}"
+        detail = f"TLS handshake with {redact_url(exc.url)} failed: {exc.reason}"
         if exc.untrusted:
             return (detail, "set HSP_ES__CA_CERTS to the CA certificate file that signed the node's certificate "
                             "(HSP_ES__VERIFY_CERTS=false only for a throw-away test node)")
@@ -349,7 +353,8 @@ def check_log_index(es: EngineClient, settings: Settings, kind: str) -> Check:
     write block (FAIL), no write alias (WARN: writes could create it with guessed mappings), health."""
     name = kind.replace("_", "-")
     try:
-        st = inspect_log_index(es, settings, kind)
+        with engine_errors(f"inspect the {name} index"):  # the first request may be the engine's detection
+            st = inspect_log_index(es, settings, kind)
     except HybridSearchError as exc:
         return Check("logs", name, "WARN", f"cannot read the {name} index: {exc.problem}", exc.fix)
     if not st.exists:
@@ -407,15 +412,16 @@ def check_reranker(settings: Settings) -> Check:
     if not cfg.enabled:
         return Check("reranker", "reranker", "OK", "disabled (HSP_RERANKER__ENABLED=false): fused order")
     if cfg.url:
-        url = cfg.url.rstrip("/") + "/readyz"
+        readyz = cfg.url.rstrip("/") + "/readyz"
+        url = redact_url(readyz)  # what is shown: no credentials
         try:
-            resp = httpx.get(url, timeout=min(cfg.timeout, 5.0))
+            resp = httpx.get(readyz, timeout=min(cfg.timeout, 5.0))
         except httpx.HTTPError as exc:
             return Check("reranker", "service", "WARN", f"{url} does not answer ({type(exc).__name__}); {degrade}",
                          "start it (`hsp serve-reranker` or `docker compose up -d reranker`) or fix "
                          "HSP_RERANKER__URL")
         if resp.status_code == 200:
-            return Check("reranker", "service", "OK", f"{cfg.url} ready")
+            return Check("reranker", "service", "OK", f"{redact_url(cfg.url)} ready")
         return Check("reranker", "service", "WARN", f"{url} answered {resp.status_code}: {resp.text[:200]}; "
                                                     f"{degrade}", "wait for the model to load, or read the "
                                                                   "service log")

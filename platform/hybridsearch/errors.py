@@ -10,6 +10,7 @@ can catch one type. Exceptions from the ``elasticsearch`` client are translated 
     ├── ClusterError           Elasticsearch answered with an error
     │   ├── ClusterUnavailable no node answers (connection refused, timeout)
     │   │   └── TlsFailure     the TLS handshake failed (untrusted certificate, not a TLS port)
+    │   │       └── SchemeMismatch  http:// to a node that speaks TLS, or https:// to a plain HTTP one
     │   ├── AuthenticationFailed  HTTP 401: the credentials were refused or are missing
     │   ├── AccessDenied       HTTP 403: the credentials lack a privilege for an action
     │   ├── IndexNotFound      the index or alias does not exist
@@ -26,6 +27,8 @@ can catch one type. Exceptions from the ``elasticsearch`` client are translated 
 """
 
 from __future__ import annotations
+
+from hybridsearch.redact import redact_url
 
 
 class HybridSearchError(Exception):
@@ -71,6 +74,7 @@ class TlsFailure(ClusterUnavailable):
     """
 
     def __init__(self, url: str, reason: str, *, untrusted: bool) -> None:
+        url = redact_url(url)
         self.url, self.reason, self.untrusted = url, reason, untrusted
         if untrusted:
             message = (f"the TLS certificate of {url} is not trusted ({reason}): set HSP_ES__CA_CERTS to the CA "
@@ -80,6 +84,22 @@ class TlsFailure(ClusterUnavailable):
             message = (f"TLS handshake with {url} failed ({reason}): if the node serves plain HTTP use an "
                        "http:// URL in HSP_ES_URL; otherwise check HSP_ES__CA_CERTS and HSP_ES__VERIFY_CERTS")
         super().__init__(message)
+
+
+class SchemeMismatch(TlsFailure):
+    """The URL's scheme does not match what the node at ``node`` (``host:port``) speaks: ``speaks_tls`` True for
+    an ``http://`` URL to a node that serves HTTPS (it drops the plain request), False for an ``https://`` URL to a
+    node that serves plain HTTP. ``use`` is the URL to put in ``HSP_ES_URL`` (never with credentials)."""
+
+    def __init__(self, node: str, *, speaks_tls: bool, use: str) -> None:
+        self.node, self.speaks_tls, self.use = node, speaks_tls, redact_url(use)
+        speaks = "TLS (https)" if speaks_tls else "plain HTTP, not TLS"
+        said = "http://" if speaks_tls else "https://"
+        self.url, self.reason, self.untrusted = self.use, f"the node speaks {speaks}", False
+        ClusterUnavailable.__init__(self, f"the node at {node} speaks {speaks}, but HSP_ES_URL says {said}",
+                                    fix=f"Use {self.use} in HSP_ES_URL" + (
+                                        " (and HSP_ES__CA_CERTS for the CA that signed its certificate)"
+                                        if speaks_tls else ""))
 
 
 class AuthenticationFailed(ClusterError):

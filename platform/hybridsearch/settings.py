@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validat
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from hybridsearch.errors import ConfigError
+from hybridsearch.redact import redact_url
 
 ENV_PREFIX = "HSP_"
 DEFAULT_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -54,7 +55,7 @@ class ClusterSettings(BaseModel):
     def _check_url(cls, v: str) -> str:
         for u in v.split(","):
             if not u.strip().startswith(("http://", "https://")):
-                raise ValueError(f"{u.strip()!r} is not an http(s) URL")
+                raise ValueError(f"{redact_url(u.strip())!r} is not an http(s) URL")
         return v
 
 

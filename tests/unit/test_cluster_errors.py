@@ -137,8 +137,11 @@ def test_https_to_a_plain_http_port_is_not_retried(fake_es: Canned) -> None:
     url = fake_es.url.replace("http://", "https://")
     with pytest.raises(TlsFailure) as info:
         cluster_info(connect(ClusterSettings(url=url, max_retries=3)))
-    assert not info.value.untrusted and fake_es.connections == 1
+    # one request, not retried, and one plain-HTTP probe that finds out what the node speaks (issue 24, item 7)
+    assert not info.value.untrusted and fake_es.connections == 2
+    assert fake_es.requests == [("HEAD", "/")]  # the probe; the https request never became HTTP
     assert "HSP_ES_URL" in str(info.value) and isinstance(info.value, ClusterUnavailable)
+    assert "speaks plain HTTP" in str(info.value) and "Use http://127.0.0.1:" in str(info.value)
 
 
 def test_client_retry_warnings_only_with_verbose(monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,

@@ -8,6 +8,9 @@ pairs — never from markup inside a string.
 
 Errors are printed by :func:`print_error` only (called from ``cli/main.py``): ``error: <message>``,
 at most :data:`MAX_ERROR_LINES` lines, and the chain of causes only with ``--verbose``.
+
+Nothing printed carries a URL's credentials: error messages (and their causes) and every log line that
+reaches a handler of the root logger pass through :func:`hybridsearch.redact.redact_url`.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import logging
 
 from rich.console import Console
 from rich.text import Text
+
+from hybridsearch.redact import redact_url
 
 #: A piece of :func:`styled` output: plain text, or (text, rich style).
 Part = str | tuple[str, str]
@@ -37,7 +42,7 @@ def styled(*parts: Part) -> Text:
 
 def error_text(exc: BaseException, verbose: int = 0) -> Text:
     """``error: <message>``: at most MAX_ERROR_LINES lines, plus the causes when ``verbose``."""
-    lines = (str(exc) or type(exc).__name__).splitlines() or [type(exc).__name__]
+    lines = redact_url(str(exc) or type(exc).__name__).splitlines() or [type(exc).__name__]
     if not verbose and len(lines) > MAX_ERROR_LINES:
         lines = [*lines[:MAX_ERROR_LINES], f"… {len(lines) - MAX_ERROR_LINES} more line(s) with --verbose"]
     text = styled(("error: ", "bold red"), "\n".join(lines))
@@ -46,7 +51,8 @@ def error_text(exc: BaseException, verbose: int = 0) -> Text:
         cause = exc.__cause__ or exc.__context__
         while cause is not None and id(cause) not in seen:
             seen.add(id(cause))
-            text.append(f"\n  caused by {type(cause).__module__}.{type(cause).__qualname__}: {cause}", style="dim")
+            text.append(f"\n  caused by {type(cause).__module__}.{type(cause).__qualname__}: "
+                        f"{redact_url(str(cause))}", style="dim")
             cause = cause.__cause__ or cause.__context__
     return text
 
@@ -57,6 +63,30 @@ def print_error(out: Console, exc: BaseException, verbose: int = 0) -> None:
 
 
 def quiet_client_logs(verbose: int) -> None:
-    """Hide the Elasticsearch client's retry warnings unless ``verbose``: our error says what failed."""
+    """Hide the Elasticsearch client's retry warnings unless ``verbose``: our error says what failed. Every
+    handler of the root logger gets :class:`RedactingFilter` too (``hsp`` calls this once its logging is set)."""
     for name in CLIENT_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
+    redact_logs()
+
+
+class RedactingFilter(logging.Filter):
+    """Rewrites each record's message (and its traceback text) with URL credentials cut out."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        shown = redact_url(message)
+        if shown != message:
+            record.msg, record.args = shown, None
+        if record.exc_info and not record.exc_text:
+            record.exc_text = logging.Formatter().formatException(record.exc_info)
+        if record.exc_text:
+            record.exc_text = redact_url(record.exc_text)
+        return True
+
+
+def redact_logs(logger: logging.Logger | None = None) -> None:
+    """Put a :class:`RedactingFilter` on every handler of ``logger`` (the root logger by default), once."""
+    for handler in (logger or logging.getLogger()).handlers:
+        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
+            handler.addFilter(RedactingFilter())

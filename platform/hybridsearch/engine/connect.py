@@ -4,26 +4,38 @@ Elasticsearch 8.x and 9.x are served by the ``elasticsearch`` 8.19 client: Elast
 compatible (an 8.x client talks to 8.x and 9.x servers), while a 9.x client refuses 8.x servers. OpenSearch
 gets ``opensearch-py``. Detection asks ``GET /`` (``version.distribution`` is ``opensearch`` there) and falls
 back on ``GET _nodes/_local`` and the ``X-Elastic-Product`` header where ``GET /`` is not served (the
-Elasticsearch integ-test zip). It goes through the transport with plain ``application/json``, which every
-engine accepts. ``HSP_ES__ENGINE`` skips it.
+Elasticsearch integ-test zip answers 405). ``GET /`` goes to one node directly, outside the transport's
+node-failure accounting (the transport would count a 405 as a failed node and log it), and falls back on the
+transport (with its retries) when that node does not answer; everything else goes through the transport, with
+plain ``application/json``, which every engine accepts. ``HSP_ES__ENGINE`` skips it.
+
+The nodes turn failures that retrying cannot fix into our errors at once (:func:`diagnose`): an untrusted
+certificate (TlsFailure), and a URL whose scheme the node does not speak (SchemeMismatch): an ``http://`` URL to a
+node that closes plain requests is probed for TLS, an ``https://`` URL whose handshake fails is probed for plain
+HTTP, so that the message says ``the node at host:port speaks TLS`` instead of "is a node running?".
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import re
+import socket
+import ssl
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
+import elastic_transport
 import elasticsearch
 import opensearchpy
-from elastic_transport import AiohttpHttpNode, TlsError, Urllib3HttpNode
+from elastic_transport import AiohttpHttpNode, Urllib3HttpNode
 from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
 from opensearchpy import AsyncHttpConnection, Urllib3HttpConnection
 
 from hybridsearch.engine.dialect import Dialect, EngineKind, dialect_for
-from hybridsearch.engine.errors import tls_failure
-from hybridsearch.errors import ConfigError
+from hybridsearch.engine.errors import causes_of, tls_failure
+from hybridsearch.errors import ConfigError, HybridSearchError, SchemeMismatch
 from hybridsearch.settings import ClusterSettings
 
 RETRY_STATUSES = (429, 502, 503, 504)
@@ -88,27 +100,81 @@ class EngineInfo:
                 f"{need[0]}.{need[1]} or newer (kNN with pre-filters, int8 HNSW vectors)")
 
 
+# ------------------------------------------------------------------------------------------ diagnosis
+
+#: seconds each scheme probe may take (only run after a request failed)
+PROBE_TIMEOUT_S = 2.0
+
+
+def speaks_tls(host: str, port: int, timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether ``host:port`` completes a TLS handshake (any certificate: only the protocol is asked)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as raw, ctx.wrap_socket(raw):
+            return True
+    except OSError:  # ssl.SSLError included
+        return False
+
+
+def speaks_plain_http(host: str, port: int, timeout: float = PROBE_TIMEOUT_S) -> bool:
+    """Whether ``host:port`` answers a plain-text HTTP request with an HTTP status line."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout) as s:
+            s.sendall(b"HEAD / HTTP/1.0\r\nHost: " + host.encode("idna") + b"\r\n\r\n")
+            got = b""
+            while len(got) < 5 and (part := s.recv(5 - len(got))):
+                got += part
+            return got == b"HTTP/"
+    except (OSError, UnicodeError):
+        return False
+
+
+def _nobody_listens(exc: BaseException) -> bool:
+    """The failure says nothing listens there, or nothing answered in time: no scheme to find out about."""
+    return any(isinstance(e, ConnectionRefusedError | TimeoutError | socket.gaierror) for e in causes_of(exc))
+
+
+def diagnose(exc: BaseException, base_url: str) -> HybridSearchError | None:
+    """Our error for a connection failure to ``base_url`` that retrying cannot fix, else None: SchemeMismatch when
+    the node speaks the other scheme (probed, blocking, at most a few seconds), TlsFailure for a hopeless TLS
+    handshake (untrusted certificate, not a TLS port)."""
+    parts = urlsplit(base_url)
+    host, scheme = parts.hostname or "", parts.scheme
+    port = parts.port or (443 if scheme == "https" else 80)
+    node = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    failure = tls_failure(exc, base_url)
+    if scheme == "https":
+        if failure is not None and not failure.untrusted and speaks_plain_http(host, port):
+            return SchemeMismatch(node, speaks_tls=False, use=f"http://{node}{parts.path.rstrip('/')}")
+        return failure
+    if failure is None and not _nobody_listens(exc) and speaks_tls(host, port):
+        return SchemeMismatch(node, speaks_tls=True, use=f"https://{node}{parts.path.rstrip('/')}")
+    return failure
+
+
 # ------------------------------------------------------------------------------------------ Elasticsearch
 
 
 class _Node(Urllib3HttpNode):
-    """The default sync node, except that a hopeless TLS failure raises TlsFailure (not retried)."""
+    """The default sync node, except that a failure retrying cannot fix (:func:`diagnose`) raises our error at
+    once (not retried, the node not marked dead)."""
 
     def perform_request(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().perform_request(*args, **kwargs)
-        except TlsError as exc:
-            raise (tls_failure(exc, self.base_url) or exc) from exc
+        except elastic_transport.ConnectionError as exc:  # TlsError included
+            raise (diagnose(exc, self.base_url) or exc) from exc
 
 
 class _AsyncNode(AiohttpHttpNode):
-    """The default asyncio node, with the same TLS rule as :class:`_Node`."""
+    """The default asyncio node, with the same rule as :class:`_Node` (the probes run in a thread)."""
 
     async def perform_request(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # as the base
         try:
             return await super().perform_request(*args, **kwargs)
-        except TlsError as exc:
-            raise (tls_failure(exc, self.base_url) or exc) from exc
+        except elastic_transport.ConnectionError as exc:
+            raise (await asyncio.to_thread(diagnose, exc, self.base_url) or exc) from exc
 
 
 class _OrjsonNdjson(NdjsonSerializer, OrjsonSerializer):
@@ -164,22 +230,31 @@ def es_async_client(cfg: ClusterSettings) -> elasticsearch.AsyncElasticsearch:
 # ------------------------------------------------------------------------------------------ OpenSearch
 
 
+def _os_connection_failure(exc: opensearchpy.ConnectionError) -> bool:
+    """A failure to connect or talk to the node (not a timeout, which opensearch-py also calls a ConnectionError)."""
+    return not isinstance(exc, opensearchpy.ConnectionTimeout)
+
+
 class _OsConnection(Urllib3HttpConnection):
-    """opensearch-py's default sync connection, with the same TLS rule as :class:`_Node`."""
+    """opensearch-py's default sync connection, with the same rule as :class:`_Node`."""
 
     def perform_request(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return super().perform_request(*args, **kwargs)
-        except opensearchpy.SSLError as exc:
-            raise (tls_failure(exc, self.host) or exc) from exc
+        except opensearchpy.ConnectionError as exc:  # SSLError included
+            if not _os_connection_failure(exc):
+                raise
+            raise (diagnose(exc, self.host + (self.url_prefix or "")) or exc) from exc
 
 
 class _OsAsyncConnection(AsyncHttpConnection):
     async def perform_request(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return await super().perform_request(*args, **kwargs)
-        except opensearchpy.SSLError as exc:
-            raise (tls_failure(exc, self.host) or exc) from exc
+        except opensearchpy.ConnectionError as exc:
+            if not _os_connection_failure(exc):
+                raise
+            raise (await asyncio.to_thread(diagnose, exc, self.host + (self.url_prefix or "")) or exc) from exc
 
 
 def os_kwargs(cfg: ClusterSettings, max_retries: int | None = None,
@@ -223,6 +298,25 @@ def _auth_headers(cfg: ClusterSettings) -> dict[str, str]:
     return {}
 
 
+def _ask_root(es: elasticsearch.Elasticsearch, headers: dict[str, str]) -> tuple[Any, Any]:
+    """``GET /`` from one node, outside the transport's node-failure accounting: the Elasticsearch integ-test zip
+    answers it with 405, which the transport would count as a failed node (logging ``Node ... has failed for 1
+    times in a row`` on a healthy first connection). When that node does not answer, or answers with a status
+    the transport retries, the request goes through the transport instead (retries, other nodes)."""
+    node = es.transport.node_pool.get()
+    try:
+        resp = node.perform_request("GET", "/", headers=elastic_transport.HttpHeaders(headers))
+    except elastic_transport.TransportError:
+        return es.transport.perform_request("GET", "/", headers=headers)
+    if resp.meta.status in RETRY_STATUSES:
+        return es.transport.perform_request("GET", "/", headers=headers)
+    try:
+        body = es.transport.serializers.loads(resp.body, resp.meta.mimetype) if resp.body else None
+    except elastic_transport.SerializationError:
+        body = None
+    return resp.meta, body
+
+
 def detect(cfg: ClusterSettings, es: elasticsearch.Elasticsearch) -> EngineInfo:
     """Ask the cluster which engine it is, through ``es``'s transport (plain JSON, no product check).
     ``HSP_ES__ENGINE`` (``cfg.engine``) other than ``auto`` answers without asking. Raises the library's
@@ -230,7 +324,7 @@ def detect(cfg: ClusterSettings, es: elasticsearch.Elasticsearch) -> EngineInfo:
     if cfg.engine != "auto":
         return EngineInfo(cfg.engine, None, detected=False)
     headers = {"accept": "application/json", **_auth_headers(cfg)}
-    meta, body = es.transport.perform_request("GET", "/", headers=headers)
+    meta, body = _ask_root(es, headers)
     if meta.status in (401, 403):
         error = elasticsearch.exceptions.HTTP_EXCEPTIONS.get(meta.status, elasticsearch.ApiError)
         raise error(message=f"HTTP {meta.status}", meta=meta, body=body)

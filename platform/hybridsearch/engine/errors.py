@@ -2,7 +2,9 @@
 
 ``engine_errors(what)`` wraps calls so that ``elasticsearch`` and ``opensearchpy`` exceptions come out as
 our types: 401 as AuthenticationFailed, 403 as AccessDenied (naming the action and what the engine said),
-404 as IndexNotFound, a TLS handshake that cannot succeed as TlsFailure, no answer as ClusterUnavailable.
+404 as IndexNotFound, a TLS handshake that cannot succeed as TlsFailure (SchemeMismatch when the URL's scheme is
+not what the node speaks, raised by the nodes of :mod:`hybridsearch.engine.connect`), no answer as
+ClusterUnavailable.
 Code that must look at an answer before translating it (an index that already exists, a security API the
 engine lacks) catches :data:`API_ERRORS` and reads :func:`status_of` and :func:`error_type_of`.
 """
@@ -77,7 +79,7 @@ _HOPELESS_TLS = frozenset({"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNSUPPORTED_
                            "TLSV1_ALERT_PROTOCOL_VERSION"})
 
 
-def _ssl_causes(exc: BaseException) -> Iterator[BaseException]:
+def causes_of(exc: BaseException) -> Iterator[BaseException]:
     """``exc`` and everything it wraps: ``errors``, ``__cause__``, ``__context__``, exception ``args``."""
     seen: set[int] = set()
     todo: list[BaseException] = [exc]
@@ -93,13 +95,13 @@ def _ssl_causes(exc: BaseException) -> Iterator[BaseException]:
 
 def tls_failure(exc: BaseException, url: str) -> TlsFailure | None:
     """A TlsFailure when ``exc`` is a TLS handshake failure that retrying cannot fix, else None."""
-    for e in _ssl_causes(exc):
+    for e in causes_of(exc):
         if isinstance(e, ssl.SSLCertVerificationError) and getattr(e, "verify_message", None) is not None:
             return TlsFailure(url, f"certificate verify failed: {e.verify_message}", untrusted=True)
-    for e in _ssl_causes(exc):  # aiohttp's wrapper is an SSLCertVerificationError without the details
+    for e in causes_of(exc):  # aiohttp's wrapper is an SSLCertVerificationError without the details
         if isinstance(e, ssl.SSLCertVerificationError):
             return TlsFailure(url, "certificate verify failed", untrusted=True)
-    for e in _ssl_causes(exc):
+    for e in causes_of(exc):
         if isinstance(e, ssl.SSLError) and e.reason in _HOPELESS_TLS:
             return TlsFailure(url, e.reason.lower().replace("_", " "), untrusted=False)
     return None

@@ -7,7 +7,6 @@
 from __future__ import annotations
 
 import datetime as dt
-import re
 import subprocess
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from hybridsearch.eval.report import (
 )
 from hybridsearch.eval.runner import MODES, ModeRun, run_mode
 from hybridsearch.query.results import Mode, SearchResult
+from hybridsearch.redact import redact_url
 from hybridsearch.settings import Settings
 
 if TYPE_CHECKING:
@@ -39,18 +39,14 @@ EVAL_K = 100  # Recall@100 needs 100 ranked documents
 ProgressFn = Callable[[str, int], Callable[[], None]]  # (mode, total) -> tick
 
 
-def _redact_url(url: str) -> str:
-    return re.sub(r"//[^/@\s]+@", "//***@", url)
-
-
 def redacted_settings(settings: Settings) -> dict[str, Any]:
     """Settings as JSON-ready data with secrets masked (SecretStr) and credentials cut from URLs."""
     data: dict[str, Any] = settings.model_dump(mode="json")
-    data["es"]["url"] = ",".join(_redact_url(u) for u in settings.es.hosts)
+    data["es"]["url"] = ",".join(redact_url(u) for u in settings.es.hosts)
     if data.get("es_url"):
-        data["es_url"] = _redact_url(data["es_url"])
+        data["es_url"] = redact_url(data["es_url"])
     if data.get("reranker", {}).get("url"):
-        data["reranker"]["url"] = _redact_url(data["reranker"]["url"])
+        data["reranker"]["url"] = redact_url(data["reranker"]["url"])
     return data
 
 

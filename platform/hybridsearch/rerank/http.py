@@ -10,6 +10,7 @@ from typing import Any
 import httpx
 
 from hybridsearch.errors import RerankerError
+from hybridsearch.redact import redact_url
 from hybridsearch.rerank.card import valid_blend
 from hybridsearch.settings import RerankerSettings
 
@@ -39,7 +40,8 @@ class HttpReranker:
     def __init__(self, url: str, timeout: float = 5.0, token: str | None = None, *, retries: int = 1,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.url = url.rstrip("/")
-        self.name = f"http:{self.url}"
+        self.shown_url = redact_url(self.url)  # in messages and the name: never the URL's credentials
+        self.name = f"http:{self.shown_url}"
         self.retries = retries
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._client = httpx.Client(
@@ -68,9 +70,9 @@ class HttpReranker:
             scores = [float(s) for s in body["scores"]]
             order = [int(i) for i in body["order"]]
         except (ValueError, KeyError, TypeError) as exc:
-            raise RerankerError(f"reranker service at {self.url} sent an unreadable answer: {exc}") from exc
+            raise RerankerError(f"reranker service at {self.shown_url} sent an unreadable answer: {exc}") from exc
         if len(scores) != len(passages):
-            raise RerankerError(f"reranker service at {self.url} sent {len(scores)} scores for {len(passages)} "
+            raise RerankerError(f"reranker service at {self.shown_url} sent {len(scores)} scores for {len(passages)} "
                                 "passages")
         self.model = body.get("model")
         self.blend = valid_blend(body.get("blend"))
@@ -90,16 +92,18 @@ class HttpReranker:
             try:
                 resp = self._client.post("/rerank", json=payload)
             except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
-                last = f"cannot reach the reranker service at {self.url}: {type(exc).__name__}: {exc}"
+                last = (f"cannot reach the reranker service at {self.shown_url}: {type(exc).__name__}: "
+                        f"{redact_url(str(exc))}")
             except httpx.TimeoutException as exc:
-                raise RerankerError(f"reranker service at {self.url} timed out "
+                raise RerankerError(f"reranker service at {self.shown_url} timed out "
                                     f"({type(exc).__name__}, timeout {self._client.timeout.read}s)") from exc
             except httpx.HTTPError as exc:
-                raise RerankerError(f"reranker request to {self.url} failed: {type(exc).__name__}: {exc}") from exc
+                raise RerankerError(f"reranker request to {self.shown_url} failed: {type(exc).__name__}: "
+                                    f"{redact_url(str(exc))}") from exc
             else:
                 if resp.status_code < 400:
                     return resp
-                last = f"reranker service at {self.url} answered {resp.status_code}: {_reason(resp)}"
+                last = f"reranker service at {self.shown_url} answered {resp.status_code}: {_reason(resp)}"
                 if resp.status_code < 500 or (resp.status_code == 503 and "retry-after" in resp.headers):
                     raise RerankerError(last)
             if attempt < self.retries:
