@@ -231,10 +231,19 @@ class RerankerSettings(BaseModel):
     max_batch_pairs: int = Field(256, ge=1, description="service: most (query, passage) pairs per model call")
     max_queue: int = Field(32, ge=1, description="service: most requests waiting for the model; more are refused "
                            "at once with 503 and Retry-After (bounded memory and latency under overload)")
-    max_queue_wait: float = Field(4.0, gt=0, description="service: seconds a request may wait in the queue; "
-                                  "older ones get 503 instead of being scored after their client gave up (keep "
-                                  "it below the query layer's timeout, 5 s, so searches report the 503, not a "
-                                  "timeout)")
+    max_queue_wait: float = Field(4.0, gt=0, description="service: seconds a request may wait in the queue at "
+                                  "most; older ones get 503 instead of being scored after their client gave up. A "
+                                  "request's own budget (its X-Request-Timeout header, else timeout) shortens it: "
+                                  "the wait never exceeds the budget less the time already spent and the expected "
+                                  "model call")
+    header_timeout: float = Field(5.0, gt=0, description="service: seconds a client has to send a request's headers "
+                                  "(from the connection or the request's first byte); slower ones are cut off with "
+                                  "408 (slow clients cannot hold connections)")
+    body_timeout: float = Field(10.0, gt=0, description="service: seconds a client has to send a request's body once "
+                                "its headers are in (at most its budget); slower ones get 408 and the connection is "
+                                "closed")
+    max_connections: int = Field(256, ge=1, description="service: most open connections; one more is answered 503 "
+                                 "with Retry-After at once and closed")
 
 
 class ModelsSettings(BaseModel):

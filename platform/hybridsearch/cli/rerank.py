@@ -42,10 +42,9 @@ def _with_overrides(settings: Settings, args: argparse.Namespace) -> Settings:
 
 def serve(args: argparse.Namespace, settings: Settings) -> int:
     """Run the service until interrupted. Loads the model first (RerankerModelError → exit 5) unless --lazy."""
-    import uvicorn
-
     from hybridsearch.rerank.local import LocalReranker
     from hybridsearch.rerank.service import create_app
+    from hybridsearch.rerank.service import serve as serve_app
 
     settings = _with_overrides(settings, args)
     cfg = settings.reranker
@@ -59,8 +58,9 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
     console.print(f"reranker service on http://{args.host}:{args.port} (micro-batching "
                   f"{'on, ' + str(cfg.batch_window_ms) + ' ms' if cfg.micro_batching else 'off'}, "
                   f"auth {'on' if cfg.token else 'off'})")
-    uvicorn.run(create_app(settings, scorer), host=args.host, port=args.port, log_level="info",
-                access_log=args.verbose > 0, timeout_graceful_shutdown=5)
+    # header and body timeouts, connection cap: hybridsearch.rerank.service.serve
+    serve_app(create_app(settings, scorer), args.host, args.port, log_level="info", access_log=args.verbose > 0,
+              timeout_graceful_shutdown=5)
     return 0
 
 

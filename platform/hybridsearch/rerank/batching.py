@@ -14,6 +14,11 @@ instead of letting requests pile up (memory and latency would grow without bound
 still waits after ``max_wait_s`` (its client has most likely given up: the query layer's reranker
 timeout) is answered with :class:`QueueFull` as well at that moment, and dropped from the queue
 rather than scored for no one; a request already in a model call waits for its answer.
+
+A request may come with a ``deadline`` (its client's budget, :mod:`hybridsearch.rerank.service`): its queue wait
+is then at most ``deadline - now - the expected model call`` (and ``max_wait_s``), so that waiting plus scoring
+ends before the client gives up, by construction; and when the queue ahead of it already needs longer than that
+(:meth:`MicroBatcher.estimate`), it is refused at once with QueueFull (``budget_s`` set) instead of queued.
 """
 
 from __future__ import annotations
@@ -52,13 +57,21 @@ BatchHook = Callable[[int, int, float], None]
 class QueueFull(Exception):
     """The batcher already holds ``max_queue`` waiting requests; ``retry_after_s`` estimates the drain time."""
 
-    def __init__(self, waiting: int, retry_after_s: float, waited_s: float | None = None) -> None:
-        what = (f"waited {waited_s:.1f}s in the queue, over max_queue_wait" if waited_s is not None
-                else f"{waiting} requests already wait for the model (max_queue)")
+    def __init__(self, waiting: int, retry_after_s: float, waited_s: float | None = None, *,
+                 budget_s: float | None = None, needed_s: float | None = None) -> None:
+        if budget_s is not None and waited_s is None:
+            what = f"the queue and a model call need about {needed_s or 0:.1f}s, over the {budget_s:.1f}s left"
+        elif waited_s is not None:
+            what = f"waited {waited_s:.1f}s in the queue, over " + ("its budget" if budget_s is not None
+                                                                  else "max_queue_wait")
+        else:
+            what = f"{waiting} requests already wait for the model (max_queue)"
         super().__init__(f"{what}; retry in {retry_after_s:.1f}s")
         self.waiting = waiting
         self.retry_after_s = retry_after_s
         self.waited_s = waited_s  # set when the request expired in the queue rather than being refused at once
+        self.budget_s = budget_s  # set when the request's budget (its deadline) decided: seconds it had left
+        self.needed_s = needed_s  # refused at once for its budget: the estimated queue wait plus model call
 
     @property
     def retry_after(self) -> int:
@@ -91,6 +104,7 @@ class MicroBatcher:
         self._held: Job | None = None
         self._busy = False  # the last model call was shared: wait the window for more
         self._executor: ThreadPoolExecutor | None = None  # one thread owns the model (warm thread pools, CUDA)
+        self._call_started: float | None = None  # perf_counter when the model call under way began
 
     @property
     def pending(self) -> int:
@@ -121,6 +135,23 @@ class MicroBatcher:
         calls = math.ceil(self._queued_pairs / max(1.0, self._call_pairs)) if self.enabled else self.pending
         return (calls + 1) * self._call_s
 
+    def estimate(self, n_pairs: int) -> tuple[float, float]:
+        """(seconds until a request of ``n_pairs`` pairs submitted now enters a model call, seconds of that call),
+        from the recent model calls at their seconds per pair: the rest of the call under way, then the calls of
+        the pairs queued ahead of it (``max_pairs`` per call with micro-batching). (0, 0) before the first call."""
+        if self._call_s <= 0:
+            return 0.0, 0.0
+        per_pair = self._call_s / max(1.0, self._call_pairs)
+        now = time.perf_counter()
+        under_way = max(0.0, self._call_s - (now - self._call_started)) if self._call_started is not None else 0.0
+        ahead = self._queued_pairs
+        if not self.enabled:
+            return under_way + ahead * per_pair, n_pairs * per_pair
+        calls_ahead, in_call = divmod(ahead, self.max_pairs)
+        if in_call and in_call + n_pairs > self.max_pairs:  # does not fit in the last call ahead: the next one
+            calls_ahead, in_call = calls_ahead + 1, 0
+        return under_way + calls_ahead * self.max_pairs * per_pair, (in_call + n_pairs) * per_pair
+
     def check_capacity(self) -> None:
         """Raise QueueFull when a request now would be refused (a cheap early check before reading a body)."""
         waiting = self.pending
@@ -128,21 +159,33 @@ class MicroBatcher:
             self.refused += 1
             raise QueueFull(waiting, self.drain_estimate())
 
-    async def submit(self, query: str, passages: list[str], stats: dict[str, float] | None = None) -> list[float]:
+    async def submit(self, query: str, passages: list[str], stats: dict[str, float] | None = None, *,
+                     deadline: float | None = None) -> list[float]:
         """Scores for ``passages`` in input order, once the worker got to them. Raises what the scorer raises,
-        or QueueFull at once when ``max_queue`` requests already wait.
+        or QueueFull at once when ``max_queue`` requests already wait, or when the request cannot be scored before
+        ``deadline`` (a ``time.perf_counter()`` value: its client's budget) as the queue stands.
 
         ``stats``, when given, receives ``queue_ms``, ``model_ms`` and ``batch_requests`` of this request.
         """
         self.check_capacity()
+        max_wait = self.max_wait_s
+        budget_left: float | None = None
+        if deadline is not None:
+            budget_left = deadline - time.perf_counter()
+            wait, call = self.estimate(len(passages))
+            if wait + call > budget_left:  # cannot be answered in time: say so now, not after the client left
+                self.refused += 1
+                raise QueueFull(self.pending, self.drain_estimate(), budget_s=max(0.0, budget_left),
+                                needed_s=wait + call)
+            max_wait = budget_left - call if max_wait is None else min(max_wait, budget_left - call)
         job = Job(query, passages, asyncio.get_running_loop().create_future(), stats=stats if stats is not None else {})
         self._queue.put_nowait(job)  # an unbounded asyncio queue: the bound is check_capacity's (no await between)
         self._waiting += 1
         self._queued_pairs += len(passages)
-        if self.max_wait_s is None:
+        if max_wait is None:
             return await job.future
         try:
-            return await asyncio.wait_for(asyncio.shield(job.future), self.max_wait_s)
+            return await asyncio.wait_for(asyncio.shield(job.future), max_wait)
         except TimeoutError:
             if job.taken:  # in a model call by now: its answer is on the way
                 return await job.future
@@ -152,7 +195,8 @@ class MicroBatcher:
             self.expired += 1
             job.future.cancel()
             waited = time.perf_counter() - job.queued_at
-            raise QueueFull(self._waiting, self.drain_estimate(), waited_s=waited) from None
+            by_budget = budget_left if self.max_wait_s is None or max_wait < self.max_wait_s else None
+            raise QueueFull(self._waiting, self.drain_estimate(), waited_s=waited, budget_s=by_budget) from None
 
     async def _next(self, timeout: float | None) -> Job | None:
         """The next job that has not expired (None when none came within ``timeout``)."""
@@ -207,8 +251,11 @@ class MicroBatcher:
             jobs = [j for j in gathered if not j.future.done()]  # drop requests whose client left
             if not jobs:
                 continue
-            started = time.perf_counter()
-            outcome = await asyncio.get_running_loop().run_in_executor(self._executor, self._score, jobs)
+            started = self._call_started = time.perf_counter()
+            try:
+                outcome = await asyncio.get_running_loop().run_in_executor(self._executor, self._score, jobs)
+            finally:
+                self._call_started = None
             seconds = time.perf_counter() - started
             n_pairs = sum(len(j.passages) for j in jobs)
             first = self._call_s <= 0

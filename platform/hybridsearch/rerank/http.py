@@ -16,6 +16,10 @@ from hybridsearch.settings import RerankerSettings
 
 log = logging.getLogger(__name__)
 
+#: request header with the seconds the client waits for the answer (its timeout): the service keeps a request's
+#: queue wait within it (:mod:`hybridsearch.rerank.service`) and answers 503 at once when it cannot
+REQUEST_TIMEOUT_HEADER = "X-Request-Timeout"
+
 
 def _reason(resp: httpx.Response) -> str:
     try:
@@ -30,7 +34,8 @@ def _reason(resp: httpx.Response) -> str:
 class HttpReranker:
     """Scores passages through the reranker service at ``url`` (``POST {url}/rerank``).
 
-    One pooled ``httpx.Client``; ``timeout`` seconds per attempt (connect capped at 2 s); one retry
+    One pooled ``httpx.Client``; ``timeout`` seconds per attempt (connect capped at 2 s), sent to the service as
+    ``X-Request-Timeout`` so that it answers (or refuses with 503) within that budget; one retry
     on connection errors and 5xx answers, none on read timeouts (the caller's time budget is spent),
     on 4xx, or on a 503 with ``Retry-After`` (an overloaded service asked for time: retrying at once
     only adds load; the search keeps its fused order). Every failure raises RerankerError saying what
@@ -43,7 +48,9 @@ class HttpReranker:
         self.shown_url = redact_url(self.url)  # in messages and the name: never the URL's credentials
         self.name = f"http:{self.shown_url}"
         self.retries = retries
-        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        headers = {REQUEST_TIMEOUT_HEADER: f"{timeout:g}"}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
         self._client = httpx.Client(
             base_url=self.url, headers=headers, transport=transport,
             timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),

@@ -21,6 +21,17 @@ queued without bound; likewise a request that waited over ``max_queue_wait`` sec
 ``HSP_RERANKER__TOKEN`` set, ``/rerank`` needs ``Authorization: Bearer <token>``; the probes and
 ``/metrics`` stay open (keep the port private).
 
+**Slow clients and budgets.** :func:`serve` runs the app on uvicorn with :class:`ConnectionGuard`'s protocol: a
+client has ``header_timeout`` seconds to send a request's headers (counted from the connection, or from the first
+byte of a later request on it; an idle keep-alive connection is closed by uvicorn after 5 s) and is then cut off
+with 408, so slow senders cannot hold connections; one connection over ``max_connections`` is answered 503 with
+``Retry-After`` at once and closed. The body must arrive within ``body_timeout`` and the request's budget (408,
+connection closed). The budget is what the client waits: its ``X-Request-Timeout`` header (seconds; the query
+layer's HttpReranker sends its timeout), else ``timeout`` from the settings. A request waits in the queue at most
+the budget less the time already spent, the expected model call and a small margin (and ``max_queue_wait``), so
+that an accepted request is answered before its client gives up; one whose budget the queue ahead cannot meet is
+answered 503 with ``Retry-After`` at once.
+
 Compressed bodies (``Content-Encoding: gzip``, or gzip bytes without the header) are refused with
 415 and ``Accept-Encoding: identity`` (RFC 9110 §15.5.16) rather than decoded: rerank bodies are a
 query and a few dozen passages sent over a private network, so compression saves little, while
@@ -32,10 +43,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -45,6 +58,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from hybridsearch.rerank.base import PairScorer
 from hybridsearch.rerank.batching import MicroBatcher, QueueFull
+from hybridsearch.rerank.http import REQUEST_TIMEOUT_HEADER
 from hybridsearch.rerank.local import LocalReranker
 from hybridsearch.rerank.ranking import order_by_score
 from hybridsearch.settings import RerankerSettings, Settings
@@ -95,6 +109,23 @@ def check_content_headers(request: Request) -> None:
         raise ApiError(415, "unsupported_charset", f"charset {charset!r} is not accepted: send UTF-8 JSON")
 
 
+#: seconds of a request's budget kept for what happens outside the service's measure (sending the answer, the
+#: client's own bookkeeping)
+BUDGET_MARGIN_S = 0.1
+
+
+@dataclass
+class ConnectionGuard:
+    """The connection limits of one served app (:func:`serve`), and what they did: connections open now, refused
+    over ``max_connections``, cut off for sending their headers slower than ``header_timeout``."""
+
+    header_timeout: float
+    max_connections: int
+    open: int = 0
+    refused: int = 0
+    timed_out: int = 0
+
+
 class Metrics:
     """Prometheus metrics of one app (own registry, so several apps can live in one process)."""
 
@@ -115,6 +146,11 @@ class Metrics:
         self.queued = Gauge("hsp_reranker_queued_requests", "requests waiting for the model", registry=self.registry)
         self.refused = Counter("hsp_reranker_refused", "requests refused with 503 because the queue was full",
                                registry=self.registry)
+        self.connections = Gauge("hsp_reranker_connections", "client connections open", registry=self.registry)
+        self.connections_refused = Gauge("hsp_reranker_connections_refused", "connections refused over "
+                                         "max_connections since start", registry=self.registry)
+        self.slow_clients = Gauge("hsp_reranker_slow_clients_cut", "connections cut off since start for sending "
+                                  "headers slower than header_timeout", registry=self.registry)
 
     def on_batch(self, n_requests: int, n_pairs: int, seconds: float) -> None:
         self.batch_requests.observe(n_requests)
@@ -134,6 +170,10 @@ class ServiceState:
                                     enabled=cfg.micro_batching, on_batch=self.metrics.on_batch,
                                     max_queue=cfg.max_queue, max_wait_s=cfg.max_queue_wait)
         self.metrics.queued.set_function(lambda: self.batcher.pending)
+        self.guard = ConnectionGuard(cfg.header_timeout, cfg.max_connections)
+        self.metrics.connections.set_function(lambda: self.guard.open)
+        self.metrics.connections_refused.set_function(lambda: self.guard.refused)
+        self.metrics.slow_clients.set_function(lambda: self.guard.timed_out)
         self.ready = False
         self.load_error: str | None = None
 
@@ -162,7 +202,13 @@ class ServiceState:
     def overloaded(self, exc: QueueFull) -> ApiError:
         """The 503 for a full queue, with Retry-After (counted in the refused metric)."""
         self.metrics.refused.inc()
-        if exc.waited_s is not None:
+        if exc.budget_s is not None and exc.waited_s is None:
+            what = (f"the queue and the model need about {exc.needed_s or 0:.1f}s, more than the {exc.budget_s:.1f}s "
+                    f"left of this request's budget ({REQUEST_TIMEOUT_HEADER} or HSP_RERANKER__TIMEOUT)")
+        elif exc.budget_s is not None:
+            what = (f"waited {exc.waited_s:.1f}s in the queue: the rest of this request's budget "
+                    f"({REQUEST_TIMEOUT_HEADER} or HSP_RERANKER__TIMEOUT) is needed by the model call")
+        elif exc.waited_s is not None:
             what = (f"waited {exc.waited_s:.1f}s in the queue, over max_queue_wait={self.cfg.max_queue_wait}s "
                     "(HSP_RERANKER__MAX_QUEUE_WAIT)")
         else:
@@ -178,18 +224,42 @@ class ServiceState:
         except QueueFull as exc:
             raise self.overloaded(exc) from None
 
-    async def read_body(self, request: Request) -> bytes:
+    def budget(self, request: Request) -> float:
+        """Seconds the client waits for this answer: its X-Request-Timeout header, else the settings' timeout."""
+        given = request.headers.get(REQUEST_TIMEOUT_HEADER)
+        if given is None:
+            return self.cfg.timeout
+        try:
+            seconds = float(given)
+        except ValueError:
+            seconds = math.nan
+        if not math.isfinite(seconds) or seconds <= 0:
+            raise ApiError(400, "bad_timeout", f"{REQUEST_TIMEOUT_HEADER} must be a positive number of seconds, "
+                           f"not {given[:40]!r}")
+        return seconds
+
+    async def read_body(self, request: Request, deadline: float | None = None) -> bytes:
+        """The body, read within ``body_timeout`` (and before ``deadline``, a perf_counter value): 408 and the
+        connection closed otherwise; 413 over ``max_body_bytes``."""
         limit = self.cfg.max_body_bytes
         too_big = ApiError(413, "body_too_large",
                            f"request body over max_body_bytes={limit} (HSP_RERANKER__MAX_BODY_BYTES)")
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > limit:
             raise too_big
+        seconds = self.cfg.body_timeout
+        if deadline is not None:
+            seconds = min(seconds, deadline - time.perf_counter())
         body = bytearray()
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise too_big
+        try:
+            async with asyncio.timeout(max(0.0, seconds)):
+                async for chunk in request.stream():
+                    body += chunk
+                    if len(body) > limit:
+                        raise too_big
+        except TimeoutError:
+            raise ApiError(408, "body_timeout", f"the request body did not arrive within {seconds:.1f}s "
+                           "(HSP_RERANKER__BODY_TIMEOUT, or the request's budget)", {"Connection": "close"}) from None
         return bytes(body)
 
     def parse(self, raw: bytes) -> RerankRequest:
@@ -277,15 +347,16 @@ def create_app(settings: Settings | RerankerSettings | None = None, scorer: Pair
         try:
             state.check_token(request)
             check_content_headers(request)
+            deadline = started + state.budget(request) - BUDGET_MARGIN_S
             state.check_capacity()  # shed load before reading and parsing the body
-            req = state.parse(await state.read_body(request))
+            req = state.parse(await state.read_body(request, deadline))
             n_passages = len(req.passages)
             if not state.ready:
                 if state.load_error:
                     raise ApiError(503, "model_unavailable", f"model not loaded: {state.load_error}")
                 raise ApiError(503, "loading", "model is still loading; retry shortly", {"Retry-After": "1"})
             try:
-                scores = await state.batcher.submit(req.query, req.passages, stats)
+                scores = await state.batcher.submit(req.query, req.passages, stats, deadline=deadline)
             except QueueFull as exc:  # filled up while this body was read
                 raise state.overloaded(exc) from None
             except Exception as exc:  # the model failed on this request: say so, stay up
@@ -307,3 +378,83 @@ def create_app(settings: Settings | RerankerSettings | None = None, scorer: Pair
         return response
 
     return app
+
+
+# ------------------------------------------------------------------------------------------ serving
+
+_REFUSED = b'{"error": "too_many_connections", "detail": "the service holds max_connections connections"}'
+REFUSED_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+                    b"Connection: close\r\nContent-Length: " + str(len(_REFUSED)).encode() + b"\r\n\r\n" + _REFUSED)
+TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+#: seconds a refused connection is kept half-closed so that its client reads the 503 before the close
+REFUSED_LINGER_S = 1.0
+
+
+def guarded_protocol(guard: ConnectionGuard) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol with ``guard``'s limits: a header timeout per request and a connection cap."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        _timer: asyncio.TimerHandle | None = None
+        _refused = False
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+            super().connection_made(transport)  # type: ignore[arg-type]
+            guard.open += 1
+            if guard.open > guard.max_connections:
+                guard.refused += 1
+                self._refused = True
+                self.transport.write(REFUSED_RESPONSE)
+                if self.transport.can_write_eof():
+                    self.transport.write_eof()
+                self._timer = self.loop.call_later(REFUSED_LINGER_S, self.transport.close)
+                return
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            guard.open -= 1
+            self._disarm()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return  # read and dropped until the linger ends
+            super().data_received(data)
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                if self._timer is None:  # the first bytes of a request: its headers are now due
+                    self._arm()
+            else:
+                self._disarm()  # headers in (or the connection is going): the app and its body timeout take over
+
+        def _arm(self) -> None:
+            self._timer = self.loop.call_later(guard.header_timeout, self._headers_late)
+
+        def _disarm(self) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+        def _headers_late(self) -> None:
+            self._timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                guard.timed_out += 1
+                self.transport.write(TIMEOUT_RESPONSE)
+                self.transport.close()
+
+    return GuardedH11Protocol
+
+
+def server_config(app: FastAPI, host: str, port: int, **uvicorn_options: Any) -> Any:
+    """A ``uvicorn.Config`` serving ``app`` (from :func:`create_app`) with its settings' connection limits."""
+    import uvicorn
+
+    state: ServiceState = app.state.service
+    return uvicorn.Config(app, host=host, port=port, http=guarded_protocol(state.guard), **uvicorn_options)
+
+
+def serve(app: FastAPI, host: str, port: int, **uvicorn_options: Any) -> None:
+    """Serve ``app`` until interrupted (``hsp serve-reranker``), with the header timeout and connection cap."""
+    import uvicorn
+
+    uvicorn.Server(server_config(app, host, port, **uvicorn_options)).run()
