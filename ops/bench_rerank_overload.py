@@ -14,8 +14,16 @@ The model: a random BERT cross-encoder shaped like cross-encoder/ms-marco-MiniLM
 wide, 12 heads, MiniLM vocabulary), built once under ~/.cache/hybridsearch/bench-models: its scores mean
 nothing but it costs the same CPU per pair, and no Hub access is needed. ``--model`` takes a real one.
 
-    $V/bin/python ops/bench_rerank_overload.py                 # about 2 x (20 s + start-up)
+Slow clients (issue 24, item 8): a third service run holds ``--slow-clients`` (50) slowloris connections, each
+sending one header byte a second, while ``--slow-normal-clients`` clients send normal requests with
+``X-Request-Timeout`` (``--budget``, the query layer's 5 s) for ``--seconds``; it reports the normal requests'
+p50/p99, how many slow connections the service still held after its header timeout (``HSP_RERANKER__HEADER_TIMEOUT``,
+5 s; counted 2 s after it) and when the last was cut off. Every run counts the accepted answers that took longer
+than the budget (the query layer would have given up on them). Loopback only, bounded in time.
+
+    $V/bin/python ops/bench_rerank_overload.py                 # about 3 x (20 s + start-up)
     $V/bin/python ops/bench_rerank_overload.py --seconds 10 --clients 64 --max-queue 16
+    $V/bin/python ops/bench_rerank_overload.py --no-unbounded --no-overload   # the slow-client run only
 """
 
 from __future__ import annotations
@@ -65,12 +73,13 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_service(model: Path, max_queue: int, max_length: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_service(model: Path, max_queue: int, max_length: int, extra_env: dict[str, str] | None = None
+                  ) -> tuple[subprocess.Popen[bytes], str]:
     import httpx
 
     port = free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "HSP_RERANKER__DEVICE": "cpu",
-           "HSP_RERANKER__MAX_QUEUE": str(max_queue), "HSP_RERANKER__MAX_LENGTH": str(max_length)}
+           "HSP_RERANKER__MAX_QUEUE": str(max_queue), "HSP_RERANKER__MAX_LENGTH": str(max_length), **(extra_env or {})}
     env.pop("HSP_RERANKER__TOKEN", None)
     proc = subprocess.Popen([*HSP, "serve-reranker", "--host", "127.0.0.1", "--port", str(port), "--model", str(model)],
                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -108,15 +117,18 @@ def workload(n_passages: int) -> list[dict[str, Any]]:
             for i, q in enumerate(list(col.queries.values())[:100])]
 
 
-async def overload(url: str, bodies: list[dict[str, Any]], clients: int, seconds: float, timeout: float
-                   ) -> dict[str, Any]:
+async def overload(url: str, bodies: list[dict[str, Any]], clients: int, seconds: float, timeout: float,
+                   budget: float | None = None) -> dict[str, Any]:
+    """``clients`` clients sending requests for ``seconds``; with ``budget``, each request says so in
+    X-Request-Timeout (as HttpReranker does)."""
     import httpx
 
     stats: dict[str, Any] = {"status": {}, "ok_ms": [], "refused_ms": [], "other_ms": [], "retry_after": [],
                              "client_errors": [], "sent": 0}
     end = time.perf_counter() + seconds
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
-    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits) as http:
+    headers = {"X-Request-Timeout": f"{budget:g}"} if budget is not None else {}
+    async with httpx.AsyncClient(base_url=url, timeout=timeout, limits=limits, headers=headers) as http:
 
         async def client(c: int) -> None:
             i = c
@@ -203,6 +215,85 @@ def run_one(label: str, model: Path, max_queue: int, args: argparse.Namespace, b
         "rss_end_mib": round(mem[-1], 1) if mem else None, "rss_samples": rss.samples,
         "after_load_status": after.status_code, "after_load_ms": round(recovery_ms, 1),
         "query_layer_reason": reason[0] if reason else None,
+        "ok_over_budget": sum(ms > args.budget * 1000 for ms in ok),
+    }
+
+
+SLOW_HEADERS = (b"POST /rerank HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-Padding: "
+                + b"x" * 400)
+
+
+async def slowloris(url: str, n: int, seconds: float) -> list[float | None]:
+    """``n`` connections each sending one header byte a second for ``seconds``: when each was closed by the
+    service (seconds since the start), None for those still open at the end."""
+    host, port = url.removeprefix("http://").split(":")
+    started = time.perf_counter()
+    closed: list[float | None] = [None] * n
+
+    async def one(i: int) -> None:
+        try:
+            reader, writer = await asyncio.open_connection(host, int(port))
+        except OSError:
+            closed[i] = time.perf_counter() - started
+            return
+        try:
+            for k in range(int(seconds)):
+                try:
+                    writer.write(SLOW_HEADERS[k % len(SLOW_HEADERS):k % len(SLOW_HEADERS) + 1])
+                    await writer.drain()
+                    data = await asyncio.wait_for(reader.read(4096), 1.0)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    data = b""
+                if not data or b"HTTP/1.1 408" in data:
+                    closed[i] = time.perf_counter() - started
+                    return
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(one(i) for i in range(n)))
+    return closed
+
+
+def run_slow(model: Path, args: argparse.Namespace, bodies: list[dict[str, Any]]) -> dict[str, Any]:
+    """Normal traffic while ``args.slow_clients`` slowloris connections try to hold the service."""
+    import httpx
+
+    header_timeout = 5.0
+    print(f"[slow clients] starting serve-reranker ({args.slow_clients} slowloris connections, "
+          f"{args.slow_normal_clients} normal clients)", flush=True)
+    proc, url = start_service(model, args.max_queue, args.max_length,
+                              {"HSP_RERANKER__HEADER_TIMEOUT": str(header_timeout)})
+    try:
+        httpx.post(f"{url}/rerank", json=bodies[0], timeout=120)  # warm up
+
+        async def both() -> tuple[list[float | None], dict[str, Any]]:
+            slow = asyncio.create_task(slowloris(url, args.slow_clients, args.seconds))
+            await asyncio.sleep(0.5)  # the slow connections are open first
+            normal = await overload(url, bodies, args.slow_normal_clients, args.seconds - 0.5, args.budget,
+                                    budget=args.budget)
+            return await slow, normal
+
+        closed, stats = asyncio.run(both())
+        metrics = httpx.get(f"{url}/metrics", timeout=10).text
+        cut = next((line.split()[-1] for line in metrics.splitlines()
+                    if line.startswith("hsp_reranker_slow_clients_cut ")), "?")
+    finally:
+        stop(proc)
+    ok = stats["ok_ms"]
+    check_at = header_timeout + 2.0
+    return {
+        "label": "slow clients", "slow_clients": args.slow_clients, "normal_clients": args.slow_normal_clients,
+        "seconds": args.seconds, "header_timeout_s": header_timeout, "budget_s": args.budget,
+        "status": stats["status"], "accepted": len(ok), "refused": len(stats["refused_ms"]),
+        "client_errors": len(stats["client_errors"]),
+        "ok_p50_ms": round(pct(ok, 50), 1), "ok_p99_ms": round(pct(ok, 99), 1),
+        "ok_over_budget": sum(ms > args.budget * 1000 for ms in ok),
+        "held_after_timeout": sum(c is None or c > check_at for c in closed), "held_checked_at_s": check_at,
+        "held_at_end": sum(c is None for c in closed),
+        "last_cut_s": round(max((c for c in closed if c is not None), default=0.0), 2),
+        "slow_clients_cut_metric": cut,
     }
 
 
@@ -244,15 +335,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=60.0, help="client timeout per request (s)")
     ap.add_argument("--model", type=Path, help="cross-encoder folder (default: the MiniLM-L6-shaped random one)")
     ap.add_argument("--no-unbounded", action="store_true", help="skip the unbounded-queue comparison")
+    ap.add_argument("--no-overload", action="store_true", help="skip the bounded overload run")
+    ap.add_argument("--budget", type=float, default=5.0, help="the search's reranker timeout (s): sent as "
+                    "X-Request-Timeout in the slow-client run; answers slower than it are counted")
+    ap.add_argument("--slow-clients", type=int, default=50, help="slowloris connections (0: no slow-client run)")
+    ap.add_argument("--slow-normal-clients", type=int, default=4, help="normal clients beside the slow ones")
     args = ap.parse_args(argv)
-    if args.clients > 256 or args.seconds > 300:
-        ap.error("bounded runs only: --clients <= 256, --seconds <= 300")
+    if args.clients > 256 or args.seconds > 300 or args.slow_clients > 200:
+        ap.error("bounded runs only: --clients <= 256, --seconds <= 300, --slow-clients <= 200")
 
     model = args.model or build_shaped_model(MODEL_DIR)
     bodies = workload(args.passages)
-    results = [run_one("bounded", model, args.max_queue, args, bodies)]
+    results = [] if args.no_overload else [run_one("bounded", model, args.max_queue, args, bodies)]
     if not args.no_unbounded:
         results.append(run_one("unbounded", model, 1_000_000, args, bodies))
+    slow = run_slow(model, args, bodies) if args.slow_clients else None
+    if slow is not None:
+        print(f"\nslow clients: {slow['slow_clients']} slowloris connections (one header byte a second) and "
+              f"{slow['normal_clients']} normal clients for {slow['seconds']:.0f} s, budget {slow['budget_s']} s")
+        print(f"normal requests: {slow['accepted']} answered 200, {slow['refused']} 503, {slow['client_errors']} "
+              f"client errors; p50 {slow['ok_p50_ms']} ms, p99 {slow['ok_p99_ms']} ms; over the budget: "
+              f"{slow['ok_over_budget']}")
+        print(f"slow connections still held {slow['held_checked_at_s']:.0f} s after the start (header timeout "
+              f"{slow['header_timeout_s']:.0f} s): {slow['held_after_timeout']} of {slow['slow_clients']}; at the end: "
+              f"{slow['held_at_end']}; last cut off at {slow['last_cut_s']} s; service counter "
+              f"{slow['slow_clients_cut_metric']}")
+    if not results:
+        save_report("bench-rerank-overload", [slow])
+        return 0 if slow is not None and slow["held_after_timeout"] == 0 else 1
 
     print(f"\n{args.clients} clients x {args.seconds:.0f} s, {args.passages} passages/request, max_length "
           f"{args.max_length}, CPU; measured on a shared 2-core machine")
@@ -269,13 +379,17 @@ def main(argv: list[str] | None = None) -> int:
     print(f"bounded: Retry-After values {b['retry_after']}, refused counter {b['refused_metric']}, "
           f"answered {b['after_load_status']} in {b['after_load_ms']} ms right after the load (no restart)")
     print(f"query layer's reason during the overload: {b['query_layer_reason']}")
+    for r in results:
+        print(f"{r['label']}: accepted answers slower than the {args.budget:g} s budget: {r['ok_over_budget']} of "
+              f"{r['accepted']}")
     if len(results) == 2:
         u = results[1]
         print(f"ratios unbounded/bounded: ok p99 {u['ok_p99_ms'] / b['ok_p99_ms']:.2f}x, "
               f"peak RSS {u['rss_peak_mib'] / b['rss_peak_mib']:.2f}x, accepted/s "
               f"{u['accepted_per_s'] / max(b['accepted_per_s'], 1e-9):.2f}x")
-    save_report("bench-rerank-overload", results, lambda png: plot(results, png))
-    return 0 if b["after_load_status"] == 200 and b["refused"] > 0 and not b["client_errors"] else 1
+    save_report("bench-rerank-overload", [*results, *([slow] if slow else [])], lambda png: plot(results, png))
+    slow_ok = slow is None or slow["held_after_timeout"] == 0
+    return 0 if b["after_load_status"] == 200 and b["refused"] > 0 and not b["client_errors"] and slow_ok else 1
 
 
 if __name__ == "__main__":

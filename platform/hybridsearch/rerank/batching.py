@@ -18,7 +18,9 @@ rather than scored for no one; a request already in a model call waits for its a
 A request may come with a ``deadline`` (its client's budget, :mod:`hybridsearch.rerank.service`): its queue wait
 is then at most ``deadline - now - the expected model call`` (and ``max_wait_s``), so that waiting plus scoring
 ends before the client gives up, by construction; and when the queue ahead of it already needs longer than that
-(:meth:`MicroBatcher.estimate`), it is refused at once with QueueFull (``budget_s`` set) instead of queued.
+(:meth:`MicroBatcher.estimate`), it is refused at once with QueueFull (``budget_s`` set) instead of queued. A
+micro-batch takes no more requests than the recent seconds per pair say can be scored before the earliest
+deadline in it: later arrivals wait for the next call rather than stretch this one past a client's budget.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ class Job:
     queued_at: float = field(default_factory=time.perf_counter)
     stats: dict[str, float] = field(default_factory=dict)
     taken: bool = False  # in a model call (or done): no longer waiting
+    deadline: float | None = None  # perf_counter by which its client wants the answer (None: no budget)
     expired: bool = False  # gave up waiting (max_wait_s): the worker skips it
 
 
@@ -141,7 +144,7 @@ class MicroBatcher:
         the pairs queued ahead of it (``max_pairs`` per call with micro-batching). (0, 0) before the first call."""
         if self._call_s <= 0:
             return 0.0, 0.0
-        per_pair = self._call_s / max(1.0, self._call_pairs)
+        per_pair = self._per_pair()
         now = time.perf_counter()
         under_way = max(0.0, self._call_s - (now - self._call_started)) if self._call_started is not None else 0.0
         ahead = self._queued_pairs
@@ -151,6 +154,15 @@ class MicroBatcher:
         if in_call and in_call + n_pairs > self.max_pairs:  # does not fit in the last call ahead: the next one
             calls_ahead, in_call = calls_ahead + 1, 0
         return under_way + calls_ahead * self.max_pairs * per_pair, (in_call + n_pairs) * per_pair
+
+    def _per_pair(self) -> float:
+        """Seconds per pair of the recent model calls (0 before the first)."""
+        return self._call_s / max(1.0, self._call_pairs) if self._call_s > 0 else 0.0
+
+    def _fits(self, jobs: list[Job], pairs: int) -> bool:
+        """Whether a call of ``pairs`` pairs, starting now, is expected to end before every deadline of ``jobs``."""
+        deadlines = [j.deadline for j in jobs if j.deadline is not None]
+        return not deadlines or time.perf_counter() + pairs * self._per_pair() <= min(deadlines)
 
     def check_capacity(self) -> None:
         """Raise QueueFull when a request now would be refused (a cheap early check before reading a body)."""
@@ -177,8 +189,10 @@ class MicroBatcher:
                 self.refused += 1
                 raise QueueFull(self.pending, self.drain_estimate(), budget_s=max(0.0, budget_left),
                                 needed_s=wait + call)
-            max_wait = budget_left - call if max_wait is None else min(max_wait, budget_left - call)
-        job = Job(query, passages, asyncio.get_running_loop().create_future(), stats=stats if stats is not None else {})
+            alone = len(passages) * self._per_pair()  # the least its own call takes (batches fit its deadline)
+            max_wait = budget_left - alone if max_wait is None else min(max_wait, budget_left - alone)
+        job = Job(query, passages, asyncio.get_running_loop().create_future(), stats=stats if stats is not None else {},
+                  deadline=deadline)
         self._queue.put_nowait(job)  # an unbounded asyncio queue: the bound is check_capacity's (no await between)
         self._waiting += 1
         self._queued_pairs += len(passages)
@@ -233,7 +247,7 @@ class MicroBatcher:
             job = await self._next(deadline - time.perf_counter())
             if job is None:
                 break
-            if pairs + len(job.passages) > self.max_pairs:
+            if pairs + len(job.passages) > self.max_pairs or not self._fits([*jobs, job], pairs + len(job.passages)):
                 self._held = job  # first in line for the next batch
                 break
             jobs.append(job)
