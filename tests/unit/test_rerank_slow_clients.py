@@ -250,3 +250,29 @@ def test_http_reranker_sends_its_timeout_as_the_budget() -> None:
     with HttpReranker("http://reranker:8088", timeout=2.5, transport=httpx.MockTransport(handle)) as r:
         r.score("q", ["a"])
     assert seen[0].headers["x-request-timeout"] == "2.5"
+
+
+def test_a_micro_batch_stops_before_it_would_outlast_a_deadline_in_it() -> None:
+    async def scenario() -> None:
+        scorer = Scorer(seconds=0.0)
+        batcher = MicroBatcher(scorer, window_s=0, max_pairs=256, max_queue=8)
+        batcher.start()
+        try:
+            batcher._call_s, batcher._call_pairs = 1.0, 10.0  # measured: 0.1 s a pair
+            scorer.release.clear()
+            first = asyncio.create_task(batcher.submit("q", ["held"]))
+            while not scorer.entered.is_set():
+                await asyncio.sleep(0.005)
+            now = time.perf_counter()
+            tight = asyncio.create_task(batcher.submit("q", ["a"] * 5, deadline=now + 3))
+            loose = asyncio.create_task(batcher.submit("q", ["b"] * 200))
+            await asyncio.sleep(0.05)
+            scorer.release.set()
+            await asyncio.gather(first, tight, loose)
+            # 5 + 200 pairs fit max_pairs, but 205 x 0.1 s would end after the tight request's deadline
+            assert scorer.calls[:3] == [1, 5, 200]
+        finally:
+            scorer.release.set()
+            await batcher.stop()
+
+    asyncio.run(scenario())
