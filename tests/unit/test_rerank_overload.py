@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Sequence
 from typing import Any
 
 import httpx
@@ -18,34 +17,9 @@ from hybridsearch.rerank import HttpReranker
 from hybridsearch.rerank.batching import MicroBatcher, QueueFull
 from hybridsearch.rerank.service import create_app
 from hybridsearch.settings import RerankerSettings
+from scorers import HeldScorer, cfg
 
 VALID = {"query": "q", "passages": ["aa", "b"]}
-
-
-class HeldScorer:
-    """A model whose calls block until ``release`` is set; counts calls and pairs."""
-
-    name = "held"
-
-    def __init__(self, seconds: float = 0.0) -> None:
-        self.release = threading.Event()
-        self.entered = threading.Event()
-        self.seconds = seconds
-        self.calls: list[int] = []
-
-    def load(self) -> None:
-        return None
-
-    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        self.entered.set()
-        self.release.wait(10)
-        time.sleep(self.seconds)
-        self.calls.append(len(pairs))
-        return [float(len(p)) for _, p in pairs]
-
-
-def cfg(**kw: object) -> RerankerSettings:
-    return RerankerSettings.model_validate({"device": "cpu", "batch_window_ms": 0, **kw})
 
 
 def test_max_queue_is_a_setting_with_a_bounded_default() -> None:

@@ -13,7 +13,7 @@ import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx
@@ -25,36 +25,9 @@ from fastapi.testclient import TestClient
 from hybridsearch.rerank import HttpReranker
 from hybridsearch.rerank.batching import MicroBatcher, QueueFull
 from hybridsearch.rerank.service import create_app, server_config
-from hybridsearch.settings import RerankerSettings
+from scorers import HeldScorer, cfg
 
 VALID = {"query": "q", "passages": ["aa", "b"]}
-
-
-class Scorer:
-    """Scores pairs by passage length; each call sleeps ``seconds`` and waits for ``release`` (set by default)."""
-
-    name = "slow"
-
-    def __init__(self, seconds: float = 0.0) -> None:
-        self.seconds = seconds
-        self.release = threading.Event()
-        self.release.set()
-        self.entered = threading.Event()
-        self.calls: list[int] = []
-
-    def load(self) -> None:
-        return None
-
-    def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        self.entered.set()
-        self.release.wait(10)
-        time.sleep(self.seconds)
-        self.calls.append(len(pairs))
-        return [float(len(p)) for _, p in pairs]
-
-
-def cfg(**kw: object) -> RerankerSettings:
-    return RerankerSettings.model_validate({"device": "cpu", "batch_window_ms": 0, **kw})
 
 
 @contextmanager
@@ -110,7 +83,7 @@ SLOW_HEADERS = b"POST /rerank HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: appli
 
 
 def test_slowloris_is_cut_off_after_the_header_timeout() -> None:
-    app = create_app(cfg(header_timeout=1.5), Scorer())
+    app = create_app(cfg(header_timeout=1.5), HeldScorer(held=False))
     with served(app) as port, socket.create_connection(("127.0.0.1", port)) as slow, \
             socket.create_connection(("127.0.0.1", port)) as silent:
         # a normal request is answered meanwhile
@@ -126,7 +99,7 @@ def test_slowloris_is_cut_off_after_the_header_timeout() -> None:
 
 
 def test_keep_alive_connection_gets_a_header_timeout_per_request() -> None:
-    app = create_app(cfg(header_timeout=1.0), Scorer())
+    app = create_app(cfg(header_timeout=1.0), HeldScorer(held=False))
     with served(app) as port, socket.create_connection(("127.0.0.1", port)) as conn:
         body = b'{"query": "q", "passages": ["aa"]}'
         conn.sendall(b"POST /rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
@@ -141,7 +114,7 @@ def test_keep_alive_connection_gets_a_header_timeout_per_request() -> None:
 
 
 def test_a_slow_body_gets_408_and_the_connection_closes() -> None:
-    app = create_app(cfg(header_timeout=5, body_timeout=1.0), Scorer())
+    app = create_app(cfg(header_timeout=5, body_timeout=1.0), HeldScorer(held=False))
     with served(app) as port, socket.create_connection(("127.0.0.1", port)) as conn:
         conn.sendall(b"POST /rerank HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200"
                      b"\r\n\r\n{")
@@ -151,7 +124,7 @@ def test_a_slow_body_gets_408_and_the_connection_closes() -> None:
 
 
 def test_connections_over_the_cap_are_refused_at_once() -> None:
-    app = create_app(cfg(max_connections=2, header_timeout=10), Scorer())
+    app = create_app(cfg(max_connections=2, header_timeout=10), HeldScorer(held=False))
     with served(app) as port:
         held = [socket.create_connection(("127.0.0.1", port)) for _ in range(2)]
         try:
@@ -171,7 +144,7 @@ def test_connections_over_the_cap_are_refused_at_once() -> None:
 
 
 def test_a_budget_smaller_than_the_queue_wait_gets_503_quickly() -> None:
-    scorer = Scorer(seconds=0.3)
+    scorer = HeldScorer(seconds=0.3, held=False)
     app = create_app(cfg(max_queue=16), scorer)
     batcher = app.state.service.batcher
     with TestClient(app) as c:
@@ -211,7 +184,7 @@ def test_a_budget_smaller_than_the_queue_wait_gets_503_quickly() -> None:
 
 def test_queue_wait_stays_within_the_budget_less_the_model_call() -> None:
     async def scenario() -> None:
-        scorer = Scorer(seconds=0.2)
+        scorer = HeldScorer(seconds=0.2, held=False)
         batcher = MicroBatcher(scorer, window_s=0, max_queue=8, max_wait_s=10)
         batcher.start()
         try:
@@ -254,7 +227,7 @@ def test_http_reranker_sends_its_timeout_as_the_budget() -> None:
 
 def test_a_micro_batch_stops_before_it_would_outlast_a_deadline_in_it() -> None:
     async def scenario() -> None:
-        scorer = Scorer(seconds=0.0)
+        scorer = HeldScorer(seconds=0.0, held=False)
         batcher = MicroBatcher(scorer, window_s=0, max_pairs=256, max_queue=8)
         batcher.start()
         try:
