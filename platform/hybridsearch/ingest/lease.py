@@ -99,6 +99,30 @@ class Takeover:
     adopted: set[str] = field(default_factory=set)
 
 
+def change_state(es: EngineClient, index: str, what: str, mutate: Callable[[State], bool]) -> State:
+    """Read the state document of ``index``, let ``mutate`` change it (False: nothing to write) and write it back
+    only if nobody wrote meanwhile (compare-and-set on its sequence number); read again and retried on 409."""
+    for attempt in range(CAS_TRIES):
+        with engine_errors(f"read {index}"):
+            got = es.get(index=index, id=STATE_ID)
+        state = State.of(got["_source"] if got else None)
+        if not mutate(state):
+            return state
+        with engine_errors(f"{what} in {index}"):
+            try:
+                if got is None:
+                    es.index(index=index, id=STATE_ID, document=state.doc(), op_type="create")
+                else:
+                    es.index(index=index, id=STATE_ID, document=state.doc(), if_seq_no=got["_seq_no"],
+                             if_primary_term=got["_primary_term"])
+                return state
+            except API_ERRORS as exc:
+                if status_of(exc) != 409:
+                    raise
+        time.sleep(random.uniform(0, min(0.5, 0.01 * (attempt + 1))))  # another run wrote first: read again
+    raise ClusterError(f"could not {what} in {index}: {CAS_TRIES} concurrent updates in a row")
+
+
 class Lease:
     """One run's lease on a prefix and the documents it hides. Thread-safe; :meth:`release` when done."""
 
@@ -112,30 +136,8 @@ class Lease:
         self._beat: threading.Thread | None = None
         self.held = False
 
-    # ---- compare-and-set on the state document
-
     def _change(self, what: str, mutate: Callable[[State], bool]) -> State:
-        """Read the state, let ``mutate`` change it (False: nothing to write) and write it back only if nobody
-        wrote meanwhile; retried until it goes through."""
-        for attempt in range(CAS_TRIES):
-            with engine_errors(f"read {self.index}"):
-                got = self.es.get(index=self.index, id=STATE_ID)
-            state = State.of(got["_source"] if got else None)
-            if not mutate(state):
-                return state
-            with engine_errors(f"{what} in {self.index}"):
-                try:
-                    if got is None:
-                        self.es.index(index=self.index, id=STATE_ID, document=state.doc(), op_type="create")
-                    else:
-                        self.es.index(index=self.index, id=STATE_ID, document=state.doc(),
-                                      if_seq_no=got["_seq_no"], if_primary_term=got["_primary_term"])
-                    return state
-                except API_ERRORS as exc:
-                    if status_of(exc) != 409:
-                        raise
-            time.sleep(random.uniform(0, min(0.5, 0.01 * (attempt + 1))))  # another run wrote first: read again
-        raise ClusterError(f"could not {what} in {self.index}: {CAS_TRIES} concurrent updates in a row")
+        return change_state(self.es, self.index, what, mutate)
 
     def _mine(self, state: State) -> dict[str, Any]:
         lease = state.leases.get(self.run_id)
@@ -281,7 +283,6 @@ def forget_documents(es: EngineClient, state_index: str, doc_ids: Iterable[str])
     with engine_errors(f"read {state_index}"):
         if not ids or not es.indices.exists(index=state_index):
             return
-    lease = Lease(es, state_index, run_id="-")
 
     def drop(state: State) -> bool:
         have = state.holds.get(UNFINISHED, [])
@@ -290,7 +291,7 @@ def forget_documents(es: EngineClient, state_index: str, doc_ids: Iterable[str])
         state.holds[UNFINISHED] = [d for d in have if d not in ids]
         return True
 
-    lease._change("forget deleted documents", drop)
+    change_state(es, state_index, "forget deleted documents", drop)
 
 
 def _locked(index: str, run: str, lease: dict[str, Any]) -> IngestLocked:
