@@ -126,10 +126,13 @@ def _start_and_kill(es: EngineClient, settings: Settings, embedder: Embedder, en
     index = settings.index.versioned(1)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
-        if es.indices.exists(index=index) and es.indices.exists(index=settings.index.ingest_state):
+        try:
             stored, shown = _per_doc(es, index, {"match_all": {}}), _per_doc(es, index, _visible(settings))
-            if shown and any(n < expected[d] for d, n in stored.items()):
-                break
+        except Exception:  # noqa: BLE001 - the run's indices are being created (no shard active yet)
+            time.sleep(0.05)
+            continue
+        if shown and any(n < expected[d] for d, n in stored.items()):
+            break
         time.sleep(0.05)
     assert proc.poll() is None, "the ingest ended before it could be stopped"
     proc.send_signal(sig)

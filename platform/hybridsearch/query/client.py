@@ -36,7 +36,7 @@ from hybridsearch.query.assemble import (
     rerank_slice,
 )
 from hybridsearch.query.build import CHUNKS, Plan, bm25_scope, list_names, list_search, plan
-from hybridsearch.query.filters import Filter
+from hybridsearch.query.filters import NOT_YET_KNOWN, Filter
 from hybridsearch.query.fusion import Fusion, fusion_for
 from hybridsearch.query.querylog import QueryLogger
 from hybridsearch.query.results import Mode, RerankOutcome, SearchResult, Timings, WhyReport
@@ -210,8 +210,11 @@ class _Core:
         if self.log_queries:
             self.query_log = QueryLogger(es, self.settings)
 
-    def _plan(self, query: str, **kwargs: Any) -> Plan:
-        return plan(self.query, self.settings.index.tenant, query, state_index=self._state, metadata=self._metadata,
+    def _plan(self, query: str, *, index_known: bool = True, **kwargs: Any) -> Plan:
+        """The checked plan; ``index_known=False`` checks everything but metadata types, which only the index knows
+        (so bad input is refused before any request)."""
+        metadata = self._metadata if index_known else NOT_YET_KNOWN
+        return plan(self.query, self.settings.index.tenant, query, state_index=self._state, metadata=metadata,
                     **kwargs)
 
     def check(self, query: str, **kwargs: Any) -> Plan:
@@ -306,8 +309,11 @@ class SearchClient(_Core):
         ``reranked=False`` and why.
         """
         started = time.perf_counter()
+        args: dict[str, Any] = {"k": k, "mode": mode, "filters": filters, "rerank": rerank, "explain": explain,
+                                "page": page}
+        self._plan(query, index_known=False, **args)  # QueryError before any request
         self.index()  # its typed metadata decides how metadata filters are checked and sent
-        p = self._plan(query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain, page=page)
+        p = self._plan(query, **args)
         t = Timings()
         index, window, fuse_ms = self._window(p, t)
         return self._finish(p, index, window, t, started, fuse_ms)
@@ -317,6 +323,7 @@ class SearchClient(_Core):
         """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query``. Raises like :meth:`search`."""
         from hybridsearch.query.why import Probes, why_report
 
+        self._plan(query, index_known=False, k=1, mode=mode, filters=filters, rerank=rerank)  # before any request
         self.index()
         p = self._plan(query, k=1, mode=mode, filters=filters, rerank=rerank)
         index, window, _ = self._window(p, Timings())
@@ -428,8 +435,11 @@ class AsyncSearchClient(_Core):
                      rerank: bool = True, explain: bool = False, page: int = 1) -> SearchResult:
         """See :meth:`SearchClient.search`."""
         started = time.perf_counter()
+        args: dict[str, Any] = {"k": k, "mode": mode, "filters": filters, "rerank": rerank, "explain": explain,
+                                "page": page}
+        self._plan(query, index_known=False, **args)  # QueryError before any request
         await self.index()  # its typed metadata decides how metadata filters are checked and sent
-        p = self._plan(query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain, page=page)
+        p = self._plan(query, **args)
         t = Timings()
         index, window, fuse_ms = await self._window(p, t)
         return self._finish(p, index, window, t, started, fuse_ms)

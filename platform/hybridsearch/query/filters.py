@@ -31,6 +31,7 @@ import math
 import re
 from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
@@ -51,6 +52,10 @@ _METADATA_KEY = re.compile(r"^metadata\.[A-Za-z0-9_@$-][A-Za-z0-9_.@$-]{0,200}$"
 TYPED_METADATA = "meta"
 #: what free-form metadata is to the checks: every value indexed as text
 FREE_FORM = "free-form"
+#: a metadata key whose type is not known yet (the index is not checked): no conversion, no refusal
+UNCHECKED = "unchecked"
+#: ``metadata=`` for a check before the index is known: every metadata key is :data:`UNCHECKED`
+NOT_YET_KNOWN: Mapping[str, str] = MappingProxyType({})
 MetadataFields = Mapping[str, str]
 _INT_LIMITS = {"integer": 2**31, "long": 2**63}
 _INTEGER = re.compile(r"^[+-]?[0-9]+$")
@@ -176,6 +181,8 @@ def field_type(field: str, metadata: MetadataFields | None = None) -> tuple[str,
     if field in FIELD_TYPES:
         return field, FIELD_TYPES[field]
     key = field.removeprefix("metadata.")
+    if metadata is NOT_YET_KNOWN:
+        return field, UNCHECKED
     if metadata and key in metadata:
         return f"{TYPED_METADATA}.{key}", metadata[key]
     return field, FREE_FORM
@@ -435,7 +442,7 @@ def _check_depth(f: Filter, depth: int = 0) -> None:
 
 def _value(kind: str, field: str, ftype: str, value: Any) -> Scalar:
     """A term's value as ``field`` (of type ``ftype``) holds it; ValueError saying what it holds otherwise."""
-    if ftype == FREE_FORM:
+    if ftype in (FREE_FORM, UNCHECKED):
         return value  # type: ignore[no-any-return]  # checked as a Scalar by the model
     try:
         return typed_value(ftype, value, "the field")
@@ -446,6 +453,8 @@ def _value(kind: str, field: str, ftype: str, value: Any) -> Scalar:
 def _range_bounds(f: Range, ftype: str) -> dict[str, Scalar]:
     """The bounds of ``f`` as the field (of type ``ftype``) compares them; ValueError when the field cannot answer
     a range (free-form metadata, booleans), a bound is not of its type, or the range can match nothing."""
+    if ftype == UNCHECKED:  # checked again once the index's typed fields are known
+        return {k: v for k in ("gte", "gt", "lte", "lt") if (v := getattr(f, k)) is not None}
     if ftype == FREE_FORM:
         raise ValueError(_free_form_range(f.field))
     if ftype == "boolean":
