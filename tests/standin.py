@@ -22,6 +22,7 @@ class Canned:
     status: int = 200
     body: dict[str, Any] | None = None
     head_status: int | None = None
+    paths: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)  # GET answers by exact path
     requests: list[tuple[str, str]] = field(default_factory=list)
     connections: int = 0
     url: str = ""
@@ -41,7 +42,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.wfile.write(raw)
 
     def do_GET(self) -> None:
-        self._answer(self.server.canned.status, self.server.canned.body)
+        c = self.server.canned
+        self._answer(*c.paths.get(self.path, (c.status, c.body)))
 
     def do_HEAD(self) -> None:
         c = self.server.canned

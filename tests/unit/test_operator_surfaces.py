@@ -11,13 +11,11 @@
 from __future__ import annotations
 
 import asyncio
-import http.server
 import io
 import json
 import logging
 import socket
 import sys
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -32,7 +30,7 @@ from hybridsearch.eval.harness import redacted_settings
 from hybridsearch.redact import redact_url
 from hybridsearch.rerank import HttpReranker
 from hybridsearch.settings import ClusterSettings, load_settings
-from standin import Canned
+from standin import Canned, serve
 
 SECRET = "p[a]ss"
 RERANK_SECRET = "r3rank-s3cret"
@@ -226,54 +224,25 @@ def test_a_port_nobody_listens_on_is_not_probed(monkeypatch: pytest.MonkeyPatch)
 # ------------------------------------------------------------------------------------------ item 9
 
 
-class _ZipHandler(http.server.BaseHTTPRequestHandler):
-    """Answers like the Elasticsearch integ-test zip: ``GET /`` is 405, ``_nodes/_local`` names the version."""
-
-    seen: list[str]
-
-    def do_GET(self) -> None:
-        self.seen.append(self.path)
-        if self.path == "/":
-            status, body = 405, {"error": "Incorrect HTTP method for uri [/] and method [GET], allowed: [HEAD]",
-                                 "status": 405}
-        else:
-            status, body = 200, {"nodes": {"n1": {"version": "9.3.2"}}}
-        raw = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("X-Elastic-Product", "Elasticsearch")
-        self.send_header("Content-Length", str(len(raw)))
-        self.end_headers()
-        self.wfile.write(raw)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
-def zip_node() -> Iterator[tuple[str, list[str]]]:
-    seen: list[str] = []
-    handler = type("Handler", (_ZipHandler,), {"seen": seen})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+def zip_node() -> Iterator[Canned]:
+    """A stand-in answering like the Elasticsearch integ-test zip: ``GET /`` is 405, ``_nodes/_local`` names the
+    version."""
+    canned = Canned(status=200, body={"nodes": {"n1": {"version": "9.3.2"}}}, paths={"/": (405, {
+        "error": "Incorrect HTTP method for uri [/] and method [GET], allowed: [HEAD]", "status": 405})})
+    yield from serve(canned, None)
 
 
-def test_detection_on_a_node_without_get_root_logs_no_node_failure(zip_node: tuple[str, list[str]],
+def test_detection_on_a_node_without_get_root_logs_no_node_failure(zip_node: Canned,
                                                                    caplog: pytest.LogCaptureFixture) -> None:
-    url, seen = zip_node
+    url = zip_node.url
     caplog.set_level(logging.DEBUG, logger="elastic_transport")
     caplog.set_level(logging.DEBUG, logger="elasticsearch")
     cfg = ClusterSettings(url=url)
     es = es_client(cfg)
     info = detect(cfg, es)
     assert (info.kind, info.version) == ("elasticsearch", "9.3.2")
-    assert seen == ["/", "/_nodes/_local?filter_path=nodes.*.version"]
+    assert zip_node.requests == [("GET", "/"), ("GET", "/_nodes/_local?filter_path=nodes.*.version")]
     noise = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert noise == []
     assert not [r for r in caplog.records if "has failed" in r.getMessage()]
