@@ -101,8 +101,7 @@ class Preparer:
             hits = run.es.search(index=run.index, query=query, size=len(docs) * 4,
                                  source=["doc_id", "content_hash"])["hits"]["hits"]
         done = {(h["_id"], h["_source"].get("content_hash")) for h in hits}
-        same = [d for d in docs if (chunk_id(d.doc_id, 0, run.signature, run.tenant), d.content_hash) in done
-                and d.doc_id not in run.adopted]
+        same = [d for d in docs if (chunk_id(d.doc_id, 0, run.signature, run.tenant), d.content_hash) in done]
         rest = [d for d in docs if d not in same]
         stored = stored_chunks(run.es, run.index, {d.doc_id: d.content_hash for d in rest}, run.tenant)
         return [WorkDoc(d, changed=bool(stored.get(d.doc_id, Stored()).ids), stored=stored.get(d.doc_id, Stored()))
