@@ -34,14 +34,14 @@ def test_onnx_export_is_redone_when_a_folder_is_trained_again(tmp_path: Path) ->
     not hand back the previous weights' ONNX file (it keys on the weights' modification time too)."""
     import os
 
-    from hybridsearch.embedding.onnx import _fingerprint
+    from hybridsearch.embedding.onnx import fingerprint
 
     (tmp_path / "config.json").write_text("{}")
     weights = tmp_path / "model.safetensors"
     weights.write_bytes(b"a" * 64)
-    first = _fingerprint(tmp_path)
-    assert _fingerprint(tmp_path) == first
+    first = fingerprint(tmp_path)
+    assert fingerprint(tmp_path) == first
     weights.write_bytes(b"b" * 64)
     st = weights.stat()
     os.utime(weights, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000_000))
-    assert _fingerprint(tmp_path) != first
+    assert fingerprint(tmp_path) != first

@@ -117,7 +117,8 @@ def test_agreement_measures_cosine_and_difference() -> None:
     assert MIN_COSINE == 0.99999 and len(PROBES) >= 4
 
 
-def test_embedder_queries_go_through_the_chosen_encoder(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_embedder_queries_go_through_the_chosen_encoder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("HSP_ONNX_CACHE", str(tmp_path))  # no agreement recorded: the encoder is chosen
     calls: list[tuple[Any, ...]] = []
 
     def choose(c: EmbeddingSettings, model: Any, ref: Any, prompt: str | None = None) -> query.QueryEncoder:

@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
-from hybridsearch.errors import ConfigError
+from hybridsearch.errors import ConfigError, HybridSearchError
 from hybridsearch.settings import Settings
 
+if TYPE_CHECKING:
+    from hybridsearch.embedding import Embedder
+
 console = make_console()
+log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -66,6 +72,7 @@ def _apply(args: argparse.Namespace, settings: Settings) -> Settings:
 
 
 def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
+    from hybridsearch.embedding import Embedder
     from hybridsearch.ingest.ids import parse_shard
     from hybridsearch.ingest.pipeline import run_ingest
     from hybridsearch.ingest.sources import RecordFields
@@ -81,8 +88,11 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
                           metadata=args.metadata_field)
     if args.wait is not None and args.wait < 0:
         raise ConfigError(f"--wait must be 0 or more seconds, got {args.wait:g}")
-    result = run_ingest(args.path, settings, progress=not args.no_progress, shard=shard, fields=fields,
-                        wait_s=args.wait)
+    embedder = Embedder(settings.embedding)
+    result = run_ingest(args.path, settings, embedder=embedder, progress=not args.no_progress, shard=shard,
+                        fields=fields, wait_s=args.wait)
+    if result.status == "completed":
+        record_query_encoder(embedder)
     table = Table(title=f"ingest run {result.run_id} → {result.index}", show_header=True)
     table.add_column("documents", justify="right")
     table.add_column("chunks", justify="right")
@@ -115,6 +125,18 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
         console.print(styled(("Interrupted:", "yellow"), " re-run the same command to resume."))
         return 130
     return 1 if result.documents_failed or result.failed else 0
+
+
+def record_query_encoder(embedder: Embedder) -> None:
+    """Choose the query encoder now, while the model is loaded: its agreement with this model is checked and
+    recorded once (:mod:`hybridsearch.embedding.agreement`), so the next ``hsp search`` starts without torch. A
+    failure only means that search checks it itself."""
+    try:
+        chosen = embedder.query_encoder
+    except HybridSearchError as exc:
+        log.warning("query encoder not checked: %s", exc)
+        return
+    log.info("query encoder: %s (%s)", chosen.backend, chosen.reason)
 
 
 def run_delete_command(args: argparse.Namespace, settings: Settings) -> int:

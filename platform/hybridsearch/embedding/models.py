@@ -29,12 +29,24 @@ _allow_override: bool | None = None
 
 
 def pick_device(device: str) -> str:
-    """``auto`` → ``cuda`` when torch sees a GPU, else ``cpu``; anything else passes through."""
+    """``auto`` → ``cuda`` when torch sees a GPU, else ``cpu``; anything else passes through. On a machine without
+    a GPU device node (:func:`gpu_device_present`) the answer is ``cpu`` without importing torch."""
     if device != "auto":
         return device
+    if not gpu_device_present():
+        return "cpu"
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+#: Device nodes torch's CUDA (or ROCm, or WSL's GPU) needs to see a GPU; without any of them it sees none.
+GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+
+
+def gpu_device_present() -> bool:
+    """True when this machine has a device node a GPU would appear as (then only torch can tell)."""
+    return any(Path(node).exists() for node in GPU_DEVICE_NODES) or any(Path("/dev").glob("nvidia[0-9]*"))
 
 
 def set_downloads_allowed(allowed: bool | None) -> None:

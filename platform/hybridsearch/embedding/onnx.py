@@ -6,7 +6,9 @@ transformers 5 installed here, so the export is done with ``torch.onnx.export`` 
 ``~/.cache/hybridsearch/onnx/<hash of model files, opset, quantisation>/`` (``HSP_ONNX_CACHE`` overrides
 the folder). :func:`attach_onnx` then swaps the transformer inside a loaded ``SentenceTransformer`` for an
 ONNX Runtime session, keeping its tokenizer, pooling and normalisation, so ``encode`` is unchanged. The query
-encoder (:mod:`.query`) runs the same file for single queries.
+encoder (:mod:`.query`, :mod:`.lean`) runs the same file for single queries; its agreement record
+(:mod:`.agreement`) lies in the same cache folder. Importing this module imports neither torch nor
+sentence-transformers (only :func:`export` and :func:`attach_onnx` do).
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def cache_root() -> Path:
     return Path(os.environ.get("HSP_ONNX_CACHE", Path.home() / ".cache" / "hybridsearch" / "onnx"))
 
 
-def _fingerprint(model_dir: Path) -> str:
+def fingerprint(model_dir: Path) -> str:
     """What the export depends on: the folder, the opset, each weight file's size and modification time (a model
     fine-tuned again into the same folder keeps its sizes) and the configuration files' contents."""
     h = hashlib.sha256(f"opset={OPSET};{model_dir}".encode())
@@ -59,13 +61,25 @@ def _fingerprint(model_dir: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def export(model: SentenceTransformer, model_dir: str | Path, quantized: bool = False) -> Path:
-    """Path of the ONNX file for ``model`` (loaded from ``model_dir``), exporting it on first use. A catalogue
-    model's folder (``hsp models fetch``) ships its ONNX file: that file is used, not exported again."""
-    folder = cache_root() / _fingerprint(Path(model_dir))
+def export_folder(model_dir: str | Path) -> Path:
+    """The cache folder of ``model_dir``'s exports (and of their agreement records): ``cache_root()/<fingerprint>``."""
+    return cache_root() / fingerprint(Path(model_dir))
+
+
+def onnx_files(model_dir: str | Path, quantized: bool = False, folder: Path | None = None) -> tuple[Path, Path]:
+    """``(fp32, target)``: where the float ONNX file of ``model_dir`` is (or will be) and the file queries run
+    (the int8 one when ``quantized``); nothing is exported. A catalogue model's folder (``hsp models fetch``) ships
+    its float file: that one is used. ``folder``: :func:`export_folder`'s answer, when known."""
+    folder = folder or export_folder(model_dir)
     shipped = Path(model_dir) / "onnx" / "model.onnx"
     fp32 = shipped if (Path(model_dir) / MARKER).is_file() and shipped.is_file() else folder / "model.onnx"
-    target = folder / "model_qint8.onnx" if quantized else fp32
+    return fp32, folder / "model_qint8.onnx" if quantized else fp32
+
+
+def export(model: SentenceTransformer, model_dir: str | Path, quantized: bool = False) -> Path:
+    """Path of the ONNX file for ``model`` (loaded from ``model_dir``), exporting it on first use
+    (:func:`onnx_files`: a catalogue model's shipped file is used, not exported again)."""
+    fp32, target = onnx_files(model_dir, quantized)
     with _export_lock:
         if not fp32.exists():
             _export_fp32(model, fp32)

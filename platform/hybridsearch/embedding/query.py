@@ -1,27 +1,36 @@
 """The query encoder: one text at a time on the search path (``HSP_EMBEDDING__QUERY_BACKEND``).
 
 Ingestion embeds batches with the :class:`~hybridsearch.embedding.Embedder`'s model (torch by default); a
-search embeds one short text, where torch's thread pool and ``SentenceTransformer.encode`` cost more than
-the model does. ``onnx`` runs the same transformer exported to ONNX by :func:`.onnx.export` (the file cached
-where the ONNX backend caches it; the int8 file only when ingestion itself uses it, so queries always meet
-the weights the index was built with) in an ONNX Runtime session whose threads do not spin, and keeps the
-model's own tokenisation (``preprocess``, with the query prompt: :mod:`.prompts`), pooling and normalisation
-modules.
+search embeds one short text, where loading torch and ``SentenceTransformer.encode`` cost more than the model
+does. ``onnx`` runs the same transformer exported to ONNX by :func:`.onnx.export` (the file cached where the ONNX
+backend caches it; the int8 file only when ingestion itself uses it, so queries always meet the weights the index
+was built with) in an ONNX Runtime session whose threads do not spin. For a plain Transformer → Pooling
+(→ Normalize) folder with a ``tokenizer.json`` that is the lean encoder (:mod:`.lean`: tokenizers, ONNX Runtime and
+numpy; no torch); for any other folder the model's own tokenisation (``preprocess``), pooling and normalisation
+modules (:class:`OnnxQueryEncoder`). Either puts the query prompt (:mod:`.prompts`) first.
 
 ``auto`` takes onnx when the model runs on CPU, onnxruntime imports, the export works and the vectors agree
 with the ingestion encoder's on :data:`PROBES` (cosine ≥ :data:`MIN_COSINE`: the index needs no rebuild);
 otherwise torch, with one log line saying why. ``onnx`` insists: any of those failing raises ModelError.
+
+The check needs the model loaded, so it is made once: its result is recorded beside the ONNX file
+(:mod:`.agreement`), and :func:`recorded_query_encoder` serves a later process from the record with the lean encoder
+straight away, without importing torch. :func:`choose_query_encoder` (model loaded) makes and records the check.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
+from hybridsearch.embedding import agreement as records
+from hybridsearch.embedding.lean import LeanQueryEncoder, LeanUnsupported, lean_spec
 from hybridsearch.embedding.models import pick_device, resolve_model
 from hybridsearch.embedding.prompts import resolve_prompts
 from hybridsearch.errors import ModelError
@@ -84,12 +93,17 @@ class OnnxQueryEncoder:
 
 
 def onnx_query_encoder(model: SentenceTransformer, model_dir: str, quantized: bool = False,
-                       prompt: str = "") -> OnnxQueryEncoder:
-    """An :class:`OnnxQueryEncoder` on ``model``'s export (made on first use, then cached on disk) putting
-    ``prompt`` before each query."""
+                       prompt: str = "") -> Encode:
+    """The ONNX query encoder on ``model``'s export (made on first use, then cached on disk) putting ``prompt``
+    before each query: the lean one (:mod:`.lean`) when ``model_dir`` allows, else an :class:`OnnxQueryEncoder`."""
     from hybridsearch.embedding.onnx import export, ort_session
 
-    return OnnxQueryEncoder(model, ort_session(export(model, model_dir, quantized), "cpu", spinning=False), prompt)
+    path = export(model, model_dir, quantized)
+    try:
+        return LeanQueryEncoder(path, lean_spec(model_dir), prompt)
+    except (LeanUnsupported, ImportError) as exc:
+        log.info("ONNX query encoder with the model's own modules, not the lean one: %s", exc)
+    return OnnxQueryEncoder(model, ort_session(path, "cpu", spinning=False), prompt)
 
 
 def agreement(reference: Encode, candidate: Encode, texts: Iterable[str]) -> tuple[float, float]:
@@ -123,6 +137,7 @@ def choose_query_encoder(cfg: EmbeddingSettings, model: SentenceTransformer, ref
             encoder = onnx_query_encoder(model, resolve_model(cfg.model), cfg.backend == "onnx" and cfg.onnx_quantized,
                                          prompt=prompt)
             cos, diff = agreement(reference, encoder, PROBES)
+            _record(cfg, encoder, prompt, cos, diff)
         except Exception as exc:  # any failure of the export or the session means torch
             raise _NoOnnx(f"the ONNX export or session failed: {type(exc).__name__}: {exc}") from exc
         if cos < MIN_COSINE:
@@ -135,7 +150,83 @@ def choose_query_encoder(cfg: EmbeddingSettings, model: SentenceTransformer, ref
         log.log(logging.INFO if exc.expected else logging.WARNING, "query encoder: torch, not ONNX: %s", exc)
         return QueryEncoder("torch", reference, f"ONNX unavailable: {exc}")
     reason = f"agrees with the {cfg.backend} encoder: lowest cosine {cos:.7f}, largest difference {diff:.1e}"
+    if isinstance(encoder, LeanQueryEncoder):
+        reason += f" on {len(PROBES)} probe texts (lean encoder; recorded for the next start)"
     log.info("query encoder: onnx (%s)", reason)
+    return QueryEncoder("onnx", encoder, reason)
+
+
+def _record(cfg: EmbeddingSettings, encoder: Encode, prompt: str, cos: float, diff: float) -> None:
+    """Write the agreement record of the lean ``encoder`` (nothing for any other). It never raises: a record that
+    cannot be written only costs the next process the check again."""
+    if not isinstance(encoder, LeanQueryEncoder):
+        return
+    try:
+        dims = int(encoder(PROBES[0]).shape[0])
+        now = _expected(cfg, encoder.onnx_path, encoder.spec.describe(), prompt, dims)
+        versions = {**now.versions, **records.package_versions(records.NOTED_PACKAGES)}
+        path = records.record_path(_cache_folder(now.fingerprint), prompt, now.quantized, now.reference)
+        records.write_record(path, dataclasses.replace(now, min_cosine=cos, max_abs_diff=diff, versions=versions))
+        log.info("query encoder agreement recorded in %s", path)
+    except Exception as exc:  # noqa: BLE001 - the record is an optimisation
+        log.warning("could not record the query encoder's agreement: %s: %s", type(exc).__name__, exc)
+
+
+def _cache_folder(fingerprint: str) -> Path:
+    from hybridsearch.embedding.onnx import cache_root
+
+    return cache_root() / fingerprint
+
+
+def _expected(cfg: EmbeddingSettings, onnx_path: Path, lean: dict[str, Any], prompt: str, dims: int,
+              fingerprint: str | None = None) -> records.Agreement:
+    """A record of what a check of ``cfg``'s lean encoder is made with now (its result left at 0)."""
+    from hybridsearch.embedding.onnx import fingerprint as fingerprint_of
+
+    fingerprint = fingerprint or fingerprint_of(Path(resolve_model(cfg.model)))
+    file, size, mtime = records.onnx_identity(onnx_path, _cache_folder(fingerprint))
+    return records.Agreement(
+        min_cosine=0.0, max_abs_diff=0.0, probes=len(PROBES), probes_digest=records.digest(PROBES), prompt=prompt,
+        quantized=cfg.backend == "onnx" and cfg.onnx_quantized, reference=cfg.backend, model=cfg.model,
+        fingerprint=fingerprint, onnx_file=file, onnx_size=size, onnx_mtime_ns=mtime, dims=dims, lean=lean,
+        versions=records.package_versions())
+
+
+def recorded_query_encoder(cfg: EmbeddingSettings, prompt: str) -> QueryEncoder | None:
+    """The lean ONNX query encoder when an agreement record (:mod:`.agreement`) says it agrees with the ingestion
+    encoder for ``cfg``'s model, ``prompt`` and quantisation as they are now, else None (then
+    :func:`choose_query_encoder` decides, loading the model). Imports no torch on a CPU-only machine."""
+    if cfg.query_backend == "torch":
+        return None
+    try:
+        if pick_device(cfg.device) != "cpu":
+            return None
+        from hybridsearch.embedding.onnx import fingerprint, onnx_files
+
+        folder = resolve_model(cfg.model)
+        spec = lean_spec(folder)
+        quantized = cfg.backend == "onnx" and cfg.onnx_quantized
+        cache = _cache_folder(fingerprint(Path(folder)))
+        onnx_path = onnx_files(folder, quantized, cache)[1]
+        record = records.read_record(records.record_path(cache, prompt, quantized, cfg.backend))
+        if record is None:
+            log.info("query encoder: no agreement record for %s yet: checking it", cfg.model)
+            return None
+        stale = record.stale(_expected(cfg, onnx_path, spec.describe(), prompt, cfg.dims, cache.name))
+        if stale is not None:
+            log.info("query encoder: the agreement record of %s is stale (%s): checking again", cfg.model, stale)
+            return None
+        if record.min_cosine < MIN_COSINE:
+            log.info("query encoder: the agreement record of %s says the vectors disagree (lowest cosine %.7f)",
+                     cfg.model, record.min_cosine)
+            return None
+        encoder = LeanQueryEncoder(onnx_path, spec, prompt)
+    except Exception as exc:  # noqa: BLE001 - anything amiss: the model is loaded and the check made instead
+        log.info("query encoder: no lean encoder from a record: %s: %s", type(exc).__name__, exc)
+        return None
+    reason = (f"agrees with the {cfg.backend} encoder (recorded {record.date}): lowest cosine {record.min_cosine:.7f}, "
+              f"largest difference {record.max_abs_diff:.1e} on {record.probes} probe texts")
+    log.info("query encoder: onnx, lean (%s)", reason)
     return QueryEncoder("onnx", encoder, reason)
 
 
