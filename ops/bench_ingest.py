@@ -37,7 +37,7 @@ from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.runs import IngestResult
 from hybridsearch.ingest.sources import Document, read_path
 from hybridsearch.ingest.workers import ProcessPoolEncoder
-from hybridsearch.settings import load_settings
+from hybridsearch.settings import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = ROOT.parent / "shared" / "datasets" / "scifact" / "corpus.jsonl.gz"
@@ -54,7 +54,8 @@ def timed_encode(encode: Any, texts: list[str], batch: int) -> tuple[float, np.n
     return len(texts) / dt, np.concatenate(out)
 
 
-def dense_quality(corpus: Path, extra_docs: int, settings: Any, backends: dict[str, Any]) -> list[tuple[str, float]]:
+def dense_quality(corpus: Path, extra_docs: int, settings: Settings, backends: dict[str, Embedder]
+                  ) -> list[tuple[str, float]]:
     """Dense-only nDCG@10 on SciFact test queries over (relevant docs + ``extra_docs`` others), scoring a document
     by its best chunk, for each backend; plus whole documents (no chunking, model truncates) with torch."""
     from ranx import Qrels, Run, evaluate

@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from hybridsearch.eval.datasets import Collection
     from hybridsearch.query.results import Mode
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -270,7 +271,7 @@ def run_worker(args: argparse.Namespace) -> int:
 
 
 def select(dataset: Path, split: str, limit_docs: int | None, limit_queries: int | None
-           ) -> tuple[Any, list[dict[str, str]]]:
+           ) -> tuple[Collection, list[dict[str, str]]]:
     from hybridsearch.eval.datasets import iter_corpus, load_collection
 
     col = load_collection(dataset, split).limit(limit_queries)
@@ -287,7 +288,7 @@ def select(dataset: Path, split: str, limit_docs: int | None, limit_queries: int
     return col, docs
 
 
-def run_hybridsearch(args: argparse.Namespace, col: Any, docs: list[dict[str, str]]) -> dict[str, Any]:
+def run_hybridsearch(args: argparse.Namespace, col: Collection, docs: list[dict[str, str]]) -> dict[str, Any]:
     from hybridsearch.embedding import Embedder
     from hybridsearch.engine import connect
     from hybridsearch.eval.prepare import choose_index, eval_settings, index_counts, ingest_corpus

@@ -36,12 +36,16 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import drive, save_report
+
+if TYPE_CHECKING:  # imported where used, so that --help loads nothing of the package
+    from hybridsearch.engine import EngineClient
+    from hybridsearch.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 ES_LOCAL = ROOT / "ops" / "es-local.sh"
@@ -97,7 +101,7 @@ class FixedEmbedder:
         return self.table[text]
 
 
-def build(es: Any, settings: Any, n: int, syn: Synthetic, batch: int) -> tuple[np.ndarray, float, str]:
+def build(es: EngineClient, settings: Settings, n: int, syn: Synthetic, batch: int) -> tuple[np.ndarray, float, str]:
     from tqdm import tqdm
 
     from hybridsearch.indices import ensure_index
@@ -125,7 +129,7 @@ def build(es: Any, settings: Any, n: int, syn: Synthetic, batch: int) -> tuple[n
     return stored, seconds, index
 
 
-def recall(es: Any, index: str, stored: np.ndarray, queries: np.ndarray, num_candidates: int) -> float:
+def recall(es: EngineClient, index: str, stored: np.ndarray, queries: np.ndarray, num_candidates: int) -> float:
     from hybridsearch.eval.knn import exact_top_k, knn_recall
 
     _, scores = exact_top_k(stored, queries, 10)
@@ -137,7 +141,7 @@ def recall(es: Any, index: str, stored: np.ndarray, queries: np.ndarray, num_can
     return total / len(queries)
 
 
-async def latency(settings: Any, table: dict[str, np.ndarray], levels: list[int], seconds: float
+async def latency(settings: Settings, table: dict[str, np.ndarray], levels: list[int], seconds: float
                   ) -> dict[int, dict[str, Any]]:
     from hybridsearch import AsyncSearchClient
     from hybridsearch.engine import connect_async
@@ -160,7 +164,7 @@ async def latency(settings: Any, table: dict[str, np.ndarray], levels: list[int]
     return out
 
 
-def store_bytes(es: Any, index: str) -> int:
+def store_bytes(es: EngineClient, index: str) -> int:
     stats = es.indices.stats(index=index, metric="store")
     return int(stats["indices"][index]["primaries"]["store"]["size_in_bytes"])
 

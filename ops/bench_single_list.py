@@ -38,9 +38,11 @@ from hybridsearch.embedding import Embedder
 from hybridsearch.engine import connect
 from hybridsearch.eval.datasets import load_collection
 from hybridsearch.eval.prepare import eval_settings
+from hybridsearch.indices import section_words_of
 from hybridsearch.query.assemble import build_result, fuse_window
-from hybridsearch.query.build import list_search, plan
+from hybridsearch.query.build import bm25_scope, list_search
 from hybridsearch.query.client import SearchClient
+from hybridsearch.query.fusion import fusion_for
 from hybridsearch.query.results import Mode, Timings
 from hybridsearch.settings import load_settings
 
@@ -80,17 +82,22 @@ def main(argv: list[str] | None = None) -> int:
     client = SearchClient(es, s, embedder=embedder, log_queries=False)
     col = load_collection(args.dataset, "test").limit(args.queries)
     queries = list(col.queries.values())
-    modes: list[Mode] = [m for m in ("bm25", "dense") if m in args.modes.split(",")]  # type: ignore[misc]
+    wanted = args.modes.split(",")
+    modes: list[Mode] = [m for m in ("bm25", "dense") if m in wanted]
     client.warm_up("dense")
     index = client.index()
-    sections = client._sections
     q = client.query
     alias = s.index.alias
-    print(f"index {index}; BM25 on sections: {sections}; {len(queries)} queries, k={args.k}")
+    # What BM25 scores and the fusion, read from the index as the client reads them (its _meta and mapping).
+    mapping = es.indices.get_mapping(index=index)[index]["mappings"]
+    meta = mapping.get("_meta") or {}
+    scope = bm25_scope(q, section_words_of(meta), mapping.get("properties") or {})
+    fusion = fusion_for(q, meta)
+    print(f"index {index}; BM25 on {scope.unit}s; {len(queries)} queries, k={args.k}")
 
     def lines_of(mode: Mode, text: str, vector: Any) -> list[dict[str, Any]]:
-        p = plan(q, s.index.tenant, text, k=args.k, mode=mode, rerank=False)
-        return list_search(q, alias, p, "bm25" if mode == "bm25" else "knn", vector, es.dialect, sections)
+        p = client.check(text, k=args.k, mode=mode, rerank=False)  # the plan the search sends (visibility too)
+        return list_search(q, alias, p, "bm25" if mode == "bm25" else "knn", vector, es.dialect, scope)
 
     def variants(mode: Mode, body: dict[str, Any]) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {"msearch": body}
@@ -147,9 +154,9 @@ def main(argv: list[str] | None = None) -> int:
         add(mode, "json.loads of the answer", ms)
         ms, _ = timed(lambda: orjson.loads(raw))
         add(mode, "orjson.loads of the answer", ms)
-        p = plan(q, s.index.tenant, text, k=args.k, mode=mode, rerank=False)
+        p = client.check(text, k=args.k, mode=mode, rerank=False)
         lst = "bm25" if mode == "bm25" else "knn"
-        ms, window = timed(lambda: fuse_window(q, [lst], answer["responses"]))
+        ms, window = timed(lambda: fuse_window(q, [lst], answer["responses"], fusion))
         add(mode, "fuse_window", ms)
         ms, _ = timed(lambda: build_result(q, s.reranker.depth, p, index, window, Timings()))
         add(mode, "build_result (pydantic)", ms)
@@ -160,11 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     client.close()
     es.close()
     out: dict[str, Any] = {}
-    for mode, by in rows.items():
-        print(f"\n{mode}: p50 / p95 ms over {len(queries)} queries")
+    for shown, by in rows.items():
+        print(f"\n{shown}: p50 / p95 ms over {len(queries)} queries")
         for name, vals in by.items():
             print(f"  {name:<42} {statistics.median(vals):8.2f} {pct(vals, 95):8.2f}")
-            out.setdefault(mode, {})[name] = {"p50": statistics.median(vals), "p95": pct(vals, 95)}
+            out.setdefault(shown, {})[name] = {"p50": statistics.median(vals), "p95": pct(vals, 95)}
     if args.json:
         args.json.write_text(json.dumps(out, indent=1), encoding="utf-8")
     return 0

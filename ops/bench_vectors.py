@@ -57,7 +57,7 @@ from hybridsearch.eval.datasets import Collection, load_collection
 from hybridsearch.eval.harness import evaluate_collection
 from hybridsearch.eval.knn import exact_top_k, knn_recall, unit
 from hybridsearch.eval.prepare import choose_index, eval_settings, ingest_corpus
-from hybridsearch.ingest.chunking import embed_text
+from hybridsearch.ingest.chunking import chunk_embed_text
 from hybridsearch.query.client import SearchClient
 from hybridsearch.query.results import Mode
 from hybridsearch.settings import Settings, load_settings
@@ -101,10 +101,11 @@ def stored_vectors(es: EngineClient, index: str, s: Settings, cache: CachedEmbed
     embedding cache: what was indexed, as float32)."""
     ids: dict[str, int] = {}
     texts: list[str] = []
-    for hit in es.scan(index=index, query={"query": {"match_all": {}}, "_source": ["chunk_id", "title", "text"]}):
+    source = ["chunk_id", "title", "title_cut", "text"]
+    for hit in es.scan(index=index, query={"query": {"match_all": {}}, "_source": source}):
         src = hit["_source"]
         ids[src["chunk_id"]] = len(texts)
-        texts.append(embed_text(src.get("title"), src["text"], s.embedding.prepend_title))
+        texts.append(chunk_embed_text(src, s.embedding.prepend_title))  # a long title cut as ingestion cut it
     before = cache.embedded
     vectors = unit(cache.encode(texts))
     if cache.embedded > before:

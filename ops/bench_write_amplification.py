@@ -23,7 +23,10 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where used, so that --help loads nothing of the package
+    from hybridsearch.engine import EngineClient
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CORPUS = ROOT.parent / "shared" / "datasets" / "scifact" / "corpus.jsonl.gz"
@@ -46,7 +49,7 @@ def subset(corpus: Path, limit: int, dest: Path, changed_every: int | None) -> l
     return changed
 
 
-def counters(es: Any, index: str) -> dict[str, int]:
+def counters(es: EngineClient, index: str) -> dict[str, int]:
     es.indices.refresh(index=index)
     p = es.indices.stats(index=index, metric="indexing,docs,merge,store")["_all"]["primaries"]
     return {"index_ops": p["indexing"]["index_total"], "delete_ops": p["indexing"]["delete_total"],
@@ -65,7 +68,7 @@ def ingest(package: Path, prefix: str, corpus: Path) -> tuple[float, str]:
     return time.perf_counter() - t0, out.stdout
 
 
-def side(name: str, package: Path, es: Any, base: Path, changed: Path, changed_ids: list[str]
+def side(name: str, package: Path, es: EngineClient, base: Path, changed: Path, changed_ids: list[str]
          ) -> list[dict[str, Any]]:
     prefix = f"bench-wa-{name}-{uuid.uuid4().hex[:6]}"
     index = f"{prefix}-chunks-v1"
@@ -88,7 +91,7 @@ def side(name: str, package: Path, es: Any, base: Path, changed: Path, changed_i
     return rows
 
 
-def changed_chunks(es: Any, index: str, doc_ids: list[str]) -> int:
+def changed_chunks(es: EngineClient, index: str, doc_ids: list[str]) -> int:
     """Chunks of the changed documents' new versions."""
     body = es.count(index=index, query={"terms": {"doc_id": doc_ids}})
     return int(body["count"])

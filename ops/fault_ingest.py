@@ -19,6 +19,9 @@ Exit status 0 only when lost = duplicated = incomplete = 0 and the re-run indexe
     $V/bin/python ops/fault_ingest.py --fault node --limit-docs 1500
     $V/bin/python ops/fault_ingest.py --fault block --limit-docs 1500
 
+``--fault block`` needs no second node: on a single node, ``--es-url URL --replicas 0`` (the prefix's indices
+are deleted first, by name, so use a prefix of your own there).
+
 Writes ``reports/fault-ingest-<fault>-<time>.json``.
 """
 
@@ -34,8 +37,13 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # imported where used, so that --help loads nothing of the package
+    from hybridsearch.engine import EngineClient
+    from hybridsearch.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]
 ES_LOCAL = ROOT / "ops" / "es-local.sh"
@@ -93,21 +101,44 @@ def run_workers(corpus: Path, env: dict[str, str], deadline: float, tag: str) ->
     return results
 
 
-def chunk_count(es: Any, alias: str) -> int:
+def prefix_patterns(prefix: str) -> tuple[str, ...]:
+    """The prefix's indices: its chunk indices, ingest run records and state, query log."""
+    return f"{prefix}-chunks*", f"{prefix}-ingest-*", f"{prefix}-query-log*"
+
+
+def drop_indices(es: EngineClient, patterns: Iterable[str]) -> list[str]:
+    """Delete every index matching ``patterns``, each by its name (a cluster may refuse wildcard deletes); a pattern
+    that matches nothing, or an index gone in between, is no error. Returns the names deleted."""
+    from hybridsearch.engine import API_ERRORS, status_of
+
+    dropped: list[str] = []
+    for pattern in patterns:
+        for name in sorted(es.indices.get(index=pattern, expand_wildcards="all", allow_no_indices=True)):
+            try:
+                es.indices.delete(index=name)
+            except API_ERRORS as exc:
+                if status_of(exc) != 404:
+                    raise
+                continue
+            dropped.append(name)
+    return dropped
+
+
+def chunk_count(es: EngineClient, alias: str) -> int:
     try:
         return int(es.count(index=alias)["count"])
     except Exception:  # noqa: BLE001 - a probe during a fault
         return -1
 
 
-def inject(fault: str, es: Any, index: str, node: str, after_chunks: int, hold_s: float, deadline: float,
+def inject(fault: str, es: EngineClient, index: str, node: str, after_chunks: int, hold_s: float, deadline: float,
            events: list[dict[str, Any]], alias: str) -> None:
     """Wait until ``after_chunks`` chunks are written, inject the fault, hold it ``hold_s``, clear it."""
     t0 = time.monotonic()
     while time.monotonic() < deadline and chunk_count(es, alias) < after_chunks:
         time.sleep(0.5)
     events.append({"at_s": round(time.monotonic() - t0, 1), "event": f"inject {fault}",
-                   "chunks_so_far": chunk_count(es, alias)})
+                   "chunks_so_far": chunk_count(es, alias)})  # written so far, hidden ones too
     log(f"injecting {fault} ({events[-1]['chunks_so_far']} chunks written so far)")
     if fault == "node":
         subprocess.run([str(ES_LOCAL), "cluster", "kill", node], check=True)
@@ -123,9 +154,10 @@ def inject(fault: str, es: Any, index: str, node: str, after_chunks: int, hold_s
                    "chunks_so_far": chunk_count(es, alias)})
 
 
-def expected_chunks(corpus: Path, settings: Any) -> tuple[dict[str, set[str]], int]:
-    """Per valid document, the chunk ids the chunker produces (tokenizer only); and how many records were
-    not valid documents (no chunks or unreadable)."""
+def expected_chunks(corpus: Path, settings: Settings) -> tuple[dict[str, set[str]], int]:
+    """Per valid document, the chunk ids the package's chunker gives it (``ingest.layout.document_chunks``, as
+    ingestion calls it; the model's tokenizer, no encoding); and how many records were not valid documents (no
+    chunks or unreadable)."""
     from hybridsearch.embedding import Embedder
     from hybridsearch.ingest.chunking import HFTokenizer
     from hybridsearch.ingest.layout import document_chunks
@@ -149,7 +181,7 @@ def expected_chunks(corpus: Path, settings: Any) -> tuple[dict[str, set[str]], i
     return want, invalid
 
 
-def stored_chunks(es: Any, index: str) -> tuple[list[dict[str, Any]], set[str]]:
+def stored_chunks(es: EngineClient, index: str) -> tuple[list[dict[str, Any]], set[str]]:
     """What every reader sees (the one read path), and the documents hidden from it."""
     from hybridsearch.ingest.lease import hidden_documents
     from hybridsearch.visibility import scan_visible, state_index_for
@@ -178,7 +210,10 @@ def verify(want: dict[str, set[str]], stored: tuple[list[dict[str, Any]], set[st
     }
 
 
-def run_records(es: Any, runs_index: str) -> list[dict[str, Any]]:
+def run_records(es: EngineClient, runs_index: str) -> list[dict[str, Any]]:
+    """The prefix's ingest run records, oldest first; none when no run has written one (no index)."""
+    if not es.indices.exists(index=runs_index):
+        return []
     es.indices.refresh(index=runs_index)
     hits = es.search(index=runs_index, size=50, sort=[{"started_at": "asc"}])["hits"]["hits"]
     keep = ("run_id", "shard", "status", "documents", "documents_indexed", "documents_skipped", "documents_failed",
@@ -213,9 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings(es_url=urls, index={"prefix": prefix, "shards": args.shards, "replicas": args.replicas})
     es = connect(settings.es)
     (ROOT / "reports").mkdir(exist_ok=True)
-    if not args.verify_only:
-        for name in (f"{prefix}-chunks*", f"{prefix}-ingest-*", f"{prefix}-query-log*"):
-            es.indices.delete(index=name, expand_wildcards="all")  # wildcards: a missing index is no error
+    if not args.verify_only and (dropped := drop_indices(es, prefix_patterns(prefix))):
+        log(f"deleted the indices of an earlier run: {', '.join(dropped)}")
     index = ensure_index(es, settings)
     corpus = ROOT / "reports" / f"fault-ingest-corpus-{args.limit_docs or 'all'}.jsonl"
     n_docs = write_subset(corpus, args.limit_docs or None)
@@ -267,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nfault: {args.fault}" + (f" ({args.node} SIGKILLed, restarted)" if args.fault == "node" else
                                         " (read_only_allow_delete set, cleared)"))
     for e in events:
-        print(f"  {e['at_s']:>6.1f} s  {e['event']}  ({e['chunks_so_far']} chunks visible then)")
+        print(f"  {e['at_s']:>6.1f} s  {e['event']}  ({e['chunks_so_far']} chunks written then)")
     print(f"workers: exits {[w['exit'] for w in workers]}")
     for r in records:
         print(f"  run {r['run_id']} shard {r['shard']}: {r['status']}, documents_indexed {r['documents_indexed']}, "

@@ -39,6 +39,7 @@ from hybridsearch.engine import EngineClient, connect
 from hybridsearch.eval.datasets import load_collection
 from hybridsearch.eval.harness import evaluate_collection
 from hybridsearch.eval.prepare import choose_index, eval_settings, ingest_corpus
+from hybridsearch.eval.report import EvalReport
 from hybridsearch.rerank import LocalReranker
 from hybridsearch.settings import Settings
 from hybridsearch.training.config import TrainingConfig
@@ -83,7 +84,7 @@ def drop_prefix(es: EngineClient, prefix: str) -> list[str]:
     return names
 
 
-def mode_figures(report: Any, mode: str) -> dict[str, Any]:
+def mode_figures(report: EvalReport, mode: str) -> dict[str, Any]:
     m = next(m for m in report.modes if m.mode == mode)
     return {"status": m.status, "reason": m.reason, **{k: round(v, 4) for k, v in m.metrics.items()},
             "reranked_queries": m.reranked_queries, "rerank_reasons": m.rerank_reasons, "blend": m.rerank_blend}
@@ -198,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     doc: dict[str, Any] = {"created": datetime.now(UTC).isoformat(timespec="seconds"), "argv": sys.argv[1:],
                            "recipe": {k: str(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-                           "engine": base.es.engine if hasattr(base.es, "engine") else None, "runs": []}
+                           "engine": base.es.engine, "runs": []}
     for i in range(args.start, args.start + args.runs):
         if args.budget_min is not None and (time.perf_counter() - started) / 60 > args.budget_min:
             console.print(f"budget of {args.budget_min:g} min spent: run {i} and later not started")
