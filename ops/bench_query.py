@@ -283,11 +283,13 @@ def sweep(prefix: str | None, col: Collection, depths: list[int], embedder: Embe
     return rows
 
 
-def against(prefixes: tuple[str | None, str], col: Collection, embedder: Embedder, warmup: int, k: int
-            ) -> dict[str, Any]:
-    """Hybrid on two indices (e.g. the collection's index before and after a change), interleaved per query with
-    the order alternating: p50/p95 wall time, nDCG@10, the fusion each used, and the p50 ratio."""
-    clients = [SearchClient.from_settings(bench_settings(p), embedder=embedder) for p in prefixes]
+def against(prefixes: tuple[str | None, str], col: Collection, embedders: tuple[Embedder, Embedder], warmup: int,
+            k: int) -> dict[str, Any]:
+    """Hybrid on two indices (e.g. the collection's index before and after a change, or two indices built with
+    different models, each searched with its own ``embedders`` entry), interleaved per query with the order
+    alternating: p50/p95 wall time, nDCG@10, the fusion each used, and the p50 ratio."""
+    clients = [SearchClient.from_settings(bench_settings(p), embedder=e) for p, e in zip(prefixes, embedders,
+                                                                                            strict=True)]
     walls: list[list[float]] = [[], []]
     rankings: list[dict[str, list[str]]] = [{}, {}]
     fusions: list[str | None] = [None, None]
@@ -375,6 +377,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, help="also write the figures to this JSON file")
     ap.add_argument("--against", metavar="PREFIX", help="also run hybrid on PREFIX's index interleaved with this one "
                                                         "(e.g. the index before a change) and print the p50 ratio")
+    ap.add_argument("--against-model", metavar="NAME", help="the embedding model of the --against index (a "
+                    "catalogue name or folder; default: the same model)")
+    ap.add_argument("--against-int8", action="store_true", help="embed --against queries with the int8 ONNX encoder "
+                    "(HSP_EMBEDDING__BACKEND=onnx, ONNX_QUANTIZED=true) while its index keeps its fp32 vectors")
     ap.add_argument("--compare", metavar="NAME=A,B", help="also run BM25 and hybrid with each value of one query "
                     "setting on the same index, interleaved (e.g. bm25_fields=auto,separate)")
     args = ap.parse_args(argv)
@@ -400,7 +406,14 @@ def main(argv: list[str] | None = None) -> int:
         figures["encoders"] = bench_encoders(embedders, every, args.warmup)
         figures["fast_path"] = fast_path(args.prefix, col, embedders, args.warmup, args.k)
     if args.against:
-        figures["against"] = against((args.prefix, args.against), col, embedder, args.warmup, args.k)
+        other = embedder
+        if args.against_model or args.against_int8:
+            update: dict[str, Any] = {"model": args.against_model or settings.embedding.model}
+            if args.against_int8:
+                update.update(backend="onnx", onnx_quantized=True)
+            other = Embedder(settings.embedding.model_copy(update=update))
+        figures["against"] = against((args.prefix, args.against), col, (embedder, other), args.warmup, args.k)
+        figures["against"]["models"] = [embedder.cfg.model, other.cfg.model]
     if args.compare:
         figures["compare"] = compare(args.prefix, col, args.compare, embedder, args.warmup, args.k)
     if args.sweep:
