@@ -2,9 +2,10 @@
 
 An operation that writes asks Elasticsearch first whether the credentials hold every index privilege
 it needs on the names it will touch (``POST /_security/user/_has_privileges``, which any authenticated
-user may call, API keys included) and refuses with :class:`PermissionDenied` — one line naming the
-user, the missing privileges and the index patterns — before its first write. On a cluster with
-security off that API answers with an error: there is nothing to check and the operation goes ahead.
+user may call, API keys included) and refuses with :class:`~hybridsearch.errors.AccessDenied` (``missing``
+set) — one line naming the user, the missing privileges and the index patterns — before its first write.
+On a cluster with security off that API answers with an error: there is nothing to check and the operation
+goes ahead.
 
 Only index privileges on the prefix are ever needed (plus cluster ``monitor`` for ``hsp doctor``):
 indices are created with explicit settings and mappings, so no index template and no cluster-level
@@ -17,7 +18,7 @@ import logging
 from dataclasses import dataclass, field
 
 from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, status_of
-from hybridsearch.errors import PermissionDenied
+from hybridsearch.errors import AccessDenied
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -85,13 +86,8 @@ def check_privileges(es: EngineClient, names: list[str], privileges: tuple[str, 
 
 
 def require_privileges(es: EngineClient, names: list[str], privileges: tuple[str, ...], doing: str) -> Privileges:
-    """Raise PermissionDenied (one line) unless the credentials hold every privilege on every name."""
+    """Raise AccessDenied (one line, ``missing`` set) unless the credentials hold every privilege on every name."""
     got = check_privileges(es, names, privileges)
     if not got.ok:
-        who = f"user {got.user!r}" if got.user else "these credentials"
-        raise PermissionDenied(
-            f"{who} may not {doing}: missing index privileges {got.describe()}; nothing was written. "
-            "Use credentials whose role grants them (docs/operations.md, 'Roles'), or set HSP_INDEX__PREFIX "
-            "to a prefix these credentials own.",
-            user=got.user, missing=got.missing)
+        raise AccessDenied(doing, user=got.user, missing=got.missing)
     return got

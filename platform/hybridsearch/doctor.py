@@ -21,15 +21,10 @@ import httpx
 from hybridsearch.access import INGEST, check_privileges, prefix_names
 from hybridsearch.engine import EngineClient, EngineInfo, cluster_info, connect, engine_errors, unsafe_vector_options
 from hybridsearch.errors import (
-    AccessDenied,
     AliasConflict,
-    AuthenticationFailed,
-    ClusterUnavailable,
     HybridSearchError,
     IndexMismatch,
     QueryError,
-    SchemeMismatch,
-    TlsFailure,
 )
 from hybridsearch.index_spec import LOG_KINDS, describe, inspect_log_index, unblock_fix
 from hybridsearch.indices import (
@@ -98,33 +93,13 @@ def _watermarks(es: EngineClient) -> dict[str, str]:
     return merged
 
 
-START_NODE = ("start a node (`ops/es-local.sh start` or `docker compose up -d elasticsearch`) or point HSP_ES_URL "
-              "at one")
+#: the fix of an error that names none: Elasticsearch refused for a reason of its own
+REFUSED = "Elasticsearch refused the request: its log says why (`hsp -v doctor` shows the request)"
 
 
 def problem(exc: HybridSearchError) -> tuple[str, str]:
-    """(what went wrong, how to fix it) for an error of a check, by the kind of error."""
-    if isinstance(exc, AuthenticationFailed):
-        return (f"authentication failed: {exc.reason or 'credentials refused or missing'}",
-                "set HSP_ES__USERNAME and HSP_ES__PASSWORD, or HSP_ES__API_KEY, to credentials this cluster "
-                "accepts")
-    if isinstance(exc, AccessDenied):
-        found = f"not allowed: {exc.action}" + (f" ({exc.es_action})" if exc.es_action else "") + (
-            f" on {exc.resource}" if exc.resource else "")
-        grant = f"one of the privileges {', '.join(exc.privileges)}" if exc.privileges else "the privilege for it"
-        return (found, f"the credentials in HSP_ES__USERNAME or HSP_ES__API_KEY lack {grant}: add it to their "
-                       "role (docs/operations.md lists what each command needs)")
-    if isinstance(exc, SchemeMismatch):  # the URL's scheme is not the node's: say which one it speaks
-        return exc.problem, exc.fix or ""
-    if isinstance(exc, TlsFailure):
-        detail = f"TLS handshake with {redact_url(exc.url)} failed: {exc.reason}"
-        if exc.untrusted:
-            return (detail, "set HSP_ES__CA_CERTS to the CA certificate file that signed the node's certificate "
-                            "(HSP_ES__VERIFY_CERTS=false only for a throw-away test node)")
-        return detail, "use an http:// URL in HSP_ES_URL if the node serves plain HTTP"
-    if isinstance(exc, ClusterUnavailable):
-        return exc.problem, START_NODE
-    return str(exc), "Elasticsearch refused the request: its log says why (`hsp -v doctor` shows the request)"
+    """(what went wrong, how to fix it) for an error of a check: the error's own ``problem`` and ``fix``."""
+    return exc.problem or str(exc), exc.fix or REFUSED
 
 
 def check_cluster(es: EngineClient) -> list[Check]:
@@ -399,7 +374,7 @@ def check_embedder(settings: Settings) -> Check:
         vec = Embedder(settings.embedding).encode(["hybridsearch doctor"])
     except HybridSearchError as exc:
         return Check("models", "embedder", "FAIL", exc.problem,
-                     "point HSP_EMBEDDING__MODEL at a local sentence-transformers folder and set "
+                     exc.fix or "point HSP_EMBEDDING__MODEL at a local sentence-transformers folder and set "
                      "HSP_EMBEDDING__DIMS to its size")
     return Check("models", "embedder", "OK", f"{settings.embedding.model}: {vec.shape[1]} dims, loaded in "
                                              f"{time.perf_counter() - t0:.1f} s")

@@ -2,31 +2,45 @@
 
 Every error the package raises on purpose derives from :class:`HybridSearchError`, so a caller
 can catch one type. Exceptions from the ``elasticsearch`` client are translated at the boundary
-(:func:`hybridsearch.cluster.translate`) and never leak out of the public API::
+(:func:`hybridsearch.engine.translate`) and never leak out of the public API.
+
+Every error carries data, not text to parse back: ``problem`` (what went wrong) and ``fix`` (what to do
+about it, None when nothing better than the problem itself can be said), plus the fields of its kind
+(``AccessDenied.privileges``, ``IndexBlocked.block``...). The message is rendered from ``problem`` and
+``fix`` in one place (:meth:`HybridSearchError.render`); ``hsp doctor`` shows the two fields apart. All of
+it is plain text, never markup.
+
+One type per meaning. HTTP 401 is :class:`AuthenticationFailed` (who you are). Missing privileges are
+:class:`AccessDenied`, whether Elasticsearch refused a request with HTTP 403 or the check before a write
+(``_has_privileges``) found them missing (``missing``/``user`` set, nothing written). A block on an index or
+the cluster (write block, read-only, disk flood stage) is :class:`IndexBlocked`, even though the engine
+answers it with HTTP 403 too: granting privileges cannot lift it. The exit code of each type is decided by
+the command line, in one table (:mod:`hybridsearch.cli.exit_codes`)::
 
     HybridSearchError
-    ├── ConfigError            settings or arguments that cannot work (bad value, unknown field)
+    ├── ConfigError            settings or arguments that cannot work (bad value, unknown field, bad split)
     │   └── QueryError         a query the caller must fix (empty text, k out of range, bad filter)
     ├── ClusterError           Elasticsearch answered with an error
     │   ├── ClusterUnavailable no node answers (connection refused, timeout)
     │   │   └── TlsFailure     the TLS handshake failed (untrusted certificate, not a TLS port)
     │   │       └── SchemeMismatch  http:// to a node that speaks TLS, or https:// to a plain HTTP one
     │   ├── AuthenticationFailed  HTTP 401: the credentials were refused or are missing
-    │   ├── AccessDenied       HTTP 403: the credentials lack a privilege for an action
+    │   ├── AccessDenied       the credentials lack a privilege (HTTP 403, or found missing before writing)
     │   ├── IndexNotFound      the index or alias does not exist
-    │   ├── PermissionDenied   the credentials lack privileges an operation needs (checked before writing)
     │   ├── IndexMismatch      the index exists but was built for another model, dims or chunker
     │   ├── AliasConflict      the read alias points at more than one index
     │   └── IndexBlocked       a block refuses writes to the index (write block, disk flood stage, read-only)
     ├── ModelError             a model cannot be loaded or does not fit the index
-    ├── IngestError            a document or run could not be ingested
-    │   ├── IngestLocked       another live run holds the prefix's ingest lease (exit code 6)
+    ├── IngestError            a document or run could not be ingested (an unexpected failure inside a run too)
+    │   ├── IngestLocked       another live run holds the prefix's ingest lease
     │   └── LeaseLost          this run's lease was taken over; it stopped writing
     └── RerankerError          the reranker failed, timed out or is unreachable
-        └── RerankerModelError the cross-encoder cannot be loaded (also a ModelError: exit code 5)
+        └── RerankerModelError the cross-encoder cannot be loaded (also a ModelError)
 """
 
 from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
 
 from hybridsearch.redact import redact_url
 
@@ -35,20 +49,26 @@ class HybridSearchError(Exception):
     """Base class of every error hybridsearch raises on purpose.
 
     ``problem`` says what went wrong and ``fix`` (when known) what to do about it; the message is
-    ``"<problem>. <fix>"``, so programs (``hsp doctor``) read the two fields and never split the text."""
-
-    exit_code = 1
+    :meth:`render` of the two, so programs (``hsp doctor``) read the fields and never split the text."""
 
     def __init__(self, problem: str = "", *, fix: str | None = None) -> None:
-        super().__init__(f"{problem}. {fix}" if fix else problem)
         self.problem = problem
-        self.fix = fix
+        self.fix = fix or None
+        super().__init__(self.render(problem, self.fix))
+
+    @staticmethod
+    def render(problem: str, fix: str | None) -> str:
+        """The message: ``"<problem>. <fix>"`` (no second stop when the problem ends a sentence), or the
+        problem alone."""
+        if not fix:
+            return problem
+        if not problem:
+            return fix
+        return f"{problem} {fix}" if problem.rstrip().endswith((".", "!", "?")) else f"{problem}. {fix}"
 
 
 class ConfigError(HybridSearchError):
     """Settings or arguments that cannot work."""
-
-    exit_code = 2
 
 
 class QueryError(ConfigError):
@@ -57,8 +77,6 @@ class QueryError(ConfigError):
 
 class ClusterError(HybridSearchError):
     """Elasticsearch answered with an error."""
-
-    exit_code = 3
 
 
 class ClusterUnavailable(ClusterError):
@@ -77,13 +95,13 @@ class TlsFailure(ClusterUnavailable):
         url = redact_url(url)
         self.url, self.reason, self.untrusted = url, reason, untrusted
         if untrusted:
-            message = (f"the TLS certificate of {url} is not trusted ({reason}): set HSP_ES__CA_CERTS to the CA "
-                       "certificate file that signed it (HSP_ES__VERIFY_CERTS=false skips the check, for a "
-                       "throw-away test node only)")
+            super().__init__(f"the TLS certificate of {url} is not trusted ({reason})",
+                             fix="Set HSP_ES__CA_CERTS to the CA certificate file that signed it "
+                                 "(HSP_ES__VERIFY_CERTS=false skips the check, for a throw-away test node only)")
         else:
-            message = (f"TLS handshake with {url} failed ({reason}): if the node serves plain HTTP use an "
-                       "http:// URL in HSP_ES_URL; otherwise check HSP_ES__CA_CERTS and HSP_ES__VERIFY_CERTS")
-        super().__init__(message)
+            super().__init__(f"TLS handshake with {url} failed ({reason})",
+                             fix="If the node serves plain HTTP, use an http:// URL in HSP_ES_URL; otherwise check "
+                                 "HSP_ES__CA_CERTS and HSP_ES__VERIFY_CERTS")
 
 
 class SchemeMismatch(TlsFailure):
@@ -113,48 +131,50 @@ class AuthenticationFailed(ClusterError):
     def __init__(self, action: str, reason: str | None = None) -> None:
         self.action, self.reason = action, reason
         said = f": {reason}" if reason else ""
-        super().__init__(f"authentication failed for {action} (HTTP 401{said}): check HSP_ES__USERNAME and "
-                         "HSP_ES__PASSWORD, or HSP_ES__API_KEY")
+        super().__init__(f"authentication failed for {action} (HTTP 401{said})",
+                         fix="Set HSP_ES__USERNAME and HSP_ES__PASSWORD, or HSP_ES__API_KEY, to credentials this "
+                             "cluster accepts")
 
 
 class AccessDenied(ClusterError):
-    """The credentials are valid but lack a privilege (HTTP 403).
+    """The credentials are valid but lack a privilege ``action`` needs.
 
-    ``action`` is what hybridsearch was doing (``"get alias hsp-chunks"``); ``es_action``,
-    ``resource`` and ``privileges`` are what Elasticsearch named, when it said (HEAD requests get
-    no body, so they stay None / empty).
+    ``action`` is what hybridsearch was doing (``"get alias hsp-chunks"``). When Elasticsearch refused a request
+    (HTTP 403), ``es_action``, ``resource`` and ``privileges`` are what it named, when it said (HEAD requests get
+    no body, so they stay None / empty). When the check before a write found privileges missing, nothing was
+    written: ``missing`` maps each missing privilege to the index names or patterns it lacks, ``user`` is the
+    user Elasticsearch authenticated (None when unknown), and ``privileges``/``resource`` sum them up.
     """
 
     status = 403
 
     def __init__(self, action: str, *, es_action: str | None = None, resource: str | None = None,
-                 privileges: tuple[str, ...] = (), reason: str | None = None) -> None:
-        self.action, self.es_action, self.resource = action, es_action, resource
-        self.privileges, self.reason = privileges, reason
+                 privileges: Sequence[str] = (), reason: str | None = None, user: str | None = None,
+                 missing: Mapping[str, Sequence[str]] | None = None) -> None:
+        self.action, self.es_action, self.reason, self.user = action, es_action, reason, user
+        self.missing = {priv: list(names) for priv, names in (missing or {}).items()}
+        if self.missing:
+            privileges = tuple(sorted(self.missing))
+            resource = ", ".join(sorted({n for names in self.missing.values() for n in names}))
+        self.privileges, self.resource = tuple(privileges), resource
+        if self.missing:
+            who = f"user {user!r}" if user else "these credentials"
+            super().__init__(f"{who} may not {action}: missing index privileges {', '.join(self.privileges)} on "
+                             f"{resource}; nothing was written",
+                             fix="Use credentials whose role grants them (docs/operations.md, 'Roles'), or set "
+                                 "HSP_INDEX__PREFIX to a prefix these credentials own")
+            return
         what = f"{action} ({es_action})" if es_action else action
         where = f" on {resource}" if resource else ""
-        grant = (f"grant one of the privileges {', '.join(privileges)}" if privileges
-                 else "grant the privilege")
-        super().__init__(f"not allowed: {what}{where} (HTTP 403): the credentials in HSP_ES__USERNAME or "
-                         f"HSP_ES__API_KEY lack the privilege; {grant} to their role")
+        grant = (f"one of the privileges {', '.join(self.privileges)}" if self.privileges
+                 else "the privilege it needs")
+        super().__init__(f"not allowed: {what}{where} (HTTP 403)",
+                         fix=f"The credentials in HSP_ES__USERNAME or HSP_ES__API_KEY lack the privilege: grant "
+                             f"{grant} to their role (docs/operations.md lists what each command needs)")
 
 
 class IndexNotFound(ClusterError):
     """The index or alias does not exist."""
-
-
-class PermissionDenied(ClusterError):
-    """The credentials lack index privileges an operation needs; it was refused before writing anything.
-
-    ``missing`` maps each missing privilege to the index names or patterns it is missing on; ``user`` is
-    the user Elasticsearch authenticated (None when unknown).
-    """
-
-    def __init__(self, message: str, *, user: str | None = None,
-                 missing: dict[str, list[str]] | None = None) -> None:
-        super().__init__(message)
-        self.user = user
-        self.missing = dict(missing or {})
 
 
 class IndexMismatch(ClusterError):
@@ -162,11 +182,9 @@ class IndexMismatch(ClusterError):
     the settings. ``differences`` holds ``(field, expected, actual)`` for each disagreement; ``actual`` is
     None for a field the index lacks."""
 
-    exit_code = 4
-
-    def __init__(self, message: str, *, index: str = "", fix: str | None = None,
+    def __init__(self, problem: str, *, index: str = "", fix: str | None = None,
                  differences: tuple[tuple[str, object, object], ...] = ()) -> None:
-        super().__init__(message, fix=fix)
+        super().__init__(problem, fix=fix)
         self.index = index
         self.differences = differences
 
@@ -175,11 +193,9 @@ class AliasConflict(ClusterError):
     """The read alias points at more than one index, so reads would mix them and writes go to one of them.
     ``alias`` and ``indices`` (sorted) say which."""
 
-    exit_code = 4
-
-    def __init__(self, message: str, *, alias: str = "", indices: tuple[str, ...] = (),
+    def __init__(self, problem: str, *, alias: str = "", indices: tuple[str, ...] = (),
                  fix: str | None = None) -> None:
-        super().__init__(message, fix=fix)
+        super().__init__(problem, fix=fix)
         self.alias = alias
         self.indices = indices
 
@@ -199,8 +215,6 @@ class IndexBlocked(ClusterError):
 class ModelError(HybridSearchError):
     """A model cannot be loaded, or its output does not fit the index."""
 
-    exit_code = 5
-
 
 class IngestError(HybridSearchError):
     """A document or an ingest run could not be processed."""
@@ -210,8 +224,6 @@ class IngestLocked(IngestError):
     """Another live run holds the prefix's ingest lease (:mod:`hybridsearch.ingest.lease`) for documents this run
     would write. ``holder`` is its run id; ``host``, ``pid``, ``shard`` (``i/N`` or None) and ``heartbeat_age_s``
     say where it runs and when it was last seen."""
-
-    exit_code = 6
 
     def __init__(self, problem: str, *, fix: str | None = None, holder: str, host: str | None, pid: int | None,
                  shard: str | None, heartbeat_age_s: float) -> None:

@@ -41,7 +41,6 @@ from hybridsearch.errors import (
     HybridSearchError,
     IndexBlocked,
     IndexNotFound,
-    PermissionDenied,
 )
 from hybridsearch.mappings import index_options, load_template
 from hybridsearch.settings import Settings
@@ -457,7 +456,7 @@ class LogWriter:
     """Writes documents to one log index so that no write can create it with guessed mappings (module docstring).
 
     Thread-safe. ``write`` never raises for the documents' sake: the returned :class:`LogWrite` says what failed
-    and why (IndexBlocked for a block, PermissionDenied when the index is missing and may not be created)."""
+    and why (IndexBlocked for a block, AccessDenied when the index is missing and may not be created)."""
 
     def __init__(self, es: EngineClient, settings: Settings, kind: str) -> None:
         self.es, self.settings, self.kind = es, settings, kind
@@ -467,7 +466,7 @@ class LogWriter:
         self._lock = threading.Lock()
 
     def ensure(self) -> None:
-        """Create the index with its spec when it is missing (PermissionDenied when these credentials may not);
+        """Create the index with its spec when it is missing (AccessDenied when these credentials may not);
         add the write alias to an index that lacks it, or fall back to writes by name where that is refused."""
         with self._lock:
             with engine_errors(f"check {self.index}"):
@@ -488,7 +487,7 @@ class LogWriter:
                     self.es.indices.update_aliases(actions=[{"add": {"index": self.index, "alias": self.alias,
                                                                      "is_write_index": True}}])
                 self._direct = False
-            except (AccessDenied, PermissionDenied) as exc:
+            except AccessDenied as exc:
                 if not self._direct:
                     log.warning("%s: writing to %s by name (may not add the write alias %s: %s)", self.kind,
                                 self.index, self.alias, exc.problem)

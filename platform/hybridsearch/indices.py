@@ -130,7 +130,7 @@ def check_mapping(index: str, mapping: Mapping[str, Any], settings: Settings,
 
 def record_meta(es: EngineClient, index: str, **entries: Any) -> dict[str, Any]:
     """Set ``entries`` in ``index``'s ``_meta`` (other keys kept; an update replaces the whole ``_meta``, so it is
-    read first). Returns the new ``_meta``. Raises IndexNotFound, ClusterError (e.g. PermissionDenied)."""
+    read first). Returns the new ``_meta``. Raises IndexNotFound, ClusterError (e.g. AccessDenied)."""
     meta = {**index_meta(es, index), **entries}
     with engine_errors(f"record {', '.join(entries)} in the _meta of {index}"):
         es.indices.put_mapping(index=index, meta=meta)
@@ -197,7 +197,7 @@ def ensure_index(es: EngineClient, settings: Settings, version: int | None = Non
 
     Idempotent. When the alias already points at an index, that index is checked and returned
     (unless ``version`` names another one explicitly); the engine's chunk-index settings it lacks are put on it.
-    Checks first that the credentials may ingest into the prefix (PermissionDenied, nothing written). Raises
+    Checks first that the credentials may ingest into the prefix (AccessDenied, nothing written). Raises
     AliasConflict when the alias points at several indices, IndexMismatch when the index's mapping does not fit the
     settings (model, dims, similarity, field types), ClusterError for other cluster failures.
     """

@@ -228,8 +228,8 @@ def import_objects(url: str, objects: list[dict[str, Any]], *, space: str | None
         resp = httpx.post(f"{base}/api/saved_objects/_import", params={"overwrite": "true"}, files=files,
                           headers=headers, auth=auth, timeout=timeout, verify=verify)
     except httpx.HTTPError as exc:
-        raise ClusterUnavailable(f"Kibana did not answer at {url}: {exc}. Is it running "
-                                 "(`docker compose up -d kibana`)?") from exc
+        raise ClusterUnavailable(f"Kibana did not answer at {url}: {exc}",
+                                 fix="Is it running (`docker compose up -d kibana`)?") from exc
     try:
         body: dict[str, Any] = resp.json()
     except ValueError:

@@ -175,7 +175,7 @@ def create_version(es: EngineClient, settings: Settings, version: int | None = N
     (:func:`hybridsearch.index_spec.create_chunk_version`: settings and mappings explicitly, no template, with the
     cluster's analyzer and the engine's chunk-index settings), so versions built for different models coexist. The
     log indices are created too. When the prefix has no read alias yet, the alias is pointed at the new index.
-    Raises PermissionDenied (before writing anything) when the credentials may not create the prefix's indices,
+    Raises AccessDenied (before writing anything) when the credentials may not create the prefix's indices,
     ConfigError when the version exists.
     """
     require_privileges(es, prefix_names(settings), CREATE, f"create indices of prefix {settings.index.prefix}")

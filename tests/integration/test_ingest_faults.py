@@ -24,7 +24,7 @@ import pytest
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding import Embedder
 from hybridsearch.engine import EngineClient, connect
-from hybridsearch.errors import ClusterUnavailable
+from hybridsearch.errors import ClusterError, ClusterUnavailable, IngestError
 from hybridsearch.ingest.chunking import HFTokenizer, chunk_text, text_budget
 from hybridsearch.ingest.ids import chunk_id
 from hybridsearch.ingest.pipeline import run_ingest
@@ -242,3 +242,22 @@ def test_update_that_failed_leaves_no_stale_chunks_after_rerun(proxy: Proxy, set
     again = run_ingest(new, s, es=client, embedder=embedder)
     assert again.documents_failed == 0 and again.deleted >= 2
     assert_indexed_exactly_once(es, s, embedder, new)
+
+
+def test_an_unexpected_failure_inside_a_run_is_an_ingest_error(settings: Settings, embedder: Embedder,
+                                                              es: EngineClient,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not the cluster's fault, so not a ClusterError: an IngestError naming what broke, the cause chained.
+    (A batch the encoder fails on is dead-lettered instead; the thread that prepares documents has no such net.)"""
+    from hybridsearch.ingest.prepare import Preparer
+
+    def broken(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("chunking crashed")
+
+    monkeypatch.setattr(Preparer, "_prepare_group", broken)
+    with pytest.raises(IngestError) as info:
+        run_ingest(docs(3), settings, es=es, embedder=embedder)
+    exc = info.value
+    assert not isinstance(exc, ClusterError) and isinstance(exc.__cause__, RuntimeError)
+    assert exc.problem.endswith("failed unexpectedly: RuntimeError: chunking crashed")
+    assert exc.fix is not None and "hsp -v ingest" in exc.fix

@@ -25,7 +25,7 @@ from hybridsearch.cli.main import main
 from hybridsearch.doctor import check_access
 from hybridsearch.embedding import Embedder
 from hybridsearch.engine import EngineClient, connect
-from hybridsearch.errors import ClusterError, PermissionDenied
+from hybridsearch.errors import AccessDenied, ClusterError
 from hybridsearch.ingest.pipeline import delete_documents, run_ingest
 from hybridsearch.settings import Settings, load_settings
 
@@ -120,12 +120,12 @@ def test_team_credentials_change_nothing_of_another_team(security_env: dict[str,
     assert "'team-a' may not write to prefix" in err and f"{b_prefix}-chunks*" in err and "create_index" in err
     assert "nothing was written" in err and "HSP_INDEX__PREFIX" in err
 
-    with pytest.raises(PermissionDenied) as denied:
+    with pytest.raises(AccessDenied) as denied:
         run_ingest(docs(TEAM_A), a_on_b, es=a_es, embedder=embedder)
     assert denied.value.user == "team-a" and set(denied.value.missing) >= {"create_index", "write", "manage"}
-    with pytest.raises(PermissionDenied):
+    with pytest.raises(AccessDenied):
         lifecycle.create_version(a_es, a_on_b)
-    with pytest.raises(PermissionDenied):
+    with pytest.raises(AccessDenied):
         lifecycle.migrate(a_es, a_on_b, a_on_b, embedder=embedder)
     for attempt in (lambda: lifecycle.rollback(a_es, a_on_b, 1), lambda: lifecycle.drop_version(a_es, a_on_b, 1),
                     lambda: delete_documents(["recipes"], a_on_b, es=a_es)):
@@ -203,11 +203,11 @@ def test_read_only_searcher_searches_and_sees_status_but_cannot_write(
     out = capsys.readouterr().out
     assert "v1" in out and a.index.versioned(1) in out
 
-    with pytest.raises(PermissionDenied, match=r"'searcher-a' may not write to prefix .*create_index"):
+    with pytest.raises(AccessDenied, match=r"'searcher-a' may not write to prefix .*create_index"):
         run_ingest(docs(TEAM_B), reader, es=r_es, embedder=embedder)
-    with pytest.raises(PermissionDenied):
+    with pytest.raises(AccessDenied):
         lifecycle.create_version(r_es, reader)
-    with pytest.raises(PermissionDenied):
+    with pytest.raises(AccessDenied):
         lifecycle.drop_version(r_es, reader, 2)
     with pytest.raises(ClusterError):
         delete_documents(["handbook"], reader, es=r_es)

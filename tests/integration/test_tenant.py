@@ -16,7 +16,7 @@ import yaml
 from hybridsearch import SearchClient, lifecycle
 from hybridsearch.embedding import Embedder
 from hybridsearch.engine import API_ERRORS, EngineClient, connect, status_of
-from hybridsearch.errors import PermissionDenied
+from hybridsearch.errors import AccessDenied
 from hybridsearch.indices import alias_targets
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
@@ -161,7 +161,7 @@ def test_api_key_restricted_to_the_prefix_is_enough(es: EngineClient, settings: 
     # ...and nothing outside the prefix
     outsider = team.model_copy(update={"index": team.index.model_copy(update={"prefix": f"x{uuid.uuid4().hex[:6]}"})})
     try:
-        with pytest.raises(PermissionDenied, match=r"missing index privileges"):
+        with pytest.raises(AccessDenied, match=r"missing index privileges"):
             run_ingest(docs(TEAM_B), outsider, es=team_es, embedder=embedder)
     finally:
         es.indices.delete(index=f"{outsider.index.prefix}-*", expand_wildcards="all")

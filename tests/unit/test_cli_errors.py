@@ -10,6 +10,7 @@ import pytest
 
 from hybridsearch.cli import doctor as cli_doctor
 from hybridsearch.cli import index as cli_index
+from hybridsearch.cli.exit_codes import exit_code
 from hybridsearch.cli.main import main
 from hybridsearch.errors import ClusterError, ConfigError
 from hybridsearch.settings import Settings
@@ -31,7 +32,7 @@ def _raising(exc: Exception) -> Callable[[argparse.Namespace, Settings], int]:
 def test_bracketed_error_text_is_printed_in_full(monkeypatch: pytest.MonkeyPatch,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setattr(cli_index, "cmd_status", _raising(ClusterError(ES_SAYS)))
-    assert main(["index", "status"]) == ClusterError.exit_code
+    assert main(["index", "status"]) == exit_code(ClusterError)
     err = capsys.readouterr().err
     assert err == f"error: {ES_SAYS}\n"
 

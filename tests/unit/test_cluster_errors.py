@@ -12,6 +12,7 @@ import time
 import pytest
 
 from hybridsearch import doctor
+from hybridsearch.cli.exit_codes import exit_code
 from hybridsearch.cli.main import main
 from hybridsearch.engine import AsyncEngineClient, EngineInfo, cluster_info, connect
 from hybridsearch.errors import AccessDenied, AuthenticationFailed, ClusterUnavailable, TlsFailure
@@ -40,11 +41,11 @@ def test_401_names_the_credential_settings(fake_es: Canned) -> None:
     with pytest.raises(AuthenticationFailed) as info:
         cluster_info(connect(ClusterSettings(url=fake_es.url)))
     exc = info.value
-    assert exc.status == 401 and exc.action == "cluster health" and exc.exit_code == 3
+    assert exc.status == 401 and exc.action == "cluster health" and exit_code(exc) == 3
     assert exc.reason == "security_exception: unable to authenticate user [x] for REST request [/_cluster/health]"
     assert str(exc) == ("authentication failed for cluster health (HTTP 401: security_exception: unable to "
-                        "authenticate user [x] for REST request [/_cluster/health]): check HSP_ES__USERNAME and "
-                        "HSP_ES__PASSWORD, or HSP_ES__API_KEY")
+                        "authenticate user [x] for REST request [/_cluster/health]). Set HSP_ES__USERNAME and "
+                        "HSP_ES__PASSWORD, or HSP_ES__API_KEY, to credentials this cluster accepts")
 
 
 def test_head_refusals_say_what_was_refused(fake_es: Canned) -> None:
@@ -53,7 +54,7 @@ def test_head_refusals_say_what_was_refused(fake_es: Canned) -> None:
     with pytest.raises(AccessDenied) as denied:
         alias_targets(es, "hsp-chunks")
     assert "None" not in str(denied.value)
-    assert str(denied.value).startswith("not allowed: get alias hsp-chunks (HTTP 403): the credentials in "
+    assert str(denied.value).startswith("not allowed: get alias hsp-chunks (HTTP 403). The credentials in "
                                         "HSP_ES__USERNAME or HSP_ES__API_KEY lack the privilege")
     fake_es.status = 401
     with pytest.raises(AuthenticationFailed, match=r"^authentication failed for get alias hsp-chunks \(HTTP 401\)"):
@@ -67,9 +68,10 @@ def test_403_body_gives_action_indices_and_privileges(fake_es: Canned) -> None:
     exc = info.value
     assert (exc.action, exc.es_action, exc.resource) == ("cluster health", "indices:admin/aliases/get", "hsp-chunks")
     assert exc.privileges == ("view_index_metadata", "manage", "all")
-    assert str(exc) == ("not allowed: cluster health (indices:admin/aliases/get) on hsp-chunks (HTTP 403): the "
-                        "credentials in HSP_ES__USERNAME or HSP_ES__API_KEY lack the privilege; grant one of the "
-                        "privileges view_index_metadata, manage, all to their role")
+    assert str(exc) == ("not allowed: cluster health (indices:admin/aliases/get) on hsp-chunks (HTTP 403). The "
+                        "credentials in HSP_ES__USERNAME or HSP_ES__API_KEY lack the privilege: grant one of the "
+                        "privileges view_index_metadata, manage, all to their role (docs/operations.md lists what "
+                        "each command needs)")
 
 
 def test_wrong_password_is_one_line_exit_3(fake_es: Canned, monkeypatch: pytest.MonkeyPatch,
@@ -96,8 +98,8 @@ def test_doctor_gives_the_fix_for_each_kind(fake_es: Canned, monkeypatch: pytest
     checks = doctor.run_checks(settings, models=False, reranker=False)
     privileges, alias = checks[1], checks[2]
     assert privileges.name == "privileges" and privileges.status == "FAIL"
-    assert privileges.detail == "not allowed: check privileges"
-    assert alias.status == "FAIL" and alias.detail == "not allowed: get alias hsp-chunks"
+    assert privileges.detail == "not allowed: check privileges (HTTP 403)"
+    assert alias.status == "FAIL" and alias.detail == "not allowed: get alias hsp-chunks (HTTP 403)"
     for c in (privileges, alias):
         assert c.fix is not None and "lack the privilege" in c.fix and "cluster checks above" not in c.fix
 
@@ -114,7 +116,7 @@ def test_untrusted_certificate_fails_once_naming_ca_certs(self_signed_es: Canned
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "Traceback" not in err
     assert err.startswith(f"error: the TLS certificate of {self_signed_es.url} is not trusted (certificate verify "
-                          "failed: self-signed certificate): set HSP_ES__CA_CERTS to the CA certificate file")
+                          "failed: self-signed certificate). Set HSP_ES__CA_CERTS to the CA certificate file")
     assert "HSP_ES__VERIFY_CERTS=false" in err
     assert not [r for r in caplog.records if r.name.startswith("elastic_transport")]
 

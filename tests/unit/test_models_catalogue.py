@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from hybridsearch.cli.exit_codes import exit_code
 from hybridsearch.embedding import catalogue, fetch, models
 from hybridsearch.embedding.catalogue import CatalogueEntry
 from hybridsearch.errors import ModelError, RerankerModelError
@@ -256,7 +257,7 @@ def test_a_model_not_on_this_machine_fails_at_once_in_one_line(name: str, fix: s
     with pytest.raises(ModelError) as info:
         Embedder(EmbeddingSettings(model=name, device="cpu")).encode(["x"])
     assert time.perf_counter() - started < 1.0
-    assert fix in str(info.value) and "\n" not in str(info.value) and info.value.exit_code == 5
+    assert fix in str(info.value) and "\n" not in str(info.value) and exit_code(info.value) == 5
     assert no_network == []
 
 

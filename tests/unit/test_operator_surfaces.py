@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from hybridsearch.cli import output
+from hybridsearch.cli.exit_codes import exit_code
 from hybridsearch.cli.main import main
 from hybridsearch.engine import AsyncEngineClient, EngineInfo, cluster_info, connect
 from hybridsearch.engine.connect import detect, es_client, os_client
@@ -172,7 +173,7 @@ def test_http_url_to_a_tls_node_says_it_speaks_tls(self_signed_es: Canned, monke
         cluster_info(connect(ClusterSettings(url=url, max_retries=3)))
     exc = info.value
     assert exc.speaks_tls and exc.node == f"127.0.0.1:{port}" and exc.use == f"https://127.0.0.1:{port}"
-    assert isinstance(exc, TlsFailure | ClusterUnavailable) and exc.exit_code == 3
+    assert isinstance(exc, TlsFailure | ClusterUnavailable) and exit_code(exc) == 3
     assert self_signed_es.connections == 2  # the request (not retried) and the TLS probe
     monkeypatch.setenv("HSP_ES_URL", url)
     assert main(["index", "status"]) == 3

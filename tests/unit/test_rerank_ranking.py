@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from hybridsearch.cli.exit_codes import exit_code
 from hybridsearch.errors import ModelError, RerankerError, RerankerModelError
 from hybridsearch.rerank import HttpReranker, LocalReranker, Reranker, make_reranker
 from hybridsearch.rerank.local import load_cross_encoder
@@ -59,7 +60,7 @@ def test_offline_hub_name_fails_fast_naming_model_and_fix(monkeypatch: pytest.Mo
     msg = str(info.value)
     assert "cross-encoder/ms-marco-MiniLM-L-6-v2" in msg and "HSP_RERANKER__MODEL=" in msg
     assert isinstance(info.value, ModelError) and isinstance(info.value, RerankerError)
-    assert info.value.exit_code == 5
+    assert exit_code(info.value) == 5
 
 
 def test_missing_folder_is_a_clear_error(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from hybridsearch.errors import ConfigError
 from hybridsearch.training.card import card_markdown, make_card
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
 from hybridsearch.training.folds import choose, kfold, measure, nested_estimate, summarize
@@ -38,7 +39,7 @@ def test_kfold_is_a_seeded_partition_independent_of_input_order() -> None:
 
 @pytest.mark.parametrize("k", [0, 1, 11])
 def test_kfold_refuses_impossible_fold_counts(k: int) -> None:
-    with pytest.raises(ValueError, match="folds"):
+    with pytest.raises(ConfigError, match="folds"):
         kfold([f"q{i}" for i in range(10)], k, seed=1)
 
 

@@ -3,9 +3,9 @@
 Errors are printed here only, as text (never rich markup), in a few lines; ``--verbose`` adds their
 causes and the Elasticsearch client's own retry warnings (see :mod:`hybridsearch.cli.output`).
 
-Exit codes: 0 ok · 1 other hybridsearch error, or a failed quality gate (``hsp eval --baseline``)
-· 2 usage or settings · 3 cluster · 4 index mismatch · 5 model · 6 another ingest run holds the prefix's
-lease · 130 interrupted. Each command
+Exit codes (the table is :mod:`hybridsearch.cli.exit_codes`): 0 ok · 1 other hybridsearch error, or a failed
+quality gate (``hsp eval --baseline``) · 2 usage or settings · 3 cluster · 4 index mismatch · 5 model · 6 another
+ingest run holds the prefix's lease · 130 interrupted. Each command
 module in this package exposes ``register(subparsers)``, which adds its sub-commands and sets
 ``handler(args, settings) -> int``.
 """
@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 
 from hybridsearch.cli import output
+from hybridsearch.cli.exit_codes import INTERRUPTED, exit_code
 from hybridsearch.errors import HybridSearchError
 from hybridsearch.settings import load_settings
 
@@ -58,10 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return code
     except HybridSearchError as exc:
         output.print_error(err_console, exc, args.verbose)
-        return exc.exit_code
+        return exit_code(exc)
     except KeyboardInterrupt:
         err_console.print("interrupted")
-        return 130
+        return INTERRUPTED
 
 
 def entry() -> None:

@@ -1,7 +1,8 @@
 """Both client libraries' exceptions, read as data and translated into :mod:`hybridsearch.errors`.
 
 ``engine_errors(what)`` wraps calls so that ``elasticsearch`` and ``opensearchpy`` exceptions come out as
-our types: 401 as AuthenticationFailed, 403 as AccessDenied (naming the action and what the engine said),
+our types: 401 as AuthenticationFailed, 403 as AccessDenied (naming the action and what the engine said; a
+block answered with 403 is read as IndexBlocked by :func:`hybridsearch.index_spec.translate_write`),
 404 as IndexNotFound, a TLS handshake that cannot succeed as TlsFailure (SchemeMismatch when the URL's scheme is
 not what the node speaks, raised by the nodes of :mod:`hybridsearch.engine.connect`), no answer as
 ClusterUnavailable.
@@ -109,6 +110,10 @@ def tls_failure(exc: BaseException, url: str) -> TlsFailure | None:
 
 # ------------------------------------------------------------------------------------------ translation
 
+#: the fix of every ClusterUnavailable that is not a TLS failure: no node answered
+START_NODE = ("Is a node running? Start one with `ops/es-local.sh start` (or `docker compose up -d elasticsearch`), "
+              "or point HSP_ES_URL at one")
+
 
 def translate(exc: Exception, what: str = "request") -> HybridSearchError:
     """Map either client's exception to our error tree."""
@@ -117,12 +122,10 @@ def translate(exc: Exception, what: str = "request") -> HybridSearchError:
     if isinstance(exc, TlsError | opensearchpy.SSLError):
         # the nodes raise the hopeless ones as TlsFailure already; this catches clients built elsewhere
         return tls_failure(exc, "the node") or ClusterUnavailable(
-            f"TLS error on the {what}: {exc}. Check HSP_ES__CA_CERTS and HSP_ES__VERIFY_CERTS")
+            f"TLS error on the {what}: {exc}", fix="Check HSP_ES__CA_CERTS and HSP_ES__VERIFY_CERTS")
     status = status_of(exc)
     if status is None and isinstance(exc, UNREACHABLE):
-        return ClusterUnavailable(f"the cluster did not answer the {what}: {exc}",
-                                  fix="Is a node running? Start one with `ops/es-local.sh start` "
-                                  "or set HSP_ES_URL.")
+        return ClusterUnavailable(f"the cluster did not answer the {what}: {exc}", fix=START_NODE)
     if status == 401:
         return AuthenticationFailed(what, reason_of(exc) if body_of(exc) else None)
     if status == 403:
@@ -132,7 +135,7 @@ def translate(exc: Exception, what: str = "request") -> HybridSearchError:
     if status is not None:
         return ClusterError(f"{what} failed with HTTP {status}: {reason_of(exc)}")
     if isinstance(exc, API_ERRORS):
-        return ClusterUnavailable(f"{what} failed in transport: {exc}")
+        return ClusterUnavailable(f"{what} failed in transport: {exc}", fix=START_NODE)
     return ClusterError(f"{what} failed: {exc!r}")
 
 

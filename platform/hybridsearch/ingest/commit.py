@@ -131,7 +131,7 @@ def existing_chunk_ids(es: EngineClient, index: str, doc_ids: list[str], tenant:
 def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClient | None = None) -> int:
     """Delete every chunk of ``doc_ids`` (visible or hidden) from the indices behind the read alias, and drop them
     from the documents a stopped run left hidden; returns chunks deleted. Unknown ids delete nothing. Raises
-    PermissionDenied before deleting anything when the credentials may not, ClusterError otherwise."""
+    AccessDenied before deleting anything when the credentials may not, ClusterError otherwise."""
     es = es or connect(settings.es)
     require_privileges(es, chunk_names(settings), ("read", "delete"),
                        f"delete documents of prefix {settings.index.prefix}")

@@ -27,7 +27,7 @@ from typing import Any
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding import Embedder
 from hybridsearch.engine import EngineClient, connect, engine_errors
-from hybridsearch.errors import ClusterError, ConfigError, HybridSearchError, ModelError
+from hybridsearch.errors import ConfigError, HybridSearchError, IngestError, ModelError
 from hybridsearch.indices import ensure_index, index_mapping, section_words_of
 from hybridsearch.ingest.commit import Staged, finish, whole_documents
 from hybridsearch.ingest.commit import delete_documents as delete_documents
@@ -120,7 +120,8 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
     dead-letters what fails and records the run in ``<prefix>-ingest-runs`` from its start (marking runs that
     died unrecorded as ``killed``). ``shard=(i, n)`` keeps only documents whose id hashes to ``i`` of ``n``. On
     Ctrl-C or SIGTERM the run stops after the batches in flight and returns with ``status="interrupted"``.
-    Raises ClusterUnavailable when the cluster stays unreachable, ConfigError for a bad shard.
+    Raises ClusterUnavailable when the cluster stays unreachable, ConfigError for a bad shard, IngestError (the
+    cause chained) when something unexpected failed inside the run.
     """
     if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
         raise ConfigError(f"shard {shard[0]}/{shard[1]} is not i/N with 0 <= i < N")
@@ -163,7 +164,10 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
     if run.error is not None:
         if isinstance(run.error, HybridSearchError):
             raise run.error
-        raise ClusterError(f"ingest failed: {run.error!r}") from run.error
+        cause = run.error
+        raise IngestError(f"ingest run {result.run_id} failed unexpectedly: {type(cause).__name__}: {cause}",
+                          fix="The run is recorded as failed and its unfinished documents stay hidden; `hsp -v "
+                              "ingest` shows the cause, and the same command resumes once it is fixed") from cause
     return result
 
 

@@ -129,7 +129,7 @@ def write_actions(es: EngineClient, actions: Sequence[dict[str, Any]], cfg: Inge
             if unreachable is not None:
                 raise ClusterUnavailable(
                     f"Elasticsearch stayed unreachable through {attempt} bulk retries ({unreachable}); "
-                    f"{len(retry)} chunks were not written. Re-run the ingest to resume."
+                    f"{len(retry)} chunks were not written", fix="Re-run the ingest to resume once it answers"
                 ) from unreachable
             report.failures.extend(
                 _failure(a, f"{why} (still failing after {attempt} retries)", st) for a, why, st in retry

@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from hybridsearch.errors import ConfigError
 from hybridsearch.training.negatives import ValidationQuery
 from hybridsearch.training.validation import BLEND_GRID, blended_scores, choose_blend, rerank_metrics
 
@@ -30,10 +31,14 @@ EpochScores = Mapping[int, Scores]  # epoch -> OOF scores of every query
 
 def kfold(qids: Iterable[str], k: int, seed: int) -> list[list[str]]:
     """``k`` disjoint folds covering ``qids``, seeded, sizes within one of each other, each sorted;
-    independent of the input order. Raises ValueError for ``k < 2`` or more folds than queries."""
+    independent of the input order. Raises ConfigError for ``k < 2`` or more folds than queries."""
     ordered = sorted(set(qids))
     if k < 2 or k > len(ordered):
-        raise ValueError(f"need 2 <= folds <= queries ({len(ordered)}), got {k}")
+        n = len(ordered)
+        fits = "" if n < 2 else "--folds 2, or " if n == 2 else f"--folds between 2 and {n}, or "
+        raise ConfigError(f"cannot split {n} training queries into {k} folds (need 2 <= folds <= queries)",
+                          fix=f"Pass {fits}--folds 0 to train without k-fold selection, or train on a split with "
+                              "more judged queries")
     shuffled = ordered[:]
     random.Random(f"folds:{seed}").shuffle(shuffled)
     return [sorted(shuffled[i::k]) for i in range(k)]
