@@ -29,6 +29,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
+from hybridsearch.cli.progress import RichProgress
 from hybridsearch.embedding import Embedder
 from hybridsearch.engine import connect
 from hybridsearch.ingest.chunking import HFTokenizer
@@ -136,7 +137,8 @@ def main(argv: list[str] | None = None) -> int:
         size = -(-len(docs) // max(1, args.slices))
         for start in range(0, len(docs), size):
             part = docs[start:start + size]
-            r = run_ingest(part, settings, es=es, embedder=embedder, progress=True)
+            with RichProgress() as bar:
+                r = run_ingest(part, settings, es=es, embedder=embedder, progress=bar)
             for k in ("seconds", "embed_seconds", "indexed", "updated", "failed", "documents_failed"):
                 setattr(first, k, getattr(first, k) + getattr(r, k))
             part_texts = [t for d in part for _, t in document_chunks(

@@ -181,6 +181,7 @@ def start_reranker(model: Path) -> tuple[subprocess.Popen[bytes], str]:
 async def hybridsearch_levels(args: argparse.Namespace, docs: list[dict[str, str]], queries: list[str]
                               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from hybridsearch import AsyncSearchClient
+    from hybridsearch.cli.progress import RichProgress
     from hybridsearch.embedding import Embedder
     from hybridsearch.engine import connect
     from hybridsearch.eval.prepare import choose_index, index_counts, ingest_corpus
@@ -195,8 +196,9 @@ async def hybridsearch_levels(args: argparse.Namespace, docs: list[dict[str, str
     embedder = Embedder(s.embedding)
     choice = choose_index(es, s)
     print(f"[hybridsearch] ingesting into {choice.index} (unchanged documents are skipped)", flush=True)
-    ingest_corpus(es, s, [Document.make(d["_id"], d["text"], title=d["title"] or None, source="bench-load")
-                          for d in docs], embedder=embedder, progress=True)
+    with RichProgress() as bar:
+        ingest_corpus(es, s, [Document.make(d["_id"], d["text"], title=d["title"] or None, source="bench-load")
+                              for d in docs], embedder=embedder, progress=bar)
     info = {"index": choice.index, **index_counts(es, choice.index)}
     es.close()
     out: list[dict[str, Any]] = []

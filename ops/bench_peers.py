@@ -289,6 +289,7 @@ def select(dataset: Path, split: str, limit_docs: int | None, limit_queries: int
 
 
 def run_hybridsearch(args: argparse.Namespace, col: Collection, docs: list[dict[str, str]]) -> dict[str, Any]:
+    from hybridsearch.cli.progress import RichProgress
     from hybridsearch.embedding import Embedder
     from hybridsearch.engine import connect
     from hybridsearch.eval.prepare import choose_index, eval_settings, index_counts, ingest_corpus
@@ -303,7 +304,8 @@ def run_hybridsearch(args: argparse.Namespace, col: Collection, docs: list[dict[
     t0 = time.perf_counter()
     source: Any = col.corpus_path if args.limit_docs is None else [
         Document.make(d["_id"], d["text"], title=d["title"] or None, source="bench-peers") for d in docs]
-    ingest = ingest_corpus(es, s, source, embedder=embedder, progress=True)
+    with RichProgress() as bar:
+        ingest = ingest_corpus(es, s, source, embedder=embedder, progress=bar)
     build_s = time.perf_counter() - t0
     counts = index_counts(es, choice.index)
     notes = [f"index {choice.index} ({choice.action}; {counts['documents']} documents, {counts['chunks']} chunks)"]

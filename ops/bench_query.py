@@ -39,6 +39,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from hybridsearch.cli.progress import RichProgress
 from hybridsearch.embedding import Embedder
 from hybridsearch.embedding.query import agreement
 from hybridsearch.engine import connect
@@ -89,7 +90,8 @@ def build_subset(settings: Settings, col: Collection, n_docs: int, embedder: Emb
         if len(docs) >= max(n_docs, len(wanted)) and wanted <= {d.doc_id for d in docs}:
             break
     console.print(f"ingesting {len(docs)} documents into {settings.index.alias} …")
-    result = run_ingest(docs, settings, progress=True, embedder=embedder)
+    with RichProgress() as bar:
+        result = run_ingest(docs, settings, progress=bar, embedder=embedder)
     console.print(f"ingest: {getattr(result, 'status', '?')}, {getattr(result, 'chunks', '?')} chunks")
 
 

@@ -49,6 +49,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_query import DEFAULT_COLLECTION
+from hybridsearch.cli.progress import RichProgress
 from hybridsearch.embedding import Embedder
 from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
 from hybridsearch.engine import EngineClient, connect
@@ -85,7 +86,8 @@ def build(es: EngineClient, s: Settings, col: Collection, embedder: Embedder) ->
     t0 = time.perf_counter()
     index = choose_index(es, s).index
     es.indices.put_settings(index=index, settings={"index.compound_format": "false"})  # vector files stay visible
-    ingest = ingest_corpus(es, s, col.corpus_path, embedder=embedder, progress=True)
+    with RichProgress() as bar:
+        ingest = ingest_corpus(es, s, col.corpus_path, embedder=embedder, progress=bar)
     es.indices.refresh(index=index)
     t1 = time.perf_counter()
     es.indices.forcemerge(index=index, max_num_segments=1)

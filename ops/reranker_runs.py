@@ -33,6 +33,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from hybridsearch.cli.progress import RichProgress
 from hybridsearch.embedding import Embedder
 from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
 from hybridsearch.engine import EngineClient, connect
@@ -105,7 +106,8 @@ def one_run(i: int, args: argparse.Namespace, base: Settings) -> dict[str, Any]:
         t0 = time.perf_counter()
         rec["dropped_before"] = drop_prefix(es, prefix)
         choice = choose_index(es, s, create=True)
-        ingest_corpus(es, s, collection.corpus_path, embedder=cache, progress=not args.no_progress)
+        with RichProgress(enabled=not args.no_progress) as bar:
+            ingest_corpus(es, s, collection.corpus_path, embedder=cache, progress=bar)
         es.indices.refresh(index=s.index.alias)
         rec["index"], rec["build_s"] = choice.index, round(time.perf_counter() - t0, 1)
         console.print(f"run {i}: index {choice.index} built in {rec['build_s']} s")
@@ -117,7 +119,8 @@ def one_run(i: int, args: argparse.Namespace, base: Settings) -> dict[str, Any]:
                              limit_queries=args.limit_queries, seed=seed,
                              device=args.device, depth=s.reranker.depth)
         t0 = time.perf_counter()
-        card = run_training(cfg, s, es=es, embedder=embedder, progress=not args.no_progress)
+        with RichProgress(enabled=not args.no_progress, keep_finished=False) as bar:
+            card = run_training(cfg, s, es=es, embedder=embedder, progress=bar)
         rec["train_s"] = round(time.perf_counter() - t0, 1)
         cv = card.get("cross_validation") or {}
         rec["validation"] = {"fused": card["validation"]["fused_order"].get("ndcg@10"),

@@ -1,4 +1,5 @@
-"""Versioned chunk indices: status, create, migrate, rollback and drop.
+"""Versioned chunk indices: create, migrate, rollback and drop. What ``hsp index status`` shows (the display
+types and their read) is :mod:`hybridsearch.index_status`, whose names are re-exported here.
 
 Chunk indices are ``<prefix>-chunks-v<N>``; readers go through the alias ``<prefix>-chunks``.
 A migration builds version N+1 for a new embedding model, chunker or vector layout next to the
@@ -12,7 +13,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hybridsearch.access import CREATE, DROP, INGEST, MOVE_ALIAS, chunk_names, prefix_names, require_privileges
@@ -21,6 +22,11 @@ from hybridsearch.embedding.prompts import resolve_prompts
 from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
 from hybridsearch.index_spec import create_chunk_version, parse_version
+from hybridsearch.index_status import ClusterStatus as ClusterStatus
+from hybridsearch.index_status import IndexStatus as IndexStatus
+from hybridsearch.index_status import doc_count
+from hybridsearch.index_status import index_status as index_status
+from hybridsearch.index_status import list_versions as list_versions
 from hybridsearch.indices import (
     alias_targets,
     check_mapping,
@@ -31,13 +37,14 @@ from hybridsearch.indices import (
     section_words_of,
 )
 from hybridsearch.ingest.chunking import chunk_embed_text
-from hybridsearch.ingest.lease import Lease, hidden_documents
+from hybridsearch.ingest.lease import Lease
 from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter
 from hybridsearch.ingest.writer import DeadLetter
 from hybridsearch.mappings import load_template, metadata_fields_of
+from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.query.filters import typed_metadata
 from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
-from hybridsearch.visibility import count_visible, scan_visible, state_index_for, state_index_of, visible_query
+from hybridsearch.visibility import count_visible, scan_visible
 
 log = logging.getLogger(__name__)
 
@@ -50,15 +57,6 @@ def version_of(index: str) -> int | None:
     return parse_version(index)
 
 
-def list_versions(es: EngineClient, settings: Settings) -> dict[int, str]:
-    """``{N: index}`` for every ``<prefix>-chunks-v<N>`` in the cluster, sorted by N."""
-    with engine_errors("list chunk indices"):
-        body = es.indices.get(index=f"{settings.index.alias}-v*", expand_wildcards="open,closed",
-                              allow_no_indices=True, filter_path="*.settings.index.provided_name")
-    found = {v: name for name in body if (v := parse_version(name, settings.index.alias)) is not None}
-    return dict(sorted(found.items()))
-
-
 def current_index(es: EngineClient, settings: Settings) -> str | None:
     """The one index the read alias points at, or None when there is no alias. Raises AliasConflict when
     it points at several (``indices.single_target``)."""
@@ -66,98 +64,6 @@ def current_index(es: EngineClient, settings: Settings) -> str | None:
         return resolve_index(es, settings, check=False)
     except IndexNotFound:
         return None
-
-
-# --------------------------------------------------------------------------------------------- status
-
-@dataclass
-class IndexStatus:
-    """One chunk index as ``hsp index status`` shows it."""
-
-    name: str
-    version: int | None
-    live: bool
-    health: str
-    status: str
-    chunks: int
-    documents: int | None
-    store_bytes: int
-    model: str | None
-    dims: int | None
-    chunker: str | None
-    index_options: dict[str, Any] = field(default_factory=dict)
-    created: str | None = None
-    pending: int = 0  # documents hidden: being written, or left half written by a stopped run (not searchable)
-
-
-@dataclass
-class ClusterStatus:
-    """Everything ``hsp index status`` reports for one prefix."""
-
-    prefix: str
-    alias: str
-    alias_targets: list[str]
-    indices: list[IndexStatus]
-    logs: dict[str, int]
-
-    def as_dict(self) -> dict[str, Any]:
-        from dataclasses import asdict
-
-        return asdict(self)
-
-
-def _doc_count(es: EngineClient, index: str) -> int | None:
-    """Distinct documents in a chunk index (cardinality of doc_id; approximate above 40k)."""
-    try:
-        with engine_errors(f"count documents in {index}"):
-            body = es.search(index=index, size=0, query=visible_query(state_index_of(es, state_index_for(index))),
-                             track_total_hits=True,
-                             aggs={"docs": {"cardinality": {"field": "doc_id", "precision_threshold": 40000}}})
-        return int(body["aggregations"]["docs"]["value"])
-    except IndexNotFound:
-        return None
-
-
-def _pending(es: EngineClient, index: str) -> int:
-    """Documents hidden in the prefix of ``index``: being written, or left half written by a stopped run."""
-    return len({d for ids in hidden_documents(es, state_index_for(index)).values() for d in ids})
-
-
-def index_status(es: EngineClient, settings: Settings) -> ClusterStatus:
-    """Aliases, versions, counts, ``_meta``, size, health and vector options for the prefix."""
-    prefix = settings.index.prefix
-    live = set(alias_targets(es, settings.index.alias))
-    versions = list_versions(es, settings)
-    rows: list[IndexStatus] = []
-    if versions:
-        names = ",".join(versions.values())
-        with engine_errors("cat indices"):
-            rows_json: list[dict[str, Any]] = es.cat.indices(
-                index=names, bytes="b",
-                h="index,health,status,docs.count,store.size,creation.date.string")  # type: ignore[assignment]
-            cat = {r["index"]: r for r in rows_json}
-            mappings = es.indices.get_mapping(index=names)
-        for version, name in versions.items():
-            row = cat.get(name, {})
-            mapping = mappings.get(name, {}).get("mappings", {})
-            meta = mapping.get("_meta", {})
-            vec = es.dialect.vector_summary(mapping.get("properties", {}).get("embedding", {}))
-            rows.append(IndexStatus(
-                name=name, version=version, live=name in live, health=str(row.get("health", "?")),
-                status=str(row.get("status", "?")), chunks=int(row.get("docs.count") or 0),
-                documents=_doc_count(es, name) if row.get("status") == "open" else None,
-                store_bytes=int(row.get("store.size") or 0), model=meta.get("embedding_model"),
-                dims=vec.dims or meta.get("embedding_dims"), chunker=meta.get("chunker_version"),
-                index_options=vec.options, created=row.get("creation.date.string"),
-                pending=_pending(es, name) if row.get("status") == "open" else 0,
-            ))
-    logs: dict[str, int] = {}
-    for name in (settings.index.query_log, settings.index.ingest_runs):
-        with engine_errors(f"count {name}"):
-            if es.indices.exists(index=name):
-                logs[name] = int(es.count(index=name)["count"])
-    return ClusterStatus(prefix=prefix, alias=settings.index.alias, alias_targets=sorted(live), indices=rows,
-                         logs=logs)
 
 
 # --------------------------------------------------------------------------------------------- create
@@ -218,6 +124,36 @@ def embedding_settings_for(model: str, base: EmbeddingSettings, dims: int | None
         st = load_sentence_transformer(model, "cpu")
         dims = int(st.get_embedding_dimension() or 0)
     return base.model_copy(update={"model": model, "dims": dims})
+
+
+def migration_settings(settings: Settings, *, model: str | None = None, dims: int | None = None,
+                       prepend_title: bool | None = None, index_options: str | None = None,
+                       chunker: str | None = None, max_tokens: int | None = None,
+                       overlap: float | None = None) -> Settings:
+    """The settings a migration of ``settings``' live index builds for: another model (``dims`` read from it
+    unless given), title handling, vector ``index_options`` or chunker (strategy, tokens, overlap); None keeps
+    the current value. Raises ConfigError (invalid chunker options), ModelError."""
+    from pydantic import ValidationError
+
+    from hybridsearch.settings import ChunkingSettings
+
+    embedding = settings.embedding
+    if model or dims:
+        embedding = embedding_settings_for(model or embedding.model, embedding, dims)
+    if prepend_title is not None:
+        embedding = embedding.model_copy(update={"prepend_title": prepend_title})
+    index = settings.index
+    if index_options:
+        index = index.model_copy(update={"index_options": index_options})
+    chunking = settings.chunking
+    changes = {k: v for k, v in (("strategy", chunker), ("max_tokens", max_tokens), ("overlap", overlap))
+               if v is not None}
+    if changes:
+        try:
+            chunking = ChunkingSettings.model_validate({**chunking.model_dump(), **changes})
+        except ValidationError as exc:
+            raise ConfigError(f"invalid chunker options: {exc.errors()[0]['msg']}") from None
+    return settings.model_copy(update={"embedding": embedding, "index": index, "chunking": chunking})
 
 
 def _scan(es: EngineClient, index: str, batch: int, vectors: bool = False) -> Iterator[dict[str, Any]]:
@@ -285,7 +221,7 @@ def same_vectors(meta: dict[str, Any], settings: Settings) -> bool:
 
 def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | None = None,
             embedder: Embedder | None = None, swap: bool = True, batch_size: int = 256,
-            reembed: bool | None = None, on_progress: Callable[[int, int], None] | None = None) -> MigrationResult:
+            reembed: bool | None = None, progress: ProgressSink | None = None) -> MigrationResult:
     """Build a new chunk index for ``new`` from the live index of ``old`` and swap the alias to it.
 
     Every chunk of the live index is read with a scroll, re-embedded with ``new.embedding`` (or, when
@@ -294,10 +230,10 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     names another chunker, each document is rebuilt from its chunks' offsets and cut again
     (:mod:`hybridsearch.rechunk`). The alias moves only when the new index holds every chunk (or, after
     re-chunking, every document) of the source; until then, and on any failure, searches keep using
-    the old index, which is never modified. ``on_progress(done, total)`` is called as chunks (or
-    documents) are done. Raises IndexNotFound when there is no live index, IndexMismatch when it was
-    not built with ``old``'s model, and IngestError when anything fails to copy or the counts disagree
-    (the new index is left for inspection, failures in a dead-letter file).
+    the old index, which is never modified. ``progress`` receives the chunks (or documents) done of all
+    (task ``copying chunks`` or ``copying documents``). Raises IndexNotFound when there is no live index,
+    IndexMismatch when it was not built with ``old``'s model, and IngestError when anything fails to copy or the
+    counts disagree (the new index is left for inspection, failures in a dead-letter file).
     """
     if old.index.prefix != new.index.prefix:
         raise ConfigError("a migration stays within one prefix")
@@ -317,7 +253,7 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     try:
         return _migrate_locked(es, old, new, source, source_mapping, rechunk, first_chunks, version=version,
                                embedder=embedder, swap=swap, batch_size=batch_size, reembed=reembed,
-                               on_progress=on_progress)
+                               progress=progress)
     finally:
         lease.release()
 
@@ -325,7 +261,7 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
 def _migrate_locked(es: EngineClient, old: Settings, new: Settings, source: str, source_mapping: dict[str, Any],
                     rechunk: bool, first_chunks: list[dict[str, Any]], *, version: int | None,
                     embedder: Embedder | None, swap: bool, batch_size: int, reembed: bool | None,
-                    on_progress: Callable[[int, int], None] | None) -> MigrationResult:
+                    progress: ProgressSink | None) -> MigrationResult:
     """:func:`migrate`'s copy, check and swap, while it holds the lease. Counts what readers see (documents a
     stopped run left half written are neither copied nor counted: they stay hidden in the new version too)."""
     source_meta = source_mapping.get("_meta", {})
@@ -339,12 +275,12 @@ def _migrate_locked(es: EngineClient, old: Settings, new: Settings, source: str,
     reembed = not keep_vectors if reembed is None else reembed  # after re-cutting: whether any chunk was embedded
     target = create_version(es, new, version)
     done = 0
+    task = Task(progress, f"copying {'documents' if rechunk else 'chunks'}", total)
 
-    def progress(n: int) -> None:
+    def advance(n: int) -> None:
         nonlocal done
         done += n
-        if on_progress:
-            on_progress(done, total)
+        task.update(done)
 
     t0 = time.perf_counter()
     dead_letter = DeadLetter(new.ingest.dead_letter_dir, f"migrate-{target}-{time.strftime('%Y%m%dT%H%M%S')}")
@@ -352,13 +288,14 @@ def _migrate_locked(es: EngineClient, old: Settings, new: Settings, source: str,
         from hybridsearch.rechunk import rechunk_copy
 
         _, written, failed, embedded = rechunk_copy(
-            es, source, target, new, embedder, batch_size=batch_size, on_document=lambda n: progress(n - done),
+            es, source, target, new, embedder, batch_size=batch_size, on_document=lambda n: advance(n - done),
             dead_letter=dead_letter, reuse_vectors=keep_vectors)
         reembed = embedded > 0
     else:
         written, failed = copy_reembedded(es, source, target, embedder, prepend_title=new.embedding.prepend_title,
-                                          cfg=new.ingest, batch_size=batch_size, on_batch=progress,
+                                          cfg=new.ingest, batch_size=batch_size, on_batch=advance,
                                           dead_letter=dead_letter, reuse_vectors=not reembed)
+    task.finish()
     unit = "documents" if rechunk else "chunks"
     with engine_errors(f"refresh {target}"):
         es.indices.refresh(index=target)
@@ -378,7 +315,7 @@ def _migrate_locked(es: EngineClient, old: Settings, new: Settings, source: str,
     target_meta = target_mapping.get("_meta", {})
     if swap:
         swap_to(es, new, target)
-    docs = _doc_count(es, target) or 0
+    docs = doc_count(es, target) or 0
     return MigrationResult(source=source, target=target, chunks=written, documents=docs, failed=failed,
                            reembedded=reembed, rechunked=rechunk, seconds=seconds, swapped=swap,
                            source_meta=source_meta, target_meta=target_meta)

@@ -99,7 +99,8 @@ def test_searches_keep_answering_throughout_a_migration(es: EngineClient, settin
             batches.append(done)
             searcher.wait_for(2, "copying")  # searches run between every pair of batches of the copy
 
-        result = lifecycle.migrate(es, settings, new, embedder=embedder, batch_size=7, on_progress=each_batch)
+        result = lifecycle.migrate(es, settings, new, embedder=embedder, batch_size=7,
+                                   progress=lambda e: each_batch(e.done, e.total or 0) if e.done else None)
         searcher.phase = "after"
         searcher.wait_for(5, "after")
     finally:
@@ -175,7 +176,7 @@ def test_migration_to_another_chunker_recuts_documents_from_their_chunks(es: Eng
 
     seen: list[tuple[int, int]] = []
     result = lifecycle.migrate(es, settings, new, embedder=embedder, batch_size=16,
-                               on_progress=lambda d, t: seen.append((d, t)))
+                               progress=lambda e: seen.append((e.done, e.total or 0)) if e.done else None)
     assert result.rechunked and result.reembedded and result.documents == len(docs)
     assert seen[-1] == (len(docs), len(docs))
     assert result.chunks > old_chunks  # smaller chunks, more of them

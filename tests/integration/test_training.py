@@ -90,7 +90,7 @@ def test_train_reranker_trains_a_servable_model_from_train_queries_only(
     cfg = TrainingConfig(dataset=collection, out=out, base=str(tiny_cross_encoder), negatives=2, depth=10, epochs=1,
                          batch_size=8, max_length=48, val_fraction=0.2, device="cpu", seed=1,
                          max_overlap=0.9)  # the mini collection's templated documents share most words
-    card = run_training(cfg, settings, es=es, embedder=embedder, progress=False)
+    card = run_training(cfg, settings, es=es, embedder=embedder, progress=None)
 
     assert read_card(out) == card
     test_qids = {line.split("\t")[0] for line in (collection / "qrels" / "test.tsv").read_text().splitlines()[1:]}
@@ -163,7 +163,7 @@ def test_train_embedder_trains_a_model_an_index_migrates_to_while_searches_run(
     cfg = EmbedderConfig(dataset=collection, out=out, negatives=1, depth=10, epochs=1, batch_size=8,
                          max_seq_length=48, val_fraction=0.2, device="cpu", seed=1)
     card = run_embedder_training(cfg, settings, es=es, embedder=embedder, cache_dir=tmp_path / "cache",
-                                 progress=False)
+                                 progress=None)
 
     # trained on train queries only, checked against the test file, validated before and after training
     assert read_embedder_card(out) == card

@@ -13,6 +13,7 @@ import pytest
 
 from hybridsearch.cli.main import main
 from hybridsearch.errors import ConfigError
+from hybridsearch.eval.splits import check_disjoint
 from hybridsearch.training.config import EmbedderConfig, EmbedderEpoch, EmbedderResult
 from hybridsearch.training.embedder_card import (
     KIND,
@@ -35,7 +36,7 @@ from hybridsearch.training.embedder_data import (
     rows_as_columns,
     validation_pool,
 )
-from hybridsearch.training.negatives import Candidate, Collected, SplitData, check_disjoint
+from hybridsearch.training.negatives import Candidate, Collected, SplitData
 
 SCIFACT = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "scifact"
 
@@ -244,3 +245,14 @@ def test_save_embedder_writes_the_folder_card_and_readme(tmp_path: Path) -> None
     assert (out / "model.safetensors").exists() and (out / "README.md").read_text().startswith("# Domain embedding")
     assert read_embedder_card(out) == card
     assert read_embedder_card(tmp_path) is None
+
+
+def test_the_cli_reads_the_card_through_a_typed_view(tmp_path: Path) -> None:
+    from hybridsearch.training.embedder_card import EmbedderCard
+
+    card = _card(tmp_path)
+    view = EmbedderCard.of(card)
+    assert view.split == "train" and view.best_epoch == 1 and view.beats_base is True
+    assert [e.epoch for e in view.epochs] == [0, 1, 2] and isinstance(view.epochs[1], EmbedderEpoch)
+    assert view.rows == 1 and view.dropped["similar"] == 3 and view.seconds["mining"] == 2.0
+    assert view.model == card["serving"]["model"] and view.corpus_chunks == 1 and view.full_index

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import sqlite3
 import tempfile
@@ -14,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridsearch.cli.eval import _embedding_cache
 from hybridsearch.embedding import Embedder
 from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir, model_identity
+from hybridsearch.eval.workflow import embedding_cache
 from hybridsearch.settings import EmbeddingSettings, load_settings
 
 DIMS = 8
@@ -154,13 +153,12 @@ def test_eval_uses_the_cache_unless_told_not_to(tmp_path: Path, monkeypatch: pyt
     assert default_cache_dir() == tmp_path / "embeddings"
     inner = CountingEmbedder()
 
-    def args(**kw: object) -> argparse.Namespace:
-        return argparse.Namespace(**{"no_embedding_cache": False, "no_ingest": False, "embedding_cache": None, **kw})
-
-    cache = _embedding_cache(args(), load_settings(), inner)
-    assert cache is not None and cache.path.parent == tmp_path / "embeddings" and cache.inner is inner
-    other = _embedding_cache(args(embedding_cache=tmp_path / "elsewhere"), load_settings(), inner)
+    ingest = load_settings().ingest
+    cache, why = embedding_cache(inner, ingest)
+    assert cache is not None and cache.path.parent == tmp_path / "embeddings" and cache.inner is inner and not why
+    other, _ = embedding_cache(inner, ingest, cache_dir=tmp_path / "elsewhere")
     assert other is not None and other.path.parent == tmp_path / "elsewhere"
-    assert _embedding_cache(args(no_embedding_cache=True), load_settings(), inner) is None
-    assert _embedding_cache(args(no_ingest=True), load_settings(), inner) is None
-    assert _embedding_cache(args(), load_settings(ingest={"workers": 2}), inner) is None
+    assert embedding_cache(inner, ingest, enabled=False) == (None, None)
+    assert embedding_cache(inner, ingest, build=False) == (None, None)
+    off, why = embedding_cache(inner, load_settings(ingest={"workers": 2}).ingest)
+    assert off is None and why is not None and "HSP_INGEST__WORKERS" in why

@@ -4,15 +4,13 @@ in the index's ``_meta``, where the query layer reads it (``HSP_QUERY__FUSION=au
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import json
 from pathlib import Path
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
+from hybridsearch.cli.progress import RichProgress
 from hybridsearch.settings import Settings
 
 console = make_console()
@@ -32,7 +30,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         ),
     )
     p.add_argument("dataset", type=Path, metavar="DATASET", help="BEIR collection folder")
-    p.add_argument("--split", default="train", help="qrels split to calibrate on (default train; 'test' is refused)")
+    p.add_argument("--split", default="train",
+                   help="qrels split to calibrate on (default train; 'test' is refused, and so is a split sharing "
+                        "query ids with test: the error names them)")
     p.add_argument("--prefix", default=None, help="index prefix of the collection's index (default: eval-<name>)")
     p.add_argument("--min-gain", type=float, default=0.002,
                    help="nDCG@10 a candidate must gain over the default to replace it (default 0.002)")
@@ -48,55 +48,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def calibrate_fusion(args: argparse.Namespace, settings: Settings) -> int:
     """Handler of ``hsp calibrate-fusion``. Raises ConfigError, IndexNotFound, IndexMismatch, ClusterError."""
-    from hybridsearch.engine import connect
-    from hybridsearch.errors import ConfigError
-    from hybridsearch.eval.calibrate import calibrate, record_lists
-    from hybridsearch.eval.datasets import load_collection
-    from hybridsearch.eval.prepare import eval_settings
-    from hybridsearch.indices import record_meta, resolve_index
-    from hybridsearch.query.client import SearchClient
-    from hybridsearch.training.negatives import check_split
+    from hybridsearch.eval.calibrate import calibrate_fusion as run
 
-    check_split(args.split, args.allow_test)
-    if args.min_gain < 0:
-        raise ConfigError("--min-gain must be ≥ 0")
-    collection = load_collection(args.dataset, args.split).limit(args.limit_queries)
-    queries = dict(collection.queries)
-    if args.split != "test" and (args.dataset / "qrels" / "test.tsv").is_file():
-        shared = set(queries) & set(load_collection(args.dataset, "test").qrels)
-        for qid in shared:  # a query judged in both splits would carry the test answers into the choice
-            del queries[qid]
-        if shared:
-            console.print(f"left out {len(shared)} queries judged in the test split too")
-    s = eval_settings(settings, args.prefix or f"eval-{collection.name}")
-    es = connect(s.es)
-    try:
-        index = resolve_index(es, s)
-        client = SearchClient(es, s, reranker=None, log_queries=False)
-        k = min(s.query.max_k, max(s.query.bm25_k, s.query.knn_k))
-        try:
-            with Progress(TextColumn("{task.description:>10}"), BarColumn(), MofNCompleteColumn(),
-                          TimeElapsedColumn(), console=console) as progress:
-                task = progress.add_task("lists", total=len(queries))
-                lists = record_lists(lambda text, mode: client.search(text, k=k, mode=mode, rerank=False), queries,
-                                     ignore_identical_ids=not args.keep_identical_ids,
-                                     on_query=lambda: progress.advance(task))
-        finally:
-            client.close()
-        console.print(f"scoring fusions on {len(lists)} {collection.split} queries of {index}")
-        cal = calibrate(lists, collection.qrels, min_gain=args.min_gain)
-        when = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        calibration = cal.meta(collection.name, collection.split, when)
-        if not args.dry_run:
-            record_meta(es, index, fusion=cal.chosen.to_meta(), fusion_calibration=calibration)
-    finally:
-        es.close()
-    _print(cal.scores, calibration, cal.chosen.label, index, args.dry_run)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"calibrate-{collection.name}-{collection.split}-{when.replace(':', '')}.json"
-    path.write_text(json.dumps({"index": index, "fusion": cal.chosen.to_meta(), "calibration": calibration,
-                                "grid": cal.scores}, indent=2), encoding="utf-8")
-    console.print(f"wrote {path}")
+    with RichProgress(console, width=10) as progress:
+        done = run(args.dataset, settings, split=args.split, allow_test=args.allow_test, prefix=args.prefix,
+                   min_gain=args.min_gain, limit_queries=args.limit_queries, dry_run=args.dry_run,
+                   keep_identical_ids=args.keep_identical_ids, out=args.out, progress=progress)
+    console.print(f"scored fusions on {done.calibration.queries} {done.split} queries of {done.index}")
+    _print(done.calibration.scores, done.meta, done.calibration.chosen.label, done.index, not done.recorded)
+    console.print(f"wrote {done.report}")
     return 0
 
 

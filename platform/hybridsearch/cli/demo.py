@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
+from hybridsearch.cli.progress import RichProgress
 from hybridsearch.settings import Settings
 
 if TYPE_CHECKING:
@@ -52,7 +53,8 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
                              f"({'all documents' if limit is None else f'{limit:,} documents'}) into ",
                              (settings.index.alias, "bold"), f" with {settings.embedding.model}"))
         t0 = time.perf_counter()
-        result = run_ingest(stdlib_documents(limit), settings, es=es, embedder=embedder, progress=True)
+        with RichProgress() as progress:
+            result = run_ingest(stdlib_documents(limit), settings, es=es, embedder=embedder, progress=progress)
         console.print(f"    {result.documents:,} documents → {result.chunks:,} chunks: {result.indexed:,} indexed, "
                       f"{result.updated:,} updated, {result.unchanged:,} unchanged, {result.failed:,} failed "
                       f"in {time.perf_counter() - t0:.0f} s ({result.chunks_per_second:.1f} chunks/s)"

@@ -11,26 +11,18 @@ gate) · otherwise those of ``hsp`` (2 bad arguments or dataset, 3 cluster, 4 in
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import sys
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
-from hybridsearch.errors import ConfigError
+from hybridsearch.cli.progress import RichProgress
 from hybridsearch.eval.metrics import METRICS
-from hybridsearch.eval.report import LATENCY_KEYS, Diff, EvalReport, compare, load_report, to_markdown
-from hybridsearch.eval.runner import DEFAULT_MODES, parse_modes
+from hybridsearch.eval.report import LATENCY_KEYS, Diff, EvalReport
+from hybridsearch.eval.runner import DEFAULT_MODES
 from hybridsearch.settings import Settings
-
-if TYPE_CHECKING:
-    from hybridsearch.embedding import Embedder
-    from hybridsearch.embedding.cache import CachedEmbedder
 
 GATE_FAILED = 1  # exit code when --baseline finds a regression beyond --tolerance
 # wide enough for the tables when the output goes to a file or a CI log rather than a terminal
@@ -70,113 +62,29 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(handler=run)
 
 
-def _progress_factory(progress: Progress) -> Callable[[str, int], Callable[[], None]]:
-    def start(mode: str, total: int) -> Callable[[], None]:
-        task = progress.add_task(mode, total=total)
-        return lambda: progress.advance(task)
-
-    return start
-
-
-def _check_args(args: argparse.Namespace) -> list[str]:
-    if args.tolerance < 0:
-        raise ConfigError("--tolerance must be ≥ 0")
-    if args.worst < 0 or (args.limit_queries is not None and args.limit_queries < 1):
-        raise ConfigError("--worst must be ≥ 0 and --limit-queries ≥ 1")
-    modes = parse_modes(args.modes)
-    if args.worst:
-        missing = [m for m in ("bm25", "dense", "hybrid") if m not in modes]
-        if missing:
-            console.print(f"--worst needs {', '.join(missing)} too: adding them")
-            modes = [m for m in ("bm25", "dense", "hybrid") if m in modes or m in missing] + [
-                m for m in modes if m not in ("bm25", "dense", "hybrid")]
-    return modes
-
-
-def _embedding_cache(args: argparse.Namespace, settings: Settings, embedder: Embedder) -> CachedEmbedder | None:
-    """The cache in front of ``embedder`` for building the index, or None (off, or nothing to build)."""
-    from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
-
-    if args.no_embedding_cache or args.no_ingest:
-        return None
-    if settings.ingest.workers > 1:
-        console.print("embedding cache off: with HSP_INGEST__WORKERS > 1 the worker processes embed without it")
-        return None
-    return CachedEmbedder(embedder, args.embedding_cache or default_cache_dir())
-
-
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Handler of ``hsp eval``; returns 0, or 1 when the baseline gate fails."""
-    from hybridsearch.embedding import Embedder
-    from hybridsearch.engine import connect
-    from hybridsearch.eval.datasets import load_collection
-    from hybridsearch.eval.harness import evaluate_collection
-    from hybridsearch.eval.prepare import eval_settings
-    from hybridsearch.eval.sweep import parse_sweep, run_sweep
+    from hybridsearch.eval.workflow import run_evaluation
 
-    modes = _check_args(args)
-    knobs = parse_sweep(args.sweep)
-    baseline = load_report(args.baseline) if args.baseline else None
-    collection = load_collection(args.dataset, args.split).limit(args.limit_queries)
-    s = eval_settings(settings, args.prefix or f"eval-{collection.name}")
-    console.print(styled((collection.name, "bold"), f" {collection.split}: {len(collection)} judged queries · "
-                         "index prefix ", (s.index.prefix, "cyan"), f" · modes {', '.join(modes)}"))
-    es = connect(s.es)
-    embedder = Embedder(s.embedding)
-    cache = _embedding_cache(args, s, embedder)
-    embedder = cache or embedder  # queries pass through it uncached
-    try:
-        with Progress(TextColumn("{task.description:>14}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                      console=console, transient=False) as progress:
-            evaluation = evaluate_collection(
-                es, s, collection, modes, embedder=embedder, ingest=not args.no_ingest,
-                worst=args.worst, progress=_progress_factory(progress), ingest_progress=True,
-                ignore_identical_ids=not args.keep_identical_ids,
-            )
-        if knobs:
-            console.print(f"sweeping {', '.join(f'{n}={v}' for n, vs in knobs for v in vs)}")
-            trials = run_sweep(es, s, collection, modes, knobs, embedder=embedder, k=evaluation.report.k,
-                               ignore_identical_ids=not args.keep_identical_ids)
-            evaluation.report.sweep = [t.model_dump() for t in trials]
-    finally:
-        es.close()
-        if cache is not None:
-            cache.close()
-    report = evaluation.report
-    if cache is not None:
-        stats = cache.stats()
-        if report.ingest is not None:
-            report.ingest["embedding_cache"] = stats
-        console.print(f"embedding cache: {stats['from_cache']} chunk vectors from the cache, "
-                      f"{stats['embedded']} embedded ({stats['path']})")
-    diffs = compare(report, baseline, args.tolerance) if baseline else None
-    print_report(report, diffs, args.tolerance)
-    paths = write_reports(report, args.out, diffs, args.tolerance)
-    console.print("wrote " + ", ".join(str(p) for p in paths))
-    if diffs and any(d.regressed for d in diffs):
-        worst = min(diffs, key=lambda d: d.delta)
-        console.print(styled(("quality gate failed:", "bold red"), f" {sum(d.regressed for d in diffs)} metric(s) "
-                             f"fell by more than {args.tolerance:g} (worst: {worst.mode} {METRICS[worst.metric]} "
-                             f"{worst.delta:+.4f})"))
+    with RichProgress(console) as progress:
+        done = run_evaluation(
+            args.dataset, settings, split=args.split, modes=args.modes, out=args.out, baseline=args.baseline,
+            tolerance=args.tolerance, worst=args.worst, limit_queries=args.limit_queries,
+            keep_identical_ids=args.keep_identical_ids, prefix=args.prefix, sweep=args.sweep,
+            ingest=not args.no_ingest, use_embedding_cache=not args.no_embedding_cache,
+            embedding_cache_dir=args.embedding_cache, progress=progress)
+    if done.cache_stats is not None:
+        console.print(f"embedding cache: {done.cache_stats['from_cache']} chunk vectors from the cache, "
+                      f"{done.cache_stats['embedded']} embedded ({done.cache_stats['path']})")
+    print_report(done.report, done.diffs, done.tolerance)
+    console.print("wrote " + ", ".join(str(p) for p in done.paths))
+    if done.gate_failed and done.diffs:
+        worst = min(done.diffs, key=lambda d: d.delta)
+        console.print(styled(("quality gate failed:", "bold red"), f" {sum(d.regressed for d in done.diffs)} "
+                             f"metric(s) fell by more than {done.tolerance:g} (worst: {worst.mode} "
+                             f"{METRICS[worst.metric]} {worst.delta:+.4f})"))
         return GATE_FAILED
     return 0
-
-
-def write_reports(report: EvalReport, out: Path, diffs: list[Diff] | None, tolerance: float) -> list[Path]:
-    """Write ``eval-<dataset>-<split>-<UTC time>[-n].json/.md/.png`` under ``out``; returns the paths."""
-    from hybridsearch.eval.plots import write_chart
-
-    out.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-    base = f"eval-{report.dataset['name']}-{report.dataset['split']}-{stamp}"
-    stem, n = out / base, 1
-    while stem.with_suffix(".json").exists():  # never overwrite an earlier report from the same second
-        n += 1
-        stem = out / f"{base}-{n}"
-    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
-    json_path.write_text(report.to_json() + "\n", encoding="utf-8")
-    md_path.write_text(to_markdown(report, diffs, tolerance) + "\n", encoding="utf-8")
-    return [json_path, md_path, write_chart(report, stem.with_suffix(".png"))]
 
 
 def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float) -> None:

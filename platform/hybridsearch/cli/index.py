@@ -6,17 +6,16 @@ import argparse
 import json
 from typing import Any
 
-from pydantic import ValidationError
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.table import Table
 
 from hybridsearch import lifecycle
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
+from hybridsearch.cli.progress import RichProgress
 from hybridsearch.engine import connect
-from hybridsearch.errors import ConfigError
+from hybridsearch.index_status import index_status
 from hybridsearch.indices import index_meta
-from hybridsearch.settings import ChunkingSettings, Settings
+from hybridsearch.settings import Settings
 
 console = make_console()
 
@@ -83,7 +82,7 @@ def _options(opts: dict[str, Any]) -> str:
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     es = connect(settings.es)
-    status = lifecycle.index_status(es, settings)
+    status = index_status(es, settings)
     if args.json:
         print(json.dumps(status.as_dict(), indent=2, default=str))
         return 0
@@ -121,33 +120,13 @@ def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     es = connect(settings.es)
-    embedding = settings.embedding
-    if args.to_model or args.dims:
-        embedding = lifecycle.embedding_settings_for(args.to_model or embedding.model, embedding, args.dims)
-    if args.no_title:
-        embedding = embedding.model_copy(update={"prepend_title": False})
-    index = settings.index
-    if args.index_options:
-        index = index.model_copy(update={"index_options": args.index_options})
-    chunking = settings.chunking
-    changes = {k: v for k, v in (("strategy", args.chunker), ("max_tokens", args.max_tokens),
-                                 ("overlap", args.overlap)) if v is not None}
-    if changes:
-        try:
-            chunking = ChunkingSettings.model_validate({**chunking.model_dump(), **changes})
-        except ValidationError as exc:
-            raise ConfigError(f"invalid chunker options: {exc.errors()[0]['msg']}") from None
-    new = settings.model_copy(update={"embedding": embedding, "index": index, "chunking": chunking})
-    with Progress(TextColumn("copying"), BarColumn(), MofNCompleteColumn(),
-                  TextColumn("documents" if changes else "chunks"),
-                  TimeRemainingColumn(), console=console, transient=True) as bar:
-        task = bar.add_task("migrate", total=None)
-
-        def progress(done: int, total: int) -> None:
-            bar.update(task, completed=done, total=total)
-
+    new = lifecycle.migration_settings(settings, model=args.to_model, dims=args.dims,
+                                       prepend_title=False if args.no_title else None,
+                                       index_options=args.index_options, chunker=args.chunker,
+                                       max_tokens=args.max_tokens, overlap=args.overlap)
+    with RichProgress(console, keep_finished=False) as progress:
         result = lifecycle.migrate(es, settings, new, version=args.to_version, swap=not args.no_swap,
-                                   batch_size=args.batch_size, on_progress=progress,
+                                   batch_size=args.batch_size, progress=progress,
                                    reembed=True if args.reembed else None)
     how = f"re-embedded with {new.embedding.model}" if result.reembedded else "copied with their vectors"
     if result.rechunked:

@@ -11,6 +11,7 @@ from rich.table import Table
 
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
+from hybridsearch.cli.progress import RichProgress
 from hybridsearch.errors import ConfigError, HybridSearchError
 from hybridsearch.settings import Settings
 
@@ -89,8 +90,9 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
     if args.wait is not None and args.wait < 0:
         raise ConfigError(f"--wait must be 0 or more seconds, got {args.wait:g}")
     embedder = Embedder(settings.embedding)
-    result = run_ingest(args.path, settings, embedder=embedder, progress=not args.no_progress, shard=shard,
-                        fields=fields, wait_s=args.wait)
+    with RichProgress(enabled=not args.no_progress) as progress:
+        result = run_ingest(args.path, settings, embedder=embedder, progress=progress, shard=shard,
+                            fields=fields, wait_s=args.wait)
     if result.status == "completed":
         record_query_encoder(embedder)
     table = Table(title=f"ingest run {result.run_id} → {result.index}", show_header=True)

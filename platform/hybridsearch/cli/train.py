@@ -5,14 +5,16 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel
 from rich.table import Table
 
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
+from hybridsearch.cli.progress import RichProgress
 from hybridsearch.settings import Settings
 
 console = make_console()
@@ -142,6 +144,7 @@ def _register_embedder(sub: argparse._SubParsersAction[argparse.ArgumentParser])
 
 def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
     """Handler of ``hsp train-reranker``. Raises ConfigError, IndexNotFound, ModelError, ClusterError."""
+    from hybridsearch.training.card import RerankerCard
     from hybridsearch.training.config import TrainingConfig
     from hybridsearch.training.reranker import run_training
 
@@ -158,40 +161,42 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
         skip_above_positive=not args.keep_above_positive, max_overlap=args.max_overlap,
     )
     started = time.perf_counter()
-    card = run_training(cfg, settings, progress=not args.no_progress)
+    with RichProgress(enabled=not args.no_progress, keep_finished=False) as progress:
+        card = run_training(cfg, settings, progress=progress)
     wall = time.perf_counter() - started
 
-    table = Table(title=f"validation ({card['queries']['validation_scored']} held-out {card['split']} queries)")
+    view = RerankerCard.of(card)
+    table = Table(title=f"validation ({view.validation_scored} held-out {view.split} queries)")
     for col in ("epoch", "reranker alone nDCG@10", "MRR@10", "blend", "served nDCG@10", "train loss"):
         table.add_column(col, justify="right")
-    fused = card["validation"]["fused_order"]
+    fused = view.fused
     if fused:
         table.add_row("fused (no rerank)", f"{fused['ndcg@10']:.4f}", f"{fused['mrr@10']:.4f}", "0",
                       f"{fused['ndcg@10']:.4f}", "")
-    for e in card["validation"]["per_epoch"]:
-        mark = " *" if e["epoch"] == card["validation"]["best_epoch"] else ""
-        table.add_row(f"{e['epoch']}{mark}", _f(e["ndcg_at_10"]), _f(e["mrr_at_10"]), _f(e.get("blend"), 2),
-                      _f(e.get("blend_ndcg_at_10")), _f(e["train_loss"]))
+    for e in view.epochs:
+        mark = " *" if e.epoch == view.best_epoch else ""
+        table.add_row(f"{e.epoch}{mark}", _f(e.ndcg_at_10), _f(e.mrr_at_10), _f(e.blend, 2),
+                      _f(e.blend_ndcg_at_10), _f(e.train_loss))
     console.print(table)
     _print_folds(card)
-    if card["validation"].get("beats_fused_order") is False:
+    if view.beats_fused is False:
         console.print(styled(("warning:", "bold yellow"), " even blended with the fused order, the kept epoch ranks "
                              "the held-out queries no better than the fused hybrid order: do not serve this model "
                              "(more judgments, more epochs or steps, a higher --lr, or a cross-encoder as --base; "
                              "see docs/reranker-training.md)"))
     console.print(styled(
         "saved to ", (str(cfg.out), "bold"),
-        f" ({card['pairs']['positive']} positive / {card['pairs']['negative']} negative pairs from "
-        f"{card['queries']['train']} queries; mining {card['time_seconds']['mining']:.0f} s, training "
-        f"{card['time_seconds']['training']:.0f} s, total {wall:.0f} s on {card['device']}). "
+        f" ({view.positive_pairs} positive / {view.negative_pairs} negative pairs from "
+        f"{view.train_queries} queries; mining {view.mining_seconds:.0f} s, training "
+        f"{view.training_seconds:.0f} s, total {wall:.0f} s on {view.device}). "
         f"Serve it: HSP_RERANKER__MODEL={cfg.out} hsp serve-reranker (served blend "
-        f"{card['serving']['blend']:g}, from the card)"
+        f"{view.blend:g}, from the card)"
     ))
     return 0
 
 
-def _print_folds(card: dict[str, object]) -> None:
-    cv = card.get("cross_validation")
+def _print_folds(card: Mapping[str, Any]) -> None:
+    cv = card.get("cross_validation")  # folds.CVSummary.as_dict(); none for a one-slice card
     if not isinstance(cv, dict):
         return
     table = Table(title=f"{cv['folds']}-fold estimate (each fold measured with the epochs and blend chosen on "
@@ -217,6 +222,7 @@ def train_embedder(args: argparse.Namespace, settings: Settings) -> int:
     """Handler of ``hsp train-embedder``. Raises ConfigError, IndexNotFound, ModelError, ClusterError."""
     from hybridsearch.training.config import EmbedderConfig
     from hybridsearch.training.embedder import run_embedder_training
+    from hybridsearch.training.embedder_card import EmbedderCard
 
     if args.prefix:
         settings = settings.model_copy(update={"index": settings.index.model_copy(update={"prefix": args.prefix})})
@@ -228,33 +234,31 @@ def train_embedder(args: argparse.Namespace, settings: Settings) -> int:
                      limit_queries=args.limit_queries, allow_test=args.allow_test, device=args.device,
                      threads=args.threads, keep=args.keep)
     started = time.perf_counter()
-    card = run_embedder_training(cfg, settings, cache_dir=args.embedding_cache, progress=not args.no_progress)
+    with RichProgress(enabled=not args.no_progress, keep_finished=False) as progress:
+        card = run_embedder_training(cfg, settings, cache_dir=args.embedding_cache, progress=progress)
     wall = time.perf_counter() - started
 
-    val = card["validation"]
-    corpus = val["corpus"] or {}
-    table = Table(title=f"validation: dense retrieval of {val['queries']} held-out {card['split']} queries over "
-                        f"{corpus.get('chunks', 0)} chunks" + ("" if corpus.get("full_index") else " (pool)"))
+    view = EmbedderCard.of(card)
+    table = Table(title=f"validation: dense retrieval of {view.validation_queries} held-out {view.split} queries "
+                        f"over {view.corpus_chunks} chunks" + ("" if view.full_index else " (pool)"))
     for col in ("epoch", "nDCG@10", "Recall@10", "MRR@10", "train loss"):
         table.add_column(col, justify="right")
-    for e in val["per_epoch"]:
-        mark = " *" if e["epoch"] == val["best_epoch"] else (" (base)" if e["epoch"] == 0 else "")
-        table.add_row(f"{e['epoch']}{mark}", _f(e["ndcg_at_10"]), _f(e["recall_at_10"]), _f(e["mrr_at_10"]),
-                      _f(e["train_loss"]))
+    for e in view.epochs:
+        mark = " *" if e.epoch == view.best_epoch else (" (base)" if e.epoch == 0 else "")
+        table.add_row(f"{e.epoch}{mark}", _f(e.ndcg_at_10), _f(e.recall_at_10), _f(e.mrr_at_10), _f(e.train_loss))
     console.print(table)
-    if val.get("beats_base") is False:
+    if view.beats_base is False:
         console.print(styled(("warning:", "bold yellow"), " the kept epoch retrieves the held-out queries no better "
                              "than the base model: do not roll it out (more judgments, another --lr or more epochs; "
                              "see docs/embedder-training.md)"))
-    dropped = card["negatives"]["dropped_as_likely_false_negatives"]
-    times = card["time_seconds"]
+    dropped, times = view.dropped, view.seconds
     console.print(styled(
         "saved to ", (str(cfg.out), "bold"),
-        f" ({card['rows']['total']} rows from {card['queries']['trained_on']} queries; candidates dropped as likely "
+        f" ({view.rows} rows from {view.trained_on_queries} queries; candidates dropped as likely "
         f"false negatives: {dropped['top']} top, {dropped['duplicate_of_positive']} duplicates, {dropped['similar']} "
         f"similar; mining {times['mining']:.0f} s, training {times['training']:.0f} s (validation "
-        f"{times['of_which_validation']:.0f} s of it), total {wall:.0f} s on {card['device']}). Roll it out: "
-        f"hsp index migrate --to-model {card['serving']['model']}"
+        f"{times['of_which_validation']:.0f} s of it), total {wall:.0f} s on {view.device}). Roll it out: "
+        f"hsp index migrate --to-model {view.model}"
     ))
     return 0
 

@@ -8,19 +8,35 @@ fusion never scores below the better single list on the split it was chosen on.
 
 The default (RRF k=60, equal weights) is kept unless a candidate beats it by more than ``min_gain``; a 2-fold
 estimate (choose on one half of the queries, score on the other) says how much of the gain is real.
+
+:func:`calibrate_fusion` is the whole workflow (``hsp calibrate-fusion`` only parses and renders): load the
+split, refuse test queries (:mod:`hybridsearch.eval.splits`, the guard training uses), record the lists,
+choose, record the choice in the index's ``_meta`` and write the JSON report.
 """
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from hybridsearch.errors import ConfigError
 from hybridsearch.eval.metrics import evaluate
+from hybridsearch.eval.splits import check_disjoint, check_split
+from hybridsearch.indices import record_meta, resolve_index
+from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.query.fusion import Fusion
 from hybridsearch.query.results import Mode, SearchResult
 
+if TYPE_CHECKING:
+    from hybridsearch.engine import EngineClient
+    from hybridsearch.settings import Settings
+
+SearchFn = Callable[[str, Mode], SearchResult]  # one mode's search (no rerank) at the depth lists are fused at
 Scored = list[tuple[str, float]]  # (doc id, raw score), best first
 ListsByQuery = dict[str, dict[str, Scored]]  # qid -> {"bm25": ..., "knn": ...}
 
@@ -109,7 +125,7 @@ def calibrate(lists: ListsByQuery, qrels: Mapping[str, Mapping[str, int]], *, mi
                        heldout=heldout)
 
 
-def record_lists(search: Callable[[str, Mode], SearchResult], queries: Mapping[str, str], *,
+def record_lists(search: SearchFn, queries: Mapping[str, str], *,
                  ignore_identical_ids: bool = True, on_query: Callable[[], None] | None = None) -> ListsByQuery:
     """BM25 and kNN lists (documents with their raw scores) of every query, from a search function that runs one
     mode (``bm25`` or ``dense``, no rerank) with the depth the lists are fused at."""
@@ -127,3 +143,76 @@ def record_lists(search: Callable[[str, Mode], SearchResult], queries: Mapping[s
         if on_query:
             on_query()
     return out
+
+
+@dataclass(frozen=True)
+class FusionCalibration:
+    """What :func:`calibrate_fusion` measured, chose and recorded."""
+
+    index: str
+    dataset: str
+    split: str
+    calibration: Calibration
+    meta: dict[str, Any]  # the index's _meta.fusion_calibration (recorded unless dry_run)
+    recorded: bool
+    report: Path | None
+
+
+def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train", allow_test: bool = False,
+                     prefix: str | None = None, min_gain: float = 0.002, limit_queries: int | None = None,
+                     dry_run: bool = False, keep_identical_ids: bool = False, out: Path | None = None,
+                     progress: ProgressSink | None = None, es: EngineClient | None = None,
+                     search: SearchFn | None = None) -> FusionCalibration:
+    """Choose the fusion of ``dataset``'s collection index (prefix ``prefix``, default ``eval-<name>``) on the
+    judged queries of ``split`` and record it in the index's ``_meta`` (not with ``dry_run``); with ``out``, write
+    ``calibrate-<name>-<split>-<time>.json`` there. ``es`` and ``search`` replace the connection and the search
+    client (tests); reports the ``lists`` task to ``progress``.
+
+    Raises ConfigError (test split without ``allow_test``, queries also judged in the test split, bad
+    arguments or collection), IndexNotFound, IndexMismatch, ClusterError."""
+    from hybridsearch.engine import connect
+    from hybridsearch.eval.datasets import load_collection
+    from hybridsearch.eval.prepare import eval_settings
+
+    check_split(split, allow_test, purpose="calibrate")
+    if min_gain < 0:
+        raise ConfigError("--min-gain must be ≥ 0")
+    collection = load_collection(dataset, split).limit(limit_queries)
+    if split != "test":
+        check_disjoint(dataset, collection.queries, purpose="calibration")
+    s = eval_settings(settings, prefix or f"eval-{collection.name}")
+    client_es = es if es is not None else connect(s.es)
+    try:
+        index = resolve_index(client_es, s)
+        task = Task(progress, "lists", len(collection.queries))
+        if search is not None:
+            lists = record_lists(search, collection.queries, ignore_identical_ids=not keep_identical_ids,
+                                 on_query=task.advance)
+        else:
+            from hybridsearch.query.client import SearchClient
+
+            client = SearchClient(client_es, s, reranker=None, log_queries=False)
+            k = min(s.query.max_k, max(s.query.bm25_k, s.query.knn_k))
+            try:
+                lists = record_lists(lambda text, mode: client.search(text, k=k, mode=mode, rerank=False),
+                                     collection.queries, ignore_identical_ids=not keep_identical_ids,
+                                     on_query=task.advance)
+            finally:
+                client.close()
+        task.finish()
+        cal = calibrate(lists, collection.qrels, min_gain=min_gain)
+        when = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        meta = cal.meta(collection.name, collection.split, when)
+        if not dry_run:
+            record_meta(client_es, index, fusion=cal.chosen.to_meta(), fusion_calibration=meta)
+    finally:
+        if es is None:
+            client_es.close()
+    report = None
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        report = out / f"calibrate-{collection.name}-{collection.split}-{when.replace(':', '')}.json"
+        report.write_text(json.dumps({"index": index, "fusion": cal.chosen.to_meta(), "calibration": meta,
+                                      "grid": cal.scores}, indent=2), encoding="utf-8")
+    return FusionCalibration(index=index, dataset=collection.name, split=collection.split, calibration=cal,
+                             meta=meta, recorded=not dry_run, report=report)

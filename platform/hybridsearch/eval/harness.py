@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import subprocess
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,6 +27,7 @@ from hybridsearch.eval.report import (
     worst_queries,
 )
 from hybridsearch.eval.runner import MODES, ModeRun, run_mode
+from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.query.results import Mode, SearchResult
 from hybridsearch.redact import redact_url
 from hybridsearch.settings import Settings
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
     from hybridsearch.rerank.base import Reranker
 
 EVAL_K = 100  # Recall@100 needs 100 ranked documents
-ProgressFn = Callable[[str, int], Callable[[], None]]  # (mode, total) -> tick
 
 
 def redacted_settings(settings: Settings) -> dict[str, Any]:
@@ -101,8 +101,7 @@ def evaluate_collection(
     reranker: Reranker | None = None,
     ingest: bool = True,
     worst: int = 0,
-    progress: ProgressFn | None = None,
-    ingest_progress: bool = False,
+    progress: ProgressSink | None = None,
     ignore_identical_ids: bool = True,
 ) -> Evaluation:
     """Index ``collection`` under ``settings.index.prefix`` (reusing a fitting index), run ``modes``, score.
@@ -111,14 +110,15 @@ def evaluate_collection(
     ``ingest=False`` an existing fitting index is used as it is. ``hybrid+rerank`` runs only when
     ``reranker`` (default: the one ``settings.reranker`` configures) answers a one-pair probe;
     otherwise it is reported as skipped with the reason. ``ignore_identical_ids`` follows BEIR's
-    protocol (a hit whose id equals the query id is dropped); the report says which was used.
+    protocol (a hit whose id equals the query id is dropped); the report says which was used. ``progress``
+    receives the ingestion's counts (task ``ingest``) and each mode's queries (one task per mode).
     """
     from hybridsearch.query.client import SearchClient, auto_reranker
 
     started = dt.datetime.now(dt.UTC)
     choice = choose_index(es, settings, create=ingest)
     ingest_result = (ingest_corpus(es, settings, collection.corpus_path, embedder=embedder,
-                                   progress=ingest_progress) if ingest else None)
+                                   progress=progress) if ingest else None)
     counts = index_counts(es, choice.index)
     k = min(EVAL_K, settings.query.max_k)
 
@@ -141,7 +141,7 @@ def evaluate_collection(
         for mode in modes:
             if mode in skip_reason:
                 continue
-            tick = progress(mode, len(collection.queries)) if progress else None
+            tick = Task(progress, mode, len(collection.queries)).advance
             client.embedder.clear_cache()  # each mode pays for its own query embeddings: honest latency
             run = run_mode(search, collection.queries, mode, on_query=tick, ignore_identical_ids=ignore_identical_ids)
             means, per_query = evaluate(collection.qrels, run.rankings)

@@ -24,6 +24,7 @@ from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
 from hybridsearch.index_spec import BUILD_META, chunk_differences, parse_version, with_analyzer
 from hybridsearch.indices import alias_targets, ensure_index, expected_meta, swap_alias
 from hybridsearch.mappings import index_options
+from hybridsearch.progress import ProgressSink
 from hybridsearch.settings import Settings
 from hybridsearch.visibility import state_index_for, state_index_of, visible_query
 
@@ -116,9 +117,10 @@ def index_counts(es: EngineClient, index: str) -> dict[str, int]:
 
 def ingest_corpus(
     es: EngineClient, settings: Settings, corpus: Path | Iterable[Document], *,
-    embedder: Embedder | None = None, progress: bool = False,
+    embedder: Embedder | None = None, progress: ProgressSink | None = None,
 ) -> dict[str, Any]:
-    """Ingest ``corpus`` (a path, or Documents) through the alias; unchanged documents are skipped.
+    """Ingest ``corpus`` (a path, or Documents) through the alias; unchanged documents are skipped; the run's
+    counts go to ``progress`` (task ``ingest``).
 
     Returns the run's counts as a dict. Raises IngestError when the run did not complete.
     """

@@ -41,6 +41,7 @@ from hybridsearch.ingest.stage import EmbedWriter
 from hybridsearch.ingest.state import DONE, Batch, RunState, WorkDoc
 from hybridsearch.ingest.writer import WriteReport
 from hybridsearch.mappings import metadata_fields_of
+from hybridsearch.progress import ProgressSink
 from hybridsearch.settings import EmbeddingSettings, Settings
 
 log = logging.getLogger(__name__)
@@ -108,8 +109,9 @@ def _check_embedder(embedder: Embedder, want: EmbeddingSettings) -> None:
 
 
 def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None = None,
-               embedder: Embedder | None = None, progress: bool = False, shard: tuple[int, int] | None = None,
-               fields: RecordFields | None = None, wait_s: float | None = None) -> IngestResult:
+               embedder: Embedder | None = None, progress: ProgressSink | None = None,
+               shard: tuple[int, int] | None = None, fields: RecordFields | None = None,
+               wait_s: float | None = None) -> IngestResult:
     """Ingest ``documents`` (a path, or Documents) into the chunk index; returns the run's counts.
 
     Ensures the index (checking its mapping against the settings: IndexMismatch; an alias over several
@@ -120,6 +122,7 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
     dead-letters what fails and records the run in ``<prefix>-ingest-runs`` from its start (marking runs that
     died unrecorded as ``killed``). ``shard=(i, n)`` keeps only documents whose id hashes to ``i`` of ``n``. On
     Ctrl-C or SIGTERM the run stops after the batches in flight and returns with ``status="interrupted"``.
+    ``progress`` receives the run's counts as events (task ``ingest``).
     Raises ClusterUnavailable when the cluster stays unreachable, ConfigError for a bad shard, IngestError (the
     cause chained) when something unexpected failed inside the run.
     """
@@ -242,7 +245,8 @@ class _Queued:
             pass
 
 
-def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | SourceFailure], progress: bool) -> None:
+def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | SourceFailure],
+            progress: ProgressSink | None) -> None:
     """Run prepare in a thread, embed here and write in the writer thread until every stage is done."""
     from hybridsearch.ingest.progress import IngestProgress
     from hybridsearch.ingest.workers import make_encoder
@@ -256,8 +260,9 @@ def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | Source
     preparer = Preparer(run, embedder, batch_chunks=max(settings.embedding.batch_size * 4, 16))
     prep = threading.Thread(target=preparer, args=(items,), name="hsp-prepare", daemon=True)
     queued = _Queued(run)
-    with IngestProgress(enabled=progress) as bar:
-        run.on_progress = bar.update
+    bar = IngestProgress(progress)
+    run.on_progress = bar.update
+    try:
         prep.start()
         try:
             stage.run(queued)
@@ -272,3 +277,5 @@ def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | Source
             encoder.close()
             with run.lock:
                 run.result.embed_seconds += stage.embed_seconds
+    finally:
+        bar.finish()

@@ -1,18 +1,20 @@
-"""Trainer callbacks for reranker training: per-epoch validation records, early stop, progress bar."""
+"""Trainer callbacks for reranker training: per-epoch validation records, early stop, progress events."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from hybridsearch.progress import ProgressSink
 from hybridsearch.training.config import EpochResult, TrainResult
 
 
-def make_callbacks(model: Any, result: TrainResult, progress: bool, validating: bool, snapshot: bool,
+def make_callbacks(model: Any, result: TrainResult, progress: ProgressSink | None, validating: bool, snapshot: bool,
                    stop_after: int | None = None, label: str = "") -> tuple[Any, Any]:
     """Trainer callbacks: one records per-epoch validation, stops training after epoch ``stop_after``
     and, with ``snapshot``, keeps the best epoch's weights in memory (restored by ``restore()``); the
-    other draws a rich progress bar whose lines start with ``label``."""
-    from hybridsearch.training.progress import EpochKeeper, TrainingBar
+    other (None without ``progress``) reports the steps and each epoch's figures to ``progress``, its task
+    and notes named with ``label``."""
+    from hybridsearch.training.progress import EpochKeeper, TrainingProgress
 
     class BestEpoch(EpochKeeper):
         """The embedder's epoch keeper (mean loss per epoch, best weights, restore), recording the reranker's
@@ -43,16 +45,13 @@ def make_callbacks(model: Any, result: TrainResult, progress: bool, validating: 
                 result.best_epoch = epoch.epoch
 
 
-    class Bar(TrainingBar):
-        """The shared training bar; each epoch's line gives the reranker's figures and its served blend."""
+    class Figures(TrainingProgress):
+        """The shared training progress; each epoch's note gives the reranker's figures and its served blend."""
 
-        def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, float] | None = None,
-                        **kw: Any) -> None:
-            if metrics and "eval_val_ndcg@10" in metrics:
-                self.progress.console.print(
-                    f"{label + ' ' if label else ''}epoch {round(state.epoch or 0)}: validation nDCG@10 "
-                    f"{metrics['eval_val_ndcg@10']:.4f} "
-                    f"(MRR@10 {metrics.get('eval_val_mrr@10', 0.0):.4f}); served at blend "
-                    f"{metrics.get('eval_val_blend', 1.0):g}: {metrics.get('eval_val_blend_ndcg@10', 0.0):.4f}")
+        def figures(self, epoch: int, metrics: dict[str, float]) -> str:
+            return (f"{label + ' ' if label else ''}epoch {epoch}: validation nDCG@10 "
+                    f"{metrics['eval_val_ndcg@10']:.4f} (MRR@10 {metrics.get('eval_val_mrr@10', 0.0):.4f}); "
+                    f"served at blend {metrics.get('eval_val_blend', 1.0):g}: "
+                    f"{metrics.get('eval_val_blend_ndcg@10', 0.0):.4f}")
 
-    return BestEpoch(), (Bar(label) if progress else None)
+    return BestEpoch(), (Figures(progress, label) if progress is not None else None)

@@ -11,7 +11,7 @@ import json
 import os
 import platform
 from collections.abc import Callable, Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -21,7 +21,7 @@ from hybridsearch.embedding.models import resolve_model
 from hybridsearch.rerank.card import CARD_FILE, KIND
 
 if TYPE_CHECKING:
-    from hybridsearch.training.config import TrainingConfig, TrainResult
+    from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
     from hybridsearch.training.negatives import MinedData, SplitData
 
 
@@ -229,3 +229,39 @@ def save_model(model: Any, out: Path, card: Mapping[str, Any],
     (out / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
     (out / "README.md").write_text((markdown or card_markdown)(card), encoding="utf-8")
     return out
+
+
+@dataclass(frozen=True)
+class RerankerCard:
+    """The figures of a reranker's card that people read after training: a typed view of :func:`make_card`'s
+    dictionary (``raw``), read in one place next to the code that writes it."""
+
+    split: str
+    train_queries: int
+    validation_scored: int
+    fused: dict[str, float]
+    epochs: list[EpochResult]
+    best_epoch: int | None
+    beats_fused: bool | None
+    cross_validation: dict[str, Any] | None  # folds.CVSummary.as_dict(), with k-fold selection
+    positive_pairs: int
+    negative_pairs: int
+    mining_seconds: float
+    training_seconds: float
+    device: str
+    blend: float
+    raw: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, card: Mapping[str, Any]) -> RerankerCard:
+        """The view of ``card`` (the dictionary :func:`make_card` built or ``card.json`` holds)."""
+        from hybridsearch.training.config import EpochResult
+
+        val = card["validation"]
+        return cls(split=card["split"], train_queries=card["queries"]["train"],
+                   validation_scored=card["queries"]["validation_scored"], fused=dict(val["fused_order"] or {}),
+                   epochs=[EpochResult(**e) for e in val["per_epoch"]], best_epoch=val["best_epoch"],
+                   beats_fused=val.get("beats_fused_order"), cross_validation=card.get("cross_validation"),
+                   positive_pairs=card["pairs"]["positive"], negative_pairs=card["pairs"]["negative"],
+                   mining_seconds=card["time_seconds"]["mining"], training_seconds=card["time_seconds"]["training"],
+                   device=card["device"], blend=card["serving"]["blend"], raw=card)

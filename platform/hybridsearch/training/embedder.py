@@ -1,7 +1,7 @@
 """Fine-tune the bi-encoder on a collection's own judgments (``hsp train-embedder``, :func:`run_embedder_training`).
 
 1. :func:`~hybridsearch.training.negatives.load_split` reads ONE split (``test`` refused) and
-   :func:`~hybridsearch.training.negatives.check_disjoint` checks no training query is judged in ``test``.
+   :func:`~hybridsearch.eval.splits.check_disjoint` checks no training query is judged in ``test``.
 2. :func:`~hybridsearch.training.negatives.collect` holds out a seeded validation slice of those queries
    and fetches every query's hybrid top-k from the collection's index, passages as ingestion embeds them.
 3. :func:`~hybridsearch.training.embedder_data.build_rows` makes ``(query, positive, hard negatives)``
@@ -34,6 +34,7 @@ import numpy as np
 
 from hybridsearch.embedding import Embedder, load_sentence_transformer, pick_device
 from hybridsearch.embedding.prompts import Prompts, model_prompts
+from hybridsearch.progress import ProgressSink, counter, tracker
 from hybridsearch.training.config import EmbedderConfig, EmbedderEpoch, EmbedderResult
 from hybridsearch.training.embedder_data import (
     DenseValidation,
@@ -161,12 +162,12 @@ def _evaluator(val: DenseValidation, serve_length: int, batch_size: int, track: 
 
 
 def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: EmbedderConfig, *,
-                   base_scores: dict[str, float] | None = None, progress: bool = True,
+                   base_scores: dict[str, float] | None = None, progress: ProgressSink | None = None,
                    prompts: Prompts | None = None) -> tuple[Any, EmbedderResult]:
     """Fine-tune ``cfg.base`` on ``rows``; returns the model (best or last epoch, at the base's sequence
     length, its prompt table the ``prompts`` it was trained with) and what happened. ``base_scores``: the
     validation figures of the base (epoch 0). ``prompts``: the query and passage prompts (default the base
-    model's own). Seeded."""
+    model's own). Seeded. Steps, loss and each epoch's validation figures go to ``progress``."""
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.base.sampler import BatchSamplers
@@ -174,7 +175,7 @@ def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: Embedd
     from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardCallback
     from transformers import PrinterCallback, set_seed
 
-    from hybridsearch.training.progress import EpochKeeper, TrainingBar
+    from hybridsearch.training.progress import EpochKeeper, TrainingProgress
 
     device = pick_device(cfg.device)
     _set_threads(cfg.threads)
@@ -186,7 +187,7 @@ def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: Embedd
     result = EmbedderResult(device=device)
     if val is not None and base_scores is not None:
         result.epochs.append(_epoch(0, base_scores, None))
-    bar = TrainingBar() if progress else None
+    bar = TrainingProgress(progress) if progress is not None else None
     evaluator = (_evaluator(val, serve_length, cfg.batch_size * 2, bar.track if bar else _no_track, prompts)
                  if val is not None else None)
     keeper = EpochKeeper(model, snapshot=cfg.keep == "best" and evaluator is not None)
@@ -235,7 +236,7 @@ def _epoch(epoch: int, metrics: Mapping[str, float], loss: float | None) -> Embe
 
 def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: EngineClient | None = None,
                           embedder: Embedder | None = None, cache_dir: Path | None = None,
-                          progress: bool = True) -> dict[str, Any]:
+                          progress: ProgressSink | None = None) -> dict[str, Any]:
     """Load the split, check it against ``test``, mine rows from the index under ``settings.index.prefix``,
     train, save to ``cfg.out``; returns the card. ``cache_dir``: the embedding cache the base model's
     vectors come from (default ``$HSP_CACHE/embeddings``; the index's build filled it). Raises ConfigError
@@ -243,10 +244,10 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     ClusterError."""
     from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
     from hybridsearch.engine import connect
+    from hybridsearch.eval.splits import check_disjoint
     from hybridsearch.ingest.chunking import embed_text
     from hybridsearch.training.embedder_card import make_embedder_card, save_embedder
-    from hybridsearch.training.negatives import IndexMiner, check_disjoint, collect, load_split, no_pairs
-    from hybridsearch.training.progress import make_bar, one_at_a_time, tracker
+    from hybridsearch.training.negatives import IndexMiner, collect, load_split, no_pairs
 
     _set_threads(cfg.threads)
     data = load_split(cfg.dataset, cfg.split, allow_test=cfg.allow_test, limit=cfg.limit_queries)
@@ -257,10 +258,9 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     started = time.perf_counter()
     try:
         miner = IndexMiner(client, settings, embedder, passage=lambda t, x: embed_text(t, x, prepend))
-        with make_bar(progress) as bar:
-            got = collect(miner, data, depth=cfg.depth, val_fraction=cfg.val_fraction, seed=cfg.seed,
-                          progress=one_at_a_time(tracker(bar)))
-            chunks = scan_chunks(client, settings, miner.index)
+        got = collect(miner, data, depth=cfg.depth, val_fraction=cfg.val_fraction, seed=cfg.seed,
+                      progress=counter(progress))
+        chunks = scan_chunks(client, settings, miner.index)
     finally:
         if own:
             client.close()
@@ -271,21 +271,20 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     prompts = inner.prompts
     base = CachedEmbedder(inner, cache_dir or default_cache_dir())
     try:
-        with make_bar(progress) as bar:
-            track = tracker(bar)
-            sims = (base_similarities(base.encode, data, got, got.train_qids, track, queries=base.encode_queries)
-                    if cfg.margin else None)
-            rows, stats = make_rows(cfg, data, got, sims)
-            if not rows:
-                raise no_pairs()
-            val, base_scores = None, None
-            val_qids = [q for q in got.val_qids if relevant_ids(data.qrels[q])]
-            if val_qids:
-                priority = pool_priority(val_qids, data.qrels, got.candidates)
-                pool, full = validation_pool(chunks, priority, cfg.val_corpus, cfg.seed)
-                val = DenseValidation(val_qids, [data.queries[q] for q in val_qids],
-                                      {q: data.qrels[q] for q in val_qids}, pool, full, len(chunks))
-                base_scores = validate(val, base.encode_queries, base.encode, track)
+        track = tracker(progress)
+        sims = (base_similarities(base.encode, data, got, got.train_qids, track, queries=base.encode_queries)
+                if cfg.margin else None)
+        rows, stats = make_rows(cfg, data, got, sims)
+        if not rows:
+            raise no_pairs()
+        val, base_scores = None, None
+        val_qids = [q for q in got.val_qids if relevant_ids(data.qrels[q])]
+        if val_qids:
+            priority = pool_priority(val_qids, data.qrels, got.candidates)
+            pool, full = validation_pool(chunks, priority, cfg.val_corpus, cfg.seed)
+            val = DenseValidation(val_qids, [data.queries[q] for q in val_qids],
+                                  {q: data.qrels[q] for q in val_qids}, pool, full, len(chunks))
+            base_scores = validate(val, base.encode_queries, base.encode, track)
     finally:
         base.close()
     filtering = time.perf_counter() - started - mining

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,7 +20,7 @@ from hybridsearch.training.card import environment, save_model
 from hybridsearch.training.embedder_data import file_sha256
 
 if TYPE_CHECKING:
-    from hybridsearch.training.config import EmbedderConfig, EmbedderResult
+    from hybridsearch.training.config import EmbedderConfig, EmbedderEpoch, EmbedderResult
     from hybridsearch.training.embedder_data import DenseValidation, RowStats
     from hybridsearch.training.negatives import Collected, SplitData
 
@@ -160,3 +160,38 @@ def read_embedder_card(folder: str | Path) -> dict[str, Any] | None:
 def save_embedder(model: Any, out: Path, card: Mapping[str, Any]) -> Path:
     """Write the SentenceTransformer folder, ``card.json`` and ``README.md`` to ``out``; returns ``out``."""
     return save_model(model, out, card, card_markdown)
+
+
+@dataclass(frozen=True)
+class EmbedderCard:
+    """The figures of a fine-tuned embedder's card that people read after training: a typed view of
+    :func:`make_embedder_card`'s dictionary (``raw``), read in one place next to the code that writes it."""
+
+    split: str
+    validation_queries: int
+    corpus_chunks: int
+    full_index: bool
+    epochs: list[EmbedderEpoch]
+    best_epoch: int | None
+    beats_base: bool | None
+    rows: int
+    trained_on_queries: int
+    dropped: Mapping[str, int]  # candidates dropped as likely false negatives: top, duplicate_of_positive, similar
+    seconds: Mapping[str, float]  # mining, training, of_which_validation, ...
+    device: str
+    model: str  # the folder to serve
+    raw: Mapping[str, Any]
+
+    @classmethod
+    def of(cls, card: Mapping[str, Any]) -> EmbedderCard:
+        """The view of ``card`` (the dictionary :func:`make_embedder_card` built or ``card.json`` holds)."""
+        from hybridsearch.training.config import EmbedderEpoch
+
+        val = card["validation"]
+        corpus = val["corpus"] or {}
+        return cls(split=card["split"], validation_queries=val["queries"], corpus_chunks=corpus.get("chunks", 0),
+                   full_index=bool(corpus.get("full_index")), epochs=[EmbedderEpoch(**e) for e in val["per_epoch"]],
+                   best_epoch=val["best_epoch"], beats_base=val.get("beats_base"), rows=card["rows"]["total"],
+                   trained_on_queries=card["queries"]["trained_on"],
+                   dropped=card["negatives"]["dropped_as_likely_false_negatives"], seconds=card["time_seconds"],
+                   device=card["device"], model=card["serving"]["model"], raw=card)

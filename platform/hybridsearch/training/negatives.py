@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from hybridsearch.engine import engine_errors
 from hybridsearch.errors import ClusterError, ConfigError
+from hybridsearch.eval.splits import check_split
 from hybridsearch.indices import resolve_index
 from hybridsearch.training.hardneg import FilterStats, NegativePolicy, filter_negatives
 from hybridsearch.visibility import visible_filter
@@ -33,7 +34,6 @@ Strategy = Literal["sample", "top"]
 Qrels = Mapping[str, Mapping[str, int]]
 Progress = Callable[[str, int], Callable[[], None]]  # (description, total) -> advance()
 PassageFn = Callable[[str | None, str], str]  # (title, text) of a stored chunk -> the text trained on
-PROTECTED_SPLITS = frozenset({"test"})
 
 
 @dataclass(frozen=True)
@@ -246,16 +246,6 @@ class Miner(Protocol):
 
 
 
-def check_split(split: str, allow_test: bool = False) -> None:
-    """Raise ConfigError for the test split unless ``allow_test``: training or selecting a model on
-    test queries makes every number measured on them meaningless."""
-    if split in PROTECTED_SPLITS and not allow_test:
-        raise ConfigError(
-            f"refusing to train on the {split!r} split: its queries are for reporting. Train on 'train' "
-            "(or 'dev'); pass --allow-test only for a collection you will never evaluate on."
-        )
-
-
 def load_split(dataset: Path, split: str, *, allow_test: bool = False, limit: int | None = None) -> SplitData:
     """Queries and qrels of ``split`` only (via :func:`hybridsearch.eval.datasets.load_collection`, which
     opens ``qrels/<split>.tsv`` and ``queries.jsonl`` and no other split's file), restricted to queries
@@ -272,28 +262,6 @@ def load_split(dataset: Path, split: str, *, allow_test: bool = False, limit: in
     qrels_file = next((p for p in (root / "qrels" / f"{split}.tsv", root / "qrels" / f"{split}.tsv.gz")
                        if p.exists()), root / "qrels" / f"{split}.tsv")
     return SplitData(split, {q: coll.queries[q] for q in qrels}, qrels, [str(qrels_file)])
-
-
-def check_disjoint(dataset: Path, qids: Iterable[str], protected: Iterable[str] = PROTECTED_SPLITS) -> list[str]:
-    """Raise ConfigError when a query id of ``qids`` is also judged in a protected split (``test``) of
-    ``dataset``; returns the qrels files checked. Only the query-id column of those files is used."""
-    from hybridsearch.eval.datasets import read_qrels
-
-    root = Path(dataset).expanduser().resolve()
-    ours = set(qids)
-    checked: list[str] = []
-    for split in sorted(protected):
-        path = next((p for p in (root / "qrels" / f"{split}.tsv", root / "qrels" / f"{split}.tsv.gz")
-                     if p.exists()), None)
-        if path is None:
-            continue
-        shared = ours & set(read_qrels(path))
-        if shared:
-            some = ", ".join(sorted(shared)[:5]) + (" …" if len(shared) > 5 else "")
-            raise ConfigError(f"{len(shared)} training queries are also judged in {path} ({some}): train and "
-                              f"{split} queries must be disjoint, or every {split} figure is contaminated")
-        checked.append(str(path))
-    return checked
 
 
 def _no_progress(_desc: str, _total: int) -> Callable[[], None]:

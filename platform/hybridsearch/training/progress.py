@@ -1,85 +1,56 @@
-"""Progress bars and epoch bookkeeping for the embedder trainer (:mod:`.embedder`).
+"""Progress and epoch bookkeeping for the trainers (:mod:`.embedder`, :mod:`.reranker`).
 
-:func:`make_bar` is a rich progress display on stderr; :func:`tracker` turns one into the
-``(description, total) -> advance(n)`` callbacks the data steps take. :class:`TrainingBar` draws the
-trainer's steps and loss and prints each epoch's validation figures; :class:`EpochKeeper` records them
-and keeps the best epoch's weights in memory.
+:class:`TrainingProgress` reports the trainer's steps and loss as :class:`~hybridsearch.progress.ProgressEvent` s
+(task ``training[ label]``) and each epoch's validation figures as a note; :class:`EpochKeeper` records them and
+keeps the best epoch's weights in memory. Nothing here draws: ``hsp train`` renders the events.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-from rich.progress import Progress as RichProgress
 from transformers import TrainerCallback
 
-Track = Callable[[str, int], Callable[[int], None]]
+from hybridsearch.progress import ProgressSink, Task, note, tracker
+
 PRIMARY = "eval_val_ndcg@10"
 
 
-def make_bar(enabled: bool = True, label: str = "{task.description}") -> RichProgress:
-    return RichProgress(TextColumn(label), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                        TimeRemainingColumn(), console=Console(stderr=True), disable=not enabled)
+class TrainingProgress(TrainerCallback):  # type: ignore[misc]
+    """The trainer's steps (of ``max_steps``) and loss as events on ``sink``; each epoch's validation figures as a
+    note (:meth:`figures` words them). :attr:`track` reports the validation's own steps to the same sink."""
 
-
-def tracker(bar: RichProgress) -> Track:
-    """Tasks on ``bar``: ``track(description, total)`` adds one and returns its ``advance(n)``; a task
-    is removed when it completes."""
-    def track(desc: str, total: int) -> Callable[[int], None]:
-        task = bar.add_task(desc, total=total)
-        done = 0
-
-        def advance(n: int) -> None:
-            nonlocal done
-            done += n
-            bar.update(task, completed=done)
-            if done >= total:
-                bar.remove_task(task)
-        return advance
-    return track
-
-
-def one_at_a_time(track: Track) -> Callable[[str, int], Callable[[], None]]:
-    """``track`` as the ``advance()``-by-one callbacks of :func:`hybridsearch.training.negatives.collect`."""
-    def progress(desc: str, total: int) -> Callable[[], None]:
-        advance = track(desc, total)
-        return lambda: advance(1)
-    return progress
-
-
-class TrainingBar(TrainerCallback):  # type: ignore[misc]
-    """The trainer's steps and loss on a rich bar; each epoch's validation figures printed under it.
-    :attr:`track` puts the validation's own progress on the same display."""
-
-    def __init__(self, label: str = "") -> None:
-        self.progress = make_bar(label=f"[bold]training{' ' + label if label else ''}[/] {{task.description}}")
-        self.track = tracker(self.progress)
-        self.task: Any = None
+    def __init__(self, sink: ProgressSink, label: str = "") -> None:
+        self.sink, self.label = sink, label
+        self.name = f"training{' ' + label if label else ''}"
+        self.track = tracker(sink)
+        self.task: Task | None = None
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        self.progress.start()
-        self.task = self.progress.add_task("", total=state.max_steps)
+        self.task = Task(self.sink, self.name, state.max_steps)
 
     def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        self.progress.update(self.task, completed=state.global_step)
+        if self.task is not None:
+            self.task.update(state.global_step)
 
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
                **kw: Any) -> None:
-        if logs and "loss" in logs:
-            self.progress.update(self.task, description=f"epoch {state.epoch:.2f} loss {logs['loss']:.4f}")
+        if self.task is not None and logs and "loss" in logs:
+            self.task.update(detail=f"epoch {state.epoch:.2f} loss {logs['loss']:.4f}")
+
+    def figures(self, epoch: int, metrics: dict[str, float]) -> str:
+        shown = ", ".join(f"{k.removeprefix('eval_val_')} {v:.4f}" for k, v in metrics.items()
+                          if k.startswith("eval_val_"))
+        return f"epoch {epoch}: validation {shown}"
 
     def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, float] | None = None,
                     **kw: Any) -> None:
         if metrics and PRIMARY in metrics:
-            figures = ", ".join(f"{k.removeprefix('eval_val_')} {v:.4f}" for k, v in metrics.items()
-                                if k.startswith("eval_val_"))
-            self.progress.console.print(f"epoch {round(state.epoch or 0)}: validation {figures}")
+            note(self.sink, self.name, self.figures(round(state.epoch or 0), metrics))
 
     def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        self.progress.stop()
+        if self.task is not None:
+            self.task.finish()
 
 
 class EpochKeeper(TrainerCallback):  # type: ignore[misc]

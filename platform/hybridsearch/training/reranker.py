@@ -24,12 +24,12 @@ from __future__ import annotations
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from hybridsearch.embedding.models import pick_device, resolve_model
 from hybridsearch.errors import ModelError
+from hybridsearch.progress import ProgressSink, counter
 from hybridsearch.training.callbacks import make_callbacks
 from hybridsearch.training.card import make_card, save_model
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
@@ -103,13 +103,14 @@ def _loss_and_dataset(model: Any, pairs: list[Pair], cfg: TrainingConfig) -> tup
     return LambdaLoss(model), ds, max(1, round(cfg.batch_size / per_query))
 
 
-def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: bool = True,
+def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: ProgressSink | None = None,
                         stop_after: int | None = None, label: str = "",
                         sink: dict[int, dict[str, list[float]]] | None = None) -> tuple[Any, TrainResult]:
     """Fine-tune a cross-encoder on ``mined.pairs``, validating on ``mined.validation`` after each
     epoch (its scores kept in ``sink[epoch]`` when given); the schedule spans ``cfg.epochs`` but
     training stops after ``stop_after`` epochs when given. Returns the model (the best validation epoch
-    restored with ``keep="best"``) and what happened. Seeded by ``cfg.seed``."""
+    restored with ``keep="best"``) and what happened. Seeded by ``cfg.seed``. Steps, loss and each epoch's
+    figures go to ``progress``."""
     import torch
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
     from sentence_transformers.cross_encoder.model_card import CrossEncoderModelCardCallback
@@ -152,7 +153,8 @@ def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: bool
     return model, result
 
 
-def cross_validate(mined: MinedData, cfg: TrainingConfig, *, progress: bool = True) -> tuple[Any, TrainResult]:
+def cross_validate(mined: MinedData, cfg: TrainingConfig, *,
+                   progress: ProgressSink | None = None) -> tuple[Any, TrainResult]:
     """K-fold selection, then the final fit: one model per fold of ``mined.train_qids`` (trained on the
     other folds' pairs for ``cfg.epochs`` epochs, scoring its fold's candidates after each), the epoch
     count and blend chosen on the pooled out-of-fold scores, and one model fitted on all pairs,
@@ -199,33 +201,25 @@ def cross_validate(mined: MinedData, cfg: TrainingConfig, *, progress: bool = Tr
 
 
 def run_training(cfg: TrainingConfig, settings: Settings, *, es: EngineClient | None = None,
-                 embedder: Embedder | None = None, progress: bool = True) -> dict[str, Any]:
+                 embedder: Embedder | None = None, progress: ProgressSink | None = None) -> dict[str, Any]:
     """Load the split, mine pairs from the index under ``settings.index.prefix``, train, save to
-    ``cfg.out``; returns the card. Raises ConfigError (test split, bad collection, no pairs),
+    ``cfg.out``; returns the card. Raises ConfigError (test split, training queries also judged in the test
+    split, bad collection, no pairs),
     IndexNotFound (collection not ingested under this prefix), ModelError, ClusterError."""
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-    from rich.progress import Progress as RichProgress
-
     from hybridsearch.engine import connect
+    from hybridsearch.eval.splits import check_disjoint
     from hybridsearch.training.negatives import IndexMiner
 
     data = load_split(cfg.dataset, cfg.split, allow_test=cfg.allow_test, limit=cfg.limit_queries)
+    if cfg.split != "test":
+        check_disjoint(cfg.dataset, data.queries)
     own = es is None
     client = es if es is not None else connect(settings.es)
     try:
         miner = IndexMiner(client, settings, embedder)
-        bar = RichProgress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                           TimeRemainingColumn(), console=Console(stderr=True), disable=not progress)
-
-        def track(desc: str, total: int) -> Callable[[], None]:
-            task = bar.add_task(desc, total=total)
-            return lambda: bar.advance(task)
-
-        with bar:
-            mined = mine(miner, data, depth=cfg.depth, negatives=cfg.negatives,
-                         val_fraction=0.0 if cfg.cross_validating else cfg.val_fraction, seed=cfg.seed,
-                         strategy=cfg.strategy, policy=cfg.policy, progress=track)
+        mined = mine(miner, data, depth=cfg.depth, negatives=cfg.negatives,
+                     val_fraction=0.0 if cfg.cross_validating else cfg.val_fraction, seed=cfg.seed,
+                     strategy=cfg.strategy, policy=cfg.policy, progress=counter(progress))
     finally:
         if own:
             client.close()

@@ -1,0 +1,56 @@
+"""The one progress display of ``hsp``: draws the :class:`~hybridsearch.progress.ProgressEvent` s a library
+workflow reports (ingestion, evaluation, calibration, training) as rich bars.
+
+One bar per task, created at the task's first event; a task without a total shows a spinner and its detail; a
+finished task's bar stays (``keep_finished``) or goes; notes print above the bars. Events may come from any
+thread (ingestion reports from its writer threads).
+"""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+from hybridsearch.cli.output import console as make_console
+from hybridsearch.progress import ProgressEvent
+
+
+class RichProgress:
+    """Context manager and :data:`~hybridsearch.progress.ProgressSink`; disabled, it draws nothing."""
+
+    def __init__(self, console: Console | None = None, *, enabled: bool = True, keep_finished: bool = True,
+                 width: int = 14) -> None:
+        self.enabled, self.keep_finished = enabled, keep_finished
+        self._progress = Progress(SpinnerColumn(), TextColumn(f"{{task.fields[name]:>{width}}}"), BarColumn(),
+                                  MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
+                                  console=console or make_console(stderr=True), disable=not enabled)
+        self._tasks: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def __enter__(self) -> RichProgress:
+        self._progress.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self._progress.stop()
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            if event.note is not None:
+                self._progress.console.print(event.note)
+                return
+            task = self._tasks.get(event.task)
+            if task is None:
+                task = self._tasks[event.task] = self._progress.add_task(event.detail, total=event.total,
+                                                                         name=event.task)
+            self._progress.update(task, completed=event.done, total=event.total, description=event.detail)
+            if event.finished and not self.keep_finished:
+                self._progress.remove_task(task)
+                del self._tasks[event.task]
