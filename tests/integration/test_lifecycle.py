@@ -15,6 +15,7 @@ from hybridsearch.errors import ConfigError, IndexMismatch, IndexNotFound, Inges
 from hybridsearch.indices import alias_targets, check_meta, ensure_index, index_meta
 from hybridsearch.ingest.chunking import embed_text
 from hybridsearch.ingest.writer import read_dead_letter
+from hybridsearch.progress import ProgressEvent
 from hybridsearch.settings import Settings
 
 DOCS = {
@@ -182,12 +183,12 @@ def test_failed_copy_keeps_the_alias_and_dead_letters_the_chunks(es: EngineClien
     new = settings.model_copy(update={"index": settings.index.model_copy(update={"index_options": "hnsw"})})
     v2 = settings.index.versioned(2)
 
-    def block_after_first_batch(done: int, total: int) -> None:
-        if done == 2:  # the target stops accepting writes half-way through
+    def block_after_first_batch(event: ProgressEvent) -> None:
+        if event.done == 2:  # the target stops accepting writes half-way through
             es.indices.put_settings(index=v2, settings={"index.blocks.write": True})
 
     with pytest.raises(IngestError, match=r"incomplete.*3 failed.*alias still points at") as err:
-        lifecycle.migrate(es, settings, new, embedder=embedder, batch_size=2, on_progress=block_after_first_batch)
+        lifecycle.migrate(es, settings, new, embedder=embedder, batch_size=2, progress=block_after_first_batch)
     assert alias_targets(es, settings.index.alias) == [v1]  # searches never saw the half-built index
     records = read_dead_letter(settings.ingest.dead_letter_dir / next(
         p.name for p in settings.ingest.dead_letter_dir.iterdir() if p.name.startswith(f"migrate-{v2}")))
