@@ -27,7 +27,7 @@ from hybridsearch.errors import (
     TlsFailure,
 )
 from hybridsearch.query.filters import AllOf, AnyOf, Exists, Filter, NoneOf, Range, Term, Terms
-from hybridsearch.query.results import Hit, Mode, SearchResult, StageScore, Timings, WhyReport
+from hybridsearch.query.results import Highlight, Hit, Mode, PassageSource, SearchResult, StageScore, Timings, WhyReport
 from hybridsearch.settings import Settings, get_settings, load_settings
 
 if TYPE_CHECKING:
@@ -46,6 +46,7 @@ __all__ = [
     "ConfigError",
     "Exists",
     "Filter",
+    "Highlight",
     "Hit",
     "HybridSearchError",
     "IndexMismatch",
@@ -54,6 +55,7 @@ __all__ = [
     "Mode",
     "ModelError",
     "NoneOf",
+    "PassageSource",
     "QueryError",
     "Range",
     "RerankerError",

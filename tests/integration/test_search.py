@@ -110,9 +110,10 @@ def test_bm25_and_dense_modes_report_only_their_stage(client: SearchClient) -> N
 def test_chunks_of_one_document_collapse_to_its_best_chunk(es: EngineClient, settings: Settings,
                                                            embedder: Embedder) -> None:
     index_corpus(es, settings, embedder)
-    with SearchClient(es, settings, embedder=embedder) as c:  # BM25 scores the whole document: its first chunk
-        res = c.search("bees waggle dance honeybees", mode="bm25", k=10)
-        assert ids(res).count("d7") == 1 and res.hits[0].chunk_id == "d7#0"
+    with SearchClient(es, settings, embedder=embedder) as c:  # BM25 scores the whole document, shows its best chunk
+        res = c.search("bees waggle dance honeybees", mode="bm25", k=10, highlight=True)
+        assert ids(res).count("d7") == 1 and res.hits[0].chunk_id == "d7#1"
+        assert {h.term.lower() for h in res.hits[0].highlights} >= {"bees"}
     chunked = settings.model_copy(update={"query": settings.query.model_copy(update={"bm25_unit": "chunk"})})
     with SearchClient(es, chunked, embedder=embedder) as c:
         res = c.search("bees waggle dance honeybees", mode="bm25", k=10)

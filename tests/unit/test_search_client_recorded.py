@@ -1,7 +1,8 @@
 """SearchClient and AsyncSearchClient on recorded ``_msearch`` answers (tests/unit/recordings/*.json).
 
 The only fake is the Elasticsearch client object: its ``msearch`` returns a recording (a hybrid search sends
-its BM25 and kNN lists as two ``_msearch`` requests: each gets its list's item of the recording), and the alias
+its BM25 lists and its kNN list as two ``_msearch`` requests: each list gets its item of the recording, which
+holds BM25's, kNN's and, where recorded, the passage list's; unrecorded, the passage list finds nothing), and the alias
 and mapping calls answer for one index built from the settings' own template. Everything else (plan,
 query bodies, fusion, rerank with its timeout, paging) is the real code, run by both clients, which
 must return the same results for the same inputs.
@@ -69,15 +70,25 @@ class FakeES:
         self.sent.append(searches)
         if isinstance(self.answer, Exception):
             raise self.answer
-        responses = self.answer["responses"]
-        if len(searches) == 2 * len(responses):  # every list in one _msearch
-            return self.answer
-        return {"responses": [responses[is_knn(body)] for body in searches[1::2]]}
+        recorded = dict(zip(RECORDED, self.answer["responses"], strict=False))
+        return {"responses": [recorded.get(list_of(body), NOTHING) for body in searches[1::2]]}
+
+
+#: the lists a recording answers, in its order; an answer of the passage list that finds nothing
+RECORDED = ("bm25", "knn", "passages")
+NOTHING: dict[str, Any] = {"took": 1, "timed_out": False, "hits": {"hits": []}, "status": 200}
 
 
 def is_knn(body: dict[str, Any]) -> bool:
     """Whether a search body is the kNN list's (Elasticsearch's top-level ``knn``, OpenSearch's ``knn`` query)."""
     return "knn" in body or "knn" in body.get("query", {})
+
+
+def list_of(body: dict[str, Any]) -> str:
+    """Which list a search body is: ``knn``, ``passages`` (BM25 on the chunks' text) or ``bm25``."""
+    if is_knn(body):
+        return "knn"
+    return "passages" if "text" in body["query"]["bool"]["must"][0].get("match", {}) else "bm25"
 
 
 def one_msearch(sent: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -175,25 +186,27 @@ def test_hybrid_recording_is_fused_alike_by_both_clients() -> None:
     assert sync.index == INDEX and sync.rerank_outcome is RerankOutcome.SKIPPED
     assert sync.rerank_reason == "rerank not requested" and same(sync, async_)
     lines = one_msearch(es.sent[:2])  # the sync client's two requests; then the async client's
-    bm25_body, knn_body = lines[1], lines[3]
-    # the fake index is built from today's template: BM25 scores the sections' joined field
-    assert lines[0] == lines[2] == {"index": "rec-chunks"} and "section_all" in json.dumps(bm25_body)
+    bm25_body, passage_body, knn_body = lines[1], lines[3], lines[5]
+    # the fake index is built from today's template: BM25 scores the sections' joined field, and the passage list
+    # the chunks' own fields
+    assert lines[0] == lines[2] == lines[4] == {"index": "rec-chunks"} and "section_all" in json.dumps(bm25_body)
+    assert "section_all" not in json.dumps(passage_body) and list_of(passage_body) == "passages"
     assert len(knn_body["knn"]["query_vector"]) == 384 and lines == one_msearch(es.sent[2:])
 
 
 @pytest.mark.parametrize("state_present", [True, False])
 def test_both_lists_leave_out_what_the_prefix_hides(state_present: bool) -> None:
-    """The ingest state's terms lookup is in both lists; a prefix without the state index (never ingested
-    since it came) is searched without it rather than failing on the missing index."""
+    """The ingest state's terms lookup is in both lists (and in BM25's passage list); a prefix without the state
+    index (never ingested since it came) is searched without it rather than failing on the missing index."""
     s = settings()
     es = FakeES(s, recording("hybrid"))
     es.indices.state_present = state_present
     with SearchClient(es, s, embedder=FixedVectors()) as client:  # type: ignore[arg-type]
         client.search("how do bees find food", rerank=False)
-    bodies = json.dumps(es.sent[-1][1::2] if len(es.sent[-1]) == 4 else [b for r in es.sent for b in r[1::2]])
+    bodies = json.dumps([b for r in es.sent for b in r[1::2]])
     lookup = json.dumps(hidden_lookup(s.index.ingest_state))
-    assert bodies.count(lookup) == (2 if state_present else 0)
-    assert bodies.count('"pending_run"') == 2  # the earlier protocol's staged chunks: left out either way
+    assert bodies.count(lookup) == (3 if state_present else 0)
+    assert bodies.count('"pending_run"') == 3  # the earlier protocol's staged chunks: left out either way
 
 
 def test_opensearch_gets_the_knn_query_clause_and_fuses_alike() -> None:
@@ -202,15 +215,15 @@ def test_opensearch_gets_the_knn_query_clause_and_fuses_alike() -> None:
     es_result = both(recording("hybrid"), rerank=False)[0]
     sync, async_, es = both(recording("hybrid"), rerank=False, dialect=OPENSEARCH)
     assert same(sync, async_) and same(sync, es_result)
-    knn_body = one_msearch(es.sent[:2])[3]
+    knn_body = one_msearch(es.sent[:2])[5]
     assert "knn" not in knn_body and set(knn_body["query"]) == {"knn"}
     clause = knn_body["query"]["knn"]["embedding"]
     q = settings().query
     assert len(clause["vector"]) == 384 and clause["k"] == q.knn_k * q.knn_overfetch
     assert clause["method_parameters"] == {"ef_search": max(q.num_candidates, clause["k"])}
     assert {"term": {"doc_id": "x"}} not in clause["filter"]["bool"]["filter"] and clause["filter"]["bool"]["filter"]
-    es_bm25 = one_msearch(both(recording("hybrid"), rerank=False)[2].sent[:2])[1]
-    assert one_msearch(es.sent[:2])[1] == es_bm25  # the BM25 body is the same
+    es_lines = one_msearch(both(recording("hybrid"), rerank=False)[2].sent[:2])
+    assert one_msearch(es.sent[:2])[:4] == es_lines[:4]  # the BM25 and passage bodies (highlights too) are the same
 
 
 def test_reranker_reorders_the_top() -> None:
@@ -330,7 +343,7 @@ def test_hybrid_sends_bm25_before_the_embedding_finishes(client: str) -> None:
     embedder = WaitsForBM25(es)
     result = overlapped(es, embedder, client)
     assert embedder.bm25_sent_while_embedding == [True]
-    assert [len(r) for r in es.sent] == [2, 2] and not is_knn(es.sent[0][1]) and is_knn(es.sent[1][1])
+    assert [len(r) for r in es.sent] == [4, 2] and not is_knn(es.sent[0][1]) and is_knn(es.sent[1][1])
     assert [h.doc_id for h in result.hits] == ["d2", "d1", "d4", "d3"]
 
 
@@ -350,7 +363,9 @@ def test_bm25_and_dense_stay_one_request(client: str) -> None:
     for mode in ("bm25", "dense"):
         es = RecordingES(settings(), recording("hybrid"))
         overlapped(es, FixedVectors(), client, mode)
-        assert len(es.sent) == 1 and len(es.sent[0]) == 2 and is_knn(es.sent[0][1]) == (mode == "dense")
+        # bm25: the sections' list and its passage list; dense: kNN's
+        assert len(es.sent) == 1 and len(es.sent[0]) == (2 if mode == "dense" else 4)
+        assert is_knn(es.sent[0][1]) == (mode == "dense")
 
 
 @pytest.mark.parametrize("client", ["sync", "async"])

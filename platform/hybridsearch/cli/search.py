@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Sequence
 from typing import get_args
 
 from rich.console import Console
@@ -21,7 +22,7 @@ from rich.text import Text
 
 from hybridsearch.cli.output import console, styled
 from hybridsearch.query.filters import parse_cli_filters
-from hybridsearch.query.results import Mode, SearchResult, StageScore, WhyReport
+from hybridsearch.query.results import Highlight, Mode, SearchResult, StageScore, WhyReport
 from hybridsearch.settings import Settings
 
 SNIPPET_CHARS = 180
@@ -84,7 +85,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
                 print_why(out, report)
             return 0
         result = client.search(args.query, k=args.k, mode=args.mode, filters=filters, rerank=args.rerank,
-                               explain=args.explain, page=args.page)
+                               explain=args.explain, page=args.page, highlight=True)
     if args.json:
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     else:
@@ -100,19 +101,38 @@ def query_terms(query: str) -> list[str]:
     return list(seen)
 
 
-def snippet(text: str, terms: list[str], width: int = SNIPPET_CHARS) -> Text:
-    """About ``width`` characters of ``text`` around the first matched term, matched terms highlighted."""
-    flat = " ".join(text.split())
+def _flatten(text: str) -> tuple[str, list[int]]:
+    """``text`` with each whitespace run as one space (trimmed), and where each of its offsets lands in that."""
+    out: list[str] = []
+    at: list[int] = []
+    for ch in text:
+        at.append(len(out))
+        if not ch.isspace():
+            out.append(ch)
+        elif out and out[-1] != " ":
+            out.append(" ")
+    at.append(len(out))
+    return "".join(out).rstrip(), at
+
+
+def snippet(text: str, terms: list[str], width: int = SNIPPET_CHARS, spans: Sequence[Highlight] = ()) -> Text:
+    """About ``width`` characters of ``text`` around the first match, matches highlighted: the engine's
+    ``spans`` (offsets in ``text``) where the hit has them, else whole words among ``terms``."""
+    flat, at = _flatten(text)
+    marks = [(at[h.start], at[h.end]) for h in spans if 0 <= h.start < h.end <= len(text)]
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, terms)) + r")\b", re.IGNORECASE) if terms else None
-    first = pattern.search(flat) if pattern else None
-    start = max(0, (first.start() if first else 0) - width // 4)
+    if not marks and pattern:
+        marks = [m.span() for m in pattern.finditer(flat)]
+    start = max(0, (marks[0][0] if marks else 0) - width // 4)
     if start:
         space = flat.find(" ", start)
         start = space + 1 if 0 <= space < start + 20 else start
-    piece = flat[start:start + width]
-    out = Text(("…" if start else "") + piece + ("…" if start + width < len(flat) else ""))
-    if pattern:
-        out.highlight_regex(pattern, HIGHLIGHT)
+    lead = 1 if start else 0
+    out = Text(("…" if start else "") + flat[start:start + width] + ("…" if start + width < len(flat) else ""))
+    for a, b in marks:
+        a, b = max(a, start), min(b, start + width)
+        if a < b:
+            out.stylize(HIGHLIGHT, a - start + lead, b - start + lead)
     return out
 
 
@@ -144,7 +164,7 @@ def print_result(out: Console, r: SearchResult) -> None:
         if h.title:  # a long title is cut: the table is for reading (--json has it whole)
             title.append("\n" + (h.title if len(h.title) <= TITLE_CHARS else h.title[:TITLE_CHARS - 1] + "…"))
         table.add_row(str(h.rank), f"{h.score:.4f}", _rank(h.bm25), _rank(h.knn), _rank(h.fused), _rank(h.rerank),
-                      title, snippet(h.text, terms))
+                      title, snippet(h.text, terms, spans=h.highlights))
     out.print(table)
     for h in r.hits:
         if h.explanation:

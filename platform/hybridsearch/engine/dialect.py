@@ -2,8 +2,8 @@
 
 Pure: no I/O and no client library. :class:`ElasticsearchDialect` serves Elasticsearch 8.12+ and 9.x (one
 mapping and query syntax); :class:`OpenSearchDialect` serves OpenSearch 2.17+/3.x with the k-NN plugin on its
-``lucene`` engine. Everything else the platform sends (BM25 ``multi_match``, filters, ``collapse``, aliases,
-``_bulk``, ``_msearch``) is the same on both and stays outside this module.
+``lucene`` engine. Everything else the platform sends (BM25 ``multi_match``, filters, ``collapse``, the unified
+highlighter's ``highlight``, aliases, ``_bulk``, ``_msearch``) is the same on both and stays outside this module.
 
 The platform's settings speak Elasticsearch's vocabulary (``similarity: cosine``, ``index_options: int8_hnsw``);
 :meth:`Dialect.vector_field` renders them for the engine and :meth:`Dialect.vector_summary` reads an existing

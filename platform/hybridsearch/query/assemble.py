@@ -1,5 +1,6 @@
-"""Pure result assembly: ``_msearch`` responses → collapsed stage lists → fused window → reranked,
-paged :class:`~hybridsearch.query.results.SearchResult`. Shared by the sync and async clients.
+"""Pure result assembly: ``_msearch`` responses → collapsed stage lists → fused window (each entry showing the
+chunk :mod:`.passages` picks) → reranked, paged :class:`~hybridsearch.query.results.SearchResult`. Shared by the
+sync and async clients.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from hybridsearch.errors import ClusterError, IndexNotFound, RerankerError
-from hybridsearch.query.build import Plan
+from hybridsearch.query.build import CHUNKS, PASSAGES, Bm25Scope, Plan
 from hybridsearch.query.fusion import Fusion, interpolate, normalise, rrf_term
-from hybridsearch.query.results import Hit, RerankOutcome, SearchResult, StageScore, Timings
+from hybridsearch.query.passages import Span, best_chunks, describe, highlights, prefer_bm25
+from hybridsearch.query.results import Hit, PassageSource, RerankOutcome, SearchResult, StageScore, Timings
 from hybridsearch.settings import QuerySettings
 
 STAGE_LABEL = {"bm25": "BM25", "knn": "kNN"}
@@ -22,11 +24,16 @@ STAGE_LABEL = {"bm25": "BM25", "knn": "kNN"}
 
 @dataclass
 class Candidate:
-    """One entry of the fused window (a document when collapsing, else a chunk)."""
+    """One entry of the fused window (a document when collapsing, else a chunk); ``source`` and ``chunk_id``:
+    the chunk it shows and the reranker scores (``passage`` says why, ``spans`` where it matched)."""
 
     key: str
     source: dict[str, Any]
     chunk_id: str
+    passage: PassageSource = PassageSource.BM25
+    spans: tuple[Span, ...] = ()
+    passage_reason: str | None = None  # for people: why the section's first chunk, or kNN's over BM25's
+    found: dict[str, tuple[dict[str, Any], str]] = field(default_factory=dict)  # each list's chunk (source, id)
     stages: dict[str, Rank] = field(default_factory=dict)
     terms: dict[str, float] = field(default_factory=dict)
     fused: Rank | None = None
@@ -60,14 +67,21 @@ def stage_score(r: Rank | None) -> StageScore | None:
     return None if r is None else StageScore(rank=r.rank, score=r.score)
 
 
-def check_response(resp: Mapping[str, Any], index: str) -> None:
-    """Raise our error type for one failed ``_msearch`` item."""
+def _failure(resp: Mapping[str, Any]) -> str | None:
+    """The engine's reason for one failed ``_msearch`` item (``type: reason``), or None."""
     err = resp.get("error")
     if not err:
+        return None
+    root = (err.get("root_cause") or [err])[0] if isinstance(err, dict) else {"reason": str(err)}
+    return f"{root.get('type', 'error')}: {root.get('reason')}"
+
+
+def check_response(resp: Mapping[str, Any], index: str) -> None:
+    """Raise our error type for one failed ``_msearch`` item."""
+    reason = _failure(resp)
+    if reason is None:
         return
     status = int(resp.get("status", 500))
-    root = (err.get("root_cause") or [err])[0] if isinstance(err, dict) else {"reason": str(err)}
-    reason = f"{root.get('type', 'error')}: {root.get('reason')}"
     if status == 404:
         raise IndexNotFound(f"index or alias {index} does not exist ({reason}): run `hsp ingest` first")
     raise ClusterError(f"search on {index} failed with HTTP {status}: {reason}")
@@ -93,38 +107,90 @@ def stage_list(resp: Mapping[str, Any], collapse: bool) -> list[tuple[str, float
 
 
 def fuse_window(q: QuerySettings, names: Sequence[str], responses: Sequence[Mapping[str, Any]],
-                fusion: Fusion | None = None) -> Window:
-    """Collapse each list, fuse them with ``fusion`` (default: RRF k=60, equal weights) into the window.
-
-    A document found by both lists shows (and is reranked on) the chunk kNN found nearest to the query: BM25
-    over sections returns each section's first chunk, which need not be the passage that matched.
-    """
-    lists = {name: stage_list(resp, q.collapse) for name, resp in zip(names, responses, strict=True)}
+                fusion: Fusion | None = None, scope: Bm25Scope = CHUNKS) -> Window:
+    """Collapse each list, fuse them with ``fusion`` (default: RRF k=60, equal weights) into the window; then
+    pick the chunk each entry shows (:func:`show_passages`; ``scope``: what BM25 scored, and the ``passages``
+    answer among ``responses``, which ranks nothing)."""
+    answers = dict(zip(names, responses, strict=True))
+    passage_answer = answers.pop(PASSAGES, None)
+    lists = {name: stage_list(resp, q.collapse) for name, resp in answers.items()}
     cands: dict[str, Candidate] = {}
     for name, lst in lists.items():
         for rank, (key, score, hit) in enumerate(lst, start=1):
+            src = hit.get("_source") or {}
+            chunk_id = str(src.get("chunk_id") or hit["_id"])
             c = cands.get(key)
-            if c is None or name == "knn":
-                src = hit.get("_source") or {}
-                chunk_id = str(src.get("chunk_id") or hit["_id"])
-                if c is None:
-                    c = cands[key] = Candidate(key=key, source=src, chunk_id=chunk_id)
-                else:
-                    c.source, c.chunk_id = src, chunk_id
+            if c is None:
+                c = cands[key] = Candidate(key=key, source=src, chunk_id=chunk_id)
+            c.found[name] = (src, chunk_id)
             c.stages[name] = Rank(rank, score)
+    depths = {n: len(v) for n, v in lists.items()}
     if len(lists) == 1:
         (name, lst), = lists.items()
         order = [(key, score) for key, score, _ in lst]
         for key, score in order:
             cands[key].base_score = score
-        return Window(candidates=[cands[key] for key, _ in order], depths={n: len(v) for n, v in lists.items()})
-    fusion = fusion or Fusion()
-    order = _fuse(fusion, lists, cands)
-    for rank, (key, score) in enumerate(order, start=1):
-        cands[key].fused = Rank(rank, score)
-        cands[key].base_score = score
-    return Window(candidates=[cands[key] for key, _ in order], depths={n: len(v) for n, v in lists.items()},
-                  fusion=fusion)
+        window = Window(candidates=[cands[key] for key, _ in order], depths=depths)
+    else:
+        fusion = fusion or Fusion()
+        order = _fuse(fusion, lists, cands)
+        for rank, (key, score) in enumerate(order, start=1):
+            cands[key].fused = Rank(rank, score)
+            cands[key].base_score = score
+        window = Window(candidates=[cands[key] for key, _ in order], depths=depths, fusion=fusion)
+    show_passages(window.candidates, scope, passage_answer, q.passage_k)
+    return window
+
+
+class _Shown(NamedTuple):
+    """The chunk a candidate shows: its ``_source`` and id, why (:class:`PassageSource`), where it matched."""
+
+    source: dict[str, Any]
+    chunk_id: str
+    passage: PassageSource
+    spans: tuple[Span, ...] = ()
+    reason: str | None = None
+
+
+def _keeps_bm25(shown: _Shown | None, knn_chunk: str, terms: Mapping[str, float]) -> bool:
+    """Whether a document kNN found too keeps BM25's chunk ``shown``: its best chunk, when kNN found that very
+    chunk (shown with its highlights) or :func:`~.passages.prefer_bm25` says so."""
+    if shown is None:
+        return False
+    same = shown.passage is PassageSource.BM25_BEST_CHUNK and shown.chunk_id == knn_chunk
+    return same or prefer_bm25(terms, shown.passage)
+
+
+def show_passages(cands: Sequence[Candidate], scope: Bm25Scope, answer: Mapping[str, Any] | None,
+                  depth: int) -> None:
+    """Set the chunk each candidate shows and the reranker scores (:mod:`.passages`). Over sections a BM25 hit
+    shows its document's best chunk from the passage list ``answer`` (``depth`` documents; the chunk's own fields
+    over the BM25 hit's, which are the document's), else its section's
+    first chunk; a document kNN found too shows kNN's chunk unless :func:`~.passages.prefer_bm25` (or both
+    found the same chunk); over chunks, BM25's chunk unless kNN found the document. A failed passage list leaves
+    the first chunks, never fails the search."""
+    failed = _failure(answer) if answer is not None else None
+    best = best_chunks(answer) if answer is not None and failed is None else {}
+    first = ("the passage search is off (HSP_QUERY__BEST_PASSAGE=false)" if answer is None else
+             f"the passage search failed: {failed}" if failed else
+             f"no chunk's text matched among the passage search's top {depth} documents")
+    for c in cands:
+        bm25, knn = c.found.get("bm25"), c.found.get("knn")
+        shown: _Shown | None = None
+        if bm25 is not None:
+            p = best.get(c.key) if scope.sections else None
+            shown = (_Shown({**bm25[0], **p.fields}, p.chunk_id, PassageSource.BM25_BEST_CHUNK, p.spans)
+                     if p is not None else
+                     _Shown(*bm25, PassageSource.SECTION_FIRST_CHUNK, reason=first) if scope.sections else
+                     _Shown(*bm25, PassageSource.BM25))
+        if knn is not None and not _keeps_bm25(shown, knn[1], c.terms):
+            reason = (None if shown is None or shown.passage is PassageSource.BM25 else
+                      f"kNN added more to the fused score than BM25, whose best chunk is {shown.chunk_id}"
+                      if shown.passage is PassageSource.BM25_BEST_CHUNK else
+                      f"BM25 has no better chunk than its section's first: {first}")
+            shown = _Shown(*knn, PassageSource.KNN, reason=reason)
+        assert shown is not None  # every candidate comes from a list
+        c.source, c.chunk_id, c.passage, c.spans, c.passage_reason = shown
 
 
 def _fuse(
@@ -182,9 +248,12 @@ def apply_rerank(window: Window, depth: int, scores: Sequence[float], blend: flo
 def _hit(c: Candidate, rank: int, explain: list[str] | None) -> Hit:
     src = c.source
     meta = src.get("metadata")
+    text = str(src.get("text") or "")
+    position = src.get("position")
     return Hit(
-        doc_id=str(src.get("doc_id") or c.key), chunk_id=c.chunk_id, title=src.get("title"),
-        text=str(src.get("text") or ""), parent_id=src.get("parent_id"), parent_text=src.get("parent_text"),
+        doc_id=str(src.get("doc_id") or c.key), chunk_id=c.chunk_id, title=src.get("title"), text=text,
+        position=position if isinstance(position, int) else None, passage=c.passage,
+        highlights=highlights(text, c.spans), parent_id=src.get("parent_id"), parent_text=src.get("parent_text"),
         metadata=meta if isinstance(meta, dict) else {},
         score=c.blended if c.blended is not None else c.rerank.score if c.rerank else c.base_score, rank=rank,
         bm25=stage_score(c.stages.get("bm25")), knn=stage_score(c.stages.get("knn")), fused=stage_score(c.fused),
@@ -210,6 +279,7 @@ def explain(rerank_depth: int, window: Window, c: Candidate) -> list[str]:
         lines.append(line)
     if c.fused and window.fusion is not None:
         lines.append(f"fused: rank {c.fused.rank}, score {c.fused.score:.6f} ({window.fusion.describe()})")
+    lines.append(passage_line(c))
     if c.rerank:
         before = c.fused.rank if c.fused else next(iter(c.stages.values())).rank
         lines.append(f"rerank: rank {c.rerank.rank}, score {c.rerank.score:.4f} (was rank {before} before rerank)")
@@ -222,6 +292,14 @@ def explain(rerank_depth: int, window: Window, c: Candidate) -> list[str]:
         detail = window.rerank_reason or window.rerank_outcome.value.replace("_", " ")
         lines.append(f"rerank: not applied ({detail})")
     return lines
+
+
+def passage_line(c: Candidate) -> str:
+    """Which chunk ``c`` shows and why, for people (:func:`~.passages.describe`)."""
+    position = c.source.get("position")
+    text = str(c.source.get("text") or "")
+    return describe(c.passage, c.chunk_id, position if isinstance(position, int) else None,
+                    [text[a:b] for a, b in c.spans], c.passage_reason)
 
 
 def build_result(q: QuerySettings, rerank_depth: int, p: Plan, index: str, window: Window, timings: Timings

@@ -14,13 +14,16 @@ from typing import Any, get_args
 from hybridsearch.engine.dialect import ELASTICSEARCH, Dialect
 from hybridsearch.errors import QueryError
 from hybridsearch.query.filters import Filter, MetadataFields, filter_clauses, filter_summary
+from hybridsearch.query.passages import HIGHLIGHTED_FIELD, PASSAGE_FIELDS, highlight_body
 from hybridsearch.query.results import Mode
 from hybridsearch.settings import QuerySettings
 from hybridsearch.visibility import visible_filter
 
 MODES: tuple[str, ...] = get_args(Mode)
 #: Fields fetched for each hit; the vector and offsets stay on the server.
-SOURCE_FIELDS = ["doc_id", "chunk_id", "parent_id", "parent_text", "title", "text", "metadata"]
+SOURCE_FIELDS = ["doc_id", "chunk_id", "position", "parent_id", "parent_text", "title", "text", "metadata"]
+#: The list of each BM25 document's best-matching chunk (:func:`passage_body`); it ranks nothing.
+PASSAGES = "passages"
 _DROP_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn"}
 
 
@@ -72,6 +75,7 @@ class Plan:
     rerank: bool
     explain: bool
     filters: list[dict[str, Any]] = field(default_factory=list)
+    highlight: bool = False  # the passages' matches wanted as highlights (the engine's highlighter: it costs)
     filter_log: dict[str, Any] | None = None
     state_index: str | None = None  # the prefix's ingest state: documents being written are not searched
 
@@ -83,7 +87,7 @@ class Plan:
 def plan(
     q: QuerySettings, tenant: str | None, query: object, *, k: int = 10, mode: str = "hybrid",
     filters: Filter | Mapping[str, Any] | None = None, rerank: bool = True, explain: bool = False, page: int = 1,
-    state_index: str | None = None, metadata: MetadataFields | None = None,
+    state_index: str | None = None, metadata: MetadataFields | None = None, highlight: bool = False,
 ) -> Plan:
     """Check the arguments of ``search`` and build a :class:`Plan` (``tenant``: the tenant every search is
     filtered to, ``index.tenant``; ``state_index``: the prefix's ingest state, whose hidden documents are never
@@ -98,7 +102,8 @@ def plan(
     text, truncated = clean_query(query, q.max_query_chars)
     clauses = filter_clauses(filters, tenant, metadata)
     return Plan(query=text, truncated=truncated, mode=mode, k=k, page=page, rerank=rerank,  # type: ignore[arg-type]
-                explain=explain, filters=clauses, filter_log=filter_summary(filters, metadata), state_index=state_index)
+                explain=explain, filters=clauses, filter_log=filter_summary(filters, metadata), state_index=state_index,
+                highlight=highlight)
 
 
 def _common(q: QuerySettings, size: int) -> dict[str, Any]:
@@ -123,14 +128,21 @@ JOINED_FIELD = "section_all"
 class Bm25Scope:
     """What the BM25 list scores on the searched index (:func:`bm25_scope`): ``sections`` (each section's
     first chunk carries the section's title and text) and, over sections, ``joined`` (title and text as one
-    field, :data:`JOINED_FIELD`) or not (``multi_match`` over both, ``title_boost`` and ``tie_breaker``)."""
+    field, :data:`JOINED_FIELD`) or not (``multi_match`` over both, ``title_boost`` and ``tie_breaker``);
+    ``passages``: over sections, whether the passage list (:func:`passage_body`) finds each hit's chunk."""
 
     sections: bool = False
     joined: bool = False
+    passages: bool = True
 
     @property
     def unit(self) -> str:
         return "section" if self.sections else "chunk"
+
+    @property
+    def finds_passages(self) -> bool:
+        """Whether BM25 searches send the passage list: over sections, unless ``best_passage`` is off."""
+        return self.sections and self.passages
 
 
 CHUNKS = Bm25Scope()
@@ -155,7 +167,7 @@ def bm25_scope(q: QuerySettings, section_words: int | None, properties: Mapping[
     """The :class:`Bm25Scope` for an index with ``section_words`` (its ``_meta``) and mapping ``properties``:
     sections per :func:`bm25_on_sections`; joined where the index has the field and ``bm25_fields`` is auto."""
     sections = bm25_on_sections(q, section_words)
-    return Bm25Scope(sections, sections and q.bm25_fields == "auto" and has_joined_field(properties))
+    return Bm25Scope(sections, sections and q.bm25_fields == "auto" and has_joined_field(properties), q.best_passage)
 
 
 def bm25_fields(q: QuerySettings, scope: Bm25Scope = CHUNKS) -> list[str]:
@@ -183,6 +195,29 @@ def bm25_body(q: QuerySettings, p: Plan, scope: Bm25Scope = CHUNKS) -> dict[str,
     return body
 
 
+def passage_body(q: QuerySettings, p: Plan) -> dict[str, Any]:
+    """The passage list: BM25 over each chunk's text, the same filters (:func:`search_filters`), collapsed per
+    document, ``passage_k`` documents; with ``p.highlight`` the text highlighted
+    (:func:`~hybridsearch.query.passages.highlight_body`).
+
+    It ranks nothing: it picks, for each document the BM25 list over sections found, the chunk to show
+    (:mod:`hybridsearch.query.passages`). So it scores the text alone (a document's title is the same on all its
+    chunks and cannot choose between them; every hit is a chunk whose text matched), and matches any query word
+    (operator ``or``) whatever ``operator`` says: under ``and`` a section may hold every word while no one chunk
+    does, and its best chunk is still wanted. Only what differs between a document's chunks comes back
+    (:data:`~hybridsearch.query.passages.PASSAGE_FIELDS`, and the text: inside the highlight when there is one);
+    the rest is the BM25 hit's.
+    """
+    body: dict[str, Any] = {
+        "size": q.passage_k, "_source": PASSAGE_FIELDS if p.highlight else [*PASSAGE_FIELDS, HIGHLIGHTED_FIELD],
+        "track_total_hits": False, "collapse": {"field": "doc_id"},
+        "query": {"bool": {"must": [{"match": {HIGHLIGHTED_FIELD: {"query": p.query, "operator": "or"}}}],
+                           "filter": search_filters(p)}}}
+    if p.highlight:
+        body["highlight"] = highlight_body()
+    return body
+
+
 def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float], dialect: Dialect = ELASTICSEARCH) -> dict[str, Any]:
     """The engine's kNN search (``dialect``: Elasticsearch's top-level ``knn``, OpenSearch's ``knn`` query) with
     the same filters (:func:`search_filters`) as a pre-filter, returning up to ``knn_k`` hits.
@@ -199,24 +234,30 @@ def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float], dialect: Dialec
 
 def list_search(q: QuerySettings, alias: str, p: Plan, name: str, vector: Iterable[float] | None = None,
                 dialect: Dialect = ELASTICSEARCH, scope: Bm25Scope = CHUNKS) -> list[dict[str, Any]]:
-    """The ``_msearch`` header/body lines on ``alias`` of one list (``bm25``, ``knn``), or of ``all`` of ``p``'s
-    lists (:func:`list_names`) in one round trip; ``scope``: what BM25 scores (:func:`bm25_body`)."""
-    if name == "all":
-        return [line for n in list_names(p) for line in list_search(q, alias, p, n, vector, dialect, scope)]
+    """The ``_msearch`` header/body lines on ``alias`` of one list (``bm25``, ``passages``, ``knn``), of the
+    lists of ``p`` that need no vector (``text``: BM25 and, over sections, its passage list), or of ``all`` of
+    ``p``'s lists (:func:`list_names`) in one round trip; ``scope``: what BM25 scores (:func:`bm25_body`)."""
+    if name in ("all", "text"):
+        names = [n for n in list_names(p, scope) if name == "all" or n != "knn"]
+        return [line for n in names for line in list_search(q, alias, p, n, vector, dialect, scope)]
     if name == "bm25":
         return [{"index": alias}, bm25_body(q, p, scope)]
+    if name == PASSAGES:
+        return [{"index": alias}, passage_body(q, p)]
     if vector is None:
         raise QueryError(f"mode {p.mode} needs a query vector")
     return [{"index": alias}, knn_body(q, p, vector, dialect)]
 
 
-def list_names(p: Plan) -> list[str]:
-    """The lists ``p`` searches, in fusion order: ``bm25`` (hybrid, bm25) then ``knn`` (hybrid, dense)."""
-    return [n for n, modes in (("bm25", ("hybrid", "bm25")), ("knn", ("hybrid", "dense"))) if p.mode in modes]
+def list_names(p: Plan, scope: Bm25Scope = CHUNKS) -> list[str]:
+    """The lists ``p`` searches, in this order: ``bm25`` (hybrid, bm25), its ``passages`` where ``scope`` finds
+    them (:func:`passage_body`), then ``knn`` (hybrid, dense)."""
+    text = ["bm25", PASSAGES] if scope.finds_passages else ["bm25"]
+    return [*(text if p.mode in ("hybrid", "bm25") else []), *(["knn"] if p.wants_vector else [])]
 
 
 def searches(q: QuerySettings, alias: str, p: Plan, vector: Iterable[float] | None,
              dialect: Dialect = ELASTICSEARCH, scope: Bm25Scope = CHUNKS) -> tuple[list[str], list[dict[str, Any]]]:
     """Names of the lists (:func:`list_names`) and the ``_msearch`` header/body lines of all of them on ``alias``,
     in one round trip (a hybrid search sends the same lines as two requests: :mod:`.send`)."""
-    return list_names(p), list_search(q, alias, p, "all", vector, dialect, scope)
+    return list_names(p, scope), list_search(q, alias, p, "all", vector, dialect, scope)

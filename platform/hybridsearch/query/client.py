@@ -35,7 +35,7 @@ from hybridsearch.query.assemble import (
     passage_text,
     rerank_slice,
 )
-from hybridsearch.query.build import CHUNKS, Plan, bm25_scope, list_names, list_search, plan
+from hybridsearch.query.build import CHUNKS, PASSAGES, Bm25Scope, Plan, bm25_scope, list_names, list_search, plan
 from hybridsearch.query.filters import NOT_YET_KNOWN, Filter
 from hybridsearch.query.fusion import Fusion, fusion_for
 from hybridsearch.query.querylog import QueryLogger
@@ -194,12 +194,15 @@ class _Core:
         self._index = None
         return True
 
-    def _fuse(self, names: list[str], responses: list[dict[str, Any]]) -> tuple[Window, float]:
-        """The fused window of one ``_msearch`` answer (failed items raise) and the milliseconds it took."""
+    def _fuse(self, p: Plan, scope: Bm25Scope, responses: list[dict[str, Any]]) -> tuple[Window, float]:
+        """The fused window of one ``_msearch`` answer (a failed list raises; a failed passage list leaves the
+        sections' first chunks) and the milliseconds it took."""
         t0 = time.perf_counter()
-        for r in responses:
-            check_response(r, self.settings.index.alias)
-        return fuse_window(self.query, names, responses, self._fusion), _ms(t0)
+        names = list_names(p, scope)
+        for name, r in zip(names, responses, strict=True):
+            if name != PASSAGES:
+                check_response(r, self.settings.index.alias)
+        return fuse_window(self.query, names, responses, self._fusion, scope), _ms(t0)
 
     def _owning(self) -> Self:
         """This client, marked as the owner of its Elasticsearch client (closed with it)."""
@@ -222,11 +225,11 @@ class _Core:
         typed metadata decides metadata filters) without sending anything. Raises QueryError."""
         return self._plan(query, **kwargs)
 
-    def _lines(self, p: Plan, dialect: Dialect) -> Lines:
-        """``send``'s ``lines``: the ``_msearch`` lines of one list of ``p``, or of ``all`` of them."""
+    def _lines(self, p: Plan, dialect: Dialect, scope: Bm25Scope) -> Lines:
+        """``send``'s ``lines``: the ``_msearch`` lines of some lists of ``p`` (``scope``: what BM25 scores, as
+        the index check found it; ``_fuse`` reads the answers with the same)."""
         p = dataclasses.replace(p, state_index=self._state)  # as the index check found it
-        return functools.partial(list_search, self.query, self.settings.index.alias, p, dialect=dialect,
-                                 scope=self._bm25)
+        return functools.partial(list_search, self.query, self.settings.index.alias, p, dialect=dialect, scope=scope)
 
 
 class SearchClient(_Core):
@@ -267,13 +270,13 @@ class SearchClient(_Core):
         return self._checked_index(index, mappings, self.es.dialect)
 
     def _window(self, p: Plan, t: Timings, retry: bool = True) -> tuple[str, Window, float]:
-        index = self.index()
-        responses = send(self.es, self._io, p, t, self._lines(p, self.es.dialect), self._encode,
+        index, scope = self.index(), self._bm25
+        responses = send(self.es, self._io, p, t, self._lines(p, self.es.dialect, scope), self._encode,
                          f"search {self.settings.index.alias}", self.query.hybrid_overlap)
         if self._moved(index, responses) and retry:  # searched as the old index wants: check the new one, again
             return self._window(p, t, retry=False)
         try:
-            window, fuse_ms = self._fuse(list_names(p), responses)
+            window, fuse_ms = self._fuse(p, scope, responses)
         except HybridSearchError:  # a failed list: if the alias moved, say what changed (IndexMismatch) or retry
             self._index = None
             if retry and self.index() != index:
@@ -301,8 +304,10 @@ class SearchClient(_Core):
         self._rerank_done(window, list(scores), None)
 
     def search(self, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: FilterArg = None,
-               rerank: bool = True, explain: bool = False, page: int = 1) -> SearchResult:
-        """Search ``query``; returns hits ``(page-1)*k+1 .. page*k`` of the fused (and reranked) window.
+               rerank: bool = True, explain: bool = False, page: int = 1, highlight: bool = False) -> SearchResult:
+        """Search ``query``; returns hits ``(page-1)*k+1 .. page*k`` of the fused (and reranked) window; with
+        ``highlight``, where each BM25 hit's passage matched (``Hit.highlights``: the engine's highlighter, which
+        costs about as much again as the passage search itself, so only callers that show them ask).
 
         Raises QueryError (bad arguments, checked before any request), IndexNotFound, IndexMismatch,
         ClusterUnavailable or ClusterError. A failing or slow reranker never raises: the result says
@@ -310,7 +315,7 @@ class SearchClient(_Core):
         """
         started = time.perf_counter()
         args: dict[str, Any] = {"k": k, "mode": mode, "filters": filters, "rerank": rerank, "explain": explain,
-                                "page": page}
+                                "page": page, "highlight": highlight}
         self._plan(query, index_known=False, **args)  # QueryError before any request
         self.index()  # its typed metadata decides how metadata filters are checked and sent
         p = self._plan(query, **args)
@@ -325,7 +330,7 @@ class SearchClient(_Core):
 
         self._plan(query, index_known=False, k=1, mode=mode, filters=filters, rerank=rerank)  # before any request
         self.index()
-        p = self._plan(query, k=1, mode=mode, filters=filters, rerank=rerank)
+        p = self._plan(query, k=1, mode=mode, filters=filters, rerank=rerank, highlight=True)
         index, window, _ = self._window(p, Timings())
         return why_report(Probes(self.es, self.settings.index.alias, self.query, self.settings.reranker.depth,
                                  self._encode, self._bm25), p, index, window, doc_id)
@@ -401,13 +406,13 @@ class AsyncSearchClient(_Core):
         return self._checked_index(index, mappings, self.es.dialect)
 
     async def _window(self, p: Plan, t: Timings, retry: bool = True) -> tuple[str, Window, float]:
-        index = await self.index()
-        responses = await send_async(self.es, p, t, self._lines(p, self.es.dialect), self._encode,
+        index, scope = await self.index(), self._bm25
+        responses = await send_async(self.es, p, t, self._lines(p, self.es.dialect, scope), self._encode,
                                      f"search {self.settings.index.alias}", self.query.hybrid_overlap)
         if self._moved(index, responses) and retry:  # see SearchClient._window
             return await self._window(p, t, retry=False)
         try:
-            window, fuse_ms = self._fuse(list_names(p), responses)
+            window, fuse_ms = self._fuse(p, scope, responses)
         except HybridSearchError:
             self._index = None
             if retry and await self.index() != index:
@@ -432,11 +437,12 @@ class AsyncSearchClient(_Core):
         self._rerank_done(window, list(scores), None)
 
     async def search(self, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: FilterArg = None,
-                     rerank: bool = True, explain: bool = False, page: int = 1) -> SearchResult:
+                     rerank: bool = True, explain: bool = False, page: int = 1,
+                     highlight: bool = False) -> SearchResult:
         """See :meth:`SearchClient.search`."""
         started = time.perf_counter()
         args: dict[str, Any] = {"k": k, "mode": mode, "filters": filters, "rerank": rerank, "explain": explain,
-                                "page": page}
+                                "page": page, "highlight": highlight}
         self._plan(query, index_known=False, **args)  # QueryError before any request
         await self.index()  # its typed metadata decides how metadata filters are checked and sent
         p = self._plan(query, **args)

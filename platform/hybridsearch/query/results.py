@@ -23,6 +23,23 @@ class RerankOutcome(StrEnum):
     TIMED_OUT = "timed_out"  # no answer within reranker.timeout: fused order kept
 
 
+class PassageSource(StrEnum):
+    """Why a hit shows the chunk it shows (its text is what the reranker scores)."""
+
+    KNN = "knn"  # the chunk kNN found nearest to the query
+    BM25 = "bm25"  # the chunk BM25 scored (BM25 over chunks)
+    BM25_BEST_CHUNK = "bm25_best_chunk"  # BM25 over sections: the document's chunk that best matches the query
+    SECTION_FIRST_CHUNK = "section_first_chunk"  # BM25 over sections, no better chunk found: the section's first
+
+
+class Highlight(BaseModel):
+    """One stretch of a hit's ``text`` that matched the query (the engine's highlighter, read as data)."""
+
+    start: int = Field(description="offset of the first character in Hit.text")
+    end: int = Field(description="offset after the last character in Hit.text")
+    term: str = Field(description="the matched text, Hit.text[start:end]")
+
+
 class StageScore(BaseModel):
     """A hit's rank (from 1) and raw score in one stage; ``None`` when absent from that stage."""
 
@@ -37,6 +54,12 @@ class Hit(BaseModel):
     chunk_id: str
     title: str | None = None
     text: str
+    position: int | None = Field(None, description="the chunk's place in its document, from 0")
+    passage: PassageSource | None = Field(None, description="why this chunk is the one shown (and reranked); "
+                                          "set on every hit a search returns")
+    highlights: list[Highlight] = Field(default_factory=list, description="where text matched the query: BM25 "
+                                        "over sections, the best-matching chunk shown, search(highlight=True); "
+                                        "else empty")
     parent_id: str | None = None
     parent_text: str | None = None
     metadata: dict[str, Any] = Field(default_factory=dict)
@@ -95,6 +118,9 @@ class WhyReport(BaseModel):
     knn: StageScore | None = None
     fused: StageScore | None = None
     rerank: StageScore | None = None
+    chunk_id: str | None = Field(None, description="the chunk the search shows for the document (and reranks)")
+    passage: PassageSource | None = Field(None, description="why that chunk; None when the document is not a hit")
+    highlights: list[Highlight] = Field(default_factory=list, description="where that chunk matched the query")
     final_rank: int | None = Field(None, description="rank in the fused (and reranked) window, from 1")
     candidates: int = 0
     reranked: bool = False

@@ -1,7 +1,8 @@
 """Sending a plan's searches: the I/O between the query vector and the fused window, for both clients.
 
 bm25 and dense searches send one ``_msearch`` (dense after embedding the query). A hybrid search does not let
-BM25 wait for the vector: its BM25 ``_msearch`` goes at once (a worker thread of the sync client, an asyncio
+BM25 wait for the vector: its BM25 ``_msearch`` (with the passage list over sections: ``build.passage_body``) goes
+at once (a worker thread of the sync client, an asyncio
 task of the async one) while the query is embedded, and its kNN ``_msearch`` as soon as the vector is ready,
 so it lasts about max(BM25, embed + kNN) instead of embed + max(BM25, kNN). The lines are those of the one
 ``_msearch`` of both lists (:func:`~hybridsearch.query.build.searches`), so answers and fusion are the same;
@@ -28,7 +29,8 @@ if TYPE_CHECKING:
     import numpy as np
 
 Json = dict[str, Any]
-#: ``lines(name, vector)``: the ``_msearch`` lines of list ``name`` (``bm25``, ``knn``) or of ``all`` the plan's.
+#: ``lines(name, vector)``: the ``_msearch`` lines of the plan's lists that need no vector (``text``: BM25 and its
+#: passage list), of its ``knn`` list, or of ``all`` of them (``build.list_search``).
 Lines = Callable[[str, "np.ndarray | None"], list[Json]]
 Encode = Callable[[str], "np.ndarray"]
 
@@ -38,11 +40,11 @@ def _ms(since: float) -> float:
 
 
 def answers(outcomes: list[Any]) -> list[Json]:
-    """The one answer of each list's ``_msearch`` (BM25's first), or the first failure raised."""
+    """The items of each ``_msearch`` in order (the text lists' first), or the first failure raised."""
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
             raise outcome
-    return [outcome["responses"][0] for outcome in outcomes]
+    return [item for outcome in outcomes for item in outcome["responses"]]
 
 
 def _embed(encode: Encode, p: Plan, t: Timings) -> np.ndarray:
@@ -54,8 +56,8 @@ def _embed(encode: Encode, p: Plan, t: Timings) -> np.ndarray:
 
 def send(es: EngineClient, pool: concurrent.futures.Executor, p: Plan, t: Timings, lines: Lines,
          encode: Encode, what: str, overlap: bool = True) -> list[Json]:
-    """The answers of ``p``'s lists (``_msearch`` items, BM25's first), with ``t.embed_ms`` and ``t.search_ms``;
-    ``pool`` runs hybrid's BM25 request, ``what`` names the search in errors, ``overlap=False``
+    """The answers of ``p``'s lists (``_msearch`` items in ``build.list_names`` order), with ``t.embed_ms`` and
+    ``t.search_ms``; ``pool`` runs hybrid's BM25 request, ``what`` names the search in errors, ``overlap=False``
     (``HSP_QUERY__HYBRID_OVERLAP``) sends hybrid as one ``_msearch`` after embedding. Raises like
     ``engine_errors``."""
     if p.mode != "hybrid" or not overlap:
@@ -65,7 +67,7 @@ def send(es: EngineClient, pool: concurrent.futures.Executor, p: Plan, t: Timing
             responses: list[Json] = es.msearch(searches=body)["responses"]
         t.search_ms = _ms(t0)
         return responses
-    bm25 = pool.submit(es.msearch, searches=lines("bm25", None))
+    bm25 = pool.submit(es.msearch, searches=lines("text", None))
     try:
         vector = _embed(encode, p, t)
     except BaseException:
@@ -99,7 +101,7 @@ async def send_async(es: AsyncEngineClient, p: Plan, t: Timings, lines: Lines, e
             responses: list[Json] = (await es.msearch(searches=body))["responses"]
         t.search_ms = _ms(t0)
         return responses
-    bm25 = asyncio.ensure_future(es.msearch(searches=lines("bm25", None)))
+    bm25 = asyncio.ensure_future(es.msearch(searches=lines("text", None)))
     try:
         vector = await embed()
     except BaseException:

@@ -14,9 +14,10 @@ from typing import Any
 import numpy as np
 
 from hybridsearch.engine import EngineClient, engine_errors
-from hybridsearch.query.assemble import Rank, Window, stage_score
+from hybridsearch.query.assemble import Rank, Window, passage_line, stage_score
 from hybridsearch.query.build import CHUNKS, Bm25Scope, Plan, bm25_body, search_filters
-from hybridsearch.query.results import WhyReport
+from hybridsearch.query.passages import highlights
+from hybridsearch.query.results import Highlight, WhyReport
 from hybridsearch.settings import QuerySettings
 
 
@@ -61,6 +62,8 @@ def why_report(probes: Probes, p: Plan, index: str, window: Window, doc_id: str)
         rep.bm25, rep.knn = stage_score(cand.stages.get("bm25")), stage_score(cand.stages.get("knn"))
         rep.fused, rep.rerank = stage_score(cand.fused), stage_score(cand.rerank)
         rep.final_rank = (pos or 0) + 1
+        rep.chunk_id, rep.passage = cand.chunk_id, cand.passage
+        rep.highlights = [Highlight(**h) for h in highlights(str(cand.source.get("text") or ""), cand.spans)]
     for name, depth in window.depths.items():
         stage: Rank | None = cand.stages.get(name) if cand else None
         if stage is not None:
@@ -79,6 +82,8 @@ def why_report(probes: Probes, p: Plan, index: str, window: Window, doc_id: str)
         notes.append(f"rerank: not seen (fused rank {rep.final_rank} is below the depth {probes.rerank_depth})")
     elif window.rerank_reason:
         notes.append(f"rerank: not applied ({window.rerank_reason})")
+    if cand is not None:
+        notes.append(passage_line(cand))  # the chunk shown and reranked
     if rep.final_rank is not None:
         notes.append(f"final: rank {rep.final_rank}")
     return rep
