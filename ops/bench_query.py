@@ -290,8 +290,8 @@ def against(prefixes: tuple[str | None, str], col: Collection, embedders: tuple[
     """Hybrid on two indices (e.g. the collection's index before and after a change, or two indices built with
     different models, each searched with its own ``embedders`` entry), interleaved per query with the order
     alternating: p50/p95 wall time, nDCG@10, the fusion each used, and the p50 ratio."""
-    clients = [SearchClient.from_settings(bench_settings(p), embedder=e) for p, e in zip(prefixes, embedders,
-                                                                                            strict=True)]
+    clients = [SearchClient.from_settings(bench_settings(p).model_copy(update={"embedding": e.cfg}), embedder=e)
+               for p, e in zip(prefixes, embedders, strict=True)]
     walls: list[list[float]] = [[], []]
     rankings: list[dict[str, list[str]]] = [{}, {}]
     fusions: list[str | None] = [None, None]
