@@ -41,6 +41,7 @@ import numpy as np
 
 from hybridsearch.embedding import catalogue
 from hybridsearch.embedding.catalogue import CatalogueEntry
+from hybridsearch.embedding.lean import compare_vectors, pool
 from hybridsearch.embedding.models import packaged_model, quiet_loading
 from hybridsearch.errors import ModelError
 
@@ -418,21 +419,8 @@ class OnnxFolderEncoder:
             feeds = {"input_ids": ids, "attention_mask": mask,
                      "token_type_ids": np.asarray(enc.get("token_type_ids", np.zeros_like(ids)), dtype=np.int64)}
             (hidden,) = self.session.run(["last_hidden_state"], {k: v for k, v in feeds.items() if k in self.inputs})
-            if self.pooling == "cls":
-                vec = hidden[0, 0]
-            else:
-                m = mask[0].astype(np.float32)[:, None]
-                vec = (hidden[0] * m).sum(0) / max(float(m.sum()), 1e-9)
-            if self.normalize:
-                vec = vec / max(float(np.linalg.norm(vec)), 1e-12)
-            out.append(np.asarray(vec, dtype=np.float32))
+            out.append(pool(np.asarray(hidden[0]), mask[0], self.pooling, self.normalize))
         return np.stack(out)
-
-
-def _compare(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    cos = (a64 * b64).sum(1) / np.maximum(np.linalg.norm(a64, axis=1) * np.linalg.norm(b64, axis=1), 1e-12)
-    return float(cos.min()), float(np.abs(a64 - b64).max())
 
 
 def torch_vectors(folder: Path, texts: Sequence[str]) -> np.ndarray:
@@ -470,7 +458,7 @@ def verify(e: CatalogueEntry, texts: Sequence[str] = VERIFY_TEXTS, threshold: fl
                         (*notes, "int8, ONNX only: no torch weights to compare with",
                          f"fetch {fp32.name if fp32 else 'the fp32 model'} to compare the int8 vectors with it"))
     ref = OnnxFolderEncoder(base / "onnx" / "model.onnx", base, fp32.pooling, fp32.max_seq_length).encode(texts)
-    cos, diff = _compare(ref, mine)
+    cos, diff = compare_vectors(ref, mine)
     return Verified(e.name, f"int8 ONNX vs {fp32.name} fp32 ONNX (information: int8 is not expected to reach "
                     f"{threshold})", cos, diff, 0.0, True,
                     (*notes, "int8, ONNX only: no torch weights (a query encoder for an index built with "
@@ -491,6 +479,6 @@ def _verify_torch_onnx(e: CatalogueEntry, folder: Path, onnx_path: Path, texts: 
                        notes: tuple[str, ...]) -> Verified:
     ref = torch_vectors(folder, texts)
     got = OnnxFolderEncoder(onnx_path, folder, e.pooling, e.max_seq_length, e.normalize).encode(texts)
-    cos, diff = _compare(ref, got)
+    cos, diff = compare_vectors(ref, got)
     return Verified(e.name, "torch (sentence-transformers) vs ONNX Runtime", cos, diff, threshold,
                     cos >= threshold, notes)

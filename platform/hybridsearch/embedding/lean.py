@@ -170,13 +170,23 @@ class LeanQueryEncoder:
         return pool(np.asarray(hidden[0], dtype=np.float32), mask[0], self.spec.pooling)
 
 
-def pool(hidden: np.ndarray, mask: np.ndarray, mode: Literal["mean", "cls"]) -> np.ndarray:
-    """One text's token vectors (``[tokens, dims]``) pooled as sentence-transformers' Pooling does, then scaled
-    to unit length."""
+def pool(hidden: np.ndarray, mask: np.ndarray, mode: str, normalize: bool = True) -> np.ndarray:
+    """One text's token vectors (``[tokens, dims]``) pooled as sentence-transformers' Pooling does (``cls``: the
+    first attended token; otherwise the mean over attended tokens), then scaled to unit length unless
+    ``normalize`` is false."""
     if mode == "cls":
         vec = hidden[int(np.argmax(mask))]
     else:
         weights = mask.astype(np.float32)[:, None]
         vec = (hidden * weights).sum(0) / max(float(weights.sum()), 1e-9)
-    out: np.ndarray = (vec / max(float(np.linalg.norm(vec)), 1e-12)).astype(np.float32)
+    if normalize:
+        vec = vec / max(float(np.linalg.norm(vec)), 1e-12)
+    out: np.ndarray = np.asarray(vec, dtype=np.float32)
     return out
+
+
+def compare_vectors(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """The lowest cosine between matching rows of ``a`` and ``b`` and their largest absolute difference."""
+    a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    cos = (a64 * b64).sum(1) / np.maximum(np.linalg.norm(a64, axis=1) * np.linalg.norm(b64, axis=1), 1e-12)
+    return float(cos.min()), float(np.abs(a64 - b64).max())

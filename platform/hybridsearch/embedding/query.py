@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from hybridsearch.embedding import agreement as records
-from hybridsearch.embedding.lean import LeanQueryEncoder, LeanUnsupported, lean_spec
+from hybridsearch.embedding.lean import LeanQueryEncoder, LeanUnsupported, compare_vectors, lean_spec
 from hybridsearch.embedding.models import pick_device, resolve_model
 from hybridsearch.embedding.prompts import resolve_prompts
 from hybridsearch.errors import ModelError
@@ -109,10 +109,7 @@ def onnx_query_encoder(model: SentenceTransformer, model_dir: str, quantized: bo
 def agreement(reference: Encode, candidate: Encode, texts: Iterable[str]) -> tuple[float, float]:
     """The lowest cosine and the largest absolute difference between the two encoders' vectors of ``texts``."""
     texts = list(texts)
-    a = np.stack([reference(t) for t in texts]).astype(np.float64)
-    b = np.stack([candidate(t) for t in texts]).astype(np.float64)
-    cos = (a * b).sum(1) / np.maximum(np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1), 1e-12)
-    return float(cos.min()), float(np.abs(a - b).max())
+    return compare_vectors(np.stack([reference(t) for t in texts]), np.stack([candidate(t) for t in texts]))
 
 
 def choose_query_encoder(cfg: EmbeddingSettings, model: SentenceTransformer, reference: Encode, *,
