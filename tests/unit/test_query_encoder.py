@@ -114,7 +114,35 @@ def test_agreement_measures_cosine_and_difference() -> None:
     assert agreement(reference, reference, texts) == (pytest.approx(1.0), 0.0)
     cos, diff = agreement(reference, lambda t: -reference(t), texts)
     assert cos == pytest.approx(-1.0) and diff == pytest.approx(2 * max(float(np.abs(unit(t)).max()) for t in texts))
-    assert MIN_COSINE == 0.99999 and len(PROBES) >= 4
+
+
+def tilted(cosine: float, only: str | None = None) -> Any:
+    """An encoder whose vector of each text (or of ``only``) lies at exactly ``cosine`` to the reference's."""
+    def encode(text: str) -> np.ndarray:
+        ref = reference(text).astype(np.float64)
+        if only is not None and text != only:
+            return ref
+        side = unit(text + "side").astype(np.float64)
+        side -= (side @ ref) * ref
+        return cosine * ref + np.sqrt(1.0 - cosine**2) * side / np.linalg.norm(side)
+    return encode
+
+
+@pytest.mark.parametrize("below", [False, True])
+def test_onnx_is_taken_exactly_down_to_the_threshold(monkeypatch: pytest.MonkeyPatch, below: bool) -> None:
+    margin = (1.0 - MIN_COSINE) / 4
+    cosine = MIN_COSINE - margin if below else MIN_COSINE + margin
+    monkeypatch.setattr(query, "onnx_query_encoder", Built(tilted(cosine)))
+    chosen = choose_query_encoder(cfg(), "model", reference)
+    assert chosen.backend == ("torch" if below else "onnx"), chosen.reason
+
+
+def test_every_probe_text_is_compared(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert len(set(PROBES)) >= 2
+    for probe in PROBES:  # one probe off alone is enough to refuse ONNX
+        monkeypatch.setattr(query, "onnx_query_encoder", Built(tilted(0.99, only=probe)))
+        chosen = choose_query_encoder(cfg(), "model", reference)
+        assert chosen.backend == "torch" and "lowest cosine 0.9900000" in chosen.reason, probe
 
 
 def test_embedder_queries_go_through_the_chosen_encoder(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
