@@ -23,6 +23,7 @@ class Reverse:
     """Scores passages so the fused order is reversed."""
 
     name = "reverse"
+    blend: float | None = None  # no recommendation (Reranker.blend)
 
     def __init__(self) -> None:
         self.seen: list[list[str]] = []
@@ -34,6 +35,7 @@ class Reverse:
 
 class Slow:
     name = "slow"
+    blend: float | None = None  # no recommendation (Reranker.blend)
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         time.sleep(1.0)
@@ -42,6 +44,7 @@ class Slow:
 
 class Broken:
     name = "broken"
+    blend: float | None = None  # no recommendation (Reranker.blend)
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         raise RerankerError("model exploded")
@@ -49,6 +52,7 @@ class Broken:
 
 class ShortAnswer:
     name = "short"
+    blend: float | None = None  # no recommendation (Reranker.blend)
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         return [1.0]

@@ -158,6 +158,7 @@ class Remembers:
     """A reranker that keeps the passages it was given."""
 
     name = "remembers"
+    blend: float | None = None  # no recommendation (Reranker.blend)
 
     def __init__(self) -> None:
         self.seen: list[str] = []

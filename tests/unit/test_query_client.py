@@ -18,6 +18,7 @@ from hybridsearch.settings import Settings, load_settings
 
 class Fixed:
     name = "fixed"
+    blend: float | None = None  # no recommendation (Reranker.blend)
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         return [1.0] * len(passages)

@@ -140,6 +140,7 @@ class Scores:
     """A reranker that prefers passages by a word they contain; or fails; or is slow."""
 
     name = "recorded"
+    blend: float | None = None  # no recommendation (Reranker.blend)
 
     def __init__(self, mode: str = "ok") -> None:
         self.mode = mode

@@ -57,7 +57,7 @@ class HttpReranker:
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
         )
         self.model: str | None = None
-        self.blend: float | None = None  # the served model's recommended rerank blend, from its answers
+        self.blend: float | None = None  # Reranker.blend: the served model's recommendation, from its answers
 
     @classmethod
     def from_settings(cls, cfg: RerankerSettings) -> HttpReranker:

@@ -98,8 +98,8 @@ class LocalReranker:
 
     The model loads on first use (or :meth:`load`), once, thread-safely. A load failure is
     remembered and raised again as RerankerModelError on every later call, without retrying.
-    Inference failures raise RerankerError. ``blend`` is the rerank blend the model's training card
-    recommends (None for models without one); ``max_length`` is ``HSP_RERANKER__MAX_LENGTH`` when set,
+    Inference failures raise RerankerError. ``blend`` (``Reranker.blend``) is the rerank blend the model's
+    training card recommends (None for models without one); ``max_length`` is ``HSP_RERANKER__MAX_LENGTH`` when set,
     else the card's trained length, else 512.
     """
 

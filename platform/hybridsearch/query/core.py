@@ -1,0 +1,325 @@
+"""The search core: every step and decision of a search, without I/O, for both clients.
+
+:class:`SearchCore` holds a client's state (the checked index, what BM25 scores there, its fusion, the query log)
+and writes each operation once, as steps (:mod:`.steps`) that yield requests and are sent the answers::
+
+    index_steps    detect the engine → resolve the alias → get its mappings → check them (cached 60 s)
+    search_steps   plan (checks) → index_steps → send (:mod:`.send`: hybrid's BM25 spawned while the query is
+                   embedded, then kNN) → the alias moved? check the new index and search again, once
+                   → collapse + fuse (a failed list: the alias moved? say what changed, or search again, once)
+                   → rerank the top ``reranker.depth`` (skipped, applied, or degraded to fused order when the
+                   reranker fails or times out) → page → log
+    warm_up_steps  embed once, let the reranker score one pair (its failure ignored)
+
+The clients (:mod:`.client`) only perform the requests: ``_msearch`` and the alias and mapping calls on their
+engine client, the embedding (in a worker thread for the async client), the reranker under its timeout.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import dataclasses
+import functools
+import threading
+import time
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Self
+
+from hybridsearch.engine import Dialect, EngineClient
+from hybridsearch.errors import HybridSearchError, IndexNotFound, RerankerError
+from hybridsearch.indices import check_mapping, section_words_of, single_target
+from hybridsearch.mappings import metadata_fields_of
+from hybridsearch.query.assemble import (
+    Window,
+    answered_by,
+    apply_rerank,
+    build_result,
+    check_response,
+    fuse_window,
+    log_doc,
+    passage_text,
+    rerank_slice,
+)
+from hybridsearch.query.build import CHUNKS, PASSAGES, Bm25Scope, Plan, bm25_scope, list_names, list_search, plan
+from hybridsearch.query.filters import NOT_YET_KNOWN, Filter
+from hybridsearch.query.fusion import Fusion, fusion_for
+from hybridsearch.query.querylog import QueryLogger
+from hybridsearch.query.results import Mode, RerankOutcome, SearchResult, Timings
+from hybridsearch.query.send import Lines, embed_steps, send_steps
+from hybridsearch.query.steps import Detect, GetMappings, Json, Rerank, ResolveAlias, Steps
+from hybridsearch.rerank.base import Reranker
+from hybridsearch.rerank.card import effective_blend
+from hybridsearch.settings import QuerySettings, Settings, get_settings
+
+if TYPE_CHECKING:
+    import numpy as np
+
+    from hybridsearch.embedding import Embedder
+
+INDEX_RECHECK_S = 60.0
+WARM_UP_TIMEOUT_S = 60.0  # at least this long for the reranker's first score (it may load its model)
+FilterArg = Filter | Mapping[str, Any] | None
+
+
+def _ms(since: float) -> float:
+    return (time.perf_counter() - since) * 1000.0
+
+
+def auto_reranker(settings: Settings) -> tuple[Reranker | None, str | None]:
+    """``hybridsearch.rerank.make_reranker(settings)``, or None and the reason the search will report."""
+    if not settings.reranker.enabled:
+        return None, "reranker disabled (HSP_RERANKER__ENABLED=false)"
+    from hybridsearch.rerank import make_reranker
+
+    try:
+        reranker: Reranker | None = make_reranker(settings)
+    except Exception as exc:  # noqa: BLE001 - a reranker that cannot be built must not stop searching
+        what = str(exc) if isinstance(exc, HybridSearchError) else f"{type(exc).__name__}: {exc}"
+        return None, f"reranker unavailable: {what}"
+    return reranker, None
+
+
+class SearchCore:
+    """State and steps shared by the sync and async clients (see the module docstring)."""
+
+    def __init__(self, settings: Settings, embedder: Embedder | None, reranker: Reranker | None,
+                 no_reranker_reason: str | None, query: QuerySettings | None, log_queries: bool | None) -> None:
+        self.settings = settings
+        self.query = query or settings.query  # the query knobs searches use (an eval sweep passes others)
+        self.log_queries = self.query.log_queries if log_queries is None else log_queries
+        self.reranker = reranker
+        self._embedder = embedder
+        self._embed_lock = threading.Lock()
+        self._index: str | None = None
+        self._dialect: Dialect | None = None  # the engine's (set when the index is checked)
+        self._bm25 = CHUNKS  # what BM25 scores on the index (its _meta and mapping; set when the index is checked)
+        self._fusion = Fusion()  # the index's fusion (fusion_for: settings, its calibration or the default)
+        self._index_checked_at = 0.0
+        self._state: str | None = settings.index.ingest_state  # None once the check finds the prefix has none
+        self._metadata: dict[str, str] = {}  # the index's typed metadata fields (set when the index is checked)
+        self._no_reranker_reason = no_reranker_reason
+        self._owns_es = False
+        self.query_log: QueryLogger | None = None
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            from hybridsearch.embedding import Embedder
+
+            self._embedder = Embedder(self.settings.embedding)
+        return self._embedder
+
+    def _encode(self, text: str) -> np.ndarray:
+        with self._embed_lock:  # the embedder's LRU is not thread-safe
+            return self.embedder.encode_query(text)
+
+    # ---- the index behind the alias
+
+    def _index_stale(self) -> bool:
+        return self._index is None or time.monotonic() - self._index_checked_at > INDEX_RECHECK_S
+
+    def index_steps(self) -> Steps[str]:
+        """The one concrete index behind the alias (``indices.single_target``), its mapping checked (cached
+        60 s). Raises IndexNotFound, AliasConflict (the alias points at several indices), IndexMismatch,
+        ClusterUnavailable."""
+        if not self._index_stale():
+            assert self._index is not None
+            return self._index
+        alias = self.settings.index.alias
+        dialect: Dialect = yield Detect(f"resolve alias {alias}")
+        index = single_target(alias, (yield ResolveAlias(alias, f"resolve alias {alias}")))
+        # the prefix's ingest state too: a prefix never ingested since it exists has none, and nothing is hidden
+        mappings: Json = yield GetMappings(f"{index},{self.settings.index.ingest_state}", f"get mapping of {index}")
+        return self._checked_index(index, mappings, dialect)
+
+    def _checked_index(self, index: str, mappings: Mapping[str, Any], dialect: Dialect) -> str:
+        """Remember ``index`` once its mapping fits, and whether the prefix has its ingest state."""
+        state = self.settings.index.ingest_state
+        self._state = state if state in mappings else None
+        self._metadata = metadata_fields_of(mappings[index]["mappings"]) if index in mappings else {}
+        if index not in mappings:
+            raise IndexNotFound(f"index {index} behind alias {self.settings.index.alias} no longer exists")
+        mapping = mappings[index]["mappings"]
+        check_mapping(index, mapping, self.settings, dialect)
+        meta = mapping.get("_meta") or {}
+        self._bm25 = bm25_scope(self.query, section_words_of(meta), mapping.get("properties") or {})
+        self._fusion = fusion_for(self.query, meta)
+        self._dialect = dialect
+        self._index, self._index_checked_at = index, time.monotonic()
+        return index
+
+    def _moved(self, index: str, responses: list[Json]) -> bool:
+        """Whether the answers came from another index than ``index``, the one checked: the alias moved (a
+        migration or rollback swapped it) since. The cached check is dropped, so the next ``index_steps`` checks
+        the new index at once (IndexMismatch for a client of the old model) instead of within 60 s."""
+        if not answered_by(responses) - {index}:
+            return False
+        self._index = None
+        return True
+
+    # ---- planning
+
+    def _plan(self, query: str, *, index_known: bool = True, **kwargs: Any) -> Plan:
+        """The checked plan; ``index_known=False`` checks everything but metadata types, which only the index knows
+        (so bad input is refused before any request)."""
+        metadata = self._metadata if index_known else NOT_YET_KNOWN
+        return plan(self.query, self.settings.index.tenant, query, state_index=self._state, metadata=metadata,
+                    **kwargs)
+
+    def check(self, query: str, **kwargs: Any) -> Plan:
+        """Check a search's arguments (those of :meth:`SearchClient.search`) against the index last checked (its
+        typed metadata decides metadata filters) without sending anything. Raises QueryError."""
+        return self._plan(query, **kwargs)
+
+    def _planned(self, query: str, **kwargs: Any) -> Steps[Plan]:
+        self._plan(query, index_known=False, **kwargs)  # QueryError before any request
+        yield from self.index_steps()  # its typed metadata decides how metadata filters are checked and sent
+        return self._plan(query, **kwargs)
+
+    def _lines(self, p: Plan, scope: Bm25Scope) -> Lines:
+        """``send_steps``'s ``lines``: the ``_msearch`` lines of some lists of ``p`` (``scope``: what BM25 scores,
+        as the index check found it; ``_fuse`` reads the answers with the same)."""
+        assert self._dialect is not None  # the index was checked
+        p = dataclasses.replace(p, state_index=self._state)  # as the index check found it
+        return functools.partial(list_search, self.query, self.settings.index.alias, p, dialect=self._dialect,
+                                 scope=scope)
+
+    # ---- searching
+
+    def search_steps(self, query: str, **kwargs: Any) -> Steps[SearchResult]:
+        """:meth:`SearchClient.search`'s steps (``kwargs``: its keyword arguments)."""
+        started = time.perf_counter()
+        p = yield from self._planned(query, **kwargs)
+        t = Timings()
+        index, window, fuse_ms = yield from self._window(p, t)
+        return self._finish(p, index, window, t, started, fuse_ms)
+
+    def why_steps(self, query: str, **kwargs: Any) -> Steps[tuple[Plan, str, Window]]:
+        """The plan, index and window :meth:`SearchClient.why` explains (one hit, highlighted)."""
+        p = yield from self._planned(query, k=1, highlight=True, **kwargs)
+        index, window, _ = yield from self._window(p, Timings())
+        return p, index, window
+
+    def _window(self, p: Plan, t: Timings) -> Steps[tuple[str, Window, float]]:
+        """The index searched, the fused (and reranked) window and the milliseconds fusing took. Searches again,
+        once, when the alias moved under the search (answers from another index, or a failed list while the
+        alias now names another index)."""
+        for retry in (True, False):
+            index, scope = (yield from self.index_steps()), self._bm25
+            responses = yield from send_steps(p, t, self._lines(p, scope), f"search {self.settings.index.alias}",
+                                              self.query.hybrid_overlap)
+            if self._moved(index, responses) and retry:  # searched as the old index wants: check the new one
+                continue
+            try:
+                window, fuse_ms = self._fuse(p, scope, responses)
+            except HybridSearchError:  # a failed list: if the alias moved, say what changed (IndexMismatch) or retry
+                self._index = None
+                if retry and (yield from self.index_steps()) != index:
+                    continue
+                raise
+            yield from self._rerank(p, window, t)
+            return index, window, fuse_ms
+        raise AssertionError("unreachable: the second search returns or raises")
+
+    def _fuse(self, p: Plan, scope: Bm25Scope, responses: list[Json]) -> tuple[Window, float]:
+        """The fused window of one ``_msearch`` answer (a failed list raises; a failed passage list leaves the
+        sections' first chunks) and the milliseconds it took."""
+        t0 = time.perf_counter()
+        names = list_names(p, scope)
+        for name, r in zip(names, responses, strict=True):
+            if name != PASSAGES:
+                check_response(r, self.settings.index.alias)
+        return fuse_window(self.query, names, responses, self._fusion, scope), _ms(t0)
+
+    # ---- reranking
+
+    def _rerank(self, p: Plan, window: Window, t: Timings) -> Steps[None]:
+        """Rerank the top of ``window`` unless skipped; a failing or slow reranker keeps the fused order."""
+        t0 = time.perf_counter()
+        if not self._rerank_skip(p, window):
+            assert self.reranker is not None
+            passages = [passage_text(c.source) for c in rerank_slice(window, self.settings.reranker.depth)]
+            try:
+                scores = yield Rerank(self.reranker, p.query, passages, self.settings.reranker.timeout)
+            except Exception as exc:  # noqa: BLE001 - any reranker failure degrades to fused order
+                self._rerank_done(window, None, exc)
+            else:
+                self._rerank_done(window, list(scores), None)
+        t.rerank_ms = _ms(t0)
+
+    def _rerank_skip(self, p: Plan, window: Window) -> bool:
+        """True (with the outcome and its reason set on ``window``) when the rerank stage will not run."""
+        if not p.rerank:
+            outcome, reason = RerankOutcome.SKIPPED, "rerank not requested"
+        elif self.reranker is None:
+            outcome, reason = RerankOutcome.DISABLED, self._no_reranker_reason or "no reranker configured"
+        elif not window.candidates:
+            outcome, reason = RerankOutcome.SKIPPED, "no hits to rerank"
+        else:
+            return False
+        window.rerank_outcome, window.rerank_reason = outcome, reason
+        return True
+
+    def rerank_blend(self) -> float:
+        """The reranker's share in the final order: ``HSP_RERANKER__BLEND`` when set, else what the
+        reranker recommends (``Reranker.blend``: its model's training card, see ``hsp train-reranker``), else 1."""
+        return effective_blend(self.settings.reranker.blend,
+                               self.reranker.blend if self.reranker is not None else None)[0]
+
+    def _rerank_done(self, window: Window, scores: list[float] | None, error: BaseException | None) -> None:
+        depth = self.settings.reranker.depth
+        if error is None and scores is not None:
+            try:
+                apply_rerank(window, depth, scores, self.rerank_blend())
+                return
+            except RerankerError as exc:
+                error = exc
+        window.reranked = False
+        if isinstance(error, TimeoutError | concurrent.futures.TimeoutError):
+            window.rerank_outcome = RerankOutcome.TIMED_OUT
+            window.rerank_reason = f"reranker timeout after {self.settings.reranker.timeout}s"
+        else:
+            window.rerank_outcome = RerankOutcome.FAILED
+            what = str(error) if isinstance(error, RerankerError) else f"{type(error).__name__}: {error}"
+            window.rerank_reason = f"reranker error: {what}"
+
+    def _finish(self, p: Plan, index: str, window: Window, t: Timings, started: float, fuse_ms: float) -> SearchResult:
+        t0 = time.perf_counter()
+        result = build_result(self.query, self.settings.reranker.depth, p, index, window, t)
+        t.fusion_ms = fuse_ms + _ms(t0)
+        t.total_ms = _ms(started)
+        result.timings = t
+        if self.query_log is not None:
+            self.query_log.submit(log_doc(p, result, redact=self.query.redact, tenant=self.settings.index.tenant))
+        return result
+
+    # ---- warming up, building
+
+    def warm_up_steps(self, mode: Mode = "hybrid") -> Steps[None]:
+        """Embed once (unless ``mode`` is bm25) and let the reranker score one pair, so that the first search does
+        not pay for loading models. A reranker failure is ignored (searches will report it); an embedding model
+        that cannot load raises ModelError."""
+        if mode != "bm25":
+            yield from embed_steps("warm up", Timings())
+        if self.reranker is not None and self.settings.reranker.enabled:
+            with contextlib.suppress(Exception):
+                yield Rerank(self.reranker, "warm up", ["warm up"],
+                             max(WARM_UP_TIMEOUT_S, self.settings.reranker.timeout))
+
+    @staticmethod
+    def _defaults(settings: Settings | None, reranker: Reranker | None) -> tuple[Settings, Reranker | None, str | None]:
+        """``from_settings``'s settings (default: the environment) and reranker (default: ``auto_reranker``)."""
+        settings = settings or get_settings()
+        if reranker is not None:
+            return settings, reranker, None
+        return (settings, *auto_reranker(settings))
+
+    def _owning(self) -> Self:
+        """This client, marked as the owner of its Elasticsearch client (closed with it)."""
+        self._owns_es = True
+        return self
+
+    def _start_log(self, es: EngineClient) -> None:
+        if self.log_queries:
+            self.query_log = QueryLogger(es, self.settings)
