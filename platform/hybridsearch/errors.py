@@ -1,8 +1,8 @@
 """Errors raised by hybridsearch.
 
 Every error the package raises on purpose derives from :class:`HybridSearchError`, so a caller
-can catch one type. Exceptions from the ``elasticsearch`` client are translated at the boundary
-(:func:`hybridsearch.engine.translate`) and never leak out of the public API.
+can catch one type. Exceptions from the engine client libraries (``elasticsearch``, ``opensearch-py``) are
+translated at the boundary (:func:`hybridsearch.engine.translate`) and never leak out of the public API.
 
 Every error carries data, not text to parse back: ``problem`` (what went wrong) and ``fix`` (what to do
 about it, None when nothing better than the problem itself can be said), plus the fields of its kind
