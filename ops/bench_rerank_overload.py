@@ -166,7 +166,7 @@ def query_layer_reason(url: str, body: dict[str, Any]) -> str:
         try:
             r.score(body["query"], body["passages"])
         except RerankerError as exc:
-            return f"reranker error: {exc}"  # the query layer's rerank_reason (query/client.py _rerank_done)
+            return f"reranker error: {exc}"  # the query layer's rerank_reason (query/core.py _rerank_done)
     return "(answered: no refusal at that moment)"
 
 
