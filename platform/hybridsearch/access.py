@@ -1,11 +1,12 @@
 """Privilege checks before writing: nothing is created or changed before the platform knows it may.
 
-An operation that writes asks Elasticsearch first whether the credentials hold every index privilege
-it needs on the names it will touch (``POST /_security/user/_has_privileges``, which any authenticated
-user may call, API keys included) and refuses with :class:`~hybridsearch.errors.AccessDenied` (``missing``
-set) — one line naming the user, the missing privileges and the index patterns — before its first write.
-On a cluster with security off that API answers with an error: there is nothing to check and the operation
-goes ahead.
+An operation that writes asks the engine first whether the credentials hold every index privilege it needs on
+the names it will touch (:meth:`~hybridsearch.engine.EngineClient.index_privileges`: Elasticsearch's
+``_has_privileges``, which any authenticated user may call, API keys included) and refuses with
+:class:`~hybridsearch.errors.AccessDenied` (``missing`` set) — one line naming the user, the missing privileges
+and the index patterns — before its first write. Where the engine cannot say (security off, or OpenSearch, whose
+security plugin has no such API) there is nothing to check and the operation goes ahead; a refused write still
+fails with HTTP 403.
 
 Only index privileges on the prefix are ever needed (plus cluster ``monitor`` for ``hsp doctor``):
 indices are created with explicit settings and mappings, so no index template and no cluster-level
@@ -14,14 +15,11 @@ write privilege is involved. ``ops/security/roles.yml`` holds the roles, ``docs/
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field
 
-from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, status_of
+from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import AccessDenied
 from hybridsearch.settings import Settings
-
-log = logging.getLogger(__name__)
 
 # What each kind of operation needs on the names it touches.
 CREATE = ("create_index", "manage", "view_index_metadata")  # indices with explicit mappings, alias, mapping updates
@@ -43,11 +41,13 @@ def prefix_names(settings: Settings) -> list[str]:
 
 @dataclass(frozen=True)
 class Privileges:
-    """The answer of ``_has_privileges``: who asked, whether security is on, what is missing where."""
+    """What the engine said: who asked, whether it checked (``unchecked``: why not, in words for people), what is
+    missing where."""
 
     user: str | None
     enforced: bool
     missing: dict[str, list[str]] = field(default_factory=dict)  # privilege -> names lacking it
+    unchecked: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -61,28 +61,12 @@ class Privileges:
 
 def check_privileges(es: EngineClient, names: list[str], privileges: tuple[str, ...]) -> Privileges:
     """Which of ``privileges`` the credentials lack on ``names``. Raises ClusterError when authentication
-    fails or the cluster cannot be reached; a cluster without security answers ``enforced=False``."""
+    fails or the cluster cannot be reached; where the engine cannot say, ``enforced=False``."""
     with engine_errors("check privileges"):
-        kind = es.engine.kind
-    if kind == "opensearch":
-        # Its security plugin (absent from many clusters) has another API; a refused write still fails with 403.
-        log.debug("privileges not checked before writing: OpenSearch has no _has_privileges")
-        return Privileges(user=None, enforced=False)
-    with engine_errors("check privileges"):
-        try:
-            body = es.security.has_privileges(index=[{"names": names, "privileges": list(privileges)}])
-        except API_ERRORS as exc:
-            if status_of(exc) in (401, 403) or status_of(exc) is None:
-                raise
-            # Security off, or OpenSearch (no such API): an error answer instead, nothing to enforce.
-            log.debug("privileges not checked (HTTP %s): security looks off", status_of(exc))
-            return Privileges(user=None, enforced=False)
-    missing: dict[str, list[str]] = {}
-    for name, privs in body.get("index", {}).items():
-        for priv, granted in privs.items():
-            if not granted:
-                missing.setdefault(priv, []).append(name)
-    return Privileges(user=body.get("username"), enforced=True, missing=missing)
+        answer = es.index_privileges(names, list(privileges))
+    if not answer.checked:
+        return Privileges(user=None, enforced=False, unchecked=answer.unchecked_because)
+    return Privileges(user=answer.user, enforced=True, missing=answer.missing())
 
 
 def require_privileges(es: EngineClient, names: list[str], privileges: tuple[str, ...], doing: str) -> Privileges:

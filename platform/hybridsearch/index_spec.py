@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 from hybridsearch.access import require_privileges
 from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, error_type_of, status_of, translate
-from hybridsearch.engine.dialect import ELASTICSEARCH, Dialect
+from hybridsearch.engine.dialect import Dialect
 from hybridsearch.errors import (
     AccessDenied,
     ClusterError,
@@ -42,7 +42,7 @@ from hybridsearch.errors import (
     IndexBlocked,
     IndexNotFound,
 )
-from hybridsearch.mappings import index_options, load_template
+from hybridsearch.mappings import chunk_meta, index_options, load_template
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -140,7 +140,7 @@ class IndexSpec:
         return {k: v for k, v in self.settings.items() if k.startswith("index.")}
 
 
-def chunk_spec(settings: Settings, version: int | None = None, dialect: Dialect = ELASTICSEARCH,
+def chunk_spec(settings: Settings, version: int | None = None, *, dialect: Dialect,
                engine_settings: Mapping[str, Any] | None = None) -> IndexSpec:
     """The spec of ``<prefix>-chunks-v<N>`` for ``settings`` (analyzer already resolved: :func:`with_analyzer`) on
     the engine of ``dialect``, with ``engine_settings`` (``EngineInfo.chunk_index_settings``) added. Pure."""
@@ -149,7 +149,7 @@ def chunk_spec(settings: Settings, version: int | None = None, dialect: Dialect 
                      body["mappings"])
 
 
-def log_spec(settings: Settings, kind: str, dialect: Dialect = ELASTICSEARCH) -> IndexSpec:
+def log_spec(settings: Settings, kind: str, dialect: Dialect) -> IndexSpec:
     """The spec of log index ``kind`` (one of :data:`LOG_KINDS`) of ``settings``' prefix. Pure."""
     name = log_index_name(settings, kind)
     body = load_template(kind, settings, dialect)["template"]
@@ -168,7 +168,8 @@ def with_analyzer(es: EngineClient, settings: Settings) -> Settings:
 
 def chunk_spec_for(es: EngineClient, settings: Settings, version: int | None = None) -> IndexSpec:
     """:func:`chunk_spec` for this cluster: its analyzer, dialect and engine settings."""
-    return chunk_spec(with_analyzer(es, settings), version, es.dialect, es.engine.chunk_index_settings)
+    return chunk_spec(with_analyzer(es, settings), version, dialect=es.dialect,
+                      engine_settings=es.engine.chunk_index_settings)
 
 
 # --------------------------------------------------------------------------------------------- errors
@@ -347,8 +348,16 @@ def _walk(want: Mapping[str, Any], have: Mapping[str, Any], path: str = "", opti
             yield from _walk(spec["fields"], got.get("fields") or {}, f"{key}.")
 
 
-def chunk_differences(mapping: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META,
-                      dialect: Dialect = ELASTICSEARCH, *, level: Level = "serve") -> list[Difference]:
+def meta_differences(meta: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META
+                     ) -> list[Difference]:
+    """Where a chunk index's ``_meta`` disagrees with what ``settings`` would record, on ``keys`` (as
+    ``_meta.<key>``; a key an older index lacks counts as :data:`META_DEFAULTS` says). The same on every engine."""
+    want = chunk_meta(settings)
+    return [(f"_meta.{k}", want[k], meta.get(k)) for k in keys if meta.get(k, META_DEFAULTS.get(k)) != want[k]]
+
+
+def chunk_differences(mapping: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META, *,
+                      dialect: Dialect, level: Level = "serve") -> list[Difference]:
     """Where a chunk index's ``mappings`` disagree with what ``settings`` would build: the ``_meta`` ``keys`` (as
     ``_meta.<key>``), the vector's dims and similarity (``embedding.dims``...) and the type of every field of the
     chunk template (``<field>.type``; ADDABLE_FIELDS may be missing). The one fit check.
@@ -359,13 +368,9 @@ def chunk_differences(mapping: Mapping[str, Any], settings: Settings, keys: tupl
     must be resolved (:func:`with_analyzer`) for that.
     """
     want = load_template("chunks", settings, dialect)["template"]["mappings"]
-    meta = mapping.get("_meta") or {}
     if level == "build":
         keys = tuple(dict.fromkeys((*keys, *BUILD_META)))
-    diffs: list[Difference] = [(f"_meta.{k}", want["_meta"][k], meta.get(k)) for k in keys
-                               if meta.get(k, META_DEFAULTS.get(k)) != want["_meta"][k]]
-    if "properties" not in mapping:  # only _meta given (check_meta)
-        return diffs
+    diffs = meta_differences(mapping.get("_meta") or {}, settings, keys)
     props: Mapping[str, Any] = mapping.get("properties") or {}
     diffs += _walk(want["properties"], props, optional=(*ADDABLE_FIELDS, TYPED_METADATA), deep=False)
     have_typed = (props.get(TYPED_METADATA) or {}).get("properties") or {}
@@ -386,8 +391,7 @@ def chunk_differences(mapping: Mapping[str, Any], settings: Settings, keys: tupl
     return diffs
 
 
-def log_differences(kind: str, mapping: Mapping[str, Any], settings: Settings,
-                    dialect: Dialect = ELASTICSEARCH) -> list[Difference]:
+def log_differences(kind: str, mapping: Mapping[str, Any], settings: Settings, dialect: Dialect) -> list[Difference]:
     """Where a log index's ``mappings`` disagree with its spec: ``dynamic`` (``strict``: an index a write created
     guesses fields) and the type of every field, nested objects and multi-fields (``query.raw``) included."""
     want = log_spec(settings, kind, dialect).mappings

@@ -16,7 +16,7 @@ from typing import Any
 
 from hybridsearch.access import INGEST, prefix_names, require_privileges
 from hybridsearch.engine import EngineClient, engine_errors
-from hybridsearch.engine.dialect import ELASTICSEARCH, Dialect
+from hybridsearch.engine.dialect import Dialect
 from hybridsearch.errors import AliasConflict, IndexMismatch, IndexNotFound
 from hybridsearch.index_spec import (
     ADDABLE_FIELDS,
@@ -31,10 +31,11 @@ from hybridsearch.index_spec import (
     create_index,
     ensure_index_settings,
     log_spec,
+    meta_differences,
     with_analyzer,
 )
 from hybridsearch.index_spec import ensure_log_index as _ensure_log_index
-from hybridsearch.mappings import load_template
+from hybridsearch.mappings import chunk_meta
 from hybridsearch.settings import Settings
 
 __all__ = [
@@ -53,11 +54,11 @@ def section_words_of(meta: Mapping[str, object]) -> int | None:
     return int(words) if meta.get("bm25_unit") == "section" and isinstance(words, int) else None
 
 
-def index_body(name: str, settings: Settings, dialect: Dialect = ELASTICSEARCH) -> dict[str, Any]:
+def index_body(name: str, settings: Settings, dialect: Dialect) -> dict[str, Any]:
     """``{"settings": …, "mappings": …}`` of index kind ``name`` (chunks, query_log, ingest_runs, ingest_state) on
     the engine of ``dialect``, from its :mod:`~hybridsearch.index_spec` spec (a chunk index: without the engine's
     chunk-index settings, which need the cluster: ``index_spec.chunk_spec_for``)."""
-    spec = chunk_spec(settings, None, dialect) if name == "chunks" else log_spec(settings, name, dialect)
+    spec = chunk_spec(settings, dialect=dialect) if name == "chunks" else log_spec(settings, name, dialect)
     return {"settings": spec.settings, "mappings": spec.mappings}
 
 
@@ -75,9 +76,8 @@ def ensure_log_indices(es: EngineClient, settings: Settings) -> None:
 
 
 def expected_meta(settings: Settings) -> dict[str, Any]:
-    """The ``_meta`` a chunk index built from ``settings`` carries."""
-    meta: dict[str, Any] = load_template("chunks", settings)["template"]["mappings"]["_meta"]
-    return meta
+    """The ``_meta`` a chunk index built from ``settings`` carries (the same on every engine)."""
+    return chunk_meta(settings)
 
 
 def index_mapping(es: EngineClient, index: str) -> dict[str, Any]:
@@ -94,13 +94,13 @@ def index_meta(es: EngineClient, index: str) -> dict[str, Any]:
     return meta
 
 
-def mapping_differences(mapping: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META,
-                        dialect: Dialect = ELASTICSEARCH) -> list[Difference]:
+def mapping_differences(mapping: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META, *,
+                        dialect: Dialect) -> list[Difference]:
     """Where an index's ``mappings`` disagree with what ``settings`` would build: the ``_meta`` ``keys``
     (as ``_meta.<key>``), the vector's dims and similarity (``embedding.dims``...) and the type of every
     field of the chunk template (``<field>.type``; ADDABLE_FIELDS may be missing):
     :func:`hybridsearch.index_spec.chunk_differences`."""
-    return chunk_differences(mapping, settings, keys, dialect)
+    return chunk_differences(mapping, settings, keys, dialect=dialect)
 
 
 def _raise_mismatch(index: str, diffs: list[Difference]) -> None:
@@ -117,12 +117,11 @@ def _raise_mismatch(index: str, diffs: list[Difference]) -> None:
 
 
 def check_meta(index: str, meta: dict[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META) -> None:
-    """Raise IndexMismatch when ``meta`` disagrees with ``settings`` on any of ``keys``."""
-    _raise_mismatch(index, mapping_differences({"_meta": meta}, settings, keys))
+    """Raise IndexMismatch when ``meta`` disagrees with ``settings`` on any of ``keys`` (engine-independent)."""
+    _raise_mismatch(index, meta_differences(meta, settings, keys))
 
 
-def check_mapping(index: str, mapping: Mapping[str, Any], settings: Settings,
-                  dialect: Dialect = ELASTICSEARCH) -> None:
+def check_mapping(index: str, mapping: Mapping[str, Any], settings: Settings, dialect: Dialect) -> None:
     """Raise IndexMismatch (carrying the differences) when the index's real mapping, not only its ``_meta``,
     does not fit ``settings``: model and dims in ``_meta``, vector dims and similarity, field types."""
     _raise_mismatch(index, mapping_differences(mapping, settings, dialect=dialect))

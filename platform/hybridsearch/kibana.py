@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 
+from hybridsearch.engine import ELASTICSEARCH
 from hybridsearch.errors import ClusterError, ClusterUnavailable, ConfigError
 from hybridsearch.jsonl import BadLine, parse_lines
 from hybridsearch.mappings import load_template
@@ -24,6 +25,9 @@ from hybridsearch.settings import Settings
 
 DEFAULT_PREFIX = "hsp"
 FILE_NAME = "hybridsearch.ndjson"
+#: Kibana reads Elasticsearch only (OpenSearch has its own Dashboards), so the data views describe the indices
+#: as Elasticsearch maps them.
+KIBANA_DIALECT = ELASTICSEARCH
 # Lens' placeholder for "count of records": not a field.
 RECORDS = "___records___"
 
@@ -114,7 +118,8 @@ def data_view_fields(settings: Settings) -> dict[str, dict[str, str]]:
     """Index pattern (without ``*``) → its fields, from our templates rendered for ``settings``."""
     targets = {settings.index.alias: "chunks", settings.index.query_log: "query_log",
                settings.index.ingest_runs: "ingest_runs"}
-    return {pattern: mapping_fields(load_template(name, settings)["template"]["mappings"]["properties"])
+    return {pattern: mapping_fields(
+                load_template(name, settings, KIBANA_DIALECT)["template"]["mappings"]["properties"])
             for pattern, name in targets.items()}
 
 

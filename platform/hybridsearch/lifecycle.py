@@ -32,6 +32,7 @@ from hybridsearch.indices import (
     check_mapping,
     ensure_log_index,
     ensure_log_indices,
+    expected_meta,
     index_mapping,
     resolve_index,
     section_words_of,
@@ -40,7 +41,7 @@ from hybridsearch.ingest.chunking import chunk_embed_text
 from hybridsearch.ingest.lease import Lease
 from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter
 from hybridsearch.ingest.writer import DeadLetter
-from hybridsearch.mappings import load_template, metadata_fields_of
+from hybridsearch.mappings import metadata_fields_of
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.query.filters import typed_metadata
 from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
@@ -241,7 +242,7 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     source = resolve_index(es, old, check=False)
     source_mapping = index_mapping(es, source)
     check_mapping(source, source_mapping, old, es.dialect)
-    expected = load_template("chunks", new)["template"]["mappings"]["_meta"]
+    expected = expected_meta(new)
     source_meta = source_mapping.get("_meta", {})
     rechunk = (source_meta.get("chunker_version") not in (None, expected["chunker_version"])
                or section_words_of(source_meta) != new.index.bm25_section_words)  # documents are cut anew

@@ -5,6 +5,10 @@ with explicitly; none is installed as an index template. They are plain JSON. A 
 exact form ``"${name}"`` is replaced by the value of ``name`` in the render context, keeping its type
 (``"${embedding.dims}"`` becomes ``384``); placeholders inside longer strings are interpolated as text
 (``"${index.alias}-v*"``).
+
+A template renders for one engine: :func:`load_template` takes its :class:`~hybridsearch.engine.Dialect` (the
+engine's vector field, metadata field type and index settings), with no default. What a chunk index records in
+its ``_meta`` is the same on every engine, and :func:`chunk_meta` renders it without one.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.prompts import resolve_prompts
-from hybridsearch.engine.dialect import ELASTICSEARCH, Dialect
+from hybridsearch.engine.dialect import Dialect
 from hybridsearch.errors import ConfigError
 from hybridsearch.settings import Settings
 
@@ -72,14 +76,13 @@ def metadata_fields_of(mapping: Mapping[str, Any]) -> dict[str, str]:
     return {k: str(v.get("type")) for k, v in props.items() if isinstance(v, Mapping) and v.get("type")}
 
 
-def render_context(settings: Settings, dialect: Dialect = ELASTICSEARCH) -> dict[str, Any]:
-    """Flat ``{dotted.name: value}`` context every template may refer to; ``metadata_type`` is the engine's
-    (``vector_field`` is added for the chunk template only, by :func:`load_template`)."""
+def render_context(settings: Settings) -> dict[str, Any]:
+    """Flat ``{dotted.name: value}`` context every template may refer to, the same on every engine
+    (:func:`load_template` adds the engine's ``metadata_type`` and, for the chunk template, ``vector_field``)."""
     ctx: dict[str, Any] = {
         "chunker": settings.chunking.strategy,
         "chunker_version": chunker_signature(settings.chunking),
         "index_options": index_options(settings),
-        "metadata_type": dialect.metadata_type,
         "index.alias": settings.index.alias,
         "index.query_log": settings.index.query_log,
         "index.ingest_runs": settings.index.ingest_runs,
@@ -113,10 +116,10 @@ def _lookup(name: str, ctx: dict[str, Any]) -> Any:
     return ctx[name]
 
 
-def load_template(name: str, settings: Settings, dialect: Dialect = ELASTICSEARCH) -> dict[str, Any]:
+def load_template(name: str, settings: Settings, dialect: Dialect) -> dict[str, Any]:
     """Render template ``name`` (one of TEMPLATES) for ``settings`` on the engine of ``dialect``. Raises
     ConfigError (e.g. vector options the engine cannot serve)."""
-    ctx = render_context(settings, dialect)
+    ctx = {**render_context(settings), "metadata_type": dialect.metadata_type}
     if name == "chunks":
         ctx["vector_field"] = dialect.vector_field(settings.embedding.dims, settings.index.similarity,
                                                   index_options(settings))
@@ -125,3 +128,10 @@ def load_template(name: str, settings: Settings, dialect: Dialect = ELASTICSEARC
         rendered["template"]["settings"].update(dialect.index_settings())
     return rendered
 
+
+def chunk_meta(settings: Settings) -> dict[str, Any]:
+    """The ``_meta`` a chunk index built from ``settings`` records (model, dims, chunker, prompt...): the same on
+    every engine, so rendered without a dialect (a placeholder there that needs one raises ConfigError)."""
+    meta: dict[str, Any] = _substitute(json.loads(_raw("chunks"))["template"]["mappings"]["_meta"],
+                                       render_context(settings))
+    return meta

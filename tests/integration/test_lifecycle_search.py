@@ -8,10 +8,9 @@ from dataclasses import dataclass
 from hybridsearch import SearchClient, lifecycle
 from hybridsearch.embedding import Embedder
 from hybridsearch.engine import EngineClient
-from hybridsearch.indices import alias_targets
+from hybridsearch.indices import alias_targets, expected_meta
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
-from hybridsearch.mappings import load_template
 from hybridsearch.settings import Settings
 
 TOPICS = {
@@ -181,7 +180,7 @@ def test_migration_to_another_chunker_recuts_documents_from_their_chunks(es: Eng
     assert seen[-1] == (len(docs), len(docs))
     assert result.chunks > old_chunks  # smaller chunks, more of them
     assert alias_targets(es, settings.index.alias) == [result.target]
-    signature = load_template("chunks", new)["template"]["mappings"]["_meta"]["chunker_version"]
+    signature = expected_meta(new)["chunker_version"]
     assert signature.startswith("sentence-24-") and lifecycle.index_status(es, new).indices[-1].chunker == signature
 
     # every document comes back exactly from the new chunks, with its tenant, title, metadata and hash

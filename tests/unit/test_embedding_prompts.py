@@ -15,7 +15,7 @@ import pytest
 from hybridsearch.embedding import Embedder
 from hybridsearch.embedding.cache import CachedEmbedder, cache_key, model_identity
 from hybridsearch.embedding.prompts import NONE, Prompts, folder_prompts, model_prompts, resolve_prompts
-from hybridsearch.index_spec import CHECKED_META, chunk_differences
+from hybridsearch.index_spec import CHECKED_META, meta_differences
 from hybridsearch.indices import expected_meta
 from hybridsearch.settings import EmbeddingSettings, Settings
 from hybridsearch.training.embedder import model_encoder, prompted_columns, record_prompts
@@ -219,14 +219,14 @@ def test_the_chunk_index_records_and_checks_the_passage_prompt() -> None:
     minilm, e5 = _settings(), _settings(model="e5-small-v2")
     assert expected_meta(minilm)["passage_prompt"] == "" and expected_meta(e5)["passage_prompt"] == P
     old = {k: v for k, v in expected_meta(minilm).items() if k != "passage_prompt"}  # an index built before
-    assert chunk_differences({"_meta": old}, minilm) == []
+    assert meta_differences(old, minilm) == []
     built = expected_meta(e5)
-    assert chunk_differences({"_meta": built}, e5) == []
+    assert meta_differences(built, e5) == []
     unprompted = _settings(model="e5-small-v2", passage_prompt="")
-    assert chunk_differences({"_meta": built}, unprompted) == [("_meta.passage_prompt", "", P)]
+    assert meta_differences(built, unprompted) == [("_meta.passage_prompt", "", P)]
     e5_before = {**old, "embedding_model": "e5-small-v2"}  # e5 embedded without prompts before issue 26
-    assert chunk_differences({"_meta": e5_before}, e5) == [("_meta.passage_prompt", P, None)]
-    assert chunk_differences({"_meta": e5_before}, unprompted) == []
+    assert meta_differences(e5_before, e5) == [("_meta.passage_prompt", P, None)]
+    assert meta_differences(e5_before, unprompted) == []
 
 
 # --- train-embedder ------------------------------------------------------------------------------------------

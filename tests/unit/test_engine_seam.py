@@ -117,8 +117,21 @@ def test_filtered_knn_explores_the_graph_without_acorn_where_elasticsearch_has_a
     assert EngineInfo("elasticsearch", "9.3.2").chunk_index_settings == fanout
     assert EngineInfo("elasticsearch", "9.1.0").chunk_index_settings == fanout
     for older in (EngineInfo("elasticsearch", "9.0.4"), EngineInfo("elasticsearch", "8.19.8"),
-                  EngineInfo("opensearch", "3.5.0"), EngineInfo("elasticsearch", None, detected=False)):
+                  EngineInfo("opensearch", "3.5.0")):
         assert older.chunk_index_settings == {}  # the setting is unknown there: creating the index would fail
+
+
+@pytest.mark.parametrize(("version", "newer"), [("9.3.2", True), ("9.1.0", True), ("9.0.4", False),
+                                                ("8.19.8", False), (None, True)])
+def test_one_rule_for_the_version_and_an_unknown_version_counts_as_the_newest(version: str | None,
+                                                                              newer: bool) -> None:
+    # HSP_ES__ENGINE leaves the version unknown: both version-dependent answers read it the same way
+    engine = EngineInfo("elasticsearch", version, detected=version is not None)
+    assert engine.at_least(9, 1) is newer
+    assert (engine.source_with_vectors == {"exclude_vectors": False}) is newer
+    assert (engine.chunk_index_settings == {"index.dense_vector.hnsw_filter_heuristic": "fanout"}) is newer
+    assert engine.support_problem() is None and engine.at_least(8, 12)
+    assert EngineInfo("opensearch", None, detected=False).support_problem() is None
 
 
 def test_msearch_and_bulk_bodies_are_written_with_orjson_numpy_vectors_included() -> None:

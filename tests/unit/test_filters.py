@@ -299,26 +299,27 @@ def test_ingestion_writes_the_typed_copy_or_fails_the_document() -> None:
 
 
 def test_the_chunk_template_types_declared_metadata() -> None:
+    from hybridsearch.engine import ELASTICSEARCH as ES
     from hybridsearch.index_spec import chunk_differences, chunk_spec
     from hybridsearch.mappings import metadata_fields_of
     from hybridsearch.settings import load_settings
 
     s = load_settings(index={"analyzer": "standard", "metadata_fields": {"n": "long", "published": "date"}})
-    mapping = chunk_spec(s).mappings
+    mapping = chunk_spec(s, dialect=ES).mappings
     assert mapping["_meta"]["metadata_fields"] == {"n": "long", "published": "date"}
     assert mapping["properties"]["meta"]["properties"]["n"] == {"type": "long"}
     assert metadata_fields_of(mapping) == {"n": "long", "published": "date"}
-    assert chunk_differences(mapping, s) == [] == chunk_differences(mapping, s, level="build")
+    assert chunk_differences(mapping, s, dialect=ES) == [] == chunk_differences(mapping, s, dialect=ES, level="build")
     # an index built before typed metadata: served, and filters get no typed keys from it
     old = {**mapping, "_meta": {k: v for k, v in mapping["_meta"].items() if k != "metadata_fields"},
            "properties": {k: v for k, v in mapping["properties"].items() if k != "meta"}}
-    assert chunk_differences(old, s) == [] and metadata_fields_of(old) == {}
-    assert chunk_differences(old, load_settings(index={"analyzer": "standard"}), level="build") == []
+    assert chunk_differences(old, s, dialect=ES) == [] and metadata_fields_of(old) == {}
+    assert chunk_differences(old, load_settings(index={"analyzer": "standard"}), dialect=ES, level="build") == []
     # a key the index types otherwise is a difference; a key it lacks is not (ranges on it are refused)
     other = load_settings(index={"analyzer": "standard", "metadata_fields": {"n": "date", "lang": "keyword"}})
-    assert chunk_differences(mapping, other) == [("meta.n.type", "date", "long")]
+    assert chunk_differences(mapping, other, dialect=ES) == [("meta.n.type", "date", "long")]
     assert ("_meta.metadata_fields", {"n": "date", "lang": "keyword"}, {"n": "long", "published": "date"}) in \
-        chunk_differences(mapping, other, level="build")
+        chunk_differences(mapping, other, dialect=ES, level="build")
 
 
 def test_metadata_fields_setting_is_checked() -> None:

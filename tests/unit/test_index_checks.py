@@ -6,6 +6,7 @@ import copy
 
 import pytest
 
+from hybridsearch.engine import ELASTICSEARCH as ES
 from hybridsearch.errors import AliasConflict, IndexNotFound
 from hybridsearch.indices import mapping_differences, single_target
 from hybridsearch.mappings import load_template
@@ -27,20 +28,21 @@ def test_single_target() -> None:
 
 def test_mapping_differences_compare_the_real_mapping() -> None:
     settings = load_settings()
-    mapping = load_template("chunks", settings)["template"]["mappings"]
-    assert mapping_differences(mapping, settings) == []
+    mapping = load_template("chunks", settings, ES)["template"]["mappings"]
+    assert mapping_differences(mapping, settings, dialect=ES) == []
     older = copy.deepcopy(mapping)
     del older["properties"]["pending_run"]  # built before the field existed: still fits
-    assert mapping_differences(older, settings) == []
+    assert mapping_differences(older, settings, dialect=ES) == []
     odd = copy.deepcopy(mapping)
     odd["properties"]["embedding"]["dims"] = 768
     odd["properties"]["doc_id"] = {"type": "text"}
     del odd["properties"]["tenant"]
     del odd["properties"]["embedding"]["similarity"]  # Elasticsearch's default is cosine: fits
-    assert sorted(mapping_differences(odd, settings)) == [
+    assert sorted(mapping_differences(odd, settings, dialect=ES)) == [
         ("doc_id.type", "keyword", "text"), ("embedding.dims", 384, 768), ("tenant.type", "keyword", None)]
     odd["_meta"]["embedding_model"] = "x/other"
-    assert ("_meta.embedding_model", settings.embedding.model, "x/other") in mapping_differences(odd, settings)
+    assert ("_meta.embedding_model", settings.embedding.model, "x/other") in mapping_differences(odd, settings,
+                                                                                                 dialect=ES)
 
 
 def test_doctor_says_what_bm25_scores_and_which_fusion_searches_use() -> None:

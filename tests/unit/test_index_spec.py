@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from hybridsearch.engine import EngineInfo
+from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, Dialect, EngineInfo
 from hybridsearch.errors import AccessDenied, ClusterError, IndexBlocked
 from hybridsearch.eval.prepare import build_signature, index_signature
 from hybridsearch.index_spec import (
@@ -42,21 +42,23 @@ def test_one_version_parser() -> None:
 def test_chunk_spec_carries_the_engine_settings() -> None:
     s = load_settings()
     engine = EngineInfo("elasticsearch", "9.3.2")
-    spec = chunk_spec(s, 3, engine.dialect, engine.chunk_index_settings)
+    spec = chunk_spec(s, 3, dialect=engine.dialect, engine_settings=engine.chunk_index_settings)
     assert spec.name == "hsp-chunks-v3" and spec.kind == "chunks" and spec.write_alias is None
     assert spec.settings["index.dense_vector.hnsw_filter_heuristic"] == "fanout"
     assert spec.body["settings"]["number_of_replicas"] == s.index.replicas and "aliases" not in spec.body
     older = EngineInfo("elasticsearch", "8.19.8")
-    assert "index.dense_vector.hnsw_filter_heuristic" not in chunk_spec(s, 1, older.dialect,
-                                                                       older.chunk_index_settings).settings
+    assert "index.dense_vector.hnsw_filter_heuristic" not in chunk_spec(s, 1, dialect=older.dialect,
+                                                                       engine_settings=older.chunk_index_settings
+                                                                       ).settings
     opensearch = EngineInfo("opensearch", "3.5.0")
-    assert chunk_spec(s, 1, opensearch.dialect, opensearch.chunk_index_settings).settings["knn"] is True
-    assert index_body("chunks", s)["mappings"] == spec.mappings  # the old name renders the same spec
+    assert chunk_spec(s, 1, dialect=opensearch.dialect,
+                      engine_settings=opensearch.chunk_index_settings).settings["knn"] is True
+    assert index_body("chunks", s, ELASTICSEARCH)["mappings"] == spec.mappings  # the old name renders the same spec
 
 
 def test_log_specs_have_their_mappings_and_write_aliases() -> None:
     s = load_settings(index={"prefix": "team-a"})
-    specs = {k: log_spec(s, k) for k in LOG_KINDS}
+    specs = {k: log_spec(s, k, ELASTICSEARCH) for k in LOG_KINDS}
     assert [x.name for x in specs.values()] == ["team-a-query-log", "team-a-ingest-runs", "team-a-ingest-state"]
     assert specs["query_log"].body["aliases"] == {"team-a-write-query-log": {"is_write_index": True}}
     assert write_alias_name(s, "ingest_runs") == "team-a-write-ingest-runs"
@@ -69,20 +71,23 @@ def test_log_specs_have_their_mappings_and_write_aliases() -> None:
     assert fnmatch.fnmatch("team-a-write-query-log", "team-a-*query-log")
 
 
-def test_the_one_fit_check() -> None:
+@pytest.mark.parametrize("dialect", [ELASTICSEARCH, OPENSEARCH])
+def test_the_one_fit_check(dialect: Dialect) -> None:
     s = load_settings(index={"analyzer": "standard"})
-    mapping = chunk_spec(s).mappings
-    assert chunk_differences(mapping, s) == [] == chunk_differences(mapping, s, level="build")
-    assert mapping_differences(mapping, s) == []
+    mapping = chunk_spec(s, dialect=dialect).mappings
+    assert chunk_differences(mapping, s, dialect=dialect) == [] == chunk_differences(mapping, s, dialect=dialect,
+                                                                                     level="build")
+    assert mapping_differences(mapping, s, dialect=dialect) == []
     other = load_settings(index={"analyzer": "english", "index_options": "hnsw"}, chunking={"max_tokens": 128})
-    assert chunk_differences(mapping, other) == []  # can serve: same model, dims, fields
-    build = {d[0] for d in chunk_differences(mapping, other, level="build")}
+    assert chunk_differences(mapping, other, dialect=dialect) == []  # can serve: same model, dims, fields
+    build = {d[0] for d in chunk_differences(mapping, other, dialect=dialect, level="build")}
     assert build == {"_meta.chunker_version", "analyzer", "embedding.index_options"}
     # the evaluation's signature agrees with the build-level check
-    assert (index_signature(mapping) == build_signature(other)) is (not build)
+    assert (index_signature(mapping, dialect) == build_signature(other)) is (not build)
+    assert index_signature(mapping, dialect) == build_signature(s)
     odd = copy.deepcopy(mapping)
     odd["properties"]["doc_id"] = {"type": "text"}
-    assert ("doc_id.type", "keyword", "text") in chunk_differences(odd, s)
+    assert ("doc_id.type", "keyword", "text") in chunk_differences(odd, s, dialect=dialect)
 
 
 def dynamic_query_log() -> dict[str, Any]:
@@ -93,8 +98,8 @@ def dynamic_query_log() -> dict[str, Any]:
 
 def test_log_differences_find_a_guessed_mapping() -> None:
     s = load_settings()
-    assert log_differences("query_log", log_spec(s, "query_log").mappings, s) == []
-    diffs = {d[0]: d for d in log_differences("query_log", dynamic_query_log(), s)}
+    assert log_differences("query_log", log_spec(s, "query_log", ELASTICSEARCH).mappings, s, ELASTICSEARCH) == []
+    diffs = {d[0]: d for d in log_differences("query_log", dynamic_query_log(), s, ELASTICSEARCH)}
     assert diffs["dynamic"] == ("dynamic", "strict", None)
     assert diffs["mode.type"] == ("mode.type", "keyword", "text")
     assert diffs["query.raw.type"] == ("query.raw.type", "keyword", None)

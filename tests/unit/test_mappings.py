@@ -4,6 +4,7 @@ import json
 
 import pytest
 
+from hybridsearch.engine import ELASTICSEARCH as ES
 from hybridsearch.mappings import TEMPLATES, load_template, mappings_dir
 from hybridsearch.settings import load_settings
 
@@ -15,7 +16,7 @@ QUERY_FIELDS = {"doc_id", "chunk_id", "parent_id", "parent_text", "title", "text
 def test_chunks_template_renders_from_settings() -> None:
     s = load_settings(embedding={"dims": 768, "model": "some/model"}, index={"similarity": "dot_product",
                       "analyzer": "english", "prefix": "team", "index_options": "hnsw", "hnsw_m": 32})
-    t = load_template("chunks", s)
+    t = load_template("chunks", s, ES)
     props = t["template"]["mappings"]["properties"]
     assert "index_patterns" not in t  # created explicitly, never installed as an index template
     assert props["embedding"]["dims"] == 768
@@ -28,18 +29,18 @@ def test_chunks_template_renders_from_settings() -> None:
 
 
 def test_default_vector_options_are_explicit_int8() -> None:
-    props = load_template("chunks", load_settings())["template"]["mappings"]["properties"]
+    props = load_template("chunks", load_settings(), ES)["template"]["mappings"]["properties"]
     assert props["embedding"]["index_options"]["type"] == "int8_hnsw"
     assert props["embedding"]["similarity"] == "cosine"
 
 
 def test_every_query_field_is_mapped() -> None:
-    props = load_template("chunks", load_settings())["template"]["mappings"]["properties"]
+    props = load_template("chunks", load_settings(), ES)["template"]["mappings"]["properties"]
     assert set(props) >= QUERY_FIELDS
 
 
 @pytest.mark.parametrize("name", TEMPLATES)
 def test_no_placeholder_survives(name: str) -> None:
-    rendered = json.dumps(load_template(name, load_settings()))
+    rendered = json.dumps(load_template(name, load_settings(), ES))
     assert "${" not in rendered
     assert (mappings_dir() / f"{name}.json").exists()

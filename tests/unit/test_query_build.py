@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from hybridsearch.engine import ELASTICSEARCH as ES
 from hybridsearch.errors import ClusterError, IndexNotFound, QueryError, RerankerError
 from hybridsearch.query.assemble import apply_rerank, build_result, check_response, fuse_window, log_doc, query_hash
 from hybridsearch.query.build import (
@@ -66,7 +67,7 @@ def test_one_msearch_with_the_same_filters_in_bm25_and_knn(settings: Settings) -
     s = settings.model_copy(update={"index": settings.index.model_copy(update={"tenant": "acme"}),
                                     "query": settings.query.model_copy(update={"title_boost": 2.5, "operator": "and"})})
     p = plan(s.query, s.index.tenant, "bees dance", filters={"source": "wiki"})
-    names, lines = searches(s.query, s.index.alias, p, [0.5, 0.25])
+    names, lines = searches(s.query, s.index.alias, p, [0.5, 0.25], ES)
     assert names == ["bm25", "knn"] and len(lines) == 4
     assert lines[0] == lines[2] == {"index": "unit-chunks"}
     bm25, knn = lines[1], lines[3]
@@ -81,12 +82,12 @@ def test_one_msearch_with_the_same_filters_in_bm25_and_knn(settings: Settings) -
     for body in (bm25, knn):
         assert body["size"] == 100 and body["collapse"] == {"field": "doc_id"} and "embedding" not in body["_source"]
     q, alias, tenant = settings.query, settings.index.alias, settings.index.tenant
-    assert searches(q, alias, plan(q, tenant, "x", mode="bm25"), None)[0] == ["bm25"]
-    names, lines = searches(q, alias, plan(q, tenant, "x", mode="dense"), [1.0])
+    assert searches(q, alias, plan(q, tenant, "x", mode="bm25"), None, ES)[0] == ["bm25"]
+    names, lines = searches(q, alias, plan(q, tenant, "x", mode="dense"), [1.0], ES)
     assert names == ["knn"] and lines[1]["knn"]["filter"] == [visible]
-    assert searches(q, alias, plan(q, tenant, "x", mode="bm25"), None)[1][1]["query"]["bool"]["filter"] == [visible]
+    assert searches(q, alias, plan(q, tenant, "x", mode="bm25"), None, ES)[1][1]["query"]["bool"]["filter"] == [visible]
     with pytest.raises(QueryError):
-        searches(q, alias, plan(q, tenant, "x"), None)
+        searches(q, alias, plan(q, tenant, "x"), None, ES)
 
 
 def _hit(chunk: str, score: float, doc: str | None = None) -> dict[str, Any]:
@@ -123,8 +124,8 @@ def test_without_collapse_chunks_are_separate(settings: Settings) -> None:
     assert [c.key for c in w.candidates] == ["a#0", "a#1", "b#0", "c#0"]
     assert [c.base_score for c in w.candidates] == [9.0, 8.0, 7.0, 6.0] and w.candidates[0].fused is None
     q, alias, tenant = flat.query, flat.index.alias, flat.index.tenant
-    assert "collapse" not in searches(q, alias, plan(q, tenant, "x", mode="bm25"), None)[1][1]
-    assert searches(q, alias, plan(q, tenant, "x", mode="dense"), [1.0])[1][1]["knn"]["k"] == 100
+    assert "collapse" not in searches(q, alias, plan(q, tenant, "x", mode="bm25"), None, ES)[1][1]
+    assert searches(q, alias, plan(q, tenant, "x", mode="dense"), [1.0], ES)[1][1]["knn"]["k"] == 100
 
 
 def test_linear_fusion_is_selected_by_settings(settings: Settings) -> None:
@@ -223,10 +224,10 @@ def test_client_refuses_bad_input_without_touching_the_cluster() -> None:
 def test_bm25_scores_sections_only_where_the_index_has_them_and_results_are_per_document(settings: Settings) -> None:
     q, alias = settings.query, settings.index.alias
     p = plan(q, None, "x", mode="bm25")
-    fields = searches(q, alias, p, None, scope=Bm25Scope(sections=True))[1][1]["query"]["bool"]["must"][0][
+    fields = searches(q, alias, p, None, ES, scope=Bm25Scope(sections=True))[1][1]["query"]["bool"]["must"][0][
         "multi_match"]["fields"]
     assert fields == ["section_title^1", "section_text"]
-    fields = searches(q, alias, p, None)[1][1]["query"]["bool"]["must"][0]["multi_match"]["fields"]
+    fields = searches(q, alias, p, None, ES)[1][1]["query"]["bool"]["must"][0]["multi_match"]["fields"]
     assert fields == ["title^1", "text"]
     assert bm25_on_sections(q, 1000) and not bm25_on_sections(q, None)
     assert not bm25_on_sections(q.model_copy(update={"collapse": False}), 1000)  # chunk results: chunk BM25
@@ -255,8 +256,8 @@ def test_bm25_scores_title_and_text_as_one_field_only_where_both_copy_into_it(se
 def test_the_joined_scope_sends_one_match_with_the_operator_and_the_filters(settings: Settings) -> None:
     q = settings.query.model_copy(update={"operator": "and"})
     p = plan(q, "team-a", "bees find food", mode="bm25", filters={"source": "wiki"})
-    body = searches(q, settings.index.alias, p, None, scope=Bm25Scope(sections=True, joined=True))[1][1]
+    body = searches(q, settings.index.alias, p, None, ES, scope=Bm25Scope(sections=True, joined=True))[1][1]
     assert body["query"]["bool"]["must"] == [{"match": {JOINED_FIELD: {"query": "bees find food", "operator": "and"}}}]
-    separate = searches(q, settings.index.alias, p, None, scope=Bm25Scope(sections=True))[1][1]
+    separate = searches(q, settings.index.alias, p, None, ES, scope=Bm25Scope(sections=True))[1][1]
     assert body["query"]["bool"]["filter"] == separate["query"]["bool"]["filter"]
     assert "team-a" in str(body["query"]["bool"]["filter"])  # the tenant filter too

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import hybridsearch
+from hybridsearch.engine import ELASTICSEARCH
 from hybridsearch.query.build import knn_body, list_search, plan
 from hybridsearch.settings import QuerySettings
 from hybridsearch.visibility import hidden_lookup, state_index_for, visible_filter
@@ -21,12 +22,12 @@ SCANNERS = {"visibility.py", "engine/client.py", "ingest/commit.py"}
 def test_every_list_of_a_search_excludes_hidden_documents() -> None:
     q = QuerySettings()
     p = plan(q, None, "lungs", state_index="team-ingest-state")
-    lines = list_search(q, "team-chunks", p, "all", vector=[0.0] * 4)
+    lines = list_search(q, "team-chunks", p, "all", [0.0] * 4, ELASTICSEARCH)
     bodies = [line for line in lines if "index" not in line]
     assert len(bodies) == 2
     for body in bodies:
         assert json.dumps(hidden_lookup("team-ingest-state")) in json.dumps(body)
-    assert visible_filter("team-ingest-state") in knn_body(q, p, [0.0] * 4)["knn"]["filter"]
+    assert visible_filter("team-ingest-state") in knn_body(q, p, [0.0] * 4, ELASTICSEARCH)["knn"]["filter"]
 
 
 def test_no_module_scrolls_chunks_around_the_read_path() -> None:

@@ -7,7 +7,12 @@ stay the same on Elasticsearch 8.x/9.x and OpenSearch:
   the cluster which engine it is (:class:`EngineInfo`);
 * :mod:`.client` is what the rest of the package calls (:class:`EngineClient`, :class:`AsyncEngineClient`);
 * :mod:`.dialect` renders what differs in the JSON (vector field, kNN clause, metadata field type);
-* :mod:`.errors` reads both libraries' errors and translates them into :mod:`hybridsearch.errors`.
+* :mod:`.errors` reads both libraries' errors and translates them into :mod:`hybridsearch.errors`;
+* :mod:`.privileges` is the one shape of the answer on which index privileges the credentials hold.
+
+Outside this package nothing names an engine kind (``"opensearch"``, ``"elasticsearch"``) to branch on, and
+nothing defaults to a dialect: callers pass the one their :class:`EngineClient` reports
+(``tests/unit/test_engine_boundary.py`` checks both).
 """
 
 from __future__ import annotations
@@ -35,13 +40,14 @@ from hybridsearch.engine.errors import (
     tls_failure,
     translate,
 )
+from hybridsearch.engine.privileges import IndexPrivileges
 from hybridsearch.settings import ClusterSettings
 
 __all__ = [
-    "API_ERRORS", "ELASTICSEARCH", "MIN_VERSION", "OPENSEARCH", "UNREACHABLE", "AsyncEngineClient", "Dialect",
-    "EngineClient", "EngineInfo", "EngineKind", "VectorSummary", "access_denied", "cluster_info", "connect",
-    "connect_async", "dialect_for", "engine_errors", "error_type_of", "status_of", "tls_failure", "translate",
-    "unsafe_vector_options",
+    "API_ERRORS", "ELASTICSEARCH", "MIN_VERSION", "OPENSEARCH", "UNREACHABLE", "AsyncEngineClient",
+    "Dialect", "EngineClient", "EngineInfo", "EngineKind", "IndexPrivileges", "VectorSummary", "access_denied",
+    "cluster_info", "connect", "connect_async", "dialect_for", "engine_errors", "error_type_of", "status_of",
+    "tls_failure", "translate", "unsafe_vector_options",
 ]
 
 

@@ -31,6 +31,7 @@ from hybridsearch.engine.connect import (
 )
 from hybridsearch.engine.dialect import Dialect
 from hybridsearch.engine.errors import API_ERRORS, error_type_of, status_of
+from hybridsearch.engine.privileges import NO_API, SECURITY_OFF, IndexPrivileges
 from hybridsearch.settings import ClusterSettings
 
 Json = dict[str, Any]
@@ -47,6 +48,19 @@ def _plain(resp: Any) -> Any:
 def _body(**fields: Any) -> Json:
     """A request body from keyword fields, None values dropped; ``source`` is ``_source``."""
     return {("_source" if k == "source" else k): v for k, v in fields.items() if v is not None}
+
+
+def _answered(results: Iterable[tuple[bool, Json]]) -> Iterator[tuple[bool, Json]]:
+    """Bulk results in one shape on every engine: each item the engine answered, with its HTTP status. A request
+    that got no answer raises the library's error, as ``elasticsearch``'s helper does; ``opensearchpy``'s helper
+    (with ``raise_on_exception=False``) instead yields each of its items with status ``"N/A"`` and the error
+    under ``exception``, and goes on with the next request."""
+    for ok, result in results:
+        item = next(iter(result.values()), None) if result else None
+        if isinstance(item, Mapping) and not isinstance(item.get("status"), int) \
+                and isinstance(exc := item.get("exception"), Exception):
+            raise exc
+        yield ok, result
 
 
 def _query(kind: str, **params: Any) -> dict[str, Any]:
@@ -74,7 +88,6 @@ class EngineClient:
         self.cluster = _Cluster(self)
         self.nodes = _Nodes(self)
         self.cat = _Cat(self)
-        self.security = _Security(self)
 
     # ---- which engine
 
@@ -182,14 +195,36 @@ class EngineClient:
     # ---- bulk helpers (each library's own, on its own client)
 
     def streaming_bulk(self, actions: Iterable[Json], **kwargs: Any) -> Iterator[tuple[bool, Json]]:
-        """The library's ``helpers.streaming_bulk`` (same keyword arguments)."""
+        """The library's ``helpers.streaming_bulk`` (same keyword arguments), its results in one shape: every item
+        has an integer ``status``; a request that got no answer raises (:data:`~hybridsearch.engine.UNREACHABLE`)
+        on every engine, even with ``raise_on_exception=False``."""
         helpers = opensearchpy.helpers if self.engine.kind == "opensearch" else elasticsearch.helpers
-        yield from helpers.streaming_bulk(self.raw, actions, **kwargs)
+        yield from _answered(helpers.streaming_bulk(self.raw, actions, **kwargs))
 
-    def bulk(self, actions: Iterable[Json], **kwargs: Any) -> Any:
-        """The library's ``helpers.bulk`` (same keyword arguments)."""
-        helpers = opensearchpy.helpers if self.engine.kind == "opensearch" else elasticsearch.helpers
-        return helpers.bulk(self.raw, actions, **kwargs)
+    def bulk(self, actions: Iterable[Json], *, stats_only: bool = False, **kwargs: Any) -> tuple[int, Any]:
+        """What the libraries' ``helpers.bulk`` returns (``(succeeded, failed items)``, or the failed count with
+        ``stats_only``), read from :meth:`streaming_bulk`, so that its items have the same shape."""
+        succeeded, failed = 0, []
+        for ok, item in self.streaming_bulk(actions, **kwargs):
+            if ok:
+                succeeded += 1
+            else:
+                failed.append(item)
+        return succeeded, len(failed) if stats_only else failed
+
+    def index_privileges(self, names: list[str], privileges: list[str]) -> IndexPrivileges:
+        """Whether the credentials hold each of ``privileges`` on each of ``names``, where the engine can say
+        (:mod:`.privileges`). Raises the library's errors for 401, 403 and no answer."""
+        if self.engine.kind == "opensearch":
+            return IndexPrivileges.unchecked(NO_API)
+        try:
+            body = _plain(self.raw.security.has_privileges(index=[{"names": names, "privileges": privileges}]))
+        except API_ERRORS as exc:
+            if status_of(exc) in (401, 403) or status_of(exc) is None:
+                raise
+            log.debug("privileges not checked (HTTP %s): security looks off", status_of(exc))
+            return IndexPrivileges.unchecked(SECURITY_OFF)
+        return IndexPrivileges.from_answer(body)
 
     def scan(self, *, index: str, query: Json | None = None, size: int = 1000, scroll: str = "5m",
              preserve_order: bool = False) -> Iterator[Json]:
@@ -354,14 +389,6 @@ class _Nodes(_Namespace):
 class _Cat(_Namespace):
     def indices(self, *, index: str, h: str, bytes: str = "b") -> list[Json]:
         resp: list[Json] = _plain(self._c.raw.cat.indices(index=index, **self._c._q(format="json", bytes=bytes, h=h)))
-        return resp
-
-
-class _Security(_Namespace):
-    def has_privileges(self, *, index: list[Json]) -> Json:
-        """Elasticsearch's ``_has_privileges`` (OpenSearch's security plugin has no such API: see
-        :func:`hybridsearch.access.check_privileges`)."""
-        resp: Json = _plain(self._c.raw.security.has_privileges(index=index))
         return resp
 
 

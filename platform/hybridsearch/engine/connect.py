@@ -46,7 +46,10 @@ MIN_VERSION: dict[EngineKind, tuple[int, int]] = {"elasticsearch": (8, 12), "ope
 
 @dataclass(frozen=True)
 class EngineInfo:
-    """Which engine answers: kind and version (None when set by ``HSP_ES__ENGINE`` and not asked)."""
+    """Which engine answers: kind and version (None when set by ``HSP_ES__ENGINE`` and not asked).
+
+    Every question that depends on the version goes through :meth:`at_least`, which holds the one rule for an
+    unknown version."""
 
     kind: EngineKind
     version: str | None = None
@@ -62,6 +65,14 @@ class EngineInfo:
             return None
         return tuple(int(p) for p in re.findall(r"\d+", self.version)[:3])
 
+    def at_least(self, major: int, minor: int) -> bool:
+        """Whether the engine is version ``major.minor`` or later. An unknown version (``HSP_ES__ENGINE`` set, so
+        nothing was asked) counts as the newest: what newer versions need is sent, and an older engine refuses
+        it with an error (HTTP 400) instead of quietly losing recall or vectors; leave ``HSP_ES__ENGINE`` unset
+        for an older engine."""
+        have = self.version_tuple
+        return have is None or have[:2] >= (major, minor)
+
     @property
     def name(self) -> str:
         label = "OpenSearch" if self.kind == "opensearch" else "Elasticsearch"
@@ -70,8 +81,7 @@ class EngineInfo:
     @property
     def source_with_vectors(self) -> Any:
         """``_source`` that returns the vector too: Elasticsearch 9.1+ leaves vectors out unless asked."""
-        v = self.version_tuple
-        if self.kind == "elasticsearch" and (v is None or v[:2] >= (9, 1)):
+        if self.kind == "elasticsearch" and self.at_least(9, 1):
             return {"exclude_vectors": False}
         return True
 
@@ -86,15 +96,14 @@ class EngineInfo:
         writes each chunk once (:mod:`hybridsearch.ingest.commit`), but changed documents overwritten in place and
         selective filters (a tenant, a user's metadata filter) still meet ACORN's threshold, so chunk indices keep
         ``fanout``, which explores the graph as Lucene did before ACORN."""
-        v = self.version_tuple
-        if self.kind == "elasticsearch" and v is not None and v[:2] >= (9, 1):
+        if self.kind == "elasticsearch" and self.at_least(9, 1):
             return {"index.dense_vector.hnsw_filter_heuristic": "fanout"}
         return {}
 
     def support_problem(self) -> str | None:
         """Why this engine version cannot serve the platform, or None."""
-        have, need = self.version_tuple, MIN_VERSION[self.kind]
-        if have is None or have[:2] >= need:
+        need = MIN_VERSION[self.kind]
+        if self.at_least(*need):
             return None
         return (f"{self.name} is not supported: hybridsearch needs {self.name.split()[0]} "
                 f"{need[0]}.{need[1]} or newer (kNN with pre-filters, int8 HNSW vectors)")

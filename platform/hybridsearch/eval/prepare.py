@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from hybridsearch.engine import ELASTICSEARCH, Dialect, EngineClient, engine_errors
+from hybridsearch.engine import Dialect, EngineClient, engine_errors
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
 from hybridsearch.index_spec import BUILD_META, chunk_differences, parse_version, with_analyzer
 from hybridsearch.indices import alias_targets, ensure_index, expected_meta, swap_alias
@@ -56,7 +56,7 @@ def build_signature(settings: Settings) -> dict[str, Any]:
     return sig
 
 
-def index_signature(mapping: dict[str, Any], dialect: Dialect = ELASTICSEARCH) -> dict[str, Any]:
+def index_signature(mapping: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
     """The same keys as :func:`build_signature`, read from one index's mapping (on ``dialect``'s engine)."""
     meta = mapping.get("_meta", {})
     props = mapping.get("properties", {})

@@ -1,10 +1,11 @@
 """Bulk writing with item-level handling, and the dead-letter file.
 
-:func:`write_actions` sends ``index``/``delete`` actions through ``elasticsearch.helpers.streaming_bulk``
-and looks at every item: 429/5xx items (and, when the connection drops, every unanswered item) are
-retried alone with capped exponential backoff; items that still fail are returned for the dead-letter
-file with the reason Elasticsearch gave. Nothing is raised for item failures; only a cluster that stays
-unreachable through every retry raises :class:`~hybridsearch.errors.ClusterUnavailable`.
+:func:`write_actions` sends ``index``/``delete`` actions through the engine's streaming bulk
+(:meth:`~hybridsearch.engine.EngineClient.streaming_bulk`, which gives every engine's results one shape) and
+looks at every item: 429/5xx items (and, when the connection drops, every unanswered item) are retried alone
+with capped exponential backoff; items that still fail are returned for the dead-letter file with the reason the
+engine gave. Nothing is raised for item failures; only a cluster that stays unreachable through every retry
+raises :class:`~hybridsearch.errors.ClusterUnavailable`.
 """
 
 from __future__ import annotations
@@ -98,9 +99,6 @@ def write_actions(es: EngineClient, actions: Sequence[dict[str, Any]], cfg: Inge
                 op, item = next(iter(result.items()))
                 _id = str(item.get("_id"))
                 status = item.get("status")
-                if not isinstance(status, int):  # opensearch-py: the request got no answer ("N/A")
-                    unreachable = ConnectionError(_reason(item))
-                    continue
                 answered.add(_id)
                 action = by_id[_id]
                 if ok:
@@ -128,7 +126,7 @@ def write_actions(es: EngineClient, actions: Sequence[dict[str, Any]], cfg: Inge
         if attempt >= cfg.bulk_max_retries or (stop is not None and stop.is_set()):
             if unreachable is not None:
                 raise ClusterUnavailable(
-                    f"Elasticsearch stayed unreachable through {attempt} bulk retries ({unreachable}); "
+                    f"the cluster stayed unreachable through {attempt} bulk retries ({unreachable}); "
                     f"{len(retry)} chunks were not written", fix="Re-run the ingest to resume once it answers"
                 ) from unreachable
             report.failures.extend(

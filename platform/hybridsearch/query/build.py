@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, get_args
 
-from hybridsearch.engine.dialect import ELASTICSEARCH, Dialect
+from hybridsearch.engine.dialect import Dialect
 from hybridsearch.errors import QueryError
 from hybridsearch.query.filters import Filter, MetadataFields, filter_clauses, filter_summary
 from hybridsearch.query.passages import HIGHLIGHTED_FIELD, PASSAGE_FIELDS, highlight_body
@@ -218,7 +218,7 @@ def passage_body(q: QuerySettings, p: Plan) -> dict[str, Any]:
     return body
 
 
-def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float], dialect: Dialect = ELASTICSEARCH) -> dict[str, Any]:
+def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float], dialect: Dialect) -> dict[str, Any]:
     """The engine's kNN search (``dialect``: Elasticsearch's top-level ``knn``, OpenSearch's ``knn`` query) with
     the same filters (:func:`search_filters`) as a pre-filter, returning up to ``knn_k`` hits.
 
@@ -232,8 +232,8 @@ def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float], dialect: Dialec
     return body
 
 
-def list_search(q: QuerySettings, alias: str, p: Plan, name: str, vector: Iterable[float] | None = None,
-                dialect: Dialect = ELASTICSEARCH, scope: Bm25Scope = CHUNKS) -> list[dict[str, Any]]:
+def list_search(q: QuerySettings, alias: str, p: Plan, name: str, vector: Iterable[float] | None,
+                dialect: Dialect, scope: Bm25Scope = CHUNKS) -> list[dict[str, Any]]:
     """The ``_msearch`` header/body lines on ``alias`` of one list (``bm25``, ``passages``, ``knn``), of the
     lists of ``p`` that need no vector (``text``: BM25 and, over sections, its passage list), or of ``all`` of
     ``p``'s lists (:func:`list_names`) in one round trip; ``scope``: what BM25 scores (:func:`bm25_body`)."""
@@ -257,7 +257,7 @@ def list_names(p: Plan, scope: Bm25Scope = CHUNKS) -> list[str]:
 
 
 def searches(q: QuerySettings, alias: str, p: Plan, vector: Iterable[float] | None,
-             dialect: Dialect = ELASTICSEARCH, scope: Bm25Scope = CHUNKS) -> tuple[list[str], list[dict[str, Any]]]:
+             dialect: Dialect, scope: Bm25Scope = CHUNKS) -> tuple[list[str], list[dict[str, Any]]]:
     """Names of the lists (:func:`list_names`) and the ``_msearch`` header/body lines of all of them on ``alias``,
     in one round trip (a hybrid search sends the same lines as two requests: :mod:`.send`)."""
     return list_names(p, scope), list_search(q, alias, p, "all", vector, dialect, scope)
