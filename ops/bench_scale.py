@@ -129,20 +129,41 @@ def build(es: EngineClient, settings: Settings, n: int, syn: Synthetic, batch: i
     return stored, seconds, index
 
 
-def recall(es: EngineClient, index: str, stored: np.ndarray, queries: np.ndarray, num_candidates: int) -> float:
+def recall(es: EngineClient, index: str, stored: np.ndarray, queries: np.ndarray, num_candidates: int,
+           oversample: float | None = None) -> tuple[float, float]:
+    """Recall@10 of the index's kNN search (k=10, ``num_candidates``; with ``oversample``, Elasticsearch's
+    ``rescore_vector``: ``oversample`` × k quantized candidates rescored on the float vectors) against exact
+    search, and that raw kNN request's p50 in ms at one client."""
     from hybridsearch.eval.knn import exact_top_k, knn_recall
 
     _, scores = exact_top_k(stored, queries, 10)
-    total = 0.0
+    total, took = 0.0, []
     for q, kth in zip(queries, scores[:, -1], strict=True):
-        r = es.search(index=index, knn={"field": "embedding", "query_vector": q.tolist(), "k": 10,
-                                        "num_candidates": num_candidates}, source=False, size=10)
+        knn: dict[str, Any] = {"field": "embedding", "query_vector": q.tolist(), "k": 10,
+                               "num_candidates": num_candidates}
+        if oversample:
+            knn["rescore_vector"] = {"oversample": oversample}
+        t0 = time.perf_counter()
+        r = es.search(index=index, knn=knn, source=False, size=10)
+        took.append((time.perf_counter() - t0) * 1000)
         total += knn_recall(stored, q, float(kth), [int(h["_id"][1:].split("#")[0]) for h in r["hits"]["hits"]], 10)
-    return total / len(queries)
+    return total / len(queries), float(np.percentile(took, 50))
+
+
+def regenerate(n: int, syn: Synthetic, batch: int) -> np.ndarray:
+    """The vectors :func:`build` stored for ``n`` chunks from ``syn``'s seed (same draws, same order), so a kept
+    index (``--reuse``) is measured without writing it again."""
+    stored = np.empty((n, DIMS), dtype=np.float32)
+    for start in range(0, n, batch):
+        m = min(batch, n - start)
+        stored[start:start + m] = syn.vectors(m)
+        syn.texts(m)
+    return stored
 
 
 async def latency(settings: Settings, table: dict[str, np.ndarray], levels: list[int], seconds: float
                   ) -> dict[int, dict[str, Any]]:
+    """Hybrid search (no rerank) p50/p99 at each concurrency in ``levels`` with ``settings``' query knobs."""
     from hybridsearch import AsyncSearchClient
     from hybridsearch.engine import connect_async
 
@@ -175,21 +196,33 @@ def plot(rows: list[dict[str, Any]], out: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    n = [r["chunks"] for r in rows]
-    fig, ax = plt.subplots(1, 4, figsize=(15, 3.6))
-    ax[0].plot(n, [r["index_seconds"] for r in rows], marker="o")
+    curve = {r["chunks"]: r for r in reversed(rows) if r.get("oversample") is None and "p50_c1_ms" in r}
+    per_size = [curve[c] for c in sorted(curve)]  # one point per size: its smallest num_candidates measured
+    n = [r["chunks"] for r in per_size]
+    fig, ax = plt.subplots(1, 5, figsize=(19, 3.6))
+    ax[0].plot(n, [r["index_seconds"] for r in per_size], marker="o")
     ax[0].set_title("indexing time (s)")
-    ax[1].plot(n, [r["bytes_per_chunk"] for r in rows], marker="o")
+    ax[1].plot(n, [r["bytes_per_chunk"] for r in per_size], marker="o")
     ax[1].set_title("bytes on disk per chunk")
     for c in (1, 16):
-        ax[2].plot(n, [r[f"p50_c{c}_ms"] for r in rows], marker="o", label=f"p50 c={c}")
-        ax[2].plot(n, [r[f"p99_c{c}_ms"] for r in rows], marker="s", linestyle="--", label=f"p99 c={c}")
+        ax[2].plot(n, [r[f"p50_c{c}_ms"] for r in per_size], marker="o", label=f"p50 c={c}")
+        ax[2].plot(n, [r[f"p99_c{c}_ms"] for r in per_size], marker="s", linestyle="--", label=f"p99 c={c}")
     ax[2].set_title("hybrid latency (ms)")
     ax[2].legend(fontsize=7)
-    ax[3].plot(n, [r["knn_recall_at_10"] for r in rows], marker="o")
+    ax[3].plot(n, [r["knn_recall_at_10"] for r in per_size], marker="o")
     ax[3].set_title("kNN recall@10 vs exact")
     ax[3].set_ylim(0, 1.02)
-    for a in ax:
+    for size in sorted({r["chunks"] for r in rows}):
+        sweep = sorted((r["num_candidates"], r["knn_recall_at_10"]) for r in rows
+                       if r["chunks"] == size and r.get("oversample") is None and "num_candidates" in r)
+        if len(sweep) > 1:
+            ax[4].plot(*zip(*sweep, strict=True), marker="o", label=f"{size:,} chunks")
+    ax[4].axhline(0.95, color="grey", linestyle=":")
+    ax[4].set_title("recall@10 vs num_candidates")
+    ax[4].set_xlabel("num_candidates")
+    ax[4].grid(alpha=0.3)
+    ax[4].legend(fontsize=7)
+    for a in ax[:4]:
         a.set_xscale("log")
         a.set_xlabel("chunks")
         a.grid(alpha=0.3)
@@ -210,6 +243,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--include", type=Path, action="append", default=[],
                     help="an earlier run's reports/bench-scale-*.json whose sizes join this table and plot")
     ap.add_argument("--keep", action="store_true", help="keep the indices (default: delete each after measuring)")
+    ap.add_argument("--reuse", action="store_true",
+                    help="measure a kept index of the same size (--keep) instead of writing it again")
+    ap.add_argument("--num-candidates", type=lambda s: [int(x) for x in s.split(",")], default=[],
+                    help="comma-separated num_candidates to measure (default: the client's)")
+    ap.add_argument("--oversample", type=lambda s: [float(x) for x in s.split(",")], default=[],
+                    help="rescore_vector oversample factors to measure too (Elasticsearch, quantized vectors)")
     args = ap.parse_args(argv)
     if max(args.sizes) > 2_000_000 or args.seconds > 120:
         ap.error("bounded runs only: sizes <= 2,000,000, --seconds <= 120")
@@ -225,20 +264,34 @@ def main(argv: list[str] | None = None) -> int:
                                                      "replicas": args.replicas}, query={"log_queries": False})
         es = connect(settings.es, request_timeout=600)
         syn = Synthetic(seed=n)
-        stored, seconds, index = build(es, settings, n, syn, args.batch)
+        existing = f"scale-{n}-chunks-v1"
+        seconds: float | None = None  # indexing time; None for a kept index measured again
+        if args.reuse and es.indices.exists(index=existing) and es.count(index=existing)["count"] == n:
+            stored, index = regenerate(n, syn, args.batch), existing
+            size = store_bytes(es, index)
+        else:
+            stored, built_in, index = build(es, settings, n, syn, args.batch)
+            seconds = round(built_in, 1)
+            size = store_bytes(es, index)
         qv = syn.vectors(args.queries)
         table = dict(zip(syn.texts(args.queries), qv, strict=False))
-        rec = recall(es, index, stored, np.array(list(table.values())), settings.query.num_candidates)
-        lat = asyncio.run(latency(settings, table, [1, 16], args.seconds))
-        size = store_bytes(es, index)
-        row = {"chunks": n, "index_seconds": round(seconds, 1), "chunks_per_s": round(n / seconds, 1),
-               "store_bytes": size, "bytes_per_chunk": round(size / n, 1), "knn_recall_at_10": round(rec, 4),
-               "num_candidates": settings.query.num_candidates, "shards": args.shards, "replicas": args.replicas}
-        for c, s in lat.items():
-            row.update({f"p50_c{c}_ms": s["p50_ms"], f"p99_c{c}_ms": s["p99_ms"], f"qps_c{c}": s["qps"],
-                        f"errors_c{c}": s["errors"]})
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        queries = np.array(list(table.values()))
+        for nc in args.num_candidates or [settings.query.num_candidates]:
+            for over in [None, *args.oversample]:
+                rec, knn_p50 = recall(es, index, stored, queries, nc, over)
+                row: dict[str, Any] = {
+                    "chunks": n, "index_seconds": seconds, "chunks_per_s": seconds and round(n / seconds, 1),
+                    "store_bytes": size, "bytes_per_chunk": round(size / n, 1), "knn_recall_at_10": round(rec, 4),
+                    "num_candidates": nc, "oversample": over, "knn_p50_c1_ms": round(knn_p50, 2),
+                    "shards": args.shards, "replicas": args.replicas}
+                if over is None:  # the client has no oversampling knob: hybrid latency at this num_candidates
+                    tuned = settings.model_copy(update={"query": settings.query.model_copy(
+                        update={"num_candidates": nc})})
+                    for c, st in asyncio.run(latency(tuned, table, [1, 16], args.seconds)).items():
+                        row.update({f"p50_c{c}_ms": st["p50_ms"], f"p99_c{c}_ms": st["p99_ms"],
+                                    f"qps_c{c}": st["qps"], f"errors_c{c}": st["errors"]})
+                rows.append(row)
+                print(json.dumps(row), flush=True)
         if not args.keep:
             es.indices.delete(index=f"scale-{n}-chunks*", expand_wildcards="all")
         es.close()
@@ -246,12 +299,13 @@ def main(argv: list[str] | None = None) -> int:
         rows += [r for r in json.loads(earlier.read_text(encoding="utf-8")) if r["chunks"] not in args.sizes]
     rows.sort(key=lambda r: r["chunks"])
     print(f"\nscale curve ({args.shards} primaries, {args.replicas} replicas; shared 2-core machine, 3 nodes x 512 MB)")
-    print(f"{'chunks':>9} {'index s':>8} {'chunks/s':>9} {'B/chunk':>8} {'p50 c1':>7} {'p99 c1':>7} {'p50 c16':>8} "
-          f"{'p99 c16':>8} {'q/s c16':>8} {'recall@10':>9}")
+    print(f"{'chunks':>9} {'index s':>8} {'B/chunk':>8} {'n_cand':>6} {'oversmp':>7} {'recall@10':>9} {'kNN p50':>7} "
+          f"{'p50 c1':>7} {'p99 c1':>7} {'p50 c16':>8} {'p99 c16':>8} {'q/s c16':>8}")
     for r in rows:
-        print(f"{r['chunks']:>9,} {r['index_seconds']:>8} {r['chunks_per_s']:>9} {r['bytes_per_chunk']:>8} "
-              f"{r['p50_c1_ms']:>7} {r['p99_c1_ms']:>7} {r['p50_c16_ms']:>8} {r['p99_c16_ms']:>8} {r['qps_c16']:>8} "
-              f"{r['knn_recall_at_10']:>9}")
+        cells = [r.get(key, "-") for key in ("p50_c1_ms", "p99_c1_ms", "p50_c16_ms", "p99_c16_ms", "qps_c16")]
+        print(f"{r['chunks']:>9,} {r['index_seconds']:>8} {r['bytes_per_chunk']:>8} {r.get('num_candidates', '-'):>6} "
+              f"{r.get('oversample') or '-':>7} {r['knn_recall_at_10']:>9} {r.get('knn_p50_c1_ms', '-'):>7} "
+              f"{cells[0]:>7} {cells[1]:>7} {cells[2]:>8} {cells[3]:>8} {cells[4]:>8}")
     save_report("bench-scale", rows, lambda png: plot(rows, png))
     return 0
 
