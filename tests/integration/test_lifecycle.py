@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -16,7 +17,10 @@ from hybridsearch.indices import alias_targets, check_meta, ensure_index, index_
 from hybridsearch.ingest.chunking import embed_text
 from hybridsearch.ingest.writer import read_dead_letter
 from hybridsearch.progress import ProgressEvent
-from hybridsearch.settings import Settings
+from hybridsearch.settings import EmbeddingSettings, Settings
+
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
 
 DOCS = {
     "cats": ("Cats", "The domestic cat purrs when it is content and sleeps most of the day."),
@@ -205,9 +209,17 @@ def vector(es: EngineClient, index: str, chunk_id: str) -> list[float]:
 
 
 class CountingEmbedder(Embedder):
-    """The real embedder, counting what it is asked to encode."""
+    """The real embedder on a model already loaded (the session's), counting what it is asked to encode."""
 
     encoded = 0
+
+    def __init__(self, cfg: EmbeddingSettings, model: SentenceTransformer) -> None:
+        super().__init__(cfg)
+        self.loaded = model
+
+    @property
+    def model(self) -> SentenceTransformer:
+        return self.loaded
 
     def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
         self.encoded += len(texts)
@@ -218,8 +230,7 @@ def test_same_model_migration_copies_vectors_unless_asked(es: EngineClient, sett
                                                            embedder: Embedder) -> None:
     v1 = ensure_index(es, settings)
     write_chunks(es, v1, embedder)
-    counting = CountingEmbedder(settings.embedding)
-    counting._model = embedder.model  # share the session's loaded model
+    counting = CountingEmbedder(settings.embedding, embedder.model)
     # other vector options (plain float HNSW, which every engine offers) and the same model
     flat = settings.model_copy(update={"index": settings.index.model_copy(update={"index_options": "hnsw"})})
     result = lifecycle.migrate(es, settings, flat, embedder=counting)
@@ -242,8 +253,7 @@ def test_a_change_of_bm25_sections_alone_re_cuts_documents_but_embeds_nothing(es
                                                                                embedder: Embedder) -> None:
     v1 = ensure_index(es, settings)
     write_chunks(es, v1, embedder)
-    counting = CountingEmbedder(settings.embedding)
-    counting._model = embedder.model
+    counting = CountingEmbedder(settings.embedding, embedder.model)
     wider = settings.model_copy(update={"index": settings.index.model_copy(update={"section_words": 2000})})
     result = lifecycle.migrate(es, settings, wider, embedder=counting)
     # same chunks, same model: the stored vectors are kept

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ops"))
-from bench_load import pin_cluster_port
+from ops_modules import load_ops
+
+pin_cluster_port = load_ops("bench_load").pin_cluster_port
 
 
 def unset_port(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding import Embedder, encoder
 from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir, model_identity
 from hybridsearch.eval.workflow import embedding_cache
 from hybridsearch.settings import EmbeddingSettings, load_settings
@@ -73,12 +73,14 @@ def test_vectors_round_trip_exactly_through_a_second_instance(texts: list[str]) 
         assert got.tobytes() == want.tobytes()
 
 
-def test_a_fully_cached_encode_never_loads_the_real_model(tmp_path: Path) -> None:
+def test_a_fully_cached_encode_never_loads_the_real_model(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     cfg = EmbeddingSettings()  # the packaged model, never loaded here
     CachedEmbedder(CountingEmbedder(cfg), tmp_path).encode(["one chunk", "another chunk"])
+    loads: list[str] = []
+    monkeypatch.setattr(encoder, "load_sentence_transformer", lambda name, *a, **kw: loads.append(name))
     real = Embedder(cfg)
     assert CachedEmbedder(real, tmp_path).encode(["another chunk"]).shape == (1, cfg.dims)
-    assert real._model is None
+    assert loads == []
 
 
 def test_another_model_identity_misses(tmp_path: Path) -> None:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import asyncio
-import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "ops"))
-from loadgen import drive, reason_kind
+from ops_modules import load_ops
+
+loadgen = load_ops("loadgen")
+drive, reason_kind = loadgen.drive, loadgen.reason_kind
 
 
 def test_reason_kind_masks_numbers() -> None:

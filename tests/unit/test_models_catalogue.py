@@ -200,8 +200,7 @@ def test_a_jar_becomes_a_folder_sentence_transformers_loads_with_the_onnx_vector
     assert checked.ok and checked.min_cosine >= fetch.MIN_COSINE, checked
     # ...and the check can fail: the ONNX side with the other pooling disagrees
     other = dataclasses.replace(e, pooling="cls" if pooling == "mean" else "mean")
-    mismatched = fetch._verify_torch_onnx(other, folder, folder / "onnx" / "model.onnx", fetch.VERIFY_TEXTS,
-                                          fetch.MIN_COSINE, ())
+    mismatched = fetch.verify(other)  # the same fetched folder, read with the other pooling on the ONNX side
     assert not mismatched.ok and mismatched.min_cosine < 0.999
 
 
@@ -299,13 +298,13 @@ def test_hsp_search_with_a_wrong_password_fails_before_any_model_loads(fake_es: 
                                                                       monkeypatch: pytest.MonkeyPatch,
                                                                       capsys: pytest.CaptureFixture[str]) -> None:
     from hybridsearch.cli.main import main
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding import encoder
 
     fake_es.status = 401
     fake_es.body = {"error": {"type": "security_exception", "reason": "unable to authenticate user [x]"},
                     "status": 401}
     loads: list[str] = []
-    monkeypatch.setattr(Embedder, "_load", lambda self: loads.append("embedder") or None)
+    monkeypatch.setattr(encoder, "load_sentence_transformer", lambda name, *a, **kw: loads.append(name))
     monkeypatch.setenv("HSP_ES_URL", fake_es.url)
     monkeypatch.setenv("HSP_ES__ENGINE", "elasticsearch")
     monkeypatch.setenv("HSP_ES__MAX_RETRIES", "0")
