@@ -137,6 +137,10 @@ class EmbeddingSettings(BaseModel):
         "auto", description="the encoder of search queries (one text at a time): onnx runs the model's ONNX "
         "export in ONNX Runtime (same vectors, see hybridsearch.embedding.query); torch the ingestion encoder; "
         "auto: onnx when onnxruntime imports, the export works and its vectors agree, else torch (logged)")
+    query_max_tokens: int | None = Field(
+        None, ge=8, description="query window: the most word pieces of a search query embedded (special tokens and "
+        "the query prompt included), by every query encoder; unset: the model's own limit (256 for "
+        "all-MiniLM-L6-v2); a larger value is capped at it. Measured: docs/evaluation.md, Long queries")
     prepend_title: bool = Field(True, description="embed 'title. text' rather than text alone")
     query_cache_size: int = Field(1024, ge=0, description="LRU entries of query embeddings")
     query_prompt: str | None = Field(

@@ -34,7 +34,8 @@ class Built:
         self.calls: list[tuple[Any, str, bool]] = []
         self.prompts: list[str] = []
 
-    def __call__(self, model: Any, model_dir: str, quantized: bool = False, prompt: str = "") -> Any:
+    def __call__(self, model: Any, model_dir: str, quantized: bool = False, prompt: str = "",
+                 max_tokens: int | None = None) -> Any:
         self.calls.append((model, model_dir, quantized))
         self.prompts.append(prompt)
         if self.error is not None:

@@ -6,6 +6,9 @@ auto (CUDA when present, else CPU), vectors L2-normalised. Single queries (``enc
 query encoder ``embedding.query_backend`` chooses (:mod:`.query`: ONNX Runtime when it gives the same vectors; with
 that agreement recorded, without loading the model or importing torch at all).
 
+The query window (``query_max_tokens``) cuts single queries only (all three query encoders); passages and
+:meth:`Embedder.encode_queries`' batches (training, validation) are cut at the model's limit.
+
 Prompts (:mod:`.prompts`): :meth:`Embedder.encode` embeds passages, and every passage embedded (ingestion, index
 migrations, re-chunking, the embedding cache's misses, the ingest worker processes) goes through it, so it puts
 the passage prompt before each text; :meth:`Embedder.encode_query` and :meth:`Embedder.encode_queries` put the
@@ -117,14 +120,18 @@ class Embedder:
             return self.encode(texts, batch_size)
         return self.embed(texts, self.prompts.query, batch_size)
 
-    def embed(self, texts: list[str], prompt: str, batch_size: int | None = None) -> np.ndarray:
+    def embed(self, texts: list[str], prompt: str, batch_size: int | None = None,
+              max_tokens: int | None = None) -> np.ndarray:
         """Vectors for ``prompt + text`` of each of ``texts`` (sentence-transformers' ``prompt``; "" for none,
-        which also keeps a model's ``default_prompt_name`` from applying)."""
+        which also keeps a model's ``default_prompt_name`` from applying), each cut at ``max_tokens`` word pieces
+        when that is below the model's limit (None: at the limit)."""
         if not texts:
             return np.zeros((0, self.cfg.dims), dtype=np.float32)
+        from hybridsearch.embedding.query import window_kwargs
+
         out: np.ndarray = self.model.encode(
             texts, prompt=prompt, batch_size=batch_size or self.cfg.batch_size, normalize_embeddings=True,
-            convert_to_numpy=True, show_progress_bar=False,
+            convert_to_numpy=True, show_progress_bar=False, **window_kwargs(self.model, max_tokens),
         )
         return np.asarray(out, dtype=np.float32)
 
@@ -158,8 +165,12 @@ class Embedder:
         return self._query
 
     def _encode_one(self, text: str) -> np.ndarray:
-        """One query's vector by the ingestion encoder (the query prompt first): the torch query encoder."""
-        vec: np.ndarray = self.encode_queries([text])[0]
+        """One query's vector by the ingestion encoder (the query prompt first, cut at the query window
+        ``query_max_tokens``): the torch query encoder."""
+        if self.cfg.query_max_tokens is None or self._opaque:
+            vec: np.ndarray = self.encode_queries([text])[0]
+        else:
+            vec = self.embed([text], self.prompts.query, max_tokens=self.cfg.query_max_tokens)[0]
         return vec
 
     def clear_cache(self) -> None:

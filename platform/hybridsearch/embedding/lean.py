@@ -9,7 +9,8 @@ For a folder whose ``modules.json`` is Transformer → Pooling (→ Normalize) i
   sentence-transformers uses (the packaged MiniLM's says: cut at 128 tokens, pad to 128), so both are set here:
   truncation, longest first, on the tokenizer's ``truncation_side``, to the model's sequence limit (the
   ``max_seq_length`` of ``sentence_bert_config.json``, else the tokenizer's ``model_max_length`` capped at the
-  model's ``max_position_embeddings``, as sentence-transformers decides it); no padding (one text). The special
+  model's ``max_position_embeddings``, as sentence-transformers decides it), or to the query window
+  (``HSP_EMBEDDING__QUERY_MAX_TOKENS``) where that is shorter; no padding (one text). The special
   tokens are the file's own post-processor's ([CLS] … [SEP] for BERT). ``do_lower_case`` puts a Lowercase normaliser
   first, as sentence-transformers does;
 - run the ONNX file (:func:`.onnx.export`'s, or the one a catalogue folder ships) in an ONNX Runtime session whose
@@ -120,8 +121,9 @@ def _max_length(module_config: dict[str, Any], word: Path) -> int:
     return min(limits)
 
 
-def lean_spec(folder: str | Path) -> LeanSpec:
-    """How the lean encoder serves the sentence-transformers folder ``folder``. Raises LeanUnsupported."""
+def lean_spec(folder: str | Path, max_tokens: int | None = None) -> LeanSpec:
+    """How the lean encoder serves the sentence-transformers folder ``folder``, cutting queries at ``max_tokens``
+    word pieces when that is below the model's limit (the query window). Raises LeanUnsupported."""
     root = Path(folder)
     if not root.is_dir():
         raise LeanUnsupported(f"{folder} is not a local folder")
@@ -136,8 +138,13 @@ def lean_spec(folder: str | Path) -> LeanSpec:
     side = _json(word / "tokenizer_config.json").get("truncation_side", "right")
     if side not in ("left", "right"):
         raise LeanUnsupported(f"truncation side {side!r}")
-    return LeanSpec(str(tokenizer), _max_length(module_config, word), side, module_config.get("do_lower_case") is True,
-                    _pooling(_json(pool / "config.json")), normalize)
+    return LeanSpec(str(tokenizer), window(_max_length(module_config, word), max_tokens), side,
+                    module_config.get("do_lower_case") is True, _pooling(_json(pool / "config.json")), normalize)
+
+
+def window(limit: int, max_tokens: int | None) -> int:
+    """The word pieces a query is cut at: the model's ``limit``, or ``max_tokens`` (the query window) when smaller."""
+    return limit if max_tokens is None else max(1, min(limit, max_tokens))
 
 
 class LeanQueryEncoder:

@@ -9,6 +9,12 @@ was built with) in an ONNX Runtime session whose threads do not spin. For a plai
 numpy; no torch); for any other folder the model's own tokenisation (``preprocess``), pooling and normalisation
 modules (:class:`OnnxQueryEncoder`). Either puts the query prompt (:mod:`.prompts`) first.
 
+Every query encoder (lean, :class:`OnnxQueryEncoder`, torch) cuts a query at the query window
+(``HSP_EMBEDDING__QUERY_MAX_TOKENS`` word pieces, special tokens and prompt included) where that is shorter than the
+model's own limit; unset, at the model's limit. The window is query-side only: the index needs no rebuild, and the
+agreement record names it (in its ``lean`` spec), so a record made with another window is stale. What shorter windows
+cost and save: docs/evaluation.md, "Long queries".
+
 ``auto`` takes onnx when the model runs on CPU, onnxruntime imports, the export works and the vectors agree
 with the ingestion encoder's on :data:`PROBES` (cosine ≥ :data:`MIN_COSINE`: the index needs no rebuild);
 otherwise torch, with one log line saying why. ``onnx`` insists: any of those failing raises ModelError.
@@ -30,7 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from hybridsearch.embedding import agreement as records
-from hybridsearch.embedding.lean import LeanQueryEncoder, LeanUnsupported, compare_vectors, lean_spec
+from hybridsearch.embedding.lean import LeanQueryEncoder, LeanUnsupported, compare_vectors, lean_spec, window
 from hybridsearch.embedding.models import pick_device, resolve_model
 from hybridsearch.embedding.prompts import resolve_prompts
 from hybridsearch.errors import ModelError
@@ -65,20 +71,23 @@ class QueryEncoder:
 
 class OnnxQueryEncoder:
     """``model``'s vector for ``prompt + text`` with its transformer run by the ONNX Runtime ``session`` (the
-    prompt handed to the model's own ``preprocess``, as sentence-transformers' ``encode`` does)."""
+    prompt handed to the model's own ``preprocess``, as sentence-transformers' ``encode`` does), cut at
+    ``max_tokens`` word pieces where that is below the model's limit."""
 
-    def __init__(self, model: SentenceTransformer, session: Any, prompt: str = "") -> None:
+    def __init__(self, model: SentenceTransformer, session: Any, prompt: str = "",
+                 max_tokens: int | None = None) -> None:
         first: Any = model[0]
         self.model = model
         self.session = session
         self.prompt = prompt
+        self.processing = window_kwargs(model, max_tokens)
         self.output = str(getattr(first, "module_output_name", "token_embeddings"))
         self.post = list(model)[1:]  # pooling, normalisation, any dense layers: the model's own modules
 
     def __call__(self, text: str) -> np.ndarray:
         import torch
 
-        features = self.model.preprocess([text], prompt=self.prompt or None)
+        features = self.model.preprocess([text], prompt=self.prompt or None, **self.processing)
         ids = np.asarray(features["input_ids"], dtype=np.int64)
         feeds = {"input_ids": ids, "attention_mask": np.asarray(features["attention_mask"], dtype=np.int64),
                  "token_type_ids": (np.asarray(features["token_type_ids"], dtype=np.int64)
@@ -92,18 +101,28 @@ class OnnxQueryEncoder:
         return vec / max(float(np.linalg.norm(vec)), 1e-12)
 
 
+def window_kwargs(model: SentenceTransformer, max_tokens: int | None) -> dict[str, Any]:
+    """The keyword arguments that make ``model.preprocess`` (and ``encode``) cut a text at the query window
+    ``max_tokens`` (never past the model's own limit); none when the window is unset."""
+    if max_tokens is None:
+        return {}
+    limit = int(getattr(model, "max_seq_length", None) or max_tokens)
+    return {"processing_kwargs": {"text": {"max_length": window(limit, max_tokens)}}}
+
+
 def onnx_query_encoder(model: SentenceTransformer, model_dir: str, quantized: bool = False,
-                       prompt: str = "") -> Encode:
+                       prompt: str = "", max_tokens: int | None = None) -> Encode:
     """The ONNX query encoder on ``model``'s export (made on first use, then cached on disk) putting ``prompt``
-    before each query: the lean one (:mod:`.lean`) when ``model_dir`` allows, else an :class:`OnnxQueryEncoder`."""
+    before each query and cutting it at ``max_tokens`` word pieces (the query window; None: the model's limit):
+    the lean one (:mod:`.lean`) when ``model_dir`` allows, else an :class:`OnnxQueryEncoder`."""
     from hybridsearch.embedding.onnx import export, ort_session
 
     path = export(model, model_dir, quantized)
     try:
-        return LeanQueryEncoder(path, lean_spec(model_dir), prompt)
+        return LeanQueryEncoder(path, lean_spec(model_dir, max_tokens), prompt)
     except (LeanUnsupported, ImportError) as exc:
         log.info("ONNX query encoder with the model's own modules, not the lean one: %s", exc)
-    return OnnxQueryEncoder(model, ort_session(path, "cpu", spinning=False), prompt)
+    return OnnxQueryEncoder(model, ort_session(path, "cpu", spinning=False), prompt, max_tokens)
 
 
 def agreement(reference: Encode, candidate: Encode, texts: Iterable[str]) -> tuple[float, float]:
@@ -115,9 +134,9 @@ def agreement(reference: Encode, candidate: Encode, texts: Iterable[str]) -> tup
 def choose_query_encoder(cfg: EmbeddingSettings, model: SentenceTransformer, reference: Encode, *,
                          prompt: str | None = None) -> QueryEncoder:
     """The query encoder ``cfg.query_backend`` asks for; ``reference`` is the ingestion encoder of one query
-    with the query prompt (the torch choice, and the yardstick of the ONNX one); ``prompt``: that query prompt
-    (None: ``cfg``'s, :func:`.prompts.resolve_prompts`), which the ONNX encoder puts first too. Raises
-    ModelError when ``onnx`` cannot be had."""
+    with the query prompt, cut at the query window (the torch choice, and the yardstick of the ONNX one);
+    ``prompt``: that query prompt (None: ``cfg``'s, :func:`.prompts.resolve_prompts`), which the ONNX encoder puts
+    first too, as it cuts at ``cfg.query_max_tokens``. Raises ModelError when ``onnx`` cannot be had."""
     if cfg.query_backend == "torch":
         return QueryEncoder("torch", reference, "HSP_EMBEDDING__QUERY_BACKEND=torch")
     device = pick_device(cfg.device)
@@ -132,7 +151,7 @@ def choose_query_encoder(cfg: EmbeddingSettings, model: SentenceTransformer, ref
             if prompt is None:
                 prompt = resolve_prompts(cfg).query
             encoder = onnx_query_encoder(model, resolve_model(cfg.model), cfg.backend == "onnx" and cfg.onnx_quantized,
-                                         prompt=prompt)
+                                         prompt=prompt, max_tokens=cfg.query_max_tokens)
             cos, diff = agreement(reference, encoder, PROBES)
             _record(cfg, encoder, prompt, cos, diff)
         except Exception as exc:  # any failure of the export or the session means torch
@@ -201,7 +220,7 @@ def recorded_query_encoder(cfg: EmbeddingSettings, prompt: str) -> QueryEncoder 
         from hybridsearch.embedding.onnx import fingerprint, onnx_files
 
         folder = resolve_model(cfg.model)
-        spec = lean_spec(folder)
+        spec = lean_spec(folder, cfg.query_max_tokens)
         quantized = cfg.backend == "onnx" and cfg.onnx_quantized
         cache = _cache_folder(fingerprint(Path(folder)))
         onnx_path = onnx_files(folder, quantized, cache)[1]

