@@ -114,10 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slices", type=int, default=4,
                     help="alternate pipeline and pure encode over this many slices of the corpus (default 4)")
     ap.add_argument("--keep", action="store_true", help="keep the throwaway indices")
+    ap.add_argument("--prefix", default=None, help="index prefix to ingest under (default: a new bench-ingest-<id>)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures as JSON here")
     args = ap.parse_args(argv)
 
-    prefix = f"bench-ingest-{uuid.uuid4().hex[:8]}"
+    prefix = args.prefix or f"bench-ingest-{uuid.uuid4().hex[:8]}"
     settings = load_settings(index={"prefix": prefix}, ingest={"dead_letter_dir": "/tmp/hsp-bench-dead-letter"})
     es = connect(settings.es)
     docs = [d for d in itertools.islice(read_path(args.corpus), args.limit) if isinstance(d, Document)]

@@ -44,7 +44,7 @@ from loadgen import RssSampler, pct, save_report
 ROOT = Path(__file__).resolve().parents[1]
 HSP = [sys.executable, "-c", "from hybridsearch.cli.main import entry; entry()"]
 MODEL_DIR = Path.home() / ".cache" / "hybridsearch" / "bench-models" / "minilm-l6-shaped-cross-encoder"
-SCIFACT = Path("/work/shared/datasets/scifact")
+SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"  # beside the checkout, as the other benchmarks read it
 
 
 def build_shaped_model(dest: Path) -> Path:

@@ -56,6 +56,15 @@ def pct(values: list[float], p: float) -> float:
     return s[min(len(s) - 1, max(0, round(p / 100 * (len(s) - 1))))] if s else float("nan")
 
 
+def knn_part(body: dict[str, Any]) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The kNN clause of a dense search body and its filter list (the visibility filter last), on either engine:
+    Elasticsearch's top-level ``knn``, or OpenSearch's ``knn`` query on the vector field."""
+    if "knn" in body:
+        return body["knn"], body["knn"]["filter"]
+    (clause,) = body["query"]["knn"].values()
+    return clause, clause["filter"]["bool"]["filter"]
+
+
 def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
     t0 = time.perf_counter()
     out = fn()
@@ -105,17 +114,14 @@ def main(argv: list[str] | None = None) -> int:
         b.pop("collapse", None)
         out["no collapse"] = b
         b = copy.deepcopy(body)
-        if mode == "bm25":
-            b["query"]["bool"]["filter"] = b["query"]["bool"]["filter"][:-1]
-        else:
-            b["knn"]["filter"] = b["knn"]["filter"][:-1]
+        (b["query"]["bool"]["filter"] if mode == "bm25" else knn_part(b)[1]).pop()
         out["no visibility filter"] = b
         b = copy.deepcopy(body)
         b["_source"] = ["doc_id", "chunk_id"]
         out["_source doc_id+chunk_id"] = b
         if mode == "dense":
             b = copy.deepcopy(body)
-            b["knn"]["k"] = q.knn_k
+            knn_part(b)[0]["k"] = q.knn_k
             out["kNN k=knn_k (no over-fetch)"] = b
         return out
 

@@ -29,13 +29,15 @@ then force-merges it to one segment, and reports:
     $V/bin/python ops/bench_vectors.py --options hnsw,int8_hnsw --limit-queries 30   # a quick trial
 
 Needs HSP_ES_URL (a running node); deletes and rebuilds ``<prefix>-<option>-*`` (default prefix ``vecbench``)
-and deletes them afterwards unless ``--keep``. Writes reports/bench-vectors-<engine>-*.json and .png
-(docs/vector-options.md shows a run). Exit 0; numbers only, no gate.
+and deletes them afterwards unless ``--keep``. Writes reports/bench-vectors-<engine>-*.json and .png (with
+``--out DIR``: DIR/bench-vectors-<engine>.json and .png; docs/vector-options.md shows a run). Exit 0; numbers
+only, no gate.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import sys
@@ -268,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prefix", default="vecbench", help="index prefix; each option gets <prefix>-<option>")
     ap.add_argument("--warmup", type=int, default=5, help="queries searched once per variant before timing")
     ap.add_argument("--keep", action="store_true", help="keep the indices (default: delete them at the end)")
+    ap.add_argument("--out", type=Path, help="write the report (JSON and PNG) into this folder instead of reports/")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
@@ -322,7 +325,17 @@ def main(argv: list[str] | None = None) -> int:
     print_table(engine.name, rows, candidates)
     data = {"engine": engine.name, "collection": col.name, "split": col.split, "queries": len(col), "k": K,
             "num_candidates": candidates, "model": base.embedding.model, "dims": base.embedding.dims, "rows": rows}
-    save_report(f"bench-vectors-{engine.kind}", data, lambda png: plot(engine.name, rows, candidates, png))
+    def draw(png: Path) -> None:
+        plot(engine.name, rows, candidates, png)
+
+    if args.out is None:
+        save_report(f"bench-vectors-{engine.kind}", data, draw)
+    else:
+        args.out.mkdir(parents=True, exist_ok=True)
+        report = args.out / f"bench-vectors-{engine.kind}.json"
+        report.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
+        draw(report.with_suffix(".png"))
+        console.print(f"wrote {report} and .png")
     return 0
 
 

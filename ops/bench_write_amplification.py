@@ -68,9 +68,9 @@ def ingest(package: Path, prefix: str, corpus: Path) -> tuple[float, str]:
     return time.perf_counter() - t0, out.stdout
 
 
-def side(name: str, package: Path, es: EngineClient, base: Path, changed: Path, changed_ids: list[str]
-         ) -> list[dict[str, Any]]:
-    prefix = f"bench-wa-{name}-{uuid.uuid4().hex[:6]}"
+def side(name: str, package: Path, es: EngineClient, base: Path, changed: Path, changed_ids: list[str],
+         prefix: str = "bench-wa") -> list[dict[str, Any]]:
+    prefix = f"{prefix}-{name}-{uuid.uuid4().hex[:6]}"
     index = f"{prefix}-chunks-v1"
     rows = []
     try:
@@ -99,7 +99,9 @@ def changed_chunks(es: EngineClient, index: str, doc_ids: list[str]) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--baseline", default="b5979e7", help="commit to compare with (a git worktree of it)")
+    ap.add_argument("--baseline", default="b5979e7",
+                    help="commit to compare with (a git worktree of it); none: this checkout only")
+    ap.add_argument("--prefix", default="bench-wa", help="index prefix: each side ingests under <prefix>-<side>-<id>")
     ap.add_argument("--corpus", type=Path, default=DEFAULT_CORPUS)
     ap.add_argument("--limit", type=int, default=600, help="first N documents")
     ap.add_argument("--json", type=Path, default=None)
@@ -117,14 +119,16 @@ def main(argv: list[str] | None = None) -> int:
         base, changed = work / "base.jsonl", work / "changed.jsonl"
         subset(args.corpus, args.limit, base, None)
         changed_ids = subset(args.corpus, args.limit, changed, 10)
-        tree = work / "baseline"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), args.baseline],
-                       check=True, capture_output=True)
-        try:
-            rows = side(f"{args.baseline[:7]}", tree / "platform", es, base, changed, changed_ids)
-            rows += side("this", ROOT / "platform", es, base, changed, changed_ids)
-        finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+        rows = []
+        if args.baseline != "none":
+            tree = work / "baseline"
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), args.baseline],
+                           check=True, capture_output=True)
+            try:
+                rows += side(f"{args.baseline[:7]}", tree / "platform", es, base, changed, changed_ids, args.prefix)
+            finally:
+                subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(tree)], check=False)
+        rows += side("this", ROOT / "platform", es, base, changed, changed_ids, args.prefix)
     table = Table(title=f"write amplification, {args.limit} documents of {args.corpus.name}")
     for col in rows[0]:
         table.add_column(col, justify="right")

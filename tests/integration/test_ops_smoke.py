@@ -1,0 +1,153 @@
+"""The ops/ benchmarks still run: each one at its smallest size against the node, exit 0, and the report it writes
+parses and holds its main figures.
+
+Every run uses the test's own index prefix (deleted afterwards by the ``settings`` fixture), a tiny random
+bi-encoder (32 dims: embedding costs nothing, the code paths are the real ones), a tiny cross-encoder where one
+reranks, a BEIR collection of a few SciFact queries and documents, and a cache folder of its own.
+
+Not run here, and why:
+
+* ops/bench_query.py: tests/integration/test_query_bench.py runs it end to end on a SciFact subset;
+* ops/bench_peers.py and ops/bench_load.py: they drive Haystack and LangChain from their own virtual
+  environments (ops/requirements-peers.txt), which the test environment does not have;
+* ops/bench_scale.py: a 3-node cluster (``ops/es-local.sh cluster``);
+* GPU paths (``--device cuda``): no GPU in CI.
+
+Each script's ``--help`` runs in tests/unit/test_ops_scripts.py.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hybridsearch.embedding import Embedder
+from hybridsearch.engine import EngineClient
+from hybridsearch.eval.prepare import choose_index, eval_settings, ingest_corpus
+from hybridsearch.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+OPS = ROOT / "ops"
+SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
+QUERIES, DOCUMENTS = 3, 24
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(not SCIFACT.is_dir(), reason="SciFact is not in ../shared/datasets")]
+
+
+@pytest.fixture(scope="module")
+def collection(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A BEIR folder: the first judged test queries of SciFact, their documents and others up to DOCUMENTS."""
+    root = tmp_path_factory.mktemp("tiny-scifact")
+    qrels: dict[str, dict[str, int]] = {}
+    for line in (SCIFACT / "qrels" / "test.tsv").read_text().splitlines()[1:]:
+        qid, doc, score = line.split("\t")
+        if qid in qrels or len(qrels) < QUERIES:
+            qrels.setdefault(qid, {})[doc] = int(score)
+    judged = {d for docs in qrels.values() for d in docs}
+    kept: list[str] = []
+    with gzip.open(SCIFACT / "corpus.jsonl.gz", "rt", encoding="utf-8") as fh:
+        for line in fh:
+            doc = json.loads(line)["_id"]
+            if doc in judged or len(kept) < DOCUMENTS - len(judged):
+                kept.append(line)
+            if len(kept) >= DOCUMENTS and judged <= {json.loads(k)["_id"] for k in kept}:
+                break
+    (root / "corpus.jsonl").write_text("".join(kept), encoding="utf-8")
+    queries = [q for q in (SCIFACT / "queries.jsonl").read_text().splitlines() if json.loads(q)["_id"] in qrels]
+    (root / "queries.jsonl").write_text("\n".join(queries) + "\n", encoding="utf-8")
+    (root / "qrels").mkdir()
+    (root / "qrels" / "test.tsv").write_text(
+        "query-id\tcorpus-id\tscore\n" + "".join(f"{q}\t{d}\t{s}\n" for q, docs in qrels.items()
+                                                 for d, s in docs.items()), encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def tiny(settings: Settings, tiny_bi_encoder: Path) -> Settings:
+    """The test's settings with the tiny bi-encoder."""
+    return settings.model_copy(update={"embedding": settings.embedding.model_copy(
+        update={"model": str(tiny_bi_encoder), "dims": 32})})
+
+
+@pytest.fixture
+def env(es_url: str, tiny: Settings, tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The environment of a script run: the node, the test's prefix, the tiny model, a cache folder of its own."""
+    yield {**os.environ, "HSP_ES_URL": es_url, "HSP_INDEX__PREFIX": tiny.index.prefix,
+           "HSP_EMBEDDING__MODEL": tiny.embedding.model, "HSP_EMBEDDING__DIMS": str(tiny.embedding.dims),
+           "HSP_CACHE": str(tmp_path / "cache"), "HSP_INGEST__DEAD_LETTER_DIR": str(tmp_path / "dead-letter"),
+           "HSP_QUERY__LOG_QUERIES": "false", "HSP_RERANKER__ENABLED": "false", "HF_HUB_OFFLINE": "1",
+           "TOKENIZERS_PARALLELISM": "false", "MPLBACKEND": "Agg"}
+
+
+def run(script: str, env: dict[str, str], *args: str | Path) -> str:
+    done = subprocess.run([sys.executable, str(OPS / script), *map(str, args)], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, f"ops/{script} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout
+
+
+def report(path: Path) -> Any:
+    assert path.is_file(), f"no report at {path}"
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_bench_ingest(env: dict[str, str], tiny: Settings, collection: Path, tmp_path: Path) -> None:
+    out = tmp_path / "ingest.json"
+    run("bench_ingest.py", env, "--corpus", collection / "corpus.jsonl", "--limit", 8, "--slices", 1,
+        "--backend-sample", 0, "--prefix", f"{tiny.index.prefix}-ingest", "--json", out)
+    figures = report(out)
+    assert figures["documents"] == 8 and figures["failed"] == 0 and figures["chunks"] >= 8
+    assert figures["rerun_changed_nothing"] is True and figures["pipeline_chunks_per_s"] > 0
+
+
+def test_bench_write_amplification(env: dict[str, str], tiny: Settings, collection: Path, tmp_path: Path) -> None:
+    out = tmp_path / "wa.json"
+    run("bench_write_amplification.py", env, "--baseline", "none", "--corpus", collection / "corpus.jsonl",
+        "--limit", 10, "--prefix", f"{tiny.index.prefix}-wa", "--json", out)
+    rows = report(out)
+    assert [(r["side"], r["run"]) for r in rows] == [("this", "fresh ingest"), ("this", "10 % changed")]
+    assert rows[0]["ops_per_chunk"] == 1.0  # each chunk written once
+
+
+def test_bench_vectors(env: dict[str, str], tiny: Settings, collection: Path, tmp_path: Path) -> None:
+    out = tmp_path / "vectors"
+    run("bench_vectors.py", env, "--options", "hnsw", "--collection", collection, "--limit-queries", 2,
+        "--warmup", 0, "--prefix", f"{tiny.index.prefix}-vec", "--out", out)
+    (json_report,) = out.glob("bench-vectors-*.json")
+    data = report(json_report)
+    (row,) = data["rows"]
+    assert data["queries"] == 2 and data["dims"] == 32 and row["option"] == "hnsw"
+    assert 0 <= row[f"recall_at_10_nc{data['num_candidates'][0]}"] <= 1 and row["dense_p50_ms"] > 0
+    assert json_report.with_suffix(".png").stat().st_size > 0
+
+
+def test_bench_single_list(env: dict[str, str], es: EngineClient, tiny: Settings, collection: Path,
+                           tmp_path: Path) -> None:
+    built = eval_settings(tiny, f"{tiny.index.prefix}-single")
+    choose_index(es, built)
+    assert ingest_corpus(es, built, collection / "corpus.jsonl", embedder=Embedder(built.embedding))["chunks"] > 0
+    out = tmp_path / "single.json"
+    run("bench_single_list.py", env, "--prefix", built.index.prefix, "--dataset", collection, "--queries", 2,
+        "--k", 10, "--json", out)
+    figures = report(out)
+    assert set(figures) == {"bm25", "dense"}
+    assert figures["dense"]["search (SearchClient, total)"]["p50"] > 0 and "embed (encoder alone)" in figures["dense"]
+
+
+def test_bench_rerank(env: dict[str, str], tiny_cross_encoder: Path, tmp_path: Path) -> None:
+    out, png = tmp_path / "rerank.json", tmp_path / "rerank.png"
+    run("bench_rerank.py", env, "--model", tiny_cross_encoder, "--device", "cpu", "--passages", 4, "--words", 30,
+        "--rounds", 1, "--clients", 2, "--requests", 1, "--json", out, "--plot", png)
+    figures = report(out)
+    assert figures["passages"] == 4 and len(figures["inproc_ms"]) == len(figures["service_ms"]) == 1
+    assert figures["batching_on"]["requests"] == figures["batching_off"]["requests"] == 2  # every request answered
+    assert png.stat().st_size > 0
