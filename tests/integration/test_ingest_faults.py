@@ -245,19 +245,18 @@ def test_update_that_failed_leaves_no_stale_chunks_after_rerun(proxy: Proxy, set
 
 
 def test_an_unexpected_failure_inside_a_run_is_an_ingest_error(settings: Settings, embedder: Embedder,
-                                                              es: EngineClient,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+                                                              es: EngineClient) -> None:
     """Not the cluster's fault, so not a ClusterError: an IngestError naming what broke, the cause chained.
-    (A batch the encoder fails on is dead-lettered instead; the thread that prepares documents has no such net.)"""
-    from hybridsearch.ingest.prepare import Preparer
+    (A batch the encoder fails on is dead-lettered instead; the thread that prepares documents has no such net:
+    here the documents' own iterator breaks in it.)"""
 
-    def broken(*args: Any, **kwargs: Any) -> None:
-        raise RuntimeError("chunking crashed")
+    def breaking() -> Iterator[Document]:
+        yield from docs(3)
+        raise RuntimeError("reading crashed")
 
-    monkeypatch.setattr(Preparer, "_prepare_group", broken)
     with pytest.raises(IngestError) as info:
-        run_ingest(docs(3), settings, es=es, embedder=embedder)
+        run_ingest(breaking(), settings, es=es, embedder=embedder)
     exc = info.value
     assert not isinstance(exc, ClusterError) and isinstance(exc.__cause__, RuntimeError)
-    assert exc.problem.endswith("failed unexpectedly: RuntimeError: chunking crashed")
+    assert exc.problem.endswith("failed unexpectedly: RuntimeError: reading crashed")
     assert exc.fix is not None and "hsp -v ingest" in exc.fix

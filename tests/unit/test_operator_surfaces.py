@@ -235,16 +235,19 @@ def zip_node() -> Iterator[Canned]:
 
 
 def test_detection_on_a_node_without_get_root_logs_no_node_failure(zip_node: Canned,
-                                                                   caplog: pytest.LogCaptureFixture) -> None:
+                                                                   caplog: pytest.LogCaptureFixture,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     url = zip_node.url
     caplog.set_level(logging.DEBUG, logger="elastic_transport")
     caplog.set_level(logging.DEBUG, logger="elasticsearch")
     cfg = ClusterSettings(url=url)
     es = es_client(cfg)
+    marked_dead: list[object] = []
+    monkeypatch.setattr(es.transport.node_pool, "mark_dead", lambda node, _now=None: marked_dead.append(node))
     info = detect(cfg, es)
     assert (info.kind, info.version) == ("elasticsearch", "9.3.2")
     assert zip_node.requests == [("GET", "/"), ("GET", "/_nodes/_local?filter_path=nodes.*.version")]
     noise = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert noise == []
     assert not [r for r in caplog.records if "has failed" in r.getMessage()]
-    assert not es.transport.node_pool._dead_nodes.queue  # the node stayed live
+    assert marked_dead == []  # the node stayed live
