@@ -69,7 +69,9 @@ def bench_settings(prefix: str | None, depth: int | None = None) -> Settings:
     s = load_settings()
     query: dict[str, Any] = {"log_queries": False}
     if depth is not None:
-        query.update(bm25_k=depth, knn_k=depth, num_candidates=max(s.query.num_candidates, 2 * depth))
+        query.update(bm25_k=depth, knn_k=depth)
+        if s.query.num_candidates is not None:  # set: it must cover the depth; unset: the query layer sizes it
+            query["num_candidates"] = max(s.query.num_candidates, 2 * depth)
     return s.model_copy(update={
         "index": s.index.model_copy(update={"prefix": prefix or s.index.prefix}),
         "embedding": s.embedding.model_copy(update={"query_cache_size": 0}),

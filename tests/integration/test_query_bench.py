@@ -16,12 +16,18 @@ SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
 
 @pytest.mark.slow
 @pytest.mark.skipif(not SCIFACT.is_dir(), reason="SciFact is not in ../shared/datasets")
-def test_bench_query_on_a_small_subset(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_bench_query_on_a_small_subset(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                       tiny_bi_encoder: Path) -> None:
     spec = importlib.util.spec_from_file_location("bench_query", ROOT / "ops" / "bench_query.py")
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     monkeypatch.setenv("HSP_ES_URL", settings.es.url)
+    # a tiny random model (32 dims): every stage and encoder of the benchmark runs, at little cost
+    monkeypatch.setenv("HSP_EMBEDDING__MODEL", str(tiny_bi_encoder))
+    monkeypatch.setenv("HSP_EMBEDDING__DIMS", "32")
+    monkeypatch.setenv("HSP_ONNX_CACHE", str(tmp_path / "onnx"))
+    monkeypatch.setenv("HSP_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "bench.json"
     assert bench.main(["--prefix", settings.index.prefix, "--build-subset", "20", "--queries", "3", "--warmup", "1",
                        "--sweep", "5,20", "--json", str(out)]) == 0
