@@ -144,3 +144,21 @@ def test_the_packaged_minilm_is_cut_at_the_window(tmp_path: Path, monkeypatch: p
     chosen = Embedder(cfg("all-MiniLM-L6-v2", query_max_tokens=32)).query_encoder
     assert chosen.backend == "onnx" and isinstance(chosen.encode, LeanQueryEncoder), chosen.reason
     assert cos(chosen.encode(LONG), short) >= MIN_COSINE
+
+
+@pytest.mark.parametrize("embedding", [{"query_max_tokens": 32}, {"backend": "onnx", "onnx_quantized": True}])
+def test_query_side_variants_fit_the_index_built_without_them(embedding: dict[str, Any]) -> None:
+    """The window (and int8 query weights) change no index: an index built with the defaults fits them at the
+    build level ``hsp eval`` checks before reusing one, so evaluating them needs no rebuild."""
+    from hybridsearch.engine import ELASTICSEARCH
+    from hybridsearch.eval.prepare import build_signature
+    from hybridsearch.index_spec import chunk_differences
+    from hybridsearch.mappings import load_template
+
+    built = load_settings(index={"analyzer": "standard"})
+    variant = built.model_copy(update={"embedding": built.embedding.model_copy(update=embedding)})
+    mapping = load_template("chunks", built, ELASTICSEARCH)["template"]["mappings"]
+    assert chunk_differences(mapping, variant, dialect=ELASTICSEARCH, level="build") == []
+    assert build_signature(variant) == build_signature(built)
+    other_model = built.model_copy(update={"embedding": built.embedding.model_copy(update={"dims": 768})})
+    assert chunk_differences(mapping, other_model, dialect=ELASTICSEARCH, level="build")  # the check can fail
