@@ -130,17 +130,17 @@ def build(es: EngineClient, settings: Settings, n: int, syn: Synthetic, batch: i
 
 
 def recall(es: EngineClient, index: str, stored: np.ndarray, queries: np.ndarray, num_candidates: int,
-           oversample: float | None = None) -> tuple[float, float]:
-    """Recall@10 of the index's kNN search (k=10, ``num_candidates``; with ``oversample``, Elasticsearch's
-    ``rescore_vector``: ``oversample`` × k quantized candidates rescored on the float vectors) against exact
-    search, and that raw kNN request's p50 in ms at one client."""
+           oversample: float | None = None, k: int = 10) -> tuple[float, float]:
+    """Recall@10 of the index's kNN search (its first 10 of ``k`` neighbours, ``num_candidates``; with
+    ``oversample``, Elasticsearch's ``rescore_vector``: ``oversample`` × k quantized candidates rescored on the
+    float vectors) against exact search, and that raw kNN request's p50 in ms at one client."""
     from hybridsearch.eval.knn import exact_top_k, knn_recall
 
     _, scores = exact_top_k(stored, queries, 10)
     total, took = 0.0, []
     for q, kth in zip(queries, scores[:, -1], strict=True):
-        knn: dict[str, Any] = {"field": "embedding", "query_vector": q.tolist(), "k": 10,
-                               "num_candidates": num_candidates}
+        knn: dict[str, Any] = {"field": "embedding", "query_vector": q.tolist(), "k": k,
+                               "num_candidates": max(k, num_candidates)}
         if oversample:
             knn["rescore_vector"] = {"oversample": oversample}
         t0 = time.perf_counter()
@@ -247,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="measure a kept index of the same size (--keep) instead of writing it again")
     ap.add_argument("--num-candidates", type=lambda s: [int(x) for x in s.split(",")], default=[],
                     help="comma-separated num_candidates to measure (default: the client's)")
+    ap.add_argument("--knn-k", type=int, default=10,
+                    help="k of the recall searches (the client asks knn_k x knn_overfetch = 200 with collapse)")
     ap.add_argument("--oversample", type=lambda s: [float(x) for x in s.split(",")], default=[],
                     help="rescore_vector oversample factors to measure too (Elasticsearch, quantized vectors)")
     args = ap.parse_args(argv)
@@ -278,18 +280,19 @@ def main(argv: list[str] | None = None) -> int:
         queries = np.array(list(table.values()))
         for nc in args.num_candidates or [settings.query.num_candidates]:
             for over in [None, *args.oversample]:
-                rec, knn_p50 = recall(es, index, stored, queries, nc, over)
+                rec, knn_p50 = recall(es, index, stored, queries, nc, over, args.knn_k)
                 row: dict[str, Any] = {
                     "chunks": n, "index_seconds": seconds, "chunks_per_s": seconds and round(n / seconds, 1),
                     "store_bytes": size, "bytes_per_chunk": round(size / n, 1), "knn_recall_at_10": round(rec, 4),
-                    "num_candidates": nc, "oversample": over, "knn_p50_c1_ms": round(knn_p50, 2),
+                    "num_candidates": nc, "oversample": over, "knn_k": args.knn_k,
+                    "knn_p50_c1_ms": round(knn_p50, 2),
                     "shards": args.shards, "replicas": args.replicas}
-                if over is None:  # the client has no oversampling knob: hybrid latency at this num_candidates
-                    tuned = settings.model_copy(update={"query": settings.query.model_copy(
-                        update={"num_candidates": nc})})
-                    for c, st in asyncio.run(latency(tuned, table, [1, 16], args.seconds)).items():
-                        row.update({f"p50_c{c}_ms": st["p50_ms"], f"p99_c{c}_ms": st["p99_ms"],
-                                    f"qps_c{c}": st["qps"], f"errors_c{c}": st["errors"]})
+                # the client's hybrid latency with these knobs (no oversample: rescoring off, as before 2026-12)
+                tuned = settings.model_copy(update={"query": settings.query.model_copy(
+                    update={"num_candidates": nc, "rescore_oversample": over or 0.0})})
+                for c, st in asyncio.run(latency(tuned, table, [1, 16], args.seconds)).items():
+                    row.update({f"p50_c{c}_ms": st["p50_ms"], f"p99_c{c}_ms": st["p99_ms"],
+                                f"qps_c{c}": st["qps"], f"errors_c{c}": st["errors"]})
                 rows.append(row)
                 print(json.dumps(row), flush=True)
         if not args.keep:

@@ -61,6 +61,7 @@ from hybridsearch.eval.harness import evaluate_collection
 from hybridsearch.eval.knn import exact_top_k, knn_recall, unit
 from hybridsearch.eval.prepare import choose_index, eval_settings, ingest_corpus
 from hybridsearch.ingest.chunking import chunk_embed_text
+from hybridsearch.query.candidates import auto_candidates
 from hybridsearch.query.client import SearchClient
 from hybridsearch.query.results import Mode
 from hybridsearch.settings import Settings, load_settings
@@ -283,7 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     options = args.options.split(",") if args.options else list(have)
     if unknown := [o for o in options if o not in have]:
         ap.error(f"{engine.name} has no {', '.join(unknown)} here; choose from {', '.join(have)}")
-    candidates = list(dict.fromkeys([base.query.num_candidates,
+    candidates = list(dict.fromkeys([base.query.num_candidates or auto_candidates(K, None),
                                      *(int(c) for c in args.num_candidates.split(",") if c.strip())]))
     if any(c < K or c > 10_000 for c in candidates) or (args.limit_queries is not None and args.limit_queries < 1):
         ap.error(f"num_candidates must be {K}..10000 and --limit-queries ≥ 1")

@@ -179,7 +179,12 @@ class QuerySettings(BaseModel):
 
     bm25_k: int = Field(100, ge=1, le=1000)
     knn_k: int = Field(100, ge=1, le=1000)
-    num_candidates: int = Field(200, ge=1, le=10000)
+    num_candidates: int | None = Field(
+        None, ge=1, le=10000, description="kNN candidates per shard; unset: chosen from the size of the index's "
+        "largest shard and k (hybridsearch.query.candidates: 200 up to 350k chunks a shard, more beyond)")
+    rescore_oversample: float | None = Field(
+        None, ge=0, le=10, description="quantized vectors (int8_hnsw, the default) rescored on their float vectors, "
+        "k x this many, where the engine can (Elasticsearch 8.18+); unset: 1 (the k gathered, reordered), 0: off")
     fusion: Literal["auto", "rrf", "linear"] = Field(
         "auto", description="auto: the fusion calibrated for the index (hsp calibrate-fusion, recorded in its _meta), "
         "else RRF with rrf_k and equal weights; rrf or linear: that fusion, overriding a calibration")

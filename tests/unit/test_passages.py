@@ -176,8 +176,8 @@ def test_the_reranker_scores_the_passage_shown() -> None:
 
 
 class Counts(FakeES):
-    def count(self, index: str, query: dict[str, Any]) -> dict[str, Any]:
-        return {"count": 8}
+    def count(self, index: str, query: dict[str, Any] | None = None) -> dict[str, Any]:
+        return {"count": 8} if query is not None else super().count(index)
 
 
 def test_why_reports_the_passage() -> None:

@@ -23,9 +23,10 @@ import numpy as np
 import pytest
 
 from hybridsearch import AsyncSearchClient, SearchClient
-from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, Dialect
+from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, Dialect, EngineInfo
 from hybridsearch.errors import ClusterError, ClusterUnavailable, IndexMismatch, IndexNotFound, ModelError
 from hybridsearch.mappings import load_template
+from hybridsearch.query.candidates import auto_candidates
 from hybridsearch.query.results import RerankOutcome, SearchResult
 from hybridsearch.settings import Settings, load_settings
 from hybridsearch.visibility import hidden_lookup
@@ -62,6 +63,8 @@ class FakeES:
     def __init__(self, settings: Settings, answer: dict[str, Any] | Exception,
                  dialect: Dialect = ELASTICSEARCH) -> None:
         self.dialect = dialect
+        self.engine = EngineInfo(dialect.kind, "9.3.2" if dialect.kind == "elasticsearch" else "3.5.0")
+        self.chunks = 6  # what _count answers: the chunks of the recorded index, on one shard
         self.indices = FakeIndices(settings, dialect)
         self.answer = answer
         self.sent: list[list[dict[str, Any]]] = []
@@ -72,6 +75,12 @@ class FakeES:
             raise self.answer
         recorded = dict(zip(RECORDED, self.answer["responses"], strict=False))
         return {"responses": [recorded.get(list_of(body), NOTHING) for body in searches[1::2]]}
+
+    def count(self, index: str) -> dict[str, Any]:
+        return {"count": self.chunks, "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0}}
+
+    def close(self) -> None:
+        pass
 
 
 #: the lists a recording answers, in its order; an answer of the passage list that finds nothing
@@ -95,9 +104,6 @@ def one_msearch(sent: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     """The lines of one search's requests as one ``_msearch`` would send them: BM25's, then kNN's."""
     return [line for request in sorted(sent, key=lambda r: is_knn(r[1])) for line in request]
 
-    def close(self) -> None:
-        pass
-
 
 class FakeAsyncIndices:
     def __init__(self, sync: FakeIndices) -> None:
@@ -118,8 +124,15 @@ class FakeAsyncES:
         self.dialect = sync.dialect
         self.indices = FakeAsyncIndices(sync.indices)
 
-    async def detect(self) -> None:
-        pass
+    async def detect(self) -> EngineInfo:
+        return self.sync.engine
+
+    @property
+    def engine(self) -> EngineInfo:
+        return self.sync.engine
+
+    async def count(self, index: str) -> dict[str, Any]:
+        return self.sync.count(index)
 
     async def msearch(self, searches: list[dict[str, Any]]) -> dict[str, Any]:
         return self.sync.msearch(searches)
@@ -215,13 +228,15 @@ def test_opensearch_gets_the_knn_query_clause_and_fuses_alike() -> None:
     with a ``filter`` and ``ef_search`` for ``num_candidates``)."""
     es_result = both(recording("hybrid"), rerank=False)[0]
     sync, async_, es = both(recording("hybrid"), rerank=False, dialect=OPENSEARCH)
-    assert same(sync, async_) and same(sync, es_result)
+    assert same(sync, async_) and same(sync.model_copy(update={"knn_width": None}),
+                                       es_result.model_copy(update={"knn_width": None}))
+    assert "rescored" in str(es_result.knn_width) and "the engine cannot" in str(sync.knn_width)
     knn_body = one_msearch(es.sent[:2])[5]
     assert "knn" not in knn_body and set(knn_body["query"]) == {"knn"}
     clause = knn_body["query"]["knn"]["embedding"]
     q = settings().query
     assert len(clause["vector"]) == 384 and clause["k"] == q.knn_k * q.knn_overfetch
-    assert clause["method_parameters"] == {"ef_search": max(q.num_candidates, clause["k"])}
+    assert clause["method_parameters"] == {"ef_search": auto_candidates(clause["k"], 6)}  # 6 chunks, one shard
     assert {"term": {"doc_id": "x"}} not in clause["filter"]["bool"]["filter"] and clause["filter"]["bool"]["filter"]
     es_lines = one_msearch(both(recording("hybrid"), rerank=False)[2].sent[:2])
     assert one_msearch(es.sent[:2])[:4] == es_lines[:4]  # the BM25 and passage bodies (highlights too) are the same

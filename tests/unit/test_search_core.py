@@ -38,6 +38,7 @@ from hybridsearch.errors import ClusterError, HybridSearchError, IndexMismatch, 
 from hybridsearch.query.core import SearchCore
 from hybridsearch.query.results import RerankOutcome, SearchResult
 from hybridsearch.query.steps import (
+    CountChunks,
     Detect,
     Drop,
     Embed,
@@ -90,7 +91,9 @@ class Driver:
     def perform(self, r: Request) -> Any:
         match r:
             case Detect():
-                return self.es.dialect
+                return self.es.engine
+            case CountChunks(index):
+                return self.es.count(index)
             case ResolveAlias(alias):
                 return self.es.indices.get_alias(alias)
             case GetMappings(index):
@@ -140,7 +143,7 @@ def core(s: Settings | None = None, reranker: Any = None, **query: Any) -> Searc
     return SearchCore(s, None, reranker, None, s.query.model_copy(update=query), False)
 
 
-CHECK = ["Detect", "ResolveAlias", "GetMappings"]
+CHECK = ["Detect", "ResolveAlias", "GetMappings", "CountChunks"]
 HYBRID = ["Spawn", "Embed", "Msearch", "Join"]
 
 
@@ -148,7 +151,7 @@ def test_hybrid_spawns_bm25_then_embeds_then_sends_knn() -> None:
     d = Driver(FakeES(settings(), recording("hybrid")))
     result = d.run(core().search_steps(QUERY, rerank=False))
     assert d.kinds == CHECK + HYBRID
-    spawned, knn = d.requests[3], d.requests[5]
+    spawned, knn = d.requests[len(CHECK)], d.requests[len(CHECK) + 2]
     assert isinstance(spawned, Spawn) and not any(is_knn(b) for b in spawned.request.lines[1::2])
     assert isinstance(knn, Msearch) and [is_knn(b) for b in knn.lines[1::2]] == [True]
     assert [h.doc_id for h in result.hits] == FUSED and result.index == INDEX

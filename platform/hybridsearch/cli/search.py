@@ -166,6 +166,8 @@ def print_result(out: Console, r: SearchResult) -> None:
         table.add_row(str(h.rank), f"{h.score:.4f}", _rank(h.bm25), _rank(h.knn), _rank(h.fused), _rank(h.rerank),
                       title, snippet(h.text, terms, spans=h.highlights))
     out.print(table)
+    if r.knn_width and any(h.explanation for h in r.hits):
+        out.print(f"kNN: {r.knn_width}")
     for h in r.hits:
         if h.explanation:
             out.print(styled((f"{h.rank}. {h.doc_id}", "bold"), f" ({h.chunk_id})"))

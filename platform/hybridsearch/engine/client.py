@@ -433,6 +433,11 @@ class AsyncEngineClient:
         resp: Json = _plain(await (await self.raw()).msearch(body=searches))
         return resp
 
+    async def count(self, *, index: str) -> Json:
+        """``GET <index>/_count`` (all documents): the count and ``_shards``."""
+        resp: Json = _plain(await (await self.raw()).count(index=index))
+        return resp
+
     async def close(self) -> None:
         if self._raw is not None:
             await self._raw.close()

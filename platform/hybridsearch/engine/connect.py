@@ -86,6 +86,12 @@ class EngineInfo:
         return True
 
     @property
+    def rescores_vectors(self) -> bool:
+        """Whether a kNN search can rescore quantized vectors on their floats (``rescore_vector``: Elasticsearch
+        8.18+; OpenSearch's lucene engine cannot)."""
+        return self.kind == "elasticsearch" and self.at_least(8, 18)
+
+    @property
     def chunk_index_settings(self) -> dict[str, Any]:
         """Index settings every chunk index gets on this engine version (dynamic ones: put on older indices too).
 

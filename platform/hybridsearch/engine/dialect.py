@@ -52,8 +52,10 @@ class Dialect(Protocol):
         ...
 
     def knn_search(self, field: str, vector: Sequence[float], k: int, num_candidates: int,
-                   filters: list[dict[str, Any]]) -> dict[str, Any]:
-        """The body keys of a kNN search for the ``k`` nearest chunks passing every filter (a pre-filter)."""
+                   filters: list[dict[str, Any]], oversample: float | None = None) -> dict[str, Any]:
+        """The body keys of a kNN search for the ``k`` nearest chunks passing every filter (a pre-filter); with
+        ``oversample``, quantized vectors rescored on their floats, ``k`` × ``oversample`` of them (only where
+        ``EngineInfo.rescores_vectors``)."""
         ...
 
 
@@ -78,9 +80,12 @@ class ElasticsearchDialect:
                              dict(prop.get("index_options", {})))
 
     def knn_search(self, field: str, vector: Sequence[float], k: int, num_candidates: int,
-                   filters: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"knn": {"field": field, "query_vector": [float(x) for x in vector], "k": k,
-                        "num_candidates": num_candidates, "filter": filters}}
+                   filters: list[dict[str, Any]], oversample: float | None = None) -> dict[str, Any]:
+        knn: dict[str, Any] = {"field": field, "query_vector": [float(x) for x in vector], "k": k,
+                               "num_candidates": num_candidates, "filter": filters}
+        if oversample is not None:
+            knn["rescore_vector"] = {"oversample": oversample}
+        return {"knn": knn}
 
 
 # Settings' similarity -> the k-NN plugin's space_type, and back.
@@ -135,7 +140,10 @@ class OpenSearchDialect:
         return VectorSummary(True, prop.get("dimension"), _SIMILARITY.get(space, space), options)
 
     def knn_search(self, field: str, vector: Sequence[float], k: int, num_candidates: int,
-                   filters: list[dict[str, Any]]) -> dict[str, Any]:
+                   filters: list[dict[str, Any]], oversample: float | None = None) -> dict[str, Any]:
+        if oversample is not None:
+            raise ConfigError("the k-NN plugin's lucene engine cannot rescore quantized vectors",
+                              fix="Unset HSP_QUERY__RESCORE_OVERSAMPLE on OpenSearch")
         clause: dict[str, Any] = {"vector": [float(x) for x in vector], "k": k,
                                   "method_parameters": {"ef_search": num_candidates}}
         if filters:

@@ -13,6 +13,7 @@ from typing import Any, get_args
 
 from hybridsearch.engine.dialect import Dialect
 from hybridsearch.errors import QueryError
+from hybridsearch.query.candidates import KnnWidth, knn_width
 from hybridsearch.query.filters import Filter, MetadataFields, filter_clauses, filter_summary
 from hybridsearch.query.passages import HIGHLIGHTED_FIELD, PASSAGE_FIELDS, highlight_body
 from hybridsearch.query.results import Mode
@@ -230,35 +231,42 @@ def passage_body(q: QuerySettings, p: Plan) -> dict[str, Any]:
     return body
 
 
-def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float], dialect: Dialect) -> dict[str, Any]:
-    """The engine's kNN search (``dialect``: Elasticsearch's top-level ``knn``, OpenSearch's ``knn`` query) with
-    the same filters (:func:`search_filters`) as a pre-filter, returning up to ``knn_k`` hits.
+def knn_size(q: QuerySettings) -> int:
+    """How many nearest chunks the kNN search gathers: ``knn_k``, times ``knn_overfetch`` with ``collapse`` (the
+    best chunk of each document is kept, so about ``knn_k`` distinct documents remain)."""
+    return min(10_000, math.ceil(q.knn_k * q.knn_overfetch)) if q.collapse else q.knn_k
 
-    With ``collapse`` the search gathers ``knn_k × knn_overfetch`` nearest chunks (``k``) and keeps the best
-    chunk of each document, so about ``knn_k`` distinct documents remain; ``num_candidates`` is at least ``k``.
+
+def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float], dialect: Dialect,
+             width: KnnWidth | None = None) -> dict[str, Any]:
+    """The engine's kNN search (``dialect``: Elasticsearch's top-level ``knn``, OpenSearch's ``knn`` query) with
+    the same filters (:func:`search_filters`) as a pre-filter, gathering :func:`knn_size` chunks and returning up
+    to ``knn_k`` hits; ``width``: its ``num_candidates`` and rescoring as the index check chose them
+    (:mod:`.candidates`; None: as for an index of unknown size on an engine that does not rescore).
     """
-    k = min(10_000, math.ceil(q.knn_k * q.knn_overfetch)) if q.collapse else q.knn_k
+    k = knn_size(q)
+    width = width or knn_width(q, k, None, quantized=False, can_rescore=False)
     body = _common(q, q.knn_k)
-    body.update(dialect.knn_search("embedding", list(vector), k, min(10_000, max(q.num_candidates, k)),
-                                   search_filters(p)))
+    body.update(dialect.knn_search("embedding", list(vector), k, max(width.num_candidates, k), search_filters(p),
+                                   width.oversample))
     return body
 
 
 def list_search(q: QuerySettings, alias: str, p: Plan, name: str, vector: Iterable[float] | None,
-                dialect: Dialect, scope: Bm25Scope = CHUNKS) -> list[dict[str, Any]]:
+                dialect: Dialect, scope: Bm25Scope = CHUNKS, width: KnnWidth | None = None) -> list[dict[str, Any]]:
     """The ``_msearch`` header/body lines on ``alias`` of one list (``bm25``, ``passages``, ``knn``), of the
     lists of ``p`` that need no vector (``text``: BM25 and, over sections, its passage list), or of ``all`` of
     ``p``'s lists (:func:`list_names`) in one round trip; ``scope``: what BM25 scores (:func:`bm25_body`)."""
     if name in ("all", "text"):
         names = [n for n in list_names(p, scope) if name == "all" or n != "knn"]
-        return [line for n in names for line in list_search(q, alias, p, n, vector, dialect, scope)]
+        return [line for n in names for line in list_search(q, alias, p, n, vector, dialect, scope, width)]
     if name == "bm25":
         return [{"index": alias}, bm25_body(q, p, scope)]
     if name == PASSAGES:
         return [{"index": alias}, passage_body(q, p)]
     if vector is None:
         raise QueryError(f"mode {p.mode} needs a query vector")
-    return [{"index": alias}, knn_body(q, p, vector, dialect)]
+    return [{"index": alias}, knn_body(q, p, vector, dialect, width)]
 
 
 def list_names(p: Plan, scope: Bm25Scope = CHUNKS) -> list[str]:

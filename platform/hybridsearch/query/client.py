@@ -16,6 +16,7 @@ from hybridsearch.engine import AsyncEngineClient, EngineClient, connect, connec
 from hybridsearch.query.core import FilterArg, SearchCore, auto_reranker
 from hybridsearch.query.results import Mode, SearchResult, WhyReport
 from hybridsearch.query.steps import (
+    CountChunks,
     Detect,
     Drop,
     Embed,
@@ -102,9 +103,12 @@ class SearchClient(SearchCore):
             case GetMappings(index, what):
                 with engine_errors(what):
                     return self.es.indices.get_mapping(index=index, ignore_unavailable=True)
+            case CountChunks(index, what):
+                with engine_errors(what):
+                    return self.es.count(index=index)
             case Detect(what):
                 with engine_errors(what):
-                    return self.es.dialect
+                    return self.es.engine
             case _:
                 assert_never(request)
 
@@ -215,10 +219,12 @@ class AsyncSearchClient(SearchCore):
             case GetMappings(index, what):
                 with engine_errors(what):
                     return await self.es.indices.get_mapping(index=index, ignore_unavailable=True)
+            case CountChunks(index, what):
+                with engine_errors(what):
+                    return await self.es.count(index=index)
             case Detect(what):
                 with engine_errors(what):
-                    await self.es.detect()
-                    return self.es.dialect
+                    return await self.es.detect()
             case _:
                 assert_never(request)
 

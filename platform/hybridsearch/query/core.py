@@ -21,12 +21,13 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import functools
+import math
 import threading
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Self
 
-from hybridsearch.engine import Dialect, EngineClient
+from hybridsearch.engine import Dialect, EngineClient, EngineInfo
 from hybridsearch.errors import HybridSearchError, IndexNotFound, RerankerError
 from hybridsearch.indices import check_mapping, section_words_of, single_target
 from hybridsearch.mappings import metadata_fields_of
@@ -41,13 +42,24 @@ from hybridsearch.query.assemble import (
     passage_text,
     rerank_slice,
 )
-from hybridsearch.query.build import CHUNKS, PASSAGES, Bm25Scope, Plan, bm25_scope, list_names, list_search, plan
+from hybridsearch.query.build import (
+    CHUNKS,
+    PASSAGES,
+    Bm25Scope,
+    Plan,
+    bm25_scope,
+    knn_size,
+    list_names,
+    list_search,
+    plan,
+)
+from hybridsearch.query.candidates import KnnWidth, is_quantized, knn_width
 from hybridsearch.query.filters import NOT_YET_KNOWN, Filter
 from hybridsearch.query.fusion import Fusion, fusion_for
 from hybridsearch.query.querylog import QueryLogger
 from hybridsearch.query.results import Mode, RerankOutcome, SearchResult, Timings
 from hybridsearch.query.send import Lines, embed_steps, send_steps
-from hybridsearch.query.steps import Detect, GetMappings, Json, Rerank, ResolveAlias, Steps
+from hybridsearch.query.steps import CountChunks, Detect, GetMappings, Json, Rerank, ResolveAlias, Steps
 from hybridsearch.rerank.base import Reranker
 from hybridsearch.rerank.card import effective_blend
 from hybridsearch.settings import QuerySettings, Settings, get_settings
@@ -93,6 +105,7 @@ class SearchCore:
         self._embed_lock = threading.Lock()
         self._index: str | None = None
         self._dialect: Dialect | None = None  # the engine's (set when the index is checked)
+        self._width: KnnWidth | None = None  # the kNN search's num_candidates and rescoring (set with the index)
         self._bm25 = CHUNKS  # what BM25 scores on the index (its _meta and mapping; set when the index is checked)
         self._fusion = Fusion()  # the index's fusion (fusion_for: settings, its calibration or the default)
         self._index_checked_at = 0.0
@@ -127,11 +140,25 @@ class SearchCore:
             assert self._index is not None
             return self._index
         alias = self.settings.index.alias
-        dialect: Dialect = yield Detect(f"resolve alias {alias}")
+        engine: EngineInfo = yield Detect(f"resolve alias {alias}")
         index = single_target(alias, (yield ResolveAlias(alias, f"resolve alias {alias}")))
         # the prefix's ingest state too: a prefix never ingested since it exists has none, and nothing is hidden
         mappings: Json = yield GetMappings(f"{index},{self.settings.index.ingest_state}", f"get mapping of {index}")
-        return self._checked_index(index, mappings, dialect)
+        counted: Json = yield CountChunks(index, f"count the chunks of {index}")
+        checked = self._checked_index(index, mappings, engine.dialect)
+        self._width = self._knn_width(mappings[index]["mappings"], counted, engine)
+        return checked
+
+    def _knn_width(self, mapping: Mapping[str, Any], counted: Mapping[str, Any], engine: EngineInfo) -> KnnWidth:
+        """The kNN search's width on the checked index (:mod:`.candidates`): its largest shard's chunks (the count
+        over its shards; hashing spreads chunks evenly), whether its vectors are quantized, whether the engine
+        can rescore them."""
+        shards = int((counted.get("_shards") or {}).get("total") or 1)
+        chunks = math.ceil(int(counted.get("count") or 0) / max(1, shards))
+        prop = (mapping.get("properties") or {}).get("embedding") or {}
+        kind = engine.dialect.vector_summary(prop).options.get("type")
+        return knn_width(self.query, knn_size(self.query), chunks, quantized=is_quantized(kind),
+                         can_rescore=engine.rescores_vectors)
 
     def _checked_index(self, index: str, mappings: Mapping[str, Any], dialect: Dialect) -> str:
         """Remember ``index`` once its mapping fits, and whether the prefix has its ingest state."""
@@ -183,7 +210,7 @@ class SearchCore:
         assert self._dialect is not None  # the index was checked
         p = dataclasses.replace(p, state_index=self._state)  # as the index check found it
         return functools.partial(list_search, self.query, self.settings.index.alias, p, dialect=self._dialect,
-                                 scope=scope)
+                                 scope=scope, width=self._width)
 
     # ---- searching
 
@@ -290,6 +317,8 @@ class SearchCore:
         t.fusion_ms = fuse_ms + _ms(t0)
         t.total_ms = _ms(started)
         result.timings = t
+        if p.wants_vector and self._width is not None:
+            result.knn_width = self._width.reason
         if self.query_log is not None:
             self.query_log.submit(log_doc(p, result, redact=self.query.redact, tenant=self.settings.index.tenant))
         return result

@@ -30,7 +30,7 @@ Json = dict[str, Any]
 
 @dataclass(frozen=True)
 class Detect:
-    """Which engine serves the cluster. Answer: its :class:`~hybridsearch.engine.Dialect`."""
+    """Which engine serves the cluster. Answer: its :class:`~hybridsearch.engine.EngineInfo`."""
 
     what: str
 
@@ -46,6 +46,15 @@ class ResolveAlias:
 @dataclass(frozen=True)
 class GetMappings:
     """``GET <index>/_mapping`` with ``ignore_unavailable`` (``index``: comma-separated). Answer: the body."""
+
+    index: str
+    what: str
+
+
+@dataclass(frozen=True)
+class CountChunks:
+    """``GET <index>/_count``: the chunks ``index`` holds and over how many shards (``_shards.total``).
+    Answer: the body."""
 
     index: str
     what: str
@@ -98,7 +107,7 @@ class Drop:
     handle: Any
 
 
-Request: TypeAlias = Detect | ResolveAlias | GetMappings | Msearch | Embed | Rerank | Spawn | Join | Drop
+Request: TypeAlias = Detect | ResolveAlias | GetMappings | CountChunks | Msearch | Embed | Rerank | Spawn | Join | Drop
 #: steps that end with a ``T``: they yield requests and are sent each one's answer
 Steps: TypeAlias = Generator[Request, Any, T]
 
