@@ -306,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
           f"{'p50 c1':>7} {'p99 c1':>7} {'p50 c16':>8} {'p99 c16':>8} {'q/s c16':>8}")
     for r in rows:
         cells = [r.get(key, "-") for key in ("p50_c1_ms", "p99_c1_ms", "p50_c16_ms", "p99_c16_ms", "qps_c16")]
-        print(f"{r['chunks']:>9,} {r['index_seconds']:>8} {r['bytes_per_chunk']:>8} {r.get('num_candidates', '-'):>6} "
+        built = r["index_seconds"] or "-"  # None: a kept index measured again (--reuse)
+        print(f"{r['chunks']:>9,} {built:>8} {r['bytes_per_chunk']:>8} {r.get('num_candidates', '-'):>6} "
               f"{r.get('oversample') or '-':>7} {r['knn_recall_at_10']:>9} {r.get('knn_p50_c1_ms', '-'):>7} "
               f"{cells[0]:>7} {cells[1]:>7} {cells[2]:>8} {cells[3]:>8} {cells[4]:>8}")
     save_report("bench-scale", rows, lambda png: plot(rows, png))
