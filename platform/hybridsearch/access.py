@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import AccessDenied
-from hybridsearch.settings import Settings
+from hybridsearch.settings import IndexSettings
 
 # What each kind of operation needs on the names it touches.
 CREATE = ("create_index", "manage", "view_index_metadata")  # indices with explicit mappings, alias, mapping updates
@@ -28,15 +28,15 @@ MOVE_ALIAS = ("manage", "view_index_metadata")  # rollback and swaps
 DROP = ("delete_index", "view_index_metadata")
 
 
-def chunk_names(settings: Settings) -> list[str]:
+def chunk_names(index: IndexSettings) -> list[str]:
     """The read alias and every chunk index version: ``<prefix>-chunks*``."""
-    return [f"{settings.index.alias}*"]
+    return [f"{index.alias}*"]
 
 
-def prefix_names(settings: Settings) -> list[str]:
+def prefix_names(index: IndexSettings) -> list[str]:
     """Everything the platform writes for a prefix: chunk indices and alias, the query log, ingest runs and
     the ingest state."""
-    return [*chunk_names(settings), settings.index.query_log, settings.index.ingest_runs, settings.index.ingest_state]
+    return [*chunk_names(index), index.query_log, index.ingest_runs, index.ingest_state]
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from hybridsearch.errors import (
     IndexMismatch,
     QueryError,
 )
-from hybridsearch.index_spec import LOG_KINDS, describe, inspect_log_index, unblock_fix
+from hybridsearch.index_spec import LOG_KINDS, describe, inspect_log_index, resolve_analyzer, unblock_fix
 from hybridsearch.indices import (
     PREFERRED_ANALYZER,
     alias_targets,
@@ -35,12 +35,11 @@ from hybridsearch.indices import (
     index_meta,
     section_words_of,
     single_target,
-    with_analyzer,
 )
 from hybridsearch.ingest.lease import UNFINISHED, hidden_documents
 from hybridsearch.query.fusion import fusion_for
 from hybridsearch.redact import redact_url
-from hybridsearch.settings import QuerySettings, Settings
+from hybridsearch.settings import EmbeddingSettings, IndexSettings, QuerySettings, RerankerSettings, Settings
 from hybridsearch.visibility import count_visible
 
 Status = Literal["OK", "WARN", "FAIL", "SKIP"]
@@ -159,11 +158,11 @@ def _check_disk(es: EngineClient) -> Check:
 
 # --------------------------------------------------------------------------------------------- index
 
-def check_access(es: EngineClient, settings: Settings) -> Check:
+def check_access(es: EngineClient, index: IndexSettings) -> Check:
     """What the credentials may do on the prefix: ingest and manage (OK), only search (OK, read-only), or
     not even search (FAIL)."""
-    got = check_privileges(es, prefix_names(settings), INGEST)
-    pattern = f"{settings.index.prefix}-*"
+    got = check_privileges(es, prefix_names(index), INGEST)
+    pattern = f"{index.prefix}-*"
     if not got.enforced:  # the engine says why (security off, or no such API)
         return Check("index", "privileges", "OK", got.unchecked or "not checked ahead")
     if got.ok:
@@ -176,10 +175,10 @@ def check_access(es: EngineClient, settings: Settings) -> Check:
                  "or set HSP_INDEX__PREFIX to a prefix they own")
 
 
-def check_analyzer(es: EngineClient, settings: Settings) -> Check:
+def check_analyzer(es: EngineClient, index: IndexSettings) -> Check:
     """Which analyzer new indices get (``auto``: english where the cluster has it) and what is lost without."""
-    chosen = with_analyzer(es, settings).index.analyzer
-    if settings.index.analyzer != "auto":
+    chosen = resolve_analyzer(es, index)
+    if index.analyzer != "auto":
         known = es.has_analyzer(chosen)
         return Check("index", "analyzer", "OK" if known else "FAIL", f"{chosen} (HSP_INDEX__ANALYZER)",
                      None if known else f"the cluster has no analyzer {chosen}: pick another")
@@ -193,7 +192,7 @@ def check_analyzer(es: EngineClient, settings: Settings) -> Check:
 def check_index(es: EngineClient, settings: Settings) -> list[Check]:
     """Privileges, alias, ``_meta`` against the configured model, vector dims, chunk count."""
     try:
-        checks = [check_access(es, settings)]
+        checks = [check_access(es, settings.index)]
     except HybridSearchError as exc:  # say why, then check what can still be read
         checks = [Check("index", "privileges", "FAIL", *problem(exc))]
     try:
@@ -201,7 +200,7 @@ def check_index(es: EngineClient, settings: Settings) -> list[Check]:
     except HybridSearchError as exc:
         checks.append(Check("index", "index", "FAIL", *problem(exc)))
     try:
-        checks.append(check_analyzer(es, settings))
+        checks.append(check_analyzer(es, settings.index))
     except HybridSearchError as exc:  # e.g. credentials that may neither _analyze nor read the nodes' modules
         checks.append(Check("index", "analyzer", "WARN", f"cannot tell which analyzer new indices get: "
                             f"{exc.problem}", exc.fix))
@@ -251,7 +250,7 @@ def _check_live_index(es: EngineClient, settings: Settings, checks: list[Check])
         checks.append(Check("index", "vectors", "OK", f"{vec.dims} dims, {vec.similarity}, "
                                                       f"{vec.options.get('type', 'default')}"))
     checks += retrieval_checks(meta, settings.query)
-    checks += _check_segments(es, live, settings)
+    checks += _check_segments(es, live)
     checks.append(Check("index", "health", {"green": "OK", "yellow": "WARN"}.get(health, "FAIL"),  # type: ignore[arg-type]
                         f"{live} is {health}", None if health == "green" else "see `GET _cluster/allocation/explain`"))
     checks.append(Check("index", "chunks", "OK" if chunks else "WARN", f"{chunks:,} chunks in {live}",
@@ -267,7 +266,7 @@ def _check_live_index(es: EngineClient, settings: Settings, checks: list[Check])
                             "(hidden until each is whole)"))
 
 
-def _check_segments(es: EngineClient, live: str, settings: Settings) -> list[Check]:
+def _check_segments(es: EngineClient, live: str) -> list[Check]:
     """The filtered-kNN setting the engine needs (``EngineInfo.chunk_index_settings``) and the share of deleted
     chunk copies (changed documents overwritten in place): warnings only, the searches still work."""
     want = es.engine.chunk_index_settings
@@ -362,24 +361,23 @@ def check_log_indices(es: EngineClient, settings: Settings) -> list[Check]:
 
 # --------------------------------------------------------------------------------------------- models
 
-def check_embedder(settings: Settings) -> Check:
+def check_embedder(cfg: EmbeddingSettings) -> Check:
     """The embedding model loads and makes vectors of the configured size."""
     from hybridsearch.embedding import Embedder
 
     t0 = time.perf_counter()
     try:
-        vec = Embedder(settings.embedding).encode(["hybridsearch doctor"])
+        vec = Embedder(cfg).encode(["hybridsearch doctor"])
     except HybridSearchError as exc:
         return Check("models", "embedder", "FAIL", exc.problem,
                      exc.fix or "point HSP_EMBEDDING__MODEL at a local sentence-transformers folder and set "
                      "HSP_EMBEDDING__DIMS to its size")
-    return Check("models", "embedder", "OK", f"{settings.embedding.model}: {vec.shape[1]} dims, loaded in "
+    return Check("models", "embedder", "OK", f"{cfg.model}: {vec.shape[1]} dims, loaded in "
                                              f"{time.perf_counter() - t0:.1f} s")
 
 
-def check_reranker(settings: Settings) -> Check:
+def check_reranker(cfg: RerankerSettings) -> Check:
     """The reranker service is ready, or the local cross-encoder loads and scores a pair."""
-    cfg = settings.reranker
     degrade = "searches will keep the fused order until this is fixed"
     if not cfg.enabled:
         return Check("reranker", "reranker", "OK", "disabled (HSP_RERANKER__ENABLED=false): fused order")
@@ -436,8 +434,8 @@ def run_checks(settings: Settings, *, es: EngineClient | None = None, models: bo
         except HybridSearchError as exc:
             add([Check("index", "index", "FAIL", *problem(exc))])
         add(check_log_indices(es, settings))
-    add([check_embedder(settings)] if models else [Check("models", "embedder", "SKIP", "--no-models")])
-    add([check_reranker(settings)] if reranker else [Check("reranker", "reranker", "SKIP", "--no-reranker")])
+    add([check_embedder(settings.embedding)] if models else [Check("models", "embedder", "SKIP", "--no-models")])
+    add([check_reranker(settings.reranker)] if reranker else [Check("reranker", "reranker", "SKIP", "--no-reranker")])
     return checks
 
 

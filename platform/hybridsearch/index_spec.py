@@ -43,7 +43,7 @@ from hybridsearch.errors import (
     IndexNotFound,
 )
 from hybridsearch.mappings import chunk_meta, index_options, load_template
-from hybridsearch.settings import Settings
+from hybridsearch.settings import IndexSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -100,18 +100,17 @@ def parse_version(index: str, alias: str | None = None) -> int | None:
     return int(m.group(1))
 
 
-def log_index_name(settings: Settings, kind: str) -> str:
+def log_index_name(index: IndexSettings, kind: str) -> str:
     """The concrete name of log index ``kind`` (one of :data:`LOG_KINDS`). Raises ConfigError for another."""
-    names = {"query_log": settings.index.query_log, "ingest_runs": settings.index.ingest_runs,
-             "ingest_state": settings.index.ingest_state}
+    names = {"query_log": index.query_log, "ingest_runs": index.ingest_runs, "ingest_state": index.ingest_state}
     if kind not in names:
         raise ConfigError(f"no log index of kind {kind!r}: one of {', '.join(names)}")
     return names[kind]
 
 
-def write_alias_name(settings: Settings, kind: str) -> str | None:
+def write_alias_name(index: IndexSettings, kind: str) -> str | None:
     """The write alias of log index ``kind`` (``<prefix>-write-query-log``), None for one written by name."""
-    return f"{settings.index.prefix}-write-{kind.replace('_', '-')}" if kind in ALIASED_LOGS else None
+    return f"{index.prefix}-write-{kind.replace('_', '-')}" if kind in ALIASED_LOGS else None
 
 
 # --------------------------------------------------------------------------------------------- the spec
@@ -151,18 +150,26 @@ def chunk_spec(settings: Settings, version: int | None = None, *, dialect: Diale
 
 def log_spec(settings: Settings, kind: str, dialect: Dialect) -> IndexSpec:
     """The spec of log index ``kind`` (one of :data:`LOG_KINDS`) of ``settings``' prefix. Pure."""
-    name = log_index_name(settings, kind)
+    name = log_index_name(settings.index, kind)
     body = load_template(kind, settings, dialect)["template"]
-    return IndexSpec(kind, name, body["settings"], body["mappings"], write_alias_name(settings, kind))
+    return IndexSpec(kind, name, body["settings"], body["mappings"], write_alias_name(settings.index, kind))
+
+
+def resolve_analyzer(es: EngineClient, index: IndexSettings) -> str:
+    """The analyzer a new chunk index of ``index`` gets on this cluster: ``auto`` becomes ``english`` where the
+    cluster offers it, else ``standard``; a named analyzer is kept."""
+    if index.analyzer != "auto":
+        return index.analyzer
+    with engine_errors("check the english analyzer"):
+        return PREFERRED_ANALYZER if es.has_analyzer(PREFERRED_ANALYZER) else FALLBACK_ANALYZER
 
 
 def with_analyzer(es: EngineClient, settings: Settings) -> Settings:
-    """``settings`` with ``index.analyzer`` resolved for this cluster: ``auto`` becomes ``english`` where the
-    cluster offers it, else ``standard``; a named analyzer is kept. What a new chunk index is built with."""
+    """``settings`` with ``index.analyzer`` resolved for this cluster (:func:`resolve_analyzer`): what a new chunk
+    index is built with, and what its mapping is compared against."""
     if settings.index.analyzer != "auto":
         return settings
-    with engine_errors("check the english analyzer"):
-        name = PREFERRED_ANALYZER if es.has_analyzer(PREFERRED_ANALYZER) else FALLBACK_ANALYZER
+    name = resolve_analyzer(es, settings.index)
     return settings.model_copy(update={"index": settings.index.model_copy(update={"analyzer": name})})
 
 
@@ -386,8 +393,8 @@ def chunk_differences(mapping: Mapping[str, Any], settings: Settings, keys: tupl
         if analyzer != settings.index.analyzer:
             diffs.append(("analyzer", settings.index.analyzer, analyzer))
         options = have_vector.options.get("type") if have_vector.is_vector else None
-        if options != index_options(settings)["type"]:
-            diffs.append(("embedding.index_options", index_options(settings)["type"], options))
+        if options != index_options(settings.index)["type"]:
+            diffs.append(("embedding.index_options", index_options(settings.index)["type"], options))
     return diffs
 
 
@@ -464,8 +471,8 @@ class LogWriter:
 
     def __init__(self, es: EngineClient, settings: Settings, kind: str) -> None:
         self.es, self.settings, self.kind = es, settings, kind
-        self.index = log_index_name(settings, kind)
-        self.alias = write_alias_name(settings, kind)
+        self.index = log_index_name(settings.index, kind)
+        self.alias = write_alias_name(settings.index, kind)
         self._direct = self.alias is None  # write by name (after an existence check), not through the alias
         self._lock = threading.Lock()
 

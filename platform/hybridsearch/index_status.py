@@ -13,16 +13,16 @@ from hybridsearch.errors import IndexNotFound
 from hybridsearch.index_spec import parse_version
 from hybridsearch.indices import alias_targets
 from hybridsearch.ingest.lease import hidden_documents
-from hybridsearch.settings import Settings
+from hybridsearch.settings import IndexSettings
 from hybridsearch.visibility import state_index_for, state_index_of, visible_query
 
 
-def list_versions(es: EngineClient, settings: Settings) -> dict[int, str]:
+def list_versions(es: EngineClient, index: IndexSettings) -> dict[int, str]:
     """``{N: index}`` for every ``<prefix>-chunks-v<N>`` in the cluster, sorted by N."""
     with engine_errors("list chunk indices"):
-        body = es.indices.get(index=f"{settings.index.alias}-v*", expand_wildcards="open,closed",
+        body = es.indices.get(index=f"{index.alias}-v*", expand_wildcards="open,closed",
                               allow_no_indices=True, filter_path="*.settings.index.provided_name")
-    found = {v: name for name in body if (v := parse_version(name, settings.index.alias)) is not None}
+    found = {v: name for name in body if (v := parse_version(name, index.alias)) is not None}
     return dict(sorted(found.items()))
 
 
@@ -78,11 +78,11 @@ def pending_documents(es: EngineClient, index: str) -> int:
     return len({d for ids in hidden_documents(es, state_index_for(index)).values() for d in ids})
 
 
-def index_status(es: EngineClient, settings: Settings) -> ClusterStatus:
+def index_status(es: EngineClient, index: IndexSettings) -> ClusterStatus:
     """Aliases, versions, counts, ``_meta``, size, health and vector options for the prefix."""
-    prefix = settings.index.prefix
-    live = set(alias_targets(es, settings.index.alias))
-    versions = list_versions(es, settings)
+    prefix = index.prefix
+    live = set(alias_targets(es, index.alias))
+    versions = list_versions(es, index)
     rows: list[IndexStatus] = []
     if versions:
         names = ",".join(versions.values())
@@ -107,9 +107,9 @@ def index_status(es: EngineClient, settings: Settings) -> ClusterStatus:
                 pending=pending_documents(es, name) if row.get("status") == "open" else 0,
             ))
     logs: dict[str, int] = {}
-    for name in (settings.index.query_log, settings.index.ingest_runs):
+    for name in (index.query_log, index.ingest_runs):
         with engine_errors(f"count {name}"):
             if es.indices.exists(index=name):
                 logs[name] = int(es.count(index=name)["count"])
-    return ClusterStatus(prefix=prefix, alias=settings.index.alias, alias_targets=sorted(live), indices=rows,
+    return ClusterStatus(prefix=prefix, alias=index.alias, alias_targets=sorted(live), indices=rows,
                          logs=logs)

@@ -200,7 +200,7 @@ def ensure_index(es: EngineClient, settings: Settings, version: int | None = Non
     AliasConflict when the alias points at several indices, IndexMismatch when the index's mapping does not fit the
     settings (model, dims, similarity, field types), ClusterError for other cluster failures.
     """
-    require_privileges(es, prefix_names(settings), INGEST, f"write to prefix {settings.index.prefix}")
+    require_privileges(es, prefix_names(settings.index), INGEST, f"write to prefix {settings.index.prefix}")
     alias = settings.index.alias
     aliases = get_aliases(es, alias)
     current = [single_target(alias, aliases)] if aliases else []

@@ -44,7 +44,7 @@ from hybridsearch.ingest.writer import DeadLetter
 from hybridsearch.mappings import metadata_fields_of
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.query.filters import typed_metadata
-from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
+from hybridsearch.settings import EmbeddingSettings, IndexSettings, IngestSettings, Settings
 from hybridsearch.visibility import count_visible, scan_visible
 
 log = logging.getLogger(__name__)
@@ -69,9 +69,9 @@ def current_index(es: EngineClient, settings: Settings) -> str | None:
 
 # --------------------------------------------------------------------------------------------- create
 
-def next_version(es: EngineClient, settings: Settings) -> int:
+def next_version(es: EngineClient, cfg: IndexSettings) -> int:
     """One more than the highest existing version (1 when there is none)."""
-    versions = list_versions(es, settings)
+    versions = list_versions(es, cfg)
     return max(versions, default=0) + 1
 
 
@@ -85,8 +85,8 @@ def create_version(es: EngineClient, settings: Settings, version: int | None = N
     Raises AccessDenied (before writing anything) when the credentials may not create the prefix's indices,
     ConfigError when the version exists.
     """
-    require_privileges(es, prefix_names(settings), CREATE, f"create indices of prefix {settings.index.prefix}")
-    version = version or next_version(es, settings)
+    require_privileges(es, prefix_names(settings.index), CREATE, f"create indices of prefix {settings.index.prefix}")
+    version = version or next_version(es, settings.index)
     name, _ = create_chunk_version(es, settings, version, exist_ok=False, point_alias=False)
     ensure_log_indices(es, settings)
     with engine_errors(f"point alias {settings.index.alias} at {name}"):
@@ -211,13 +211,13 @@ def copy_reembedded(es: EngineClient, source: str, target: str, embedder: Embedd
     return tally.written, tally.failed
 
 
-def same_vectors(meta: dict[str, Any], settings: Settings) -> bool:
+def same_vectors(meta: dict[str, Any], cfg: EmbeddingSettings) -> bool:
     """True when an index with ``_meta`` ``meta`` holds exactly the vectors ``settings`` would compute (same model,
     dims, title handling and passage prompt; an index without ``passage_prompt`` was built with none)."""
-    return (meta.get("embedding_model") == settings.embedding.model
-            and meta.get("embedding_dims") == settings.embedding.dims
-            and meta.get("prepend_title", settings.embedding.prepend_title) == settings.embedding.prepend_title
-            and (meta.get("passage_prompt") or "") == (resolve_prompts(settings.embedding).passage or ""))
+    return (meta.get("embedding_model") == cfg.model
+            and meta.get("embedding_dims") == cfg.dims
+            and meta.get("prepend_title", cfg.prepend_title) == cfg.prepend_title
+            and (meta.get("passage_prompt") or "") == (resolve_prompts(cfg).passage or ""))
 
 
 def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | None = None,
@@ -238,7 +238,7 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     """
     if old.index.prefix != new.index.prefix:
         raise ConfigError("a migration stays within one prefix")
-    require_privileges(es, prefix_names(new), INGEST, f"migrate indices of prefix {new.index.prefix}")
+    require_privileges(es, prefix_names(new.index), INGEST, f"migrate indices of prefix {new.index.prefix}")
     source = resolve_index(es, old, check=False)
     source_mapping = index_mapping(es, source)
     check_mapping(source, source_mapping, old, es.dialect)
@@ -252,14 +252,14 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     lease = Lease(es, new.index.ingest_state, f"migrate-{time.strftime('%Y%m%dT%H%M%S')}")
     lease.acquire(new.ingest.lease_wait_s)
     try:
-        return _migrate_locked(es, old, new, source, source_mapping, rechunk, first_chunks, version=version,
+        return _migrate_locked(es, new, source, source_mapping, rechunk, first_chunks, version=version,
                                embedder=embedder, swap=swap, batch_size=batch_size, reembed=reembed,
                                progress=progress)
     finally:
         lease.release()
 
 
-def _migrate_locked(es: EngineClient, old: Settings, new: Settings, source: str, source_mapping: dict[str, Any],
+def _migrate_locked(es: EngineClient, new: Settings, source: str, source_mapping: dict[str, Any],
                     rechunk: bool, first_chunks: list[dict[str, Any]], *, version: int | None,
                     embedder: Embedder | None, swap: bool, batch_size: int, reembed: bool | None,
                     progress: ProgressSink | None) -> MigrationResult:
@@ -272,7 +272,7 @@ def _migrate_locked(es: EngineClient, old: Settings, new: Settings, source: str,
     embedder = embedder or Embedder(new.embedding)  # loads its model only when something must be embedded
     if embedder.cfg.model != new.embedding.model or embedder.cfg.dims != new.embedding.dims:
         raise ConfigError("the embedder given to migrate() does not match the new settings' model and dims")
-    keep_vectors = same_vectors(source_meta, new) and reembed is not True
+    keep_vectors = same_vectors(source_meta, new.embedding) and reembed is not True
     reembed = not keep_vectors if reembed is None else reembed  # after re-cutting: whether any chunk was embedded
     target = create_version(es, new, version)
     done = 0
@@ -315,7 +315,7 @@ def _migrate_locked(es: EngineClient, old: Settings, new: Settings, source: str,
     check_mapping(target, target_mapping, new, es.dialect)
     target_meta = target_mapping.get("_meta", {})
     if swap:
-        swap_to(es, new, target)
+        swap_to(es, new.index, target)
     docs = doc_count(es, target) or 0
     return MigrationResult(source=source, target=target, chunks=written, documents=docs, failed=failed,
                            reembedded=reembed, rechunked=rechunk, seconds=seconds, swapped=swap,
@@ -324,18 +324,18 @@ def _migrate_locked(es: EngineClient, old: Settings, new: Settings, source: str,
 
 # --------------------------------------------------------------------------------------------- alias moves
 
-def swap_to(es: EngineClient, settings: Settings, index: str) -> list[str]:
+def swap_to(es: EngineClient, cfg: IndexSettings, index: str) -> list[str]:
     """Point the read alias at ``index`` alone, atomically. Returns the indices it left."""
     from hybridsearch.indices import swap_alias
 
-    require_privileges(es, chunk_names(settings), MOVE_ALIAS, f"move the alias {settings.index.alias}")
+    require_privileges(es, chunk_names(cfg), MOVE_ALIAS, f"move the alias {cfg.alias}")
     with engine_errors(f"check {index}"):
         if not es.indices.exists(index=index):
             raise IndexNotFound(f"index {index} does not exist")
-    return swap_alias(es, settings.index.alias, index)
+    return swap_alias(es, cfg.alias, index)
 
 
-def rollback(es: EngineClient, settings: Settings, version: int | None = None) -> tuple[str, str]:
+def rollback(es: EngineClient, cfg: IndexSettings, version: int | None = None) -> tuple[str, str]:
     """Point the alias back at ``version`` (default: the highest version below the live one).
 
     Returns ``(from_index, to_index)``; ``from_index`` lists every index the alias left when it pointed
@@ -343,36 +343,36 @@ def rollback(es: EngineClient, settings: Settings, version: int | None = None) -
     is no alias or no earlier version. The rolled-back-to index must have been built for the model queries
     will use: the caller checks that with ``check_meta`` before querying.
     """
-    require_privileges(es, chunk_names(settings), MOVE_ALIAS, f"move the alias {settings.index.alias}")
-    targets = alias_targets(es, settings.index.alias)
+    require_privileges(es, chunk_names(cfg), MOVE_ALIAS, f"move the alias {cfg.alias}")
+    targets = alias_targets(es, cfg.alias)
     if not targets:
-        raise IndexNotFound(f"alias {settings.index.alias} does not exist: nothing to roll back")
+        raise IndexNotFound(f"alias {cfg.alias} does not exist: nothing to roll back")
     if len(targets) > 1 and version is None:
-        raise ConfigError(f"alias {settings.index.alias} points at {', '.join(targets)}: name the version to "
+        raise ConfigError(f"alias {cfg.alias} points at {', '.join(targets)}: name the version to "
                           "keep with --to-version N")
     live = targets[-1] if len(targets) == 1 else ", ".join(targets)
     live_v = version_of(targets[-1]) or 0
-    versions = list_versions(es, settings)
+    versions = list_versions(es, cfg)
     if version is None:
         earlier = [v for v in versions if v < live_v]
         if not earlier:
             raise IndexNotFound(f"no version older than {live} exists to roll back to")
         version = earlier[-1]
     if version not in versions:
-        raise IndexNotFound(f"version {version} ({settings.index.versioned(version)}) does not exist")
+        raise IndexNotFound(f"version {version} ({cfg.versioned(version)}) does not exist")
     target = versions[version]
     if targets == [target]:
         raise ConfigError(f"{target} is already live")
-    swap_to(es, settings, target)
+    swap_to(es, cfg, target)
     return live, target
 
 
-def drop_version(es: EngineClient, settings: Settings, version: int) -> str:
+def drop_version(es: EngineClient, cfg: IndexSettings, version: int) -> str:
     """Delete ``<prefix>-chunks-v<N>``. Refuses the live index (ConfigError); IndexNotFound if absent."""
-    require_privileges(es, chunk_names(settings), DROP, f"delete indices of prefix {settings.index.prefix}")
-    name = settings.index.versioned(version)
-    if name in alias_targets(es, settings.index.alias):
-        raise ConfigError(f"{name} is live behind {settings.index.alias}: migrate or roll back before dropping it")
+    require_privileges(es, chunk_names(cfg), DROP, f"delete indices of prefix {cfg.prefix}")
+    name = cfg.versioned(version)
+    if name in alias_targets(es, cfg.alias):
+        raise ConfigError(f"{name} is live behind {cfg.alias}: migrate or roll back before dropping it")
     with engine_errors(f"delete {name}"):
         if not es.indices.exists(index=name):
             raise IndexNotFound(f"index {name} does not exist")

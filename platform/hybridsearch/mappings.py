@@ -25,7 +25,7 @@ from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.prompts import resolve_prompts
 from hybridsearch.engine.dialect import Dialect
 from hybridsearch.errors import ConfigError
-from hybridsearch.settings import Settings
+from hybridsearch.settings import IndexSettings, Settings
 
 _PLACEHOLDER = re.compile(r"\$\{([a-z0-9_.]+)\}")
 TEMPLATES = ("chunks", "query_log", "ingest_runs", "ingest_state")
@@ -48,11 +48,11 @@ def _raw(name: str) -> str:
         raise ConfigError(f"no mapping template {name!r} at {path}") from None
 
 
-def index_options(settings: Settings) -> dict[str, Any]:
+def index_options(index: IndexSettings) -> dict[str, Any]:
     """The ``dense_vector`` ``index_options`` block, always explicit (ES 9.1+ would pick bbq_hnsw)."""
-    opts: dict[str, Any] = {"type": settings.index.index_options}
+    opts: dict[str, Any] = {"type": index.index_options}
     if opts["type"].endswith("hnsw"):
-        opts.update(m=settings.index.hnsw_m, ef_construction=settings.index.ef_construction)
+        opts.update(m=index.hnsw_m, ef_construction=index.ef_construction)
     return opts
 
 
@@ -82,7 +82,7 @@ def render_context(settings: Settings) -> dict[str, Any]:
     ctx: dict[str, Any] = {
         "chunker": settings.chunking.strategy,
         "chunker_version": chunker_signature(settings.chunking),
-        "index_options": index_options(settings),
+        "index_options": index_options(settings.index),
         "index.alias": settings.index.alias,
         "index.query_log": settings.index.query_log,
         "index.ingest_runs": settings.index.ingest_runs,
@@ -122,7 +122,7 @@ def load_template(name: str, settings: Settings, dialect: Dialect) -> dict[str, 
     ctx = {**render_context(settings), "metadata_type": dialect.metadata_type}
     if name == "chunks":
         ctx["vector_field"] = dialect.vector_field(settings.embedding.dims, settings.index.similarity,
-                                                  index_options(settings))
+                                                  index_options(settings.index))
     rendered: dict[str, Any] = _substitute(json.loads(_raw(name)), ctx)
     if name == "chunks":
         rendered["template"]["settings"].update(dialect.index_settings())

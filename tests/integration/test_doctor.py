@@ -91,11 +91,10 @@ def test_unreachable_cluster_skips_index_checks() -> None:
 
 
 def test_embedder_check(settings: Settings, tmp_path: Any) -> None:
-    broken = settings.model_copy(update={"embedding": settings.embedding.model_copy(
-        update={"model": str(tmp_path / "no-such-model")})})
+    broken = settings.embedding.model_copy(update={"model": str(tmp_path / "no-such-model")})
     check = doctor.check_embedder(broken)
     assert check.status == "FAIL" and "HSP_EMBEDDING__MODEL" in (check.fix or "")
-    wrong_dims = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"dims": 64})})
+    wrong_dims = settings.embedding.model_copy(update={"dims": 64})
     check = doctor.check_embedder(wrong_dims)
     assert check.status == "FAIL" and "384-dim" in check.detail
 
@@ -126,14 +125,14 @@ def reranker_service() -> Iterator[tuple[str, type[_Readyz]]]:
 
 def test_reranker_service_readiness(settings: Settings, reranker_service: tuple[str, Any]) -> None:
     url, handler = reranker_service
-    cfg = settings.model_copy(update={"reranker": settings.reranker.model_copy(update={"url": url})})
+    cfg = settings.reranker.model_copy(update={"url": url})
     assert doctor.check_reranker(cfg).status == "OK"
     handler.status = 503
     check = doctor.check_reranker(cfg)
     assert check.status == "WARN" and "503" in check.detail and "fused order" in check.detail
-    down = cfg.model_copy(update={"reranker": cfg.reranker.model_copy(update={"url": "http://127.0.0.1:1"})})
+    down = cfg.model_copy(update={"url": "http://127.0.0.1:1"})
     assert doctor.check_reranker(down).status == "WARN"
-    off = cfg.model_copy(update={"reranker": cfg.reranker.model_copy(update={"enabled": False})})
+    off = cfg.model_copy(update={"enabled": False})
     assert doctor.check_reranker(off).status == "OK"
 
 

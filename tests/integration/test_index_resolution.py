@@ -49,7 +49,7 @@ def test_alias_over_two_indices_is_refused_with_the_fix(es: EngineClient, settin
     assert es.search(index=v1, query={"term": {"doc_id": "d1"}})["hits"]["hits"][0]["_source"]["text"] == \
         "Bees dance to tell where flowers are."
 
-    assert lifecycle.rollback(es, settings, 1) == (f"{v1}, {v2}", v1)  # the fix the message names
+    assert lifecycle.rollback(es, settings.index, 1) == (f"{v1}, {v2}", v1)  # the fix the message names
     assert alias_targets(es, settings.index.alias) == [v1]
     hits = SearchClient(es, settings, embedder=embedder).search("bees", mode="bm25").hits
     assert [h.doc_id for h in hits] == ["d1"]

@@ -85,18 +85,18 @@ def test_create_status_and_drop(es: EngineClient, settings: Settings) -> None:
     assert alias_targets(es, settings.index.alias) == [first]  # later ones do not
     with pytest.raises(ConfigError, match="already exists"):
         lifecycle.create_version(es, settings, 2)
-    status = lifecycle.index_status(es, settings)
+    status = lifecycle.index_status(es, settings.index)
     assert [(r.version, r.live) for r in status.indices] == [(1, True), (2, False)]
     row = status.indices[0]
     assert row.model == settings.embedding.model and row.dims == 384 and row.chunks == 0
     assert row.index_options["type"] == "int8_hnsw" and row.health in {"green", "yellow"}
     assert set(status.logs) == {settings.index.query_log, settings.index.ingest_runs}  # created with version 1
     with pytest.raises(ConfigError, match="live"):
-        lifecycle.drop_version(es, settings, 1)
-    assert lifecycle.drop_version(es, settings, 2) == second
+        lifecycle.drop_version(es, settings.index, 1)
+    assert lifecycle.drop_version(es, settings.index, 2) == second
     assert not es.indices.exists(index=second)
     with pytest.raises(IndexNotFound):
-        lifecycle.drop_version(es, settings, 2)
+        lifecycle.drop_version(es, settings.index, 2)
 
 
 def test_migrate_to_new_model_then_rollback(es: EngineClient, settings: Settings, embedder: Embedder,
@@ -128,13 +128,13 @@ def test_migrate_to_new_model_then_rollback(es: EngineClient, settings: Settings
     assert knn_top(es, settings.index.alias, query) == "tea"
     assert es.count(index=v1)["count"] == 5  # the old index is kept untouched
 
-    assert lifecycle.rollback(es, settings) == (v2, v1)
+    assert lifecycle.rollback(es, settings.index) == (v2, v1)
     assert alias_targets(es, settings.index.alias) == [v1]
     assert lifecycle.check_live_model(es, settings) == v1
     assert knn_top(es, settings.index.alias, embedder.encode_query("a dog barking")) == "dogs"
     with pytest.raises(IndexNotFound, match="older"):
-        lifecycle.rollback(es, settings)
-    assert lifecycle.rollback(es, settings, 2) == (v1, v2)  # and forward again
+        lifecycle.rollback(es, settings.index)
+    assert lifecycle.rollback(es, settings.index, 2) == (v1, v2)  # and forward again
 
 
 def test_migrate_refuses_a_source_built_for_another_model(es: EngineClient, settings: Settings,
@@ -143,7 +143,7 @@ def test_migrate_refuses_a_source_built_for_another_model(es: EngineClient, sett
     other = with_model(settings, "someone/else", 384)
     with pytest.raises(IndexMismatch):
         lifecycle.migrate(es, other, settings, embedder=embedder)
-    assert list(lifecycle.list_versions(es, settings)) == [1]  # nothing was built
+    assert list(lifecycle.list_versions(es, settings.index)) == [1]  # nothing was built
 
 
 def test_migrate_without_alias_is_index_not_found(es: EngineClient, settings: Settings, embedder: Embedder) -> None:
@@ -172,7 +172,7 @@ def test_cli_index_commands(es: EngineClient, settings: Settings, embedder: Embe
     assert main(["index", "drop", "--version", "2"]) == 2  # the live index: a usage error
     assert main(["index", "rollback"]) == 0
     assert main(["index", "drop", "--version", "2"]) == 0
-    assert list(lifecycle.list_versions(es, settings)) == [1]
+    assert list(lifecycle.list_versions(es, settings.index)) == [1]
 
 
 def test_version_parsing() -> None:
@@ -200,7 +200,7 @@ def test_failed_copy_keeps_the_alias_and_dead_letters_the_chunks(es: EngineClien
     assert all("cluster_block_exception" in r["reason"] for r in records), records[0]
     assert str(settings.ingest.dead_letter_dir) in str(err.value)
     es.indices.put_settings(index=v2, settings={"index.blocks.write": False})
-    assert lifecycle.drop_version(es, settings, 2) == v2
+    assert lifecycle.drop_version(es, settings.index, 2) == v2
 
 
 def vector(es: EngineClient, index: str, chunk_id: str) -> list[float]:

@@ -121,7 +121,7 @@ def test_searches_keep_answering_throughout_a_migration(es: EngineClient, settin
     for phase in ("before", "copying", "after"):
         assert (phase, "bread") in tops or (phase, "earthquake") in tops
     # the new index really is the new layout, the old one untouched
-    status = {r.name: r for r in lifecycle.index_status(es, settings).indices}
+    status = {r.name: r for r in lifecycle.index_status(es, settings.index).indices}
     assert status[v1].index_options["type"] == "int8_hnsw" and status[result.target].index_options["type"] == "hnsw"
     assert status[v1].chunks == status[result.target].chunks == ingest.chunks
 
@@ -132,7 +132,7 @@ def test_rollback_keeps_search_working(es: EngineClient, settings: Settings, emb
     lifecycle.migrate(es, settings, new, embedder=embedder)
     with SearchClient(es, settings, embedder=embedder) as client:
         assert client.search("why does bread rise", k=1, rerank=False).hits[0].doc_id == "bread-0"
-        lifecycle.rollback(es, settings)
+        lifecycle.rollback(es, settings.index)
         assert alias_targets(es, settings.index.alias) == [settings.index.versioned(1)]
         assert client.search("what causes earthquakes", k=1, rerank=False).hits[0].doc_id == "earthquake-0"
 
@@ -181,7 +181,8 @@ def test_migration_to_another_chunker_recuts_documents_from_their_chunks(es: Eng
     assert result.chunks > old_chunks  # smaller chunks, more of them
     assert alias_targets(es, settings.index.alias) == [result.target]
     signature = expected_meta(new)["chunker_version"]
-    assert signature.startswith("sentence-24-") and lifecycle.index_status(es, new).indices[-1].chunker == signature
+    assert signature.startswith("sentence-24-")
+    assert lifecycle.index_status(es, new.index).indices[-1].chunker == signature
 
     # every document comes back exactly from the new chunks, with its tenant, title, metadata and hash
     originals = {d.doc_id: d for d in docs}

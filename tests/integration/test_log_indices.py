@@ -158,7 +158,7 @@ def test_write_blocked_ingest_runs_index_is_a_block_and_the_record_is_stored_lat
     assert isinstance(record.error, IndexBlocked) and record.error.index == runs
     text = caplog.text
     assert "index.blocks.write" in text and "credential" not in text.lower() and "HSP_ES__" not in text
-    assert record.unrecorded_path is not None and record.unrecorded_path.parent == unrecorded_dir(hx)
+    assert record.unrecorded_path is not None and record.unrecorded_path.parent == unrecorded_dir(hx.ingest)
     check = doctor.check_log_index(es, hx, "ingest_runs")
     assert check.status == "FAIL" and "index.blocks.write" in check.detail and runs in str(check.fix)
 

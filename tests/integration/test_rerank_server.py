@@ -77,7 +77,7 @@ def service(tiny_cross_encoder: Path) -> Iterator[str]:
 def test_http_reranker_gets_the_same_scores_as_in_process(service: str, tiny_cross_encoder: Path) -> None:
     local = LocalReranker(RerankerSettings(model=str(tiny_cross_encoder), device="cpu", max_length=64))
     settings = load_settings(reranker={"url": service, "token": TOKEN, "timeout": 10})
-    remote = make_reranker(settings)
+    remote = make_reranker(settings.reranker)
     assert isinstance(remote, HttpReranker)
     with remote:
         assert remote.score(QUERY, PASSAGES) == pytest.approx(local.score(QUERY, PASSAGES), abs=1e-5)

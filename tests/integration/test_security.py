@@ -127,7 +127,8 @@ def test_team_credentials_change_nothing_of_another_team(security_env: dict[str,
         lifecycle.create_version(a_es, a_on_b)
     with pytest.raises(AccessDenied):
         lifecycle.migrate(a_es, a_on_b, a_on_b, embedder=embedder)
-    for attempt in (lambda: lifecycle.rollback(a_es, a_on_b, 1), lambda: lifecycle.drop_version(a_es, a_on_b, 1),
+    for attempt in (lambda: lifecycle.rollback(a_es, a_on_b.index, 1),
+                    lambda: lifecycle.drop_version(a_es, a_on_b.index, 1),
                     lambda: delete_documents(["recipes"], a_on_b, es=a_es)):
         with pytest.raises(ClusterError, match=r"403|may not"):
             attempt()
@@ -136,7 +137,7 @@ def test_team_credentials_change_nothing_of_another_team(security_env: dict[str,
                                                                                 match=r"403|does not exist"):
         client.search("sourdough", rerank=False)
     try:
-        assert lifecycle.index_status(a_es, a_on_b).indices == []  # B's versions stay invisible to A...
+        assert lifecycle.index_status(a_es, a_on_b.index).indices == []  # B's versions stay invisible to A...
     except ClusterError as exc:
         assert "403" in str(exc)  # ...or the status is refused outright
 
@@ -161,13 +162,13 @@ def test_a_team_role_is_enough_for_everything_on_its_own_prefix(
     with SearchClient(a_es, a, embedder=embedder, log_queries=True) as client:
         assert ("handbook", "Expense policy") in seen(client, "expense policy train tickets")
         assert client.query_log is not None and client.query_log.flush(10) and client.query_log.written == 1
-    assert check_access(a_es, a).status == "OK" and "may ingest" in check_access(a_es, a).detail
+    assert check_access(a_es, a.index).status == "OK" and "may ingest" in check_access(a_es, a.index).detail
 
     hnsw = a.model_copy(update={"index": a.index.model_copy(update={"index_options": "hnsw"})})
     moved = lifecycle.migrate(a_es, a, hnsw, embedder=embedder)
     assert moved.swapped and moved.target == a.index.versioned(2) and moved.chunks == 3
-    assert lifecycle.rollback(a_es, a) == (a.index.versioned(2), a.index.versioned(1))
-    assert lifecycle.drop_version(a_es, a, 2) == a.index.versioned(2)
+    assert lifecycle.rollback(a_es, a.index) == (a.index.versioned(2), a.index.versioned(1))
+    assert lifecycle.drop_version(a_es, a.index, 2) == a.index.versioned(2)
     assert delete_documents(["oncall"], a, es=a_es) >= 1
 
     use_cli_as(monkeypatch, sec, "team-a", a_prefix)
@@ -194,7 +195,7 @@ def test_read_only_searcher_searches_and_sees_status_but_cannot_write(
         assert ("oncall", "On-call rota") in seen(client, "pager handover monday")
         assert client.query_log is not None and client.query_log.flush(10)
         assert client.query_log.written == 1 and client.query_log.failed == 0  # create_doc on its query log
-    access = check_access(r_es, reader)
+    access = check_access(r_es, reader.index)
     assert access.status == "OK" and "read-only" in access.detail
 
     use_cli_as(monkeypatch, sec, "searcher-a", a_prefix)
@@ -208,7 +209,7 @@ def test_read_only_searcher_searches_and_sees_status_but_cannot_write(
     with pytest.raises(AccessDenied):
         lifecycle.create_version(r_es, reader)
     with pytest.raises(AccessDenied):
-        lifecycle.drop_version(r_es, reader, 2)
+        lifecycle.drop_version(r_es, reader.index, 2)
     with pytest.raises(ClusterError):
         delete_documents(["handbook"], reader, es=r_es)
     after = snapshot(admin, a_prefix)

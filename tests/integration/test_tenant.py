@@ -100,7 +100,7 @@ def test_prefixes_keep_teams_apart(es: EngineClient, settings: Settings, embedde
             with SearchClient(es, s, embedder=embedder) as client:
                 assert {t for _, t in seen(client, "coffee team")} <= {t for t, _ in corpus.values()}
         # the status of one prefix lists only its own versions
-        assert [r.name for r in lifecycle.index_status(es, settings).indices] == [settings.index.versioned(1)]
+        assert [r.name for r in lifecycle.index_status(es, settings.index).indices] == [settings.index.versioned(1)]
     finally:
         es.indices.delete(index=f"{other.index.prefix}-*", expand_wildcards="all")
 
@@ -157,7 +157,7 @@ def test_api_key_restricted_to_the_prefix_is_enough(es: EngineClient, settings: 
     assert result.failed == 0 and result.documents == 3
     with SearchClient(team_es, team, embedder=embedder) as client:
         assert seen(client, "expense policy train tickets")
-    assert lifecycle.index_status(team_es, team).indices[0].chunks == 3
+    assert lifecycle.index_status(team_es, team.index).indices[0].chunks == 3
     # ...and nothing outside the prefix
     outsider = team.model_copy(update={"index": team.index.model_copy(update={"prefix": f"x{uuid.uuid4().hex[:6]}"})})
     try:

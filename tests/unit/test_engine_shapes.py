@@ -92,7 +92,7 @@ def test_opensearch_is_not_asked_and_the_doctor_says_why(fake_es: Canned) -> Non
     es = connect(ClusterSettings(url=fake_es.url, engine="opensearch"))
     got = check_privileges(es, ["x*"], ("write",))
     assert (got.enforced, got.unchecked) == (False, NO_API) and fake_es.requests == []
-    check = check_access(es, load_settings())
+    check = check_access(es, load_settings().index)
     assert (check.status, check.detail) == ("OK", NO_API)
 
 

@@ -16,7 +16,7 @@ TEXTS = [f"Sentence number {i} about proteins and cells." for i in range(5)]
 def test_process_pool_matches_in_process() -> None:
     cfg = EmbeddingSettings(device="cpu")
     local = Embedder(cfg)
-    assert isinstance(make_encoder(local, Settings()), InProcessEncoder)
+    assert isinstance(make_encoder(local, Settings().ingest), InProcessEncoder)
     pool = ProcessPoolEncoder(cfg, 2)
     try:
         vecs = pool.encode(TEXTS)

@@ -13,7 +13,7 @@ from hybridsearch.errors import RerankerError
 from hybridsearch.query.assemble import Window
 from hybridsearch.query.build import plan
 from hybridsearch.query.results import RerankOutcome
-from hybridsearch.settings import Settings, load_settings
+from hybridsearch.settings import RerankerSettings, Settings, load_settings
 
 
 class Fixed:
@@ -52,7 +52,7 @@ def test_explicit_reranker_wins_and_disabled_says_so(monkeypatch: pytest.MonkeyP
 
 @pytest.mark.parametrize("exc", [RerankerError("no model here"), ValueError("bad url")])
 def test_factory_failure_degrades_with_a_reason(monkeypatch: pytest.MonkeyPatch, exc: Exception) -> None:
-    def boom(settings: Settings) -> None:
+    def boom(cfg: RerankerSettings) -> None:
         raise exc
 
     monkeypatch.setattr(hybridsearch.rerank, "make_reranker", boom)

@@ -120,12 +120,12 @@ def test_doctor_reports_the_trained_length_and_the_blend_with_its_source(tiny_cr
     shutil.copytree(tiny_cross_encoder, model)
     (model / "card.json").write_text(json.dumps({"kind": "hybridsearch-domain-reranker",
                                                  "serving": {"blend": 0.3, "max_length": 64}}))
-    carded = doctor.check_reranker(load_settings(reranker={"model": str(model), "device": "cpu"}))
+    carded = doctor.check_reranker(load_settings(reranker={"model": str(model), "device": "cpu"}).reranker)
     assert carded.status == "OK" and "max length 64, blend 0.3 from model card" in carded.detail
     forced = doctor.check_reranker(load_settings(reranker={"model": str(model), "device": "cpu", "blend": 0.7,
-                                                           "max_length": 32}))
+                                                           "max_length": 32}).reranker)
     assert "max length 32, blend 0.7 from HSP_RERANKER__BLEND" in forced.detail
-    plain = doctor.check_reranker(load_settings(reranker={"model": str(tiny_cross_encoder), "device": "cpu"}))
+    plain = doctor.check_reranker(load_settings(reranker={"model": str(tiny_cross_encoder), "device": "cpu"}).reranker)
     assert "blend 1 from default" in plain.detail
 
 
@@ -141,7 +141,7 @@ def test_serve_reranker_overrides_keep_the_trained_length(tmp_path: Path) -> Non
     (model / "card.json").write_text(json.dumps({"kind": "hybridsearch-domain-reranker",
                                                  "serving": {"blend": 0.45, "max_length": 128}}))
     args = argparse.Namespace(model=str(model), device="cpu", url=None, batch_window_ms=None, no_batching=False)
-    cfg = _with_overrides(load_settings(), args).reranker
+    cfg = _with_overrides(load_settings().reranker, args)
     assert cfg.max_length is None and LocalReranker(cfg).max_length == 128  # not the 512 fallback
-    forced = _with_overrides(load_settings(reranker={"max_length": 256}), args).reranker
+    forced = _with_overrides(load_settings(reranker={"max_length": 256}).reranker, args)
     assert LocalReranker(forced).max_length == 256

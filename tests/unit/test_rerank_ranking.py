@@ -44,11 +44,11 @@ def test_split_scores_cuts_in_sizes_and_checks_lengths() -> None:
 
 
 def test_make_reranker_disabled_url_and_local() -> None:
-    assert make_reranker(load_settings(reranker={"enabled": False})) is None
-    http = make_reranker(load_settings(reranker={"url": "http://127.0.0.1:1/", "token": "s3cret"}))
+    assert make_reranker(load_settings(reranker={"enabled": False}).reranker) is None
+    http = make_reranker(load_settings(reranker={"url": "http://127.0.0.1:1/", "token": "s3cret"}).reranker)
     assert isinstance(http, HttpReranker) and isinstance(http, Reranker)
     assert http.url == "http://127.0.0.1:1"
-    local = make_reranker(load_settings(reranker={"model": "/nowhere/model"}))
+    local = make_reranker(load_settings(reranker={"model": "/nowhere/model"}).reranker)
     assert isinstance(local, LocalReranker) and isinstance(local, Reranker)
     assert not local.loaded  # lazy: nothing loaded yet
 

@@ -82,7 +82,7 @@ def _options(opts: dict[str, Any]) -> str:
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     es = connect(settings.es)
-    status = index_status(es, settings)
+    status = index_status(es, settings.index)
     if args.json:
         print(json.dumps(status.as_dict(), indent=2, default=str))
         return 0
@@ -154,7 +154,7 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
     es = connect(settings.es)
-    old, new = lifecycle.rollback(es, settings, args.to_version)
+    old, new = lifecycle.rollback(es, settings.index, args.to_version)
     console.print(styled(f"alias {settings.index.alias}: {old} → ", (new, "bold")))
     meta = index_meta(es, new)
     console.print(f"{new} was built with {meta.get('embedding_model')} ({meta.get('embedding_dims')} dims); "
@@ -164,6 +164,6 @@ def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_drop(args: argparse.Namespace, settings: Settings) -> int:
     es = connect(settings.es)
-    name = lifecycle.drop_version(es, settings, args.version)
+    name = lifecycle.drop_version(es, settings.index, args.version)
     console.print(f"deleted {name}")
     return 0

@@ -12,7 +12,7 @@ from rich.table import Table
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
 from hybridsearch.errors import ConfigError
-from hybridsearch.settings import Settings
+from hybridsearch.settings import RerankerSettings, Settings
 
 console = make_console()
 
@@ -25,7 +25,7 @@ SAMPLE_PASSAGES = [
 ]
 
 
-def _with_overrides(settings: Settings, args: argparse.Namespace) -> Settings:
+def _with_overrides(cfg: RerankerSettings, args: argparse.Namespace) -> RerankerSettings:
     update: dict[str, Any] = {}
     for key in ("model", "device", "url", "batch_window_ms"):
         value = getattr(args, key, None)
@@ -34,10 +34,9 @@ def _with_overrides(settings: Settings, args: argparse.Namespace) -> Settings:
     if getattr(args, "no_batching", False):
         update["micro_batching"] = False
     if not update:
-        return settings
+        return cfg
     # only what was set: a field left unset keeps meaning "decide later" (e.g. max_length from the model's card)
-    cfg = settings.reranker.model_validate({**settings.reranker.model_dump(exclude_unset=True), **update})
-    return settings.model_copy(update={"reranker": cfg})
+    return cfg.model_validate({**cfg.model_dump(exclude_unset=True), **update})
 
 
 def serve(args: argparse.Namespace, settings: Settings) -> int:
@@ -46,8 +45,7 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.rerank.service import create_app
     from hybridsearch.rerank.service import serve as serve_app
 
-    settings = _with_overrides(settings, args)
-    cfg = settings.reranker
+    cfg = _with_overrides(settings.reranker, args)
     logging.getLogger("hybridsearch").setLevel(logging.INFO if args.verbose < 2 else logging.DEBUG)
     scorer = LocalReranker(cfg)
     if not args.lazy:
@@ -59,7 +57,7 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
                   f"{'on, ' + str(cfg.batch_window_ms) + ' ms' if cfg.micro_batching else 'off'}, "
                   f"auth {'on' if cfg.token else 'off'})")
     # header and body timeouts, connection cap: hybridsearch.rerank.service.serve
-    serve_app(create_app(settings, scorer), args.host, args.port, log_level="info", access_log=args.verbose > 0,
+    serve_app(create_app(cfg, scorer), args.host, args.port, log_level="info", access_log=args.verbose > 0,
               timeout_graceful_shutdown=5)
     return 0
 
@@ -69,8 +67,7 @@ def check(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.rerank import make_reranker
     from hybridsearch.rerank.ranking import order_by_score
 
-    settings = _with_overrides(settings, args)
-    reranker = make_reranker(settings)
+    reranker = make_reranker(_with_overrides(settings.reranker, args))
     if reranker is None:
         raise ConfigError("reranking is disabled (HSP_RERANKER__ENABLED=false)")
     query = args.query or SAMPLE_QUERY

@@ -30,7 +30,7 @@ from hybridsearch.eval.runner import MODES, ModeRun, run_mode
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.query.results import Mode, SearchResult
 from hybridsearch.redact import redact_url
-from hybridsearch.settings import Settings
+from hybridsearch.settings import RerankerSettings, Settings
 
 if TYPE_CHECKING:
     from hybridsearch.embedding import Embedder
@@ -66,10 +66,10 @@ def git_info(where: Path | None = None) -> dict[str, Any]:
     return {"commit": commit, "dirty": bool(dirty)}
 
 
-def probe_reranker(reranker: Reranker | None, settings: Settings) -> str | None:
+def probe_reranker(reranker: Reranker | None, cfg: RerankerSettings) -> str | None:
     """Why hybrid+rerank cannot run (no reranker, or it fails a one-pair score), else None."""
     if reranker is None:
-        if not settings.reranker.enabled:
+        if not cfg.enabled:
             return "reranker disabled (HSP_RERANKER__ENABLED=false)"
         return "no reranker configured"
     try:
@@ -127,7 +127,7 @@ def evaluate_collection(
         why: str | None = None
         if reranker is None:
             reranker, why = auto_reranker(settings)
-        why = why or probe_reranker(reranker, settings)
+        why = why or probe_reranker(reranker, settings.reranker)
         if why is not None:
             skip_reason["hybrid+rerank"] = why
     client = SearchClient(es, settings, embedder=embedder, reranker=reranker, log_queries=False)

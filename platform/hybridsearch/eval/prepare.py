@@ -52,7 +52,7 @@ def build_signature(settings: Settings) -> dict[str, Any]:
     meta = expected_meta(settings)
     sig = {k: meta.get(k) for k in REUSE_META}
     sig["analyzer"] = settings.index.analyzer
-    sig["index_options"] = index_options(settings)["type"]
+    sig["index_options"] = index_options(settings.index)["type"]
     return sig
 
 

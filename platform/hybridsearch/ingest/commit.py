@@ -133,7 +133,7 @@ def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClien
     from the documents a stopped run left hidden; returns chunks deleted. Unknown ids delete nothing. Raises
     AccessDenied before deleting anything when the credentials may not, ClusterError otherwise."""
     es = es or connect(settings.es)
-    require_privileges(es, chunk_names(settings), ("read", "delete"),
+    require_privileges(es, chunk_names(settings.index), ("read", "delete"),
                        f"delete documents of prefix {settings.index.prefix}")
     ids = list(dict.fromkeys(doc_ids))
     targets = alias_targets(es, settings.index.alias)

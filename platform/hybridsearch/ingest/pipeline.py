@@ -252,7 +252,7 @@ def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | Source
     from hybridsearch.ingest.workers import make_encoder
 
     settings = run.settings
-    encoder = make_encoder(embedder, settings)
+    encoder = make_encoder(embedder, settings.ingest)
     committer = _Committer(run)
     stage: EmbedWriter[Batch] = EmbedWriter(run.es, run.index, settings.ingest, encoder.encode,
                                             after=committer.written, on_embed_error=committer.embed_failed,

@@ -29,7 +29,7 @@ from typing import Any
 from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import HybridSearchError
 from hybridsearch.index_spec import LogWriter
-from hybridsearch.settings import Settings
+from hybridsearch.settings import IngestSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -143,15 +143,15 @@ def mark_killed(es: EngineClient, settings: Settings) -> list[str]:
     return killed
 
 
-def unrecorded_dir(settings: Settings) -> Path:
+def unrecorded_dir(cfg: IngestSettings) -> Path:
     """Where final run records that could not be stored wait for the next run: ``<dead_letter_dir>/unrecorded-runs``."""
-    return Path(settings.ingest.dead_letter_dir) / "unrecorded-runs"
+    return Path(cfg.dead_letter_dir) / "unrecorded-runs"
 
 
 def store_unrecorded(es: EngineClient, settings: Settings) -> list[str]:
     """Store the final records kept in :func:`unrecorded_dir` (oldest first) and remove their files; returns the
     run ids stored. Raises the first write failure (the files stay for the next try)."""
-    folder = unrecorded_dir(settings)
+    folder = unrecorded_dir(settings.ingest)
     if not folder.is_dir():
         return []
     writer, stored = LogWriter(es, settings, "ingest_runs"), []
@@ -204,7 +204,7 @@ class RunRecord:
         """Keep the final record in a file for the next run (:func:`store_unrecorded`)."""
         with self.lock:
             doc = self.result.summary_doc()
-        path = unrecorded_dir(self.settings) / f"{self.result.run_id}.json"
+        path = unrecorded_dir(self.settings.ingest) / f"{self.result.run_id}.json"
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(json.dumps(doc, default=str), encoding="utf-8")

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from hybridsearch.embedding import Embedder
-from hybridsearch.settings import EmbeddingSettings, Settings
+from hybridsearch.settings import EmbeddingSettings, IngestSettings
 
 _worker_embedder: Embedder | None = None
 
@@ -76,8 +76,8 @@ class ProcessPoolEncoder:
             self._pool = None
 
 
-def make_encoder(embedder: Embedder, settings: Settings) -> Any:
-    """The encoder for ``settings.ingest.workers``: in-process for 1, a process pool otherwise."""
-    if settings.ingest.workers <= 1:
+def make_encoder(embedder: Embedder, cfg: IngestSettings) -> Any:
+    """The encoder for ``cfg.workers``: in-process for 1, a process pool otherwise."""
+    if cfg.workers <= 1:
         return InProcessEncoder(embedder)
-    return ProcessPoolEncoder(embedder.cfg, settings.ingest.workers)
+    return ProcessPoolEncoder(embedder.cfg, cfg.workers)

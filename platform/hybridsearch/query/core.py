@@ -85,7 +85,7 @@ def auto_reranker(settings: Settings) -> tuple[Reranker | None, str | None]:
     from hybridsearch.rerank import make_reranker
 
     try:
-        reranker: Reranker | None = make_reranker(settings)
+        reranker: Reranker | None = make_reranker(settings.reranker)
     except Exception as exc:  # noqa: BLE001 - a reranker that cannot be built must not stop searching
         what = str(exc) if isinstance(exc, HybridSearchError) else f"{type(exc).__name__}: {exc}"
         return None, f"reranker unavailable: {what}"

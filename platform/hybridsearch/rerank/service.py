@@ -61,7 +61,7 @@ from hybridsearch.rerank.batching import MicroBatcher, QueueFull
 from hybridsearch.rerank.http import REQUEST_TIMEOUT_HEADER
 from hybridsearch.rerank.local import LocalReranker
 from hybridsearch.rerank.ranking import order_by_score
-from hybridsearch.settings import RerankerSettings, Settings
+from hybridsearch.settings import RerankerSettings
 
 log = logging.getLogger(__name__)
 
@@ -301,10 +301,10 @@ def _error(exc: ApiError) -> JSONResponse:
     return JSONResponse({"error": exc.code, "detail": exc.detail}, status_code=exc.status, headers=exc.headers)
 
 
-def create_app(settings: Settings | RerankerSettings | None = None, scorer: PairScorer | None = None) -> FastAPI:
-    """The service app. ``scorer`` defaults to a LocalReranker of ``settings.reranker``; the model loads in
-    the background at start-up unless the scorer is already loaded."""
-    cfg = settings.reranker if isinstance(settings, Settings) else (settings or RerankerSettings())
+def create_app(cfg: RerankerSettings | None = None, scorer: PairScorer | None = None) -> FastAPI:
+    """The service app. ``scorer`` defaults to a LocalReranker of ``cfg`` (default: the defaults); the model
+    loads in the background at start-up unless the scorer is already loaded."""
+    cfg = cfg or RerankerSettings()
     state = ServiceState(cfg, scorer if scorer is not None else LocalReranker(cfg))
 
     @asynccontextmanager
