@@ -36,14 +36,14 @@ from hybridsearch.index_spec import (
 )
 from hybridsearch.index_spec import ensure_log_index as _ensure_log_index
 from hybridsearch.mappings import chunk_meta
-from hybridsearch.settings import Settings
+from hybridsearch.settings import IndexSettings, Settings
 
 __all__ = [
     "ADDABLE_FIELDS", "CHECKED_META", "CHECKED_VECTOR", "FALLBACK_ANALYZER", "PREFERRED_ANALYZER", "Difference",
     "alias_targets", "check_mapping", "check_meta", "create_index", "ensure_index", "ensure_index_settings",
     "ensure_log_index", "ensure_log_indices", "expected_meta", "get_aliases", "index_body", "index_mapping",
-    "index_meta", "mapping_differences", "record_meta", "resolve_index", "section_words_of", "single_target",
-    "swap_alias", "with_analyzer",
+    "index_meta", "live_index", "mapping_differences", "record_meta", "resolve_index", "section_words_of",
+    "single_target", "swap_alias", "with_analyzer",
 ]
 
 
@@ -176,6 +176,12 @@ def get_aliases(es: EngineClient, alias: str) -> dict[str, Any]:
     return {i: v for i, v in body.items() if isinstance(v, dict) and "aliases" in v}
 
 
+def live_index(es: EngineClient, index: IndexSettings) -> str:
+    """The one concrete index the read alias of ``index`` points at, unchecked. Raises IndexNotFound (no alias),
+    AliasConflict (several indices)."""
+    return single_target(index.alias, get_aliases(es, index.alias))
+
+
 def resolve_index(es: EngineClient, settings: Settings, *, check: bool = True) -> str:
     """The one concrete index the read alias points at; with ``check``, its real mapping is checked against
     ``settings`` (:func:`check_mapping`). Every reader and writer resolves the alias here (the async search
@@ -183,7 +189,7 @@ def resolve_index(es: EngineClient, settings: Settings, *, check: bool = True) -
 
     Raises IndexNotFound (no alias), AliasConflict (several indices), IndexMismatch.
     """
-    index = single_target(settings.index.alias, get_aliases(es, settings.index.alias))
+    index = live_index(es, settings.index)
     if check:
         check_mapping(index, index_mapping(es, index), settings, es.dialect)
     return index

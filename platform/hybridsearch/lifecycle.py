@@ -34,6 +34,7 @@ from hybridsearch.indices import (
     ensure_log_indices,
     expected_meta,
     index_mapping,
+    live_index,
     resolve_index,
     section_words_of,
 )
@@ -58,11 +59,11 @@ def version_of(index: str) -> int | None:
     return parse_version(index)
 
 
-def current_index(es: EngineClient, settings: Settings) -> str | None:
+def current_index(es: EngineClient, cfg: IndexSettings) -> str | None:
     """The one index the read alias points at, or None when there is no alias. Raises AliasConflict when
     it points at several (``indices.single_target``)."""
     try:
-        return resolve_index(es, settings, check=False)
+        return live_index(es, cfg)
     except IndexNotFound:
         return None
 
@@ -239,7 +240,7 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     if old.index.prefix != new.index.prefix:
         raise ConfigError("a migration stays within one prefix")
     require_privileges(es, prefix_names(new.index), INGEST, f"migrate indices of prefix {new.index.prefix}")
-    source = resolve_index(es, old, check=False)
+    source = live_index(es, old.index)
     source_mapping = index_mapping(es, source)
     check_mapping(source, source_mapping, old, es.dialect)
     expected = expected_meta(new)

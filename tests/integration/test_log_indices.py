@@ -62,7 +62,7 @@ def test_hsp_index_create_and_migrate_carry_the_engine_settings(es: EngineClient
     assert {k: flat_settings(es, v1).get(k) for k in want} == want
     assert main(["index", "migrate", "--index-options", "hnsw"]) == 0  # an empty index: nothing to embed
     v2 = hx.index.versioned(2)
-    assert lifecycle.current_index(es, hx) == v2
+    assert lifecycle.current_index(es, hx.index) == v2
     assert {k: flat_settings(es, v2).get(k) for k in want} == want
 
 

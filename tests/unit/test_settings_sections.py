@@ -1,4 +1,4 @@
-"""Functions take the settings section they read, not the root ``Settings`` (docs/architecture.md, "Settings").
+"""Functions take the settings section they read, not the root ``Settings`` (docs/architecture.md, rule 8).
 
 The package's source is read with ``ast``: every function with a parameter annotated ``Settings`` (or
 ``Settings | None``) must be a composition root named in :data:`ROOTS` or a command handler, and must really need
@@ -50,7 +50,6 @@ ROOTS: dict[str, str] = {
     "kibana:data_view_fields": "renders the chunk and log templates",
     "kibana:validate": "data_view_fields",
     # index lifecycle: builds and checks versions against the whole configuration
-    "lifecycle:current_index": "resolve_index",
     "lifecycle:create_version": "creates a chunk version and the log indices",
     "lifecycle:migration_settings": "derives the target settings of a migration (index, embedding, chunking)",
     "lifecycle:migrate": "copies one configuration's index into another's",

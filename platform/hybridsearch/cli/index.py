@@ -112,7 +112,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
     es = connect(settings.es)
     name = lifecycle.create_version(es, settings, args.version)
-    live = lifecycle.current_index(es, settings)
+    live = lifecycle.current_index(es, settings.index)
     console.print(styled("created ", (name, "bold"), f" ({settings.embedding.model}, {settings.embedding.dims} dims)"
                          + (" · alias points at it" if live == name else f" · alias still points at {live}")))
     return 0
