@@ -221,7 +221,8 @@ def plot(rows: list[dict[str, Any]], out: Path) -> None:
     ax[4].set_title("recall@10 vs num_candidates")
     ax[4].set_xlabel("num_candidates")
     ax[4].grid(alpha=0.3)
-    ax[4].legend(fontsize=7)
+    if ax[4].get_legend_handles_labels()[0]:  # a size swept over num_candidates
+        ax[4].legend(fontsize=7)
     for a in ax[:4]:
         a.set_xscale("log")
         a.set_xlabel("chunks")
