@@ -59,7 +59,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
                       f"{result.updated:,} updated, {result.unchanged:,} unchanged, {result.failed:,} failed "
                       f"in {time.perf_counter() - t0:.0f} s ({result.chunks_per_second:.1f} chunks/s)"
                       + (f"; dead letters: {result.dead_letter_path}" if result.dead_letter_path else ""))
-    reranker, reason = auto_reranker(settings)
+    reranker, reason = auto_reranker(settings.reranker)
     queries = args.query or list(SAMPLE_QUERIES)
     console.print(styled(("2/2", "bold"), f" {len(queries)} queries: BM25 sent at once, kNN once the query is "
                          "embedded, RRF fusion"

@@ -126,7 +126,7 @@ def evaluate_collection(
     if "hybrid+rerank" in modes:
         why: str | None = None
         if reranker is None:
-            reranker, why = auto_reranker(settings)
+            reranker, why = auto_reranker(settings.reranker)
         why = why or probe_reranker(reranker, settings.reranker)
         if why is not None:
             skip_reason["hybrid+rerank"] = why

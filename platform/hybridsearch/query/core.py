@@ -62,7 +62,7 @@ from hybridsearch.query.send import Lines, embed_steps, send_steps
 from hybridsearch.query.steps import CountChunks, Detect, GetMappings, Json, Rerank, ResolveAlias, Steps
 from hybridsearch.rerank.base import Reranker
 from hybridsearch.rerank.card import effective_blend
-from hybridsearch.settings import QuerySettings, Settings, get_settings
+from hybridsearch.settings import QuerySettings, RerankerSettings, Settings, get_settings
 
 if TYPE_CHECKING:
     import numpy as np
@@ -78,14 +78,14 @@ def _ms(since: float) -> float:
     return (time.perf_counter() - since) * 1000.0
 
 
-def auto_reranker(settings: Settings) -> tuple[Reranker | None, str | None]:
+def auto_reranker(settings: RerankerSettings) -> tuple[Reranker | None, str | None]:
     """``hybridsearch.rerank.make_reranker(settings)``, or None and the reason the search will report."""
-    if not settings.reranker.enabled:
+    if not settings.enabled:
         return None, "reranker disabled (HSP_RERANKER__ENABLED=false)"
     from hybridsearch.rerank import make_reranker
 
     try:
-        reranker: Reranker | None = make_reranker(settings.reranker)
+        reranker: Reranker | None = make_reranker(settings)
     except Exception as exc:  # noqa: BLE001 - a reranker that cannot be built must not stop searching
         what = str(exc) if isinstance(exc, HybridSearchError) else f"{type(exc).__name__}: {exc}"
         return None, f"reranker unavailable: {what}"
@@ -342,7 +342,7 @@ class SearchCore:
         settings = settings or get_settings()
         if reranker is not None:
             return settings, reranker, None
-        return (settings, *auto_reranker(settings))
+        return (settings, *auto_reranker(settings.reranker))
 
     def _owning(self) -> Self:
         """This client, marked as the owner of its Elasticsearch client (closed with it)."""
