@@ -8,7 +8,7 @@
 # pip check: installed packages agree with each other's requirements. deptry: each module platform/
 # imports is declared in pyproject.toml (not only present because something else pulled it in).
 # lint-imports: the import contracts in pyproject.toml. mypy: pyproject's [tool.mypy] (strict) on the package
-# and on ops/*.py, so a script that calls something the package renamed or removed fails here, not when run.
+# and on ops/bench/*.py, so a script that calls something the package renamed or removed fails here, not when run.
 # Importing every module of the package, and building the async client, is tests/unit/test_dependencies.py.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -17,4 +17,4 @@ cd "$root"
 "$VENV/bin/python" -m pip check || { echo "[check-deps] pip check failed; fix with: ops/setup.sh" >&2; exit 1; }
 "$VENV/bin/deptry" platform || { echo "[check-deps] declare the imports above in pyproject.toml" >&2; exit 1; }
 "$VENV/bin/lint-imports" --no-cache || { echo "[check-deps] an import breaks a contract above (docs/architecture.md)" >&2; exit 1; }
-"$VENV/bin/python" -m mypy platform/hybridsearch ops/*.py || { echo "[check-deps] type errors above (mypy)" >&2; exit 1; }
+"$VENV/bin/python" -m mypy platform/hybridsearch ops/bench/*.py || { echo "[check-deps] type errors above (mypy)" >&2; exit 1; }

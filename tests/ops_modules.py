@@ -1,4 +1,4 @@
-"""Import an ops/ script by its file path, as a module of its own, without putting ops/ on ``sys.path``."""
+"""Import an ops/bench/ script by its file path, as a module of its own, without putting ops/bench/ on ``sys.path``."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-OPS = Path(__file__).resolve().parents[1] / "ops"
+OPS = Path(__file__).resolve().parents[1] / "ops" / "bench"
 
 
 def load_ops(name: str) -> ModuleType:
-    """``ops/<name>.py`` as module ``ops_<name>`` (once per session; registered so its dataclasses resolve).
-    A script that itself imports a sibling (bench_load imports loadgen) still puts ops/ on the path."""
+    """``ops/bench/<name>.py`` as module ``ops_<name>`` (once per session; registered so its dataclasses resolve).
+    A script that itself imports a sibling (bench_load imports loadgen) still puts ops/bench/ on the path."""
     module_name = f"ops_{name}"
     if module_name in sys.modules:
         return sys.modules[module_name]

@@ -1,4 +1,4 @@
-"""The ops/ benchmarks still run: each one at its smallest size against the node, exit 0, and the report it writes
+"""The ops/bench/ benchmarks still run: each one at its smallest size against the node, exit 0, and the report it writes
 parses and holds its main figures.
 
 Every run uses the test's own index prefix (deleted afterwards by the ``settings`` fixture), a tiny random
@@ -7,10 +7,10 @@ reranks, a BEIR collection of a few SciFact queries and documents, and a cache f
 
 Not run here, and why:
 
-* ops/bench_query.py: tests/integration/test_query_bench.py runs it end to end on a SciFact subset;
-* ops/bench_peers.py and ops/bench_load.py: they drive Haystack and LangChain from their own virtual
+* ops/bench/bench_query.py: tests/integration/test_query_bench.py runs it end to end on a SciFact subset;
+* ops/bench/bench_peers.py and ops/bench/bench_load.py: they drive Haystack and LangChain from their own virtual
   environments (ops/requirements-peers.txt), which the test environment does not have;
-* ops/bench_scale.py: a 3-node cluster (``ops/es-local.sh cluster``);
+* ops/bench/bench_scale.py: a 3-node cluster (``ops/es-local.sh cluster``);
 * GPU paths (``--device cuda``): no GPU in CI.
 
 Each script's ``--help`` runs in tests/unit/test_ops_scripts.py.
@@ -35,7 +35,7 @@ from hybridsearch.eval.prepare import choose_index, eval_settings, ingest_corpus
 from hybridsearch.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-OPS = ROOT / "ops"
+OPS = ROOT / "ops" / "bench"
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
 QUERIES, DOCUMENTS = 3, 24
 
@@ -91,7 +91,8 @@ def env(es_url: str, tiny: Settings, tmp_path: Path) -> Iterator[dict[str, str]]
 def run(script: str, env: dict[str, str], *args: str | Path) -> str:
     done = subprocess.run([sys.executable, str(OPS / script), *map(str, args)], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, f"ops/{script} exited {done.returncode}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, (f"ops/bench/{script} exited {done.returncode}:\n{done.stdout[-3000:]}\n"
+                                  f"{done.stderr[-3000:]}")
     return done.stdout
 
 

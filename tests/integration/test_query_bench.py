@@ -1,4 +1,4 @@
-"""ops/bench_query.py runs end to end on a tiny SciFact subset and reports every figure it promises."""
+"""ops/bench/bench_query.py runs end to end on a tiny SciFact subset and reports every figure it promises."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
 @pytest.mark.skipif(not SCIFACT.is_dir(), reason="SciFact is not in ../shared/datasets")
 def test_bench_query_on_a_small_subset(settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                        tiny_bi_encoder: Path) -> None:
-    spec = importlib.util.spec_from_file_location("bench_query", ROOT / "ops" / "bench_query.py")
+    spec = importlib.util.spec_from_file_location("bench_query", ROOT / "ops" / "bench" / "bench_query.py")
     assert spec is not None and spec.loader is not None
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)

@@ -1,4 +1,4 @@
-"""ops/bench_load.py --kill: the node it kills and restarts belongs to the cluster --es-url names."""
+"""ops/bench/bench_load.py --kill: the node it kills and restarts belongs to the cluster --es-url names."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""ops/loadgen.py: degraded answers are counted per kind of reason (numbers masked)."""
+"""ops/bench/loadgen.py: degraded answers are counted per kind of reason (numbers masked)."""
 
 from __future__ import annotations
 

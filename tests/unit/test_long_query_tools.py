@@ -1,6 +1,7 @@
-"""The long-query tools of issue 25 item 4 on small inputs: ops/make_long_queries.py cuts judged documents into a
-kept first part and a paragraph query, deterministically; ops/eval_query_window.py's variants change only the query
-side and its comparison flags a drop past the tolerance; ops/bench_query_length.py times every cell every round."""
+"""The long-query tools of issue 25 item 4 on small inputs: ops/bench/make_long_queries.py cuts judged documents into
+a kept first part and a paragraph query, deterministically; ops/bench/eval_query_window.py's variants change only the
+query side and its comparison flags a drop past the tolerance; ops/bench/bench_query_length.py times every cell every
+round."""
 
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
-"""The ops/ scripts still start: each one's ``--help`` runs (so its imports resolve against the package as it is
+"""The ops/bench/ scripts still start: each one's ``--help`` runs (so its imports resolve against the package as it is
 now), and fault_ingest's clean-up and verification work on a stand-in client.
 
 ``--help`` loads no model and contacts no cluster: every script parses its arguments before it does either (the
 node URL below answers nothing, so a script that did would fail). Type errors against the package are
-``mypy platform/hybridsearch ops/*.py`` (ops/check-deps.sh).
+``mypy platform/hybridsearch ops/bench/*.py`` (ops/check-deps.sh).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import opensearchpy
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-OPS = ROOT / "ops"
+OPS = ROOT / "ops" / "bench"
 SCRIPTS = sorted(p.name for p in OPS.glob("*.py"))
 
 
@@ -37,7 +37,7 @@ def run_help(name: str) -> subprocess.CompletedProcess[str]:
     env.pop("HSP_ES__URL", None)
     if is_script(name):
         cmd = [sys.executable, str(OPS / name), "--help"]
-    else:  # a module: importing it (from ops/, as the scripts do) is what can break
+    else:  # a module: importing it (from ops/bench/, as the scripts do) is what can break
         env["PYTHONPATH"] += os.pathsep + str(OPS)
         cmd = [sys.executable, "-c", f"import {name.removesuffix('.py')}"]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False)
@@ -57,7 +57,7 @@ def test_there_are_scripts_to_check() -> None:
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_help_runs(name: str, helps: dict[str, subprocess.CompletedProcess[str]]) -> None:
     done = helps[name]
-    assert done.returncode == 0, f"ops/{name} --help exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == 0, f"ops/bench/{name} --help exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     if is_script(name):
         assert done.stdout.startswith(f"usage: {name}"), done.stdout[:500]
 

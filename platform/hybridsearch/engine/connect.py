@@ -198,7 +198,7 @@ class _OrjsonNdjson(NdjsonSerializer, OrjsonSerializer):
 
 #: orjson for every JSON body, NDJSON included (the library only offers it for single bodies): a query vector
 #: of 384 floats is written about ten times faster, and an answer of 100 hits read about four times faster
-#: (``ops/bench_query.py``'s raw probe: -0.4 to -0.6 ms per kNN request). The compatibility-mode media types
+#: (``ops/bench/bench_query.py``'s raw probe: -0.4 to -0.6 ms per kNN request). The compatibility-mode media types
 #: that Elasticsearch 9 answers with follow these (``Elasticsearch`` maps them itself).
 SERIALIZERS = {OrjsonSerializer.mimetype: OrjsonSerializer(), _OrjsonNdjson.mimetype: _OrjsonNdjson()}
 

@@ -1,7 +1,7 @@
 """Exact nearest neighbours in numpy and the recall of an approximate (HNSW) search against them.
 
 Used by the benchmarks that check what the engine's kNN finds against brute force over the very vectors that
-were indexed (``ops/bench_scale.py``, ``ops/bench_vectors.py``). Pure: numpy only.
+were indexed (``ops/bench/bench_scale.py``, ``ops/bench/bench_vectors.py``). Pure: numpy only.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 With ``workers > 1`` each batch is split across the processes; each loads the model once and uses
 ``cpu_count // workers`` torch threads. On a 2-core machine one process with two threads is as fast
-(see ``ops/bench_ingest.py``), so the default stays 1.
+(see ``ops/bench/bench_ingest.py``), so the default stays 1.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """How widely a kNN search looks: ``num_candidates`` from the size of the index's shards, and the rescoring of
 quantized vectors on their float originals where the engine has it. Pure.
 
-Measured with ``ops/bench_scale.py`` (synthetic clustered 384-dim vectors, ``int8_hnsw``, 3 shards, Elasticsearch
+Measured with ``ops/bench/bench_scale.py`` (synthetic clustered 384-dim vectors, ``int8_hnsw``, 3 shards, Elasticsearch
 9.3.2; recall@10 against exact search): at 1M chunks (333k a shard) recall@10 was 0.8775 at 200 candidates and
 no better at 400, 800 or 1,600 (0.8705): what is lost is the order of int8 vectors, not the graph's reach.
 Rescoring the gathered candidates on the float vectors Elasticsearch keeps (``rescore_vector``, 8.18+) brings it to

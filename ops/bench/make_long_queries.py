@@ -20,8 +20,8 @@ Written as a BEIR folder (``corpus.jsonl.gz``, ``queries.jsonl``, ``qrels/test.t
 (the rule, the counts, the query length percentiles) under ``--out`` (default
 ``~/.cache/hybridsearch/datasets/scifact-long``). Then ``hsp eval <out> --prefix eval-scifact-long``.
 
-    $V/bin/python ops/make_long_queries.py
-    $V/bin/python ops/make_long_queries.py --splits test --min-pieces 64 --out /tmp/scifact-long-test
+    $V/bin/python ops/bench/make_long_queries.py
+    $V/bin/python ops/bench/make_long_queries.py --splits test --min-pieces 64 --out /tmp/scifact-long-test
 """
 
 from __future__ import annotations

@@ -16,8 +16,8 @@ script checks that every variant used the same concrete index. Prints a table (e
 ``limit``, and whether it is within ``--tolerance`` on every collection and mode) and writes
 reports/eval-query-window-<time>.json (``--out DIR``: DIR/eval-query-window.json).
 
-    $V/bin/python ops/eval_query_window.py
-    $V/bin/python ops/eval_query_window.py --variants limit,w64 --limit-queries 50
+    $V/bin/python ops/bench/eval_query_window.py
+    $V/bin/python ops/bench/eval_query_window.py --variants limit,w64 --limit-queries 50
 
 Run it with ``HSP_ONNX_CACHE`` pointing at a copy of the ONNX cache when other processes share the machine: each
 window rewrites the query encoder's agreement record. Needs HSP_ES_URL. Exit 0; numbers only, no gate.

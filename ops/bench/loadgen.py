@@ -1,6 +1,6 @@
-"""The bounded async load generator shared by ops/bench_load.py and ops/bench_rerank_overload.py.
+"""The bounded async load generator shared by ops/bench/bench_load.py and ops/bench/bench_rerank_overload.py.
 
-Imports nothing of hybridsearch, so that it also runs inside the peers' virtualenv (ops/bench_peers.py),
+Imports nothing of hybridsearch, so that it also runs inside the peers' virtualenv (ops/bench/bench_peers.py),
 whose Elasticsearch client is another major version. Loopback targets only: the callers pass the
 function to call; every run is bounded both in requests and in seconds.
 """
@@ -181,7 +181,7 @@ class RssSampler:
 def save_report(name: str, data: Any, plot: Callable[[Path], None] | None = None) -> Path:
     """Write ``data`` to ``reports/<name>-<local time>.json`` (and the plot beside it as .png); prints and
     returns the JSON path. The one report writer of the load and scale benchmarks."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = root / "reports" / f"{name}-{dt.datetime.now():%Y%m%dT%H%M%S}"
     out.parent.mkdir(exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")

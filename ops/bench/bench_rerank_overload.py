@@ -21,9 +21,9 @@ p50/p99, how many slow connections the service still held after its header timeo
 5 s; counted 2 s after it) and when the last was cut off. Every run counts the accepted answers that took longer
 than the budget (the query layer would have given up on them). Loopback only, bounded in time.
 
-    $V/bin/python ops/bench_rerank_overload.py                 # about 3 x (20 s + start-up)
-    $V/bin/python ops/bench_rerank_overload.py --seconds 10 --clients 64 --max-queue 16
-    $V/bin/python ops/bench_rerank_overload.py --no-unbounded --no-overload   # the slow-client run only
+    $V/bin/python ops/bench/bench_rerank_overload.py                 # about 3 x (20 s + start-up)
+    $V/bin/python ops/bench/bench_rerank_overload.py --seconds 10 --clients 64 --max-queue 16
+    $V/bin/python ops/bench/bench_rerank_overload.py --no-unbounded --no-overload   # the slow-client run only
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import RssSampler, pct, save_report
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 HSP = [sys.executable, "-c", "from hybridsearch.cli.main import entry; entry()"]
 MODEL_DIR = Path.home() / ".cache" / "hybridsearch" / "bench-models" / "minilm-l6-shaped-cross-encoder"
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"  # beside the checkout, as the other benchmarks read it

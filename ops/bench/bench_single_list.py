@@ -1,6 +1,6 @@
 #!/usr/bin/env python
 """Where a single-list search (bm25, dense) spends its time, at concurrency 1 (issue 17: our p50 against the
-peers' in ops/bench_peers.py).
+peers' in ops/bench/bench_peers.py).
 
 For every query (SciFact test by default), interleaved per query in a rotating order so that every variant
 sees the same machine, it times:
@@ -18,7 +18,7 @@ sees the same machine, it times:
 
     HSP_ENGINE=elasticsearch HSP_ES_PORT=9254 ops/es-local.sh start
     hsp eval /work/shared/datasets/scifact --prefix peers-hsp --modes bm25        # builds the index once
-    HSP_ES_URL=http://127.0.0.1:9254 $V/bin/python ops/bench_single_list.py --prefix peers-hsp --queries 300
+    HSP_ES_URL=http://127.0.0.1:9254 $V/bin/python ops/bench/bench_single_list.py --prefix peers-hsp --queries 300
 
 Numbers only (p50/p95 per row), no gate; a shared machine makes them noisy: compare rows of one run.
 """
@@ -46,7 +46,7 @@ from hybridsearch.query.fusion import fusion_for
 from hybridsearch.query.results import Mode, Timings
 from hybridsearch.settings import load_settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FILTER_PATH = ("responses.status,responses.error,responses.hits.hits._id,responses.hits.hits._score,"
                "responses.hits.hits._source")
 

@@ -12,8 +12,8 @@ round times every (length, variant) pair once, in an order shuffled per round
 (seeded), so a busy machine slows all cells alike; the ratios are the figures to read (docs/evaluation.md, "Long
 queries").
 
-    $V/bin/python ops/bench_query_length.py                    # 80 rounds, both variants, the default model
-    $V/bin/python ops/bench_query_length.py --rounds 20 --lengths 8,256
+    $V/bin/python ops/bench/bench_query_length.py                    # 80 rounds, both variants, the default model
+    $V/bin/python ops/bench/bench_query_length.py --rounds 20 --lengths 8,256
 
 The ONNX files are the ones the query encoder uses (exported on first use from the model, which loads torch
 once). Writes reports/bench-query-length-<time>.json and .png (ms against length, one line per variant; with

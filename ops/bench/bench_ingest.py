@@ -9,8 +9,8 @@ ONNX and ONNX-int8 (and torch in 2 processes) on the same chunks, with the mean 
 to the torch vectors, and optionally (--quality-docs) their dense nDCG@10 on SciFact. A second ingest run shows
 how fast unchanged documents are skipped.
 
-    HF_HUB_OFFLINE=1 $V/bin/python ops/bench_ingest.py --limit 300      # quick subset
-    HF_HUB_OFFLINE=1 $V/bin/python ops/bench_ingest.py                  # full corpus (minutes)
+    HF_HUB_OFFLINE=1 $V/bin/python ops/bench/bench_ingest.py --limit 300      # quick subset
+    HF_HUB_OFFLINE=1 $V/bin/python ops/bench/bench_ingest.py                  # full corpus (minutes)
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from hybridsearch.ingest.sources import Document, read_path
 from hybridsearch.ingest.workers import ProcessPoolEncoder
 from hybridsearch.settings import Settings, load_settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CORPUS = ROOT.parent / "shared" / "datasets" / "scifact" / "corpus.jsonl.gz"
 console = Console(width=None if sys.stdout.isatty() else 150)
 

@@ -8,7 +8,7 @@ index and delete operations, deleted copies left in the segments, merges, store 
 the bulk item operations per chunk the run wrote (index + delete operations / chunks of the documents
 written), which is 1.0 when each chunk is written once.
 
-    HF_HUB_OFFLINE=1 $V/bin/python ops/bench_write_amplification.py --baseline b5979e7 --limit 600
+    HF_HUB_OFFLINE=1 $V/bin/python ops/bench/bench_write_amplification.py --baseline b5979e7 --limit 600
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # imported where used, so that --help loads nothing of the package
     from hybridsearch.engine import EngineClient
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CORPUS = ROOT.parent / "shared" / "datasets" / "scifact" / "corpus.jsonl.gz"
 
 

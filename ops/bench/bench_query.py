@@ -18,8 +18,8 @@ sent while embedding (the default), BM25, dense with each encoder, hybrid with i
 hybrid p50 / BM25 p50 ratio at concurrency 1 (target ≤ 1.5). ``--compare bm25_fields=auto,separate`` runs BM25
 and hybrid with each value of one query setting on the same index, interleaved per query.
 
-    ops/bench_query.py --prefix scifact                   # the lead's SciFact index, all 300 queries
-    ops/bench_query.py --prefix bench-small --build-subset 600 --queries 40 --sweep 50,100   # a small trial
+    ops/bench/bench_query.py --prefix scifact                   # the lead's SciFact index, all 300 queries
+    ops/bench/bench_query.py --prefix bench-small --build-subset 600 --queries 40 --sweep 50,100   # a small trial
 
 Needs a running node (HSP_ES_URL) and an index behind ``<prefix>-chunks`` (``--build-subset N`` ingests the
 judged documents of the chosen queries plus others up to N documents). Exit 0; numbers only, no gate.
@@ -49,7 +49,7 @@ from hybridsearch.query.client import SearchClient
 from hybridsearch.query.results import Mode, SearchResult
 from hybridsearch.settings import Settings, load_settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_COLLECTION = ROOT.parent / "shared" / "datasets" / "scifact"
 MODES: tuple[Mode, ...] = ("hybrid", "bm25", "dense")
 STAGES = ("embed_ms", "search_ms", "fusion_ms", "rerank_ms", "total_ms")

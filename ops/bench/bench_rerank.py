@@ -15,8 +15,8 @@ MiniLM-L6-sized cross-encoder built from the packaged all-MiniLM-L6-v2 weights w
 one-logit head: the same architecture and compute as cross-encoder/ms-marco-MiniLM-L-6-v2, so
 the timings hold, while its scores mean nothing (the output says which model ran).
 
-Usage:  python ops/bench_rerank.py [--rounds 10] [--requests 2] [--clients 8] [--json out.json] [--plot out.png]
-Quick trial: python ops/bench_rerank.py --rounds 3 --requests 1
+Usage:  python ops/bench/bench_rerank.py [--rounds 10] [--requests 2] [--clients 8] [--json out.json] [--plot out.png]
+Quick trial: python ops/bench/bench_rerank.py --rounds 3 --requests 1
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from hybridsearch.embedding import pick_device
 from hybridsearch.rerank import HttpReranker, LocalReranker
 from hybridsearch.settings import RerankerSettings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
 BUILT_MODEL = Path.home() / ".cache" / "hybridsearch" / "bench" / "minilm-l6-cross-encoder-untrained"
 HSP = [sys.executable, "-c", "from hybridsearch.cli.main import entry; entry()"]

@@ -20,8 +20,8 @@ embeddings are; uniform random vectors make ANN search unrealistically hard), te
 from a Zipf-distributed vocabulary of 20,000 made-up words, so BM25 has realistic posting lists.
 
     ops/es-local.sh cluster start
-    $V/bin/python ops/bench_scale.py                                   # 10k, 100k
-    $V/bin/python ops/bench_scale.py --sizes 10000,100000,1000000      # if it fits
+    $V/bin/python ops/bench/bench_scale.py                                   # 10k, 100k
+    $V/bin/python ops/bench/bench_scale.py --sizes 10000,100000,1000000      # if it fits
 
 Writes reports/bench-scale-*.json and .png (docs/scale.md shows a run).
 """
@@ -47,7 +47,7 @@ if TYPE_CHECKING:  # imported where used, so that --help loads nothing of the pa
     from hybridsearch.engine import EngineClient
     from hybridsearch.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ES_LOCAL = ROOT / "ops" / "es-local.sh"
 DIMS = 384
 

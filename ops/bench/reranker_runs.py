@@ -15,8 +15,8 @@ It prints a table (per run: validation estimate, hybrid, hybrid+rerank, gain; th
 writes JSON to ``--json`` after every run, so a run cut short by ``--budget-min`` keeps what it did.
 
 Usage (engine from HSP_ES_URL / HSP_ES__ENGINE as for ``hsp``):
-    python ops/reranker_runs.py --runs 3
-    python ops/reranker_runs.py --runs 1 --limit-queries 60 --test-limit 30 --folds 2 --epochs 1   # trial
+    python ops/bench/reranker_runs.py --runs 3
+    python ops/bench/reranker_runs.py --runs 1 --limit-queries 60 --test-limit 30 --folds 2 --epochs 1   # trial
 """
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ from hybridsearch.settings import Settings
 from hybridsearch.training.config import TrainingConfig
 from hybridsearch.training.reranker import run_training
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
 console = Console(stderr=True)
 

@@ -16,8 +16,8 @@ missing, none duplicated, nothing left hidden (the prefix's ingest state); the r
 Exit status 0 only when lost = duplicated = incomplete = 0 and the re-run indexed nothing.
 
     ops/es-local.sh cluster start
-    $V/bin/python ops/fault_ingest.py --fault node --limit-docs 1500
-    $V/bin/python ops/fault_ingest.py --fault block --limit-docs 1500
+    $V/bin/python ops/bench/fault_ingest.py --fault node --limit-docs 1500
+    $V/bin/python ops/bench/fault_ingest.py --fault block --limit-docs 1500
 
 ``--fault block`` needs no second node: on a single node, ``--es-url URL --replicas 0`` (the prefix's indices
 are deleted first, by name, so use a prefix of your own there).
@@ -45,7 +45,7 @@ if TYPE_CHECKING:  # imported where used, so that --help loads nothing of the pa
     from hybridsearch.engine import EngineClient
     from hybridsearch.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ES_LOCAL = ROOT / "ops" / "es-local.sh"
 SCIFACT = Path(os.environ.get("HSP_SCIFACT", "/work/shared/datasets/scifact/corpus.jsonl.gz"))
 HSP = [sys.executable, "-c", "from hybridsearch.cli.main import entry; entry()"]

@@ -1,15 +1,15 @@
 #!/usr/bin/env python
 """Search under sustained load on the local multi-node cluster (issue 17, item 3), side by side with the peers.
 
-An async load generator (ops/loadgen.py: bounded in requests and seconds, loopback only) sends the SciFact
+An async load generator (ops/bench/loadgen.py: bounded in requests and seconds, loopback only) sends the SciFact
 test queries at fixed concurrency levels (default 1, 4, 16, 64) for a fixed time each, hybrid mode, through:
 
 * ``hybridsearch``: ``AsyncSearchClient`` (all node URLs), no reranker;
 * ``hybridsearch+rerank``: the same with the reranker service (``hsp serve-reranker`` started here, on
   127.0.0.1, with ``--reranker-model``; default the MiniLM-L6-shaped random cross-encoder of
-  ops/bench_rerank_overload.py: real cost, meaningless scores); a search whose rerank stage failed (e.g.
+  ops/bench/bench_rerank_overload.py: real cost, meaningless scores); a search whose rerank stage failed (e.g.
   503 overloaded) is counted as *degraded*, with its reason, not as an error;
-* ``haystack`` and ``langchain``: their Elasticsearch retrievers as ops/bench_peers.py builds them (imported,
+* ``haystack`` and ``langchain``: their Elasticsearch retrievers as ops/bench/bench_peers.py builds them (imported,
   run in the peers' virtualenv as a subprocess of this script, blocking calls in a thread pool sized to the
   concurrency). LangChain's hybrid (server-side ``rrf``) is refused by this distribution: its errors are the
   result, and its dense retriever is measured too (``langchain-dense``) so that it has a number.
@@ -24,9 +24,9 @@ NODE SIGKILLed (``ops/es-local.sh cluster kill``) a quarter of the way in, resta
 reports errors (must be 0) and p99 of the searches started during the loss.
 
     ops/es-local.sh cluster start
-    $V/bin/python ops/bench_peers.py --setup                         # once: the peers' virtualenv
-    $V/bin/python ops/bench_load.py --seconds 10                     # levels 1, 4, 16, 64
-    $V/bin/python ops/bench_load.py --kill node-2 --kill-level 16 --kill-seconds 40
+    $V/bin/python ops/bench/bench_peers.py --setup                         # once: the peers' virtualenv
+    $V/bin/python ops/bench/bench_load.py --seconds 10                     # levels 1, 4, 16, 64
+    $V/bin/python ops/bench/bench_load.py --kill node-2 --kill-level 16 --kill-seconds 40
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from loadgen import Call, LevelResult, drive, save_report, shell_fault, threaded
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ES_LOCAL = ROOT / "ops" / "es-local.sh"
 DATASET = Path(os.environ.get("HSP_SCIFACT_DIR", "/work/shared/datasets/scifact"))
 
@@ -110,7 +110,7 @@ async def measure(stack: str, client: AsyncSearchClient, call: Call, queries: li
 
 
 def peer_worker(args: argparse.Namespace) -> int:
-    import bench_peers  # ops/bench_peers.py: the peers' retrievers exactly as the accuracy bench builds them
+    import bench_peers  # ops/bench/bench_peers.py: the peers' retrievers exactly as the accuracy bench builds them
 
     work = Path(args.work)
     docs = [json.loads(line) for line in (work / "corpus.jsonl").read_text(encoding="utf-8").splitlines()]
@@ -150,7 +150,7 @@ def run_peer(peer: str, args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     py = PEERS_VENV / "bin" / "python"
     if not py.exists():
-        return {"error": f"no peers venv at {PEERS_VENV}: run ops/bench_peers.py --setup"}
+        return {"error": f"no peers venv at {PEERS_VENV}: run ops/bench/bench_peers.py --setup"}
     cmd = [str(py), __file__, "--peer-worker", peer, "--work", str(work), "--es-url", args.es_url,
            "--model", args.model, "--index-prefix", args.index_prefix, "--shards", str(args.shards),
            "--replicas", str(args.replicas), "--levels", ",".join(map(str, args.levels)),

@@ -25,8 +25,8 @@ then force-merges it to one segment, and reports:
   and of ``search_ms``, the engine round trip).
 
     ops/es-local.sh start                                        # or HSP_ENGINE=opensearch ops/es-local.sh start
-    $V/bin/python ops/bench_vectors.py                           # every option the engine has, 300 test queries
-    $V/bin/python ops/bench_vectors.py --options hnsw,int8_hnsw --limit-queries 30   # a quick trial
+    $V/bin/python ops/bench/bench_vectors.py                           # every option the engine has, 300 test queries
+    $V/bin/python ops/bench/bench_vectors.py --options hnsw,int8_hnsw --limit-queries 30   # a quick trial
 
 Needs HSP_ES_URL (a running node); deletes and rebuilds ``<prefix>-<option>-*`` (default prefix ``vecbench``)
 and deletes them afterwards unless ``--keep``. Writes reports/bench-vectors-<engine>-*.json and .png (with

@@ -19,9 +19,9 @@ Peer packages never enter the project's dependencies: they live in their own vir
 reused through a ``.pth`` line) and created by ``--setup`` from ``ops/requirements-peers.txt``. Their
 workers run there as subprocesses; this script itself runs with the project venv::
 
-    $V/bin/python ops/bench_peers.py --setup
-    $V/bin/python ops/bench_peers.py --limit-docs 600 --limit-queries 40     # quick trial
-    $V/bin/python ops/bench_peers.py --hsp-prefix eval-scifact                # full run, reuse hsp eval's index
+    $V/bin/python ops/bench/bench_peers.py --setup
+    $V/bin/python ops/bench/bench_peers.py --limit-docs 600 --limit-queries 40     # quick trial
+    $V/bin/python ops/bench/bench_peers.py --hsp-prefix eval-scifact                # full run, reuse hsp eval's index
 
 With ``--limit-docs N`` the corpus is the relevant documents of the chosen queries plus the first
 documents of the corpus up to N, so the scores stay meaningful. Writes ``reports/bench-peers-*.json/.md``.
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from hybridsearch.eval.datasets import Collection
     from hybridsearch.query.results import Mode
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PEERS_VENV = Path(os.environ.get("HSP_PEERS_VENV", Path.home() / ".cache" / "hybridsearch" / "peers-venv"))
 PEERS = ("haystack", "langchain")
 MODES: tuple[Mode, ...] = ("bm25", "dense", "hybrid")
