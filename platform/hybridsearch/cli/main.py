@@ -23,25 +23,33 @@ from hybridsearch.cli.exit_codes import INTERRUPTED, exit_code
 from hybridsearch.errors import HybridSearchError
 from hybridsearch.settings import load_settings
 
-# Command modules, in the order their commands appear in --help.
-COMMAND_MODULES = ("ingest", "search", "rerank", "eval", "calibrate", "index", "doctor", "kibana", "train", "models",
-                   "demo")
+#: Each command and the module of ``hybridsearch.cli`` that registers it, in the order of ``--help``. A command
+#: imports only its own module (``hsp search`` never loads training, evaluation or the doctor); ``hsp --help``
+#: and an unknown command load them all. ``tests/unit/test_cli_commands.py`` checks this against the modules.
+COMMANDS = {"ingest": "ingest", "delete": "ingest", "search": "search", "serve-reranker": "rerank",
+            "rerank-check": "rerank", "eval": "eval", "calibrate-fusion": "calibrate", "index": "index",
+            "doctor": "doctor", "kibana": "kibana", "train-reranker": "train", "train-embedder": "train",
+            "models": "models", "demo": "demo"}
+COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 
 err_console = output.console(stderr=True)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """``hsp``'s parser: with ``argv`` naming a known command, only that command's module is loaded."""
     parser = argparse.ArgumentParser(prog="hsp", description="Hybrid BM25 + dense search on Elasticsearch.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name in COMMAND_MODULES:
+    command = next((a for a in argv or () if not a.startswith("-")), None)
+    for name in (COMMANDS[command],) if command in COMMANDS else COMMAND_MODULES:
         importlib.import_module(f"hybridsearch.cli.{name}").register(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``hsp`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # argparse exits on --help and on usage errors
