@@ -138,7 +138,8 @@ class SearchClient(SearchCore):
 
         p, index, window = self._run(self.why_steps(query, mode=mode, filters=filters, rerank=rerank))
         return why_report(Probes(self.es, self.settings.index.alias, self.query, self.settings.reranker.depth,
-                                 self._encode, self._bm25), p, index, window, doc_id)
+                                 self._encode, self._bm25, self._width.oversample if self._width else None),
+                          p, index, window, doc_id)
 
     def warm_up(self, mode: Mode = "hybrid") -> None:
         """Load the embedding model (unless ``mode`` is bm25) and let the reranker score one pair, so that

@@ -32,6 +32,7 @@ class Probes:
     rerank_depth: int
     encode: Callable[[str], np.ndarray]
     scope: Bm25Scope = CHUNKS  # what BM25 scores (``build.bm25_scope``)
+    oversample: float | None = None  # the search's rescoring of quantized vectors (``candidates.KnnWidth``)
 
 
 def _doc_filter(p: Plan, doc_id: str, with_filters: bool) -> dict[str, Any]:
@@ -111,8 +112,9 @@ def _probe_bm25(probes: Probes, p: Plan, doc_id: str, depth: int) -> str:
 
 def _probe_knn(probes: Probes, p: Plan, doc_id: str, window: Window, depth: int) -> str:
     qv = probes.encode(p.query)
+    # rescored as the search was, so that its score compares with the window's
     knn = probes.es.dialect.knn_search("embedding", [float(x) for x in qv], 1, 100,
-                                       _doc_filter(p, doc_id, True)["bool"]["filter"])
+                                       _doc_filter(p, doc_id, True)["bool"]["filter"], probes.oversample)
     with engine_errors("kNN probe"):
         hits = probes.es.search(index=probes.alias, size=1, source=False, **knn)["hits"]["hits"]
     if not hits:
