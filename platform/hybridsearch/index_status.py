@@ -10,7 +10,7 @@ from typing import Any
 
 from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import IndexNotFound
-from hybridsearch.index_spec import parse_version
+from hybridsearch.index_spec.names import parse_version
 from hybridsearch.indices import alias_targets
 from hybridsearch.ingest.lease import hidden_documents
 from hybridsearch.settings import IndexSettings

@@ -18,23 +18,17 @@ from hybridsearch.access import INGEST, prefix_names, require_privileges
 from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.engine.dialect import Dialect
 from hybridsearch.errors import AliasConflict, IndexMismatch, IndexNotFound
-from hybridsearch.index_spec import (
+from hybridsearch.index_spec.create import create_chunk_version, create_index, ensure_index_settings
+from hybridsearch.index_spec.create import ensure_log_index as _ensure_log_index
+from hybridsearch.index_spec.fit import (
     ADDABLE_FIELDS,
     CHECKED_META,
     CHECKED_VECTOR,
-    FALLBACK_ANALYZER,
-    PREFERRED_ANALYZER,
     Difference,
     chunk_differences,
-    chunk_spec,
-    create_chunk_version,
-    create_index,
-    ensure_index_settings,
-    log_spec,
     meta_differences,
-    with_analyzer,
 )
-from hybridsearch.index_spec import ensure_log_index as _ensure_log_index
+from hybridsearch.index_spec.spec import FALLBACK_ANALYZER, PREFERRED_ANALYZER, chunk_spec, log_spec, with_analyzer
 from hybridsearch.mappings import chunk_meta
 from hybridsearch.settings import IndexSettings, Settings
 
@@ -57,7 +51,7 @@ def section_words_of(meta: Mapping[str, object]) -> int | None:
 def index_body(name: str, settings: Settings, dialect: Dialect) -> dict[str, Any]:
     """``{"settings": …, "mappings": …}`` of index kind ``name`` (chunks, query_log, ingest_runs, ingest_state) on
     the engine of ``dialect``, from its :mod:`~hybridsearch.index_spec` spec (a chunk index: without the engine's
-    chunk-index settings, which need the cluster: ``index_spec.chunk_spec_for``)."""
+    chunk-index settings, which need the cluster: ``index_spec.spec.chunk_spec_for``)."""
     spec = chunk_spec(settings, dialect=dialect) if name == "chunks" else log_spec(settings, name, dialect)
     return {"settings": spec.settings, "mappings": spec.mappings}
 
@@ -65,7 +59,7 @@ def index_body(name: str, settings: Settings, dialect: Dialect) -> dict[str, Any
 def ensure_log_index(es: EngineClient, settings: Settings, kind: str) -> str:
     """Create the query-log, ingest-runs or ingest-state index from its spec (mappings, settings, write alias), or
     bring an existing one's mappings up to date (new fields are added; a conflicting change raises ClusterError
-    naming the index): :func:`hybridsearch.index_spec.ensure_log_index`."""
+    naming the index): :func:`hybridsearch.index_spec.create.ensure_log_index`."""
     return _ensure_log_index(es, settings, kind)
 
 
@@ -99,7 +93,7 @@ def mapping_differences(mapping: Mapping[str, Any], settings: Settings, keys: tu
     """Where an index's ``mappings`` disagree with what ``settings`` would build: the ``_meta`` ``keys``
     (as ``_meta.<key>``), the vector's dims and similarity (``embedding.dims``...) and the type of every
     field of the chunk template (``<field>.type``; ADDABLE_FIELDS may be missing):
-    :func:`hybridsearch.index_spec.chunk_differences`."""
+    :func:`hybridsearch.index_spec.fit.chunk_differences`."""
     return chunk_differences(mapping, settings, keys, dialect=dialect)
 
 
@@ -196,7 +190,7 @@ def resolve_index(es: EngineClient, settings: Settings, *, check: bool = True) -
 
 
 def ensure_index(es: EngineClient, settings: Settings, version: int | None = None) -> str:
-    """Create ``<prefix>-chunks-v<N>`` from its spec if absent (``index_spec.create_chunk_version``: explicit
+    """Create ``<prefix>-chunks-v<N>`` from its spec if absent (``index_spec.create.create_chunk_version``: explicit
     mappings, the cluster's analyzer, the engine's chunk-index settings), point the alias at it, and create the log
     indices.
 

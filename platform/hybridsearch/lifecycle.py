@@ -21,7 +21,8 @@ from hybridsearch.embedding import Embedder, load_sentence_transformer
 from hybridsearch.embedding.prompts import resolve_prompts
 from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
-from hybridsearch.index_spec import create_chunk_version, parse_version
+from hybridsearch.index_spec.create import create_chunk_version
+from hybridsearch.index_spec.names import parse_version
 from hybridsearch.index_status import ClusterStatus as ClusterStatus
 from hybridsearch.index_status import IndexStatus as IndexStatus
 from hybridsearch.index_status import doc_count
@@ -55,7 +56,7 @@ SOURCE_EXCLUDES = ["embedding"]
 
 
 def version_of(index: str) -> int | None:
-    """N of ``...-chunks-v<N>``, or None for any other name (:func:`hybridsearch.index_spec.parse_version`)."""
+    """N of ``...-chunks-v<N>``, or None for any other name (:func:`hybridsearch.index_spec.names.parse_version`)."""
     return parse_version(index)
 
 
@@ -80,8 +81,8 @@ def create_version(es: EngineClient, settings: Settings, version: int | None = N
     """Create ``<prefix>-chunks-v<N>`` for ``settings`` (model, dims, chunker, vector options).
 
     ``version`` defaults to the next free one. The index is made from its spec
-    (:func:`hybridsearch.index_spec.create_chunk_version`: settings and mappings explicitly, no template, with the
-    cluster's analyzer and the engine's chunk-index settings), so versions built for different models coexist. The
+    (:func:`hybridsearch.index_spec.create.create_chunk_version`: settings and mappings explicitly, no template, with
+    the cluster's analyzer and the engine's chunk-index settings), so versions built for different models coexist. The
     log indices are created too. When the prefix has no read alias yet, the alias is pointed at the new index.
     Raises AccessDenied (before writing anything) when the credentials may not create the prefix's indices,
     ConfigError when the version exists.

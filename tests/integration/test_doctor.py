@@ -12,6 +12,8 @@ import pytest
 
 from hybridsearch import doctor
 from hybridsearch.cli.main import main
+from hybridsearch.doctor import index as doctor_index
+from hybridsearch.doctor.cluster import watermark_used_fraction
 from hybridsearch.engine import EngineClient, connect
 from hybridsearch.indices import ensure_index
 from hybridsearch.settings import Settings, load_settings
@@ -60,7 +62,7 @@ def test_an_index_without_the_knn_filter_setting_or_full_of_deleted_copies_is_a_
         es.index(index=name, id=d["chunk_id"], document=d)
     es.indices.refresh(index=name)
     assert "index.deleted" not in by_name(doctor.run_checks(settings, es=es, models=False, reranker=False))
-    monkeypatch.setattr(doctor, "DELETED_WARN_MIN", 2)  # 4 deleted copies of 8 documents: a warning here
+    monkeypatch.setattr(doctor_index, "DELETED_WARN_MIN", 2)  # 4 deleted copies of 8 documents: a warning here
     checks = by_name(doctor.run_checks(settings, es=es, models=False, reranker=False))
     assert checks["index.deleted"].status == "WARN" and "only_expunge_deletes" in (checks["index.deleted"].fix or "")
     assert "index.knn filter" not in checks  # ensure_index set it where the engine needs it
@@ -140,7 +142,7 @@ def test_reranker_service_readiness(settings: Settings, reranker_service: tuple[
     ("85%", 100, 0.85), ("0.9", 100, 0.9), ("1gb", 10 * 1024**3, 0.9), ("512mb", 1024**3, 0.5), ("100b", 200, 0.5),
 ])
 def test_watermarks_as_used_fraction(value: str, total: int, expected: float) -> None:
-    assert doctor.watermark_used_fraction(value, total) == pytest.approx(expected)
+    assert watermark_used_fraction(value, total) == pytest.approx(expected)
 
 
 def test_cli_exit_codes(es: EngineClient, settings: Settings, monkeypatch: pytest.MonkeyPatch,

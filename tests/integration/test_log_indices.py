@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from hybridsearch import doctor, lifecycle
+from hybridsearch import lifecycle
 from hybridsearch.cli.main import main
+from hybridsearch.doctor.logs import check_log_index, check_log_indices
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import AccessDenied, IndexBlocked
 from hybridsearch.eval.prepare import choose_index
-from hybridsearch.index_spec import LogWriter, inspect_log_index
+from hybridsearch.index_spec.logs import LogWriter, inspect_log_index
 from hybridsearch.indices import ensure_index
 from hybridsearch.ingest.runs import IngestResult, RunRecord, now, unrecorded_dir
 from hybridsearch.query.querylog import QueryLogger
@@ -159,7 +160,7 @@ def test_write_blocked_ingest_runs_index_is_a_block_and_the_record_is_stored_lat
     text = caplog.text
     assert "index.blocks.write" in text and "credential" not in text.lower() and "HSP_ES__" not in text
     assert record.unrecorded_path is not None and record.unrecorded_path.parent == unrecorded_dir(hx.ingest)
-    check = doctor.check_log_index(es, hx, "ingest_runs")
+    check = check_log_index(es, hx, "ingest_runs")
     assert check.status == "FAIL" and "index.blocks.write" in check.detail and runs in str(check.fix)
 
     es.indices.put_settings(index=runs, settings={"index.blocks.write": None})
@@ -191,16 +192,16 @@ def test_ingest_runs_index_deleted_is_recreated_from_its_spec(es: EngineClient, 
 # ------------------------------------------------------------------------------------------- doctor
 
 def test_doctor_checks_the_log_indices(es: EngineClient, hx: Settings) -> None:
-    checks = {c.name: c for c in doctor.check_log_indices(es, hx)}
+    checks = {c.name: c for c in check_log_indices(es, hx)}
     assert set(checks) == {"query-log", "ingest-runs", "ingest-state"}
     assert all(c.status == "WARN" for c in checks.values())  # none exists yet
     ensure_index(es, hx)
-    assert {c.name: c.status for c in doctor.check_log_indices(es, hx)} == dict.fromkeys(checks, "OK")
+    assert {c.name: c.status for c in check_log_indices(es, hx)} == dict.fromkeys(checks, "OK")
     # a query log made by a write with guessed mappings (as before the write alias): FAIL, naming the fields
     name = hx.index.query_log
     es.indices.delete(index=name)
     es.index(index=name, id="x", document={"query": "tau", "mode": "hybrid"})
-    check = doctor.check_log_index(es, hx, "query_log")
+    check = check_log_index(es, hx, "query_log")
     assert check.status == "FAIL"
     assert "query.raw" in check.detail and "mode.type" in check.detail and "dynamic" in check.detail
     assert f"DELETE {name}" in str(check.fix)

@@ -1,6 +1,6 @@
 """Typed metadata on a real node (issue 24): ranges compare numbers as numbers and dates as dates.
 
-The chunk index is made by the one creator (``index_spec.create_chunk_version``) from settings declaring
+The chunk index is made by the one creator (``index_spec.create.create_chunk_version``) from settings declaring
 ``index.metadata_fields``; chunk documents come from ingestion's own layout (``ingest.layout.document_chunks``, the
 typed ``meta`` copy included); filters are rendered by ``query.filters.filter_clauses`` against the typed keys read
 back from the index's real mapping (``mappings.metadata_fields_of``). The property test compares the engine's
@@ -20,7 +20,8 @@ from hypothesis import strategies as st
 
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import QueryError
-from hybridsearch.index_spec import chunk_differences, create_chunk_version
+from hybridsearch.index_spec.create import create_chunk_version
+from hybridsearch.index_spec.fit import chunk_differences
 from hybridsearch.ingest.chunking import WhitespaceTokenizer
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.sources import Document

@@ -15,7 +15,7 @@ import pytest
 from hybridsearch.embedding import Embedder
 from hybridsearch.embedding.cache import CachedEmbedder, cache_key, model_identity
 from hybridsearch.embedding.prompts import NONE, Prompts, folder_prompts, model_prompts, resolve_prompts
-from hybridsearch.index_spec import CHECKED_META, meta_differences
+from hybridsearch.index_spec.fit import CHECKED_META, meta_differences
 from hybridsearch.indices import expected_meta
 from hybridsearch.settings import EmbeddingSettings, Settings
 from hybridsearch.training.embedder import model_encoder, prompted_columns, record_prompts

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hybridsearch.access import check_privileges
-from hybridsearch.doctor import check_access
+from hybridsearch.doctor.index import check_access
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, UNREACHABLE, Dialect, EngineKind, connect
 from hybridsearch.engine.privileges import NO_API, SECURITY_OFF
 from hybridsearch.errors import AccessDenied, ClusterUnavailable

@@ -300,7 +300,8 @@ def test_ingestion_writes_the_typed_copy_or_fails_the_document() -> None:
 
 def test_the_chunk_template_types_declared_metadata() -> None:
     from hybridsearch.engine import ELASTICSEARCH as ES
-    from hybridsearch.index_spec import chunk_differences, chunk_spec
+    from hybridsearch.index_spec.fit import chunk_differences
+    from hybridsearch.index_spec.spec import chunk_spec
     from hybridsearch.mappings import metadata_fields_of
     from hybridsearch.settings import load_settings
 

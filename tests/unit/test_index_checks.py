@@ -46,7 +46,7 @@ def test_mapping_differences_compare_the_real_mapping() -> None:
 
 
 def test_doctor_says_what_bm25_scores_and_which_fusion_searches_use() -> None:
-    from hybridsearch.doctor import retrieval_checks
+    from hybridsearch.doctor.index import retrieval_checks
     from hybridsearch.query.fusion import Fusion
     from hybridsearch.settings import QuerySettings
 

@@ -11,17 +11,10 @@ import pytest
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, Dialect, EngineInfo
 from hybridsearch.errors import AccessDenied, ClusterError, IndexBlocked
 from hybridsearch.eval.prepare import build_signature, index_signature
-from hybridsearch.index_spec import (
-    LOG_KINDS,
-    blocked,
-    chunk_differences,
-    chunk_spec,
-    item_error,
-    log_differences,
-    log_spec,
-    parse_version,
-    write_alias_name,
-)
+from hybridsearch.index_spec.blocks import blocked, item_error
+from hybridsearch.index_spec.fit import chunk_differences, log_differences
+from hybridsearch.index_spec.names import LOG_KINDS, parse_version, write_alias_name
+from hybridsearch.index_spec.spec import chunk_spec, log_spec
 from hybridsearch.indices import index_body, mapping_differences
 from hybridsearch.lifecycle import version_of
 from hybridsearch.settings import load_settings

@@ -27,24 +27,24 @@ ROOTS: dict[str, str] = {
     "mappings:render_context": "the template context: index, embedding and chunking",
     "mappings:load_template": "renders a template (render_context) and the vector field (embedding dims)",
     "mappings:chunk_meta": "the chunk _meta, rendered from the whole context",
-    "index_spec:chunk_spec": "renders the chunk template",
-    "index_spec:log_spec": "renders a log template",
-    "index_spec:with_analyzer": "the settings a new chunk index is built (and compared) with",
-    "index_spec:chunk_spec_for": "chunk_spec on this cluster",
-    "index_spec:create_chunk_version": "creates a chunk index from its rendered spec",
-    "index_spec:ensure_log_index": "creates a log index from its rendered spec",
-    "index_spec:meta_differences": "compares against the rendered _meta",
-    "index_spec:chunk_differences": "compares against the rendered chunk template",
-    "index_spec:log_differences": "compares against the rendered log template",
-    "index_spec:inspect_log_index": "compares against the rendered log template",
-    "index_spec:LogWriter.__init__": "creates its log index from the rendered spec when it is missing",
+    "index_spec.spec:chunk_spec": "renders the chunk template",
+    "index_spec.spec:log_spec": "renders a log template",
+    "index_spec.spec:with_analyzer": "the settings a new chunk index is built (and compared) with",
+    "index_spec.spec:chunk_spec_for": "chunk_spec on this cluster",
+    "index_spec.create:create_chunk_version": "creates a chunk index from its rendered spec",
+    "index_spec.create:ensure_log_index": "creates a log index from its rendered spec",
+    "index_spec.fit:meta_differences": "compares against the rendered _meta",
+    "index_spec.fit:chunk_differences": "compares against the rendered chunk template",
+    "index_spec.fit:log_differences": "compares against the rendered log template",
+    "index_spec.logs:inspect_log_index": "compares against the rendered log template",
+    "index_spec.logs:LogWriter.__init__": "creates its log index from the rendered spec when it is missing",
     "indices:index_body": "renders a template",
-    "indices:ensure_log_index": "index_spec.ensure_log_index",
-    "indices:ensure_log_indices": "index_spec.ensure_log_index for each log",
+    "indices:ensure_log_index": "index_spec.create.ensure_log_index",
+    "indices:ensure_log_indices": "index_spec.create.ensure_log_index for each log",
     "indices:expected_meta": "the rendered chunk _meta",
-    "indices:mapping_differences": "index_spec.chunk_differences",
-    "indices:check_meta": "index_spec.meta_differences",
-    "indices:check_mapping": "index_spec.chunk_differences",
+    "indices:mapping_differences": "index_spec.fit.chunk_differences",
+    "indices:check_meta": "index_spec.fit.meta_differences",
+    "indices:check_mapping": "index_spec.fit.chunk_differences",
     "indices:resolve_index": "checks the live mapping against the rendered template",
     "indices:ensure_index": "creates the chunk and log indices",
     "kibana:data_view_fields": "renders the chunk and log templates",
@@ -57,10 +57,10 @@ ROOTS: dict[str, str] = {
     "lifecycle:check_live_model": "resolve_index with its mapping check",
     "rechunk:rechunk_copy": "re-cuts and re-embeds: chunking, embedding, index and ingest",
     # the doctor: every check of a deployment
-    "doctor:check_index": "index checks: privileges, analyzer, live index",
-    "doctor:_check_live_index": "the live index against index, embedding and query settings",
-    "doctor:check_log_index": "a log index against its rendered spec",
-    "doctor:check_log_indices": "check_log_index for each log",
+    "doctor.index:check_index": "index checks: privileges, analyzer, live index",
+    "doctor.index:_check_live_index": "the live index against index, embedding and query settings",
+    "doctor.logs:check_log_index": "a log index against its rendered spec",
+    "doctor.logs:check_log_indices": "check_log_index for each log",
     "doctor:run_checks": "every check",
     # ingestion: one run wires chunking, embedding, the cluster and the indices together
     "ingest.pipeline:run_ingest": "the ingest run",
@@ -148,7 +148,8 @@ def _functions() -> dict[str, dict[str, Use]]:
     """``{module:qualname: {param: Use}}`` for every function with a root-Settings parameter."""
     found: dict[str, dict[str, Use]] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
-        module = ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+        parts = path.relative_to(PACKAGE).with_suffix("").parts
+        module = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)  # a package by its own name
         tree = ast.parse(path.read_text(encoding="utf-8"))
 
         def visit(node: ast.AST, prefix: str, module: str = module) -> None:

@@ -5,7 +5,9 @@ stay the same on Elasticsearch 8.x/9.x and OpenSearch:
 
 * :mod:`.connect` builds each library's client from :class:`~hybridsearch.settings.ClusterSettings` and asks
   the cluster which engine it is (:class:`EngineInfo`);
-* :mod:`.client` is what the rest of the package calls (:class:`EngineClient`, :class:`AsyncEngineClient`);
+* :mod:`.client` is what the rest of the package calls (:class:`EngineClient`; its ``indices``, ``cluster``,
+  ``nodes`` and ``cat`` calls are in :mod:`.namespaces`), :mod:`.async_client` the asyncio calls of the search
+  path (:class:`AsyncEngineClient`), both sending requests in the one form of :mod:`.wire`;
 * :mod:`.dialect` renders what differs in the JSON (vector field, kNN clause, metadata field type);
 * :mod:`.errors` reads both libraries' errors and translates them into :mod:`hybridsearch.errors`;
 * :mod:`.privileges` is the one shape of the answer on which index privileges the credentials hold.
@@ -19,7 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybridsearch.engine.client import AsyncEngineClient, EngineClient
+from hybridsearch.engine.async_client import AsyncEngineClient
+from hybridsearch.engine.client import EngineClient
 from hybridsearch.engine.connect import MIN_VERSION, EngineInfo
 from hybridsearch.engine.dialect import (
     ELASTICSEARCH,

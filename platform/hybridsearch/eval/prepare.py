@@ -3,8 +3,8 @@
 Each collection gets its own prefix (default ``eval-<collection>``), so evaluations never touch a
 production index. Under that prefix, every ``<prefix>-chunks-v<N>`` whose ``_meta`` (model, dims,
 chunker, title handling) and mapping (analyzer, vector ``index_options``, field types) match the settings
-(``index_spec.chunk_differences`` at level ``build``) is a candidate for reuse; otherwise a new version is
-created from its spec (``indices.ensure_index``, which calls ``index_spec.create_chunk_version``) and the read
+(``index_spec.fit.chunk_differences`` at level ``build``) is a candidate for reuse; otherwise a new version is
+created from its spec (``indices.ensure_index``, which calls ``index_spec.create.create_chunk_version``) and the read
 alias swapped to it. The older versions stay, so switching settings back reuses them.
 """
 
@@ -21,7 +21,9 @@ from pydantic import ValidationError
 
 from hybridsearch.engine import Dialect, EngineClient, engine_errors
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
-from hybridsearch.index_spec import BUILD_META, chunk_differences, parse_version, with_analyzer
+from hybridsearch.index_spec.fit import BUILD_META, chunk_differences
+from hybridsearch.index_spec.names import parse_version
+from hybridsearch.index_spec.spec import with_analyzer
 from hybridsearch.indices import alias_targets, ensure_index, expected_meta, swap_alias
 from hybridsearch.mappings import index_options
 from hybridsearch.progress import ProgressSink

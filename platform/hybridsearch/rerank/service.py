@@ -43,119 +43,34 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from hybridsearch.rerank.base import PairScorer
 from hybridsearch.rerank.batching import MicroBatcher, QueueFull
+from hybridsearch.rerank.connections import ConnectionGuard, guarded_protocol
 from hybridsearch.rerank.http import REQUEST_TIMEOUT_HEADER
 from hybridsearch.rerank.local import LocalReranker
+from hybridsearch.rerank.metrics import Metrics
 from hybridsearch.rerank.ranking import order_by_score
+from hybridsearch.rerank.request import (
+    BUDGET_MARGIN_S,
+    ApiError,
+    check_content_headers,
+    parse_request,
+    read_body,
+    request_budget,
+)
 from hybridsearch.settings import RerankerSettings
 
 log = logging.getLogger(__name__)
-
-
-class RerankRequest(BaseModel):
-    """Body of ``POST /rerank``."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-    query: str = Field(min_length=1)
-    passages: list[str]
-    top_n: int | None = Field(None, ge=1)
-
-
-class ApiError(Exception):
-    """An answer other than 200, with a machine-readable code and a reason for people."""
-
-    def __init__(self, status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(detail)
-        self.status, self.code, self.detail, self.headers = status, code, detail, headers
-
-
-_GZIP_MAGIC = b"\x1f\x8b"
-
-
-def _compressed(what: str) -> ApiError:
-    return ApiError(415, "unsupported_encoding", f"{what} is not accepted: send the JSON uncompressed (no "
-                    "Content-Encoding)", {"Accept-Encoding": "identity"})
-
-
-def check_content_headers(request: Request) -> None:
-    """415 unless the body is declared as uncompressed JSON (application/json or a +json type, UTF-8)."""
-    coding = request.headers.get("content-encoding", "").strip().lower()
-    if coding not in ("", "identity"):
-        raise _compressed(f"Content-Encoding {coding!r}")
-    ctype = request.headers.get("content-type")
-    if ctype is None:
-        return
-    media, *params = (p.strip().lower() for p in ctype.split(";"))
-    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
-        raise ApiError(415, "unsupported_media_type", f"Content-Type {media or ctype!r} is not accepted: send "
-                       "the body as application/json")
-    charset = next((p.split("=", 1)[1].strip('" ') for p in params if p.startswith("charset=")), "utf-8")
-    if charset not in ("utf-8", "utf8"):
-        raise ApiError(415, "unsupported_charset", f"charset {charset!r} is not accepted: send UTF-8 JSON")
-
-
-#: seconds of a request's budget kept for what happens outside the service's measure (sending the answer, the
-#: client's own bookkeeping)
-BUDGET_MARGIN_S = 0.1
-
-
-@dataclass
-class ConnectionGuard:
-    """The connection limits of one served app (:func:`serve`), and what they did: connections open now, refused
-    over ``max_connections``, cut off for sending their headers slower than ``header_timeout``."""
-
-    header_timeout: float
-    max_connections: int
-    open: int = 0
-    refused: int = 0
-    timed_out: int = 0
-
-
-class Metrics:
-    """Prometheus metrics of one app (own registry, so several apps can live in one process)."""
-
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.requests = Counter("hsp_reranker_requests", "rerank requests by HTTP status", ["status"],
-                                registry=self.registry)
-        self.latency = Histogram("hsp_reranker_request_seconds", "rerank request latency",
-                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-                                 registry=self.registry)
-        self.batch_requests = Histogram("hsp_reranker_batch_requests", "requests per model call",
-                                        buckets=(1, 2, 4, 8, 16, 32, 64), registry=self.registry)
-        self.batch_pairs = Histogram("hsp_reranker_batch_pairs", "pairs per model call",
-                                     buckets=(1, 8, 16, 32, 64, 128, 256, 512, 1024), registry=self.registry)
-        self.model_seconds = Histogram("hsp_reranker_model_seconds", "seconds per model call",
-                                       registry=self.registry)
-        self.ready = Gauge("hsp_reranker_ready", "1 once the model is loaded", registry=self.registry)
-        self.queued = Gauge("hsp_reranker_queued_requests", "requests waiting for the model", registry=self.registry)
-        self.refused = Counter("hsp_reranker_refused", "requests refused with 503 because the queue was full",
-                               registry=self.registry)
-        self.connections = Gauge("hsp_reranker_connections", "client connections open", registry=self.registry)
-        self.connections_refused = Gauge("hsp_reranker_connections_refused", "connections refused over "
-                                         "max_connections since start", registry=self.registry)
-        self.slow_clients = Gauge("hsp_reranker_slow_clients_cut", "connections cut off since start for sending "
-                                  "headers slower than header_timeout", registry=self.registry)
-
-    def on_batch(self, n_requests: int, n_pairs: int, seconds: float) -> None:
-        self.batch_requests.observe(n_requests)
-        self.batch_pairs.observe(n_pairs)
-        self.model_seconds.observe(seconds)
 
 
 class ServiceState:
@@ -224,78 +139,6 @@ class ServiceState:
         except QueueFull as exc:
             raise self.overloaded(exc) from None
 
-    def budget(self, request: Request) -> float:
-        """Seconds the client waits for this answer: its X-Request-Timeout header, else the settings' timeout."""
-        given = request.headers.get(REQUEST_TIMEOUT_HEADER)
-        if given is None:
-            return self.cfg.timeout
-        try:
-            seconds = float(given)
-        except ValueError:
-            seconds = math.nan
-        if not math.isfinite(seconds) or seconds <= 0:
-            raise ApiError(400, "bad_timeout", f"{REQUEST_TIMEOUT_HEADER} must be a positive number of seconds, "
-                           f"not {given[:40]!r}")
-        return seconds
-
-    async def read_body(self, request: Request, deadline: float | None = None) -> bytes:
-        """The body, read within ``body_timeout`` (and before ``deadline``, a perf_counter value): 408 and the
-        connection closed otherwise; 413 over ``max_body_bytes``."""
-        limit = self.cfg.max_body_bytes
-        too_big = ApiError(413, "body_too_large",
-                           f"request body over max_body_bytes={limit} (HSP_RERANKER__MAX_BODY_BYTES)")
-        declared = request.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > limit:
-            raise too_big
-        seconds = self.cfg.body_timeout
-        if deadline is not None:
-            seconds = min(seconds, deadline - time.perf_counter())
-        body = bytearray()
-        try:
-            async with asyncio.timeout(max(0.0, seconds)):
-                async for chunk in request.stream():
-                    body += chunk
-                    if len(body) > limit:
-                        raise too_big
-        except TimeoutError:
-            raise ApiError(408, "body_timeout", f"the request body did not arrive within {seconds:.1f}s "
-                           "(HSP_RERANKER__BODY_TIMEOUT, or the request's budget)", {"Connection": "close"}) from None
-        return bytes(body)
-
-    def parse(self, raw: bytes) -> RerankRequest:
-        if raw.startswith(_GZIP_MAGIC):
-            raise _compressed("a gzip-compressed body")
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise ApiError(400, "bad_encoding", f"request body is not UTF-8: byte {raw[exc.start]:#04x} at "
-                                                f"offset {exc.start}") from None
-        try:
-            req = RerankRequest.model_validate_json(text)
-        except ValidationError as exc:
-            errors = exc.errors(include_url=False)
-            if any(e["type"] == "json_invalid" for e in errors):
-                raise ApiError(400, "bad_json", f"request body is not valid JSON: {errors[0]['msg']}") from None
-            detail = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in errors[:5])
-            raise ApiError(422, "invalid_request", detail) from None
-        cfg = self.cfg
-        if not req.query.strip():
-            raise ApiError(422, "blank_query", "query is blank (only whitespace): send the text to score the "
-                                               "passages against")
-        if not req.passages:
-            raise ApiError(422, "no_passages", "passages is empty: send at least one passage")
-        if len(req.passages) > cfg.max_passages:
-            raise ApiError(422, "too_many_passages", f"{len(req.passages)} passages over max_passages="
-                           f"{cfg.max_passages} (HSP_RERANKER__MAX_PASSAGES); split the request")
-        if len(req.query) > cfg.max_passage_chars:
-            raise ApiError(422, "query_too_long", f"query of {len(req.query)} characters over max_passage_chars="
-                           f"{cfg.max_passage_chars} (HSP_RERANKER__MAX_PASSAGE_CHARS)")
-        for i, p in enumerate(req.passages):
-            if len(p) > cfg.max_passage_chars:
-                raise ApiError(422, "passage_too_long", f"passages[{i}] has {len(p)} characters, over "
-                               f"max_passage_chars={cfg.max_passage_chars} (HSP_RERANKER__MAX_PASSAGE_CHARS)")
-        return req
-
 
 def _error(exc: ApiError) -> JSONResponse:
     return JSONResponse({"error": exc.code, "detail": exc.detail}, status_code=exc.status, headers=exc.headers)
@@ -347,9 +190,9 @@ def create_app(cfg: RerankerSettings | None = None, scorer: PairScorer | None = 
         try:
             state.check_token(request)
             check_content_headers(request)
-            deadline = started + state.budget(request) - BUDGET_MARGIN_S
+            deadline = started + request_budget(request, state.cfg) - BUDGET_MARGIN_S
             state.check_capacity()  # shed load before reading and parsing the body
-            req = state.parse(await state.read_body(request, deadline))
+            req = parse_request(await read_body(request, state.cfg, deadline), state.cfg)
             n_passages = len(req.passages)
             if not state.ready:
                 if state.load_error:
@@ -378,71 +221,6 @@ def create_app(cfg: RerankerSettings | None = None, scorer: PairScorer | None = 
         return response
 
     return app
-
-
-# ------------------------------------------------------------------------------------------ serving
-
-_REFUSED = b'{"error": "too_many_connections", "detail": "the service holds max_connections connections"}'
-REFUSED_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
-                    b"Connection: close\r\nContent-Length: " + str(len(_REFUSED)).encode() + b"\r\n\r\n" + _REFUSED)
-TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-#: seconds a refused connection is kept half-closed so that its client reads the 503 before the close
-REFUSED_LINGER_S = 1.0
-
-
-def guarded_protocol(guard: ConnectionGuard) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol with ``guard``'s limits: a header timeout per request and a connection cap."""
-    import h11
-    from uvicorn.protocols.http.h11_impl import H11Protocol
-
-    class GuardedH11Protocol(H11Protocol):
-        _timer: asyncio.TimerHandle | None = None
-        _refused = False
-
-        def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
-            super().connection_made(transport)  # type: ignore[arg-type]
-            guard.open += 1
-            if guard.open > guard.max_connections:
-                guard.refused += 1
-                self._refused = True
-                self.transport.write(REFUSED_RESPONSE)
-                if self.transport.can_write_eof():
-                    self.transport.write_eof()
-                self._timer = self.loop.call_later(REFUSED_LINGER_S, self.transport.close)
-                return
-            self._arm()
-
-        def connection_lost(self, exc: Exception | None) -> None:
-            guard.open -= 1
-            self._disarm()
-            super().connection_lost(exc)
-
-        def data_received(self, data: bytes) -> None:
-            if self._refused:
-                return  # read and dropped until the linger ends
-            super().data_received(data)
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-                if self._timer is None:  # the first bytes of a request: its headers are now due
-                    self._arm()
-            else:
-                self._disarm()  # headers in (or the connection is going): the app and its body timeout take over
-
-        def _arm(self) -> None:
-            self._timer = self.loop.call_later(guard.header_timeout, self._headers_late)
-
-        def _disarm(self) -> None:
-            if self._timer is not None:
-                self._timer.cancel()
-                self._timer = None
-
-        def _headers_late(self) -> None:
-            self._timer = None
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-                guard.timed_out += 1
-                self.transport.write(TIMEOUT_RESPONSE)
-                self.transport.close()
-
-    return GuardedH11Protocol
 
 
 def server_config(app: FastAPI, host: str, port: int, **uvicorn_options: Any) -> Any:

@@ -1,0 +1,121 @@
+"""Whether an index fits the settings: the one fit check of a chunk index (:func:`chunk_differences`, at level
+``serve`` or ``build``) and of a log index (:func:`log_differences`), as ``(field, expected, actual)``
+:data:`Difference` tuples that :func:`describe` puts in words."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, Literal
+
+from hybridsearch.engine.dialect import Dialect
+from hybridsearch.index_spec.spec import log_spec
+from hybridsearch.mappings import chunk_meta, index_options, load_template
+from hybridsearch.settings import Settings
+
+# _meta keys that must agree between an index and the settings that write to or query it. ``passage_prompt``: the
+# text every chunk was embedded after (embedding.prompts); a vector made with another prompt must not be written
+# beside them.
+CHECKED_META = ("embedding_model", "embedding_dims", "passage_prompt")
+# what a _meta key added after indices were first built means when an index lacks it: indices built before
+# prompts were applied embedded every passage without one.
+META_DEFAULTS: dict[str, object] = {"passage_prompt": "", "metadata_fields": {}}
+# vector parameters that must agree (read by the engine's dialect, ``VectorSummary``): a vector of other dims
+# cannot be written or compared, and another similarity ranks (and, for dot_product, accepts) vectors differently.
+CHECKED_VECTOR = ("dims", "similarity")
+# Chunk fields added after indices were first built: an index without them is still served (reads treat the
+# missing field as absent) and ``indices.ensure_index`` adds them before an ingest writes. ``section_all`` is only
+# searched where both section fields copy into it (``query.build.has_joined_field``).
+ADDABLE_FIELDS = ("pending_run", "section_title", "section_text", "section_all", "doc_chunks", "title_cut")
+# Typed metadata (``meta.<key>``, ``index.metadata_fields``): optional too, but never added to an existing index
+# (its documents would lack the typed copies and ranges would miss them silently). An index without a declared key
+# is still served and written (ingestion writes the keys the index has; filters refuse ranges on the others); a
+# key the index types otherwise than the settings is a difference.
+TYPED_METADATA = "meta"
+# _meta keys that decide whether an existing index holds what the settings would build (reuse, level "build").
+BUILD_META = ("embedding_model", "embedding_dims", "chunker", "chunker_version", "prepend_title", "bm25_unit",
+              "section_words", "metadata_fields")
+
+Difference = tuple[str, object, object]  # (field, expected, actual); actual None = the index lacks it
+Level = Literal["serve", "build"]
+
+
+def _walk(want: Mapping[str, Any], have: Mapping[str, Any], path: str = "", optional: tuple[str, ...] = (),
+          *, deep: bool = True) -> Iterator[Difference]:
+    """Field types of ``want`` (a ``properties`` block) against ``have``; with ``deep``, nested objects and
+    multi-fields too. Fields in ``optional`` may be missing."""
+    for name, spec in want.items():
+        key = f"{path}{name}"
+        got = have.get(name)
+        want_type = spec.get("type", "object")
+        if got is None:
+            if key not in optional:
+                yield (f"{key}.type", want_type, None)
+            continue
+        got_type = got.get("type", "object")
+        if got_type != want_type:
+            yield (f"{key}.type", want_type, got_type)
+            continue
+        if deep and "properties" in spec:
+            yield from _walk(spec["properties"], got.get("properties") or {}, f"{key}.")
+        if deep and "fields" in spec:
+            yield from _walk(spec["fields"], got.get("fields") or {}, f"{key}.")
+
+
+def meta_differences(meta: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META
+                     ) -> list[Difference]:
+    """Where a chunk index's ``_meta`` disagrees with what ``settings`` would record, on ``keys`` (as
+    ``_meta.<key>``; a key an older index lacks counts as :data:`META_DEFAULTS` says). The same on every engine."""
+    want = chunk_meta(settings)
+    return [(f"_meta.{k}", want[k], meta.get(k)) for k in keys if meta.get(k, META_DEFAULTS.get(k)) != want[k]]
+
+
+def chunk_differences(mapping: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META, *,
+                      dialect: Dialect, level: Level = "serve") -> list[Difference]:
+    """Where a chunk index's ``mappings`` disagree with what ``settings`` would build: the ``_meta`` ``keys`` (as
+    ``_meta.<key>``), the vector's dims and similarity (``embedding.dims``...) and the type of every field of the
+    chunk template (``<field>.type``; ADDABLE_FIELDS may be missing). The one fit check.
+
+    ``level="serve"``: can these settings search and write it. ``level="build"`` (reuse by the evaluation): does it
+    hold exactly what these settings would build, so also chunker, title handling, BM25 unit (:data:`BUILD_META`),
+    analyzer (``analyzer``) and vector ``index_options`` type (``embedding.index_options``); ``settings``' analyzer
+    must be resolved (:func:`~hybridsearch.index_spec.spec.with_analyzer`) for that.
+    """
+    want = load_template("chunks", settings, dialect)["template"]["mappings"]
+    if level == "build":
+        keys = tuple(dict.fromkeys((*keys, *BUILD_META)))
+    diffs = meta_differences(mapping.get("_meta") or {}, settings, keys)
+    props: Mapping[str, Any] = mapping.get("properties") or {}
+    diffs += _walk(want["properties"], props, optional=(*ADDABLE_FIELDS, TYPED_METADATA), deep=False)
+    have_typed = (props.get(TYPED_METADATA) or {}).get("properties") or {}
+    diffs += _walk(want["properties"][TYPED_METADATA]["properties"], have_typed, f"{TYPED_METADATA}.",
+                   optional=tuple(f"{TYPED_METADATA}.{k}" for k in settings.index.metadata_fields), deep=False)
+    vector = dialect.vector_summary(want["properties"]["embedding"])
+    have_vector = dialect.vector_summary(props.get("embedding") or {})
+    if have_vector.is_vector:
+        diffs += [(f"embedding.{k}", getattr(vector, k), getattr(have_vector, k)) for k in CHECKED_VECTOR
+                  if getattr(have_vector, k) != getattr(vector, k)]
+    if level == "build":
+        analyzer = (props.get("text") or {}).get("analyzer", "standard")
+        if analyzer != settings.index.analyzer:
+            diffs.append(("analyzer", settings.index.analyzer, analyzer))
+        options = have_vector.options.get("type") if have_vector.is_vector else None
+        if options != index_options(settings.index)["type"]:
+            diffs.append(("embedding.index_options", index_options(settings.index)["type"], options))
+    return diffs
+
+
+def log_differences(kind: str, mapping: Mapping[str, Any], settings: Settings, dialect: Dialect) -> list[Difference]:
+    """Where a log index's ``mappings`` disagree with its spec: ``dynamic`` (``strict``: an index a write created
+    guesses fields) and the type of every field, nested objects and multi-fields (``query.raw``) included."""
+    want = log_spec(settings, kind, dialect).mappings
+    diffs: list[Difference] = []
+    if str(mapping.get("dynamic", "true")) != str(want.get("dynamic", "true")):
+        diffs.append(("dynamic", want.get("dynamic"), mapping.get("dynamic")))
+    return diffs + list(_walk(want.get("properties") or {}, mapping.get("properties") or {}))
+
+
+def describe(diffs: Sequence[Difference]) -> str:
+    """``mode.type: index has 'text', the spec says 'keyword'; query.raw.type: index lacks it, ...``."""
+    return "; ".join(f"{f}: index has {a!r}, the spec says {e!r}" if a is not None else
+                     f"{f}: index lacks it, the spec says {e!r}" for f, e, a in diffs)
+

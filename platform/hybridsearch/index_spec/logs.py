@@ -1,0 +1,184 @@
+"""The log indices: inspected for ``hsp doctor`` (:func:`inspect_log_index`) and written by :class:`LogWriter`.
+
+**The log indices** (``<prefix>-query-log``, ``<prefix>-ingest-runs``, ``<prefix>-ingest-state``) must never be
+made by a write: an index the engine creates for a document guesses its mappings (``query`` and ``mode`` as
+``text``, no ``query.raw``) and takes the cluster's default replicas. A team's role holds index privileges on its
+prefix only, so neither ``action.auto_create_index`` nor an index template can forbid that. Instead the query log
+and the ingest runs are written through a *write alias* (``<prefix>-write-query-log``, ``<prefix>-write-ingest-runs``:
+names that a role's ``<prefix>-*query-log`` pattern still covers) with ``require_alias=true``. A deleted index
+takes its alias with it, so the next write fails with ``index_not_found`` instead of creating anything;
+:class:`LogWriter` then creates the index with its own mappings and alias and writes again. Where the credentials
+may not add the alias to an existing index (a search-only role), writes go to the index by name after checking
+that it exists, as before. A write refused by a block (``index.blocks.write``, the disk flood stage, a read-only
+cluster) is reported as :class:`~hybridsearch.errors.IndexBlocked`, naming the index and the fix.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hybridsearch.access import require_privileges
+from hybridsearch.engine import EngineClient, engine_errors
+from hybridsearch.errors import AccessDenied, ClusterError, HybridSearchError, IndexNotFound
+from hybridsearch.index_spec.blocks import bulk_error_type, item_error, write_errors
+from hybridsearch.index_spec.create import ensure_log_index
+from hybridsearch.index_spec.fit import Difference, log_differences
+from hybridsearch.index_spec.names import log_index_name, write_alias_name
+from hybridsearch.index_spec.spec import log_spec
+from hybridsearch.settings import Settings
+
+log = logging.getLogger(__name__)
+
+_WRITE_BLOCKS = ("index.blocks.write", "index.blocks.read_only", "index.blocks.read_only_allow_delete")
+
+
+@dataclass
+class LogIndexState:
+    """What ``hsp doctor`` reports on one log index (see :func:`inspect_log_index`)."""
+
+    kind: str
+    name: str
+    exists: bool
+    write_alias: str | None = None
+    alias_ok: bool = True  # the write alias points at the index (True when the kind has none)
+    differences: list[Difference] = field(default_factory=list)
+    blocks: list[str] = field(default_factory=list)  # write blocks set on the index
+    health: str | None = None
+    replicas: int | None = None
+
+
+def inspect_log_index(es: EngineClient, settings: Settings, kind: str) -> LogIndexState:
+    """Exists, write alias, mapping against the spec, write blocks, health of log index ``kind``. Raises
+    ClusterError when it cannot be read."""
+    spec = log_spec(settings, kind, es.dialect)
+    state = LogIndexState(kind, spec.name, exists=False, write_alias=spec.write_alias)
+    with engine_errors(f"check {spec.name}"):
+        if not es.indices.exists(index=spec.name):
+            return state
+        state.exists = True
+        mapping = next(iter(es.indices.get_mapping(index=spec.name).values()))["mappings"]
+        state.differences = log_differences(kind, mapping, settings, es.dialect)
+        flat = es.indices.get_settings(index=spec.name, flat_settings=True).get(spec.name, {}).get("settings", {})
+        state.blocks = [b for b in _WRITE_BLOCKS if str(flat.get(b)).lower() == "true"]
+        state.replicas = int(flat.get("index.number_of_replicas", 0))
+        state.health = str(es.cluster.health(index=spec.name)["status"])
+        if spec.write_alias:
+            state.alias_ok = spec.name in es.indices.get_alias(name=spec.write_alias)
+    return state
+
+
+@dataclass
+class LogWrite:
+    """What :meth:`LogWriter.write` did: documents written, failed, and the first failure's error (typed)."""
+
+    written: int = 0
+    failed: int = 0
+    error: HybridSearchError | None = None
+
+
+class LogWriter:
+    """Writes documents to one log index so that no write can create it with guessed mappings (module docstring).
+
+    Thread-safe. ``write`` never raises for the documents' sake: the returned :class:`LogWrite` says what failed
+    and why (IndexBlocked for a block, AccessDenied when the index is missing and may not be created)."""
+
+    def __init__(self, es: EngineClient, settings: Settings, kind: str) -> None:
+        self.es, self.settings, self.kind = es, settings, kind
+        self.index = log_index_name(settings.index, kind)
+        self.alias = write_alias_name(settings.index, kind)
+        self._direct = self.alias is None  # write by name (after an existence check), not through the alias
+        self._lock = threading.Lock()
+
+    def ensure(self) -> None:
+        """Create the index with its spec when it is missing (AccessDenied when these credentials may not);
+        add the write alias to an index that lacks it, or fall back to writes by name where that is refused."""
+        with self._lock:
+            with engine_errors(f"check {self.index}"):
+                exists = self.es.indices.exists(index=self.index)
+            if not exists:
+                names = [self.index, *([self.alias] if self.alias else [])]
+                require_privileges(self.es, names, ("create_index", "manage"), f"create {self.index}")
+                ensure_log_index(self.es, self.settings, self.kind)
+                self._direct = self.alias is None
+                return
+            if self.alias is None:
+                return
+            try:
+                with write_errors(self.index, f"add the write alias {self.alias} to {self.index}"):
+                    if self.es.indices.exists_alias(name=self.alias):
+                        self._direct = False
+                        return
+                    self.es.indices.update_aliases(actions=[{"add": {"index": self.index, "alias": self.alias,
+                                                                     "is_write_index": True}}])
+                self._direct = False
+            except AccessDenied as exc:
+                if not self._direct:
+                    log.warning("%s: writing to %s by name (may not add the write alias %s: %s)", self.kind,
+                                self.index, self.alias, exc.problem)
+                self._direct = True
+
+    def write(self, docs: Sequence[tuple[str | None, Mapping[str, Any]]], *, op_type: str = "create",
+              refresh: str | None = None) -> LogWrite:
+        """Write ``docs`` (``(id, document)``; id None: a new random one) with ``op_type`` (``create``, ``index``
+        or ``update``, whose documents are partial). A write that finds the index gone creates it from its spec
+        and writes again."""
+        pending = [(i or uuid.uuid4().hex, d) for i, d in docs]
+        result = LogWrite()
+        errors: list[HybridSearchError] = []
+        for attempt in (1, 2):
+            if attempt == 2 or self._direct:
+                try:
+                    self.ensure()
+                except HybridSearchError as exc:
+                    result.failed += len(pending)
+                    errors.append(exc)
+                    break
+            pending = self._send(pending, op_type, refresh, result, errors)
+            if not pending:
+                break
+        else:
+            result.failed += len(pending)
+            errors.append(ClusterError(f"{self.index} disappeared again while it was being written",
+                                       fix=f"find out who deletes {self.index}: the platform re-creates it"))
+        result.error = errors[0] if errors else None
+        return result
+
+    def _send(self, docs: list[tuple[str, Mapping[str, Any]]], op_type: str, refresh: str | None,
+              result: LogWrite, errors: list[HybridSearchError]) -> list[tuple[str, Mapping[str, Any]]]:
+        """One bulk request; returns the documents refused because the index (its write alias) is missing, counts
+        the others in ``result`` and adds their errors to ``errors``."""
+        target = self.index if self._direct else str(self.alias)
+        body_key = "doc" if op_type == "update" else "_source"
+        actions = [{"_op_type": op_type, "_index": target, "_id": i, body_key: dict(d)} for i, d in docs]
+        extra: dict[str, Any] = {} if self._direct else {"require_alias": True}
+        if refresh:
+            extra["refresh"] = refresh
+        doing = f"write {len(docs)} document(s) to {self.index}"
+        try:
+            with write_errors(self.index, doing):
+                ok, items = self.es.bulk(actions, raise_on_error=False, raise_on_exception=False, stats_only=False,
+                                         **extra)
+        except IndexNotFound:
+            return list(docs)
+        except HybridSearchError as exc:
+            result.failed += len(docs)
+            errors.append(exc)
+            return []
+        result.written += int(ok)
+        by_id = dict(docs)
+        missing: list[tuple[str, Mapping[str, Any]]] = []
+        for entry in items if isinstance(items, list) else []:
+            item = next(iter(entry.values())) if isinstance(entry, Mapping) and entry else {}
+            error = item_error(item, self.index, doing)
+            gone = bulk_error_type(item.get("error")) == "index_not_found_exception" or isinstance(error, IndexNotFound)
+            if gone and item.get("_id") in by_id:
+                missing.append((item["_id"], by_id[item["_id"]]))
+            else:
+                result.failed += 1
+                errors.append(error)
+        return missing
