@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hybridsearch.engine import ELASTICSEARCH as ES
 from hybridsearch.errors import ClusterError, IndexNotFound, QueryError, RerankerError
@@ -16,6 +19,7 @@ from hybridsearch.query.build import (
     bm25_scope,
     clean_query,
     has_joined_field,
+    list_size,
     plan,
     searches,
 )
@@ -261,3 +265,11 @@ def test_the_joined_scope_sends_one_match_with_the_operator_and_the_filters(sett
     separate = searches(q, settings.index.alias, p, None, ES, scope=Bm25Scope(sections=True))[1][1]
     assert body["query"]["bool"]["filter"] == separate["query"]["bool"]["filter"]
     assert "team-a" in str(body["query"]["bool"]["filter"])  # the tenant filter too
+
+
+@given(depth=st.one_of(st.none(), st.integers(-5, 2000)), k=st.integers(1, 1000))
+def test_list_size_is_the_lists_k_unless_the_plan_asks_for_fewer(depth: int | None, k: int) -> None:
+    q = load_settings(index={"prefix": "unit"}, query={"log_queries": False}).query
+    p = dataclasses.replace(plan(q, None, "bees", mode="bm25"), depth=depth)
+    size = list_size(p, k)
+    assert 1 <= size <= k and (size == k if depth is None or depth >= k else size == max(1, depth))

@@ -26,6 +26,7 @@ from test_search_client_recorded import (
     FixedVectors,
     MovingES,
     is_knn,
+    list_of,
     one_msearch,
     recording,
     same,
@@ -163,6 +164,37 @@ def test_one_msearch_unless_hybrid_overlaps(mode: str, overlap: bool, kinds: lis
     d = Driver(FakeES(settings(), recording("hybrid")))
     d.run(core(hybrid_overlap=overlap).search_steps(QUERY, mode=mode, rerank=False))
     assert d.kinds == CHECK + kinds
+
+
+def list_sizes(requests: Sequence[Request]) -> dict[str, int]:
+    """The ``size`` each list asked for in the ``_msearch`` requests among ``requests`` (spawned ones too)."""
+    sizes: dict[str, int] = {}
+    for r in requests:
+        inner = r.request if isinstance(r, Spawn) else r
+        if isinstance(inner, Msearch):
+            sizes |= {list_of(body): body["size"] for body in inner.lines[1::2]}
+    return sizes
+
+
+@pytest.mark.parametrize(("mode", "k", "page", "rerank", "bm25", "knn"), [
+    ("bm25", 10, 1, False, 10, None), ("bm25", 4, 3, False, 12, None), ("bm25", 10, 1, True, 30, None),
+    ("bm25", 50, 1, True, 50, None), ("bm25", 60, 2, False, 100, None), ("dense", 10, 1, False, None, 10),
+    ("dense", 7, 1, True, None, 30), ("hybrid", 10, 1, False, 100, 100), ("hybrid", 3, 1, True, 100, 100)])
+def test_one_list_fetches_only_what_its_page_and_rerank_show(mode: str, k: int, page: int, rerank: bool,
+                                                              bm25: int | None, knn: int | None) -> None:
+    d = Driver(FakeES(settings(), recording("hybrid")))
+    d.run(core(reranker=Scores()).search_steps(QUERY, mode=mode, k=k, page=page, rerank=rerank))
+    sizes = list_sizes(d.requests)
+    assert (sizes.get("bm25"), sizes.get("knn")) == (bm25, knn)  # hybrid fuses whole lists; bm25_k = knn_k = 100
+
+
+def test_one_list_without_a_reranker_fetches_only_the_page_and_why_fetches_whole_lists() -> None:
+    d, c = Driver(FakeES(settings(), recording("hybrid"))), core()
+    d.run(c.search_steps(QUERY, mode="bm25", k=5))
+    assert list_sizes(d.requests)["bm25"] == 5  # rerank asked for, but nothing to rerank with
+    d.requests = []
+    d.run(c.why_steps(QUERY, mode="bm25"))
+    assert list_sizes(d.requests)["bm25"] == 100  # why says where a document ranks in the whole list
 
 
 def test_the_checked_index_is_cached() -> None:

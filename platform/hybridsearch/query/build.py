@@ -91,6 +91,7 @@ class Plan:
     highlight: bool = False  # the passages' matches wanted as highlights (the engine's highlighter: it costs)
     filter_log: dict[str, Any] | None = None
     state_index: str | None = None  # the prefix's ingest state: documents being written are not searched
+    depth: int | None = None  # hits each list returns (:func:`list_size`); None: its own k, as fusion wants
 
     @property
     def wants_vector(self) -> bool:
@@ -117,6 +118,13 @@ def plan(
     return Plan(query=text, truncated=truncated, mode=mode, k=k, page=page, rerank=rerank,  # type: ignore[arg-type]
                 explain=explain, filters=clauses, filter_log=filter_summary(filters, metadata), state_index=state_index,
                 highlight=highlight)
+
+
+def list_size(p: Plan, k: int) -> int:
+    """Hits a list of ``k`` (``bm25_k``, ``knn_k``) returns for ``p``: all ``k`` unless ``p.depth`` asks for fewer.
+    A search of one list asks for what its page and rerank need (``SearchCore``): the top of a list does not depend
+    on how many hits are fetched after it, and every hit fetched costs the engine and the client its fields."""
+    return k if p.depth is None else max(1, min(k, p.depth))
 
 
 def _common(q: QuerySettings, size: int) -> dict[str, Any]:
@@ -203,7 +211,7 @@ def bm25_body(q: QuerySettings, p: Plan, scope: Bm25Scope = CHUNKS) -> dict[str,
     else:
         match = {"multi_match": {"query": p.query, "fields": bm25_fields(q, scope), "type": "best_fields",
                                  "tie_breaker": q.tie_breaker, "operator": q.operator}}
-    body = _common(q, q.bm25_k)
+    body = _common(q, list_size(p, q.bm25_k))
     body["query"] = {"bool": {"must": [match], "filter": search_filters(p)}}
     return body
 
@@ -246,7 +254,7 @@ def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float], dialect: Dialec
     """
     k = knn_size(q)
     width = width or knn_width(q, k, None, quantized=False, can_rescore=False)
-    body = _common(q, q.knn_k)
+    body = _common(q, list_size(p, q.knn_k))
     body.update(dialect.knn_search("embedding", list(vector), k, max(width.num_candidates, k), search_filters(p),
                                    width.oversample))
     return body

@@ -217,10 +217,19 @@ class SearchCore:
     def search_steps(self, query: str, **kwargs: Any) -> Steps[SearchResult]:
         """:meth:`SearchClient.search`'s steps (``kwargs``: its keyword arguments)."""
         started = time.perf_counter()
-        p = yield from self._planned(query, **kwargs)
+        p = self._single_list_depth((yield from self._planned(query, **kwargs)))
         t = Timings()
         index, window, fuse_ms = yield from self._window(p, t)
         return self._finish(p, index, window, t, started, fuse_ms)
+
+    def _single_list_depth(self, p: Plan) -> Plan:
+        """``p`` asking a search of one list (bm25, dense) for only the hits its page and rerank show: fusion needs
+        whole lists, one list's top is the same however deep it is fetched. (``why`` keeps whole lists: it says
+        where a document ranks in them.)"""
+        if p.mode == "hybrid":
+            return p
+        reranks = p.rerank and self.reranker is not None
+        return dataclasses.replace(p, depth=max(p.k * p.page, self.settings.reranker.depth if reranks else 0))
 
     def why_steps(self, query: str, **kwargs: Any) -> Steps[tuple[Plan, str, Window]]:
         """The plan, index and window :meth:`SearchClient.why` explains (one hit, highlighted)."""
