@@ -170,6 +170,15 @@ def test_pages_are_slices_of_one_stable_window(client: SearchClient) -> None:
     assert client.search("plants water light energy", k=4, page=99).hits == []
 
 
+@pytest.mark.parametrize("mode", ["bm25", "dense"])
+def test_one_list_fetches_only_its_page_and_its_pages_still_slice_the_whole_list(client: SearchClient,
+                                                                                 mode: str) -> None:
+    whole = client.search("plants water light energy", k=12, mode=mode, rerank=False)
+    pages = [client.search("plants water light energy", k=4, page=p, mode=mode, rerank=False) for p in (1, 2, 3)]
+    assert [i for p in pages for i in ids(p)] == ids(whole)[:12]
+    assert [p.candidates for p in pages] == [min(4 * p, whole.candidates) for p in (1, 2, 3)]
+
+
 def test_explain_gives_each_rrf_term(client: SearchClient) -> None:
     res = client.search("coffee beans brewed", k=3, explain=True)
     top = res.hits[0]
