@@ -45,7 +45,7 @@ from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter
 from hybridsearch.ingest.writer import DeadLetter
 from hybridsearch.mappings import metadata_fields_of
 from hybridsearch.progress import ProgressSink, Task
-from hybridsearch.query.filters import typed_metadata
+from hybridsearch.query.field_types import typed_metadata
 from hybridsearch.settings import EmbeddingSettings, IndexSettings, IngestSettings, Settings
 from hybridsearch.visibility import count_visible, scan_visible
 

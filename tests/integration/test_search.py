@@ -12,7 +12,8 @@ from hybridsearch.embedding import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import IndexMismatch, IndexNotFound, QueryError
 from hybridsearch.indices import ensure_index
-from hybridsearch.query.filters import AllOf, NoneOf, Range, Term, typed_metadata
+from hybridsearch.query.field_types import typed_metadata
+from hybridsearch.query.filters import AllOf, NoneOf, Range, Term
 from hybridsearch.settings import Settings
 
 # doc_id → (title, [chunk texts], source, tenant, ingested_at, metadata)

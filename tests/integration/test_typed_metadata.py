@@ -26,7 +26,8 @@ from hybridsearch.ingest.chunking import WhitespaceTokenizer
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.sources import Document
 from hybridsearch.mappings import metadata_fields_of
-from hybridsearch.query.filters import Range, filter_clauses, parse_date
+from hybridsearch.query.field_types import parse_date
+from hybridsearch.query.filters import Range, filter_clauses
 from hybridsearch.settings import Settings
 
 FIELDS = {"n": "long", "x": "double", "d": "date", "s": "keyword"}

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hybridsearch.cli.filters import parse_cli_filters
 from hybridsearch.errors import QueryError
 from hybridsearch.query.filters import (
     AllOf,
@@ -19,7 +20,6 @@ from hybridsearch.query.filters import (
     Term,
     Terms,
     filter_clauses,
-    parse_cli_filters,
     parse_filter,
     to_dsl,
 )
@@ -260,7 +260,7 @@ def test_ranges_that_can_match_are_kept() -> None:
 
 
 def test_typed_values_and_the_document_copy() -> None:
-    from hybridsearch.query.filters import typed_metadata, typed_value
+    from hybridsearch.query.field_types import typed_metadata, typed_value
 
     assert typed_value("long", "-7", "n") == -7 and typed_value("long", 3.0, "n") == 3
     assert typed_value("double", "1e3", "x") == 1000.0 and typed_value("double", 2, "x") == 2.0

@@ -57,8 +57,9 @@ def test_search_checks_the_query_before_loading_anything(argv: list[str], messag
     ('source="x"y"', None),
 ])
 def test_filter_values_can_say_anything(expr: str, value: str | None) -> None:
+    from hybridsearch.cli.filters import parse_cli_filters
     from hybridsearch.errors import QueryError
-    from hybridsearch.query.filters import Term, parse_cli_filters
+    from hybridsearch.query.filters import Term
 
     if value is None:
         with pytest.raises(QueryError, match="text after the closing"):
@@ -68,7 +69,8 @@ def test_filter_values_can_say_anything(expr: str, value: str | None) -> None:
 
 
 def test_exists_and_ranges_on_the_command_line() -> None:
-    from hybridsearch.query.filters import AllOf, Exists, NoneOf, Range, Term, parse_cli_filters
+    from hybridsearch.cli.filters import parse_cli_filters
+    from hybridsearch.query.filters import AllOf, Exists, NoneOf, Range, Term
 
     assert parse_cli_filters(["title.raw?", " metadata.lang ? "]) == AllOf([Exists("title.raw"),
                                                                          Exists("metadata.lang")])
@@ -85,8 +87,8 @@ def test_exists_and_ranges_on_the_command_line() -> None:
     ("position>=5", None),
 ])
 def test_bad_filter_syntax_says_how(expr: str, message: str | None) -> None:
+    from hybridsearch.cli.filters import parse_cli_filters
     from hybridsearch.errors import QueryError
-    from hybridsearch.query.filters import parse_cli_filters
 
     if message is None:
         assert parse_cli_filters([expr]) is not None

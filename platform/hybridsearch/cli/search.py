@@ -20,8 +20,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from hybridsearch.cli.filters import parse_cli_filters
 from hybridsearch.cli.output import console, styled
-from hybridsearch.query.filters import parse_cli_filters
 from hybridsearch.query.results import Highlight, Mode, SearchResult, StageScore, WhyReport
 from hybridsearch.settings import Settings
 

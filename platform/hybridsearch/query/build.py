@@ -14,7 +14,8 @@ from typing import Any, get_args
 from hybridsearch.engine.dialect import Dialect
 from hybridsearch.errors import QueryError
 from hybridsearch.query.candidates import KnnWidth, knn_width
-from hybridsearch.query.filters import Filter, MetadataFields, filter_clauses, filter_summary
+from hybridsearch.query.field_types import MetadataFields
+from hybridsearch.query.filters import Filter, filter_clauses, filter_summary
 from hybridsearch.query.passages import HIGHLIGHTED_FIELD, PASSAGE_FIELDS, highlight_body
 from hybridsearch.query.results import Mode
 from hybridsearch.settings import QuerySettings

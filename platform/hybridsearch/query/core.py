@@ -54,7 +54,8 @@ from hybridsearch.query.build import (
     plan,
 )
 from hybridsearch.query.candidates import KnnWidth, is_quantized, knn_width
-from hybridsearch.query.filters import NOT_YET_KNOWN, Filter
+from hybridsearch.query.field_types import NOT_YET_KNOWN
+from hybridsearch.query.filters import Filter
 from hybridsearch.query.fusion import Fusion, fusion_for
 from hybridsearch.query.querylog import QueryLogger
 from hybridsearch.query.results import Mode, RerankOutcome, SearchResult, Timings

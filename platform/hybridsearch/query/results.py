@@ -92,7 +92,8 @@ class SearchResult(BaseModel):
     k: int
     page: int = 1
     hits: list[Hit]
-    candidates: int = Field(description="distinct hits in the fused window before paging")
+    candidates: int = Field(description="distinct hits in the window before paging (a search of one list fetches "
+                            "only what its page and rerank show)")
     reranked: bool = False
     rerank_outcome: RerankOutcome = Field(RerankOutcome.SKIPPED, description="what the rerank stage did")
     rerank_reason: str | None = Field(None, description="detail for people: why the rerank stage did not run or "
