@@ -257,6 +257,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("bounded runs only: sizes <= 2,000,000, --seconds <= 120")
 
     from hybridsearch.engine import connect
+    from hybridsearch.query.build import knn_size
+    from hybridsearch.query.candidates import auto_candidates
     from hybridsearch.settings import load_settings
 
     urls = args.es_url or subprocess.run([str(ES_LOCAL), "cluster", "url"], check=True, capture_output=True,
@@ -279,7 +281,9 @@ def main(argv: list[str] | None = None) -> int:
         qv = syn.vectors(args.queries)
         table = dict(zip(syn.texts(args.queries), qv, strict=False))
         queries = np.array(list(table.values()))
-        for nc in args.num_candidates or [settings.query.num_candidates]:
+        # default: what the client chooses for this index (the largest shard's chunks; hashing spreads them evenly)
+        auto = settings.query.num_candidates or auto_candidates(knn_size(settings.query), -(-n // args.shards))
+        for nc in args.num_candidates or [auto]:
             for over in [None, *args.oversample]:
                 rec, knn_p50 = recall(es, index, stored, queries, nc, over, args.knn_k)
                 row: dict[str, Any] = {
