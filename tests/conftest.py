@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, connect
 from hybridsearch.settings import Settings, load_settings
 from standin import Canned, serve

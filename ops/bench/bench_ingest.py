@@ -30,7 +30,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hybridsearch.cli.progress import RichProgress
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import connect
 from hybridsearch.ingest.chunking import HFTokenizer
 from hybridsearch.ingest.layout import document_chunks

@@ -182,7 +182,7 @@ async def hybridsearch_levels(args: argparse.Namespace, docs: list[dict[str, str
                               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from hybridsearch import AsyncSearchClient
     from hybridsearch.cli.progress import RichProgress
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import connect
     from hybridsearch.eval.prepare import choose_index, index_counts, ingest_corpus
     from hybridsearch.ingest.sources import Document

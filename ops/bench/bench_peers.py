@@ -290,7 +290,7 @@ def select(dataset: Path, split: str, limit_docs: int | None, limit_queries: int
 
 def run_hybridsearch(args: argparse.Namespace, col: Collection, docs: list[dict[str, str]]) -> dict[str, Any]:
     from hybridsearch.cli.progress import RichProgress
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import connect
     from hybridsearch.eval.prepare import choose_index, eval_settings, index_counts, ingest_corpus
     from hybridsearch.ingest.sources import Document
@@ -451,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
         return run_worker(args)
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from hybridsearch.embedding import resolve_model
+    from hybridsearch.embedding.models import resolve_model
     from hybridsearch.engine import cluster_info, connect
     from hybridsearch.settings import load_settings
 

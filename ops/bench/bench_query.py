@@ -40,7 +40,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hybridsearch.cli.progress import RichProgress
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.embedding.query import agreement
 from hybridsearch.engine import connect
 from hybridsearch.eval.datasets import Collection, iter_corpus, load_collection

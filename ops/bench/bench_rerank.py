@@ -42,7 +42,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from hybridsearch.embedding import pick_device
+from hybridsearch.embedding.models import pick_device
 from hybridsearch.rerank import HttpReranker, LocalReranker
 from hybridsearch.settings import RerankerSettings
 

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import connect
 from hybridsearch.eval.datasets import load_collection
 from hybridsearch.eval.prepare import eval_settings

@@ -52,8 +52,8 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_query import DEFAULT_COLLECTION
 from hybridsearch.cli.progress import RichProgress
-from hybridsearch.embedding import Embedder
 from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, connect
 from hybridsearch.engine.dialect import OPENSEARCH_OPTIONS
 from hybridsearch.eval.datasets import Collection, load_collection

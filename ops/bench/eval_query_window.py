@@ -56,7 +56,7 @@ def variant_settings(embedding: EmbeddingSettings, name: str) -> EmbeddingSettin
 
 
 def run_variant(settings: Settings, dataset: Path, prefix: str, name: str, limit: int | None) -> dict[str, Any]:
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import connect
     from hybridsearch.eval.datasets import load_collection
     from hybridsearch.eval.harness import evaluate_collection

@@ -158,7 +158,7 @@ def expected_chunks(corpus: Path, settings: Settings) -> tuple[dict[str, set[str
     """Per valid document, the chunk ids the package's chunker gives it (``ingest.layout.document_chunks``, as
     ingestion calls it; the model's tokenizer, no encoding); and how many records were not valid documents (no
     chunks or unreadable)."""
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.ingest.chunking import HFTokenizer
     from hybridsearch.ingest.layout import document_chunks
     from hybridsearch.ingest.sources import Document, read_path

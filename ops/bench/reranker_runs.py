@@ -34,8 +34,8 @@ from rich.console import Console
 from rich.table import Table
 
 from hybridsearch.cli.progress import RichProgress
-from hybridsearch.embedding import Embedder
 from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, connect
 from hybridsearch.eval.datasets import load_collection
 from hybridsearch.eval.harness import evaluate_collection

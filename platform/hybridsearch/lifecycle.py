@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hybridsearch.access import CREATE, DROP, INGEST, MOVE_ALIAS, chunk_names, prefix_names, require_privileges
-from hybridsearch.embedding import Embedder, load_sentence_transformer
+from hybridsearch.embedding.encoder import Embedder, load_sentence_transformer
 from hybridsearch.embedding.prompts import resolve_prompts
 from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.indices import index_mapping
 from hybridsearch.ingest.chunking import chunk_embed_text

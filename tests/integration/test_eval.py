@@ -11,7 +11,7 @@ from ranx import Qrels, Run
 from ranx import evaluate as ranx_evaluate
 
 from hybridsearch.cli.main import main
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.eval.datasets import load_collection
 from hybridsearch.eval.harness import evaluate_collection

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from hybridsearch import lifecycle
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import AliasConflict, IndexMismatch
 from hybridsearch.indices import alias_targets, ensure_index, resolve_index, with_analyzer

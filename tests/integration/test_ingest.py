@@ -10,7 +10,7 @@ import pytest
 
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.cli.main import main
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import IndexMismatch
 from hybridsearch.indices import ensure_index

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.settings import Settings

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 import pytest
 
 from hybridsearch.chunker_signature import chunker_signature
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, connect
 from hybridsearch.errors import ClusterError, ClusterUnavailable, IngestError
 from hybridsearch.ingest.chunking import HFTokenizer, chunk_text, text_budget

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.ingest.chunking import HFTokenizer
 from hybridsearch.ingest.layout import document_chunks

@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import IngestLocked
 from hybridsearch.ingest.lease import UNFINISHED, Lease, hidden_documents

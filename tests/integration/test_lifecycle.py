@@ -10,7 +10,7 @@ import pytest
 
 from hybridsearch import lifecycle
 from hybridsearch.cli.main import main
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import ConfigError, IndexMismatch, IndexNotFound, IngestError
 from hybridsearch.indices import alias_targets, check_meta, ensure_index, index_meta

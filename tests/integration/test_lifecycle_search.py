@@ -6,7 +6,7 @@ import threading
 from dataclasses import dataclass
 
 from hybridsearch import SearchClient, lifecycle
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.indices import alias_targets, expected_meta
 from hybridsearch.ingest.pipeline import run_ingest

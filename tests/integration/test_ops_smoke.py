@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.eval.prepare import choose_index, eval_settings, ingest_corpus
 from hybridsearch.settings import Settings

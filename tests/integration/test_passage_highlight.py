@@ -14,7 +14,7 @@ import pytest
 
 from hybridsearch import SearchClient
 from hybridsearch.cli.main import main
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.query.results import Highlight, PassageSource
 from hybridsearch.settings import Settings

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from hybridsearch import SearchClient
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import IndexMismatch, IndexNotFound, QueryError
 from hybridsearch.indices import ensure_index

@@ -9,7 +9,7 @@ import pytest
 from test_search import index_corpus
 
 from hybridsearch.cli.main import main
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.settings import Settings
 

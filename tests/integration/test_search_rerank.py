@@ -10,7 +10,7 @@ import pytest
 from test_search import index_corpus
 
 from hybridsearch import AsyncSearchClient, SearchClient
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import AsyncEngineClient, EngineClient, connect, connect_async
 from hybridsearch.errors import ClusterUnavailable, RerankerError
 from hybridsearch.query.assemble import query_hash

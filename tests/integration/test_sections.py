@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hybridsearch import SearchClient
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.indices import index_meta
 from hybridsearch.ingest.pipeline import run_ingest

@@ -23,7 +23,7 @@ from test_tenant import TEAM_A, TEAM_B, docs, seen
 from hybridsearch import SearchClient, lifecycle
 from hybridsearch.cli.main import main
 from hybridsearch.doctor.index import check_access
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, connect
 from hybridsearch.errors import AccessDenied, ClusterError
 from hybridsearch.ingest.pipeline import delete_documents, run_ingest

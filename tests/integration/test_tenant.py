@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from hybridsearch import SearchClient, lifecycle
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import API_ERRORS, EngineClient, connect, status_of
 from hybridsearch.errors import AccessDenied
 from hybridsearch.indices import alias_targets

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from hybridsearch.cli.main import main
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import IndexMismatch
 from hybridsearch.ingest.pipeline import run_ingest

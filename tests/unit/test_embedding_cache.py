@@ -13,8 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridsearch.embedding import Embedder, encoder
+from hybridsearch.embedding import encoder
 from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir, model_identity
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.eval.workflow import embedding_cache
 from hybridsearch.settings import EmbeddingSettings, load_settings
 

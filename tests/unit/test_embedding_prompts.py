@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hybridsearch.embedding import Embedder
 from hybridsearch.embedding.cache import CachedEmbedder, cache_key, model_identity
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.embedding.prompts import NONE, Prompts, folder_prompts, model_prompts, resolve_prompts
 from hybridsearch.index_spec.fit import CHECKED_META, meta_differences
 from hybridsearch.indices import expected_meta

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.settings import EmbeddingSettings
 
 TEXTS = ["Aspirin lowers the risk of heart attack.", "The mitochondria is the powerhouse of the cell.",

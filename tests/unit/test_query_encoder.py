@@ -11,7 +11,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hybridsearch.embedding import Embedder, query
+from hybridsearch.embedding import query
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.embedding.query import MIN_COSINE, PROBES, agreement, choose_query_encoder
 from hybridsearch.errors import ModelError
 from hybridsearch.settings import EmbeddingSettings

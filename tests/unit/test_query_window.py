@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.embedding.lean import LeanQueryEncoder, lean_spec, window
 from hybridsearch.embedding.query import MIN_COSINE, OnnxQueryEncoder, recorded_query_encoder
 from hybridsearch.errors import ConfigError

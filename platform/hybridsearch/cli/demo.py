@@ -39,7 +39,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.demo import SAMPLE_QUERIES, stdlib_documents
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import connect
     from hybridsearch.query.client import SearchClient, auto_reranker
 

@@ -16,7 +16,7 @@ from hybridsearch.errors import ConfigError, HybridSearchError
 from hybridsearch.settings import Settings
 
 if TYPE_CHECKING:
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
 
 console = make_console()
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ def _apply(args: argparse.Namespace, settings: Settings) -> Settings:
 
 
 def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.ingest.ids import parse_shard
     from hybridsearch.ingest.pipeline import run_ingest
     from hybridsearch.ingest.sources import RecordFields

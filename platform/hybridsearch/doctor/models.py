@@ -15,7 +15,7 @@ from hybridsearch.settings import EmbeddingSettings, RerankerSettings
 
 def check_embedder(cfg: EmbeddingSettings) -> Check:
     """The embedding model loads and makes vectors of the configured size."""
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
 
     t0 = time.perf_counter()
     try:

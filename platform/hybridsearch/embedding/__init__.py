@@ -1,7 +1,6 @@
-"""The bi-encoder: model resolution and device choice (:mod:`.models`), the encoder (:mod:`.encoder`)
-and its ONNX Runtime backend (:mod:`.onnx`)."""
+"""The bi-encoder: model resolution and device choice (:mod:`.models`), the encoder (:mod:`.encoder`), its
+ONNX Runtime backend (:mod:`.onnx`) and the lean query encoder of the search path (:mod:`.query`).
 
-from hybridsearch.embedding.encoder import Embedder, load_sentence_transformer
-from hybridsearch.embedding.models import PACKAGED_ALIASES, pick_device, resolve_model
-
-__all__ = ["PACKAGED_ALIASES", "Embedder", "load_sentence_transformer", "pick_device", "resolve_model"]
+Import from the module that holds a name (``hybridsearch.embedding.encoder.Embedder``): this package imports
+nothing itself, so that the search path's light modules (:mod:`.prompts`, :mod:`.catalogue`) do not load numpy
+and the encoder with them (``tests/unit/test_dependencies.py``)."""

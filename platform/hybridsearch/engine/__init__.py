@@ -10,7 +10,9 @@ stay the same on Elasticsearch 8.x/9.x and OpenSearch:
   path (:class:`AsyncEngineClient`), both sending requests in the one form of :mod:`.wire`;
 * :mod:`.dialect` renders what differs in the JSON (vector field, kNN clause, metadata field type);
 * :mod:`.errors` reads both libraries' errors and translates them into :mod:`hybridsearch.errors`;
-* :mod:`.privileges` is the one shape of the answer on which index privileges the credentials hold.
+* :mod:`.privileges` is the one shape of the answer on which index privileges the credentials hold;
+* :mod:`.libraries` loads both libraries first, without the optional packages they would import and the
+  platform never uses through them (aiohttp, pyarrow: a third of a command-line search's start-up).
 
 Outside this package nothing names an engine kind (``"opensearch"``, ``"elasticsearch"``) to branch on, and
 nothing defaults to a dialect: callers pass the one their :class:`EngineClient` reports
@@ -20,6 +22,10 @@ nothing defaults to a dialect: callers pass the one their :class:`EngineClient` 
 from __future__ import annotations
 
 from typing import Any
+
+# isort: off
+import hybridsearch.engine.libraries  # noqa: F401  # first: it loads both client libraries lean (see there)
+# isort: on
 
 from hybridsearch.engine.async_client import AsyncEngineClient
 from hybridsearch.engine.client import EngineClient

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import re
 import socket
 import ssl
@@ -29,9 +30,9 @@ from urllib.parse import urlsplit
 import elastic_transport
 import elasticsearch
 import opensearchpy
-from elastic_transport import AiohttpHttpNode, Urllib3HttpNode
+from elastic_transport import HttpxAsyncHttpNode, Urllib3HttpNode
 from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
-from opensearchpy import AsyncHttpConnection, Urllib3HttpConnection
+from opensearchpy import Urllib3HttpConnection
 
 from hybridsearch.engine.dialect import Dialect, EngineKind, dialect_for
 from hybridsearch.engine.errors import causes_of, tls_failure
@@ -182,8 +183,9 @@ class _Node(Urllib3HttpNode):
             raise (diagnose(exc, self.base_url) or exc) from exc
 
 
-class _AsyncNode(AiohttpHttpNode):
-    """The default asyncio node, with the same rule as :class:`_Node` (the probes run in a thread)."""
+class _AsyncNode(HttpxAsyncHttpNode):
+    """The asyncio node over httpx (aiohttp is not loaded: :mod:`hybridsearch.engine.libraries`), with the same
+    rule as :class:`_Node` (the probes run in a thread)."""
 
     async def perform_request(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # as the base
         try:
@@ -262,16 +264,6 @@ class _OsConnection(Urllib3HttpConnection):
             raise (diagnose(exc, self.host + (self.url_prefix or "")) or exc) from exc
 
 
-class _OsAsyncConnection(AsyncHttpConnection):
-    async def perform_request(self, *args: Any, **kwargs: Any) -> Any:
-        try:
-            return await super().perform_request(*args, **kwargs)
-        except opensearchpy.ConnectionError as exc:
-            if not _os_connection_failure(exc):
-                raise
-            raise (await asyncio.to_thread(diagnose, exc, self.host + (self.url_prefix or "")) or exc) from exc
-
-
 def os_kwargs(cfg: ClusterSettings, max_retries: int | None = None,
               request_timeout: float | None = None) -> dict[str, Any]:
     """Keyword arguments of the sync and async OpenSearch clients. OpenSearch has no API keys."""
@@ -297,8 +289,28 @@ def os_client(cfg: ClusterSettings, max_retries: int | None = None,
     return opensearchpy.OpenSearch(**os_kwargs(cfg, max_retries, request_timeout), connection_class=_OsConnection)
 
 
+@functools.cache
+def _os_async_connection() -> type[Any]:
+    """opensearch-py's asyncio connection, with the same rule as :class:`_Node`. Imported here, when the first
+    asyncio OpenSearch client is built: it loads aiohttp (:mod:`hybridsearch.engine.libraries`)."""
+    from opensearchpy.connection.http_async import AsyncHttpConnection
+
+    class _OsAsyncConnection(AsyncHttpConnection):  # type: ignore[misc]  # untyped base
+        async def perform_request(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return await super().perform_request(*args, **kwargs)
+            except opensearchpy.ConnectionError as exc:
+                if not _os_connection_failure(exc):
+                    raise
+                raise (await asyncio.to_thread(diagnose, exc, self.host + (self.url_prefix or "")) or exc) from exc
+
+    return _OsAsyncConnection
+
+
 def os_async_client(cfg: ClusterSettings) -> opensearchpy.AsyncOpenSearch:
-    return opensearchpy.AsyncOpenSearch(**os_kwargs(cfg), connection_class=_OsAsyncConnection)
+    from opensearchpy._async.client import AsyncOpenSearch
+
+    return AsyncOpenSearch(**os_kwargs(cfg), connection_class=_os_async_connection())
 
 
 # ------------------------------------------------------------------------------------------ detection

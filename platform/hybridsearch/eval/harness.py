@@ -33,7 +33,7 @@ from hybridsearch.redact import redact_url
 from hybridsearch.settings import RerankerSettings, Settings
 
 if TYPE_CHECKING:
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.rerank.base import Reranker
 
 EVAL_K = 100  # Recall@100 needs 100 ranked documents

@@ -31,7 +31,7 @@ from hybridsearch.settings import Settings
 from hybridsearch.visibility import state_index_for, state_index_of, visible_query
 
 if TYPE_CHECKING:
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.ingest.sources import Document
 
 # _meta keys that decide whether an existing index holds what these settings would build.

@@ -21,7 +21,7 @@ from hybridsearch.query.results import Mode, SearchResult
 from hybridsearch.settings import QuerySettings, Settings
 
 if TYPE_CHECKING:
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
 
 SWEEP_METRICS = ("ndcg@10", "recall@100")
 

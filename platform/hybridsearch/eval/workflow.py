@@ -18,8 +18,8 @@ from hybridsearch.eval.runner import DEFAULT_MODES, parse_modes
 from hybridsearch.progress import ProgressSink, note
 
 if TYPE_CHECKING:
-    from hybridsearch.embedding import Embedder
     from hybridsearch.embedding.cache import CachedEmbedder
+    from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.settings import IngestSettings, Settings
 
 PAIR_MODES = ("bm25", "dense", "hybrid")  # what --worst compares
@@ -103,7 +103,7 @@ def run_evaluation(dataset: Path, settings: Settings, *, split: str = "test",
 
     Raises ConfigError (bad arguments, collection or baseline), IndexNotFound, IndexMismatch, ClusterError,
     ModelError."""
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import connect
     from hybridsearch.eval.datasets import load_collection
     from hybridsearch.eval.harness import evaluate_collection

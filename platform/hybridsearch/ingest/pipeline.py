@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridsearch.chunker_signature import chunker_signature
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, connect, engine_errors
 from hybridsearch.errors import ConfigError, HybridSearchError, IngestError, ModelError
 from hybridsearch.indices import ensure_index, index_mapping, section_words_of
@@ -100,7 +100,7 @@ class _Committer:
 
 
 def _check_embedder(embedder: Embedder, want: EmbeddingSettings) -> None:
-    from hybridsearch.embedding import resolve_model
+    from hybridsearch.embedding.models import resolve_model
 
     have = embedder.cfg
     if resolve_model(want.model) != resolve_model(have.model) or want.dims != have.dims:

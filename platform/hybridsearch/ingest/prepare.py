@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import engine_errors
 from hybridsearch.errors import HybridSearchError
 from hybridsearch.ingest.chunking import Tokenizer

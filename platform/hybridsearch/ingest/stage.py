@@ -26,7 +26,7 @@ from hybridsearch.settings import IngestSettings
 if TYPE_CHECKING:
     import numpy as np
 
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
 
 log = logging.getLogger(__name__)
 

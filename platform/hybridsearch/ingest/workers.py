@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridsearch.embedding import Embedder
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.settings import EmbeddingSettings, IngestSettings
 
 _worker_embedder: Embedder | None = None

@@ -34,7 +34,7 @@ from hybridsearch.rerank.base import Reranker
 from hybridsearch.settings import QuerySettings, Settings
 
 if TYPE_CHECKING:
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
 
 __all__ = ["AsyncSearchClient", "SearchClient", "auto_reranker"]
 

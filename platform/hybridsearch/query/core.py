@@ -68,7 +68,7 @@ from hybridsearch.settings import QuerySettings, RerankerSettings, Settings, get
 if TYPE_CHECKING:
     import numpy as np
 
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
 
 INDEX_RECHECK_S = 60.0
 WARM_UP_TIMEOUT_S = 60.0  # at least this long for the reranker's first score (it may load its model)
@@ -119,7 +119,7 @@ class SearchCore:
     @property
     def embedder(self) -> Embedder:
         if self._embedder is None:
-            from hybridsearch.embedding import Embedder
+            from hybridsearch.embedding.encoder import Embedder
 
             self._embedder = Embedder(self.settings.embedding)
         return self._embedder

@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hybridsearch.embedding import Embedder, load_sentence_transformer, pick_device
+from hybridsearch.embedding.encoder import Embedder, load_sentence_transformer
+from hybridsearch.embedding.models import pick_device
 from hybridsearch.embedding.prompts import Prompts, model_prompts
 from hybridsearch.progress import ProgressSink, counter, tracker
 from hybridsearch.training.config import EmbedderConfig, EmbedderEpoch, EmbedderResult

@@ -26,7 +26,7 @@ from hybridsearch.training.hardneg import FilterStats, NegativePolicy, filter_ne
 from hybridsearch.visibility import visible_filter
 
 if TYPE_CHECKING:
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import EngineClient
     from hybridsearch.settings import Settings
 

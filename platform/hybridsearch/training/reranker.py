@@ -46,7 +46,7 @@ from hybridsearch.training.validation import (
 if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder
 
-    from hybridsearch.embedding import Embedder
+    from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import EngineClient
     from hybridsearch.settings import Settings
 
