@@ -2,7 +2,7 @@
 """How cost grows with the collection (issue 17, item 6): synthetic chunks at several sizes.
 
 For each size N (default 10k and 100k; 1M with ``--sizes 10000,100000,1000000`` where time and disk allow)
-it creates ``scale-<N>-chunks-v1`` with hybridsearch's own mapping (``ensure_index``: 384-dim
+it creates ``<prefix>-<N>-chunks-v1`` (``--prefix``, default ``scale``) with hybridsearch's own mapping (``ensure_index``: 384-dim
 ``int8_hnsw`` vectors, BM25 text; ``--shards`` primaries, ``--replicas`` replicas), bulk-writes N synthetic
 chunks, and reports:
 
@@ -23,7 +23,7 @@ from a Zipf-distributed vocabulary of 20,000 made-up words, so BM25 has realisti
     $V/bin/python ops/bench/bench_scale.py                                   # 10k, 100k
     $V/bin/python ops/bench/bench_scale.py --sizes 10000,100000,1000000      # if it fits
 
-Writes reports/bench-scale-*.json and .png (docs/scale.md shows a run).
+Writes reports/bench-scale-<time>.json and .png (``--out DIR``: into DIR instead; docs/scale.md shows a run).
 """
 
 from __future__ import annotations
@@ -139,12 +139,9 @@ def recall(es: EngineClient, index: str, stored: np.ndarray, queries: np.ndarray
     _, scores = exact_top_k(stored, queries, 10)
     total, took = 0.0, []
     for q, kth in zip(queries, scores[:, -1], strict=True):
-        knn: dict[str, Any] = {"field": "embedding", "query_vector": q.tolist(), "k": k,
-                               "num_candidates": max(k, num_candidates)}
-        if oversample:
-            knn["rescore_vector"] = {"oversample": oversample}
+        body = es.dialect.knn_search("embedding", q.tolist(), k, max(k, num_candidates), [], oversample or None)
         t0 = time.perf_counter()
-        r = es.search(index=index, knn=knn, source=False, size=10)
+        r = es.search(index=index, **body, source=False, size=10)
         took.append((time.perf_counter() - t0) * 1000)
         total += knn_recall(stored, q, float(kth), [int(h["_id"][1:].split("#")[0]) for h in r["hits"]["hits"]], 10)
     return total / len(queries), float(np.percentile(took, 50))
@@ -236,6 +233,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sizes", type=lambda s: [int(x) for x in s.split(",")], default=[10_000, 100_000])
     ap.add_argument("--es-url", help="comma-separated node URLs (default: ops/es-local.sh cluster url)")
+    ap.add_argument("--prefix", default="scale", help="index prefix; each size gets <prefix>-<N>")
+    ap.add_argument("--out", type=Path, help="write the report (JSON and PNG) into this folder instead of reports/")
     ap.add_argument("--shards", type=int, default=3)
     ap.add_argument("--replicas", type=int, default=0)
     ap.add_argument("--seconds", type=float, default=10.0, help="per latency level")
@@ -265,11 +264,13 @@ def main(argv: list[str] | None = None) -> int:
                                          text=True).stdout.strip()
     rows = []
     for n in args.sizes:
-        settings = load_settings(es_url=urls, index={"prefix": f"scale-{n}", "shards": args.shards,
-                                                     "replicas": args.replicas}, query={"log_queries": False})
+        # the synthetic vectors' width, whatever model the environment names (no model is loaded)
+        settings = load_settings(es_url=urls, index={"prefix": f"{args.prefix}-{n}", "shards": args.shards,
+                                                     "replicas": args.replicas}, query={"log_queries": False},
+                                 embedding={"dims": DIMS})
         es = connect(settings.es, request_timeout=600)
         syn = Synthetic(seed=n)
-        existing = f"scale-{n}-chunks-v1"
+        existing = f"{args.prefix}-{n}-chunks-v1"
         seconds: float | None = None  # indexing time; None for a kept index measured again
         if args.reuse and es.indices.exists(index=existing) and es.count(index=existing)["count"] == n:
             stored, index = regenerate(n, syn, args.batch), existing
@@ -301,7 +302,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
         if not args.keep:
-            es.indices.delete(index=f"scale-{n}-chunks*", expand_wildcards="all")
+            es.indices.delete(index=f"{args.prefix}-{n}-chunks*", expand_wildcards="all")
         es.close()
     for earlier in args.include:
         rows += [r for r in json.loads(earlier.read_text(encoding="utf-8")) if r["chunks"] not in args.sizes]
@@ -315,7 +316,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{r['chunks']:>9,} {built:>8} {r['bytes_per_chunk']:>8} {r.get('num_candidates', '-'):>6} "
               f"{r.get('oversample') or '-':>7} {r['knn_recall_at_10']:>9} {r.get('knn_p50_c1_ms', '-'):>7} "
               f"{cells[0]:>7} {cells[1]:>7} {cells[2]:>8} {cells[3]:>8} {cells[4]:>8}")
-    save_report("bench-scale", rows, lambda png: plot(rows, png))
+    save_report("bench-scale", rows, lambda png: plot(rows, png), args.out)
     return 0
 
 

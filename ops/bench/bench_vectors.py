@@ -29,9 +29,8 @@ then force-merges it to one segment, and reports:
     $V/bin/python ops/bench/bench_vectors.py --options hnsw,int8_hnsw --limit-queries 30   # a quick trial
 
 Needs HSP_ES_URL (a running node); deletes and rebuilds ``<prefix>-<option>-*`` (default prefix ``vecbench``)
-and deletes them afterwards unless ``--keep``. Writes reports/bench-vectors-<engine>-*.json and .png (with
-``--out DIR``: DIR/bench-vectors-<engine>.json and .png; docs/vector-options.md shows a run). Exit 0; numbers
-only, no gate.
+and deletes them afterwards unless ``--keep``. Writes reports/bench-vectors-<engine>-<time>.json and .png (``--out
+DIR``: into DIR instead; docs/vector-options.md shows a run). Exit 0; numbers only, no gate.
 """
 
 from __future__ import annotations
@@ -329,14 +328,7 @@ def main(argv: list[str] | None = None) -> int:
     def draw(png: Path) -> None:
         plot(engine.name, rows, candidates, png)
 
-    if args.out is None:
-        save_report(f"bench-vectors-{engine.kind}", data, draw)
-    else:
-        args.out.mkdir(parents=True, exist_ok=True)
-        report = args.out / f"bench-vectors-{engine.kind}.json"
-        report.write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
-        draw(report.with_suffix(".png"))
-        console.print(f"wrote {report} and .png")
+    save_report(f"bench-vectors-{engine.kind}", data, draw, args.out)
     return 0
 
 

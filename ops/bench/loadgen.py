@@ -178,14 +178,17 @@ class RssSampler:
         self._thread.join(5)
 
 
-def save_report(name: str, data: Any, plot: Callable[[Path], None] | None = None) -> Path:
-    """Write ``data`` to ``reports/<name>-<local time>.json`` (and the plot beside it as .png); prints and
-    returns the JSON path. The one report writer of the load and scale benchmarks."""
+def save_report(name: str, data: Any, plot: Callable[[Path], None] | None = None, folder: Path | None = None
+                ) -> Path:
+    """Write ``data`` to ``<folder>/<name>-<local time>.json`` (``folder``: default ``reports/``; the plot beside
+    it as .png); prints and returns the JSON path. The one report writer of the load, scale and vector
+    benchmarks."""
     root = Path(__file__).resolve().parents[2]
-    out = root / "reports" / f"{name}-{dt.datetime.now():%Y%m%dT%H%M%S}"
-    out.parent.mkdir(exist_ok=True)
+    out = (folder or root / "reports") / f"{name}-{dt.datetime.now():%Y%m%dT%H%M%S}"
+    out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(data, indent=1, default=str), encoding="utf-8")
     if plot is not None:
         plot(out.with_suffix(".png"))
-    print(f"wrote {out.with_suffix('.json').relative_to(root)}" + (" and .png" if plot is not None else ""))
+    shown = out.relative_to(root) if out.is_relative_to(root) else out
+    print(f"wrote {shown}.json" + (" and .png" if plot is not None else ""))
     return out.with_suffix(".json")

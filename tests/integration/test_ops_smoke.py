@@ -10,7 +10,8 @@ Not run here, and why:
 * ops/bench/bench_query.py: tests/integration/test_query_bench.py runs it end to end on a SciFact subset;
 * ops/bench/bench_peers.py and ops/bench/bench_load.py: they drive Haystack and LangChain from their own virtual
   environments (ops/requirements-peers.txt), which the test environment does not have;
-* ops/bench/bench_scale.py: a 3-node cluster (``ops/es-local.sh cluster``);
+* ops/bench/bench_scale.py runs here on the test's node with one size of a few hundred chunks (it is meant for
+  a 3-node cluster, ``ops/es-local.sh cluster``);
 * GPU paths (``--device cuda``): no GPU in CI.
 
 Each script's ``--help`` runs in tests/unit/test_ops_scripts.py.
@@ -152,3 +153,17 @@ def test_bench_rerank(env: dict[str, str], tiny_cross_encoder: Path, tmp_path: P
     assert figures["passages"] == 4 and len(figures["inproc_ms"]) == len(figures["service_ms"]) == 1
     assert figures["batching_on"]["requests"] == figures["batching_off"]["requests"] == 2  # every request answered
     assert png.stat().st_size > 0
+
+
+def test_bench_scale(env: dict[str, str], es: EngineClient, tiny: Settings, tmp_path: Path) -> None:
+    """The scale benchmark at its smallest: one size on the test's node, one primary, a second per concurrency."""
+    prefix, out = f"{tiny.index.prefix}-scale", tmp_path / "scale"
+    stdout = run("bench_scale.py", env, "--es-url", env["HSP_ES_URL"], "--prefix", prefix, "--sizes", 300,
+                 "--shards", 1, "--seconds", 1, "--queries", 8, "--out", out)
+    (json_report,) = out.glob("bench-scale-*.json")
+    (row,) = report(json_report)
+    assert row["chunks"] == 300 and row["index_seconds"] > 0 and row["bytes_per_chunk"] > 0
+    assert 0 < row["knn_recall_at_10"] <= 1 and row["num_candidates"] >= 10
+    assert row["p50_c1_ms"] > 0 and row["p50_c16_ms"] > 0 and row["errors_c1"] == row["errors_c16"] == 0
+    assert json_report.with_suffix(".png").stat().st_size > 0 and "scale curve" in stdout
+    assert not es.indices.exists(index=f"{prefix}-300-chunks-v1")  # deleted after measuring (no --keep)
