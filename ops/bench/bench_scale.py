@@ -2,9 +2,9 @@
 """How cost grows with the collection (issue 17, item 6): synthetic chunks at several sizes.
 
 For each size N (default 10k and 100k; 1M with ``--sizes 10000,100000,1000000`` where time and disk allow)
-it creates ``<prefix>-<N>-chunks-v1`` (``--prefix``, default ``scale``) with hybridsearch's own mapping (``ensure_index``: 384-dim
-``int8_hnsw`` vectors, BM25 text; ``--shards`` primaries, ``--replicas`` replicas), bulk-writes N synthetic
-chunks, and reports:
+it creates ``<prefix>-<N>-chunks-v1`` (``--prefix``, default ``scale``) with hybridsearch's own mapping
+(``ensure_index``: 384-dim ``int8_hnsw`` vectors, BM25 text; ``--shards`` primaries, ``--replicas`` replicas),
+bulk-writes N synthetic chunks, and reports:
 
 * indexing time (bulk of all N, then a refresh) and chunks/s;
 * bytes on disk per chunk (primary store size after the refresh, no force-merge, divided by N);

@@ -36,7 +36,6 @@ DIR``: into DIR instead; docs/vector-options.md shows a run). Exit 0; numbers on
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
