@@ -33,8 +33,8 @@ async def _build_and_close(engine: EngineKind) -> None:
 
 @pytest.mark.parametrize("engine", ["elasticsearch", "opensearch"])
 def test_async_client_builds_without_a_cluster(engine: EngineKind) -> None:
-    """Each engine's asyncio client builds (httpx for Elasticsearch, aiohttp for OpenSearch, imported then: see
-    ``engine/libraries.py``); a missing extra fails here, not in a user's search."""
+    """Each engine's asyncio client builds (both on aiohttp, imported then: ``engine/libraries.py``); a missing
+    extra fails here, not in a user's search."""
     import asyncio
 
     asyncio.run(_build_and_close(engine))
@@ -49,3 +49,36 @@ def test_the_search_path_loads_no_aiohttp_pyarrow_or_numpy_and_leaves_them_impor
             "import aiohttp, pyarrow, numpy; print(loaded)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+_ASYNC_AFTER_A_LEAN_START = """
+import asyncio, sys
+from hybridsearch.engine import AsyncEngineClient, EngineInfo, engine_errors
+from hybridsearch.errors import ClusterUnavailable
+from hybridsearch.settings import load_settings
+assert "aiohttp" not in sys.modules
+
+async def main() -> None:
+    cfg = load_settings(es_url="http://127.0.0.1:1", es={"max_retries": 0}).es
+    client = AsyncEngineClient(cfg, EngineInfo("{engine}"))
+    try:
+        with engine_errors("get alias"):
+            await client.indices.get_alias(name="any")
+    except ClusterUnavailable:
+        print(type((await client.raw()).transport.node_pool.get()).__mro__[1].__name__
+              if "{engine}" == "elasticsearch" else "refused", "aiohttp" in sys.modules)
+    finally:
+        await client.close()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.parametrize(("engine", "node"), [("elasticsearch", "AiohttpHttpNode"), ("opensearch", "refused")])
+def test_an_asyncio_client_loads_aiohttp_when_built_and_sends_through_it(engine: str, node: str) -> None:
+    """After a start without aiohttp (above), the first asyncio client loads it: a request goes through the aiohttp
+    node and fails as a connection failure (ClusterUnavailable), not as a missing package."""
+    code = _ASYNC_AFTER_A_LEAN_START.replace("{engine}", engine)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == [node, "True"]

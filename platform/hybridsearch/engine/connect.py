@@ -30,12 +30,13 @@ from urllib.parse import urlsplit
 import elastic_transport
 import elasticsearch
 import opensearchpy
-from elastic_transport import HttpxAsyncHttpNode, Urllib3HttpNode
+from elastic_transport import AiohttpHttpNode, Urllib3HttpNode
 from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
 from opensearchpy import Urllib3HttpConnection
 
 from hybridsearch.engine.dialect import Dialect, EngineKind, dialect_for
 from hybridsearch.engine.errors import causes_of, tls_failure
+from hybridsearch.engine.libraries import ready_aiohttp_node
 from hybridsearch.errors import ConfigError, HybridSearchError, SchemeMismatch
 from hybridsearch.settings import ClusterSettings
 
@@ -183,9 +184,9 @@ class _Node(Urllib3HttpNode):
             raise (diagnose(exc, self.base_url) or exc) from exc
 
 
-class _AsyncNode(HttpxAsyncHttpNode):
-    """The asyncio node over httpx (aiohttp is not loaded: :mod:`hybridsearch.engine.libraries`), with the same
-    rule as :class:`_Node` (the probes run in a thread)."""
+class _AsyncNode(AiohttpHttpNode):
+    """The default asyncio node, with the same rule as :class:`_Node` (the probes run in a thread). Usable once
+    :func:`~hybridsearch.engine.libraries.ready_aiohttp_node` ran (:func:`es_async_client` runs it)."""
 
     async def perform_request(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # as the base
         try:
@@ -241,6 +242,7 @@ def es_client(cfg: ClusterSettings, max_retries: int | None = None,
 
 
 def es_async_client(cfg: ClusterSettings) -> elasticsearch.AsyncElasticsearch:
+    ready_aiohttp_node()
     return elasticsearch.AsyncElasticsearch(**es_kwargs(cfg), node_class=_AsyncNode)
 
 
