@@ -10,6 +10,9 @@ from hybridsearch.cli.main import main
 from hybridsearch.engine import EngineClient
 from hybridsearch.settings import Settings
 
+# the demo command; its ingest and search are test_ingest.py's and test_search.py's on every engine
+pytestmark = pytest.mark.engine_neutral
+
 
 def test_demo_ingests_then_answers_and_a_rerun_changes_nothing(es: EngineClient, settings: Settings,
                                                                monkeypatch: pytest.MonkeyPatch,

@@ -11,6 +11,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.ingest.chunking import HFTokenizer
@@ -20,6 +22,10 @@ from hybridsearch.ingest.sources import Document, read_path
 from hybridsearch.query.client import SearchClient
 from hybridsearch.settings import Settings
 from hybridsearch.visibility import hidden_lookup, visible_query
+
+# signals to the ingesting process; the resume it checks is the ingest protocol, which
+# test_ingest_protocol.py runs on every engine
+pytestmark = pytest.mark.engine_neutral
 
 N_DOCS = 400
 

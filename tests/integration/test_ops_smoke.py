@@ -102,6 +102,7 @@ def report(path: Path) -> Any:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+@pytest.mark.engine_neutral  # ingest benchmark: ingest is test_ingest.py's on every engine
 def test_bench_ingest(env: dict[str, str], tiny: Settings, collection: Path, tmp_path: Path) -> None:
     out = tmp_path / "ingest.json"
     run("bench_ingest.py", env, "--corpus", collection / "corpus.jsonl", "--limit", 8, "--slices", 1,
@@ -111,6 +112,7 @@ def test_bench_ingest(env: dict[str, str], tiny: Settings, collection: Path, tmp
     assert figures["rerun_changed_nothing"] is True and figures["pipeline_chunks_per_s"] > 0
 
 
+@pytest.mark.engine_neutral  # ingest benchmark: ingest is test_ingest.py's on every engine
 def test_bench_write_amplification(env: dict[str, str], tiny: Settings, collection: Path, tmp_path: Path) -> None:
     out = tmp_path / "wa.json"
     run("bench_write_amplification.py", env, "--baseline", "none", "--corpus", collection / "corpus.jsonl",
@@ -145,6 +147,7 @@ def test_bench_single_list(env: dict[str, str], es: EngineClient, tiny: Settings
     assert figures["dense"]["search (SearchClient, total)"]["p50"] > 0 and "embed (encoder alone)" in figures["dense"]
 
 
+@pytest.mark.engine_neutral  # no engine at all
 def test_bench_rerank(env: dict[str, str], tiny_cross_encoder: Path, tmp_path: Path) -> None:
     out, png = tmp_path / "rerank.json", tmp_path / "rerank.png"
     run("bench_rerank.py", env, "--model", tiny_cross_encoder, "--device", "cpu", "--passages", 4, "--words", 30,

@@ -10,6 +10,9 @@ import pytest
 
 from hybridsearch.settings import Settings
 
+# the benchmark script; its searches are test_search.py's on every engine
+pytestmark = pytest.mark.engine_neutral
+
 ROOT = Path(__file__).resolve().parents[2]
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
 
