@@ -11,8 +11,9 @@ stay the same on Elasticsearch 8.x/9.x and OpenSearch:
 * :mod:`.dialect` renders what differs in the JSON (vector field, kNN clause, metadata field type);
 * :mod:`.errors` reads both libraries' errors and translates them into :mod:`hybridsearch.errors`;
 * :mod:`.privileges` is the one shape of the answer on which index privileges the credentials hold;
-* :mod:`.libraries` loads both libraries first, without the optional packages they would import and the
-  platform never uses through them (aiohttp, pyarrow: a third of a command-line search's start-up).
+* :mod:`.libraries` loads both libraries first, without the optional packages they would import eagerly and a
+  synchronous search never runs (aiohttp until an asyncio client is built, pyarrow, click: a third of a
+  command-line search's start-up).
 
 Outside this package nothing names an engine kind (``"opensearch"``, ``"elasticsearch"``) to branch on, and
 nothing defaults to a dialect: callers pass the one their :class:`EngineClient` reports

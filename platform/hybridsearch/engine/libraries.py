@@ -22,7 +22,8 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-#: what the client libraries import if installed and the platform does not use through them
+#: what the client libraries import if installed and a synchronous search never runs (aiohttp: loaded by the first
+#: asyncio client, :func:`ready_aiohttp_node`, :func:`hybridsearch.engine.connect.os_async_client`)
 UNUSED_OPTIONAL = ("aiohttp", "pyarrow", "click")
 
 
