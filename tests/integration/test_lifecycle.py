@@ -120,7 +120,7 @@ def test_migrate_to_new_model_then_rollback(es: EngineClient, settings: Settings
     tiny = Embedder(new.embedding)
     seen: list[tuple[int, int]] = []
     result = migrate(es, settings, new, embedder=tiny, batch_size=2,
-                               progress=lambda e: seen.append((e.done, e.total or 0)) if e.done else None)
+                     progress=lambda e: seen.append((e.done, e.total or 0)) if e.done else None)
 
     v2 = settings.index.versioned(2)
     assert (result.source, result.target, result.chunks, result.documents) == (v1, v2, 5, 5)

@@ -101,7 +101,7 @@ def test_searches_keep_answering_throughout_a_migration(es: EngineClient, settin
             searcher.wait_for(2, "copying")  # searches run between every pair of batches of the copy
 
         result = migrate(es, settings, new, embedder=embedder, batch_size=7,
-                                   progress=lambda e: each_batch(e.done, e.total or 0) if e.done else None)
+                         progress=lambda e: each_batch(e.done, e.total or 0) if e.done else None)
         searcher.phase = "after"
         searcher.wait_for(5, "after")
     finally:
@@ -177,7 +177,7 @@ def test_migration_to_another_chunker_recuts_documents_from_their_chunks(es: Eng
 
     seen: list[tuple[int, int]] = []
     result = migrate(es, settings, new, embedder=embedder, batch_size=16,
-                               progress=lambda e: seen.append((e.done, e.total or 0)) if e.done else None)
+                     progress=lambda e: seen.append((e.done, e.total or 0)) if e.done else None)
     assert result.rechunked and result.reembedded and result.documents == len(docs)
     assert seen[-1] == (len(docs), len(docs))
     assert result.chunks > old_chunks  # smaller chunks, more of them

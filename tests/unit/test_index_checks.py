@@ -27,7 +27,7 @@ def test_live_target() -> None:
     assert '{"remove": {"index": "p-chunks-v1", "alias": "p-chunks"}}' in str(caught.value)
 
 
-def test_mapping_differences_compare_the_real_mapping() -> None:
+def test_chunk_differences_compare_the_real_mapping() -> None:
     settings = load_settings()
     mapping = load_template("chunks", settings, ES)["template"]["mappings"]
     assert chunk_differences(mapping, settings, dialect=ES) == []

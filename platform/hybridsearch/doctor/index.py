@@ -15,7 +15,7 @@ from hybridsearch.errors import (
     QueryError,
 )
 from hybridsearch.index.access import INGEST, check_privileges, prefix_names
-from hybridsearch.index.fit import check_meta
+from hybridsearch.index.fit import CHECKED_META, FORMAT_KEY, check_meta
 from hybridsearch.index.spec import PREFERRED_ANALYZER, resolve_analyzer, section_words_of
 from hybridsearch.index.versions import index_meta, live_target, read_alias
 from hybridsearch.index.visibility import count_visible
@@ -92,10 +92,11 @@ def _check_live_index(es: EngineClient, settings: Settings, checks: list[Check])
         checks.append(Check("index", "alias", "FAIL", exc.problem, exc.fix))
     meta = index_meta(es, live)
     try:
-        check_meta(live, meta, settings)
+        check_meta(live, meta, settings, (FORMAT_KEY, *CHECKED_META))
         checks.append(Check("index", "model", "OK", f"{live} built with {meta.get('embedding_model')}"))
     except IndexMismatch as exc:
-        checks.append(Check("index", "model", "FAIL", exc.problem,
+        other_format = exc.differences[0][0] == f"_meta.{FORMAT_KEY}"
+        checks.append(Check("index", "model", "FAIL", exc.problem, exc.fix if other_format else
                             f"set HSP_EMBEDDING__MODEL={meta.get('embedding_model')} "
                             f"HSP_EMBEDDING__DIMS={meta.get('embedding_dims')}, or `hsp index migrate --to-model "
                             f"{settings.embedding.model}`"))

@@ -23,7 +23,7 @@ from hybridsearch.engine import Dialect, EngineClient, engine_errors
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
 from hybridsearch.index.fit import BUILD_META, chunk_differences
 from hybridsearch.index.spec import chunk_meta, index_options, parse_version, with_analyzer
-from hybridsearch.index.versions import ensure_index, read_alias, swap_alias
+from hybridsearch.index.versions import ensure_index, live_target, read_alias, swap_alias
 from hybridsearch.index.visibility import state_index_for, state_index_of, visible_query
 from hybridsearch.progress import ProgressSink
 from hybridsearch.settings import Settings
@@ -89,9 +89,10 @@ def choose_index(es: EngineClient, settings: Settings, *, create: bool = True) -
     fitting = sorted((i for i in versions
                       if not chunk_differences(mappings[i]["mappings"], settings, dialect=es.dialect, level="build")),
                      key=versions.__getitem__)
-    current = sorted(read_alias(es, alias))
-    if current and current[-1] in fitting:
-        return IndexChoice(current[-1], "reused", want)
+    aliases = read_alias(es, alias)
+    live = live_target(alias, aliases) if aliases else None
+    if live in fitting:
+        return IndexChoice(live, "reused", want)
     if fitting:
         swap_alias(es, settings.index, fitting[-1])
         return IndexChoice(fitting[-1], "switched", want)
@@ -100,8 +101,7 @@ def choose_index(es: EngineClient, settings: Settings, *, create: bool = True) -
                             "run without --no-ingest to build one")
     version = max(versions.values(), default=0) + 1
     name = ensure_index(es, settings, version=version)
-    if sorted(read_alias(es, alias)) != [name]:
-        swap_alias(es, settings.index, name)
+    swap_alias(es, settings.index, name)
     return IndexChoice(name, "created", want)
 
 
