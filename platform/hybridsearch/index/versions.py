@@ -183,13 +183,12 @@ def ensure_index(es: EngineClient, settings: Settings, version: int | None = Non
     require_privileges(es, prefix_names(settings.index), INGEST, f"write to prefix {settings.index.prefix}")
     alias = settings.index.alias
     aliases = read_alias(es, alias)
-    if aliases and version is None:
-        name = live_target(alias, aliases)
+    live = live_target(alias, aliases) if aliases else None
+    if live and version is None:
+        name = live
         with engine_errors(f"put the engine's settings on {name}"):
             _put_engine_settings(es, name)
     else:
-        if aliases:
-            live_target(alias, aliases)
         name = _create(es, settings, version, exist_ok=True)
     check_mapping(name, index_mapping(es, name), settings, es.dialect)
     ensure_log_indices(es, settings)
