@@ -90,9 +90,9 @@ def require_privileges(es: EngineClient, names: list[str], privileges: tuple[str
 # ------------------------------------------------------------------------------------------------------ blocks
 
 _BLOCKED_INDEX = re.compile(r"index \[([^\]]+)\] blocked by")
-
-
 FLOOD_STAGE = "index.blocks.read_only_allow_delete"
+#: the index settings that refuse writes when true
+WRITE_BLOCKS = ("index.blocks.write", "index.blocks.read_only", FLOOD_STAGE)
 
 
 def unblock_fix(index: str, block: str) -> str:

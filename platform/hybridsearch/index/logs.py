@@ -25,14 +25,12 @@ from typing import Any
 
 from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import AccessDenied, ClusterError, HybridSearchError, IndexNotFound
-from hybridsearch.index.access import bulk_error_type, item_error, require_privileges, write_errors
+from hybridsearch.index.access import WRITE_BLOCKS, bulk_error_type, item_error, require_privileges, write_errors
 from hybridsearch.index.fit import Difference, log_differences
 from hybridsearch.index.spec import LOG_KINDS, create_index, log_index_name, log_spec, write_alias_name
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
-
-_WRITE_BLOCKS = ("index.blocks.write", "index.blocks.read_only", "index.blocks.read_only_allow_delete")
 
 
 def ensure_log_index(es: EngineClient, settings: Settings, kind: str) -> str:
@@ -84,7 +82,7 @@ def inspect_log_index(es: EngineClient, settings: Settings, kind: str) -> LogInd
         mapping = next(iter(es.indices.get_mapping(index=spec.name).values()))["mappings"]
         state.differences = log_differences(kind, mapping, settings, es.dialect)
         flat = es.indices.get_settings(index=spec.name, flat_settings=True).get(spec.name, {}).get("settings", {})
-        state.blocks = [b for b in _WRITE_BLOCKS if str(flat.get(b)).lower() == "true"]
+        state.blocks = [b for b in WRITE_BLOCKS if str(flat.get(b)).lower() == "true"]
         state.replicas = int(flat.get("index.number_of_replicas", 0))
         state.health = str(es.cluster.health(index=spec.name)["status"])
         if spec.write_alias:
