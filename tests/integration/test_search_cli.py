@@ -6,8 +6,8 @@ import json
 import re
 
 import pytest
-from test_search import index_corpus
 
+from corpora import index_corpus
 from hybridsearch.cli.main import main
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient

@@ -7,8 +7,8 @@ import time
 from collections.abc import Sequence
 
 import pytest
-from test_search import index_corpus
 
+from corpora import index_corpus
 from hybridsearch import AsyncSearchClient, SearchClient
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import AsyncEngineClient, EngineClient, connect, connect_async

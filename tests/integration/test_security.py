@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_tenant import TEAM_A, TEAM_B, docs, seen
 
+from corpora import TEAM_A, TEAM_B, docs, seen
 from hybridsearch import SearchClient, lifecycle
 from hybridsearch.cli.main import main
 from hybridsearch.doctor.index import check_access

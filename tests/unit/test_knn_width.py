@@ -7,8 +7,6 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_search_client_recorded import FakeES, FixedVectors, recording
-from test_search_client_recorded import settings as recorded_settings
 
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, EngineInfo
 from hybridsearch.errors import ConfigError
@@ -23,6 +21,8 @@ from hybridsearch.query.candidates import (
 )
 from hybridsearch.query.client import SearchClient
 from hybridsearch.settings import QuerySettings
+from recorded import FakeES, FixedVectors, recording
+from recorded import settings as recorded_settings
 
 sizes = st.integers(min_value=0, max_value=10**9)
 ks = st.integers(min_value=1, max_value=2000)

@@ -16,7 +16,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from test_search_client_recorded import FakeAsyncES, FakeES, FixedVectors, list_of, recording, same, settings
 
 from hybridsearch import AsyncSearchClient, SearchClient
 from hybridsearch.cli.search import HIGHLIGHT, snippet
@@ -26,6 +25,7 @@ from hybridsearch.query.build import PASSAGES, Bm25Scope
 from hybridsearch.query.passages import MARK_CLOSE, MARK_OPEN, read_highlights
 from hybridsearch.query.results import Highlight, PassageSource, SearchResult
 from hybridsearch.settings import Settings
+from recorded import FakeAsyncES, FakeES, FixedVectors, list_of, recording, same, settings
 
 D0, D1 = "doc000.txt", "doc001.txt"
 

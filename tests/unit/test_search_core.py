@@ -1,9 +1,9 @@
 """The search core without I/O (hybridsearch.query.core): its steps driven here with recorded ``_msearch`` answers.
 
 :func:`drive` answers each request the core yields, in this thread, from the fakes of
-``test_search_client_recorded`` (the alias, the index's mapping from the settings' own template, recorded answers);
+``tests/recorded.py`` (the alias, the index's mapping from the settings' own template, recorded answers);
 a spawned request is answered at once and its outcome handed back on ``Join``. The last tests run the same
-scenarios through both clients, whose whole job is now to perform those requests: they must make the same requests
+scenarios through both clients, whose whole job is to perform those requests: they must make the same requests
 in the same order as the core driven here, and return the same results.
 """
 
@@ -19,19 +19,6 @@ import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-from test_search_client_recorded import (
-    INDEX,
-    FakeAsyncES,
-    FakeES,
-    FixedVectors,
-    MovingES,
-    is_knn,
-    list_of,
-    one_msearch,
-    recording,
-    same,
-    settings,
-)
 
 import hybridsearch.query.client as client_module
 from hybridsearch import AsyncSearchClient, SearchClient
@@ -54,6 +41,19 @@ from hybridsearch.query.steps import (
     Steps,
 )
 from hybridsearch.settings import Settings
+from recorded import (
+    INDEX,
+    FakeAsyncES,
+    FakeES,
+    FixedVectors,
+    MovingES,
+    is_knn,
+    list_of,
+    one_msearch,
+    recording,
+    same,
+    settings,
+)
 
 QUERY = "how do bees find food"
 FUSED = ["d2", "d1", "d4", "d3"]  # RRF k=60 over the hybrid recording's two lists
