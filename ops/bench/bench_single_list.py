@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Where a single-list search (bm25, dense) spends its time, at concurrency 1 (issue 17: our p50 against the
-peers' in ops/bench/bench_peers.py).
+"""Where a single-list search (bm25, dense) spends its time, at concurrency 1 (our p50 against
+the peers' in ops/bench/bench_peers.py).
 
 For every query (SciFact test by default), interleaved per query in a rotating order so that every variant
 sees the same machine, it times:

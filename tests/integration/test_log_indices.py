@@ -1,4 +1,4 @@
-"""One index specification on a real node (issue 23, parts 5 and 6): chunk versions carry the engine's settings
+"""One index specification on a real node: chunk versions carry the engine's settings
 whoever creates them; the log indices are re-created from their spec, never by a write with guessed mappings;
 a write block is reported as a block; ``hsp doctor`` checks the log indices."""
 

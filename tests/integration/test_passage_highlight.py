@@ -1,8 +1,9 @@
-"""A BM25 hit shows the chunk that matched (issue 24), on the real node: the report's own case.
+"""A BM25 hit shows the chunk that matched, on the real node.
 
 Two documents of eight sentences, ingested with ``hsp ingest --strategy sentence --max-tokens 48`` (one sentence
-per chunk, each document one BM25 section); ``zqDxSq`` occurs only in sentence S of document D. Before, ``hsp
-search zq0x3q --mode bm25`` showed ``doc000.txt``'s first chunk (sentence 0), which does not hold the word.
+per chunk, each document one BM25 section); ``zqDxSq`` occurs only in sentence S of document D. ``hsp search zq0x3q
+--mode bm25`` must show ``doc000.txt``'s chunk 3, not its first chunk (sentence 0, the section's leader), which does
+not hold the word.
 """
 
 from __future__ import annotations

@@ -165,7 +165,7 @@ def test_typed_filters_raise_only_query_error(field: str, value: Any, bounds: di
                 assert str(exc).startswith("invalid filter: ") and "\n" not in str(exc)
 
 
-# ------------------------------------------------------------------------------------------ typed metadata (issue 24)
+# ------------------------------------------------------------------------------------------ typed metadata
 
 SCHEMA = {"n": "long", "x": "double", "published": "date", "lang": "keyword", "ok": "boolean"}
 

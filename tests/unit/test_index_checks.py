@@ -1,4 +1,4 @@
-"""Alias resolution and mapping checks, without a cluster (issue 15, items 7 and 8)."""
+"""Alias resolution and mapping checks, without a cluster."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The index specification without a cluster (issue 23, parts 5 and 6): version names, chunk specs with the
+"""The index specification without a cluster: version names, chunk specs with the
 engine's settings, the one fit check, log-index mappings, blocks read as blocks."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The lean ONNX query encoder (tokenizers + ONNX Runtime + numpy) and its agreement record (issue 25): the same
+"""The lean ONNX query encoder (tokenizers + ONNX Runtime + numpy) and its agreement record: the same
 vectors as sentence-transformers, checked once and recorded beside the ONNX file, so a search process that finds the
 record never imports torch; a record of disagreement, a stale record, or a folder the lean encoder cannot read all
 fall back to loading the model and checking."""

@@ -1,4 +1,4 @@
-"""The reranker service under slow clients and tight budgets (issue 24, item 8).
+"""The reranker service under slow clients and tight budgets.
 
 A real uvicorn server on a loopback port (as ``hsp serve-reranker`` runs it, :func:`serve`'s config) for the
 connection limits: a slowloris client (one header byte a second) is cut off after ``header_timeout``, a slow body
