@@ -69,7 +69,7 @@ def test_bm25_and_hybrid_show_the_sentence_that_matched(
             assert hit.highlights == [Highlight(start=start, end=start + 6, term="zq0x3q")]
             stored = es.get(index=ingested.index.alias, id=hit.chunk_id)  # the text is read from the highlight
             assert stored is not None and hit.text == stored["_source"]["text"]
-        # the section ranks as before; only the chunk shown differs
+        # the section ranks the same without the passage list; only the chunk shown differs
         off = ingested.model_copy(update={"query": ingested.query.model_copy(update={"best_passage": False})})
         with SearchClient(es, off, embedder=embedder) as before:
             old = before.search("zq0x3q", mode="bm25", rerank=False).hits

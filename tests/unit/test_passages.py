@@ -192,8 +192,8 @@ def test_why_reports_the_passage() -> None:
 
 
 def test_chunk_level_indices_are_unchanged() -> None:
-    """An index without sections (bm25_unit chunk): no passage list is sent, and hits show the chunks as before
-    (BM25's chunk; kNN's when kNN found the document)."""
+    """An index without sections (bm25_unit chunk): no passage list is sent, and hits show the chunks the lists
+    found (BM25's chunk; kNN's when kNN found the document)."""
     s = settings()
     es = FakeES(s, recording("hybrid"))
     es.indices.mappings["_meta"].update(bm25_unit="chunk", section_words=None)

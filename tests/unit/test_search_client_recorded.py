@@ -267,7 +267,7 @@ def test_bm25_and_dense_stay_one_request(client: str) -> None:
 
 
 @pytest.mark.parametrize("client", ["sync", "async"])
-def test_either_request_failing_fails_the_search_as_before(client: str) -> None:
+def test_either_request_failing_fails_the_search(client: str) -> None:
     timeout = elasticsearch.ConnectionTimeout("timed out after 30 s")
     for failing in ("bm25", "knn"):
         es = RecordingES(settings(), recording("hybrid"), fail={failing: timeout})
@@ -285,7 +285,7 @@ class Broken:
 
 @pytest.mark.parametrize("client", ["sync", "async"])
 def test_a_failing_embedding_raises_its_own_error(client: str, caplog: pytest.LogCaptureFixture) -> None:
-    """As before the overlap (nothing was sent then): the embedding's error, BM25's answer or error dropped."""
+    """The embedding's error, as if nothing had been sent: BM25's answer or error dropped."""
     es = RecordingES(settings(), recording("hybrid"), fail={"bm25": elasticsearch.ConnectionTimeout("late")})
     with pytest.raises(ModelError, match="cannot load embedding model"):
         overlapped(es, Broken(), client)
