@@ -16,6 +16,8 @@
 # by a number, after a space or '#' (or both). A link to another project's issue is fine, because in a URL the
 # number follows a slash (github.com/OWNER/REPO/issues/NUMBER); so are ids such as "doc#3" and numbered steps or
 # items without those words. The pattern below is written so that it does not match itself.
+# No test imports another test file: shared helpers live in support modules under tests/ (conftest.py, standin.py,
+# recorded.py, corpora.py...), whose names do not start with test_.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 VENV="${1:-${HSP_VENV:-$HOME/.cache/hybridsearch/venv}}"
@@ -23,6 +25,10 @@ cd "$root"
 history='\b(issues?|stops?|PRs?|pull requests?) ?#? ?[0-9]+'
 if grep -rnIiE --exclude-dir=__pycache__ --exclude-dir=.venv "$history" platform tests docs README.md ops; then
   echo "[check-deps] the lines above name a work item: say what the code or the figure is today, by topic" >&2
+  exit 1
+fi
+if grep -rnE --include='*.py' '^\s*(from|import) test_' tests; then
+  echo "[check-deps] a test imports another test file above: move what they share into a support module in tests/" >&2
   exit 1
 fi
 "$VENV/bin/python" -m pip check || { echo "[check-deps] pip check failed; fix with: ops/setup.sh" >&2; exit 1; }
