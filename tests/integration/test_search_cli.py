@@ -6,12 +6,12 @@ import json
 import re
 
 import pytest
-from test_search import index_corpus
 
 from hybridsearch.cli.main import main
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.settings import Settings
+from search_corpus import index_corpus
 
 
 @pytest.fixture()
