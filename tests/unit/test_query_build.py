@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from hybridsearch.engine import ELASTICSEARCH as ES
 from hybridsearch.errors import ClusterError, IndexNotFound, QueryError, RerankerError
-from hybridsearch.query.answers import check_response
 from hybridsearch.query.build import (
     JOINED_FIELD,
     Bm25Scope,
@@ -31,7 +30,7 @@ from hybridsearch.query.passages import show_passages
 from hybridsearch.query.querylog import log_doc, query_hash
 from hybridsearch.query.reranking import apply_rerank
 from hybridsearch.query.results import RerankOutcome, Timings
-from hybridsearch.query.window import Window, fuse_window
+from hybridsearch.query.window import Window, check_response, fuse_window
 from hybridsearch.settings import QuerySettings, Settings, load_settings
 
 

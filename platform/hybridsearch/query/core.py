@@ -33,7 +33,6 @@ from hybridsearch.engine import Dialect, EngineClient, EngineInfo
 from hybridsearch.errors import HybridSearchError, IndexNotFound, RerankerError
 from hybridsearch.indices import check_mapping, section_words_of, single_target
 from hybridsearch.mappings import metadata_fields_of
-from hybridsearch.query.answers import answered_by, check_response
 from hybridsearch.query.build import (
     CHUNKS,
     PASSAGES,
@@ -58,7 +57,7 @@ from hybridsearch.query.reranking import apply_rerank, failed, passage_text, rer
 from hybridsearch.query.results import Mode, SearchResult, Timings, WhyReport
 from hybridsearch.query.send import KnnLines, embed_steps, send_steps
 from hybridsearch.query.steps import CountChunks, Detect, GetMappings, Json, Rerank, ResolveAlias, Steps
-from hybridsearch.query.window import Window, fuse_window
+from hybridsearch.query.window import Window, answered_by, check_response, fuse_window
 from hybridsearch.rerank.base import Reranker
 from hybridsearch.rerank.card import effective_blend
 from hybridsearch.settings import QuerySettings, RerankerSettings, Settings, get_settings

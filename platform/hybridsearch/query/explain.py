@@ -15,12 +15,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from hybridsearch.engine.dialect import Dialect
-from hybridsearch.query.answers import check_response
 from hybridsearch.query.build import CHUNKS, Bm25Scope, Plan, bm25_body, search_filters
 from hybridsearch.query.passages import highlights
 from hybridsearch.query.results import Highlight, PassageSource, RerankOutcome, WhyReport
 from hybridsearch.query.steps import Embed, Json, Msearch, Steps
-from hybridsearch.query.window import Rank, Window, WindowEntry, stage_score
+from hybridsearch.query.window import Rank, Window, WindowEntry, check_response, stage_score
 from hybridsearch.settings import QuerySettings
 
 STAGE_LABEL = {"bm25": "BM25", "knn": "kNN"}

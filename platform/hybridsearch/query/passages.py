@@ -25,9 +25,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-from hybridsearch.query.answers import item_failure
 from hybridsearch.query.results import PassageSource
-from hybridsearch.query.window import MatchOffsets, WindowEntry
+from hybridsearch.query.window import MatchOffsets, WindowEntry, item_failure
 
 #: what the highlighter puts before and after each match: private-use characters, which text rarely holds
 MARK_OPEN, MARK_CLOSE = "\ue000", "\ue001"

@@ -7,7 +7,7 @@ while the query is embedded, and its kNN ``_msearch`` goes as soon as the vector
 max(BM25, embed + kNN) instead of embed + max(BM25, kNN). The lines are those of the one ``_msearch`` of both
 lists (``build.text_lines``, then ``build.knn_lines``), so answers and fusion are the same; so are the errors: a
 failed request raises through ``engine_errors`` (the client, performing it) and a failed item through
-``answers.check_response``, BM25's before kNN's, and an embedding that fails raises as before (BM25's answer
+``window.check_response``, BM25's before kNN's, and an embedding that fails raises as before (BM25's answer
 dropped: :class:`~.steps.Drop`).
 
 Timings: ``embed_ms`` is the embedding; ``search_ms`` the searches' time after it: for hybrid, from the

@@ -1,17 +1,19 @@
 """The fused window of one query: its entries, best first, and what each stage of the search records on them. Pure.
 
 :func:`fuse_window` builds it from the ranked lists of one ``_msearch`` answer (each collapsed, then fused by
-:mod:`.fusion`); the passage choice (:mod:`.passages`) sets the chunk each entry shows; the rerank stage
-(:mod:`.reranking`) reorders its top; :mod:`.paging` turns a page of it into the typed
-:class:`~hybridsearch.query.results.SearchResult`, and :mod:`.explain` says why each entry stands where it does.
+:mod:`.fusion`), whose failed items :func:`check_response` turns into our errors; the passage choice
+(:mod:`.passages`) sets the chunk each entry shows; the rerank stage (:mod:`.reranking`) reorders its top;
+:mod:`.paging` turns a page of it into the typed :class:`~hybridsearch.query.results.SearchResult`, and
+:mod:`.explain` says why each entry stands where it does.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from hybridsearch.errors import ClusterError, IndexNotFound
 from hybridsearch.query.fusion import Fusion
 from hybridsearch.query.results import PassageSource, RerankOutcome, StageScore
 
@@ -63,6 +65,31 @@ class Window:
     rerank_reason: str | None = None  # detail for people when not applied
     blend: float | None = None  # reranker share in the final order of the reranked top (1 = reranker only)
     fusion: Fusion | None = None  # how the lists were fused; None for a single list
+
+
+def item_failure(resp: Mapping[str, Any]) -> str | None:
+    """The engine's reason for one failed ``_msearch`` item (``type: reason``), or None."""
+    err = resp.get("error")
+    if not err:
+        return None
+    root = (err.get("root_cause") or [err])[0] if isinstance(err, dict) else {"reason": str(err)}
+    return f"{root.get('type', 'error')}: {root.get('reason')}"
+
+
+def check_response(resp: Mapping[str, Any], index: str) -> None:
+    """Raise our error type for one failed ``_msearch`` item."""
+    reason = item_failure(resp)
+    if reason is None:
+        return
+    status = int(resp.get("status", 500))
+    if status == 404:
+        raise IndexNotFound(f"index or alias {index} does not exist ({reason}): run `hsp ingest` first")
+    raise ClusterError(f"search on {index} failed with HTTP {status}: {reason}")
+
+
+def answered_by(responses: Sequence[Mapping[str, Any]]) -> set[str]:
+    """The concrete indices whose chunks the ``_msearch`` answers hold (each hit's ``_index``)."""
+    return {hit["_index"] for r in responses for hit in r.get("hits", {}).get("hits", []) if "_index" in hit}
 
 
 def stage_list(resp: Mapping[str, Any], collapse: bool) -> list[tuple[str, float, dict[str, Any]]]:
