@@ -53,7 +53,7 @@ from hybridsearch.query.fusion import Fusion, fusion_for
 from hybridsearch.query.paging import build_result
 from hybridsearch.query.passages import show_passages
 from hybridsearch.query.querylog import QueryLogger, log_doc
-from hybridsearch.query.reranking import apply_rerank, failed, passage_text, rerank_slice, skip_reason
+from hybridsearch.query.reranking import apply_rerank, passage_text, record_failure, rerank_slice, skip_reason
 from hybridsearch.query.results import Mode, SearchResult, Timings, WhyReport
 from hybridsearch.query.send import KnnLines, embed_steps, send_steps
 from hybridsearch.query.steps import CountChunks, Detect, GetMappings, Json, Rerank, ResolveAlias, Steps
@@ -283,17 +283,17 @@ class SearchCore:
             window.rerank_outcome, window.rerank_reason = skipped
         else:
             assert self.reranker is not None
-            reranker = self.settings.reranker
-            passages = [passage_text(e.source) for e in rerank_slice(window, reranker.depth)]
+            cfg = self.settings.reranker
+            passages = [passage_text(e.source) for e in rerank_slice(window, cfg.depth)]
             try:
-                scores = yield Rerank(self.reranker, p.query, passages, reranker.timeout)
+                scores = yield Rerank(self.reranker, p.query, passages, cfg.timeout)
             except Exception as exc:  # noqa: BLE001 - any reranker failure degrades to fused order
-                failed(window, exc, reranker.timeout)
+                record_failure(window, exc, cfg.timeout)
             else:
                 try:
-                    apply_rerank(window, reranker.depth, list(scores), self.rerank_blend())
+                    apply_rerank(window, cfg.depth, list(scores), self.rerank_blend())
                 except RerankerError as exc:  # unusable scores: the fused order stays
-                    failed(window, exc, reranker.timeout)
+                    record_failure(window, exc, cfg.timeout)
         t.rerank_ms = _ms(t0)
 
     def rerank_blend(self) -> float:

@@ -43,7 +43,7 @@ def skip_reason(requested: bool, has_reranker: bool, no_reranker_reason: str | N
     return None
 
 
-def failed(window: Window, error: BaseException, timeout: float) -> None:
+def record_failure(window: Window, error: BaseException, timeout: float) -> None:
     """Record on ``window`` that the reranker failed with ``error`` (or gave no answer within ``timeout``
     seconds): the fused order stays."""
     window.reranked = False
