@@ -1,16 +1,18 @@
-"""SearchClient against the real node: hybrid/bm25/dense, collapse, filters, paging, explain, why, errors."""
+"""SearchClient against the real node: hybrid/bm25/dense, collapse, filters, paging, explain, why (both clients),
+errors."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from corpora import index_corpus
-from hybridsearch import SearchClient
+from hybridsearch import AsyncSearchClient, SearchClient
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import EngineClient, connect_async
 from hybridsearch.errors import IndexMismatch, IndexNotFound, QueryError
 from hybridsearch.query.filters import AllOf, NoneOf, Range, Term
 from hybridsearch.settings import Settings
@@ -150,6 +152,27 @@ def test_why_reports_each_stage_and_probes_missing_lists(client: SearchClient) -
     assert rep.chunks_in_index == 1 and rep.chunks_matching_filters == 0 and rep.final_rank is None
     assert any("excluded by the filters" in n for n in rep.notes)
     assert client.why("coffee", "nope").chunks_in_index == 0
+
+
+def test_async_why_answers_as_sync_why(client: SearchClient, embedder: Embedder) -> None:
+    asked: list[tuple[str, str, dict[str, Any]]] = [
+        ("coffee beans brewed", "d5", {}), ("trembling ground caused by moving rock slabs", "d9", {}),
+        ("volcanic lava", "d9", {"mode": "bm25"}), ("coffee", "d5", {"filters": {"source": "news"}}),
+        ("coffee", "nope", {})]
+    expected = [client.why(query, doc_id, **kw) for query, doc_id, kw in asked]
+
+    async def run() -> list[Any]:
+        aes = connect_async(client.settings.es)
+        try:
+            async with AsyncSearchClient(aes, client.settings, embedder=embedder) as c:
+                return [await c.why(query, doc_id, **kw) for query, doc_id, kw in asked]
+        finally:
+            await aes.close()
+
+    got = asyncio.run(run())
+    assert [r.model_dump() for r in got] == [r.model_dump() for r in expected]
+    assert not any(n.startswith("kNN") for n in got[2].notes)  # a BM25 search has no kNN list to probe
+    assert any("BM25: no section of d9 matches" in n for n in got[1].notes) and got[1].knn is not None
 
 
 def test_bad_queries_get_our_errors_and_long_ones_are_truncated(client: SearchClient, settings: Settings) -> None:

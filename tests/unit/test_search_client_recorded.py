@@ -1,8 +1,10 @@
 """SearchClient and AsyncSearchClient on recorded ``_msearch`` answers (tests/unit/recordings/*.json).
 
-The only fake is the engine client object (tests/recorded.py). Everything else (plan, query bodies, fusion, rerank
-with its timeout, paging) is the real code, run by both clients, which must return the same results for the same
-inputs.
+The only fake is the engine client object (tests/recorded_engine.py): its ``msearch`` returns a recording (a hybrid
+search sends its BM25 lists and its kNN list as two ``_msearch`` requests: each list gets its item of the recording),
+and the alias and mapping calls answer for one index built from the settings' own template. Everything else (plan,
+query bodies, fusion, rerank with its timeout, paging, why's probes) is the real code, run by both clients, which
+must return the same results for the same inputs.
 """
 
 from __future__ import annotations
@@ -22,10 +24,10 @@ from hybridsearch import AsyncSearchClient, SearchClient
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, Dialect
 from hybridsearch.errors import ClusterError, ClusterUnavailable, IndexMismatch, IndexNotFound, ModelError
 from hybridsearch.query.candidates import auto_candidates
-from hybridsearch.query.results import RerankOutcome, SearchResult
+from hybridsearch.query.results import RerankOutcome, SearchResult, WhyReport
 from hybridsearch.settings import Settings
 from hybridsearch.visibility import hidden_lookup
-from recorded import (
+from recorded_engine import (
     INDEX,
     FakeAsyncES,
     FakeES,
@@ -267,7 +269,7 @@ def test_bm25_and_dense_stay_one_request(client: str) -> None:
 
 
 @pytest.mark.parametrize("client", ["sync", "async"])
-def test_either_request_failing_fails_the_search(client: str) -> None:
+def test_either_request_failing_fails_the_search_as_before(client: str) -> None:
     timeout = elasticsearch.ConnectionTimeout("timed out after 30 s")
     for failing in ("bm25", "knn"):
         es = RecordingES(settings(), recording("hybrid"), fail={failing: timeout})
@@ -285,7 +287,7 @@ class Broken:
 
 @pytest.mark.parametrize("client", ["sync", "async"])
 def test_a_failing_embedding_raises_its_own_error(client: str, caplog: pytest.LogCaptureFixture) -> None:
-    """The embedding's error, as if nothing had been sent: BM25's answer or error dropped."""
+    """As before the overlap (nothing was sent then): the embedding's error, BM25's answer or error dropped."""
     es = RecordingES(settings(), recording("hybrid"), fail={"bm25": elasticsearch.ConnectionTimeout("late")})
     with pytest.raises(ModelError, match="cannot load embedding model"):
         overlapped(es, Broken(), client)
@@ -348,3 +350,50 @@ def test_a_failed_list_after_a_swap_to_other_dims_says_what_changed() -> None:
         es.indices.current = INDEX  # rolled back: the same failure is the engine's error again
         with pytest.raises(ClusterError, match="HTTP 500"):
             client.search("how do bees find food", rerank=False)
+
+
+# why: the search's steps, then probes of the lists that missed the document, performed by either client
+
+
+def whys(es: FakeES, doc_id: str, **kw: Any) -> tuple[WhyReport, WhyReport]:
+    """``why`` through both clients on the same fake cluster."""
+    s = settings()
+    with SearchClient(es, s, embedder=FixedVectors(), reranker=Scores()) as sync:  # type: ignore[arg-type]
+        one = sync.why("how do bees find food", doc_id, **kw)
+
+    async def run() -> WhyReport:
+        async with AsyncSearchClient(FakeAsyncES(es), s, embedder=FixedVectors(),  # type: ignore[arg-type]
+                                     reranker=Scores()) as client:
+            return await client.why("how do bees find food", doc_id, **kw)
+
+    return one, asyncio.run(run())
+
+
+@pytest.mark.parametrize(("doc_id", "mode"), [("d2", "hybrid"), ("d3", "hybrid"), ("d4", "bm25"), ("d9", "hybrid")])
+def test_async_why_answers_as_sync_why(doc_id: str, mode: str) -> None:
+    sync, async_ = whys(FakeES(settings(), recording("hybrid")), doc_id, mode=mode)
+    assert same(sync, async_) and sync.doc_id == doc_id and sync.chunks_in_index == 2
+    assert (sync.final_rank is None) == (doc_id not in {"d2", "d3"})
+
+
+def test_why_probes_each_list_that_missed_the_document() -> None:
+    """d4 is only in kNN's list: BM25's probe says how high its best section scores; d9 is in neither list."""
+    es = FakeES(settings(), recording("hybrid"))
+    d4, _ = whys(es, "d4", rerank=False)
+    assert d4.knn is not None and d4.knn.rank == 2 and d4.bm25 is None and d4.final_rank == 3
+    assert "BM25: best section score 0.5000, about 40 sections score as high or higher; the list keeps 3" in d4.notes
+    es.probe_score = None
+    d9, _ = whys(es, "d9", rerank=False)
+    assert d9.final_rank is None and d9.fused is None
+    assert "BM25: no section of d9 matches the query terms (operator or)" in d9.notes
+    assert "kNN: no chunk of d9 has a vector" in d9.notes
+    assert "fusion: not among the 4 fused candidates" in d9.notes
+
+
+def test_why_says_when_the_document_is_absent_or_filtered_out() -> None:
+    es = FakeES(settings(), recording("hybrid"))
+    es.doc_chunks = 0
+    report, async_report = whys(es, "d9")
+    assert same(report, async_report) and report.chunks_in_index == 0
+    assert report.notes[0] == f"d9 is not in {INDEX}: no chunk has this doc_id"
+    assert not any(n.startswith(("BM25", "kNN")) for n in report.notes)  # nothing to probe

@@ -1,9 +1,10 @@
-"""The fake engine of the unit tests that search on recorded ``_msearch`` answers (tests/unit/recordings/*.json).
+"""Fakes at the I/O seam of the query layer, answering with recorded ``_msearch`` answers (tests/unit/recordings).
 
-The only fake is the engine client object: its ``msearch`` returns a recording (a hybrid search sends its BM25
-lists and its kNN list as two ``_msearch`` requests: each list gets its item of the recording, which holds BM25's,
-kNN's and, where recorded, the passage list's; unrecorded, the passage list finds nothing), and the alias and
-mapping calls answer for one index built from the settings' own template.
+:class:`FakeES` stands for :class:`hybridsearch.engine.EngineClient` (and :class:`FakeAsyncES` for its asyncio twin):
+its ``msearch`` gives each list of a search its item of a recording (which holds BM25's, kNN's and, where recorded,
+the passage list's; unrecorded, the passage list finds nothing) and answers ``why``'s probes (its counts and one-hit
+searches of one document) from its attributes; the alias and mapping calls answer for one index built from the
+settings' own template. :class:`MovingES` is a cluster whose alias a migration swaps.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import numpy as np
 
 from hybridsearch.engine import ELASTICSEARCH, Dialect, EngineInfo
 from hybridsearch.mappings import load_template
-from hybridsearch.query.results import SearchResult
+from hybridsearch.query.results import SearchResult, WhyReport
 from hybridsearch.settings import Settings, load_settings
 
 RECORDINGS = Path(__file__).parent / "unit" / "recordings"
@@ -56,13 +57,24 @@ class FakeES:
         self.indices = FakeIndices(settings, dialect)
         self.answer = answer
         self.sent: list[list[dict[str, Any]]] = []
+        self.doc_chunks = 2  # what why's counts of one document's chunks answer
+        self.as_high = 40  # what why's count of the chunks that score as high as the document answers
+        self.probe_score: float | None = 0.5  # the score of why's one-hit probe searches (None: no hit)
 
     def msearch(self, searches: list[dict[str, Any]]) -> dict[str, Any]:
         self.sent.append(searches)
         if isinstance(self.answer, Exception):
             raise self.answer
         recorded = dict(zip(RECORDED, self.answer["responses"], strict=False))
-        return {"responses": [recorded.get(list_of(body), NOTHING) for body in searches[1::2]]}
+        return {"responses": [self._probed(body) if is_probe(body) else recorded.get(list_of(body), NOTHING)
+                              for body in searches[1::2]]}
+
+    def _probed(self, body: dict[str, Any]) -> dict[str, Any]:
+        if body.get("track_total_hits") is True:  # a count
+            count = self.as_high if "min_score" in body else self.doc_chunks
+            return {"hits": {"total": {"value": count, "relation": "eq"}, "hits": []}, "status": 200}
+        hits = [] if self.probe_score is None else [{"_index": INDEX, "_id": "probed", "_score": self.probe_score}]
+        return {"hits": {"hits": hits}, "status": 200}
 
     def count(self, index: str) -> dict[str, Any]:
         return {"count": self.chunks, "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0}}
@@ -74,6 +86,11 @@ class FakeES:
 #: the lists a recording answers, in its order; an answer of the passage list that finds nothing
 RECORDED = ("bm25", "knn", "passages")
 NOTHING: dict[str, Any] = {"took": 1, "timed_out": False, "hits": {"hits": []}, "status": 200}
+
+
+def is_probe(body: dict[str, Any]) -> bool:
+    """Whether a search body is one of why's probes (a count, or a one-hit search without ``_source``)."""
+    return body.get("track_total_hits") is True or body.get("_source") is False
 
 
 def is_knn(body: dict[str, Any]) -> bool:
@@ -141,8 +158,8 @@ def settings() -> Settings:
     return load_settings(es_url="http://127.0.0.1:1", index={"prefix": "rec"}, query={"log_queries": False},
                          reranker={"timeout": 0.3})
 
-
-def same(a: SearchResult, b: SearchResult) -> bool:
+def same(a: SearchResult | WhyReport, b: SearchResult | WhyReport) -> bool:
+    """Whether two results (or reports) say the same, timings aside."""
     return a.model_dump(exclude={"timings"}) == b.model_dump(exclude={"timings"})
 
 
