@@ -17,7 +17,8 @@
 # number follows a slash (github.com/OWNER/REPO/issues/NUMBER); so are ids such as "doc#3" and numbered steps or
 # items without those words. The pattern below is written so that it does not match itself.
 # No test imports another test file: shared helpers live in support modules under tests/ (conftest.py, standin.py,
-# recorded.py, corpora.py...), whose names do not start with test_.
+# recorded_engine.py, corpora.py...), whose names do not start with test_.
+# No staging field of an earlier write protocol: an index of another format is refused, not carried.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 VENV="${1:-${HSP_VENV:-$HOME/.cache/hybridsearch/venv}}"
@@ -25,6 +26,10 @@ cd "$root"
 history='\b(issues?|stops?|PRs?|pull requests?) ?#? ?[0-9]+'
 if grep -rnIiE --exclude-dir=__pycache__ --exclude-dir=.venv "$history" platform tests docs README.md ops; then
   echo "[check-deps] the lines above name a work item: say what the code or the figure is today, by topic" >&2
+  exit 1
+fi
+if grep -rnE --include='*.py' --include='*.json' 'pending_run' platform mappings; then
+  echo "[check-deps] the lines above carry an earlier protocol's field: refuse such an index instead (hsp index migrate)" >&2
   exit 1
 fi
 if grep -rnE --include='*.py' '^\s*(from|import) test_' tests; then

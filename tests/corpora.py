@@ -8,9 +8,9 @@ from typing import Any
 from hybridsearch import SearchClient
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
-from hybridsearch.indices import ensure_index
+from hybridsearch.index.metadata import typed_metadata
+from hybridsearch.index.versions import ensure_index
 from hybridsearch.ingest.sources import Document
-from hybridsearch.query.field_types import typed_metadata
 from hybridsearch.settings import Settings
 
 # doc_id → (title, [chunk texts], source, tenant, ingested_at, metadata)

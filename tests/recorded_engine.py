@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from hybridsearch.engine import ELASTICSEARCH, Dialect, EngineInfo
-from hybridsearch.mappings import load_template
+from hybridsearch.index.spec import load_template
 from hybridsearch.query.results import SearchResult, WhyReport
 from hybridsearch.settings import Settings, load_settings
 

@@ -38,7 +38,7 @@ from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import connect
 from hybridsearch.eval.datasets import load_collection
 from hybridsearch.eval.prepare import eval_settings
-from hybridsearch.indices import section_words_of
+from hybridsearch.index.spec import section_words_of
 from hybridsearch.query.build import bm25_body, bm25_scope, knn_lines
 from hybridsearch.query.client import SearchClient
 from hybridsearch.query.fusion import fusion_for

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from hybridsearch.engine import ELASTICSEARCH
+from hybridsearch.index.visibility import hidden_lookup, state_index_for, visible_filter
 from hybridsearch.query.build import Bm25Scope, knn_body, knn_lines, plan, text_lines
 from hybridsearch.settings import QuerySettings
-from hybridsearch.visibility import hidden_lookup, state_index_for, visible_filter
 
 
 def test_every_list_of_a_search_excludes_hidden_documents() -> None:

@@ -1,4 +1,5 @@
-"""The log indices: inspected for ``hsp doctor`` (:func:`inspect_log_index`) and written by :class:`LogWriter`.
+"""The log indices: created from their specs (:func:`ensure_log_index`), inspected for ``hsp doctor``
+(:func:`inspect_log_index`) and written by :class:`LogWriter`.
 
 **The log indices** (``<prefix>-query-log``, ``<prefix>-ingest-runs``, ``<prefix>-ingest-state``) must never be
 made by a write: an index the engine creates for a document guesses its mappings (``query`` and ``mode`` as
@@ -22,19 +23,38 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hybridsearch.access import require_privileges
 from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import AccessDenied, ClusterError, HybridSearchError, IndexNotFound
-from hybridsearch.index_spec.blocks import bulk_error_type, item_error, write_errors
-from hybridsearch.index_spec.create import ensure_log_index
-from hybridsearch.index_spec.fit import Difference, log_differences
-from hybridsearch.index_spec.names import log_index_name, write_alias_name
-from hybridsearch.index_spec.spec import log_spec
+from hybridsearch.index.access import bulk_error_type, item_error, require_privileges, write_errors
+from hybridsearch.index.fit import Difference, log_differences
+from hybridsearch.index.spec import LOG_KINDS, create_index, log_index_name, log_spec, write_alias_name
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
 
 _WRITE_BLOCKS = ("index.blocks.write", "index.blocks.read_only", "index.blocks.read_only_allow_delete")
+
+
+def ensure_log_index(es: EngineClient, settings: Settings, kind: str) -> str:
+    """Create log index ``kind`` from its spec (mappings, settings, write alias), or bring an existing one up to
+    date: new fields are added (a conflicting change raises ClusterError naming the index) and a missing write alias
+    is added. Returns the index name."""
+    spec = log_spec(settings, kind, es.dialect)
+    with write_errors(spec.name, f"create or update {spec.name}"):
+        if es.indices.exists(index=spec.name):
+            es.indices.put_mapping(index=spec.name, properties=spec.mappings["properties"])
+            if spec.write_alias and not es.indices.exists_alias(name=spec.write_alias):
+                es.indices.update_aliases(actions=[{"add": {"index": spec.name, "alias": spec.write_alias,
+                                                            "is_write_index": True}}])
+        elif create_index(es, spec):
+            log.info("created %s", spec.name)
+    return spec.name
+
+
+def ensure_log_indices(es: EngineClient, settings: Settings) -> None:
+    """:func:`ensure_log_index` for the query log, the ingest runs and the ingest state."""
+    for kind in LOG_KINDS:
+        ensure_log_index(es, settings, kind)
 
 
 @dataclass
