@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Self
 
 from hybridsearch.engine import Dialect, EngineClient, EngineInfo
-from hybridsearch.errors import HybridSearchError, IndexNotFound, RerankerError
+from hybridsearch.errors import HybridSearchError, IndexNotFound, RerankerError, RerankerModelError
 from hybridsearch.indices import check_mapping, section_words_of, single_target
 from hybridsearch.mappings import metadata_fields_of
 from hybridsearch.query.assemble import (
@@ -317,7 +317,8 @@ class SearchCore:
             window.rerank_outcome = RerankOutcome.TIMED_OUT
             window.rerank_reason = f"reranker timeout after {self.settings.reranker.timeout}s"
         else:
-            window.rerank_outcome = RerankOutcome.FAILED
+            window.rerank_outcome = (RerankOutcome.NO_MODEL if isinstance(error, RerankerModelError)
+                                     else RerankOutcome.FAILED)
             what = str(error) if isinstance(error, RerankerError) else f"{type(error).__name__}: {error}"
             window.rerank_reason = f"reranker error: {what}"
 
