@@ -6,7 +6,7 @@ import argparse
 import time
 
 from hybridsearch.cli.output import console as make_console
-from hybridsearch.cli.output import styled
+from hybridsearch.cli.output import print_wrapped, styled
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.cli.search import print_result
 from hybridsearch.settings import Settings
@@ -46,26 +46,28 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
         from hybridsearch.ingest.pipeline import run_ingest
 
         limit = args.limit or None
-        console.print(styled(("1/2", "bold"), " ingesting the Python standard library's documentation "
-                             f"({'all documents' if limit is None else f'{limit:,} documents'}) into ",
-                             (settings.index.alias, "bold"), f" with {settings.embedding.model}"))
+        print_wrapped(console, styled(("1/2", "bold"), " ingesting the Python standard library's documentation "
+                                      f"({'all documents' if limit is None else f'{limit:,} documents'}) into ",
+                                      (settings.index.alias, "bold"), f" with {settings.embedding.model}"))
         t0 = time.perf_counter()
         with RichProgress() as progress:
             result = run_ingest(stdlib_documents(limit), settings, es=es, embedder=embedder, progress=progress)
-        console.print(f"    {result.documents:,} documents → {result.chunks:,} chunks: {result.indexed:,} indexed, "
-                      f"{result.updated:,} updated, {result.unchanged:,} unchanged, {result.failed:,} failed "
-                      f"in {time.perf_counter() - t0:.0f} s ({result.chunks_per_second:.1f} chunks/s)"
-                      + (f"; dead letters: {result.dead_letter_path}" if result.dead_letter_path else ""))
+        took = time.perf_counter() - t0
+        print_wrapped(console, f"{result.documents:,} documents → {result.chunks:,} chunks: {result.indexed:,} "
+                               f"indexed, {result.updated:,} updated, {result.unchanged:,} unchanged, "
+                               f"{result.failed:,} failed in {took:.0f} s ({result.chunks_per_second:.1f} chunks/s)"
+                               + (f"; dead letters: {result.dead_letter_path}" if result.dead_letter_path else ""),
+                      indent=4)
     reranker, reason = auto_reranker(settings.reranker)
     queries = args.query or list(SAMPLE_QUERIES)
-    console.print(styled(("2/2", "bold"), f" {len(queries)} queries: BM25 sent at once, kNN once the query is "
-                         "embedded, RRF fusion"
-                         + (", cross-encoder rerank" if reranker and not args.no_rerank else "")))
+    print_wrapped(console, styled(("2/2", "bold"), f" {len(queries)} queries: BM25 sent at once, kNN once the query is "
+                                  "embedded, RRF fusion" + (", then a cross-encoder rerank where its model loads"
+                                                            if reranker and not args.no_rerank else "")))
     with SearchClient(es, settings, embedder=embedder, reranker=reranker, no_reranker_reason=reason) as client:
         said: set[str] = set()  # why the results are not reranked is said once
         for query in queries:
             console.print()
             print_result(console, client.search(query, k=args.k, rerank=not args.no_rerank), said=said)
-    console.print(styled("\nSearch it yourself: ", ('hsp search "how do I parse JSON"', "bold"), " · index status: ",
-                         ("hsp index status", "bold"), " · health: ", ("hsp doctor", "bold")))
+    console.print(styled("\nSearch it yourself: ", ('hsp search "how do I parse JSON"', "bold")))
+    console.print(styled("Index status: ", ("hsp index status", "bold"), " · health: ", ("hsp doctor", "bold")))
     return 0

@@ -46,7 +46,8 @@ def console(*, stderr: bool = False, width: int | None = None) -> Console:
 def table(out: Console, *, title: str | None = None, **options: Any) -> Table:
     """A table for ``out``: a rule under the header in a terminal, plain columns without box-drawing characters in a
     pipe or a file. ``options`` are :class:`rich.table.Table`'s."""
-    return Table(title=title, box=box.SIMPLE_HEAD if out.is_terminal else None, header_style="bold", **options)
+    return Table(title=title, box=box.SIMPLE_HEAD if out.is_terminal else None, show_edge=False, header_style="bold",
+                 **options)
 
 
 def wrapped(out: Console, text: Text | str, indent: int = 0) -> list[Text]:
