@@ -7,6 +7,10 @@ Examples::
     hsp search "statins" --mode bm25 --filter source=pubmed --filter "ingested_at>=2024-01-01" --json
     hsp search "tau protein" --explain --no-rerank
     hsp search "tau protein" --why 4983
+    hsp search "tau protein" --format table           # the table, for a wide terminal
+
+A block is the hit's rank, title and id, its rank and score in each stage, and a snippet in two lines cut to the
+terminal's width (80 columns in a pipe, written as plain text); the demo prints the same blocks.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from hybridsearch.cli.output import console, print_wrapped, styled, table, wrapp
 from hybridsearch.query.results import Highlight, Hit, Mode, RerankOutcome, SearchResult, StageScore, WhyReport
 from hybridsearch.settings import Settings
 
-SNIPPET_CHARS = 180
+SNIPPET_CHARS = 180  # the table's snippet
 HIGHLIGHT = "bold yellow"
 #: lines of snippet under each hit, and the indent of the lines under its title
 SNIPPET_LINES = 2
