@@ -19,7 +19,7 @@ from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
 from hybridsearch import AsyncSearchClient, SearchClient
-from hybridsearch.errors import ClusterError, HybridSearchError, IndexMismatch, ModelError
+from hybridsearch.errors import ClusterError, HybridSearchError, IndexMismatch, ModelError, RerankerModelError
 from hybridsearch.query.core import SearchCore
 from hybridsearch.query.results import RerankOutcome, SearchResult, WhyReport
 from hybridsearch.query.steps import (
@@ -59,7 +59,8 @@ FUSED = ["d2", "d1", "d4", "d3"]  # RRF k=60 over the hybrid recording's two lis
 
 class Scores:
     """A reranker: prefers passages by a word they contain (``ok``), takes ``seconds`` (``slow``), fails
-    (``fail``), or answers one score whatever it is given (``short``); ``blend``: its recommendation."""
+    (``fail``), has no model on this machine (``missing``), or answers one score whatever it is given (``short``);
+    ``blend``: its recommendation."""
 
     name = "core-test"
 
@@ -70,6 +71,8 @@ class Scores:
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         if self.mode == "fail":
             raise RuntimeError("model exploded")
+        if self.mode == "missing":
+            raise RerankerModelError("reranker model 'x' is not on this machine")
         if self.mode == "short":
             return [1.0]
         time.sleep(self.seconds)
@@ -253,6 +256,7 @@ def test_a_failed_list_after_a_swap_names_the_mismatch_and_after_a_rollback_the_
     (Scores("slow"), RerankOutcome.TIMED_OUT, "reranker timeout after 0.3s", FUSED),
     (Scores("fail"), RerankOutcome.FAILED, "reranker error: RuntimeError: model exploded", FUSED),
     (Scores("short"), RerankOutcome.FAILED, "reranker error: reranker returned 1 scores for 4 passages", FUSED),
+    (Scores("missing"), RerankOutcome.NO_MODEL, "reranker error: reranker model 'x' is not on this machine", FUSED),
     (None, RerankOutcome.DISABLED, "no reranker configured", FUSED),
 ])
 def test_rerank_applies_or_degrades_to_the_fused_order(reranker: Scores | None, outcome: RerankOutcome,

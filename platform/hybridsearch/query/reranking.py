@@ -11,7 +11,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hybridsearch.errors import RerankerError
+from hybridsearch.errors import RerankerError, RerankerModelError
 from hybridsearch.query.fusion import interpolate
 from hybridsearch.query.results import RerankOutcome
 from hybridsearch.query.window import Rank, Window, WindowEntry
@@ -51,7 +51,8 @@ def record_failure(window: Window, error: BaseException, timeout: float) -> None
         window.rerank_outcome = RerankOutcome.TIMED_OUT
         window.rerank_reason = f"reranker timeout after {timeout}s"
     else:
-        window.rerank_outcome = RerankOutcome.FAILED
+        window.rerank_outcome = (RerankOutcome.NO_MODEL if isinstance(error, RerankerModelError)
+                                 else RerankOutcome.FAILED)
         what = str(error) if isinstance(error, RerankerError) else f"{type(error).__name__}: {error}"
         window.rerank_reason = f"reranker error: {what}"
 
