@@ -119,7 +119,9 @@ fetch() {
   if [[ ! -f "$zip" ]]; then
     command -v mvn >/dev/null || { log "Maven (mvn) is needed to fetch $coords: apt-get install -y maven"; exit 3; }
     log "fetching $coords from Maven Central into $M2_REPO (about 5 s on a fast link)"
-    mvn -B -q dependency:get -Dmaven.repo.local="$M2_REPO" -Dartifact="$coords" -Dtransitive=false >&2 \
+    # Batch mode, no colour; jansi.noreset keeps Maven 3.8's console library from writing reset codes (ESC[0m) on exit
+    MAVEN_OPTS="${MAVEN_OPTS:-} -Djansi.noreset=true" mvn -B -q -Dstyle.color=never dependency:get \
+      -Dmaven.repo.local="$M2_REPO" -Dartifact="$coords" -Dtransitive=false >&2 \
       || { log "Maven could not fetch $coords; retry with: $0 start"; exit 3; }
   fi
   local got; got=$(sha512sum "$zip" | cut -d' ' -f1)

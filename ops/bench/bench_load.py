@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Search under sustained load on the local multi-node cluster (issue 17, item 3), side by side with the peers.
+"""Search under sustained load on the local multi-node cluster, side by side with the peers.
 
 An async load generator (ops/bench/loadgen.py: bounded in requests and seconds, loopback only) sends the SciFact
 test queries at fixed concurrency levels (default 1, 4, 16, 64) for a fixed time each, hybrid mode, through:

@@ -13,9 +13,9 @@ candidate count and latency of hybrid search at several per-list depths (``bm25_
 The fast path (``--no-fast-path`` skips it), side by side in the same run: the query encoders on one query at a
 time (torch, the ONNX Runtime fp32 encoder that ``HSP_EMBEDDING__QUERY_BACKEND=auto`` picks, and int8 for
 comparison): p50/p95 and agreement with torch over every query of the split; then searches interleaved per
-query: hybrid as before (torch, one ``_msearch`` after embedding), hybrid with ONNX, hybrid with ONNX and BM25
+query: hybrid with torch and one ``_msearch`` after embedding, hybrid with ONNX, hybrid with ONNX and BM25
 sent while embedding (the default), BM25, dense with each encoder, hybrid with int8: p50/p95, nDCG@10 and the
-hybrid p50 / BM25 p50 ratio at concurrency 1 (target ≤ 1.5). ``--compare bm25_fields=auto,separate`` runs BM25
+hybrid p50 / BM25 p50 ratio at concurrency 1. ``--compare bm25_fields=auto,separate`` runs BM25
 and hybrid with each value of one query setting on the same index, interleaved per query.
 
     ops/bench/bench_query.py --prefix scifact                   # the lead's SciFact index, all 300 queries
@@ -198,7 +198,7 @@ def bench_encoders(embedders: dict[str, Embedder], texts: list[str], warmup: int
 
 def fast_path(prefix: str | None, col: Collection, embedders: dict[str, Embedder], warmup: int,
               k: int) -> dict[str, Any]:
-    """Hybrid before (torch, one _msearch) and after (ONNX, BM25 sent while embedding) against BM25 and dense, and
+    """Hybrid with torch and one _msearch, and with ONNX and BM25 sent while embedding, against BM25 and dense, and
     the int8 encoder's quality, interleaved per query at concurrency 1."""
     variants: dict[str, tuple[str, bool, Mode]] = {  # label: (embedder, overlap, mode)
         "hybrid · torch · one _msearch (before)": ("torch", False, "hybrid"),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The query encoder's cost against query length (issue 25, item 4): median ms to embed one query of 8, 16, 32, 64,
+"""The query encoder's cost against query length: median ms to embed one query of 8, 16, 32, 64,
 128 and 256 word pieces with the lean ONNX encoder on the fp32 and the int8 file, measured side by side.
 
 What is timed is what a search pays: one call of the lean query encoder (:class:`~hybridsearch.embedding.lean.

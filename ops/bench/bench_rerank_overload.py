@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""The reranker service under overload (issue 17, item 4): 64 concurrent clients against one CPU service.
+"""The reranker service under overload: 64 concurrent clients against one CPU service.
 
 Starts ``hsp serve-reranker`` (a subprocess on 127.0.0.1) twice, one after the other, in one run: with the
 bounded queue (``HSP_RERANKER__MAX_QUEUE``, default 32) and with the queue effectively unbounded (1,000,000),
@@ -14,7 +14,7 @@ The model: a random BERT cross-encoder shaped like cross-encoder/ms-marco-MiniLM
 wide, 12 heads, MiniLM vocabulary), built once under ~/.cache/hybridsearch/bench-models: its scores mean
 nothing but it costs the same CPU per pair, and no Hub access is needed. ``--model`` takes a real one.
 
-Slow clients (issue 24, item 8): a third service run holds ``--slow-clients`` (50) slowloris connections, each
+Slow clients: a third service run holds ``--slow-clients`` (50) slowloris connections, each
 sending one header byte a second, while ``--slow-normal-clients`` clients send normal requests with
 ``X-Request-Timeout`` (``--budget``, the query layer's 5 s) for ``--seconds``; it reports the normal requests'
 p50/p99, how many slow connections the service still held after its header timeout (``HSP_RERANKER__HEADER_TIMEOUT``,

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""How cost grows with the collection (issue 17, item 6): synthetic chunks at several sizes.
+"""How cost grows with the collection: synthetic chunks at several sizes.
 
 For each size N (default 10k and 100k; 1M with ``--sizes 10000,100000,1000000`` where time and disk allow)
 it creates ``<prefix>-<N>-chunks-v1`` (``--prefix``, default ``scale``) with hybridsearch's own mapping
@@ -293,7 +293,7 @@ def main(argv: list[str] | None = None) -> int:
                     "num_candidates": nc, "oversample": over, "knn_k": args.knn_k,
                     "knn_p50_c1_ms": round(knn_p50, 2),
                     "shards": args.shards, "replicas": args.replicas}
-                # the client's hybrid latency with these knobs (no oversample: rescoring off, as before 2026-12)
+                # the client's hybrid latency with these knobs (an oversample of 0 turns rescoring off)
                 tuned = settings.model_copy(update={"query": settings.query.model_copy(
                     update={"num_candidates": nc, "rescore_oversample": over or 0.0})})
                 for c, st in asyncio.run(latency(tuned, table, [1, 16], args.seconds)).items():

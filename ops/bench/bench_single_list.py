@@ -1,6 +1,6 @@
 #!/usr/bin/env python
-"""Where a single-list search (bm25, dense) spends its time, at concurrency 1 (issue 17: our p50 against the
-peers' in ops/bench/bench_peers.py).
+"""Where a single-list search (bm25, dense) spends its time, at concurrency 1 (our p50 against
+the peers' in ops/bench/bench_peers.py).
 
 For every query (SciFact test by default), interleaved per query in a rotating order so that every variant
 sees the same machine, it times:
@@ -39,11 +39,12 @@ from hybridsearch.engine import connect
 from hybridsearch.eval.datasets import load_collection
 from hybridsearch.eval.prepare import eval_settings
 from hybridsearch.index.spec import section_words_of
-from hybridsearch.query.assemble import build_result, fuse_window
-from hybridsearch.query.build import bm25_scope, list_search
+from hybridsearch.query.build import bm25_body, bm25_scope, knn_lines
 from hybridsearch.query.client import SearchClient
 from hybridsearch.query.fusion import fusion_for
+from hybridsearch.query.paging import build_result
 from hybridsearch.query.results import Mode, Timings
+from hybridsearch.query.window import fuse_window
 from hybridsearch.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -106,7 +107,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def lines_of(mode: Mode, text: str, vector: Any) -> list[dict[str, Any]]:
         p = client.check(text, k=args.k, mode=mode, rerank=False)  # the plan the search sends (visibility too)
-        return list_search(q, alias, p, "bm25" if mode == "bm25" else "knn", vector, es.dialect, scope)
+        return [{"index": alias}, bm25_body(q, p, scope)] if mode == "bm25" else knn_lines(q, alias, p, vector,
+                                                                                            es.dialect)
 
     def variants(mode: Mode, body: dict[str, Any]) -> dict[str, dict[str, Any]]:
         out: dict[str, dict[str, Any]] = {"msearch": body}
@@ -162,9 +164,9 @@ def main(argv: list[str] | None = None) -> int:
         add(mode, "orjson.loads of the answer", ms)
         p = client.check(text, k=args.k, mode=mode, rerank=False)
         lst = "bm25" if mode == "bm25" else "knn"
-        ms, window = timed(lambda: fuse_window(q, [lst], answer["responses"], fusion))
+        ms, window = timed(lambda: fuse_window({lst: answer["responses"][0]}, q.collapse, fusion))
         add(mode, "fuse_window", ms)
-        ms, _ = timed(lambda: build_result(q, s.reranker.depth, p, index, window, Timings()))
+        ms, _ = timed(lambda: build_result(s.reranker.depth, p, index, window, Timings()))
         add(mode, "build_result (pydantic)", ms)
 
     for i, text in enumerate(queries):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Vector index options measured on a real collection (issue 16, item 7): recall, quality, bytes, build time,
+"""Vector index options measured on a real collection: recall, quality, bytes, build time,
 latency per ``index_options``, on the engine that answers (one engine per invocation).
 
 For each option (Elasticsearch: ``hnsw,int8_hnsw,int4_hnsw,bbq_hnsw``; OpenSearch's lucene engine: ``hnsw`` and

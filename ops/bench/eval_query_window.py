@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""What the query window and int8 query weights cost in quality (issue 25, item 4): nDCG@10 and Recall@100 of
+"""What the query window and int8 query weights cost in quality: nDCG@10 and Recall@100 of
 ``dense`` and ``hybrid`` (no rerank) per query-side variant, on the SAME index of each collection.
 
 Variants (``--variants``; each one changes only how queries are embedded):

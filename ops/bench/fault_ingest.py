@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Ingestion that survives a fault, on the local multi-node cluster (issue 17, item 2). One command, bounded.
+"""Ingestion that survives a fault, on the local multi-node cluster. One command, bounded.
 
 Two ingestion workers (``hsp ingest … --shard 0/2`` and ``--shard 1/2``, separate processes) write a SciFact
 corpus into a 3-primary, 1-replica chunk index while a fault is injected and, a little later, cleared:

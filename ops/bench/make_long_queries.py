@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""A long-query collection made from SciFact (issue 25, item 4): queries that are whole paragraphs, for measuring
+"""A long-query collection made from SciFact: queries that are whole paragraphs, for measuring
 what the query encoder's window costs in quality and time (docs/evaluation.md, "Long queries").
 
 Construction (deterministic: the same input gives byte-identical files):

@@ -203,16 +203,15 @@ class QuerySettings(BaseModel):
         "collapsed per document); chunk: BM25 over chunks")
     bm25_fields: Literal["auto", "separate"] = Field(
         "auto", description="over sections: auto = a section's title and text scored as one field where the index "
-        "has it (section_all; better on SciFact train and about 1 ms faster, docs/evaluation.md); separate = "
+        "has it (section_all; docs/evaluation.md compares the two); separate = "
         "multi_match over title and text (title_boost, tie_breaker)")
     knn_overfetch: float = Field(2.0, ge=1.0, le=10.0, description="with collapse, kNN gathers knn_k × this many "
                                  "nearest chunks so that about knn_k distinct documents remain")
     best_passage: bool = Field(True, description="BM25 over sections: each hit shows (and is reranked on) its "
                                "document's chunk that best matches the query, found by one more chunk-level search "
                                "in the same _msearch; false: the first chunk of the section")
-    passage_k: int = Field(50, ge=1, le=1000, description="documents the passage search finds a chunk for (50 "
-                           "covers 96% of BM25's top 10 on SciFact; highlighted when a search asks, about 0.15 ms "
-                           "each); a BM25 hit beyond them shows its section's first chunk")
+    passage_k: int = Field(50, ge=1, le=1000, description="documents the passage search finds a chunk for (and "
+                           "highlights, when a search asks); a BM25 hit beyond them shows its section's first chunk")
     hybrid_overlap: bool = Field(True, description="hybrid sends its BM25 search at once and its kNN search when "
                                  "the query vector is ready (same results); false: one _msearch after embedding")
     log_queries: bool = True

@@ -1,4 +1,4 @@
-"""One index behind the read alias, and index checks on the real mapping (issue 15, items 7 and 8)."""
+"""One index behind the read alias, and index checks on the real mapping."""
 
 from __future__ import annotations
 

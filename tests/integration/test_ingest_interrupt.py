@@ -73,7 +73,7 @@ def test_ctrl_c_then_rerun_resumes(es: EngineClient, settings: Settings, embedde
     assert es.count(index=alias)["count"] == N_DOCS  # one chunk per document, none twice
 
 
-# ---- SIGTERM and SIGKILL mid-document (issue 15, item 10) ------------------------------------------------
+# ---- SIGTERM and SIGKILL mid-document ------------------------------------------------
 
 SENTENCE = "Cohort {d} sentence {i} reports blood pressure {i} and cholesterol {n} in adults. "
 KILL_DOCS = 4

@@ -146,7 +146,7 @@ def test_a_second_run_is_refused_naming_the_holder_or_waits(es: EngineClient, se
 
 def test_two_runs_at_once_then_a_kill_lose_nothing(es: EngineClient, settings: Settings, tiny_bi_encoder: Path,
                                                   tmp_path: Path) -> None:
-    """Issue 23, case 1: run B starts while A runs (it is refused, naming A); A is killed mid-run; the next
+    """Run B starts while A runs (it is refused, naming A); A is killed mid-run; the next
     run takes A's lease over, repairs what A left and says so; every document is then whole, exactly once."""
     s = _tiny(settings, tiny_bi_encoder)
     folder = _folder(tmp_path, N_OVERLAP, 8)

@@ -1,4 +1,4 @@
-"""One index specification on a real node (issue 23, parts 5 and 6): chunk versions carry the engine's settings
+"""One index specification on a real node: chunk versions carry the engine's settings
 whoever creates them; the log indices are re-created from their spec, never by a write with guessed mappings;
 a write block is reported as a block; ``hsp doctor`` checks the log indices."""
 
@@ -196,7 +196,7 @@ def test_doctor_checks_the_log_indices(es: EngineClient, hx: Settings) -> None:
     assert all(c.status == "WARN" for c in checks.values())  # none exists yet
     ensure_index(es, hx)
     assert {c.name: c.status for c in check_log_indices(es, hx)} == dict.fromkeys(checks, "OK")
-    # a query log made by a write with guessed mappings (as before the write alias): FAIL, naming the fields
+    # a query log made by a write with guessed mappings: FAIL, naming the fields
     name = hx.index.query_log
     es.indices.delete(index=name)
     es.index(index=name, id="x", document={"query": "tau", "mode": "hybrid"})

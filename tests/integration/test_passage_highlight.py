@@ -1,8 +1,9 @@
-"""A BM25 hit shows the chunk that matched (issue 24), on the real node: the report's own case.
+"""A BM25 hit shows the chunk that matched, on the real node.
 
 Two documents of eight sentences, ingested with ``hsp ingest --strategy sentence --max-tokens 48`` (one sentence
-per chunk, each document one BM25 section); ``zqDxSq`` occurs only in sentence S of document D. Before, ``hsp
-search zq0x3q --mode bm25`` showed ``doc000.txt``'s first chunk (sentence 0), which does not hold the word.
+per chunk, each document one BM25 section); ``zqDxSq`` occurs only in sentence S of document D. ``hsp search zq0x3q
+--mode bm25`` must show ``doc000.txt``'s chunk 3, not its first chunk (sentence 0, the section's leader), which does
+not hold the word.
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def test_bm25_and_hybrid_show_the_sentence_that_matched(
             assert hit.highlights == [Highlight(start=start, end=start + 6, term="zq0x3q")]
             stored = es.get(index=ingested.index.alias, id=hit.chunk_id)  # the text is read from the highlight
             assert stored is not None and hit.text == stored["_source"]["text"]
-        # the section ranks as before; only the chunk shown differs
+        # the section ranks the same without the passage list; only the chunk shown differs
         off = ingested.model_copy(update={"query": ingested.query.model_copy(update={"best_passage": False})})
         with SearchClient(es, off, embedder=embedder) as before:
             old = before.search("zq0x3q", mode="bm25", rerank=False).hits

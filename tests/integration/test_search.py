@@ -1,72 +1,21 @@
-"""SearchClient against the real node: hybrid/bm25/dense, collapse, filters, paging, explain, why, errors."""
+"""SearchClient against the real node: hybrid/bm25/dense, collapse, filters, paging, explain, why (both clients),
+errors."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
-from hybridsearch import SearchClient
+from corpora import index_corpus
+from hybridsearch import AsyncSearchClient, SearchClient
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import EngineClient, connect_async
 from hybridsearch.errors import IndexMismatch, IndexNotFound, QueryError
-from hybridsearch.index.metadata import typed_metadata
-from hybridsearch.index.versions import ensure_index
 from hybridsearch.query.filters import AllOf, NoneOf, Range, Term
 from hybridsearch.settings import Settings
-
-# doc_id → (title, [chunk texts], source, tenant, ingested_at, metadata)
-CORPUS: dict[str, tuple[str, list[str], str, str, str, dict[str, str]]] = {
-    "d1": ("Photosynthesis", ["Plants convert sunlight, water and carbon dioxide into glucose and oxygen."],
-           "wiki", "acme", "2024-01-10", {"lang": "en", "year": "2019"}),
-    "d2": ("Volcanoes", ["Magma rises through the crust and erupts as lava, ash and volcanic gases."],
-           "news", "acme", "2024-02-10", {"lang": "en", "year": "2020"}),
-    "d3": ("Black holes", ["A region of spacetime where gravity is so strong that not even light escapes."],
-           "wiki", "globex", "2024-03-10", {"lang": "en", "year": "2021"}),
-    "d4": ("Vaccines", ["Vaccines train the immune system to recognise pathogens by exposing it to antigens."],
-           "news", "acme", "2024-04-10", {"lang": "fr", "year": "2022"}),
-    "d5": ("Coffee", ["Roasted coffee beans are ground and brewed with hot water into a caffeinated drink."],
-           "wiki", "acme", "2024-05-10", {"lang": "en", "year": "2023"}),
-    "d6": ("Tides", ["The gravitational pull of the moon makes the ocean tides rise and fall twice a day."],
-           "news", "globex", "2024-06-10", {"lang": "en", "year": "2019"}),
-    "d7": ("Honeybees", ["Honeybees pollinate flowering plants while collecting nectar.",
-                         "Bees tell each other where food is with a waggle dance, bees are clever."],
-           "wiki", "acme", "2024-07-10", {"lang": "de", "year": "2020"}),
-    "d8": ("Bread", ["Yeast ferments sugars in dough, producing carbon dioxide that makes bread rise."],
-           "news", "acme", "2024-08-10", {"lang": "en", "year": "2021"}),
-    "d9": ("Earthquakes", ["Tectonic plates slip along faults, releasing energy as seismic waves."],
-           "wiki", "globex", "2024-09-10", {"lang": "en", "year": "2022"}),
-    "d10": ("Antibiotics", ["Antibiotics kill bacteria or stop their growth but do not work against viruses."],
-            "news", "acme", "2024-10-10", {"lang": "en", "year": "2023"}),
-    "d11": ("Rainbows", ["Sunlight refracts and reflects inside raindrops, splitting into a spectrum of colours."],
-            "wiki", "acme", "2024-11-10", {"lang": "en", "year": "2019"}),
-    "d12": ("Chess", ["Two players move pieces on a checkered board aiming to checkmate the opposing king."],
-            "news", "globex", "2024-12-10", {"lang": "en", "year": "2020"}),
-}
-_VECTORS: dict[str, list[float]] = {}
-
-
-def index_corpus(es: EngineClient, settings: Settings, embedder: Embedder,
-                 corpus: dict[str, Any] | None = None) -> str:
-    """Create the versioned index + alias for ``settings`` and bulk-write the test chunks; returns the index."""
-    name = ensure_index(es, settings)
-    actions = []
-    for doc_id, (title, chunks, source, tenant, date, meta) in (corpus or CORPUS).items():
-        for pos, text in enumerate(chunks):
-            chunk_id = f"{doc_id}#{pos}"
-            key = f"{title}. {text}"
-            if key not in _VECTORS:
-                _VECTORS[key] = embedder.encode([key])[0].tolist()
-            actions.append({"_index": name, "_id": chunk_id, "doc_id": doc_id, "chunk_id": chunk_id, "title": title,
-                            "text": text, "embedding": _VECTORS[key], "source": source, "tenant": tenant,
-                            "ingested_at": date, "position": pos, "metadata": meta, "content_hash": f"h-{chunk_id}"})
-            if typed := typed_metadata(meta, settings.index.metadata_fields):  # as ingestion writes it
-                actions[-1]["meta"] = typed
-            if pos == 0:  # the document's BM25 section rides on its first chunk, as ingestion writes it
-                actions[-1].update(section_title=title, section_text=" ".join(chunks))
-    es.bulk(actions, refresh=True)
-    return name
 
 
 @pytest.fixture()
@@ -203,6 +152,27 @@ def test_why_reports_each_stage_and_probes_missing_lists(client: SearchClient) -
     assert rep.chunks_in_index == 1 and rep.chunks_matching_filters == 0 and rep.final_rank is None
     assert any("excluded by the filters" in n for n in rep.notes)
     assert client.why("coffee", "nope").chunks_in_index == 0
+
+
+def test_async_why_answers_as_sync_why(client: SearchClient, embedder: Embedder) -> None:
+    asked: list[tuple[str, str, dict[str, Any]]] = [
+        ("coffee beans brewed", "d5", {}), ("trembling ground caused by moving rock slabs", "d9", {}),
+        ("volcanic lava", "d9", {"mode": "bm25"}), ("coffee", "d5", {"filters": {"source": "news"}}),
+        ("coffee", "nope", {})]
+    expected = [client.why(query, doc_id, **kw) for query, doc_id, kw in asked]
+
+    async def run() -> list[Any]:
+        aes = connect_async(client.settings.es)
+        try:
+            async with AsyncSearchClient(aes, client.settings, embedder=embedder) as c:
+                return [await c.why(query, doc_id, **kw) for query, doc_id, kw in asked]
+        finally:
+            await aes.close()
+
+    got = asyncio.run(run())
+    assert [r.model_dump() for r in got] == [r.model_dump() for r in expected]
+    assert not any(n.startswith("kNN") for n in got[2].notes)  # a BM25 search has no kNN list to probe
+    assert any("BM25: no section of d9 matches" in n for n in got[1].notes) and got[1].knn is not None
 
 
 def test_bad_queries_get_our_errors_and_long_ones_are_truncated(client: SearchClient, settings: Settings) -> None:

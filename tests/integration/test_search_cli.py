@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
-from test_search import index_corpus
 
+from corpora import index_corpus
 from hybridsearch.cli.main import main
+from hybridsearch.cli.search import NO_CROSS_ENCODER
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.settings import Settings
@@ -30,6 +32,24 @@ def test_table_with_filters_and_explain(env: Settings, capsys: pytest.CaptureFix
     assert "bm25 search of" in out and "d5" in out and "Coffee" in out and "Roasted coffee beans" in out
     # d4 is news; a word match, since the random index prefix may itself contain "d4"
     assert "BM25: rank 1" in out and re.search(r"\bd4\b", out) is None
+
+
+def test_a_pipe_gets_plain_blocks_in_80_columns_and_one_line_on_the_missing_reranker(
+        env: Settings, monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.delenv("COLUMNS")
+    monkeypatch.setenv("HSP_RERANKER__ENABLED", "true")
+    monkeypatch.setenv("HSP_RERANKER__MODEL", str(tmp_path / "no-cross-encoder-here"))
+    assert main(["search", "how do plants turn sunlight into sugar", "--k", "3"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert "\x1b" not in out and not re.search("[\u2500-\u259f]", out) and max(map(len, lines)) <= 80
+    assert [line for line in lines if line.startswith("not reranked")] == [NO_CROSS_ENCODER]
+    assert re.search(r"^ 1\. .*  d1$", out, re.MULTILINE) and "BM25 #" in out and "kNN #1 " in out
+    for argv in (["index", "status"], ["models", "list"]):
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and not re.search("[\u2500-\u259f]", out)
+        assert max(map(len, out.splitlines())) <= 80
 
 
 def test_json_hybrid_search(env: Settings, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,13 +7,13 @@ import time
 from collections.abc import Sequence
 
 import pytest
-from test_search import index_corpus
 
+from corpora import index_corpus
 from hybridsearch import AsyncSearchClient, SearchClient
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import AsyncEngineClient, EngineClient, connect, connect_async
 from hybridsearch.errors import ClusterUnavailable, RerankerError
-from hybridsearch.query.assemble import query_hash
+from hybridsearch.query.querylog import query_hash
 from hybridsearch.settings import Settings, load_settings
 
 QUERY = "plants sunlight water energy"

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_tenant import TEAM_A, TEAM_B, docs, seen
 
+from corpora import TEAM_A, TEAM_B, docs, seen
 from hybridsearch import SearchClient
 from hybridsearch.cli.main import main
 from hybridsearch.doctor.index import check_access
@@ -108,7 +108,7 @@ def test_team_credentials_change_nothing_of_another_team(security_env: dict[str,
     before = snapshot(admin, b_prefix)
     assert before["indices"] and before["counts"][b.index.versioned(1)] == 3
 
-    # team A's credentials pointed at team B's prefix, asking for another shard count (issue 15, item 2)
+    # team A's credentials pointed at team B's prefix, asking for another shard count
     a_on_b = as_user(sec, "team-a", b_prefix, tmp_path).model_copy(
         update={"index": b.index.model_copy(update={"shards": 3})})
     a_es = connect(a_on_b.es)
@@ -202,7 +202,7 @@ def test_read_only_searcher_searches_and_sees_status_but_cannot_write(
 
     use_cli_as(monkeypatch, sec, "searcher-a", a_prefix)
     capsys.readouterr()
-    assert main(["index", "status"]) == 0  # _cat/indices: index privilege monitor (issue 15, item 4)
+    assert main(["index", "status"]) == 0  # _cat/indices: index privilege monitor
     out = capsys.readouterr().out
     assert "v1" in out and a.index.versioned(1) in out
 

@@ -13,40 +13,20 @@ from typing import Any
 import pytest
 import yaml
 
+from corpora import TEAM_A, TEAM_B, docs, seen
 from hybridsearch import SearchClient
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import API_ERRORS, EngineClient, connect, status_of
 from hybridsearch.errors import AccessDenied
 from hybridsearch.index.versions import index_status, read_alias
 from hybridsearch.ingest.pipeline import run_ingest
-from hybridsearch.ingest.sources import Document
 from hybridsearch.migrate import migrate
 from hybridsearch.settings import Settings, load_settings
 
 ROLES = Path(__file__).resolve().parents[2] / "ops" / "security" / "roles.yml"
 
-TEAM_A = {
-    "handbook": ("Expense policy", "Team A reimburses train tickets and hotel nights booked through the portal."),
-    "oncall": ("On-call rota", "Team A engineers hand over the pager every Monday at ten in the morning."),
-    "shared-id": ("Coffee machine", "Team A descales the espresso machine on the first Friday of the month."),
-}
-TEAM_B = {
-    "recipes": ("Sourdough", "Team B feeds the sourdough starter with rye flour and water every evening."),
-    "garden": ("Allotment", "Team B waters the tomatoes and harvests courgettes in late summer."),
-    "shared-id": ("Coffee beans", "Team B buys single-origin coffee beans roasted in small batches."),
-}
-
-
-def docs(corpus: dict[str, tuple[str, str]]) -> list[Document]:
-    return [Document.make(doc_id, text, title=title) for doc_id, (title, text) in corpus.items()]
-
-
 def tenant(settings: Settings, name: str | None) -> Settings:
     return settings.model_copy(update={"index": settings.index.model_copy(update={"tenant": name})})
-
-
-def seen(client: SearchClient, query: str, **kw: Any) -> set[tuple[str, str | None]]:
-    return {(h.doc_id, h.title) for h in client.search(query, k=10, rerank=False, **kw).hits}
 
 
 def test_two_tenants_in_one_index_see_only_their_own_documents(es: EngineClient, settings: Settings,

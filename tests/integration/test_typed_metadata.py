@@ -1,4 +1,4 @@
-"""Typed metadata on a real node (issue 24): ranges compare numbers as numbers and dates as dates.
+"""Typed metadata on a real node: ranges compare numbers as numbers and dates as dates.
 
 The chunk index is made by the one creator (``index.versions.create_version``) from settings declaring
 ``index.metadata_fields``; chunk documents come from ingestion's own layout (``ingest.layout.document_chunks``, the
@@ -166,9 +166,9 @@ def test_day_bounds_cover_the_whole_day(es: EngineClient, settings: Settings) ->
     assert engine_answer(es, index, "days", Range("metadata.d", gt="2024-02-29"), fields) == {"days-0", "days-1"}
 
 
-def test_the_issue_case_through_ingest_and_the_search_client(es: EngineClient, settings: Settings,
-                                                            embedder: Any) -> None:
-    """Issue 24, case 1, end to end: `run_ingest` writes the typed copy, `SearchClient` sends the range to it."""
+def test_a_range_on_typed_metadata_through_ingest_and_the_search_client(es: EngineClient, settings: Settings,
+                                                                        embedder: Any) -> None:
+    """End to end: `run_ingest` writes the typed copy, `SearchClient` sends the range to it."""
     from hybridsearch.ingest.pipeline import run_ingest
     from hybridsearch.query.client import SearchClient
 

@@ -187,7 +187,7 @@ def test_only_section_indices_score_bm25_on_sections() -> None:
 
 
 def test_a_title_longer_than_its_share_is_cut_so_the_text_is_embedded() -> None:
-    """Issue 24, case 5: a 10,000-character title used to fill the window; the body never reached the model."""
+    """A 10,000-character title gets its share of the window, so the body still reaches the model."""
     tok = hf()
     from hybridsearch.ingest.chunking import TITLE_SHARE, chunk_embed_text
     from hybridsearch.ingest.layout import document_chunks

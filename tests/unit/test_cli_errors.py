@@ -90,8 +90,8 @@ def test_search_result_text_is_not_markup(capsys: pytest.CaptureFixture[str]) ->
 
     result = SearchResult.model_validate({
         "query": "[/q]", "mode": "bm25", "index": "idx[1]", "k": 10, "hits": [], "candidates": 0, "reranked": False,
-        "rerank_reason": "service said [/rerank] 503", "truncated_query": True, "page": 1,
+        "rerank_outcome": "failed", "rerank_reason": "service said [/rerank] 503", "truncated_query": True, "page": 1,
         "timings": {"embed_ms": 0, "search_ms": 1, "fusion_ms": 0, "rerank_ms": 0, "total_ms": 1}})
     print_result(console(width=300), result)
     out = capsys.readouterr().out
-    assert "bm25 search of idx[1]: 0 hits" in out and "service said [/rerank] 503" in out
+    assert "» [/q]" in out and "bm25 search of idx[1]: 0 hits" in out and "service said [/rerank] 503" in out

@@ -139,7 +139,7 @@ def test_https_to_a_plain_http_port_is_not_retried(fake_es: Canned) -> None:
     url = fake_es.url.replace("http://", "https://")
     with pytest.raises(TlsFailure) as info:
         cluster_info(connect(ClusterSettings(url=url, max_retries=3)))
-    # one request, not retried, and one plain-HTTP probe that finds out what the node speaks (issue 24, item 7)
+    # one request, not retried, and one plain-HTTP probe that finds out what the node speaks
     assert not info.value.untrusted and fake_es.connections == 2
     assert fake_es.requests == [("HEAD", "/")]  # the probe; the https request never became HTTP
     assert "HSP_ES_URL" in str(info.value) and isinstance(info.value, ClusterUnavailable)

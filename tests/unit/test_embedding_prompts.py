@@ -1,4 +1,4 @@
-"""Prompts per model family (issue 26): every passage embedded after the model's passage prompt, every query after
+"""Prompts per model family: every passage embedded after the model's passage prompt, every query after
 its query prompt (torch and ONNX), the settings' override (empty: none), the embedding cache keyed on the prompt,
 the chunk index's _meta recording the passage prompt, train-embedder's texts prompted the same way."""
 
@@ -148,7 +148,7 @@ def test_a_default_prompt_name_in_the_folder_never_applies_on_its_own(tiny_bi_en
     assert np.allclose(e.encode(TEXTS), reference(plain, TEXTS), atol=1e-6)  # passages: no prompt at all
 
 
-def test_minilm_is_embedded_as_before() -> None:
+def test_minilm_is_embedded_without_a_prompt() -> None:
     from sentence_transformers import SentenceTransformer
 
     from hybridsearch.embedding.models import resolve_model

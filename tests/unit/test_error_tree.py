@@ -1,5 +1,5 @@
 """The error tree as data: every error carries ``problem`` and ``fix``, the message is rendered from them once,
-``hsp doctor`` shows the error's own fix, and every error class has one documented exit code (issue 27, item 3)."""
+``hsp doctor`` shows the error's own fix, and every error class has one documented exit code."""
 
 from __future__ import annotations
 

@@ -165,7 +165,7 @@ def test_typed_filters_raise_only_query_error(field: str, value: Any, bounds: di
                 assert str(exc).startswith("invalid filter: ") and "\n" not in str(exc)
 
 
-# ------------------------------------------------------------------------------------------ typed metadata (issue 24)
+# ------------------------------------------------------------------------------------------ typed metadata
 
 SCHEMA = {"n": "long", "x": "double", "published": "date", "lang": "keyword", "ok": "boolean"}
 
@@ -292,7 +292,7 @@ def test_ingestion_writes_the_typed_copy_or_fails_the_document() -> None:
 
     got = chunks({"n": "25", "lang": "en", "free": 1}, {"n": "long", "published": "date"})
     assert got and all(c["meta"] == {"n": 25} and c["metadata"] == {"n": "25", "lang": "en", "free": 1} for c in got)
-    assert all("meta" not in c for c in chunks({"n": 25}, None))  # an index without typed metadata: as before
+    assert all("meta" not in c for c in chunks({"n": 25}, None))  # an index without typed metadata
     assert all("meta" not in c for c in chunks({"lang": "en"}, {"n": "long"}))
     with pytest.raises(ValueError, match=r"metadata.n is 'many', not a long"):
         chunks({"n": "many"}, {"n": "long"})

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hybridsearch.errors import QueryError
-from hybridsearch.query.fusion import fuse, interpolate, linear_fuse, normalise, rrf_term
+from hybridsearch.query.fusion import Fusion, fuse, interpolate, linear_fuse, normalise, rrf_term
 
 # 1/61, 1/62, 1/63 written out by hand.
 R61, R62, R63 = 0.01639344262295082, 0.016129032258064516, 0.015873015873015872
@@ -100,3 +100,20 @@ def test_interpolate_golden() -> None:
             interpolate([1.0], [1.0], bad)
     with pytest.raises(QueryError, match="2 rerank scores for 1"):
         interpolate([1.0, 2.0], [1.0], 0.5)
+
+
+ranked = st.lists(st.tuples(st.sampled_from("abcdefgh"), st.floats(0, 50)), max_size=8, unique_by=lambda t: t[0])
+
+
+@given(bm25=ranked, knn=ranked, method=st.sampled_from(["rrf", "linear"]),
+       weights=st.tuples(st.floats(0, 2), st.floats(0, 2)), k=st.integers(1, 100))
+def test_each_lists_shares_add_up_to_the_fused_score(bm25: list[tuple[str, float]], knn: list[tuple[str, float]],
+                                                      method: str, weights: tuple[float, float], k: int) -> None:
+    """What ``--explain`` prints for each list (its RRF term, or its weighted min-max score) sums to the fused score;
+    a list that missed an id adds nothing."""
+    lists = {"bm25": sorted(bm25, key=lambda t: -t[1]), "knn": sorted(knn, key=lambda t: -t[1])}
+    fusion = Fusion(method=method, k=k, weights=weights)  # type: ignore[arg-type]
+    shares = fusion.shares(lists)
+    for doc, score in fusion.fuse(lists):
+        assert sum(shares[name].get(doc, 0.0) for name in lists) == pytest.approx(score, abs=1e-12)
+    assert set(shares["bm25"]) == {doc for doc, _ in bm25} and set(shares["knn"]) == {doc for doc, _ in knn}

@@ -1,4 +1,4 @@
-"""Which unfinished run records belong to dead runs (issue 15, item 10), without a cluster."""
+"""Which unfinished run records belong to dead runs, without a cluster."""
 
 from __future__ import annotations
 

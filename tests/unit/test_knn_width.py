@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from test_search_client_recorded import FakeES, FixedVectors, recording
-from test_search_client_recorded import settings as recorded_settings
 
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, EngineInfo
 from hybridsearch.errors import ConfigError
@@ -23,6 +19,8 @@ from hybridsearch.query.candidates import (
 )
 from hybridsearch.query.client import SearchClient
 from hybridsearch.settings import QuerySettings
+from recorded_engine import FakeES, FixedVectors, is_probe, recording
+from recorded_engine import settings as recorded_settings
 
 sizes = st.integers(min_value=0, max_value=10**9)
 ks = st.integers(min_value=1, max_value=2000)
@@ -87,28 +85,12 @@ def test_the_knn_body_carries_the_width() -> None:
         knn_body(q, p, [0.1, 0.2], OPENSEARCH, w)
 
 
-class _Probed(FakeES):
-    """The recorded cluster, answering ``why``'s probe searches and keeping their bodies."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.probes: list[dict[str, Any]] = []
-
-    def search(self, *, index: str, size: int, source: bool, **body: Any) -> dict[str, Any]:
-        self.probes.append(body)
-        return {"hits": {"hits": [{"_id": "x", "_score": 0.5}]}}
-
-    def count(self, index: str, query: dict[str, Any] | None = None, min_score: float | None = None
-              ) -> dict[str, Any]:
-        return {"count": 6} if query is not None else super().count(index)
-
-
 @pytest.mark.parametrize(("setting", "sent"), [(None, {"oversample": 1.0}), (0.0, None)])
 def test_why_probes_knn_rescored_as_the_search_was(setting: float | None, sent: dict[str, float] | None) -> None:
     s = recorded_settings()
     s = s.model_copy(update={"query": s.query.model_copy(update={"rescore_oversample": setting})})
-    es = _Probed(s, recording("hybrid"))
+    es = FakeES(s, recording("hybrid"))
     with SearchClient(es, s, embedder=FixedVectors()) as client:  # type: ignore[arg-type]
         client.why("how do bees find food", "d-absent", mode="dense", rerank=False)  # probed: not in the list
-    knn = [b["knn"] for b in es.probes if "knn" in b]
+    knn = [b["knn"] for r in es.sent for b in r[1::2] if is_probe(b) and "knn" in b]
     assert knn and all(k.get("rescore_vector") == sent for k in knn)

@@ -1,4 +1,4 @@
-"""The lean ONNX query encoder (tokenizers + ONNX Runtime + numpy) and its agreement record (issue 25): the same
+"""The lean ONNX query encoder (tokenizers + ONNX Runtime + numpy) and its agreement record: the same
 vectors as sentence-transformers, checked once and recorded beside the ONNX file, so a search process that finds the
 record never imports torch; a record of disagreement, a stale record, or a folder the lean encoder cannot read all
 fall back to loading the model and checking."""
@@ -104,7 +104,6 @@ assert client.reranker is not None  # configured, its model absent: set up, then
 client.warm_up("hybrid")
 encoder = client.embedder.query_encoder
 assert encoder.backend == "onnx" and "recorded" in encoder.reason, encoder.reason
-assert client.embedder._model is None
 print(sorted(m for m in ("torch", "sentence_transformers", "transformers") if m in sys.modules))
 """
     env = {**os.environ, "HSP_ONNX_CACHE": str(minilm_cache), "HSP_ES_URL": "http://127.0.0.1:9",

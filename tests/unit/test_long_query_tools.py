@@ -1,4 +1,4 @@
-"""The long-query tools of issue 25 item 4 on small inputs: ops/bench/make_long_queries.py cuts judged documents into
+"""The long-query tools on small inputs: ops/bench/make_long_queries.py cuts judged documents into
 a kept first part and a paragraph query, deterministically; ops/bench/eval_query_window.py's variants change only the
 query side and its comparison flags a drop past the tolerance; ops/bench/bench_query_length.py times every cell every
 round."""

@@ -1,10 +1,10 @@
-"""Operator surfaces that never leak or mislead (issue 24, items 6, 7 and 9), against stand-in servers.
+"""Operator surfaces that never leak or mislead, against stand-in servers.
 
-* 6: a URL's credentials (``https://user:p[a]ss@host``) are never printed: ``hsp doctor`` (table and JSON),
+* A URL's credentials (``https://user:p[a]ss@host``) are never printed: ``hsp doctor`` (table and JSON),
   connection errors of ``hsp search`` and ``hsp index status`` (with and without ``-v`` logs), TLS and scheme
   errors, the settings' own validation error, the reranker client's errors and the evaluation report's settings.
-* 7: an ``http://`` URL to a node that speaks TLS, and an ``https://`` URL to a plain node, say so plainly.
-* 9: engine detection against a node that answers ``GET /`` with 405 (the Elasticsearch integ-test zip) logs no
+* An ``http://`` URL to a node that speaks TLS, and an ``https://`` URL to a plain node, say so plainly.
+* Engine detection against a node that answers ``GET /`` with 405 (the Elasticsearch integ-test zip) logs no
   node failure.
 """
 
@@ -57,7 +57,7 @@ def printed(capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
     return out.out + out.err + logs
 
 
-# ------------------------------------------------------------------------------------------ item 6
+# ----------------------------------------------------------------------------- credentials in URLs
 
 
 @pytest.mark.parametrize(("text", "shown"), [
@@ -162,7 +162,7 @@ def test_log_lines_are_redacted_on_every_handler() -> None:
     assert "no answer from http://***@host:9200" in stream.getvalue()
 
 
-# ------------------------------------------------------------------------------------------ item 7
+# ------------------------------------------------------------- the URL's scheme against the node's
 
 
 def test_http_url_to_a_tls_node_says_it_speaks_tls(self_signed_es: Canned, monkeypatch: pytest.MonkeyPatch,
@@ -222,7 +222,7 @@ def test_a_port_nobody_listens_on_is_not_probed(monkeypatch: pytest.MonkeyPatch)
     assert probed == []
 
 
-# ------------------------------------------------------------------------------------------ item 9
+# -------------------------------------------------------------------------------- engine detection
 
 
 @pytest.fixture

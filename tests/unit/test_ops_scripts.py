@@ -1,5 +1,5 @@
-"""The ops/bench/ scripts still start: each one's ``--help`` runs (so its imports resolve against the package as it is
-now), and fault_ingest's clean-up and verification work on a stand-in client.
+"""The ops/bench/ scripts start: each one's ``--help`` runs (so its imports resolve against the package), and
+fault_ingest's clean-up and verification work on a stand-in client.
 
 ``--help`` loads no model and contacts no cluster: every script parses its arguments before it does either (the
 node URL below answers nothing, so a script that did would fail). Type errors against the package are

@@ -16,16 +16,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import pytest
-from test_search_client_recorded import FakeAsyncES, FakeES, FixedVectors, list_of, recording, same, settings
 
 from hybridsearch import AsyncSearchClient, SearchClient
 from hybridsearch.cli.search import HIGHLIGHT, snippet
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, Dialect
-from hybridsearch.query.assemble import fuse_window
-from hybridsearch.query.build import PASSAGES, Bm25Scope
-from hybridsearch.query.passages import MARK_CLOSE, MARK_OPEN, read_highlights
+from hybridsearch.query.passages import MARK_CLOSE, MARK_OPEN, read_highlights, show_passages
 from hybridsearch.query.results import Highlight, PassageSource, SearchResult
+from hybridsearch.query.window import fuse_window
 from hybridsearch.settings import Settings
+from recorded_engine import FakeAsyncES, FakeES, FixedVectors, list_of, recording, same, settings
 
 D0, D1 = "doc000.txt", "doc001.txt"
 
@@ -175,14 +174,9 @@ def test_the_reranker_scores_the_passage_shown() -> None:
     assert "zq0x3q" in reranker.seen[0] and "zq1x5q" in reranker.seen[1]
 
 
-class Counts(FakeES):
-    def count(self, index: str, query: dict[str, Any] | None = None) -> dict[str, Any]:
-        return {"count": 8} if query is not None else super().count(index)
-
-
 def test_why_reports_the_passage() -> None:
     s = settings()
-    es = Counts(s, recording("passages"))
+    es = FakeES(s, recording("passages"))
     with SearchClient(es, s, embedder=FixedVectors()) as client:  # type: ignore[arg-type]
         report = client.why("zq0x3q zq1x5q", D1, mode="bm25", rerank=False)
     assert (report.chunk_id, report.passage) == (chunk(D1, 5), PassageSource.BM25_BEST_CHUNK)
@@ -248,16 +242,17 @@ def test_the_hybrid_rule_follows_what_each_list_added() -> None:
     knn = _resp(_hit("c#2", 0.9), _hit("b#9", 0.8), _hit("d#4", 0.7), _hit("a#5", 0.6))
     passages = _resp(*(_hit(f"{doc}#{pos}", 5.0, f"the {MARK_OPEN}word{MARK_CLOSE}")
                        for doc, pos in (("a", 2), ("b", 1), ("c", 2), ("d", 1))))
-    w = fuse_window(q, ["bm25", PASSAGES, "knn"], [bm25, passages, knn], scope=Bm25Scope(sections=True))
-    shown = {c.key: (c.chunk_id, c.passage, c.spans) for c in w.candidates}
+    w = fuse_window({"bm25": bm25, "knn": knn}, q.collapse)
+    show_passages(w.entries, True, passages, q.passage_k)
+    shown = {e.key: (e.chunk_id, e.passage, e.matches) for e in w.entries}
     assert shown == {"a": ("a#2", PassageSource.BM25_BEST_CHUNK, ((4, 8),)),
                      "b": ("b#1", PassageSource.BM25_BEST_CHUNK, ((4, 8),)),
                      "c": ("c#2", PassageSource.BM25_BEST_CHUNK, ((4, 8),)),
                      "d": ("d#4", PassageSource.KNN, ())}
-    d = next(c for c in w.candidates if c.key == "d")
+    d = next(e for e in w.entries if e.key == "d")
     assert d.passage_reason == "kNN added more to the fused score than BM25, whose best chunk is d#1"
     assert d.source["text"] == "text of d#4"  # what the reranker scores
-    a = next(c for c in w.candidates if c.key == "a")  # the chunk's own fields over the document's
+    a = next(e for e in w.entries if e.key == "a")  # the chunk's own fields over the document's
     assert (a.source["text"], a.source["title"], a.source["chunk_id"]) == ("the word", "A", "a#2")
 
 

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from hybridsearch.engine import ELASTICSEARCH as ES
 from hybridsearch.errors import ClusterError, IndexNotFound, QueryError, RerankerError
-from hybridsearch.query.assemble import apply_rerank, build_result, check_response, fuse_window, log_doc, query_hash
 from hybridsearch.query.build import (
     JOINED_FIELD,
     Bm25Scope,
@@ -19,13 +18,20 @@ from hybridsearch.query.build import (
     bm25_scope,
     clean_query,
     has_joined_field,
+    knn_lines,
+    list_names,
     list_size,
     plan,
-    searches,
+    text_lines,
 )
 from hybridsearch.query.fusion import Fusion, fusion_for
+from hybridsearch.query.paging import build_result
+from hybridsearch.query.passages import show_passages
+from hybridsearch.query.querylog import log_doc, query_hash
+from hybridsearch.query.reranking import apply_rerank
 from hybridsearch.query.results import RerankOutcome, Timings
-from hybridsearch.settings import Settings, load_settings
+from hybridsearch.query.window import Window, check_response, fuse_window
+from hybridsearch.settings import QuerySettings, Settings, load_settings
 
 
 @pytest.fixture()
@@ -71,7 +77,8 @@ def test_one_msearch_with_the_same_filters_in_bm25_and_knn(settings: Settings) -
     s = settings.model_copy(update={"index": settings.index.model_copy(update={"tenant": "acme"}),
                                     "query": settings.query.model_copy(update={"title_boost": 2.5, "operator": "and"})})
     p = plan(s.query, s.index.tenant, "bees dance", filters={"source": "wiki"})
-    names, lines = searches(s.query, s.index.alias, p, [0.5, 0.25], ES)
+    names = list_names(p)
+    lines = text_lines(s.query, s.index.alias, p) + knn_lines(s.query, s.index.alias, p, [0.5, 0.25], ES)
     assert names == ["bm25", "knn"] and len(lines) == 4
     assert lines[0] == lines[2] == {"index": "unit-chunks"}
     bm25, knn = lines[1], lines[3]
@@ -86,12 +93,11 @@ def test_one_msearch_with_the_same_filters_in_bm25_and_knn(settings: Settings) -
     for body in (bm25, knn):
         assert body["size"] == 100 and body["collapse"] == {"field": "doc_id"} and "embedding" not in body["_source"]
     q, alias, tenant = settings.query, settings.index.alias, settings.index.tenant
-    assert searches(q, alias, plan(q, tenant, "x", mode="bm25"), None, ES)[0] == ["bm25"]
-    names, lines = searches(q, alias, plan(q, tenant, "x", mode="dense"), [1.0], ES)
-    assert names == ["knn"] and lines[1]["knn"]["filter"] == [visible]
-    assert searches(q, alias, plan(q, tenant, "x", mode="bm25"), None, ES)[1][1]["query"]["bool"]["filter"] == [visible]
-    with pytest.raises(QueryError):
-        searches(q, alias, plan(q, tenant, "x"), None, ES)
+    assert list_names(plan(q, tenant, "x", mode="bm25")) == ["bm25"]
+    dense = plan(q, tenant, "x", mode="dense")
+    assert list_names(dense) == ["knn"] and text_lines(q, alias, dense) == []
+    assert knn_lines(q, alias, dense, [1.0], ES)[1]["knn"]["filter"] == [visible]
+    assert text_lines(q, alias, plan(q, tenant, "x", mode="bm25"))[1]["query"]["bool"]["filter"] == [visible]
 
 
 def _hit(chunk: str, score: float, doc: str | None = None) -> dict[str, Any]:
@@ -106,39 +112,47 @@ def _resp(*hits: dict[str, Any]) -> dict[str, Any]:
 
 BM25 = _resp(_hit("a#0", 9.0), _hit("a#1", 8.0), _hit("b#0", 7.0), _hit("c#0", 6.0))
 KNN = _resp(_hit("b#1", 0.9), _hit("d#0", 0.8), _hit("a#1", 0.7))
+BOTH = {"bm25": BM25, "knn": KNN}
+
+
+def fused(q: QuerySettings, answers: dict[str, dict[str, Any]], fusion: Fusion | None = None) -> Window:
+    """The window of ``answers`` as a search over chunks has it: fused, each entry showing its chunk."""
+    w = fuse_window(answers, q.collapse, fusion)
+    show_passages(w.entries, False, None, q.passage_k)
+    return w
 
 
 def test_fuse_window_collapses_each_list_then_applies_rrf(settings: Settings) -> None:
-    w = fuse_window(settings.query, ["bm25", "knn"], [BM25, KNN])
-    order = [c.key for c in w.candidates]
+    w = fused(settings.query, BOTH)
+    order = [c.key for c in w.entries]
     # bm25 doc ranks a1 b2 c3 ; knn b1 d2 a3 → b: 1/62+1/61, a: 1/61+1/63, d: 1/62, c: 1/63
     assert order == ["b", "a", "d", "c"] and w.depths == {"bm25": 3, "knn": 3}
-    b = w.candidates[0]
+    b = w.entries[0]
     assert b.stages["bm25"].rank == 2 and b.stages["knn"].rank == 1 and b.chunk_id == "b#1"  # kNN's chunk
     assert b.fused is not None and b.fused.score == pytest.approx(1 / 62 + 1 / 61)
     # a document in both lists shows kNN's chunk even where BM25 ranks it higher (its hit may be a section's
     # first chunk); one found by BM25 alone shows BM25's
-    assert w.candidates[1].chunk_id == "a#1" and w.candidates[1].stages["bm25"].score == 9.0
-    assert w.candidates[3].chunk_id == "c#0"
+    assert w.entries[1].chunk_id == "a#1" and w.entries[1].stages["bm25"].score == 9.0
+    assert w.entries[3].chunk_id == "c#0"
 
 
 def test_without_collapse_chunks_are_separate(settings: Settings) -> None:
     flat = settings.model_copy(update={"query": settings.query.model_copy(update={"collapse": False})})
-    w = fuse_window(flat.query, ["bm25"], [BM25])
-    assert [c.key for c in w.candidates] == ["a#0", "a#1", "b#0", "c#0"]
-    assert [c.base_score for c in w.candidates] == [9.0, 8.0, 7.0, 6.0] and w.candidates[0].fused is None
+    w = fused(flat.query, {"bm25": BM25})
+    assert [c.key for c in w.entries] == ["a#0", "a#1", "b#0", "c#0"]
+    assert [c.base_score for c in w.entries] == [9.0, 8.0, 7.0, 6.0] and w.entries[0].fused is None
     q, alias, tenant = flat.query, flat.index.alias, flat.index.tenant
-    assert "collapse" not in searches(q, alias, plan(q, tenant, "x", mode="bm25"), None, ES)[1][1]
-    assert searches(q, alias, plan(q, tenant, "x", mode="dense"), [1.0], ES)[1][1]["knn"]["k"] == 100
+    assert "collapse" not in text_lines(q, alias, plan(q, tenant, "x", mode="bm25"))[1]
+    assert knn_lines(q, alias, plan(q, tenant, "x", mode="dense"), [1.0], ES)[1]["knn"]["k"] == 100
 
 
 def test_linear_fusion_is_selected_by_settings(settings: Settings) -> None:
     lin = settings.model_copy(update={"query": settings.query.model_copy(update={"fusion": "linear",
                                                                                   "linear_alpha": 0.5})})
     calibrated = {"fusion": Fusion(method="rrf", k=5, weights=(0.1, 1.9)).to_meta()}
-    w = fuse_window(lin.query, ["bm25", "knn"], [BM25, KNN], fusion_for(lin.query, calibrated))
+    w = fused(lin.query, BOTH, fusion_for(lin.query, calibrated))
     # minmax: bm25 a1 b.333 c0 ; knn b1 d.5 a0 → b .6667, a .5, d .25, c 0
-    assert [(c.key, round(c.fused.score, 4)) for c in w.candidates] == [  # type: ignore[union-attr]
+    assert [(c.key, round(c.fused.score, 4)) for c in w.entries] == [  # type: ignore[union-attr]
         ("b", 0.6667), ("a", 0.5), ("d", 0.25), ("c", 0.0)]
     assert w.fusion is not None and w.fusion.describe() == "linear minmax, weights bm25 0.5 / kNN 0.5 (settings)"
 
@@ -150,37 +164,37 @@ def test_an_index_calibration_is_used_unless_the_settings_name_a_fusion(settings
     fusion = fusion_for(q, {"fusion": recorded.to_meta()})
     assert fusion.source == "index" and (fusion.k, fusion.weights) == (5, (0.1, 1.9))
     assert fusion_for(q.model_copy(update={"fusion": "rrf"}), {"fusion": recorded.to_meta()}).k == 60
-    w = fuse_window(q, ["bm25", "knn"], [BM25, KNN], fusion)
+    w = fused(q, BOTH, fusion)
     # bm25 a1 b2 c3 ; knn b1 d2 a3 with weights 0.1 / 1.9 at k=5: the kNN list dominates
-    assert [c.key for c in w.candidates] == ["b", "d", "a", "c"]
-    lines = build_result(q, 30, plan(q, None, "x", explain=True), "i", w, Timings()).hits[0].explanation
+    assert [c.key for c in w.entries] == ["b", "d", "a", "c"]
+    lines = build_result(30, plan(q, None, "x", explain=True), "i", w, Timings()).hits[0].explanation
     assert lines is not None and "RRF term 1.9 × 1/(5+1)" in "\n".join(lines)
     with pytest.raises(QueryError, match="malformed"):
         fusion_for(q, {"fusion": {"method": "rrf"}})
 
 
 def test_rerank_reorders_only_the_top_depth(settings: Settings) -> None:
-    w = fuse_window(settings.query, ["bm25", "knn"], [BM25, KNN])
+    w = fused(settings.query, BOTH)
     apply_rerank(w, 2, [0.1, 0.9])
-    assert [c.key for c in w.candidates] == ["a", "b", "d", "c"] and w.reranked
-    assert w.candidates[0].rerank.rank == 1 and w.candidates[2].rerank is None  # type: ignore[union-attr]
+    assert [c.key for c in w.entries] == ["a", "b", "d", "c"] and w.reranked
+    assert w.entries[0].rerank.rank == 1 and w.entries[2].rerank is None  # type: ignore[union-attr]
     for bad in ([1.0], [float("nan"), 1.0]):
         with pytest.raises(RerankerError):
-            apply_rerank(fuse_window(settings.query, ["bm25"], [BM25]), 2, bad)
+            apply_rerank(fused(settings.query, {"bm25": BM25}), 2, bad)
 
 
 def test_rerank_blend_interpolates_with_the_fused_score(settings: Settings) -> None:
     # fused top 2 is b, a; the reranker prefers a. Over the top, min-max gives b: rerank 0, fused 1; a: 1, 0.
-    w = fuse_window(settings.query, ["bm25", "knn"], [BM25, KNN])
-    assert [c.key for c in w.candidates[:2]] == ["b", "a"]
+    w = fused(settings.query, BOTH)
+    assert [c.key for c in w.entries[:2]] == ["b", "a"]
     apply_rerank(w, 2, [0.1, 0.9], blend=0.4)  # b = 0.6, a = 0.4: fused order holds
-    assert [c.key for c in w.candidates] == ["b", "a", "d", "c"] and w.blend == 0.4
-    assert [c.rerank.rank for c in w.candidates[:2]] == [1, 2]  # type: ignore[union-attr]
-    w = fuse_window(settings.query, ["bm25", "knn"], [BM25, KNN])
+    assert [c.key for c in w.entries] == ["b", "a", "d", "c"] and w.blend == 0.4
+    assert [c.rerank.rank for c in w.entries[:2]] == [1, 2]  # type: ignore[union-attr]
+    w = fused(settings.query, BOTH)
     apply_rerank(w, 2, [0.1, 0.9], blend=0.6)  # b = 0.4, a = 0.6: the reranker wins
-    assert [c.key for c in w.candidates] == ["a", "b", "d", "c"]
+    assert [c.key for c in w.entries] == ["a", "b", "d", "c"]
     p = plan(settings.query, settings.index.tenant, "q", k=3, explain=True)
-    res = build_result(settings.query, settings.reranker.depth, p, "idx", w, Timings())
+    res = build_result(settings.reranker.depth, p, "idx", w, Timings())
     assert res.rerank_blend == 0.6
     top = res.hits[0]
     assert top.score == pytest.approx(0.6) and top.rerank is not None and top.rerank.score == pytest.approx(0.9)
@@ -189,10 +203,10 @@ def test_rerank_blend_interpolates_with_the_fused_score(settings: Settings) -> N
 
 
 def test_result_paging_and_explain(settings: Settings) -> None:
-    w = fuse_window(settings.query, ["bm25", "knn"], [BM25, KNN])
+    w = fused(settings.query, BOTH)
     w.rerank_outcome, w.rerank_reason = RerankOutcome.DISABLED, "no reranker configured"
     p = plan(settings.query, settings.index.tenant, "q", k=3, page=2, explain=True)
-    res = build_result(settings.query, settings.reranker.depth, p, "unit-chunks-v1", w, Timings())
+    res = build_result(settings.reranker.depth, p, "unit-chunks-v1", w, Timings())
     assert [h.doc_id for h in res.hits] == ["c"] and res.hits[0].rank == 4 and res.candidates == 4
     assert res.hits[0].explanation == [
         "BM25: rank 3, score 6.0000 → RRF term 1/(60+3) = 0.015873", "kNN: not in the top 3 (adds 0)",
@@ -228,10 +242,10 @@ def test_client_refuses_bad_input_without_touching_the_cluster() -> None:
 def test_bm25_scores_sections_only_where_the_index_has_them_and_results_are_per_document(settings: Settings) -> None:
     q, alias = settings.query, settings.index.alias
     p = plan(q, None, "x", mode="bm25")
-    fields = searches(q, alias, p, None, ES, scope=Bm25Scope(sections=True))[1][1]["query"]["bool"]["must"][0][
+    fields = text_lines(q, alias, p, Bm25Scope(sections=True))[1]["query"]["bool"]["must"][0][
         "multi_match"]["fields"]
     assert fields == ["section_title^1", "section_text"]
-    fields = searches(q, alias, p, None, ES)[1][1]["query"]["bool"]["must"][0]["multi_match"]["fields"]
+    fields = text_lines(q, alias, p)[1]["query"]["bool"]["must"][0]["multi_match"]["fields"]
     assert fields == ["title^1", "text"]
     assert bm25_on_sections(q, 1000) and not bm25_on_sections(q, None)
     assert not bm25_on_sections(q.model_copy(update={"collapse": False}), 1000)  # chunk results: chunk BM25
@@ -260,9 +274,9 @@ def test_bm25_scores_title_and_text_as_one_field_only_where_both_copy_into_it(se
 def test_the_joined_scope_sends_one_match_with_the_operator_and_the_filters(settings: Settings) -> None:
     q = settings.query.model_copy(update={"operator": "and"})
     p = plan(q, "team-a", "bees find food", mode="bm25", filters={"source": "wiki"})
-    body = searches(q, settings.index.alias, p, None, ES, scope=Bm25Scope(sections=True, joined=True))[1][1]
+    body = text_lines(q, settings.index.alias, p, Bm25Scope(sections=True, joined=True))[1]
     assert body["query"]["bool"]["must"] == [{"match": {JOINED_FIELD: {"query": "bees find food", "operator": "and"}}}]
-    separate = searches(q, settings.index.alias, p, None, ES, scope=Bm25Scope(sections=True))[1][1]
+    separate = text_lines(q, settings.index.alias, p, Bm25Scope(sections=True))[1]
     assert body["query"]["bool"]["filter"] == separate["query"]["bool"]["filter"]
     assert "team-a" in str(body["query"]["bool"]["filter"])  # the tenant filter too
 

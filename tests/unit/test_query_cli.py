@@ -42,7 +42,7 @@ def test_search_checks_the_query_before_loading_anything(argv: list[str], messag
     assert message in capsys.readouterr().err
 
 
-# ------------------------------------------------------------------------------------------ --filter (issue 24)
+# ------------------------------------------------------------------------------------------ --filter
 
 @pytest.mark.parametrize(("expr", "value"), [
     ('title.raw="What is this?"', "What is this?"),  # a trailing ? in quotes: a value, not an exists check

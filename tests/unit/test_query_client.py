@@ -1,4 +1,5 @@
-"""SearchClient.from_settings picks the reranker from hybridsearch.rerank.make_reranker, never failing on it."""
+"""SearchClient.from_settings picks the reranker from hybridsearch.rerank.make_reranker, never failing on it: a
+search says what the rerank stage did, and why."""
 
 from __future__ import annotations
 
@@ -6,14 +7,13 @@ from collections.abc import Sequence
 
 import pytest
 
+import hybridsearch.query.client as client_module
 import hybridsearch.rerank
 from hybridsearch import SearchClient
-from hybridsearch.engine import connect
 from hybridsearch.errors import RerankerError
-from hybridsearch.query.assemble import Window
-from hybridsearch.query.build import plan
-from hybridsearch.query.results import RerankOutcome
-from hybridsearch.settings import RerankerSettings, Settings, load_settings
+from hybridsearch.query.results import RerankOutcome, SearchResult
+from hybridsearch.settings import ClusterSettings, RerankerSettings, Settings, load_settings
+from recorded_engine import FakeES, FixedVectors, recording
 
 
 class Fixed:
@@ -28,26 +28,32 @@ def _settings(**reranker: object) -> Settings:
     return load_settings(es_url="http://127.0.0.1:1", query={"log_queries": False}, reranker=reranker)
 
 
-def _reason(client: SearchClient) -> str | None:
-    from hybridsearch.query.assemble import Candidate
+@pytest.fixture(autouse=True)
+def recorded_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``from_settings`` connects to the recorded cluster (tests/recorded_engine.py)."""
+    monkeypatch.setattr(client_module, "connect", lambda cfg: FakeES(_settings(), recording("hybrid")))
 
-    window = Window(candidates=[Candidate(key="a", source={}, chunk_id="a#0")], depths={"bm25": 1})
-    return window.rerank_reason if client._rerank_skip(plan(client.query, None, "q"), window) else None
+
+def searched(client: SearchClient, **kw: object) -> SearchResult:
+    return client.search("how do bees find food", **kw)  # type: ignore[arg-type]
 
 
 def test_factory_reranker_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     made = Fixed()
     monkeypatch.setattr(hybridsearch.rerank, "make_reranker", lambda s: made)
-    with SearchClient.from_settings(_settings()) as c:
-        assert c.reranker is made and _reason(c) is None
+    with SearchClient.from_settings(_settings(), embedder=FixedVectors()) as c:  # type: ignore[arg-type]
+        result = searched(c)
+        assert c.reranker is made and result.rerank_outcome is RerankOutcome.APPLIED and result.rerank_reason is None
 
 
-def test_explicit_reranker_wins_and_disabled_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_explicit_reranker_wins_and_disabled_says_so() -> None:
     mine = Fixed()
     with SearchClient.from_settings(_settings(), reranker=mine) as c:
         assert c.reranker is mine
-    with SearchClient.from_settings(_settings(enabled=False)) as c:
-        assert c.reranker is None and _reason(c) == "reranker disabled (HSP_RERANKER__ENABLED=false)"
+    with SearchClient.from_settings(_settings(enabled=False), embedder=FixedVectors()) as c:  # type: ignore[arg-type]
+        result = searched(c)
+        assert c.reranker is None and result.rerank_outcome is RerankOutcome.DISABLED
+        assert result.rerank_reason == "reranker disabled (HSP_RERANKER__ENABLED=false)"
 
 
 @pytest.mark.parametrize("exc", [RerankerError("no model here"), ValueError("bad url")])
@@ -56,17 +62,20 @@ def test_factory_failure_degrades_with_a_reason(monkeypatch: pytest.MonkeyPatch,
         raise exc
 
     monkeypatch.setattr(hybridsearch.rerank, "make_reranker", boom)
-    with SearchClient.from_settings(_settings()) as c:
-        assert c.reranker is None
-        assert _reason(c) in ("reranker unavailable: no model here", "reranker unavailable: ValueError: bad url")
+    with SearchClient.from_settings(_settings(), embedder=FixedVectors()) as c:  # type: ignore[arg-type]
+        result = searched(c)
+        assert c.reranker is None and result.rerank_outcome is RerankOutcome.DISABLED
+        assert result.rerank_reason in ("reranker unavailable: no model here",
+                                        "reranker unavailable: ValueError: bad url")
 
 
 def test_no_reranker_and_not_requested() -> None:
-    with SearchClient(connect(_settings().es), _settings()) as c:
-        assert _reason(c) == "no reranker configured"
-        window = Window(candidates=[], depths={})
-        assert c._rerank_skip(plan(c.query, None, "q", rerank=False), window)
-        assert window.rerank_outcome is RerankOutcome.SKIPPED and window.rerank_reason == "rerank not requested"
+    s = _settings()
+    with SearchClient(client_module.connect(ClusterSettings()), s, embedder=FixedVectors()) as c:  # type: ignore[arg-type]
+        result = searched(c)
+        assert (result.rerank_outcome, result.rerank_reason) == (RerankOutcome.DISABLED, "no reranker configured")
+        result = searched(c, rerank=False)
+        assert (result.rerank_outcome, result.rerank_reason) == (RerankOutcome.SKIPPED, "rerank not requested")
 
 
 class Recommends(Fixed):
@@ -83,5 +92,6 @@ class Recommends(Fixed):
 ])
 def test_rerank_blend_setting_then_model_recommendation_then_one(setting: float | None, recommended: object,
                                                                   used: float) -> None:
-    with SearchClient(connect(_settings().es), _settings(blend=setting), reranker=Recommends(recommended)) as c:
-        assert c.rerank_blend() == used
+    with SearchClient.from_settings(_settings(blend=setting), reranker=Recommends(recommended),  # type: ignore[arg-type]
+                                    embedder=FixedVectors()) as c:  # type: ignore[arg-type]
+        assert c.rerank_blend() == used and searched(c).rerank_blend == used

@@ -1,4 +1,4 @@
-"""The query window (HSP_EMBEDDING__QUERY_MAX_TOKENS, issue 25 item 4): every query encoder (the lean ONNX one, the
+"""The query window (HSP_EMBEDDING__QUERY_MAX_TOKENS): every query encoder (the lean ONNX one, the
 ONNX one with the model's own modules, torch) cuts a long query at the window, prompt and special tokens included,
 exactly where the others do; unset or larger than the model's limit, at the limit. Run on the tiny bi-encoder
 (random weights: a vector of 254 word pieces and one of the first 14 are far apart), then once on the packaged

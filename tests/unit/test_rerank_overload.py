@@ -1,5 +1,5 @@
 """The reranker service under overload: a bounded queue, 503 + Retry-After at once, recovery without a
-restart, and the query layer's degraded answer naming the overload (issue 17, item 4)."""
+restart, and the query layer's degraded answer naming the overload."""
 
 from __future__ import annotations
 

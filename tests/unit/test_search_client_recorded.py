@@ -1,10 +1,9 @@
 """SearchClient and AsyncSearchClient on recorded ``_msearch`` answers (tests/unit/recordings/*.json).
 
-The only fake is the Elasticsearch client object: its ``msearch`` returns a recording (a hybrid search sends
-its BM25 lists and its kNN list as two ``_msearch`` requests: each list gets its item of the recording, which
-holds BM25's, kNN's and, where recorded, the passage list's; unrecorded, the passage list finds nothing), and the alias
-and mapping calls answer for one index built from the settings' own template. Everything else (plan,
-query bodies, fusion, rerank with its timeout, paging) is the real code, run by both clients, which
+The only fake is the engine client object (tests/recorded_engine.py): its ``msearch`` returns a recording (a hybrid
+search sends its BM25 lists and its kNN list as two ``_msearch`` requests: each list gets its item of the recording),
+and the alias and mapping calls answer for one index built from the settings' own template. Everything else (plan,
+query bodies, fusion, rerank with its timeout, paging, why's probes) is the real code, run by both clients, which
 must return the same results for the same inputs.
 """
 
@@ -15,7 +14,6 @@ import json
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import elasticsearch
@@ -23,130 +21,25 @@ import numpy as np
 import pytest
 
 from hybridsearch import AsyncSearchClient, SearchClient
-from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, Dialect, EngineInfo
+from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, Dialect
 from hybridsearch.errors import ClusterError, ClusterUnavailable, IndexMismatch, IndexNotFound, ModelError
-from hybridsearch.index.spec import load_template
 from hybridsearch.index.visibility import hidden_lookup
 from hybridsearch.query.candidates import auto_candidates
-from hybridsearch.query.results import RerankOutcome, SearchResult
-from hybridsearch.settings import Settings, load_settings
-
-RECORDINGS = Path(__file__).parent / "recordings"
-INDEX = "rec-chunks-v1"
-
-
-def recording(name: str) -> dict[str, Any]:
-    body: dict[str, Any] = json.loads((RECORDINGS / f"msearch_{name}.json").read_text())
-    return body
-
-
-class FakeIndices:
-    def __init__(self, settings: Settings, dialect: Dialect) -> None:
-        self.alias = settings.index.alias
-        self.mappings = load_template("chunks", settings, dialect)["template"]["mappings"]
-        self.state_present = True
-
-    def get_alias(self, name: str) -> dict[str, Any]:
-        return {INDEX: {"aliases": {self.alias: {"is_write_index": True}}}}
-
-    def get_mapping(self, index: str, ignore_unavailable: bool | None = None) -> dict[str, Any]:
-        """The chunk index's mapping and (``ignore_unavailable``: when asked for and present) the state index's."""
-        names = index.split(",")
-        found: dict[str, Any] = {INDEX: {"mappings": self.mappings}}
-        found.update({n: {"mappings": {}} for n in names[1:] if self.state_present})
-        return found
-
-
-class FakeES:
-    """The I/O seam: what the sync client calls on :class:`hybridsearch.engine.EngineClient`."""
-
-    def __init__(self, settings: Settings, answer: dict[str, Any] | Exception,
-                 dialect: Dialect = ELASTICSEARCH) -> None:
-        self.dialect = dialect
-        self.engine = EngineInfo(dialect.kind, "9.3.2" if dialect.kind == "elasticsearch" else "3.5.0")
-        self.chunks = 6  # what _count answers: the chunks of the recorded index, on one shard
-        self.indices = FakeIndices(settings, dialect)
-        self.answer = answer
-        self.sent: list[list[dict[str, Any]]] = []
-
-    def msearch(self, searches: list[dict[str, Any]]) -> dict[str, Any]:
-        self.sent.append(searches)
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        recorded = dict(zip(RECORDED, self.answer["responses"], strict=False))
-        return {"responses": [recorded.get(list_of(body), NOTHING) for body in searches[1::2]]}
-
-    def count(self, index: str) -> dict[str, Any]:
-        return {"count": self.chunks, "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0}}
-
-    def close(self) -> None:
-        pass
-
-
-#: the lists a recording answers, in its order; an answer of the passage list that finds nothing
-RECORDED = ("bm25", "knn", "passages")
-NOTHING: dict[str, Any] = {"took": 1, "timed_out": False, "hits": {"hits": []}, "status": 200}
-
-
-def is_knn(body: dict[str, Any]) -> bool:
-    """Whether a search body is the kNN list's (Elasticsearch's top-level ``knn``, OpenSearch's ``knn`` query)."""
-    return "knn" in body or "knn" in body.get("query", {})
-
-
-def list_of(body: dict[str, Any]) -> str:
-    """Which list a search body is: ``knn``, ``passages`` (BM25 on the chunks' text) or ``bm25``."""
-    if is_knn(body):
-        return "knn"
-    return "passages" if "text" in body["query"]["bool"]["must"][0].get("match", {}) else "bm25"
-
-
-def one_msearch(sent: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """The lines of one search's requests as one ``_msearch`` would send them: BM25's, then kNN's."""
-    return [line for request in sorted(sent, key=lambda r: is_knn(r[1])) for line in request]
-
-
-class FakeAsyncIndices:
-    def __init__(self, sync: FakeIndices) -> None:
-        self.sync = sync
-
-    async def get_alias(self, name: str) -> dict[str, Any]:
-        return self.sync.get_alias(name)
-
-    async def get_mapping(self, index: str, ignore_unavailable: bool | None = None) -> dict[str, Any]:
-        return self.sync.get_mapping(index, ignore_unavailable)
-
-
-class FakeAsyncES:
-    """The same seam for :class:`hybridsearch.engine.AsyncEngineClient`."""
-
-    def __init__(self, sync: FakeES) -> None:
-        self.sync = sync
-        self.dialect = sync.dialect
-        self.indices = FakeAsyncIndices(sync.indices)
-
-    async def detect(self) -> EngineInfo:
-        return self.sync.engine
-
-    @property
-    def engine(self) -> EngineInfo:
-        return self.sync.engine
-
-    async def count(self, index: str) -> dict[str, Any]:
-        return self.sync.count(index)
-
-    async def msearch(self, searches: list[dict[str, Any]]) -> dict[str, Any]:
-        return self.sync.msearch(searches)
-
-    async def close(self) -> None:
-        pass
-
-
-class FixedVectors:
-    """The embedding model's place: one fixed unit vector per query."""
-
-    def encode_query(self, text: str) -> np.ndarray:
-        vec = np.ones(384, dtype=np.float32)
-        return vec / np.linalg.norm(vec)
+from hybridsearch.query.results import RerankOutcome, SearchResult, WhyReport
+from hybridsearch.settings import Settings
+from recorded_engine import (
+    INDEX,
+    FakeAsyncES,
+    FakeES,
+    FixedVectors,
+    MovingES,
+    is_knn,
+    list_of,
+    one_msearch,
+    recording,
+    same,
+    settings,
+)
 
 
 class Scores:
@@ -166,11 +59,6 @@ class Scores:
         return [2.0 if "Wasps" in p else 1.0 if "Moths" in p else 0.0 for p in passages]
 
 
-def settings() -> Settings:
-    return load_settings(es_url="http://127.0.0.1:1", index={"prefix": "rec"}, query={"log_queries": False},
-                         reranker={"timeout": 0.3})
-
-
 def both(answer: dict[str, Any] | Exception, reranker: Scores | None = None, dialect: Dialect = ELASTICSEARCH,
          **search: Any) -> tuple[SearchResult, SearchResult, FakeES]:
     """The same search through both clients on the same recorded answer."""
@@ -185,10 +73,6 @@ def both(answer: dict[str, Any] | Exception, reranker: Scores | None = None, dia
             return await client.search("how do bees find food", **search)
 
     return one, asyncio.run(run()), es
-
-
-def same(a: SearchResult, b: SearchResult) -> bool:
-    return a.model_dump(exclude={"timings"}) == b.model_dump(exclude={"timings"})
 
 
 def test_hybrid_recording_is_fused_alike_by_both_clients() -> None:
@@ -410,40 +294,6 @@ def test_a_failing_embedding_raises_its_own_error(client: str, caplog: pytest.Lo
     assert not [r for r in caplog.records if "never retrieved" in r.getMessage()]
 
 
-class MovingIndices(FakeIndices):
-    """An alias that a migration swaps from ``rec-chunks-v1`` to ``rec-chunks-v2`` (whose ``_meta`` names
-    ``model``) once ``move()`` is called; ``checked`` records every mapping read."""
-
-    def __init__(self, settings: Settings, model: str) -> None:
-        super().__init__(settings, ELASTICSEARCH)
-        self.current, self.checked = INDEX, []
-        self.moved_mappings = json.loads(json.dumps(self.mappings))
-        self.moved_mappings["_meta"]["embedding_model"] = model
-
-    def get_alias(self, name: str) -> dict[str, Any]:
-        return {self.current: {"aliases": {self.alias: {"is_write_index": True}}}}
-
-    def get_mapping(self, index: str, ignore_unavailable: bool | None = None) -> dict[str, Any]:
-        index = index.split(",")[0]  # the chunk index (the state index after it is absent here)
-        self.checked.append(index)
-        return {index: {"mappings": self.mappings if index == INDEX else self.moved_mappings}}
-
-
-class MovingES(FakeES):
-    """Answers as the index the alias points at now: every hit's ``_index`` is the current one."""
-
-    def __init__(self, settings: Settings, model: str) -> None:
-        super().__init__(settings, recording("hybrid"))
-        self.indices: MovingIndices = MovingIndices(settings, model)
-
-    def msearch(self, searches: list[dict[str, Any]]) -> dict[str, Any]:
-        answer = json.loads(json.dumps(super().msearch(searches)))
-        for r in answer["responses"]:
-            for hit in r.get("hits", {}).get("hits", []):
-                hit["_index"] = self.indices.current
-        return answer
-
-
 def test_a_swapped_alias_is_checked_at_once_not_after_the_cache_expires() -> None:
     """A migration to another chunker keeps the model: the first search after the swap sees hits of
     ``-v2``, checks that index at once and searches again as it wants (here: the same lines)."""
@@ -500,3 +350,50 @@ def test_a_failed_list_after_a_swap_to_other_dims_says_what_changed() -> None:
         es.indices.current = INDEX  # rolled back: the same failure is the engine's error again
         with pytest.raises(ClusterError, match="HTTP 500"):
             client.search("how do bees find food", rerank=False)
+
+
+# why: the search's steps, then probes of the lists that missed the document, performed by either client
+
+
+def whys(es: FakeES, doc_id: str, **kw: Any) -> tuple[WhyReport, WhyReport]:
+    """``why`` through both clients on the same fake cluster."""
+    s = settings()
+    with SearchClient(es, s, embedder=FixedVectors(), reranker=Scores()) as sync:  # type: ignore[arg-type]
+        one = sync.why("how do bees find food", doc_id, **kw)
+
+    async def run() -> WhyReport:
+        async with AsyncSearchClient(FakeAsyncES(es), s, embedder=FixedVectors(),  # type: ignore[arg-type]
+                                     reranker=Scores()) as client:
+            return await client.why("how do bees find food", doc_id, **kw)
+
+    return one, asyncio.run(run())
+
+
+@pytest.mark.parametrize(("doc_id", "mode"), [("d2", "hybrid"), ("d3", "hybrid"), ("d4", "bm25"), ("d9", "hybrid")])
+def test_async_why_answers_as_sync_why(doc_id: str, mode: str) -> None:
+    sync, async_ = whys(FakeES(settings(), recording("hybrid")), doc_id, mode=mode)
+    assert same(sync, async_) and sync.doc_id == doc_id and sync.chunks_in_index == 2
+    assert (sync.final_rank is None) == (doc_id not in {"d2", "d3"})
+
+
+def test_why_probes_each_list_that_missed_the_document() -> None:
+    """d4 is only in kNN's list: BM25's probe says how high its best section scores; d9 is in neither list."""
+    es = FakeES(settings(), recording("hybrid"))
+    d4, _ = whys(es, "d4", rerank=False)
+    assert d4.knn is not None and d4.knn.rank == 2 and d4.bm25 is None and d4.final_rank == 3
+    assert "BM25: best section score 0.5000, about 40 sections score as high or higher; the list keeps 3" in d4.notes
+    es.probe_score = None
+    d9, _ = whys(es, "d9", rerank=False)
+    assert d9.final_rank is None and d9.fused is None
+    assert "BM25: no section of d9 matches the query terms (operator or)" in d9.notes
+    assert "kNN: no chunk of d9 has a vector" in d9.notes
+    assert "fusion: not among the 4 fused candidates" in d9.notes
+
+
+def test_why_says_when_the_document_is_absent_or_filtered_out() -> None:
+    es = FakeES(settings(), recording("hybrid"))
+    es.doc_chunks = 0
+    report, async_report = whys(es, "d9")
+    assert same(report, async_report) and report.chunks_in_index == 0
+    assert report.notes[0] == f"d9 is not in {INDEX}: no chunk has this doc_id"
+    assert not any(n.startswith(("BM25", "kNN")) for n in report.notes)  # nothing to probe

@@ -1,43 +1,27 @@
 """The search core without I/O (hybridsearch.query.core): its steps driven here with recorded ``_msearch`` answers.
 
-:func:`drive` answers each request the core yields, in this thread, from the fakes of
-``test_search_client_recorded`` (the alias, the index's mapping from the settings' own template, recorded answers);
-a spawned request is answered at once and its outcome handed back on ``Join``. The last tests run the same
-scenarios through both clients, whose whole job is now to perform those requests: they must make the same requests
-in the same order as the core driven here, and return the same results.
+:class:`Driver` answers each request the core yields, in this thread, from the fakes of tests/recorded_engine.py (the
+alias, the index's mapping from the settings' own template, recorded answers); a spawned request is answered at once
+and its outcome handed back on ``Join``. The last tests run the same scenarios through both clients, whose whole job
+is to perform those requests: they must return what the core driven here returns.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
-from test_search_client_recorded import (
-    INDEX,
-    FakeAsyncES,
-    FakeES,
-    FixedVectors,
-    MovingES,
-    is_knn,
-    list_of,
-    one_msearch,
-    recording,
-    same,
-    settings,
-)
 
-import hybridsearch.query.client as client_module
 from hybridsearch import AsyncSearchClient, SearchClient
-from hybridsearch.errors import ClusterError, HybridSearchError, IndexMismatch, ModelError
+from hybridsearch.errors import ClusterError, HybridSearchError, IndexMismatch, ModelError, RerankerModelError
 from hybridsearch.query.core import SearchCore
-from hybridsearch.query.results import RerankOutcome, SearchResult
+from hybridsearch.query.results import RerankOutcome, SearchResult, WhyReport
 from hybridsearch.query.steps import (
     CountChunks,
     Detect,
@@ -54,6 +38,20 @@ from hybridsearch.query.steps import (
     Steps,
 )
 from hybridsearch.settings import Settings
+from recorded_engine import (
+    INDEX,
+    FakeAsyncES,
+    FakeES,
+    FixedVectors,
+    MovingES,
+    is_knn,
+    is_probe,
+    list_of,
+    one_msearch,
+    recording,
+    same,
+    settings,
+)
 
 QUERY = "how do bees find food"
 FUSED = ["d2", "d1", "d4", "d3"]  # RRF k=60 over the hybrid recording's two lists
@@ -61,7 +59,8 @@ FUSED = ["d2", "d1", "d4", "d3"]  # RRF k=60 over the hybrid recording's two lis
 
 class Scores:
     """A reranker: prefers passages by a word they contain (``ok``), takes ``seconds`` (``slow``), fails
-    (``fail``), or answers one score whatever it is given (``short``); ``blend``: its recommendation."""
+    (``fail``), has no model on this machine (``missing``), or answers one score whatever it is given (``short``);
+    ``blend``: its recommendation."""
 
     name = "core-test"
 
@@ -72,6 +71,8 @@ class Scores:
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         if self.mode == "fail":
             raise RuntimeError("model exploded")
+        if self.mode == "missing":
+            raise RerankerModelError("reranker model 'x' is not on this machine")
         if self.mode == "short":
             return [1.0]
         time.sleep(self.seconds)
@@ -172,7 +173,7 @@ def list_sizes(requests: Sequence[Request]) -> dict[str, int]:
     for r in requests:
         inner = r.request if isinstance(r, Spawn) else r
         if isinstance(inner, Msearch):
-            sizes |= {list_of(body): body["size"] for body in inner.lines[1::2]}
+            sizes |= {list_of(body): body["size"] for body in inner.lines[1::2] if not is_probe(body)}
     return sizes
 
 
@@ -193,7 +194,7 @@ def test_one_list_without_a_reranker_fetches_only_the_page_and_why_fetches_whole
     d.run(c.search_steps(QUERY, mode="bm25", k=5))
     assert list_sizes(d.requests)["bm25"] == 5  # rerank asked for, but nothing to rerank with
     d.requests = []
-    d.run(c.why_steps(QUERY, mode="bm25"))
+    d.run(c.why_steps(QUERY, "d1", mode="bm25"))
     assert list_sizes(d.requests)["bm25"] == 100  # why says where a document ranks in the whole list
 
 
@@ -255,6 +256,7 @@ def test_a_failed_list_after_a_swap_names_the_mismatch_and_after_a_rollback_the_
     (Scores("slow"), RerankOutcome.TIMED_OUT, "reranker timeout after 0.3s", FUSED),
     (Scores("fail"), RerankOutcome.FAILED, "reranker error: RuntimeError: model exploded", FUSED),
     (Scores("short"), RerankOutcome.FAILED, "reranker error: reranker returned 1 scores for 4 passages", FUSED),
+    (Scores("missing"), RerankOutcome.NO_MODEL, "reranker error: reranker model 'x' is not on this machine", FUSED),
     (None, RerankOutcome.DISABLED, "no reranker configured", FUSED),
 ])
 def test_rerank_applies_or_degrades_to_the_fused_order(reranker: Scores | None, outcome: RerankOutcome,
@@ -313,25 +315,6 @@ def test_any_search_sends_the_same_lines_overlapped_or_not_and_never_fails_on_th
 # ---- the same scenarios through both clients: they perform the requests, the core decides
 
 
-@contextmanager
-def noted() -> Iterator[list[str]]:
-    """The kinds of the requests the clients' runs hand out (``query.client.Run``), in order."""
-    kinds: list[str] = []
-
-    class Noting(Run[Any]):
-        def __next__(self) -> Request:
-            request = super().__next__()
-            kinds.append(type(request).__name__)
-            return request
-
-    original = client_module.Run
-    client_module.Run = Noting  # type: ignore[misc]
-    try:
-        yield kinds
-    finally:
-        client_module.Run = original  # type: ignore[misc]
-
-
 def searches(shell: str, es: FakeES, changes: list[Callable[[], None]], reranker: Any = None,
              **kw: Any) -> list[SearchResult | HybridSearchError]:
     """One client of ``shell`` searching once after each change to the fake cluster: each result or error."""
@@ -362,7 +345,7 @@ def searches(shell: str, es: FakeES, changes: list[Callable[[], None]], reranker
 
 
 def pure(es: FakeES, changes: list[Callable[[], None]], reranker: Any = None,
-         **kw: Any) -> tuple[list[SearchResult | HybridSearchError], list[str]]:
+         **kw: Any) -> list[SearchResult | HybridSearchError]:
     """The same searches with the core driven here (:class:`Driver`)."""
     d, c, out = Driver(es), core(reranker=reranker), []
     for change in changes:
@@ -371,7 +354,7 @@ def pure(es: FakeES, changes: list[Callable[[], None]], reranker: Any = None,
             out.append(d.run(c.search_steps(QUERY, **kw)))
         except HybridSearchError as exc:
             out.append(exc)
-    return out, d.kinds
+    return out
 
 
 def alike(a: list[SearchResult | HybridSearchError], b: list[SearchResult | HybridSearchError]) -> bool:
@@ -388,10 +371,9 @@ def moves(es: MovingES, *to: str) -> list[Callable[[], None]]:
 def test_both_clients_search_again_when_the_alias_moved_as_the_core_decides(shell: str) -> None:
     s = settings()
     one, other = MovingES(s, s.embedding.model), MovingES(s, s.embedding.model)
-    expected, kinds = pure(one, moves(one, INDEX, "rec-chunks-v2", "rec-chunks-v2"), rerank=False)
-    with noted() as shell_kinds:
-        got = searches(shell, other, moves(other, INDEX, "rec-chunks-v2", "rec-chunks-v2"), rerank=False)
-    assert shell_kinds == kinds == CHECK + HYBRID + HYBRID + CHECK + HYBRID + HYBRID
+    expected = pure(one, moves(one, INDEX, "rec-chunks-v2", "rec-chunks-v2"), rerank=False)
+    got = searches(shell, other, moves(other, INDEX, "rec-chunks-v2", "rec-chunks-v2"), rerank=False)
+    assert other.indices.checked == one.indices.checked == [INDEX, "rec-chunks-v2"]  # the new index checked once
     assert alike(got, expected) and [r.index for r in got] == [INDEX, "rec-chunks-v2", "rec-chunks-v2"]  # type: ignore[union-attr]
 
 
@@ -399,10 +381,8 @@ def test_both_clients_search_again_when_the_alias_moved_as_the_core_decides(shel
 def test_both_clients_refuse_an_old_model_client_after_a_swap_as_the_core_decides(shell: str) -> None:
     s = settings()
     one, other = MovingES(s, "/models/trained-embedder"), MovingES(s, "/models/trained-embedder")
-    expected, kinds = pure(one, moves(one, INDEX, "rec-chunks-v2"), rerank=False)
-    with noted() as shell_kinds:
-        got = searches(shell, other, moves(other, INDEX, "rec-chunks-v2"), rerank=False)
-    assert shell_kinds == kinds == CHECK + HYBRID + HYBRID + CHECK
+    expected = pure(one, moves(one, INDEX, "rec-chunks-v2"), rerank=False)
+    got = searches(shell, other, moves(other, INDEX, "rec-chunks-v2"), rerank=False)
     assert alike(got, expected) and isinstance(got[1], IndexMismatch)
 
 
@@ -410,15 +390,37 @@ def test_both_clients_refuse_an_old_model_client_after_a_swap_as_the_core_decide
 @pytest.mark.parametrize("mode", ["ok", "slow", "fail", "short"])
 def test_both_clients_rerank_or_degrade_as_the_core_decides(shell: str, mode: str) -> None:
     reranker = Scores(mode)
-    expected, kinds = pure(FakeES(settings(), recording("hybrid")), [lambda: None], reranker=reranker)
-    with noted() as shell_kinds:
-        got = searches(shell, FakeES(settings(), recording("hybrid")), [lambda: None], reranker=reranker)
-    assert shell_kinds == kinds == CHECK + HYBRID + ["Rerank"]
+    expected = pure(FakeES(settings(), recording("hybrid")), [lambda: None], reranker=reranker)
+    got = searches(shell, FakeES(settings(), recording("hybrid")), [lambda: None], reranker=reranker)
     assert alike(got, expected)
     result = got[0]
     assert isinstance(result, SearchResult) and result.reranked == (mode == "ok")
     assert result.rerank_outcome is {"ok": RerankOutcome.APPLIED, "slow": RerankOutcome.TIMED_OUT}.get(
         mode, RerankOutcome.FAILED)
+
+
+def why(shell: str, es: FakeES, doc_id: str, **kw: Any) -> WhyReport:
+    """``why`` through one client of ``shell``."""
+    s = settings()
+    if shell == "sync":
+        with SearchClient(es, s, embedder=FixedVectors(), reranker=Scores()) as c:  # type: ignore[arg-type]
+            return c.why(QUERY, doc_id, **kw)
+
+    async def run() -> WhyReport:
+        async with AsyncSearchClient(FakeAsyncES(es), s, embedder=FixedVectors(),  # type: ignore[arg-type]
+                                     reranker=Scores()) as c:
+            return await c.why(QUERY, doc_id, **kw)
+
+    return asyncio.run(run())
+
+
+@pytest.mark.parametrize("shell", ["sync", "async"])
+@pytest.mark.parametrize(("doc_id", "mode"), [("d2", "hybrid"), ("d4", "hybrid"), ("d9", "hybrid"), ("d1", "dense")])
+def test_both_clients_answer_why_as_the_core_decides(shell: str, doc_id: str, mode: str) -> None:
+    expected = Driver(FakeES(settings(), recording("hybrid"))).run(
+        core(reranker=Scores()).why_steps(QUERY, doc_id, mode=mode))
+    got = why(shell, FakeES(settings(), recording("hybrid")), doc_id, mode=mode)
+    assert same(got, expected) and got.notes == expected.notes and got.rerank_outcome is RerankOutcome.APPLIED
 
 
 def test_the_blend_is_read_from_the_reranker_protocol() -> None:

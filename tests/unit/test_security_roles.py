@@ -48,7 +48,7 @@ def test_docs_json_examples_are_the_team_role() -> None:
 
 
 def test_no_role_holds_a_cluster_privilege_that_writes() -> None:
-    """Least privilege (issue 15, item 2): manage_index_templates let one team rewrite another's templates."""
+    """Least privilege: manage_index_templates let one team rewrite another's templates."""
     assert {name: set(role.get("cluster", [])) for name, role in ROLES.items()} == {
         name: {"monitor"} for name in ROLES}
     table = [line for line in DOCS.splitlines() if line.startswith("| cluster ")]
@@ -64,7 +64,7 @@ def test_team_roles_grant_what_the_platform_checks_on_their_prefix_only(role: st
 
 
 def test_read_only_role_sees_status_and_appends_to_its_query_log_only() -> None:
-    """`hsp index status` reads _cat/indices, which needs the index privilege monitor (issue 15, item 4)."""
+    """`hsp index status` reads _cat/indices, which needs the index privilege monitor."""
     reader = ROLES["hsp-searcher-a"]
     chunks = granted(reader, "team-a-chunks-v1")
     assert {"read", "view_index_metadata", "monitor"} <= chunks and not chunks & WRITES

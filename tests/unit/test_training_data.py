@@ -12,7 +12,7 @@ import pytest
 from hybridsearch.errors import ConfigError
 from hybridsearch.eval.datasets import read_qrels
 from hybridsearch.eval.splits import check_split
-from hybridsearch.query.assemble import passage_text as chunk_passage
+from hybridsearch.query.reranking import passage_text as chunk_passage
 from hybridsearch.training.negatives import (
     Candidate,
     SplitData,

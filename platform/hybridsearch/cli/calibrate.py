@@ -6,10 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from rich.table import Table
-
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
+from hybridsearch.cli.output import table as output_table
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.settings import Settings
 
@@ -61,7 +60,7 @@ def calibrate_fusion(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _print(scores: dict[str, float], calibration: dict[str, object], chosen: str, index: str, dry_run: bool) -> None:
-    table = Table(title=f"nDCG@10 on {calibration['queries']} {calibration['split']} queries (best of "
+    table = output_table(console, title=f"nDCG@10 on {calibration['queries']} {calibration['split']} queries (best of "
                         f"{len(scores)} fusions first)")
     table.add_column("fusion")
     table.add_column("nDCG@10", justify="right")

@@ -4,15 +4,12 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import TYPE_CHECKING
 
 from hybridsearch.cli.output import console as make_console
-from hybridsearch.cli.output import styled
+from hybridsearch.cli.output import print_wrapped, styled
 from hybridsearch.cli.progress import RichProgress
+from hybridsearch.cli.search import print_result
 from hybridsearch.settings import Settings
-
-if TYPE_CHECKING:
-    from hybridsearch.query.results import SearchResult
 
 console = make_console()
 DEFAULT_LIMIT = 3000
@@ -49,54 +46,28 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
         from hybridsearch.ingest.pipeline import run_ingest
 
         limit = args.limit or None
-        console.print(styled(("1/2", "bold"), " ingesting the Python standard library's documentation "
-                             f"({'all documents' if limit is None else f'{limit:,} documents'}) into ",
-                             (settings.index.alias, "bold"), f" with {settings.embedding.model}"))
+        print_wrapped(console, styled(("1/2", "bold"), " ingesting the Python standard library's documentation "
+                                      f"({'all documents' if limit is None else f'{limit:,} documents'}) into ",
+                                      (settings.index.alias, "bold"), f" with {settings.embedding.model}"))
         t0 = time.perf_counter()
         with RichProgress() as progress:
             result = run_ingest(stdlib_documents(limit), settings, es=es, embedder=embedder, progress=progress)
-        console.print(f"    {result.documents:,} documents → {result.chunks:,} chunks: {result.indexed:,} indexed, "
-                      f"{result.updated:,} updated, {result.unchanged:,} unchanged, {result.failed:,} failed "
-                      f"in {time.perf_counter() - t0:.0f} s ({result.chunks_per_second:.1f} chunks/s)"
-                      + (f"; dead letters: {result.dead_letter_path}" if result.dead_letter_path else ""))
+        took = time.perf_counter() - t0
+        print_wrapped(console, f"{result.documents:,} documents → {result.chunks:,} chunks: {result.indexed:,} "
+                               f"indexed, {result.updated:,} updated, {result.unchanged:,} unchanged, "
+                               f"{result.failed:,} failed in {took:.0f} s ({result.chunks_per_second:.1f} chunks/s)"
+                               + (f"; dead letters: {result.dead_letter_path}" if result.dead_letter_path else ""),
+                      indent=4)
     reranker, reason = auto_reranker(settings.reranker)
     queries = args.query or list(SAMPLE_QUERIES)
-    console.print(styled(("2/2", "bold"), f" {len(queries)} queries: BM25 sent at once, kNN once the query is "
-                         "embedded, RRF fusion"
-                         + (", cross-encoder rerank" if reranker and not args.no_rerank else "")))
+    print_wrapped(console, styled(("2/2", "bold"), f" {len(queries)} queries: BM25 sent at once, kNN once the query is "
+                                  "embedded, RRF fusion" + (", then a cross-encoder rerank where its model loads"
+                                                            if reranker and not args.no_rerank else "")))
     with SearchClient(es, settings, embedder=embedder, reranker=reranker, no_reranker_reason=reason) as client:
-        shown: set[str] = set()
+        said: set[str] = set()  # why the results are not reranked is said once
         for query in queries:
-            show(client.search(query, k=args.k, rerank=not args.no_rerank, explain=True), shown)
-    console.print(styled("\nSearch it yourself: ", ('hsp search "how do I parse JSON"', "bold"), " · index status: ",
-                         ("hsp index status", "bold"), " · health: ", ("hsp doctor", "bold")))
+            console.print()
+            print_result(console, client.search(query, k=args.k, rerank=not args.no_rerank), said=said)
+    console.print(styled("\nSearch it yourself: ", ('hsp search "how do I parse JSON"', "bold")))
+    console.print(styled("Index status: ", ("hsp index status", "bold"), " · health: ", ("hsp doctor", "bold")))
     return 0
-
-
-def _stage(name: str, stage: object) -> str:
-    rank = getattr(stage, "rank", None)
-    return f"{name} –" if rank is None else f"{name} #{rank} ({getattr(stage, 'score', 0.0):.3g})"
-
-
-def show(res: SearchResult, shown_reasons: set[str] | None = None) -> None:
-    """Print one result: each hit with its rank in BM25, kNN, RRF and rerank, a snippet, and the timings."""
-    t = res.timings
-    console.print(styled("\n", (f"» {res.query}", "bold cyan"), "  ",
-                         (f"{res.candidates} candidates · embed {t.embed_ms:.0f} ms · _msearch {t.search_ms:.0f} ms "
-                          f"· fusion {t.fusion_ms:.1f} ms · rerank {t.rerank_ms:.0f} ms · total {t.total_ms:.0f} ms",
-                          "dim")))
-    if not res.reranked:
-        reason = (res.rerank_reason or res.rerank_outcome.value.replace("_", " "))[:100]
-        if shown_reasons is None or reason not in shown_reasons:
-            console.print(styled("  ", ("fused order, not reranked:", "yellow"), f" {reason}"))
-            if shown_reasons is not None:
-                shown_reasons.add(reason)
-    if not res.hits:
-        console.print(styled("  ", ("no hits", "yellow")))
-    for hit in res.hits:
-        kind = hit.metadata.get("kind", "")
-        console.print(styled("  ", (f"{hit.rank:>2}. {hit.title or hit.doc_id}", "bold"), " ",
-                             (f"{hit.doc_id} {kind}", "dim")))
-        console.print("      " + " · ".join([_stage("BM25", hit.bm25), _stage("kNN", hit.knn),
-                                              _stage("RRF", hit.fused), _stage("rerank", hit.rerank)]))
-        console.print(styled("      ", (" ".join(hit.text.split())[:200], "dim")))

@@ -1,4 +1,4 @@
-"""``hsp doctor``: check cluster, index, models and reranker; print the fix for each problem."""
+"""``hsp doctor``: check cluster, index, models and reranker; print the whole explanation and fix of each problem."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from rich.table import Table
 from hybridsearch import doctor
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
+from hybridsearch.doctor.check import Check
 from hybridsearch.redact import redact_url
 from hybridsearch.settings import Settings
 
@@ -36,12 +37,7 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps([c.as_dict() for c in checks], indent=2))
     else:
-        table = Table(title=f"hybridsearch doctor · {redact_url(settings.es.url)} · prefix {settings.index.prefix}")
-        for col in ("area", "check", "status", "found", "fix"):
-            table.add_column(col, overflow="fold")
-        for c in checks:
-            table.add_row(c.area, c.name, styled((c.status, STYLE[c.status])), c.detail, c.fix or "")
-        console.print(table)
+        print_checks(checks, f"{redact_url(settings.es.url)} · prefix {settings.index.prefix}")
     bad = doctor.failed(checks, strict=args.strict)
     if not args.json:
         counts = {s: sum(c.status == s for c in checks) for s in STYLE}
@@ -49,3 +45,19 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
                              ("not healthy", "bold red") if bad else ("healthy", "green")))
     return 1 if bad else 0
 
+
+def print_checks(checks: list[Check], where: str) -> None:
+    """One row per check: its status, area and name, what it found and, below that, the fix; the found and fix
+    texts wrap in their own column, so the report reads at any width."""
+    console.print(styled(("hybridsearch doctor", "bold"), f" · {where}"))
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(no_wrap=True)
+    grid.add_column(no_wrap=True)
+    grid.add_column(ratio=1, overflow="fold")
+    for c in checks:
+        found = styled(c.detail)
+        if c.fix:
+            found.append("\nfix: ", style="bold")
+            found.append(c.fix)
+        grid.add_row(styled((c.status, STYLE[c.status])), styled((c.area, "dim"), f" {c.name}"), found)
+    console.print(grid)

@@ -11,13 +11,10 @@ gate) · otherwise those of ``hsp`` (2 bad arguments or dataset, 3 cluster, 4 in
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-from rich.table import Table
-
 from hybridsearch.cli.output import console as make_console
-from hybridsearch.cli.output import styled
+from hybridsearch.cli.output import styled, table
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.eval.metrics import METRICS
 from hybridsearch.eval.report import LATENCY_KEYS, Diff, EvalReport
@@ -25,8 +22,7 @@ from hybridsearch.eval.runner import DEFAULT_MODES
 from hybridsearch.settings import Settings
 
 GATE_FAILED = 1  # exit code when --baseline finds a regression beyond --tolerance
-# wide enough for the tables when the output goes to a file or a CI log rather than a terminal
-console = make_console(width=None if sys.stdout.isatty() else 160)
+console = make_console()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -90,20 +86,21 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float) -> None:
     """Rich tables of quality, latency, notes, checks, baseline differences and worst queries."""
     ok = [m for m in report.modes if m.status == "ok"]
-    quality = Table(title=f"{report.dataset['name']} {report.dataset['split']} · {report.dataset['queries']} queries "
-                          f"· {report.index.get('documents')} docs / {report.index.get('chunks')} chunks")
+    quality = table(console, title=f"{report.dataset['name']} {report.dataset['split']} · {report.dataset['queries']} "
+                                   f"queries · {report.index.get('documents')} docs / "
+                                   f"{report.index.get('chunks')} chunks")
     quality.add_column("mode")
     for name in METRICS.values():
         quality.add_column(name, justify="right")
     for m in ok:
         quality.add_row(m.mode, *(f"{m.metrics[k]:.4f}" for k in METRICS))
     console.print(quality)
-    latency = Table(title="latency ms (p50 / p95)")
-    latency.add_column("mode")
-    for stage in LATENCY_KEYS:
-        latency.add_column(stage, justify="right")
+    latency = table(console, title="latency ms (p50 / p95)")
+    latency.add_column("stage")
     for m in ok:
-        latency.add_row(m.mode, *(f"{m.latency_ms[s].p50:.1f} / {m.latency_ms[s].p95:.1f}" for s in LATENCY_KEYS))
+        latency.add_column(m.mode, justify="right")
+    for stage in LATENCY_KEYS:
+        latency.add_row(stage, *(f"{m.latency_ms[stage].p50:.1f} / {m.latency_ms[stage].p95:.1f}" for m in ok))
     console.print(latency)
     for m in report.modes:
         if m.status != "ok":
@@ -114,36 +111,37 @@ def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float)
     for c in report.checks:
         console.print(styled(("PASS", "green") if c.passed else ("FAIL", "red"), f" {c.name}: {c.detail}"))
     if diffs is not None:
-        table = Table(title=f"against the baseline (tolerance {tolerance:g})")
+        against = table(console, title=f"against the baseline (tolerance {tolerance:g})")
         for col in ("mode", "metric", "baseline", "now", "Δ"):
-            table.add_column(col, justify="left" if col in ("mode", "metric") else "right")
+            against.add_column(col, justify="left" if col in ("mode", "metric") else "right")
         for d in diffs:
             style = "red" if d.regressed else ("green" if d.delta > 0 else "")
-            table.add_row(d.mode, METRICS[d.metric], f"{d.baseline:.4f}", f"{d.current:.4f}", f"{d.delta:+.4f}",
-                          style=style)
-        console.print(table)
+            against.add_row(d.mode, METRICS[d.metric], f"{d.baseline:.4f}", f"{d.current:.4f}", f"{d.delta:+.4f}",
+                            style=style)
+        console.print(against)
     if report.sweep:
         from hybridsearch.eval.sweep import SWEEP_METRICS, Trial
 
         trials = [Trial.model_validate(t) for t in report.sweep]
         sweep_modes = [m.mode for m in ok if m.mode != "hybrid+rerank"]
-        table = Table(title="knob sweep (query phase only, same index)")
-        table.add_column("knob")
-        table.add_column("value")
+        knobs = table(console, title="knob sweep (query phase only, same index)")
+        knobs.add_column("knob")
+        knobs.add_column("value")
         for name in sweep_modes:
             for x in SWEEP_METRICS:
-                table.add_column(f"{name} {METRICS[x]}", justify="right")
+                knobs.add_column(f"{name} {METRICS[x]}", justify="right")
         for t in trials:
-            table.add_row(t.knob, t.value, *(f"{t.metrics[name][x]:.4f}" if name in t.metrics else "—"
+            knobs.add_row(t.knob, t.value, *(f"{t.metrics[name][x]:.4f}" if name in t.metrics else "—"
                                              for name in sweep_modes for x in SWEEP_METRICS))
-        console.print(table)
+        console.print(knobs)
     if report.worst:
-        table = Table(title="where hybrid loses most nDCG@10 (relevant doc: rank in BM25 / kNN / fusion / rerank)")
+        losses = table(console, title="where hybrid loses most nDCG@10 (relevant doc: rank in BM25 / kNN / fusion / "
+                                      "rerank)")
         for col in ("query", "hybrid", "best single", "loss", "relevant"):
-            table.add_column(col, overflow="fold")
+            losses.add_column(col, overflow="fold")
         for w in report.worst:
             ranks = "\n".join(f"{r.doc_id}: {r.bm25 or '—'} / {r.knn or '—'} / {r.fusion or '—'} / {r.rerank or '—'}"
                               for r in w.relevant)
-            table.add_row(f"{w.qid}: {w.query}", f"{w.hybrid:.3f}",
-                          f"{w.best_single:.3f} ({w.best_single_mode})", f"{w.loss:.3f}", ranks)
-        console.print(table)
+            losses.add_row(f"{w.qid}: {w.query}", f"{w.hybrid:.3f}",
+                           f"{w.best_single:.3f} ({w.best_single_mode})", f"{w.loss:.3f}", ranks)
+        console.print(losses)

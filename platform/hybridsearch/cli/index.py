@@ -6,10 +6,9 @@ import argparse
 import json
 from typing import Any
 
-from rich.table import Table
-
 from hybridsearch.cli.output import console as make_console
-from hybridsearch.cli.output import styled
+from hybridsearch.cli.output import print_wrapped, styled
+from hybridsearch.cli.output import table as output_table
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.engine import connect
 from hybridsearch.index.spec import parse_version
@@ -88,7 +87,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     alias = (", ".join(status.alias_targets), "") if status.alias_targets else ("missing", "red")
     console.print(styled("prefix ", (status.prefix, "bold"), " · alias ", (status.alias, "bold"), " → ", alias))
-    table = Table(show_lines=False, box=None, header_style="bold")
+    table = output_table(console)
     for col in ("", "version", "health", "docs", "chunks", "size", "vectors", "created"):
         table.add_column(col, justify="right" if col in {"docs", "chunks", "size"} else "left", no_wrap=True)
     for row in status.indices:
@@ -100,8 +99,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     if status.indices:
         console.print(table)
         for row in status.indices:
-            console.print(f"  v{row.version} {row.name}: {row.model or '?'} ({row.dims or '?'} dims), "
-                          f"chunker {row.chunker or '?'}, vectors {_options(row.index_options)}")
+            print_wrapped(console, f"v{row.version} {row.name}: {row.model or '?'} ({row.dims or '?'} dims), "
+                                   f"chunker {row.chunker or '?'}, vectors {_options(row.index_options)}", indent=2)
     else:
         console.print("no chunk index yet: `hsp index create` or `hsp ingest PATH` makes one")
     for name, count in status.logs.items():

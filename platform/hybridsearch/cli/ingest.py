@@ -7,10 +7,9 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.table import Table
-
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
+from hybridsearch.cli.output import table as output_table
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.errors import ConfigError, HybridSearchError
 from hybridsearch.settings import Settings
@@ -95,7 +94,7 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
                             fields=fields, wait_s=args.wait)
     if result.status == "completed":
         record_query_encoder(embedder)
-    table = Table(title=f"ingest run {result.run_id} → {result.index}", show_header=True)
+    table = output_table(console, title=f"ingest run {result.run_id} → {result.index}")
     table.add_column("documents", justify="right")
     table.add_column("chunks", justify="right")
     docs = (f"{result.documents:,} read\n{result.documents_indexed:,} indexed\n"

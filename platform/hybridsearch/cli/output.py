@@ -1,5 +1,10 @@
 """How ``hsp`` writes to the terminal. One rule: text is text, never markup.
 
+Output fits the width it is printed at: rich measures the terminal (``COLUMNS`` when set, 80 in a pipe or a
+file), and every command lays its output out for that width. In a terminal a table gets a light rule under its
+header and text gets colour (none with ``NO_COLOR`` set); in a pipe or a file rich writes no escape codes at all, and
+:func:`table` draws no box-drawing characters.
+
 Every console a command prints on comes from :func:`console`, which has rich markup, emoji codes
 and highlighting turned off, so a ``[`` in an index name, a query, a document title or an error
 message prints as itself (Elasticsearch's messages are full of ``[...]``). Style comes only from
@@ -16,8 +21,11 @@ reaches a handler of the root logger pass through :func:`hybridsearch.redact.red
 from __future__ import annotations
 
 import logging
+from typing import Any
 
+from rich import box
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from hybridsearch.redact import redact_url
@@ -33,6 +41,27 @@ CLIENT_LOGGERS = ("elastic_transport", "elasticsearch", "opensearch")
 def console(*, stderr: bool = False, width: int | None = None) -> Console:
     """A console that prints strings as they are: no markup, no ``:emoji:`` codes, no highlighting."""
     return Console(stderr=stderr, width=width, markup=False, emoji=False, highlight=False)
+
+
+def table(out: Console, *, title: str | None = None, **options: Any) -> Table:
+    """A table for ``out``: a rule under the header in a terminal, plain columns without box-drawing characters in a
+    pipe or a file. ``options`` are :class:`rich.table.Table`'s."""
+    return Table(title=title, box=box.SIMPLE_HEAD if out.is_terminal else None, show_edge=False, header_style="bold",
+                 **options)
+
+
+def wrapped(out: Console, text: Text | str, indent: int = 0) -> list[Text]:
+    """``text`` cut into lines of ``out``'s width at word boundaries, each led by ``indent`` spaces, none ending in a
+    space (rich's own wrapping pads lines to the width)."""
+    lines = (Text(text) if isinstance(text, str) else text).wrap(out, max(out.width - indent, 20))
+    return [Text(" " * indent) + line.copy() for line in lines]
+
+
+def print_wrapped(out: Console, text: Text | str, indent: int = 0) -> None:
+    """Print :func:`wrapped` ``text``, a line at a time."""
+    for line in wrapped(out, text, indent):
+        line.rstrip()
+        out.print(line, no_wrap=True, overflow="ellipsis")
 
 
 def styled(*parts: Part) -> Text:

@@ -7,10 +7,9 @@ import logging
 import time
 from typing import Any
 
-from rich.table import Table
-
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
+from hybridsearch.cli.output import table as output_table
 from hybridsearch.errors import ConfigError
 from hybridsearch.settings import RerankerSettings, Settings
 
@@ -75,7 +74,7 @@ def check(args: argparse.Namespace, settings: Settings) -> int:
     started = time.perf_counter()
     scores = reranker.score(query, passages)
     took = (time.perf_counter() - started) * 1000
-    table = Table(title=f"{reranker.name}: {query!r} ({took:.0f} ms)")
+    table = output_table(console, title=f"{reranker.name}: {query!r} ({took:.0f} ms)")
     table.add_column("rank", justify="right")
     table.add_column("score", justify="right")
     table.add_column("passage")

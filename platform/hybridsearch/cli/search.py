@@ -1,4 +1,5 @@
-"""``hsp search``: hybrid search from the shell, as a table, JSON, per-hit explanations or ``--why DOC_ID``.
+"""``hsp search``: hybrid search from the shell: one block per hit (or a table, or JSON), per-hit explanations or
+``--why DOC_ID``.
 
 Examples::
 
@@ -6,6 +7,10 @@ Examples::
     hsp search "statins" --mode bm25 --filter source=pubmed --filter "ingested_at>=2024-01-01" --json
     hsp search "tau protein" --explain --no-rerank
     hsp search "tau protein" --why 4983
+    hsp search "tau protein" --format table           # the table, for a wide terminal
+
+A block is the hit's rank, title and id, its rank and score in each stage, and a snippet in two lines cut to the
+terminal's width (80 columns in a pipe, written as plain text); the demo prints the same blocks.
 """
 
 from __future__ import annotations
@@ -17,20 +22,22 @@ from collections.abc import Sequence
 from typing import get_args
 
 from rich.console import Console
-from rich.table import Table
 from rich.text import Text
 
 from hybridsearch.cli.filters import parse_cli_filters
-from hybridsearch.cli.output import console, styled
-from hybridsearch.query.results import Highlight, Mode, SearchResult, StageScore, WhyReport
+from hybridsearch.cli.output import console, print_wrapped, styled, table, wrapped
+from hybridsearch.query.results import Highlight, Hit, Mode, RerankOutcome, SearchResult, StageScore, WhyReport
 from hybridsearch.settings import Settings
 
-SNIPPET_CHARS = 180
+SNIPPET_CHARS = 180  # the table's snippet
 HIGHLIGHT = "bold yellow"
-
-
+#: lines of snippet under each hit, and the indent of the lines under its title
+SNIPPET_LINES = 2
+INDENT = 4
 #: the longest title the results table prints
 TITLE_CHARS = 120
+FORMATS = ("blocks", "table", "json")
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``hsp search``."""
@@ -47,7 +54,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "source content_hash tenant ingested_at position title.raw metadata.<key> (ranges only on "
                         "keys typed by HSP_INDEX__METADATA_FIELDS)")
     p.add_argument("--no-rerank", dest="rerank", action="store_false", help="keep the fused order")
-    p.add_argument("--json", action="store_true", help="print the result as JSON")
+    p.add_argument("--format", choices=FORMATS, default="blocks",
+                   help="blocks (default: one block per hit, fits the terminal or 80 columns in a pipe), table, "
+                        "or json")
+    p.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
     p.add_argument("--explain", action="store_true", help="say why each hit is where it is")
     p.add_argument("--why", metavar="DOC_ID", help="show where DOC_ID fell in BM25, kNN, fusion and rerank")
     p.set_defaults(handler=run)
@@ -79,15 +89,17 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         client.warm_up(args.mode)  # models load now, so the printed timings are the query's own
         if args.why:
             report = client.why(args.query, args.why, mode=args.mode, filters=filters, rerank=args.rerank)
-            if args.json:
+            if args.format == "json":
                 sys.stdout.write(report.model_dump_json(indent=2) + "\n")
             else:
                 print_why(out, report)
             return 0
         result = client.search(args.query, k=args.k, mode=args.mode, filters=filters, rerank=args.rerank,
                                explain=args.explain, page=args.page, highlight=True)
-    if args.json:
+    if args.format == "json":
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    elif args.format == "table":
+        print_table(out, result)
     else:
         print_result(out, result)
     return 0
@@ -123,7 +135,7 @@ def snippet(text: str, terms: list[str], width: int = SNIPPET_CHARS, spans: Sequ
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, terms)) + r")\b", re.IGNORECASE) if terms else None
     if not marks and pattern:
         marks = [m.span() for m in pattern.finditer(flat)]
-    start = max(0, (marks[0][0] if marks else 0) - width // 4)
+    start = max(0, min((marks[0][0] if marks else 0) - width // 4, len(flat) - width))
     if start:
         space = flat.find(" ", start)
         start = space + 1 if 0 <= space < start + 20 else start
@@ -140,32 +152,119 @@ def _rank(s: StageScore | None) -> str:
     return "-" if s is None else str(s.rank)
 
 
-def print_result(out: Console, r: SearchResult) -> None:
-    """The result as a table, followed by explanations when present."""
-    rr = "reranked" if r.reranked else f"not reranked: {r.rerank_reason}"
+#: what a search says when no cross-encoder can be loaded here; ``hsp doctor`` gives the whole explanation and fix
+NO_CROSS_ENCODER = "not reranked: no cross-encoder on this machine (hsp doctor says how to add one)"
+
+
+def rerank_note(r: SearchResult) -> str | None:
+    """One line on why ``r`` keeps the fused order, chosen by ``r.rerank_outcome``; None when it was reranked, when
+    reranking was not asked for or when there was nothing to rerank. ``--json`` carries the whole reason."""
+    if r.rerank_outcome is RerankOutcome.NO_MODEL:
+        return NO_CROSS_ENCODER
+    if r.rerank_outcome in (RerankOutcome.APPLIED, RerankOutcome.SKIPPED):
+        return None
+    reason = (r.rerank_reason or "").strip() or r.rerank_outcome.value.replace("_", " ")
+    return f"not reranked: {reason.splitlines()[0]}"
+
+
+def _stage(name: str, s: StageScore | None) -> str:
+    return f"{name} –" if s is None else f"{name} #{s.rank} ({s.score:.3g})"
+
+
+def stages_line(r: SearchResult, hit: Hit) -> str:
+    """``BM25 #3 (12.4) · kNN #1 (0.871) · RRF #1 (0.0328)``: the stages ``r`` ran, ``–`` where ``hit`` was not."""
+    stages = (("BM25", "bm25"), ("kNN", "knn"), ("RRF", "fused"), ("rerank", "rerank"))
+    ran = [(name, field) for name, field in stages if any(getattr(h, field) is not None for h in r.hits)]
+    return " · ".join(_stage(name, getattr(hit, field)) for name, field in ran)
+
+
+def hit_block(out: Console, r: SearchResult, hit: Hit, terms: list[str]) -> list[Text]:
+    """The lines of one hit at ``out``'s width: rank and title (or id) with the id, the stages' ranks and scores,
+    then the snippet in :data:`SNIPPET_LINES` lines, matched terms marked, and the explanation when asked for."""
+    width = max(out.width, 2 * INDENT + 20)
+    head = styled((f"{hit.rank:>2}. ", "bold"))
+    if hit.title:
+        title = " ".join(hit.title.split())
+        room = max(width - len(head) - len(hit.doc_id) - 2, 20)
+        head.append(title if len(title) <= room else title[:room - 1] + "…", style="bold")
+        head.append(f"  {hit.doc_id}", style="cyan")
+    else:
+        head.append(hit.doc_id, style="bold cyan")
+    head.truncate(width, overflow="ellipsis")
+    pad = " " * INDENT
+    lines = [head, Text(pad + stages_line(r, hit), style="dim")]
+    room = width - INDENT
+    cut = snippet(hit.text, terms, width=room * SNIPPET_LINES, spans=hit.highlights).wrap(out, room)
+    shown = list(cut)[:SNIPPET_LINES]
+    if len(cut) > SNIPPET_LINES and not shown[-1].plain.endswith("…"):
+        shown[-1] = shown[-1].copy()
+        shown[-1].truncate(room - 1)
+        shown[-1].append("…")
+    lines += [Text(pad) + line for line in shown]
+    for note in hit.explanation or ():
+        lines += wrapped(out, note, INDENT)
+    for line in lines:
+        line.rstrip()
+    return lines
+
+
+def print_result(out: Console, r: SearchResult, *, said: set[str] | None = None) -> None:
+    """The result as one block per hit (see :func:`hit_block`) under a header: the query, what was searched, the
+    timings and, in one line, why it is not reranked (a line already in ``said`` is not repeated; it is added)."""
+    t = r.timings
+    out.print(styled(("» ", "bold"), (r.query, "bold cyan")))
+    print_wrapped(out, styled(f"{r.mode} search of ", (r.index, "cyan"),
+                              f": {len(r.hits)} hits (page {r.page}) of {r.candidates} candidates"))
+    print_wrapped(out, styled((f"{t.total_ms:.0f} ms: embed {t.embed_ms:.0f} · search {t.search_ms:.0f} · fusion "
+                               f"{t.fusion_ms:.1f} · rerank {t.rerank_ms:.0f}", "dim")))
+    note = rerank_note(r)
+    if note and (said is None or note not in said):
+        out.print(styled(("not reranked:", "yellow"), note.removeprefix("not reranked:")),
+                  no_wrap=True, overflow="ellipsis")
+        if said is not None:
+            said.add(note)
+    if r.truncated_query:
+        out.print(styled((f"query truncated to {len(r.query)} characters (HSP_QUERY__MAX_QUERY_CHARS)", "yellow")))
+    if r.knn_width and any(h.explanation for h in r.hits):
+        out.print(styled(("kNN: ", "dim"), r.knn_width))
+    if not r.hits:
+        out.print(styled(("no hits", "yellow")))
+        return
+    terms = query_terms(r.query)
+    for hit in r.hits:
+        out.print()
+        for line in hit_block(out, r, hit, terms):
+            out.print(line, no_wrap=True, overflow="ellipsis")
+
+
+def print_table(out: Console, r: SearchResult) -> None:
+    """The result as a table (``--format table``), followed by explanations when present."""
+    note = rerank_note(r)
     t = r.timings
     out.print(styled((r.mode, "bold"), " search of ", (r.index, "cyan"),
-                     f": {len(r.hits)} hits (page {r.page}) of {r.candidates} candidates, {rr} · embed "
+                     f": {len(r.hits)} hits (page {r.page}) of {r.candidates} candidates · embed "
                      f"{t.embed_ms:.0f} ms, search {t.search_ms:.0f} ms, fusion {t.fusion_ms:.1f} ms, rerank "
                      f"{t.rerank_ms:.0f} ms, total {t.total_ms:.0f} ms"))
+    if note:
+        out.print(note, no_wrap=True, overflow="ellipsis")
     if r.truncated_query:
         out.print(styled((f"query truncated to {len(r.query)} characters (HSP_QUERY__MAX_QUERY_CHARS)", "yellow")))
     if not r.hits:
         out.print(styled(("no hits", "yellow")))
         return
     terms = query_terms(r.query)
-    table = Table(show_lines=False, expand=True)
+    grid = table(out, expand=True)
     for col, kw in (("#", {"justify": "right"}), ("score", {"justify": "right"}), ("bm25", {"justify": "right"}),
                     ("knn", {"justify": "right"}), ("fused", {"justify": "right"}), ("rerank", {"justify": "right"}),
                     ("doc / title", {"max_width": 24, "overflow": "fold"}), ("snippet", {"ratio": 1, "min_width": 32})):
-        table.add_column(col, **kw)  # type: ignore[arg-type]
+        grid.add_column(col, **kw)  # type: ignore[arg-type]
     for h in r.hits:
         title = Text(h.doc_id, style="cyan")
         if h.title:  # a long title is cut: the table is for reading (--json has it whole)
             title.append("\n" + (h.title if len(h.title) <= TITLE_CHARS else h.title[:TITLE_CHARS - 1] + "…"))
-        table.add_row(str(h.rank), f"{h.score:.4f}", _rank(h.bm25), _rank(h.knn), _rank(h.fused), _rank(h.rerank),
-                      title, snippet(h.text, terms, spans=h.highlights))
-    out.print(table)
+        grid.add_row(str(h.rank), f"{h.score:.4f}", _rank(h.bm25), _rank(h.knn), _rank(h.fused), _rank(h.rerank),
+                     title, snippet(h.text, terms, spans=h.highlights))
+    out.print(grid)
     if r.knn_width and any(h.explanation for h in r.hits):
         out.print(f"kNN: {r.knn_width}")
     for h in r.hits:
@@ -179,12 +278,12 @@ def print_why(out: Console, w: WhyReport) -> None:
     """Where one document fell at each stage."""
     out.print(styled("why ", (w.doc_id, "cyan"), " for ", (repr(w.query), "bold"),
                      f" ({w.mode}, {w.index}, {w.candidates} candidates):"))
-    table = Table(show_header=True)
+    stages = table(out)
     for col in ("stage", "rank", "score"):
-        table.add_column(col, justify="right" if col != "stage" else "left")
+        stages.add_column(col, justify="right" if col != "stage" else "left")
     for name, s in (("BM25", w.bm25), ("kNN", w.knn), ("fused", w.fused), ("rerank", w.rerank)):
-        table.add_row(name, _rank(s), "-" if s is None else f"{s.score:.4f}")
-    table.add_row("final", "-" if w.final_rank is None else str(w.final_rank), "")
-    out.print(table)
+        stages.add_row(name, _rank(s), "-" if s is None else f"{s.score:.4f}")
+    stages.add_row("final", "-" if w.final_rank is None else str(w.final_rank), "")
+    out.print(stages)
     for note in w.notes:
         out.print(f" • {note}")

@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
-from rich.table import Table
 
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
+from hybridsearch.cli.output import table as output_table
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.settings import Settings
 
@@ -166,7 +166,7 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
     wall = time.perf_counter() - started
 
     view = RerankerCard.of(card)
-    table = Table(title=f"validation ({view.validation_scored} held-out {view.split} queries)")
+    table = output_table(console, title=f"validation ({view.validation_scored} held-out {view.split} queries)")
     for col in ("epoch", "reranker alone nDCG@10", "MRR@10", "blend", "served nDCG@10", "train loss"):
         table.add_column(col, justify="right")
     fused = view.fused
@@ -199,8 +199,8 @@ def _print_folds(card: Mapping[str, Any]) -> None:
     cv = card.get("cross_validation")  # folds.CVSummary.as_dict(); none for a one-slice card
     if not isinstance(cv, dict):
         return
-    table = Table(title=f"{cv['folds']}-fold estimate (each fold measured with the epochs and blend chosen on "
-                        "the others)")
+    table = output_table(console, title=f"{cv['folds']}-fold estimate (each fold measured with the epochs and blend "
+                                        "chosen on the others)")
     for col in ("fold", "queries", "epochs", "blend", "fused", "reranker alone", "served", "gain"):
         table.add_column(col, justify="right")
     for f in cv["nested_per_fold"]:
@@ -239,8 +239,9 @@ def train_embedder(args: argparse.Namespace, settings: Settings) -> int:
     wall = time.perf_counter() - started
 
     view = EmbedderCard.of(card)
-    table = Table(title=f"validation: dense retrieval of {view.validation_queries} held-out {view.split} queries "
-                        f"over {view.corpus_chunks} chunks" + ("" if view.full_index else " (pool)"))
+    table = output_table(console, title=f"validation: dense retrieval of {view.validation_queries} held-out "
+                                        f"{view.split} queries over {view.corpus_chunks} chunks"
+                                        + ("" if view.full_index else " (pool)"))
     for col in ("epoch", "nDCG@10", "Recall@10", "MRR@10", "train loss"):
         table.add_column(col, justify="right")
     for e in view.epochs:

@@ -1,4 +1,4 @@
-"""Pure request building: input checks, the BM25 and kNN bodies, and the ``_msearch`` payload.
+"""Pure request building: input checks, the BM25, passage and kNN bodies, and their ``_msearch`` lines.
 
 Shared by :class:`~hybridsearch.query.client.SearchClient` and its async twin; nothing here does I/O.
 """
@@ -261,20 +261,20 @@ def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float], dialect: Dialec
     return body
 
 
-def list_search(q: QuerySettings, alias: str, p: Plan, name: str, vector: Iterable[float] | None,
-                dialect: Dialect, scope: Bm25Scope = CHUNKS, width: KnnWidth | None = None) -> list[dict[str, Any]]:
-    """The ``_msearch`` header/body lines on ``alias`` of one list (``bm25``, ``passages``, ``knn``), of the
-    lists of ``p`` that need no vector (``text``: BM25 and, over sections, its passage list), or of ``all`` of
-    ``p``'s lists (:func:`list_names`) in one round trip; ``scope``: what BM25 scores (:func:`bm25_body`)."""
-    if name in ("all", "text"):
-        names = [n for n in list_names(p, scope) if name == "all" or n != "knn"]
-        return [line for n in names for line in list_search(q, alias, p, n, vector, dialect, scope, width)]
-    if name == "bm25":
-        return [{"index": alias}, bm25_body(q, p, scope)]
-    if name == PASSAGES:
-        return [{"index": alias}, passage_body(q, p)]
-    if vector is None:
-        raise QueryError(f"mode {p.mode} needs a query vector")
+def text_lines(q: QuerySettings, alias: str, p: Plan, scope: Bm25Scope = CHUNKS) -> list[dict[str, Any]]:
+    """The ``_msearch`` header/body lines on ``alias`` of ``p``'s lists that need no query vector: BM25 (hybrid,
+    bm25; ``scope``: what it scores, :func:`bm25_body`) and, where ``scope`` finds them, its passage list
+    (:func:`passage_body`); none for dense."""
+    if p.mode not in ("hybrid", "bm25"):
+        return []
+    lines = [{"index": alias}, bm25_body(q, p, scope)]
+    return [*lines, {"index": alias}, passage_body(q, p)] if scope.finds_passages else lines
+
+
+def knn_lines(q: QuerySettings, alias: str, p: Plan, vector: Iterable[float], dialect: Dialect,
+              width: KnnWidth | None = None) -> list[dict[str, Any]]:
+    """The ``_msearch`` header/body lines on ``alias`` of ``p``'s kNN list for the query ``vector``
+    (:func:`knn_body`). A search sends them after :func:`text_lines`, in the same ``_msearch`` or in its own."""
     return [{"index": alias}, knn_body(q, p, vector, dialect, width)]
 
 
@@ -283,10 +283,3 @@ def list_names(p: Plan, scope: Bm25Scope = CHUNKS) -> list[str]:
     them (:func:`passage_body`), then ``knn`` (hybrid, dense)."""
     text = ["bm25", PASSAGES] if scope.finds_passages else ["bm25"]
     return [*(text if p.mode in ("hybrid", "bm25") else []), *(["knn"] if p.wants_vector else [])]
-
-
-def searches(q: QuerySettings, alias: str, p: Plan, vector: Iterable[float] | None,
-             dialect: Dialect, scope: Bm25Scope = CHUNKS) -> tuple[list[str], list[dict[str, Any]]]:
-    """Names of the lists (:func:`list_names`) and the ``_msearch`` header/body lines of all of them on ``alias``,
-    in one round trip (a hybrid search sends the same lines as two requests: :mod:`.send`)."""
-    return list_names(p, scope), list_search(q, alias, p, "all", vector, dialect, scope)

@@ -134,12 +134,7 @@ class SearchClient(SearchCore):
     def why(self, query: str, doc_id: str, *, mode: Mode = "hybrid", filters: FilterArg = None,
             rerank: bool = True) -> WhyReport:
         """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query``. Raises like :meth:`search`."""
-        from hybridsearch.query.why import Probes, why_report
-
-        p, index, window = self._run(self.why_steps(query, mode=mode, filters=filters, rerank=rerank))
-        return why_report(Probes(self.es, self.settings.index.alias, self.query, self.settings.reranker.depth,
-                                 self._encode, self._bm25, self._width.oversample if self._width else None),
-                          p, index, window, doc_id)
+        return self._run(self.why_steps(query, doc_id, mode=mode, filters=filters, rerank=rerank))
 
     def warm_up(self, mode: Mode = "hybrid") -> None:
         """Load the embedding model (unless ``mode`` is bm25) and let the reranker score one pair, so that
@@ -239,6 +234,11 @@ class AsyncSearchClient(SearchCore):
         """See :meth:`SearchClient.search`."""
         return await self._run(self.search_steps(query, k=k, mode=mode, filters=filters, rerank=rerank,
                                                  explain=explain, page=page, highlight=highlight))
+
+    async def why(self, query: str, doc_id: str, *, mode: Mode = "hybrid", filters: FilterArg = None,
+                  rerank: bool = True) -> WhyReport:
+        """See :meth:`SearchClient.why`."""
+        return await self._run(self.why_steps(query, doc_id, mode=mode, filters=filters, rerank=rerank))
 
     async def warm_up(self, mode: Mode = "hybrid") -> None:
         """See :meth:`SearchClient.warm_up`."""

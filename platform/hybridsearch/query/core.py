@@ -6,9 +6,12 @@ and writes each operation once, as steps (:mod:`.steps`) that yield requests and
     index_steps    detect the engine → resolve the alias → get its mappings → check them (cached 60 s)
     search_steps   plan (checks) → index_steps → send (:mod:`.send`: hybrid's BM25 spawned while the query is
                    embedded, then kNN) → the alias moved? check the new index and search again, once
-                   → collapse + fuse (a failed list: the alias moved? say what changed, or search again, once)
-                   → rerank the top ``reranker.depth`` (skipped, applied, or degraded to fused order when the
-                   reranker fails or times out) → page → log
+                   → collapse + fuse (:mod:`.window`; a failed list: the alias moved? say what changed, or search
+                   again, once) → the chunk each hit shows (:mod:`.passages`) → rerank the top ``reranker.depth``
+                   (:mod:`.reranking`: skipped, applied, or degraded to fused order when the reranker fails or
+                   times out) → page (:mod:`.paging`) → log (:mod:`.querylog`)
+    why_steps      the search's steps for one highlighted hit over whole lists, then the probes of the lists that
+                   missed the document (:mod:`.explain`)
     warm_up_steps  embed once, let the reranker score one pair (its failure ignored)
 
 The clients (:mod:`.client`) only perform the requests: ``_msearch`` and the alias and mapping calls on their
@@ -17,7 +20,6 @@ engine client, the embedding (in a worker thread for the async client), the rera
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
 import functools
@@ -33,36 +35,31 @@ from hybridsearch.index.fit import check_mapping
 from hybridsearch.index.metadata import metadata_fields_of
 from hybridsearch.index.spec import section_words_of
 from hybridsearch.index.versions import live_target
-from hybridsearch.query.assemble import (
-    Window,
-    answered_by,
-    apply_rerank,
-    build_result,
-    check_response,
-    fuse_window,
-    log_doc,
-    passage_text,
-    rerank_slice,
-)
 from hybridsearch.query.build import (
     CHUNKS,
     PASSAGES,
     Bm25Scope,
     Plan,
     bm25_scope,
+    knn_lines,
     knn_size,
     list_names,
-    list_search,
     plan,
+    text_lines,
 )
 from hybridsearch.query.candidates import KnnWidth, is_quantized, knn_width
+from hybridsearch.query.explain import Probes, why_steps
 from hybridsearch.query.field_types import NOT_YET_KNOWN
 from hybridsearch.query.filters import Filter
 from hybridsearch.query.fusion import Fusion, fusion_for
-from hybridsearch.query.querylog import QueryLogger
-from hybridsearch.query.results import Mode, RerankOutcome, SearchResult, Timings
-from hybridsearch.query.send import Lines, embed_steps, send_steps
+from hybridsearch.query.paging import build_result
+from hybridsearch.query.passages import show_passages
+from hybridsearch.query.querylog import QueryLogger, log_doc
+from hybridsearch.query.reranking import apply_rerank, passage_text, record_failure, rerank_slice, skip_reason
+from hybridsearch.query.results import Mode, SearchResult, Timings, WhyReport
+from hybridsearch.query.send import KnnLines, embed_steps, send_steps
 from hybridsearch.query.steps import CountChunks, Detect, GetMappings, Json, Rerank, ResolveAlias, Steps
+from hybridsearch.query.window import Window, answered_by, check_response, fuse_window
 from hybridsearch.rerank.base import Reranker
 from hybridsearch.rerank.card import effective_blend
 from hybridsearch.settings import QuerySettings, RerankerSettings, Settings, get_settings
@@ -207,13 +204,14 @@ class SearchCore:
         yield from self.index_steps()  # its typed metadata decides how metadata filters are checked and sent
         return self._plan(query, **kwargs)
 
-    def _lines(self, p: Plan, scope: Bm25Scope) -> Lines:
-        """``send_steps``'s ``lines``: the ``_msearch`` lines of some lists of ``p`` (``scope``: what BM25 scores,
-        as the index check found it; ``_fuse`` reads the answers with the same)."""
+    def _lines(self, p: Plan, scope: Bm25Scope) -> tuple[list[Json], KnnLines]:
+        """``send_steps``'s ``text`` and ``knn``: the ``_msearch`` lines of ``p``'s lists (``scope``: what BM25
+        scores, as the index check found it; ``_fuse`` reads the answers with the same)."""
         assert self._dialect is not None  # the index was checked
         p = dataclasses.replace(p, state_index=self._state)  # as the index check found it
-        return functools.partial(list_search, self.query, self.settings.index.alias, p, dialect=self._dialect,
-                                 scope=scope, width=self._width)
+        alias = self.settings.index.alias
+        return (text_lines(self.query, alias, p, scope),
+                functools.partial(knn_lines, self.query, alias, p, dialect=self._dialect, width=self._width))
 
     # ---- searching
 
@@ -234,11 +232,15 @@ class SearchCore:
         reranks = p.rerank and self.reranker is not None
         return dataclasses.replace(p, depth=max(p.k * p.page, self.settings.reranker.depth if reranks else 0))
 
-    def why_steps(self, query: str, **kwargs: Any) -> Steps[tuple[Plan, str, Window]]:
-        """The plan, index and window :meth:`SearchClient.why` explains (one hit, highlighted)."""
+    def why_steps(self, query: str, doc_id: str, **kwargs: Any) -> Steps[WhyReport]:
+        """:meth:`SearchClient.why`'s steps (``kwargs``: its keyword arguments): the search for one hit,
+        highlighted, then the probes of the lists that missed ``doc_id`` (:func:`.explain.why_steps`)."""
         p = yield from self._planned(query, k=1, highlight=True, **kwargs)
         index, window, _ = yield from self._window(p, Timings())
-        return p, index, window
+        assert self._dialect is not None  # the index was checked
+        probes = Probes(self.settings.index.alias, self.query, self.settings.reranker.depth, self._dialect,
+                        self._bm25, self._width.oversample if self._width else None)
+        return (yield from why_steps(probes, p, index, window, doc_id))
 
     def _window(self, p: Plan, t: Timings) -> Steps[tuple[str, Window, float]]:
         """The index searched, the fused (and reranked) window and the milliseconds fusing took. Searches again,
@@ -246,7 +248,7 @@ class SearchCore:
         alias now names another index)."""
         for retry in (True, False):
             index, scope = (yield from self.index_steps()), self._bm25
-            responses = yield from send_steps(p, t, self._lines(p, scope), f"search {self.settings.index.alias}",
+            responses = yield from send_steps(p, t, *self._lines(p, scope), f"search {self.settings.index.alias}",
                                               self.query.hybrid_overlap)
             if self._moved(index, responses) and retry:  # searched as the old index wants: check the new one
                 continue
@@ -265,40 +267,36 @@ class SearchCore:
         """The fused window of one ``_msearch`` answer (a failed list raises; a failed passage list leaves the
         sections' first chunks) and the milliseconds it took."""
         t0 = time.perf_counter()
-        names = list_names(p, scope)
-        for name, r in zip(names, responses, strict=True):
-            if name != PASSAGES:
-                check_response(r, self.settings.index.alias)
-        return fuse_window(self.query, names, responses, self._fusion, scope), _ms(t0)
+        answers = dict(zip(list_names(p, scope), responses, strict=True))
+        passages = answers.pop(PASSAGES, None)
+        for r in answers.values():
+            check_response(r, self.settings.index.alias)
+        window = fuse_window(answers, self.query.collapse, self._fusion)
+        show_passages(window.entries, scope.sections, passages, self.query.passage_k)
+        return window, _ms(t0)
 
     # ---- reranking
 
     def _rerank(self, p: Plan, window: Window, t: Timings) -> Steps[None]:
         """Rerank the top of ``window`` unless skipped; a failing or slow reranker keeps the fused order."""
         t0 = time.perf_counter()
-        if not self._rerank_skip(p, window):
-            assert self.reranker is not None
-            passages = [passage_text(c.source) for c in rerank_slice(window, self.settings.reranker.depth)]
-            try:
-                scores = yield Rerank(self.reranker, p.query, passages, self.settings.reranker.timeout)
-            except Exception as exc:  # noqa: BLE001 - any reranker failure degrades to fused order
-                self._rerank_done(window, None, exc)
-            else:
-                self._rerank_done(window, list(scores), None)
-        t.rerank_ms = _ms(t0)
-
-    def _rerank_skip(self, p: Plan, window: Window) -> bool:
-        """True (with the outcome and its reason set on ``window``) when the rerank stage will not run."""
-        if not p.rerank:
-            outcome, reason = RerankOutcome.SKIPPED, "rerank not requested"
-        elif self.reranker is None:
-            outcome, reason = RerankOutcome.DISABLED, self._no_reranker_reason or "no reranker configured"
-        elif not window.candidates:
-            outcome, reason = RerankOutcome.SKIPPED, "no hits to rerank"
+        skipped = skip_reason(p.rerank, self.reranker is not None, self._no_reranker_reason, window)
+        if skipped is not None:
+            window.rerank_outcome, window.rerank_reason = skipped
         else:
-            return False
-        window.rerank_outcome, window.rerank_reason = outcome, reason
-        return True
+            assert self.reranker is not None
+            cfg = self.settings.reranker
+            passages = [passage_text(e.source) for e in rerank_slice(window, cfg.depth)]
+            try:
+                scores = yield Rerank(self.reranker, p.query, passages, cfg.timeout)
+            except Exception as exc:  # noqa: BLE001 - any reranker failure degrades to fused order
+                record_failure(window, exc, cfg.timeout)
+            else:
+                try:
+                    apply_rerank(window, cfg.depth, list(scores), self.rerank_blend())
+                except RerankerError as exc:  # unusable scores: the fused order stays
+                    record_failure(window, exc, cfg.timeout)
+        t.rerank_ms = _ms(t0)
 
     def rerank_blend(self) -> float:
         """The reranker's share in the final order: ``HSP_RERANKER__BLEND`` when set, else what the
@@ -306,26 +304,9 @@ class SearchCore:
         return effective_blend(self.settings.reranker.blend,
                                self.reranker.blend if self.reranker is not None else None)[0]
 
-    def _rerank_done(self, window: Window, scores: list[float] | None, error: BaseException | None) -> None:
-        depth = self.settings.reranker.depth
-        if error is None and scores is not None:
-            try:
-                apply_rerank(window, depth, scores, self.rerank_blend())
-                return
-            except RerankerError as exc:
-                error = exc
-        window.reranked = False
-        if isinstance(error, TimeoutError | concurrent.futures.TimeoutError):
-            window.rerank_outcome = RerankOutcome.TIMED_OUT
-            window.rerank_reason = f"reranker timeout after {self.settings.reranker.timeout}s"
-        else:
-            window.rerank_outcome = RerankOutcome.FAILED
-            what = str(error) if isinstance(error, RerankerError) else f"{type(error).__name__}: {error}"
-            window.rerank_reason = f"reranker error: {what}"
-
     def _finish(self, p: Plan, index: str, window: Window, t: Timings, started: float, fuse_ms: float) -> SearchResult:
         t0 = time.perf_counter()
-        result = build_result(self.query, self.settings.reranker.depth, p, index, window, t)
+        result = build_result(self.settings.reranker.depth, p, index, window, t)
         t.fusion_ms = fuse_ms + _ms(t0)
         t.total_ms = _ms(started)
         result.timings = t

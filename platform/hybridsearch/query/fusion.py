@@ -77,6 +77,19 @@ class Fusion:
             return fuse([[key for key, _ in lists[n]] for n in names], k=self.k, weights=weights)
         return linear_fuse([lists[n] for n in names], weights, self.norm)
 
+    def shares(self, lists: Mapping[str, Sequence[tuple[str, float]]]) -> dict[str, dict[str, float]]:
+        """Each list's share of each id's fused score, ``{name: {id: share}}`` (ids unique in each list, best
+        first): its RRF term, or its weighted normalised score."""
+        out: dict[str, dict[str, float]] = {}
+        for name, lst in lists.items():
+            w = self.weight(name)
+            if self.method == "rrf":
+                out[name] = {key: rrf_term(rank, self.k, w) for rank, (key, _) in enumerate(lst, start=1)}
+            else:
+                normed = normalise([s for _, s in lst], self.norm)
+                out[name] = {key: w * v for (key, _), v in zip(lst, normed, strict=True)}
+        return out
+
 
 def fusion_for(q: QuerySettings, meta: Mapping[str, Any]) -> Fusion:
     """The fusion searches of an index with ``_meta`` ``meta`` use: ``HSP_QUERY__FUSION=rrf|linear`` when set,

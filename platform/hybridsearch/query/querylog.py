@@ -1,4 +1,4 @@
-"""Asynchronous query log: one document per search, written by a background thread for Kibana.
+"""The query log: one document per search (:func:`log_doc`), written by a background thread for Kibana.
 
 ``submit`` never blocks the search: documents go into a bounded queue, and when it is full they
 are dropped and counted (``dropped``). A daemon thread bulk-writes batches to
@@ -10,18 +10,48 @@ credentials may) and the batch written into it. ``flush`` waits until everything
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import queue
 import threading
+from datetime import UTC, datetime
 from typing import Any
 
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import HybridSearchError
 from hybridsearch.index.logs import LogWriter
+from hybridsearch.query.build import Plan
+from hybridsearch.query.results import SearchResult
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
 _STOP = object()
+
+
+def query_hash(text: str) -> str:
+    """SHA-256 of the searched query text, hex."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def log_doc(p: Plan, result: SearchResult, *, redact: bool, tenant: str | None) -> dict[str, Any]:
+    """The query-log document for one answered search (query text omitted when ``redact``)."""
+    t = result.timings
+    doc: dict[str, Any] = {
+        "@timestamp": datetime.now(UTC).isoformat(), "query_hash": query_hash(p.query), "mode": p.mode,
+        "index": result.index, "k": p.k, "hits": len(result.hits), "zero_hits": not result.hits,
+        "reranked": result.reranked, "top_ids": [h.doc_id for h in result.hits[:10]],
+        "latency_ms": {"embed": t.embed_ms, "search": t.search_ms, "fusion": t.fusion_ms,
+                       "rerank": t.rerank_ms, "total": t.total_ms},
+    }
+    if not redact:
+        doc["query"] = p.query
+    if tenant is not None:
+        doc["tenant"] = tenant
+    if p.filter_log is not None:
+        doc["filters"] = p.filter_log
+    if result.rerank_reason:
+        doc["rerank_reason"] = result.rerank_reason
+    return doc
 
 
 class QueryLogger:

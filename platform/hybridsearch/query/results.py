@@ -20,6 +20,7 @@ class RerankOutcome(StrEnum):
     DISABLED = "disabled"  # no reranker: switched off, none configured, or it could not be built
     SKIPPED = "skipped"  # not requested, or no hits to rerank
     FAILED = "failed"  # the reranker raised or returned unusable scores: fused order kept
+    NO_MODEL = "no_model"  # no usable cross-encoder on this machine (RerankerModelError): fused order kept
     TIMED_OUT = "timed_out"  # no answer within reranker.timeout: fused order kept
 
 

@@ -5,9 +5,10 @@ BM25 wait for the vector: its BM25 ``_msearch`` (with the passage list over sect
 spawned at once (a worker thread of the sync client, an asyncio task of the async one: :class:`~.steps.Spawn`)
 while the query is embedded, and its kNN ``_msearch`` goes as soon as the vector is ready, so it lasts about
 max(BM25, embed + kNN) instead of embed + max(BM25, kNN). The lines are those of the one ``_msearch`` of both
-lists (:func:`~hybridsearch.query.build.searches`), so answers and fusion are the same; so are the errors: a failed
-request raises through ``engine_errors`` (the client, performing it) and a failed item through ``check_response``,
-BM25's before kNN's, and an embedding that fails raises as before (BM25's answer dropped: :class:`~.steps.Drop`).
+lists (``build.text_lines``, then ``build.knn_lines``), so answers and fusion are the same; so are the errors: a
+failed request raises through ``engine_errors`` (the client, performing it) and a failed item through
+``window.check_response``, BM25's before kNN's, and an embedding that fails raises as before (BM25's answer
+dropped: :class:`~.steps.Drop`).
 
 Timings: ``embed_ms`` is the embedding; ``search_ms`` the searches' time after it: for hybrid, from the
 vector being ready (kNN sent) to both answers being in, so that the stages still add up to ``total_ms``.
@@ -26,9 +27,8 @@ from hybridsearch.query.steps import Drop, Embed, Join, Json, Msearch, Spawn, St
 if TYPE_CHECKING:
     import numpy as np
 
-#: ``lines(name, vector)``: the ``_msearch`` lines of the plan's lists that need no vector (``text``: BM25 and its
-#: passage list), of its ``knn`` list, or of ``all`` of them (``build.list_search``).
-Lines = Callable[[str, "np.ndarray | None"], list[Json]]
+#: ``knn(vector)``: the ``_msearch`` lines of the plan's kNN list for the query vector (``build.knn_lines``)
+KnnLines = Callable[["np.ndarray"], list[Json]]
 
 
 def _ms(since: float) -> float:
@@ -51,25 +51,27 @@ def embed_steps(text: str, t: Timings) -> Steps[np.ndarray]:
     return vector
 
 
-def send_steps(p: Plan, t: Timings, lines: Lines, what: str, overlap: bool = True) -> Steps[list[Json]]:
+def send_steps(p: Plan, t: Timings, text: list[Json], knn: KnnLines, what: str,
+               overlap: bool = True) -> Steps[list[Json]]:
     """The answers of ``p``'s lists (``_msearch`` items in ``build.list_names`` order), with ``t.embed_ms`` and
-    ``t.search_ms``; ``what`` names the search in errors, ``overlap=False`` (``HSP_QUERY__HYBRID_OVERLAP``) sends
+    ``t.search_ms``; ``text``: the lines of the lists that need no vector (``build.text_lines``), ``knn``: those of
+    the kNN list; ``what`` names the search in errors, ``overlap=False`` (``HSP_QUERY__HYBRID_OVERLAP``) sends
     hybrid as one ``_msearch`` after embedding. Raises like ``engine_errors``."""
     if p.mode != "hybrid" or not overlap:
-        body = lines("all", (yield from embed_steps(p.query, t)) if p.wants_vector else None)
+        body = [*text, *(knn((yield from embed_steps(p.query, t))) if p.wants_vector else [])]
         t0 = time.perf_counter()
         answer: Json = yield Msearch(body, what)
         t.search_ms = _ms(t0)
         responses: list[Json] = answer["responses"]
         return responses
-    bm25 = yield Spawn(Msearch(lines("text", None), what))
+    bm25 = yield Spawn(Msearch(text, what))
     try:
-        body = lines("knn", (yield from embed_steps(p.query, t)))
+        body = knn((yield from embed_steps(p.query, t)))
         t0 = time.perf_counter()
         try:
-            knn: Any = yield Msearch(body, what)
+            knn_answer: Any = yield Msearch(body, what)
         except Exception as exc:  # noqa: BLE001 - raised by answers(), after BM25's outcome
-            knn = exc
+            knn_answer = exc
     except GeneratorExit:
         raise
     except BaseException:
@@ -80,4 +82,4 @@ def send_steps(p: Plan, t: Timings, lines: Lines, what: str, overlap: bool = Tru
     except Exception as exc:  # noqa: BLE001 - raised by answers(), first
         bm25_answer = exc
     t.search_ms = _ms(t0)
-    return answers([bm25_answer, knn])
+    return answers([bm25_answer, knn_answer])
