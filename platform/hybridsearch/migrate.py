@@ -21,7 +21,7 @@ from hybridsearch.embedding.prompts import resolve_prompts
 from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import ConfigError, IngestError
 from hybridsearch.index.access import INGEST, prefix_names, require_privileges
-from hybridsearch.index.fit import FORMAT_KEY, check_mapping, chunk_differences, meta_differences, refuse
+from hybridsearch.index.fit import check_mapping, check_source
 from hybridsearch.index.logs import ensure_log_index
 from hybridsearch.index.metadata import TYPED_METADATA, metadata_fields_of, typed_metadata
 from hybridsearch.index.spec import chunk_meta, parse_version, section_words_of
@@ -36,9 +36,6 @@ from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
 
 # Fields read from the old index; everything but the vector, which is recomputed.
 SOURCE_EXCLUDES = ["embedding"]
-# What a live index of another format must agree on with the settings a migration starts from (migrating is how
-# such an index is brought up to the format of this release): the model its vectors were made by.
-SOURCE_META = ("embedding_model", "embedding_dims")
 
 
 @dataclass
@@ -185,10 +182,7 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     source = live_index(es, old.index)
     source_mapping = index_mapping(es, source)
     source_meta = source_mapping.get("_meta", {})
-    diffs = chunk_differences(source_mapping, old, dialect=es.dialect)
-    if diffs and diffs[0][0] == f"_meta.{FORMAT_KEY}":  # an index of another format is read for its model only
-        diffs = meta_differences(source_meta, old, SOURCE_META)
-    refuse(source, diffs)
+    check_source(source, source_mapping, old, es.dialect)
     expected = chunk_meta(new)
     rechunk = (source_meta.get("chunker_version") not in (None, expected["chunker_version"])
                or section_words_of(source_meta) != new.index.bm25_section_words)  # documents are cut anew

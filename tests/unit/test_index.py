@@ -15,7 +15,7 @@ from hybridsearch.engine import OPENSEARCH, Dialect, EngineInfo
 from hybridsearch.errors import AccessDenied, AliasConflict, ClusterError, IndexBlocked, IndexMismatch, IndexNotFound
 from hybridsearch.eval.prepare import build_signature, index_signature
 from hybridsearch.index.access import blocked, item_error
-from hybridsearch.index.fit import check_mapping, chunk_differences, log_differences
+from hybridsearch.index.fit import check_mapping, check_source, chunk_differences, log_differences
 from hybridsearch.index.spec import (
     LOG_KINDS,
     TEMPLATES,
@@ -216,6 +216,10 @@ def test_an_index_of_another_format_is_refused_with_the_migration_as_fix() -> No
     del older["_meta"]["schema_version"]
     with pytest.raises(IndexMismatch, match="another format"):
         check_mapping("p-chunks-v1", older, settings, ES)
+    check_source("p-chunks-v1", older, settings, ES)  # a migration reads it for its model only
+    older["_meta"]["embedding_model"] = "x/other"
+    with pytest.raises(IndexMismatch, match="embedding_model"):
+        check_source("p-chunks-v1", older, settings, ES)
 
 
 def test_doctor_says_what_bm25_scores_and_which_fusion_searches_use() -> None:

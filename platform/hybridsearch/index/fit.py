@@ -28,6 +28,8 @@ CHECKED_META = ("embedding_model", "embedding_dims", "passage_prompt")
 # vector parameters that must agree (read by the engine's dialect, ``VectorSummary``): a vector of other dims
 # cannot be written or compared, and another similarity ranks (and, for dot_product, accepts) vectors differently.
 CHECKED_VECTOR = ("dims", "similarity")
+# what an index of another format must agree on with the settings to be migrated: the model its vectors were made by
+SOURCE_META = ("embedding_model", "embedding_dims")
 # _meta keys that decide whether an existing index holds what the settings would build (reuse, level "build").
 BUILD_META = ("embedding_model", "embedding_dims", "chunker", "chunker_version", "prepend_title", "bm25_unit",
               "section_words", "metadata_fields")
@@ -149,3 +151,12 @@ def check_mapping(index: str, mapping: Mapping[str, Any], settings: Settings, di
     """Raise IndexMismatch (carrying the differences) when the index's real mapping, not only its ``_meta``,
     does not fit ``settings``: format, model and dims in ``_meta``, vector dims and similarity, field types."""
     refuse(index, chunk_differences(mapping, settings, dialect=dialect))
+
+
+def check_source(index: str, mapping: Mapping[str, Any], settings: Settings, dialect: Dialect) -> None:
+    """:func:`check_mapping` for the live index a migration copies, which may be of another format: migrating is
+    how such an index is brought up to this one, so it is read for its model only (:data:`SOURCE_META`)."""
+    diffs = chunk_differences(mapping, settings, dialect=dialect)
+    if diffs and diffs[0][0] == f"_meta.{FORMAT_KEY}":
+        diffs = meta_differences(mapping.get("_meta") or {}, settings, SOURCE_META)
+    refuse(index, diffs)
