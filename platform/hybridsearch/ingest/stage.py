@@ -71,7 +71,9 @@ B = TypeVar("B", bound=ChunkBatch)
 class EmbedWriter(Generic[B]):
     """Embeds batches here and writes them to ``index`` in a writer thread.
 
-    ``after(batch, report)`` runs in the writer thread after each write (counting, dead letters, commits).
+    ``before(batch)`` runs in the writer thread before each batch with chunks is written (an exception raised
+    there stops the run before the batch is written); ``after(batch, report)`` after each write (counting,
+    dead letters, commits).
     ``on_embed_error(batch, exc)``, when given, takes an embedding failure: the batch's chunks are then not
     written (``after`` still runs, with an empty report); without it the failure is raised. A write that
     raises is raised here, from :meth:`run`. ``embed_seconds`` adds up the time spent embedding.
@@ -80,9 +82,10 @@ class EmbedWriter(Generic[B]):
     def __init__(self, es: EngineClient, index: str, cfg: IngestSettings, encode: Encode, *,
                  after: Callable[[B, WriteReport], None],
                  on_embed_error: Callable[[B, Exception], None] | None = None,
+                 before: Callable[[B], None] | None = None,
                  depth: int = 1, name: str = "hsp-writer") -> None:
         self.es, self.index, self.cfg, self.encode = es, index, cfg, encode
-        self.after, self.on_embed_error = after, on_embed_error
+        self.after, self.on_embed_error, self.before = after, on_embed_error, before
         self.depth, self.name = max(1, depth), name
         self.embed_seconds = 0.0
 
@@ -119,6 +122,8 @@ class EmbedWriter(Generic[B]):
     def _write(self, batch: B) -> None:
         actions = [{"_op_type": "index", "_index": self.index, "_id": cid, "_source": src}
                    for cid, src in zip(batch.ids, batch.sources, strict=True)]
+        if actions and self.before is not None:
+            self.before(batch)
         report = write_actions(self.es, actions, self.cfg) if actions else WriteReport()
         self.after(batch, report)
 

@@ -5,7 +5,8 @@
 looks at every item: items answered with a retried status (:data:`hybridsearch.retry.RETRIED_STATUSES`) and,
 when the connection drops, every unanswered item are sent again alone with capped exponential backoff
 (``tenacity``); items that still fail are returned for the dead-letter file with the reason the engine gave.
-Nothing is raised for item failures; only a cluster that stays unreachable through every retry raises :class:`~hybridsearch.errors.ClusterUnavailable`.
+Nothing is raised for item failures; only a cluster that stays unreachable through every retry raises
+:class:`~hybridsearch.errors.ClusterUnavailable`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from hybridsearch.errors import ClusterUnavailable
 from hybridsearch.jsonl import BadLine, parse_lines
 from hybridsearch.retry import RETRIED_STATUSES, backoff_s
 from hybridsearch.settings import IngestSettings
+
 
 @dataclass
 class ItemFailure:
