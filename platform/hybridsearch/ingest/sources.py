@@ -166,11 +166,13 @@ def read_file(path: Path, rel: str, fields: RecordFields | None = None) -> Itera
 
 def decode(raw: bytes, source: str, doc_id: str | None = None) -> str | SourceFailure:
     """Text of ``raw``: UTF-8 (BOM stripped), or UTF-16/UTF-32 when it starts with their BOM and the rest reads
-    cleanly in that encoding (:func:`misread`); a SourceFailure for binary (NUL characters), undecodable bytes or
-    a byte-order mark the rest does not bear out."""
+    cleanly in that encoding (:func:`utf8_behind`, :func:`misread`); a SourceFailure for binary (NUL
+    characters), undecodable bytes or a byte-order mark the rest does not bear out."""
     encoding = bom_encoding(raw[:4])
     if encoding is None and b"\x00" in raw[:BINARY_SNIFF_BYTES]:
         return SourceFailure(source, "binary file (NUL bytes), not text", doc_id)
+    if encoding is not None and (why := utf8_behind(raw, encoding)) is not None:
+        return SourceFailure(source, why, doc_id)
     try:
         text = raw.decode(encoding or "utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -181,28 +183,31 @@ def decode(raw: bytes, source: str, doc_id: str | None = None) -> str | SourceFa
     if "\x00" in text[:BINARY_SNIFF_BYTES]:
         return SourceFailure(source, f"binary file (NUL characters after a {encoding.upper()} byte-order mark), "
                                      "not text", doc_id)
-    why = misread(raw, text, encoding)
+    why = misread(text, encoding)
     return text if why is None else SourceFailure(source, why, doc_id)
 
 
-def misread(raw: bytes, text: str, encoding: str) -> str | None:
-    """Why ``text``, decoded from ``raw`` as ``encoding`` because ``raw`` starts with its byte-order mark, is not
-    what the file holds, else None: the bytes after the mark are UTF-8 text without a NUL byte (UTF-16/32 text of
-    any script with spaces, digits or line breaks has NUL bytes; UTF-8 text read as UTF-16 becomes CJK), or the
-    decoded text holds a character no text holds (:data:`_MISREAD_CATEGORIES`)."""
+def utf8_behind(raw: bytes, encoding: str) -> str | None:
+    """Why ``raw``, which starts with the byte-order mark of ``encoding``, is not in that encoding when the bytes
+    after the mark are UTF-8 text without a NUL byte, else None (UTF-16/32 text of any script with spaces, digits
+    or line breaks has NUL bytes; UTF-8 text read as UTF-16 becomes CJK)."""
     rest = raw[4:] if encoding == "utf-32" else raw[2:]
-    name = encoding.upper()
-    if rest and b"\x00" not in rest:
-        try:
-            rest.decode("utf-8")
-        except UnicodeDecodeError:
-            pass
-        else:
-            return f"starts with a {name} byte-order mark but the rest is UTF-8 text, not {name}"
+    if not rest or b"\x00" in rest:
+        return None
+    try:
+        rest.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return f"starts with a {encoding.upper()} byte-order mark but the rest is UTF-8 text, not {encoding.upper()}"
+
+
+def misread(text: str, encoding: str) -> str | None:
+    """Why ``text``, decoded as ``encoding`` after its byte-order mark, is not what the file holds: it has a
+    character no text holds (:data:`_MISREAD_CATEGORIES`); else None."""
     for i, ch in enumerate(text):
         if unicodedata.category(ch) in _MISREAD_CATEGORIES and not ch.isspace():
-            return (f"starts with a {name} byte-order mark but the rest is not {name} text (U+{ord(ch):04X} at "
-                    f"character {i})")
+            return (f"starts with a {encoding.upper()} byte-order mark but the rest is not {encoding.upper()} text "
+                    f"(U+{ord(ch):04X} at character {i})")
     return None
 
 
