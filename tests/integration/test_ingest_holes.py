@@ -141,7 +141,7 @@ def test_a_byte_order_mark_the_file_does_not_bear_out_is_dead_lettered(es: Engin
     folder = tmp_path / "in"
     folder.mkdir()
     (folder / "good.txt").write_text("A plain text file.")
-    (folder / "ffe.txt").write_bytes(codecs.BOM_UTF16_LE + b"UTF-8 text behind a UTF-16 byte-order mark.")
+    (folder / "ffe.txt").write_bytes(codecs.BOM_UTF16_LE + b"UTF-8 text behind a UTF-16 byte-order mark")
     result = run_ingest(folder, s, es=es, embedder=Embedder(s.embedding))
     assert result.documents_indexed == 1 and result.documents_failed == 1
     records = read_dead_letter(Path(str(result.dead_letter_path)))
