@@ -41,8 +41,8 @@ from hybridsearch.indices import (
 )
 from hybridsearch.ingest.chunking import chunk_embed_text
 from hybridsearch.ingest.lease import Lease
-from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter
-from hybridsearch.ingest.writer import DeadLetter
+from hybridsearch.ingest.stage import ChunkBatch, EmbedWriter
+from hybridsearch.ingest.writer import CopyTally, DeadLetter
 from hybridsearch.mappings import metadata_fields_of
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.query.field_types import typed_metadata

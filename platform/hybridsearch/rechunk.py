@@ -20,8 +20,8 @@ from hybridsearch.indices import index_mapping
 from hybridsearch.ingest.chunking import chunk_embed_text
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.sources import Document
-from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter, copy_tokenizer
-from hybridsearch.ingest.writer import DeadLetter
+from hybridsearch.ingest.stage import ChunkBatch, EmbedWriter, copy_tokenizer
+from hybridsearch.ingest.writer import CopyTally, DeadLetter
 from hybridsearch.mappings import metadata_fields_of
 from hybridsearch.settings import Settings
 from hybridsearch.visibility import scan_visible

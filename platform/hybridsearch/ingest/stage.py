@@ -1,4 +1,4 @@
-"""The one embed-and-write stage: embed batch N in the calling thread while batch N−1 is written.
+"""The one embed-and-write loop: embed batch N in the calling thread while batch N−1 is written.
 
 Ingestion (:mod:`hybridsearch.ingest.pipeline`), migration (:func:`hybridsearch.lifecycle.copy_reembedded`)
 and re-chunking (:func:`hybridsearch.rechunk.rechunk_copy`) all feed :class:`ChunkBatch` es to
@@ -10,7 +10,6 @@ so the embedder never waits on the network while there is room.
 from __future__ import annotations
 
 import copy
-import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -20,15 +19,13 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from hybridsearch.engine import EngineClient
 from hybridsearch.ingest.chunking import HFTokenizer
-from hybridsearch.ingest.writer import DeadLetter, WriteReport, write_actions
+from hybridsearch.ingest.writer import WriteReport, write_actions
 from hybridsearch.settings import IngestSettings
 
 if TYPE_CHECKING:
     import numpy as np
 
     from hybridsearch.embedding.encoder import Embedder
-
-log = logging.getLogger(__name__)
 
 Encode = Callable[[list[str]], "np.ndarray"]  # one vector per text
 
@@ -126,32 +123,3 @@ class EmbedWriter(Generic[B]):
             self.before(batch)
         report = write_actions(self.es, actions, self.cfg) if actions else WriteReport()
         self.after(batch, report)
-
-
-class CopyTally:
-    """``after`` for copies between indices (migration, re-chunking): counts what was written and what failed
-    for good, dead-letters the failures under ``stage`` and reports each written batch's size to ``on_batch``.
-    Runs in the writer thread; read the counts once :meth:`EmbedWriter.run` has returned."""
-
-    def __init__(self, dead_letter: DeadLetter | None, stage: str,
-                 on_batch: Callable[[int], None] | None = None) -> None:
-        self.dead_letter, self.stage, self.on_batch = dead_letter, stage, on_batch
-        self.written = self.failed = 0
-
-    def refuse(self, doc_id: str, chunk_id: str, reason: str) -> None:
-        """Count one chunk that cannot be copied at all (it is not written) and dead-letter it."""
-        self.failed += 1
-        log.warning("chunk %s not copied: %s", chunk_id, reason)
-        if self.dead_letter is not None:
-            self.dead_letter.write(doc_id=doc_id, chunk_id=chunk_id, reason=reason, stage=self.stage)
-
-    def absorb(self, batch: ChunkBatch, report: WriteReport) -> None:
-        self.written += len(report.ok_ids)
-        self.failed += len(report.failures)
-        for f in report.failures:
-            log.warning("chunk %s not copied: %s", f.chunk_id, f.reason)
-            if self.dead_letter is not None:
-                self.dead_letter.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f.reason, stage=self.stage,
-                                       status=f.status)
-        if self.on_batch is not None:
-            self.on_batch(len(batch))

@@ -1,4 +1,4 @@
-"""Bulk writing with item-level handling, and the dead-letter file.
+"""Bulk writing with item-level handling, the dead-letter file, and the tally of copies between indices.
 
 :func:`write_actions` sends ``index``/``delete`` actions through the engine's streaming bulk
 (:meth:`~hybridsearch.engine.EngineClient.streaming_bulk`, which gives every engine's results one shape) and
@@ -12,9 +12,10 @@ Nothing is raised for item failures; only a cluster that stays unreachable throu
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -27,6 +28,8 @@ from hybridsearch.errors import ClusterUnavailable
 from hybridsearch.jsonl import BadLine, parse_lines
 from hybridsearch.retry import RETRIED_STATUSES, backoff_s
 from hybridsearch.settings import IngestSettings
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -192,6 +195,35 @@ class DeadLetter:
     @property
     def used(self) -> bool:
         return self.count > 0
+
+
+class CopyTally:
+    """``after`` for copies between indices (migration, re-chunking): counts what was written and what failed
+    for good, dead-letters the failures under ``stage`` and reports each written batch's size to ``on_batch``.
+    Runs in the writer thread; read the counts once :meth:`EmbedWriter.run` has returned."""
+
+    def __init__(self, dead_letter: DeadLetter | None, stage: str,
+                 on_batch: Callable[[int], None] | None = None) -> None:
+        self.dead_letter, self.stage, self.on_batch = dead_letter, stage, on_batch
+        self.written = self.failed = 0
+
+    def refuse(self, doc_id: str, chunk_id: str, reason: str) -> None:
+        """Count one chunk that cannot be copied at all (it is not written) and dead-letter it."""
+        self.failed += 1
+        log.warning("chunk %s not copied: %s", chunk_id, reason)
+        if self.dead_letter is not None:
+            self.dead_letter.write(doc_id=doc_id, chunk_id=chunk_id, reason=reason, stage=self.stage)
+
+    def absorb(self, batch: Sized, report: WriteReport) -> None:
+        self.written += len(report.ok_ids)
+        self.failed += len(report.failures)
+        for f in report.failures:
+            log.warning("chunk %s not copied: %s", f.chunk_id, f.reason)
+            if self.dead_letter is not None:
+                self.dead_letter.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f.reason, stage=self.stage,
+                                       status=f.status)
+        if self.on_batch is not None:
+            self.on_batch(len(batch))
 
 
 def read_dead_letter(path: Path) -> list[dict[str, Any]]:
