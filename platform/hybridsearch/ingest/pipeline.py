@@ -137,7 +137,7 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
     es = es or connect(settings.es)
     embedder = embedder or Embedder(settings.embedding)
     _check_embedder(embedder, settings.embedding)
-    _model_first(es, embedder, settings)
+    _model_first(es, embedder, settings.embedding, settings.index.alias)
     index = ensure_index(es, settings)
     result = IngestResult(run_id=f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}", index=index,
                           source=str(documents) if isinstance(documents, str | Path) else "<documents>",
@@ -182,14 +182,15 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
     return result
 
 
-def _model_first(es: EngineClient, embedder: Embedder, settings: Settings) -> None:
+def _model_first(es: EngineClient, embedder: Embedder, model: EmbeddingSettings, alias: str) -> None:
     """Find the model before anything is created or hidden (ModelError: nothing was), and load it when this run
-    would create the index (bound to the model): a model that cannot load leaves no index behind. Over an index
-    that exists, the model loads when the first document needs chunking, still before any is hidden."""
+    would create the index behind ``alias`` (bound to the model): a model that cannot load leaves no index behind.
+    Over an index that exists, the model loads when the first document needs chunking, still before any is
+    hidden."""
     from hybridsearch.embedding.models import locate_model
 
-    locate_model(settings.embedding.model)
-    if not alias_targets(es, settings.index.alias):
+    locate_model(model.model)
+    if not alias_targets(es, alias):
         _ = embedder.max_seq_length
 
 
