@@ -98,6 +98,7 @@ class _Committer:
                 if f.doc.doc_id not in run.failed_docs]
         deletes, broken = finish(run.es, run.index, run.lease, good, run.settings.ingest,
                                  untouched=[f.doc.doc_id for f in failed if run.untouched(f)])
+        run.written_docs.difference_update(f.doc.doc_id for f in finals)  # done with: the set holds those in flight
         for f in deletes.failures:
             run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"old chunk not deleted (the document stays "
                            f"hidden): {f.reason}", stage="delete", status=f.status)
