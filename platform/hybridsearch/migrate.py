@@ -29,8 +29,8 @@ from hybridsearch.index.versions import create_version, doc_count, index_mapping
 from hybridsearch.index.visibility import count_visible, scan_visible
 from hybridsearch.ingest.chunking import chunk_embed_text
 from hybridsearch.ingest.lease import Lease
-from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter
-from hybridsearch.ingest.writer import DeadLetter
+from hybridsearch.ingest.stage import ChunkBatch, EmbedWriter
+from hybridsearch.ingest.writer import CopyTally, DeadLetter
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
 

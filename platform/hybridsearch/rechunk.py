@@ -22,8 +22,8 @@ from hybridsearch.index.visibility import scan_visible
 from hybridsearch.ingest.chunking import chunk_embed_text
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.sources import Document
-from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter, copy_tokenizer
-from hybridsearch.ingest.writer import DeadLetter
+from hybridsearch.ingest.stage import ChunkBatch, EmbedWriter, copy_tokenizer
+from hybridsearch.ingest.writer import CopyTally, DeadLetter
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,7 @@ from collections import Counter
 import pytest
 
 from hybridsearch.ingest.ids import MAX_ID_BYTES, chunk_id, parent_id, parse_shard, shard_of
-from hybridsearch.ingest.writer import backoff
-from hybridsearch.settings import IngestSettings
+from hybridsearch.retry import backoff_s
 
 
 def test_chunk_ids_are_deterministic_and_fit_elasticsearch() -> None:
@@ -38,5 +37,4 @@ def test_parse_shard() -> None:
 
 
 def test_backoff_is_exponential_and_capped() -> None:
-    cfg = IngestSettings(bulk_initial_backoff=0.5, bulk_max_backoff=3.0)
-    assert [backoff(a, cfg) for a in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert [backoff_s(a, 0.5, 3.0) for a in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]

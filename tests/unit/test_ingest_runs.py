@@ -1,4 +1,4 @@
-"""Which unfinished run records belong to dead runs, without a cluster."""
+"""Which leases belong to dead runs, and what a run record holds, without a cluster."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 
-from hybridsearch.ingest.runs import LEASE_S, IngestResult, is_dead
+from hybridsearch.ingest.lease import LEASE_S, is_dead
+from hybridsearch.ingest.runs import IngestResult
 
 
 def _gone_pid() -> int:

@@ -222,6 +222,11 @@ def test_failed_msearch_items_become_our_errors() -> None:
     missing = {"status": 404, "error": {"root_cause": [{"type": "index_not_found_exception", "reason": "no such"}]}}
     with pytest.raises(IndexNotFound, match="hsp ingest"):
         check_response(missing, "x")
+    no_state = {"status": 404, "error": {"root_cause": [{"type": "index_not_found_exception", "reason": "no such",
+                                                         "index": "t-ingest-state"}]}}
+    with pytest.raises(IndexNotFound, match="ingest state index t-ingest-state of t-chunks was deleted") as lost:
+        check_response(no_state, "t-chunks")
+    assert "recreates t-ingest-state" in str(lost.value.fix)
     with pytest.raises(ClusterError, match="HTTP 400: parse_exception"):
         check_response({"status": 400, "error": {"type": "parse_exception", "reason": "bad"}}, "x")
 

@@ -72,12 +72,20 @@ def test_one_retry_on_connect_error_then_a_clear_error() -> None:
     assert len(seen) == 2
 
 
-def test_persistent_5xx_names_status_and_reason() -> None:
-    fail = httpx.Response(500, json={"error": "model_failed", "detail": "model failed: CUDA out of memory"})
+def test_persistent_gateway_errors_name_status_and_reason() -> None:
+    fail = httpx.Response(502, json={"error": "bad_gateway", "detail": "upstream closed the connection"})
     transport, seen = scripted(fail, fail)
-    with pytest.raises(RerankerError, match="answered 500: model failed: CUDA out of memory"):
+    with pytest.raises(RerankerError, match="answered 502: upstream closed the connection"):
         HttpReranker("http://x", transport=transport).score("q", ["a"])
     assert len(seen) == 2
+
+
+def test_a_500_is_not_retried() -> None:
+    fail = httpx.Response(500, json={"error": "model_failed", "detail": "model failed: CUDA out of memory"})
+    transport, seen = scripted(fail, ok([1.0]))
+    with pytest.raises(RerankerError, match="answered 500: model failed: CUDA out of memory"):
+        HttpReranker("http://x", transport=transport).score("q", ["a"])
+    assert len(seen) == 1
 
 
 def test_4xx_is_not_retried() -> None:

@@ -163,3 +163,16 @@ def test_binary_is_still_refused_even_behind_a_bom(tmp_path: Path) -> None:
     assert reasons["nul.txt"] == "binary file (NUL bytes), not text"
     assert reasons["bom.txt"].startswith("binary file (NUL characters after a UTF-16 byte-order mark)")
     assert reasons["odd.txt"].startswith("not valid UTF-16")
+
+
+def test_a_bom_the_rest_does_not_bear_out_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "utf8.txt").write_bytes(codecs.BOM_UTF16_LE + "plain UTF-8 text, café\n".encode())
+    (tmp_path / "noise.txt").write_bytes(codecs.BOM_UTF16_LE + bytes(range(0x80, 0x100)) * 4)
+    (tmp_path / "private.txt").write_bytes(codecs.BOM_UTF16_LE + "a\ue000 b\n".encode("utf-16-le"))
+    (tmp_path / "good.txt").write_bytes(codecs.BOM_UTF16_LE + "日本語の文章\n".encode("utf-16-le"))
+    docs, failures = split(list(read_path(tmp_path)))
+    reasons = {f.doc_id: f.reason for f in failures}
+    assert set(reasons) == {"utf8.txt", "noise.txt", "private.txt"} and set(docs) == {"good.txt"}
+    assert reasons["utf8.txt"] == "starts with a UTF-16 byte-order mark but the rest is UTF-8 text, not UTF-16"
+    assert reasons["private.txt"] == ("starts with a UTF-16 byte-order mark but the rest is not UTF-16 text "
+                                      "(U+E000 at character 1)")

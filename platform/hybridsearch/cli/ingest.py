@@ -89,7 +89,7 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
     if args.wait is not None and args.wait < 0:
         raise ConfigError(f"--wait must be 0 or more seconds, got {args.wait:g}")
     embedder = Embedder(settings.embedding)
-    with RichProgress(enabled=not args.no_progress) as progress:
+    with RichProgress(enabled=not args.no_progress, keep_finished=False) as progress:  # the summary follows
         result = run_ingest(args.path, settings, embedder=embedder, progress=progress, shard=shard,
                             fields=fields, wait_s=args.wait)
     if result.status == "completed":

@@ -6,13 +6,16 @@ For every new or changed document, in order (:mod:`.prepare`, :mod:`.pipeline`):
    ids, and which already hold this version (same ``content_hash``; a chunk ``_id`` names the document,
    position and chunker, so such a chunk is exactly what would be written again: an interrupted run's work,
    reused and not embedded again).
-2. **Hide** the document (:meth:`.lease.Lease.hide`: its ``doc_id`` joins the state document's ``hidden`` list,
-   which every reader excludes: :mod:`hybridsearch.index.visibility`). One compare-and-set per group of documents.
+2. **Hide** the document once it is chunked (:meth:`.lease.Lease.hide`: its ``doc_id`` joins the state
+   document's ``hidden`` list, which every reader excludes: :mod:`hybridsearch.index.visibility`). One
+   compare-and-set per group of documents. A document that cannot be chunked (e.g. a typed metadata value that
+   does not convert) is dead-lettered without being hidden: its old version stays visible.
 3. **Write** each missing chunk once, an ordinary ``index`` action under its stable ``_id`` (a changed
    document's chunks are overwritten in place, unseen).
 4. **Finish** it once every chunk is acknowledged (:func:`finish`): delete the chunks of the old version beyond
    the new one's end, refresh the index so every chunk is searchable, then show the documents of the batch in
-   one compare-and-set. A document with a failed chunk or delete stays hidden.
+   one compare-and-set. A document with a failed chunk or delete stays hidden, unless no chunk of its new
+   version reached the index: then it is shown again as it was (its old version, or nothing).
 
 Why this design (``docs/architecture.md`` weighs the others): no chunk is written twice and no deleted copies
 are left for a merge to clean up (the earlier protocol wrote every chunk staged and again visible: 2 bulk items
@@ -25,7 +28,7 @@ it and repairs it (rewrites it from its source when the run has it, or shows it 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,8 +50,9 @@ class Stored:
 
 
 @dataclass
-class Staged:
-    """A document whose chunks are all written: ``ids`` of its version in position order."""
+class WrittenDocument:
+    """A document whose new version's chunks are all written: their ``ids`` in position order, and the chunks the
+    index held before (``stored``)."""
 
     doc_id: str
     ids: list[str]
@@ -105,16 +109,18 @@ def whole_documents(es: EngineClient, index: str, doc_ids: Iterable[str], tenant
     return whole
 
 
-def finish(es: EngineClient, index: str, lease: Lease, docs: list[Staged], cfg: IngestSettings
-           ) -> tuple[WriteReport, set[str]]:
-    """Delete the old versions' chunks beyond the new ends, refresh, and show ``docs`` (all written) in one
-    compare-and-set. Returns the deletes and the ids of documents that stay hidden (a surplus chunk that could not
-    be deleted would show next to the new version). Raises LeaseLost (the documents then stay hidden)."""
+def finish(es: EngineClient, index: str, lease: Lease, docs: list[WrittenDocument], cfg: IngestSettings, *,
+           untouched: Sequence[str] = ()) -> tuple[WriteReport, set[str]]:
+    """Delete the old versions' chunks beyond the new ends, refresh, and show ``docs`` (all written) and
+    ``untouched`` (documents that failed before any chunk of their new version reached the index: what the index
+    holds of them is their old version, whole, or nothing) in one compare-and-set. Returns the deletes and the ids
+    of documents that stay hidden (a surplus chunk that could not be deleted would show next to the new version).
+    Raises LeaseLost (the documents then stay hidden)."""
     surplus = [(i, s.doc_id) for s in docs for i in sorted(s.stored.ids - set(s.ids))]
     deletes = write_actions(es, [{"_op_type": "delete", "_index": index, "_id": i, "_doc_id": d}
                                  for i, d in surplus], cfg) if surplus else WriteReport()
     broken = {f.doc_id for f in deletes.failures}
-    done = [s.doc_id for s in docs if s.doc_id not in broken]
+    done = [s.doc_id for s in docs if s.doc_id not in broken] + list(untouched)
     if done:
         with engine_errors(f"refresh {index}"):
             es.indices.refresh(index=index)

@@ -12,34 +12,40 @@ machines never lose each other's updates, and a reader's real-time GET sees each
 **The lease.** A run takes the lease before it writes anything. Two live runs of one prefix collide when
 their document sets overlap: an unsharded run overlaps everything; ``--shard i/N`` workers overlap only a
 worker of another N or the same i. A colliding run waits (``wait_s``) or is refused with
-:class:`~hybridsearch.errors.IngestLocked` naming the holder. The holder renews ``heartbeat_at`` every
-:data:`~hybridsearch.ingest.runs.HEARTBEAT_S` seconds; a lease older than
-:data:`~hybridsearch.ingest.runs.LEASE_S` seconds, or one whose process is gone from this host, is dead, and
-the next run takes it over: it *adopts* the dead run's holds that fall in its shard (those documents were
-being written when the run died) and repairs them (:mod:`.pipeline`). A run whose own lease was taken over
-stops with :class:`~hybridsearch.errors.LeaseLost`.
+:class:`~hybridsearch.errors.IngestLocked` naming the holder. The holder's one heartbeat thread renews
+``heartbeat_at`` every :data:`HEARTBEAT_S` seconds and then refreshes the run's record (``on_beat``,
+:class:`hybridsearch.ingest.runs.RunRecord`); a lease older than :data:`LEASE_S` seconds, or one whose process
+is gone from this host, is dead (:func:`is_dead`, the one rule), and the next run takes it over: it *adopts*
+the dead run's holds that fall in its shard (those documents were being written when the run died), repairs
+them (:mod:`.pipeline`) and records the dead run as ``killed``. A run checks its lease before writing each
+batch (:meth:`Lease.check`); one whose lease was taken over, or whose state document or index was deleted,
+stops there with :class:`~hybridsearch.errors.LeaseLost`, before writing another chunk.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import random
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
 from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, status_of
-from hybridsearch.errors import ClusterError, IngestLocked, LeaseLost
+from hybridsearch.errors import ClusterError, IndexNotFound, IngestLocked, LeaseLost
 from hybridsearch.index.visibility import HIDDEN_PATH, STATE_ID
 from hybridsearch.ingest.ids import parse_shard, shard_of
-from hybridsearch.ingest.runs import HEARTBEAT_S, is_dead, now
+from hybridsearch.ingest.runs import now
 
 log = logging.getLogger(__name__)
+
+HEARTBEAT_S = 15.0
+LEASE_S = 120.0  # a heartbeat older than this means the run is dead, wherever it ran
 
 UNFINISHED = "unfinished"  # the hold of documents whose run stopped before they were whole
 WAIT_POLL_S = 2.0
@@ -49,6 +55,32 @@ Shard = tuple[int, int] | None
 #: run ids whose lease this process holds: a lease of this host and pid that is not here was left by a run of
 #: this process that could not release it (the cluster went away), and is dead although the process lives
 _HELD_HERE: set[str] = set()
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists on this host."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def is_dead(lease: dict[str, Any], host: str, at: datetime) -> bool:
+    """The one rule for a dead run: whether the run holding ``lease`` (its state-document entry) can no longer
+    finish: its heartbeat is older than :data:`LEASE_S`, or it ran on this host and its process is gone."""
+    beat = lease.get("heartbeat_at") or lease.get("started_at")
+    try:
+        last = datetime.fromisoformat(str(beat))
+    except ValueError:
+        return True
+    if at - last > timedelta(seconds=LEASE_S):
+        return True
+    return lease.get("host") == host and not pid_alive(int(lease.get("pid") or 0))
 
 
 def shard_text(shard: Shard) -> str | None:
@@ -99,10 +131,16 @@ class Takeover:
     adopted: set[str] = field(default_factory=set)
 
 
+class _Conflict(Exception):
+    """Another writer changed the state document between this read and this write."""
+
+
 def change_state(es: EngineClient, index: str, what: str, mutate: Callable[[State], bool]) -> State:
     """Read the state document of ``index``, let ``mutate`` change it (False: nothing to write) and write it back
-    only if nobody wrote meanwhile (compare-and-set on its sequence number); read again and retried on 409."""
-    for attempt in range(CAS_TRIES):
+    only if nobody wrote meanwhile (compare-and-set on its sequence number); read again and retried on 409
+    (``tenacity``; the engine client itself retries the retried statuses)."""
+
+    def once() -> State:
         with engine_errors(f"read {index}"):
             got = es.get(index=index, id=STATE_ID)
         state = State.of(got["_source"] if got else None)
@@ -119,31 +157,54 @@ def change_state(es: EngineClient, index: str, what: str, mutate: Callable[[Stat
             except API_ERRORS as exc:
                 if status_of(exc) != 409:
                     raise
-        time.sleep(random.uniform(0, min(0.5, 0.01 * (attempt + 1))))  # another run wrote first: read again
-    raise ClusterError(f"could not {what} in {index}: {CAS_TRIES} concurrent updates in a row")
+        raise _Conflict(what)
+
+    tries = Retrying(stop=stop_after_attempt(CAS_TRIES), wait=wait_random_exponential(multiplier=0.01, max=0.5),
+                     retry=retry_if_exception_type(_Conflict), reraise=True)
+    try:
+        return tries(once)
+    except _Conflict:
+        raise ClusterError(f"could not {what} in {index}: {CAS_TRIES} concurrent updates in a row") from None
 
 
 class Lease:
-    """One run's lease on a prefix and the documents it hides. Thread-safe; :meth:`release` when done."""
+    """One run's lease on a prefix and the documents it hides. Thread-safe; :meth:`release` when done.
+
+    ``on_beat`` runs in the heartbeat thread after each renewal (the run record), ``on_lost`` there once the lease
+    is found lost."""
 
     def __init__(self, es: EngineClient, state_index: str, run_id: str, shard: Shard = None, *,
-                 heartbeat_s: float = HEARTBEAT_S, on_lost: Callable[[LeaseLost], None] | None = None) -> None:
+                 heartbeat_s: float = HEARTBEAT_S, on_lost: Callable[[LeaseLost], None] | None = None,
+                 on_beat: Callable[[], None] | None = None) -> None:
         self.es, self.index, self.run_id, self.shard = es, state_index, run_id, shard
-        self.heartbeat_s, self.on_lost = heartbeat_s, on_lost
+        self.heartbeat_s, self.on_lost, self.on_beat = heartbeat_s, on_lost, on_beat
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.started_at = now()
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         self.held = False
+        self.lost: LeaseLost | None = None
 
     def _change(self, what: str, mutate: Callable[[State], bool]) -> State:
-        return change_state(self.es, self.index, what, mutate)
+        try:
+            return change_state(self.es, self.index, what, mutate)
+        except IndexNotFound as exc:
+            if not self.held:
+                raise
+            raise self._lose(f"the ingest state index {self.index} was deleted while run {self.run_id} held its "
+                             "lease: its documents in flight can no longer be hidden") from exc
+
+    def _lose(self, problem: str) -> LeaseLost:
+        if self.lost is None:
+            self.lost = LeaseLost(problem, fix="Run the same ingest again: it takes the lease anew and rewrites "
+                                  "the documents this run left unfinished")
+        return self.lost
 
     def _mine(self, state: State) -> dict[str, Any]:
         lease = state.leases.get(self.run_id)
         if lease is None:
-            raise LeaseLost(f"run {self.run_id} lost its ingest lease on {self.index} (another run took it over "
-                            "after its heartbeat stopped)", fix="Run the ingest again: it repairs what was left")
+            raise self._lose(f"run {self.run_id} no longer holds its ingest lease on {self.index} (another run "
+                             "took it over after its heartbeat stopped, or the state document was deleted)")
         return lease
 
     # ---- the lease
@@ -154,7 +215,7 @@ class Lease:
 
     def acquire(self, wait_s: float = 0.0) -> Takeover:
         """Take the lease (waiting up to ``wait_s`` seconds for a colliding live run), taking over dead runs'
-        leases and adopting their holds in this run's shard. Raises IngestLocked."""
+        leases and adopting their holds in this run's shard, and start the heartbeat. Raises IngestLocked."""
         deadline = time.monotonic() + wait_s
         taken = Takeover()
         blocker: list[tuple[str, dict[str, Any]]] = []
@@ -192,7 +253,7 @@ class Lease:
         _HELD_HERE.add(self.run_id)
         for run in taken.dead_runs:
             log.warning("took over the ingest lease of run %s, which stopped without finishing", run)
-        self._beat = threading.Thread(target=self._heartbeat, name="hsp-lease", daemon=True)
+        self._beat = threading.Thread(target=self._heartbeat, name="hsp-heartbeat", daemon=True)
         self._beat.start()
         return taken
 
@@ -210,10 +271,24 @@ class Lease:
                 return
             except ClusterError as exc:  # the next beat tries again; the lease lasts LEASE_S
                 log.warning("could not renew the ingest lease: %s", exc)
+            if self.on_beat is not None:
+                self.on_beat()
+
+    def check(self) -> None:
+        """Raise LeaseLost unless this run still holds its lease (one real-time read of the state document)."""
+        if self.lost is not None:
+            raise self.lost
+
+        def read(state: State) -> bool:
+            self._mine(state)
+            return False
+
+        self._change("check the ingest lease", read)
 
     def release(self) -> list[str]:
         """Give the lease up; documents still held (not whole: a failed chunk, an interrupted run) move to the
-        ``unfinished`` hold, stay hidden and are adopted by the next run. Returns them."""
+        ``unfinished`` hold, stay hidden and are adopted by the next run. Returns them. A lease already lost is
+        left as it is (nothing to give up)."""
         self._stop.set()
         if self._beat is not None:
             self._beat.join()
@@ -223,13 +298,18 @@ class Lease:
             return left
 
         def drop(state: State) -> bool:
+            self._mine(state)
             left[:] = state.holds.pop(self.run_id, [])
             state.holds.setdefault(UNFINISHED, []).extend(left)
             state.leases.pop(self.run_id, None)
             return True
 
-        self._change("release the ingest lease", drop)
-        self.held = False
+        try:
+            self._change("release the ingest lease", drop)
+        except LeaseLost:
+            return []
+        finally:
+            self.held = False
         return sorted(set(left))
 
     # ---- hiding documents

@@ -7,9 +7,11 @@ waits on the network while the queues (``ingest.queue_size`` batches) hold work.
 accounted for: indexed, unchanged (same ``content_hash``, skipped without re-embedding) or failed with a
 dead-letter record. Chunk ``_id`` = ``doc_id#position@chunker``, so a re-run rewrites nothing and resumes
 where an interrupted run stopped. The run first takes the prefix's ingest lease (:mod:`.lease`), so two runs
-never write the same documents at once; each document is hidden while its chunks are written once, and shown
-whole (:mod:`.commit`). Documents a stopped run left hidden are adopted and repaired. The run is recorded
-from its start (:mod:`.runs`), so a run killed outright is recorded as ``killed`` by the next one.
+never write the same documents at once, and checks it before writing each batch (a lost lease stops the run
+there: ``lease_lost``); each document is hidden while its chunks are written once, and shown whole
+(:mod:`.commit`). Documents a stopped run left hidden are adopted and repaired. The run is recorded from its
+start (:mod:`.runs`, kept current by the lease's heartbeat), so a run killed outright is recorded as ``killed``
+by the one that takes its lease over.
 """
 
 from __future__ import annotations
@@ -27,11 +29,11 @@ from typing import Any
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, connect, engine_errors
-from hybridsearch.errors import ConfigError, HybridSearchError, IngestError, ModelError
+from hybridsearch.errors import ConfigError, HybridSearchError, IngestError, LeaseLost, ModelError
 from hybridsearch.index.metadata import metadata_fields_of
 from hybridsearch.index.spec import section_words_of
-from hybridsearch.index.versions import ensure_index, index_mapping
-from hybridsearch.ingest.commit import Staged, finish, whole_documents
+from hybridsearch.index.versions import ensure_index, index_mapping, read_alias
+from hybridsearch.ingest.commit import WrittenDocument, finish, whole_documents
 from hybridsearch.ingest.commit import delete_documents as delete_documents
 from hybridsearch.ingest.commit import existing_chunk_ids as existing_chunk_ids
 from hybridsearch.ingest.layout import now
@@ -74,6 +76,7 @@ class _Committer:
     def written(self, batch: Batch, report: WriteReport) -> None:
         run = self.run
         by_id = dict(zip(batch.ids, batch.sources, strict=True))
+        run.written_docs.update(by_id[i]["doc_id"] for i in report.ok_ids if i in by_id)
         for f in report.failures:
             run.failed_docs.add(f.doc_id)
             run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f.reason, stage="write",
@@ -83,16 +86,20 @@ class _Committer:
         self._finalize(batch.finals)
 
     def _finalize(self, finals: list[WorkDoc]) -> None:
-        """Finish the documents whose chunks are all written (:func:`.commit.finish`); ones with a failed chunk
-        stay hidden (a re-run writes what is missing and shows them)."""
+        """Finish the documents whose chunks are all written (:func:`.commit.finish`). A failed document none of
+        whose new chunks reached the index is shown again as it was (its old version, or nothing); one with part of
+        its new version written stays hidden (a re-run writes what is missing and shows it)."""
         run = self.run
         if not finals:
             return
         failed = [f for f in finals if f.doc.doc_id in run.failed_docs]
         if failed:
             run.count(documents_failed=len(failed))
-        good = [Staged(f.doc.doc_id, f.ids, f.stored) for f in finals if f.doc.doc_id not in run.failed_docs]
-        deletes, broken = finish(run.es, run.index, run.lease, good, run.settings.ingest)
+        good = [WrittenDocument(f.doc.doc_id, f.ids, f.stored) for f in finals
+                if f.doc.doc_id not in run.failed_docs]
+        deletes, broken = finish(run.es, run.index, run.lease, good, run.settings.ingest,
+                                 untouched=[f.doc.doc_id for f in failed if run.untouched(f)])
+        run.written_docs.difference_update(f.doc.doc_id for f in finals)  # done with: the set holds those in flight
         for f in deletes.failures:
             run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"old chunk not deleted (the document stays "
                            f"hidden): {f.reason}", stage="delete", status=f.status)
@@ -132,6 +139,7 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
     es = es or connect(settings.es)
     embedder = embedder or Embedder(settings.embedding)
     _check_embedder(embedder, settings.embedding)
+    _model_first(es, embedder, settings.embedding, settings.index.alias)
     index = ensure_index(es, settings)
     result = IngestResult(run_id=f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}", index=index,
                           source=str(documents) if isinstance(documents, str | Path) else "<documents>",
@@ -150,7 +158,8 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
         mapping = index_mapping(es, index)  # the index decides, not the settings
         run.section_words = section_words_of(mapping.get("_meta") or {})
         run.metadata_fields = metadata_fields_of(mapping)
-        record.start()
+        record.start(takeover.dead_runs)
+        lease.on_beat = record.beat  # one heartbeat: the lease's thread keeps the record current too
         restore = _stop_on_sigterm(run)
         try:
             _stages(run, embedder, _iter_input(documents, fields), progress)
@@ -173,6 +182,18 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
                           fix="The run is recorded as failed and its unfinished documents stay hidden; `hsp -v "
                               "ingest` shows the cause, and the same command resumes once it is fixed") from cause
     return result
+
+
+def _model_first(es: EngineClient, embedder: Embedder, model: EmbeddingSettings, alias: str) -> None:
+    """Find the model before anything is created or hidden (ModelError: nothing was), and load it when this run
+    would create the index behind ``alias`` (bound to the model): a model that cannot load leaves no index behind.
+    Over an index that exists, the model loads when the first document needs chunking, still before any is
+    hidden."""
+    from hybridsearch.embedding.models import locate_model
+
+    locate_model(model.model)
+    if not read_alias(es, alias):
+        _ = embedder.max_seq_length
 
 
 def _repair_adopted(run: RunState) -> None:
@@ -204,7 +225,9 @@ def _close(run: RunState, started: float) -> None:
     result.embed_seconds = round(result.embed_seconds, 3)
     result.ended_at = now()
     result.dead_letter_path = str(run.dead.path) if run.dead.used else None
-    if run.error is not None:
+    if isinstance(run.error, LeaseLost):
+        result.status = "lease_lost"
+    elif run.error is not None:
         result.status = "failed"
     elif run.terminated:
         result.status = "interrupted"
@@ -257,6 +280,7 @@ def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | Source
     committer = _Committer(run)
     stage: EmbedWriter[Batch] = EmbedWriter(run.es, run.index, settings.ingest, encoder.encode,
                                             after=committer.written, on_embed_error=committer.embed_failed,
+                                            before=lambda _: run.lease.check(),
                                             depth=settings.ingest.queue_size, name="hsp-writer")
     preparer = Preparer(run, embedder, batch_chunks=max(settings.embedding.batch_size * 4, 16))
     prep = threading.Thread(target=preparer, args=(items,), name="hsp-prepare", daemon=True)

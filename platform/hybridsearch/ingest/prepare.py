@@ -1,8 +1,9 @@
 """Ingest stage 1, in its own thread: read, filter, look up what changed, chunk, and queue batches to embed.
 
 A document is unchanged when its chunk 0 is visible (:mod:`hybridsearch.index.visibility`: not hidden) with its
-``content_hash``; it is then skipped without re-embedding. Every other document is hidden (:mod:`.commit`)
-before its chunks are queued; chunks a stopped run already wrote with this content are reused. A batch lists
+``content_hash``; it is then skipped without re-embedding. Every other document is chunked, then hidden
+(:mod:`.commit`) before its chunks are queued (one that cannot be chunked is dead-lettered and never hidden);
+chunks a stopped run already wrote with this content are reused. A batch lists
 the documents whose last chunk it carries, so the writer can finish them once it is written.
 """
 
@@ -114,17 +115,18 @@ class Preparer:
             with engine_errors("count unchanged chunks"):
                 n = int(run.es.count(index=run.index, query=self._filter([d.doc_id for d in same]))["count"])
             run.count(documents_skipped=len(same), unchanged=n)
-        if not work:
+        chunked = [(item, chunks) for item in work if (chunks := self._chunks(item)) is not None]
+        if not chunked:
             return
         try:
-            run.lease.hide(w.doc.doc_id for w in work)  # before any of their chunks is written
+            run.lease.hide(item.doc.doc_id for item, _ in chunked)  # before any of their chunks is written
         except HybridSearchError as exc:
             run.fail(exc)
             return
-        run.rewritten.update(w.doc.doc_id for w in work if w.doc.doc_id in run.adopted)
+        run.rewritten.update(item.doc.doc_id for item, _ in chunked if item.doc.doc_id in run.adopted)
         batch = Batch()
-        for item in work:
-            for src, text in self._chunks(item):
+        for item, chunks in chunked:
+            for src, text in chunks:
                 if src["chunk_id"] in item.stored.same:  # written by a stopped run: reuse, do not embed
                     run.count(reused=1)
                     continue
@@ -137,17 +139,18 @@ class Preparer:
         if (batch.sources or batch.finals) and not run.put(batch):
             return
 
-    def _chunks(self, item: WorkDoc) -> Iterator[tuple[dict[str, Any], str]]:
+    def _chunks(self, item: WorkDoc) -> list[tuple[dict[str, Any], str]] | None:
+        """``item``'s chunks and the text to embed for each; None (dead-lettered and counted as failed) when it
+        cannot be chunked, before anything of it is hidden or written."""
         run = self.run
         s = run.settings
         try:
-            for src, text in document_chunks(item.doc, s.chunking, s.embedding, run.tenant, self.tokenizer,
-                                             self.embedder.max_seq_length, run.section_words, run.metadata_fields):
-                item.ids.append(src["chunk_id"])
-                if src["position"] == 0 and "title_cut" in src:
-                    run.count(titles_cut=1)
-                yield src, text
+            chunks = list(document_chunks(item.doc, s.chunking, s.embedding, run.tenant, self.tokenizer,
+                                          self.embedder.max_seq_length, run.section_words, run.metadata_fields))
         except (ValueError, TypeError) as exc:
-            run.failed_docs.add(item.doc.doc_id)
-            run.dead.write(doc_id=item.doc.doc_id, reason=f"cannot chunk: {exc}", stage="chunk",
-                           source=item.doc.source)
+            run.doc_failed(item.doc.doc_id, f"cannot chunk: {exc}", "chunk", item.doc.source)
+            return None
+        item.ids = [src["chunk_id"] for src, _ in chunks]
+        if chunks and "title_cut" in chunks[0][0]:
+            run.count(titles_cut=1)
+        return chunks

@@ -1,11 +1,13 @@
-"""Run records in ``<prefix>-ingest-runs``: written when a run starts, refreshed by a heartbeat, completed
-at the end, and, for runs that died without finishing, marked ``killed`` by the next run.
+"""Run records in ``<prefix>-ingest-runs``: written when a run starts, refreshed with its lease's heartbeat,
+completed at the end, and, for runs that died without finishing, marked ``killed`` by the run that takes their
+lease over.
 
 A run's record says ``running`` from its first moment, with the host, the process id and a heartbeat time
-(``heartbeat_at``, every :data:`HEARTBEAT_S` seconds, with the counts so far). Nothing can write a record
-for a process that is killed with SIGKILL, loses its machine or its node, so the next run looks at the
-records still ``running``: one whose process is gone (same host, no such pid) or whose heartbeat is older
-than :data:`LEASE_S` is rewritten as ``killed`` (``ended_at`` = its last heartbeat).
+(``heartbeat_at``, with the counts so far), written by the lease's heartbeat thread each time it renews the
+lease (:class:`hybridsearch.ingest.lease.Lease`: one thread, one rule for a dead run). Nothing can write a record
+for a process that is killed with SIGKILL, loses its machine or its node; the next run finds its lease dead
+(:func:`hybridsearch.ingest.lease.is_dead`), takes it over and rewrites its record as ``killed`` (``ended_at`` =
+its last heartbeat). A run that loses its lease (taken over, or the state document deleted) ends ``lease_lost``.
 
 Records are written through :class:`hybridsearch.index.logs.LogWriter`: the index is never created by a write
 with guessed mappings (a missing one is created from its spec), and a write that fails says why (a write block
@@ -22,7 +24,7 @@ import os
 import socket
 import threading
 from dataclasses import asdict, dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -32,9 +34,6 @@ from hybridsearch.index.logs import LogWriter
 from hybridsearch.settings import IngestSettings, Settings
 
 log = logging.getLogger(__name__)
-
-HEARTBEAT_S = 15.0
-LEASE_S = 120.0  # a heartbeat older than this means the run is dead, wherever it ran
 
 
 def now() -> str:
@@ -48,7 +47,7 @@ class IngestResult:
     run_id: str
     index: str
     source: str
-    status: str = "running"  # completed | interrupted | failed; killed (set by a later run)
+    status: str = "running"  # completed | interrupted | failed | lease_lost; killed (set by a later run)
     shard: str | None = None
     documents: int = 0
     documents_skipped: int = 0
@@ -94,44 +93,22 @@ class IngestResult:
         return doc
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host."""
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def is_dead(record: dict[str, Any], host: str, at: datetime) -> bool:
-    """Whether the ``running`` record ``record`` belongs to a run that can no longer finish."""
-    beat = record.get("heartbeat_at") or record.get("started_at")
-    try:
-        last = datetime.fromisoformat(str(beat))
-    except ValueError:
-        return True
-    if at - last > timedelta(seconds=LEASE_S):
-        return True
-    return record.get("host") == host and not pid_alive(int(record.get("pid") or 0))
-
-
-def mark_killed(es: EngineClient, settings: Settings) -> list[str]:
-    """Rewrite the ``running`` records of dead runs (:func:`is_dead`) as ``killed``; returns their ids."""
-    runs, host, at = settings.index.ingest_runs, socket.gethostname(), datetime.now(UTC)
+def mark_killed(es: EngineClient, settings: Settings, run_ids: list[str]) -> list[str]:
+    """Rewrite the records of ``run_ids`` (runs whose dead lease was taken over) that still say ``running`` as
+    ``killed``; returns their ids. (A lease of a migration has no record.)"""
+    runs = settings.index.ingest_runs
+    if not run_ids:
+        return []
     with engine_errors(f"look for unfinished runs in {runs}"):
         if not es.indices.exists(index=runs):
             return []
         es.indices.refresh(index=runs)
-        hits = es.search(index=runs, query={"term": {"status": "running"}}, size=1000)["hits"]["hits"]
+        hits = es.search(index=runs, query={"bool": {"filter": [{"term": {"status": "running"}},
+                                                                {"terms": {"run_id": run_ids}}]}},
+                         size=len(run_ids))["hits"]["hits"]
     killed = []
     writer = LogWriter(es, settings, "ingest_runs")
     for h in hits:
-        if not is_dead(h["_source"], host, at):
-            continue
         last = h["_source"].get("heartbeat_at") or h["_source"].get("started_at")
         done = writer.write([(str(h["_id"]), {"status": "killed", "ended_at": last, "@timestamp": last})],
                             op_type="update", refresh="wait_for")
@@ -172,7 +149,8 @@ def store_unrecorded(es: EngineClient, settings: Settings) -> list[str]:
 
 
 class RunRecord:
-    """The ``<prefix>-ingest-runs`` document of one run, kept current while it runs.
+    """The ``<prefix>-ingest-runs`` document of one run, kept current while it runs (:meth:`beat`, called by the
+    lease's heartbeat).
 
     Failures to write it are logged, never raised: the record must not stop an ingest. ``error`` holds the last
     failure (None once a write succeeded again); a final record that cannot be stored is kept in a file
@@ -185,8 +163,7 @@ class RunRecord:
         self.error: HybridSearchError | None = None
         self.unrecorded_path: Path | None = None
         self._writer = LogWriter(es, settings, "ingest_runs")
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._finished = threading.Event()
 
     def _write(self, refresh: bool = False) -> bool:
         with self.lock:
@@ -217,36 +194,33 @@ class RunRecord:
                     "stored by the next `hsp ingest` of this prefix on this machine", self.result.run_id,
                     self.result.status, self.index, path)
 
-    def start(self) -> list[str]:
-        """Store records earlier runs could not, mark dead runs killed, write this run as ``running`` and start the
-        heartbeat; returns the ids of the runs marked killed."""
+    def start(self, took_over: list[str] | None = None) -> list[str]:
+        """Store records earlier runs could not, mark the runs whose dead lease this run took over (``took_over``)
+        killed and write this run as ``running``; returns the ids of the runs marked killed."""
         try:
             store_unrecorded(self.es, self.settings)
         except HybridSearchError as exc:
             log.warning("could not store the final records of earlier ingest runs: %s", exc)
         try:
-            killed = mark_killed(self.es, self.settings)
+            killed = mark_killed(self.es, self.settings, list(took_over or []))
         except HybridSearchError as exc:
-            log.warning("could not check for unfinished ingest runs: %s", exc)
+            log.warning("could not record the ingest runs taken over as killed: %s", exc)
             killed = []
         self.result.host, self.result.pid = socket.gethostname(), os.getpid()
-        self.result.heartbeat_at = now()
-        self._write()
-        self._thread = threading.Thread(target=self._beat, name="hsp-heartbeat", daemon=True)
-        self._thread.start()
+        self.beat()
         return killed
 
-    def _beat(self) -> None:
-        while not self._stop.wait(HEARTBEAT_S):
-            with self.lock:
-                self.result.heartbeat_at = now()
-            self._write()
+    def beat(self) -> None:
+        """Write the record with the counts so far and the time (nothing once it is finished)."""
+        if self._finished.is_set():
+            return
+        with self.lock:
+            self.result.heartbeat_at = now()
+        self._write()
 
     def finish(self) -> None:
-        """Stop the heartbeat and store the final record (searchable when this returns)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
+        """Store the final record (searchable when this returns)."""
+        self._finished.set()
         self.result.heartbeat_at = now()
         if not self._write(refresh=True):
             self._keep()

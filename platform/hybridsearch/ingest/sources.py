@@ -4,7 +4,8 @@ Supported: a folder tree of ``.txt``, ``.md``, ``.html``/``.htm`` (text by selec
 or a list of objects) and ``.jsonl`` files (optionally ``.gz``), and BEIR ``corpus.jsonl[.gz]`` (``_id``,
 ``title``, ``text``, ``metadata``). Files are read in sorted order, so runs are deterministic. Nothing
 is dropped silently: undecodable, binary, empty or unparsable inputs come out as ``SourceFailure``.
-Text is UTF-8, or UTF-16/UTF-32 when the file starts with their byte-order mark.
+Text is UTF-8, or UTF-16/UTF-32 when the file starts with their byte-order mark and the rest reads cleanly in
+that encoding (:func:`decode`; otherwise the file is refused with the reason).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import io
 import json
 import os
 import re
+import unicodedata
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +31,11 @@ BINARY_SNIFF_BYTES = 8192
 #: Byte-order marks of the encodings read besides UTF-8, longest first (UTF-32-LE's starts like UTF-16-LE's).
 _BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"), (codecs.BOM_UTF16_LE, "utf-16"),
          (codecs.BOM_UTF16_BE, "utf-16"))
+
+
+#: Unicode categories that text decoded with its right encoding does not hold (whitespace controls aside):
+#: controls, unassigned and private-use code points, lone surrogates
+_MISREAD_CATEGORIES = frozenset({"Cc", "Cn", "Co", "Cs"})
 
 
 def bom_encoding(head: bytes) -> str | None:
@@ -158,20 +165,50 @@ def read_file(path: Path, rel: str, fields: RecordFields | None = None) -> Itera
 
 
 def decode(raw: bytes, source: str, doc_id: str | None = None) -> str | SourceFailure:
-    """Text of ``raw``: UTF-8 (BOM stripped), or UTF-16/UTF-32 when it starts with their BOM; a SourceFailure
-    for binary (NUL characters) or undecodable bytes."""
+    """Text of ``raw``: UTF-8 (BOM stripped), or UTF-16/UTF-32 when it starts with their BOM and the rest reads
+    cleanly in that encoding (:func:`utf8_behind`, :func:`misread`); a SourceFailure for binary (NUL
+    characters), undecodable bytes or a byte-order mark the rest does not bear out."""
     encoding = bom_encoding(raw[:4])
     if encoding is None and b"\x00" in raw[:BINARY_SNIFF_BYTES]:
         return SourceFailure(source, "binary file (NUL bytes), not text", doc_id)
+    if encoding is not None and (why := utf8_behind(raw, encoding)) is not None:
+        return SourceFailure(source, why, doc_id)
     try:
         text = raw.decode(encoding or "utf-8-sig")
     except UnicodeDecodeError as exc:
         return SourceFailure(source, f"not valid {(encoding or 'utf-8').upper()}: byte 0x{raw[exc.start]:02x} at "
                                      f"offset {exc.start}", doc_id)
-    if encoding is not None and "\x00" in text[:BINARY_SNIFF_BYTES]:
+    if encoding is None:
+        return text
+    if "\x00" in text[:BINARY_SNIFF_BYTES]:
         return SourceFailure(source, f"binary file (NUL characters after a {encoding.upper()} byte-order mark), "
                                      "not text", doc_id)
-    return text
+    why = misread(text, encoding)
+    return text if why is None else SourceFailure(source, why, doc_id)
+
+
+def utf8_behind(raw: bytes, encoding: str) -> str | None:
+    """Why ``raw``, which starts with the byte-order mark of ``encoding``, is not in that encoding when the bytes
+    after the mark are UTF-8 text without a NUL byte, else None (UTF-16/32 text of any script with spaces, digits
+    or line breaks has NUL bytes; UTF-8 text read as UTF-16 becomes CJK)."""
+    rest = raw[4:] if encoding == "utf-32" else raw[2:]
+    if not rest or b"\x00" in rest:
+        return None
+    try:
+        rest.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+    return f"starts with a {encoding.upper()} byte-order mark but the rest is UTF-8 text, not {encoding.upper()}"
+
+
+def misread(text: str, encoding: str) -> str | None:
+    """Why ``text``, decoded as ``encoding`` after its byte-order mark, is not what the file holds: it has a
+    character no text holds (:data:`_MISREAD_CATEGORIES`); else None."""
+    for i, ch in enumerate(text):
+        if unicodedata.category(ch) in _MISREAD_CATEGORIES and not ch.isspace():
+            return (f"starts with a {encoding.upper()} byte-order mark but the rest is not {encoding.upper()} text "
+                    f"(U+{ord(ch):04X} at character {i})")
+    return None
 
 
 def html_to_text(html: str) -> tuple[str | None, str]:

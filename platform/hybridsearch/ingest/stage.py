@@ -1,4 +1,4 @@
-"""The one embed-and-write stage: embed batch N in the calling thread while batch N−1 is written.
+"""The one embed-and-write loop: embed batch N in the calling thread while batch N−1 is written.
 
 Ingestion (:mod:`hybridsearch.ingest.pipeline`), migration (:func:`hybridsearch.migrate.copy_reembedded`)
 and re-chunking (:func:`hybridsearch.rechunk.rechunk_copy`) all feed :class:`ChunkBatch` es to
@@ -10,7 +10,6 @@ so the embedder never waits on the network while there is room.
 from __future__ import annotations
 
 import copy
-import logging
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -20,15 +19,13 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from hybridsearch.engine import EngineClient
 from hybridsearch.ingest.chunking import HFTokenizer
-from hybridsearch.ingest.writer import DeadLetter, WriteReport, write_actions
+from hybridsearch.ingest.writer import WriteReport, write_actions
 from hybridsearch.settings import IngestSettings
 
 if TYPE_CHECKING:
     import numpy as np
 
     from hybridsearch.embedding.encoder import Embedder
-
-log = logging.getLogger(__name__)
 
 Encode = Callable[[list[str]], "np.ndarray"]  # one vector per text
 
@@ -71,7 +68,9 @@ B = TypeVar("B", bound=ChunkBatch)
 class EmbedWriter(Generic[B]):
     """Embeds batches here and writes them to ``index`` in a writer thread.
 
-    ``after(batch, report)`` runs in the writer thread after each write (counting, dead letters, commits).
+    ``before(batch)`` runs in the writer thread before each batch with chunks is written (an exception raised
+    there stops the run before the batch is written); ``after(batch, report)`` after each write (counting,
+    dead letters, commits).
     ``on_embed_error(batch, exc)``, when given, takes an embedding failure: the batch's chunks are then not
     written (``after`` still runs, with an empty report); without it the failure is raised. A write that
     raises is raised here, from :meth:`run`. ``embed_seconds`` adds up the time spent embedding.
@@ -80,9 +79,10 @@ class EmbedWriter(Generic[B]):
     def __init__(self, es: EngineClient, index: str, cfg: IngestSettings, encode: Encode, *,
                  after: Callable[[B, WriteReport], None],
                  on_embed_error: Callable[[B, Exception], None] | None = None,
+                 before: Callable[[B], None] | None = None,
                  depth: int = 1, name: str = "hsp-writer") -> None:
         self.es, self.index, self.cfg, self.encode = es, index, cfg, encode
-        self.after, self.on_embed_error = after, on_embed_error
+        self.after, self.on_embed_error, self.before = after, on_embed_error, before
         self.depth, self.name = max(1, depth), name
         self.embed_seconds = 0.0
 
@@ -119,34 +119,7 @@ class EmbedWriter(Generic[B]):
     def _write(self, batch: B) -> None:
         actions = [{"_op_type": "index", "_index": self.index, "_id": cid, "_source": src}
                    for cid, src in zip(batch.ids, batch.sources, strict=True)]
+        if actions and self.before is not None:
+            self.before(batch)
         report = write_actions(self.es, actions, self.cfg) if actions else WriteReport()
         self.after(batch, report)
-
-
-class CopyTally:
-    """``after`` for copies between indices (migration, re-chunking): counts what was written and what failed
-    for good, dead-letters the failures under ``stage`` and reports each written batch's size to ``on_batch``.
-    Runs in the writer thread; read the counts once :meth:`EmbedWriter.run` has returned."""
-
-    def __init__(self, dead_letter: DeadLetter | None, stage: str,
-                 on_batch: Callable[[int], None] | None = None) -> None:
-        self.dead_letter, self.stage, self.on_batch = dead_letter, stage, on_batch
-        self.written = self.failed = 0
-
-    def refuse(self, doc_id: str, chunk_id: str, reason: str) -> None:
-        """Count one chunk that cannot be copied at all (it is not written) and dead-letter it."""
-        self.failed += 1
-        log.warning("chunk %s not copied: %s", chunk_id, reason)
-        if self.dead_letter is not None:
-            self.dead_letter.write(doc_id=doc_id, chunk_id=chunk_id, reason=reason, stage=self.stage)
-
-    def absorb(self, batch: ChunkBatch, report: WriteReport) -> None:
-        self.written += len(report.ok_ids)
-        self.failed += len(report.failures)
-        for f in report.failures:
-            log.warning("chunk %s not copied: %s", f.chunk_id, f.reason)
-            if self.dead_letter is not None:
-                self.dead_letter.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f.reason, stage=self.stage,
-                                       status=f.status)
-        if self.on_batch is not None:
-            self.on_batch(len(batch))

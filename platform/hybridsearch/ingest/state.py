@@ -58,6 +58,7 @@ class RunState:
         self.lock = threading.Lock()
         self.to_embed: queue.Queue[Any] = queue.Queue(maxsize=settings.ingest.queue_size)
         self.failed_docs: set[str] = set()
+        self.written_docs: set[str] = set()  # documents with at least one chunk of their new version written
         self.on_progress: Callable[[IngestResult], None] | None = None
 
     def put(self, item: Batch) -> bool:
@@ -80,6 +81,12 @@ class RunState:
         self.dead.write(doc_id=doc_id, reason=reason, stage=stage, source=source)
         with self.lock:
             self.result.documents_failed += 1
+
+    def untouched(self, item: WorkDoc) -> bool:
+        """Whether the index holds nothing of ``item``'s new version (no chunk written or reused) and it was not
+        left half written by a stopped run: it holds the old version whole, or nothing."""
+        return (item.doc.doc_id not in self.written_docs and not item.stored.same
+                and item.doc.doc_id not in self.adopted)
 
     def count(self, **deltas: int) -> None:
         with self.lock:

@@ -76,12 +76,26 @@ def item_failure(resp: Mapping[str, Any]) -> str | None:
     return f"{root.get('type', 'error')}: {root.get('reason')}"
 
 
+def _missing_index(resp: Mapping[str, Any]) -> str | None:
+    """The index a failed ``_msearch`` item names as missing (its root cause's ``index``), or None."""
+    err = resp.get("error")
+    root = (err.get("root_cause") or [err])[0] if isinstance(err, dict) else {}
+    name = root.get("index") if isinstance(root, dict) else None
+    return str(name) if name else None
+
+
 def check_response(resp: Mapping[str, Any], index: str) -> None:
     """Raise our error type for one failed ``_msearch`` item."""
     reason = item_failure(resp)
     if reason is None:
         return
     status = int(resp.get("status", 500))
+    missing = _missing_index(resp)
+    if status == 404 and missing is not None and missing.endswith("-ingest-state"):
+        raise IndexNotFound(f"the ingest state index {missing} of {index} was deleted: searches cannot tell "
+                            "documents being written apart",
+                            fix=f"Run `hsp ingest` of this prefix again (it recreates {missing}); within a minute "
+                            "searches go on without it, as for a prefix never ingested")
     if status == 404:
         raise IndexNotFound(f"index or alias {index} does not exist ({reason}): run `hsp ingest` first")
     raise ClusterError(f"search on {index} failed with HTTP {status}: {reason}")

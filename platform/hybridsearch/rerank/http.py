@@ -8,10 +8,12 @@ from types import TracebackType
 from typing import Any
 
 import httpx
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
 from hybridsearch.errors import RerankerError
 from hybridsearch.redact import redact_url
 from hybridsearch.rerank.card import valid_blend
+from hybridsearch.retry import RETRIED_STATUSES
 from hybridsearch.settings import RerankerSettings
 
 log = logging.getLogger(__name__)
@@ -19,6 +21,14 @@ log = logging.getLogger(__name__)
 #: request header with the seconds the client waits for the answer (its timeout): the service keeps a request's
 #: queue wait within it (:mod:`hybridsearch.rerank.service`) and answers 503 at once when it cannot
 REQUEST_TIMEOUT_HEADER = "X-Request-Timeout"
+
+
+class _TryAgain(Exception):
+    """A failure that another try of the same request may get past (its text is the problem)."""
+
+
+def _log_retry(state: RetryCallState) -> None:
+    log.info("%s; retrying", state.outcome.exception() if state.outcome is not None else "")
 
 
 def _reason(resp: httpx.Response) -> str:
@@ -35,11 +45,11 @@ class HttpReranker:
     """Scores passages through the reranker service at ``url`` (``POST {url}/rerank``).
 
     One pooled ``httpx.Client``; ``timeout`` seconds per attempt (connect capped at 2 s), sent to the service as
-    ``X-Request-Timeout`` so that it answers (or refuses with 503) within that budget; one retry
-    on connection errors and 5xx answers, none on read timeouts (the caller's time budget is spent),
-    on 4xx, or on a 503 with ``Retry-After`` (an overloaded service asked for time: retrying at once
-    only adds load; the search keeps its fused order). Every failure raises RerankerError saying what
-    happened.
+    ``X-Request-Timeout`` so that it answers (or refuses with 503) within that budget; ``retries`` more tries
+    (``tenacity``) on connection errors and on the retried statuses (:data:`hybridsearch.retry.RETRIED_STATUSES`),
+    none on read timeouts (the caller's time budget is spent), on 4xx or 500, or on a 503 with ``Retry-After``
+    (an overloaded service asked for time: retrying at once only adds load; the search keeps its fused order).
+    Every failure raises RerankerError saying what happened.
     """
 
     def __init__(self, url: str, timeout: float = 5.0, token: str | None = None, *, retries: int = 1,
@@ -94,28 +104,32 @@ class HttpReranker:
         return scores
 
     def _post(self, payload: dict[str, Any]) -> httpx.Response:
-        last = ""
-        for attempt in range(self.retries + 1):
-            try:
-                resp = self._client.post("/rerank", json=payload)
-            except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
-                last = (f"cannot reach the reranker service at {self.shown_url}: {type(exc).__name__}: "
-                        f"{redact_url(str(exc))}")
-            except httpx.TimeoutException as exc:
-                raise RerankerError(f"reranker service at {self.shown_url} timed out "
-                                    f"({type(exc).__name__}, timeout {self._client.timeout.read}s)") from exc
-            except httpx.HTTPError as exc:
-                raise RerankerError(f"reranker request to {self.shown_url} failed: {type(exc).__name__}: "
-                                    f"{redact_url(str(exc))}") from exc
-            else:
-                if resp.status_code < 400:
-                    return resp
-                last = f"reranker service at {self.shown_url} answered {resp.status_code}: {_reason(resp)}"
-                if resp.status_code < 500 or (resp.status_code == 503 and "retry-after" in resp.headers):
-                    raise RerankerError(last)
-            if attempt < self.retries:
-                log.info("%s; retrying once", last)
-        raise RerankerError(last)
+        tries = Retrying(stop=stop_after_attempt(self.retries + 1), retry=retry_if_exception_type(_TryAgain),
+                         before_sleep=_log_retry, reraise=True)
+        try:
+            return tries(self._send, payload)
+        except _TryAgain as exc:
+            raise RerankerError(str(exc)) from None
+
+    def _send(self, payload: dict[str, Any]) -> httpx.Response:
+        """One try; raises :class:`_TryAgain` when another may get through, RerankerError when none can."""
+        try:
+            resp = self._client.post("/rerank", json=payload)
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
+            raise _TryAgain(f"cannot reach the reranker service at {self.shown_url}: {type(exc).__name__}: "
+                            f"{redact_url(str(exc))}") from exc
+        except httpx.TimeoutException as exc:
+            raise RerankerError(f"reranker service at {self.shown_url} timed out "
+                                f"({type(exc).__name__}, timeout {self._client.timeout.read}s)") from exc
+        except httpx.HTTPError as exc:
+            raise RerankerError(f"reranker request to {self.shown_url} failed: {type(exc).__name__}: "
+                                f"{redact_url(str(exc))}") from exc
+        if resp.status_code < 400:
+            return resp
+        problem = f"reranker service at {self.shown_url} answered {resp.status_code}: {_reason(resp)}"
+        if resp.status_code in RETRIED_STATUSES and not (resp.status_code == 503 and "retry-after" in resp.headers):
+            raise _TryAgain(problem)
+        raise RerankerError(problem)
 
     def close(self) -> None:
         self._client.close()
