@@ -42,14 +42,12 @@ from pathlib import Path
 from hybridsearch.embedding import catalogue
 from hybridsearch.embedding.catalogue import CatalogueEntry
 from hybridsearch.embedding.folder_encoders import OnnxFolderEncoder, torch_vectors
-from hybridsearch.embedding.lean import compare_vectors
-from hybridsearch.embedding.models import packaged_model, quiet_loading
+from hybridsearch.embedding.lean import MIN_COSINE, compare_vectors
+from hybridsearch.embedding.models import changed_files, packaged_model, quiet_loading, record_files
 from hybridsearch.embedding.st_folder import build_folder
 from hybridsearch.errors import ModelError
 
 log = logging.getLogger(__name__)
-#: Lowest cosine between torch's and ONNX Runtime's vector of any verify text for ``verify`` to pass.
-MIN_COSINE = 0.9999
 #: Texts ``verify`` embeds both ways: short, long (past 512 tokens, so truncation is compared), accents, digits.
 VERIFY_TEXTS = (
     "how do bees find food",
@@ -192,6 +190,7 @@ def build_from_jar(jar: Path, e: CatalogueEntry, target: Path) -> Path:
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+    record_files(target)
     return target
 
 
@@ -207,9 +206,12 @@ def verify(e: CatalogueEntry, texts: Sequence[str] = VERIFY_TEXTS, threshold: fl
         raise ModelError(f"{e.name} is not fetched", fix=f"Run `hsp models fetch {e.name}`")
     marker = json.loads((folder / catalogue.MARKER).read_text())
     onnx_path = folder / "onnx" / "model.onnx"
-    if sha512_of(onnx_path) != marker.get("onnx_sha512"):
-        raise ModelError(f"{onnx_path} has changed since it was unpacked", fix=f"hsp models fetch {e.name} --force")
-    notes = ("onnx/model.onnx matches the SHA-512 recorded when the pinned jar was unpacked",)
+    changed = changed_files(folder)
+    if sha512_of(onnx_path) != marker.get("onnx_sha512") or changed:
+        raise ModelError(f"{e.name} ({folder}) has changed since it was unpacked: "
+                         f"{', '.join(changed or ['onnx/model.onnx (SHA-512 differs)'])}",
+                         fix=f"Run `hsp models fetch {e.name} --force` to fetch it again")
+    notes = ("every file matches the record made when the pinned jar was unpacked",)
     if e.torch_weights:
         return _verify_torch_onnx(e, folder, onnx_path, texts, threshold, notes)
     fp32 = catalogue.fp32_of(e)
@@ -225,6 +227,27 @@ def verify(e: CatalogueEntry, texts: Sequence[str] = VERIFY_TEXTS, threshold: fl
                     f"{threshold})", cos, diff, 0.0, True,
                     (*notes, "int8, ONNX only: no torch weights (a query encoder for an index built with "
                              f"{fp32.name})"))
+
+
+def verify_folder(folder: Path, texts: Sequence[str] = VERIFY_TEXTS, threshold: float = MIN_COSINE) -> Verified:
+    """Check a local sentence-transformers folder: torch against ONNX Runtime (its export) on ``texts``; when they
+    agree, record its files as they are now (:func:`.models.record_files`), so that it loads again after a change
+    made on purpose. Raises ModelError when it cannot be loaded or exported."""
+    from hybridsearch.embedding.lean import LeanUnsupported, lean_spec
+
+    try:
+        spec = lean_spec(folder)
+    except LeanUnsupported as exc:
+        raise ModelError(f"cannot verify {folder}: {exc}") from exc
+    onnx_path = _exported_onnx(folder)
+    ref = torch_vectors(folder, texts)
+    got = OnnxFolderEncoder(onnx_path, folder, spec.pooling, spec.max_length, spec.normalize).encode(texts)
+    cos, diff = compare_vectors(ref, got)
+    ok = cos >= threshold
+    notes: tuple[str, ...] = ()
+    if ok:
+        notes = (f"its files are recorded in {record_files(folder, [onnx_path])}",)
+    return Verified(str(folder), "torch (sentence-transformers) vs ONNX Runtime", cos, diff, threshold, ok, notes)
 
 
 def _exported_onnx(folder: Path) -> Path:

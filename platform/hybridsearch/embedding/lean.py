@@ -192,6 +192,11 @@ def pool(hidden: np.ndarray, mask: np.ndarray, mode: str, normalize: bool = True
     return out
 
 
+#: Lowest cosine between torch's (sentence-transformers') and ONNX Runtime's vector of any text checked for the two
+#: to count as the same model: when a model is fetched or verified (:mod:`.fetch`), and for the query encoder
+MIN_COSINE = 0.9999
+
+
 def compare_vectors(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
     """The lowest cosine between matching rows of ``a`` and ``b`` and their largest absolute difference."""
     a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hybridsearch.embedding.catalogue import MARKER
-from hybridsearch.embedding.models import resolve_model
+from hybridsearch.embedding.models import record_files, resolve_model
 from hybridsearch.errors import ModelError
 from hybridsearch.settings import EmbeddingSettings
 
@@ -81,6 +81,7 @@ def export(model: SentenceTransformer, model_dir: str | Path, quantized: bool = 
     (:func:`onnx_files`: a catalogue model's shipped file is used, not exported again)."""
     fp32, target = onnx_files(model_dir, quantized)
     with _export_lock:
+        made = not fp32.exists() or (quantized and not target.exists())
         if not fp32.exists():
             _export_fp32(model, fp32)
         if quantized and not target.exists():
@@ -96,6 +97,8 @@ def export(model: SentenceTransformer, model_dir: str | Path, quantized: bool = 
             finally:
                 root.setLevel(level)
             tmp.replace(target)
+        if made:
+            record_files(Path(model_dir), [target] if target == fp32 else [fp32, target])
     return target
 
 

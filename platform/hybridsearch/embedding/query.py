@@ -37,7 +37,14 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from hybridsearch.embedding import agreement as records
-from hybridsearch.embedding.lean import LeanQueryEncoder, LeanUnsupported, compare_vectors, lean_spec, window
+from hybridsearch.embedding.lean import (
+    MIN_COSINE,
+    LeanQueryEncoder,
+    LeanUnsupported,
+    compare_vectors,
+    lean_spec,
+    window,
+)
 from hybridsearch.embedding.models import pick_device, resolve_model
 from hybridsearch.embedding.prompts import resolve_prompts
 from hybridsearch.errors import ModelError
@@ -48,8 +55,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 Encode = Callable[[str], np.ndarray]
-#: Lowest cosine between a probe's ONNX and reference vectors for ``auto`` to take ONNX.
-MIN_COSINE = 0.99999
 #: Texts of several lengths (one past the model's 256-token limit, so truncation is compared too).
 PROBES = (
     "how do bees find food",
