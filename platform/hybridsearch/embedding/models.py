@@ -231,7 +231,8 @@ def changed_files(folder: Path) -> list[str] | None:
         try:
             st = file.stat()
         except OSError:
-            changed.append(f"{name} (missing)")
+            if not Path(name).is_absolute():  # an export outside the folder may be deleted: it is made again
+                changed.append(f"{name} (missing)")
             continue
         if st.st_size != pin.get("size"):
             changed.append(f"{name} (size {st.st_size}, recorded {pin.get('size')})")

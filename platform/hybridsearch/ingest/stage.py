@@ -9,7 +9,6 @@ so the embedder never waits on the network while there is room.
 
 from __future__ import annotations
 
-import copy
 import logging
 import time
 from collections import deque
@@ -19,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from hybridsearch.engine import EngineClient
-from hybridsearch.ingest.chunking import HFTokenizer
+from hybridsearch.ingest.chunking import Tokenizer
 from hybridsearch.ingest.writer import DeadLetter, WriteReport, write_actions
 from hybridsearch.settings import IngestSettings
 
@@ -33,10 +32,10 @@ log = logging.getLogger(__name__)
 Encode = Callable[[list[str]], "np.ndarray"]  # one vector per text
 
 
-def copy_tokenizer(embedder: Embedder) -> HFTokenizer:
+def copy_tokenizer(embedder: Embedder) -> Tokenizer:
     """The embedder's tokenizer for chunking in another thread than the embedder's: a copy, because a Rust
     tokenizer used from two threads at once fails with "Already borrowed"."""
-    return HFTokenizer(copy.deepcopy(embedder.model.tokenizer))
+    return embedder.tokenizer()
 
 
 @dataclass
