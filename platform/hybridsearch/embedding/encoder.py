@@ -200,13 +200,13 @@ class OnnxEncoder:
     """Unit vectors of texts by the ONNX graph ``onnx_path`` of a folder read as ``spec`` says: tokenised (cut at
     the model's limit or a shorter window), sorted by length, padded per batch, run, pooled."""
 
-    def __init__(self, onnx_path: Path, spec: ModelSpec) -> None:
+    def __init__(self, onnx_path: Path, spec: ModelSpec, threads: int | None = None) -> None:
         from hybridsearch.embedding.onnx import ort_session
 
         self.spec, self.onnx_path = spec, onnx_path
         self.tokenizer = load_tokenizer(spec)
         self._lock = threading.Lock()  # the Rust tokenizer's truncation is set per call
-        self.session: Any = ort_session(onnx_path, "cpu")
+        self.session: Any = ort_session(onnx_path, "cpu", threads)
         self.inputs = {i.name for i in self.session.get_inputs()}
         outputs = [o.name for o in self.session.get_outputs()]
         self.output = "last_hidden_state" if "last_hidden_state" in outputs else outputs[0]
@@ -262,10 +262,12 @@ def load_sentence_transformer(name: str, device: str = "auto", **kwargs: Any) ->
 # --- the embedder --------------------------------------------------------------------------------------------------
 
 class Embedder:
-    """Encodes texts into unit vectors; loads its model lazily, once, thread-safely."""
+    """Encodes texts into unit vectors; loads its model lazily, once, thread-safely. ``threads``: the CPU threads
+    it computes with (None: ONNX Runtime's one per core, torch's default), for worker processes side by side."""
 
-    def __init__(self, cfg: EmbeddingSettings | None = None) -> None:
+    def __init__(self, cfg: EmbeddingSettings | None = None, *, threads: int | None = None) -> None:
         self.cfg = cfg or EmbeddingSettings()
+        self.threads = threads
         self._model: SentenceTransformer | None = None
         self._onnx: OnnxEncoder | None = None
         self._runtime: Literal["onnx", "torch"] | None = None
@@ -287,6 +289,10 @@ class Embedder:
         if self._model is None:
             with self._lock:
                 if self._model is None:
+                    if self.threads:
+                        import torch
+
+                        torch.set_num_threads(self.threads)
                     self._model = self._check_dims(load_sentence_transformer(self.cfg.model, self.cfg.device))
         return self._model
 
@@ -328,7 +334,7 @@ class Embedder:
                 raise ModelError(f"{entry.name} has no ONNX graph",
                                  fix=f"Run `hsp models fetch {entry.name} --force`")
             target = export(self.model, where, quantized)  # once: torch loads for it
-        encoder = OnnxEncoder(target, spec)
+        encoder = OnnxEncoder(target, spec, self.threads)
         dims = int(encoder.encode(["a"]).shape[1])
         if dims != self.cfg.dims:
             raise ModelError(f"model {self.cfg.model!r} makes {dims}-dim vectors but "

@@ -120,16 +120,16 @@ def _export_fp32(model: SentenceTransformer, path: Path) -> None:
     tmp.replace(path)
 
 
-def ort_session(path: Path, device: str = "cpu") -> Any:
+def ort_session(path: Path, device: str = "cpu", threads: int | None = None) -> Any:
     """An ONNX Runtime session on ``path`` (CUDA first when ``device`` allows and the provider exists): every graph
-    optimisation, one intra-op thread per core this process may use, threads that sleep between runs rather than
-    spin (a CPU shared with the engine keeps its cores)."""
+    optimisation, ``threads`` intra-op threads (None: one per core this process may use), threads that sleep between
+    runs rather than spin (a CPU shared with the engine keeps its cores)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.intra_op_num_threads = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-        os.cpu_count() or 1)
+    opts.intra_op_num_threads = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1))
     opts.inter_op_num_threads = 1
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     providers = ["CPUExecutionProvider"]
