@@ -11,7 +11,7 @@ assembly, rerank, total), the client-side overhead share, the hybrid/slower-sing
 candidate count and latency of hybrid search at several per-list depths (``bm25_k`` = ``knn_k``).
 
 The fast path (``--no-fast-path`` skips it), side by side in the same run: the query encoders on one query at a
-time (torch, the ONNX Runtime fp32 encoder that ``HSP_EMBEDDING__QUERY_BACKEND=auto`` picks, and int8 for
+time (torch, the ONNX Runtime fp32 encoder that ``HSP_EMBEDDING__BACKEND=auto`` runs on CPU, and int8 for
 comparison): p50/p95 and agreement with torch over every query of the split; then searches interleaved per
 query: hybrid as before (torch, one ``_msearch`` after embedding), hybrid with ONNX, hybrid with ONNX and BM25
 sent while embedding (the default), BM25, dense with each encoder, hybrid with int8: p50/p95, nDCG@10 and the

@@ -1,4 +1,4 @@
-"""Prompts per model family (issue 26): every passage embedded after the model's passage prompt, every query after
+"""Prompts per model family: every passage embedded after the model's passage prompt, every query after
 its query prompt (torch and ONNX), the settings' override (empty: none), the embedding cache keyed on the prompt,
 the chunk index's _meta recording the passage prompt, train-embedder's texts prompted the same way."""
 
@@ -227,7 +227,7 @@ def test_the_chunk_index_records_and_checks_the_passage_prompt() -> None:
     assert meta_differences(built, e5) == []
     unprompted = _settings(model="e5-small-v2", passage_prompt="")
     assert meta_differences(built, unprompted) == [("_meta.passage_prompt", "", P)]
-    e5_before = {**old, "embedding_model": "e5-small-v2"}  # e5 embedded without prompts before issue 26
+    e5_before = {**old, "embedding_model": "e5-small-v2"}  # an index whose _meta names no passage prompt
     assert meta_differences(e5_before, e5) == [("_meta.passage_prompt", P, None)]
     assert meta_differences(e5_before, unprompted) == []
 

@@ -1,4 +1,4 @@
-"""The model catalogue (issue 26): complete entries, SHA-512 pins enforced, a langchain4j-style jar (a tiny BERT
+"""The model catalogue: complete entries, SHA-512 pins enforced, a langchain4j-style jar (a tiny BERT
 exported to ONNX here) rebuilt into a folder sentence-transformers loads with the same vectors as ONNX Runtime, and
 a model that is not on this machine failing at once, with one line, without touching the network."""
 

@@ -1,4 +1,4 @@
-"""The one place that knows a model's query and passage prompts (issue 26).
+"""The one place that knows a model's query and passage prompts.
 
 Some model families embed a text together with an instruction put before it: bge-small-en-v1.5 puts
 ``Represent this sentence for searching relevant passages: `` before a query and nothing before a passage,
