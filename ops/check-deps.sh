@@ -40,3 +40,8 @@ fi
 "$VENV/bin/deptry" platform || { echo "[check-deps] declare the imports above in pyproject.toml" >&2; exit 1; }
 "$VENV/bin/lint-imports" --no-cache || { echo "[check-deps] an import breaks a contract above (docs/architecture.md)" >&2; exit 1; }
 "$VENV/bin/python" -m mypy platform/hybridsearch ops/bench/*.py || { echo "[check-deps] type errors above (mypy)" >&2; exit 1; }
+# One tokenizer per model: only embedding/encoder.py builds one (the chunker and every encoder take it from there).
+if grep -rnE "AutoTokenizer|Tokenizer\.from_(file|str|pretrained)|PreTrainedTokenizer" platform/hybridsearch \
+    | grep -vE "^platform/hybridsearch/embedding/(encoder|fetch)\.py:"; then
+  echo "[check-deps] a second tokenizer above: take the embedder's (Embedder.tokenizer, embedding/encoder.py)" >&2; exit 1
+fi

@@ -33,12 +33,12 @@ if [[ ! -f "$stamp" ]] || ! "$VENV/bin/python" -c "import hybridsearch" 2>/dev/n
    || [[ "$("$VENV/bin/python" -c 'import hybridsearch,os;print(os.path.realpath(hybridsearch.__file__))' 2>/dev/null)" != "$root"/* ]]; then
   t0=$SECONDS
   if [[ -n "${fresh:-}" ]]; then
-    say "installing hybridsearch-platform[dev,onnx] with torch and the offline MiniLM model"
+    say "installing hybridsearch-platform[dev] with torch and the offline MiniLM model"
     say "(about 3 GB: 2-3 minutes with pip's download cache warm, longer on a slow link the first time)"
   else
-    say "updating the editable install of hybridsearch-platform[dev,onnx] from $root"
+    say "updating the editable install of hybridsearch-platform[dev] from $root"
   fi
-  "$VENV/bin/python" -m pip install -q -e "$root[dev,onnx]" >&2
+  "$VENV/bin/python" -m pip install -q -e "$root[dev]" >&2
   rm -f "$VENV"/.hsp-installed-*
   touch "$stamp"
   say "installed in $((SECONDS - t0)) s"

@@ -32,7 +32,6 @@ from rich.table import Table
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import connect
-from hybridsearch.ingest.chunking import HFTokenizer
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.runs import IngestResult
@@ -75,7 +74,7 @@ def dense_quality(corpus: Path, extra_docs: int, settings: Settings, backends: d
             docs.append(d)
     rows = []
     for name, emb in backends.items():
-        tok = HFTokenizer(emb.model.tokenizer)
+        tok = emb.tokenizer()
         owners, texts = [], []
         for d in docs:
             for _, t in document_chunks(d, settings.chunking, settings.embedding, settings.index.tenant, tok,
@@ -130,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Pipeline and pure encode alternate slice by slice, so load from other work on the machine
         # falls on both alike; each pipeline slice is a full run (index check, lookups, run record).
-        tok = HFTokenizer(embedder.model.tokenizer)
+        tok = embedder.tokenizer()
         batch = max(settings.embedding.batch_size * 4, 16)  # what the pipeline hands the embedder
         first = IngestResult(run_id="all", index="", source=str(args.corpus))
         texts: list[str] = []

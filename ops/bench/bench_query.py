@@ -11,7 +11,7 @@ assembly, rerank, total), the client-side overhead share, the hybrid/slower-sing
 candidate count and latency of hybrid search at several per-list depths (``bm25_k`` = ``knn_k``).
 
 The fast path (``--no-fast-path`` skips it), side by side in the same run: the query encoders on one query at a
-time (torch, the ONNX Runtime fp32 encoder that ``HSP_EMBEDDING__QUERY_BACKEND=auto`` picks, and int8 for
+time (torch, the ONNX Runtime fp32 encoder that ``HSP_EMBEDDING__BACKEND=auto`` runs on CPU, and int8 for
 comparison): p50/p95 and agreement with torch over every query of the split; then searches interleaved per
 query: hybrid with torch and one ``_msearch`` after embedding, hybrid with ONNX, hybrid with ONNX and BM25
 sent while embedding (the default), BM25, dense with each encoder, hybrid with int8: p50/p95, nDCG@10 and the
@@ -36,12 +36,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from rich.console import Console
 from rich.table import Table
 
 from hybridsearch.cli.progress import RichProgress
-from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.embedding.query import agreement
+from hybridsearch.embedding.encoder import Embedder, compare_vectors
 from hybridsearch.engine import connect
 from hybridsearch.eval.datasets import Collection, iter_corpus, load_collection
 from hybridsearch.eval.metrics import evaluate
@@ -157,12 +157,11 @@ def report_modes(out: dict[str, Any], rerank: bool) -> dict[str, Any]:
 
 
 def encoder_embedders(settings: Settings, base: Embedder) -> dict[str, Embedder]:
-    """The query encoders compared: torch (the ingestion encoder), ``base`` (auto: ONNX fp32 when it agrees) and
-    int8 (the dynamically quantised ONNX file; its own reference, so it is never the default)."""
+    """The query encoders compared: torch (sentence-transformers), ``base`` (auto: ONNX fp32 on CPU) and int8 (the
+    dynamically quantised ONNX file, never the default)."""
     cfg = settings.embedding
-    return {"torch": Embedder(cfg.model_copy(update={"query_backend": "torch"})), "auto": base,
-            "int8": Embedder(cfg.model_copy(update={"backend": "onnx", "onnx_quantized": True,
-                                                    "query_backend": "onnx"}))}
+    return {"torch": Embedder(cfg.model_copy(update={"backend": "torch"})), "auto": base,
+            "int8": Embedder(cfg.model_copy(update={"backend": "onnx", "onnx_quantized": True}))}
 
 
 def bench_encoders(embedders: dict[str, Embedder], texts: list[str], warmup: int) -> dict[str, Any]:
@@ -183,15 +182,16 @@ def bench_encoders(embedders: dict[str, Embedder], texts: list[str], warmup: int
     out: dict[str, Any] = {}
     torch_encode = embedders["torch"].encode_query
     for n in names:
-        qe = embedders[n].query_encoder
-        label = f"{qe.backend}{' int8' if n == 'int8' else ' fp32' if qe.backend == 'onnx' else ''}"
-        cos, diff = agreement(torch_encode, embedders[n].encode_query, texts)
+        runtime = embedders[n].runtime
+        label = f"{runtime}{' int8' if n == 'int8' else ' fp32' if runtime == 'onnx' else ''}"
+        cos, diff = compare_vectors(np.stack([torch_encode(t) for t in texts]),
+                                    np.stack([embedders[n].encode_query(t) for t in texts]))
         out[n] = {"backend": label, "p50": pct(times[n], 50), "p95": pct(times[n], 95),
                   "mean": statistics.fmean(times[n]), "min_cosine": cos, "max_abs_diff": diff}
         table.add_row(f"{n}: {label}", f"{out[n]['p50']:.2f}", f"{out[n]['p95']:.2f}", f"{out[n]['mean']:.2f}",
                       f"{cos:.7f}", f"{diff:.1e}")
     console.print(table)
-    console.print(f"auto chose {embedders['auto'].query_encoder.backend}: {embedders['auto'].query_encoder.reason}")
+    console.print(f"auto runs {embedders['auto'].runtime}")
     out["onnx_vs_torch_p50"] = out["auto"]["p50"] / out["torch"]["p50"]
     return out
 

@@ -1,9 +1,9 @@
 #!/usr/bin/env python
 """The query encoder's cost against query length: median ms to embed one query of 8, 16, 32, 64,
-128 and 256 word pieces with the lean ONNX encoder on the fp32 and the int8 file, measured side by side.
+128 and 256 word pieces with the ONNX encoder on the fp32 and the int8 file, measured side by side.
 
-What is timed is what a search pays: one call of the lean query encoder (:class:`~hybridsearch.embedding.lean.
-LeanQueryEncoder`: tokenise, one ONNX Runtime run, pool) on one text, from one thread, in the session the search
+What is timed is what a search pays: one call of the one encoder (:class:`~hybridsearch.embedding.encoder.
+OnnxEncoder`: tokenise, one ONNX Runtime run, pool) on one text, from one thread, in the session the search
 path makes (:func:`~hybridsearch.embedding.onnx.ort_session`: threads that do not spin, ONNX Runtime's default
 intra-op threads; ``--threads N`` makes it N intra-op threads instead, ``--threads 1`` one core per query). The
 texts are real: prefixes of SciFact abstracts (in id order) ending at a word, ``--texts`` of them per length,
@@ -38,7 +38,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridsearch.embedding.lean import LeanQueryEncoder, lean_spec
+from hybridsearch.embedding.encoder import ModelSpec, OnnxEncoder, load_tokenizer, read_spec
 from hybridsearch.settings import DEFAULT_EMBEDDING_MODEL
 
 DEFAULT_CORPUS = Path("/work/shared/datasets/scifact/corpus.jsonl.gz")
@@ -62,7 +62,20 @@ def onnx_paths(model: str) -> dict[str, Path]:
     return paths
 
 
-def session_threads(encoder: LeanQueryEncoder, threads: int) -> None:
+class OneQuery:
+    """One query's vector by the one encoder, as :meth:`~hybridsearch.embedding.encoder.Embedder.encode_query`
+    makes it (the prompt first), with the tokenizer that counts its word pieces."""
+
+    def __init__(self, onnx_path: Path, spec: ModelSpec, prompt: str) -> None:
+        self.encoder = OnnxEncoder(onnx_path, spec)
+        self.onnx_path, self.spec, self.prompt, self.tokenizer = onnx_path, spec, prompt, load_tokenizer(spec)
+
+    def __call__(self, text: str) -> np.ndarray:
+        vec: np.ndarray = self.encoder.encode([text], self.prompt)[0]
+        return vec
+
+
+def session_threads(encoder: OneQuery, threads: int) -> None:
     """Replace ``encoder``'s session by one like the search path's with at most ``threads`` intra-op threads."""
     import onnxruntime as ort
 
@@ -71,11 +84,11 @@ def session_threads(encoder: LeanQueryEncoder, threads: int) -> None:
     opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     opts.intra_op_num_threads = threads
     opts.inter_op_num_threads = 1
-    encoder.session = ort.InferenceSession(str(encoder.onnx_path), sess_options=opts,
-                                           providers=["CPUExecutionProvider"])
+    encoder.encoder.session = ort.InferenceSession(str(encoder.onnx_path), sess_options=opts,
+                                                   providers=["CPUExecutionProvider"])
 
 
-def texts_of_length(encoder: LeanQueryEncoder, corpus: Path, lengths: list[int],
+def texts_of_length(encoder: OneQuery, corpus: Path, lengths: list[int],
                     per_length: int) -> dict[int, list[str]]:
     """``per_length`` distinct texts per length, each a word-ending prefix of an abstract whose encoding (with the
     prompt, [CLS] and [SEP]) is exactly that many word pieces."""
@@ -191,12 +204,12 @@ def main(argv: list[str] | None = None) -> int:
     from hybridsearch.settings import EmbeddingSettings
 
     folder = resolve_model(args.model)
-    spec = lean_spec(folder)
+    spec = read_spec(folder)
     if max(lengths) > spec.max_length:
         ap.error(f"--lengths: the model's limit is {spec.max_length} word pieces")
     prompt = resolve_prompts(EmbeddingSettings(model=args.model)).query
     paths = onnx_paths(args.model)
-    encoders = {v: LeanQueryEncoder(paths[v], spec, prompt) for v in variants}
+    encoders = {v: OneQuery(paths[v], spec, prompt) for v in variants}
     for e in encoders.values():
         if args.threads:
             session_threads(e, args.threads)

@@ -19,8 +19,7 @@ reports/eval-query-window-<time>.json (``--out DIR``: DIR/eval-query-window.json
     $V/bin/python ops/bench/eval_query_window.py
     $V/bin/python ops/bench/eval_query_window.py --variants limit,w64 --limit-queries 50
 
-Run it with ``HSP_ONNX_CACHE`` pointing at a copy of the ONNX cache when other processes share the machine: each
-window rewrites the query encoder's agreement record. Needs HSP_ES_URL. Exit 0; numbers only, no gate.
+Needs HSP_ES_URL. Exit 0; numbers only, no gate.
 """
 
 from __future__ import annotations
@@ -51,8 +50,8 @@ def variant_settings(embedding: EmbeddingSettings, name: str) -> EmbeddingSettin
     int8 = name.startswith("int8")
     window = int(m.group(3)) if m.group(3) else None
     return embedding.model_copy(update={
-        "query_max_tokens": window, "query_backend": "onnx", "device": "cpu", "query_cache_size": 0,
-        **({"backend": "onnx", "onnx_quantized": True} if int8 else {"backend": "torch", "onnx_quantized": False})})
+        "query_max_tokens": window, "backend": "onnx", "device": "cpu", "query_cache_size": 0,
+        "onnx_quantized": int8})
 
 
 def run_variant(settings: Settings, dataset: Path, prefix: str, name: str, limit: int | None) -> dict[str, Any]:
@@ -66,19 +65,17 @@ def run_variant(settings: Settings, dataset: Path, prefix: str, name: str, limit
     s = eval_settings(settings, prefix)
     s = s.model_copy(update={"embedding": variant_settings(s.embedding, name)})
     embedder = Embedder(s.embedding)
-    encoder = embedder.query_encoder
     es = connect(s.es)
     try:
         evaluation = evaluate_collection(es, s, collection, list(MODES), embedder=embedder, ingest=False)
     finally:
         es.close()
     report = evaluation.report
-    window = getattr(encoder.encode, "spec", None)
     return {
         "variant": name, "collection": collection.name, "queries": len(collection.queries),
         "index": report.index["name"], "index_action": report.index["action"],
-        "query_encoder": {"backend": encoder.backend, "reason": encoder.reason, "type": type(encoder.encode).__name__,
-                          "window": getattr(window, "max_length", None)},
+        "query_encoder": {"backend": embedder.runtime, "type": "OnnxEncoder",
+                          "window": s.embedding.query_max_tokens or embedder.max_seq_length},
         "metrics": {m.mode: {k: m.metrics.get(k) for k in METRICS} for m in report.modes if m.status == "ok"},
         "embed_ms_p50": {m.mode: m.latency_ms["embed"].p50 for m in report.modes if m.status == "ok"},
     }

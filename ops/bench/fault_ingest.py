@@ -159,12 +159,11 @@ def expected_chunks(corpus: Path, settings: Settings) -> tuple[dict[str, set[str
     ingestion calls it; the model's tokenizer, no encoding); and how many records were not valid documents (no
     chunks or unreadable)."""
     from hybridsearch.embedding.encoder import Embedder
-    from hybridsearch.ingest.chunking import HFTokenizer
     from hybridsearch.ingest.layout import document_chunks
     from hybridsearch.ingest.sources import Document, read_path
 
     embedder = Embedder(settings.embedding)
-    tokenizer = HFTokenizer(embedder.model.tokenizer)
+    tokenizer = embedder.tokenizer()
     want: dict[str, set[str]] = {}
     invalid = 0
     for d in read_path(corpus):

@@ -59,15 +59,11 @@ class Pieces:
     """Word pieces of a text by the default model's tokenizer (``tokenizers``; no special tokens, no cut)."""
 
     def __init__(self) -> None:
-        from tokenizers import Tokenizer
-
-        from hybridsearch.embedding.lean import lean_spec
+        from hybridsearch.embedding.encoder import load_tokenizer, read_spec
         from hybridsearch.embedding.models import resolve_model
         from hybridsearch.settings import DEFAULT_EMBEDDING_MODEL
 
-        self.tokenizer = Tokenizer.from_file(lean_spec(resolve_model(DEFAULT_EMBEDDING_MODEL)).tokenizer)
-        self.tokenizer.no_truncation()
-        self.tokenizer.no_padding()
+        self.tokenizer = load_tokenizer(read_spec(resolve_model(DEFAULT_EMBEDDING_MODEL)))
 
     def __call__(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)

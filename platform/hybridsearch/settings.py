@@ -131,15 +131,14 @@ class EmbeddingSettings(BaseModel):
     dims: int = Field(384, ge=1, le=4096)
     batch_size: int = Field(32, ge=1)
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    backend: Literal["torch", "onnx"] = "torch"
-    onnx_quantized: bool = Field(False, description="with backend=onnx: int8-quantised weights")
-    query_backend: Literal["auto", "torch", "onnx"] = Field(
-        "auto", description="the encoder of search queries (one text at a time): onnx runs the model's ONNX "
-        "export in ONNX Runtime (same vectors, see hybridsearch.embedding.query); torch the ingestion encoder; "
-        "auto: onnx when onnxruntime imports, the export works and its vectors agree, else torch (logged)")
+    backend: Literal["auto", "torch", "onnx"] = Field(
+        "auto", description="what embeds passages and queries: auto = the model's ONNX graph in ONNX Runtime on CPU "
+        "(the folder's tokenizer.json, pooling and normalisation; hybridsearch.embedding.encoder), "
+        "sentence-transformers' torch model on a GPU or for a folder ONNX cannot serve; onnx or torch insist")
+    onnx_quantized: bool = Field(False, description="with ONNX: int8-quantised weights")
     query_max_tokens: int | None = Field(
         None, ge=8, description="query window: the most word pieces of a search query embedded (special tokens and "
-        "the query prompt included), by every query encoder; unset: the model's own limit (256 for "
+        "the query prompt included); unset: the model's own limit (256 for "
         "all-MiniLM-L6-v2); a larger value is capped at it. Measured: docs/evaluation.md, Long queries")
     prepend_title: bool = Field(True, description="embed 'title. text' rather than text alone")
     query_cache_size: int = Field(1024, ge=0, description="LRU entries of query embeddings")

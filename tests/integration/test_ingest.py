@@ -14,7 +14,7 @@ from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import IndexMismatch
 from hybridsearch.index.versions import ensure_index
-from hybridsearch.ingest.chunking import HFTokenizer, chunk_text, text_budget
+from hybridsearch.ingest.chunking import chunk_text, text_budget
 from hybridsearch.ingest.ids import chunk_id
 from hybridsearch.ingest.pipeline import delete_documents, run_ingest
 from hybridsearch.ingest.sources import Document
@@ -168,7 +168,7 @@ def test_index_built_for_another_model_is_refused(es: EngineClient, settings: Se
 
 
 def test_chunks_fit_the_model_with_the_title(embedder: Embedder) -> None:
-    tok = HFTokenizer(embedder.model.tokenizer)
+    tok = embedder.tokenizer()
     title = "A rather long title about " + "many things " * 10
     text = " ".join(f"Word{i}" for i in range(600))
     limit = text_budget(tok, title, True, embedder.max_seq_length)

@@ -25,7 +25,7 @@ from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, connect
 from hybridsearch.errors import ClusterError, ClusterUnavailable, IngestError
-from hybridsearch.ingest.chunking import HFTokenizer, chunk_text, text_budget
+from hybridsearch.ingest.chunking import chunk_text, text_budget
 from hybridsearch.ingest.ids import chunk_id
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
@@ -164,7 +164,7 @@ def docs(n: int = 10) -> list[Document]:
 
 def assert_indexed_exactly_once(es: EngineClient, settings: Settings, embedder: Embedder,
                                 documents: list[Document]) -> None:
-    tok = HFTokenizer(embedder.model.tokenizer)
+    tok = embedder.tokenizer()
     sig = chunker_signature(settings.chunking)
     want = set()
     for d in documents:

@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hybridsearch.index.visibility import STATE_ID, visible_query
 
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import IndexNotFound, LeaseLost
+from hybridsearch.index.visibility import STATE_ID, visible_query
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
 from hybridsearch.ingest.writer import read_dead_letter

@@ -16,7 +16,6 @@ import pytest
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.index.visibility import hidden_lookup, visible_query
-from hybridsearch.ingest.chunking import HFTokenizer
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document, read_path
@@ -116,7 +115,7 @@ def _start_and_kill(es: EngineClient, settings: Settings, embedder: Embedder, en
     rows = [{"_id": f"d{d}", "title": f"Cohort {d}",
              "text": "".join(SENTENCE.format(d=d, i=i, n=i * 3) for i in range(90))} for d in range(KILL_DOCS)]
     corpus.write_text("\n".join(json.dumps(r) for r in rows))
-    tokenizer = HFTokenizer(embedder.model.tokenizer)
+    tokenizer = embedder.tokenizer()
     expected = {d.doc_id: len(list(document_chunks(d, settings.chunking, settings.embedding, settings.index.tenant,
                                                    tokenizer, embedder.max_seq_length)))
                 for d in read_path(corpus) if isinstance(d, Document)}

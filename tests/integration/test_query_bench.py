@@ -29,7 +29,6 @@ def test_bench_query_on_a_small_subset(settings: Settings, tmp_path: Path, monke
     # a tiny random model (32 dims): every stage and encoder of the benchmark runs, at little cost
     monkeypatch.setenv("HSP_EMBEDDING__MODEL", str(tiny_bi_encoder))
     monkeypatch.setenv("HSP_EMBEDDING__DIMS", "32")
-    monkeypatch.setenv("HSP_ONNX_CACHE", str(tmp_path / "onnx"))
     monkeypatch.setenv("HSP_CACHE", str(tmp_path / "cache"))
     out = tmp_path / "bench.json"
     assert bench.main(["--prefix", settings.index.prefix, "--build-subset", "20", "--queries", "3", "--warmup", "1",

@@ -158,7 +158,7 @@ def test_train_embedder_trains_a_model_an_index_migrates_to_while_searches_run(
     from hybridsearch.training.embedder import run_embedder_training
     from hybridsearch.training.embedder_card import read_embedder_card
 
-    monkeypatch.setenv("HSP_ONNX_CACHE", str(tmp_path / "onnx"))
+    monkeypatch.setenv("HSP_CACHE", str(tmp_path / "hsp-cache"))
     out = tmp_path / "embedder"
     cfg = EmbedderConfig(dataset=collection, out=out, negatives=1, depth=10, epochs=1, batch_size=8,
                          max_seq_length=48, val_fraction=0.2, device="cpu", seed=1)
@@ -183,7 +183,7 @@ def test_train_embedder_trains_a_model_an_index_migrates_to_while_searches_run(
     import importlib.util
 
     if importlib.util.find_spec("onnxruntime"):
-        assert mine.query_encoder.backend == "onnx"  # exported from the folder, agrees with torch
+        assert mine.runtime == "onnx"  # exported from the folder, whose files the training recorded
     vec = mine.encode_query("what is known about asthma attacks?")
     assert abs(float(vec @ embedder.encode_query("what is known about asthma attacks?")) - 1) > 1e-6
     assert model_identity(trained) != model_identity(settings.embedding)

@@ -10,12 +10,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hybridsearch.chunker_signature import chunker_signature
-from hybridsearch.embedding.models import resolve_model
+from hybridsearch.embedding.encoder import Embedder, TextTokenizer
 from hybridsearch.index.spec import section_words_of
 from hybridsearch.ingest.chunking import (
     MAX_SEGMENT_CHARS,
     Chunk,
-    HFTokenizer,
     Tokenizer,
     WhitespaceTokenizer,
     chunk_text,
@@ -23,16 +22,15 @@ from hybridsearch.ingest.chunking import (
     text_budget,
 )
 from hybridsearch.ingest.layout import section_leaders
-from hybridsearch.settings import ChunkingSettings
+from hybridsearch.settings import ChunkingSettings, EmbeddingSettings
 
 STRATEGIES = ["paragraph", "sentence", "token", "fixed", "parent_child"]
 
 
 @cache
-def hf() -> HFTokenizer:
-    from transformers import AutoTokenizer
-
-    return HFTokenizer(AutoTokenizer.from_pretrained(resolve_model("all-MiniLM-L6-v2")))
+def hf() -> TextTokenizer:
+    """The packaged MiniLM's tokenizer, as the chunker gets it from the embedder."""
+    return Embedder(EmbeddingSettings(device="cpu")).tokenizer()
 
 
 WORDS = st.sampled_from(

@@ -29,7 +29,7 @@ def vector(text: str, dims: int = DIMS) -> np.ndarray:
 
 
 class CountingEmbedder(Embedder):
-    """Records every ``encode`` call; loading its model fails the test."""
+    """Records every ``embed`` call (the one funnel of every vector); loading its model fails the test."""
 
     def __init__(self, cfg: EmbeddingSettings | None = None) -> None:
         super().__init__(cfg or EmbeddingSettings(dims=DIMS))
@@ -39,9 +39,10 @@ class CountingEmbedder(Embedder):
     def model(self) -> object:  # type: ignore[override]
         raise AssertionError("the model was loaded")
 
-    def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
+    def embed(self, texts: list[str], prompt: str, batch_size: int | None = None,
+              max_tokens: int | None = None) -> np.ndarray:
         self.calls.append(list(texts))
-        return np.stack([vector(t, self.cfg.dims) for t in texts])
+        return np.stack([vector(prompt + t, self.cfg.dims) for t in texts])
 
 
 def test_misses_are_embedded_in_one_batch_and_hits_skip_the_inner_embedder(tmp_path: Path) -> None:
@@ -94,8 +95,7 @@ def test_another_model_identity_misses(tmp_path: Path) -> None:
     assert len(list(tmp_path.glob("*.sqlite"))) == 4
     # what does not change the vectors does not change the identity
     base = EmbeddingSettings(dims=DIMS)
-    assert model_identity(base) == model_identity(EmbeddingSettings(dims=DIMS, prepend_title=False, batch_size=7,
-                                                                    onnx_quantized=True))
+    assert model_identity(base) == model_identity(EmbeddingSettings(dims=DIMS, prepend_title=False, batch_size=7))
 
 
 def test_a_model_folder_that_changes_gets_a_new_identity(tmp_path: Path) -> None:

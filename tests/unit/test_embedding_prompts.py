@@ -58,7 +58,7 @@ def cfg(model: str | Path = "all-MiniLM-L6-v2", **kw: Any) -> EmbeddingSettings:
 
 
 def tiny(folder: Path, **kw: Any) -> EmbeddingSettings:
-    return cfg(folder, dims=32, query_backend="torch", **kw)
+    return cfg(folder, dims=32, backend="torch", **kw)
 
 
 # --- where the prompts come from -------------------------------------------------------------------------------
@@ -113,19 +113,21 @@ def test_passages_and_queries_are_embedded_after_their_prompts(prompted: Path, s
     assert np.allclose(queries, reference(st, [Q + t for t in TEXTS]), atol=1e-6)
     for text, want in zip(TEXTS, queries, strict=True):
         assert np.allclose(e.encode_query(text), want, atol=1e-6)
-    assert e.query_encoder.backend == "torch"
+    assert e.runtime == "torch"
 
 
-def test_the_onnx_query_encoder_puts_the_query_prompt_first(prompted: Path, st: Any, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_onnx_encoder_puts_the_prompts_first(prompted: Path, st: Any, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("onnxruntime")
-    monkeypatch.setenv("HSP_ONNX_CACHE", str(tmp_path))
-    e = Embedder(cfg(prompted, dims=32, query_backend="onnx", query_cache_size=0))
-    assert e.query_encoder.backend == "onnx", e.query_encoder.reason
+    monkeypatch.setenv("HSP_CACHE", str(tmp_path))
+    e = Embedder(cfg(prompted, dims=32, backend="onnx", query_cache_size=0))
     got = np.stack([e.encode_query(t) for t in TEXTS])
+    assert e.runtime == "onnx"
     want = reference(st, [Q + t for t in TEXTS])
     assert float((got * want).sum(1).min()) > 0.99999
     assert float((got * reference(st, TEXTS)).sum(1).min()) < 0.999
+    passages = e.encode(TEXTS)
+    assert float((passages * reference(st, [P + t for t in TEXTS])).sum(1).min()) > 0.99999
 
 
 def test_the_override_replaces_or_disables_the_models_prompts(prompted: Path, st: Any) -> None:
@@ -153,7 +155,7 @@ def test_minilm_is_embedded_without_a_prompt() -> None:
 
     from hybridsearch.embedding.models import resolve_model
 
-    e = Embedder(cfg(query_backend="torch"))
+    e = Embedder(cfg(backend="torch"))
     assert e.prompts is NONE
     plain = SentenceTransformer(resolve_model("all-MiniLM-L6-v2"), device="cpu")
     want = np.asarray(plain.encode(TEXTS, normalize_embeddings=True), dtype=np.float32)
@@ -170,7 +172,8 @@ class PromptEcho(Embedder):
         super().__init__(cfg)
         self.calls: list[tuple[str, list[str]]] = []
 
-    def embed(self, texts: list[str], prompt: str, batch_size: int | None = None) -> np.ndarray:
+    def embed(self, texts: list[str], prompt: str, batch_size: int | None = None,
+              max_tokens: int | None = None) -> np.ndarray:
         self.calls.append((prompt, list(texts)))
         rng = [np.random.default_rng(abs(hash(prompt + t)) % 2**32) for t in texts]
         return np.stack([r.standard_normal(self.cfg.dims).astype(np.float32) for r in rng])

@@ -60,9 +60,9 @@ def test_eval_query_window_variants_change_only_the_query_side(name: str, window
     tool = load_ops("eval_query_window")
     base = EmbeddingSettings(query_prompt="q: ", batch_size=7)
     got = tool.variant_settings(base, name)
-    assert (got.query_max_tokens, got.onnx_quantized, got.backend == "onnx") == (window, int8, int8)
+    assert (got.query_max_tokens, got.onnx_quantized) == (window, int8)
     assert (got.model, got.dims, got.query_prompt, got.batch_size) == (base.model, base.dims, "q: ", 7)
-    assert got.query_backend == "onnx"  # never a silent fall-back to torch
+    assert got.backend == "onnx"  # never a silent fall-back to torch
 
 
 def test_eval_query_window_refuses_unknown_variants() -> None:

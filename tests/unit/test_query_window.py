@@ -1,6 +1,6 @@
-"""The query window (HSP_EMBEDDING__QUERY_MAX_TOKENS): every query encoder (the lean ONNX one, the
-ONNX one with the model's own modules, torch) cuts a long query at the window, prompt and special tokens included,
-exactly where the others do; unset or larger than the model's limit, at the limit. Run on the tiny bi-encoder
+"""The query window (HSP_EMBEDDING__QUERY_MAX_TOKENS): both runtimes of the encoder (ONNX and torch) cut a long
+query at the window, prompt and special tokens included, exactly where the other does; unset or larger than the
+model's limit, at the limit. Run on the tiny bi-encoder
 (random weights: a vector of 254 word pieces and one of the first 14 are far apart), then once on the packaged
 MiniLM."""
 
@@ -13,9 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.embedding.lean import LeanQueryEncoder, lean_spec, window
-from hybridsearch.embedding.query import MIN_COSINE, OnnxQueryEncoder, recorded_query_encoder
+from hybridsearch.embedding.encoder import MIN_COSINE, Embedder, load_tokenizer, read_spec, window
 from hybridsearch.errors import ConfigError
 from hybridsearch.settings import EmbeddingSettings, load_settings
 
@@ -49,7 +47,7 @@ def cos(a: np.ndarray, b: np.ndarray) -> float:
 
 @pytest.fixture
 def tiny(tiny_bi_encoder: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.setenv("HSP_ONNX_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HSP_CACHE", str(tmp_path / "cache"))
     return Path(shutil.copytree(tiny_bi_encoder, tmp_path / "tiny"))
 
 
@@ -60,17 +58,9 @@ def cfg(folder: str | Path, **kw: Any) -> EmbeddingSettings:
 
 
 def encoders(folder: Path, max_tokens: int | None) -> dict[str, Any]:
-    """The three query encoders of ``folder`` with the window ``max_tokens``."""
-    from hybridsearch.embedding.onnx import export, ort_session
-
-    torch_side = Embedder(cfg(folder, query_backend="torch", query_max_tokens=max_tokens))
-    path = export(torch_side.model, folder)
-    return {
-        "lean": LeanQueryEncoder(path, lean_spec(folder, max_tokens), PROMPT),
-        "onnx, own modules": OnnxQueryEncoder(torch_side.model, ort_session(path, "cpu", spinning=False), PROMPT,
-                                              max_tokens),
-        "torch": torch_side.encode_query,
-    }
+    """One query's vector of ``folder`` by each runtime, with the window ``max_tokens``."""
+    return {runtime: Embedder(cfg(folder, backend=runtime, query_max_tokens=max_tokens)).encode_query
+            for runtime in ("onnx", "torch")}
 
 
 def test_the_setting_comes_from_the_environment_and_refuses_tiny_windows(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -88,8 +78,8 @@ def test_the_window_is_the_smaller_of_the_two(limit: int, max_tokens: int | None
     assert window(limit, max_tokens) == want
 
 
-def test_every_query_encoder_cuts_at_the_window(tiny: Path) -> None:
-    full = Embedder(cfg(tiny))  # no window: the reference
+def test_both_runtimes_cut_at_the_window(tiny: Path) -> None:
+    full = Embedder(cfg(tiny, backend="torch"))  # no window: the reference
     short = full.embed([head(16)], PROMPT)[0]
     long_full = full.embed([LONG], PROMPT)[0]
     assert cos(short, long_full) < 0.99  # so a backend that ignored the window would be caught
@@ -100,50 +90,35 @@ def test_every_query_encoder_cuts_at_the_window(tiny: Path) -> None:
         assert cos(encode(head(16)), short) >= MIN_COSINE, name  # a query inside the window is untouched
 
 
-def test_the_lean_encoder_sees_window_word_pieces(tiny: Path) -> None:
-    spec = lean_spec(tiny, 16)
-    assert spec.max_length == 16 and lean_spec(tiny).max_length == 256 and lean_spec(tiny, 1000).max_length == 256
-    encoder = encoders(tiny, 16)["lean"]
-    assert isinstance(encoder, LeanQueryEncoder)
-    ids = encoder.tokenizer.encode(PROMPT + LONG).ids
-    assert len(ids) == 16 and ids[-1] == encoder.tokenizer.token_to_id("[SEP]")
+def test_the_tokenizer_sees_window_word_pieces(tiny: Path) -> None:
+    spec = read_spec(tiny)
+    assert spec.max_length == 256 and window(spec.max_length, 16) == 16 and window(spec.max_length, 1000) == 256
+    tokenizer = load_tokenizer(spec)
+    tokenizer.enable_truncation(window(spec.max_length, 16))
+    ids = tokenizer.encode(PROMPT + LONG).ids
+    assert len(ids) == 16 and ids[-1] == tokenizer.token_to_id("[SEP]")
 
 
 def test_a_window_past_the_models_limit_is_the_limit(tiny: Path) -> None:
-    reference = Embedder(cfg(tiny)).embed([LONG], PROMPT)[0]
+    reference = Embedder(cfg(tiny, backend="torch")).embed([LONG], PROMPT)[0]
     for name, encode in encoders(tiny, 1000).items():
         assert cos(encode(LONG), reference) >= MIN_COSINE, name
 
 
-def test_the_chosen_encoder_agrees_under_a_window_and_its_record_names_the_window(tiny: Path) -> None:
-    """The agreement check compares the ONNX encoder with torch, both windowed (a long probe is cut at the window);
-    the record made with one window does not serve another."""
-    chosen = Embedder(cfg(tiny, query_max_tokens=24)).query_encoder
-    assert chosen.backend == "onnx" and isinstance(chosen.encode, LeanQueryEncoder), chosen.reason
-    assert chosen.encode.spec.max_length == 24
-    recorded = recorded_query_encoder(cfg(tiny, query_max_tokens=24), PROMPT)
-    assert recorded is not None and isinstance(recorded.encode, LeanQueryEncoder)
-    assert recorded.encode.spec.max_length == 24
-    assert recorded_query_encoder(cfg(tiny), PROMPT) is None  # checked with another window: stale
-    assert recorded_query_encoder(cfg(tiny, query_max_tokens=32), PROMPT) is None
-
-
-def test_a_folder_without_tokenizer_json_is_windowed_by_its_own_modules(tiny: Path) -> None:
+def test_a_folder_without_tokenizer_json_is_embedded_by_torch(tiny: Path) -> None:
     (tiny / "tokenizer.json").unlink()
     e = Embedder(cfg(tiny, query_max_tokens=16))
-    chosen = e.query_encoder
-    assert chosen.backend == "onnx" and isinstance(chosen.encode, OnnxQueryEncoder), chosen.reason
-    assert cos(chosen.encode(LONG), Embedder(cfg(tiny)).embed([head(16)], PROMPT)[0]) >= MIN_COSINE
+    assert cos(e.encode_query(LONG), Embedder(cfg(tiny, backend="torch")).embed([head(16)], PROMPT)[0]) >= MIN_COSINE
+    assert e.runtime == "torch"
 
 
 def test_the_packaged_minilm_is_cut_at_the_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("HSP_ONNX_CACHE", str(tmp_path / "cache"))
-    full = Embedder(cfg("all-MiniLM-L6-v2"))
+    monkeypatch.setenv("HSP_CACHE", str(tmp_path / "cache"))
+    full = Embedder(cfg("all-MiniLM-L6-v2", backend="torch"))
     short = full.embed([head(32)], PROMPT)[0]
     assert cos(short, full.embed([LONG], PROMPT)[0]) < 0.99
-    chosen = Embedder(cfg("all-MiniLM-L6-v2", query_max_tokens=32)).query_encoder
-    assert chosen.backend == "onnx" and isinstance(chosen.encode, LeanQueryEncoder), chosen.reason
-    assert cos(chosen.encode(LONG), short) >= MIN_COSINE
+    windowed = Embedder(cfg("all-MiniLM-L6-v2", query_max_tokens=32))
+    assert cos(windowed.encode_query(LONG), short) >= MIN_COSINE and windowed.runtime == "onnx"
 
 
 @pytest.mark.parametrize("embedding", [{"query_max_tokens": 32}, {"backend": "onnx", "onnx_quantized": True}])

@@ -11,11 +11,11 @@ from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
 from hybridsearch.cli.output import table as output_table
 from hybridsearch.cli.progress import RichProgress
-from hybridsearch.errors import ConfigError, HybridSearchError
+from hybridsearch.errors import ConfigError
 from hybridsearch.settings import Settings
 
 if TYPE_CHECKING:
-    from hybridsearch.embedding.encoder import Embedder
+    pass
 
 console = make_console()
 log = logging.getLogger(__name__)
@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="chunking strategy (default: HSP_CHUNKING__STRATEGY, paragraph)")
     p.add_argument("--max-tokens", type=int, default=None, help="chunk size in word pieces")
     p.add_argument("--batch-size", type=int, default=None, help="embedding batch size")
-    p.add_argument("--backend", choices=["torch", "onnx"], default=None, help="embedding backend")
+    p.add_argument("--backend", choices=["auto", "torch", "onnx"], default=None, help="embedding backend")
     p.add_argument("--id-field", default=None, help="JSON field holding the document id (default: _id/id/doc_id)")
     p.add_argument("--title-field", default="title", help="JSON field holding the title")
     p.add_argument("--text-field", default=None, help="JSON field holding the text (default: text/body/content)")
@@ -92,8 +92,6 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
     with RichProgress(enabled=not args.no_progress, keep_finished=False) as progress:  # the summary follows
         result = run_ingest(args.path, settings, embedder=embedder, progress=progress, shard=shard,
                             fields=fields, wait_s=args.wait)
-    if result.status == "completed":
-        record_query_encoder(embedder)
     table = output_table(console, title=f"ingest run {result.run_id} → {result.index}")
     table.add_column("documents", justify="right")
     table.add_column("chunks", justify="right")
@@ -126,18 +124,6 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
         console.print(styled(("Interrupted:", "yellow"), " re-run the same command to resume."))
         return 130
     return 1 if result.documents_failed or result.failed else 0
-
-
-def record_query_encoder(embedder: Embedder) -> None:
-    """Choose the query encoder now, while the model is loaded: its agreement with this model is checked and
-    recorded once (:mod:`hybridsearch.embedding.agreement`), so the next ``hsp search`` starts without torch. A
-    failure only means that search checks it itself."""
-    try:
-        chosen = embedder.query_encoder
-    except HybridSearchError as exc:
-        log.warning("query encoder not checked: %s", exc)
-        return
-    log.info("query encoder: %s (%s)", chosen.backend, chosen.reason)
 
 
 def run_delete_command(args: argparse.Namespace, settings: Settings) -> int:

@@ -41,8 +41,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     fe.add_argument("--force", action="store_true", help="build the folder again even if it exists")
     fe.add_argument("--no-verify", dest="verify", action="store_false", help="skip the torch/ONNX check")
     fe.set_defaults(handler=run_fetch)
-    ve = msub.add_parser("verify", help="check that torch and ONNX Runtime give the same vectors")
-    ve.add_argument("names", nargs="*", help="catalogue names (default: every fetched or installed model)")
+    ve = msub.add_parser("verify", help="check that torch and ONNX Runtime give the same vectors (a catalogue "
+                         "name or a local folder, whose files are then recorded as they are)")
+    ve.add_argument("names", nargs="*", help="catalogue names or folders (default: every fetched or installed model)")
     ve.set_defaults(handler=run_verify)
 
 
@@ -120,14 +121,15 @@ def run_fetch(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _print_verified(e: CatalogueEntry) -> bool:
-    from hybridsearch.embedding.fetch import verify
+def _print_verified(e: CatalogueEntry | Path) -> bool:
+    from hybridsearch.embedding.fetch import verify, verify_folder
 
-    v = verify(e)
+    v = verify_folder(e) if isinstance(e, Path) else verify(e)
+    name = str(e) if isinstance(e, Path) else e.name
     out = console()
     cos = "n/a" if math.isnan(v.min_cosine) else f"{v.min_cosine:.10f}"
     verdict = ("ok", "green") if v.ok else ("FAILED", "bold red")
-    out.print(styled((f"{e.name}: ", "bold"), verdict, f" — {v.compared}: lowest cosine {cos}"
+    out.print(styled((f"{name}: ", "bold"), verdict, f" — {v.compared}: lowest cosine {cos}"
                      + (f" (needs ≥ {v.threshold})" if v.threshold else "")
                      + ("" if math.isnan(v.max_abs_diff) else f", largest difference {v.max_abs_diff:.1e}")),
               soft_wrap=True)
@@ -137,13 +139,18 @@ def _print_verified(e: CatalogueEntry) -> bool:
 
 
 def run_verify(args: argparse.Namespace, settings: Settings) -> int:
+    from hybridsearch.embedding.models import is_path
+
+    entries: list[CatalogueEntry | Path]
     if args.names:
-        entries = [_entry(n) for n in args.names]
+        entries = [Path(n) if catalogue.entry(n) is None and (is_path(n) or Path(n).is_dir()) else _entry(n)
+                   for n in args.names]
     else:
         entries = [e for e in catalogue.ENTRIES
                    if (catalogue.fetched(e) if e.source == "maven" else _status(e) == "installed")]
-    failed = [e.name for e in entries if not _print_verified(e)]
+    failed = [str(e) if isinstance(e, Path) else e.name for e in entries if not _print_verified(e)]
     if failed:
-        raise ModelError(f"torch and ONNX disagree for {', '.join(failed)}",
-                         fix=f"Fetch again: hsp models fetch {failed[0]} --force")
+        fix = (f"Fetch again: hsp models fetch {failed[0]} --force" if catalogue.entry(failed[0]) is not None
+               else "Export or train the model again")
+        raise ModelError(f"torch and ONNX disagree for {', '.join(failed)}", fix=fix)
     return 0

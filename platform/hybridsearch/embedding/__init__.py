@@ -1,5 +1,6 @@
-"""The bi-encoder: model resolution and device choice (:mod:`.models`), the encoder (:mod:`.encoder`), its
-ONNX Runtime backend (:mod:`.onnx`) and the lean query encoder of the search path (:mod:`.query`).
+"""The bi-encoder: the model locator, device choice and file records (:mod:`.models`), the one encoder of passages
+and queries (:mod:`.encoder`), the ONNX export (:mod:`.onnx`), the catalogue and ``hsp models`` (:mod:`.catalogue`,
+:mod:`.fetch`), prompts (:mod:`.prompts`) and the vector cache (:mod:`.cache`).
 
 Import from the module that holds a name (``hybridsearch.embedding.encoder.Embedder``): this package imports
 nothing itself, so that the search path's light modules (:mod:`.prompts`, :mod:`.catalogue`) do not load numpy

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 import sqlite3
 import threading
@@ -26,7 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hybridsearch.embedding.encoder import Embedder
+from hybridsearch.embedding.catalogue import cache_home
+from hybridsearch.embedding.encoder import Embedder, TextTokenizer
 from hybridsearch.embedding.models import resolve_model
 from hybridsearch.embedding.prompts import Prompts, resolve_prompts
 from hybridsearch.settings import EmbeddingSettings
@@ -41,8 +41,8 @@ OPEN_ATTEMPTS = 20
 
 
 def default_cache_dir() -> Path:
-    """``$HSP_CACHE/embeddings`` (``HSP_CACHE`` defaults to ``~/.cache/hybridsearch``, as in ops/)."""
-    return Path(os.environ.get("HSP_CACHE") or Path.home() / ".cache" / "hybridsearch") / "embeddings"
+    """``<cache>/embeddings`` (:func:`.catalogue.cache_home`)."""
+    return cache_home() / "embeddings"
 
 
 def model_identity(cfg: EmbeddingSettings, prompts: Prompts | None = None) -> str:
@@ -55,7 +55,7 @@ def model_identity(cfg: EmbeddingSettings, prompts: Prompts | None = None) -> st
         files = sorted((str(p.relative_to(where)), p.stat().st_size, p.stat().st_mtime_ns)
                        for p in Path(where).rglob("*") if p.is_file())
         where += "@" + hashlib.sha256(repr(files).encode()).hexdigest()[:16]
-    quantized = cfg.backend == "onnx" and cfg.onnx_quantized
+    quantized = cfg.backend != "torch" and cfg.onnx_quantized
     identity = f"{where}|dims={cfg.dims}|backend={cfg.backend}|quantized={quantized}"
     passage = (prompts if prompts is not None else resolve_prompts(cfg)).passage
     return identity + (f"|passage_prompt={passage!r}" if passage else "")
@@ -98,6 +98,13 @@ class CachedEmbedder(Embedder):
     @property
     def prompts(self) -> Prompts:
         return self.inner.prompts
+
+    @property
+    def max_seq_length(self) -> int:
+        return self.inner.max_seq_length
+
+    def tokenizer(self) -> TextTokenizer:
+        return self.inner.tokenizer()
 
     def encode_query(self, text: str) -> np.ndarray:
         return self.inner.encode_query(text)

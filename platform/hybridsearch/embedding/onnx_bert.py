@@ -19,12 +19,9 @@ _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.")
 def bert_weights_from_onnx(onnx_path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """``(BertConfig keyword arguments, BertModel state dict)`` read off a BERT encoder's fp32 ONNX graph (inputs
     ``input_ids``, ``attention_mask``, ``token_type_ids``; output ``last_hidden_state``). Raises ModelError."""
-    try:
-        import onnx
-        from onnx import numpy_helper
-    except ImportError as exc:
-        raise ModelError("building a catalogue model needs the onnx package",
-                         fix="pip install 'hybridsearch-platform[onnx]'") from exc
+    import onnx
+    from onnx import numpy_helper
+
     graph = onnx.load(str(onnx_path)).graph
     inits = {t.name: t for t in graph.initializer}
     for node in graph.node:  # an exporter that deduplicates equal tensors names the copies with Identity nodes

@@ -41,23 +41,6 @@ class Tokenizer(Protocol):
     def offsets(self, text: str) -> list[tuple[int, int]]: ...
 
 
-class HFTokenizer:
-    """A Hugging Face *fast* tokenizer as a :class:`Tokenizer` (e.g. ``SentenceTransformer.tokenizer``)."""
-
-    def __init__(self, tokenizer: Any) -> None:
-        if not getattr(tokenizer, "is_fast", False):
-            raise TypeError("chunking needs a fast (Rust) tokenizer that returns offsets")
-        self.tokenizer = tokenizer
-
-    def offsets(self, text: str) -> list[tuple[int, int]]:
-        enc = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True,
-                             return_attention_mask=False, return_token_type_ids=False, verbose=False)
-        return [(int(s), int(e)) for s, e in enc["offset_mapping"] if e > s]
-
-    def count(self, text: str) -> int:
-        return len(self.offsets(text))
-
-
 class WhitespaceTokenizer:
     """Words and single punctuation marks as tokens: a model-free :class:`Tokenizer` for tests and tools."""
 

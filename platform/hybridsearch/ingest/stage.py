@@ -9,7 +9,6 @@ so the embedder never waits on the network while there is room.
 
 from __future__ import annotations
 
-import copy
 import time
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -18,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from hybridsearch.engine import EngineClient
-from hybridsearch.ingest.chunking import HFTokenizer
+from hybridsearch.ingest.chunking import Tokenizer
 from hybridsearch.ingest.writer import WriteReport, write_actions
 from hybridsearch.settings import IngestSettings
 
@@ -30,10 +29,10 @@ if TYPE_CHECKING:
 Encode = Callable[[list[str]], "np.ndarray"]  # one vector per text
 
 
-def copy_tokenizer(embedder: Embedder) -> HFTokenizer:
+def copy_tokenizer(embedder: Embedder) -> Tokenizer:
     """The embedder's tokenizer for chunking in another thread than the embedder's: a copy, because a Rust
     tokenizer used from two threads at once fails with "Already borrowed"."""
-    return HFTokenizer(copy.deepcopy(embedder.model.tokenizer))
+    return embedder.tokenizer()
 
 
 @dataclass

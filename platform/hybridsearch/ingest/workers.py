@@ -22,10 +22,7 @@ _worker_embedder: Embedder | None = None
 
 def _init_worker(cfg_json: str, threads: int) -> None:
     global _worker_embedder
-    import torch
-
-    torch.set_num_threads(threads)
-    _worker_embedder = Embedder(EmbeddingSettings.model_validate_json(cfg_json))
+    _worker_embedder = Embedder(EmbeddingSettings.model_validate_json(cfg_json), threads=threads)
     _worker_embedder.encode(["warm up"])
 
 

@@ -11,11 +11,10 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hybridsearch.embedding.models import downloads_allowed, hub_cached, pick_device, quiet_loading
-from hybridsearch.errors import RerankerError, RerankerModelError
+from hybridsearch.embedding.models import locate_model, pick_device, quiet_loading
+from hybridsearch.errors import ModelError, RerankerError, RerankerModelError
 from hybridsearch.rerank.card import serving_hints
 from hybridsearch.rerank.ranking import length_sorted_batches, order_by_score
 from hybridsearch.settings import RerankerSettings
@@ -29,12 +28,6 @@ log = logging.getLogger(__name__)
 # characters per token of max_length is cut before tokenising: it would be truncated anyway.
 CHARS_PER_TOKEN_CAP = 20
 DEFAULT_MAX_LENGTH = 512  # tokens per pair for a model that does not say what it was trained with
-
-
-def hub_offline() -> bool:
-    """True unless model downloads are allowed (``HSP_MODELS__ALLOW_DOWNLOAD=true``, or ``HF_HUB_OFFLINE=0`` set
-    explicitly): see :func:`hybridsearch.embedding.models.downloads_allowed`."""
-    return not downloads_allowed()
 
 
 def _how_to_fix(name: str) -> str:
@@ -53,23 +46,16 @@ def load_cross_encoder(name: str, device: str = "auto", max_length: int = 512, f
     ``HSP_MODELS__ALLOW_DOWNLOAD=true`` allows them) and the model is not in the Hugging Face cache. Raises
     RerankerModelError naming the model and how to supply a local copy.
     """
-    path = Path(name).expanduser()
-    local = path.exists()
-    if not local and (name.startswith((".", "/", "~")) or name.count("/") > 1):
-        raise RerankerModelError(f"reranker model folder {name!r} does not exist", fix=_how_to_fix(name))
-    offline = hub_offline()
-    if not local and offline and not hub_cached(name):
-        raise RerankerModelError(
-            f"reranker model {name!r} is not on this machine (not a local folder, not in the Hugging Face cache) "
-            "and downloads are off", fix=_how_to_fix(name)
-        )
+    try:
+        where, local_only = locate_model(name, "HSP_RERANKER__MODEL", check=False)
+    except ModelError as exc:
+        raise RerankerModelError(f"reranker {exc.problem}", fix=_how_to_fix(name)) from exc
     from sentence_transformers import CrossEncoder
 
     dev = pick_device(device)
-    where = str(path.resolve()) if local else name
     try:
         with quiet_loading():
-            model = CrossEncoder(where, device=dev, local_files_only=local or offline)
+            model = CrossEncoder(where, device=dev, local_files_only=local_only)
     except Exception as exc:
         raise RerankerModelError(
             f"cannot load reranker model {name!r} ({type(exc).__name__}: {exc})", fix=_how_to_fix(name)

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hybridsearch.embedding.models import resolve_model
+from hybridsearch.embedding.models import record_files, resolve_model
 from hybridsearch.training.card import environment, save_model
 from hybridsearch.training.embedder_data import file_sha256
 
@@ -158,8 +158,11 @@ def read_embedder_card(folder: str | Path) -> dict[str, Any] | None:
 
 
 def save_embedder(model: Any, out: Path, card: Mapping[str, Any]) -> Path:
-    """Write the SentenceTransformer folder, ``card.json`` and ``README.md`` to ``out``; returns ``out``."""
-    return save_model(model, out, card, card_markdown)
+    """Write the SentenceTransformer folder, ``card.json`` and ``README.md`` to ``out`` and record its files
+    (:func:`hybridsearch.embedding.models.record_files`: it is checked against them when it loads); returns ``out``."""
+    folder = save_model(model, out, card, card_markdown)
+    record_files(Path(folder))
+    return folder
 
 
 @dataclass(frozen=True)
