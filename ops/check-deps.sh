@@ -18,3 +18,8 @@ cd "$root"
 "$VENV/bin/deptry" platform || { echo "[check-deps] declare the imports above in pyproject.toml" >&2; exit 1; }
 "$VENV/bin/lint-imports" --no-cache || { echo "[check-deps] an import breaks a contract above (docs/architecture.md)" >&2; exit 1; }
 "$VENV/bin/python" -m mypy platform/hybridsearch ops/bench/*.py || { echo "[check-deps] type errors above (mypy)" >&2; exit 1; }
+# The client libraries by their public interfaces only: no private attribute of elasticsearch, elastic_transport or
+# opensearchpy named in the package or its tests (their next release may change any of them).
+if grep -rnE "_AIOHTTP_AVAILABLE|node_pool|opensearchpy\._async|importlib\.reload|elastic_transport\._" platform tests; then
+    echo "[check-deps] the lines above name a private part of a client library; use its public interface" >&2; exit 1
+fi

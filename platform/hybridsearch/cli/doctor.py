@@ -12,7 +12,7 @@ from rich.table import Table
 from hybridsearch import doctor
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
-from hybridsearch.redact import redact_url
+from hybridsearch.cluster_url import shown
 from hybridsearch.settings import Settings
 
 console = make_console()
@@ -36,7 +36,7 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps([c.as_dict() for c in checks], indent=2))
     else:
-        table = Table(title=f"hybridsearch doctor · {redact_url(settings.es.url)} · prefix {settings.index.prefix}")
+        table = Table(title=f"hybridsearch doctor · {shown(settings.es.nodes)} · prefix {settings.index.prefix}")
         for col in ("area", "check", "status", "found", "fix"):
             table.add_column(col, overflow="fold")
         for c in checks:

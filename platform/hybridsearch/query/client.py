@@ -13,6 +13,7 @@ import concurrent.futures
 from typing import TYPE_CHECKING, Any, Self, TypeVar, assert_never
 
 from hybridsearch.engine import AsyncEngineClient, EngineClient, connect, connect_async, engine_errors
+from hybridsearch.engine import request as engine_request
 from hybridsearch.query.core import FilterArg, SearchCore, auto_reranker
 from hybridsearch.query.results import Mode, SearchResult, WhyReport
 from hybridsearch.query.steps import (
@@ -80,7 +81,7 @@ class SearchClient(SearchCore):
         match request:
             case Msearch(lines, what):
                 with engine_errors(what):
-                    return self.es.msearch(searches=lines)
+                    return self.es.send(engine_request.msearch(lines))
             case Embed(text):
                 return self._encode(text)
             case Spawn(inner):
@@ -99,13 +100,13 @@ class SearchClient(SearchCore):
                     scoring.cancel()  # no-op once it ran; a slow one is left to finish
             case ResolveAlias(alias, what):
                 with engine_errors(what):
-                    return self.es.indices.get_alias(name=alias)
+                    return self.es.send(engine_request.get_alias(alias))
             case GetMappings(index, what):
                 with engine_errors(what):
-                    return self.es.indices.get_mapping(index=index, ignore_unavailable=True)
+                    return self.es.send(engine_request.get_mapping(index, ignore_unavailable=True))
             case CountChunks(index, what):
                 with engine_errors(what):
-                    return self.es.count(index=index)
+                    return self.es.send(engine_request.count(index))
             case Detect(what):
                 with engine_errors(what):
                     return self.es.engine
@@ -202,7 +203,7 @@ class AsyncSearchClient(SearchCore):
         match request:
             case Msearch(lines, what):
                 with engine_errors(what):
-                    return await self.es.msearch(searches=lines)
+                    return await self.es.send(engine_request.msearch(lines))
             case Embed(text):
                 return await asyncio.to_thread(self._encode, text)
             case Spawn(inner):
@@ -216,13 +217,13 @@ class AsyncSearchClient(SearchCore):
                 return await asyncio.wait_for(asyncio.to_thread(reranker.score, query, passages), timeout=timeout)
             case ResolveAlias(alias, what):
                 with engine_errors(what):
-                    return await self.es.indices.get_alias(name=alias)
+                    return await self.es.send(engine_request.get_alias(alias))
             case GetMappings(index, what):
                 with engine_errors(what):
-                    return await self.es.indices.get_mapping(index=index, ignore_unavailable=True)
+                    return await self.es.send(engine_request.get_mapping(index, ignore_unavailable=True))
             case CountChunks(index, what):
                 with engine_errors(what):
-                    return await self.es.count(index=index)
+                    return await self.es.send(engine_request.count(index))
             case Detect(what):
                 with engine_errors(what):
                     return await self.es.detect()
