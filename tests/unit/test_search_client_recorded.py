@@ -77,6 +77,9 @@ class FakeES:
         recorded = dict(zip(RECORDED, self.answer["responses"], strict=False))
         return {"responses": [recorded.get(list_of(body), NOTHING) for body in searches[1::2]]}
 
+    def search(self, *, index: str, **body: Any) -> dict[str, Any]:
+        raise AssertionError(f"no recorded answer to a search of {index}")
+
     def count(self, index: str) -> dict[str, Any]:
         return {"count": self.chunks, "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0}}
 
@@ -85,8 +88,12 @@ class FakeES:
         path = unquote(request.path)
         if path == "/_msearch":
             return self.msearch(cast(list[dict[str, Any]], request.body))
+        body = {("source" if k == "_source" else k): v for k, v in dict(request.body or {}).items()}
         if path.endswith("/_count"):
-            return self.count(path[1:].removesuffix("/_count"))
+            extra = {"min_score": float(request.params["min_score"])} if "min_score" in request.params else {}
+            return self.count(path[1:].removesuffix("/_count"), **body, **extra)
+        if path.endswith("/_search"):
+            return self.search(index=path[1:].removesuffix("/_search"), **body)
         if path.startswith("/_alias/"):
             return self.indices.get_alias(path.removeprefix("/_alias/"))
         if path.endswith("/_mapping"):

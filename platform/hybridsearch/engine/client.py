@@ -125,7 +125,7 @@ class EngineClient:
         nodes' modules (``monitor``): the language analyzers come with ``analysis-common``."""
         if name not in self._analyzers:
             try:
-                self.send(rq.analyze(name, "probe"))
+                self.send(rq.analyze("probe", analyzer=name))
                 self._analyzers[name] = True
             except API_ERRORS as exc:
                 if status_of(exc) not in (400, 403):

@@ -74,9 +74,9 @@ def count(index: str, query: Json | None = None, *, min_score: float | None = No
     return Request("POST", _path(index, "_count"), params(min_score=min_score), body(query=query) or None)
 
 
-def msearch(lines: list[Json]) -> Request:
+def msearch(lines: list[Json], *, filter_path: str | None = None) -> Request:
     """``POST _msearch`` with header/body lines."""
-    return Request("POST", "/_msearch", body=lines)
+    return Request("POST", "/_msearch", params(filter_path=filter_path), lines)
 
 
 def get_doc(index: str, doc_id: str) -> Request:
@@ -101,8 +101,10 @@ def update_doc(index: str, doc_id: str, doc: Mapping[str, Any], *, refresh: bool
                    params(refresh=refresh, retry_on_conflict=retry_on_conflict), {"doc": dict(doc)})
 
 
-def analyze(analyzer: str, text: str) -> Request:
-    return Request("POST", "/_analyze", body={"analyzer": analyzer, "text": text})
+def analyze(text: str, *, analyzer: str | None = None, index: str | None = None, field: str | None = None) -> Request:
+    """The tokens of ``text`` by ``analyzer``, or by ``field``'s analyzer in ``index``."""
+    return Request("POST", _path(index, "_analyze") if index else "/_analyze",
+                   body=body(analyzer=analyzer, field=field, text=text))
 
 
 def has_privileges(names: list[str], privileges: list[str]) -> Request:

@@ -26,7 +26,7 @@ from typing import Any
 
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient, connect, engine_errors
+from hybridsearch.engine import EngineClient, connect, engine_errors, request
 from hybridsearch.errors import ConfigError, HybridSearchError, IngestError, ModelError
 from hybridsearch.indices import ensure_index, index_mapping, section_words_of
 from hybridsearch.ingest.commit import Staged, finish, whole_documents
@@ -191,7 +191,7 @@ def _repair_adopted(run: RunState) -> None:
 
 def _refresh(es: EngineClient, index: str) -> None:
     with engine_errors(f"refresh {index}"):
-        es.indices.refresh(index=index)
+        es.send(request.refresh(index))
 
 
 def _close(run: RunState, started: float) -> None:

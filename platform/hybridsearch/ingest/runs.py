@@ -26,7 +26,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from hybridsearch.engine import EngineClient, engine_errors
+from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import HybridSearchError
 from hybridsearch.index_spec.logs import LogWriter
 from hybridsearch.settings import IngestSettings, Settings
@@ -123,10 +123,11 @@ def mark_killed(es: EngineClient, settings: Settings) -> list[str]:
     """Rewrite the ``running`` records of dead runs (:func:`is_dead`) as ``killed``; returns their ids."""
     runs, host, at = settings.index.ingest_runs, socket.gethostname(), datetime.now(UTC)
     with engine_errors(f"look for unfinished runs in {runs}"):
-        if not es.indices.exists(index=runs):
+        if not es.send(request.index_exists(runs)):
             return []
-        es.indices.refresh(index=runs)
-        hits = es.search(index=runs, query={"term": {"status": "running"}}, size=1000)["hits"]["hits"]
+        es.send(request.refresh(runs))
+        hits = es.send(request.search(runs, request.body(query={"term": {"status": "running"}},
+                                                         size=1000)))["hits"]["hits"]
     killed = []
     writer = LogWriter(es, settings, "ingest_runs")
     for h in hits:

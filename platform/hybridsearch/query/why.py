@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from hybridsearch.engine import EngineClient, engine_errors
+from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.query.assemble import Rank, Window, passage_line, stage_score
 from hybridsearch.query.build import CHUNKS, Bm25Scope, Plan, bm25_body, search_filters
 from hybridsearch.query.passages import highlights
@@ -46,8 +46,8 @@ def why_report(probes: Probes, p: Plan, index: str, window: Window, doc_id: str)
     """Build the :class:`WhyReport` for ``doc_id`` from a search's fused ``window``. Raises ClusterError."""
     es, alias = probes.es, probes.alias
     with engine_errors(f"count chunks of {doc_id}"):
-        total = int(es.count(index=alias, query=_doc_filter(p, doc_id, False))["count"])
-        allowed = int(es.count(index=alias, query=_doc_filter(p, doc_id, True))["count"])
+        total = int(es.send(request.count(alias, _doc_filter(p, doc_id, False)))["count"])
+        allowed = int(es.send(request.count(alias, _doc_filter(p, doc_id, True)))["count"])
     pos = next((i for i, c in enumerate(window.candidates) if str(c.source.get("doc_id") or c.key) == doc_id), None)
     cand = window.candidates[pos] if pos is not None else None
     rep = WhyReport(query=p.query, doc_id=doc_id, mode=p.mode, index=index, chunks_in_index=total,
@@ -96,15 +96,15 @@ def _probe_bm25(probes: Probes, p: Plan, doc_id: str, depth: int) -> str:
     alias = probes.alias
     with engine_errors("BM25 probe"):
         only_doc = _doc_filter(p, doc_id, True)["bool"]["filter"]
-        res = probes.es.search(index=alias, size=1, source=False,
-                               query={"bool": {"must": [match], "filter": only_doc}})
+        res = probes.es.send(request.search(alias, request.body(
+            size=1, source=False, query={"bool": {"must": [match], "filter": only_doc}})))
         hits = res["hits"]["hits"]
         if not hits:
             what = probes.scope.unit
             return f"BM25: no {what} of {doc_id} matches the query terms (operator {probes.query.operator})"
         score = float(hits[0]["_score"])
         query = {"bool": {"must": [match], "filter": search_filters(p)}}
-        above = int(probes.es.count(index=alias, query=query, min_score=score)["count"])
+        above = int(probes.es.send(request.count(alias, query, min_score=score))["count"])
     what = probes.scope.unit
     return (f"BM25: best {what} score {score:.4f}, about {above} {what}s score as high or higher; "
             f"the list keeps {depth}")
@@ -116,7 +116,7 @@ def _probe_knn(probes: Probes, p: Plan, doc_id: str, window: Window, depth: int)
     knn = probes.es.dialect.knn_search("embedding", [float(x) for x in qv], 1, 100,
                                        _doc_filter(p, doc_id, True)["bool"]["filter"], probes.oversample)
     with engine_errors("kNN probe"):
-        hits = probes.es.search(index=probes.alias, size=1, source=False, **knn)["hits"]["hits"]
+        hits = probes.es.send(request.search(probes.alias, request.body(size=1, source=False, **knn)))["hits"]["hits"]
     if not hits:
         return f"kNN: no chunk of {doc_id} has a vector"
     kept = [c.stages["knn"].score for c in window.candidates if "knn" in c.stages]
