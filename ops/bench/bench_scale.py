@@ -105,7 +105,7 @@ class FixedEmbedder:
 def build(es: EngineClient, settings: Settings, n: int, syn: Synthetic, batch: int) -> tuple[np.ndarray, float, str]:
     from tqdm import tqdm
 
-    from hybridsearch.indices import ensure_index
+    from hybridsearch.index.versions import ensure_index
 
     for name in (f"{settings.index.prefix}-chunks*", settings.index.ingest_runs, settings.index.query_log):
         if "*" in name or es.send(request.index_exists(name)):  # a missing concrete name is a 404

@@ -38,7 +38,7 @@ from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import connect, request
 from hybridsearch.eval.datasets import load_collection
 from hybridsearch.eval.prepare import eval_settings
-from hybridsearch.indices import section_words_of
+from hybridsearch.index.spec import section_words_of
 from hybridsearch.query.assemble import build_result, fuse_window
 from hybridsearch.query.build import bm25_scope, list_search
 from hybridsearch.query.client import SearchClient

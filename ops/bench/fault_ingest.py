@@ -185,8 +185,8 @@ def expected_chunks(corpus: Path, settings: Settings) -> tuple[dict[str, set[str
 
 def stored_chunks(es: EngineClient, index: str) -> tuple[list[dict[str, Any]], set[str]]:
     """What every reader sees (the one read path), and the documents hidden from it."""
+    from hybridsearch.index.visibility import scan_visible, state_index_for
     from hybridsearch.ingest.lease import hidden_documents
-    from hybridsearch.visibility import scan_visible, state_index_for
 
     visible = [{"_id": h["_id"], **h["_source"]} for h in scan_visible(es, index, source=["doc_id", "position"],
                                                                        size=2000)]
@@ -242,7 +242,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     from hybridsearch.engine import connect
-    from hybridsearch.indices import ensure_index
+    from hybridsearch.index.versions import ensure_index
     from hybridsearch.settings import load_settings
 
     urls = args.es_url or cluster_urls()

@@ -1,6 +1,6 @@
 """The name of a chunker and its parameters (``paragraph-200-0.12-v1``), in chunk ids and the index ``_meta``.
 
-A leaf module: the index mapping (:mod:`hybridsearch.mappings`) and ingestion both need the signature,
+A leaf module: the index mapping (:mod:`hybridsearch.index.spec`) and ingestion both need the signature,
 and neither should import the other for it. Bump ``ALGORITHM_VERSION`` whenever the same settings
 would cut text differently.
 """

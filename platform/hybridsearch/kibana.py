@@ -19,8 +19,8 @@ import httpx
 
 from hybridsearch.engine import ELASTICSEARCH
 from hybridsearch.errors import ClusterError, ClusterUnavailable, ConfigError
+from hybridsearch.index.spec import load_template
 from hybridsearch.jsonl import BadLine, parse_lines
-from hybridsearch.mappings import load_template
 from hybridsearch.settings import Settings
 
 DEFAULT_PREFIX = "hsp"

@@ -16,15 +16,15 @@ from typing import Any
 
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, engine_errors
-from hybridsearch.indices import index_mapping
+from hybridsearch.index.metadata import metadata_fields_of
+from hybridsearch.index.versions import index_mapping
+from hybridsearch.index.visibility import scan_visible
 from hybridsearch.ingest.chunking import chunk_embed_text
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.sources import Document
 from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter, copy_tokenizer
 from hybridsearch.ingest.writer import DeadLetter
-from hybridsearch.mappings import metadata_fields_of
 from hybridsearch.settings import Settings
-from hybridsearch.visibility import scan_visible
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def rebuild_text(chunks: list[dict[str, Any]]) -> str:
 
 def scan_sorted(es: EngineClient, index: str, batch: int = 500, vectors: bool = False) -> Iterator[dict[str, Any]]:
     """Chunk sources of ``index`` ordered by tenant, document and position (vectors left out unless ``vectors``):
-    whole documents only (:func:`~hybridsearch.visibility.scan_visible`), never one that is being written."""
+    whole documents only (:func:`~hybridsearch.index.visibility.scan_visible`), never one that is being written."""
     source: Any = es.engine.source_with_vectors if vectors else {"excludes": ["embedding"]}
     yield from scan_visible(es, index, source=source, size=batch, scroll="10m", preserve_order=True,
                             sort=[{"tenant": {"order": "asc", "missing": "_first"}}, {"doc_id": "asc"},

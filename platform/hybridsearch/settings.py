@@ -119,7 +119,7 @@ class IndexSettings(BaseModel):
     @property
     def ingest_state(self) -> str:
         """The one-document index that says which documents are being written (hidden from every reader) and
-        which run holds the prefix's ingest lease: ``<prefix>-ingest-state`` (:mod:`hybridsearch.visibility`)."""
+        which run holds the prefix's ingest lease: ``<prefix>-ingest-state`` (:mod:`hybridsearch.index.visibility`)."""
         return f"{self.prefix}-ingest-state"
 
 

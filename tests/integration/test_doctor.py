@@ -15,7 +15,7 @@ from hybridsearch.cli.main import main
 from hybridsearch.doctor import index as doctor_index
 from hybridsearch.doctor.cluster import watermark_used_fraction
 from hybridsearch.engine import EngineClient, connect, request
-from hybridsearch.indices import ensure_index
+from hybridsearch.index.versions import ensure_index
 from hybridsearch.settings import Settings, load_settings
 
 

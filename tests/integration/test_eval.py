@@ -164,7 +164,7 @@ def test_calibrated_fusion_is_recorded_in_the_index_and_used_by_searches(
     capsys: pytest.CaptureFixture[str], embedder: Embedder,
 ) -> None:
     from hybridsearch import SearchClient
-    from hybridsearch.indices import index_meta, resolve_index
+    from hybridsearch.index.versions import index_meta, live_index
 
     monkeypatch.setenv("HSP_ES_URL", settings.es.url)
     monkeypatch.setenv("HSP_RERANKER__ENABLED", "false")
@@ -176,7 +176,7 @@ def test_calibrated_fusion_is_recorded_in_the_index_and_used_by_searches(
     assert main(["calibrate-fusion", str(collection_path), *prefix, "--out", str(tmp_path / "r"),
                  "--min-gain", "0"]) == 0
     assert "recorded in" in capsys.readouterr().out
-    meta = index_meta(es, resolve_index(es, settings, check=False))
+    meta = index_meta(es, live_index(es, settings.index))
     assert meta["fusion"]["method"] in ("rrf", "linear") and meta["fusion_calibration"]["queries"] == 1
     assert meta["fusion_calibration"]["split"] == "train" and meta["bm25_unit"] == "section"
     with SearchClient(es, settings, embedder=embedder) as client:

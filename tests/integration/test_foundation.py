@@ -7,7 +7,8 @@ import pytest
 
 from hybridsearch.engine import API_ERRORS, EngineClient, cluster_info, connect, request, status_of
 from hybridsearch.errors import ClusterUnavailable, IndexMismatch
-from hybridsearch.indices import alias_targets, ensure_index, index_meta, resolve_index
+from hybridsearch.index.logs import ensure_log_indices
+from hybridsearch.index.versions import checked_live_index, ensure_index, index_meta, read_alias
 from hybridsearch.settings import Settings, load_settings
 
 
@@ -27,8 +28,8 @@ def test_ensure_index_is_idempotent_and_alias_points_at_it(es: EngineClient, set
     name = ensure_index(es, settings)
     assert name == f"{settings.index.prefix}-chunks-v1"
     assert ensure_index(es, settings) == name
-    assert alias_targets(es, settings.index.alias) == [name]
-    assert resolve_index(es, settings) == name
+    assert sorted(read_alias(es, settings.index.alias)) == [name]
+    assert checked_live_index(es, settings) == name
     meta = index_meta(es, name)
     assert meta["embedding_model"] == settings.embedding.model and meta["embedding_dims"] == 384
     mapping = es.send(request.get_mapping(name))[name]["mappings"]["properties"]["embedding"]
@@ -64,7 +65,7 @@ def test_unreachable_cluster_is_our_error() -> None:
 
 
 def test_log_indices_are_created_or_brought_up_to_date(es: EngineClient, settings: Settings) -> None:
-    from hybridsearch.indices import ensure_log_indices
+    #IMPORTS#
 
     runs, log = settings.index.ingest_runs, settings.index.query_log
     es.send(request.create_index(runs, mappings={"dynamic": "strict", "properties": {"run_id": {"type": "keyword"}}}))

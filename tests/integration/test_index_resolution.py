@@ -7,14 +7,14 @@ from typing import Any
 
 import pytest
 
-from hybridsearch import lifecycle
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import AliasConflict, IndexMismatch
-from hybridsearch.indices import alias_targets, ensure_index, resolve_index, with_analyzer
+from hybridsearch.index.spec import load_template, with_analyzer
+from hybridsearch.index.versions import checked_live_index, create_version, ensure_index, read_alias, rollback
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
-from hybridsearch.mappings import load_template
+from hybridsearch.migrate import migrate
 from hybridsearch.query.client import AsyncSearchClient, SearchClient
 from hybridsearch.settings import Settings
 
@@ -26,7 +26,7 @@ def docs(text: str) -> list[Document]:
 def test_alias_over_two_indices_is_refused_with_the_fix(es: EngineClient, settings: Settings,
                                                         embedder: Embedder) -> None:
     run_ingest(docs("Bees dance to tell where flowers are."), settings, es=es, embedder=embedder)
-    v1, v2 = settings.index.versioned(1), lifecycle.create_version(es, settings)
+    v1, v2 = settings.index.versioned(1), create_version(es, settings)
     es.send(request.update_aliases([{"add": {"index": v2, "alias": settings.index.alias}}]))  # by hand
 
     with pytest.raises(AliasConflict) as caught:
@@ -41,16 +41,16 @@ def test_alias_over_two_indices_is_refused_with_the_fix(es: EngineClient, settin
     with pytest.raises(AliasConflict):  # nothing written to either index
         run_ingest(docs("Bees dance differently now."), settings, es=es, embedder=embedder)
     with pytest.raises(AliasConflict):
-        lifecycle.migrate(es, settings, settings, embedder=embedder)
+        migrate(es, settings, settings, embedder=embedder)
     with pytest.raises(AliasConflict):
-        resolve_index(es, settings)
+        checked_live_index(es, settings)
     es.send(request.refresh(f"{v1},{v2}"))
     assert es.send(request.count(v2))["count"] == 0
     found = es.send(request.search(v1, request.body(query={"term": {"doc_id": "d1"}})))["hits"]["hits"]
     assert found[0]["_source"]["text"] == "Bees dance to tell where flowers are."
 
-    assert lifecycle.rollback(es, settings.index, 1) == (f"{v1}, {v2}", v1)  # the fix the message names
-    assert alias_targets(es, settings.index.alias) == [v1]
+    assert rollback(es, settings.index, 1) == (f"{v1}, {v2}", v1)  # the fix the message names
+    assert sorted(read_alias(es, settings.index.alias)) == [v1]
     hits = SearchClient(es, settings, embedder=embedder).search("bees", mode="bm25").hits
     assert [h.doc_id for h in hits] == ["d1"]
 
@@ -103,8 +103,28 @@ def test_hand_made_index_with_other_dims_is_refused_before_embedding(
 def test_other_similarity_is_a_mismatch(es: EngineClient, settings: Settings, embedder: Embedder) -> None:
     _hand_made(es, settings, {"similarity": "dot_product"})
     with pytest.raises(IndexMismatch) as caught:
-        resolve_index(es, settings)
+        checked_live_index(es, settings)
     assert caught.value.differences == (("embedding.similarity", "cosine", "dot_product"),)
+
+
+def test_an_index_of_an_earlier_format_is_refused_until_migrated(es: EngineClient, settings: Settings,
+                                                                embedder: Embedder) -> None:
+    run_ingest(docs("Bees dance to tell where flowers are."), settings, es=es, embedder=embedder)
+    v1 = settings.index.versioned(1)
+    assert checked_live_index(es, settings) == v1  # what the current code makes fits
+    meta = es.send(request.get_mapping(v1))[v1]["mappings"]["_meta"]
+    es.send(request.put_mapping(v1, meta={**meta, "schema_version": 1}))  # as an earlier release made it
+    for refused in (lambda: checked_live_index(es, settings),
+                    lambda: SearchClient(es, settings, embedder=embedder).search("bees", mode="bm25"),
+                    lambda: run_ingest(docs("Bees dance."), settings, es=es, embedder=embedder)):
+        with pytest.raises(IndexMismatch, match="another format") as caught:
+            refused()
+        assert caught.value.fix is not None and "`hsp index migrate`" in caught.value.fix
+    result = migrate(es, settings, settings, embedder=embedder)  # the fix
+    assert result.target == settings.index.versioned(2) and result.swapped
+    assert checked_live_index(es, settings) == result.target
+    hits = SearchClient(es, settings, embedder=embedder).search("bees", mode="bm25").hits
+    assert [h.doc_id for h in hits] == ["d1"]
 
 
 def test_chunk_indices_get_the_engines_filtered_knn_setting_when_made_and_when_found_without_it(

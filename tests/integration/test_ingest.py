@@ -13,7 +13,7 @@ from hybridsearch.cli.main import main
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import IndexMismatch
-from hybridsearch.indices import ensure_index
+from hybridsearch.index.versions import ensure_index
 from hybridsearch.ingest.chunking import HFTokenizer, chunk_text, text_budget
 from hybridsearch.ingest.ids import chunk_id
 from hybridsearch.ingest.pipeline import delete_documents, run_ingest

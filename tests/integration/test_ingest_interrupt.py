@@ -15,13 +15,13 @@ import pytest
 
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
+from hybridsearch.index.visibility import hidden_lookup, visible_query
 from hybridsearch.ingest.chunking import HFTokenizer
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document, read_path
 from hybridsearch.query.client import SearchClient
 from hybridsearch.settings import Settings
-from hybridsearch.visibility import hidden_lookup, visible_query
 
 # signals to the ingesting process; the resume it checks is the ingest protocol, which
 # test_ingest_protocol.py runs on every engine

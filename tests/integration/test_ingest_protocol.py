@@ -1,6 +1,6 @@
 """The write protocol on a real node: one lease per prefix, a document seen whole or not at all, repairs.
 
-A poller reads what every reader reads (the one read path, :mod:`hybridsearch.visibility`) while documents
+A poller reads what every reader reads (the one read path, :mod:`hybridsearch.index.visibility`) while documents
 are written, runs are killed and runs overlap, and checks each document it sees is one whole version: every
 visible chunk of it carries one ``content_hash`` and there are exactly ``doc_chunks`` of them.
 """
@@ -23,13 +23,13 @@ import pytest
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import IngestLocked
+from hybridsearch.index.visibility import visible_query
 from hybridsearch.ingest.lease import UNFINISHED, Lease, hidden_documents
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
 from hybridsearch.query.client import SearchClient
 from hybridsearch.rechunk import scan_sorted
 from hybridsearch.settings import Settings
-from hybridsearch.visibility import visible_query
 
 SENTENCE = "Record {d} sentence {i} notes marker zq{d}x{i}q about {topic}. "
 N_OVERLAP = 400  # documents of 8 sentence chunks: a run long enough for a second one to start meanwhile
@@ -228,7 +228,7 @@ def test_a_recut_skips_documents_being_written(es: EngineClient, settings: Setti
                                    refresh=True))
         read = {c["_source"]["doc_id"] for c in scan_sorted(es, index)}
         assert read == {"d0", "d1", "d3"}
-        from hybridsearch.lifecycle import migrate
+        from hybridsearch.migrate import migrate
         other = settings.model_copy(update={"chunking": settings.chunking.model_copy(update={"strategy": "sentence"})})
         with pytest.raises(IngestLocked):
             migrate(es, settings, other, embedder=embedder)

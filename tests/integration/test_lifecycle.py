@@ -8,14 +8,26 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pytest
 
-from hybridsearch import lifecycle
 from hybridsearch.cli.main import main
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import ConfigError, IndexMismatch, IndexNotFound, IngestError
-from hybridsearch.indices import alias_targets, check_meta, ensure_index, index_meta
+from hybridsearch.index.fit import check_meta
+from hybridsearch.index.spec import parse_version
+from hybridsearch.index.versions import (
+    checked_live_index,
+    create_version,
+    drop_version,
+    ensure_index,
+    index_meta,
+    index_status,
+    list_versions,
+    read_alias,
+    rollback,
+)
 from hybridsearch.ingest.chunking import embed_text
 from hybridsearch.ingest.writer import read_dead_letter
+from hybridsearch.migrate import embedding_settings_for, migrate
 from hybridsearch.progress import ProgressEvent
 from hybridsearch.settings import EmbeddingSettings, Settings
 
@@ -78,49 +90,49 @@ def with_model(settings: Settings, model: str, dims: int) -> Settings:
 
 
 def test_create_status_and_drop(es: EngineClient, settings: Settings) -> None:
-    first = lifecycle.create_version(es, settings)
+    first = create_version(es, settings)
     assert first == settings.index.versioned(1)
-    assert alias_targets(es, settings.index.alias) == [first]  # the first version goes live
-    second = lifecycle.create_version(es, settings)
+    assert sorted(read_alias(es, settings.index.alias)) == [first]  # the first version goes live
+    second = create_version(es, settings)
     assert second == settings.index.versioned(2)
-    assert alias_targets(es, settings.index.alias) == [first]  # later ones do not
+    assert sorted(read_alias(es, settings.index.alias)) == [first]  # later ones do not
     with pytest.raises(ConfigError, match="already exists"):
-        lifecycle.create_version(es, settings, 2)
-    status = lifecycle.index_status(es, settings.index)
+        create_version(es, settings, 2)
+    status = index_status(es, settings.index)
     assert [(r.version, r.live) for r in status.indices] == [(1, True), (2, False)]
     row = status.indices[0]
     assert row.model == settings.embedding.model and row.dims == 384 and row.chunks == 0
     assert row.index_options["type"] == "int8_hnsw" and row.health in {"green", "yellow"}
     assert set(status.logs) == {settings.index.query_log, settings.index.ingest_runs}  # created with version 1
     with pytest.raises(ConfigError, match="live"):
-        lifecycle.drop_version(es, settings.index, 1)
-    assert lifecycle.drop_version(es, settings.index, 2) == second
+        drop_version(es, settings.index, 1)
+    assert drop_version(es, settings.index, 2) == second
     assert not es.send(request.index_exists(second))
     with pytest.raises(IndexNotFound):
-        lifecycle.drop_version(es, settings.index, 2)
+        drop_version(es, settings.index, 2)
 
 
 def test_migrate_to_new_model_then_rollback(es: EngineClient, settings: Settings, embedder: Embedder,
                                             tiny_model: str) -> None:
     v1 = ensure_index(es, settings)
     write_chunks(es, v1, embedder)
-    new = with_model(settings, tiny_model, lifecycle.embedding_settings_for(tiny_model, settings.embedding).dims)
+    new = with_model(settings, tiny_model, embedding_settings_for(tiny_model, settings.embedding).dims)
     assert new.embedding.dims == 64
     tiny = Embedder(new.embedding)
     seen: list[tuple[int, int]] = []
-    result = lifecycle.migrate(es, settings, new, embedder=tiny, batch_size=2,
+    result = migrate(es, settings, new, embedder=tiny, batch_size=2,
                                progress=lambda e: seen.append((e.done, e.total or 0)) if e.done else None)
 
     v2 = settings.index.versioned(2)
     assert (result.source, result.target, result.chunks, result.documents) == (v1, v2, 5, 5)
     assert result.reembedded
     assert seen[-1] == (5, 5) and len(seen) == 3  # batches of 2
-    assert alias_targets(es, settings.index.alias) == [v2]
+    assert sorted(read_alias(es, settings.index.alias)) == [v2]
     meta = index_meta(es, v2)
     assert meta["embedding_model"] == tiny_model and meta["embedding_dims"] == 64
     check_meta(v2, meta, new)
     with pytest.raises(IndexMismatch):  # old query clients are told, not served wrong vectors
-        lifecycle.check_live_model(es, settings)
+        checked_live_index(es, settings)
     # Every field survives the copy and the vectors are the new model's.
     src = es.send(request.search(v2, request.body(query={"ids": {"values": ["tea#0"]}},
                                                   source=es.engine.source_with_vectors)))["hits"]["hits"][0]["_source"]
@@ -129,13 +141,13 @@ def test_migrate_to_new_model_then_rollback(es: EngineClient, settings: Settings
     assert knn_top(es, settings.index.alias, query) == "tea"
     assert es.send(request.count(v1))["count"] == 5  # the old index is kept untouched
 
-    assert lifecycle.rollback(es, settings.index) == (v2, v1)
-    assert alias_targets(es, settings.index.alias) == [v1]
-    assert lifecycle.check_live_model(es, settings) == v1
+    assert rollback(es, settings.index) == (v2, v1)
+    assert sorted(read_alias(es, settings.index.alias)) == [v1]
+    assert checked_live_index(es, settings) == v1
     assert knn_top(es, settings.index.alias, embedder.encode_query("a dog barking")) == "dogs"
     with pytest.raises(IndexNotFound, match="older"):
-        lifecycle.rollback(es, settings.index)
-    assert lifecycle.rollback(es, settings.index, 2) == (v1, v2)  # and forward again
+        rollback(es, settings.index)
+    assert rollback(es, settings.index, 2) == (v1, v2)  # and forward again
 
 
 def test_migrate_refuses_a_source_built_for_another_model(es: EngineClient, settings: Settings,
@@ -143,13 +155,13 @@ def test_migrate_refuses_a_source_built_for_another_model(es: EngineClient, sett
     ensure_index(es, settings)
     other = with_model(settings, "someone/else", 384)
     with pytest.raises(IndexMismatch):
-        lifecycle.migrate(es, other, settings, embedder=embedder)
-    assert list(lifecycle.list_versions(es, settings.index)) == [1]  # nothing was built
+        migrate(es, other, settings, embedder=embedder)
+    assert list(list_versions(es, settings.index)) == [1]  # nothing was built
 
 
 def test_migrate_without_alias_is_index_not_found(es: EngineClient, settings: Settings, embedder: Embedder) -> None:
     with pytest.raises(IndexNotFound):
-        lifecycle.migrate(es, settings, settings, embedder=embedder)
+        migrate(es, settings, settings, embedder=embedder)
 
 
 def test_cli_index_commands(es: EngineClient, settings: Settings, embedder: Embedder,
@@ -173,12 +185,12 @@ def test_cli_index_commands(es: EngineClient, settings: Settings, embedder: Embe
     assert main(["index", "drop", "--version", "2"]) == 2  # the live index: a usage error
     assert main(["index", "rollback"]) == 0
     assert main(["index", "drop", "--version", "2"]) == 0
-    assert list(lifecycle.list_versions(es, settings.index)) == [1]
+    assert list(list_versions(es, settings.index)) == [1]
 
 
 def test_version_parsing() -> None:
-    assert lifecycle.version_of("hsp-chunks-v12") == 12
-    assert lifecycle.version_of("hsp-chunks") is None
+    assert parse_version("hsp-chunks-v12") == 12
+    assert parse_version("hsp-chunks") is None
 
 
 def test_failed_copy_keeps_the_alias_and_dead_letters_the_chunks(es: EngineClient, settings: Settings,
@@ -193,15 +205,15 @@ def test_failed_copy_keeps_the_alias_and_dead_letters_the_chunks(es: EngineClien
             es.send(request.put_settings(v2, {"index.blocks.write": True}))
 
     with pytest.raises(IngestError, match=r"incomplete.*3 failed.*alias still points at") as err:
-        lifecycle.migrate(es, settings, new, embedder=embedder, batch_size=2, progress=block_after_first_batch)
-    assert alias_targets(es, settings.index.alias) == [v1]  # searches never saw the half-built index
+        migrate(es, settings, new, embedder=embedder, batch_size=2, progress=block_after_first_batch)
+    assert sorted(read_alias(es, settings.index.alias)) == [v1]  # searches never saw the half-built index
     records = read_dead_letter(settings.ingest.dead_letter_dir / next(
         p.name for p in settings.ingest.dead_letter_dir.iterdir() if p.name.startswith(f"migrate-{v2}")))
     assert len(records) == 3 and {r["stage"] for r in records} == {"migrate"}
     assert all("cluster_block_exception" in r["reason"] for r in records), records[0]
     assert str(settings.ingest.dead_letter_dir) in str(err.value)
     es.send(request.put_settings(v2, {"index.blocks.write": False}))
-    assert lifecycle.drop_version(es, settings.index, 2) == v2
+    assert drop_version(es, settings.index, 2) == v2
 
 
 def vector(es: EngineClient, index: str, chunk_id: str) -> list[float]:
@@ -235,14 +247,14 @@ def test_same_model_migration_copies_vectors_unless_asked(es: EngineClient, sett
     counting = CountingEmbedder(settings.embedding, embedder.model)
     # other vector options (plain float HNSW, which every engine offers) and the same model
     flat = settings.model_copy(update={"index": settings.index.model_copy(update={"index_options": "hnsw"})})
-    result = lifecycle.migrate(es, settings, flat, embedder=counting)
+    result = migrate(es, settings, flat, embedder=counting)
     assert not result.reembedded and counting.encoded == 0
     assert vector(es, result.target, "dogs#0") == pytest.approx(vector(es, v1, "dogs#0"), abs=1e-6)
-    forced = lifecycle.migrate(es, flat, settings, embedder=counting, reembed=True)
+    forced = migrate(es, flat, settings, embedder=counting, reembed=True)
     assert forced.reembedded and counting.encoded == 5
     assert vector(es, forced.target, "dogs#0") == pytest.approx(vector(es, v1, "dogs#0"), abs=1e-5)
     no_title = settings.model_copy(update={"embedding": settings.embedding.model_copy(update={"prepend_title": False})})
-    retitled = lifecycle.migrate(es, settings, no_title, embedder=counting)
+    retitled = migrate(es, settings, no_title, embedder=counting)
     assert retitled.reembedded and counting.encoded == 10  # the embedded text changed: vectors must too
     assert vector(es, retitled.target, "dogs#0") != pytest.approx(vector(es, v1, "dogs#0"), abs=1e-3)
 
@@ -257,7 +269,7 @@ def test_a_change_of_bm25_sections_alone_re_cuts_documents_but_embeds_nothing(es
     write_chunks(es, v1, embedder)
     counting = CountingEmbedder(settings.embedding, embedder.model)
     wider = settings.model_copy(update={"index": settings.index.model_copy(update={"section_words": 2000})})
-    result = lifecycle.migrate(es, settings, wider, embedder=counting)
+    result = migrate(es, settings, wider, embedder=counting)
     # same chunks, same model: the stored vectors are kept
     assert result.rechunked and not result.reembedded and counting.encoded == 0
     assert index_meta(es, result.target)["section_words"] == 2000
@@ -265,7 +277,7 @@ def test_a_change_of_bm25_sections_alone_re_cuts_documents_but_embeds_nothing(es
                                                               size=10)))["hits"]["hits"]
     assert len(hits) == len(DOCS)  # each one-chunk document is its own section
     chunked = wider.model_copy(update={"index": wider.index.model_copy(update={"bm25_unit": "chunk"})})
-    result = lifecycle.migrate(es, wider, chunked, embedder=counting)
+    result = migrate(es, wider, chunked, embedder=counting)
     assert result.rechunked and counting.encoded == 0
     assert not es.send(request.search(result.target,
                                       request.body(query={"exists": {"field": "section_text"}})))["hits"]["hits"]
@@ -305,5 +317,5 @@ def test_cli_migrate_to_another_chunker(es: EngineClient, settings: Settings, em
     assert main(["index", "migrate", "--chunker", "sentence", "--max-tokens", "16", "--overlap", "0"]) == 0
     out = capsys.readouterr().out
     assert "5 documents re-cut by sentence-16-0-v" in out and "HSP_CHUNKING__STRATEGY=sentence" in out
-    assert alias_targets(es, settings.index.alias) == [settings.index.versioned(2)]
+    assert sorted(read_alias(es, settings.index.alias)) == [settings.index.versioned(2)]
     assert index_meta(es, settings.index.versioned(2))["chunker"] == "sentence"

@@ -13,14 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from hybridsearch import lifecycle
 from hybridsearch.cli.main import main
 from hybridsearch.doctor.logs import check_log_index, check_log_indices
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import AccessDenied, IndexBlocked
 from hybridsearch.eval.prepare import choose_index
-from hybridsearch.index_spec.logs import LogWriter, inspect_log_index
-from hybridsearch.indices import ensure_index
+from hybridsearch.index.logs import LogWriter, inspect_log_index
+from hybridsearch.index.versions import create_version, ensure_index, live_index
 from hybridsearch.ingest.runs import IngestResult, RunRecord, now, unrecorded_dir
 from hybridsearch.query.querylog import QueryLogger
 from hybridsearch.settings import Settings, load_settings
@@ -63,7 +62,7 @@ def test_hsp_index_create_and_migrate_carry_the_engine_settings(es: EngineClient
     assert {k: flat_settings(es, v1).get(k) for k in want} == want
     assert main(["index", "migrate", "--index-options", "hnsw"]) == 0  # an empty index: nothing to embed
     v2 = hx.index.versioned(2)
-    assert lifecycle.current_index(es, hx.index) == v2
+    assert live_index(es, hx.index) == v2
     assert {k: flat_settings(es, v2).get(k) for k in want} == want
 
 
@@ -81,7 +80,7 @@ def test_the_evaluation_creates_its_versions_from_the_same_spec(es: EngineClient
 
 def test_ensure_index_and_create_version_build_the_same_index(es: EngineClient, hx: Settings) -> None:
     a = ensure_index(es, hx)
-    b = lifecycle.create_version(es, hx)
+    b = create_version(es, hx)
     assert b == hx.index.versioned(2)
     ma, mb = (es.send(request.get_mapping(i))[i]["mappings"] for i in (a, b))
     assert ma == mb

@@ -11,8 +11,8 @@ from hybridsearch import SearchClient
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import IndexMismatch, IndexNotFound, QueryError
-from hybridsearch.indices import ensure_index
-from hybridsearch.query.field_types import typed_metadata
+from hybridsearch.index.metadata import typed_metadata
+from hybridsearch.index.versions import ensure_index
 from hybridsearch.query.filters import AllOf, NoneOf, Range, Term
 from hybridsearch.settings import Settings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hybridsearch import SearchClient
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
-from hybridsearch.indices import index_meta
+from hybridsearch.index.versions import index_meta
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
 from hybridsearch.settings import Settings

@@ -20,13 +20,15 @@ from typing import Any
 import pytest
 from test_tenant import TEAM_A, TEAM_B, docs, seen
 
-from hybridsearch import SearchClient, lifecycle
+from hybridsearch import SearchClient
 from hybridsearch.cli.main import main
 from hybridsearch.doctor.index import check_access
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, connect, request
 from hybridsearch.errors import AccessDenied, ClusterError
+from hybridsearch.index.versions import create_version, drop_version, index_status, rollback
 from hybridsearch.ingest.pipeline import delete_documents, run_ingest
+from hybridsearch.migrate import migrate
 from hybridsearch.settings import Settings, load_settings
 
 USERS = {"team-a": "HSP_TEST_PASSWORD_TEAM_A", "team-b": "HSP_TEST_PASSWORD_TEAM_B",
@@ -124,11 +126,11 @@ def test_team_credentials_change_nothing_of_another_team(security_env: dict[str,
         run_ingest(docs(TEAM_A), a_on_b, es=a_es, embedder=embedder)
     assert denied.value.user == "team-a" and set(denied.value.missing) >= {"create_index", "write", "manage"}
     with pytest.raises(AccessDenied):
-        lifecycle.create_version(a_es, a_on_b)
+        create_version(a_es, a_on_b)
     with pytest.raises(AccessDenied):
-        lifecycle.migrate(a_es, a_on_b, a_on_b, embedder=embedder)
-    for attempt in (lambda: lifecycle.rollback(a_es, a_on_b.index, 1),
-                    lambda: lifecycle.drop_version(a_es, a_on_b.index, 1),
+        migrate(a_es, a_on_b, a_on_b, embedder=embedder)
+    for attempt in (lambda: rollback(a_es, a_on_b.index, 1),
+                    lambda: drop_version(a_es, a_on_b.index, 1),
                     lambda: delete_documents(["recipes"], a_on_b, es=a_es)):
         with pytest.raises(ClusterError, match=r"403|may not"):
             attempt()
@@ -137,7 +139,7 @@ def test_team_credentials_change_nothing_of_another_team(security_env: dict[str,
                                                                                 match=r"403|does not exist"):
         client.search("sourdough", rerank=False)
     try:
-        assert lifecycle.index_status(a_es, a_on_b.index).indices == []  # B's versions stay invisible to A...
+        assert index_status(a_es, a_on_b.index).indices == []  # B's versions stay invisible to A...
     except ClusterError as exc:
         assert "403" in str(exc)  # ...or the status is refused outright
 
@@ -165,10 +167,10 @@ def test_a_team_role_is_enough_for_everything_on_its_own_prefix(
     assert check_access(a_es, a.index).status == "OK" and "may ingest" in check_access(a_es, a.index).detail
 
     hnsw = a.model_copy(update={"index": a.index.model_copy(update={"index_options": "hnsw"})})
-    moved = lifecycle.migrate(a_es, a, hnsw, embedder=embedder)
+    moved = migrate(a_es, a, hnsw, embedder=embedder)
     assert moved.swapped and moved.target == a.index.versioned(2) and moved.chunks == 3
-    assert lifecycle.rollback(a_es, a.index) == (a.index.versioned(2), a.index.versioned(1))
-    assert lifecycle.drop_version(a_es, a.index, 2) == a.index.versioned(2)
+    assert rollback(a_es, a.index) == (a.index.versioned(2), a.index.versioned(1))
+    assert drop_version(a_es, a.index, 2) == a.index.versioned(2)
     assert delete_documents(["oncall"], a, es=a_es) >= 1
 
     use_cli_as(monkeypatch, sec, "team-a", a_prefix)
@@ -207,9 +209,9 @@ def test_read_only_searcher_searches_and_sees_status_but_cannot_write(
     with pytest.raises(AccessDenied, match=r"'searcher-a' may not write to prefix .*create_index"):
         run_ingest(docs(TEAM_B), reader, es=r_es, embedder=embedder)
     with pytest.raises(AccessDenied):
-        lifecycle.create_version(r_es, reader)
+        create_version(r_es, reader)
     with pytest.raises(AccessDenied):
-        lifecycle.drop_version(r_es, reader.index, 2)
+        drop_version(r_es, reader.index, 2)
     with pytest.raises(ClusterError):
         delete_documents(["handbook"], reader, es=r_es)
     after = snapshot(admin, a_prefix)

@@ -13,13 +13,14 @@ from typing import Any
 import pytest
 import yaml
 
-from hybridsearch import SearchClient, lifecycle
+from hybridsearch import SearchClient
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import API_ERRORS, EngineClient, Request, connect, request, status_of
 from hybridsearch.errors import AccessDenied
-from hybridsearch.indices import alias_targets
+from hybridsearch.index.versions import index_status, read_alias
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
+from hybridsearch.migrate import migrate
 from hybridsearch.settings import Settings, load_settings
 
 ROLES = Path(__file__).resolve().parents[2] / "ops" / "security" / "roles.yml"
@@ -53,7 +54,7 @@ def test_two_tenants_in_one_index_see_only_their_own_documents(es: EngineClient,
     a, b = tenant(settings, "team-a"), tenant(settings, "team-b")
     assert run_ingest(docs(TEAM_A), a, es=es, embedder=embedder).failed == 0
     assert run_ingest(docs(TEAM_B), b, es=es, embedder=embedder).failed == 0
-    index = alias_targets(es, settings.index.alias)
+    index = sorted(read_alias(es, settings.index.alias))
     assert len(index) == 1 and es.send(request.count(index[0]))["count"] == 6  # one index holds both teams
 
     titles_a = {t for t, _ in TEAM_A.values()}
@@ -80,7 +81,7 @@ def test_two_tenants_in_one_index_see_only_their_own_documents(es: EngineClient,
 
     # a migration carries the tenant of every chunk along
     new = settings.model_copy(update={"index": settings.index.model_copy(update={"index_options": "hnsw"})})
-    lifecycle.migrate(es, settings, new, embedder=embedder)
+    migrate(es, settings, new, embedder=embedder)
     with SearchClient(es, tenant(new, "team-b"), embedder=embedder) as cb2:
         assert {t for _, t in seen(cb2, "coffee team")} <= titles_b
         assert ("shared-id", "Coffee beans") in seen(cb2, "coffee")
@@ -100,7 +101,7 @@ def test_prefixes_keep_teams_apart(es: EngineClient, settings: Settings, embedde
             with SearchClient(es, s, embedder=embedder) as client:
                 assert {t for _, t in seen(client, "coffee team")} <= {t for t, _ in corpus.values()}
         # the status of one prefix lists only its own versions
-        assert [r.name for r in lifecycle.index_status(es, settings.index).indices] == [settings.index.versioned(1)]
+        assert [r.name for r in index_status(es, settings.index).indices] == [settings.index.versioned(1)]
     finally:
         es.send(request.delete_index(f"{other.index.prefix}-*", expand_wildcards="all"))
 
@@ -157,7 +158,7 @@ def test_api_key_restricted_to_the_prefix_is_enough(es: EngineClient, settings: 
     assert result.failed == 0 and result.documents == 3
     with SearchClient(team_es, team, embedder=embedder) as client:
         assert seen(client, "expense policy train tickets")
-    assert lifecycle.index_status(team_es, team.index).indices[0].chunks == 3
+    assert index_status(team_es, team.index).indices[0].chunks == 3
     # ...and nothing outside the prefix
     outsider = team.model_copy(update={"index": team.index.model_copy(update={"prefix": f"x{uuid.uuid4().hex[:6]}"})})
     try:

@@ -153,7 +153,7 @@ def test_train_embedder_trains_a_model_an_index_migrates_to_while_searches_run(
 
     from hybridsearch import SearchClient
     from hybridsearch.embedding.cache import model_identity
-    from hybridsearch.indices import index_meta
+    from hybridsearch.index.versions import index_meta
     from hybridsearch.training.config import EmbedderConfig
     from hybridsearch.training.embedder import run_embedder_training
     from hybridsearch.training.embedder_card import read_embedder_card

@@ -1,9 +1,9 @@
 """Typed metadata on a real node (issue 24): ranges compare numbers as numbers and dates as dates.
 
-The chunk index is made by the one creator (``index_spec.create.create_chunk_version``) from settings declaring
+The chunk index is made by the one creator (``index.versions.create_version``) from settings declaring
 ``index.metadata_fields``; chunk documents come from ingestion's own layout (``ingest.layout.document_chunks``, the
 typed ``meta`` copy included); filters are rendered by ``query.filters.filter_clauses`` against the typed keys read
-back from the index's real mapping (``mappings.metadata_fields_of``). The property test compares the engine's
+back from the index's real mapping (``index.metadata.metadata_fields_of``). The property test compares the engine's
 answer with the answer computed in Python over the same documents.
 """
 
@@ -20,13 +20,12 @@ from hypothesis import strategies as st
 
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import QueryError
-from hybridsearch.index_spec.create import create_chunk_version
-from hybridsearch.index_spec.fit import chunk_differences
+from hybridsearch.index.fit import chunk_differences
+from hybridsearch.index.metadata import metadata_fields_of, parse_date
+from hybridsearch.index.versions import create_version
 from hybridsearch.ingest.chunking import WhitespaceTokenizer
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.sources import Document
-from hybridsearch.mappings import metadata_fields_of
-from hybridsearch.query.field_types import parse_date
 from hybridsearch.query.filters import Range, filter_clauses
 from hybridsearch.settings import Settings
 
@@ -40,8 +39,7 @@ def typed_settings(settings: Settings, fields: dict[str, str]) -> Settings:
 
 def make_index(es: EngineClient, settings: Settings) -> tuple[str, dict[str, str]]:
     """A chunk index built from ``settings``; its name and the typed keys its real mapping holds."""
-    index, created = create_chunk_version(es, settings)
-    assert created
+    index = create_version(es, settings)
     mapping = es.send(request.get_mapping(index))[index]["mappings"]
     assert chunk_differences(mapping, settings, dialect=es.dialect) == []
     return index, metadata_fields_of(mapping)

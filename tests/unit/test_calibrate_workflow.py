@@ -30,7 +30,7 @@ def _collection(root: Path, train: str = "abcd", test: str = "ef") -> Path:
 
 
 class _Engine:
-    """Stands in for the engine client: the workflow only passes it to resolve_index and record_meta."""
+    """Stands in for the engine client: the workflow only passes it to checked_live_index and record_meta."""
 
     def __init__(self) -> None:
         self.recorded: dict[str, Any] = {}
@@ -51,7 +51,7 @@ def _search(text: str, mode: str) -> SearchResult:
 @pytest.fixture
 def engine(monkeypatch: pytest.MonkeyPatch) -> _Engine:
     es = _Engine()
-    monkeypatch.setattr(calibrate_mod, "resolve_index", lambda client, s: f"{s.index.prefix}-chunks-v1")
+    monkeypatch.setattr(calibrate_mod, "checked_live_index", lambda client, s: f"{s.index.prefix}-chunks-v1")
 
     def record(client: _Engine, index: str, **entries: Any) -> dict[str, Any]:
         client.recorded[index] = entries

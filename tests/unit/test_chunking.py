@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.models import resolve_model
-from hybridsearch.indices import section_words_of
+from hybridsearch.index.spec import section_words_of
 from hybridsearch.ingest.chunking import (
     MAX_SEGMENT_CHARS,
     Chunk,

@@ -16,7 +16,7 @@ from hybridsearch.cli.exit_codes import exit_code
 from hybridsearch.cli.main import main
 from hybridsearch.engine import AsyncEngineClient, EngineInfo, cluster_info, connect, request
 from hybridsearch.errors import AccessDenied, AuthenticationFailed, ClusterUnavailable, TlsFailure
-from hybridsearch.indices import alias_targets
+from hybridsearch.index.versions import read_alias
 from hybridsearch.settings import ClusterSettings, load_settings
 from standin import Canned
 
@@ -52,13 +52,13 @@ def test_head_refusals_say_what_was_refused(fake_es: Canned) -> None:
     fake_es.status = 403  # HEAD answers carry no body: the message comes from what we were doing
     es = connect(ClusterSettings(url=fake_es.url))
     with pytest.raises(AccessDenied) as denied:
-        alias_targets(es, "hsp-chunks")
+        read_alias(es, "hsp-chunks")
     assert "None" not in str(denied.value)
     assert str(denied.value).startswith("not allowed: get alias hsp-chunks (HTTP 403). The credentials in "
                                         "HSP_ES__USERNAME or HSP_ES__API_KEY lack the privilege")
     fake_es.status = 401
     with pytest.raises(AuthenticationFailed, match=r"^authentication failed for get alias hsp-chunks \(HTTP 401\)"):
-        alias_targets(es, "hsp-chunks")
+        read_alias(es, "hsp-chunks")
 
 
 def test_403_body_gives_action_indices_and_privileges(fake_es: Canned) -> None:

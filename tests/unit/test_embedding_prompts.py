@@ -15,8 +15,8 @@ import pytest
 from hybridsearch.embedding.cache import CachedEmbedder, cache_key, model_identity
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.embedding.prompts import NONE, Prompts, folder_prompts, model_prompts, resolve_prompts
-from hybridsearch.index_spec.fit import CHECKED_META, meta_differences
-from hybridsearch.indices import expected_meta
+from hybridsearch.index.fit import CHECKED_META, meta_differences
+from hybridsearch.index.spec import chunk_meta
 from hybridsearch.settings import EmbeddingSettings, Settings
 from hybridsearch.training.embedder import model_encoder, prompted_columns, record_prompts
 
@@ -217,16 +217,13 @@ def _settings(**embedding: Any) -> Settings:
 def test_the_chunk_index_records_and_checks_the_passage_prompt() -> None:
     assert "passage_prompt" in CHECKED_META
     minilm, e5 = _settings(), _settings(model="e5-small-v2")
-    assert expected_meta(minilm)["passage_prompt"] == "" and expected_meta(e5)["passage_prompt"] == P
-    old = {k: v for k, v in expected_meta(minilm).items() if k != "passage_prompt"}  # an index built before
-    assert meta_differences(old, minilm) == []
-    built = expected_meta(e5)
+    assert chunk_meta(minilm)["passage_prompt"] == "" and chunk_meta(e5)["passage_prompt"] == P
+    assert meta_differences(chunk_meta(minilm), minilm) == []
+    built = chunk_meta(e5)
     assert meta_differences(built, e5) == []
     unprompted = _settings(model="e5-small-v2", passage_prompt="")
     assert meta_differences(built, unprompted) == [("_meta.passage_prompt", "", P)]
-    e5_before = {**old, "embedding_model": "e5-small-v2"}  # e5 embedded without prompts before issue 26
-    assert meta_differences(e5_before, e5) == [("_meta.passage_prompt", P, None)]
-    assert meta_differences(e5_before, unprompted) == []
+    assert meta_differences({**chunk_meta(unprompted)}, e5) == [("_meta.passage_prompt", P, "")]
 
 
 # --- train-embedder ------------------------------------------------------------------------------------------

@@ -8,8 +8,8 @@ import pytest
 
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, EngineInfo, connect, request, unsafe_vector_options
 from hybridsearch.errors import ConfigError
-from hybridsearch.indices import mapping_differences
-from hybridsearch.mappings import load_template
+from hybridsearch.index.fit import chunk_differences
+from hybridsearch.index.spec import load_template
 from hybridsearch.settings import ClusterSettings, load_settings
 from standin import Canned
 
@@ -56,10 +56,10 @@ def test_vector_summary_reads_back_what_was_rendered(dialect: Any) -> None:
         assert (summary.is_vector, summary.dims, summary.similarity) == (True, 384, similarity)
         assert summary.options["type"] == options and summary.options["m"] == 16
         mapping = load_template("chunks", settings, dialect)["template"]["mappings"]
-        assert mapping_differences(mapping, settings, dialect=dialect) == []
+        assert chunk_differences(mapping, settings, dialect=dialect) == []
     other = load_settings(index={"similarity": "dot_product"})
     mapping = load_template("chunks", load_settings(), dialect)["template"]["mappings"]
-    assert mapping_differences(mapping, other, dialect=dialect) == [("embedding.similarity", "dot_product", "cosine")]
+    assert chunk_differences(mapping, other, dialect=dialect) == [("embedding.similarity", "dot_product", "cosine")]
 
 
 def test_faiss_and_on_disk_indices_are_named_unsafe() -> None:

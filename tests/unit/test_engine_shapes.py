@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 
-from hybridsearch.access import check_privileges
 from hybridsearch.doctor.index import check_access
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, UNREACHABLE, Dialect, EngineKind, connect
 from hybridsearch.engine.privileges import NO_API, SECURITY_OFF
 from hybridsearch.errors import AccessDenied, ClusterUnavailable
+from hybridsearch.index.access import check_privileges
+from hybridsearch.index.spec import chunk_meta, load_template
 from hybridsearch.ingest.writer import write_actions
-from hybridsearch.mappings import chunk_meta, load_template
 from hybridsearch.settings import ClusterSettings, IngestSettings, load_settings
 from standin import Canned
 

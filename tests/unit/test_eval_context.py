@@ -11,7 +11,7 @@ from hybridsearch.engine import ELASTICSEARCH
 from hybridsearch.errors import ConfigError
 from hybridsearch.eval.harness import git_info, redacted_settings
 from hybridsearch.eval.prepare import build_signature, eval_settings, index_signature
-from hybridsearch.mappings import load_template
+from hybridsearch.index.spec import load_template
 from hybridsearch.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]

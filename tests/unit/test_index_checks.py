@@ -7,20 +7,21 @@ import copy
 import pytest
 
 from hybridsearch.engine import ELASTICSEARCH as ES
-from hybridsearch.errors import AliasConflict, IndexNotFound
-from hybridsearch.indices import mapping_differences, single_target
-from hybridsearch.mappings import load_template
+from hybridsearch.errors import AliasConflict, IndexMismatch, IndexNotFound
+from hybridsearch.index.fit import check_mapping, chunk_differences
+from hybridsearch.index.spec import load_template
+from hybridsearch.index.versions import live_target
 from hybridsearch.settings import load_settings
 
 
-def test_single_target() -> None:
-    assert single_target("p-chunks", {"p-chunks-v3": {"aliases": {"p-chunks": {}}}}) == "p-chunks-v3"
+def test_live_target() -> None:
+    assert live_target("p-chunks", {"p-chunks-v3": {"aliases": {"p-chunks": {}}}}) == "p-chunks-v3"
     with pytest.raises(IndexNotFound, match="alias p-chunks does not exist"):
-        single_target("p-chunks", {})
+        live_target("p-chunks", {})
     both = {"p-chunks-v1": {"aliases": {"p-chunks": {}}},
             "p-chunks-v2": {"aliases": {"p-chunks": {"is_write_index": True}}}}
     with pytest.raises(AliasConflict) as caught:
-        single_target("p-chunks", both)
+        live_target("p-chunks", both)
     assert caught.value.indices == ("p-chunks-v1", "p-chunks-v2")
     assert "--to-version 2`" in str(caught.value)  # keep the write index
     assert '{"remove": {"index": "p-chunks-v1", "alias": "p-chunks"}}' in str(caught.value)
@@ -29,20 +30,36 @@ def test_single_target() -> None:
 def test_mapping_differences_compare_the_real_mapping() -> None:
     settings = load_settings()
     mapping = load_template("chunks", settings, ES)["template"]["mappings"]
-    assert mapping_differences(mapping, settings, dialect=ES) == []
-    older = copy.deepcopy(mapping)
-    del older["properties"]["pending_run"]  # built before the field existed: still fits
-    assert mapping_differences(older, settings, dialect=ES) == []
+    assert chunk_differences(mapping, settings, dialect=ES) == []
+    assert "pending_run" not in mapping["properties"]
     odd = copy.deepcopy(mapping)
     odd["properties"]["embedding"]["dims"] = 768
     odd["properties"]["doc_id"] = {"type": "text"}
     del odd["properties"]["tenant"]
     del odd["properties"]["embedding"]["similarity"]  # Elasticsearch's default is cosine: fits
-    assert sorted(mapping_differences(odd, settings, dialect=ES)) == [
+    assert sorted(chunk_differences(odd, settings, dialect=ES)) == [
         ("doc_id.type", "keyword", "text"), ("embedding.dims", 384, 768), ("tenant.type", "keyword", None)]
     odd["_meta"]["embedding_model"] = "x/other"
-    assert ("_meta.embedding_model", settings.embedding.model, "x/other") in mapping_differences(odd, settings,
-                                                                                                 dialect=ES)
+    assert ("_meta.embedding_model", settings.embedding.model, "x/other") in chunk_differences(odd, settings,
+                                                                                               dialect=ES)
+
+
+def test_an_index_of_another_format_is_refused_with_the_migration_as_fix() -> None:
+    settings = load_settings()
+    mapping = load_template("chunks", settings, ES)["template"]["mappings"]
+    check_mapping("p-chunks-v1", mapping, settings, ES)  # what create makes fits
+    older = copy.deepcopy(mapping)
+    older["_meta"]["schema_version"] = 1
+    older["properties"]["pending_run"] = {"type": "keyword"}
+    del older["properties"]["section_all"]
+    assert chunk_differences(older, settings, dialect=ES) == [("_meta.schema_version", 2, 1)]
+    with pytest.raises(IndexMismatch, match="another format") as caught:
+        check_mapping("p-chunks-v1", older, settings, ES)
+    assert caught.value.fix is not None and "`hsp index migrate`" in caught.value.fix
+    assert caught.value.differences == (("_meta.schema_version", 2, 1),)
+    del older["_meta"]["schema_version"]
+    with pytest.raises(IndexMismatch, match="another format"):
+        check_mapping("p-chunks-v1", older, settings, ES)
 
 
 def test_doctor_says_what_bm25_scores_and_which_fusion_searches_use() -> None:

@@ -11,12 +11,9 @@ import pytest
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, Dialect, EngineInfo
 from hybridsearch.errors import AccessDenied, ClusterError, IndexBlocked
 from hybridsearch.eval.prepare import build_signature, index_signature
-from hybridsearch.index_spec.blocks import blocked, item_error
-from hybridsearch.index_spec.fit import chunk_differences, log_differences
-from hybridsearch.index_spec.names import LOG_KINDS, parse_version, write_alias_name
-from hybridsearch.index_spec.spec import chunk_spec, log_spec
-from hybridsearch.indices import index_body, mapping_differences
-from hybridsearch.lifecycle import version_of
+from hybridsearch.index.access import blocked, item_error
+from hybridsearch.index.fit import chunk_differences, log_differences
+from hybridsearch.index.spec import LOG_KINDS, chunk_spec, log_spec, parse_version, write_alias_name
 from hybridsearch.settings import load_settings
 
 FANOUT = {"index.dense_vector.hnsw_filter_heuristic": "fanout"}
@@ -24,12 +21,12 @@ FANOUT = {"index.dense_vector.hnsw_filter_heuristic": "fanout"}
 
 def test_one_version_parser() -> None:
     assert parse_version("hsp-chunks-v12", "hsp-chunks") == 12
-    assert parse_version("hsp-chunks-v12") == 12 == version_of("hsp-chunks-v12")
+    assert parse_version("hsp-chunks-v12") == 12
     for name in ("hsp-chunks", "hsp-chunks-v", "hsp-chunks-v01", "hsp-chunks-v0", "hsp-chunks-v1x", "hsp-chunks-v²"):
         assert parse_version(name, "hsp-chunks") is None, name
     assert parse_version("other-chunks-v3", "hsp-chunks") is None  # another prefix
     assert parse_version("hsp-chunks-old-v3", "hsp-chunks") is None  # not <alias>-v<N>
-    assert version_of("hsp-chunks") is None
+    assert parse_version("hsp-chunks") is None
 
 
 def test_chunk_spec_carries_the_engine_settings() -> None:
@@ -46,7 +43,6 @@ def test_chunk_spec_carries_the_engine_settings() -> None:
     opensearch = EngineInfo("opensearch", "3.5.0")
     assert chunk_spec(s, 1, dialect=opensearch.dialect,
                       engine_settings=opensearch.chunk_index_settings).settings["knn"] is True
-    assert index_body("chunks", s, ELASTICSEARCH)["mappings"] == spec.mappings  # the old name renders the same spec
 
 
 def test_log_specs_have_their_mappings_and_write_aliases() -> None:
@@ -70,7 +66,6 @@ def test_the_one_fit_check(dialect: Dialect) -> None:
     mapping = chunk_spec(s, dialect=dialect).mappings
     assert chunk_differences(mapping, s, dialect=dialect) == [] == chunk_differences(mapping, s, dialect=dialect,
                                                                                      level="build")
-    assert mapping_differences(mapping, s, dialect=dialect) == []
     other = load_settings(index={"analyzer": "english", "index_options": "hnsw"}, chunking={"max_tokens": 128})
     assert chunk_differences(mapping, other, dialect=dialect) == []  # can serve: same model, dims, fields
     build = {d[0] for d in chunk_differences(mapping, other, dialect=dialect, level="build")}

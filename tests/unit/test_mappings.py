@@ -5,7 +5,7 @@ import json
 import pytest
 
 from hybridsearch.engine import ELASTICSEARCH as ES
-from hybridsearch.mappings import TEMPLATES, load_template, mappings_dir
+from hybridsearch.index.spec import TEMPLATES, load_template, mappings_dir
 from hybridsearch.settings import load_settings
 
 # Every field the query layer reads or filters on.

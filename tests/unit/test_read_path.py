@@ -10,13 +10,13 @@ import pytest
 
 import hybridsearch
 from hybridsearch.engine import ELASTICSEARCH
+from hybridsearch.index.visibility import hidden_lookup, state_index_for, visible_filter
 from hybridsearch.query.build import knn_body, list_search, plan
 from hybridsearch.settings import QuerySettings
-from hybridsearch.visibility import hidden_lookup, state_index_for, visible_filter
 
 PACKAGE = Path(hybridsearch.__file__).parent
 #: modules allowed to scroll over an index themselves: the read path, the seam, and the writer's own look-ups
-SCANNERS = {"visibility.py", "engine/client.py", "ingest/commit.py"}
+SCANNERS = {"index/visibility.py", "engine/client.py", "ingest/commit.py"}
 
 
 def test_every_list_of_a_search_excludes_hidden_documents() -> None:
@@ -48,3 +48,11 @@ def test_the_state_index_follows_from_any_chunk_index_name() -> None:
     assert state_index_for("team-a-chunks-v12") == "team-a-ingest-state"
     with pytest.raises(ValueError):
         state_index_for("team-a-query-log")
+
+
+def test_nothing_reads_or_maps_the_staging_field_of_an_earlier_protocol() -> None:
+    from hybridsearch.index.spec import mappings_dir
+
+    files = [*PACKAGE.rglob("*.py"), *mappings_dir().glob("*.json")]
+    assert len(files) > 100
+    assert [p.name for p in files if "pending_run" in p.read_text(encoding="utf-8")] == []

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from hybridsearch.access import CREATE, DROP, INGEST, MOVE_ALIAS
+from hybridsearch.index.access import CREATE, DROP, INGEST, MOVE_ALIAS
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES_FILE = ROOT / "ops" / "security" / "roles.yml"

@@ -6,7 +6,8 @@ from __future__ import annotations
 import re
 
 from hybridsearch.errors import QueryError
-from hybridsearch.query.field_types import NUMERIC_FIELDS, Scalar, check_field
+from hybridsearch.index.metadata import Scalar
+from hybridsearch.query.field_types import NUMERIC_FIELDS, check_field
 from hybridsearch.query.filters import AllOf, Exists, Filter, NoneOf, Range, Term
 
 _CLI_FIELD = r"[A-Za-z0-9_.@$-]+"

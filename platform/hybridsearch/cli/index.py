@@ -8,13 +8,13 @@ from typing import Any
 
 from rich.table import Table
 
-from hybridsearch import lifecycle
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.engine import connect
-from hybridsearch.index_status import index_status
-from hybridsearch.indices import index_meta
+from hybridsearch.index.spec import parse_version
+from hybridsearch.index.versions import create_version, drop_version, index_meta, index_status, live_index, rollback
+from hybridsearch.migrate import migrate, migration_settings
 from hybridsearch.settings import Settings
 
 console = make_console()
@@ -111,8 +111,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
     es = connect(settings.es)
-    name = lifecycle.create_version(es, settings, args.version)
-    live = lifecycle.current_index(es, settings.index)
+    name = create_version(es, settings, args.version)
+    live = live_index(es, settings.index)
     console.print(styled("created ", (name, "bold"), f" ({settings.embedding.model}, {settings.embedding.dims} dims)"
                          + (" · alias points at it" if live == name else f" · alias still points at {live}")))
     return 0
@@ -120,14 +120,13 @@ def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     es = connect(settings.es)
-    new = lifecycle.migration_settings(settings, model=args.to_model, dims=args.dims,
-                                       prepend_title=False if args.no_title else None,
-                                       index_options=args.index_options, chunker=args.chunker,
-                                       max_tokens=args.max_tokens, overlap=args.overlap)
+    new = migration_settings(settings, model=args.to_model, dims=args.dims,
+                             prepend_title=False if args.no_title else None,
+                             index_options=args.index_options, chunker=args.chunker,
+                             max_tokens=args.max_tokens, overlap=args.overlap)
     with RichProgress(console, keep_finished=False) as progress:
-        result = lifecycle.migrate(es, settings, new, version=args.to_version, swap=not args.no_swap,
-                                   batch_size=args.batch_size, progress=progress,
-                                   reembed=True if args.reembed else None)
+        result = migrate(es, settings, new, version=args.to_version, swap=not args.no_swap,
+                         batch_size=args.batch_size, progress=progress, reembed=True if args.reembed else None)
     how = f"re-embedded with {new.embedding.model}" if result.reembedded else "copied with their vectors"
     if result.rechunked:
         how = f"re-cut by {result.target_meta.get('chunker_version')} and " + (
@@ -138,10 +137,10 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
     if result.swapped:
         console.print(f"alias {settings.index.alias} → {result.target}; {result.source} kept "
                       f"(`hsp index rollback` to go back, `hsp index drop --version "
-                      f"{lifecycle.version_of(result.source)}` to delete it)")
+                      f"{parse_version(result.source)}` to delete it)")
     else:
         console.print(f"alias left on {result.source}; swap with `hsp index rollback --to-version "
-                      f"{lifecycle.version_of(result.target)}`")
+                      f"{parse_version(result.target)}`")
     if new.embedding.model != settings.embedding.model or new.embedding.dims != settings.embedding.dims:
         console.print(styled(("query clients must now use", "yellow"), f" HSP_EMBEDDING__MODEL={new.embedding.model} "
                              f"HSP_EMBEDDING__DIMS={new.embedding.dims}"))
@@ -154,7 +153,7 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
     es = connect(settings.es)
-    old, new = lifecycle.rollback(es, settings.index, args.to_version)
+    old, new = rollback(es, settings.index, args.to_version)
     console.print(styled(f"alias {settings.index.alias}: {old} → ", (new, "bold")))
     meta = index_meta(es, new)
     console.print(f"{new} was built with {meta.get('embedding_model')} ({meta.get('embedding_dims')} dims); "
@@ -164,6 +163,6 @@ def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_drop(args: argparse.Namespace, settings: Settings) -> int:
     es = connect(settings.es)
-    name = lifecycle.drop_version(es, settings.index, args.version)
+    name = drop_version(es, settings.index, args.version)
     console.print(f"deleted {name}")
     return 0

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from hybridsearch.access import INGEST, check_privileges, prefix_names
 from hybridsearch.doctor.check import Check, problem
 from hybridsearch.engine import EngineClient, engine_errors, request, unsafe_vector_options
 from hybridsearch.errors import (
@@ -15,20 +14,14 @@ from hybridsearch.errors import (
     IndexMismatch,
     QueryError,
 )
-from hybridsearch.index_spec.spec import resolve_analyzer
-from hybridsearch.indices import (
-    PREFERRED_ANALYZER,
-    alias_targets,
-    check_meta,
-    get_aliases,
-    index_meta,
-    section_words_of,
-    single_target,
-)
+from hybridsearch.index.access import INGEST, check_privileges, prefix_names
+from hybridsearch.index.fit import check_meta
+from hybridsearch.index.spec import PREFERRED_ANALYZER, resolve_analyzer, section_words_of
+from hybridsearch.index.versions import index_meta, live_target, read_alias
+from hybridsearch.index.visibility import count_visible
 from hybridsearch.ingest.lease import UNFINISHED, hidden_documents
 from hybridsearch.query.fusion import fusion_for
 from hybridsearch.settings import IndexSettings, QuerySettings, Settings
-from hybridsearch.visibility import count_visible
 
 #: deleted copies below this are normal churn (changed documents are overwritten in place)
 DELETED_WARN_MIN = 1000
@@ -85,14 +78,15 @@ def check_index(es: EngineClient, settings: Settings) -> list[Check]:
 
 def _check_live_index(es: EngineClient, settings: Settings, checks: list[Check]) -> None:
     alias = settings.index.alias
-    targets = alias_targets(es, alias)
+    aliases = read_alias(es, alias)
+    targets = sorted(aliases)
     if not targets:
         checks.append(Check("index", "alias", "FAIL", f"{alias} does not exist",
                             "ingest documents (`hsp ingest PATH` or `hsp demo`), or `hsp index create`"))
         return
     live = targets[-1]
     try:
-        single_target(alias, get_aliases(es, alias))
+        live_target(alias, aliases)
         checks.append(Check("index", "alias", "OK", f"{alias} → {live}"))
     except AliasConflict as exc:  # search and ingest refuse such an alias
         checks.append(Check("index", "alias", "FAIL", exc.problem, exc.fix))

@@ -6,10 +6,10 @@ from __future__ import annotations
 from hybridsearch.doctor.check import Check
 from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.errors import HybridSearchError
-from hybridsearch.index_spec.blocks import unblock_fix
-from hybridsearch.index_spec.fit import describe
-from hybridsearch.index_spec.logs import inspect_log_index
-from hybridsearch.index_spec.names import LOG_KINDS
+from hybridsearch.index.access import unblock_fix
+from hybridsearch.index.fit import describe
+from hybridsearch.index.logs import inspect_log_index
+from hybridsearch.index.spec import LOG_KINDS
 from hybridsearch.settings import Settings
 
 _LOG_WRITERS = {"query_log": "the first search", "ingest_runs": "the first `hsp ingest`",
@@ -17,7 +17,7 @@ _LOG_WRITERS = {"query_log": "the first search", "ingest_runs": "the first `hsp 
 
 
 def check_log_index(es: EngineClient, settings: Settings, kind: str) -> Check:
-    """One log index against its spec (``index_spec.logs.inspect_log_index``): missing (WARN: created by the next write
+    """One log index against its spec (``index.logs.inspect_log_index``): missing (WARN: created by the next write
     with its mappings), a mapping that does not fit (FAIL: made by a write with guessed mappings, or by hand), a
     write block (FAIL), no write alias (WARN: writes could create it with guessed mappings), health."""
     name = kind.replace("_", "-")

@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from hybridsearch.engine import request
-from hybridsearch.engine.client import AsyncEngineClient
+from hybridsearch.engine.client import AsyncEngineClient, EngineClient
 from hybridsearch.engine.connect import MIN_VERSION, EngineInfo
 from hybridsearch.engine.dialect import (
     ELASTICSEARCH,
@@ -47,7 +47,6 @@ from hybridsearch.engine.errors import (
     tls_failure,
     translate,
 )
-from hybridsearch.engine.namespaces import AdaptedEngineClient as EngineClient
 from hybridsearch.engine.privileges import IndexPrivileges
 from hybridsearch.engine.request import Request
 from hybridsearch.settings import ClusterSettings

@@ -2,7 +2,7 @@
 
 ``engine_errors(what)`` wraps calls so that ``elasticsearch`` and ``opensearchpy`` exceptions come out as
 our types: 401 as AuthenticationFailed, 403 as AccessDenied (naming the action and what the engine said; a
-block answered with 403 is read as IndexBlocked by :func:`hybridsearch.index_spec.blocks.translate_write`),
+block answered with 403 is read as IndexBlocked by :func:`hybridsearch.index.access.translate_write`),
 404 as IndexNotFound, a TLS handshake that cannot succeed as TlsFailure (SchemeMismatch when the URL's scheme is
 not what the node speaks, raised by the nodes of :mod:`hybridsearch.engine.connect`), no answer as
 ClusterUnavailable.

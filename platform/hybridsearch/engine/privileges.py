@@ -4,7 +4,7 @@ Elasticsearch answers ``_security/user/_has_privileges`` for any authenticated u
 security off the API answers with an error instead and there is nothing to check. OpenSearch's security plugin
 (absent from many clusters) has no such API, so nothing is asked there: a write the role refuses still fails
 with HTTP 403 naming the action. :class:`IndexPrivileges` is the one shape both give;
-:func:`hybridsearch.access.check_privileges` reads it.
+:func:`hybridsearch.index.access.check_privileges` reads it.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from hybridsearch.errors import ConfigError
 from hybridsearch.eval.metrics import evaluate
 from hybridsearch.eval.splits import check_disjoint, check_split
-from hybridsearch.indices import record_meta, resolve_index
+from hybridsearch.index.versions import checked_live_index, record_meta
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.query.fusion import Fusion
 from hybridsearch.query.results import Mode, SearchResult
@@ -183,7 +183,7 @@ def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train",
     s = eval_settings(settings, prefix or f"eval-{collection.name}")
     client_es = es if es is not None else connect(s.es)
     try:
-        index = resolve_index(client_es, s)
+        index = checked_live_index(client_es, s)
         task = Task(progress, "lists", len(collection.queries))
         if search is not None:
             lists = record_lists(search, collection.queries, ignore_identical_ids=not keep_identical_ids,

@@ -3,8 +3,8 @@
 Each collection gets its own prefix (default ``eval-<collection>``), so evaluations never touch a
 production index. Under that prefix, every ``<prefix>-chunks-v<N>`` whose ``_meta`` (model, dims,
 chunker, title handling) and mapping (analyzer, vector ``index_options``, field types) match the settings
-(``index_spec.fit.chunk_differences`` at level ``build``) is a candidate for reuse; otherwise a new version is
-created from its spec (``indices.ensure_index``, which calls ``index_spec.create.create_chunk_version``) and the read
+(``index.fit.chunk_differences`` at level ``build``) is a candidate for reuse; otherwise a new version is
+created from its spec (``index.versions.ensure_index``) and the read
 alias swapped to it. The older versions stay, so switching settings back reuses them.
 """
 
@@ -21,14 +21,12 @@ from pydantic import ValidationError
 
 from hybridsearch.engine import Dialect, EngineClient, engine_errors, request
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
-from hybridsearch.index_spec.fit import BUILD_META, chunk_differences
-from hybridsearch.index_spec.names import parse_version
-from hybridsearch.index_spec.spec import with_analyzer
-from hybridsearch.indices import alias_targets, ensure_index, expected_meta, swap_alias
-from hybridsearch.mappings import index_options
+from hybridsearch.index.fit import BUILD_META, chunk_differences
+from hybridsearch.index.spec import chunk_meta, index_options, parse_version, with_analyzer
+from hybridsearch.index.versions import ensure_index, read_alias, swap_alias
+from hybridsearch.index.visibility import state_index_for, state_index_of, visible_query
 from hybridsearch.progress import ProgressSink
 from hybridsearch.settings import Settings
-from hybridsearch.visibility import state_index_for, state_index_of, visible_query
 
 if TYPE_CHECKING:
     from hybridsearch.embedding.encoder import Embedder
@@ -51,7 +49,7 @@ def eval_settings(settings: Settings, prefix: str) -> Settings:
 
 def build_signature(settings: Settings) -> dict[str, Any]:
     """What an index built from ``settings`` must record to be reused: ``_meta`` keys and mapping options."""
-    meta = expected_meta(settings)
+    meta = chunk_meta(settings)
     sig = {k: meta.get(k) for k in REUSE_META}
     sig["analyzer"] = settings.index.analyzer
     sig["index_options"] = index_options(settings.index)["type"]
@@ -91,19 +89,19 @@ def choose_index(es: EngineClient, settings: Settings, *, create: bool = True) -
     fitting = sorted((i for i in versions
                       if not chunk_differences(mappings[i]["mappings"], settings, dialect=es.dialect, level="build")),
                      key=versions.__getitem__)
-    current = alias_targets(es, alias)
+    current = sorted(read_alias(es, alias))
     if current and current[-1] in fitting:
         return IndexChoice(current[-1], "reused", want)
     if fitting:
-        swap_alias(es, alias, fitting[-1])
+        swap_alias(es, settings.index, fitting[-1])
         return IndexChoice(fitting[-1], "switched", want)
     if not create:
         raise IndexNotFound(f"no index under {alias}-v* was built with these settings ({want}); "
                             "run without --no-ingest to build one")
     version = max(versions.values(), default=0) + 1
     name = ensure_index(es, settings, version=version)
-    if alias_targets(es, alias) != [name]:
-        swap_alias(es, alias, name)
+    if sorted(read_alias(es, alias)) != [name]:
+        swap_alias(es, settings.index, name)
     return IndexChoice(name, "created", want)
 
 

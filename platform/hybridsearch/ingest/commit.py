@@ -7,7 +7,7 @@ For every new or changed document, in order (:mod:`.prepare`, :mod:`.pipeline`):
    position and chunker, so such a chunk is exactly what would be written again: an interrupted run's work,
    reused and not embedded again).
 2. **Hide** the document (:meth:`.lease.Lease.hide`: its ``doc_id`` joins the state document's ``hidden`` list,
-   which every reader excludes: :mod:`hybridsearch.visibility`). One compare-and-set per group of documents.
+   which every reader excludes: :mod:`hybridsearch.index.visibility`). One compare-and-set per group of documents.
 3. **Write** each missing chunk once, an ordinary ``index`` action under its stable ``_id`` (a changed
    document's chunks are overwritten in place, unseen).
 4. **Finish** it once every chunk is acknowledged (:func:`finish`): delete the chunks of the old version beyond
@@ -29,10 +29,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from hybridsearch.access import chunk_names, require_privileges
 from hybridsearch.engine import EngineClient, connect, engine_errors, request
 from hybridsearch.errors import ClusterError
-from hybridsearch.indices import alias_targets
+from hybridsearch.index.access import chunk_names, require_privileges
+from hybridsearch.index.versions import read_alias
 from hybridsearch.ingest.lease import Lease, forget_documents
 from hybridsearch.ingest.writer import WriteReport, write_actions
 from hybridsearch.settings import IngestSettings, Settings
@@ -136,7 +136,7 @@ def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClien
     require_privileges(es, chunk_names(settings.index), ("read", "delete"),
                        f"delete documents of prefix {settings.index.prefix}")
     ids = list(dict.fromkeys(doc_ids))
-    targets = alias_targets(es, settings.index.alias)
+    targets = sorted(read_alias(es, settings.index.alias))
     if not ids or not targets:
         return 0
     deleted = 0

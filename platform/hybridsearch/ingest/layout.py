@@ -11,10 +11,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 from hybridsearch.chunker_signature import chunker_signature
+from hybridsearch.index.metadata import typed_metadata
 from hybridsearch.ingest.chunking import Chunk, Tokenizer, chunk_text, cut_title, embed_text, text_budget, title_cut
 from hybridsearch.ingest.ids import chunk_id, parent_id
 from hybridsearch.ingest.sources import Document
-from hybridsearch.query.field_types import typed_metadata
 from hybridsearch.settings import ChunkingSettings, EmbeddingSettings
 
 
@@ -54,12 +54,12 @@ def document_chunks(d: Document, chunking: ChunkingSettings, embedding: Embeddin
     cut for embedding (:func:`hybridsearch.ingest.chunking.title_cut`) and the cut recorded as ``title_cut``
     (characters of the title embedded), so re-embedding a stored chunk embeds the same text.
 
-    ``metadata_fields``: the index's typed metadata (``{key: type}``, :func:`hybridsearch.mappings.metadata_fields_of`
-    of its mapping, which the settings' ``index.metadata_fields`` built): every chunk also carries ``meta``, those
-    keys of ``d.metadata`` converted to their types (:func:`hybridsearch.query.field_types.typed_metadata`). A value
-    that does not convert fails the whole document with one reason (ValueError, before any chunk is made: the
-    caller dead-letters it), rather than leaving it out of ranges unseen; keys the index does not type stay
-    free-form only.
+    ``metadata_fields``: the index's typed metadata (``{key: type}``, :func:`~hybridsearch.index.metadata.
+    metadata_fields_of` of its mapping, which the settings' ``index.metadata_fields`` built): every chunk also
+    carries ``meta``, those keys of ``d.metadata`` converted to their types
+    (:func:`hybridsearch.index.metadata.typed_metadata`). A value that does not convert fails the whole document
+    with one reason (ValueError, before any chunk is made: the caller dead-letters it), rather than leaving it out of
+    ranges unseen; keys the index does not type stay free-form only.
     """
     typed = typed_metadata(d.metadata, metadata_fields) if metadata_fields else {}
     signature = chunker_signature(chunking)

@@ -1,10 +1,10 @@
 """The prefix's ingest lease and the documents a run hides while it writes them: one state document.
 
-``<prefix>-ingest-state`` holds one document (:data:`~hybridsearch.visibility.STATE_ID`)::
+``<prefix>-ingest-state`` holds one document (:data:`~hybridsearch.index.visibility.STATE_ID`)::
 
     {"leases":  {"<run id>": {"shard": "0/4" | null, "host": ..., "pid": ..., "started_at": ..., "heartbeat_at": ...}},
      "holds":   {"<run id>": [doc ids being written], "unfinished": [doc ids a stopped run left half written]},
-     "hidden":  [every doc id of every hold]}        <- what readers exclude (:mod:`hybridsearch.visibility`)
+     "hidden":  [every doc id of every hold]}        <- what readers exclude (:mod:`hybridsearch.index.visibility`)
 
 Every change is a compare-and-set (``if_seq_no``/``if_primary_term``, retried on 409), so runs on several
 machines never lose each other's updates, and a reader's real-time GET sees each change at once.
@@ -35,9 +35,9 @@ from typing import Any
 
 from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, request, status_of
 from hybridsearch.errors import ClusterError, IngestLocked, LeaseLost
+from hybridsearch.index.visibility import HIDDEN_PATH, STATE_ID
 from hybridsearch.ingest.ids import parse_shard, shard_of
 from hybridsearch.ingest.runs import HEARTBEAT_S, is_dead, now
-from hybridsearch.visibility import HIDDEN_PATH, STATE_ID
 
 log = logging.getLogger(__name__)
 

@@ -28,7 +28,9 @@ from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, connect, engine_errors, request
 from hybridsearch.errors import ConfigError, HybridSearchError, IngestError, ModelError
-from hybridsearch.indices import ensure_index, index_mapping, section_words_of
+from hybridsearch.index.metadata import metadata_fields_of
+from hybridsearch.index.spec import section_words_of
+from hybridsearch.index.versions import ensure_index, index_mapping
 from hybridsearch.ingest.commit import Staged, finish, whole_documents
 from hybridsearch.ingest.commit import delete_documents as delete_documents
 from hybridsearch.ingest.commit import existing_chunk_ids as existing_chunk_ids
@@ -40,7 +42,6 @@ from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, r
 from hybridsearch.ingest.stage import EmbedWriter
 from hybridsearch.ingest.state import DONE, Batch, RunState, WorkDoc
 from hybridsearch.ingest.writer import WriteReport
-from hybridsearch.mappings import metadata_fields_of
 from hybridsearch.progress import ProgressSink
 from hybridsearch.settings import EmbeddingSettings, Settings
 

@@ -1,6 +1,6 @@
 """Ingest stage 1, in its own thread: read, filter, look up what changed, chunk, and queue batches to embed.
 
-A document is unchanged when its chunk 0 is visible (:mod:`hybridsearch.visibility`: not hidden) with its
+A document is unchanged when its chunk 0 is visible (:mod:`hybridsearch.index.visibility`: not hidden) with its
 ``content_hash``; it is then skipped without re-embedding. Every other document is hidden (:mod:`.commit`)
 before its chunks are queued; chunks a stopped run already wrote with this content are reused. A batch lists
 the documents whose last chunk it carries, so the writer can finish them once it is written.
@@ -14,6 +14,7 @@ from typing import Any
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import engine_errors, request
 from hybridsearch.errors import HybridSearchError
+from hybridsearch.index.visibility import visible_query
 from hybridsearch.ingest.chunking import Tokenizer
 from hybridsearch.ingest.commit import Stored, stored_chunks
 from hybridsearch.ingest.ids import chunk_id, shard_of
@@ -21,7 +22,6 @@ from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.sources import Document, SourceFailure
 from hybridsearch.ingest.stage import copy_tokenizer
 from hybridsearch.ingest.state import DONE, Batch, RunState, WorkDoc
-from hybridsearch.visibility import visible_query
 
 LOOKUP_BATCH = 64  # documents per change-detection search
 

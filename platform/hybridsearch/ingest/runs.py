@@ -7,7 +7,7 @@ for a process that is killed with SIGKILL, loses its machine or its node, so the
 records still ``running``: one whose process is gone (same host, no such pid) or whose heartbeat is older
 than :data:`LEASE_S` is rewritten as ``killed`` (``ended_at`` = its last heartbeat).
 
-Records are written through :class:`hybridsearch.index_spec.logs.LogWriter`: the index is never created by a write
+Records are written through :class:`hybridsearch.index.logs.LogWriter`: the index is never created by a write
 with guessed mappings (a missing one is created from its spec), and a write that fails says why (a write block
 or the disk flood stage as :class:`~hybridsearch.errors.IndexBlocked`, naming the index and the fix). A final
 record that cannot be stored is kept in ``<dead_letter_dir>/unrecorded-runs/<run id>.json`` and stored by the
@@ -28,7 +28,7 @@ from typing import Any
 
 from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import HybridSearchError
-from hybridsearch.index_spec.logs import LogWriter
+from hybridsearch.index.logs import LogWriter
 from hybridsearch.settings import IngestSettings, Settings
 
 log = logging.getLogger(__name__)

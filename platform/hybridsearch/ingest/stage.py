@@ -1,6 +1,6 @@
 """The one embed-and-write stage: embed batch N in the calling thread while batch N−1 is written.
 
-Ingestion (:mod:`hybridsearch.ingest.pipeline`), migration (:func:`hybridsearch.lifecycle.copy_reembedded`)
+Ingestion (:mod:`hybridsearch.ingest.pipeline`), migration (:func:`hybridsearch.migrate.copy_reembedded`)
 and re-chunking (:func:`hybridsearch.rechunk.rechunk_copy`) all feed :class:`ChunkBatch` es to
 :meth:`EmbedWriter.run`. Writes go through the bulk writer (:func:`.writer.write_actions`, failed items
 alone retried with backoff) in one background thread, in order, with at most ``depth`` batches waiting,

@@ -13,13 +13,13 @@ from typing import Any, get_args
 
 from hybridsearch.engine.dialect import Dialect
 from hybridsearch.errors import QueryError
+from hybridsearch.index.metadata import MetadataFields
+from hybridsearch.index.visibility import visible_filter
 from hybridsearch.query.candidates import KnnWidth, knn_width
-from hybridsearch.query.field_types import MetadataFields
 from hybridsearch.query.filters import Filter, filter_clauses, filter_summary
 from hybridsearch.query.passages import HIGHLIGHTED_FIELD, PASSAGE_FIELDS, highlight_body
 from hybridsearch.query.results import Mode
 from hybridsearch.settings import QuerySettings
-from hybridsearch.visibility import visible_filter
 
 MODES: tuple[str, ...] = get_args(Mode)
 #: Fields fetched for each hit; the vector and offsets stay on the server.
@@ -106,7 +106,7 @@ def plan(
 ) -> Plan:
     """Check the arguments of ``search`` and build a :class:`Plan` (``tenant``: the tenant every search is
     filtered to, ``index.tenant``; ``state_index``: the prefix's ingest state, whose hidden documents are never
-    searched, :mod:`hybridsearch.visibility`; ``metadata``: the searched index's typed metadata fields, which
+    searched, :mod:`hybridsearch.index.visibility`; ``metadata``: the searched index's typed metadata fields, which
     metadata filters are checked against and sent to). Raises QueryError."""
     if mode not in MODES:
         raise QueryError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
@@ -136,7 +136,7 @@ def _common(q: QuerySettings, size: int) -> dict[str, Any]:
 
 
 def search_filters(p: Plan) -> list[dict[str, Any]]:
-    """The plan's filters plus :func:`~hybridsearch.visibility.visible_filter`: chunks of a document that is still
+    """The plan's filters plus :func:`~hybridsearch.index.visibility.visible_filter`: chunks of a document that is still
     being written are never searched (the one read path every reader shares)."""
     return [*p.filters, visible_filter(p.state_index)]
 

@@ -114,9 +114,9 @@ class SearchClient(SearchCore):
                 assert_never(request)
 
     def index(self) -> str:
-        """The one concrete index behind the alias, its mapping checked (cached 60 s): ``indices.resolve_index``.
-        Raises IndexNotFound, AliasConflict (the alias points at several indices), IndexMismatch,
-        ClusterUnavailable."""
+        """The one concrete index behind the alias, its mapping checked (cached 60 s), as
+        ``index.versions.checked_live_index`` finds it. Raises IndexNotFound, AliasConflict (the alias points at
+        several indices), IndexMismatch, ClusterUnavailable."""
         return self._run(self.index_steps())
 
     def search(self, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: FilterArg = None,

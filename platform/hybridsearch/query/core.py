@@ -29,8 +29,10 @@ from typing import TYPE_CHECKING, Any, Self
 
 from hybridsearch.engine import Dialect, EngineClient, EngineInfo
 from hybridsearch.errors import HybridSearchError, IndexNotFound, RerankerError
-from hybridsearch.indices import check_mapping, section_words_of, single_target
-from hybridsearch.mappings import metadata_fields_of
+from hybridsearch.index.fit import check_mapping
+from hybridsearch.index.metadata import metadata_fields_of
+from hybridsearch.index.spec import section_words_of
+from hybridsearch.index.versions import live_target
 from hybridsearch.query.assemble import (
     Window,
     answered_by,
@@ -134,15 +136,15 @@ class SearchCore:
         return self._index is None or time.monotonic() - self._index_checked_at > INDEX_RECHECK_S
 
     def index_steps(self) -> Steps[str]:
-        """The one concrete index behind the alias (``indices.single_target``), its mapping checked (cached
-        60 s). Raises IndexNotFound, AliasConflict (the alias points at several indices), IndexMismatch,
+        """The one concrete index behind the alias (``index.versions.live_target``, the one decision), its mapping
+        checked (cached 60 s). Raises IndexNotFound, AliasConflict (the alias points at several indices), IndexMismatch,
         ClusterUnavailable."""
         if not self._index_stale():
             assert self._index is not None
             return self._index
         alias = self.settings.index.alias
         engine: EngineInfo = yield Detect(f"resolve alias {alias}")
-        index = single_target(alias, (yield ResolveAlias(alias, f"resolve alias {alias}")))
+        index = live_target(alias, (yield ResolveAlias(alias, f"resolve alias {alias}")))
         # the prefix's ingest state too: a prefix never ingested since it exists has none, and nothing is hidden
         mappings: Json = yield GetMappings(f"{index},{self.settings.index.ingest_state}", f"get mapping of {index}")
         counted: Json = yield CountChunks(index, f"count the chunks of {index}")

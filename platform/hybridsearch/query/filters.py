@@ -25,17 +25,14 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from hybridsearch.errors import QueryError
+from hybridsearch.index.metadata import MetadataFields, Scalar, parse_date, typed_value
 from hybridsearch.query.field_types import (
     FIELD_TYPES,
     FREE_FORM,
     UNCHECKED,
-    MetadataFields,
-    Scalar,
     check_field,
     field_type,
     free_form_range,
-    parse_date,
-    typed_value,
 )
 
 MAX_DEPTH = 8
@@ -366,7 +363,7 @@ def _date_span(text: str, key: str) -> datetime | None:
 
 def to_dsl(f: Filter, metadata: MetadataFields | None = None) -> dict[str, Any]:
     """The Elasticsearch query clause for ``f`` — the only place filters become DSL. ``metadata``: the index's
-    typed metadata keys and their types (:func:`hybridsearch.mappings.metadata_fields_of`); term, terms and range
+    typed metadata keys and their types (:func:`hybridsearch.index.metadata.metadata_fields_of`); term, terms and range
     filters on those keys go to ``meta.<key>``, their values checked against the type. Raises QueryError (before
     any request) for a value the field's type cannot hold and a range the field cannot answer."""
     try:

@@ -2,7 +2,7 @@
 
 ``submit`` never blocks the search: documents go into a bounded queue, and when it is full they
 are dropped and counted (``dropped``). A daemon thread bulk-writes batches to
-``<prefix>-query-log`` through :class:`hybridsearch.index_spec.logs.LogWriter`: never a write that could create the
+``<prefix>-query-log`` through :class:`hybridsearch.index.logs.LogWriter`: never a write that could create the
 index with guessed mappings; an index deleted while searches run is created again with its own mappings (when these
 credentials may) and the batch written into it. ``flush`` waits until everything queued has been written;
 ``close`` flushes and stops the thread. What failed, and why, is in ``failed`` and ``last_error``.
@@ -17,7 +17,7 @@ from typing import Any
 
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import HybridSearchError
-from hybridsearch.index_spec.logs import LogWriter
+from hybridsearch.index.logs import LogWriter
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)

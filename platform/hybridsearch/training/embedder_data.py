@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from hybridsearch.engine import engine_errors
+from hybridsearch.index.visibility import scan_visible
 from hybridsearch.training.negatives import Candidate, Qrels, Strategy, dedupe, query_rng, relevant_ids
-from hybridsearch.visibility import scan_visible
 
 if TYPE_CHECKING:
     from hybridsearch.engine import EngineClient

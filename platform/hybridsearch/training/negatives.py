@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from hybridsearch.engine import engine_errors, request
 from hybridsearch.errors import ClusterError, ConfigError
 from hybridsearch.eval.splits import check_split
-from hybridsearch.indices import resolve_index
+from hybridsearch.index.versions import checked_live_index
+from hybridsearch.index.visibility import visible_filter
 from hybridsearch.training.hardneg import FilterStats, NegativePolicy, filter_negatives
-from hybridsearch.visibility import visible_filter
 
 if TYPE_CHECKING:
     from hybridsearch.embedding.encoder import Embedder
@@ -339,7 +339,7 @@ class IndexMiner:
         self.es = es
         self.settings = settings
         self.passage = passage
-        self.index = resolve_index(es, settings)
+        self.index = checked_live_index(es, settings)
         # No query log for mining: thousands of training queries are not user traffic.
         self.client = SearchClient(es, settings, embedder=embedder, reranker=None, log_queries=False)
 

@@ -1,4 +1,5 @@
-"""The log indices: inspected for ``hsp doctor`` (:func:`inspect_log_index`) and written by :class:`LogWriter`.
+"""The log indices: created from their specs (:func:`ensure_log_index`), inspected for ``hsp doctor``
+(:func:`inspect_log_index`) and written by :class:`LogWriter`.
 
 **The log indices** (``<prefix>-query-log``, ``<prefix>-ingest-runs``, ``<prefix>-ingest-state``) must never be
 made by a write: an index the engine creates for a document guesses its mappings (``query`` and ``mode`` as
@@ -22,19 +23,38 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hybridsearch.access import require_privileges
-from hybridsearch.engine import EngineClient, engine_errors
+from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import AccessDenied, ClusterError, HybridSearchError, IndexNotFound
-from hybridsearch.index_spec.blocks import bulk_error_type, item_error, write_errors
-from hybridsearch.index_spec.create import ensure_log_index
-from hybridsearch.index_spec.fit import Difference, log_differences
-from hybridsearch.index_spec.names import log_index_name, write_alias_name
-from hybridsearch.index_spec.spec import log_spec
+from hybridsearch.index.access import bulk_error_type, item_error, require_privileges, write_errors
+from hybridsearch.index.fit import Difference, log_differences
+from hybridsearch.index.spec import LOG_KINDS, create_index, log_index_name, log_spec, write_alias_name
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
 
 _WRITE_BLOCKS = ("index.blocks.write", "index.blocks.read_only", "index.blocks.read_only_allow_delete")
+
+
+def ensure_log_index(es: EngineClient, settings: Settings, kind: str) -> str:
+    """Create log index ``kind`` from its spec (mappings, settings, write alias), or bring an existing one up to
+    date: new fields are added (a conflicting change raises ClusterError naming the index) and a missing write alias
+    is added. Returns the index name."""
+    spec = log_spec(settings, kind, es.dialect)
+    with write_errors(spec.name, f"create or update {spec.name}"):
+        if es.send(request.index_exists(spec.name)):
+            es.send(request.put_mapping(spec.name, properties=spec.mappings["properties"]))
+            if spec.write_alias and not es.send(request.alias_exists(spec.write_alias)):
+                es.send(request.update_aliases([{"add": {"index": spec.name, "alias": spec.write_alias,
+                                                            "is_write_index": True}}]))
+        elif create_index(es, spec):
+            log.info("created %s", spec.name)
+    return spec.name
+
+
+def ensure_log_indices(es: EngineClient, settings: Settings) -> None:
+    """:func:`ensure_log_index` for the query log, the ingest runs and the ingest state."""
+    for kind in LOG_KINDS:
+        ensure_log_index(es, settings, kind)
 
 
 @dataclass
@@ -58,17 +78,17 @@ def inspect_log_index(es: EngineClient, settings: Settings, kind: str) -> LogInd
     spec = log_spec(settings, kind, es.dialect)
     state = LogIndexState(kind, spec.name, exists=False, write_alias=spec.write_alias)
     with engine_errors(f"check {spec.name}"):
-        if not es.indices.exists(index=spec.name):
+        if not es.send(request.index_exists(spec.name)):
             return state
         state.exists = True
-        mapping = next(iter(es.indices.get_mapping(index=spec.name).values()))["mappings"]
+        mapping = next(iter(es.send(request.get_mapping(spec.name)).values()))["mappings"]
         state.differences = log_differences(kind, mapping, settings, es.dialect)
-        flat = es.indices.get_settings(index=spec.name, flat_settings=True).get(spec.name, {}).get("settings", {})
+        flat = es.send(request.get_settings(spec.name, flat_settings=True)).get(spec.name, {}).get("settings", {})
         state.blocks = [b for b in _WRITE_BLOCKS if str(flat.get(b)).lower() == "true"]
         state.replicas = int(flat.get("index.number_of_replicas", 0))
-        state.health = str(es.cluster.health(index=spec.name)["status"])
+        state.health = str(es.send(request.cluster_health(index=spec.name))["status"])
         if spec.write_alias:
-            state.alias_ok = spec.name in es.indices.get_alias(name=spec.write_alias)
+            state.alias_ok = spec.name in es.send(request.get_alias(spec.write_alias))
     return state
 
 
@@ -99,7 +119,7 @@ class LogWriter:
         add the write alias to an index that lacks it, or fall back to writes by name where that is refused."""
         with self._lock:
             with engine_errors(f"check {self.index}"):
-                exists = self.es.indices.exists(index=self.index)
+                exists = self.es.send(request.index_exists(self.index))
             if not exists:
                 names = [self.index, *([self.alias] if self.alias else [])]
                 require_privileges(self.es, names, ("create_index", "manage"), f"create {self.index}")
@@ -110,11 +130,11 @@ class LogWriter:
                 return
             try:
                 with write_errors(self.index, f"add the write alias {self.alias} to {self.index}"):
-                    if self.es.indices.exists_alias(name=self.alias):
+                    if self.es.send(request.alias_exists(self.alias)):
                         self._direct = False
                         return
-                    self.es.indices.update_aliases(actions=[{"add": {"index": self.index, "alias": self.alias,
-                                                                     "is_write_index": True}}])
+                    self.es.send(request.update_aliases([{"add": {"index": self.index, "alias": self.alias,
+                                                                     "is_write_index": True}}]))
                 self._direct = False
             except AccessDenied as exc:
                 if not self._direct:

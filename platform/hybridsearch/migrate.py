@@ -1,104 +1,45 @@
-"""Versioned chunk indices: create, migrate, rollback and drop. What ``hsp index status`` shows (the display
-types and their read) is :mod:`hybridsearch.index_status`, whose names are re-exported here.
+"""Migration: a new chunk index version built from the live one, for a new embedding model, chunker or vector
+layout, and the alias swapped to it.
 
-Chunk indices are ``<prefix>-chunks-v<N>``; readers go through the alias ``<prefix>-chunks``.
-A migration builds version N+1 for a new embedding model, chunker or vector layout next to the
-live index, copies every chunk into it (re-embedding client-side), verifies the counts and only
-then swaps the alias atomically, so searches keep answering from the old index throughout. The old
-index stays until ``drop_version``; ``rollback`` points the alias back at it.
+The new version (:func:`hybridsearch.index.versions.create_version`) is built next to the live index: every visible
+chunk is copied into it through ingestion's embed-and-write stage (re-embedding client-side, or keeping the stored
+vectors where they would not change; re-cut by :mod:`hybridsearch.rechunk` for another chunker), the counts are
+verified and only then the alias is swapped atomically, so searches keep answering from the old index throughout.
+The old index stays until ``hsp index drop``; ``hsp index rollback`` points the alias back at it. Migration sits
+above ingestion (it writes through it), so it is not part of :mod:`hybridsearch.index`, which ingestion uses.
 """
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from hybridsearch.access import CREATE, DROP, INGEST, MOVE_ALIAS, chunk_names, prefix_names, require_privileges
 from hybridsearch.embedding.encoder import Embedder, load_sentence_transformer
 from hybridsearch.embedding.prompts import resolve_prompts
-from hybridsearch.engine import EngineClient, engine_errors
-from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
-from hybridsearch.index_spec.create import create_chunk_version
-from hybridsearch.index_spec.names import parse_version
-from hybridsearch.index_status import ClusterStatus as ClusterStatus
-from hybridsearch.index_status import IndexStatus as IndexStatus
-from hybridsearch.index_status import doc_count
-from hybridsearch.index_status import index_status as index_status
-from hybridsearch.index_status import list_versions as list_versions
-from hybridsearch.indices import (
-    alias_targets,
-    check_mapping,
-    ensure_log_index,
-    ensure_log_indices,
-    expected_meta,
-    index_mapping,
-    live_index,
-    resolve_index,
-    section_words_of,
-)
+from hybridsearch.engine import EngineClient, engine_errors, request
+from hybridsearch.errors import ConfigError, IngestError
+from hybridsearch.index.access import INGEST, prefix_names, require_privileges
+from hybridsearch.index.fit import FORMAT_KEY, check_mapping, chunk_differences, meta_differences, refuse
+from hybridsearch.index.logs import ensure_log_index
+from hybridsearch.index.metadata import TYPED_METADATA, metadata_fields_of, typed_metadata
+from hybridsearch.index.spec import chunk_meta, parse_version, section_words_of
+from hybridsearch.index.versions import create_version, doc_count, index_mapping, live_index, swap_alias
+from hybridsearch.index.visibility import count_visible, scan_visible
 from hybridsearch.ingest.chunking import chunk_embed_text
 from hybridsearch.ingest.lease import Lease
 from hybridsearch.ingest.stage import ChunkBatch, CopyTally, EmbedWriter
 from hybridsearch.ingest.writer import DeadLetter
-from hybridsearch.mappings import metadata_fields_of
 from hybridsearch.progress import ProgressSink, Task
-from hybridsearch.query.field_types import typed_metadata
-from hybridsearch.settings import EmbeddingSettings, IndexSettings, IngestSettings, Settings
-from hybridsearch.visibility import count_visible, scan_visible
-
-log = logging.getLogger(__name__)
+from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
 
 # Fields read from the old index; everything but the vector, which is recomputed.
 SOURCE_EXCLUDES = ["embedding"]
+# What a live index of another format must agree on with the settings a migration starts from (migrating is how
+# such an index is brought up to the format of this release): the model its vectors were made by.
+SOURCE_META = ("embedding_model", "embedding_dims")
 
-
-def version_of(index: str) -> int | None:
-    """N of ``...-chunks-v<N>``, or None for any other name (:func:`hybridsearch.index_spec.names.parse_version`)."""
-    return parse_version(index)
-
-
-def current_index(es: EngineClient, cfg: IndexSettings) -> str | None:
-    """The one index the read alias points at, or None when there is no alias. Raises AliasConflict when
-    it points at several (``indices.single_target``)."""
-    try:
-        return live_index(es, cfg)
-    except IndexNotFound:
-        return None
-
-
-# --------------------------------------------------------------------------------------------- create
-
-def next_version(es: EngineClient, cfg: IndexSettings) -> int:
-    """One more than the highest existing version (1 when there is none)."""
-    versions = list_versions(es, cfg)
-    return max(versions, default=0) + 1
-
-
-def create_version(es: EngineClient, settings: Settings, version: int | None = None) -> str:
-    """Create ``<prefix>-chunks-v<N>`` for ``settings`` (model, dims, chunker, vector options).
-
-    ``version`` defaults to the next free one. The index is made from its spec
-    (:func:`hybridsearch.index_spec.create.create_chunk_version`: settings and mappings explicitly, no template, with
-    the cluster's analyzer and the engine's chunk-index settings), so versions built for different models coexist. The
-    log indices are created too. When the prefix has no read alias yet, the alias is pointed at the new index.
-    Raises AccessDenied (before writing anything) when the credentials may not create the prefix's indices,
-    ConfigError when the version exists.
-    """
-    require_privileges(es, prefix_names(settings.index), CREATE, f"create indices of prefix {settings.index.prefix}")
-    version = version or next_version(es, settings.index)
-    name, _ = create_chunk_version(es, settings, version, exist_ok=False, point_alias=False)
-    ensure_log_indices(es, settings)
-    with engine_errors(f"point alias {settings.index.alias} at {name}"):
-        if not alias_targets(es, settings.index.alias):
-            es.indices.update_aliases(actions=[{"add": {"index": name, "alias": settings.index.alias,
-                                                        "is_write_index": True}}])
-    return name
-
-
-# --------------------------------------------------------------------------------------------- migrate
 
 @dataclass
 class MigrationResult:
@@ -198,10 +139,10 @@ def copy_reembedded(es: EngineClient, source: str, target: str, embedder: Embedd
             batch = ChunkBatch()
             for h in hits:
                 src = h["_source"]
-                src.pop("meta", None)
+                src.pop(TYPED_METADATA, None)
                 try:
                     if typed := typed_metadata(src.get("metadata"), fields):
-                        src["meta"] = typed
+                        src[TYPED_METADATA] = typed
                 except ValueError as exc:
                     tally.refuse(str(src.get("doc_id")), h["_id"], f"cannot copy: {exc}")
                     continue
@@ -215,10 +156,10 @@ def copy_reembedded(es: EngineClient, source: str, target: str, embedder: Embedd
 
 def same_vectors(meta: dict[str, Any], cfg: EmbeddingSettings) -> bool:
     """True when an index with ``_meta`` ``meta`` holds exactly the vectors ``settings`` would compute (same model,
-    dims, title handling and passage prompt; an index without ``passage_prompt`` was built with none)."""
+    dims, title handling and passage prompt)."""
     return (meta.get("embedding_model") == cfg.model
             and meta.get("embedding_dims") == cfg.dims
-            and meta.get("prepend_title", cfg.prepend_title) == cfg.prepend_title
+            and meta.get("prepend_title") == cfg.prepend_title
             and (meta.get("passage_prompt") or "") == (resolve_prompts(cfg).passage or ""))
 
 
@@ -243,9 +184,12 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     require_privileges(es, prefix_names(new.index), INGEST, f"migrate indices of prefix {new.index.prefix}")
     source = live_index(es, old.index)
     source_mapping = index_mapping(es, source)
-    check_mapping(source, source_mapping, old, es.dialect)
-    expected = expected_meta(new)
     source_meta = source_mapping.get("_meta", {})
+    diffs = chunk_differences(source_mapping, old, dialect=es.dialect)
+    if diffs and diffs[0][0] == f"_meta.{FORMAT_KEY}":  # an index of another format is read for its model only
+        diffs = meta_differences(source_meta, old, SOURCE_META)
+    refuse(source, diffs)
+    expected = chunk_meta(new)
     rechunk = (source_meta.get("chunker_version") not in (None, expected["chunker_version"])
                or section_words_of(source_meta) != new.index.bm25_section_words)  # documents are cut anew
     first_chunks = [{"term": {"position": 0}}] if rechunk else []  # one per document (and tenant)
@@ -269,7 +213,7 @@ def _migrate_locked(es: EngineClient, new: Settings, source: str, source_mapping
     stopped run left half written are neither copied nor counted: they stay hidden in the new version too)."""
     source_meta = source_mapping.get("_meta", {})
     with engine_errors(f"refresh {source}"):
-        es.indices.refresh(index=source)
+        es.send(request.refresh(source))
         total = count_visible(es, source, first_chunks)
     embedder = embedder or Embedder(new.embedding)  # loads its model only when something must be embedded
     if embedder.cfg.model != new.embedding.model or embedder.cfg.dims != new.embedding.dims:
@@ -301,7 +245,7 @@ def _migrate_locked(es: EngineClient, new: Settings, source: str, source_mapping
     task.finish()
     unit = "documents" if rechunk else "chunks"
     with engine_errors(f"refresh {target}"):
-        es.indices.refresh(index=target)
+        es.send(request.refresh(target))
         copied = count_visible(es, target, first_chunks)
         now = count_visible(es, source, first_chunks)
     seconds = time.perf_counter() - t0
@@ -311,79 +255,14 @@ def _migrate_locked(es: EngineClient, new: Settings, source: str, source_mapping
             f"{copied}, {failed} failed to copy"
             + (f" (reasons in {dead_letter.path})" if dead_letter.used else "")
             + f". The alias still points at {source}; drop {target} with "
-            f"`hsp index drop --version {version_of(target)}` and retry (pause ingestion during migrations)."
+            f"`hsp index drop --version {parse_version(target)}` and retry (pause ingestion during migrations)."
         )
     target_mapping = index_mapping(es, target)
     check_mapping(target, target_mapping, new, es.dialect)
     target_meta = target_mapping.get("_meta", {})
     if swap:
-        swap_to(es, new.index, target)
+        swap_alias(es, new.index, target)
     docs = doc_count(es, target) or 0
     return MigrationResult(source=source, target=target, chunks=written, documents=docs, failed=failed,
                            reembedded=reembed, rechunked=rechunk, seconds=seconds, swapped=swap,
                            source_meta=source_meta, target_meta=target_meta)
-
-
-# --------------------------------------------------------------------------------------------- alias moves
-
-def swap_to(es: EngineClient, cfg: IndexSettings, index: str) -> list[str]:
-    """Point the read alias at ``index`` alone, atomically. Returns the indices it left."""
-    from hybridsearch.indices import swap_alias
-
-    require_privileges(es, chunk_names(cfg), MOVE_ALIAS, f"move the alias {cfg.alias}")
-    with engine_errors(f"check {index}"):
-        if not es.indices.exists(index=index):
-            raise IndexNotFound(f"index {index} does not exist")
-    return swap_alias(es, cfg.alias, index)
-
-
-def rollback(es: EngineClient, cfg: IndexSettings, version: int | None = None) -> tuple[str, str]:
-    """Point the alias back at ``version`` (default: the highest version below the live one).
-
-    Returns ``(from_index, to_index)``; ``from_index`` lists every index the alias left when it pointed
-    at several (the fix for AliasConflict: ``version`` must then be given). Raises IndexNotFound when there
-    is no alias or no earlier version. The rolled-back-to index must have been built for the model queries
-    will use: the caller checks that with ``check_meta`` before querying.
-    """
-    require_privileges(es, chunk_names(cfg), MOVE_ALIAS, f"move the alias {cfg.alias}")
-    targets = alias_targets(es, cfg.alias)
-    if not targets:
-        raise IndexNotFound(f"alias {cfg.alias} does not exist: nothing to roll back")
-    if len(targets) > 1 and version is None:
-        raise ConfigError(f"alias {cfg.alias} points at {', '.join(targets)}: name the version to "
-                          "keep with --to-version N")
-    live = targets[-1] if len(targets) == 1 else ", ".join(targets)
-    live_v = version_of(targets[-1]) or 0
-    versions = list_versions(es, cfg)
-    if version is None:
-        earlier = [v for v in versions if v < live_v]
-        if not earlier:
-            raise IndexNotFound(f"no version older than {live} exists to roll back to")
-        version = earlier[-1]
-    if version not in versions:
-        raise IndexNotFound(f"version {version} ({cfg.versioned(version)}) does not exist")
-    target = versions[version]
-    if targets == [target]:
-        raise ConfigError(f"{target} is already live")
-    swap_to(es, cfg, target)
-    return live, target
-
-
-def drop_version(es: EngineClient, cfg: IndexSettings, version: int) -> str:
-    """Delete ``<prefix>-chunks-v<N>``. Refuses the live index (ConfigError); IndexNotFound if absent."""
-    require_privileges(es, chunk_names(cfg), DROP, f"delete indices of prefix {cfg.prefix}")
-    name = cfg.versioned(version)
-    if name in alias_targets(es, cfg.alias):
-        raise ConfigError(f"{name} is live behind {cfg.alias}: migrate or roll back before dropping it")
-    with engine_errors(f"delete {name}"):
-        if not es.indices.exists(index=name):
-            raise IndexNotFound(f"index {name} does not exist")
-        es.indices.delete(index=name)
-    return name
-
-
-def check_live_model(es: EngineClient, settings: Settings) -> str:
-    """The live index, after checking its mapping against ``settings``. Raises IndexMismatch, IndexNotFound,
-    AliasConflict."""
-    return resolve_index(es, settings)
-

@@ -13,9 +13,6 @@ The lookup cannot live in a filtered alias (engines refuse terms lookups in alia
 left after rewrite"), so it lives here: the query layer adds :func:`visible_filter` to both lists, and every
 other reader (re-chunking, migration copies, training data, eval counts, the doctor) reads chunks through
 :func:`scan_visible` or :func:`count_visible`. Only the writer's own look-ups (``ingest/``) see hidden chunks.
-
-Chunks staged by the earlier protocol (a ``pending_run`` value, from indices written before this module)
-stay excluded too.
 """
 
 from __future__ import annotations
@@ -24,6 +21,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from hybridsearch.engine import request
 from hybridsearch.errors import ClusterError
 
 if TYPE_CHECKING:
@@ -33,8 +31,6 @@ if TYPE_CHECKING:
 STATE_ID = "state"
 #: the field that lists the hidden ``doc_id`` s in the state document (the terms lookup's ``path``)
 HIDDEN_PATH = "hidden"
-#: staged chunks of the earlier two-write protocol (still excluded where an old index holds them)
-LEGACY_PENDING_FIELD = "pending_run"
 _CHUNK_INDEX = re.compile(r"^(?P<prefix>.+)-chunks(?:-v\d+)?$")
 
 
@@ -54,11 +50,8 @@ def hidden_lookup(state_index: str) -> dict[str, Any]:
 
 def visible_filter(state_index: str | None) -> dict[str, Any]:
     """Filter clause keeping chunks of whole documents only. ``state_index`` None (a prefix that has no state
-    index yet: nothing was ever hidden) keeps only the legacy clause."""
-    must_not: list[dict[str, Any]] = [{"exists": {"field": LEGACY_PENDING_FIELD}}]
-    if state_index:
-        must_not.append(hidden_lookup(state_index))
-    return {"bool": {"must_not": must_not}}
+    index yet: nothing was ever hidden) excludes nothing."""
+    return {"bool": {"must_not": [hidden_lookup(state_index)] if state_index else []}}
 
 
 def visible_query(state_index: str | None, filters: Sequence[dict[str, Any]] = ()) -> dict[str, Any]:
@@ -66,12 +59,24 @@ def visible_query(state_index: str | None, filters: Sequence[dict[str, Any]] = (
     return {"bool": {"filter": [*filters, visible_filter(state_index)]}}
 
 
+def hidden_count(es: EngineClient, state_index: str) -> int:
+    """How many documents the prefix of ``state_index`` hides: being written, or left half written by a stopped
+    run (``0`` without a state document)."""
+    from hybridsearch.engine import engine_errors
+
+    with engine_errors(f"read {state_index}"):
+        if not es.send(request.index_exists(state_index)):
+            return 0
+        got = es.send(request.get_doc(state_index, STATE_ID))
+    return len(set((got or {}).get("_source", {}).get(HIDDEN_PATH) or []))
+
+
 def state_index_of(es: EngineClient, state_index: str) -> str | None:
     """``state_index`` when it exists, else None (nothing can be hidden without it)."""
     from hybridsearch.engine import engine_errors
 
     with engine_errors(f"look for {state_index}"):
-        return state_index if es.indices.exists(index=state_index) else None
+        return state_index if es.send(request.index_exists(state_index)) else None
 
 
 def scan_visible(es: EngineClient, index: str, *, filters: Sequence[dict[str, Any]] = (),
@@ -90,7 +95,7 @@ def scan_visible(es: EngineClient, index: str, *, filters: Sequence[dict[str, An
 def count_visible(es: EngineClient, index: str, filters: Sequence[dict[str, Any]] = ()) -> int:
     """How many visible chunks of ``index`` (a chunk index or the alias) pass ``filters``."""
     query = visible_query(state_index_of(es, state_index_for(index)), filters)
-    answer = es.count(index=index, query=query)
+    answer = es.send(request.count(index, query))
     if "count" not in answer:
         raise ClusterError(f"count on {index} gave no count")
     return int(answer["count"])

@@ -1,6 +1,12 @@
 """Whether an index fits the settings: the one fit check of a chunk index (:func:`chunk_differences`, at level
 ``serve`` or ``build``) and of a log index (:func:`log_differences`), as ``(field, expected, actual)``
-:data:`Difference` tuples that :func:`describe` puts in words."""
+:data:`Difference` tuples that :func:`describe` puts in words, and :func:`check_mapping`, which refuses a chunk
+index that does not fit with :class:`~hybridsearch.errors.IndexMismatch`.
+
+A chunk index is made in one format, ``_meta.schema_version`` of the chunk template: an index of another format
+(made by an earlier release) is refused as a whole, with ``hsp index migrate`` as the fix, instead of being read
+field by field.
+"""
 
 from __future__ import annotations
 
@@ -8,29 +14,20 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from hybridsearch.engine.dialect import Dialect
-from hybridsearch.index_spec.spec import log_spec
-from hybridsearch.mappings import chunk_meta, index_options, load_template
+from hybridsearch.errors import IndexMismatch
+from hybridsearch.index.metadata import TYPED_METADATA
+from hybridsearch.index.spec import chunk_meta, index_options, load_template, log_spec
 from hybridsearch.settings import Settings
 
+#: the ``_meta`` key naming the format of a chunk index
+FORMAT_KEY = "schema_version"
 # _meta keys that must agree between an index and the settings that write to or query it. ``passage_prompt``: the
 # text every chunk was embedded after (embedding.prompts); a vector made with another prompt must not be written
 # beside them.
 CHECKED_META = ("embedding_model", "embedding_dims", "passage_prompt")
-# what a _meta key added after indices were first built means when an index lacks it: indices built before
-# prompts were applied embedded every passage without one.
-META_DEFAULTS: dict[str, object] = {"passage_prompt": "", "metadata_fields": {}}
 # vector parameters that must agree (read by the engine's dialect, ``VectorSummary``): a vector of other dims
 # cannot be written or compared, and another similarity ranks (and, for dot_product, accepts) vectors differently.
 CHECKED_VECTOR = ("dims", "similarity")
-# Chunk fields added after indices were first built: an index without them is still served (reads treat the
-# missing field as absent) and ``indices.ensure_index`` adds them before an ingest writes. ``section_all`` is only
-# searched where both section fields copy into it (``query.build.has_joined_field``).
-ADDABLE_FIELDS = ("pending_run", "section_title", "section_text", "section_all", "doc_chunks", "title_cut")
-# Typed metadata (``meta.<key>``, ``index.metadata_fields``): optional too, but never added to an existing index
-# (its documents would lack the typed copies and ranges would miss them silently). An index without a declared key
-# is still served and written (ingestion writes the keys the index has; filters refuse ranges on the others); a
-# key the index types otherwise than the settings is a difference.
-TYPED_METADATA = "meta"
 # _meta keys that decide whether an existing index holds what the settings would build (reuse, level "build").
 BUILD_META = ("embedding_model", "embedding_dims", "chunker", "chunker_version", "prepend_title", "bm25_unit",
               "section_words", "metadata_fields")
@@ -64,28 +61,32 @@ def _walk(want: Mapping[str, Any], have: Mapping[str, Any], path: str = "", opti
 def meta_differences(meta: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META
                      ) -> list[Difference]:
     """Where a chunk index's ``_meta`` disagrees with what ``settings`` would record, on ``keys`` (as
-    ``_meta.<key>``; a key an older index lacks counts as :data:`META_DEFAULTS` says). The same on every engine."""
+    ``_meta.<key>``). The same on every engine."""
     want = chunk_meta(settings)
-    return [(f"_meta.{k}", want[k], meta.get(k)) for k in keys if meta.get(k, META_DEFAULTS.get(k)) != want[k]]
+    return [(f"_meta.{k}", want[k], meta.get(k)) for k in keys if meta.get(k) != want[k]]
 
 
 def chunk_differences(mapping: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META, *,
                       dialect: Dialect, level: Level = "serve") -> list[Difference]:
-    """Where a chunk index's ``mappings`` disagree with what ``settings`` would build: the ``_meta`` ``keys`` (as
+    """Where a chunk index's ``mappings`` disagree with what ``settings`` would build: its format
+    (``_meta.schema_version``: another one is the only difference listed), the ``_meta`` ``keys`` (as
     ``_meta.<key>``), the vector's dims and similarity (``embedding.dims``...) and the type of every field of the
-    chunk template (``<field>.type``; ADDABLE_FIELDS may be missing). The one fit check.
+    chunk template (``<field>.type``; a declared typed metadata key may be missing). The one fit check.
 
     ``level="serve"``: can these settings search and write it. ``level="build"`` (reuse by the evaluation): does it
     hold exactly what these settings would build, so also chunker, title handling, BM25 unit (:data:`BUILD_META`),
     analyzer (``analyzer``) and vector ``index_options`` type (``embedding.index_options``); ``settings``' analyzer
-    must be resolved (:func:`~hybridsearch.index_spec.spec.with_analyzer`) for that.
+    must be resolved (:func:`~hybridsearch.index.spec.with_analyzer`) for that.
     """
+    meta = mapping.get("_meta") or {}
+    if formats := meta_differences(meta, settings, (FORMAT_KEY,)):
+        return formats
     want = load_template("chunks", settings, dialect)["template"]["mappings"]
     if level == "build":
         keys = tuple(dict.fromkeys((*keys, *BUILD_META)))
-    diffs = meta_differences(mapping.get("_meta") or {}, settings, keys)
+    diffs = meta_differences(meta, settings, keys)
     props: Mapping[str, Any] = mapping.get("properties") or {}
-    diffs += _walk(want["properties"], props, optional=(*ADDABLE_FIELDS, TYPED_METADATA), deep=False)
+    diffs += _walk(want["properties"], props, deep=False)
     have_typed = (props.get(TYPED_METADATA) or {}).get("properties") or {}
     diffs += _walk(want["properties"][TYPED_METADATA]["properties"], have_typed, f"{TYPED_METADATA}.",
                    optional=tuple(f"{TYPED_METADATA}.{k}" for k in settings.index.metadata_fields), deep=False)
@@ -119,3 +120,32 @@ def describe(diffs: Sequence[Difference]) -> str:
     return "; ".join(f"{f}: index has {a!r}, the spec says {e!r}" if a is not None else
                      f"{f}: index lacks it, the spec says {e!r}" for f, e, a in diffs)
 
+
+def refuse(index: str, diffs: Sequence[Difference]) -> None:
+    """Raise IndexMismatch carrying ``diffs`` when there are any: for an index of another format, one that says so;
+    otherwise one that lists what differs."""
+    if not diffs:
+        return
+    fix = ("Use matching HSP_EMBEDDING__* / HSP_INDEX__* settings, or build a new index version and migrate "
+           "(`hsp index migrate`).")
+    if diffs[0][0] == f"_meta.{FORMAT_KEY}":
+        _, want, have = diffs[0]
+        raise IndexMismatch(
+            f"index {index} was made in another format ({FORMAT_KEY} {have!r}; this release reads {want!r})",
+            fix="Build a new index version in this format from it: `hsp index migrate` (the alias moves once the "
+                "copy is complete).", index=index, differences=tuple(diffs))
+    text = "; ".join(f"{f}: index has {a!r}, settings say {e!r}" if a is not None else
+                     f"{f}: index lacks it, settings say {e!r}" for f, e, a in diffs)
+    raise IndexMismatch(f"index {index} does not fit the settings (built for another model or by hand): {text}",
+                        fix=fix, index=index, differences=tuple(diffs))
+
+
+def check_meta(index: str, meta: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META) -> None:
+    """Raise IndexMismatch when ``meta`` disagrees with ``settings`` on any of ``keys`` (engine-independent)."""
+    refuse(index, meta_differences(meta, settings, keys))
+
+
+def check_mapping(index: str, mapping: Mapping[str, Any], settings: Settings, dialect: Dialect) -> None:
+    """Raise IndexMismatch (carrying the differences) when the index's real mapping, not only its ``_meta``,
+    does not fit ``settings``: format, model and dims in ``_meta``, vector dims and similarity, field types."""
+    refuse(index, chunk_differences(mapping, settings, dialect=dialect))
