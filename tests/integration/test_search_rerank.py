@@ -128,6 +128,22 @@ def test_query_log_is_written_in_the_background(es: EngineClient, tuned: Setting
     assert mapping["dynamic"] == "strict"  # the logger created the index with its mappings, not by auto-create
 
 
+def test_the_asyncio_client_writes_its_query_log_through_itself(es: EngineClient, tuned: Settings,
+                                                                embedder: Embedder) -> None:
+    logged = _with(tuned, log_queries=True)
+
+    async def search() -> None:
+        async with AsyncSearchClient(connect_async(logged.es), logged, embedder=embedder) as c:
+            await c.search(QUERY, k=3)
+            assert c.query_log is not None and await asyncio.to_thread(c.query_log.flush, 10)
+            assert c.query_log.written == 1 and c.query_log.failed == 0
+
+    asyncio.run(search())
+    es.send(request.refresh(logged.index.query_log))
+    (doc,) = [d["_source"] for d in es.send(request.search(logged.index.query_log, request.body()))["hits"]["hits"]]
+    assert doc["query"] == QUERY
+
+
 def test_redacted_query_log_keeps_only_the_hash(es: EngineClient, tuned: Settings, embedder: Embedder) -> None:
     logged = _with(tuned, log_queries=True, redact=True)
     with SearchClient(es, logged, embedder=embedder) as c:

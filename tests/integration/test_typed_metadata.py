@@ -54,7 +54,7 @@ def write(es: EngineClient, settings: Settings, index: str, fields: dict[str, st
         for src, _ in document_chunks(doc, settings.chunking, settings.embedding, tenant, WhitespaceTokenizer(), 256,
                                       metadata_fields=fields):
             actions.append({"_index": index, "_id": src["chunk_id"], "_source": src})
-    es.bulk(actions)
+    assert request.bulk_failures(es.send(request.bulk(actions)))[1] == []
     es.send(request.refresh(index))
 
 

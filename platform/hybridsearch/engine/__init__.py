@@ -26,7 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from hybridsearch.engine import request
-from hybridsearch.engine.client import AsyncEngineClient, EngineClient
+from hybridsearch.engine.client import AsyncEngineClient, EngineClient, LoopSender, Sender, index_privileges
 from hybridsearch.engine.connect import MIN_VERSION, EngineInfo
 from hybridsearch.engine.dialect import (
     ELASTICSEARCH,
@@ -52,30 +52,10 @@ from hybridsearch.engine.request import Request
 from hybridsearch.settings import ClusterSettings
 
 __all__ = [
-    "API_ERRORS",
-    "ELASTICSEARCH",
-    "MIN_VERSION",
-    "OPENSEARCH",
-    "UNREACHABLE",
-    "AsyncEngineClient",
-    "Dialect",
-    "EngineClient",
-    "EngineInfo",
-    "EngineKind",
-    "IndexPrivileges",
-    "Request",
-    "VectorSummary",
-    "access_denied",
-    "cluster_info",
-    "connect",
-    "connect_async",
-    "dialect_for",
-    "engine_errors",
-    "error_type_of",
-    "request",
-    "status_of",
-    "tls_failure",
-    "translate",
+    "API_ERRORS", "ELASTICSEARCH", "MIN_VERSION", "OPENSEARCH", "UNREACHABLE", "AsyncEngineClient", "Dialect",
+    "EngineClient", "EngineInfo", "EngineKind", "IndexPrivileges", "LoopSender", "Request", "Sender",
+    "VectorSummary", "access_denied", "cluster_info", "connect", "connect_async", "dialect_for", "engine_errors",
+    "error_type_of", "index_privileges", "request", "status_of", "tls_failure", "translate",
     "unsafe_vector_options",
 ]
 

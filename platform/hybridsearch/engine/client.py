@@ -11,12 +11,13 @@ helpers (``streaming_bulk``, ``scan``) run on the same client objects.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import elasticsearch.helpers
 import opensearchpy.helpers
@@ -70,6 +71,33 @@ def _answered(results: Iterable[tuple[bool, Json]]) -> Iterator[tuple[bool, Json
                 and isinstance(exc := item.get("exception"), Exception):
             raise exc
         yield ok, result
+
+
+class Sender(Protocol):
+    """What sends requests synchronously: an :class:`EngineClient`, or a :class:`LoopSender`."""
+
+    @property
+    def engine(self) -> EngineInfo: ...
+
+    @property
+    def dialect(self) -> Dialect: ...
+
+    def send(self, request: Request) -> Any: ...
+
+
+def index_privileges(es: Sender, names: list[str], privileges: list[str]) -> IndexPrivileges:
+    """Whether the credentials hold each of ``privileges`` on each of ``names``, where the engine can say
+    (:mod:`.privileges`). Raises the library's errors for 401, 403 and no answer."""
+    if es.engine.kind == "opensearch":
+        return IndexPrivileges.unchecked(NO_API)
+    try:
+        answer = es.send(rq.has_privileges(names, privileges))
+    except API_ERRORS as exc:
+        if status_of(exc) in (401, 403) or status_of(exc) is None:
+            raise
+        log.debug("privileges not checked (HTTP %s): security looks off", status_of(exc))
+        return IndexPrivileges.unchecked(SECURITY_OFF)
+    return IndexPrivileges.from_answer(answer)
 
 
 class EngineClient:
@@ -148,37 +176,12 @@ class EngineClient:
         return bool(nodes) and all("analysis-common" in {m.get("name") for m in n.get("modules", [])}
                                    for n in nodes.values())
 
-    def index_privileges(self, names: list[str], privileges: list[str]) -> IndexPrivileges:
-        """Whether the credentials hold each of ``privileges`` on each of ``names``, where the engine can say
-        (:mod:`.privileges`). Raises the library's errors for 401, 403 and no answer."""
-        if self.engine.kind == "opensearch":
-            return IndexPrivileges.unchecked(NO_API)
-        try:
-            answer = self.send(rq.has_privileges(names, privileges))
-        except API_ERRORS as exc:
-            if status_of(exc) in (401, 403) or status_of(exc) is None:
-                raise
-            log.debug("privileges not checked (HTTP %s): security looks off", status_of(exc))
-            return IndexPrivileges.unchecked(SECURITY_OFF)
-        return IndexPrivileges.from_answer(answer)
-
     def streaming_bulk(self, actions: Iterable[Json], **kwargs: Any) -> Iterator[tuple[bool, Json]]:
         """The library's ``helpers.streaming_bulk`` (same keyword arguments), its results in one shape: every item
         has an integer ``status``; a request that got no answer raises (:data:`~hybridsearch.engine.UNREACHABLE`)
         on every engine, even with ``raise_on_exception=False``."""
         helpers = opensearchpy.helpers if self.engine.kind == "opensearch" else elasticsearch.helpers
         yield from _answered(helpers.streaming_bulk(self.raw, actions, **kwargs))
-
-    def bulk(self, actions: Iterable[Json], *, stats_only: bool = False, **kwargs: Any) -> tuple[int, Any]:
-        """What the libraries' ``helpers.bulk`` returns (``(succeeded, failed items)``, or the failed count with
-        ``stats_only``), read from :meth:`streaming_bulk`, so that its items have the same shape."""
-        succeeded, failed = 0, []
-        for ok, item in self.streaming_bulk(actions, **kwargs):
-            if ok:
-                succeeded += 1
-            else:
-                failed.append(item)
-        return succeeded, len(failed) if stats_only else failed
 
     def scan(self, *, index: str, query: Json | None = None, size: int = 1000, scroll: str = "5m",
              preserve_order: bool = False) -> Iterator[Json]:
@@ -246,3 +249,26 @@ class AsyncEngineClient:
         for client in (self._es, self._os):
             if client is not None:
                 await client.close()
+
+
+class LoopSender:
+    """:meth:`AsyncEngineClient.send` for a thread other than the event loop's (the query log's writer): each
+    request is sent on ``loop``, the loop the client's searches run on, set by its first search."""
+
+    def __init__(self, client: AsyncEngineClient) -> None:
+        self.client = client
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def engine(self) -> EngineInfo:
+        return self.client.engine
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.client.dialect
+
+    def send(self, request: Request) -> Any:
+        if self.loop is None:
+            raise RuntimeError("no event loop yet: the first search sets it")
+        sent = asyncio.run_coroutine_threadsafe(self.client.send(request), self.loop)
+        return sent.result(timeout=self.client.cfg.request_timeout * (self.client.cfg.max_retries + 2))

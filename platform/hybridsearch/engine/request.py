@@ -101,6 +101,29 @@ def update_doc(index: str, doc_id: str, doc: Mapping[str, Any], *, refresh: bool
                    params(refresh=refresh, retry_on_conflict=retry_on_conflict), {"doc": dict(doc)})
 
 
+def bulk(actions: list[Json], *, refresh: bool | str | None = None, require_alias: bool | None = None) -> Request:
+    """``POST _bulk`` of ``actions`` in the form of the libraries' bulk helpers: ``_op_type`` (``index``,
+    ``create``, ``update``, ``delete``), ``_index``, ``_id``, and the document under ``_source`` or as the other
+    fields (``doc`` for an update). Read the answer with :func:`bulk_failures`."""
+    lines: list[Json] = []
+    for action in actions:
+        op = action.get("_op_type", "index")
+        lines.append({op: {k: action[k] for k in ("_index", "_id") if k in action}})
+        if op == "update":
+            lines.append({"doc": action["doc"]})
+        elif op != "delete":
+            lines.append(action["_source"] if "_source" in action else
+                         {k: v for k, v in action.items() if not k.startswith("_")})
+    return Request("POST", "/_bulk", params(refresh=refresh, require_alias=require_alias), lines)
+
+
+def bulk_failures(answer: Json) -> tuple[int, list[Json]]:
+    """How many items of a ``_bulk`` answer succeeded, and the failed ones (``{op: item}``, as the helpers give)."""
+    failed = [entry for entry in answer.get("items", [])
+              if not 200 <= int(next(iter(entry.values())).get("status", 500)) < 300]
+    return len(answer.get("items", [])) - len(failed), failed
+
+
 def analyze(text: str, *, analyzer: str | None = None, index: str | None = None, field: str | None = None) -> Request:
     """The tokens of ``text`` by ``analyzer``, or by ``field``'s analyzer in ``index``."""
     return Request("POST", _path(index, "_analyze") if index else "/_analyze",

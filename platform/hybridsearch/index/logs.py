@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hybridsearch.engine import EngineClient, engine_errors, request
+from hybridsearch.engine import EngineClient, Sender, engine_errors, request
 from hybridsearch.errors import AccessDenied, ClusterError, HybridSearchError, IndexNotFound
 from hybridsearch.index.access import bulk_error_type, item_error, require_privileges, write_errors
 from hybridsearch.index.fit import Difference, log_differences
@@ -35,7 +35,7 @@ log = logging.getLogger(__name__)
 _WRITE_BLOCKS = ("index.blocks.write", "index.blocks.read_only", "index.blocks.read_only_allow_delete")
 
 
-def ensure_log_index(es: EngineClient, settings: Settings, kind: str) -> str:
+def ensure_log_index(es: Sender, settings: Settings, kind: str) -> str:
     """Create log index ``kind`` from its spec (mappings, settings, write alias), or bring an existing one up to
     date: new fields are added (a conflicting change raises ClusterError naming the index) and a missing write alias
     is added. Returns the index name."""
@@ -107,7 +107,7 @@ class LogWriter:
     Thread-safe. ``write`` never raises for the documents' sake: the returned :class:`LogWrite` says what failed
     and why (IndexBlocked for a block, AccessDenied when the index is missing and may not be created)."""
 
-    def __init__(self, es: EngineClient, settings: Settings, kind: str) -> None:
+    def __init__(self, es: Sender, settings: Settings, kind: str) -> None:
         self.es, self.settings, self.kind = es, settings, kind
         self.index = log_index_name(settings.index, kind)
         self.alias = write_alias_name(settings.index, kind)
@@ -175,14 +175,11 @@ class LogWriter:
         target = self.index if self._direct else str(self.alias)
         body_key = "doc" if op_type == "update" else "_source"
         actions = [{"_op_type": op_type, "_index": target, "_id": i, body_key: dict(d)} for i, d in docs]
-        extra: dict[str, Any] = {} if self._direct else {"require_alias": True}
-        if refresh:
-            extra["refresh"] = refresh
         doing = f"write {len(docs)} document(s) to {self.index}"
         try:
             with write_errors(self.index, doing):
-                ok, items = self.es.bulk(actions, raise_on_error=False, raise_on_exception=False, stats_only=False,
-                                         **extra)
+                ok, items = request.bulk_failures(self.es.send(request.bulk(
+                    actions, refresh=refresh or None, require_alias=None if self._direct else True)))
         except IndexNotFound:
             return list(docs)
         except HybridSearchError as exc:

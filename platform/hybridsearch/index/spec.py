@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.prompts import resolve_prompts
-from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, error_type_of, request, status_of
+from hybridsearch.engine import API_ERRORS, EngineClient, Sender, engine_errors, error_type_of, request, status_of
 from hybridsearch.engine.dialect import Dialect
 from hybridsearch.errors import ConfigError
 from hybridsearch.index.metadata import metadata_mapping
@@ -193,7 +193,7 @@ class IndexSpec:
         return body
 
 
-def create_index(es: EngineClient, spec: IndexSpec) -> bool:
+def create_index(es: Sender, spec: IndexSpec) -> bool:
     """Create the index of ``spec``; False when it exists already (e.g. made meanwhile by a parallel run). Call
     inside ``engine_errors`` (or ``access.write_errors``)."""
     try:
