@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient, connect
+from hybridsearch.engine import EngineClient, connect, request
 from hybridsearch.settings import Settings, load_settings
 from standin import Canned, serve
 
@@ -132,7 +132,7 @@ def engine_under_test() -> tuple[str, str]:
 @pytest.fixture(scope="session")
 def es(es_url: str) -> Iterator[EngineClient]:
     client = connect(load_settings(es_url=es_url).es)
-    client.cluster.health(wait_for_status="yellow", timeout="30s")
+    client.send(request.cluster_health(wait_for_status="yellow", timeout="30s"))
     yield client
     client.close()
 
@@ -148,7 +148,7 @@ def settings(es: EngineClient, es_url: str, tmp_path: Path) -> Iterator[Settings
         ingest={"dead_letter_dir": tmp_path / "dead-letter"},
         query={"log_queries": False},
     )
-    es.indices.delete(index=f"{prefix}-*", expand_wildcards="all")
+    es.send(request.delete_index(f"{prefix}-*", expand_wildcards="all"))
 
 
 @pytest.fixture(scope="session")

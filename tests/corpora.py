@@ -7,7 +7,7 @@ from typing import Any
 
 from hybridsearch import SearchClient
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.index.metadata import typed_metadata
 from hybridsearch.index.versions import ensure_index
 from hybridsearch.ingest.sources import Document
@@ -62,7 +62,7 @@ def index_corpus(es: EngineClient, settings: Settings, embedder: Embedder,
                 actions[-1]["meta"] = typed
             if pos == 0:  # the document's BM25 section rides on its first chunk, as ingestion writes it
                 actions[-1].update(section_title=title, section_text=" ".join(chunks))
-    es.bulk(actions, refresh=True)
+    assert request.bulk_failures(es.send(request.bulk(actions, refresh=True)))[1] == []
     return name
 
 

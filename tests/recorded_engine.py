@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+from urllib.parse import unquote
 
 import numpy as np
 
-from hybridsearch.engine import ELASTICSEARCH, Dialect, EngineInfo
+from hybridsearch.engine import ELASTICSEARCH, Dialect, EngineInfo, Request
 from hybridsearch.index.spec import load_template
 from hybridsearch.query.results import SearchResult, WhyReport
 from hybridsearch.settings import Settings, load_settings
@@ -79,6 +80,20 @@ class FakeES:
     def count(self, index: str) -> dict[str, Any]:
         return {"count": self.chunks, "_shards": {"total": 1, "successful": 1, "skipped": 0, "failed": 0}}
 
+    def send(self, request: Request) -> Any:
+        """The answer to each request the search path sends, by its path."""
+        path = unquote(request.path)
+        if path == "/_msearch":
+            return self.msearch(cast(list[dict[str, Any]], request.body))
+        if path.endswith("/_count"):
+            return self.count(path[1:].removesuffix("/_count"))
+        if path.startswith("/_alias/"):
+            return self.indices.get_alias(path.removeprefix("/_alias/"))
+        if path.endswith("/_mapping") and request.method == "GET":
+            return self.indices.get_mapping(path[1:].removesuffix("/_mapping"),
+                                            request.params.get("ignore_unavailable") == "true")
+        raise AssertionError(f"the search path sent {request}")
+
     def close(self) -> None:
         pass
 
@@ -110,24 +125,12 @@ def one_msearch(sent: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [line for request in sorted(sent, key=lambda r: is_knn(r[1])) for line in request]
 
 
-class FakeAsyncIndices:
-    def __init__(self, sync: FakeIndices) -> None:
-        self.sync = sync
-
-    async def get_alias(self, name: str) -> dict[str, Any]:
-        return self.sync.get_alias(name)
-
-    async def get_mapping(self, index: str, ignore_unavailable: bool | None = None) -> dict[str, Any]:
-        return self.sync.get_mapping(index, ignore_unavailable)
-
-
 class FakeAsyncES:
     """The same seam for :class:`hybridsearch.engine.AsyncEngineClient`."""
 
     def __init__(self, sync: FakeES) -> None:
         self.sync = sync
         self.dialect = sync.dialect
-        self.indices = FakeAsyncIndices(sync.indices)
 
     async def detect(self) -> EngineInfo:
         return self.sync.engine
@@ -136,11 +139,8 @@ class FakeAsyncES:
     def engine(self) -> EngineInfo:
         return self.sync.engine
 
-    async def count(self, index: str) -> dict[str, Any]:
-        return self.sync.count(index)
-
-    async def msearch(self, searches: list[dict[str, Any]]) -> dict[str, Any]:
-        return self.sync.msearch(searches)
+    async def send(self, request: Request) -> Any:
+        return self.sync.send(request)
 
     async def close(self) -> None:
         pass
@@ -157,6 +157,7 @@ class FixedVectors:
 def settings() -> Settings:
     return load_settings(es_url="http://127.0.0.1:1", index={"prefix": "rec"}, query={"log_queries": False},
                          reranker={"timeout": 0.3})
+
 
 def same(a: SearchResult | WhyReport, b: SearchResult | WhyReport) -> bool:
     """Whether two results (or reports) say the same, timings aside."""

@@ -31,7 +31,7 @@ from rich.table import Table
 
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import connect
+from hybridsearch.engine import connect, request
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.runs import IngestResult
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         second = run_ingest(docs, settings, es=es, embedder=embedder)
     finally:
         if not args.keep:
-            es.indices.delete(index=f"{prefix}-*", expand_wildcards="all")
+            es.send(request.delete_index(f"{prefix}-*", expand_wildcards="all"))
     pipe_cps = (first.indexed + first.updated) / first.seconds
     in_pipe_cps = (first.indexed + first.updated) / first.embed_seconds if first.embed_seconds else 0.0
     figures.update(chunks=len(texts), pipeline_seconds=first.seconds, pipeline_chunks_per_s=pipe_cps,

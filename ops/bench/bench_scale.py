@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from hybridsearch.engine import request
 from loadgen import drive, save_report
 
 if TYPE_CHECKING:  # imported where used, so that --help loads nothing of the package
@@ -107,10 +108,10 @@ def build(es: EngineClient, settings: Settings, n: int, syn: Synthetic, batch: i
     from hybridsearch.index.versions import ensure_index
 
     for name in (f"{settings.index.prefix}-chunks*", settings.index.ingest_runs, settings.index.query_log):
-        if "*" in name or es.indices.exists(index=name):  # a missing concrete name is a 404
-            es.indices.delete(index=name, expand_wildcards="all")
+        if "*" in name or es.send(request.index_exists(name)):  # a missing concrete name is a 404
+            es.send(request.delete_index(name, expand_wildcards="all"))
     index = ensure_index(es, settings)
-    es.indices.put_settings(index=index, settings={"index.refresh_interval": "30s"})
+    es.send(request.put_settings(index, {"index.refresh_interval": "30s"}))
     stored = np.empty((n, DIMS), dtype=np.float32)
     t0 = time.perf_counter()
     with tqdm(total=n, desc=f"index {n:,}", unit="chunk") as bar:
@@ -123,8 +124,8 @@ def build(es: EngineClient, settings: Settings, n: int, syn: Synthetic, batch: i
                 if not ok:
                     raise RuntimeError(str(item))
             bar.update(m)
-    es.indices.put_settings(index=index, settings={"index.refresh_interval": settings.index.refresh_interval})
-    es.indices.refresh(index=index)
+    es.send(request.put_settings(index, {"index.refresh_interval": settings.index.refresh_interval}))
+    es.send(request.refresh(index))
     seconds = time.perf_counter() - t0
     return stored, seconds, index
 
@@ -141,7 +142,7 @@ def recall(es: EngineClient, index: str, stored: np.ndarray, queries: np.ndarray
     for q, kth in zip(queries, scores[:, -1], strict=True):
         body = es.dialect.knn_search("embedding", q.tolist(), k, max(k, num_candidates), [], oversample or None)
         t0 = time.perf_counter()
-        r = es.search(index=index, **body, source=False, size=10)
+        r = es.send(request.search(index, request.body(source=False, size=10, **body)))
         took.append((time.perf_counter() - t0) * 1000)
         total += knn_recall(stored, q, float(kth), [int(h["_id"][1:].split("#")[0]) for h in r["hits"]["hits"]], 10)
     return total / len(queries), float(np.percentile(took, 50))
@@ -183,7 +184,7 @@ async def latency(settings: Settings, table: dict[str, np.ndarray], levels: list
 
 
 def store_bytes(es: EngineClient, index: str) -> int:
-    stats = es.indices.stats(index=index, metric="store")
+    stats = es.send(request.index_stats(index, metric="store"))
     return int(stats["indices"][index]["primaries"]["store"]["size_in_bytes"])
 
 
@@ -272,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
         syn = Synthetic(seed=n)
         existing = f"{args.prefix}-{n}-chunks-v1"
         seconds: float | None = None  # indexing time; None for a kept index measured again
-        if args.reuse and es.indices.exists(index=existing) and es.count(index=existing)["count"] == n:
+        if args.reuse and es.send(request.index_exists(existing)) and es.send(request.count(existing))["count"] == n:
             stored, index = regenerate(n, syn, args.batch), existing
             size = store_bytes(es, index)
         else:
@@ -302,7 +303,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
         if not args.keep:
-            es.indices.delete(index=f"{args.prefix}-{n}-chunks*", expand_wildcards="all")
+            es.send(request.delete_index(f"{args.prefix}-{n}-chunks*", expand_wildcards="all"))
         es.close()
     for earlier in args.include:
         rows += [r for r in json.loads(earlier.read_text(encoding="utf-8")) if r["chunks"] not in args.sizes]

@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import connect
+from hybridsearch.engine import connect, request
 from hybridsearch.eval.datasets import load_collection
 from hybridsearch.eval.prepare import eval_settings
 from hybridsearch.index.spec import section_words_of
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     q = client.query
     alias = s.index.alias
     # What BM25 scores and the fusion, read from the index as the client reads them (its _meta and mapping).
-    mapping = es.indices.get_mapping(index=index)[index]["mappings"]
+    mapping = es.send(request.get_mapping(index))[index]["mappings"]
     meta = mapping.get("_meta") or {}
     scope = bm25_scope(q, section_words_of(meta), mapping.get("properties") or {})
     fusion = fusion_for(q, meta)
@@ -147,14 +147,14 @@ def main(argv: list[str] | None = None) -> int:
         vs = list(variants(mode, lines[1]).items())
         answer: dict[str, Any] = {}
         for name, body in vs[i % len(vs):] + vs[:i % len(vs)]:
-            ms, resp = timed(lambda b=body: es.msearch(searches=[lines[0], b]))  # type: ignore[misc]
+            ms, resp = timed(lambda b=body: es.send(request.msearch([lines[0], b])))  # type: ignore[misc]
             add(mode, name, ms)
             add(mode, f"{name} (server took)", float(resp["responses"][0].get("took", 0)))
             if name == "msearch":
                 answer = resp
-        ms, _ = timed(lambda: es.raw.msearch(body=lines, filter_path=FILTER_PATH))
+        ms, _ = timed(lambda: es.send(request.msearch(lines, filter_path=FILTER_PATH)))
         add(mode, "msearch filter_path", ms)
-        ms, _ = timed(lambda: es.raw.search(index=alias, body=lines[1]))
+        ms, _ = timed(lambda: es.send(request.search(alias, lines[1])))
         add(mode, "_search (same body, not _msearch)", ms)
         raw = json.dumps(answer).encode()
         add(mode, "answer KiB", len(raw) / 1024)

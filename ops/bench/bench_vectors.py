@@ -40,6 +40,7 @@ import os
 import statistics
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -52,7 +53,7 @@ from bench_query import DEFAULT_COLLECTION
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient, connect
+from hybridsearch.engine import EngineClient, connect, request
 from hybridsearch.engine.dialect import OPENSEARCH_OPTIONS
 from hybridsearch.eval.datasets import Collection, load_collection
 from hybridsearch.eval.harness import evaluate_collection
@@ -83,16 +84,16 @@ def option_settings(base: Settings, prefix: str, option: str) -> Settings:
 
 def build(es: EngineClient, s: Settings, col: Collection, embedder: Embedder) -> dict[str, Any]:
     """A fresh index of ``col`` under ``s``'s prefix, force-merged to one segment; its name and timings."""
-    es.indices.delete(index=f"{s.index.prefix}-*", expand_wildcards="all")
+    es.send(request.delete_index(f"{s.index.prefix}-*", expand_wildcards="all"))
     t0 = time.perf_counter()
     index = choose_index(es, s).index
-    es.indices.put_settings(index=index, settings={"index.compound_format": "false"})  # vector files stay visible
+    es.send(request.put_settings(index, {"index.compound_format": "false"}))  # vector files stay visible
     with RichProgress() as bar:
         ingest = ingest_corpus(es, s, col.corpus_path, embedder=embedder, progress=bar)
-    es.indices.refresh(index=index)
+    es.send(request.refresh(index))
     t1 = time.perf_counter()
-    es.indices.forcemerge(index=index, max_num_segments=1)
-    es.indices.refresh(index=index)
+    es.send(request.forcemerge(index, max_num_segments=1))
+    es.send(request.refresh(index))
     t2 = time.perf_counter()
     return {"index": index, "ingest_s": round(t1 - t0, 1), "merge_s": round(t2 - t1, 1),
             "build_s": round(t2 - t0, 1), "chunks": ingest.get("chunks")}
@@ -123,7 +124,7 @@ def recall(es: EngineClient, index: str, ids: dict[str, int], vectors: np.ndarra
     total = 0.0
     for q, kth_score in zip(queries, kth, strict=True):
         body = es.dialect.knn_search("embedding", q.tolist(), K, num_candidates, [])
-        hits = es.search(index=index, size=K, source=["chunk_id"], **body)["hits"]["hits"]
+        hits = es.send(request.search(index, request.body(size=K, source=["chunk_id"], **body)))["hits"]["hits"]
         total += knn_recall(vectors, q, float(kth_score), [ids.get(h["_source"]["chunk_id"], -1) for h in hits], K)
     return total / len(queries)
 
@@ -147,8 +148,8 @@ def disk(es: EngineClient, index: str) -> dict[str, Any]:
     chunk is written staged, then flipped visible) as soft-deleted copies, which Elasticsearch retains for a
     while (peer-recovery retention leases) and whose vectors are in the files too; so bytes are divided by
     live + deleted documents, the vectors the files hold."""
-    prim = es.indices.stats(index=index, metric="segments,store,docs,indexing,merge,refresh",
-                            include_segment_file_sizes=True)["indices"][index]["primaries"]
+    prim = es.send(request.index_stats(index, metric="segments,store,docs,indexing,merge,refresh",
+                                       include_segment_file_sizes=True))["indices"][index]["primaries"]
     files = {ext: int(v["size_in_bytes"]) for ext, v in prim["segments"].get("file_sizes", {}).items()}
     docs, deleted = int(prim["docs"]["count"]), int(prim["docs"]["deleted"])
     out: dict[str, Any] = {
@@ -160,8 +161,10 @@ def disk(es: EngineClient, index: str) -> dict[str, Any]:
         "engine_refresh_s": round(prim["refresh"]["total_time_in_millis"] / 1000, 1),
         **per_vector(files, docs + deleted),
     }
-    usage = es.indices.disk_usage(index=index)
-    if usage is not None:
+    if es.engine.has_disk_usage:
+        with warnings.catch_warnings():  # Elasticsearch marks the API as a technical preview on every call
+            warnings.simplefilter("ignore")
+            usage = es.send(request.disk_usage(index))
         field = usage[index]["fields"].get("embedding", {})
         out["disk_usage_knn_bytes_per_vector"] = round(int(field.get("knn_vectors_in_bytes", 0)) / (docs + deleted), 1)
     return out
@@ -318,7 +321,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if not args.keep:
             for s in settings.values():
-                es.indices.delete(index=f"{s.index.prefix}-*", expand_wildcards="all")
+                es.send(request.delete_index(f"{s.index.prefix}-*", expand_wildcards="all"))
         cache.close()
         es.close()
     print_table(engine.name, rows, candidates)

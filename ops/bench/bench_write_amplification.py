@@ -25,6 +25,8 @@ import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hybridsearch.engine import request
+
 if TYPE_CHECKING:  # imported where used, so that --help loads nothing of the package
     from hybridsearch.engine import EngineClient
 
@@ -50,8 +52,8 @@ def subset(corpus: Path, limit: int, dest: Path, changed_every: int | None) -> l
 
 
 def counters(es: EngineClient, index: str) -> dict[str, int]:
-    es.indices.refresh(index=index)
-    p = es.indices.stats(index=index, metric="indexing,docs,merge,store")["_all"]["primaries"]
+    es.send(request.refresh(index))
+    p = es.send(request.index_stats(index, metric="indexing,docs,merge,store"))["_all"]["primaries"]
     return {"index_ops": p["indexing"]["index_total"], "delete_ops": p["indexing"]["delete_total"],
             "docs": p["docs"]["count"], "deleted_copies": p["docs"]["deleted"],
             "merges": p["merges"]["total"], "store_bytes": p["store"]["size_in_bytes"]}
@@ -87,13 +89,13 @@ def side(name: str, package: Path, es: EngineClient, base: Path, changed: Path, 
                          "store_mb": round(now["store_bytes"] / 1e6, 1), "seconds": round(seconds, 1)})
             before = now
     finally:
-        es.indices.delete(index=f"{prefix}-*", expand_wildcards="all")
+        es.send(request.delete_index(f"{prefix}-*", expand_wildcards="all"))
     return rows
 
 
 def changed_chunks(es: EngineClient, index: str, doc_ids: list[str]) -> int:
     """Chunks of the changed documents' new versions."""
-    body = es.count(index=index, query={"terms": {"doc_id": doc_ids}})
+    body = es.send(request.count(index, {"terms": {"doc_id": doc_ids}}))
     return int(body["count"])
 
 

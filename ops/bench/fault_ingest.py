@@ -41,6 +41,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hybridsearch.engine import request
+
 if TYPE_CHECKING:  # imported where used, so that --help loads nothing of the package
     from hybridsearch.engine import EngineClient
     from hybridsearch.settings import Settings
@@ -113,9 +115,9 @@ def drop_indices(es: EngineClient, patterns: Iterable[str]) -> list[str]:
 
     dropped: list[str] = []
     for pattern in patterns:
-        for name in sorted(es.indices.get(index=pattern, expand_wildcards="all", allow_no_indices=True)):
+        for name in sorted(es.send(request.get_index(pattern, expand_wildcards="all", allow_no_indices=True))):
             try:
-                es.indices.delete(index=name)
+                es.send(request.delete_index(name))
             except API_ERRORS as exc:
                 if status_of(exc) != 404:
                     raise
@@ -126,7 +128,7 @@ def drop_indices(es: EngineClient, patterns: Iterable[str]) -> list[str]:
 
 def chunk_count(es: EngineClient, alias: str) -> int:
     try:
-        return int(es.count(index=alias)["count"])
+        return int(es.send(request.count(alias))["count"])
     except Exception:  # noqa: BLE001 - a probe during a fault
         return -1
 
@@ -143,13 +145,13 @@ def inject(fault: str, es: EngineClient, index: str, node: str, after_chunks: in
     if fault == "node":
         subprocess.run([str(ES_LOCAL), "cluster", "kill", node], check=True)
     else:
-        es.indices.put_settings(index=index, settings={"index.blocks.read_only_allow_delete": True})
+        es.send(request.put_settings(index, {"index.blocks.read_only_allow_delete": True}))
     time.sleep(hold_s)
     log(f"clearing {fault}")
     if fault == "node":
         subprocess.run([str(ES_LOCAL), "cluster", "restart", node], check=True)
     else:
-        es.indices.put_settings(index=index, settings={"index.blocks.read_only_allow_delete": None})
+        es.send(request.put_settings(index, {"index.blocks.read_only_allow_delete": None}))
     events.append({"at_s": round(time.monotonic() - t0, 1), "event": f"cleared {fault}",
                    "chunks_so_far": chunk_count(es, alias)})
 
@@ -211,10 +213,10 @@ def verify(want: dict[str, set[str]], stored: tuple[list[dict[str, Any]], set[st
 
 def run_records(es: EngineClient, runs_index: str) -> list[dict[str, Any]]:
     """The prefix's ingest run records, oldest first; none when no run has written one (no index)."""
-    if not es.indices.exists(index=runs_index):
+    if not es.send(request.index_exists(runs_index)):
         return []
-    es.indices.refresh(index=runs_index)
-    hits = es.search(index=runs_index, size=50, sort=[{"started_at": "asc"}])["hits"]["hits"]
+    es.send(request.refresh(runs_index))
+    hits = es.send(request.search(runs_index, request.body(size=50, sort=[{"started_at": "asc"}])))["hits"]["hits"]
     keep = ("run_id", "shard", "status", "documents", "documents_indexed", "documents_skipped", "documents_failed",
             "chunks", "indexed", "updated", "unchanged", "reused", "retried", "seconds")
     return [{k: h["_source"].get(k) for k in keep} for h in hits]
@@ -269,8 +271,8 @@ def main(argv: list[str] | None = None) -> int:
         fault.join(max(1.0, deadline + 300 - time.monotonic()))
     faulted_s = time.monotonic() - t0
     log(f"faulted run ended after {faulted_s:.0f} s; exits {[w['exit'] for w in workers]}")
-    es.cluster.health(wait_for_status="yellow", timeout="120s")
-    es.indices.refresh(index=index)
+    es.send(request.cluster_health(wait_for_status="yellow", timeout="120s"))
+    es.send(request.refresh(index))
 
     want, invalid = expected_chunks(corpus, settings)
     after_fault = verify(want, stored_chunks(es, index))
@@ -278,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
 
     log("re-running both shards: it must find nothing to do")
     rerun = run_workers(corpus, env, time.monotonic() + args.time_limit, f"{args.fault}-rerun")
-    es.indices.refresh(index=index)
+    es.send(request.refresh(index))
     rerun_records = [r for r in run_records(es, settings.index.ingest_runs) if r["run_id"] not in
                      {x["run_id"] for x in records}]
     after_rerun = verify(want, stored_chunks(es, index))

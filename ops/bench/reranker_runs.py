@@ -36,7 +36,7 @@ from rich.table import Table
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient, connect
+from hybridsearch.engine import EngineClient, connect, request
 from hybridsearch.eval.datasets import load_collection
 from hybridsearch.eval.harness import evaluate_collection
 from hybridsearch.eval.prepare import choose_index, eval_settings, ingest_corpus
@@ -79,9 +79,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def drop_prefix(es: EngineClient, prefix: str) -> list[str]:
     """Delete every index named ``<prefix>-...`` (by name: wildcard deletes may be refused)."""
-    names = sorted(es.indices.get(index=f"{prefix}-*", allow_no_indices=True, expand_wildcards="all"))
+    names = sorted(es.send(request.get_index(f"{prefix}-*", allow_no_indices=True, expand_wildcards="all")))
     for name in names:
-        es.indices.delete(index=name)
+        es.send(request.delete_index(name))
     return names
 
 
@@ -108,7 +108,7 @@ def one_run(i: int, args: argparse.Namespace, base: Settings) -> dict[str, Any]:
         choice = choose_index(es, s, create=True)
         with RichProgress(enabled=not args.no_progress) as bar:
             ingest_corpus(es, s, collection.corpus_path, embedder=cache, progress=bar)
-        es.indices.refresh(index=s.index.alias)
+        es.send(request.refresh(s.index.alias))
         rec["index"], rec["build_s"] = choice.index, round(time.perf_counter() - t0, 1)
         console.print(f"run {i}: index {choice.index} built in {rec['build_s']} s")
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from hybridsearch.embedding.encoder import Embedder, load_sentence_transformer
 from hybridsearch.embedding.prompts import resolve_prompts
-from hybridsearch.engine import EngineClient, engine_errors
+from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import ConfigError, IngestError
 from hybridsearch.index.access import INGEST, prefix_names, require_privileges
 from hybridsearch.index.fit import check_mapping, check_source
@@ -207,7 +207,7 @@ def _migrate_locked(es: EngineClient, new: Settings, source: str, source_mapping
     stopped run left half written are neither copied nor counted: they stay hidden in the new version too)."""
     source_meta = source_mapping.get("_meta", {})
     with engine_errors(f"refresh {source}"):
-        es.indices.refresh(index=source)
+        es.send(request.refresh(source))
         total = count_visible(es, source, first_chunks)
     embedder = embedder or Embedder(new.embedding)  # loads its model only when something must be embedded
     if embedder.cfg.model != new.embedding.model or embedder.cfg.dims != new.embedding.dims:
@@ -239,7 +239,7 @@ def _migrate_locked(es: EngineClient, new: Settings, source: str, source_mapping
     task.finish()
     unit = "documents" if rechunk else "chunks"
     with engine_errors(f"refresh {target}"):
-        es.indices.refresh(index=target)
+        es.send(request.refresh(target))
         copied = count_visible(es, target, first_chunks)
         now = count_visible(es, source, first_chunks)
     seconds = time.perf_counter() - t0

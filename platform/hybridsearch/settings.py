@@ -17,8 +17,8 @@ from typing import Literal
 from pydantic import BaseModel, Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from hybridsearch.cluster_url import Node, parse_nodes
 from hybridsearch.errors import ConfigError
-from hybridsearch.redact import redact_url
 
 ENV_PREFIX = "HSP_"
 DEFAULT_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -28,7 +28,7 @@ DEFAULT_RERANKER_MODEL = "cross-encoder/ms-marco-MiniLM-L-6-v2"
 class ClusterSettings(BaseModel):
     """How to reach the cluster, Elasticsearch or OpenSearch (``HSP_ES__*``)."""
 
-    url: str = Field("http://127.0.0.1:9200", description="node URL(s), comma-separated")
+    url: str = Field("http://127.0.0.1:9200", description="node URL(s), comma-separated (hybridsearch.cluster_url)")
     engine: Literal["auto", "elasticsearch", "opensearch"] = Field(
         "auto", description="which engine serves the cluster; auto asks it (GET /)")
     api_key: SecretStr | None = Field(None, description="encoded API key (id:key base64)")
@@ -40,8 +40,9 @@ class ClusterSettings(BaseModel):
     max_retries: int = Field(3, ge=0, description="retries on 429/502/503/504 and connection errors")
 
     @property
-    def hosts(self) -> list[str]:
-        return [u.strip() for u in self.url.split(",") if u.strip()]
+    def nodes(self) -> tuple[Node, ...]:
+        """The nodes ``url`` names, each with the credentials its URL carried (kept apart from its address)."""
+        return parse_nodes(self.url)
 
     @field_validator("ca_certs")
     @classmethod
@@ -53,9 +54,7 @@ class ClusterSettings(BaseModel):
     @field_validator("url")
     @classmethod
     def _check_url(cls, v: str) -> str:
-        for u in v.split(","):
-            if not u.strip().startswith(("http://", "https://")):
-                raise ValueError(f"{redact_url(u.strip())!r} is not an http(s) URL")
+        parse_nodes(v)  # ValueError: one line, credentials masked
         return v
 
 
@@ -289,10 +288,17 @@ class Settings(BaseSettings):
     reranker: RerankerSettings = RerankerSettings()
     models: ModelsSettings = ModelsSettings()
 
+    @field_validator("es_url")
+    @classmethod
+    def _check_es_url(cls, v: str | None) -> str | None:
+        if v:
+            parse_nodes(v)  # checked here, so that a bad one is reported as HSP_ES_URL
+        return v
+
     @model_validator(mode="after")
     def _apply_shortcuts(self) -> Settings:
         if self.es_url:
-            self.es = self.es.model_copy(update={"url": ClusterSettings(url=self.es_url).url})
+            self.es = self.es.model_copy(update={"url": self.es_url})
         return self
 
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from hybridsearch.cli.main import main
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.settings import Settings
 
 # the demo command; its ingest and search are test_ingest.py's and test_search.py's on every engine
@@ -31,7 +31,7 @@ def test_demo_ingests_then_answers_and_a_rerun_changes_nothing(es: EngineClient,
     assert " 1. assert (Python language reference)  py:topic:assert\n" in out
     assert "BM25 #" in out and "kNN #" in out and "RRF #" in out
     assert out.count("not reranked: reranker disabled (HSP_RERANKER__ENABLED=false)\n") == 1  # said once, in one line
-    hits = es.count(index=settings.index.alias, query={"prefix": {"doc_id": "py:topic:"}})["count"]
+    hits = es.send(request.count(settings.index.alias, {"prefix": {"doc_id": "py:topic:"}}))["count"]
     assert hits > 5  # the long topics were cut into several chunks
 
     assert main(args) == 0  # the second run re-embeds nothing

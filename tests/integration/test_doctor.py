@@ -14,7 +14,7 @@ from hybridsearch import doctor
 from hybridsearch.cli.main import main
 from hybridsearch.doctor import index as doctor_index
 from hybridsearch.doctor.cluster import watermark_used_fraction
-from hybridsearch.engine import EngineClient, connect
+from hybridsearch.engine import EngineClient, connect, request
 from hybridsearch.index.versions import ensure_index
 from hybridsearch.settings import Settings, load_settings
 
@@ -39,7 +39,7 @@ def test_missing_index_fails_with_a_fix(es: EngineClient, settings: Settings) ->
 
 def test_healthy_index_passes(es: EngineClient, settings: Settings) -> None:
     name = ensure_index(es, settings)
-    es.index(index=name, id="a#0", document={"doc_id": "a", "chunk_id": "a#0", "text": "hello"}, refresh=True)
+    es.send(request.put_doc(name, "a#0", {"doc_id": "a", "chunk_id": "a#0", "text": "hello"}, refresh=True))
     checks = by_name(doctor.run_checks(settings, es=es, models=False, reranker=False))
     for key in ("index.privileges", "index.alias", "index.model", "index.vectors", "index.chunks"):
         assert checks[key].status == "OK", checks[key]
@@ -59,8 +59,8 @@ def test_an_index_without_the_knn_filter_setting_or_full_of_deleted_copies_is_a_
     name = ensure_index(es, settings)
     docs = [{"doc_id": f"d{i}", "chunk_id": f"d{i}#0", "text": f"copy {i}"} for i in range(4)]
     for d in docs + docs:  # the second write of each leaves a deleted copy
-        es.index(index=name, id=d["chunk_id"], document=d)
-    es.indices.refresh(index=name)
+        es.send(request.put_doc(name, d["chunk_id"], d))
+    es.send(request.refresh(name))
     assert "index.deleted" not in by_name(doctor.run_checks(settings, es=es, models=False, reranker=False))
     monkeypatch.setattr(doctor_index, "DELETED_WARN_MIN", 2)  # 4 deleted copies of 8 documents: a warning here
     checks = by_name(doctor.run_checks(settings, es=es, models=False, reranker=False))
@@ -68,7 +68,7 @@ def test_an_index_without_the_knn_filter_setting_or_full_of_deleted_copies_is_a_
     assert "index.knn filter" not in checks  # ensure_index set it where the engine needs it
     want = es.engine.chunk_index_settings
     if want:  # Elasticsearch 9.1+: an index made before the setting
-        es.indices.put_settings(index=name, settings={k: "acorn" for k in want})
+        es.send(request.put_settings(name, {k: "acorn" for k in want}))
         check = by_name(doctor.run_checks(settings, es=es, models=False, reranker=False))["index.knn filter"]
         assert check.status == "WARN" and "hsp ingest" in (check.fix or "")
 
@@ -154,6 +154,6 @@ def test_cli_exit_codes(es: EngineClient, settings: Settings, monkeypatch: pytes
     assert {"area": "index", "name": "alias", "status": "FAIL"}.items() <= next(
         c for c in report if c["name"] == "alias").items()
     ensure_index(es, settings)
-    es.index(index=settings.index.alias, id="a#0", document={"doc_id": "a", "text": "x"}, refresh=True)
+    es.send(request.put_doc(settings.index.alias, "a#0", {"doc_id": "a", "text": "x"}, refresh=True))
     assert main(["doctor", "--no-models", "--no-reranker"]) == 0
     assert "healthy" in capsys.readouterr().out

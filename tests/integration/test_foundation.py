@@ -5,7 +5,7 @@ from typing import cast
 import numpy as np
 import pytest
 
-from hybridsearch.engine import API_ERRORS, EngineClient, cluster_info, connect, status_of
+from hybridsearch.engine import API_ERRORS, EngineClient, cluster_info, connect, request, status_of
 from hybridsearch.errors import ClusterUnavailable, IndexMismatch
 from hybridsearch.index.logs import ensure_log_indices
 from hybridsearch.index.versions import checked_live_index, ensure_index, index_meta, read_alias
@@ -32,7 +32,7 @@ def test_ensure_index_is_idempotent_and_alias_points_at_it(es: EngineClient, set
     assert checked_live_index(es, settings) == name
     meta = index_meta(es, name)
     assert meta["embedding_model"] == settings.embedding.model and meta["embedding_dims"] == 384
-    mapping = es.indices.get_mapping(index=name)[name]["mappings"]["properties"]["embedding"]
+    mapping = es.send(request.get_mapping(name))[name]["mappings"]["properties"]["embedding"]
     vector = es.dialect.vector_summary(mapping)
     assert vector.options["type"] == "int8_hnsw" and (vector.dims, vector.similarity) == (384, "cosine")
 
@@ -41,12 +41,13 @@ def test_write_and_search_bm25_and_knn(es: EngineClient, settings: Settings) -> 
     name = ensure_index(es, settings)
     docs = {"a": ("Cats purr", "The domestic cat purrs when content."), "b": ("Dogs bark", "A dog barks at strangers.")}
     for i, (doc_id, (title, text)) in enumerate(docs.items()):
-        es.index(index=name, id=f"{doc_id}#0", document={"doc_id": doc_id, "chunk_id": f"{doc_id}#0", "title": title,
-                 "text": text, "embedding": _vec(i), "position": 0, "metadata": {"lang": "en"}})
-    es.indices.refresh(index=name)
-    bm25 = es.search(index=settings.index.alias, query={"match": {"text": "dog barks"}})
+        es.send(request.put_doc(name, f"{doc_id}#0", {"doc_id": doc_id, "chunk_id": f"{doc_id}#0", "title": title,
+                 "text": text, "embedding": _vec(i), "position": 0, "metadata": {"lang": "en"}}))
+    es.send(request.refresh(name))
+    bm25 = es.send(request.search(settings.index.alias, request.body(query={"match": {"text": "dog barks"}})))
     assert [h["_source"]["doc_id"] for h in bm25["hits"]["hits"]] == ["b"]
-    knn = es.search(index=settings.index.alias, **es.dialect.knn_search("embedding", _vec(0), 1, 10, []))
+    knn = es.send(request.search(settings.index.alias, request.body(**es.dialect.knn_search("embedding", _vec(0), 1,
+                                                                                            10, []))))
     assert knn["hits"]["hits"][0]["_source"]["doc_id"] == "a"
 
 
@@ -67,14 +68,14 @@ def test_log_indices_are_created_or_brought_up_to_date(es: EngineClient, setting
     #IMPORTS#
 
     runs, log = settings.index.ingest_runs, settings.index.query_log
-    es.indices.create(index=runs, mappings={"dynamic": "strict", "properties": {"run_id": {"type": "keyword"}}})
+    es.send(request.create_index(runs, mappings={"dynamic": "strict", "properties": {"run_id": {"type": "keyword"}}}))
     ensure_log_indices(es, settings)
-    props = es.indices.get_mapping(index=runs)[runs]["mappings"]["properties"]
+    props = es.send(request.get_mapping(runs))[runs]["mappings"]["properties"]
     assert {"run_id", "documents", "chunks_per_second"} <= set(props)
-    created = es.indices.get_mapping(index=log)[log]["mappings"]  # made with its explicit mappings
+    created = es.send(request.get_mapping(log))[log]["mappings"]  # made with its explicit mappings
     assert created["dynamic"] == "strict" and {"query_hash", "latency_ms"} <= set(created["properties"])
     # no index template is involved (none is needed, so no cluster privilege to write one)
-    assert not es.indices.get_index_template(name=f"{settings.index.prefix}-*").get(
+    assert not es.send(request.get_index_template(f"{settings.index.prefix}-*")).get(
         "index_templates")
 
 
@@ -83,16 +84,15 @@ def test_new_indices_get_english_analysis_where_the_cluster_has_it(es: EngineCli
     analysis-common; Elasticsearch's integ-test zip does not), else standard; the choice is in the mapping and in
     ``_meta``. Whether the node has it is asked of the node itself, as a superuser, with ``_analyze``."""
     try:
-        es.raw.indices.analyze(body={"analyzer": "english", "text": "probe"})
+        es.send(request.analyze("probe", analyzer="english"))
         english = True
     except API_ERRORS as exc:
         assert status_of(exc) == 400, exc  # "failed to find global analyzer [english]"
         english = False
     assert es.has_analyzer("english") == english
     name = ensure_index(es, settings)
-    props = es.indices.get_mapping(index=name)[name]["mappings"]["properties"]
+    props = es.send(request.get_mapping(name))[name]["mappings"]["properties"]
     want = "english" if english else "standard"
     assert props["text"]["analyzer"] == props["title"]["analyzer"] == index_meta(es, name)["analyzer"] == want
-    tokens = es.raw.indices.analyze(index=name, body={"field": "text", "text": "Running studies"})
-    tokens = tokens.body if hasattr(tokens, "body") else tokens
+    tokens = es.send(request.analyze("Running studies", index=name, field="text"))
     assert [t["token"] for t in tokens["tokens"]] == (["run", "studi"] if english else ["running", "studies"])

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import AliasConflict, IndexMismatch
 from hybridsearch.index.spec import load_template, with_analyzer
 from hybridsearch.index.versions import checked_live_index, create_version, ensure_index, read_alias, rollback
@@ -27,7 +27,7 @@ def test_alias_over_two_indices_is_refused_with_the_fix(es: EngineClient, settin
                                                         embedder: Embedder) -> None:
     run_ingest(docs("Bees dance to tell where flowers are."), settings, es=es, embedder=embedder)
     v1, v2 = settings.index.versioned(1), create_version(es, settings)
-    es.indices.update_aliases(actions=[{"add": {"index": v2, "alias": settings.index.alias}}])  # by hand
+    es.send(request.update_aliases([{"add": {"index": v2, "alias": settings.index.alias}}]))  # by hand
 
     with pytest.raises(AliasConflict) as caught:
         SearchClient(es, settings, embedder=embedder).search("bees", mode="bm25")
@@ -44,10 +44,10 @@ def test_alias_over_two_indices_is_refused_with_the_fix(es: EngineClient, settin
         migrate(es, settings, settings, embedder=embedder)
     with pytest.raises(AliasConflict):
         checked_live_index(es, settings)
-    es.indices.refresh(index=f"{v1},{v2}")
-    assert es.count(index=v2)["count"] == 0
-    assert es.search(index=v1, query={"term": {"doc_id": "d1"}})["hits"]["hits"][0]["_source"]["text"] == \
-        "Bees dance to tell where flowers are."
+    es.send(request.refresh(f"{v1},{v2}"))
+    assert es.send(request.count(v2))["count"] == 0
+    found = es.send(request.search(v1, request.body(query={"term": {"doc_id": "d1"}})))["hits"]["hits"]
+    assert found[0]["_source"]["text"] == "Bees dance to tell where flowers are."
 
     assert rollback(es, settings.index, 1) == (f"{v1}, {v2}", v1)  # the fix the message names
     assert sorted(read_alias(es, settings.index.alias)) == [v1]
@@ -71,8 +71,8 @@ def _hand_made(es: EngineClient, settings: Settings, change: dict[str, Any]) -> 
     body["mappings"]["properties"]["embedding"] = load_template(
         "chunks", other, es.dialect)["template"]["mappings"]["properties"]["embedding"]
     name = settings.index.versioned(1)
-    es.indices.create(index=name, settings=body["settings"], mappings=body["mappings"],
-                      aliases={settings.index.alias: {"is_write_index": True}})
+    es.send(request.create_index(name, settings=body["settings"], mappings=body["mappings"],
+                                 aliases={settings.index.alias: {"is_write_index": True}}))
     return name
 
 
@@ -94,8 +94,8 @@ def test_hand_made_index_with_other_dims_is_refused_before_embedding(
     assert caught.value.differences == (("embedding.dims", 384, 768),)
     assert "embedding.dims: index has 768, settings say 384" in str(caught.value)
     assert embedded == []  # refused before any document was embedded
-    es.indices.refresh(index=name)
-    assert es.count(index=name)["count"] == 0
+    es.send(request.refresh(name))
+    assert es.send(request.count(name))["count"] == 0
     with pytest.raises(IndexMismatch, match=r"embedding\.dims"):
         SearchClient(es, settings, embedder=embedder).search("bees")
 
@@ -112,8 +112,8 @@ def test_an_index_of_an_earlier_format_is_refused_until_migrated(es: EngineClien
     run_ingest(docs("Bees dance to tell where flowers are."), settings, es=es, embedder=embedder)
     v1 = settings.index.versioned(1)
     assert checked_live_index(es, settings) == v1  # what the current code makes fits
-    meta = es.indices.get_mapping(index=v1)[v1]["mappings"]["_meta"]
-    es.indices.put_mapping(index=v1, meta={**meta, "schema_version": 1})  # as an earlier release made it
+    meta = es.send(request.get_mapping(v1))[v1]["mappings"]["_meta"]
+    es.send(request.put_mapping(v1, meta={**meta, "schema_version": 1}))  # as an earlier release made it
     for refused in (lambda: checked_live_index(es, settings),
                     lambda: SearchClient(es, settings, embedder=embedder).search("bees", mode="bm25"),
                     lambda: run_ingest(docs("Bees dance."), settings, es=es, embedder=embedder)):
@@ -135,10 +135,10 @@ def test_chunk_indices_get_the_engines_filtered_knn_setting_when_made_and_when_f
         pytest.skip(f"{es.engine.name} has no ACORN filtered kNN: nothing to set")
 
     def have(name: str) -> dict[str, Any]:
-        flat: dict[str, Any] = es.indices.get_settings(index=name, flat_settings=True)[name]["settings"]
+        flat: dict[str, Any] = es.send(request.get_settings(name, flat_settings=True))[name]["settings"]
         return {k: flat.get(k) for k in want}
 
     name = ensure_index(es, settings)
     assert have(name) == want
-    es.indices.put_settings(index=name, settings={k: "acorn" for k in want})  # an index made before the change
+    es.send(request.put_settings(name, {k: "acorn" for k in want}))  # an index made before the change
     assert ensure_index(es, settings) == name and have(name) == want

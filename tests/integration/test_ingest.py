@@ -11,7 +11,7 @@ import pytest
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.cli.main import main
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import IndexMismatch
 from hybridsearch.index.versions import ensure_index
 from hybridsearch.ingest.chunking import chunk_text, text_budget
@@ -33,9 +33,9 @@ def corpus(n: int = 8) -> list[Document]:
 
 def chunks_of(es: EngineClient, settings: Settings, doc_id: str | None = None) -> list[dict[str, Any]]:
     query: dict[str, Any] = {"term": {"doc_id": doc_id}} if doc_id else {"match_all": {}}
-    es.indices.refresh(index=settings.index.alias)
-    hits = es.search(index=settings.index.alias, query=query, size=1000, sort=["doc_id", "position"],
-                     source=es.engine.source_with_vectors)
+    es.send(request.refresh(settings.index.alias))
+    hits = es.send(request.search(settings.index.alias, request.body(
+        query=query, size=1000, sort=["doc_id", "position"], source=es.engine.source_with_vectors)))
     return [{"_id": h["_id"], **h["_source"]} for h in hits["hits"]["hits"]]
 
 
@@ -61,7 +61,7 @@ def test_ingest_then_rerun_changes_nothing(es: EngineClient, settings: Settings,
     assert second.changed_nothing
     assert (second.documents_skipped, second.unchanged, second.chunks) == (8, 8, 0)
 
-    runs = es.search(index=settings.index.ingest_runs, sort=["started_at"])["hits"]["hits"]
+    runs = es.send(request.search(settings.index.ingest_runs, request.body(sort=["started_at"])))["hits"]["hits"]
     assert [r["_source"]["run_id"] for r in runs] == [first.run_id, second.run_id]
     assert runs[0]["_source"]["indexed"] == 8 and runs[1]["_source"]["unchanged"] == 8
     assert runs[0]["_source"]["documents_indexed"] == 8 and runs[0]["_source"]["chunker"] == "paragraph"
@@ -164,7 +164,7 @@ def test_index_built_for_another_model_is_refused(es: EngineClient, settings: Se
     ensure_index(es, other)
     with pytest.raises(IndexMismatch):
         run_ingest(corpus(2), settings, es=es, embedder=embedder)
-    assert es.count(index=settings.index.alias)["count"] == 0
+    assert es.send(request.count(settings.index.alias))["count"] == 0
 
 
 def test_chunks_fit_the_model_with_the_title(embedder: Embedder) -> None:
@@ -190,19 +190,19 @@ def test_cli_ingest_twice_and_delete(es: EngineClient, settings: Settings, tmp_p
     assert main(["delete", "doc-1", "doc-2"]) == 0
     assert "deleted 2 chunks" in capsys.readouterr().out
     assert main(["ingest", str(path), "--shard", "3/2"]) == 2
-    assert es.count(index=settings.index.alias)["count"] == 1
+    assert es.send(request.count(settings.index.alias))["count"] == 1
 
 
 def _deleted(es: EngineClient, index: str) -> int:
-    es.indices.refresh(index=index)
-    return int(es.indices.stats(index=index, metric="docs")["_all"]["primaries"]["docs"]["deleted"])
+    es.send(request.refresh(index))
+    return int(es.send(request.index_stats(index, metric="docs"))["_all"]["primaries"]["docs"]["deleted"])
 
 
 def _counters(es: EngineClient, index: str) -> tuple[int, int, int]:
     """The engine's own counters for ``index``'s primaries: documents indexed and deleted by requests, and
     deleted copies left in its segments."""
-    es.indices.refresh(index=index)
-    primaries = es.indices.stats(index=index, metric="indexing,docs")["_all"]["primaries"]
+    es.send(request.refresh(index))
+    primaries = es.send(request.index_stats(index, metric="indexing,docs"))["_all"]["primaries"]
     return (int(primaries["indexing"]["index_total"]), int(primaries["indexing"]["delete_total"]),
             int(primaries["docs"]["deleted"]))
 

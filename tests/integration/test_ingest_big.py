@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.settings import Settings
 
@@ -26,9 +26,10 @@ def test_big_text_file_streams_through(es: EngineClient, settings: Settings, tin
     n_paragraphs = path.read_text().count("\n\n")
     assert result.documents == 1 and result.documents_failed == 0 and result.failed == 0
     assert result.chunks == result.indexed > n_paragraphs // 2  # paragraphs merged up to max_tokens
-    es.indices.refresh(index=settings.index.alias)
-    assert es.count(index=settings.index.alias)["count"] == result.indexed
-    last = es.search(index=settings.index.alias, size=1, sort=[{"position": "desc"}])["hits"]["hits"][0]
+    es.send(request.refresh(settings.index.alias))
+    assert es.send(request.count(settings.index.alias))["count"] == result.indexed
+    last = es.send(request.search(settings.index.alias, request.body(size=1,
+                                                                     sort=[{"position": "desc"}])))["hits"]["hits"][0]
     assert last["_source"]["position"] == result.indexed - 1
     assert last["_source"]["char_end"] == path.stat().st_size - 2  # the text is covered to its end
 

@@ -23,7 +23,7 @@ import pytest
 
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient, connect
+from hybridsearch.engine import EngineClient, connect, request
 from hybridsearch.errors import ClusterError, ClusterUnavailable, IngestError
 from hybridsearch.ingest.chunking import chunk_text, text_budget
 from hybridsearch.ingest.ids import chunk_id
@@ -170,8 +170,8 @@ def assert_indexed_exactly_once(es: EngineClient, settings: Settings, embedder: 
     for d in documents:
         limit = text_budget(tok, d.title, True, embedder.max_seq_length)
         want |= {chunk_id(d.doc_id, c.position, sig) for c in chunk_text(d.text, settings.chunking, tok, limit)}
-    es.indices.refresh(index=settings.index.alias)
-    hits = es.search(index=settings.index.alias, size=1000, source=["content_hash", "doc_id"])
+    es.send(request.refresh(settings.index.alias))
+    hits = es.send(request.search(settings.index.alias, request.body(size=1000, source=["content_hash", "doc_id"])))
     got = [h["_id"] for h in hits["hits"]["hits"]]
     assert sorted(got) == sorted(want)
     by_doc = {d.doc_id: d.content_hash for d in documents}
@@ -213,8 +213,8 @@ def test_cluster_going_away_mid_run_then_rerun_resumes(proxy: Proxy, settings: S
     corpus = docs(16)
     with pytest.raises(ClusterUnavailable, match="Re-run"):
         run_ingest(corpus, s, es=client, embedder=embedder)
-    es.indices.refresh(index=s.index.alias)
-    partial = es.count(index=s.index.alias)["count"]
+    es.send(request.refresh(s.index.alias))
+    partial = es.send(request.count(s.index.alias))["count"]
     assert partial > 0
 
     direct, direct_client = via(settings, settings.es.url)  # the cluster is back
@@ -230,8 +230,8 @@ def test_update_that_failed_leaves_no_stale_chunks_after_rerun(proxy: Proxy, set
     long_text = " ".join(f"Sentence {i} reports another measured effect." for i in range(8))
     old = [Document.make("u", long_text, title="U"), Document.make("v", "Stable document.", title="V")]
     run_ingest(old, s, es=client, embedder=embedder)
-    es.indices.refresh(index=s.index.alias)
-    assert es.count(index=s.index.alias, query={"term": {"doc_id": "u"}})["count"] >= 3
+    es.send(request.refresh(s.index.alias))
+    assert es.send(request.count(s.index.alias, {"term": {"doc_id": "u"}}))["count"] >= 3
 
     new = [Document.make("u", "A single short sentence now.", title="U"), old[1]]
     proxy.faults.reject_doc = "u"  # the update cannot be written

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import IndexNotFound, LeaseLost
 from hybridsearch.index.visibility import STATE_ID, visible_query
 from hybridsearch.ingest.pipeline import run_ingest
@@ -36,14 +36,14 @@ def _tiny(settings: Settings, tiny_dir: Path, **index: Any) -> Settings:
 
 
 def _hidden(es: EngineClient, s: Settings) -> list[str]:
-    got = es.get(index=s.index.ingest_state, id=STATE_ID)
+    got = es.send(request.get_doc(s.index.ingest_state, STATE_ID))
     return list((got or {}).get("_source", {}).get("hidden") or [])
 
 
 def _visible(es: EngineClient, s: Settings, doc_id: str) -> list[dict[str, Any]]:
-    es.indices.refresh(index=s.index.alias)
-    hits = es.search(index=s.index.alias, query=visible_query(s.index.ingest_state, [{"term": {"doc_id": doc_id}}]),
-                     size=100)["hits"]["hits"]
+    es.send(request.refresh(s.index.alias))
+    query = visible_query(s.index.ingest_state, [{"term": {"doc_id": doc_id}}])
+    hits = es.send(request.search(s.index.alias, request.body(query=query, size=100)))["hits"]["hits"]
     return [h["_source"] for h in hits]
 
 
@@ -77,7 +77,7 @@ def test_the_hidden_list_holds_only_what_is_in_flight(es: EngineClient, settings
     seen: list[list[str]] = []
 
     def sample(event: ProgressEvent) -> None:
-        if es.indices.exists(index=s.index.ingest_state):
+        if es.send(request.index_exists(s.index.ingest_state)):
             seen.append(_hidden(es, s))
 
     result = run_ingest(docs, s, es=es, embedder=Embedder(s.embedding), progress=sample)
@@ -101,18 +101,19 @@ def test_a_run_whose_state_index_is_deleted_stops_before_the_next_chunk(es: Engi
 
     def delete_state(event: ProgressEvent) -> None:  # once, in the writer thread, right after its first batch
         if not at_delete and threading.current_thread().name.startswith("hsp-writer"):
-            es.indices.delete(index=s.index.ingest_state)
-            es.indices.refresh(index=s.index.alias)
-            at_delete.append(int(es.count(index=s.index.alias)["count"]))
+            es.send(request.delete_index(s.index.ingest_state))
+            es.send(request.refresh(s.index.alias))
+            at_delete.append(int(es.send(request.count(s.index.alias))["count"]))
 
     with pytest.raises(LeaseLost, match=f"ingest state index {s.index.ingest_state} was deleted") as lost:
         run_ingest(docs, s, es=es, embedder=embedder, progress=delete_state)
     assert lost.value.fix and "again" in lost.value.fix
-    es.indices.refresh(index=s.index.alias)
-    assert at_delete and int(es.count(index=s.index.alias)["count"]) == at_delete[0]  # not one chunk more
-    assert not es.indices.exists(index=s.index.ingest_state)  # nothing recreated it with guessed mappings
-    es.indices.refresh(index=s.index.ingest_runs)
-    records = es.search(index=s.index.ingest_runs, query={"term": {"status": "lease_lost"}})["hits"]["hits"]
+    es.send(request.refresh(s.index.alias))
+    assert at_delete and int(es.send(request.count(s.index.alias))["count"]) == at_delete[0]  # not one chunk more
+    assert not es.send(request.index_exists(s.index.ingest_state))  # nothing recreated it with guessed mappings
+    es.send(request.refresh(s.index.ingest_runs))
+    lost = request.body(query={"term": {"status": "lease_lost"}})
+    records = es.send(request.search(s.index.ingest_runs, lost))["hits"]["hits"]
     assert len(records) == 1 and records[0]["_source"]["indexed"] > 0
 
     with pytest.raises(IndexNotFound, match=f"ingest state index {s.index.ingest_state} of") as missing:
@@ -131,7 +132,7 @@ def test_a_model_that_cannot_be_found_creates_nothing(es: EngineClient, settings
     out = proc.stdout + proc.stderr
     assert proc.returncode == 5, out
     assert "some-org/not-a-model" in out and "0 failed" not in out
-    assert es.indices.get(index=f"{settings.index.prefix}-*", expand_wildcards="all") == {}
+    assert es.send(request.get_index(f"{settings.index.prefix}-*", expand_wildcards="all")) == {}
 
 
 def test_a_byte_order_mark_the_file_does_not_bear_out_is_dead_lettered(es: EngineClient, settings: Settings,

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.index.visibility import hidden_lookup, visible_query
 from hybridsearch.ingest.layout import document_chunks
 from hybridsearch.ingest.pipeline import run_ingest
@@ -46,9 +46,9 @@ def test_ctrl_c_then_rerun_resumes(es: EngineClient, settings: Settings, embedde
     alias = settings.index.alias
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and proc.poll() is None:
-        if es.indices.exists_alias(name=alias):
-            es.indices.refresh(index=alias)
-            if es.count(index=alias)["count"] > 0:
+        if es.send(request.alias_exists(alias)):
+            es.send(request.refresh(alias))
+            if es.send(request.count(alias))["count"] > 0:
                 break
         time.sleep(0.05)
     assert proc.poll() is None, "the ingest ended before it could be interrupted"
@@ -56,10 +56,10 @@ def test_ctrl_c_then_rerun_resumes(es: EngineClient, settings: Settings, embedde
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130, out
     assert "Interrupted" in out
-    es.indices.refresh(index=alias)
-    partial = es.count(index=alias)["count"]
+    es.send(request.refresh(alias))
+    partial = es.send(request.count(alias))["count"]
     assert 0 < partial < N_DOCS
-    runs = es.search(index=settings.index.ingest_runs)["hits"]["hits"]
+    runs = es.send(request.search(settings.index.ingest_runs, request.body()))["hits"]["hits"]
     assert [r["_source"]["status"] for r in runs] == ["interrupted"]
 
     again = run_ingest(corpus, settings, es=es, embedder=embedder)
@@ -68,8 +68,8 @@ def test_ctrl_c_then_rerun_resumes(es: EngineClient, settings: Settings, embedde
     assert again.documents_skipped > 0  # one chunk per document: each skipped, written, or reused (written but hidden)
     assert again.documents_skipped + again.indexed + again.reused == N_DOCS
     assert 0 < again.repaired <= N_DOCS - again.documents_skipped  # the hidden documents, adopted and finished
-    es.indices.refresh(index=alias)
-    assert es.count(index=alias)["count"] == N_DOCS  # one chunk per document, none twice
+    es.send(request.refresh(alias))
+    assert es.send(request.count(alias))["count"] == N_DOCS  # one chunk per document, none twice
 
 
 # ---- SIGTERM and SIGKILL mid-document ------------------------------------------------
@@ -91,8 +91,9 @@ def _kill_settings(settings: Settings) -> tuple[Settings, dict[str, str]]:
 
 
 def _per_doc(es: EngineClient, index: str, query: dict[str, Any]) -> dict[str, int]:
-    es.indices.refresh(index=index)
-    body = es.search(index=index, size=0, query=query, aggs={"d": {"terms": {"field": "doc_id", "size": 100}}})
+    es.send(request.refresh(index))
+    body = es.send(request.search(index, request.body(size=0, query=query, aggs={"d": {"terms": {"field": "doc_id",
+                                                                                                 "size": 100}}})))
     return {b["key"]: b["doc_count"] for b in body["aggregations"]["d"]["buckets"]}
 
 
@@ -183,8 +184,9 @@ def _resumes(es: EngineClient, s: Settings, embedder: Embedder, corpus: Path, ex
 
 
 def _runs(es: EngineClient, settings: Settings) -> list[str]:
-    es.indices.refresh(index=settings.index.ingest_runs)
-    hits = es.search(index=settings.index.ingest_runs, sort=[{"started_at": "asc"}])["hits"]["hits"]
+    es.send(request.refresh(settings.index.ingest_runs))
+    hits = es.send(request.search(settings.index.ingest_runs,
+                                  request.body(sort=[{"started_at": "asc"}])))["hits"]["hits"]
     return [h["_source"]["status"] for h in hits]
 
 

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import IngestLocked
 from hybridsearch.index.visibility import visible_query
 from hybridsearch.ingest.lease import UNFINISHED, Lease, hidden_documents
@@ -70,10 +70,10 @@ def _folder(tmp_path: Path, n: int, sentences: int, topic: str = "cells", name: 
 
 def _seen(es: EngineClient, s: Settings) -> dict[str, tuple[int, int, int, int]]:
     """What readers see per document: ``(chunks, distinct hashes, distinct positions, doc_chunks)``."""
-    body = es.search(index=s.index.alias, size=0, query=visible_query(s.index.ingest_state), aggs={"d": {
-        "terms": {"field": "doc_id", "size": 10_000},
-        "aggs": {"h": {"cardinality": {"field": "content_hash"}}, "p": {"cardinality": {"field": "position"}},
-                 "n": {"max": {"field": "doc_chunks"}}}}})
+    body = es.send(request.search(s.index.alias, request.body(size=0, query=visible_query(s.index.ingest_state), aggs={
+        "d": {"terms": {"field": "doc_id", "size": 10_000},
+              "aggs": {"h": {"cardinality": {"field": "content_hash"}}, "p": {"cardinality": {"field": "position"}},
+                       "n": {"max": {"field": "doc_chunks"}}}}})))
     return {b["key"]: (b["doc_count"], b["h"]["value"], b["p"]["value"], int(b["n"]["value"] or 0))
             for b in body["aggregations"]["d"]["buckets"]}
 
@@ -93,7 +93,7 @@ def poller(es: EngineClient, s: Settings) -> Iterator[list[dict[str, Any]]]:
     def loop() -> None:
         while not stop.is_set():
             try:
-                if es.indices.exists_alias(name=s.index.alias):
+                if es.send(request.alias_exists(s.index.alias)):
                     if part := _partial(_seen(es, s)):
                         bad.append(part)
                     polls[0] += 1
@@ -172,8 +172,8 @@ def test_two_runs_at_once_then_a_kill_lose_nothing(es: EngineClient, settings: S
     assert len(seen) == N_OVERLAP and _partial(seen) == {}
     assert hidden_documents(es, s.index.ingest_state) == {}
     total = sum(v[0] for v in seen.values())
-    es.indices.refresh(index=s.index.alias)
-    assert es.count(index=s.index.alias)["count"] == total  # no chunk twice, none left hidden
+    es.send(request.refresh(s.index.alias))
+    assert es.send(request.count(s.index.alias))["count"] == total  # no chunk twice, none left hidden
     with SearchClient(es, s, embedder=Embedder(s.embedding)) as client:  # the exact marker of a hidden document
         doc = sorted(hidden)[0]
         marker = f"zq{int(doc[3:6])}x3q"
@@ -223,8 +223,9 @@ def test_a_recut_skips_documents_being_written(es: EngineClient, settings: Setti
     writer.acquire()
     try:
         writer.hide(["d2"])  # d2 is being rewritten: one of its chunks already holds the new version
-        es.update(index=index, id=next(h["_id"] for h in es.search(index=index, query={"term": {"doc_id": "d2"}})[
-            "hits"]["hits"]), doc={"text": "Second version", "content_hash": "new"}, refresh=True)
+        hits = es.send(request.search(index, request.body(query={"term": {"doc_id": "d2"}})))["hits"]["hits"]
+        es.send(request.update_doc(index, hits[0]["_id"], {"text": "Second version", "content_hash": "new"},
+                                   refresh=True))
         read = {c["_source"]["doc_id"] for c in scan_sorted(es, index)}
         assert read == {"d0", "d1", "d3"}
         from hybridsearch.migrate import migrate

@@ -10,7 +10,7 @@ import pytest
 
 from hybridsearch.cli.main import main
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import ConfigError, IndexMismatch, IndexNotFound, IngestError
 from hybridsearch.index.fit import check_meta
 from hybridsearch.index.spec import parse_version
@@ -74,12 +74,13 @@ def write_chunks(es: EngineClient, index: str, embedder: Embedder, docs: dict[st
                 "section_title": title, "section_text": text}  # a one-chunk document is its own BM25 section
         if tenant:
             body["tenant"] = tenant
-        es.index(index=index, id=f"{doc_id}#0", document=body)
-    es.indices.refresh(index=index)
+        es.send(request.put_doc(index, f"{doc_id}#0", body))
+    es.send(request.refresh(index))
 
 
 def knn_top(es: EngineClient, index: str, vector: np.ndarray) -> str:
-    hits = es.search(index=index, **es.dialect.knn_search("embedding", vector.tolist(), 1, 10, []))["hits"]["hits"]
+    hits = es.send(request.search(index, request.body(**es.dialect.knn_search("embedding", vector.tolist(), 1, 10,
+                                                                              []))))["hits"]["hits"]
     return str(hits[0]["_source"]["doc_id"])
 
 
@@ -106,7 +107,7 @@ def test_create_status_and_drop(es: EngineClient, settings: Settings) -> None:
     with pytest.raises(ConfigError, match="live"):
         drop_version(es, settings.index, 1)
     assert drop_version(es, settings.index, 2) == second
-    assert not es.indices.exists(index=second)
+    assert not es.send(request.index_exists(second))
     with pytest.raises(IndexNotFound):
         drop_version(es, settings.index, 2)
 
@@ -133,12 +134,12 @@ def test_migrate_to_new_model_then_rollback(es: EngineClient, settings: Settings
     with pytest.raises(IndexMismatch):  # old query clients are told, not served wrong vectors
         checked_live_index(es, settings)
     # Every field survives the copy and the vectors are the new model's.
-    src = es.search(index=v2, query={"ids": {"values": ["tea#0"]}},
-                    source=es.engine.source_with_vectors)["hits"]["hits"][0]["_source"]
+    src = es.send(request.search(v2, request.body(query={"ids": {"values": ["tea#0"]}},
+                                                  source=es.engine.source_with_vectors)))["hits"]["hits"][0]["_source"]
     assert src["title"] == "Tea" and src["metadata"] == {"lang": "en"} and len(src["embedding"]) == 64
     query = tiny.encode([embed_text("Tea", DOCS["tea"][1], True)])[0]
     assert knn_top(es, settings.index.alias, query) == "tea"
-    assert es.count(index=v1)["count"] == 5  # the old index is kept untouched
+    assert es.send(request.count(v1))["count"] == 5  # the old index is kept untouched
 
     assert rollback(es, settings.index) == (v2, v1)
     assert sorted(read_alias(es, settings.index.alias)) == [v1]
@@ -201,7 +202,7 @@ def test_failed_copy_keeps_the_alias_and_dead_letters_the_chunks(es: EngineClien
 
     def block_after_first_batch(event: ProgressEvent) -> None:
         if event.done == 2:  # the target stops accepting writes half-way through
-            es.indices.put_settings(index=v2, settings={"index.blocks.write": True})
+            es.send(request.put_settings(v2, {"index.blocks.write": True}))
 
     with pytest.raises(IngestError, match=r"incomplete.*3 failed.*alias still points at") as err:
         migrate(es, settings, new, embedder=embedder, batch_size=2, progress=block_after_first_batch)
@@ -211,12 +212,13 @@ def test_failed_copy_keeps_the_alias_and_dead_letters_the_chunks(es: EngineClien
     assert len(records) == 3 and {r["stage"] for r in records} == {"migrate"}
     assert all("cluster_block_exception" in r["reason"] for r in records), records[0]
     assert str(settings.ingest.dead_letter_dir) in str(err.value)
-    es.indices.put_settings(index=v2, settings={"index.blocks.write": False})
+    es.send(request.put_settings(v2, {"index.blocks.write": False}))
     assert drop_version(es, settings.index, 2) == v2
 
 
 def vector(es: EngineClient, index: str, chunk_id: str) -> list[float]:
-    hit = es.search(index=index, query={"ids": {"values": [chunk_id]}}, source=es.engine.source_with_vectors)
+    hit = es.send(request.search(index, request.body(query={"ids": {"values": [chunk_id]}},
+                                                     source=es.engine.source_with_vectors)))
     return list(hit["hits"]["hits"][0]["_source"]["embedding"])
 
 
@@ -271,12 +273,14 @@ def test_a_change_of_bm25_sections_alone_re_cuts_documents_but_embeds_nothing(es
     # same chunks, same model: the stored vectors are kept
     assert result.rechunked and not result.reembedded and counting.encoded == 0
     assert index_meta(es, result.target)["section_words"] == 2000
-    hits = es.search(index=result.target, query={"exists": {"field": "section_text"}}, size=10)["hits"]["hits"]
+    hits = es.send(request.search(result.target, request.body(query={"exists": {"field": "section_text"}},
+                                                              size=10)))["hits"]["hits"]
     assert len(hits) == len(DOCS)  # each one-chunk document is its own section
     chunked = wider.model_copy(update={"index": wider.index.model_copy(update={"bm25_unit": "chunk"})})
     result = migrate(es, wider, chunked, embedder=counting)
     assert result.rechunked and counting.encoded == 0
-    assert not es.search(index=result.target, query={"exists": {"field": "section_text"}})["hits"]["hits"]
+    assert not es.send(request.search(result.target,
+                                      request.body(query={"exists": {"field": "section_text"}})))["hits"]["hits"]
 
 
 def test_rebuild_text_from_chunk_offsets() -> None:

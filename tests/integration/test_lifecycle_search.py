@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from hybridsearch import SearchClient
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.index.spec import chunk_meta
 from hybridsearch.index.versions import index_status, read_alias, rollback
 from hybridsearch.ingest.pipeline import run_ingest
@@ -171,7 +171,7 @@ def test_migration_to_another_chunker_recuts_documents_from_their_chunks(es: Eng
     run_ingest(docs[:6], settings, es=es, embedder=embedder)
     run_ingest(docs[6:], tenant_b, es=es, embedder=embedder)
     v1 = settings.index.versioned(1)
-    old_chunks = es.count(index=v1)["count"]
+    old_chunks = es.send(request.count(v1))["count"]
     small = settings.chunking.model_copy(update={"strategy": "sentence", "max_tokens": 24, "overlap": 0.0})
     new = settings.model_copy(update={"chunking": small})
 

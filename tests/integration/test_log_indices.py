@@ -15,7 +15,7 @@ import pytest
 
 from hybridsearch.cli.main import main
 from hybridsearch.doctor.logs import check_log_index, check_log_indices
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import AccessDenied, IndexBlocked
 from hybridsearch.eval.prepare import choose_index
 from hybridsearch.index.logs import LogWriter, inspect_log_index
@@ -32,13 +32,13 @@ def hx(es: EngineClient, es_url: str, tmp_path: Path) -> Iterator[Settings]:
     yield load_settings(es_url=es_url, index={"prefix": prefix}, ingest={"dead_letter_dir": tmp_path / "dl"},
                         query={"log_queries": False})
     for name in (f"{prefix}-query-log", f"{prefix}-ingest-runs"):  # a blocked index can still be deleted; be sure
-        if es.indices.exists(index=name):
-            es.indices.put_settings(index=name, settings={"index.blocks.write": None})
-    es.indices.delete(index=f"{prefix}-*", expand_wildcards="all")
+        if es.send(request.index_exists(name)):
+            es.send(request.put_settings(name, {"index.blocks.write": None}))
+    es.send(request.delete_index(f"{prefix}-*", expand_wildcards="all"))
 
 
 def flat_settings(es: EngineClient, index: str) -> dict[str, str]:
-    settings: dict[str, str] = es.indices.get_settings(index=index, flat_settings=True)[index]["settings"]
+    settings: dict[str, str] = es.send(request.get_settings(index, flat_settings=True))[index]["settings"]
     return settings
 
 
@@ -82,7 +82,7 @@ def test_ensure_index_and_create_version_build_the_same_index(es: EngineClient, 
     a = ensure_index(es, hx)
     b = create_version(es, hx)
     assert b == hx.index.versioned(2)
-    ma, mb = (es.indices.get_mapping(index=i)[i]["mappings"] for i in (a, b))
+    ma, mb = (es.send(request.get_mapping(i))[i]["mappings"] for i in (a, b))
     assert ma == mb
     sa, sb = flat_settings(es, a), flat_settings(es, b)
     keep = ("index.number_of_replicas", "index.refresh_interval", "index.number_of_shards",
@@ -111,7 +111,7 @@ def test_query_log_deleted_mid_traffic_is_recreated_with_its_own_mapping(es: Eng
         while logger.written < 50 and time.monotonic() < deadline:
             time.sleep(0.05)
         for _ in range(3):  # delete it under running traffic, several times
-            es.indices.delete(index=hx.index.query_log)
+            es.send(request.delete_index(hx.index.query_log))
             time.sleep(0.3)
     finally:
         stop.set()
@@ -119,22 +119,22 @@ def test_query_log_deleted_mid_traffic_is_recreated_with_its_own_mapping(es: Eng
     assert logger.flush(20)
     logger.close()
     name = hx.index.query_log
-    props = es.indices.get_mapping(index=name)[name]["mappings"]["properties"]
+    props = es.send(request.get_mapping(name))[name]["mappings"]["properties"]
     assert props["mode"]["type"] == "keyword"
     assert props["query"]["type"] == "text" and props["query"]["fields"]["raw"]["type"] == "keyword"
     assert flat_settings(es, name)["index.number_of_replicas"] == str(hx.index.replicas)
-    assert es.cluster.health(index=name)["status"] == "green"
+    assert es.send(request.cluster_health(index=name))["status"] == "green"
     state = inspect_log_index(es, hx, "query_log")
     assert state.differences == [] and state.alias_ok
-    es.indices.refresh(index=name)
-    assert int(es.count(index=name)["count"]) > 0  # what came after the last deletion was written
+    es.send(request.refresh(name))
+    assert int(es.send(request.count(name))["count"]) > 0  # what came after the last deletion was written
     assert logger.failed == 0 and logger.dropped == 0, logger.last_error
 
 
 def test_query_log_write_block_is_reported_as_a_block(es: EngineClient, hx: Settings) -> None:
     writer = LogWriter(es, hx, "query_log")
     assert writer.write([(None, {"query": "first", "mode": "bm25"})]).written == 1
-    es.indices.put_settings(index=hx.index.query_log, settings={"index.blocks.write": True})
+    es.send(request.put_settings(hx.index.query_log, {"index.blocks.write": True}))
     done = writer.write([(None, {"query": "second", "mode": "bm25"})])
     assert done.written == 0 and done.failed == 1
     assert isinstance(done.error, IndexBlocked) and not isinstance(done.error, AccessDenied)
@@ -151,7 +151,7 @@ def test_write_blocked_ingest_runs_index_is_a_block_and_the_record_is_stored_lat
     record = RunRecord(es, hx, result, lock)
     record.start()
     runs = hx.index.ingest_runs
-    es.indices.put_settings(index=runs, settings={"index.blocks.write": True})
+    es.send(request.put_settings(runs, {"index.blocks.write": True}))
     result.status, result.indexed, result.ended_at = "completed", 400, now()
     with caplog.at_level("WARNING"):
         record.finish()
@@ -162,13 +162,13 @@ def test_write_blocked_ingest_runs_index_is_a_block_and_the_record_is_stored_lat
     check = check_log_index(es, hx, "ingest_runs")
     assert check.status == "FAIL" and "index.blocks.write" in check.detail and runs in str(check.fix)
 
-    es.indices.put_settings(index=runs, settings={"index.blocks.write": None})
+    es.send(request.put_settings(runs, {"index.blocks.write": None}))
     nxt = RunRecord(es, hx, IngestResult(run_id="run-next", index=result.index, source="t", started_at=now()),
                     threading.Lock())
     assert nxt.start() == []  # the finished run is stored, not marked killed
     nxt.finish()
-    es.indices.refresh(index=runs)
-    stored = es.get(index=runs, id="run-blocked")
+    es.send(request.refresh(runs))
+    stored = es.send(request.get_doc(runs, "run-blocked"))
     assert stored is not None and stored["_source"]["status"] == "completed"
     assert stored["_source"]["indexed"] == 400
     assert not record.unrecorded_path.exists()
@@ -178,13 +178,13 @@ def test_ingest_runs_index_deleted_is_recreated_from_its_spec(es: EngineClient, 
     result = IngestResult(run_id="run-1", index=hx.index.versioned(1), source="t", started_at=now())
     record = RunRecord(es, hx, result, threading.Lock())
     record.start()
-    es.indices.delete(index=hx.index.ingest_runs)
+    es.send(request.delete_index(hx.index.ingest_runs))
     result.status = "completed"
     record.finish()
     assert record.error is None
     state = inspect_log_index(es, hx, "ingest_runs")
     assert state.exists and state.differences == [] and state.alias_ok
-    mapping = es.indices.get_mapping(index=hx.index.ingest_runs)[hx.index.ingest_runs]["mappings"]
+    mapping = es.send(request.get_mapping(hx.index.ingest_runs))[hx.index.ingest_runs]["mappings"]
     assert mapping["dynamic"] == "strict" and mapping["properties"]["status"]["type"] == "keyword"
 
 
@@ -198,8 +198,8 @@ def test_doctor_checks_the_log_indices(es: EngineClient, hx: Settings) -> None:
     assert {c.name: c.status for c in check_log_indices(es, hx)} == dict.fromkeys(checks, "OK")
     # a query log made by a write with guessed mappings: FAIL, naming the fields
     name = hx.index.query_log
-    es.indices.delete(index=name)
-    es.index(index=name, id="x", document={"query": "tau", "mode": "hybrid"})
+    es.send(request.delete_index(name))
+    es.send(request.put_doc(name, "x", {"query": "tau", "mode": "hybrid"}))
     check = check_log_index(es, hx, "query_log")
     assert check.status == "FAIL"
     assert "query.raw" in check.detail and "mode.type" in check.detail and "dynamic" in check.detail

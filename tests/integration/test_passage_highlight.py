@@ -16,7 +16,7 @@ import pytest
 from hybridsearch import SearchClient
 from hybridsearch.cli.main import main
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.query.results import Highlight, PassageSource
 from hybridsearch.settings import Settings
 
@@ -67,7 +67,7 @@ def test_bm25_and_hybrid_show_the_sentence_that_matched(
             assert (hit.doc_id, hit.chunk_id) == ("doc000.txt", chunk("doc000.txt", 3)), mode
             assert hit.passage is PassageSource.BM25_BEST_CHUNK and hit.bm25 is not None and hit.bm25.rank == 1
             assert hit.highlights == [Highlight(start=start, end=start + 6, term="zq0x3q")]
-            stored = es.get(index=ingested.index.alias, id=hit.chunk_id)  # the text is read from the highlight
+            stored = es.send(request.get_doc(ingested.index.alias, hit.chunk_id))  # the text is read from the highlight
             assert stored is not None and hit.text == stored["_source"]["text"]
         # the section ranks the same without the passage list; only the chunk shown differs
         off = ingested.model_copy(update={"query": ingested.query.model_copy(update={"best_passage": False})})

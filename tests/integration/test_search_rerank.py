@@ -11,7 +11,7 @@ import pytest
 from corpora import index_corpus
 from hybridsearch import AsyncSearchClient, SearchClient
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import AsyncEngineClient, EngineClient, connect, connect_async
+from hybridsearch.engine import AsyncEngineClient, EngineClient, connect, connect_async, request
 from hybridsearch.errors import ClusterUnavailable, RerankerError
 from hybridsearch.query.querylog import query_hash
 from hybridsearch.settings import Settings, load_settings
@@ -116,23 +116,40 @@ def test_query_log_is_written_in_the_background(es: EngineClient, tuned: Setting
         c.search("zzzqqq", k=3, mode="bm25")
         assert c.query_log is not None and c.query_log.flush(10)
         assert c.query_log.written == 2 and c.query_log.dropped == 0
-    es.indices.refresh(index=logged.index.query_log)
-    docs = {d["_source"]["mode"]: d["_source"] for d in es.search(index=logged.index.query_log)["hits"]["hits"]}
+    es.send(request.refresh(logged.index.query_log))
+    docs = {d["_source"]["mode"]: d["_source"] for d in es.send(request.search(logged.index.query_log,
+                                                                               request.body()))["hits"]["hits"]}
     hyb = docs["hybrid"]
     assert hyb["query"] == QUERY and hyb["query_hash"] == query_hash(QUERY)
     assert hyb["top_ids"] == [h.doc_id for h in res.hits] and hyb["hits"] == 3 and hyb["reranked"] is False
     assert hyb["filters"]["bool"]["filter"][0] == {"term": {"source": "wiki"}} and hyb["latency_ms"]["total"] > 0
     assert docs["bm25"]["zero_hits"] is True
-    mapping = es.indices.get_mapping(index=logged.index.query_log)[logged.index.query_log]["mappings"]
+    mapping = es.send(request.get_mapping(logged.index.query_log))[logged.index.query_log]["mappings"]
     assert mapping["dynamic"] == "strict"  # the logger created the index with its mappings, not by auto-create
+
+
+def test_the_asyncio_client_writes_its_query_log_through_itself(es: EngineClient, tuned: Settings,
+                                                                embedder: Embedder) -> None:
+    logged = _with(tuned, log_queries=True)
+
+    async def search() -> None:
+        async with AsyncSearchClient(connect_async(logged.es), logged, embedder=embedder) as c:
+            await c.search(QUERY, k=3)
+            assert c.query_log is not None and await asyncio.to_thread(c.query_log.flush, 10)
+            assert c.query_log.written == 1 and c.query_log.failed == 0
+
+    asyncio.run(search())
+    es.send(request.refresh(logged.index.query_log))
+    (doc,) = [d["_source"] for d in es.send(request.search(logged.index.query_log, request.body()))["hits"]["hits"]]
+    assert doc["query"] == QUERY
 
 
 def test_redacted_query_log_keeps_only_the_hash(es: EngineClient, tuned: Settings, embedder: Embedder) -> None:
     logged = _with(tuned, log_queries=True, redact=True)
     with SearchClient(es, logged, embedder=embedder) as c:
         c.search("secret patient name", k=3)
-    es.indices.refresh(index=logged.index.query_log)
-    (doc,) = [d["_source"] for d in es.search(index=logged.index.query_log)["hits"]["hits"]]
+    es.send(request.refresh(logged.index.query_log))
+    (doc,) = [d["_source"] for d in es.send(request.search(logged.index.query_log, request.body()))["hits"]["hits"]]
     assert "query" not in doc and doc["query_hash"] == query_hash("secret patient name")
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hybridsearch import SearchClient
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.index.versions import index_meta
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
@@ -40,8 +40,9 @@ def test_bm25_scores_sections_and_a_document_is_found_by_words_in_different_chun
             Document.make("short", "A quokka photo and a zygomorphic orchid.", title="Captions")]
     result = run_ingest(docs, s, es=es, embedder=embedder)
     assert index_meta(es, result.index)["bm25_unit"] == "section"
-    es.indices.refresh(index=result.index)
-    hits = es.search(index=result.index, query={"term": {"doc_id": "long"}}, size=50, sort=["position"])["hits"]["hits"]
+    es.send(request.refresh(result.index))
+    hits = es.send(request.search(result.index, request.body(query={"term": {"doc_id": "long"}}, size=50,
+                                                             sort=["position"])))["hits"]["hits"]
     chunks = [h["_source"] for h in hits]
     leaders = [c for c in chunks if "section_text" in c]
     assert len(chunks) >= 4 and len(leaders) == 2 and chunks[0] is leaders[0]  # one leader per section

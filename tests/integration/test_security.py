@@ -24,7 +24,7 @@ from hybridsearch import SearchClient
 from hybridsearch.cli.main import main
 from hybridsearch.doctor.index import check_access
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient, connect
+from hybridsearch.engine import EngineClient, connect, request
 from hybridsearch.errors import AccessDenied, ClusterError
 from hybridsearch.index.versions import create_version, drop_version, index_status, rollback
 from hybridsearch.ingest.pipeline import delete_documents, run_ingest
@@ -50,7 +50,7 @@ def prefixes(admin: EngineClient) -> Iterator[tuple[str, str]]:
     pair = (f"team-a-{tag}", f"team-b-{tag}")
     yield pair
     for p in pair:
-        admin.indices.delete(index=f"{p}-*", expand_wildcards="all")
+        admin.send(request.delete_index(f"{p}-*", expand_wildcards="all"))
 
 
 @pytest.fixture(scope="module")
@@ -66,12 +66,12 @@ def admin(security_env: dict[str, str]) -> Iterator[EngineClient]:
 def snapshot(admin: EngineClient, prefix: str) -> dict[str, Any]:
     """Everything of ``prefix`` another team could change: indices (settings, mappings, aliases), their
     document counts, and any index template whose name or patterns start with the prefix."""
-    admin.indices.refresh(index=f"{prefix}-*", expand_wildcards="all")
-    indices = admin.indices.get(index=f"{prefix}-*", expand_wildcards="all")
-    templates = [t for t in admin.indices.get_index_template()["index_templates"]
+    admin.send(request.refresh(f"{prefix}-*", expand_wildcards="all"))
+    indices = admin.send(request.get_index(f"{prefix}-*", expand_wildcards="all"))
+    templates = [t for t in admin.send(request.get_index_template())["index_templates"]
                  if t["name"].startswith(prefix) or any(p.startswith(prefix)
                                                        for p in t["index_template"]["index_patterns"])]
-    return {"indices": indices, "counts": {n: admin.count(index=n)["count"] for n in indices},
+    return {"indices": indices, "counts": {n: admin.send(request.count(n))["count"] for n in indices},
             "templates": templates}
 
 
@@ -160,7 +160,7 @@ def test_a_team_role_is_enough_for_everything_on_its_own_prefix(
     a_es = connect(a.es)
     result = run_ingest(docs(TEAM_A), a, es=a_es, embedder=embedder)
     assert result.failed == 0 and result.documents == 3
-    assert admin.count(index=a.index.ingest_runs)["count"] == 1  # the run was recorded
+    assert admin.send(request.count(a.index.ingest_runs))["count"] == 1  # the run was recorded
     with SearchClient(a_es, a, embedder=embedder, log_queries=True) as client:
         assert ("handbook", "Expense policy") in seen(client, "expense policy train tickets")
         assert client.query_log is not None and client.query_log.flush(10) and client.query_log.written == 1

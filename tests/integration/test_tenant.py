@@ -16,7 +16,7 @@ import yaml
 from corpora import TEAM_A, TEAM_B, docs, seen
 from hybridsearch import SearchClient
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import API_ERRORS, EngineClient, connect, status_of
+from hybridsearch.engine import API_ERRORS, EngineClient, Request, connect, request, status_of
 from hybridsearch.errors import AccessDenied
 from hybridsearch.index.versions import index_status, read_alias
 from hybridsearch.ingest.pipeline import run_ingest
@@ -35,7 +35,7 @@ def test_two_tenants_in_one_index_see_only_their_own_documents(es: EngineClient,
     assert run_ingest(docs(TEAM_A), a, es=es, embedder=embedder).failed == 0
     assert run_ingest(docs(TEAM_B), b, es=es, embedder=embedder).failed == 0
     index = sorted(read_alias(es, settings.index.alias))
-    assert len(index) == 1 and es.count(index=index[0])["count"] == 6  # one index holds both teams
+    assert len(index) == 1 and es.send(request.count(index[0]))["count"] == 6  # one index holds both teams
 
     titles_a = {t for t, _ in TEAM_A.values()}
     titles_b = {t for t, _ in TEAM_B.values()}
@@ -74,7 +74,7 @@ def test_prefixes_keep_teams_apart(es: EngineClient, settings: Settings, embedde
         run_ingest(docs(TEAM_A), settings, es=es, embedder=embedder)
         run_ingest(docs(TEAM_B), other, es=es, embedder=embedder)
         for s, corpus in ((settings, TEAM_A), (other, TEAM_B)):
-            names = {n for n in es.indices.get(index=f"{s.index.prefix}-*") if not n.startswith(
+            names = {n for n in es.send(request.get_index(f"{s.index.prefix}-*")) if not n.startswith(
                 f"{s.index.prefix}-x-") or s is other}
             assert s.index.versioned(1) in names and s.index.ingest_runs in names
             assert s.index.query_log in names
@@ -83,7 +83,7 @@ def test_prefixes_keep_teams_apart(es: EngineClient, settings: Settings, embedde
         # the status of one prefix lists only its own versions
         assert [r.name for r in index_status(es, settings.index).indices] == [settings.index.versioned(1)]
     finally:
-        es.indices.delete(index=f"{other.index.prefix}-*", expand_wildcards="all")
+        es.send(request.delete_index(f"{other.index.prefix}-*", expand_wildcards="all"))
 
 
 # --------------------------------------------------------------------------------------------- API keys
@@ -94,7 +94,7 @@ def security_enabled(es: EngineClient) -> tuple[bool, str]:
     if es.engine.kind != "elasticsearch":
         return False, f"{es.engine.name} has no Elasticsearch security APIs"
     try:
-        who = es.raw.security.authenticate().body
+        who = es.send(Request("GET", "/_security/_authenticate"))
     except API_ERRORS as exc:
         return False, f"xpack.security.enabled is false here (_security/_authenticate: HTTP {status_of(exc)})"
     return True, f"security enabled, authenticated as {who.get('username')}"
@@ -114,9 +114,9 @@ def prefix_api_key(es: EngineClient, settings: Settings) -> Iterator[str]:
     if not enabled:
         pytest.skip(f"cluster security is off, so API keys cannot be restricted: {why}")
     try:
-        key = es.raw.security.create_api_key(name=f"hsp-test-{uuid.uuid4().hex[:8]}",
-                                         role_descriptors={"team": prefix_role(settings.index.prefix)},
-                                         expiration="1h").body
+        key = es.send(Request("POST", "/_security/api_key", body={
+            "name": f"hsp-test-{uuid.uuid4().hex[:8]}", "expiration": "1h",
+            "role_descriptors": {"team": prefix_role(settings.index.prefix)}}))
     except API_ERRORS as exc:
         if status_of(exc) == 400 and "pattern_capture" in str(exc):
             pytest.skip("this node cannot create API keys: POST /_security/api_key answered 400 Unknown filter "
@@ -125,7 +125,7 @@ def prefix_api_key(es: EngineClient, settings: Settings) -> Iterator[str]:
                         "test_security.py, and a wrong API key's 401 by test_security.py too")
         raise
     yield str(key["encoded"])
-    es.raw.security.invalidate_api_key(ids=[key["id"]])
+    es.send(Request("DELETE", "/_security/api_key", body={"ids": [key["id"]]}))
 
 
 def test_api_key_restricted_to_the_prefix_is_enough(es: EngineClient, settings: Settings, embedder: Embedder,
@@ -145,4 +145,4 @@ def test_api_key_restricted_to_the_prefix_is_enough(es: EngineClient, settings: 
         with pytest.raises(AccessDenied, match=r"missing index privileges"):
             run_ingest(docs(TEAM_B), outsider, es=team_es, embedder=embedder)
     finally:
-        es.indices.delete(index=f"{outsider.index.prefix}-*", expand_wildcards="all")
+        es.send(request.delete_index(f"{outsider.index.prefix}-*", expand_wildcards="all"))

@@ -12,7 +12,7 @@ import pytest
 
 from hybridsearch.cli.main import main
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import IndexMismatch
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
@@ -62,7 +62,7 @@ def collection(tmp_path: Path, es: EngineClient, settings: Settings, embedder: E
     docs = write_collection(root)
     result = run_ingest(docs, settings, es=es, embedder=embedder)
     assert result.documents == len(docs)
-    es.indices.refresh(index=settings.index.alias)
+    es.send(request.refresh(settings.index.alias))
     return root
 
 

@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hsettings
 from hypothesis import strategies as st
 
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import QueryError
 from hybridsearch.index.fit import chunk_differences
 from hybridsearch.index.metadata import metadata_fields_of, parse_date
@@ -40,7 +40,7 @@ def typed_settings(settings: Settings, fields: dict[str, str]) -> Settings:
 def make_index(es: EngineClient, settings: Settings) -> tuple[str, dict[str, str]]:
     """A chunk index built from ``settings``; its name and the typed keys its real mapping holds."""
     index = create_version(es, settings)
-    mapping = es.indices.get_mapping(index=index)[index]["mappings"]
+    mapping = es.send(request.get_mapping(index))[index]["mappings"]
     assert chunk_differences(mapping, settings, dialect=es.dialect) == []
     return index, metadata_fields_of(mapping)
 
@@ -54,13 +54,14 @@ def write(es: EngineClient, settings: Settings, index: str, fields: dict[str, st
         for src, _ in document_chunks(doc, settings.chunking, settings.embedding, tenant, WhitespaceTokenizer(), 256,
                                       metadata_fields=fields):
             actions.append({"_index": index, "_id": src["chunk_id"], "_source": src})
-    es.bulk(actions)
-    es.indices.refresh(index=index)
+    assert request.bulk_failures(es.send(request.bulk(actions)))[1] == []
+    es.send(request.refresh(index))
 
 
 def engine_answer(es: EngineClient, index: str, tenant: str, spec: Any, fields: dict[str, str]) -> set[str]:
     clauses = filter_clauses(spec, tenant, fields)
-    resp = es.search(index=index, query={"bool": {"filter": clauses}}, size=1000, source=["doc_id"])
+    resp = es.send(request.search(index, request.body(query={"bool": {"filter": clauses}}, size=1000,
+                                                      source=["doc_id"])))
     return {h["_source"]["doc_id"] for h in resp["hits"]["hits"]}
 
 
@@ -142,8 +143,8 @@ def test_engine_ranges_equal_python_ranges(es: EngineClient, settings: Settings,
     docs, key, bounds = case
     s = typed_settings(settings, FIELDS)
     index = s.index.versioned()
-    fields = metadata_fields_of(es.indices.get_mapping(index=index)[index]["mappings"]) if es.indices.exists(
-        index=index) else make_index(es, s)[1]
+    fields = metadata_fields_of(es.send(request.get_mapping(index))[index]["mappings"]) \
+        if es.send(request.index_exists(index)) else make_index(es, s)[1]
     tenant = f"run{next(_runs)}"  # each example's documents, in the one index
     write(es, s, index, fields, tenant, docs)
     expected = {f"{tenant}-{i}" for i, d in enumerate(docs)

@@ -14,7 +14,7 @@ import pytest
 from hybridsearch import doctor
 from hybridsearch.cli.exit_codes import exit_code
 from hybridsearch.cli.main import main
-from hybridsearch.engine import AsyncEngineClient, EngineInfo, cluster_info, connect
+from hybridsearch.engine import AsyncEngineClient, EngineInfo, cluster_info, connect, request
 from hybridsearch.errors import AccessDenied, AuthenticationFailed, ClusterUnavailable, TlsFailure
 from hybridsearch.index.versions import read_alias
 from hybridsearch.settings import ClusterSettings, load_settings
@@ -126,7 +126,7 @@ def test_async_client_does_not_retry_an_untrusted_certificate(self_signed_es: Ca
         # the engine given, so the request goes through the asyncio node (detection would use a sync one)
         es = AsyncEngineClient(ClusterSettings(url=self_signed_es.url, max_retries=3), EngineInfo("elasticsearch"))
         try:
-            await es.indices.get_alias(name="any")
+            await es.send(request.get_alias("any"))
         finally:
             await es.close()
 

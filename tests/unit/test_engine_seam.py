@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, EngineInfo, connect, unsafe_vector_options
+from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, EngineInfo, connect, request, unsafe_vector_options
 from hybridsearch.errors import ConfigError
 from hybridsearch.index.fit import chunk_differences
 from hybridsearch.index.spec import load_template
@@ -109,7 +109,7 @@ def test_opensearch_refuses_api_keys(fake_es: Canned) -> None:
     fake_es.body = {"version": {"distribution": "opensearch", "number": "3.5.0"}}
     es = connect(ClusterSettings(url=fake_es.url, api_key="aWQ6a2V5"))
     with pytest.raises(ConfigError, match="OpenSearch has no API keys"):
-        es.indices.exists(index="x")
+        es.send(request.index_exists("x"))
 
 
 def test_filtered_knn_explores_the_graph_without_acorn_where_elasticsearch_has_acorn() -> None:

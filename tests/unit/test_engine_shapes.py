@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hybridsearch.doctor.index import check_access
-from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, UNREACHABLE, Dialect, EngineKind, connect
+from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, UNREACHABLE, Dialect, EngineKind, connect, request
 from hybridsearch.engine.privileges import NO_API, SECURITY_OFF
 from hybridsearch.errors import AccessDenied, ClusterUnavailable
 from hybridsearch.index.access import check_privileges
@@ -35,7 +35,7 @@ def test_a_bulk_request_without_an_answer_raises_on_every_engine(kind: EngineKin
     with pytest.raises(UNREACHABLE):
         list(es.streaming_bulk(actions, chunk_size=1, max_retries=0, raise_on_error=False, raise_on_exception=False))
     with pytest.raises(UNREACHABLE):
-        es.bulk(actions, raise_on_error=False, raise_on_exception=False)
+        es.send(request.bulk(actions))
 
 
 @pytest.mark.parametrize("kind", ENGINES)
@@ -58,9 +58,8 @@ def test_answered_bulk_items_pass_as_they_are(fake_es: Canned, kind: EngineKind)
     actions = [{"_op_type": "index", "_index": "x", "_id": i, "_source": {"doc_id": i}} for i in "ab"]
     got = list(es.streaming_bulk(actions, max_retries=0, raise_on_error=False, raise_on_exception=False))
     assert [(ok, item["index"]["status"]) for ok, item in got] == [(True, 201), (False, 429)]
-    ok, failed = es.bulk(actions, max_retries=0, raise_on_error=False, raise_on_exception=False)
+    ok, failed = request.bulk_failures(es.send(request.bulk(actions)))
     assert ok == 1 and [f["index"]["_id"] for f in failed] == ["b"]
-    assert es.bulk(actions, stats_only=True, max_retries=0, raise_on_error=False) == (1, 1)
 
 
 def test_elasticsearch_is_asked_for_privileges(fake_es: Canned) -> None:

@@ -17,9 +17,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+from urllib.parse import unquote
 
 import opensearchpy
 import pytest
+
+from hybridsearch.engine import Request
 
 ROOT = Path(__file__).resolve().parents[2]
 OPS = ROOT / "ops" / "bench"
@@ -100,6 +103,15 @@ class FakeIndices:
 class FakeEngine:
     def __init__(self, indices: FakeIndices) -> None:
         self.indices = indices
+
+    def send(self, request: Request) -> Any:
+        """``GET <pattern>`` and ``DELETE <name>``, answered by :class:`FakeIndices`."""
+        index, params = unquote(request.path[1:]), request.params
+        if request.method == "GET":
+            return self.indices.get(index=index, expand_wildcards=params.get("expand_wildcards"),
+                                    allow_no_indices=params.get("allow_no_indices") == "true")
+        assert request.method == "DELETE", request
+        return self.indices.delete(index=index, expand_wildcards=params.get("expand_wildcards"))
 
 
 def test_fault_ingest_cleanup_deletes_by_name_and_tolerates_missing_indices() -> None:

@@ -25,7 +25,7 @@ def test_env_nested_and_shortcut(monkeypatch: pytest.MonkeyPatch) -> None:
     s = load_settings()
     assert s.index.alias == "team-a-chunks"
     assert s.reranker.device == "cpu"
-    assert s.es.hosts == ["http://localhost:9999"]
+    assert [n.url for n in s.es.nodes] == ["http://localhost:9999"]
     assert s.es.api_key is not None and "c2VjcmV0" not in repr(s.es.api_key)
     assert s.es.api_key.get_secret_value() == "c2VjcmV0"
 
@@ -33,6 +33,7 @@ def test_env_nested_and_shortcut(monkeypatch: pytest.MonkeyPatch) -> None:
 @pytest.mark.parametrize(
     ("var", "value"),
     [("HSP_EMBEDDING__DIMS", "zero"), ("HSP_INDEX__INDEX_OPTIONS", "bogus"), ("HSP_ES__URL", "localhost:9200"),
+     ("HSP_ES_URL", "user:pw@127.0.0.1:9200"),
      ("HSP_INDEX__PREFIX", "Bad Prefix")],
 )
 def test_invalid_setting_names_the_variable(monkeypatch: pytest.MonkeyPatch, var: str, value: str) -> None:

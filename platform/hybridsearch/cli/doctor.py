@@ -12,8 +12,8 @@ from rich.table import Table
 from hybridsearch import doctor
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import styled
+from hybridsearch.cluster_url import shown
 from hybridsearch.doctor.check import Check
-from hybridsearch.redact import redact_url
 from hybridsearch.settings import Settings
 
 console = make_console()
@@ -37,7 +37,7 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print(json.dumps([c.as_dict() for c in checks], indent=2))
     else:
-        print_checks(checks, f"{redact_url(settings.es.url)} · prefix {settings.index.prefix}")
+        print_checks(checks, f"{shown(settings.es.nodes)} · prefix {settings.index.prefix}")
     bad = doctor.failed(checks, strict=args.strict)
     if not args.json:
         counts = {s: sum(c.status == s for c in checks) for s in STYLE}

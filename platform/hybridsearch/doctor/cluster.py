@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 
 from hybridsearch.doctor.check import Check, problem
-from hybridsearch.engine import EngineClient, EngineInfo, cluster_info, engine_errors
+from hybridsearch.engine import EngineClient, EngineInfo, cluster_info, engine_errors, request
 from hybridsearch.errors import HybridSearchError
 
 _SIZE = re.compile(r"^\s*([0-9.]+)\s*([kmgtp]?b)?\s*$", re.I)
@@ -29,7 +29,7 @@ def watermark_used_fraction(value: str, total_bytes: int) -> float:
 
 def _watermarks(es: EngineClient) -> dict[str, str]:
     with engine_errors("cluster settings"):
-        body = es.cluster.get_settings(include_defaults=True, flat_settings=True)
+        body = es.send(request.cluster_settings(include_defaults=True, flat_settings=True))
     merged: dict[str, str] = {}
     for scope in ("defaults", "persistent", "transient"):
         for key, value in body.get(scope, {}).items():
@@ -67,7 +67,8 @@ def check_cluster(es: EngineClient) -> list[Check]:
 def _check_disk(es: EngineClient) -> Check:
     try:
         with engine_errors("node disk stats"):
-            nodes = es.nodes.stats(metric="fs", filter_path="nodes.*.name,nodes.*.fs.total").get("nodes", {})
+            nodes = es.send(request.nodes_stats(metric="fs", filter_path="nodes.*.name,nodes.*.fs.total"))
+            nodes = nodes.get("nodes", {})
         marks = _watermarks(es)
     except HybridSearchError as exc:
         detail, fix = problem(exc)

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from hybridsearch.doctor.check import Check, problem
-from hybridsearch.engine import EngineClient, engine_errors, unsafe_vector_options
+from hybridsearch.engine import EngineClient, engine_errors, request, unsafe_vector_options
 from hybridsearch.errors import (
     AliasConflict,
     HybridSearchError,
@@ -101,8 +101,8 @@ def _check_live_index(es: EngineClient, settings: Settings, checks: list[Check])
                             f"HSP_EMBEDDING__DIMS={meta.get('embedding_dims')}, or `hsp index migrate --to-model "
                             f"{settings.embedding.model}`"))
     with engine_errors(f"mapping of {live}"):
-        props = es.indices.get_mapping(index=live)[live]["mappings"].get("properties", {})
-        health = es.cluster.health(index=live)["status"]
+        props = es.send(request.get_mapping(live))[live]["mappings"].get("properties", {})
+        health = es.send(request.cluster_health(index=live))["status"]
         chunks = count_visible(es, live)
     holds = hidden_documents(es, settings.index.ingest_state)
     pending = len({d for ids in holds.values() for d in ids})
@@ -143,8 +143,8 @@ def _check_segments(es: EngineClient, live: str) -> list[Check]:
     want = es.engine.chunk_index_settings
     try:
         with engine_errors(f"settings and stats of {live}"):
-            flat = es.indices.get_settings(index=live, flat_settings=True)[live]["settings"] if want else {}
-            docs = es.indices.stats(index=live, metric="docs")["_all"]["primaries"]["docs"]
+            flat = es.send(request.get_settings(live, flat_settings=True))[live]["settings"] if want else {}
+            docs = es.send(request.index_stats(live, metric="docs"))["_all"]["primaries"]["docs"]
     except HybridSearchError as exc:  # credentials without indices monitor: the other checks still stand
         return [Check("index", "segments", "WARN", f"cannot read {live}'s settings and stats: {exc.problem}", exc.fix)]
     checks = []

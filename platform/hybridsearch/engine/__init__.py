@@ -1,19 +1,20 @@
-"""The engine seam: the only part of the package that imports ``elasticsearch`` or ``opensearchpy``.
+"""The engine seam: the only part of the package that imports ``elasticsearch``, ``opensearchpy`` or
+``elastic_transport``.
 
 Everything engine-specific lives here, so ingestion, queries, fusion, the lifecycle, eval and Kibana code
 stay the same on Elasticsearch 8.x/9.x and OpenSearch:
 
-* :mod:`.connect` builds each library's client from :class:`~hybridsearch.settings.ClusterSettings` and asks
-  the cluster which engine it is (:class:`EngineInfo`);
-* :mod:`.client` is what the rest of the package calls (:class:`EngineClient`; its ``indices``, ``cluster``,
-  ``nodes`` and ``cat`` calls are in :mod:`.namespaces`), :mod:`.async_client` the asyncio calls of the search
-  path (:class:`AsyncEngineClient`), both sending requests in the one form of :mod:`.wire`;
+* :mod:`.request`: a request is data (:class:`Request`: method, path, parameters, body), built by pure functions,
+  one per engine call;
+* :mod:`.client` sends one: :meth:`EngineClient.send` and :meth:`AsyncEngineClient.send`, through each official
+  client's public request interface, answered with plain JSON; the libraries' bulk and scroll helpers run on the
+  same clients;
+* :mod:`.connect` builds each library's client from :class:`~hybridsearch.settings.ClusterSettings` (the parsed
+  nodes of :mod:`hybridsearch.cluster_url`, credentials apart) and asks the cluster which engine it is
+  (:class:`EngineInfo`);
 * :mod:`.dialect` renders what differs in the JSON (vector field, kNN clause, metadata field type);
 * :mod:`.errors` reads both libraries' errors and translates them into :mod:`hybridsearch.errors`;
-* :mod:`.privileges` is the one shape of the answer on which index privileges the credentials hold;
-* :mod:`.libraries` loads both libraries first, without the optional packages they would import eagerly and a
-  synchronous search never runs (aiohttp until an asyncio client is built, pyarrow, click: a third of a
-  command-line search's start-up).
+* :mod:`.privileges` is the one shape of the answer on which index privileges the credentials hold.
 
 Outside this package nothing names an engine kind (``"opensearch"``, ``"elasticsearch"``) to branch on, and
 nothing defaults to a dialect: callers pass the one their :class:`EngineClient` reports
@@ -24,12 +25,8 @@ from __future__ import annotations
 
 from typing import Any
 
-# isort: off
-import hybridsearch.engine.libraries  # noqa: F401  # first: it loads both client libraries lean (see there)
-# isort: on
-
-from hybridsearch.engine.async_client import AsyncEngineClient
-from hybridsearch.engine.client import EngineClient
+from hybridsearch.engine import request
+from hybridsearch.engine.client import AsyncEngineClient, EngineClient, LoopSender, Sender, index_privileges
 from hybridsearch.engine.connect import MIN_VERSION, EngineInfo
 from hybridsearch.engine.dialect import (
     ELASTICSEARCH,
@@ -51,13 +48,15 @@ from hybridsearch.engine.errors import (
     translate,
 )
 from hybridsearch.engine.privileges import IndexPrivileges
+from hybridsearch.engine.request import Request
 from hybridsearch.settings import ClusterSettings
 
 __all__ = [
-    "API_ERRORS", "ELASTICSEARCH", "MIN_VERSION", "OPENSEARCH", "UNREACHABLE", "AsyncEngineClient",
-    "Dialect", "EngineClient", "EngineInfo", "EngineKind", "IndexPrivileges", "VectorSummary", "access_denied",
-    "cluster_info", "connect", "connect_async", "dialect_for", "engine_errors", "error_type_of", "status_of",
-    "tls_failure", "translate", "unsafe_vector_options",
+    "API_ERRORS", "ELASTICSEARCH", "MIN_VERSION", "OPENSEARCH", "UNREACHABLE", "AsyncEngineClient", "Dialect",
+    "EngineClient", "EngineInfo", "EngineKind", "IndexPrivileges", "LoopSender", "Request", "Sender",
+    "VectorSummary", "access_denied", "cluster_info", "connect", "connect_async", "dialect_for", "engine_errors",
+    "error_type_of", "index_privileges", "request", "status_of", "tls_failure", "translate",
+    "unsafe_vector_options",
 ]
 
 
@@ -77,8 +76,8 @@ def cluster_info(es: EngineClient) -> dict[str, Any]:
     """Engine, health and node versions via ``_cluster/health`` and ``_nodes``."""
     with engine_errors("cluster health"):
         engine = es.engine
-        health = es.cluster.health()
-        nodes = es.nodes.info(filter_path="nodes.*.version")
+        health = es.send(request.cluster_health())
+        nodes = es.send(request.nodes_info(filter_path="nodes.*.version"))
     versions = sorted({n["version"] for n in nodes.get("nodes", {}).values()})
     return {"engine": engine.kind, "cluster_name": health["cluster_name"], "status": health["status"],
             "number_of_nodes": health["number_of_nodes"], "versions": versions}

@@ -1,36 +1,63 @@
-"""``EngineClient``: the calls the platform makes, the same on every engine.
+"""The senders: :class:`EngineClient` and :class:`AsyncEngineClient` send a :class:`~.request.Request` through
+the official client of the engine that answers, by its public request interface (``Elasticsearch.perform_request``,
+opensearch-py's ``transport.perform_request``), and answer with plain JSON (a HEAD request with True or False).
 
-Each method takes the platform's arguments, sends them to whichever library serves the engine in the one
-form both accept (a ``body`` plus query-string parameters, :mod:`.wire`) and returns plain JSON (``dict``/``list``).
-The engine is detected on the first call (:func:`~hybridsearch.engine.connect.detect`). Errors are the libraries'
-own: wrap calls in :func:`~hybridsearch.engine.errors.engine_errors` to get hybridsearch errors. The namespaced
-calls (``es.indices``, ``es.cluster``, ``es.nodes``, ``es.cat``) are in :mod:`.namespaces`; the asyncio client of
-the search path is :mod:`.async_client`.
+Both take a request the same way (:func:`_call`) and read an answer the same way (:func:`_answer`,
+:func:`_absent`), so the sync and asyncio paths cannot drift. The engine is detected on the first call
+(:func:`~hybridsearch.engine.connect.detect`). Errors are the libraries' own: wrap calls in
+:func:`~hybridsearch.engine.errors.engine_errors` to get hybridsearch errors. The libraries' own bulk and scroll
+helpers (``streaming_bulk``, ``scan``) run on the same client objects.
 """
 
 from __future__ import annotations
 
+import asyncio
+import copy
+import json
 import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Protocol
 
-import elasticsearch
 import elasticsearch.helpers
-import opensearchpy
 import opensearchpy.helpers
 
-from hybridsearch.engine.connect import EngineInfo, detect, es_client, os_client
+from hybridsearch.engine import request as rq
+from hybridsearch.engine.connect import EngineInfo, detect, detect_async, es_client, os_client
 from hybridsearch.engine.dialect import Dialect
 from hybridsearch.engine.errors import API_ERRORS, error_type_of, status_of
-from hybridsearch.engine.namespaces import Cat, Cluster, Indices, Nodes
 from hybridsearch.engine.privileges import NO_API, SECURITY_OFF, IndexPrivileges
-from hybridsearch.engine.wire import Json, plain, query_params, request_body
+from hybridsearch.engine.request import RAISE, Json, Request
 from hybridsearch.settings import ClusterSettings
 
 log = logging.getLogger(__name__)
 #: analyzers every node has without the analysis-common module
 BUILT_IN_ANALYZERS = frozenset({"standard", "simple", "whitespace", "stop", "keyword", "pattern"})
+
+
+def _call(request: Request, engine: EngineInfo) -> dict[str, Any]:
+    """The keyword arguments that send ``request`` through the engine's library."""
+    headers = {"accept": "application/json"}
+    if request.body is not None:
+        headers["content-type"] = "application/x-ndjson" if request.ndjson else "application/json"
+    if engine.kind == "elasticsearch":  # the client writes NDJSON lines itself
+        return {"params": request.params or None, "headers": headers, "body": request.body}
+    body: Any = request.body
+    if isinstance(body, list):
+        body = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in body)
+    return {"params": dict(request.params), "headers": headers, "body": body, "timeout": request.timeout_s}
+
+
+def _answer(resp: Any) -> Any:
+    """Plain JSON: ``elasticsearch`` wraps an answer (``.body``; True or False for HEAD), ``opensearchpy`` not."""
+    return resp.body if hasattr(resp, "body") else resp
+
+
+def _absent(request: Request, exc: Exception) -> Any:
+    """``request.absent`` when ``exc`` says the thing asked for does not exist; raises ``exc`` otherwise."""
+    if request.absent is RAISE or status_of(exc) != 404 or error_type_of(exc) == "index_not_found_exception":
+        raise exc
+    return copy.deepcopy(request.absent)
 
 
 def _answered(results: Iterable[tuple[bool, Json]]) -> Iterator[tuple[bool, Json]]:
@@ -46,6 +73,33 @@ def _answered(results: Iterable[tuple[bool, Json]]) -> Iterator[tuple[bool, Json
         yield ok, result
 
 
+class Sender(Protocol):
+    """What sends requests synchronously: an :class:`EngineClient`, or a :class:`LoopSender`."""
+
+    @property
+    def engine(self) -> EngineInfo: ...
+
+    @property
+    def dialect(self) -> Dialect: ...
+
+    def send(self, request: Request) -> Any: ...
+
+
+def index_privileges(es: Sender, names: list[str], privileges: list[str]) -> IndexPrivileges:
+    """Whether the credentials hold each of ``privileges`` on each of ``names``, where the engine can say
+    (:mod:`.privileges`). Raises the library's errors for 401, 403 and no answer."""
+    if es.engine.kind == "opensearch":
+        return IndexPrivileges.unchecked(NO_API)
+    try:
+        answer = es.send(rq.has_privileges(names, privileges))
+    except API_ERRORS as exc:
+        if status_of(exc) in (401, 403) or status_of(exc) is None:
+            raise
+        log.debug("privileges not checked (HTTP %s): security looks off", status_of(exc))
+        return IndexPrivileges.unchecked(SECURITY_OFF)
+    return IndexPrivileges.from_answer(answer)
+
+
 class EngineClient:
     """One cluster, any engine: see the module docstring. ``close()`` when done (or use ``with``)."""
 
@@ -54,20 +108,14 @@ class EngineClient:
         self.cfg = cfg
         self._retries, self._timeout = max_retries, request_timeout
         self._es = es_client(cfg, max_retries, request_timeout)  # also asks which engine it is
-        self._os: opensearchpy.OpenSearch | None = None
+        self._os: Any = None
         self._engine: EngineInfo | None = None
         self._lock = threading.Lock()
         self._analyzers: dict[str, bool] = {}
-        self.indices = Indices(self)
-        self.cluster = Cluster(self)
-        self.nodes = Nodes(self)
-        self.cat = Cat(self)
-
-    # ---- which engine
 
     @property
     def engine(self) -> EngineInfo:
-        """The engine serving the cluster (asked once). Raises ClusterError."""
+        """The engine serving the cluster (asked once). Raises the library's errors."""
         if self._engine is None:
             with self._lock:
                 if self._engine is None:
@@ -80,15 +128,24 @@ class EngineClient:
 
     @property
     def raw(self) -> Any:
-        """The library's client for this engine (``Elasticsearch`` or ``OpenSearch``)."""
+        """The library's client for this engine (``Elasticsearch`` or ``OpenSearch``), for its helpers."""
         if self.engine.kind == "elasticsearch":
             return self._es
         if self._os is None:
             self._os = os_client(self.cfg, self._retries, self._timeout)
         return self._os
 
-    def _q(self, **params: Any) -> dict[str, Any]:
-        return query_params(self.engine.kind, **params)
+    def send(self, request: Request) -> Any:
+        """Send ``request``; its answer as plain JSON (see :class:`~.request.Request` for ``absent``)."""
+        client, call = self.raw, _call(request, self.engine)
+        try:
+            if self.engine.kind == "opensearch":
+                return client.transport.perform_request(request.method, request.path, **call)
+            if request.timeout_s is not None:
+                client = client.options(request_timeout=request.timeout_s, max_retries=0)
+            return _answer(client.perform_request(request.method, request.path, **call))
+        except API_ERRORS as exc:
+            return _absent(request, exc)
 
     def has_analyzer(self, name: str) -> bool:
         """Whether the cluster knows analyzer ``name`` (asked once per name). ``_analyze`` answers exactly but
@@ -96,7 +153,7 @@ class EngineClient:
         nodes' modules (``monitor``): the language analyzers come with ``analysis-common``."""
         if name not in self._analyzers:
             try:
-                self.raw.indices.analyze(body={"analyzer": name, "text": "probe"})
+                self.send(rq.analyze("probe", analyzer=name))
                 self._analyzers[name] = True
             except API_ERRORS as exc:
                 if status_of(exc) not in (400, 403):
@@ -109,7 +166,7 @@ class EngineClient:
         if name in BUILT_IN_ANALYZERS:
             return True
         try:
-            nodes = self.nodes.info(filter_path="nodes.*.modules.name").get("nodes", {})
+            nodes = self.send(rq.nodes_info(filter_path="nodes.*.modules.name")).get("nodes", {})
         except API_ERRORS as exc:
             if status_of(exc) != 403:
                 raise
@@ -119,86 +176,12 @@ class EngineClient:
         return bool(nodes) and all("analysis-common" in {m.get("name") for m in n.get("modules", [])}
                                    for n in nodes.values())
 
-    # ---- documents and searches
-
-    def search(self, *, index: str, query: Json | None = None, knn: Json | None = None, size: int | None = None,
-               source: Any = None, sort: list[Any] | None = None, aggs: Json | None = None,
-               track_total_hits: bool | None = None, filter_path: str | None = None) -> Json:
-        """``POST <index>/_search`` with the given body fields (``knn``: Elasticsearch's top-level kNN, as
-        :meth:`Dialect.knn_search` renders it; ``source``: ``_source``)."""
-        body = request_body(query=query, knn=knn, size=size, source=source, sort=sort, aggs=aggs,
-                     track_total_hits=track_total_hits)
-        resp: Json = plain(self.raw.search(index=index, body=body, **self._q(filter_path=filter_path)))
-        return resp
-
-    def count(self, *, index: str, query: Mapping[str, Any] | None = None, min_score: float | None = None) -> Json:
-        body = request_body(query=query) or None
-        resp: Json = plain(self.raw.count(index=index, body=body, **self._q(min_score=min_score)))
-        return resp
-
-    def msearch(self, *, searches: list[Json]) -> Json:
-        """``POST _msearch`` with header/body lines."""
-        resp: Json = plain(self.raw.msearch(body=searches))
-        return resp
-
-    def index(self, *, index: str, id: str, document: Mapping[str, Any], refresh: bool | str | None = None,
-              if_seq_no: int | None = None, if_primary_term: int | None = None, op_type: str | None = None) -> Json:
-        """``PUT <index>/_doc/<id>``; with ``if_seq_no``/``if_primary_term`` (or ``op_type="create"``) only when the
-        document is still the one read (or absent): a 409 otherwise, read with :func:`status_of`."""
-        resp: Json = plain(self.raw.index(index=index, id=id, body=dict(document), **self._q(
-            refresh=refresh, if_seq_no=if_seq_no, if_primary_term=if_primary_term, op_type=op_type)))
-        return resp
-
-    def get(self, *, index: str, id: str) -> Json | None:
-        """``GET <index>/_doc/<id>`` (real time: ``_source``, ``_seq_no``, ``_primary_term``), or None when the
-        document is absent. A missing index raises as usual."""
-        try:
-            resp: Json = plain(self.raw.get(index=index, id=id))
-        except API_ERRORS as exc:
-            if status_of(exc) == 404 and error_type_of(exc) in (None, ""):
-                return None
-            raise
-        return resp if resp.get("found") else None
-
-    def update(self, *, index: str, id: str, doc: Mapping[str, Any], refresh: bool | str | None = None,
-               retry_on_conflict: int | None = None) -> Json:
-        resp: Json = plain(self.raw.update(index=index, id=id, body={"doc": dict(doc)},
-                                            **self._q(refresh=refresh, retry_on_conflict=retry_on_conflict)))
-        return resp
-
-    # ---- bulk helpers (each library's own, on its own client)
-
     def streaming_bulk(self, actions: Iterable[Json], **kwargs: Any) -> Iterator[tuple[bool, Json]]:
         """The library's ``helpers.streaming_bulk`` (same keyword arguments), its results in one shape: every item
         has an integer ``status``; a request that got no answer raises (:data:`~hybridsearch.engine.UNREACHABLE`)
         on every engine, even with ``raise_on_exception=False``."""
         helpers = opensearchpy.helpers if self.engine.kind == "opensearch" else elasticsearch.helpers
         yield from _answered(helpers.streaming_bulk(self.raw, actions, **kwargs))
-
-    def bulk(self, actions: Iterable[Json], *, stats_only: bool = False, **kwargs: Any) -> tuple[int, Any]:
-        """What the libraries' ``helpers.bulk`` returns (``(succeeded, failed items)``, or the failed count with
-        ``stats_only``), read from :meth:`streaming_bulk`, so that its items have the same shape."""
-        succeeded, failed = 0, []
-        for ok, item in self.streaming_bulk(actions, **kwargs):
-            if ok:
-                succeeded += 1
-            else:
-                failed.append(item)
-        return succeeded, len(failed) if stats_only else failed
-
-    def index_privileges(self, names: list[str], privileges: list[str]) -> IndexPrivileges:
-        """Whether the credentials hold each of ``privileges`` on each of ``names``, where the engine can say
-        (:mod:`.privileges`). Raises the library's errors for 401, 403 and no answer."""
-        if self.engine.kind == "opensearch":
-            return IndexPrivileges.unchecked(NO_API)
-        try:
-            body = plain(self.raw.security.has_privileges(index=[{"names": names, "privileges": privileges}]))
-        except API_ERRORS as exc:
-            if status_of(exc) in (401, 403) or status_of(exc) is None:
-                raise
-            log.debug("privileges not checked (HTTP %s): security looks off", status_of(exc))
-            return IndexPrivileges.unchecked(SECURITY_OFF)
-        return IndexPrivileges.from_answer(body)
 
     def scan(self, *, index: str, query: Json | None = None, size: int = 1000, scroll: str = "5m",
              preserve_order: bool = False) -> Iterator[Json]:
@@ -207,8 +190,6 @@ class EngineClient:
         helpers = opensearchpy.helpers if self.engine.kind == "opensearch" else elasticsearch.helpers
         yield from helpers.scan(self.raw, index=index, query=query, size=size, scroll=scroll,
                                 preserve_order=preserve_order)
-
-    # ---- lifetime
 
     def close(self) -> None:
         self._es.close()
@@ -220,3 +201,74 @@ class EngineClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class AsyncEngineClient:
+    """:class:`EngineClient`'s :meth:`~EngineClient.send` on asyncio (the engine detected on the first call)."""
+
+    def __init__(self, cfg: ClusterSettings, engine: EngineInfo | None = None) -> None:
+        self.cfg = cfg
+        self._engine = engine
+        self._es: Any = None
+        self._os: Any = None
+
+    async def detect(self) -> EngineInfo:
+        """The engine (asked once)."""
+        if self._es is None:
+            self._es = es_client(self.cfg, asyncio=True)
+        if self._engine is None:
+            self._engine = await detect_async(self.cfg, self._es)
+        return self._engine
+
+    @property
+    def engine(self) -> EngineInfo:
+        if self._engine is None:
+            raise RuntimeError("await detect() first")
+        return self._engine
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.engine.dialect
+
+    async def send(self, request: Request) -> Any:
+        """:meth:`EngineClient.send`, awaited."""
+        engine = await self.detect()
+        call = _call(request, engine)
+        try:
+            if engine.kind == "opensearch":
+                if self._os is None:
+                    self._os = os_client(self.cfg, asyncio=True)
+                return await self._os.transport.perform_request(request.method, request.path, **call)
+            client = self._es if request.timeout_s is None else \
+                self._es.options(request_timeout=request.timeout_s, max_retries=0)
+            return _answer(await client.perform_request(request.method, request.path, **call))
+        except API_ERRORS as exc:
+            return _absent(request, exc)
+
+    async def close(self) -> None:
+        for client in (self._es, self._os):
+            if client is not None:
+                await client.close()
+
+
+class LoopSender:
+    """:meth:`AsyncEngineClient.send` for a thread other than the event loop's (the query log's writer): each
+    request is sent on ``loop``, the loop the client's searches run on, set by its first search."""
+
+    def __init__(self, client: AsyncEngineClient) -> None:
+        self.client = client
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def engine(self) -> EngineInfo:
+        return self.client.engine
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.client.dialect
+
+    def send(self, request: Request) -> Any:
+        if self.loop is None:
+            raise RuntimeError("no event loop yet: the first search sets it")
+        sent = asyncio.run_coroutine_threadsafe(self.client.send(request), self.loop)
+        return sent.result(timeout=self.client.cfg.request_timeout * (self.client.cfg.max_retries + 2))

@@ -2,12 +2,11 @@
 
 Elasticsearch 8.x and 9.x are served by the ``elasticsearch`` 8.19 client: Elastic's clients are forward
 compatible (an 8.x client talks to 8.x and 9.x servers), while a 9.x client refuses 8.x servers. OpenSearch
-gets ``opensearch-py``. Detection asks ``GET /`` (``version.distribution`` is ``opensearch`` there) and falls
-back on ``GET _nodes/_local`` and the ``X-Elastic-Product`` header where ``GET /`` is not served (the
-Elasticsearch integ-test zip answers 405). ``GET /`` goes to one node directly, outside the transport's
-node-failure accounting (the transport would count a 405 as a failed node and log it), and falls back on the
-transport (with its retries) when that node does not answer; everything else goes through the transport, with
-plain ``application/json``, which every engine accepts. ``HSP_ES__ENGINE`` skips it.
+gets ``opensearch-py``. Both are given the parsed nodes of :mod:`hybridsearch.cluster_url` (never a URL string)
+and the credentials as one ``Authorization`` header, and retry :data:`hybridsearch.retry.RETRIED_STATUSES`
+themselves. Detection asks ``GET /`` through the Elasticsearch client's transport (``version.distribution`` is
+``opensearch`` there) and falls back on ``GET _nodes/_local`` and the ``X-Elastic-Product`` header where ``GET /``
+is not served (the Elasticsearch integ-test zip answers 405). ``HSP_ES__ENGINE`` skips it.
 
 The nodes turn failures that retrying cannot fix into our errors at once (:func:`diagnose`): an untrusted
 certificate (TlsFailure), and a URL whose scheme the node does not speak (SchemeMismatch): an ``http://`` URL to a
@@ -19,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import functools
 import re
 import socket
 import ssl
@@ -30,17 +28,16 @@ from urllib.parse import urlsplit
 import elastic_transport
 import elasticsearch
 import opensearchpy
-from elastic_transport import AiohttpHttpNode, Urllib3HttpNode
+from elastic_transport import AiohttpHttpNode, NodeConfig, Urllib3HttpNode
 from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
-from opensearchpy import Urllib3HttpConnection
+from opensearchpy import AsyncHttpConnection, AsyncOpenSearch, Urllib3HttpConnection
 
 from hybridsearch.engine.dialect import Dialect, EngineKind, dialect_for
 from hybridsearch.engine.errors import causes_of, tls_failure
-from hybridsearch.engine.libraries import ready_aiohttp_node
 from hybridsearch.errors import ConfigError, HybridSearchError, SchemeMismatch
+from hybridsearch.retry import RETRIED_STATUSES
 from hybridsearch.settings import ClusterSettings
 
-RETRY_STATUSES = (429, 502, 503, 504)
 #: oldest versions with everything the platform sends (kNN pre-filters, int8 HNSW; OpenSearch: lucene sq and
 #: method_parameters in the knn query, flat_object)
 MIN_VERSION: dict[EngineKind, tuple[int, int]] = {"elasticsearch": (8, 12), "opensearch": (2, 16)}
@@ -88,6 +85,12 @@ class EngineInfo:
         return True
 
     @property
+    def has_disk_usage(self) -> bool:
+        """Whether the engine answers ``_disk_usage`` (:func:`~hybridsearch.engine.request.disk_usage`):
+        Elasticsearch only."""
+        return self.kind == "elasticsearch"
+
+    @property
     def rescores_vectors(self) -> bool:
         """Whether a kNN search can rescore quantized vectors on their floats (``rescore_vector``: Elasticsearch
         8.18+; OpenSearch's lucene engine cannot)."""
@@ -99,11 +102,8 @@ class EngineInfo:
 
         Elasticsearch 9.1+ (Lucene 10.2+) runs a filtered kNN search that the filter lets through fewer than 60 %
         of a segment's documents (deleted ones count) with ACORN, which loses most of its recall where much of a
-        segment is deleted copies. The earlier two-write ingestion left half of every fresh segment deleted: dense
-        nDCG@10 on SciFact (9.3.2) was 0.410 with ACORN, 0.661 with ``fanout`` on the same index. Ingestion now
-        writes each chunk once (:mod:`hybridsearch.ingest.commit`), but changed documents overwritten in place and
-        selective filters (a tenant, a user's metadata filter) still meet ACORN's threshold, so chunk indices keep
-        ``fanout``, which explores the graph as Lucene did before ACORN."""
+        segment is deleted copies (documents overwritten in place) or the filter is selective (a tenant, a user's
+        metadata filter); ``fanout`` explores the graph as Lucene did before ACORN."""
         if self.kind == "elasticsearch" and self.at_least(9, 1):
             return {"index.dense_vector.hnsw_filter_heuristic": "fanout"}
         return {}
@@ -170,7 +170,7 @@ def diagnose(exc: BaseException, base_url: str) -> HybridSearchError | None:
     return failure
 
 
-# ------------------------------------------------------------------------------------------ Elasticsearch
+# ------------------------------------------------------------------------------------------ clients
 
 
 class _Node(Urllib3HttpNode):
@@ -185,68 +185,13 @@ class _Node(Urllib3HttpNode):
 
 
 class _AsyncNode(AiohttpHttpNode):
-    """The default asyncio node, with the same rule as :class:`_Node` (the probes run in a thread). Usable once
-    :func:`~hybridsearch.engine.libraries.ready_aiohttp_node` ran (:func:`es_async_client` runs it)."""
+    """The default asyncio node, with the same rule as :class:`_Node` (the probes run in a thread)."""
 
     async def perform_request(self, *args: Any, **kwargs: Any) -> Any:  # type: ignore[override]  # as the base
         try:
             return await super().perform_request(*args, **kwargs)
         except elastic_transport.ConnectionError as exc:
             raise (await asyncio.to_thread(diagnose, exc, self.base_url) or exc) from exc
-
-
-class _OrjsonNdjson(NdjsonSerializer, OrjsonSerializer):
-    """``_msearch`` and ``_bulk`` bodies (one JSON line per item) written and read with orjson."""
-
-
-#: orjson for every JSON body, NDJSON included (the library only offers it for single bodies): a query vector
-#: of 384 floats is written about ten times faster, and an answer of 100 hits read about four times faster
-#: (``ops/bench/bench_query.py``'s raw probe: -0.4 to -0.6 ms per kNN request). The compatibility-mode media types
-#: that Elasticsearch 9 answers with follow these (``Elasticsearch`` maps them itself).
-SERIALIZERS = {OrjsonSerializer.mimetype: OrjsonSerializer(), _OrjsonNdjson.mimetype: _OrjsonNdjson()}
-
-
-def _tls(cfg: ClusterSettings) -> dict[str, Any]:
-    # TLS options only for https URLs (the clients refuse them for http, e.g. a CA exported for another node)
-    kwargs: dict[str, Any] = {}
-    if any(h.startswith("https://") for h in cfg.hosts):
-        if cfg.ca_certs is not None:
-            kwargs["ca_certs"] = str(cfg.ca_certs)
-        if not cfg.verify_certs:
-            kwargs["verify_certs"] = False
-    return kwargs
-
-
-def es_kwargs(cfg: ClusterSettings, max_retries: int | None = None,
-              request_timeout: float | None = None) -> dict[str, Any]:
-    """Keyword arguments of the sync and async Elasticsearch clients."""
-    kwargs: dict[str, Any] = {
-        "hosts": cfg.hosts,
-        "request_timeout": cfg.request_timeout if request_timeout is None else request_timeout,
-        "max_retries": cfg.max_retries if max_retries is None else max_retries,
-        "retry_on_status": RETRY_STATUSES,
-        "retry_on_timeout": True,
-        "serializers": SERIALIZERS,
-        **_tls(cfg),
-    }
-    if cfg.api_key is not None:
-        kwargs["api_key"] = cfg.api_key.get_secret_value()
-    elif cfg.username is not None:
-        kwargs["basic_auth"] = (cfg.username, cfg.password.get_secret_value() if cfg.password else "")
-    return kwargs
-
-
-def es_client(cfg: ClusterSettings, max_retries: int | None = None,
-              request_timeout: float | None = None) -> elasticsearch.Elasticsearch:
-    return elasticsearch.Elasticsearch(**es_kwargs(cfg, max_retries, request_timeout), node_class=_Node)
-
-
-def es_async_client(cfg: ClusterSettings) -> elasticsearch.AsyncElasticsearch:
-    ready_aiohttp_node()
-    return elasticsearch.AsyncElasticsearch(**es_kwargs(cfg), node_class=_AsyncNode)
-
-
-# ------------------------------------------------------------------------------------------ OpenSearch
 
 
 def _os_connection_failure(exc: opensearchpy.ConnectionError) -> bool:
@@ -266,84 +211,111 @@ class _OsConnection(Urllib3HttpConnection):
             raise (diagnose(exc, self.host + (self.url_prefix or "")) or exc) from exc
 
 
-def os_kwargs(cfg: ClusterSettings, max_retries: int | None = None,
-              request_timeout: float | None = None) -> dict[str, Any]:
-    """Keyword arguments of the sync and async OpenSearch clients. OpenSearch has no API keys."""
+class _OsAsyncConnection(AsyncHttpConnection):  # type: ignore[misc]  # untyped base
+    """opensearch-py's asyncio connection, with the same rule as :class:`_Node`."""
+
+    async def perform_request(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().perform_request(*args, **kwargs)
+        except opensearchpy.ConnectionError as exc:
+            if not _os_connection_failure(exc):
+                raise
+            raise (await asyncio.to_thread(diagnose, exc, self.host + (self.url_prefix or "")) or exc) from exc
+
+
+class _OrjsonNdjson(NdjsonSerializer, OrjsonSerializer):
+    """``_msearch`` and ``_bulk`` bodies (one JSON line per item) written and read with orjson."""
+
+
+#: orjson for every JSON body, NDJSON included (the library only offers it for single bodies); the
+#: compatibility-mode media types that Elasticsearch 9 answers with follow these (``Elasticsearch`` maps them)
+SERIALIZERS = {OrjsonSerializer.mimetype: OrjsonSerializer(), _OrjsonNdjson.mimetype: _OrjsonNdjson()}
+
+
+def auth_headers(cfg: ClusterSettings) -> dict[str, str]:
+    """The ``Authorization`` header of ``cfg``'s credentials: its API key, its user name and password, else the
+    credentials the node URLs carried (UTF-8, so that any password works)."""
     if cfg.api_key is not None:
-        raise ConfigError("OpenSearch has no API keys (HSP_ES__API_KEY is set)",
-                          fix="Use HSP_ES__USERNAME and HSP_ES__PASSWORD of an internal user for OpenSearch")
-    kwargs: dict[str, Any] = {
-        "hosts": cfg.hosts,
-        "timeout": cfg.request_timeout if request_timeout is None else request_timeout,
-        "max_retries": cfg.max_retries if max_retries is None else max_retries,
-        "retry_on_status": RETRY_STATUSES,
-        "retry_on_timeout": True,
-        "pool_maxsize": 10,  # as many connections per node as the elasticsearch client keeps (its default)
-        **_tls(cfg),
-    }
-    if cfg.username is not None:
-        kwargs["http_auth"] = (cfg.username, cfg.password.get_secret_value() if cfg.password else "")
+        return {"authorization": f"ApiKey {cfg.api_key.get_secret_value()}"}
+    node = cfg.nodes[0]
+    user, password = (cfg.username, cfg.password.get_secret_value() if cfg.password else "") \
+        if cfg.username is not None else (node.username, node.password or "")
+    if user is None:
+        return {}
+    return {"authorization": "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()}
+
+
+def _tls(cfg: ClusterSettings) -> dict[str, Any]:
+    # TLS options only for https nodes (the clients refuse them for http, e.g. a CA exported for another node)
+    kwargs: dict[str, Any] = {}
+    if any(n.scheme == "https" for n in cfg.nodes):
+        if cfg.ca_certs is not None:
+            kwargs["ca_certs"] = str(cfg.ca_certs)
+        if not cfg.verify_certs:
+            kwargs["verify_certs"] = False
     return kwargs
 
 
-def os_client(cfg: ClusterSettings, max_retries: int | None = None,
-              request_timeout: float | None = None) -> opensearchpy.OpenSearch:
-    return opensearchpy.OpenSearch(**os_kwargs(cfg, max_retries, request_timeout), connection_class=_OsConnection)
+def _common(cfg: ClusterSettings, max_retries: int | None) -> dict[str, Any]:
+    return {"max_retries": cfg.max_retries if max_retries is None else max_retries,
+            "retry_on_status": RETRIED_STATUSES, "retry_on_timeout": True, "headers": auth_headers(cfg), **_tls(cfg)}
 
 
-@functools.cache
-def _os_async_connection() -> type[Any]:
-    """opensearch-py's asyncio connection, with the same rule as :class:`_Node`. Imported here, when the first
-    asyncio OpenSearch client is built: it loads aiohttp (:mod:`hybridsearch.engine.libraries`)."""
-    from opensearchpy.connection.http_async import AsyncHttpConnection
-
-    class _OsAsyncConnection(AsyncHttpConnection):  # type: ignore[misc]  # untyped base
-        async def perform_request(self, *args: Any, **kwargs: Any) -> Any:
-            try:
-                return await super().perform_request(*args, **kwargs)
-            except opensearchpy.ConnectionError as exc:
-                if not _os_connection_failure(exc):
-                    raise
-                raise (await asyncio.to_thread(diagnose, exc, self.host + (self.url_prefix or "")) or exc) from exc
-
-    return _OsAsyncConnection
+def es_client(cfg: ClusterSettings, max_retries: int | None = None, request_timeout: float | None = None,
+              *, asyncio: bool = False) -> Any:
+    """An ``Elasticsearch`` (``AsyncElasticsearch`` with ``asyncio``) client of ``cfg``'s nodes."""
+    nodes = [NodeConfig(n.scheme, n.host, n.port, path_prefix=n.path) for n in cfg.nodes]
+    kwargs = {"request_timeout": cfg.request_timeout if request_timeout is None else request_timeout,
+              "serializers": SERIALIZERS, **_common(cfg, max_retries)}
+    if asyncio:
+        return elasticsearch.AsyncElasticsearch(nodes, node_class=_AsyncNode, **kwargs)
+    return elasticsearch.Elasticsearch(nodes, node_class=_Node, **kwargs)
 
 
-def os_async_client(cfg: ClusterSettings) -> opensearchpy.AsyncOpenSearch:
-    from opensearchpy._async.client import AsyncOpenSearch
-
-    return AsyncOpenSearch(**os_kwargs(cfg), connection_class=_os_async_connection())
+def os_client(cfg: ClusterSettings, max_retries: int | None = None, request_timeout: float | None = None,
+              *, asyncio: bool = False) -> Any:
+    """An ``OpenSearch`` (``AsyncOpenSearch`` with ``asyncio``) client of ``cfg``'s nodes. OpenSearch has no API
+    keys."""
+    if cfg.api_key is not None:
+        raise ConfigError("OpenSearch has no API keys (HSP_ES__API_KEY is set)",
+                          fix="Use HSP_ES__USERNAME and HSP_ES__PASSWORD of an internal user for OpenSearch")
+    hosts = [{"host": n.host, "port": n.port, "url_prefix": n.path, "use_ssl": n.scheme == "https"}
+             for n in cfg.nodes]
+    kwargs = {"timeout": cfg.request_timeout if request_timeout is None else request_timeout,
+              "pool_maxsize": 10,  # as many connections per node as the elasticsearch client keeps
+              **_common(cfg, max_retries)}
+    if asyncio:
+        return AsyncOpenSearch(hosts, connection_class=_OsAsyncConnection, **kwargs)
+    return opensearchpy.OpenSearch(hosts, connection_class=_OsConnection, **kwargs)
 
 
 # ------------------------------------------------------------------------------------------ detection
 
 
-def _auth_headers(cfg: ClusterSettings) -> dict[str, str]:
-    if cfg.api_key is not None:
-        return {"authorization": f"ApiKey {cfg.api_key.get_secret_value()}"}
-    if cfg.username is not None:
-        token = f"{cfg.username}:{cfg.password.get_secret_value() if cfg.password else ''}"
-        return {"authorization": "Basic " + base64.b64encode(token.encode()).decode()}
-    return {}
+def _root_request(cfg: ClusterSettings) -> dict[str, Any]:
+    return {"headers": {"accept": "application/json", **auth_headers(cfg)}}
 
 
-def _ask_root(es: elasticsearch.Elasticsearch, headers: dict[str, str]) -> tuple[Any, Any]:
-    """``GET /`` from one node, outside the transport's node-failure accounting: the Elasticsearch integ-test zip
-    answers it with 405, which the transport would count as a failed node (logging ``Node ... has failed for 1
-    times in a row`` on a healthy first connection). When that node does not answer, or answers with a status
-    the transport retries, the request goes through the transport instead (retries, other nodes)."""
-    node = es.transport.node_pool.get()
-    try:
-        resp = node.perform_request("GET", "/", headers=elastic_transport.HttpHeaders(headers))
-    except elastic_transport.TransportError:
-        return es.transport.perform_request("GET", "/", headers=headers)
-    if resp.meta.status in RETRY_STATUSES:
-        return es.transport.perform_request("GET", "/", headers=headers)
-    try:
-        body = es.transport.serializers.loads(resp.body, resp.meta.mimetype) if resp.body else None
-    except elastic_transport.SerializationError:
-        body = None
-    return resp.meta, body
+def _info(meta: Any, body: Any) -> EngineInfo | None:
+    """The engine ``GET /`` names; None when it is not served there; the library's error for 401 and 403."""
+    if meta.status in (401, 403):
+        error = elasticsearch.exceptions.HTTP_EXCEPTIONS.get(meta.status, elasticsearch.ApiError)
+        raise error(message=f"HTTP {meta.status}", meta=meta, body=body)
+    if meta.status >= 300:
+        return None
+    info = body.get("version", {}) if isinstance(body, dict) else {}
+    return EngineInfo("opensearch" if info.get("distribution") == "opensearch" else "elasticsearch",
+                      info.get("number"))
+
+
+_NODES = "/_nodes/_local?filter_path=nodes.*.version"
+
+
+def _from_nodes(meta: Any, body: Any) -> EngineInfo:
+    """The engine ``GET _nodes/_local`` names (where ``GET /`` is not served: the Elasticsearch integ-test zip)."""
+    nodes = body.get("nodes", {}) if isinstance(body, dict) else {}
+    version = next((n.get("version") for n in nodes.values()), None)
+    return EngineInfo("elasticsearch" if meta.headers.get("x-elastic-product") else "opensearch", version)
 
 
 def detect(cfg: ClusterSettings, es: elasticsearch.Elasticsearch) -> EngineInfo:
@@ -352,18 +324,13 @@ def detect(cfg: ClusterSettings, es: elasticsearch.Elasticsearch) -> EngineInfo:
     errors: call inside :func:`~hybridsearch.engine.errors.engine_errors`, like every call."""
     if cfg.engine != "auto":
         return EngineInfo(cfg.engine, None, detected=False)
-    headers = {"accept": "application/json", **_auth_headers(cfg)}
-    meta, body = _ask_root(es, headers)
-    if meta.status in (401, 403):
-        error = elasticsearch.exceptions.HTTP_EXCEPTIONS.get(meta.status, elasticsearch.ApiError)
-        raise error(message=f"HTTP {meta.status}", meta=meta, body=body)
-    if meta.status >= 300:  # not served (the Elasticsearch integ-test zip): ask _nodes
-        meta, body = es.transport.perform_request(
-            "GET", "/_nodes/_local?filter_path=nodes.*.version", headers=headers)
-        nodes = body.get("nodes", {}) if isinstance(body, dict) else {}
-        version = next((n.get("version") for n in nodes.values()), None)
-        kind: EngineKind = "elasticsearch" if meta.headers.get("x-elastic-product") else "opensearch"
-        return EngineInfo(kind, version)
-    info = body.get("version", {}) if isinstance(body, dict) else {}
-    kind = "opensearch" if info.get("distribution") == "opensearch" else "elasticsearch"
-    return EngineInfo(kind, info.get("number"))
+    info = _info(*es.transport.perform_request("GET", "/", **_root_request(cfg)))
+    return info or _from_nodes(*es.transport.perform_request("GET", _NODES, **_root_request(cfg)))
+
+
+async def detect_async(cfg: ClusterSettings, es: elasticsearch.AsyncElasticsearch) -> EngineInfo:
+    """:func:`detect` through an asyncio client."""
+    if cfg.engine != "auto":
+        return EngineInfo(cfg.engine, None, detected=False)
+    info = _info(*await es.transport.perform_request("GET", "/", **_root_request(cfg)))
+    return info or _from_nodes(*await es.transport.perform_request("GET", _NODES, **_root_request(cfg)))

@@ -42,9 +42,9 @@ EVAL_K = 100  # Recall@100 needs 100 ranked documents
 def redacted_settings(settings: Settings) -> dict[str, Any]:
     """Settings as JSON-ready data with secrets masked (SecretStr) and credentials cut from URLs."""
     data: dict[str, Any] = settings.model_dump(mode="json")
-    data["es"]["url"] = ",".join(redact_url(u) for u in settings.es.hosts)
+    data["es"]["url"] = ",".join(n.shown for n in settings.es.nodes)
     if data.get("es_url"):
-        data["es_url"] = redact_url(data["es_url"])
+        data["es_url"] = data["es"]["url"]
     if data.get("reranker", {}).get("url"):
         data["reranker"]["url"] = redact_url(data["reranker"]["url"])
     return data

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from hybridsearch.engine import Dialect, EngineClient, engine_errors
+from hybridsearch.engine import Dialect, EngineClient, engine_errors, request
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
 from hybridsearch.index.fit import BUILD_META, chunk_differences
 from hybridsearch.index.spec import chunk_meta, index_options, parse_version, with_analyzer
@@ -84,14 +84,14 @@ def choose_index(es: EngineClient, settings: Settings, *, create: bool = True) -
     settings = with_analyzer(es, settings)  # "auto" is english or standard, as the index would be built
     want = build_signature(settings)
     with engine_errors(f"list indices {alias}-v*"):
-        mappings = es.indices.get_mapping(index=f"{alias}-v*", allow_no_indices=True)
+        mappings = es.send(request.get_mapping(f"{alias}-v*", allow_no_indices=True))
     versions = {i: v for i in mappings if (v := parse_version(i, alias)) is not None}
     fitting = sorted((i for i in versions
                       if not chunk_differences(mappings[i]["mappings"], settings, dialect=es.dialect, level="build")),
                      key=versions.__getitem__)
     aliases = read_alias(es, alias)
     live = live_target(alias, aliases) if aliases else None
-    if live in fitting:
+    if live is not None and live in fitting:
         return IndexChoice(live, "reused", want)
     if fitting:
         swap_alias(es, settings.index, fitting[-1])
@@ -108,10 +108,10 @@ def choose_index(es: EngineClient, settings: Settings, *, create: bool = True) -
 def index_counts(es: EngineClient, index: str) -> dict[str, int]:
     """Chunks and distinct documents in ``index`` (after a refresh)."""
     with engine_errors(f"count {index}"):
-        es.indices.refresh(index=index)
-        body = es.search(index=index, size=0, track_total_hits=True,
-                         query=visible_query(state_index_of(es, state_index_for(index))),
-                         aggs={"docs": {"cardinality": {"field": "doc_id", "precision_threshold": 40000}}})
+        es.send(request.refresh(index))
+        body = es.send(request.search(index, request.body(
+            size=0, track_total_hits=True, query=visible_query(state_index_of(es, state_index_for(index))),
+            aggs={"docs": {"cardinality": {"field": "doc_id", "precision_threshold": 40000}}})))
     return {"chunks": int(body["hits"]["total"]["value"]), "documents": int(body["aggregations"]["docs"]["value"])}
 
 

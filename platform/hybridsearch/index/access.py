@@ -3,7 +3,7 @@
 **Privileges.** Nothing is created or changed before the platform knows it may.
 
 An operation that writes asks the engine first whether the credentials hold every index privilege it needs on
-the names it will touch (:meth:`~hybridsearch.engine.EngineClient.index_privileges`: Elasticsearch's
+the names it will touch (:func:`~hybridsearch.engine.index_privileges`: Elasticsearch's
 ``_has_privileges``, which any authenticated user may call, API keys included) and refuses with
 :class:`~hybridsearch.errors.AccessDenied` (``missing`` set) — one line naming the user, the missing privileges
 and the index patterns — before its first write. Where the engine cannot say (security off, or OpenSearch, whose
@@ -27,7 +27,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, error_type_of, translate
+from hybridsearch.engine import API_ERRORS, Sender, engine_errors, error_type_of, index_privileges, translate
 from hybridsearch.errors import AccessDenied, ClusterError, HybridSearchError, IndexBlocked
 from hybridsearch.settings import IndexSettings
 
@@ -69,17 +69,17 @@ class Privileges:
         return f"{', '.join(sorted(self.missing))} on {', '.join(names)}"
 
 
-def check_privileges(es: EngineClient, names: list[str], privileges: tuple[str, ...]) -> Privileges:
+def check_privileges(es: Sender, names: list[str], privileges: tuple[str, ...]) -> Privileges:
     """Which of ``privileges`` the credentials lack on ``names``. Raises ClusterError when authentication
     fails or the cluster cannot be reached; where the engine cannot say, ``enforced=False``."""
     with engine_errors("check privileges"):
-        answer = es.index_privileges(names, list(privileges))
+        answer = index_privileges(es, names, list(privileges))
     if not answer.checked:
         return Privileges(user=None, enforced=False, unchecked=answer.unchecked_because)
     return Privileges(user=answer.user, enforced=True, missing=answer.missing())
 
 
-def require_privileges(es: EngineClient, names: list[str], privileges: tuple[str, ...], doing: str) -> Privileges:
+def require_privileges(es: Sender, names: list[str], privileges: tuple[str, ...], doing: str) -> Privileges:
     """Raise AccessDenied (one line, ``missing`` set) unless the credentials hold every privilege on every name."""
     got = check_privileges(es, names, privileges)
     if not got.ok:

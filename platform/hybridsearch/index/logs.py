@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hybridsearch.engine import EngineClient, engine_errors
+from hybridsearch.engine import EngineClient, Sender, engine_errors, request
 from hybridsearch.errors import AccessDenied, ClusterError, HybridSearchError, IndexNotFound
 from hybridsearch.index.access import WRITE_BLOCKS, bulk_error_type, item_error, require_privileges, write_errors
 from hybridsearch.index.fit import Difference, log_differences
@@ -33,17 +33,17 @@ from hybridsearch.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def ensure_log_index(es: EngineClient, settings: Settings, kind: str) -> str:
+def ensure_log_index(es: Sender, settings: Settings, kind: str) -> str:
     """Create log index ``kind`` from its spec (mappings, settings, write alias), or bring an existing one up to
     date: new fields are added (a conflicting change raises ClusterError naming the index) and a missing write alias
     is added. Returns the index name."""
     spec = log_spec(settings, kind, es.dialect)
     with write_errors(spec.name, f"create or update {spec.name}"):
-        if es.indices.exists(index=spec.name):
-            es.indices.put_mapping(index=spec.name, properties=spec.mappings["properties"])
-            if spec.write_alias and not es.indices.exists_alias(name=spec.write_alias):
-                es.indices.update_aliases(actions=[{"add": {"index": spec.name, "alias": spec.write_alias,
-                                                            "is_write_index": True}}])
+        if es.send(request.index_exists(spec.name)):
+            es.send(request.put_mapping(spec.name, properties=spec.mappings["properties"]))
+            if spec.write_alias and not es.send(request.alias_exists(spec.write_alias)):
+                es.send(request.update_aliases([{"add": {"index": spec.name, "alias": spec.write_alias,
+                                                            "is_write_index": True}}]))
         elif create_index(es, spec):
             log.info("created %s", spec.name)
     return spec.name
@@ -76,17 +76,17 @@ def inspect_log_index(es: EngineClient, settings: Settings, kind: str) -> LogInd
     spec = log_spec(settings, kind, es.dialect)
     state = LogIndexState(kind, spec.name, exists=False, write_alias=spec.write_alias)
     with engine_errors(f"check {spec.name}"):
-        if not es.indices.exists(index=spec.name):
+        if not es.send(request.index_exists(spec.name)):
             return state
         state.exists = True
-        mapping = next(iter(es.indices.get_mapping(index=spec.name).values()))["mappings"]
+        mapping = next(iter(es.send(request.get_mapping(spec.name)).values()))["mappings"]
         state.differences = log_differences(kind, mapping, settings, es.dialect)
-        flat = es.indices.get_settings(index=spec.name, flat_settings=True).get(spec.name, {}).get("settings", {})
+        flat = es.send(request.get_settings(spec.name, flat_settings=True)).get(spec.name, {}).get("settings", {})
         state.blocks = [b for b in WRITE_BLOCKS if str(flat.get(b)).lower() == "true"]
         state.replicas = int(flat.get("index.number_of_replicas", 0))
-        state.health = str(es.cluster.health(index=spec.name)["status"])
+        state.health = str(es.send(request.cluster_health(index=spec.name))["status"])
         if spec.write_alias:
-            state.alias_ok = spec.name in es.indices.get_alias(name=spec.write_alias)
+            state.alias_ok = spec.name in es.send(request.get_alias(spec.write_alias))
     return state
 
 
@@ -105,7 +105,7 @@ class LogWriter:
     Thread-safe. ``write`` never raises for the documents' sake: the returned :class:`LogWrite` says what failed
     and why (IndexBlocked for a block, AccessDenied when the index is missing and may not be created)."""
 
-    def __init__(self, es: EngineClient, settings: Settings, kind: str) -> None:
+    def __init__(self, es: Sender, settings: Settings, kind: str) -> None:
         self.es, self.settings, self.kind = es, settings, kind
         self.index = log_index_name(settings.index, kind)
         self.alias = write_alias_name(settings.index, kind)
@@ -117,7 +117,7 @@ class LogWriter:
         add the write alias to an index that lacks it, or fall back to writes by name where that is refused."""
         with self._lock:
             with engine_errors(f"check {self.index}"):
-                exists = self.es.indices.exists(index=self.index)
+                exists = self.es.send(request.index_exists(self.index))
             if not exists:
                 names = [self.index, *([self.alias] if self.alias else [])]
                 require_privileges(self.es, names, ("create_index", "manage"), f"create {self.index}")
@@ -128,11 +128,11 @@ class LogWriter:
                 return
             try:
                 with write_errors(self.index, f"add the write alias {self.alias} to {self.index}"):
-                    if self.es.indices.exists_alias(name=self.alias):
+                    if self.es.send(request.alias_exists(self.alias)):
                         self._direct = False
                         return
-                    self.es.indices.update_aliases(actions=[{"add": {"index": self.index, "alias": self.alias,
-                                                                     "is_write_index": True}}])
+                    self.es.send(request.update_aliases([{"add": {"index": self.index, "alias": self.alias,
+                                                                     "is_write_index": True}}]))
                 self._direct = False
             except AccessDenied as exc:
                 if not self._direct:
@@ -173,14 +173,11 @@ class LogWriter:
         target = self.index if self._direct else str(self.alias)
         body_key = "doc" if op_type == "update" else "_source"
         actions = [{"_op_type": op_type, "_index": target, "_id": i, body_key: dict(d)} for i, d in docs]
-        extra: dict[str, Any] = {} if self._direct else {"require_alias": True}
-        if refresh:
-            extra["refresh"] = refresh
         doing = f"write {len(docs)} document(s) to {self.index}"
         try:
             with write_errors(self.index, doing):
-                ok, items = self.es.bulk(actions, raise_on_error=False, raise_on_exception=False, stats_only=False,
-                                         **extra)
+                ok, items = request.bulk_failures(self.es.send(request.bulk(
+                    actions, refresh=refresh or None, require_alias=None if self._direct else True)))
         except IndexNotFound:
             return list(docs)
         except HybridSearchError as exc:

@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.prompts import resolve_prompts
-from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, error_type_of, status_of
+from hybridsearch.engine import API_ERRORS, EngineClient, Sender, engine_errors, error_type_of, request, status_of
 from hybridsearch.engine.dialect import Dialect
 from hybridsearch.errors import ConfigError
 from hybridsearch.index.metadata import metadata_mapping
@@ -193,11 +193,11 @@ class IndexSpec:
         return body
 
 
-def create_index(es: EngineClient, spec: IndexSpec) -> bool:
+def create_index(es: Sender, spec: IndexSpec) -> bool:
     """Create the index of ``spec``; False when it exists already (e.g. made meanwhile by a parallel run). Call
     inside ``engine_errors`` (or ``access.write_errors``)."""
     try:
-        es.indices.create(index=spec.name, **spec.body)
+        es.send(request.create_index(spec.name, **spec.body))
         return True
     except API_ERRORS as exc:
         if status_of(exc) == 400 and error_type_of(exc) == "resource_already_exists_exception":

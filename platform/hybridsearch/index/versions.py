@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from hybridsearch.engine import EngineClient, engine_errors
+from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import AliasConflict, ConfigError, IndexNotFound
 from hybridsearch.index.access import (
     CREATE,
@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 def read_alias(es: EngineClient, alias: str) -> dict[str, Any]:
     """``GET _alias/<alias>``: ``{index: {"aliases": ...}}`` for every index carrying it (``{}`` when none does)."""
     with engine_errors(f"get alias {alias}"):
-        body = es.indices.get_alias(name=alias)
+        body = es.send(request.get_alias(alias))
     return {i: v for i, v in body.items() if isinstance(v, dict) and "aliases" in v}
 
 
@@ -89,7 +89,7 @@ def checked_live_index(es: EngineClient, settings: Settings) -> str:
 def index_mapping(es: EngineClient, index: str) -> dict[str, Any]:
     """The ``mappings`` of one concrete index (``_meta`` and ``properties``). Raises IndexNotFound."""
     with engine_errors(f"get mapping of {index}"):
-        body = es.indices.get_mapping(index=index)
+        body = es.send(request.get_mapping(index))
     mapping: dict[str, Any] = next(iter(body.values()))["mappings"]
     return mapping
 
@@ -105,7 +105,7 @@ def record_meta(es: EngineClient, index: str, **entries: Any) -> dict[str, Any]:
     read first). Returns the new ``_meta``. Raises IndexNotFound, ClusterError (e.g. AccessDenied)."""
     meta = {**index_meta(es, index), **entries}
     with engine_errors(f"record {', '.join(entries)} in the _meta of {index}"):
-        es.indices.put_mapping(index=index, meta=meta)
+        es.send(request.put_mapping(index, meta=meta))
     return meta
 
 
@@ -115,8 +115,8 @@ def record_meta(es: EngineClient, index: str, **entries: Any) -> dict[str, Any]:
 def list_versions(es: EngineClient, index: IndexSettings) -> dict[int, str]:
     """``{N: index}`` for every ``<prefix>-chunks-v<N>`` in the cluster, sorted by N."""
     with engine_errors("list chunk indices"):
-        body = es.indices.get(index=f"{index.alias}-v*", expand_wildcards="open,closed",
-                              allow_no_indices=True, filter_path="*.settings.index.provided_name")
+        body = es.send(request.get_index(f"{index.alias}-v*", expand_wildcards="open,closed", allow_no_indices=True,
+                                         filter_path="*.settings.index.provided_name"))
     found = {v: name for name in body if (v := parse_version(name, index.alias)) is not None}
     return dict(sorted(found.items()))
 
@@ -128,7 +128,7 @@ def _create(es: EngineClient, settings: Settings, version: int | None, *, exist_
     it. Raises ClusterError (IndexBlocked for a blocked cluster)."""
     spec = chunk_spec_for(es, settings, version)
     with write_errors(spec.name, f"create index {spec.name}"):
-        if not es.indices.exists(index=spec.name) and create_index(es, spec):
+        if not es.send(request.index_exists(spec.name)) and create_index(es, spec):
             log.info("created %s", spec.name)
         elif not exist_ok:
             raise ConfigError(f"index {spec.name} already exists: pick another --version or drop it first")
@@ -143,17 +143,17 @@ def _put_engine_settings(es: EngineClient, index: str) -> None:
     wanted = es.engine.chunk_index_settings
     if not wanted:
         return
-    have = es.indices.get_settings(index=index, flat_settings=True).get(index, {}).get("settings", {})
+    have = es.send(request.get_settings(index, flat_settings=True)).get(index, {}).get("settings", {})
     differ = {k: v for k, v in wanted.items() if str(have.get(k)) != str(v)}
     if differ:
-        es.indices.put_settings(index=index, settings=differ)
+        es.send(request.put_settings(index, differ))
 
 
 def _point_alias_if_unset(es: EngineClient, alias: str, index: str) -> None:
     """Point ``alias`` at ``index`` when it points nowhere yet."""
     with write_errors(index, f"point alias {alias} at {index}"):
-        if not es.indices.exists_alias(name=alias):
-            es.indices.update_aliases(actions=[{"add": {"index": index, "alias": alias, "is_write_index": True}}])
+        if not es.send(request.alias_exists(alias)):
+            es.send(request.update_aliases([{"add": {"index": index, "alias": alias, "is_write_index": True}}]))
 
 
 def create_version(es: EngineClient, settings: Settings, version: int | None = None) -> str:
@@ -204,13 +204,13 @@ def swap_alias(es: EngineClient, cfg: IndexSettings, index: str) -> list[str]:
     when ``index`` does not exist."""
     require_privileges(es, chunk_names(cfg), MOVE_ALIAS, f"move the alias {cfg.alias}")
     with engine_errors(f"check {index}"):
-        if not es.indices.exists(index=index):
+        if not es.send(request.index_exists(index)):
             raise IndexNotFound(f"index {index} does not exist")
     old = [i for i in sorted(read_alias(es, cfg.alias)) if i != index]
     actions: list[dict[str, Any]] = [{"remove": {"index": i, "alias": cfg.alias}} for i in old]
     actions.append({"add": {"index": index, "alias": cfg.alias, "is_write_index": True}})
     with engine_errors(f"swap alias {cfg.alias} to {index}"):
-        es.indices.update_aliases(actions=actions)
+        es.send(request.update_aliases(actions))
     return old
 
 
@@ -253,9 +253,9 @@ def drop_version(es: EngineClient, cfg: IndexSettings, version: int) -> str:
     if name in read_alias(es, cfg.alias):
         raise ConfigError(f"{name} is live behind {cfg.alias}: migrate or roll back before dropping it")
     with engine_errors(f"delete {name}"):
-        if not es.indices.exists(index=name):
+        if not es.send(request.index_exists(name)):
             raise IndexNotFound(f"index {name} does not exist")
-        es.indices.delete(index=name)
+        es.send(request.delete_index(name))
     return name
 
 
@@ -301,9 +301,9 @@ def doc_count(es: EngineClient, index: str) -> int | None:
     index does not exist."""
     try:
         with engine_errors(f"count documents in {index}"):
-            body = es.search(index=index, size=0, query=visible_query(state_index_of(es, state_index_for(index))),
-                             track_total_hits=True,
-                             aggs={"docs": {"cardinality": {"field": "doc_id", "precision_threshold": 40000}}})
+            body = es.send(request.search(index, request.body(
+                size=0, query=visible_query(state_index_of(es, state_index_for(index))), track_total_hits=True,
+                aggs={"docs": {"cardinality": {"field": "doc_id", "precision_threshold": 40000}}})))
         return int(body["aggregations"]["docs"]["value"])
     except IndexNotFound:
         return None
@@ -317,11 +317,10 @@ def index_status(es: EngineClient, index: IndexSettings) -> ClusterStatus:
     if versions:
         names = ",".join(versions.values())
         with engine_errors("cat indices"):
-            rows_json: list[dict[str, Any]] = es.cat.indices(
-                index=names, bytes="b",
-                h="index,health,status,docs.count,store.size,creation.date.string")  # type: ignore[assignment]
+            rows_json: list[dict[str, Any]] = es.send(request.cat_indices(
+                names, bytes="b", h="index,health,status,docs.count,store.size,creation.date.string"))
             cat = {r["index"]: r for r in rows_json}
-            mappings = es.indices.get_mapping(index=names)
+            mappings = es.send(request.get_mapping(names))
         for version, name in versions.items():
             row = cat.get(name, {})
             mapping = mappings.get(name, {}).get("mappings", {})
@@ -340,6 +339,6 @@ def index_status(es: EngineClient, index: IndexSettings) -> ClusterStatus:
     logs: dict[str, int] = {}
     for name in (index.query_log, index.ingest_runs):
         with engine_errors(f"count {name}"):
-            if es.indices.exists(index=name):
-                logs[name] = int(es.count(index=name)["count"])
+            if es.send(request.index_exists(name)):
+                logs[name] = int(es.send(request.count(name))["count"])
     return ClusterStatus(prefix=index.prefix, alias=index.alias, alias_targets=live, indices=rows, logs=logs)

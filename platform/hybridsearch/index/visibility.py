@@ -21,6 +21,7 @@ import re
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
+from hybridsearch.engine import request
 from hybridsearch.errors import ClusterError
 
 if TYPE_CHECKING:
@@ -64,9 +65,9 @@ def hidden_count(es: EngineClient, state_index: str) -> int:
     from hybridsearch.engine import engine_errors
 
     with engine_errors(f"read {state_index}"):
-        if not es.indices.exists(index=state_index):
+        if not es.send(request.index_exists(state_index)):
             return 0
-        got = es.get(index=state_index, id=STATE_ID)
+        got = es.send(request.get_doc(state_index, STATE_ID))
     return len(set((got or {}).get("_source", {}).get(HIDDEN_PATH) or []))
 
 
@@ -75,7 +76,7 @@ def state_index_of(es: EngineClient, state_index: str) -> str | None:
     from hybridsearch.engine import engine_errors
 
     with engine_errors(f"look for {state_index}"):
-        return state_index if es.indices.exists(index=state_index) else None
+        return state_index if es.send(request.index_exists(state_index)) else None
 
 
 def scan_visible(es: EngineClient, index: str, *, filters: Sequence[dict[str, Any]] = (),
@@ -94,7 +95,7 @@ def scan_visible(es: EngineClient, index: str, *, filters: Sequence[dict[str, An
 def count_visible(es: EngineClient, index: str, filters: Sequence[dict[str, Any]] = ()) -> int:
     """How many visible chunks of ``index`` (a chunk index or the alias) pass ``filters``."""
     query = visible_query(state_index_of(es, state_index_for(index)), filters)
-    answer = es.count(index=index, query=query)
+    answer = es.send(request.count(index, query))
     if "count" not in answer:
         raise ClusterError(f"count on {index} gave no count")
     return int(answer["count"])

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hybridsearch.engine import EngineClient, connect, engine_errors
+from hybridsearch.engine import EngineClient, connect, engine_errors, request
 from hybridsearch.errors import ClusterError
 from hybridsearch.index.access import chunk_names, require_privileges
 from hybridsearch.index.versions import read_alias
@@ -123,7 +123,7 @@ def finish(es: EngineClient, index: str, lease: Lease, docs: list[WrittenDocumen
     done = [s.doc_id for s in docs if s.doc_id not in broken] + list(untouched)
     if done:
         with engine_errors(f"refresh {index}"):
-            es.indices.refresh(index=index)
+            es.send(request.refresh(index))
         lease.show(done)
     return deletes, broken
 
@@ -148,7 +148,7 @@ def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClien
     deleted = 0
     for index in targets:
         with engine_errors(f"refresh {index}"):
-            es.indices.refresh(index=index)
+            es.send(request.refresh(index))
         for start in range(0, len(ids), 500):
             found = existing_chunk_ids(es, index, ids[start:start + 500], settings.index.tenant)
             rep = write_actions(es, [{"_op_type": "delete", "_index": index, "_id": i, "_doc_id": d}
@@ -157,6 +157,6 @@ def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClien
                 raise ClusterError(f"{len(rep.failures)} chunks could not be deleted: {rep.failures[0].reason}")
             deleted += rep.deleted
         with engine_errors(f"refresh {index}"):
-            es.indices.refresh(index=index)
+            es.send(request.refresh(index))
     forget_documents(es, settings.index.ingest_state, ids)
     return deleted

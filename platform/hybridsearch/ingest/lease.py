@@ -36,7 +36,7 @@ from typing import Any
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, status_of
+from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, request, status_of
 from hybridsearch.errors import ClusterError, IndexNotFound, IngestLocked, LeaseLost
 from hybridsearch.index.visibility import HIDDEN_PATH, STATE_ID
 from hybridsearch.ingest.ids import parse_shard, shard_of
@@ -142,17 +142,17 @@ def change_state(es: EngineClient, index: str, what: str, mutate: Callable[[Stat
 
     def once() -> State:
         with engine_errors(f"read {index}"):
-            got = es.get(index=index, id=STATE_ID)
+            got = es.send(request.get_doc(index, STATE_ID))
         state = State.of(got["_source"] if got else None)
         if not mutate(state):
             return state
         with engine_errors(f"{what} in {index}"):
             try:
                 if got is None:
-                    es.index(index=index, id=STATE_ID, document=state.doc(), op_type="create")
+                    es.send(request.put_doc(index, STATE_ID, state.doc(), op_type="create"))
                 else:
-                    es.index(index=index, id=STATE_ID, document=state.doc(), if_seq_no=got["_seq_no"],
-                             if_primary_term=got["_primary_term"])
+                    es.send(request.put_doc(index, STATE_ID, state.doc(), if_seq_no=got["_seq_no"],
+                                            if_primary_term=got["_primary_term"]))
                 return state
             except API_ERRORS as exc:
                 if status_of(exc) != 409:
@@ -351,9 +351,9 @@ class Lease:
 def hidden_documents(es: EngineClient, state_index: str) -> dict[str, list[str]]:
     """The holds of the prefix (``{run id or "unfinished": doc ids}``); ``{}`` without a state document."""
     with engine_errors(f"read {state_index}"):
-        if not es.indices.exists(index=state_index):
+        if not es.send(request.index_exists(state_index)):
             return {}
-        got = es.get(index=state_index, id=STATE_ID)
+        got = es.send(request.get_doc(state_index, STATE_ID))
     return {k: v for k, v in State.of(got["_source"] if got else None).holds.items() if v}
 
 
@@ -361,7 +361,7 @@ def forget_documents(es: EngineClient, state_index: str, doc_ids: Iterable[str])
     """Drop ``doc_ids`` from the ``unfinished`` hold (their chunks were deleted: nothing is left to hide)."""
     ids = set(doc_ids)
     with engine_errors(f"read {state_index}"):
-        if not ids or not es.indices.exists(index=state_index):
+        if not ids or not es.send(request.index_exists(state_index)):
             return
 
     def drop(state: State) -> bool:

@@ -28,7 +28,7 @@ from typing import Any
 
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient, connect, engine_errors
+from hybridsearch.engine import EngineClient, connect, engine_errors, request
 from hybridsearch.errors import ConfigError, HybridSearchError, IngestError, LeaseLost, ModelError
 from hybridsearch.index.metadata import metadata_fields_of
 from hybridsearch.index.spec import section_words_of
@@ -213,7 +213,7 @@ def _repair_adopted(run: RunState) -> None:
 
 def _refresh(es: EngineClient, index: str) -> None:
     with engine_errors(f"refresh {index}"):
-        es.indices.refresh(index=index)
+        es.send(request.refresh(index))
 
 
 def _close(run: RunState, started: float) -> None:

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import engine_errors
+from hybridsearch.engine import engine_errors, request
 from hybridsearch.errors import HybridSearchError
 from hybridsearch.index.visibility import visible_query
 from hybridsearch.ingest.chunking import Tokenizer
@@ -99,8 +99,8 @@ class Preparer:
         run = self.run
         query = self._filter([d.doc_id for d in docs], {"term": {"position": 0}})
         with engine_errors("look up existing chunks"):
-            hits = run.es.search(index=run.index, query=query, size=len(docs) * 4,
-                                 source=["doc_id", "content_hash"])["hits"]["hits"]
+            hits = run.es.send(request.search(run.index, request.body(
+                query=query, size=len(docs) * 4, source=["doc_id", "content_hash"])))["hits"]["hits"]
         done = {(h["_id"], h["_source"].get("content_hash")) for h in hits}
         same = [d for d in docs if (chunk_id(d.doc_id, 0, run.signature, run.tenant), d.content_hash) in done]
         rest = [d for d in docs if d not in same]
@@ -113,7 +113,7 @@ class Preparer:
         work, same = self.lookup(docs)
         if same:
             with engine_errors("count unchanged chunks"):
-                n = int(run.es.count(index=run.index, query=self._filter([d.doc_id for d in same]))["count"])
+                n = int(run.es.send(request.count(run.index, self._filter([d.doc_id for d in same])))["count"])
             run.count(documents_skipped=len(same), unchanged=n)
         chunked = [(item, chunks) for item in work if (chunks := self._chunks(item)) is not None]
         if not chunked:

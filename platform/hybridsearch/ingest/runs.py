@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from hybridsearch.engine import EngineClient, engine_errors
+from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import HybridSearchError
 from hybridsearch.index.logs import LogWriter
 from hybridsearch.settings import IngestSettings, Settings
@@ -100,12 +100,12 @@ def mark_killed(es: EngineClient, settings: Settings, run_ids: list[str]) -> lis
     if not run_ids:
         return []
     with engine_errors(f"look for unfinished runs in {runs}"):
-        if not es.indices.exists(index=runs):
+        if not es.send(request.index_exists(runs)):
             return []
-        es.indices.refresh(index=runs)
-        hits = es.search(index=runs, query={"bool": {"filter": [{"term": {"status": "running"}},
-                                                                {"terms": {"run_id": run_ids}}]}},
-                         size=len(run_ids))["hits"]["hits"]
+        es.send(request.refresh(runs))
+        hits = es.send(request.search(runs, request.body(
+            query={"bool": {"filter": [{"term": {"status": "running"}}, {"terms": {"run_id": run_ids}}]}},
+            size=len(run_ids))))["hits"]["hits"]
     killed = []
     writer = LogWriter(es, settings, "ingest_runs")
     for h in hits:

@@ -12,7 +12,8 @@ import asyncio
 import concurrent.futures
 from typing import TYPE_CHECKING, Any, Self, TypeVar, assert_never
 
-from hybridsearch.engine import AsyncEngineClient, EngineClient, connect, connect_async, engine_errors
+from hybridsearch.engine import AsyncEngineClient, EngineClient, LoopSender, connect, connect_async, engine_errors
+from hybridsearch.engine import request as engine_request
 from hybridsearch.query.core import FilterArg, SearchCore, auto_reranker
 from hybridsearch.query.results import Mode, SearchResult, WhyReport
 from hybridsearch.query.steps import (
@@ -80,7 +81,7 @@ class SearchClient(SearchCore):
         match request:
             case Msearch(lines, what):
                 with engine_errors(what):
-                    return self.es.msearch(searches=lines)
+                    return self.es.send(engine_request.msearch(lines))
             case Embed(text):
                 return self._encode(text)
             case Spawn(inner):
@@ -99,13 +100,13 @@ class SearchClient(SearchCore):
                     scoring.cancel()  # no-op once it ran; a slow one is left to finish
             case ResolveAlias(alias, what):
                 with engine_errors(what):
-                    return self.es.indices.get_alias(name=alias)
+                    return self.es.send(engine_request.get_alias(alias))
             case GetMappings(index, what):
                 with engine_errors(what):
-                    return self.es.indices.get_mapping(index=index, ignore_unavailable=True)
+                    return self.es.send(engine_request.get_mapping(index, ignore_unavailable=True))
             case CountChunks(index, what):
                 with engine_errors(what):
-                    return self.es.count(index=index)
+                    return self.es.send(engine_request.count(index))
             case Detect(what):
                 with engine_errors(what):
                     return self.es.engine
@@ -162,8 +163,8 @@ class SearchClient(SearchCore):
 class AsyncSearchClient(SearchCore):
     """The asyncio twin of :class:`SearchClient` on ``AsyncElasticsearch``: same arguments, same results.
 
-    The embedder and the reranker run in worker threads (``asyncio.to_thread``); the query log uses a
-    synchronous client of its own in its background thread.
+    The embedder and the reranker run in worker threads (``asyncio.to_thread``); the query log's background thread
+    sends its writes through this client, on the loop its searches run on (:class:`~hybridsearch.engine.LoopSender`).
     """
 
     def __init__(self, es: AsyncEngineClient, settings: Settings, *, embedder: Embedder | None = None,
@@ -171,10 +172,8 @@ class AsyncSearchClient(SearchCore):
                  query: QuerySettings | None = None, log_queries: bool | None = None) -> None:
         super().__init__(settings, embedder, reranker, no_reranker_reason, query, log_queries)
         self.es = es
-        self._log_es: EngineClient | None = None
-        if self.log_queries:
-            self._log_es = connect(settings.es)
-            self._start_log(self._log_es)
+        self._log_sender = LoopSender(es)
+        self._start_log(self._log_sender)
 
     @classmethod
     def from_settings(cls, settings: Settings | None = None, *, reranker: Reranker | None = None,
@@ -185,6 +184,7 @@ class AsyncSearchClient(SearchCore):
                    no_reranker_reason=reason)._owning()
 
     async def _run(self, steps: Steps[T]) -> T:
+        self._log_sender.loop = asyncio.get_running_loop()
         run = Run(steps)
         for request in run:
             try:
@@ -197,7 +197,7 @@ class AsyncSearchClient(SearchCore):
         match request:
             case Msearch(lines, what):
                 with engine_errors(what):
-                    return await self.es.msearch(searches=lines)
+                    return await self.es.send(engine_request.msearch(lines))
             case Embed(text):
                 return await asyncio.to_thread(self._encode, text)
             case Spawn(inner):
@@ -211,13 +211,13 @@ class AsyncSearchClient(SearchCore):
                 return await asyncio.wait_for(asyncio.to_thread(reranker.score, query, passages), timeout=timeout)
             case ResolveAlias(alias, what):
                 with engine_errors(what):
-                    return await self.es.indices.get_alias(name=alias)
+                    return await self.es.send(engine_request.get_alias(alias))
             case GetMappings(index, what):
                 with engine_errors(what):
-                    return await self.es.indices.get_mapping(index=index, ignore_unavailable=True)
+                    return await self.es.send(engine_request.get_mapping(index, ignore_unavailable=True))
             case CountChunks(index, what):
                 with engine_errors(what):
-                    return await self.es.count(index=index)
+                    return await self.es.send(engine_request.count(index))
             case Detect(what):
                 with engine_errors(what):
                     return await self.es.detect()
@@ -248,8 +248,6 @@ class AsyncSearchClient(SearchCore):
         """Flush the query log and close the clients this object made."""
         if self.query_log is not None:
             await asyncio.to_thread(self.query_log.close)
-        if self._log_es is not None:
-            self._log_es.close()
         if self._owns_es:
             await self.es.close()
 

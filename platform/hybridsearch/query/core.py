@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Self
 
-from hybridsearch.engine import Dialect, EngineClient, EngineInfo
+from hybridsearch.engine import Dialect, EngineInfo, Sender
 from hybridsearch.errors import HybridSearchError, IndexNotFound, RerankerError
 from hybridsearch.index.fit import check_mapping
 from hybridsearch.index.metadata import metadata_fields_of
@@ -342,6 +342,6 @@ class SearchCore:
         self._owns_es = True
         return self
 
-    def _start_log(self, es: EngineClient) -> None:
+    def _start_log(self, es: Sender) -> None:
         if self.log_queries:
             self.query_log = QueryLogger(es, self.settings)

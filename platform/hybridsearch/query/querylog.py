@@ -17,7 +17,7 @@ import threading
 from datetime import UTC, datetime
 from typing import Any
 
-from hybridsearch.engine import EngineClient
+from hybridsearch.engine import Sender
 from hybridsearch.errors import HybridSearchError
 from hybridsearch.index.logs import LogWriter
 from hybridsearch.query.build import Plan
@@ -57,7 +57,7 @@ def log_doc(p: Plan, result: SearchResult, *, redact: bool, tenant: str | None) 
 class QueryLogger:
     """Background writer of query-log documents (see the module docstring)."""
 
-    def __init__(self, es: EngineClient, settings: Settings, *, max_queue: int = 10_000, batch: int = 500) -> None:
+    def __init__(self, es: Sender, settings: Settings, *, max_queue: int = 10_000, batch: int = 500) -> None:
         self.es = es
         self.settings = settings
         self.index = settings.index.query_log

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from hybridsearch.engine import engine_errors
+from hybridsearch.engine import engine_errors, request
 from hybridsearch.errors import ClusterError, ConfigError
 from hybridsearch.eval.splits import check_split
 from hybridsearch.index.versions import checked_live_index
@@ -368,7 +368,7 @@ class IndexMiner:
                                        "should": [{"match": {"text": query}}]}},
                 })
             with engine_errors(f"fetch judged chunks from {self.settings.index.alias}"):
-                responses = self.es.msearch(searches=searches)["responses"]
+                responses = self.es.send(request.msearch(searches))["responses"]
             for (qid, _query, doc_id), resp in zip(part, responses, strict=True):
                 if "error" in resp:
                     raise ClusterError(f"fetching chunk of {doc_id} from {self.settings.index.alias}: {resp['error']}")
