@@ -45,6 +45,11 @@ class FakeIndices:
         found.update({n: {"mappings": {}} for n in names[1:] if self.state_present})
         return found
 
+    def put_mapping(self, index: str, meta: dict[str, Any]) -> dict[str, Any]:
+        """Replace the chunk index's ``_meta`` (what ``record_meta`` sends)."""
+        self.mappings = {**self.mappings, "_meta": meta}
+        return {"acknowledged": True}
+
 
 class FakeES:
     """The I/O seam: what the sync client calls on :class:`hybridsearch.engine.EngineClient`."""
