@@ -46,6 +46,11 @@ class FakeIndices:
         found.update({n: {"mappings": {}} for n in names[1:] if self.state_present})
         return found
 
+    def put_mapping(self, index: str, meta: dict[str, Any]) -> dict[str, Any]:
+        """Replace the chunk index's ``_meta`` (what ``record_meta`` sends)."""
+        self.mappings = {**self.mappings, "_meta": meta}
+        return {"acknowledged": True}
+
 
 class FakeES:
     """The I/O seam: what the sync client calls on :class:`hybridsearch.engine.EngineClient`."""
@@ -92,6 +97,8 @@ class FakeES:
         if path.endswith("/_mapping") and request.method == "GET":
             return self.indices.get_mapping(path[1:].removesuffix("/_mapping"),
                                             request.params.get("ignore_unavailable") == "true")
+        if path.endswith("/_mapping") and request.method == "PUT":
+            return self.indices.put_mapping(path[1:].removesuffix("/_mapping"), dict(request.body or {})["_meta"])
         raise AssertionError(f"the search path sent {request}")
 
     def close(self) -> None:

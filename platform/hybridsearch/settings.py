@@ -183,12 +183,13 @@ class QuerySettings(BaseModel):
     rescore_oversample: float | None = Field(
         None, ge=0, le=10, description="quantized vectors (int8_hnsw, the default) rescored on their float vectors, "
         "k x this many, where the engine can (Elasticsearch 8.18+); unset: 1 (the k gathered, reordered), 0: off")
-    fusion: Literal["auto", "rrf", "linear"] = Field(
-        "auto", description="auto: the fusion calibrated for the index (hsp calibrate-fusion, recorded in its _meta), "
-        "else RRF with rrf_k and equal weights; rrf or linear: that fusion, overriding a calibration")
+    fusion: Literal["auto", "rrf", "zscore", "minmax"] = Field(
+        "auto", description="auto: the fusion recorded in the index's _meta (hsp index fusion, hsp calibrate-fusion), "
+        "else RRF with rrf_k; rrf, zscore or minmax: Reciprocal Rank Fusion or the sum of z-score or min-max "
+        "normalised scores, overriding the index's (none needs judgments)")
     rrf_k: int = Field(60, ge=1)
-    linear_alpha: float = Field(0.5, ge=0, le=1, description="weight of the dense list in linear fusion")
-    linear_norm: Literal["minmax", "zscore"] = "minmax"
+    knn_share: float = Field(0.5, ge=0, le=1, description="the kNN list's share of the fusion weights, the BM25 "
+                             "list's is the rest (0.5: equal weights); used unless the index's recorded fusion is")
     title_boost: float = Field(1.0, ge=0)
     operator: Literal["or", "and"] = "or"
     tie_breaker: float = Field(0.5, ge=0, le=1, description="multi_match best_fields: share of the other field's "

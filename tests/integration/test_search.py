@@ -140,6 +140,34 @@ def test_explain_gives_each_rrf_term(client: SearchClient) -> None:
     assert client.search("coffee beans brewed", k=3).hits[0].explanation is None
 
 
+@pytest.mark.parametrize("method", ["rrf", "zscore", "minmax"])
+def test_each_fusion_recorded_in_the_index_fuses_the_real_lists(es: EngineClient, settings: Settings,
+                                                                embedder: Embedder, method: str) -> None:
+    """``hsp index fusion``'s path records the fusion in the live index's _meta; a new client reads it there and
+    fuses the node's lists with it, as the pure fusion does on the scores each hit reports."""
+    from hybridsearch.indices import index_meta
+
+    from hybridsearch.eval.calibrate import record_fusion
+    from hybridsearch.query.fusion import Fusion
+
+    index_corpus(es, settings, embedder)
+    recorded = Fusion(method=method, weights=(1.0, 2.0))  # type: ignore[arg-type]
+    index = record_fusion(es, settings, recorded)
+    meta = index_meta(es, index)
+    assert meta["fusion"] == recorded.to_meta() and meta["fusion_calibration"] is None
+    assert meta["embedding_model"] == settings.embedding.model  # the rest of _meta kept
+    with SearchClient(es, settings, embedder=embedder) as c:
+        res = c.search("how do plants turn sunlight into sugar", k=20, explain=True)
+    label = "RRF k=60" if method == "rrf" else f"{method} sum"
+    assert res.fusion == f"{label}, weights bm25 1 / kNN 2 (index)" and res.hits[0].doc_id == "d1"
+    lists = {name: sorted(((h.doc_id, s.score, s.rank) for h in res.hits if (s := getattr(h, name)) is not None),
+                          key=lambda t: t[2]) for name in ("bm25", "knn")}
+    want = recorded.fuse({name: [(doc, score) for doc, score, _ in lst] for name, lst in lists.items()})
+    assert [h.doc_id for h in res.hits] == [doc for doc, _ in want]
+    assert [h.fused.score for h in res.hits if h.fused] == pytest.approx([score for _, score in want])
+    assert f"({label}, weights bm25 1 / kNN 2 (index))" in "\n".join(res.hits[0].explanation or [])
+
+
 def test_why_reports_each_stage_and_probes_missing_lists(client: SearchClient) -> None:
     rep = client.why("coffee beans brewed", "d5")
     assert rep.bm25 is not None and rep.knn is not None and rep.fused is not None and rep.final_rank == 1

@@ -24,7 +24,8 @@ def test_with_query_validates_values() -> None:
     # with fusion auto an index's calibrated fusion would win: sweeping rrf_k sweeps RRF
     assert q.rrf_k == 20 and q.fusion == "rrf"
     assert q.model_copy(update={"rrf_k": 60, "fusion": "auto"}) == load_settings().query
-    assert with_query(load_settings().query, "linear_alpha", "0.3").fusion == "linear"
+    assert with_query(load_settings().query, "knn_share", "0.3").fusion == "rrf"
+    assert with_query(load_settings().query, "fusion", "zscore").fusion == "zscore"
     assert with_query(load_settings().query, "title_boost", "2").fusion == "auto"
     with pytest.raises(ConfigError, match=r"query\.rrf_k=0"):
         with_query(load_settings().query, "rrf_k", "0")

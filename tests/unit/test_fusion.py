@@ -1,13 +1,15 @@
-"""RRF and linear fusion, golden-tested against numbers computed by hand."""
+"""RRF and score fusion (zscore, minmax), golden-tested against numbers computed by hand."""
 
 from __future__ import annotations
+
+import itertools
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from hybridsearch.errors import QueryError
-from hybridsearch.query.fusion import Fusion, fuse, interpolate, linear_fuse, normalise, rrf_term
+from hybridsearch.query.fusion import Fusion, fuse, interpolate, normalise, rrf_term, score_fuse
 
 # 1/61, 1/62, 1/63 written out by hand.
 R61, R62, R63 = 0.01639344262295082, 0.016129032258064516, 0.015873015873015872
@@ -73,19 +75,38 @@ BM25 = [("a", 10.0), ("b", 5.0), ("c", 0.0)]
 DENSE = [("b", 0.9), ("d", 0.5)]
 
 
-def test_linear_minmax_golden() -> None:
+def test_minmax_fusion_golden() -> None:
     # a = .5*1 + .5*0 ; b = .5*.5 + .5*1 ; c = 0 ; d = .5*0 (ties c, d by id)
-    assert linear_fuse([BM25, DENSE], [0.5, 0.5]) == [
+    assert score_fuse([BM25, DENSE], [0.5, 0.5]) == [
         ("b", pytest.approx(0.75)), ("a", pytest.approx(0.5)), ("c", 0.0), ("d", 0.0)]
-    assert [d for d, _ in linear_fuse([BM25, DENSE], [0.0, 1.0])] == ["b", "a", "c", "d"]
+    assert [d for d, _ in score_fuse([BM25, DENSE], [0.0, 1.0])] == ["b", "a", "c", "d"]
 
 
-def test_linear_zscore_golden() -> None:
-    # z(bm25) = 1.2247, 0, -1.2247 (floor -1.2247); z(dense) = 1, -1 (floor -1)
-    out = linear_fuse([BM25, DENSE], [0.5, 0.5], norm="zscore")
-    want: list[tuple[str, object]] = [("b", pytest.approx(0.5)), ("a", pytest.approx(0.1123724357)),
-                                      ("c", pytest.approx(-1.1123724357)), ("d", pytest.approx(-1.1123724357))]
+def test_zscore_fusion_golden() -> None:
+    # z(bm25) = 1.2247, 0, -1.2247, shifted to 2.4495, 1.2247, 0; z(dense) = 1, -1, shifted to 2, 0
+    out = score_fuse([BM25, DENSE], [0.5, 0.5], norm="zscore")
+    want: list[tuple[str, object]] = [("b", pytest.approx(1.6123724357)), ("a", pytest.approx(1.2247448714)),
+                                      ("c", 0.0), ("d", 0.0)]
     assert out == want
+    assert Fusion(method="zscore", weights=(0.5, 0.5)).fuse({"bm25": BM25, "knn": DENSE}) == want
+
+
+def test_an_id_repeated_in_one_list_counts_at_its_first_score() -> None:
+    assert score_fuse([[("a", 4.0), ("b", 2.0), ("a", 0.0)]]) == [("a", 1.0), ("b", 0.0)]
+
+
+def test_the_fusion_recorded_in_meta_is_read_back() -> None:
+    for fusion in (Fusion(method="zscore", weights=(0.5, 1.5)), Fusion(method="minmax"), Fusion(k=10)):
+        assert Fusion.from_meta(fusion.to_meta()) == Fusion(fusion.method, fusion.k, fusion.weights, "index")
+    assert Fusion(method="zscore").to_meta() == {"method": "zscore", "weights": [1.0, 1.0]}  # k is RRF's
+    assert Fusion(k=10).to_meta() == {"method": "rrf", "weights": [1.0, 1.0], "k": 10}
+    for bad in ({"method": "linear", "norm": "zscore", "weights": [1, 1]}, {"method": "zscore", "weights": [1]},
+                {"method": "rrf", "weights": [1, 1], "k": 0}, {"method": "minmax"}):
+        with pytest.raises(QueryError, match="recorded fusion") as err:
+            Fusion.from_meta(bad)
+        assert err.value.fix is not None and "hsp index fusion" in err.value.fix
+    with pytest.raises(QueryError, match="unknown fusion 'linear'"):
+        Fusion(method="linear")  # type: ignore[arg-type]
 
 
 def test_interpolate_golden() -> None:
@@ -105,11 +126,11 @@ def test_interpolate_golden() -> None:
 ranked = st.lists(st.tuples(st.sampled_from("abcdefgh"), st.floats(0, 50)), max_size=8, unique_by=lambda t: t[0])
 
 
-@given(bm25=ranked, knn=ranked, method=st.sampled_from(["rrf", "linear"]),
+@given(bm25=ranked, knn=ranked, method=st.sampled_from(["rrf", "zscore", "minmax"]),
        weights=st.tuples(st.floats(0, 2), st.floats(0, 2)), k=st.integers(1, 100))
 def test_each_lists_shares_add_up_to_the_fused_score(bm25: list[tuple[str, float]], knn: list[tuple[str, float]],
                                                       method: str, weights: tuple[float, float], k: int) -> None:
-    """What ``--explain`` prints for each list (its RRF term, or its weighted min-max score) sums to the fused score;
+    """What ``--explain`` prints for each list (its RRF term, or its weighted normalised score) sums to the fused score;
     a list that missed an id adds nothing."""
     lists = {"bm25": sorted(bm25, key=lambda t: -t[1]), "knn": sorted(knn, key=lambda t: -t[1])}
     fusion = Fusion(method=method, k=k, weights=weights)  # type: ignore[arg-type]
@@ -117,3 +138,32 @@ def test_each_lists_shares_add_up_to_the_fused_score(bm25: list[tuple[str, float
     for doc, score in fusion.fuse(lists):
         assert sum(shares[name].get(doc, 0.0) for name in lists) == pytest.approx(score, abs=1e-12)
     assert set(shares["bm25"]) == {doc for doc, _ in bm25} and set(shares["knn"]) == {doc for doc, _ in knn}
+
+
+# scores on a grid of 0.1, so that scaling and shifting them keeps their differences far above rounding error
+grid_scores = st.lists(st.tuples(st.sampled_from("abcdefgh"), st.integers(0, 500).map(lambda i: i / 10)),
+                       max_size=8, unique_by=lambda t: t[0])
+
+
+@given(bm25=grid_scores, knn=grid_scores, method=st.sampled_from(["zscore", "minmax"]),
+       weights=st.tuples(st.floats(0, 2), st.floats(0, 2)), scale=st.floats(0.01, 100), shift=st.floats(-100, 100),
+       which=st.sampled_from(["bm25", "knn"]))
+def test_score_fusion_is_invariant_to_scaling_and_shifting_one_lists_scores(
+        bm25: list[tuple[str, float]], knn: list[tuple[str, float]], method: str, weights: tuple[float, float],
+        scale: float, shift: float, which: str) -> None:
+    """Normalising each list makes its scores' unit and origin irrelevant: BM25's unbounded scores and kNN's
+    similarities fuse the same however either is scaled (by a positive factor) or shifted."""
+    lists = {"bm25": sorted(bm25, key=lambda t: -t[1]), "knn": sorted(knn, key=lambda t: -t[1])}
+    moved = {**lists, which: [(doc, scale * s + shift) for doc, s in lists[which]]}
+    fusion = Fusion(method=method, weights=weights)  # type: ignore[arg-type]
+    before, after = dict(fusion.fuse(lists)), fusion.fuse(moved)
+    assert dict(after) == pytest.approx(before, abs=1e-9)
+    ranked_before = [before[doc] for doc, _ in after]  # the new order ranks the old scores highest first
+    assert all(a >= b - 1e-9 for a, b in itertools.pairwise(ranked_before))
+
+
+@given(bm25=grid_scores, knn=grid_scores, scale=st.floats(0.01, 100))
+def test_rrf_reads_only_ranks(bm25: list[tuple[str, float]], knn: list[tuple[str, float]], scale: float) -> None:
+    lists = {"bm25": sorted(bm25, key=lambda t: -t[1]), "knn": sorted(knn, key=lambda t: -t[1])}
+    moved = {"bm25": lists["bm25"], "knn": [(doc, scale * s - 7) for doc, s in lists["knn"]]}
+    assert Fusion().fuse(moved) == Fusion().fuse(lists)

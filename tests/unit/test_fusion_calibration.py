@@ -8,7 +8,7 @@ from hybridsearch.eval.calibrate import Calibration, calibrate, fused_rankings, 
 from hybridsearch.query.fusion import Fusion
 
 DOCS = [f"d{i}" for i in range(30)]
-FEW = [Fusion(weights=(1.0, 0.0)), Fusion(k=10, weights=(1.6, 0.4)), Fusion(method="linear", weights=(0.5, 0.5)),
+FEW = [Fusion(weights=(1.0, 0.0)), Fusion(k=10, weights=(1.6, 0.4)), Fusion(method="minmax", weights=(0.5, 0.5)),
        Fusion(weights=(0.0, 1.0))]  # a small grid: the full one takes a minute here
 
 
@@ -32,7 +32,7 @@ def _lists(seed: int, n: int, knn_quality: float) -> tuple[dict[str, dict[str, l
 def test_the_grid_holds_both_single_lists_and_both_methods() -> None:
     g = grid()
     assert Fusion(weights=(1.0, 0.0)) in g and Fusion(weights=(0.0, 1.0)) in g
-    assert {f.method for f in g} == {"rrf", "linear"} and len(g) == len(set(g))
+    assert {f.method for f in g} == {"rrf", "zscore", "minmax"} and len(g) == len(set(g))
 
 
 def test_a_weak_list_is_weighted_down_so_hybrid_keeps_the_strong_lists_quality() -> None:

@@ -236,3 +236,10 @@ def test_doctor_says_what_bm25_scores_and_which_fusion_searches_use() -> None:
     meta = {"fusion": Fusion(k=10).to_meta(), "fusion_calibration": {"dataset": "scifact", "split": "train"}}
     assert "calibrated on scifact train" in retrieval_checks(meta, q)[1].detail
     assert retrieval_checks({"fusion": {"method": "rrf"}}, q)[1].status == "FAIL"
+    recorded = {"fusion": Fusion(method="zscore").to_meta(), "fusion_calibration": None}  # by `hsp index fusion`
+    check = retrieval_checks(recorded, q)[1]
+    assert (check.status, check.detail) == ("OK", "zscore sum, weights bm25 1 / kNN 1, recorded by `hsp index fusion`")
+    assert retrieval_checks(recorded, q.model_copy(update={"fusion": "minmax"}))[1].detail == (
+        "minmax sum, weights bm25 1 / kNN 1 (settings)")
+    unknown = retrieval_checks({"fusion": {"method": "linear", "weights": [1, 1]}}, q)[1]
+    assert unknown.status == "FAIL" and unknown.fix is not None and "hsp index fusion" in unknown.fix

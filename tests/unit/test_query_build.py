@@ -146,15 +146,15 @@ def test_without_collapse_chunks_are_separate(settings: Settings) -> None:
     assert knn_lines(q, alias, plan(q, tenant, "x", mode="dense"), [1.0], ES)[1]["knn"]["k"] == 100
 
 
-def test_linear_fusion_is_selected_by_settings(settings: Settings) -> None:
-    lin = settings.model_copy(update={"query": settings.query.model_copy(update={"fusion": "linear",
-                                                                                  "linear_alpha": 0.5})})
+def test_minmax_fusion_is_selected_by_settings(settings: Settings) -> None:
+    lin = settings.model_copy(update={"query": settings.query.model_copy(update={"fusion": "minmax",
+                                                                                  "knn_share": 0.25})})
     calibrated = {"fusion": Fusion(method="rrf", k=5, weights=(0.1, 1.9)).to_meta()}
     w = fused(lin.query, BOTH, fusion_for(lin.query, calibrated))
-    # minmax: bm25 a1 b.333 c0 ; knn b1 d.5 a0 → b .6667, a .5, d .25, c 0
+    # minmax: bm25 a1 b.333 c0 ; knn b1 d.5 a0; weights 1.5 / 0.5 → a 1.5, b 1, d .25, c 0
     assert [(c.key, round(c.fused.score, 4)) for c in w.entries] == [  # type: ignore[union-attr]
-        ("b", 0.6667), ("a", 0.5), ("d", 0.25), ("c", 0.0)]
-    assert w.fusion is not None and w.fusion.describe() == "linear minmax, weights bm25 0.5 / kNN 0.5 (settings)"
+        ("a", 1.5), ("b", 1.0), ("d", 0.25), ("c", 0.0)]
+    assert w.fusion is not None and w.fusion.describe() == "minmax sum, weights bm25 1.5 / kNN 0.5 (settings)"
 
 
 def test_an_index_calibration_is_used_unless_the_settings_name_a_fusion(settings: Settings) -> None:

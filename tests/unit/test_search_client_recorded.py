@@ -397,3 +397,84 @@ def test_why_says_when_the_document_is_absent_or_filtered_out() -> None:
     assert same(report, async_report) and report.chunks_in_index == 0
     assert report.notes[0] == f"d9 is not in {INDEX}: no chunk has this doc_id"
     assert not any(n.startswith(("BM25", "kNN")) for n in report.notes)  # nothing to probe
+
+
+def fused_by(s: Settings, es: FakeES) -> tuple[SearchResult, SearchResult]:
+    """The hybrid recording searched through both clients with settings ``s`` on ``es``, explained."""
+    with SearchClient(es, s, embedder=FixedVectors(), reranker=None) as sync:  # type: ignore[arg-type]
+        one = sync.search("how do bees find food", rerank=False, explain=True)
+
+    async def run() -> SearchResult:
+        async with AsyncSearchClient(FakeAsyncES(es), s, embedder=FixedVectors(),  # type: ignore[arg-type]
+                                     reranker=None) as client:
+            return await client.search("how do bees find food", rerank=False, explain=True)
+
+    return one, asyncio.run(run())
+
+
+# BM25 d1 7.25, d2 5.5, d3 2.0; kNN d2 0.91, d4 0.88, d1 0.85. Each list normalised, its lowest shifted to 0:
+# minmax bm25 d1 1, d2 2/3, d3 0 and knn d2 1, d4 0.5, d1 0; zscore bm25 d1 2.4054, d2 1.6036, d3 0 and
+# knn d2 2.4495, d4 1.2247, d1 0.
+@pytest.mark.parametrize(("fusion", "knn_share", "scores", "label"), [
+    ("rrf", 0.5, {"d2": 1 / 62 + 1 / 61, "d1": 1 / 61 + 1 / 63, "d4": 1 / 62, "d3": 1 / 63},
+     "RRF k=60, weights bm25 1 / kNN 1 (settings)"),
+    ("minmax", 0.5, {"d2": 5 / 3, "d1": 1.0, "d4": 0.5, "d3": 0.0}, "minmax sum, weights bm25 1 / kNN 1 (settings)"),
+    ("zscore", 0.5, {"d2": 4.0531, "d1": 2.4054, "d4": 1.2247, "d3": 0.0},
+     "zscore sum, weights bm25 1 / kNN 1 (settings)"),
+    # kNN weighted 0.2 against BM25's 1.8: d1, first in BM25, overtakes d2
+    ("rrf", 0.1, {"d1": 1.8 / 61 + 0.2 / 63, "d2": 1.8 / 62 + 0.2 / 61, "d3": 1.8 / 63, "d4": 0.2 / 62},
+     "RRF k=60, weights bm25 1.8 / kNN 0.2 (settings)"),
+    ("zscore", 0.1, {"d1": 1.8 * 2.4054, "d2": 1.8 * 1.6036 + 0.2 * 2.4495, "d4": 0.2 * 1.2247, "d3": 0.0},
+     "zscore sum, weights bm25 1.8 / kNN 0.2 (settings)"),
+])
+def test_each_fusion_on_the_recorded_hybrid_answer(fusion: str, knn_share: float, scores: dict[str, float],
+                                                    label: str) -> None:
+    s = settings()
+    s = s.model_copy(update={"query": s.query.model_copy(update={"fusion": fusion, "knn_share": knn_share})})
+    sync, async_ = fused_by(s, FakeES(s, recording("hybrid")))
+    assert [h.doc_id for h in sync.hits] == list(scores) and same(sync, async_)
+    for hit in sync.hits:
+        assert hit.fused is not None and hit.fused.score == pytest.approx(scores[hit.doc_id], abs=1e-4)
+    assert sync.fusion == label
+    lines = "\n".join(sync.hits[0].explanation or [])
+    assert f"({label})" in lines and ("RRF term" if fusion == "rrf" else f"{fusion}-normalised") in lines
+
+
+@pytest.mark.parametrize("method", ["zscore", "minmax", "rrf"])
+def test_the_fusion_recorded_in_the_index_is_used_unless_the_settings_name_one(method: str) -> None:
+    from hybridsearch.query.fusion import Fusion
+
+    s = settings()
+    es = FakeES(s, recording("hybrid"))
+    es.indices.mappings["_meta"]["fusion"] = Fusion(method=method, k=10, weights=(1.0, 3.0)).to_meta()  # type: ignore[arg-type]
+    sync, async_ = fused_by(s, es)
+    want = "RRF k=10" if method == "rrf" else f"{method} sum"
+    assert sync.fusion == f"{want}, weights bm25 1 / kNN 3 (index)" and same(sync, async_)
+    lines = "\n".join(sync.hits[0].explanation or [])
+    assert "weight 3" in lines if method != "rrf" else "RRF term 3 × 1/(10+1)" in lines  # kNN's rank 1, weighted
+    pinned = s.model_copy(update={"query": s.query.model_copy(update={"fusion": "rrf"})})
+    assert fused_by(pinned, es)[0].fusion == "RRF k=60, weights bm25 1 / kNN 1 (settings)"
+
+
+def test_hsp_index_fusion_records_what_searches_then_use(monkeypatch: pytest.MonkeyPatch,
+                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    import hybridsearch.cli.index as index_cli
+    from hybridsearch.cli.main import main
+
+    s = settings()
+    es = FakeES(s, recording("hybrid"))
+    es.indices.mappings["_meta"]["fusion_calibration"] = {"dataset": "scifact"}  # an earlier calibration
+    monkeypatch.setattr(index_cli, "connect", lambda _: es)
+    monkeypatch.setenv("HSP_INDEX__PREFIX", "rec")
+    assert main(["index", "fusion", "zscore", "--weights", "1,2"]) == 0
+    assert f"{INDEX}: hybrid searches fuse with zscore sum, weights bm25 1 / kNN 2" in capsys.readouterr().out
+    meta = es.indices.mappings["_meta"]
+    assert meta["fusion"] == {"method": "zscore", "weights": [1.0, 2.0]} and meta["fusion_calibration"] is None
+    assert meta["embedding_model"] == s.embedding.model  # the rest of _meta kept
+    sync, async_ = fused_by(s, es)
+    assert sync.fusion == "zscore sum, weights bm25 1 / kNN 2 (index)" and same(sync, async_)
+    assert main(["index", "fusion", "minmax", "--k", "10"]) == 2  # k is RRF's
+    assert main(["index", "fusion", "rrf", "--weights", "1"]) == 2
+    assert main(["index", "fusion", "rrf", "--weights", "1,-1"]) == 2
+    assert main(["index", "fusion", "rrf", "--k", "10"]) == 0
+    assert es.indices.mappings["_meta"]["fusion"] == {"method": "rrf", "weights": [1.0, 1.0], "k": 10}

@@ -19,13 +19,14 @@ SHOWN = 8  # grid entries listed
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add ``calibrate-fusion`` to ``sub``."""
     p = sub.add_parser(
-        "calibrate-fusion", help="choose RRF k and list weights (or linear fusion) on a collection's train judgments",
+        "calibrate-fusion",
+        help="choose the fusion (RRF k, zscore or minmax) and list weights on a collection's train judgments",
         description=(
             "Search every judged query of DATASET's --split (train) once per list on the collection's index "
             "(build it first, e.g. `hsp eval DATASET --prefix P`), score every candidate fusion on those lists "
-            "(RRF k 1-100 x BM25 share 0-1, linear min-max/z-score x share) and record the best in the index's "
-            "_meta; searches then use it unless HSP_QUERY__FUSION names rrf or linear. The default (RRF k=60, "
-            "equal weights) is kept unless a candidate beats it by more than --min-gain."
+            "(RRF k 1-100 x BM25 share 0-1, zscore/minmax x share) and record the best in the index's "
+            "_meta; searches then use it unless HSP_QUERY__FUSION names one (rrf, zscore, minmax). The default "
+            "(RRF k=60, equal weights) is kept unless a candidate beats it by more than --min-gain."
         ),
     )
     p.add_argument("dataset", type=Path, metavar="DATASET", help="BEIR collection folder")

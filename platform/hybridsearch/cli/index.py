@@ -1,4 +1,4 @@
-"""``hsp index status|create|migrate|rollback|drop``: versioned chunk indices behind one alias."""
+"""``hsp index status|create|migrate|rollback|drop|fusion``: versioned chunk indices behind one alias."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from hybridsearch.cli.output import print_wrapped, styled
 from hybridsearch.cli.output import table as output_table
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.engine import connect
+from hybridsearch.errors import ConfigError
 from hybridsearch.index.spec import parse_version
 from hybridsearch.index.versions import create_version, drop_version, index_meta, index_status, live_index, rollback
 from hybridsearch.migrate import migrate, migration_settings
@@ -62,6 +63,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d = isub.add_parser("drop", help="delete a chunk index version that is not live")
     d.add_argument("--version", type=int, required=True)
     d.set_defaults(handler=cmd_drop)
+
+    f = isub.add_parser("fusion", help="record how hybrid searches of the live index fuse their lists",
+                        description="Record in the live index's _meta the fusion its hybrid searches use while "
+                                    "HSP_QUERY__FUSION=auto: rrf (Reciprocal Rank Fusion), zscore or minmax (the "
+                                    "sum of normalised scores). Needs no judgments; docs/evaluation.md compares them.")
+    f.add_argument("method", choices=["rrf", "zscore", "minmax"])
+    f.add_argument("--k", type=int, default=60, help="RRF's k (rrf only; default 60)")
+    f.add_argument("--weights", default="1,1", help="weights of the BM25 and kNN lists, e.g. 1,2 (default 1,1)")
+    f.set_defaults(handler=cmd_fusion)
 
 
 def _human(n: int) -> str:
@@ -164,4 +174,22 @@ def cmd_drop(args: argparse.Namespace, settings: Settings) -> int:
     es = connect(settings.es)
     name = drop_version(es, settings.index, args.version)
     console.print(f"deleted {name}")
+    return 0
+
+
+def cmd_fusion(args: argparse.Namespace, settings: Settings) -> int:
+    from hybridsearch.eval.calibrate import record_fusion
+    from hybridsearch.query.fusion import Fusion
+
+    if args.k != 60 and args.method != "rrf":
+        raise ConfigError(f"--k is RRF's; {args.method} has none")
+    try:
+        bm25, knn = (float(w) for w in args.weights.split(","))
+    except ValueError:
+        raise ConfigError(f"--weights {args.weights!r}: expected two numbers, BM25's and kNN's, e.g. 1,2") from None
+    fusion = Fusion(method=args.method, k=args.k, weights=(bm25, knn), source="index")
+    index = record_fusion(connect(settings.es), settings, fusion)
+    console.print(styled(f"{index}: hybrid searches fuse with ", (fusion.label, "bold")))
+    if settings.query.fusion != "auto":
+        console.print(styled(("HSP_QUERY__FUSION", "yellow"), f"={settings.query.fusion} overrides it here"))
     return 0

@@ -173,11 +173,14 @@ def retrieval_checks(meta: dict[str, Any], query: QuerySettings) -> list[Check]:
     try:
         fusion = fusion_for(query, meta)
     except QueryError as exc:
-        return [bm25, Check("index", "fusion", "FAIL", str(exc), "run `hsp calibrate-fusion` again")]
-    if fusion.source == "index":
-        cal = meta.get("fusion_calibration") or {}
+        return [bm25, Check("index", "fusion", "FAIL", exc.problem, exc.fix)]
+    cal = meta.get("fusion_calibration")
+    if fusion.source == "index" and isinstance(cal, dict):
         detail = (f"{fusion.label}, calibrated on {cal.get('dataset')} {cal.get('split')} ({cal.get('queries')} "
                   f"queries: nDCG@10 {cal.get('default')} with the default, {cal.get('chosen')} with this)")
         return [bm25, Check("index", "fusion", "OK", detail)]
-    fix = None if fusion.source == "settings" else "with judgments, `hsp calibrate-fusion DATASET` picks one"
+    if fusion.source == "index":
+        return [bm25, Check("index", "fusion", "OK", f"{fusion.label}, recorded by `hsp index fusion`")]
+    fix = None if fusion.source == "settings" else ("`hsp index fusion rrf|zscore|minmax` records one for the "
+                                                    "index; with judgments, `hsp calibrate-fusion DATASET` picks one")
     return [bm25, Check("index", "fusion", "OK", fusion.describe(), fix)]

@@ -3,7 +3,7 @@
 Each judged query of a split (the train split: never the one you report on) is searched once per list (BM25,
 kNN) on the collection's index; every candidate fusion is then scored offline on those same lists, so the
 grid costs no searches. The grid holds RRF with ``k`` from 1 to 100 and the share of the BM25 list from 0 to 1,
-and min-max or z-score linear fusion with the same shares. Shares 0 and 1 are the single lists, so the chosen
+and min-max or z-score score fusion with the same shares. Shares 0 and 1 are the single lists, so the chosen
 fusion never scores below the better single list on the split it was chosen on.
 
 The default (RRF k=60, equal weights) is kept unless a candidate beats it by more than ``min_gain``; a 2-fold
@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from hybridsearch.errors import ConfigError
 from hybridsearch.eval.metrics import evaluate
 from hybridsearch.eval.splits import check_disjoint, check_split
-from hybridsearch.index.versions import checked_live_index, record_meta
+from hybridsearch.index.versions import checked_live_index, live_index, record_meta
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.query.fusion import Fusion
 from hybridsearch.query.results import Mode, SearchResult
@@ -47,10 +47,9 @@ MIN_FOLD_QUERIES = 20  # fewer judged queries: no 2-fold check
 
 
 def grid() -> list[Fusion]:
-    """Every candidate: RRF per k and share, linear (minmax, zscore) per share; one entry per single list."""
+    """Every candidate: RRF per k and share, score fusion (minmax, zscore) per share; one entry per single list."""
     out = [Fusion(method="rrf", k=k, weights=(2 * s, 2 * (1 - s))) for k in RRF_KS for s in SHARES if 0 < s < 1]
-    out += [Fusion(method="linear", weights=(s, round(1 - s, 2)), norm=n) for n in ("minmax", "zscore")
-            for s in SHARES if 0 < s < 1]
+    out += [Fusion(method=n, weights=(2 * s, 2 * (1 - s))) for n in ("minmax", "zscore") for s in SHARES if 0 < s < 1]
     out += [Fusion(method="rrf", weights=(1.0, 0.0)), Fusion(method="rrf", weights=(0.0, 1.0))]
     return out
 
@@ -158,6 +157,17 @@ class FusionCalibration:
     report: Path | None
 
 
+def record_fusion(es: EngineClient, settings: Settings, fusion: Fusion, *, calibration: dict[str, Any] | None = None,
+                  index: str | None = None) -> str:
+    """Record ``fusion`` in the ``_meta`` of ``index`` (default: the index ``settings``' alias points at), whose
+    hybrid searches then use it while ``HSP_QUERY__FUSION=auto``, with ``calibration``, what a calibration rests
+    on (None: chosen without judgments, clearing an earlier calibration). Returns the index. Raises
+    IndexNotFound, AliasConflict, ClusterError (e.g. AccessDenied)."""
+    index = index or live_index(es, settings.index)
+    record_meta(es, index, fusion=fusion.to_meta(), fusion_calibration=calibration)
+    return index
+
+
 def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train", allow_test: bool = False,
                      prefix: str | None = None, min_gain: float = 0.002, limit_queries: int | None = None,
                      dry_run: bool = False, keep_identical_ids: bool = False, out: Path | None = None,
@@ -204,7 +214,7 @@ def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train",
         when = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         meta = cal.meta(collection.name, collection.split, when)
         if not dry_run:
-            record_meta(client_es, index, fusion=cal.chosen.to_meta(), fusion_calibration=meta)
+            record_fusion(client_es, s, cal.chosen, calibration=meta, index=index)
     finally:
         if es is None:
             client_es.close()

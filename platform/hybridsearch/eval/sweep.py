@@ -41,9 +41,9 @@ def parse_sweep(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
     return out
 
 
-#: knobs of one fusion method: sweeping one of them with ``fusion=auto`` sweeps that method (an index's calibrated
-#: fusion would otherwise be used and the knob change nothing)
-FUSION_OF_KNOB = {"rrf_k": "rrf", "linear_alpha": "linear", "linear_norm": "linear"}
+#: fusion knobs: sweeping one of them with ``fusion=auto`` sweeps RRF with it (an index's recorded fusion would
+#: otherwise be used and the knob change nothing)
+FUSION_OF_KNOB = {"rrf_k": "rrf", "knn_share": "rrf"}
 
 
 def with_query(query: QuerySettings, name: str, value: str) -> QuerySettings:

@@ -107,7 +107,7 @@ class SearchCore:
         self._dialect: Dialect | None = None  # the engine's (set when the index is checked)
         self._width: KnnWidth | None = None  # the kNN search's num_candidates and rescoring (set with the index)
         self._bm25 = CHUNKS  # what BM25 scores on the index (its _meta and mapping; set when the index is checked)
-        self._fusion = Fusion()  # the index's fusion (fusion_for: settings, its calibration or the default)
+        self._fusion = Fusion()  # the index's fusion (fusion_for: settings, its _meta or the default)
         self._index_checked_at = 0.0
         self._state: str | None = settings.index.ingest_state  # None once the check finds the prefix has none
         self._metadata: dict[str, str] = {}  # the index's typed metadata fields (set when the index is checked)

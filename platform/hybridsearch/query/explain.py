@@ -66,7 +66,7 @@ def explain(rerank_depth: int, window: Window, e: WindowEntry) -> list[str]:
             w = f.weight(name)
             line += f" → RRF term {'' if w == 1 else f'{w:g} × '}1/({f.k}+{s.rank}) = {e.fusion_shares[name]:.6f}"
         elif e.fused and f is not None:
-            line += f" → {f.norm}-normalised × weight {f.weight(name):g} = {e.fusion_shares[name]:.4f}"
+            line += f" → {f.method}-normalised × weight {f.weight(name):g} = {e.fusion_shares[name]:.4f}"
         lines.append(line)
     if e.fused and window.fusion is not None:
         lines.append(f"fused: rank {e.fused.rank}, score {e.fused.score:.6f} ({window.fusion.describe()})")

@@ -1,7 +1,10 @@
-"""Rank fusion: Reciprocal Rank Fusion and a normalised linear combination. Pure functions.
+"""Fusion of a hybrid search's lists: Reciprocal Rank Fusion, or a weighted sum of z-score or min-max normalised
+scores. Pure functions.
 
 RRF (Cormack, Clarke & Büttcher, 2009): ``score(d) = Σ_i w_i / (k + rank_i(d))`` with ranks from 1,
-summed over the lists that contain ``d``. Results are sorted by score, highest first; equal scores
+summed over the lists that contain ``d``. Score fusion (``zscore``, ``minmax``): ``score(d) = Σ_i w_i · n_i(d)``
+with ``n_i`` list ``i``'s scores normalised (:func:`normalise`) and shifted so that its lowest is 0, the value an
+id missing from the list gets. Both need no judgments. Results are sorted by score, highest first; equal scores
 are ordered by id ascending so the output is deterministic.
 """
 
@@ -9,31 +12,34 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
-from typing import Any, Literal, TypeVar
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, get_args
 
 from hybridsearch.errors import QueryError
 from hybridsearch.settings import QuerySettings
 
 T = TypeVar("T")
 Norm = Literal["minmax", "zscore"]
+Method = Literal["rrf", "zscore", "minmax"]
+METHODS: tuple[Method, ...] = get_args(Method)
 LISTS = ("bm25", "knn")  # a hybrid search's lists, in the order of Fusion.weights
 
 
 @dataclass(frozen=True)
 class Fusion:
-    """How a hybrid search merges its lists: RRF with ``k``, or a linear sum of ``norm``-normalised scores, each
-    list weighted by ``weights`` (bm25, knn). ``source`` says where it came from: the index's calibration
-    (``hsp calibrate-fusion``), the settings (``HSP_QUERY__FUSION=rrf|linear``) or the default (RRF k=60, equal
-    weights)."""
+    """How a hybrid search merges its lists: RRF with ``k`` (``rrf``), or the sum of z-score (``zscore``) or
+    min-max (``minmax``) normalised scores, each list weighted by ``weights`` (bm25, knn). ``source`` says where
+    it came from: the index's ``_meta`` (``hsp index fusion`` or ``hsp calibrate-fusion``), the settings
+    (``HSP_QUERY__FUSION=rrf|zscore|minmax``) or the default (RRF k=60, equal weights)."""
 
-    method: Literal["rrf", "linear"] = "rrf"
+    method: Method = "rrf"
     k: int = 60
     weights: tuple[float, float] = (1.0, 1.0)
-    norm: Norm = "minmax"
     source: Literal["default", "settings", "index"] = "default"
 
     def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise QueryError(f"unknown fusion {self.method!r}", fix=f"use one of {', '.join(METHODS)}")
         if self.k < 1:
             raise QueryError(f"RRF k must be at least 1, got {self.k}")
         _weights(len(LISTS), self.weights)
@@ -44,8 +50,8 @@ class Fusion:
 
     @property
     def label(self) -> str:
-        """What it does, for people: ``RRF k=60, weights bm25 1 / kNN 1``."""
-        how = f"RRF k={self.k}" if self.method == "rrf" else f"linear {self.norm}"
+        """What it does, for people: ``RRF k=60, weights bm25 1 / kNN 1``, ``zscore sum, weights …``."""
+        how = f"RRF k={self.k}" if self.method == "rrf" else f"{self.method} sum"
         return f"{how}, weights bm25 {self.weights[0]:g} / kNN {self.weights[1]:g}"
 
     def describe(self) -> str:
@@ -53,55 +59,60 @@ class Fusion:
         return f"{self.label} ({self.source})"
 
     def to_meta(self) -> dict[str, Any]:
-        """The form recorded in an index's ``_meta.fusion`` (everything but ``source``)."""
-        meta = asdict(self)
-        meta.pop("source")
-        meta["weights"] = list(self.weights)
+        """The form recorded in an index's ``_meta.fusion``: method, weights and (for RRF) k."""
+        meta: dict[str, Any] = {"method": self.method, "weights": list(self.weights)}
+        if self.method == "rrf":
+            meta["k"] = self.k
         return meta
 
     @classmethod
     def from_meta(cls, meta: Mapping[str, Any]) -> Fusion:
         """The fusion recorded by :meth:`to_meta`, marked as the index's. Raises QueryError when malformed."""
+        fix = "record it again: `hsp index fusion rrf|zscore|minmax` (or `hsp calibrate-fusion`)"
+        if meta.get("method") not in METHODS:
+            raise QueryError(f"the index's recorded fusion {dict(meta)!r} names no known method", fix=fix)
         try:
             weights = tuple(float(w) for w in meta["weights"])
+            if len(weights) != len(LISTS):
+                raise ValueError(f"{len(weights)} weights")
             return cls(method=meta["method"], k=int(meta.get("k", 60)), weights=(weights[0], weights[1]),
-                       norm=meta.get("norm", "minmax"), source="index")
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise QueryError(f"the index's recorded fusion {dict(meta)!r} is malformed ({exc})") from None
+                       source="index")
+        except (KeyError, TypeError, ValueError, QueryError) as exc:
+            raise QueryError(f"the index's recorded fusion {dict(meta)!r} is malformed ({exc})", fix=fix) from None
 
     def fuse(self, lists: Mapping[str, Sequence[tuple[str, float]]]) -> list[tuple[str, float]]:
-        """Fuse ``{name: [(id, raw score), ...]}`` (best first): :func:`fuse` or :func:`linear_fuse`."""
+        """Fuse ``{name: [(id, raw score), ...]}`` (best first): :func:`fuse` or :func:`score_fuse`."""
         names = list(lists)
         weights = [self.weight(n) for n in names]
         if self.method == "rrf":
             return fuse([[key for key, _ in lists[n]] for n in names], k=self.k, weights=weights)
-        return linear_fuse([lists[n] for n in names], weights, self.norm)
+        return score_fuse([lists[n] for n in names], weights, self.method)
 
     def shares(self, lists: Mapping[str, Sequence[tuple[str, float]]]) -> dict[str, dict[str, float]]:
         """Each list's share of each id's fused score, ``{name: {id: share}}`` (ids unique in each list, best
-        first): its RRF term, or its weighted normalised score."""
+        first): its RRF term, or its weighted normalised score. A list that missed an id adds nothing to it."""
         out: dict[str, dict[str, float]] = {}
         for name, lst in lists.items():
             w = self.weight(name)
             if self.method == "rrf":
                 out[name] = {key: rrf_term(rank, self.k, w) for rank, (key, _) in enumerate(lst, start=1)}
             else:
-                normed = normalise([s for _, s in lst], self.norm)
+                normed = _from_floor(normalise([s for _, s in lst], self.method))
                 out[name] = {key: w * v for (key, _), v in zip(lst, normed, strict=True)}
         return out
 
 
 def fusion_for(q: QuerySettings, meta: Mapping[str, Any]) -> Fusion:
-    """The fusion searches of an index with ``_meta`` ``meta`` use: ``HSP_QUERY__FUSION=rrf|linear`` when set,
-    else (``auto``) the index's calibrated fusion (``_meta.fusion``), else RRF with ``rrf_k`` and equal weights."""
-    if q.fusion == "rrf":
-        return Fusion(method="rrf", k=q.rrf_k, source="settings")
-    if q.fusion == "linear":
-        return Fusion(method="linear", weights=hybrid_weights(q.linear_alpha), norm=q.linear_norm, source="settings")
+    """The fusion searches of an index with ``_meta`` ``meta`` use: ``HSP_QUERY__FUSION=rrf|zscore|minmax`` when
+    set, else (``auto``) the fusion recorded in the index (``_meta.fusion``), else RRF with ``rrf_k``; the
+    settings' weights come from ``knn_share`` (0.5: equal)."""
+    weights = hybrid_weights(q.knn_share)
+    if q.fusion != "auto":
+        return Fusion(method=q.fusion, k=q.rrf_k, weights=weights, source="settings")
     recorded = meta.get("fusion")
     if isinstance(recorded, Mapping):
         return Fusion.from_meta(recorded)
-    return Fusion(method="rrf", k=q.rrf_k)
+    return Fusion(method="rrf", k=q.rrf_k, weights=weights)
 
 
 def _weights(n: int, weights: Sequence[float] | None) -> list[float]:
@@ -153,23 +164,29 @@ def normalise(scores: Sequence[float], method: Norm = "minmax") -> list[float]:
     return [0.0 if sd == 0 else (s - mean) / sd for s in scores]
 
 
-def linear_fuse(
+def _from_floor(normed: list[float]) -> list[float]:
+    """``normed`` shifted so that its lowest value is 0 (what an id missing from the list gets)."""
+    floor = min(normed, default=0.0)
+    return [v - floor for v in normed]
+
+
+def score_fuse(
     scored_lists: Sequence[Sequence[tuple[str, float]]], weights: Sequence[float] | None = None, norm: Norm = "minmax"
 ) -> list[tuple[str, float]]:
     """Weighted sum of per-list normalised scores; ``scored_lists`` hold ``(id, raw score)``, best first.
 
-    An id absent from a list gets that list's lowest normalised score (0 for minmax). Sorted like :func:`fuse`.
+    Each list's scores are normalised with ``norm`` and shifted so that its lowest is 0; an id absent from a list
+    gets 0 from it (its lowest). An id repeated within one list counts at its first score. Sorted like
+    :func:`fuse`. Raises QueryError for bad weights.
     """
     ws = _weights(len(scored_lists), weights)
-    normed: list[dict[str, float]] = []
-    for lst in scored_lists:
+    scores: dict[str, float] = {}
+    for w, lst in zip(ws, scored_lists, strict=True):
         seen: dict[str, float] = {}
         for doc, s in lst:
             seen.setdefault(doc, s)
-        normed.append(dict(zip(seen, normalise(list(seen.values()), norm), strict=True)))
-    ids = {doc for d in normed for doc in d}
-    floors = [min(d.values(), default=0.0) if norm == "zscore" else 0.0 for d in normed]
-    scores = {doc: sum(w * d.get(doc, floor) for w, d, floor in zip(ws, normed, floors, strict=True)) for doc in ids}
+        for doc, v in zip(seen, _from_floor(normalise(list(seen.values()), norm)), strict=True):
+            scores[doc] = scores.get(doc, 0.0) + w * v
     return _ordered(scores)
 
 
@@ -187,9 +204,9 @@ def interpolate(rerank_scores: Sequence[float], fused_scores: Sequence[float], w
     return [weight * a + (1.0 - weight) * b for a, b in zip(r, f, strict=True)]
 
 
-def hybrid_weights(alpha: float) -> tuple[float, float]:
-    """``(bm25, dense)`` weights for linear fusion: ``alpha`` is the dense share."""
-    return (1.0 - alpha, alpha)
+def hybrid_weights(knn_share: float) -> tuple[float, float]:
+    """``(bm25, knn)`` weights with ``knn_share`` of their sum on kNN; they sum to 2, so 0.5 gives 1 and 1."""
+    return (2.0 * (1.0 - knn_share), 2.0 * knn_share)
 
 
 def unique(ids: Iterable[T]) -> list[T]:

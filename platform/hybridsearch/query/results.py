@@ -103,7 +103,7 @@ class SearchResult(BaseModel):
                                                          "(1 = reranker order only); None when not reranked")
     truncated_query: bool = False
     fusion: str | None = Field(None, description="how the lists were fused and where that came from (the index's "
-                                                 "calibration, the settings or the default); None for one list")
+                                                 "_meta, the settings or the default); None for one list")
     knn_width: str | None = Field(None, description="how widely the kNN search looked: num_candidates per shard, "
                                   "rescoring of quantized vectors, and why (hybridsearch.query.candidates); None "
                                   "without a kNN list")
