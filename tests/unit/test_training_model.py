@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 import pytest
 
-from hybridsearch.rerank.card import read_card, recommended_blend, trained_max_length
+from hybridsearch.rerank.card import serving_hints
 from hybridsearch.training.card import beats_fused, save_model
 from hybridsearch.training.card import make_card as _make_card
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
@@ -102,8 +102,7 @@ def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(ti
     scores = reranker.score("neuron brain", [p for _, p in pairs])
     assert len(scores) == 2 and all(np.isfinite(scores))
 
-    card = read_card(out)
-    assert json.loads((out / "card.json").read_text()) == card
+    card = json.loads((out / "card.json").read_text(encoding="utf-8"))
     assert card["split"] == "train" and card["base_model"] == str(tiny_base)
     assert card["pairs"] == {"total": len(mined.pairs), "positive": 10, "negative": 30,
                              "positives_missing_from_index": 0}
@@ -115,7 +114,7 @@ def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(ti
     assert kept == max(epochs, key=lambda e: e["blend_ndcg_at_10"])  # epochs compete on the served figure
     assert card["serving"]["blend"] == kept["blend"] and reranker.blend == kept["blend"]
     # the trained length is used unless HSP_RERANKER__MAX_LENGTH says otherwise
-    assert card["serving"]["max_length"] == 32 and trained_max_length(out) == 32
+    assert card["serving"]["max_length"] == 32 and serving_hints(out)[1] == 32
     assert LocalReranker(RerankerSettings(model=str(out))).max_length == 32
     assert LocalReranker(RerankerSettings(model=str(out), max_length=64)).max_length == 64
     assert LocalReranker(RerankerSettings(model=str(tiny_base))).max_length == 512  # no card: the default
@@ -226,12 +225,12 @@ def test_recommended_blend_reads_our_card_only(tmp_path: Path) -> None:
         (d / "card.json").write_text(json.dumps(body))
         return d
 
-    assert recommended_blend(card({"kind": "hybridsearch-domain-reranker", "serving": {"blend": 0.3}})) == 0.3
-    assert recommended_blend(card({"kind": "other", "serving": {"blend": 0.3}})) is None
-    assert recommended_blend(card({"kind": "hybridsearch-domain-reranker", "serving": {"blend": 1.5}})) is None
-    assert recommended_blend(card({"kind": "hybridsearch-domain-reranker", "serving": {"blend": True}})) is None
-    assert recommended_blend(card({"kind": "hybridsearch-domain-reranker"})) is None
-    assert recommended_blend(tmp_path / "missing") is None
-    assert recommended_blend("cross-encoder/ms-marco-MiniLM-L-6-v2") is None
-    assert trained_max_length(card({"kind": "hybridsearch-domain-reranker", "serving": {"max_length": 128}})) == 128
-    assert trained_max_length(card({"kind": "hybridsearch-domain-reranker", "serving": {"max_length": "x"}})) is None
+    assert serving_hints(card({"kind": "hybridsearch-domain-reranker", "serving": {"blend": 0.3}}))[0] == 0.3
+    assert serving_hints(card({"kind": "other", "serving": {"blend": 0.3}}))[0] is None
+    assert serving_hints(card({"kind": "hybridsearch-domain-reranker", "serving": {"blend": 1.5}}))[0] is None
+    assert serving_hints(card({"kind": "hybridsearch-domain-reranker", "serving": {"blend": True}}))[0] is None
+    assert serving_hints(card({"kind": "hybridsearch-domain-reranker"}))[0] is None
+    assert serving_hints(tmp_path / "missing")[0] is None
+    assert serving_hints("cross-encoder/ms-marco-MiniLM-L-6-v2")[0] is None
+    assert serving_hints(card({"kind": "hybridsearch-domain-reranker", "serving": {"max_length": 128}}))[1] == 128
+    assert serving_hints(card({"kind": "hybridsearch-domain-reranker", "serving": {"max_length": "x"}}))[1] is None

@@ -12,15 +12,19 @@ from hybridsearch.errors import ConfigError
 from hybridsearch.training.card import card_markdown, make_card
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
 from hybridsearch.training.folds import choose, kfold, measure, nested_estimate, summarize
-from hybridsearch.training.hardneg import NegativePolicy, filter_negatives, overlap, positive_ranks, words
 from hybridsearch.training.negatives import (
     Candidate,
     MinedData,
+    NegativePolicy,
     Pair,
     PairStats,
     SplitData,
     ValidationQuery,
     build_pairs,
+    filter_negatives,
+    overlap,
+    positive_ranks,
+    words,
 )
 from hybridsearch.training.reranker import query_lists
 

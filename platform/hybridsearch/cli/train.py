@@ -220,9 +220,9 @@ def _f(x: float | None, digits: int = 4) -> str:
 
 def train_embedder(args: argparse.Namespace, settings: Settings) -> int:
     """Handler of ``hsp train-embedder``. Raises ConfigError, IndexNotFound, ModelError, ClusterError."""
+    from hybridsearch.training.card import EmbedderCard
     from hybridsearch.training.config import EmbedderConfig
     from hybridsearch.training.embedder import run_embedder_training
-    from hybridsearch.training.embedder_card import EmbedderCard
 
     if args.prefix:
         settings = settings.model_copy(update={"index": settings.index.model_copy(update={"prefix": args.prefix})})

@@ -11,7 +11,7 @@
    measuring dense retrieval on the validation queries before training (epoch 0) and after each epoch.
    The best epoch's weights are kept (``keep="last"``: the last).
 5. The model is saved as a SentenceTransformer folder (at the base's sequence length, so chunks cut for
-   the base fit it too) with ``card.json`` and ``README.md`` (:mod:`.embedder_card`): use it with
+   the base fit it too) with ``card.json`` and ``README.md`` (:mod:`.card`): use it with
    ``HSP_EMBEDDING__MODEL=DIR`` and roll an index over with ``hsp index migrate --to-model DIR``.
 
 Prompts (:mod:`hybridsearch.embedding.prompts`): the base model's query and passage prompts (the settings'
@@ -247,7 +247,7 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     from hybridsearch.engine import connect
     from hybridsearch.eval.splits import check_disjoint
     from hybridsearch.ingest.chunking import embed_text
-    from hybridsearch.training.embedder_card import make_embedder_card, save_embedder
+    from hybridsearch.training.card import make_embedder_card, save_model
     from hybridsearch.training.negatives import IndexMiner, collect, load_split, no_pairs
 
     _set_threads(cfg.threads)
@@ -294,5 +294,5 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
                               seconds={"mining": mining, "negatives_and_baseline": filtering},
                               extra={"index": miner.index, "prefix": settings.index.prefix,
                                      "prompts": {"query": prompts.query, "passage": prompts.passage}})
-    save_embedder(model, cfg.out, card)
+    save_model(model, cfg.out, card)
     return card

@@ -6,7 +6,7 @@ The steps (``hsp train-reranker`` runs them all, see :func:`run_training`):
    BEIR collection; ``test`` is refused unless explicitly allowed, no other split's file is opened.
 2. :func:`~hybridsearch.training.negatives.mine` runs each query through the hybrid search and builds
    ``(query, passage, label)`` pairs: judged-relevant documents as positives, hard negatives drawn from
-   the hybrid top-k minus them and minus likely false negatives (:mod:`hybridsearch.training.hardneg`).
+   the hybrid top-k minus them and minus likely false negatives (:func:`.negatives.filter_negatives`).
 3. :func:`train_cross_encoder` puts a one-logit head on a BERT-family encoder and trains it with
    sentence-transformers' ``CrossEncoderTrainer``: ``LambdaLoss`` over each query's list of
    positives and negatives (default) or pointwise ``BinaryCrossEntropyLoss``.
