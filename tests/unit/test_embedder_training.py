@@ -13,7 +13,7 @@ import pytest
 
 from hybridsearch.cli.main import main
 from hybridsearch.errors import ConfigError
-from hybridsearch.eval.splits import check_disjoint
+from hybridsearch.eval.datasets import check_disjoint
 from hybridsearch.training.card import (
     EMBEDDER_KIND,
     beats_base,

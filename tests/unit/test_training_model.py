@@ -15,13 +15,8 @@ from hybridsearch.training.card import beats_fused, save_model
 from hybridsearch.training.card import make_card as _make_card
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
 from hybridsearch.training.negatives import Candidate, MinedData, SplitData, ValidationQuery, build_pairs
-from hybridsearch.training.reranker import (
-    _rerank_validation_evaluator,
-    choose_blend,
-    load_base,
-    rerank_metrics,
-    train_cross_encoder,
-)
+from hybridsearch.training.reranker import load_base, train_cross_encoder
+from hybridsearch.training.validation import choose_blend, rerank_metrics, rerank_validation_evaluator
 
 TOPICS = {
     "heart": "cardiac arrest blood pressure artery",
@@ -123,7 +118,7 @@ def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(ti
     # the saved weights are the kept epoch's: re-validating them the way training did gives that epoch's
     # numbers (the same batches: a tiny random model scores candidates within 1e-7 of each other, so
     # scoring them in other batches can reorder ties)
-    again = _rerank_validation_evaluator(mined.validation, 32)(loaded)
+    again = rerank_validation_evaluator(mined.validation, 32)(loaded)
     assert again["val_ndcg@10"] == pytest.approx(kept["ndcg_at_10"], abs=1e-6)
     assert again["val_blend_ndcg@10"] == pytest.approx(kept["blend_ndcg_at_10"], abs=1e-6)
     readme = (out / "README.md").read_text()
@@ -138,7 +133,7 @@ def test_keep_last_saves_the_final_epoch_with_its_blend(tiny_base: Path, tmp_pat
     model, result = train_cross_encoder(mined, config(tiny_base, tmp_path / "m", epochs=3), progress=None)
     assert result.best_epoch == 3
     last = result.epochs[-1]
-    again = _rerank_validation_evaluator(mined.validation, 32)(model)  # as training validated (same batches)
+    again = rerank_validation_evaluator(mined.validation, 32)(model)  # as training validated (same batches)
     assert again["val_ndcg@10"] == pytest.approx(last.ndcg_at_10, abs=1e-6)
     card = _make_card(config(tiny_base, tmp_path / "m", epochs=3), _split(), mined, result)
     assert card["serving"]["blend"] == last.blend and card["training"]["keep"] == "last"

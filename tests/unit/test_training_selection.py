@@ -11,7 +11,6 @@ import pytest
 from hybridsearch.errors import ConfigError
 from hybridsearch.training.card import card_markdown, make_card
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
-from hybridsearch.training.folds import choose, kfold, measure, nested_estimate, summarize
 from hybridsearch.training.negatives import (
     Candidate,
     MinedData,
@@ -27,6 +26,7 @@ from hybridsearch.training.negatives import (
     words,
 )
 from hybridsearch.training.reranker import query_lists
+from hybridsearch.training.validation import choose, kfold, measure, nested_estimate, summarize
 
 # ----------------------------------------------------------------------------------------------- folds
 

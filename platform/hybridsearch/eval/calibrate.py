@@ -10,7 +10,7 @@ The default (RRF k=60, equal weights) is kept unless a candidate beats it by mor
 estimate (choose on one half of the queries, score on the other) says how much of the gain is real.
 
 :func:`calibrate_fusion` is the whole workflow (``hsp calibrate-fusion`` only parses and renders): load the
-split, refuse test queries (:mod:`hybridsearch.eval.splits`, the guard training uses), record the lists,
+split, refuse test queries (:func:`~hybridsearch.eval.datasets.check_split`, the guard training uses), record the lists,
 choose, record the choice in the index's ``_meta`` and write the JSON report.
 """
 
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hybridsearch.errors import ConfigError
+from hybridsearch.eval.datasets import check_disjoint, check_split
 from hybridsearch.eval.metrics import evaluate
-from hybridsearch.eval.splits import check_disjoint, check_split
 from hybridsearch.indices import record_meta, resolve_index
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.query.fusion import Fusion

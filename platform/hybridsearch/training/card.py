@@ -7,6 +7,7 @@ serve it (``serving.blend``, ``serving.max_length``), which :mod:`hybridsearch.r
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import platform
@@ -19,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from hybridsearch import __version__
 from hybridsearch.embedding.models import resolve_model
 from hybridsearch.rerank.card import CARD_FILE, KIND
-from hybridsearch.training.embedder_data import file_sha256
 
 if TYPE_CHECKING:
     from hybridsearch.training.config import (
@@ -143,6 +143,15 @@ def _caveat(cfg: TrainingConfig, data: SplitData) -> str | None:
             "queries are not unseen by it, so validation figures are optimistic; trust the test split")
 
 
+def file_sha256(path: str | Path) -> str:
+    """Hex SHA-256 of a file's bytes (the card records the judgments trained on by it)."""
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
 def _cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
@@ -256,7 +265,7 @@ class RerankerCard:
     epochs: list[EpochResult]
     best_epoch: int | None
     beats_fused: bool | None
-    cross_validation: dict[str, Any] | None  # folds.CVSummary.as_dict(), with k-fold selection
+    cross_validation: dict[str, Any] | None  # validation.CVSummary.as_dict(), with k-fold selection
     positive_pairs: int
     negative_pairs: int
     mining_seconds: float

@@ -89,7 +89,7 @@ class TrainResult:
     seconds: float = 0.0
     device: str = "cpu"
     steps: int = 0
-    cv: dict[str, Any] | None = None  # folds.CVSummary.as_dict() when chosen by k-fold
+    cv: dict[str, Any] | None = None  # validation.CVSummary.as_dict() when chosen by k-fold
     cv_seconds: float = 0.0
 
 

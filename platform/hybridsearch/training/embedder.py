@@ -1,7 +1,7 @@
 """Fine-tune the bi-encoder on a collection's own judgments (``hsp train-embedder``, :func:`run_embedder_training`).
 
 1. :func:`~hybridsearch.training.negatives.load_split` reads ONE split (``test`` refused) and
-   :func:`~hybridsearch.eval.splits.check_disjoint` checks no training query is judged in ``test``.
+   :func:`~hybridsearch.eval.datasets.check_disjoint` checks no training query is judged in ``test``.
 2. :func:`~hybridsearch.training.negatives.collect` holds out a seeded validation slice of those queries
    and fetches every query's hybrid top-k from the collection's index, passages as ingestion embeds them.
 3. :func:`~hybridsearch.training.embedder_data.build_rows` makes ``(query, positive, hard negatives)``
@@ -176,7 +176,7 @@ def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: Embedd
     from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardCallback
     from transformers import PrinterCallback, set_seed
 
-    from hybridsearch.training.progress import EpochKeeper, TrainingProgress
+    from hybridsearch.training.callbacks import EpochKeeper, TrainingProgress
 
     device = pick_device(cfg.device)
     _set_threads(cfg.threads)
@@ -245,7 +245,7 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     ClusterError."""
     from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
     from hybridsearch.engine import connect
-    from hybridsearch.eval.splits import check_disjoint
+    from hybridsearch.eval.datasets import check_disjoint
     from hybridsearch.ingest.chunking import embed_text
     from hybridsearch.training.card import make_embedder_card, save_model
     from hybridsearch.training.negatives import IndexMiner, collect, load_split, no_pairs

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from hybridsearch.engine import engine_errors
 from hybridsearch.errors import ClusterError, ConfigError
-from hybridsearch.eval.splits import check_split
+from hybridsearch.eval.datasets import check_split, load_collection
 from hybridsearch.indices import resolve_index
 from hybridsearch.visibility import visible_filter
 
@@ -344,16 +344,12 @@ def load_split(dataset: Path, split: str, *, allow_test: bool = False, limit: in
     opens ``qrels/<split>.tsv`` and ``queries.jsonl`` and no other split's file), restricted to queries
     with a judged-relevant document; the first ``limit`` queries when given. Raises ConfigError for the
     test split (see :func:`check_split`), a missing or malformed file, or a split with nothing relevant."""
-    from hybridsearch.eval.datasets import load_collection
-
     check_split(split, allow_test)
     coll = load_collection(dataset, split).limit(limit)
     qrels = {q: dict(j) for q, j in coll.qrels.items() if relevant_ids(j)}
     if not qrels:
         raise ConfigError(f"split {split!r} of {coll.root} judges no document relevant: nothing to train on")
-    root = coll.root.resolve()
-    qrels_file = next((p for p in (root / "qrels" / f"{split}.tsv", root / "qrels" / f"{split}.tsv.gz")
-                       if p.exists()), root / "qrels" / f"{split}.tsv")
+    qrels_file = coll.root.resolve() / "qrels" / coll.qrels_path.name
     return SplitData(split, {q: coll.queries[q] for q in qrels}, qrels, [str(qrels_file)])
 
 

@@ -13,8 +13,8 @@ The steps (``hsp train-reranker`` runs them all, see :func:`run_training`):
 4. Model selection. With ``folds >= 2`` (default 3) :func:`cross_validate` trains one model per fold,
    scores the held-out fold's fused candidates after every epoch, and chooses the epoch count and the
    blend with the fused order on the pooled out-of-fold scores of *all* training queries
-   (:mod:`hybridsearch.training.folds`); the final model is then fitted on all queries and stopped at
-   the chosen epoch. With ``folds=0`` one ``val_fraction`` slice is held out as before.
+   (:mod:`hybridsearch.training.validation`); the final model is then fitted on all queries and stopped at
+   the chosen epoch. With ``folds=0`` one ``val_fraction`` slice is held out instead.
 5. The model is saved as a normal sentence-transformers CrossEncoder folder with ``card.json`` and
    ``README.md`` (:mod:`hybridsearch.training.card`).
 """
@@ -33,15 +33,8 @@ from hybridsearch.progress import ProgressSink, counter
 from hybridsearch.training.callbacks import make_callbacks
 from hybridsearch.training.card import make_card, save_model
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
-from hybridsearch.training.folds import kfold, summarize
 from hybridsearch.training.negatives import MinedData, Pair, load_split, mine
-from hybridsearch.training.validation import (
-    BLEND_GRID,
-    blended_scores,
-    choose_blend,
-    rerank_metrics,
-    rerank_validation_evaluator,
-)
+from hybridsearch.training.validation import kfold, rerank_metrics, rerank_validation_evaluator, summarize
 
 if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder
@@ -49,10 +42,6 @@ if TYPE_CHECKING:
     from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import EngineClient
     from hybridsearch.settings import Settings
-
-_rerank_validation_evaluator = rerank_validation_evaluator  # the name tests knew
-__all__ = ["BLEND_GRID", "blended_scores", "choose_blend", "cross_validate", "load_base", "query_lists",
-           "rerank_metrics", "run_training", "train_cross_encoder"]
 
 
 # ------------------------------------------------------------------------------------------ training
@@ -207,7 +196,7 @@ def run_training(cfg: TrainingConfig, settings: Settings, *, es: EngineClient | 
     split, bad collection, no pairs),
     IndexNotFound (collection not ingested under this prefix), ModelError, ClusterError."""
     from hybridsearch.engine import connect
-    from hybridsearch.eval.splits import check_disjoint
+    from hybridsearch.eval.datasets import check_disjoint
     from hybridsearch.training.negatives import IndexMiner
 
     data = load_split(cfg.dataset, cfg.split, allow_test=cfg.allow_test, limit=cfg.limit_queries)
