@@ -238,7 +238,7 @@ def test_card_warns_when_the_kept_epoch_does_not_beat_the_base(tmp_path: Path) -
     assert beats_base(EmbedderResult([EmbedderEpoch(1, 0.5)], best_epoch=1)) is None  # no epoch 0: no verdict
 
 
-def test_save_embedder_writes_the_folder_card_and_readme(tmp_path: Path) -> None:
+def test_save_model_writes_the_embedder_folder_card_and_readme(tmp_path: Path) -> None:
     card = _card(tmp_path)
     out = save_model(FakeModel(), tmp_path / "m", card)
     assert (out / "model.safetensors").exists() and (out / "README.md").read_text().startswith("# Domain embedding")

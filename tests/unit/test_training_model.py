@@ -213,7 +213,7 @@ def test_choose_blend_picks_the_weight_that_serves_validation_best() -> None:
     assert w == 0.25 and ndcg == pytest.approx(1.0)
 
 
-def test_recommended_blend_reads_our_card_only(tmp_path: Path) -> None:
+def test_serving_hints_read_our_card_only(tmp_path: Path) -> None:
     def card(body: object) -> Path:
         d = tmp_path / str(len(list(tmp_path.iterdir())))
         d.mkdir()

@@ -168,7 +168,7 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
         table.add_row(f"{e.epoch}{mark}", _f(e.ndcg_at_10), _f(e.mrr_at_10), _f(e.blend, 2),
                       _f(e.blend_ndcg_at_10), _f(e.train_loss))
     console.print(table)
-    _print_folds(card)
+    print_folds(card)
     if view.beats_fused is False:
         console.print(styled(("warning:", "bold yellow"), " even blended with the fused order, the kept epoch ranks "
                              "the held-out queries no better than the fused hybrid order: do not serve this model "
@@ -185,8 +185,9 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _print_folds(card: Mapping[str, Any]) -> None:
-    cv = card.get("cross_validation")  # validation.CVSummary.as_dict(); none for a one-slice card
+def print_folds(card: Mapping[str, Any]) -> None:
+    """The k-fold table of a reranker's card (nothing for a one-slice card)."""
+    cv = card.get("cross_validation")  # validation.CVSummary.as_dict()
     if not isinstance(cv, dict):
         return
     table = Table(title=f"{cv['folds']}-fold estimate (each fold measured with the epochs and blend chosen on "
