@@ -35,7 +35,7 @@ import numpy as np
 from hybridsearch.embedding.encoder import Embedder, load_sentence_transformer
 from hybridsearch.embedding.models import pick_device
 from hybridsearch.embedding.prompts import Prompts, model_prompts
-from hybridsearch.progress import ProgressSink, counter, tracker
+from hybridsearch.progress import ProgressSink, tracker
 from hybridsearch.training.config import EmbedderConfig, EmbedderEpoch, EmbedderResult
 from hybridsearch.training.embedder_data import (
     DenseValidation,
@@ -260,7 +260,7 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     try:
         miner = IndexMiner(client, settings, embedder, passage=lambda t, x: embed_text(t, x, prepend))
         got = collect(miner, data, depth=cfg.depth, val_fraction=cfg.val_fraction, seed=cfg.seed,
-                      progress=counter(progress))
+                      progress=progress)
         chunks = scan_chunks(client, settings, miner.index)
     finally:
         if own:

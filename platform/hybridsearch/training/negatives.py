@@ -22,6 +22,7 @@ from hybridsearch.engine import engine_errors
 from hybridsearch.errors import ClusterError, ConfigError
 from hybridsearch.eval.datasets import check_split, load_collection
 from hybridsearch.indices import resolve_index
+from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.visibility import visible_filter
 
 if TYPE_CHECKING:
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
 
 Strategy = Literal["sample", "top"]
 Qrels = Mapping[str, Mapping[str, int]]
-Progress = Callable[[str, int], Callable[[], None]]  # (description, total) -> advance()
 PassageFn = Callable[[str | None, str], str]  # (title, text) of a stored chunk -> the text trained on
 _WORD = re.compile(r"[a-z0-9]+")
 INF = float("inf")
@@ -353,10 +353,6 @@ def load_split(dataset: Path, split: str, *, allow_test: bool = False, limit: in
     return SplitData(split, {q: coll.queries[q] for q in qrels}, qrels, [str(qrels_file)])
 
 
-def _no_progress(_desc: str, _total: int) -> Callable[[], None]:
-    return lambda: None
-
-
 @dataclass
 class Collected:
     """What the index gave for one split: the seeded train/validation query split, each query's hybrid
@@ -370,16 +366,16 @@ class Collected:
 
 
 def collect(miner: Miner, data: SplitData, *, depth: int = 30, val_fraction: float = 0.1, seed: int = 42,
-            progress: Progress = _no_progress) -> Collected:
+            progress: ProgressSink | None = None) -> Collected:
     """Split ``data``'s queries (seeded) into train and validation and fetch each query's hybrid
     top-``depth`` and the passages of the training queries' judged documents the search missed."""
     started = time.perf_counter()
     train_qids, val_qids = split_queries(data.queries, val_fraction, seed)
     candidates: dict[str, list[Candidate]] = {}
-    advance = progress("mining hard negatives", len(data.queries))
+    task = Task(progress, "mining hard negatives", len(data.queries))
     for qid in train_qids + val_qids:
         candidates[qid] = miner.candidates(data.queries[qid], depth)
-        advance()
+        task.advance()
     wanted = [
         (qid, data.queries[qid], doc_id)
         for qid in train_qids
@@ -392,7 +388,7 @@ def collect(miner: Miner, data: SplitData, *, depth: int = 30, val_fraction: flo
 
 def mine(miner: Miner, data: SplitData, *, depth: int = 30, negatives: int = 4, val_fraction: float = 0.1,
          seed: int = 42, strategy: Strategy = "sample", policy: NegativePolicy | None = None,
-         progress: Progress = _no_progress) -> MinedData:
+         progress: ProgressSink | None = None) -> MinedData:
     """:func:`collect` the split's candidates and build the reranker's training pairs (``negatives`` per query,
     drawn from what ``policy`` keeps) and validation lists. ``pool`` holds the train queries' candidates, for
     k-fold validation. Raises ConfigError when no pair can be made."""

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from hybridsearch.embedding.models import pick_device, resolve_model
 from hybridsearch.errors import ModelError
-from hybridsearch.progress import ProgressSink, counter
+from hybridsearch.progress import ProgressSink
 from hybridsearch.training.callbacks import make_callbacks
 from hybridsearch.training.card import make_card, save_model
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
@@ -208,7 +208,7 @@ def run_training(cfg: TrainingConfig, settings: Settings, *, es: EngineClient | 
         miner = IndexMiner(client, settings, embedder)
         mined = mine(miner, data, depth=cfg.depth, negatives=cfg.negatives,
                      val_fraction=0.0 if cfg.cross_validating else cfg.val_fraction, seed=cfg.seed,
-                     strategy=cfg.strategy, policy=cfg.policy, progress=counter(progress))
+                     strategy=cfg.strategy, policy=cfg.policy, progress=progress)
     finally:
         if own:
             client.close()
