@@ -70,11 +70,3 @@ def tracker(sink: ProgressSink | None) -> Callable[[str, int], Callable[[int], N
     def track(name: str, total: int) -> Callable[[int], None]:
         return Task(sink, name, total).advance
     return track
-
-
-def counter(sink: ProgressSink | None) -> Callable[[str, int], Callable[[], None]]:
-    """``(description, total) -> advance()`` by-one callbacks, for steps that take that shape."""
-    def start(name: str, total: int) -> Callable[[], None]:
-        task = Task(sink, name, total)
-        return lambda: task.advance()
-    return start

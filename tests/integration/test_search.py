@@ -145,14 +145,13 @@ def test_each_fusion_recorded_in_the_index_fuses_the_real_lists(es: EngineClient
                                                                 embedder: Embedder, method: str) -> None:
     """``hsp index fusion``'s path records the fusion in the live index's _meta; a new client reads it there and
     fuses the node's lists with it, as the pure fusion does on the scores each hit reports."""
-    from hybridsearch.indices import index_meta
-
     from hybridsearch.eval.calibrate import record_fusion
+    from hybridsearch.index.versions import index_meta
     from hybridsearch.query.fusion import Fusion
 
     index_corpus(es, settings, embedder)
     recorded = Fusion(method=method, weights=(1.0, 2.0))  # type: ignore[arg-type]
-    index = record_fusion(es, settings, recorded)
+    index = record_fusion(es, settings.index, recorded)
     meta = index_meta(es, index)
     assert meta["fusion"] == recorded.to_meta() and meta["fusion_calibration"] is None
     assert meta["embedding_model"] == settings.embedding.model  # the rest of _meta kept

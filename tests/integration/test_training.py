@@ -16,7 +16,6 @@ from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import IndexMismatch
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
-from hybridsearch.rerank.card import read_card
 from hybridsearch.settings import Settings
 from hybridsearch.training.config import TrainingConfig
 from hybridsearch.training.negatives import IndexMiner, load_split, relevant_ids
@@ -92,7 +91,7 @@ def test_train_reranker_trains_a_servable_model_from_train_queries_only(
                          max_overlap=0.9)  # the mini collection's templated documents share most words
     card = run_training(cfg, settings, es=es, embedder=embedder, progress=None)
 
-    assert read_card(out) == card
+    assert json.loads((out / "card.json").read_text(encoding="utf-8")) == card
     test_qids = {line.split("\t")[0] for line in (collection / "qrels" / "test.tsv").read_text().splitlines()[1:]}
     train = load_split(collection, "train")
     assert set(train.queries).isdisjoint(test_qids)
@@ -156,7 +155,6 @@ def test_train_embedder_trains_a_model_an_index_migrates_to_while_searches_run(
     from hybridsearch.index.versions import index_meta
     from hybridsearch.training.config import EmbedderConfig
     from hybridsearch.training.embedder import run_embedder_training
-    from hybridsearch.training.embedder_card import read_embedder_card
 
     monkeypatch.setenv("HSP_CACHE", str(tmp_path / "hsp-cache"))
     out = tmp_path / "embedder"
@@ -166,7 +164,7 @@ def test_train_embedder_trains_a_model_an_index_migrates_to_while_searches_run(
                                  progress=None)
 
     # trained on train queries only, checked against the test file, validated before and after training
-    assert read_embedder_card(out) == card
+    assert json.loads((out / "card.json").read_text(encoding="utf-8")) == card
     assert [Path(f).name for f in card["files_read"]] == ["train.tsv"]
     assert [Path(f).name for f in card["checked_disjoint_from"]] == ["test.tsv"]
     assert card["queries"]["train"] + card["queries"]["validation"] == 18

@@ -14,7 +14,7 @@ import pytest
 import hybridsearch.eval.calibrate as calibrate_mod
 from hybridsearch.errors import ConfigError
 from hybridsearch.eval.calibrate import FusionCalibration, calibrate_fusion
-from hybridsearch.progress import ProgressEvent, Task, counter
+from hybridsearch.progress import ProgressEvent, Task
 from hybridsearch.query.results import Hit, SearchResult, StageScore
 from hybridsearch.settings import load_settings
 
@@ -96,9 +96,6 @@ def test_a_task_reports_counts_and_finishes_once() -> None:
     task.finish()
     assert [(e.done, e.detail, e.finished) for e in events] == [(0, "", False), (1, "", False), (1, "half", False),
                                                                 (2, "half", True)]
-    tick = counter(events.append)("dense", 1)
-    tick()
-    assert events[-1] == ProgressEvent("dense", 1, 1, finished=True)
 
 
 CORE_WITHOUT_RICH = """

@@ -13,16 +13,15 @@ import pytest
 
 from hybridsearch.cli.main import main
 from hybridsearch.errors import ConfigError
-from hybridsearch.eval.splits import check_disjoint
-from hybridsearch.training.config import EmbedderConfig, EmbedderEpoch, EmbedderResult
-from hybridsearch.training.embedder_card import (
-    KIND,
+from hybridsearch.eval.datasets import check_disjoint
+from hybridsearch.training.card import (
+    EMBEDDER_KIND,
     beats_base,
-    card_markdown,
+    embedder_markdown,
     make_embedder_card,
-    read_embedder_card,
-    save_embedder,
+    save_model,
 )
+from hybridsearch.training.config import EmbedderConfig, EmbedderEpoch, EmbedderResult
 from hybridsearch.training.embedder_data import (
     Chunk,
     DenseValidation,
@@ -219,7 +218,7 @@ def _card(tmp_path: Path, kept: float = 0.75) -> dict[str, Any]:
 
 def test_card_records_recipe_data_and_validation(tmp_path: Path) -> None:
     card = _card(tmp_path)
-    assert card["kind"] == KIND and card["split"] == "train"
+    assert card["kind"] == EMBEDDER_KIND and card["split"] == "train"
     assert list(card["qrels_sha256"]) == ["train.tsv"] and len(card["qrels_sha256"]["train.tsv"]) == 64
     assert [Path(f).name for f in card["checked_disjoint_from"]] == ["test.tsv"]
     assert card["training"]["loss"].startswith("MultipleNegativesRankingLoss")
@@ -227,7 +226,7 @@ def test_card_records_recipe_data_and_validation(tmp_path: Path) -> None:
     assert card["negatives"]["dropped_as_likely_false_negatives"]["similar"] == 3
     assert card["validation"]["best_epoch"] == 1 and card["validation"]["beats_base"] is True
     assert [e["epoch"] for e in card["validation"]["per_epoch"]] == [0, 1, 2]
-    text = card_markdown(card)
+    text = embedder_markdown(card)
     assert "| 1 (kept) | 0.7500 |" in text and "| 0 (base) | 0.7000 |" in text and "Warning" not in text
     assert "hsp index migrate --to-model" in text
     json.dumps(card)  # serialisable as is
@@ -235,20 +234,19 @@ def test_card_records_recipe_data_and_validation(tmp_path: Path) -> None:
 
 def test_card_warns_when_the_kept_epoch_does_not_beat_the_base(tmp_path: Path) -> None:
     card = _card(tmp_path, kept=0.69)
-    assert card["validation"]["beats_base"] is False and "Warning" in card_markdown(card)
+    assert card["validation"]["beats_base"] is False and "Warning" in embedder_markdown(card)
     assert beats_base(EmbedderResult([EmbedderEpoch(1, 0.5)], best_epoch=1)) is None  # no epoch 0: no verdict
 
 
-def test_save_embedder_writes_the_folder_card_and_readme(tmp_path: Path) -> None:
+def test_save_model_writes_the_embedder_folder_card_and_readme(tmp_path: Path) -> None:
     card = _card(tmp_path)
-    out = save_embedder(FakeModel(), tmp_path / "m", card)
+    out = save_model(FakeModel(), tmp_path / "m", card)
     assert (out / "model.safetensors").exists() and (out / "README.md").read_text().startswith("# Domain embedding")
-    assert read_embedder_card(out) == card
-    assert read_embedder_card(tmp_path) is None
+    assert json.loads((out / "card.json").read_text(encoding="utf-8")) == card
 
 
 def test_the_cli_reads_the_card_through_a_typed_view(tmp_path: Path) -> None:
-    from hybridsearch.training.embedder_card import EmbedderCard
+    from hybridsearch.training.card import EmbedderCard
 
     card = _card(tmp_path)
     view = EmbedderCard.of(card)

@@ -7,11 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from hybridsearch.engine import ELASTICSEARCH
 from hybridsearch.errors import ConfigError
 from hybridsearch.eval.harness import git_info, redacted_settings
-from hybridsearch.eval.prepare import build_signature, eval_settings, index_signature
-from hybridsearch.index.spec import load_template
+from hybridsearch.eval.prepare import build_signature, eval_settings
 from hybridsearch.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,10 +37,8 @@ def test_eval_settings_use_their_own_prefix() -> None:
         eval_settings(load_settings(), "Bad Prefix")
 
 
-def test_an_index_built_from_the_template_has_the_signature_the_settings_expect() -> None:
+def test_the_build_signature_follows_the_settings() -> None:
     s = load_settings()
-    mapping = load_template("chunks", s, ELASTICSEARCH)["template"]["mappings"]
-    assert index_signature(mapping, ELASTICSEARCH) == build_signature(s)
     other = load_settings(index={"index_options": "hnsw"}, chunking={"max_tokens": 128})
     sig = build_signature(other)
     assert sig != build_signature(s) and sig["index_options"] == "hnsw"

@@ -173,7 +173,7 @@ def test_baseline_without_common_modes_or_invalid_is_a_config_error(tmp_path: Pa
 
 
 def test_markdown_and_chart(tmp_path: Path) -> None:
-    from hybridsearch.eval.plots import write_chart
+    from hybridsearch.eval.report import write_chart
 
     runs, reports = build(["bm25", "dense", "hybrid"])
     reports["hybrid+rerank"] = ModeReport(mode="hybrid+rerank", status="skipped", reason="no reranker configured")

@@ -13,7 +13,6 @@ import pytest
 from hybridsearch.engine import ELASTICSEARCH as ES
 from hybridsearch.engine import OPENSEARCH, Dialect, EngineInfo
 from hybridsearch.errors import AccessDenied, AliasConflict, ClusterError, IndexBlocked, IndexMismatch, IndexNotFound
-from hybridsearch.eval.prepare import build_signature, index_signature
 from hybridsearch.index.access import blocked, item_error
 from hybridsearch.index.fit import check_mapping, check_source, chunk_differences, log_differences
 from hybridsearch.index.spec import (
@@ -118,9 +117,6 @@ def test_the_one_fit_check(dialect: Dialect) -> None:
     assert chunk_differences(mapping, other, dialect=dialect) == []  # can serve: same model, dims, fields
     build = {d[0] for d in chunk_differences(mapping, other, dialect=dialect, level="build")}
     assert build == {"_meta.chunker_version", "analyzer", "embedding.index_options"}
-    # the evaluation's signature agrees with the build-level check
-    assert (index_signature(mapping, dialect) == build_signature(other)) is (not build)
-    assert index_signature(mapping, dialect) == build_signature(s)
     odd = copy.deepcopy(mapping)
     odd["properties"]["doc_id"] = {"type": "text"}
     assert ("doc_id.type", "keyword", "text") in chunk_differences(odd, s, dialect=dialect)

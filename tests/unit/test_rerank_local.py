@@ -133,7 +133,7 @@ def test_serve_reranker_overrides_keep_the_trained_length(tmp_path: Path) -> Non
     import argparse
     import json
 
-    from hybridsearch.cli.rerank import _with_overrides
+    from hybridsearch.cli.rerank import with_overrides
     from hybridsearch.settings import load_settings
 
     model = tmp_path / "trained"
@@ -141,7 +141,7 @@ def test_serve_reranker_overrides_keep_the_trained_length(tmp_path: Path) -> Non
     (model / "card.json").write_text(json.dumps({"kind": "hybridsearch-domain-reranker",
                                                  "serving": {"blend": 0.45, "max_length": 128}}))
     args = argparse.Namespace(model=str(model), device="cpu", url=None, batch_window_ms=None, no_batching=False)
-    cfg = _with_overrides(load_settings().reranker, args)
+    cfg = with_overrides(load_settings().reranker, args)
     assert cfg.max_length is None and LocalReranker(cfg).max_length == 128  # not the 512 fallback
-    forced = _with_overrides(load_settings(reranker={"max_length": 256}).reranker, args)
+    forced = with_overrides(load_settings(reranker={"max_length": 256}).reranker, args)
     assert LocalReranker(forced).max_length == 256

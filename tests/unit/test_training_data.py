@@ -10,8 +10,7 @@ from typing import TypedDict
 import pytest
 
 from hybridsearch.errors import ConfigError
-from hybridsearch.eval.datasets import read_qrels
-from hybridsearch.eval.splits import check_split
+from hybridsearch.eval.datasets import check_split, read_qrels
 from hybridsearch.query.reranking import passage_text as chunk_passage
 from hybridsearch.training.negatives import (
     Candidate,

@@ -10,18 +10,13 @@ from typing import Literal
 import numpy as np
 import pytest
 
-from hybridsearch.rerank.card import read_card, recommended_blend, trained_max_length
+from hybridsearch.rerank.card import serving_hints
 from hybridsearch.training.card import beats_fused, save_model
 from hybridsearch.training.card import make_card as _make_card
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
 from hybridsearch.training.negatives import Candidate, MinedData, SplitData, ValidationQuery, build_pairs
-from hybridsearch.training.reranker import (
-    _rerank_validation_evaluator,
-    choose_blend,
-    load_base,
-    rerank_metrics,
-    train_cross_encoder,
-)
+from hybridsearch.training.reranker import load_base, train_cross_encoder
+from hybridsearch.training.validation import choose_blend, rerank_metrics, rerank_validation_evaluator
 
 TOPICS = {
     "heart": "cardiac arrest blood pressure artery",
@@ -102,8 +97,7 @@ def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(ti
     scores = reranker.score("neuron brain", [p for _, p in pairs])
     assert len(scores) == 2 and all(np.isfinite(scores))
 
-    card = read_card(out)
-    assert json.loads((out / "card.json").read_text()) == card
+    card = json.loads((out / "card.json").read_text(encoding="utf-8"))
     assert card["split"] == "train" and card["base_model"] == str(tiny_base)
     assert card["pairs"] == {"total": len(mined.pairs), "positive": 10, "negative": 30,
                              "positives_missing_from_index": 0}
@@ -115,7 +109,7 @@ def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(ti
     assert kept == max(epochs, key=lambda e: e["blend_ndcg_at_10"])  # epochs compete on the served figure
     assert card["serving"]["blend"] == kept["blend"] and reranker.blend == kept["blend"]
     # the trained length is used unless HSP_RERANKER__MAX_LENGTH says otherwise
-    assert card["serving"]["max_length"] == 32 and trained_max_length(out) == 32
+    assert card["serving"]["max_length"] == 32 and serving_hints(out)[1] == 32
     assert LocalReranker(RerankerSettings(model=str(out))).max_length == 32
     assert LocalReranker(RerankerSettings(model=str(out), max_length=64)).max_length == 64
     assert LocalReranker(RerankerSettings(model=str(tiny_base))).max_length == 512  # no card: the default
@@ -124,7 +118,7 @@ def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(ti
     # the saved weights are the kept epoch's: re-validating them the way training did gives that epoch's
     # numbers (the same batches: a tiny random model scores candidates within 1e-7 of each other, so
     # scoring them in other batches can reorder ties)
-    again = _rerank_validation_evaluator(mined.validation, 32)(loaded)
+    again = rerank_validation_evaluator(mined.validation, 32)(loaded)
     assert again["val_ndcg@10"] == pytest.approx(kept["ndcg_at_10"], abs=1e-6)
     assert again["val_blend_ndcg@10"] == pytest.approx(kept["blend_ndcg_at_10"], abs=1e-6)
     readme = (out / "README.md").read_text()
@@ -139,7 +133,7 @@ def test_keep_last_saves_the_final_epoch_with_its_blend(tiny_base: Path, tmp_pat
     model, result = train_cross_encoder(mined, config(tiny_base, tmp_path / "m", epochs=3), progress=None)
     assert result.best_epoch == 3
     last = result.epochs[-1]
-    again = _rerank_validation_evaluator(mined.validation, 32)(model)  # as training validated (same batches)
+    again = rerank_validation_evaluator(mined.validation, 32)(model)  # as training validated (same batches)
     assert again["val_ndcg@10"] == pytest.approx(last.ndcg_at_10, abs=1e-6)
     card = _make_card(config(tiny_base, tmp_path / "m", epochs=3), _split(), mined, result)
     assert card["serving"]["blend"] == last.blend and card["training"]["keep"] == "last"
@@ -219,19 +213,19 @@ def test_choose_blend_picks_the_weight_that_serves_validation_best() -> None:
     assert w == 0.25 and ndcg == pytest.approx(1.0)
 
 
-def test_recommended_blend_reads_our_card_only(tmp_path: Path) -> None:
+def test_serving_hints_read_our_card_only(tmp_path: Path) -> None:
     def card(body: object) -> Path:
         d = tmp_path / str(len(list(tmp_path.iterdir())))
         d.mkdir()
         (d / "card.json").write_text(json.dumps(body))
         return d
 
-    assert recommended_blend(card({"kind": "hybridsearch-domain-reranker", "serving": {"blend": 0.3}})) == 0.3
-    assert recommended_blend(card({"kind": "other", "serving": {"blend": 0.3}})) is None
-    assert recommended_blend(card({"kind": "hybridsearch-domain-reranker", "serving": {"blend": 1.5}})) is None
-    assert recommended_blend(card({"kind": "hybridsearch-domain-reranker", "serving": {"blend": True}})) is None
-    assert recommended_blend(card({"kind": "hybridsearch-domain-reranker"})) is None
-    assert recommended_blend(tmp_path / "missing") is None
-    assert recommended_blend("cross-encoder/ms-marco-MiniLM-L-6-v2") is None
-    assert trained_max_length(card({"kind": "hybridsearch-domain-reranker", "serving": {"max_length": 128}})) == 128
-    assert trained_max_length(card({"kind": "hybridsearch-domain-reranker", "serving": {"max_length": "x"}})) is None
+    assert serving_hints(card({"kind": "hybridsearch-domain-reranker", "serving": {"blend": 0.3}}))[0] == 0.3
+    assert serving_hints(card({"kind": "other", "serving": {"blend": 0.3}}))[0] is None
+    assert serving_hints(card({"kind": "hybridsearch-domain-reranker", "serving": {"blend": 1.5}}))[0] is None
+    assert serving_hints(card({"kind": "hybridsearch-domain-reranker", "serving": {"blend": True}}))[0] is None
+    assert serving_hints(card({"kind": "hybridsearch-domain-reranker"}))[0] is None
+    assert serving_hints(tmp_path / "missing")[0] is None
+    assert serving_hints("cross-encoder/ms-marco-MiniLM-L-6-v2")[0] is None
+    assert serving_hints(card({"kind": "hybridsearch-domain-reranker", "serving": {"max_length": 128}}))[1] == 128
+    assert serving_hints(card({"kind": "hybridsearch-domain-reranker", "serving": {"max_length": "x"}}))[1] is None

@@ -11,18 +11,22 @@ import pytest
 from hybridsearch.errors import ConfigError
 from hybridsearch.training.card import card_markdown, make_card
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
-from hybridsearch.training.folds import choose, kfold, measure, nested_estimate, summarize
-from hybridsearch.training.hardneg import NegativePolicy, filter_negatives, overlap, positive_ranks, words
 from hybridsearch.training.negatives import (
     Candidate,
     MinedData,
+    NegativePolicy,
     Pair,
     PairStats,
     SplitData,
     ValidationQuery,
     build_pairs,
+    filter_negatives,
+    overlap,
+    positive_ranks,
+    words,
 )
 from hybridsearch.training.reranker import query_lists
+from hybridsearch.training.validation import choose, kfold, measure, nested_estimate, summarize
 
 # ----------------------------------------------------------------------------------------------- folds
 
@@ -184,12 +188,12 @@ def test_card_records_the_recipe_folds_and_per_fold_figures(tmp_path: Path) -> N
 
 def test_cli_prints_the_fold_table_of_a_cross_validated_card(tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
-    from hybridsearch.cli.train import _print_folds
+    from hybridsearch.cli.train import print_folds
 
     folds = [["q0", "q1", "q2"], ["q3", "q4", "q5"]]
     summary = summarize(POOL, {1: scores_that_find(POOL, {"q0"})}, folds)
-    _print_folds({"cross_validation": summary.as_dict()})
-    _print_folds({"cross_validation": None})  # a one-slice card: nothing to print
+    print_folds({"cross_validation": summary.as_dict()})
+    print_folds({"cross_validation": None})  # a one-slice card: nothing to print
     out = capsys.readouterr().out
     assert "2-fold estimate" in out and "validation estimate: gain" in out
 

@@ -188,7 +188,7 @@ def cmd_fusion(args: argparse.Namespace, settings: Settings) -> int:
     except ValueError:
         raise ConfigError(f"--weights {args.weights!r}: expected two numbers, BM25's and kNN's, e.g. 1,2") from None
     fusion = Fusion(method=args.method, k=args.k, weights=(bm25, knn), source="index")
-    index = record_fusion(connect(settings.es), settings, fusion)
+    index = record_fusion(connect(settings.es), settings.index, fusion)
     console.print(styled(f"{index}: hybrid searches fuse with ", (fusion.label, "bold")))
     if settings.query.fusion != "auto":
         console.print(styled(("HSP_QUERY__FUSION", "yellow"), f"={settings.query.fusion} overrides it here"))

@@ -24,7 +24,8 @@ SAMPLE_PASSAGES = [
 ]
 
 
-def _with_overrides(cfg: RerankerSettings, args: argparse.Namespace) -> RerankerSettings:
+def with_overrides(cfg: RerankerSettings, args: argparse.Namespace) -> RerankerSettings:
+    """``cfg`` with the options given on the command line."""
     update: dict[str, Any] = {}
     for key in ("model", "device", "url", "batch_window_ms"):
         value = getattr(args, key, None)
@@ -44,7 +45,7 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.rerank.service import create_app
     from hybridsearch.rerank.service import serve as serve_app
 
-    cfg = _with_overrides(settings.reranker, args)
+    cfg = with_overrides(settings.reranker, args)
     logging.getLogger("hybridsearch").setLevel(logging.INFO if args.verbose < 2 else logging.DEBUG)
     scorer = LocalReranker(cfg)
     if not args.lazy:
@@ -66,7 +67,7 @@ def check(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.rerank import make_reranker
     from hybridsearch.rerank.ranking import order_by_score
 
-    reranker = make_reranker(_with_overrides(settings.reranker, args))
+    reranker = make_reranker(with_overrides(settings.reranker, args))
     if reranker is None:
         raise ConfigError("reranking is disabled (HSP_RERANKER__ENABLED=false)")
     query = args.query or SAMPLE_QUERY

@@ -33,17 +33,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "and README.md; serve it with HSP_RERANKER__MODEL=DIR hsp serve-reranker."
         ),
     )
-    p.add_argument("dataset", type=Path, metavar="DATASET", help="BEIR collection folder")
-    p.add_argument("--split", default="train", help="qrels split to train on (default train; 'test' is refused)")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to write the model to")
+    _add_common(p)
     p.add_argument("--base", default=None, metavar="MODEL",
                    help="encoder to start from: Hub name or folder (default: HSP_EMBEDDING__MODEL, i.e. the "
                         "packaged all-MiniLM-L6-v2)")
     p.add_argument("--negatives", type=int, default=4, help="hard negatives per query (default 4)")
     p.add_argument("--depth", type=int, default=None,
                    help="hybrid candidates per query to mine from (default: HSP_RERANKER__DEPTH, 30)")
-    p.add_argument("--strategy", choices=("sample", "top"), default="sample",
-                   help="sample negatives from the candidates (default) or take the top-ranked ones")
     p.add_argument("--skip-top", type=int, default=0, metavar="N",
                    help="never take the fused top N as negatives (default 0)")
     p.add_argument("--keep-above-positive", action="store_true",
@@ -73,13 +69,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--keep", choices=("last", "best"), default="last",
                    help="save the last epoch (default: the annealed weights) or the epoch whose blended order "
                         "served the validation queries best (noisy with a few hundred validation queries)")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--limit-queries", type=int, default=None, metavar="N", help="use the first N queries only")
-    p.add_argument("--prefix", default=None, help="index prefix of the collection's index (HSP_INDEX__PREFIX)")
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: HSP_RERANKER__DEVICE)")
-    p.add_argument("--allow-test", action="store_true",
-                   help="allow --split test (never for a collection whose test numbers you report)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
     p.set_defaults(handler=train_reranker)
     _register_embedder(sub)
 
@@ -97,15 +87,11 @@ def _register_embedder(sub: argparse._SubParsersAction[argparse.ArgumentParser])
             "and roll an index over with `hsp index migrate --to-model DIR`."
         ),
     )
-    p.add_argument("dataset", type=Path, metavar="DATASET", help="BEIR collection folder")
-    p.add_argument("--split", default="train", help="qrels split to train on (default train; 'test' is refused)")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to write the model to")
+    _add_common(p)
     p.add_argument("--base", default=None, metavar="MODEL",
                    help="model to start from: Hub name or folder (default: HSP_EMBEDDING__MODEL)")
     p.add_argument("--negatives", type=int, default=1, help="hard negatives per (query, positive) row (default 1)")
     p.add_argument("--depth", type=int, default=30, help="hybrid candidates per query to mine from (default 30)")
-    p.add_argument("--strategy", choices=("sample", "top"), default="sample",
-                   help="sample negatives from the candidates (default) or take the top-ranked ones")
     p.add_argument("--skip-top", type=int, default=0, metavar="N",
                    help="never use the N best-ranked non-relevant candidates as negatives (default 0)")
     p.add_argument("--margin", type=float, default=0.95,
@@ -126,9 +112,6 @@ def _register_embedder(sub: argparse._SubParsersAction[argparse.ArgumentParser])
                         "by rank, random other chunks (0: always the whole index; default 2000)")
     p.add_argument("--keep", choices=("best", "last"), default="best",
                    help="save the epoch with the best validation nDCG@10 (default) or the last")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--limit-queries", type=int, default=None, metavar="N", help="use the first N queries only")
-    p.add_argument("--prefix", default=None, help="index prefix of the collection's index (HSP_INDEX__PREFIX)")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (default: a GPU when there is one)")
     p.add_argument("--threads", type=int, default=None, metavar="N",
                    help="torch CPU threads (default: torch's choice; on a CPU shared with other work, 1 can be "
@@ -136,10 +119,22 @@ def _register_embedder(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("--embedding-cache", type=Path, metavar="DIR", default=None,
                    help="where the base model's chunk vectors are cached (default: $HSP_CACHE/embeddings, filled "
                         "by `hsp eval`)")
+    p.set_defaults(handler=train_embedder)
+
+
+def _add_common(p: argparse.ArgumentParser) -> None:
+    """The options both trainers take."""
+    p.add_argument("dataset", type=Path, metavar="DATASET", help="BEIR collection folder")
+    p.add_argument("--split", default="train", help="qrels split to train on (default train; 'test' is refused)")
+    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to write the model to")
+    p.add_argument("--prefix", default=None, help="index prefix of the collection's index (HSP_INDEX__PREFIX)")
+    p.add_argument("--strategy", choices=("sample", "top"), default="sample",
+                   help="sample negatives from the candidates (default) or take the top-ranked ones")
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--limit-queries", type=int, default=None, metavar="N", help="use the first N queries only")
     p.add_argument("--allow-test", action="store_true",
                    help="allow --split test (never for a collection whose test numbers you report)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p.set_defaults(handler=train_embedder)
 
 
 def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
@@ -148,17 +143,12 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.training.config import TrainingConfig
     from hybridsearch.training.reranker import run_training
 
-    if args.prefix:
-        settings = settings.model_copy(update={"index": settings.index.model_copy(update={"prefix": args.prefix})})
+    settings = _with_prefix(settings, args.prefix)
     cfg = _validated(
-        TrainingConfig, dataset=args.dataset, split=args.split, out=args.out,
-        base=args.base or settings.embedding.model, negatives=args.negatives,
-        depth=args.depth or settings.reranker.depth, strategy=args.strategy,
-        epochs=args.epochs, batch_size=args.batch_size, max_length=args.max_length, lr=args.lr,
-        val_fraction=args.val_fraction, seed=args.seed, limit_queries=args.limit_queries,
-        allow_test=args.allow_test, device=args.device or settings.reranker.device, keep=args.keep,
-        loss=args.loss, folds=args.folds, skip_top=args.skip_top, min_gain=args.min_gain,
-        skip_above_positive=not args.keep_above_positive, max_overlap=args.max_overlap,
+        TrainingConfig, args, settings, depth=args.depth or settings.reranker.depth,
+        max_length=args.max_length, device=args.device or settings.reranker.device, loss=args.loss,
+        folds=args.folds, min_gain=args.min_gain, skip_above_positive=not args.keep_above_positive,
+        max_overlap=args.max_overlap,
     )
     started = time.perf_counter()
     with RichProgress(enabled=not args.no_progress, keep_finished=False) as progress:
@@ -178,7 +168,7 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
         table.add_row(f"{e.epoch}{mark}", _f(e.ndcg_at_10), _f(e.mrr_at_10), _f(e.blend, 2),
                       _f(e.blend_ndcg_at_10), _f(e.train_loss))
     console.print(table)
-    _print_folds(card)
+    print_folds(card)
     if view.beats_fused is False:
         console.print(styled(("warning:", "bold yellow"), " even blended with the fused order, the kept epoch ranks "
                              "the held-out queries no better than the fused hybrid order: do not serve this model "
@@ -195,8 +185,9 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _print_folds(card: Mapping[str, Any]) -> None:
-    cv = card.get("cross_validation")  # folds.CVSummary.as_dict(); none for a one-slice card
+def print_folds(card: Mapping[str, Any]) -> None:
+    """The k-fold table of a reranker's card (nothing for a one-slice card)."""
+    cv = card.get("cross_validation")  # validation.CVSummary.as_dict()
     if not isinstance(cv, dict):
         return
     table = output_table(console, title=f"{cv['folds']}-fold estimate (each fold measured with the epochs and blend "
@@ -220,19 +211,14 @@ def _f(x: float | None, digits: int = 4) -> str:
 
 def train_embedder(args: argparse.Namespace, settings: Settings) -> int:
     """Handler of ``hsp train-embedder``. Raises ConfigError, IndexNotFound, ModelError, ClusterError."""
+    from hybridsearch.training.card import EmbedderCard
     from hybridsearch.training.config import EmbedderConfig
     from hybridsearch.training.embedder import run_embedder_training
-    from hybridsearch.training.embedder_card import EmbedderCard
 
-    if args.prefix:
-        settings = settings.model_copy(update={"index": settings.index.model_copy(update={"prefix": args.prefix})})
-    cfg = _validated(EmbedderConfig, dataset=args.dataset, split=args.split, out=args.out,
-                     base=args.base or settings.embedding.model, negatives=args.negatives, depth=args.depth,
-                     strategy=args.strategy, skip_top=args.skip_top, margin=None if args.no_margin else args.margin,
-                     epochs=args.epochs, batch_size=args.batch_size, max_seq_length=args.max_seq_length, lr=args.lr,
-                     val_fraction=args.val_fraction, val_corpus=args.val_corpus, seed=args.seed,
-                     limit_queries=args.limit_queries, allow_test=args.allow_test, device=args.device,
-                     threads=args.threads, keep=args.keep)
+    settings = _with_prefix(settings, args.prefix)
+    cfg = _validated(EmbedderConfig, args, settings, depth=args.depth, margin=None if args.no_margin else args.margin,
+                     max_seq_length=args.max_seq_length, val_corpus=args.val_corpus, device=args.device,
+                     threads=args.threads)
     started = time.perf_counter()
     with RichProgress(enabled=not args.no_progress, keep_finished=False) as progress:
         card = run_embedder_training(cfg, settings, cache_dir=args.embedding_cache, progress=progress)
@@ -264,14 +250,24 @@ def train_embedder(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _validated(model: type[M], **values: object) -> M:
-    """``model(**values)``, its validation errors as one ConfigError naming the options."""
+def _with_prefix(settings: Settings, prefix: str | None) -> Settings:
+    if not prefix:
+        return settings
+    return settings.model_copy(update={"index": settings.index.model_copy(update={"prefix": prefix})})
+
+
+def _validated(model: type[M], args: argparse.Namespace, settings: Settings, **values: object) -> M:
+    """``model`` from the options both trainers take and ``values``, its validation errors as one ConfigError
+    naming the options."""
     from pydantic import ValidationError
 
     from hybridsearch.errors import ConfigError
 
+    common = {name: getattr(args, name) for name in (
+        "dataset", "split", "out", "negatives", "strategy", "skip_top", "epochs", "batch_size", "lr", "val_fraction",
+        "seed", "limit_queries", "allow_test", "keep")}
     try:
-        return model.model_validate(values)
+        return model.model_validate({**common, "base": args.base or settings.embedding.model, **values})
     except ValidationError as exc:
         problems = "; ".join(f"--{'-'.join(str(p) for p in e['loc']).replace('_', '-')}: {e['msg']}"
                              for e in exc.errors())

@@ -1,18 +1,12 @@
 """``hsp doctor``: is everything a search needs in place, and if not, how to fix it.
 
-Each check returns a :class:`Check` with a status (OK, WARN, FAIL or SKIP), what it found and, when
-something is wrong, the fix. Areas: the cluster (reachable, version, health, disk against the
-cluster's own watermarks), the index (privileges, alias, ``_meta`` against the configured model,
-vector dims, chunk count), the log indices (exist, mapping fits their spec, not blocked, health), the
-embedding model (loads, dims) and the reranker (service ready, or the local cross-encoder loads). A
-reranker problem is a WARN: searches then keep the fused order.
-
-:func:`run_checks` runs every area in order; each area's checks live in its module: :mod:`.cluster` (reachable,
-version, health, disk), :mod:`.index` (privileges, alias, model, vectors, segments, BM25 and fusion, chunks,
-hidden documents, analyzer), :mod:`.logs` (the log indices) and :mod:`.models` (the embedder and the reranker).
-:mod:`.check` holds :class:`Check`, the one line of the report.
+Each check returns a :class:`Check` (:mod:`.check`) with a status (OK, WARN, FAIL or SKIP), what it found and,
+when something is wrong, the fix. :func:`run_checks` runs every area in order, each in its module:
+:mod:`.cluster` (reachable, version, health, disk against the cluster's watermarks), :mod:`.index` (privileges,
+alias, model, vectors, segments, BM25 and fusion, chunks, hidden documents, analyzer), :mod:`.logs` (the log
+indices) and :mod:`.models` (the embedder, and the reranker: a problem there is a WARN, as searches then keep
+the fused order).
 """
-
 from __future__ import annotations
 
 from collections.abc import Callable

@@ -10,7 +10,7 @@ The default (RRF k=60, equal weights) is kept unless a candidate beats it by mor
 estimate (choose on one half of the queries, score on the other) says how much of the gain is real.
 
 :func:`calibrate_fusion` is the whole workflow (``hsp calibrate-fusion`` only parses and renders): load the
-split, refuse test queries (:mod:`hybridsearch.eval.splits`, the guard training uses), record the lists,
+split, refuse test queries (:func:`~hybridsearch.eval.datasets.check_split`, the guard training uses), record the lists,
 choose, record the choice in the index's ``_meta`` and write the JSON report.
 """
 
@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hybridsearch.errors import ConfigError
+from hybridsearch.eval.datasets import check_disjoint, check_split
 from hybridsearch.eval.metrics import evaluate
-from hybridsearch.eval.splits import check_disjoint, check_split
 from hybridsearch.index.versions import checked_live_index, live_index, record_meta
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.query.fusion import Fusion
@@ -34,7 +34,7 @@ from hybridsearch.query.results import Mode, SearchResult
 
 if TYPE_CHECKING:
     from hybridsearch.engine import EngineClient
-    from hybridsearch.settings import Settings
+    from hybridsearch.settings import IndexSettings, Settings
 
 SearchFn = Callable[[str, Mode], SearchResult]  # one mode's search (no rerank) at the depth lists are fused at
 Scored = list[tuple[str, float]]  # (doc id, raw score), best first
@@ -157,13 +157,13 @@ class FusionCalibration:
     report: Path | None
 
 
-def record_fusion(es: EngineClient, settings: Settings, fusion: Fusion, *, calibration: dict[str, Any] | None = None,
+def record_fusion(es: EngineClient, cfg: IndexSettings, fusion: Fusion, *, calibration: dict[str, Any] | None = None,
                   index: str | None = None) -> str:
-    """Record ``fusion`` in the ``_meta`` of ``index`` (default: the index ``settings``' alias points at), whose
+    """Record ``fusion`` in the ``_meta`` of ``index`` (default: the index ``cfg``'s alias points at), whose
     hybrid searches then use it while ``HSP_QUERY__FUSION=auto``, with ``calibration``, what a calibration rests
     on (None: chosen without judgments, clearing an earlier calibration). Returns the index. Raises
     IndexNotFound, AliasConflict, ClusterError (e.g. AccessDenied)."""
-    index = index or live_index(es, settings.index)
+    index = index or live_index(es, cfg)
     record_meta(es, index, fusion=fusion.to_meta(), fusion_calibration=calibration)
     return index
 
@@ -214,7 +214,7 @@ def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train",
         when = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         meta = cal.meta(collection.name, collection.split, when)
         if not dry_run:
-            record_fusion(client_es, s, cal.chosen, calibration=meta, index=index)
+            record_fusion(client_es, s.index, cal.chosen, calibration=meta, index=index)
     finally:
         if es is None:
             client_es.close()

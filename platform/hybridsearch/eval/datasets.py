@@ -4,6 +4,9 @@
 queries judged in that split (BEIR's rule: a query without qrels in the split is not evaluated).
 The corpus itself is not loaded here — ingestion streams it from :attr:`Collection.corpus_path`.
 Every problem with the files raises :class:`hybridsearch.errors.ConfigError` naming the file and line.
+
+Training and fusion calibration choose on one split (``train`` or ``dev``) and are reported on another
+(``test``); :func:`check_split` and :func:`check_disjoint` guard that boundary for both.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import csv
 import gzip
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -20,6 +23,8 @@ from hybridsearch.errors import ConfigError
 from hybridsearch.jsonl import BadLine, parse_lines
 
 Qrels = dict[str, dict[str, int]]
+PROTECTED_SPLITS = frozenset({"test"})
+SHOWN_IDS = 5  # overlapping query ids named in the error
 
 
 @dataclass(frozen=True)
@@ -30,6 +35,7 @@ class Collection:
     root: Path
     split: str
     corpus_path: Path
+    qrels_path: Path
     queries: dict[str, str]
     qrels: Qrels
     skipped_queries: int = field(default=0, metadata={"doc": "judged queries missing from queries.jsonl"})
@@ -42,7 +48,7 @@ class Collection:
         if n is None or n >= len(self.queries):
             return self
         keep = sorted(self.queries, key=_natural_key)[:n]
-        return Collection(self.name, self.root, self.split, self.corpus_path,
+        return Collection(self.name, self.root, self.split, self.corpus_path, self.qrels_path,
                           {q: self.queries[q] for q in keep}, {q: self.qrels[q] for q in keep},
                           self.skipped_queries)
 
@@ -62,6 +68,14 @@ def _find(root: Path, stem: str) -> Path:
         if candidate.is_file():
             return candidate
     raise ConfigError(f"{root} is not a BEIR collection: no {stem} or {stem}.gz")
+
+
+def qrels_file(root: Path, split: str) -> Path | None:
+    """``qrels/<split>.tsv`` or ``.tsv.gz`` under ``root``, or None."""
+    try:
+        return _find(root / "qrels", f"{split}.tsv")
+    except ConfigError:
+        return None
 
 
 def collection_name(root: Path) -> str:
@@ -135,18 +149,17 @@ def load_collection(path: str | Path, split: str = "test") -> Collection:
         raise ConfigError(f"collection folder {root} does not exist")
     corpus = _find(root, "corpus.jsonl")
     queries_path = _find(root, "queries.jsonl")
-    try:
-        qrels_path = _find(root / "qrels", f"{split}.tsv")
-    except ConfigError:
+    qrels_path = qrels_file(root, split)
+    if qrels_path is None:
         splits = ", ".join(available_splits(root)) or "none"
-        raise ConfigError(f"{root} has no qrels for split {split!r} (available: {splits})") from None
+        raise ConfigError(f"{root} has no qrels for split {split!r} (available: {splits})")
     all_queries = read_queries(queries_path)
     qrels = read_qrels(qrels_path)
     judged = {q: all_queries[q] for q in qrels if q in all_queries}
     if not judged:
         raise ConfigError(f"no query of split {split!r} in {qrels_path} appears in {queries_path}")
     return Collection(
-        name=collection_name(root), root=root, split=split, corpus_path=corpus,
+        name=collection_name(root), root=root, split=split, corpus_path=corpus, qrels_path=qrels_path,
         queries=judged, qrels={q: qrels[q] for q in judged}, skipped_queries=len(qrels) - len(judged),
     )
 
@@ -159,3 +172,34 @@ def iter_corpus(path: Path, limit: int | None = None) -> Iterator[dict[str, str]
         if rec.get("_id") is None:
             raise ConfigError(f"{path}:{lineno}: a corpus record needs '_id'")
         yield {"_id": str(rec["_id"]), "title": str(rec.get("title") or ""), "text": str(rec.get("text") or "")}
+
+
+def check_split(split: str, allow_test: bool = False, purpose: str = "train") -> None:
+    """Raise ConfigError for a protected split (``test``) unless ``allow_test``: training or selecting anything
+    on test queries makes every number measured on them meaningless. ``purpose`` names the verb in the error."""
+    if split in PROTECTED_SPLITS and not allow_test:
+        raise ConfigError(
+            f"refusing to {purpose} on the {split!r} split: its queries are for reporting. Use 'train' "
+            "(or 'dev'); pass --allow-test only for a collection you will never evaluate on."
+        )
+
+
+def check_disjoint(dataset: Path, qids: Iterable[str], protected: Iterable[str] = PROTECTED_SPLITS,
+                   purpose: str = "training") -> list[str]:
+    """Raise ConfigError naming the query ids of ``qids`` also judged in a protected split (``test``) of
+    ``dataset`` (a query judged in both would carry its test answers into the choice; dropping it silently
+    would hide the overlap); returns the qrels files checked. ``purpose`` names the queries in the error."""
+    root = Path(dataset).expanduser().resolve()
+    ours = set(qids)
+    checked: list[str] = []
+    for split in sorted(protected):
+        path = qrels_file(root, split)
+        if path is None:
+            continue
+        shared = ours & set(read_qrels(path))
+        if shared:
+            some = ", ".join(sorted(shared)[:SHOWN_IDS]) + (" …" if len(shared) > SHOWN_IDS else "")
+            raise ConfigError(f"{len(shared)} {purpose} queries are also judged in {path} ({some}): {purpose} and "
+                              f"{split} queries must be disjoint, or every {split} figure is contaminated")
+        checked.append(str(path))
+    return checked

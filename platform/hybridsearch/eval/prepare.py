@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from hybridsearch.engine import Dialect, EngineClient, engine_errors, request
+from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
 from hybridsearch.index.fit import BUILD_META, chunk_differences
 from hybridsearch.index.spec import chunk_meta, index_options, parse_version, with_analyzer
@@ -53,16 +53,6 @@ def build_signature(settings: Settings) -> dict[str, Any]:
     sig = {k: meta.get(k) for k in REUSE_META}
     sig["analyzer"] = settings.index.analyzer
     sig["index_options"] = index_options(settings.index)["type"]
-    return sig
-
-
-def index_signature(mapping: dict[str, Any], dialect: Dialect) -> dict[str, Any]:
-    """The same keys as :func:`build_signature`, read from one index's mapping (on ``dialect``'s engine)."""
-    meta = mapping.get("_meta", {})
-    props = mapping.get("properties", {})
-    sig = {k: meta.get(k) for k in REUSE_META}
-    sig["analyzer"] = props.get("text", {}).get("analyzer", "standard")
-    sig["index_options"] = dialect.vector_summary(props.get("embedding", {})).options.get("type")
     return sig
 
 

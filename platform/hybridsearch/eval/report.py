@@ -1,6 +1,7 @@
 """The evaluation report: typed, written as JSON and Markdown, compared against a baseline.
 
-All numbers live in :class:`EvalReport`; the Markdown and the terminal tables are views of it.
+All numbers live in :class:`EvalReport`; the Markdown, the chart (:func:`write_chart`) and the terminal tables
+are views of it.
 """
 
 from __future__ import annotations
@@ -245,7 +246,7 @@ def _reranker_line(report: EvalReport) -> list[str]:
 
 
 def _identical_ids_line(dataset: dict[str, Any]) -> str:
-    """Which BEIR protocol the figures follow (reports written before the flag existed kept such hits)."""
+    """Which BEIR protocol the figures follow."""
     if dataset.get("ignore_identical_ids", False):
         return "- protocol: BEIR's (a hit whose id equals the query id is dropped)"
     return "- protocol: hits whose id equals the query id are kept (not comparable with BEIR tables)"
@@ -314,3 +315,50 @@ def to_markdown(report: EvalReport, diffs: list[Diff] | None = None, tolerance: 
                          f"({w.best_single_mode}) | {w.loss:.3f} | {ranks} |")
         lines.append("")
     return "\n".join(lines)
+
+
+PLOT_STAGES = ("embed", "search", "fusion", "rerank")
+
+
+def write_chart(report: EvalReport, path: Path) -> Path:
+    """Draw the chart of ``report`` to ``path`` (PNG, matplotlib's Agg backend); returns ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    modes = [m for m in report.modes if m.status == "ok"]
+    fig, (ax_q, ax_l) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 2]})
+    metric_keys = list(METRICS)
+    x = np.arange(len(metric_keys))
+    width = 0.8 / max(len(modes), 1)
+    for i, m in enumerate(modes):
+        values = [m.metrics.get(k, 0.0) for k in metric_keys]
+        bars = ax_q.bar(x + i * width - 0.4 + width / 2, values, width, label=m.mode)
+        ax_q.bar_label(bars, fmt="%.3f", fontsize=6, rotation=90, padding=2)
+    ax_q.set_xticks(x, [METRICS[k] for k in metric_keys])
+    ax_q.set_ylim(0, 1.22)
+    ax_q.set_ylabel("score")
+    ax_q.set_title(f"{report.dataset['name']} {report.dataset['split']}: quality per mode")
+    ax_q.legend(fontsize=8, loc="upper center", ncol=max(len(modes), 1))
+
+    names = [m.mode for m in modes]
+    bottom = np.zeros(len(modes))
+    for stage in PLOT_STAGES:
+        p50 = np.array([m.latency_ms[stage].p50 for m in modes])
+        ax_l.bar(names, p50, bottom=bottom, label=stage)
+        bottom += p50
+    for x_pos, total in enumerate(bottom):
+        ax_l.annotate(f"{total:.1f}", (x_pos, total), ha="center", va="bottom", fontsize=7)
+    p95 = [m.latency_ms["total"].p95 for m in modes]
+    ax_l.scatter(names, p95, marker="_", s=400, color="black", label="total p95", zorder=3)
+    ax_l.set_ylabel("ms (p50 per stage, stacked)")
+    ax_l.set_title("latency per stage")
+    ax_l.tick_params(axis="x", labelrotation=20)
+    ax_l.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

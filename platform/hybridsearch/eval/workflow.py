@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hybridsearch.errors import ConfigError
-from hybridsearch.eval.report import Diff, EvalReport, compare, load_report, to_markdown
+from hybridsearch.eval.report import Diff, EvalReport, compare, load_report, to_markdown, write_chart
 from hybridsearch.eval.runner import DEFAULT_MODES, parse_modes
 from hybridsearch.progress import ProgressSink, note
 
@@ -82,8 +82,6 @@ def report_stem(report: EvalReport, out: Path, when: dt.datetime | None = None) 
 
 def write_reports(report: EvalReport, out: Path, diffs: list[Diff] | None, tolerance: float) -> list[Path]:
     """Write ``eval-<dataset>-<split>-<UTC time>[-n].json/.md/.png`` under ``out``; returns the paths."""
-    from hybridsearch.eval.plots import write_chart
-
     out.mkdir(parents=True, exist_ok=True)
     stem = report_stem(report, out)
     json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")

@@ -3,29 +3,17 @@
 ``hsp train-reranker`` (:mod:`hybridsearch.training.card`) writes the card next to the model. Serving
 reads two values from it: the rerank blend chosen on held-out training queries (``serving.blend``)
 and the token length it was trained with (``serving.max_length``).
-:class:`~hybridsearch.rerank.local.LocalReranker` reads both (:func:`recommended_blend`,
-:func:`trained_max_length`), so a served model is used the way it was validated.
+:class:`~hybridsearch.rerank.local.LocalReranker` reads both (:func:`serving_hints`), so a served model is
+used the way it was validated.
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
-
-from hybridsearch.errors import ModelError
 
 CARD_FILE = "card.json"
 KIND = "hybridsearch-domain-reranker"
-
-
-def read_card(folder: Path) -> dict[str, Any]:
-    """The ``card.json`` of a trained model folder. Raises ModelError when there is none."""
-    path = Path(folder) / CARD_FILE
-    if not path.exists():
-        raise ModelError(f"{folder} has no {CARD_FILE}: not a model trained by `hsp train-reranker`")
-    card: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
-    return card
 
 
 def valid_blend(value: object) -> float | None:
@@ -50,16 +38,6 @@ def serving_hints(model: str | Path) -> tuple[float | None, int | None]:
     n = serving.get("max_length")
     length = n if isinstance(n, int) and not isinstance(n, bool) and n >= 8 else None
     return valid_blend(serving.get("blend")), length
-
-
-def recommended_blend(model: str | Path) -> float | None:
-    """``serving.blend`` from the card of the model folder ``model`` (see :func:`serving_hints`)."""
-    return serving_hints(model)[0]
-
-
-def trained_max_length(model: str | Path) -> int | None:
-    """``serving.max_length`` (the ``--max-length`` trained with) from the card (see :func:`serving_hints`)."""
-    return serving_hints(model)[1]
 
 
 def effective_blend(setting: float | None, recommended: object) -> tuple[float, str]:

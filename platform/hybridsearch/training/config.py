@@ -1,9 +1,5 @@
 """What a training run is given and what it measured: the reranker's (:class:`TrainingConfig`, :class:`TrainResult`)
-and the embedder's (:class:`EmbedderConfig`, :class:`EmbedderResult`).
-
-Shared by the trainer (:mod:`.reranker`) and the card writer (:mod:`.card`), which import this module
-and not each other.
-"""
+and the embedder's (:class:`EmbedderConfig`, :class:`EmbedderResult`)."""
 
 from __future__ import annotations
 
@@ -14,24 +10,34 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from hybridsearch.settings import DEFAULT_EMBEDDING_MODEL
-from hybridsearch.training.hardneg import NegativePolicy
-from hybridsearch.training.negatives import Strategy
+from hybridsearch.training.negatives import NegativePolicy, Strategy
 
 Loss = Literal["lambda", "bce"]
 LOSS_NAMES = {"lambda": "LambdaLoss (NDCGLoss2++ weighting, listwise over each query's positives and negatives)",
               "bce": "BinaryCrossEntropyLoss (pointwise)"}
 
 
-class TrainingConfig(BaseModel):
-    """Everything that decides a trained model; defaults match ``hsp train-reranker``."""
+class _RunConfig(BaseModel):
+    """What both trainers are given: the collection, the split, the folder to write and the shared knobs."""
 
     dataset: Path
     split: str = "train"
     out: Path
     base: str = DEFAULT_EMBEDDING_MODEL
-    negatives: int = Field(4, ge=0, description="mined negatives per training query")
-    depth: int = Field(30, ge=1, le=100, description="hybrid candidates per query to mine from (= rerank depth)")
+    depth: int = Field(30, ge=1, le=100, description="hybrid candidates per query to mine from")
     strategy: Strategy = "sample"
+    skip_top: int = Field(0, ge=0, description="fused ranks never used as negatives")
+    warmup_ratio: float = Field(0.1, ge=0, lt=1)
+    seed: int = 42
+    limit_queries: int | None = Field(None, ge=1)
+    allow_test: bool = False
+    device: str = "auto"
+
+
+class TrainingConfig(_RunConfig):
+    """Everything that decides a trained reranker; defaults match ``hsp train-reranker``."""
+
+    negatives: int = Field(4, ge=0, description="mined negatives per training query")
     epochs: int = Field(2, ge=1, description="epochs to train; with folds, the most epochs tried (the "
                                              "final fit stops at the count chosen on the folds)")
     batch_size: int = Field(16, ge=1)
@@ -42,16 +48,10 @@ class TrainingConfig(BaseModel):
                                                    "then one fit on all of them; 0: one --val-fraction slice")
     min_gain: float = Field(0.0, description="with folds: serve at blend 0 (the fused order) unless the nested "
                                              "estimate of the gain over the fused order is above this")
-    skip_top: int = Field(0, ge=0, description="fused ranks never used as negatives")
     skip_above_positive: bool = True
     max_overlap: float = Field(0.6, gt=0, le=1, description="word-Jaccard with a positive from which a "
                                                             "candidate counts as a duplicate (1: off)")
-    warmup_ratio: float = Field(0.1, ge=0, lt=1)
     val_fraction: float = Field(0.15, ge=0, lt=1)
-    seed: int = 42
-    limit_queries: int | None = Field(None, ge=1)
-    allow_test: bool = False
-    device: str = "auto"
     keep: Literal["last", "best"] = Field(
         "last", description="weights to save: the last epoch's (annealed; default) or the epoch with the best "
                             "served validation nDCG@10 (noisy when there are few validation queries)")
@@ -63,7 +63,7 @@ class TrainingConfig(BaseModel):
 
     @property
     def policy(self) -> NegativePolicy:
-        """Which mined candidates may be negatives (:mod:`hybridsearch.training.hardneg`)."""
+        """Which mined candidates may be negatives (:func:`hybridsearch.training.negatives.filter_negatives`)."""
         return NegativePolicy(self.skip_top, self.skip_above_positive, self.max_overlap)
 
     @property
@@ -89,21 +89,14 @@ class TrainResult:
     seconds: float = 0.0
     device: str = "cpu"
     steps: int = 0
-    cv: dict[str, Any] | None = None  # folds.CVSummary.as_dict() when chosen by k-fold
+    cv: dict[str, Any] | None = None  # validation.CVSummary.as_dict() when chosen by k-fold
     cv_seconds: float = 0.0
 
 
-class EmbedderConfig(BaseModel):
+class EmbedderConfig(_RunConfig):
     """Everything that decides a fine-tuned bi-encoder; defaults match ``hsp train-embedder``."""
 
-    dataset: Path
-    split: str = "train"
-    out: Path
-    base: str = DEFAULT_EMBEDDING_MODEL
     negatives: int = Field(1, ge=0, le=8, description="mined hard negatives per (query, positive) row")
-    depth: int = Field(30, ge=1, le=100, description="hybrid candidates per query to mine from")
-    strategy: Strategy = "sample"
-    skip_top: int = Field(0, ge=0, description="non-relevant candidates at the very top never used as negatives")
     margin: float | None = Field(
         0.95, gt=0, le=1, description="drop a candidate as a likely false negative when the base model's "
                                       "similarity to the query is above margin × that of the query's positive")
@@ -112,13 +105,8 @@ class EmbedderConfig(BaseModel):
     max_seq_length: int | None = Field(None, ge=16, le=512, description="tokens per text while training "
                                                                         "(default: the base model's)")
     lr: float = Field(3e-5, gt=0)
-    warmup_ratio: float = Field(0.1, ge=0, lt=1)
     val_fraction: float = Field(0.2, ge=0, lt=1)
     val_corpus: int = Field(2000, ge=0, description="chunks the validation ranks (0: the whole index)")
-    seed: int = 42
-    limit_queries: int | None = Field(None, ge=1)
-    allow_test: bool = False
-    device: str = "auto"
     threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
     keep: Literal["last", "best"] = Field("best", description="the epoch with the best validation nDCG@10, "
                                                               "or the last")

@@ -1,7 +1,7 @@
 """Fine-tune the bi-encoder on a collection's own judgments (``hsp train-embedder``, :func:`run_embedder_training`).
 
 1. :func:`~hybridsearch.training.negatives.load_split` reads ONE split (``test`` refused) and
-   :func:`~hybridsearch.eval.splits.check_disjoint` checks no training query is judged in ``test``.
+   :func:`~hybridsearch.eval.datasets.check_disjoint` checks no training query is judged in ``test``.
 2. :func:`~hybridsearch.training.negatives.collect` holds out a seeded validation slice of those queries
    and fetches every query's hybrid top-k from the collection's index, passages as ingestion embeds them.
 3. :func:`~hybridsearch.training.embedder_data.build_rows` makes ``(query, positive, hard negatives)``
@@ -11,7 +11,7 @@
    measuring dense retrieval on the validation queries before training (epoch 0) and after each epoch.
    The best epoch's weights are kept (``keep="last"``: the last).
 5. The model is saved as a SentenceTransformer folder (at the base's sequence length, so chunks cut for
-   the base fit it too) with ``card.json`` and ``README.md`` (:mod:`.embedder_card`): use it with
+   the base fit it too) with ``card.json`` and ``README.md`` (:mod:`.card`): use it with
    ``HSP_EMBEDDING__MODEL=DIR`` and roll an index over with ``hsp index migrate --to-model DIR``.
 
 Prompts (:mod:`hybridsearch.embedding.prompts`): the base model's query and passage prompts (the settings'
@@ -35,7 +35,7 @@ import numpy as np
 from hybridsearch.embedding.encoder import Embedder, load_sentence_transformer
 from hybridsearch.embedding.models import pick_device
 from hybridsearch.embedding.prompts import Prompts, model_prompts
-from hybridsearch.progress import ProgressSink, counter, tracker
+from hybridsearch.progress import ProgressSink, tracker
 from hybridsearch.training.config import EmbedderConfig, EmbedderEpoch, EmbedderResult
 from hybridsearch.training.embedder_data import (
     DenseValidation,
@@ -176,7 +176,7 @@ def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: Embedd
     from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardCallback
     from transformers import PrinterCallback, set_seed
 
-    from hybridsearch.training.progress import EpochKeeper, TrainingProgress
+    from hybridsearch.training.callbacks import EpochKeeper, TrainingProgress
 
     device = pick_device(cfg.device)
     _set_threads(cfg.threads)
@@ -245,9 +245,9 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     ClusterError."""
     from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
     from hybridsearch.engine import connect
-    from hybridsearch.eval.splits import check_disjoint
+    from hybridsearch.eval.datasets import check_disjoint
     from hybridsearch.ingest.chunking import embed_text
-    from hybridsearch.training.embedder_card import make_embedder_card, save_embedder
+    from hybridsearch.training.card import make_embedder_card, save_model
     from hybridsearch.training.negatives import IndexMiner, collect, load_split, no_pairs
 
     _set_threads(cfg.threads)
@@ -260,7 +260,7 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     try:
         miner = IndexMiner(client, settings, embedder, passage=lambda t, x: embed_text(t, x, prepend))
         got = collect(miner, data, depth=cfg.depth, val_fraction=cfg.val_fraction, seed=cfg.seed,
-                      progress=counter(progress))
+                      progress=progress)
         chunks = scan_chunks(client, settings, miner.index)
     finally:
         if own:
@@ -294,5 +294,5 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
                               seconds={"mining": mining, "negatives_and_baseline": filtering},
                               extra={"index": miner.index, "prefix": settings.index.prefix,
                                      "prompts": {"query": prompts.query, "passage": prompts.passage}})
-    save_embedder(model, cfg.out, card)
+    save_model(model, cfg.out, card)
     return card

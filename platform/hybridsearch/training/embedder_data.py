@@ -15,11 +15,9 @@ hybrid candidates rank by rank (the distractors that matter), then random other 
 
 from __future__ import annotations
 
-import hashlib
 import random
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -271,12 +269,3 @@ def scan_chunks(es: EngineClient, settings: Settings, index: str) -> list[Chunk]
             text = chunk_embed_text(src, settings.embedding.prepend_title)
             found.append((str(hit["_id"]), Chunk(str(src.get("doc_id", hit["_id"])), text)))
     return [c for _, c in sorted(found, key=lambda x: x[0])]
-
-
-def file_sha256(path: str | Path) -> str:
-    """Hex SHA-256 of a file's bytes (the card records the judgments trained on by it)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()

@@ -1,17 +1,17 @@
-"""Training data for a domain reranker: positives from judgments, hard negatives from our own search.
+"""Training data from judgments: positives from the qrels, hard negatives from our own hybrid search.
 
-:func:`load_split` reads one split's queries and judgments (never the test split unless told to).
-The pure functions turn judgments (qrels) and each query's hybrid candidates into
-``(query, passage, label)`` pairs and validation lists; :func:`mine` runs them over a split.
-:class:`IndexMiner` is the part that talks to the cluster: it runs each query through the hybrid
-search (no rerank) and fetches, for judged-relevant documents the search missed, their
-best-matching chunk from the same index, so positives and negatives are the same kind of passage
-the reranker scores when serving.
+:func:`load_split` reads one split's queries and judgments (never the test split unless told to). The pure
+functions turn judgments and each query's hybrid candidates into ``(query, passage, label)`` pairs and
+validation lists; :func:`filter_negatives` drops candidates that are likely unjudged relevant documents
+(judgments are sparse, so some of the top-k not judged relevant are relevant all the same).
+:class:`IndexMiner` talks to the cluster: each query's hybrid candidates (no rerank) and, for judged-relevant
+documents the search missed, their best-matching chunk, so training passages are what the models see serving.
 """
 
 from __future__ import annotations
 
 import random
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from hybridsearch.engine import engine_errors, request
 from hybridsearch.errors import ClusterError, ConfigError
-from hybridsearch.eval.splits import check_split
+from hybridsearch.eval.datasets import check_split, load_collection
 from hybridsearch.index.versions import checked_live_index
 from hybridsearch.index.visibility import visible_filter
-from hybridsearch.training.hardneg import FilterStats, NegativePolicy, filter_negatives
+from hybridsearch.progress import ProgressSink, Task
 
 if TYPE_CHECKING:
     from hybridsearch.embedding.encoder import Embedder
@@ -32,8 +32,9 @@ if TYPE_CHECKING:
 
 Strategy = Literal["sample", "top"]
 Qrels = Mapping[str, Mapping[str, int]]
-Progress = Callable[[str, int], Callable[[], None]]  # (description, total) -> advance()
 PassageFn = Callable[[str | None, str], str]  # (title, text) of a stored chunk -> the text trained on
+_WORD = re.compile(r"[a-z0-9]+")
+INF = float("inf")
 
 
 @dataclass(frozen=True)
@@ -45,6 +46,102 @@ class Candidate:
     score: float = 0.0
     bm25_rank: int | None = None  # rank in the BM25 list (None: not in it)
     knn_rank: int | None = None  # rank in the kNN list
+
+
+@dataclass(frozen=True)
+class NegativePolicy:
+    """Which non-relevant candidates :func:`filter_negatives` drops: the fused top ``skip_top`` ranks; those
+    both BM25 and kNN rank above the best judged positive (``skip_above_positive``: more often an unjudged
+    answer than a hard mistake); near-duplicates of a positive (word Jaccard >= ``max_overlap``).
+    ``NegativePolicy(0, False, 1.0)`` drops nothing."""
+
+    skip_top: int = 0
+    skip_above_positive: bool = True
+    max_overlap: float = 0.6
+
+    def describe(self) -> str:
+        """One line for cards and logs."""
+        parts = []
+        if self.skip_top:
+            parts.append(f"fused ranks 1-{self.skip_top} skipped")
+        if self.skip_above_positive:
+            parts.append("candidates both BM25 and kNN rank above the best judged positive skipped")
+        if self.max_overlap < 1.0:
+            parts.append(f"near-duplicates of a positive (word Jaccard >= {self.max_overlap:g}) skipped")
+        return "; ".join(parts) or "no filter"
+
+
+@dataclass
+class FilterStats:
+    """How many non-relevant candidates each rule of a :class:`NegativePolicy` removed."""
+
+    considered: int = 0
+    kept: int = 0
+    skipped_top: int = 0
+    skipped_above_positive: int = 0
+    skipped_duplicate: int = 0
+
+    def add(self, other: FilterStats) -> None:
+        self.considered += other.considered
+        self.kept += other.kept
+        self.skipped_top += other.skipped_top
+        self.skipped_above_positive += other.skipped_above_positive
+        self.skipped_duplicate += other.skipped_duplicate
+
+
+def words(text: str) -> frozenset[str]:
+    """Lower-cased alphanumeric words of ``text``."""
+    return frozenset(_WORD.findall(text.lower()))
+
+
+def overlap(a: Iterable[str], b: Iterable[str]) -> float:
+    """Jaccard similarity of two word sets (0 when both are empty)."""
+    sa, sb = set(a), set(b)
+    union = len(sa | sb)
+    return len(sa & sb) / union if union else 0.0
+
+
+def positive_ranks(candidates: Sequence[Candidate], relevant: set[str]) -> tuple[float, float] | None:
+    """Best (lowest) BM25 and kNN rank among the judged positives in ``candidates``; a list that found
+    none of them counts as infinity. None when no positive is among the candidates (then the rule
+    "above the positive in both lists" does not apply: there is nothing to be above)."""
+    found = [c for c in candidates if c.doc_id in relevant]
+    if not found:
+        return None
+    bm25 = min((c.bm25_rank for c in found if c.bm25_rank is not None), default=INF)
+    knn = min((c.knn_rank for c in found if c.knn_rank is not None), default=INF)
+    return float(bm25), float(knn)
+
+
+def filter_negatives(candidates: Sequence[Candidate], relevant: set[str], positive_passages: Sequence[str],
+                     policy: NegativePolicy) -> tuple[list[Candidate], FilterStats]:
+    """The non-relevant ``candidates`` (in fused order, deduplicated by the caller) that ``policy``
+    lets serve as negatives, and how many each rule removed. A candidate removed by several rules is
+    counted under the first: top rank, then above-positive, then duplicate."""
+    stats = FilterStats()
+    ranks = positive_ranks(candidates, relevant) if policy.skip_above_positive else None
+    pos_words = [words(p) for p in positive_passages] if policy.max_overlap < 1.0 else []
+    kept: list[Candidate] = []
+    for rank, cand in enumerate(candidates, start=1):
+        if cand.doc_id in relevant:
+            continue
+        stats.considered += 1
+        if rank <= policy.skip_top:
+            stats.skipped_top += 1
+        elif ranks is not None and _above_both(cand, ranks):
+            stats.skipped_above_positive += 1
+        elif pos_words and max(overlap(words(cand.text), p) for p in pos_words) >= policy.max_overlap:
+            stats.skipped_duplicate += 1
+        else:
+            kept.append(cand)
+    stats.kept = len(kept)
+    return kept, stats
+
+
+def _above_both(cand: Candidate, ranks: tuple[float, float]) -> bool:
+    bm25 = INF if cand.bm25_rank is None else cand.bm25_rank
+    knn = INF if cand.knn_rank is None else cand.knn_rank
+    return bm25 < ranks[0] and knn < ranks[1]
 
 
 @dataclass(frozen=True)
@@ -161,7 +258,7 @@ def build_pairs(
     """Training pairs for ``qids``: one per judged-relevant document, ``negatives`` mined per query.
 
     With ``policy`` the negatives are drawn only from the candidates it keeps (see
-    :func:`hybridsearch.training.hardneg.filter_negatives`; counts in ``stats.filtered``).
+    :func:`filter_negatives`; counts in ``stats.filtered``).
 
     A positive's passage is its chunk among the query's candidates when the search found it, else
     ``positive_passages[(qid, doc_id)]``; a positive with neither is skipped and counted. Queries
@@ -234,8 +331,6 @@ class MinedData:
     pool: list[ValidationQuery] = field(default_factory=list)  # the train queries' candidates (for k-fold)
 
 
-
-
 class Miner(Protocol):
     """Where candidates and positive passages come from (:class:`~hybridsearch.training.negatives.IndexMiner`)."""
 
@@ -244,28 +339,18 @@ class Miner(Protocol):
     def best_chunks(self, wanted: Sequence[tuple[str, str, str]]) -> dict[tuple[str, str], str]: ...
 
 
-
-
 def load_split(dataset: Path, split: str, *, allow_test: bool = False, limit: int | None = None) -> SplitData:
     """Queries and qrels of ``split`` only (via :func:`hybridsearch.eval.datasets.load_collection`, which
     opens ``qrels/<split>.tsv`` and ``queries.jsonl`` and no other split's file), restricted to queries
     with a judged-relevant document; the first ``limit`` queries when given. Raises ConfigError for the
     test split (see :func:`check_split`), a missing or malformed file, or a split with nothing relevant."""
-    from hybridsearch.eval.datasets import load_collection
-
     check_split(split, allow_test)
     coll = load_collection(dataset, split).limit(limit)
     qrels = {q: dict(j) for q, j in coll.qrels.items() if relevant_ids(j)}
     if not qrels:
         raise ConfigError(f"split {split!r} of {coll.root} judges no document relevant: nothing to train on")
-    root = coll.root.resolve()
-    qrels_file = next((p for p in (root / "qrels" / f"{split}.tsv", root / "qrels" / f"{split}.tsv.gz")
-                       if p.exists()), root / "qrels" / f"{split}.tsv")
+    qrels_file = coll.root.resolve() / "qrels" / coll.qrels_path.name
     return SplitData(split, {q: coll.queries[q] for q in qrels}, qrels, [str(qrels_file)])
-
-
-def _no_progress(_desc: str, _total: int) -> Callable[[], None]:
-    return lambda: None
 
 
 @dataclass
@@ -281,16 +366,16 @@ class Collected:
 
 
 def collect(miner: Miner, data: SplitData, *, depth: int = 30, val_fraction: float = 0.1, seed: int = 42,
-            progress: Progress = _no_progress) -> Collected:
+            progress: ProgressSink | None = None) -> Collected:
     """Split ``data``'s queries (seeded) into train and validation and fetch each query's hybrid
     top-``depth`` and the passages of the training queries' judged documents the search missed."""
     started = time.perf_counter()
     train_qids, val_qids = split_queries(data.queries, val_fraction, seed)
     candidates: dict[str, list[Candidate]] = {}
-    advance = progress("mining hard negatives", len(data.queries))
+    task = Task(progress, "mining hard negatives", len(data.queries))
     for qid in train_qids + val_qids:
         candidates[qid] = miner.candidates(data.queries[qid], depth)
-        advance()
+        task.advance()
     wanted = [
         (qid, data.queries[qid], doc_id)
         for qid in train_qids
@@ -303,7 +388,7 @@ def collect(miner: Miner, data: SplitData, *, depth: int = 30, val_fraction: flo
 
 def mine(miner: Miner, data: SplitData, *, depth: int = 30, negatives: int = 4, val_fraction: float = 0.1,
          seed: int = 42, strategy: Strategy = "sample", policy: NegativePolicy | None = None,
-         progress: Progress = _no_progress) -> MinedData:
+         progress: ProgressSink | None = None) -> MinedData:
     """:func:`collect` the split's candidates and build the reranker's training pairs (``negatives`` per query,
     drawn from what ``policy`` keeps) and validation lists. ``pool`` holds the train queries' candidates, for
     k-fold validation. Raises ConfigError when no pair can be made."""

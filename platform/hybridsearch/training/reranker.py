@@ -6,15 +6,15 @@ The steps (``hsp train-reranker`` runs them all, see :func:`run_training`):
    BEIR collection; ``test`` is refused unless explicitly allowed, no other split's file is opened.
 2. :func:`~hybridsearch.training.negatives.mine` runs each query through the hybrid search and builds
    ``(query, passage, label)`` pairs: judged-relevant documents as positives, hard negatives drawn from
-   the hybrid top-k minus them and minus likely false negatives (:mod:`hybridsearch.training.hardneg`).
+   the hybrid top-k minus them and minus likely false negatives (:func:`.negatives.filter_negatives`).
 3. :func:`train_cross_encoder` puts a one-logit head on a BERT-family encoder and trains it with
    sentence-transformers' ``CrossEncoderTrainer``: ``LambdaLoss`` over each query's list of
    positives and negatives (default) or pointwise ``BinaryCrossEntropyLoss``.
 4. Model selection. With ``folds >= 2`` (default 3) :func:`cross_validate` trains one model per fold,
    scores the held-out fold's fused candidates after every epoch, and chooses the epoch count and the
    blend with the fused order on the pooled out-of-fold scores of *all* training queries
-   (:mod:`hybridsearch.training.folds`); the final model is then fitted on all queries and stopped at
-   the chosen epoch. With ``folds=0`` one ``val_fraction`` slice is held out as before.
+   (:mod:`hybridsearch.training.validation`); the final model is then fitted on all queries and stopped at
+   the chosen epoch. With ``folds=0`` one ``val_fraction`` slice is held out instead.
 5. The model is saved as a normal sentence-transformers CrossEncoder folder with ``card.json`` and
    ``README.md`` (:mod:`hybridsearch.training.card`).
 """
@@ -29,19 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 from hybridsearch.embedding.models import pick_device, resolve_model
 from hybridsearch.errors import ModelError
-from hybridsearch.progress import ProgressSink, counter
+from hybridsearch.progress import ProgressSink
 from hybridsearch.training.callbacks import make_callbacks
 from hybridsearch.training.card import make_card, save_model
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
-from hybridsearch.training.folds import kfold, summarize
 from hybridsearch.training.negatives import MinedData, Pair, load_split, mine
-from hybridsearch.training.validation import (
-    BLEND_GRID,
-    blended_scores,
-    choose_blend,
-    rerank_metrics,
-    rerank_validation_evaluator,
-)
+from hybridsearch.training.validation import kfold, rerank_metrics, rerank_validation_evaluator, summarize
 
 if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder
@@ -49,10 +42,6 @@ if TYPE_CHECKING:
     from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import EngineClient
     from hybridsearch.settings import Settings
-
-_rerank_validation_evaluator = rerank_validation_evaluator  # the name tests knew
-__all__ = ["BLEND_GRID", "blended_scores", "choose_blend", "cross_validate", "load_base", "query_lists",
-           "rerank_metrics", "run_training", "train_cross_encoder"]
 
 
 # ------------------------------------------------------------------------------------------ training
@@ -207,7 +196,7 @@ def run_training(cfg: TrainingConfig, settings: Settings, *, es: EngineClient | 
     split, bad collection, no pairs),
     IndexNotFound (collection not ingested under this prefix), ModelError, ClusterError."""
     from hybridsearch.engine import connect
-    from hybridsearch.eval.splits import check_disjoint
+    from hybridsearch.eval.datasets import check_disjoint
     from hybridsearch.training.negatives import IndexMiner
 
     data = load_split(cfg.dataset, cfg.split, allow_test=cfg.allow_test, limit=cfg.limit_queries)
@@ -219,7 +208,7 @@ def run_training(cfg: TrainingConfig, settings: Settings, *, es: EngineClient | 
         miner = IndexMiner(client, settings, embedder)
         mined = mine(miner, data, depth=cfg.depth, negatives=cfg.negatives,
                      val_fraction=0.0 if cfg.cross_validating else cfg.val_fraction, seed=cfg.seed,
-                     strategy=cfg.strategy, policy=cfg.policy, progress=counter(progress))
+                     strategy=cfg.strategy, policy=cfg.policy, progress=progress)
     finally:
         if own:
             client.close()

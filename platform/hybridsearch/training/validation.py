@@ -1,16 +1,27 @@
-"""Scoring a reranker on held-out queries the way it is served: reranking their fused candidates.
+"""Validating a reranker the way it is served: reranking held-out queries' fused candidates.
 
 :func:`rerank_metrics` gives nDCG@10 and MRR@10 of an order; :func:`choose_blend` finds the share of
 the reranker's score in the served order (``serving.blend``) that serves the queries best;
 :func:`score_queries` runs a model over the queries' candidates; :func:`rerank_validation_evaluator`
 wraps both for the sentence-transformers trainer (once per epoch).
+
+K-fold selection: every training query is held out exactly once, and the model trained on the other folds
+scores it after each epoch (out-of-fold scores, OOF). :func:`choose` picks the (epochs, blend) whose served
+order has the best pooled OOF nDCG@10 (what the final model, fitted on all queries, is served with), and
+:func:`nested_estimate` says how well that procedure does on unseen queries: for each fold, the (epochs,
+blend) chosen on the other folds is measured on that fold; the gains over the fused order give the estimate
+and its spread.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+import random
+import statistics
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from hybridsearch.errors import ConfigError
 from hybridsearch.query.fusion import interpolate
 from hybridsearch.training.negatives import ValidationQuery
 
@@ -99,3 +110,158 @@ def rerank_validation_evaluator(val: Sequence[ValidationQuery], batch_size: int,
             return self.prefix_name_to_metrics(metrics, self.name)  # type: ignore[no-any-return]
 
     return RerankValidation()
+
+
+# ---------------------------------------------------------------------------------------- k folds
+
+Scores = Mapping[str, Sequence[float]]  # qid -> one score per candidate
+EpochScores = Mapping[int, Scores]  # epoch -> OOF scores of every query
+
+
+def kfold(qids: Iterable[str], k: int, seed: int) -> list[list[str]]:
+    """``k`` disjoint folds covering ``qids``, seeded, sizes within one of each other, each sorted;
+    independent of the input order. Raises ConfigError for ``k < 2`` or more folds than queries."""
+    ordered = sorted(set(qids))
+    if k < 2 or k > len(ordered):
+        n = len(ordered)
+        fits = "" if n < 2 else "--folds 2, or " if n == 2 else f"--folds between 2 and {n}, or "
+        raise ConfigError(f"cannot split {n} training queries into {k} folds (need 2 <= folds <= queries)",
+                          fix=f"Pass {fits}--folds 0 to train without k-fold selection, or train on a split with "
+                              "more judged queries")
+    shuffled = ordered[:]
+    random.Random(f"folds:{seed}").shuffle(shuffled)
+    return [sorted(shuffled[i::k]) for i in range(k)]
+
+
+@dataclass
+class Pick:
+    """One (epochs, blend) choice and how the served order scored with it on some queries."""
+
+    epoch: int
+    blend: float
+    queries: int
+    fused: float  # nDCG@10 of the fused order
+    alone: float  # nDCG@10 of the reranker's order alone
+    served: float  # nDCG@10 of the blended order
+
+    @property
+    def gain(self) -> float:
+        return self.served - self.fused
+
+
+@dataclass
+class EpochFigures:
+    """Pooled OOF figures of one epoch count (the best blend for it)."""
+
+    epoch: int
+    ndcg_at_10: float
+    mrr_at_10: float
+    blend: float
+    blend_ndcg_at_10: float
+
+
+@dataclass
+class CVSummary:
+    """What k-fold selection measured and chose (recorded in the card)."""
+
+    folds: int
+    fold_sizes: list[int]
+    per_epoch: list[EpochFigures]
+    chosen: Pick
+    nested: list[Pick] = field(default_factory=list)
+    train_loss: dict[int, float] = field(default_factory=dict)
+
+    def estimate(self) -> dict[str, float]:
+        """Mean and spread (sample standard deviation over folds) of the nested per-fold gains."""
+        gains = [p.gain for p in self.nested]
+        served = [p.served for p in self.nested]
+        return {"gain_mean": _mean(gains), "gain_std": _std(gains), "gain_min": min(gains, default=0.0),
+                "gain_max": max(gains, default=0.0), "served_mean": _mean(served), "served_std": _std(served)}
+
+    def guard(self, min_gain: float) -> str | None:
+        """Why the model must be served at blend 0 (the fused order): the nested estimate of its gain is
+        not above ``min_gain``; None when it is."""
+        gain = self.estimate()["gain_mean"]
+        if gain > min_gain:
+            return None
+        return (f"nested estimate of the gain {gain:+.4f} is not above --min-gain {min_gain:g}: served at blend 0 "
+                "(the fused order)")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "folds": self.folds, "fold_sizes": self.fold_sizes,
+            "per_epoch_pooled": [asdict(e) for e in self.per_epoch],
+            "chosen": {**asdict(self.chosen), "gain": self.chosen.gain},
+            "nested_per_fold": [{"fold": i + 1, **asdict(p), "gain": p.gain} for i, p in enumerate(self.nested)],
+            "estimate": self.estimate(),
+            "train_loss_per_epoch": {str(k): v for k, v in sorted(self.train_loss.items())},
+        }
+
+
+def _mean(xs: Sequence[float]) -> float:
+    return float(statistics.fmean(xs)) if xs else 0.0
+
+
+def _std(xs: Sequence[float]) -> float:
+    return float(statistics.stdev(xs)) if len(xs) >= 2 else 0.0
+
+
+def _subset(pool: Sequence[ValidationQuery], qids: Iterable[str]) -> list[ValidationQuery]:
+    wanted = set(qids)
+    return [v for v in pool if v.qid in wanted and v.candidates]
+
+
+def choose(pool: Sequence[ValidationQuery], scores: EpochScores, qids: Iterable[str] | None = None,
+           grid: Sequence[float] = BLEND_GRID) -> Pick:
+    """The (epochs, blend) whose served order has the best nDCG@10 over ``qids`` (default: all of
+    ``pool``); ties go to fewer epochs, then to the smaller blend. Raises ValueError without scores."""
+    if not scores:
+        raise ValueError("no out-of-fold scores to choose from")
+    val = _subset(pool, qids if qids is not None else (v.qid for v in pool))
+    best: Pick | None = None
+    for epoch in sorted(scores):
+        blend, served = choose_blend(val, scores[epoch], grid)
+        if best is None or served > best.served + 1e-12:
+            best = Pick(epoch, blend, len(val), 0.0, 0.0, served)
+    assert best is not None
+    return measure(pool, scores, best.epoch, best.blend, qids)
+
+
+def measure(pool: Sequence[ValidationQuery], scores: EpochScores, epoch: int, blend: float,
+            qids: Iterable[str] | None = None) -> Pick:
+    """How (``epoch``, ``blend``) serves ``qids`` (default: all of ``pool``)."""
+    val = _subset(pool, qids if qids is not None else (v.qid for v in pool))
+    return Pick(epoch, blend, len(val), rerank_metrics(val, None)["ndcg@10"],
+                rerank_metrics(val, scores[epoch])["ndcg@10"],
+                rerank_metrics(val, blended_scores(val, scores[epoch], blend))["ndcg@10"])
+
+
+def per_epoch(pool: Sequence[ValidationQuery], scores: EpochScores,
+              grid: Sequence[float] = BLEND_GRID) -> list[EpochFigures]:
+    """Pooled OOF figures of each epoch count: reranker alone, and served at its best blend."""
+    val = [v for v in pool if v.candidates]
+    out = []
+    for epoch in sorted(scores):
+        alone = rerank_metrics(val, scores[epoch])
+        blend, served = choose_blend(val, scores[epoch], grid)
+        out.append(EpochFigures(epoch, alone["ndcg@10"], alone["mrr@10"], blend, served))
+    return out
+
+
+def nested_estimate(pool: Sequence[ValidationQuery], scores: EpochScores, folds: Sequence[Sequence[str]],
+                    grid: Sequence[float] = BLEND_GRID) -> list[Pick]:
+    """Per fold: the (epochs, blend) chosen on the other folds' OOF scores, measured on this fold."""
+    out = []
+    for i, fold in enumerate(folds):
+        others = [q for j, f in enumerate(folds) if j != i for q in f]
+        pick = choose(pool, scores, others, grid)
+        out.append(measure(pool, scores, pick.epoch, pick.blend, fold))
+    return out
+
+
+def summarize(pool: Sequence[ValidationQuery], scores: EpochScores, folds: Sequence[Sequence[str]],
+              train_loss: Mapping[int, float] | None = None, grid: Sequence[float] = BLEND_GRID) -> CVSummary:
+    """Everything k-fold selection reports: pooled per-epoch figures, the choice, the nested estimate."""
+    return CVSummary(len(folds), [len(f) for f in folds], per_epoch(pool, scores, grid),
+                     choose(pool, scores, None, grid), nested_estimate(pool, scores, folds, grid),
+                     dict(train_loss or {}))
