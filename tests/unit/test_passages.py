@@ -1,4 +1,4 @@
-"""A BM25 hit over sections shows the chunk that matched (issue 24): recorded ``_msearch`` answers, both clients.
+"""A BM25 hit over sections shows the chunk that matched: recorded ``_msearch`` answers, both clients.
 
 ``recordings/msearch_passages.json`` is one hybrid search for ``zq0x3q zq1x5q`` with ``highlight=True`` on
 Elasticsearch 9.3.2 over two documents of eight sentences (``hsp ingest --strategy sentence --max-tokens 48``;
