@@ -110,7 +110,10 @@ def test_query_log_deleted_mid_traffic_is_recreated_with_its_own_mapping(es: Eng
         deadline = time.monotonic() + 30
         while logger.written < 50 and time.monotonic() < deadline:
             time.sleep(0.05)
-        for _ in range(3):  # delete it under running traffic, several times
+        for _ in range(3):  # delete it under running traffic, several times, each time once the logger recreated it
+            recreated = time.monotonic() + 30
+            while not es.send(request.index_exists(hx.index.query_log)) and time.monotonic() < recreated:
+                time.sleep(0.05)
             es.send(request.delete_index(hx.index.query_log))
             time.sleep(0.3)
     finally:
