@@ -18,6 +18,7 @@ import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Protocol
+from urllib.parse import urlencode
 
 import elasticsearch.helpers
 import opensearchpy.helpers
@@ -35,17 +36,20 @@ log = logging.getLogger(__name__)
 BUILT_IN_ANALYZERS = frozenset({"standard", "simple", "whitespace", "stop", "keyword", "pattern"})
 
 
-def _call(request: Request, engine: EngineInfo) -> dict[str, Any]:
-    """The keyword arguments that send ``request`` through the engine's library."""
+def _call(request: Request, engine: EngineInfo) -> tuple[str, dict[str, Any]]:
+    """The path and keyword arguments that send ``request`` through the engine's library. opensearch-py's transport
+    reads ``timeout``, ``request_timeout`` and ``ignore`` out of the query parameters as its own, so they go to
+    OpenSearch in the path's query string, every parameter alike."""
     headers = {"accept": "application/json"}
     if request.body is not None:
         headers["content-type"] = "application/x-ndjson" if request.ndjson else "application/json"
     if engine.kind == "elasticsearch":  # the client writes NDJSON lines itself
-        return {"params": request.params or None, "headers": headers, "body": request.body}
+        return request.path, {"params": request.params or None, "headers": headers, "body": request.body}
     body: Any = request.body
     if isinstance(body, list):
         body = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in body)
-    return {"params": dict(request.params), "headers": headers, "body": body, "timeout": request.timeout_s}
+    path = f"{request.path}?{urlencode(request.params)}" if request.params else request.path
+    return path, {"params": {}, "headers": headers, "body": body, "timeout": request.timeout_s}
 
 
 def _answer(resp: Any) -> Any:
@@ -137,13 +141,13 @@ class EngineClient:
 
     def send(self, request: Request) -> Any:
         """Send ``request``; its answer as plain JSON (see :class:`~.request.Request` for ``absent``)."""
-        client, call = self.raw, _call(request, self.engine)
+        client, (path, call) = self.raw, _call(request, self.engine)
         try:
             if self.engine.kind == "opensearch":
-                return client.transport.perform_request(request.method, request.path, **call)
+                return client.transport.perform_request(request.method, path, **call)
             if request.timeout_s is not None:
                 client = client.options(request_timeout=request.timeout_s, max_retries=0)
-            return _answer(client.perform_request(request.method, request.path, **call))
+            return _answer(client.perform_request(request.method, path, **call))
         except API_ERRORS as exc:
             return _absent(request, exc)
 
@@ -233,15 +237,15 @@ class AsyncEngineClient:
     async def send(self, request: Request) -> Any:
         """:meth:`EngineClient.send`, awaited."""
         engine = await self.detect()
-        call = _call(request, engine)
+        path, call = _call(request, engine)
         try:
             if engine.kind == "opensearch":
                 if self._os is None:
                     self._os = os_client(self.cfg, asyncio=True)
-                return await self._os.transport.perform_request(request.method, request.path, **call)
+                return await self._os.transport.perform_request(request.method, path, **call)
             client = self._es if request.timeout_s is None else \
                 self._es.options(request_timeout=request.timeout_s, max_retries=0)
-            return _answer(await client.perform_request(request.method, request.path, **call))
+            return _answer(await client.perform_request(request.method, path, **call))
         except API_ERRORS as exc:
             return _absent(request, exc)
 
