@@ -4,6 +4,10 @@ longer holds, only its own documents, only when it read the source whole, and no
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +17,7 @@ from hybridsearch.cli.main import main
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import ConfigError
-from hybridsearch.index.visibility import visible_query
+from hybridsearch.index.visibility import STATE_ID, visible_query
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.runs import IngestResult
 from hybridsearch.settings import Settings
@@ -170,3 +174,58 @@ def test_a_source_not_read_whole_deletes_nothing(es: EngineClient, settings: Set
     cut = _sync(export, s, es, emb)
     assert cut.documents_deleted == 0 and cut.sync_withheld is not None
     assert {"r0", "r5"} <= set(_visible(es, s))
+
+
+# A sync killed while it deleted: its lease held, both documents hidden, all of the second's chunks gone and
+# every other chunk of the first.
+_KILLED_SYNC = """
+import os, signal, sys
+from hybridsearch.engine import connect, request
+from hybridsearch.ingest.commit import existing_chunk_ids
+from hybridsearch.ingest.lease import Lease
+from hybridsearch.ingest.writer import write_actions
+from hybridsearch.settings import load_settings
+s = load_settings()
+es = connect(s.es)
+index = s.index.versioned(1)
+ids = sys.argv[1:]
+lease = Lease(es, s.index.ingest_state, "killed-sync")
+lease.acquire()
+lease.hide(ids)
+es.send(request.refresh(index))
+found = sorted(existing_chunk_ids(es, index, ids))
+gone = [(i, d) for i, d in found if d == ids[1]] + [(i, d) for i, d in found if d == ids[0]][::2]
+write_actions(es, [{"_op_type": "delete", "_index": index, "_id": i, "_doc_id": d} for i, d in gone], s.ingest)
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_a_sync_killed_while_deleting_is_finished_by_the_next(es: EngineClient, settings: Settings,
+                                                              tiny_bi_encoder: Path, tmp_path: Path) -> None:
+    s = _tiny(settings, tiny_bi_encoder, sync_max_delete=0.5)
+    emb = Embedder(s.embedding)
+    src = _folder(tmp_path / "notes", [f"n{i}.md" for i in range(4)])
+    paragraph = " ".join(f"word{i}" for i in range(120))
+    (src / "big.md").write_text("\n\n".join(f"Part {p}: {paragraph}" for p in range(6)), encoding="utf-8")
+    _sync(src, s, es, emb)
+    chunks = int(es.send(request.count(s.index.alias, {"term": {"doc_id": "big.md"}}))["count"])
+    assert chunks >= 4
+    (src / "big.md").unlink()
+    (src / "n0.md").unlink()
+    env = {**os.environ, "HSP_INDEX__PREFIX": s.index.prefix, "HSP_ES_URL": s.es.url, "HF_HUB_OFFLINE": "1",
+           "HSP_INGEST__DEAD_LETTER_DIR": str(tmp_path / "dl")}
+    child = subprocess.run([sys.executable, "-c", _KILLED_SYNC, "big.md", "n0.md"], env=env, capture_output=True,
+                           text=True, timeout=120)
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    es.send(request.refresh(s.index.alias))
+    left = int(es.send(request.count(s.index.alias, {"term": {"doc_id": "big.md"}}))["count"])
+    assert 0 < left < chunks
+    assert sorted(_visible(es, s)) == ["n1.md", "n2.md", "n3.md"]  # hidden, never seen in part
+
+    done = _sync(src, s, es, emb)
+    assert done.took_over == ["killed-sync"] and done.documents_deleted == 1 and done.still_hidden == 0
+    es.send(request.refresh(s.index.alias))
+    assert es.send(request.count(s.index.alias, {"terms": {"doc_id": ["big.md", "n0.md"]}}))["count"] == 0
+    assert sorted(_visible(es, s)) == ["n1.md", "n2.md", "n3.md"]
+    state = es.send(request.get_doc(s.index.ingest_state, STATE_ID))["_source"]
+    assert not state.get("hidden")

@@ -179,9 +179,9 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
         finally:
             restore()
         if run.error is None and not run.stop.is_set():
-            _repair_adopted(run)
             if root is not None:
                 _delete_stale(run, root, force)
+            _repair_adopted(run)
     finally:
         try:
             result.still_hidden = len(lease.release())
@@ -200,24 +200,28 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
 
 
 def _delete_stale(run: RunState, root: Path, force: bool) -> None:
-    """Delete the documents from ``root`` this run did not read (:mod:`.sync`), when it read the source whole."""
+    """Delete the documents from ``root`` this run did not read (:mod:`.sync`), when it read the source whole,
+    before adopted documents are repaired (one a stopped sync was deleting is finished, not shown again); adopted
+    documents of which nothing is left leave the hidden list."""
     result = run.result
     if result.documents_failed:
         result.sync_withheld = (f"the source was not read whole ({result.documents_failed:,} failed, listed in the "
                                 "dead-letter file); a sync deletes only what a whole source no longer holds")
         return
-    owned = owned_documents(run.es, run.index, root, run.tenant, run.shard)
-    gone = stale(owned, run.yielded)
-    if not gone:
-        return
-    if too_many(len(gone), len(owned), run.settings.ingest) and not force:
-        result.sync_withheld = str(refusal(root, len(gone), len(owned), run.settings.ingest))
-        return
     try:
-        chunks = delete_documents(gone, run.settings, run.es, lease=run.lease)
+        owned = owned_documents(run.es, run.index, root, run.tenant, run.shard)
+        gone = stale(owned, run.yielded)
+        if too_many(len(gone), len(owned), run.settings.ingest) and not force:
+            result.sync_withheld = str(refusal(root, len(gone), len(owned), run.settings.ingest))
+            return
+        chunks = delete_documents(gone, run.settings, run.es, lease=run.lease) if gone else 0
+        unread = sorted(run.adopted - run.yielded - set(gone))
+        empty = set(unread) - {d for _, d in existing_chunk_ids(run.es, run.index, unread, run.tenant)}
+        run.lease.show(empty)  # nothing of them is left to show
     except HybridSearchError as exc:  # recorded, then raised by run_ingest; what was not deleted stays hidden
         run.fail(exc)
         return
+    run.adopted -= set(gone) | empty
     run.count(deleted=chunks, documents_deleted=len(gone))
 
 

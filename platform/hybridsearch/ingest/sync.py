@@ -41,16 +41,19 @@ def owned_query(root: Path, tenant: str | None) -> dict[str, Any]:
 
 def owned_documents(es: EngineClient, index: str, root: Path, tenant: str | None,
                     shard: tuple[int, int] | None = None) -> dict[str, str]:
-    """``{doc_id: content_hash}`` of the documents from ``root`` stored in ``index`` (hidden ones included; only
-    those of ``shard`` when given). An index that does not exist holds none."""
+    """``{doc_id: content_hash}`` (of chunk 0 where it is there) of the documents from ``root`` stored in ``index``,
+    hidden ones and any chunk a stopped run left included; only those of ``shard`` when given. An index that does
+    not exist holds none."""
     with engine_errors(f"look up the documents of {root}"):
         if not es.send(request.index_exists(index)):
             return {}
         es.send(request.refresh(index))
-        query = {"query": {"bool": {"filter": [owned_query(root, tenant), {"term": {"position": 0}}]}},
-                 "_source": ["doc_id", "content_hash"]}
-        found = {h["_source"]["doc_id"]: str(h["_source"].get("content_hash") or "")
-                 for h in es.scan(index=index, query=query, size=1000)}
+        query = {"query": owned_query(root, tenant), "_source": ["doc_id", "content_hash", "position"]}
+        found: dict[str, str] = {}
+        for h in es.scan(index=index, query=query, size=1000):  # every chunk: a stopped delete may have left any
+            src = h["_source"]
+            if src.get("position") == 0 or src["doc_id"] not in found:
+                found[src["doc_id"]] = str(src.get("content_hash") or "")
     if shard is not None:
         found = {d: h for d, h in found.items() if shard_of(d, shard[1]) == shard[0]}
     return found
