@@ -169,6 +169,8 @@ class IngestSettings(BaseModel):
     queue_size: int = Field(8, ge=1, description="batches buffered between pipeline stages")
     lease_wait_s: float = Field(0.0, ge=0, description="how long a run waits while another live run of the prefix "
                                 "holds the ingest lease for the same documents (0: refuse at once, naming it)")
+    sync_max_delete: float = Field(0.2, ge=0, le=1, description="the largest share of a source's documents a sync "
+                                   "(hsp ingest --sync) deletes without --force")
     dead_letter_dir: Path = Path("dead-letter")
 
 

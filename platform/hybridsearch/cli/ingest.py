@@ -15,7 +15,7 @@ from hybridsearch.errors import ConfigError
 from hybridsearch.settings import Settings
 
 if TYPE_CHECKING:
-    pass
+    from hybridsearch.ingest.sources import RecordFields
 
 console = make_console()
 log = logging.getLogger(__name__)
@@ -42,6 +42,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--wait", type=float, default=None, metavar="SECONDS",
                    help="wait this long for another run of the prefix holding the ingest lease (default: "
                    "HSP_INGEST__LEASE_WAIT_S, 0: refuse at once, naming it)")
+    p.add_argument("--sync", action="store_true",
+                   help="mirror the source: also delete the documents read from it before that it no longer holds")
+    p.add_argument("--dry-run", action="store_true", help="with --sync: print what would be added, replaced and "
+                   "deleted, and write nothing")
+    p.add_argument("--force", action="store_true", help="with --sync: delete even more than "
+                   "HSP_INGEST__SYNC_MAX_DELETE of the source's documents")
     p.set_defaults(handler=run_ingest_command)
 
     d = sub.add_parser("delete", help="remove documents (all their chunks) from the index")
@@ -88,15 +94,21 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
                           metadata=args.metadata_field)
     if args.wait is not None and args.wait < 0:
         raise ConfigError(f"--wait must be 0 or more seconds, got {args.wait:g}")
+    if (args.dry_run or args.force) and not args.sync:
+        raise ConfigError("--dry-run and --force go with --sync")
+    if args.dry_run:
+        return _print_plan(args.path, settings, fields, shard)
     embedder = Embedder(settings.embedding)
     with RichProgress(enabled=not args.no_progress, keep_finished=False) as progress:  # the summary follows
         result = run_ingest(args.path, settings, embedder=embedder, progress=progress, shard=shard,
-                            fields=fields, wait_s=args.wait)
+                            fields=fields, wait_s=args.wait, sync=args.sync, force=args.force)
     table = output_table(console, title=f"ingest run {result.run_id} → {result.index}")
     table.add_column("documents", justify="right")
     table.add_column("chunks", justify="right")
     docs = (f"{result.documents:,} read\n{result.documents_indexed:,} indexed\n"
             f"{result.documents_skipped:,} unchanged\n{result.documents_failed:,} failed")
+    if args.sync:
+        docs += f"\n{result.documents_deleted:,} deleted"
     chunks = (f"{result.indexed:,} new\n{result.updated:,} updated\n{result.unchanged:,} unchanged\n"
               f"{result.reused:,} reused (written by a stopped run)\n"
               f"{result.deleted:,} deleted\n{result.failed:,} failed ({result.retried:,} retries)")
@@ -118,12 +130,34 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
                              "finish them (`hsp doctor` lists them)"))
     if result.changed_nothing:
         console.print(styled(("Nothing changed:", "green"), " every document was already indexed."))
+    if result.sync_withheld:
+        console.print(styled(("Nothing deleted:", "yellow"), f" {result.sync_withheld}"))
     if result.dead_letter_path:
         console.print(styled(("Failures recorded in", "yellow"), f" {result.dead_letter_path}"))
     if result.status == "interrupted":
         console.print(styled(("Interrupted:", "yellow"), " re-run the same command to resume."))
         return 130
     return 1 if result.documents_failed or result.failed else 0
+
+
+def _print_plan(path: Path, settings: Settings, fields: RecordFields, shard: tuple[int, int] | None) -> int:
+    """``hsp ingest --sync --dry-run``: what a sync would add, replace and delete; writes nothing."""
+    from hybridsearch.engine import connect
+    from hybridsearch.ingest.sync import plan_sync, too_many
+
+    plan = plan_sync(path, settings.index, connect(settings.es), fields, shard)
+    console.print(f"sync of {plan.source} (dry run, nothing written): {len(plan.added):,} to add, "
+                  f"{len(plan.replaced):,} to replace, {len(plan.deleted):,} to delete, {plan.unchanged:,} unchanged")
+    for word, ids in (("add", plan.added), ("replace", plan.replaced), ("delete", plan.deleted)):
+        for doc_id in ids:
+            console.print(f"  {word:<7} {doc_id}")
+    if not plan.read_whole:
+        console.print(f"Nothing would be deleted: {len(plan.failures):,} inputs cannot be read "
+                      f"(e.g. {plan.failures[0]})")
+    elif too_many(len(plan.deleted), plan.owned, settings.ingest):
+        console.print(f"Refused without --force: {len(plan.deleted):,} of {plan.owned:,} documents is more than "
+                      f"HSP_INGEST__SYNC_MAX_DELETE={settings.ingest.sync_max_delete:g} of them")
+    return 0
 
 
 def run_delete_command(args: argparse.Namespace, settings: Settings) -> int:

@@ -134,10 +134,13 @@ def existing_chunk_ids(es: EngineClient, index: str, doc_ids: list[str], tenant:
     return [(h["_id"], h["_source"]["doc_id"]) for h in _scan_docs(es, index, doc_ids, tenant, ["doc_id"])]
 
 
-def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClient | None = None) -> int:
+def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClient | None = None,
+                     lease: Lease | None = None) -> int:
     """Delete every chunk of ``doc_ids`` (visible or hidden) from the indices behind the read alias, and drop them
-    from the documents a stopped run left hidden; returns chunks deleted. Unknown ids delete nothing. Raises
-    AccessDenied before deleting anything when the credentials may not, ClusterError otherwise."""
+    from the documents a stopped run left hidden; returns chunks deleted. Unknown ids delete nothing. Under an
+    ingest ``lease`` (a sync) the documents are hidden first, so each disappears whole, and a run that stops
+    part way leaves them hidden for the lease's next holder. Raises AccessDenied before deleting anything when
+    the credentials may not, LeaseLost, ClusterError otherwise."""
     es = es or connect(settings.es)
     require_privileges(es, chunk_names(settings.index), ("read", "delete"),
                        f"delete documents of prefix {settings.index.prefix}")
@@ -145,6 +148,8 @@ def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClien
     targets = sorted(read_alias(es, settings.index.alias))
     if not ids or not targets:
         return 0
+    if lease is not None:
+        lease.hide(ids)
     deleted = 0
     for index in targets:
         with engine_errors(f"refresh {index}"):
@@ -159,4 +164,6 @@ def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClien
         with engine_errors(f"refresh {index}"):
             es.send(request.refresh(index))
     forget_documents(es, settings.index.ingest_state, ids)
+    if lease is not None:
+        lease.show(ids)  # nothing is left of them: drop them from the lease's hidden list
     return deleted

@@ -43,6 +43,7 @@ from hybridsearch.ingest.runs import IngestResult, RunRecord
 from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, read_path
 from hybridsearch.ingest.stage import EmbedWriter
 from hybridsearch.ingest.state import DONE, Batch, RunState, WorkDoc
+from hybridsearch.ingest.sync import owned_documents, plan_sync, refusal, source_root, stale, too_many
 from hybridsearch.ingest.writer import WriteReport
 from hybridsearch.progress import ProgressSink
 from hybridsearch.settings import EmbeddingSettings, Settings
@@ -119,7 +120,7 @@ def _check_embedder(embedder: Embedder, want: EmbeddingSettings) -> None:
 def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None = None,
                embedder: Embedder | None = None, progress: ProgressSink | None = None,
                shard: tuple[int, int] | None = None, fields: RecordFields | None = None,
-               wait_s: float | None = None) -> IngestResult:
+               wait_s: float | None = None, sync: bool = False, force: bool = False) -> IngestResult:
     """Ingest ``documents`` (a path, or Documents) into the chunk index; returns the run's counts.
 
     Ensures the index (checking its mapping against the settings: IndexMismatch; an alias over several
@@ -131,12 +132,24 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
     died unrecorded as ``killed``). ``shard=(i, n)`` keeps only documents whose id hashes to ``i`` of ``n``. On
     Ctrl-C or SIGTERM the run stops after the batches in flight and returns with ``status="interrupted"``.
     ``progress`` receives the run's counts as events (task ``ingest``).
+
+    ``sync`` (``documents`` must be a path) also deletes the documents recorded as read from that path that it no
+    longer yields (:mod:`.sync`), under the lease, once everything else is written, and only when the source was
+    read whole (else ``sync_withheld`` says why). A sync that would delete more than ``ingest.sync_max_delete`` of
+    the source's documents raises ConfigError before writing anything, unless ``force``.
     Raises ClusterUnavailable when the cluster stays unreachable, ConfigError for a bad shard, IngestError (the
     cause chained) when something unexpected failed inside the run.
     """
     if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
         raise ConfigError(f"shard {shard[0]}/{shard[1]} is not i/N with 0 <= i < N")
+    root = source_root(documents) if sync and isinstance(documents, str | Path) else None
+    if sync and root is None:
+        raise ConfigError("a sync needs a file or folder to mirror, not a list of documents")
     es = es or connect(settings.es)
+    if root is not None and not force:
+        plan = plan_sync(root, settings.index, es, fields, shard)
+        if too_many(len(plan.deleted), plan.owned, settings.ingest):
+            raise refusal(root, len(plan.deleted), plan.owned, settings.ingest)
     embedder = embedder or Embedder(settings.embedding)
     _check_embedder(embedder, settings.embedding)
     _model_first(es, embedder, settings.embedding, settings.index.alias)
@@ -166,6 +179,8 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
         finally:
             restore()
         if run.error is None and not run.stop.is_set():
+            if root is not None:
+                _delete_stale(run, root, force)
             _repair_adopted(run)
     finally:
         try:
@@ -182,6 +197,32 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
                           fix="The run is recorded as failed and its unfinished documents stay hidden; `hsp -v "
                               "ingest` shows the cause, and the same command resumes once it is fixed") from cause
     return result
+
+
+def _delete_stale(run: RunState, root: Path, force: bool) -> None:
+    """Delete the documents from ``root`` this run did not read (:mod:`.sync`), when it read the source whole,
+    before adopted documents are repaired (one a stopped sync was deleting is finished, not shown again); adopted
+    documents of which nothing is left leave the hidden list."""
+    result = run.result
+    if result.documents_failed:
+        result.sync_withheld = (f"the source was not read whole ({result.documents_failed:,} failed, listed in the "
+                                "dead-letter file); a sync deletes only what a whole source no longer holds")
+        return
+    try:
+        owned = owned_documents(run.es, run.index, root, run.tenant, run.shard)
+        gone = stale(owned, run.yielded)
+        if too_many(len(gone), len(owned), run.settings.ingest) and not force:
+            result.sync_withheld = str(refusal(root, len(gone), len(owned), run.settings.ingest))
+            return
+        chunks = delete_documents(gone, run.settings, run.es, lease=run.lease) if gone else 0
+        unread = sorted(run.adopted - run.yielded - set(gone))
+        empty = set(unread) - {d for _, d in existing_chunk_ids(run.es, run.index, unread, run.tenant)}
+        run.lease.show(empty)  # nothing of them is left to show
+    except HybridSearchError as exc:  # recorded, then raised by run_ingest; what was not deleted stays hidden
+        run.fail(exc)
+        return
+    run.adopted -= set(gone) | empty
+    run.count(deleted=chunks, documents_deleted=len(gone))
 
 
 def _model_first(es: EngineClient, embedder: Embedder, model: EmbeddingSettings, alias: str) -> None:

@@ -32,7 +32,7 @@ class Preparer:
 
     def __init__(self, run: RunState, embedder: Embedder, batch_chunks: int) -> None:
         self.run, self.embedder, self.batch_chunks = run, embedder, batch_chunks
-        self.seen: set[str] = set()
+        self.seen = run.yielded
         self._tokenizer: Tokenizer | None = None
 
     @property

@@ -59,6 +59,8 @@ class IngestResult:
     unchanged: int = 0
     reused: int = 0  # chunks an earlier, stopped run had written (same content): not embedded again
     deleted: int = 0
+    documents_deleted: int = 0  # documents a sync deleted: its source no longer yields them
+    sync_withheld: str | None = None  # why a sync deleted nothing (the source was not read whole, or too much)
     failed: int = 0
     retried: int = 0
     seconds: float = 0.0
@@ -79,8 +81,8 @@ class IngestResult:
 
     @property
     def changed_nothing(self) -> bool:
-        return (self.indexed == self.updated == self.deleted == self.failed == self.documents_failed
-                == self.repaired == 0)
+        return (self.indexed == self.updated == self.deleted == self.documents_deleted == self.failed
+                == self.documents_failed == self.repaired == 0)
 
     def summary_doc(self) -> dict[str, Any]:
         """The document stored in ``<prefix>-ingest-runs``."""

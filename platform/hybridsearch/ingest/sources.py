@@ -100,9 +100,10 @@ def read_path(path: str | Path, fields: RecordFields | None = None) -> Iterator[
     """Documents from a file or a folder tree (hidden entries skipped, others in sorted order).
 
     A missing path yields one SourceFailure. ``doc_id`` is the record's id, else the file's path relative
-    to the folder (``notes/a.md``), else ``<file>:<line>`` for id-less JSON records.
+    to the folder (``notes/a.md``), else ``<file>:<line>`` for id-less JSON records. Each document's ``source`` is
+    the resolved path of its file, which ties it to the SOURCE it came from (:mod:`hybridsearch.ingest.sync`).
     """
-    root = Path(path)
+    root = Path(path).resolve()
     fields = fields or RecordFields()
     if not root.exists():
         yield SourceFailure(str(root), "no such file or folder")

@@ -59,6 +59,7 @@ class RunState:
         self.to_embed: queue.Queue[Any] = queue.Queue(maxsize=settings.ingest.queue_size)
         self.failed_docs: set[str] = set()
         self.written_docs: set[str] = set()  # documents with at least one chunk of their new version written
+        self.yielded: set[str] = set()  # ids of the documents read that are this run's (its shard's)
         self.on_progress: Callable[[IngestResult], None] | None = None
 
     def put(self, item: Batch) -> bool:

@@ -1,0 +1,129 @@
+"""Ingestion that mirrors its source (``hsp ingest SOURCE --sync``): which stored documents came from SOURCE, what
+a sync would add, replace and delete, and the guard on how much it may delete.
+
+A document's ``source`` field holds the resolved path of the file it was read from
+(:func:`hybridsearch.ingest.sources.read_path`), so the documents of a SOURCE are those whose ``source`` is that
+file, or lies under that folder (:func:`owned_query`): two sources in one prefix never own each other's documents
+unless one folder is inside the other. A sync deletes the owned documents the source no longer yields, through the
+one delete path (:func:`hybridsearch.ingest.commit.delete_documents`, under the run's lease: each disappears whole),
+and only when the source was read whole (no document failed); :func:`plan_sync` says beforehand what it would do.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hybridsearch.engine import EngineClient, engine_errors, request
+from hybridsearch.errors import ConfigError
+from hybridsearch.index.versions import read_alias
+from hybridsearch.ingest.ids import shard_of
+from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, read_path
+from hybridsearch.settings import IndexSettings, IngestSettings
+
+
+def source_root(path: str | Path) -> Path:
+    """The stable id of a SOURCE argument: its resolved path (what every document read from it records)."""
+    return Path(path).resolve()
+
+
+def owned_query(root: Path, tenant: str | None) -> dict[str, Any]:
+    """Chunks whose ``source`` is the file ``root`` or a file under the folder ``root`` (and in ``tenant``)."""
+    own: dict[str, Any] = ({"prefix": {"source": f"{root.as_posix().rstrip('/')}/"}} if root.is_dir()
+                           else {"term": {"source": str(root)}})
+    flt: list[dict[str, Any]] = [own]
+    if tenant:
+        flt.append({"term": {"tenant": tenant}})
+    return {"bool": {"filter": flt}}
+
+
+def owned_documents(es: EngineClient, index: str, root: Path, tenant: str | None,
+                    shard: tuple[int, int] | None = None) -> dict[str, str]:
+    """``{doc_id: content_hash}`` (of chunk 0 where it is there) of the documents from ``root`` stored in ``index``,
+    hidden ones and any chunk a stopped run left included; only those of ``shard`` when given. An index that does
+    not exist holds none."""
+    with engine_errors(f"look up the documents of {root}"):
+        if not es.send(request.index_exists(index)):
+            return {}
+        es.send(request.refresh(index))
+        query = {"query": owned_query(root, tenant), "_source": ["doc_id", "content_hash", "position"]}
+        found: dict[str, str] = {}
+        for h in es.scan(index=index, query=query, size=1000):  # every chunk: a stopped delete may have left any
+            src = h["_source"]
+            if src.get("position") == 0 or src["doc_id"] not in found:
+                found[src["doc_id"]] = str(src.get("content_hash") or "")
+    if shard is not None:
+        found = {d: h for d, h in found.items() if shard_of(d, shard[1]) == shard[0]}
+    return found
+
+
+def stale(owned: Iterable[str], yielded: set[str]) -> list[str]:
+    """The owned documents the source no longer yields, sorted."""
+    return sorted(set(owned) - yielded)
+
+
+def too_many(deleting: int, owned: int, cfg: IngestSettings) -> bool:
+    """Whether deleting ``deleting`` of the source's ``owned`` documents is more than ``sync_max_delete`` of them."""
+    return owned > 0 and deleting / owned > cfg.sync_max_delete
+
+
+def refusal(root: Path, deleting: int, owned: int, cfg: IngestSettings) -> ConfigError:
+    """The one-line refusal of a sync that would delete too much."""
+    return ConfigError(f"sync of {root} would delete {deleting:,} of its {owned:,} documents, more than "
+                       f"HSP_INGEST__SYNC_MAX_DELETE={cfg.sync_max_delete:g} of them; nothing was written",
+                       fix="Check the source is complete; `--dry-run` lists what would go, `--force` deletes anyway")
+
+
+@dataclass
+class SyncPlan:
+    """What a sync of ``source`` would do: document ids to add, replace and delete, unchanged and failed counts."""
+
+    source: str
+    added: list[str] = field(default_factory=list)
+    replaced: list[str] = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    unchanged: int = 0
+    owned: int = 0
+    failures: list[str] = field(default_factory=list)  # "source: reason" of what could not be read
+
+    @property
+    def read_whole(self) -> bool:
+        return not self.failures
+
+
+def plan_sync(path: str | Path, cfg: IndexSettings, es: EngineClient, fields: RecordFields | None = None,
+              shard: tuple[int, int] | None = None) -> SyncPlan:
+    """Read ``path`` and compare it with what the index behind ``cfg``'s alias holds from it; writes nothing. A
+    source not read whole would delete nothing (``deleted`` empty, ``failures`` says why)."""
+    root = source_root(path)
+    owned: dict[str, str] = {}
+    for index in sorted(read_alias(es, cfg.alias)):
+        owned.update(owned_documents(es, index, root, cfg.tenant, shard))
+    plan = SyncPlan(str(root), owned=len(owned))
+    yielded: set[str] = set()
+    for item in read_path(root, fields):
+        key = item.doc_id or item.source
+        if shard is not None and shard_of(key, shard[1]) != shard[0]:
+            continue
+        if isinstance(item, SourceFailure):
+            plan.failures.append(f"{item.source}: {item.reason}")
+            continue
+        _place(plan, item, owned, yielded)
+    if plan.read_whole:
+        plan.deleted = stale(owned, yielded)
+    return plan
+
+
+def _place(plan: SyncPlan, doc: Document, owned: dict[str, str], yielded: set[str]) -> None:
+    if doc.doc_id in yielded:
+        plan.failures.append(f"{doc.source}: duplicate doc_id {doc.doc_id!r}")
+        return
+    yielded.add(doc.doc_id)
+    if doc.doc_id not in owned:
+        plan.added.append(doc.doc_id)
+    elif owned[doc.doc_id] != doc.content_hash:
+        plan.replaced.append(doc.doc_id)
+    else:
+        plan.unchanged += 1
