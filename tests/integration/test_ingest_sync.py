@@ -31,10 +31,13 @@ def _tiny(settings: Settings, tiny_dir: Path, **ingest: Any) -> Settings:
 
 
 def _visible(es: EngineClient, s: Settings) -> dict[str, str]:
-    """``{doc_id: text of chunk 0}`` of every visible document."""
+    """``{doc_id: text of chunk 0}`` of every visible document. The search names the fields it reads, as the query
+    layer does: OpenSearch 3.x rebuilds a k-NN vector into ``_source`` on the fly and fails a whole-``_source``
+    fetch from a segment that holds deleted documents."""
     es.send(request.refresh(s.index.alias))
     query = visible_query(s.index.ingest_state, [{"term": {"position": 0}}])
-    hits = es.send(request.search(s.index.alias, request.body(query=query, size=1000)))["hits"]["hits"]
+    body = request.body(query=query, size=1000, source=["doc_id", "text"])
+    hits = es.send(request.search(s.index.alias, body))["hits"]["hits"]
     return {h["_source"]["doc_id"]: h["_source"]["text"] for h in hits}
 
 

@@ -49,7 +49,8 @@ def test_a_valid_url_with_a_wrong_password_never_prints_it(node: str, password: 
     for argv in COMMANDS:
         done = run(f"{scheme}://hsp-nobody:{password}@{address}", argv, f"t-{uuid.uuid4().hex[:10]}")
         assert_kept(done, password)
-        assert "authentication failed" in done.stdout + done.stderr or done.returncode == 1
+        if os.environ.get("HSP_TEST_SECURITY_ENV"):  # a secured node refuses the credentials; a plain one has none
+            assert "authentication failed" in done.stdout + done.stderr or done.returncode == 1
 
 
 @pytest.mark.parametrize(("var", "broken"), [("HSP_ES_URL", "{n}:notaport"), ("HSP_ES__URL", "{n}:99999"),
