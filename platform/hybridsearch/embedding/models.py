@@ -154,7 +154,6 @@ def locate_model(name: str, setting: str = "HSP_EMBEDDING__MODEL", *, check: boo
 
 #: files of a model folder that do not decide its vectors (the catalogue's marker, model cards)
 UNPINNED_SUFFIXES = (".md",)
-_HASH_BLOCK = 1 << 20
 log = logging.getLogger(__name__)
 
 
@@ -167,17 +166,15 @@ def files_record_path(folder: Path) -> Path:
     return catalogue.models_root() / ".pins" / f"{stem}-{key}.json"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(_HASH_BLOCK):
-            h.update(block)
-    return h.hexdigest()
+def file_hash(path: str | Path, algorithm: str = "sha256") -> str:
+    """The hex digest of a file's bytes (``hashlib.file_digest``): model files, pinned downloads, judgments."""
+    with Path(path).open("rb") as f:
+        return hashlib.file_digest(f, algorithm).hexdigest()
 
 
 def _pin(path: Path) -> dict[str, Any]:
     st = path.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": _sha256(path)}
+    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": file_hash(path)}
 
 
 def _folder_files(folder: Path) -> list[Path]:
@@ -237,7 +234,7 @@ def changed_files(folder: Path) -> list[str] | None:
         if st.st_size != pin.get("size"):
             changed.append(f"{name} (size {st.st_size}, recorded {pin.get('size')})")
         elif st.st_mtime_ns != pin.get("mtime_ns"):
-            if _sha256(file) != pin.get("sha256"):
+            if file_hash(file) != pin.get("sha256"):
                 changed.append(f"{name} (SHA-256 differs)")
             else:
                 pin["mtime_ns"], touched = st.st_mtime_ns, True

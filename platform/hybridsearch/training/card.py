@@ -7,7 +7,6 @@ serve it (``serving.blend``, ``serving.max_length``), which :mod:`hybridsearch.r
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import platform
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hybridsearch import __version__
-from hybridsearch.embedding.models import record_files, resolve_model
+from hybridsearch.embedding.models import file_hash, record_files, resolve_model
 from hybridsearch.rerank.card import CARD_FILE, KIND
 
 if TYPE_CHECKING:
@@ -141,15 +140,6 @@ def _caveat(cfg: TrainingConfig, data: SplitData) -> str | None:
         return None
     return (f"the base model was trained on the {data.split!r} judgments of this collection: the validation "
             "queries are not unseen by it, so validation figures are optimistic; trust the test split")
-
-
-def file_sha256(path: str | Path) -> str:
-    """Hex SHA-256 of a file's bytes (the card records the judgments trained on by it)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _cpu_count() -> int:
@@ -316,7 +306,7 @@ def make_embedder_card(cfg: EmbedderConfig, data: SplitData, got: Collected, sta
         "dataset": str(Path(cfg.dataset).expanduser().resolve()),
         "split": data.split,
         "files_read": data.files_read,
-        "qrels_sha256": {Path(f).name: file_sha256(f) for f in data.files_read if Path(f).exists()},
+        "qrels_sha256": {Path(f).name: file_hash(f) for f in data.files_read if Path(f).exists()},
         "checked_disjoint_from": disjoint_from,
         "queries": {"train": len(got.train_qids), "validation": len(got.val_qids),
                     "trained_on": stats.queries, "skipped_no_positive_passage": len(stats.skipped_queries)},
