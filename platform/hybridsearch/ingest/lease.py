@@ -174,10 +174,11 @@ class Lease:
     is found lost."""
 
     def __init__(self, es: EngineClient, state_index: str, run_id: str, shard: Shard = None, *,
-                 heartbeat_s: float = HEARTBEAT_S, on_lost: Callable[[LeaseLost], None] | None = None,
+                 heartbeat_s: float | None = None, on_lost: Callable[[LeaseLost], None] | None = None,
                  on_beat: Callable[[], None] | None = None) -> None:
         self.es, self.index, self.run_id, self.shard = es, state_index, run_id, shard
-        self.heartbeat_s, self.on_lost, self.on_beat = heartbeat_s, on_lost, on_beat
+        self.heartbeat_s = HEARTBEAT_S if heartbeat_s is None else heartbeat_s
+        self.on_lost, self.on_beat = on_lost, on_beat
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.started_at = now()
         self._stop = threading.Event()
