@@ -114,13 +114,20 @@ def _cli_env(monkeypatch: pytest.MonkeyPatch, s: Settings, tmp_path: Path) -> No
     monkeypatch.setenv("HSP_EMBEDDING__DIMS", str(s.embedding.dims))
 
 
-def test_the_dry_run_says_what_would_change_and_writes_nothing(
-        es: EngineClient, settings: Settings, tiny_bi_encoder: Path, tmp_path: Path,
-        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    s = _tiny(settings, tiny_bi_encoder)
+def _synced_by_cli(settings: Settings, tiny_dir: Path, tmp_path: Path,
+                   monkeypatch: pytest.MonkeyPatch) -> tuple[Settings, Path]:
+    """Five notes in a folder, synced once by ``hsp ingest --sync``: the settings and the folder."""
+    s = _tiny(settings, tiny_dir)
     _cli_env(monkeypatch, s, tmp_path)
     src = _folder(tmp_path / "notes", [f"n{i}.md" for i in range(5)])
     assert main(["ingest", str(src), "--sync", "--no-progress"]) == 0
+    return s, src
+
+
+def test_the_dry_run_says_what_would_change_and_writes_nothing(
+        es: EngineClient, settings: Settings, tiny_bi_encoder: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    s, src = _synced_by_cli(settings, tiny_bi_encoder, tmp_path, monkeypatch)
     assert "0 deleted" in capsys.readouterr().out
     before = _visible(es, s)
     (src / "n0.md").unlink()
@@ -136,10 +143,7 @@ def test_the_dry_run_says_what_would_change_and_writes_nothing(
 def test_the_delete_share_guard_refuses_then_force_deletes(
         es: EngineClient, settings: Settings, tiny_bi_encoder: Path, tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    s = _tiny(settings, tiny_bi_encoder)
-    _cli_env(monkeypatch, s, tmp_path)
-    src = _folder(tmp_path / "notes", [f"n{i}.md" for i in range(5)])
-    assert main(["ingest", str(src), "--sync", "--no-progress"]) == 0
+    s, src = _synced_by_cli(settings, tiny_bi_encoder, tmp_path, monkeypatch)
     for i in range(3):
         (src / f"n{i}.md").unlink()
     _folder(src, ["new.md"])
