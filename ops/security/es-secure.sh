@@ -12,6 +12,9 @@
 #   HSP_TEST_SECURITY_ENV                                             (this file, for the secured tests)
 #   HSP_TEST_USERS="team-a:hsp-team-a team-b:hsp-team-b searcher-a:hsp-searcher-a"
 #   HSP_TEST_PASSWORD_TEAM_A, HSP_TEST_PASSWORD_TEAM_B, HSP_TEST_PASSWORD_SEARCHER_A
+#   HSP_TEST_URL_PASSWORD_FILE: the password of the user url-test (role hsp-team-a), which holds every character
+#     that splits or escapes a URL, a space and non-ASCII (kept in a file of its own: it does not survive a shell
+#     env line); tests/integration/test_secrets.py signs in with it
 # shellcheck shell=bash
 
 SEC_DIR="$NODE_DIR/security"
@@ -19,6 +22,7 @@ SEC_ENV="$SEC_DIR/security.env"
 SEC_MARK="$NODE_DIR/secure"
 SEC_ROLES="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/roles.yml"
 SEC_USERS="team-a:hsp-team-a team-b:hsp-team-b searcher-a:hsp-searcher-a"
+SEC_URL_PASSWORD="$SEC_DIR/url-test.password"
 
 # True when this node runs (or is to start) secured.
 secure_mode() { [[ "${HSP_ES_SECURE:-0}" == 1 || -f "$SEC_MARK" ]]; }
@@ -64,11 +68,13 @@ secure_setup() {
       echo "HSP_ES__CA_CERTS=$SEC_DIR/ca.crt"
       echo "HSP_TEST_SECURITY_ENV=$SEC_ENV"
       echo "HSP_TEST_USERS=\"$SEC_USERS\""
+      echo "HSP_TEST_URL_PASSWORD_FILE=$SEC_URL_PASSWORD"
       for spec in $SEC_USERS; do
         user=${spec%%:*}; var=$(echo "${user//-/_}" | tr '[:lower:]' '[:upper:]')
         echo "HSP_TEST_PASSWORD_$var=$(secure_password)"
       done
     } > "$SEC_ENV.tmp"
+    printf '%s' "S3c#/?@:% ü✓-$(secure_password)" > "$SEC_URL_PASSWORD"
     mv "$SEC_ENV.tmp" "$SEC_ENV"
     rm -f "$SEC_DIR/users" "$SEC_DIR/users_roles" "$SEC_DIR/elasticsearch.keystore"
   fi
@@ -92,6 +98,7 @@ secure_setup() {
       pw=$(sed -n "s/^HSP_TEST_PASSWORD_$var=//p" "$SEC_ENV")
       secure_tool users useradd "$user" -p "$pw" -r "$role" >/dev/null
     done
+    secure_tool users useradd url-test -p "$(cat "$SEC_URL_PASSWORD")" -r hsp-team-a >/dev/null
     cp "$NODE_DIR/config/users" "$NODE_DIR/config/users_roles" "$SEC_DIR/"
   fi
   cp "$SEC_DIR/users" "$SEC_DIR/users_roles" "$NODE_DIR/config/"
@@ -106,7 +113,7 @@ xpack.security.authc.realms.native.native1.order: 1
 YML
   touch "$SEC_MARK"
   # Readable by whoever runs the tests; the node's user reads its copies in the config folder.
-  chmod 755 "$SEC_DIR" && chmod 644 "$SEC_DIR/ca.crt" && chmod 600 "$SEC_DIR/ca.key" "$SEC_DIR/node.key" "$SEC_ENV"
+  chmod 755 "$SEC_DIR" && chmod 644 "$SEC_DIR/ca.crt" && chmod 600 "$SEC_DIR/ca.key" "$SEC_DIR/node.key" "$SEC_ENV" "$SEC_URL_PASSWORD"
   log "security set up in $((SECONDS - t0)) s: TLS with CA $SEC_DIR/ca.crt, users in $SEC_ENV"
 }
 
