@@ -7,7 +7,11 @@ corpus into a 3-primary, 1-replica chunk index while a fault is injected and, a 
 * ``--fault node``: one data node is killed with SIGKILL (``ops/es-local.sh cluster kill NODE``) and
   restarted (``cluster restart NODE``);
 * ``--fault block``: the flood-stage block ``index.blocks.read_only_allow_delete: true`` is set on the
-  index, then cleared.
+  index, then cleared;
+* ``--fault sync``: no engine fault. The corpus is ingested, then re-exported as a nightly export would be (every
+  tenth record dropped, every twentieth changed, new records in the middle), and ``hsp ingest FILE --sync`` is
+  SIGKILLed once it has written some chunks of the new records; the next ``--sync`` run must take over and finish
+  (the new and changed records whole, the dropped ones gone), and a third finds nothing to do. One worker.
 
 Then it checks, against the chunk ids the chunker produces for every document (no model call: the
 chunker only needs the tokenizer): every valid document is visible, each with exactly its chunks, none
@@ -18,9 +22,10 @@ Exit status 0 only when lost = duplicated = incomplete = 0 and the re-run indexe
     ops/es-local.sh cluster start
     $V/bin/python ops/bench/fault_ingest.py --fault node --limit-docs 1500
     $V/bin/python ops/bench/fault_ingest.py --fault block --limit-docs 1500
+    $V/bin/python ops/bench/fault_ingest.py --fault sync --es-url URL --replicas 0 --prefix fault-sync --limit-docs 600
 
-``--fault block`` needs no second node: on a single node, ``--es-url URL --replicas 0`` (the prefix's indices
-are deleted first, by name, so use a prefix of your own there).
+``--fault block`` and ``--fault sync`` need no second node: on a single node, ``--es-url URL --replicas 0`` (the
+prefix's indices are deleted first, by name, so use a prefix of your own there).
 
 Writes ``reports/fault-ingest-<fault>-<time>.json``.
 """
@@ -37,7 +42,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +77,71 @@ def write_subset(dest: Path, limit: int | None) -> int:
                 out.write(line if line.endswith("\n") else line + "\n")
                 n += 1
     return n
+
+
+def reexport(corpus: Path) -> dict[str, Any]:
+    """Rewrite ``corpus`` as a nightly re-export would: every tenth record dropped, every twentieth other one
+    changed, and a twentieth as many new SciFact records (those after the file's) placed in the middle. Returns
+    the ids dropped, changed and new."""
+    records = [json.loads(line) for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
+    with gzip.open(SCIFACT, "rt", encoding="utf-8") as src:
+        later = [json.loads(line) for line in list(src)[len(records):len(records) + max(1, len(records) // 20)]]
+    kept = [r for i, r in enumerate(records) if i % 10 != 9]
+    changed = [r["_id"] for i, r in enumerate(kept) if i % 20 == 4]
+    for r in kept:
+        if r["_id"] in changed:
+            r["text"] += " The re-export revised this record."
+    kept[len(kept) // 2:len(kept) // 2] = later
+    corpus.write_text("".join(json.dumps(r) + "\n" for r in kept), encoding="utf-8")
+    return {"dropped": [r["_id"] for i, r in enumerate(records) if i % 10 == 9], "changed": changed,
+            "new": [r["_id"] for r in later]}
+
+
+def run_sync(corpus: Path, env: dict[str, str], deadline: float, tag: str,
+             kill_when: Callable[[], bool] | None = None) -> dict[str, Any]:
+    """One ``hsp ingest CORPUS --sync`` process; SIGKILLed as soon as ``kill_when()`` holds (polled every 0.2 s)."""
+    log_path = ROOT / "reports" / f"fault-ingest-{tag}.log"
+    with log_path.open("w") as out:
+        proc = subprocess.Popen([*HSP, "ingest", str(corpus), "--sync", "--no-progress"], env=env, stdout=out,
+                                stderr=subprocess.STDOUT)
+        killed = False
+        while proc.poll() is None and time.monotonic() < deadline:
+            if kill_when is not None and not killed and kill_when():
+                proc.kill()
+                killed = True
+            time.sleep(0.2)
+        if proc.poll() is None:
+            proc.kill()
+            log(f"{tag} ran past the time limit and was killed")
+        rc = proc.wait()
+    return {"run": tag, "exit": rc, "killed": killed, "tail": log_path.read_text(errors="replace")[-600:]}
+
+
+def chunks_of(es: EngineClient, alias: str, doc_ids: list[str]) -> int:
+    """Chunks written of ``doc_ids``, hidden ones included (-1 while the engine does not answer)."""
+    try:
+        es.send(request.refresh(alias))
+        query = {"terms": {"doc_id": doc_ids}}
+        return int(es.send(request.count(alias, query))["count"])
+    except Exception:  # noqa: BLE001 - a probe while a run writes
+        return -1
+
+
+def sync_fault(es: EngineClient, settings: Settings, corpus: Path, env: dict[str, str],
+               time_limit: float) -> dict[str, Any]:
+    """``--fault sync``: the first sync, the re-export, the killed sync, the sync that finishes, the idle one."""
+    alias, t0 = settings.index.alias, time.monotonic()
+    first = run_sync(corpus, env, t0 + time_limit, "sync-first")
+    edit = reexport(corpus)
+    log(f"re-exported: {len(edit['dropped'])} dropped, {len(edit['changed'])} changed, {len(edit['new'])} new")
+    target = max(1, len(edit["new"]) // 2)
+    killed = run_sync(corpus, env, time.monotonic() + time_limit, "sync-killed",
+                      kill_when=lambda: chunks_of(es, alias, edit["new"]) >= target)
+    log(f"the sync was {'SIGKILLed' if killed['killed'] else 'NOT killed'} with "
+        f"{chunks_of(es, alias, edit['new'])} chunks of the new records written")
+    finish = run_sync(corpus, env, time.monotonic() + time_limit, "sync-finish")
+    return {"reexport": {k: len(v) for k, v in edit.items()}, "runs": [first, killed, finish],
+            "dropped_still_stored": chunks_of(es, alias, edit["dropped"])}
 
 
 def worker_env(urls: str, prefix: str, shards: int, replicas: int) -> dict[str, str]:
@@ -224,7 +294,7 @@ def run_records(es: EngineClient, runs_index: str) -> list[dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--fault", choices=("node", "block"), default="node")
+    ap.add_argument("--fault", choices=("node", "block", "sync"), default="node")
     ap.add_argument("--node", default="node-2", help="node to kill with --fault node")
     ap.add_argument("--es-url", help="comma-separated node URLs (default: ops/es-local.sh cluster url)")
     ap.add_argument("--prefix", help="index prefix (default fault-<fault>); its indices are deleted first")
@@ -259,6 +329,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.bulk_max_retries is not None:
         env["HSP_INGEST__BULK_MAX_RETRIES"] = str(args.bulk_max_retries)
 
+    if args.fault == "sync":
+        return sync_main(es, settings, corpus, env, index, args.time_limit)
     t0 = time.monotonic()
     deadline = t0 + args.time_limit
     events: list[dict[str, Any]] = []
@@ -313,6 +385,42 @@ def main(argv: list[str] | None = None) -> int:
           f"chunks {a['chunks_visible']}/{a['chunks_expected']}; hidden leftovers {a['documents_hidden']}")
     print(f"re-run: exits {[w['exit'] for w in rerun]}, chunks/documents written {rerun_work} (must be 0); after it: "
           f"lost {after_rerun['documents_lost']}, duplicated {after_rerun['chunks_duplicated']}")
+    print(f"{'PASS' if ok else 'FAIL'}  (report {out.relative_to(ROOT)})")
+    return 0 if ok else 1
+
+
+def sync_main(es: EngineClient, settings: Settings, corpus: Path, env: dict[str, str], index: str,
+              time_limit: float) -> int:
+    """``--fault sync`` end to end: run it, verify against the re-exported file, re-run, report; the exit status."""
+    outcome = sync_fault(es, settings, corpus, env, time_limit)
+    es.send(request.refresh(index))
+    want, invalid = expected_chunks(corpus, settings)
+    after = verify(want, stored_chunks(es, index))
+    idle = run_sync(corpus, env, time.monotonic() + time_limit, "sync-idle")
+    records = run_records(es, settings.index.ingest_runs)
+    idle_work = sum((records[-1].get(k) or 0) for k in ("indexed", "updated", "documents_indexed", "deleted",
+                                                        "documents_deleted")) if records else -1
+    killed = outcome["runs"][1]
+    ok = (killed["killed"] and outcome["runs"][2]["exit"] == 0 and after["documents_lost"] == 0
+          and after["documents_incomplete"] == 0 and after["chunks_duplicated"] == 0
+          and after["documents_hidden"] == 0 and after["unexpected_documents"] == 0
+          and outcome["dropped_still_stored"] == 0 and idle["exit"] == 0 and idle_work == 0)
+    report = {"fault": "sync", "index": index, "invalid_records": invalid, **outcome, "after_finish": after,
+              "idle_run": idle, "run_records": records, "idle_work": idle_work, "ok": ok}
+    out = ROOT / "reports" / f"fault-ingest-sync-{dt.datetime.now():%Y%m%dT%H%M%S}.json"
+    out.write_text(json.dumps(report, indent=2), encoding="utf-8")
+    r = outcome["reexport"]
+    print(f"\nfault: sync (re-export: {r['dropped']} dropped, {r['changed']} changed, {r['new']} new; the sync "
+          f"{'SIGKILLed' if killed['killed'] else 'not killed'} mid-way)")
+    print("runs: " + ", ".join(f"{x['run']} exit {x['exit']}" for x in [*outcome["runs"], idle]))
+    for rec in records:
+        print(f"  run {rec['run_id']}: {rec['status']}, documents_indexed {rec['documents_indexed']}, "
+              f"chunks indexed {rec['indexed']}, updated {rec['updated']}")
+    print(f"after the finishing sync: documents {after['documents_visible']} of {after['documents_expected']}; lost "
+          f"{after['documents_lost']}; incomplete {after['documents_incomplete']}; chunks duplicated "
+          f"{after['chunks_duplicated']}; hidden leftovers {after['documents_hidden']}; documents the source no "
+          f"longer holds {after['unexpected_documents']} (chunks of dropped records {outcome['dropped_still_stored']})")
+    print(f"idle sync: chunks/documents written or deleted {idle_work} (must be 0)")
     print(f"{'PASS' if ok else 'FAIL'}  (report {out.relative_to(ROOT)})")
     return 0 if ok else 1
 
