@@ -24,7 +24,7 @@ from hybridsearch import AsyncSearchClient, SearchClient
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, Dialect
 from hybridsearch.errors import ClusterError, ClusterUnavailable, IndexMismatch, IndexNotFound, ModelError
 from hybridsearch.index.visibility import hidden_lookup
-from hybridsearch.query.candidates import auto_candidates
+from hybridsearch.query.build import auto_candidates
 from hybridsearch.query.results import RerankOutcome, SearchResult, WhyReport
 from hybridsearch.settings import Settings
 from recorded_engine import (

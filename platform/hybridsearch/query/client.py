@@ -1,9 +1,8 @@
 """``SearchClient`` and ``AsyncSearchClient``: the query layer's public API.
 
-Both are thin shells around :class:`~hybridsearch.query.core.SearchCore`, which plans each search, decides every
-step and assembles the result (:mod:`.core`, :mod:`.send`). A shell only performs the requests the steps make
-(:mod:`.steps`): ``_msearch``, the alias and mapping calls, the embedding, the reranker under its timeout, and
-starting hybrid's BM25 request while the query is embedded (a worker thread, or an asyncio task).
+Both are thin shells around :class:`~hybridsearch.query.core.SearchCore`, which decides every step of a search; a
+shell only performs the requests the steps make (:mod:`.steps`): engine requests, the embedding, the reranker under
+its timeout, and starting hybrid's BM25 request while the query is embedded (a worker thread, or an asyncio task).
 """
 
 from __future__ import annotations
@@ -13,24 +12,9 @@ import concurrent.futures
 from typing import TYPE_CHECKING, Any, Self, TypeVar, assert_never
 
 from hybridsearch.engine import AsyncEngineClient, EngineClient, LoopSender, connect, connect_async, engine_errors
-from hybridsearch.engine import request as engine_request
 from hybridsearch.query.core import FilterArg, SearchCore, auto_reranker
 from hybridsearch.query.results import Mode, SearchResult, WhyReport
-from hybridsearch.query.steps import (
-    CountChunks,
-    Detect,
-    Drop,
-    Embed,
-    GetMappings,
-    Join,
-    Msearch,
-    Request,
-    Rerank,
-    ResolveAlias,
-    Run,
-    Spawn,
-    Steps,
-)
+from hybridsearch.query.steps import Detect, Drop, Embed, Join, Request, Rerank, Run, Send, Spawn, Steps
 from hybridsearch.rerank.base import Reranker
 from hybridsearch.settings import QuerySettings, Settings
 
@@ -79,9 +63,9 @@ class SearchClient(SearchCore):
 
     def _perform(self, request: Request) -> Any:
         match request:
-            case Msearch(lines, what):
+            case Send(call, what):
                 with engine_errors(what):
-                    return self.es.send(engine_request.msearch(lines))
+                    return self.es.send(call)
             case Embed(text):
                 return self._encode(text)
             case Spawn(inner):
@@ -98,15 +82,6 @@ class SearchClient(SearchCore):
                     return scoring.result(timeout=timeout)
                 finally:
                     scoring.cancel()  # no-op once it ran; a slow one is left to finish
-            case ResolveAlias(alias, what):
-                with engine_errors(what):
-                    return self.es.send(engine_request.get_alias(alias))
-            case GetMappings(index, what):
-                with engine_errors(what):
-                    return self.es.send(engine_request.get_mapping(index, ignore_unavailable=True))
-            case CountChunks(index, what):
-                with engine_errors(what):
-                    return self.es.send(engine_request.count(index))
             case Detect(what):
                 with engine_errors(what):
                     return self.es.engine
@@ -195,9 +170,9 @@ class AsyncSearchClient(SearchCore):
 
     async def _perform(self, request: Request) -> Any:
         match request:
-            case Msearch(lines, what):
+            case Send(call, what):
                 with engine_errors(what):
-                    return await self.es.send(engine_request.msearch(lines))
+                    return await self.es.send(call)
             case Embed(text):
                 return await asyncio.to_thread(self._encode, text)
             case Spawn(inner):
@@ -209,15 +184,6 @@ class AsyncSearchClient(SearchCore):
                 return await asyncio.gather(task, return_exceptions=True)  # its answer or error is dropped
             case Rerank(reranker, query, passages, timeout):
                 return await asyncio.wait_for(asyncio.to_thread(reranker.score, query, passages), timeout=timeout)
-            case ResolveAlias(alias, what):
-                with engine_errors(what):
-                    return await self.es.send(engine_request.get_alias(alias))
-            case GetMappings(index, what):
-                with engine_errors(what):
-                    return await self.es.send(engine_request.get_mapping(index, ignore_unavailable=True))
-            case CountChunks(index, what):
-                with engine_errors(what):
-                    return await self.es.send(engine_request.count(index))
             case Detect(what):
                 with engine_errors(what):
                     return await self.es.detect()

@@ -18,7 +18,7 @@ from hybridsearch.engine.dialect import Dialect
 from hybridsearch.query.build import CHUNKS, Bm25Scope, Plan, bm25_body, search_filters
 from hybridsearch.query.passages import highlights
 from hybridsearch.query.results import Highlight, PassageSource, RerankOutcome, WhyReport
-from hybridsearch.query.steps import Embed, Json, Msearch, Steps
+from hybridsearch.query.steps import Embed, Json, Steps, msearch
 from hybridsearch.query.window import Rank, Window, WindowEntry, check_response, stage_score
 from hybridsearch.settings import QuerySettings
 
@@ -118,7 +118,7 @@ def _count_body(query: Json, min_score: float | None = None) -> Json:
 def _probe(probes: Probes, bodies: list[Json], what: str) -> Steps[list[Json]]:
     """The answers of one ``_msearch`` of ``bodies`` on the alias; a failed item raises."""
     lines = [line for body in bodies for line in ({"index": probes.alias}, body)]
-    answer: Json = yield Msearch(lines, what)
+    answer: Json = yield msearch(lines, what)
     items: list[Json] = answer["responses"]
     for item in items:
         check_response(item, probes.alias)

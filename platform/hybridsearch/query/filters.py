@@ -1,18 +1,11 @@
-"""Typed search filters and their one translation to the Elasticsearch DSL.
+"""Typed search filters, the fields they may name, and their one translation to the engine's DSL.
 
 Build filters as objects (``Term("source", "pubmed")``, ``AllOf([...])``) or pass a plain dict:
-
-* ``{"source": "pubmed", "tenant": "a"}`` — shorthand: every key must match (a list value means any of);
-* ``{"term": {"source": "pubmed"}}``, ``{"terms": {"source": ["a", "b"]}}``,
-  ``{"range": {"ingested_at": {"gte": "2024-01-01"}}}``, ``{"exists": "metadata.lang"}``;
-* ``{"all_of": [...]}``, ``{"any_of": [...]}``, ``{"none_of": [...]}`` nest any of these.
-
-Only the fields in :data:`~.field_types.ALLOWED_FIELDS` and ``metadata.<key>`` may be filtered; anything else,
-a malformed filter or a value of the wrong type raises :class:`~hybridsearch.errors.QueryError`
-before any request is sent. Values are never pasted into JSON text: they become DSL values.
-
-Values are checked against the field's type and metadata keys go to their typed copy where the index
-declares one (:mod:`.field_types`); ``hsp search --filter`` expressions are read by :mod:`hybridsearch.cli.filters`.
+``{"source": "pubmed"}`` (every key must match; a list value means any of), ``{"term": {...}}``, ``{"terms": {...}}``,
+``{"range": {"ingested_at": {"gte": "2024-01-01"}}}``, ``{"exists": "metadata.lang"}``, and ``all_of``, ``any_of``,
+``none_of`` nesting any of these. Only :data:`FIELD_TYPES` and ``metadata.<key>`` may be named; values are checked
+against the field's type (a metadata key declared in ``HSP_INDEX__METADATA_FIELDS`` by the index's typed copy,
+``meta.<key>``; free-form metadata takes no range). Anything else raises QueryError before any request.
 """
 
 from __future__ import annotations
@@ -20,21 +13,28 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import date, datetime, timedelta
+from types import MappingProxyType
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from hybridsearch.errors import QueryError
-from hybridsearch.index.metadata import MetadataFields, Scalar, parse_date, typed_value
-from hybridsearch.query.field_types import (
-    FIELD_TYPES,
-    FREE_FORM,
-    UNCHECKED,
-    check_field,
-    field_type,
-    free_form_range,
-)
+from hybridsearch.index.metadata import TYPED_METADATA, MetadataFields, Scalar, parse_date, typed_value
 
+#: Keyword, date and number fields of the chunk mapping that filters may name, with their types.
+FIELD_TYPES: dict[str, str] = {
+    "doc_id": "keyword", "chunk_id": "keyword", "parent_id": "keyword", "source": "keyword",
+    "content_hash": "keyword", "tenant": "keyword", "ingested_at": "date", "position": "integer",
+    "title.raw": "keyword",
+}
+NUMERIC_FIELDS = frozenset(f for f, t in FIELD_TYPES.items() if t == "integer")
+_METADATA_KEY = re.compile(r"^metadata\.[A-Za-z0-9_@$-][A-Za-z0-9_.@$-]{0,200}$")
+#: what free-form metadata is to the checks: every value indexed as text
+FREE_FORM = "free-form"
+#: a metadata key whose type is not known yet (the index is not checked): no conversion, no refusal
+UNCHECKED = "unchecked"
+#: ``metadata=`` for a check before the index is known: every metadata key is :data:`UNCHECKED`
+NOT_YET_KNOWN: Mapping[str, str] = MappingProxyType({})
 MAX_DEPTH = 8
 MAX_CLAUSES = 256
 MAX_TERMS = 1024
@@ -42,6 +42,26 @@ Bound = str | int | float | date | datetime
 #: "Argument not given" in the positional constructors (None is a value, and a wrong one).
 _UNSET: Any = object()
 
+
+def check_field(field: str) -> str:
+    """``field`` when filters may name it; raises QueryError naming the allowed fields otherwise."""
+    if field in FIELD_TYPES or _METADATA_KEY.match(field):
+        return field
+    allowed = ", ".join(sorted(FIELD_TYPES))
+    raise QueryError(f"cannot filter on unknown field {field!r}: use one of {allowed}, or metadata.<key>")
+
+
+def field_type(field: str, metadata: MetadataFields | None = None) -> tuple[str, str]:
+    """``(field the DSL names, its type)``: a fixed field, a declared metadata key (``meta.<key>``) or free-form
+    metadata (:data:`FREE_FORM`)."""
+    if field in FIELD_TYPES:
+        return field, FIELD_TYPES[field]
+    key = field.removeprefix("metadata.")
+    if metadata is NOT_YET_KNOWN:
+        return field, UNCHECKED
+    if metadata and key in metadata:
+        return f"{TYPED_METADATA}.{key}", metadata[key]
+    return field, FREE_FORM
 
 
 class _Base(BaseModel):
@@ -304,7 +324,11 @@ def _range_bounds(f: Range, ftype: str) -> dict[str, Scalar]:
     if ftype == UNCHECKED:  # checked again once the index's typed fields are known
         return {k: v for k in ("gte", "gt", "lte", "lt") if (v := getattr(f, k)) is not None}
     if ftype == FREE_FORM:
-        raise ValueError(free_form_range(f.field))
+        example = '{"' + f.field.removeprefix("metadata.") + '": "long"}'
+        raise ValueError(f"range on {f.field}: this index has no typed field for it, and free-form metadata "
+                         "compares values as text (25 sorts after 100); declare it, e.g. "
+                         f"HSP_INDEX__METADATA_FIELDS='{example}' (long, double, date, keyword or boolean), and "
+                         "ingest into a new index version")
     if ftype == "boolean":
         raise ValueError(f"range on {f.field}: booleans have no order; use a term filter")
     bounds: dict[str, Scalar] = {}
