@@ -14,9 +14,18 @@ import re
 from collections.abc import Mapping
 from datetime import date, datetime, timedelta
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Annotated, Any, Literal, Self, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from hybridsearch.errors import QueryError
 from hybridsearch.index.metadata import TYPED_METADATA, MetadataFields, Scalar, parse_date, typed_value
@@ -77,12 +86,12 @@ class _Base(BaseModel):
 
 
 class _FieldFilter(_Base):
-    field: str
+    field: Annotated[str, AfterValidator(check_field)]
 
-    @field_validator("field")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        return check_field(v)
+    @model_validator(mode="after")
+    def _typed(self) -> Self:
+        _dsl(cast("Filter", self), NOT_YET_KNOWN)  # metadata keys are checked again once the index is known
+        return self
 
 
 class Term(_FieldFilter):
@@ -101,12 +110,6 @@ class Term(_FieldFilter):
             raise ValueError(f"term on {info.data.get('field')} needs a value (a string, number or boolean), "
                              "got None (documents without the field: NoneOf([Exists(field)]))")
         return v
-
-    @model_validator(mode="after")
-    def _typed(self) -> Term:
-        if self.field in FIELD_TYPES:  # metadata keys are checked against the index's types (to_dsl)
-            _value("term", self.field, FIELD_TYPES[self.field], self.value)
-        return self
 
 
 class Terms(_FieldFilter):
@@ -132,13 +135,6 @@ class Terms(_FieldFilter):
                 raise ValueError(f"{on}: values[{list(v).index(None)}] is None; give strings, numbers or booleans")
         return v
 
-    @model_validator(mode="after")
-    def _typed(self) -> Terms:
-        if self.field in FIELD_TYPES:
-            for v in self.values:
-                _value("terms", self.field, FIELD_TYPES[self.field], v)
-        return self
-
 
 class Range(_FieldFilter):
     """``field`` within bounds (dates as ISO strings, ``date``/``datetime`` or date math like ``now-7d``)."""
@@ -159,18 +155,6 @@ class Range(_FieldFilter):
             raise ValueError(f"range on {info.data.get('field')}: {v!r} is not a valid bound "
                              "(give a number, date or string)")
         return v
-
-    @model_validator(mode="after")
-    def _bounds(self) -> Range:
-        lower = [b for b in (self.gte, self.gt) if b is not None]
-        upper = [b for b in (self.lte, self.lt) if b is not None]
-        if not lower and not upper:
-            raise ValueError(f"range on {self.field} needs at least one of gte, gt, lte, lt")
-        if len(lower) > 1 or len(upper) > 1:
-            raise ValueError(f"range on {self.field}: give at most one lower (gte/gt) and one upper (lte/lt) bound")
-        if self.field in FIELD_TYPES:  # metadata keys are checked against the index's types (to_dsl)
-            _range_bounds(self, FIELD_TYPES[self.field])
-        return self
 
 
 class Exists(_FieldFilter):
@@ -250,20 +234,17 @@ def parse_filter(spec: Filter | Mapping[str, Any] | None, _depth: int = 0) -> Fi
         raise QueryError(f"invalid filter: nested deeper than {MAX_DEPTH} levels")
     if not spec:
         return None
-    try:
-        if len(spec) == 1:
-            (key, val), = spec.items()
-            if key in _GROUPS:
-                if not isinstance(val, list | tuple):
-                    raise QueryError(f"invalid filter: {key} takes a list of filters")
-                subs = [parse_filter(v, _depth + 1) for v in val]
-                group: Filter = _GROUPS[key](filters=[s for s in subs if s is not None])  # type: ignore[assignment]
-                return group
-            if key in ("term", "terms", "range", "exists"):
-                return _parse_leaf(key, val)
-        return _parse_shorthand(spec)
-    except ValidationError as exc:
-        raise _error(exc) from None
+    if len(spec) == 1:
+        (key, val), = spec.items()
+        if key in _GROUPS:
+            if not isinstance(val, list | tuple):
+                raise QueryError(f"invalid filter: {key} takes a list of filters")
+            subs = [parse_filter(v, _depth + 1) for v in val]
+            group: Filter = _GROUPS[key](filters=[s for s in subs if s is not None])  # type: ignore[assignment]
+            return group
+        if key in ("term", "terms", "range", "exists"):
+            return _parse_leaf(key, val)
+    return _parse_shorthand(spec)
 
 
 def _parse_leaf(kind: str, val: Any) -> Filter:
@@ -321,6 +302,12 @@ def _value(kind: str, field: str, ftype: str, value: Any) -> Scalar:
 def _range_bounds(f: Range, ftype: str) -> dict[str, Scalar]:
     """The bounds of ``f`` as the field (of type ``ftype``) compares them; ValueError when the field cannot answer
     a range (free-form metadata, booleans), a bound is not of its type, or the range can match nothing."""
+    lower = [b for b in (f.gte, f.gt) if b is not None]
+    upper = [b for b in (f.lte, f.lt) if b is not None]
+    if not lower and not upper:
+        raise ValueError(f"range on {f.field} needs at least one of gte, gt, lte, lt")
+    if len(lower) > 1 or len(upper) > 1:
+        raise ValueError(f"range on {f.field}: give at most one lower (gte/gt) and one upper (lte/lt) bound")
     if ftype == UNCHECKED:  # checked again once the index's typed fields are known
         return {k: v for k in ("gte", "gt", "lte", "lt") if (v := getattr(f, k)) is not None}
     if ftype == FREE_FORM:

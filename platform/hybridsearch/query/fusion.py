@@ -73,30 +73,21 @@ class Fusion:
             raise QueryError(f"the index's recorded fusion {dict(meta)!r} is malformed ({exc})", fix=fix) from None
 
     def fuse(self, lists: Mapping[str, Sequence[tuple[str, float]]]) -> list[tuple[str, float]]:
-        """Fuse ``{name: [(id, raw score), ...]}`` (best first): :func:`fuse` or :func:`score_fuse`."""
-        names = list(lists)
-        weights = [self.weight(n) for n in names]
-        if self.method == "rrf":
-            return fuse([[key for key, _ in lists[n]] for n in names], k=self.k, weights=weights)
-        return score_fuse([lists[n] for n in names], weights, self.method)
+        """Fuse ``{name: [(id, raw score), ...]}`` (best first) into sorted ``(id, score)`` pairs."""
+        return _summed(self.shares(lists).values())
 
     def shares(self, lists: Mapping[str, Sequence[tuple[str, float]]]) -> dict[str, dict[str, float]]:
-        """Each list's share of each id's fused score, ``{name: {id: share}}`` (ids unique in each list)."""
-        out: dict[str, dict[str, float]] = {}
-        for name, lst in lists.items():
-            w = self.weight(name)
-            if self.method == "rrf":
-                out[name] = {key: rrf_term(rank, self.k, w) for rank, (key, _) in enumerate(lst, start=1)}
-            else:
-                normed = _from_floor(normalise([s for _, s in lst], self.method))
-                out[name] = {key: w * v for (key, _), v in zip(lst, normed, strict=True)}
-        return out
+        """Each list's share of each id's fused score, ``{name: {id: share}}``: its RRF term, or its weighted
+        normalised score. A list that missed an id adds nothing to it."""
+        if self.method == "rrf":
+            return {n: _rrf_shares([key for key, _ in lst], self.k, self.weight(n)) for n, lst in lists.items()}
+        return {n: _score_shares(lst, self.weight(n), self.method) for n, lst in lists.items()}
 
 
 def fusion_for(q: QuerySettings, meta: Mapping[str, Any]) -> Fusion:
     """The fusion of an index with ``_meta`` ``meta``: ``HSP_QUERY__FUSION`` unless auto, else the one recorded in
     ``_meta.fusion``, else RRF with ``rrf_k``; the settings' weights come from ``knn_share``."""
-    weights = hybrid_weights(q.knn_share)
+    weights = (2.0 * (1.0 - q.knn_share), 2.0 * q.knn_share)  # they sum to 2: a share of 0.5 gives 1 and 1
     if q.fusion != "auto":
         return Fusion(method=q.fusion, k=q.rrf_k, weights=weights, source="settings")
     recorded = meta.get("fusion")
@@ -115,8 +106,25 @@ def _weights(n: int, weights: Sequence[float] | None) -> list[float]:
     return [float(w) for w in weights]
 
 
-def _ordered(scores: dict[str, float]) -> list[tuple[str, float]]:
+def _summed(shares: Iterable[Mapping[str, float]]) -> list[tuple[str, float]]:
+    """Each id's shares summed, as ``(id, score)`` pairs sorted by score descending, ties by id ascending."""
+    scores: dict[str, float] = {}
+    for share in shares:
+        for doc, v in share.items():
+            scores[doc] = scores.get(doc, 0.0) + v
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _rrf_shares(ids: Sequence[str], k: int, weight: float) -> dict[str, float]:
+    return {doc: rrf_term(rank, k, weight) for rank, doc in enumerate(unique(ids), start=1)}
+
+
+def _score_shares(scored: Sequence[tuple[str, float]], weight: float, norm: Norm) -> dict[str, float]:
+    first: dict[str, float] = {}
+    for doc, score in scored:
+        first.setdefault(doc, score)  # a repeated id counts at its first score
+    normed = _from_floor(normalise(list(first.values()), norm))
+    return {doc: weight * v for doc, v in zip(first, normed, strict=True)}
 
 
 def fuse(
@@ -127,11 +135,7 @@ def fuse(
     if k < 1:
         raise QueryError(f"RRF k must be at least 1, got {k}")
     ws = _weights(len(ranked_lists), weights)
-    scores: dict[str, float] = {}
-    for w, ids in zip(ws, ranked_lists, strict=True):
-        for rank, doc in enumerate(unique(ids), start=1):
-            scores[doc] = scores.get(doc, 0.0) + w / (k + rank)
-    return _ordered(scores)
+    return _summed(_rrf_shares(ids, k, w) for w, ids in zip(ws, ranked_lists, strict=True))
 
 
 def rrf_term(rank: int, k: int = 60, weight: float = 1.0) -> float:
@@ -163,14 +167,7 @@ def score_fuse(
     """Weighted sum of per-list normalised scores of ``scored_lists`` (``(id, raw score)``, best first; a repeated
     id counts at its first score), sorted like :func:`fuse`. Raises QueryError for bad weights."""
     ws = _weights(len(scored_lists), weights)
-    scores: dict[str, float] = {}
-    for w, lst in zip(ws, scored_lists, strict=True):
-        seen: dict[str, float] = {}
-        for doc, s in lst:
-            seen.setdefault(doc, s)
-        for doc, v in zip(seen, _from_floor(normalise(list(seen.values()), norm)), strict=True):
-            scores[doc] = scores.get(doc, 0.0) + w * v
-    return _ordered(scores)
+    return _summed(_score_shares(lst, w, norm) for w, lst in zip(ws, scored_lists, strict=True))
 
 
 def interpolate(rerank_scores: Sequence[float], fused_scores: Sequence[float], weight: float) -> list[float]:
@@ -184,17 +181,6 @@ def interpolate(rerank_scores: Sequence[float], fused_scores: Sequence[float], w
     return [weight * a + (1.0 - weight) * b for a, b in zip(r, f, strict=True)]
 
 
-def hybrid_weights(knn_share: float) -> tuple[float, float]:
-    """``(bm25, knn)`` weights with ``knn_share`` of their sum on kNN; they sum to 2, so 0.5 gives 1 and 1."""
-    return (2.0 * (1.0 - knn_share), 2.0 * knn_share)
-
-
 def unique(ids: Iterable[T]) -> list[T]:
     """``ids`` without repeats, first occurrence kept, order preserved."""
-    seen: set[T] = set()
-    out: list[T] = []
-    for i in ids:
-        if i not in seen:
-            seen.add(i)
-            out.append(i)
-    return out
+    return list(dict.fromkeys(ids))

@@ -1,16 +1,7 @@
 """The requests a search's steps make, :class:`Run`, which a client uses to answer them, and the steps that send a
-plan's lists.
-
-The query layer's logic is written as generators that do no I/O: each ``yield``s one request below and receives its
-answer (or has its error raised at the ``yield``), so the sync and async clients share every decision::
-
-    run = Run(core.search_steps(...))
-    for request in run:
-        try:
-            run.answer(perform(request))          # or: await perform(request)
-        except BaseException as exc:
-            run.fail(exc)
-    return run.result
+plan's lists. The query layer's logic is written as generators that do no I/O: each ``yield``s one request and is
+sent its answer (or has its error raised at the ``yield``), so the sync and async clients share every decision and
+differ only in how they perform a request (:mod:`.client`).
 """
 
 from __future__ import annotations
