@@ -191,7 +191,7 @@ def _one(client: str, answer: dict[str, Any] | Exception) -> SearchResult:
     return asyncio.run(run())
 
 
-# Hybrid sends BM25 at once and kNN when the vector is ready (hybridsearch.query.send).
+# Hybrid sends BM25 at once and kNN when the vector is ready (hybridsearch.query.steps).
 
 class WaitsForBM25:
     """An embedder that finishes only once the BM25 request has reached the cluster (or gives up after 5 s),
