@@ -178,20 +178,17 @@ class SearchCore:
 
     # ---- planning
 
-    def _plan(self, query: str, *, index_known: bool = True, **kwargs: Any) -> Plan:
-        """The checked plan; ``index_known=False`` checks everything but metadata types, which only the index knows."""
+    def check(self, query: str, *, index_known: bool = True, **kwargs: Any) -> Plan:
+        """The checked plan of a search's arguments against the index last checked, without sending anything;
+        ``index_known=False`` checks everything but metadata types, which only the index knows. Raises QueryError."""
         metadata = self._metadata if index_known else NOT_YET_KNOWN
         return plan(self.query, self.settings.index.tenant, query, state_index=self._state, metadata=metadata,
                     **kwargs)
 
-    def check(self, query: str, **kwargs: Any) -> Plan:
-        """Check a search's arguments against the index last checked without sending anything. Raises QueryError."""
-        return self._plan(query, **kwargs)
-
     def _planned(self, query: str, **kwargs: Any) -> Steps[Plan]:
-        self._plan(query, index_known=False, **kwargs)  # QueryError before any request
+        self.check(query, index_known=False, **kwargs)  # QueryError before any request
         yield from self.index_steps()  # its typed metadata decides how metadata filters are checked and sent
-        return self._plan(query, **kwargs)
+        return self.check(query, **kwargs)
 
     def _lines(self, p: Plan, scope: Bm25Scope) -> tuple[list[Json], KnnLines]:
         """``send_steps``'s ``text`` and ``knn`` lines of ``p``'s lists (``scope``: what BM25 scores)."""

@@ -106,16 +106,12 @@ def answered_by(responses: Sequence[Mapping[str, Any]]) -> set[str]:
 
 def stage_list(resp: Mapping[str, Any], collapse: bool) -> list[tuple[str, float, dict[str, Any]]]:
     """``(key, score, hit)`` best first; with ``collapse`` only a document's best chunk is kept."""
-    out: list[tuple[str, float, dict[str, Any]]] = []
-    seen: set[str] = set()
+    best: dict[str, tuple[float, dict[str, Any]]] = {}
     for hit in resp.get("hits", {}).get("hits", []):
         src = hit.get("_source") or {}
         key = str(src.get("doc_id") or hit["_id"]) if collapse else str(src.get("chunk_id") or hit["_id"])
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append((key, float(hit.get("_score") or 0.0), hit))
-    return out
+        best.setdefault(key, (float(hit.get("_score") or 0.0), hit))
+    return [(key, score, hit) for key, (score, hit) in best.items()]
 
 
 def fuse_window(answers: Mapping[str, Mapping[str, Any]], collapse: bool, fusion: Fusion | None = None) -> Window:
