@@ -1,4 +1,4 @@
-"""How widely kNN looks (query.candidates): num_candidates from the shard size, rescoring where it helps."""
+"""How widely kNN looks (query.build): num_candidates from the shard size, rescoring where it helps."""
 
 from __future__ import annotations
 
