@@ -257,8 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("bounded runs only: sizes <= 2,000,000, --seconds <= 120")
 
     from hybridsearch.engine import connect
-    from hybridsearch.query.build import knn_size
-    from hybridsearch.query.candidates import auto_candidates
+    from hybridsearch.query.build import auto_candidates, knn_size
     from hybridsearch.settings import load_settings
 
     urls = args.es_url or subprocess.run([str(ES_LOCAL), "cluster", "url"], check=True, capture_output=True,

@@ -41,8 +41,8 @@ from hybridsearch.eval.prepare import eval_settings
 from hybridsearch.index.spec import section_words_of
 from hybridsearch.query.build import bm25_body, bm25_scope, knn_lines
 from hybridsearch.query.client import SearchClient
+from hybridsearch.query.core import build_result
 from hybridsearch.query.fusion import fusion_for
-from hybridsearch.query.paging import build_result
 from hybridsearch.query.results import Mode, Timings
 from hybridsearch.query.window import fuse_window
 from hybridsearch.settings import load_settings
@@ -101,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     # What BM25 scores and the fusion, read from the index as the client reads them (its _meta and mapping).
     mapping = es.send(request.get_mapping(index))[index]["mappings"]
     meta = mapping.get("_meta") or {}
-    scope = bm25_scope(q, section_words_of(meta), mapping.get("properties") or {})
+    scope = bm25_scope(q, section_words_of(meta))
     fusion = fusion_for(q, meta)
     print(f"index {index}; BM25 on {scope.unit}s; {len(queries)} queries, k={args.k}")
 

@@ -60,7 +60,7 @@ from hybridsearch.eval.harness import evaluate_collection
 from hybridsearch.eval.knn import exact_top_k, knn_recall, unit
 from hybridsearch.eval.prepare import choose_index, eval_settings, ingest_corpus
 from hybridsearch.ingest.chunking import chunk_embed_text
-from hybridsearch.query.candidates import auto_candidates
+from hybridsearch.query.build import auto_candidates
 from hybridsearch.query.client import SearchClient
 from hybridsearch.query.results import Mode
 from hybridsearch.settings import Settings, load_settings

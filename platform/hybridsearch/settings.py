@@ -181,7 +181,7 @@ class QuerySettings(BaseModel):
     knn_k: int = Field(100, ge=1, le=1000)
     num_candidates: int | None = Field(
         None, ge=1, le=10000, description="kNN candidates per shard; unset: chosen from the size of the index's "
-        "largest shard and k (hybridsearch.query.candidates: 200 up to 350k chunks a shard, more beyond)")
+        "largest shard and k (hybridsearch.query.build: 200 up to 350k chunks a shard, more beyond)")
     rescore_oversample: float | None = Field(
         None, ge=0, le=10, description="quantized vectors (int8_hnsw, the default) rescored on their float vectors, "
         "k x this many, where the engine can (Elasticsearch 8.18+); unset: 1 (the k gathered, reordered), 0: off")

@@ -1,4 +1,4 @@
-"""How widely kNN looks (query.candidates): num_candidates from the shard size, rescoring where it helps."""
+"""How widely kNN looks (query.build): num_candidates from the shard size, rescoring where it helps."""
 
 from __future__ import annotations
 
@@ -8,14 +8,16 @@ from hypothesis import strategies as st
 
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, EngineInfo
 from hybridsearch.errors import ConfigError
-from hybridsearch.query.build import knn_body, knn_size, plan
-from hybridsearch.query.candidates import (
+from hybridsearch.query.build import (
     BASE_CANDIDATES,
     BASE_SHARD_CHUNKS,
     MAX_CANDIDATES,
     auto_candidates,
     is_quantized,
+    knn_body,
+    knn_size,
     knn_width,
+    plan,
 )
 from hybridsearch.query.client import SearchClient
 from hybridsearch.settings import QuerySettings

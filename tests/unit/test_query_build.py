@@ -17,20 +17,18 @@ from hybridsearch.query.build import (
     bm25_on_sections,
     bm25_scope,
     clean_query,
-    has_joined_field,
     knn_lines,
     list_names,
     list_size,
     plan,
     text_lines,
 )
+from hybridsearch.query.core import build_result
 from hybridsearch.query.fusion import Fusion, fusion_for
-from hybridsearch.query.paging import build_result
 from hybridsearch.query.passages import show_passages
 from hybridsearch.query.querylog import log_doc, query_hash
-from hybridsearch.query.reranking import apply_rerank
 from hybridsearch.query.results import RerankOutcome, Timings
-from hybridsearch.query.window import Window, check_response, fuse_window
+from hybridsearch.query.window import Window, apply_rerank, check_response, fuse_window
 from hybridsearch.settings import QuerySettings, Settings, load_settings
 
 
@@ -257,23 +255,12 @@ def test_bm25_scores_sections_only_where_the_index_has_them_and_results_are_per_
     assert not bm25_on_sections(q.model_copy(update={"bm25_unit": "chunk"}), 1000)
 
 
-JOINED = {"section_title": {"type": "text", "copy_to": ["section_all"]},
-          "section_text": {"type": "text", "copy_to": ["section_all"]}, "section_all": {"type": "text"}}
-
-
-def test_bm25_scores_title_and_text_as_one_field_only_where_both_copy_into_it(settings: Settings) -> None:
+def test_bm25_scores_title_and_text_as_one_field_over_sections_unless_separate(settings: Settings) -> None:
     q = settings.query
-    assert has_joined_field(JOINED)
-    # an index built before the field, or one that got the field added later (its documents never copied into it)
-    assert not has_joined_field({k: v for k, v in JOINED.items() if k != "section_all"})
-    assert not has_joined_field({**JOINED, "section_text": {"type": "text"}})
-    assert not has_joined_field({})
-    assert has_joined_field({**JOINED, "section_title": {"type": "text", "copy_to": "section_all"}})  # one name
-    assert bm25_scope(q, 500, JOINED) == Bm25Scope(sections=True, joined=True)
-    assert bm25_scope(q, 500, {}) == Bm25Scope(sections=True, joined=False)
-    assert bm25_scope(q, None, JOINED) == Bm25Scope()  # no sections: chunk fields, never joined
+    assert bm25_scope(q, 500) == Bm25Scope(sections=True, joined=True)
+    assert bm25_scope(q, None) == Bm25Scope()  # no sections: chunk fields, never joined
     separate = q.model_copy(update={"bm25_fields": "separate"})
-    assert bm25_scope(separate, 500, JOINED) == Bm25Scope(sections=True, joined=False)
+    assert bm25_scope(separate, 500) == Bm25Scope(sections=True, joined=False)
 
 
 def test_the_joined_scope_sends_one_match_with_the_operator_and_the_filters(settings: Settings) -> None:

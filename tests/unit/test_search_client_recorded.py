@@ -24,7 +24,7 @@ from hybridsearch import AsyncSearchClient, SearchClient
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, Dialect
 from hybridsearch.errors import ClusterError, ClusterUnavailable, IndexMismatch, IndexNotFound, ModelError
 from hybridsearch.index.visibility import hidden_lookup
-from hybridsearch.query.candidates import auto_candidates
+from hybridsearch.query.build import auto_candidates
 from hybridsearch.query.results import RerankOutcome, SearchResult, WhyReport
 from hybridsearch.settings import Settings
 from recorded_engine import (
@@ -191,7 +191,7 @@ def _one(client: str, answer: dict[str, Any] | Exception) -> SearchResult:
     return asyncio.run(run())
 
 
-# Hybrid sends BM25 at once and kNN when the vector is ready (hybridsearch.query.send).
+# Hybrid sends BM25 at once and kNN when the vector is ready (hybridsearch.query.steps).
 
 class WaitsForBM25:
     """An embedder that finishes only once the BM25 request has reached the cluster (or gives up after 5 s),

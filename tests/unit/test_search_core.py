@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from hypothesis import HealthCheck, given
@@ -22,21 +22,7 @@ from hybridsearch import AsyncSearchClient, SearchClient
 from hybridsearch.errors import ClusterError, HybridSearchError, IndexMismatch, ModelError, RerankerModelError
 from hybridsearch.query.core import SearchCore
 from hybridsearch.query.results import RerankOutcome, SearchResult, WhyReport
-from hybridsearch.query.steps import (
-    CountChunks,
-    Detect,
-    Drop,
-    Embed,
-    GetMappings,
-    Join,
-    Msearch,
-    Request,
-    Rerank,
-    ResolveAlias,
-    Run,
-    Spawn,
-    Steps,
-)
+from hybridsearch.query.steps import Detect, Drop, Embed, Join, Request, Rerank, Run, Send, Spawn, Steps
 from hybridsearch.settings import Settings
 from recorded_engine import (
     INDEX,
@@ -94,15 +80,10 @@ class Driver:
         match r:
             case Detect():
                 return self.es.engine
-            case CountChunks(index):
-                return self.es.count(index)
-            case ResolveAlias(alias):
-                return self.es.indices.get_alias(alias)
-            case GetMappings(index):
-                return self.es.indices.get_mapping(index, ignore_unavailable=True)
-            case Msearch(lines):
-                time.sleep(self.search_s)
-                return self.es.msearch(lines)
+            case Send(request):
+                if request.path == "/_msearch":
+                    time.sleep(self.search_s)
+                return self.es.send(request)
             case Embed():
                 time.sleep(self.embed_s)
                 if self.embed_error is not None:
@@ -137,7 +118,22 @@ class Driver:
 
     @property
     def kinds(self) -> list[str]:
-        return [type(r).__name__ for r in self.requests]
+        return [kind(r) for r in self.requests]
+
+
+def kind(r: Request) -> str:
+    """A request's name: its class, or for one sent to the engine its endpoint (``_msearch``, ``_alias``, ...)."""
+    if isinstance(r, Send):
+        return next(part for part in reversed(r.request.path.split("/")) if part.startswith("_"))
+    return type(r).__name__
+
+
+def lines(r: Request) -> list[dict[str, Any]]:
+    """The ``_msearch`` bodies (header lines left out) of ``r`` or of the request it spawns."""
+    inner = r.request if isinstance(r, Spawn) else r
+    if isinstance(inner, Send) and inner.request.path == "/_msearch":
+        return cast(list[dict[str, Any]], inner.request.body)[1::2]
+    return []
 
 
 def core(s: Settings | None = None, reranker: Any = None, **query: Any) -> SearchCore:
@@ -145,8 +141,8 @@ def core(s: Settings | None = None, reranker: Any = None, **query: Any) -> Searc
     return SearchCore(s, None, reranker, None, s.query.model_copy(update=query), False)
 
 
-CHECK = ["Detect", "ResolveAlias", "GetMappings", "CountChunks"]
-HYBRID = ["Spawn", "Embed", "Msearch", "Join"]
+CHECK = ["Detect", "_alias", "_mapping", "_count"]
+HYBRID = ["Spawn", "Embed", "_msearch", "Join"]
 
 
 def test_hybrid_spawns_bm25_then_embeds_then_sends_knn() -> None:
@@ -154,13 +150,13 @@ def test_hybrid_spawns_bm25_then_embeds_then_sends_knn() -> None:
     result = d.run(core().search_steps(QUERY, rerank=False))
     assert d.kinds == CHECK + HYBRID
     spawned, knn = d.requests[len(CHECK)], d.requests[len(CHECK) + 2]
-    assert isinstance(spawned, Spawn) and not any(is_knn(b) for b in spawned.request.lines[1::2])
-    assert isinstance(knn, Msearch) and [is_knn(b) for b in knn.lines[1::2]] == [True]
+    assert isinstance(spawned, Spawn) and lines(spawned) and not any(is_knn(b) for b in lines(spawned))
+    assert isinstance(knn, Send) and [is_knn(b) for b in lines(knn)] == [True]
     assert [h.doc_id for h in result.hits] == FUSED and result.index == INDEX
 
 
 @pytest.mark.parametrize(("mode", "overlap", "kinds"), [
-    ("hybrid", False, ["Embed", "Msearch"]), ("dense", True, ["Embed", "Msearch"]), ("bm25", True, ["Msearch"])])
+    ("hybrid", False, ["Embed", "_msearch"]), ("dense", True, ["Embed", "_msearch"]), ("bm25", True, ["_msearch"])])
 def test_one_msearch_unless_hybrid_overlaps(mode: str, overlap: bool, kinds: list[str]) -> None:
     d = Driver(FakeES(settings(), recording("hybrid")))
     d.run(core(hybrid_overlap=overlap).search_steps(QUERY, mode=mode, rerank=False))
@@ -171,9 +167,7 @@ def list_sizes(requests: Sequence[Request]) -> dict[str, int]:
     """The ``size`` each list asked for in the ``_msearch`` requests among ``requests`` (spawned ones too)."""
     sizes: dict[str, int] = {}
     for r in requests:
-        inner = r.request if isinstance(r, Spawn) else r
-        if isinstance(inner, Msearch):
-            sizes |= {list_of(body): body["size"] for body in inner.lines[1::2] if not is_probe(body)}
+        sizes |= {list_of(body): body["size"] for body in lines(r) if not is_probe(body)}
     return sizes
 
 

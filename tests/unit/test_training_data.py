@@ -11,7 +11,7 @@ import pytest
 
 from hybridsearch.errors import ConfigError
 from hybridsearch.eval.datasets import check_split, read_qrels
-from hybridsearch.query.reranking import passage_text as chunk_passage
+from hybridsearch.query.window import passage_text as chunk_passage
 from hybridsearch.training.negatives import (
     Candidate,
     SplitData,

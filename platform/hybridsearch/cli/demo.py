@@ -38,7 +38,8 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.demo import SAMPLE_QUERIES, stdlib_documents
     from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import connect
-    from hybridsearch.query.client import SearchClient, auto_reranker
+    from hybridsearch.query.client import SearchClient
+    from hybridsearch.query.core import auto_reranker
 
     es = connect(settings.es)
     embedder = Embedder(settings.embedding)

@@ -7,8 +7,7 @@ import re
 
 from hybridsearch.errors import QueryError
 from hybridsearch.index.metadata import Scalar
-from hybridsearch.query.field_types import NUMERIC_FIELDS, check_field
-from hybridsearch.query.filters import AllOf, Exists, Filter, NoneOf, Range, Term
+from hybridsearch.query.filters import NUMERIC_FIELDS, AllOf, Exists, Filter, NoneOf, Range, Term, check_field
 
 _CLI_FIELD = r"[A-Za-z0-9_.@$-]+"
 _CLI_EXISTS = re.compile(rf"^\s*(?P<field>{_CLI_FIELD})\s*\?\s*$")

@@ -113,7 +113,8 @@ def evaluate_collection(
     protocol (a hit whose id equals the query id is dropped); the report says which was used. ``progress``
     receives the ingestion's counts (task ``ingest``) and each mode's queries (one task per mode).
     """
-    from hybridsearch.query.client import SearchClient, auto_reranker
+    from hybridsearch.query.client import SearchClient
+    from hybridsearch.query.core import auto_reranker
 
     started = dt.datetime.now(dt.UTC)
     choice = choose_index(es, settings, create=ingest)

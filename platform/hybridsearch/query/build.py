@@ -1,7 +1,5 @@
-"""Pure request building: input checks, the BM25, passage and kNN bodies, and their ``_msearch`` lines.
-
-Shared by :class:`~hybridsearch.query.client.SearchClient` and its async twin; nothing here does I/O.
-"""
+"""Pure request building: input checks (:func:`plan`), the BM25, passage and kNN bodies and their ``_msearch``
+lines, and how widely kNN looks (:func:`knn_width`; the measurements behind it are in docs/scale.md)."""
 
 from __future__ import annotations
 
@@ -15,7 +13,6 @@ from hybridsearch.engine.dialect import Dialect
 from hybridsearch.errors import QueryError
 from hybridsearch.index.metadata import MetadataFields
 from hybridsearch.index.visibility import visible_filter
-from hybridsearch.query.candidates import KnnWidth, knn_width
 from hybridsearch.query.filters import Filter, filter_clauses, filter_summary
 from hybridsearch.query.passages import HIGHLIGHTED_FIELD, PASSAGE_FIELDS, highlight_body
 from hybridsearch.query.results import Mode
@@ -26,16 +23,28 @@ MODES: tuple[str, ...] = get_args(Mode)
 SOURCE_FIELDS = ["doc_id", "chunk_id", "position", "parent_id", "parent_text", "title", "text", "metadata"]
 #: The list of each BM25 document's best-matching chunk (:func:`passage_body`); it ranks nothing.
 PASSAGES = "passages"
+#: The field a section's title and text are copied into (``copy_to`` in the chunk template).
+JOINED_FIELD = "section_all"
 _DROP_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn"}
+#: ASCII's only characters in :data:`_DROP_CATEGORIES` (controls), for :func:`_normalised`'s fast path
+_ASCII_CONTROLS = str.maketrans({i: " " for i in (*range(32), 127)})
+
+#: candidates enough for a shard of up to :data:`BASE_SHARD_CHUNKS` chunks (docs/scale.md)
+BASE_CANDIDATES = 200
+BASE_SHARD_CHUNKS = 350_000
+#: how candidates grow with a shard beyond that: ``(chunks / BASE_SHARD_CHUNKS) ** GROWTH`` times as many
+GROWTH = 0.5
+#: the most candidates an engine takes (Elasticsearch and OpenSearch refuse more)
+MAX_CANDIDATES = 10_000
+#: rescoring of quantized vectors when the engine has it: ``k`` × this many candidates rescored
+DEFAULT_OVERSAMPLE = 1.0
+#: vector index options whose stored vectors are quantized (Elasticsearch names; OpenSearch's ``sq`` is ``int8_hnsw``)
+QUANTIZED_PREFIXES = ("int8_", "int4_", "bbq_")
 
 
 def searchable(ch: str) -> bool:
-    """Whether ``ch`` can be a search term: a letter, a digit, or an "other symbol" (emoji, ©, ★).
-
-    The standard analyzer makes tokens of letters, digits and emoji (``🔥`` is an ``<EMOJI>`` token),
-    and drops punctuation and math/currency/modifier symbols (``$``, ``+``, ``→``), so a query of
-    only those finds nothing by BM25 and is refused; So is the closest Unicode category to emoji.
-    """
+    """Whether ``ch`` can be a search term: a letter, a digit, or an "other symbol" (emoji, ©, ★), as the
+    standard analyzer keeps them (punctuation and math/currency/modifier symbols it drops)."""
     return ch.isalnum() or unicodedata.category(ch) == "So"
 
 
@@ -43,13 +52,8 @@ def _drop_odd(text: str) -> str:
     return "".join(" " if unicodedata.category(ch) in _DROP_CATEGORIES else ch for ch in text)
 
 
-#: ASCII's only characters in :data:`_DROP_CATEGORIES` (controls), for :func:`_normalised`'s fast path
-_ASCII_CONTROLS = str.maketrans({i: " " for i in (*range(32), 127)})
-
-
 def _normalised(raw: str) -> str:
-    """NFKC with odd characters made spaces; ASCII text (most queries) takes one C-level pass: NFKC leaves it
-    as it is and its only odd characters are the controls."""
+    """NFKC with odd characters made spaces (ASCII: only its controls, in one pass)."""
     if raw.isascii():
         return raw.translate(_ASCII_CONTROLS)
     return _drop_odd(unicodedata.normalize("NFKC", _drop_odd(raw)))
@@ -58,15 +62,13 @@ def _normalised(raw: str) -> str:
 def clean_query(text: object, max_chars: int) -> tuple[str, bool]:
     """The query as searched, and whether it was truncated.
 
-    Unicode is NFKC-normalised; control, format (zero-width, bidi), surrogate, private-use and
-    unassigned characters become spaces; whitespace runs collapse to one space. Text longer than
-    ``max_chars`` is cut at the last space before the limit (or at the limit). Raises QueryError
-    for a non-string or a query with nothing searchable left (see :func:`searchable`).
+    NFKC-normalised; control, format, surrogate, private-use and unassigned characters become spaces; whitespace
+    runs collapse. Text longer than ``max_chars`` is cut at the last space before the limit (or at the limit).
+    Raises QueryError for a non-string or a query with nothing searchable left (:func:`searchable`).
     """
     if not isinstance(text, str):
         raise QueryError(f"the query must be a string, got {type(text).__name__}")
-    # Cut early so a huge input costs little; the later cut is the documented one.
-    raw = text[: max_chars * 4]
+    raw = text[: max_chars * 4]  # a huge input costs little; the cut below is the documented one
     q = " ".join(_normalised(raw).split())
     if not any(searchable(ch) for ch in q):
         raise QueryError("the query is empty: give some words to search for")
@@ -79,7 +81,7 @@ def clean_query(text: object, max_chars: int) -> tuple[str, bool]:
 
 @dataclass(frozen=True)
 class Plan:
-    """Everything a search needs, checked: built by :func:`plan`, consumed by the clients."""
+    """Everything a search needs, checked (:func:`plan`)."""
 
     query: str
     truncated: bool
@@ -104,10 +106,8 @@ def plan(
     filters: Filter | Mapping[str, Any] | None = None, rerank: bool = True, explain: bool = False, page: int = 1,
     state_index: str | None = None, metadata: MetadataFields | None = None, highlight: bool = False,
 ) -> Plan:
-    """Check the arguments of ``search`` and build a :class:`Plan` (``tenant``: the tenant every search is
-    filtered to, ``index.tenant``; ``state_index``: the prefix's ingest state, whose hidden documents are never
-    searched, :mod:`hybridsearch.index.visibility`; ``metadata``: the searched index's typed metadata fields, which
-    metadata filters are checked against and sent to). Raises QueryError."""
+    """The checked :class:`Plan` of ``search``'s arguments (``tenant``: every search is filtered to it;
+    ``state_index``: the prefix's ingest state; ``metadata``: the index's typed metadata fields). Raises QueryError."""
     if mode not in MODES:
         raise QueryError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= q.max_k:
@@ -122,9 +122,7 @@ def plan(
 
 
 def list_size(p: Plan, k: int) -> int:
-    """Hits a list of ``k`` (``bm25_k``, ``knn_k``) returns for ``p``: all ``k`` unless ``p.depth`` asks for fewer.
-    A search of one list asks for what its page and rerank need (``SearchCore``): the top of a list does not depend
-    on how many hits are fetched after it, and every hit fetched costs the engine and the client its fields."""
+    """Hits a list of ``k`` (``bm25_k``, ``knn_k``) returns for ``p``: all ``k`` unless ``p.depth`` asks for fewer."""
     return k if p.depth is None else max(1, min(k, p.depth))
 
 
@@ -136,22 +134,15 @@ def _common(q: QuerySettings, size: int) -> dict[str, Any]:
 
 
 def search_filters(p: Plan) -> list[dict[str, Any]]:
-    """The plan's filters plus :func:`~hybridsearch.index.visibility.visible_filter`: chunks of a document that is still
-    being written are never searched (the one read path every reader shares)."""
+    """The plan's filters plus :func:`~hybridsearch.index.visibility.visible_filter` (the one read path)."""
     return [*p.filters, visible_filter(p.state_index)]
-
-
-#: The field a section's title and text are copied into (``copy_to`` in the chunk template): BM25 scores them as
-#: one field, as Pyserini's one-field BEIR runs do.
-JOINED_FIELD = "section_all"
 
 
 @dataclass(frozen=True)
 class Bm25Scope:
-    """What the BM25 list scores on the searched index (:func:`bm25_scope`): ``sections`` (each section's
-    first chunk carries the section's title and text) and, over sections, ``joined`` (title and text as one
-    field, :data:`JOINED_FIELD`) or not (``multi_match`` over both, ``title_boost`` and ``tie_breaker``);
-    ``passages``: over sections, whether the passage list (:func:`passage_body`) finds each hit's chunk."""
+    """What the BM25 list scores on the searched index (:func:`bm25_scope`): ``sections`` or chunks; over sections,
+    ``joined`` (:data:`JOINED_FIELD`) or ``multi_match`` over title and text, and whether the passage list
+    (:func:`passage_body`) finds each hit's chunk (``passages``)."""
 
     sections: bool = False
     joined: bool = False
@@ -163,7 +154,6 @@ class Bm25Scope:
 
     @property
     def finds_passages(self) -> bool:
-        """Whether BM25 searches send the passage list: over sections, unless ``best_passage`` is off."""
         return self.sections and self.passages
 
 
@@ -171,30 +161,20 @@ CHUNKS = Bm25Scope()
 
 
 def bm25_on_sections(q: QuerySettings, section_words: int | None) -> bool:
-    """Whether BM25 scores sections: the index has them (``section_words``, from its ``_meta``), results are
-    collapsed per document and ``bm25_unit`` is auto. Chunk-level results keep chunk-level BM25."""
+    """Whether BM25 scores sections: the index has them (``section_words``, its ``_meta``), results are collapsed
+    per document and ``bm25_unit`` is auto."""
     return section_words is not None and q.collapse and q.bm25_unit == "auto"
 
 
-def has_joined_field(properties: Mapping[str, Any]) -> bool:
-    """Whether an index's mapping ``properties`` copy both section fields into :data:`JOINED_FIELD` (indices built
-    before it existed do not, and a field added later would hold nothing for the documents already written)."""
-    def copies(name: str) -> bool:
-        to = (properties.get(name) or {}).get("copy_to") or []
-        return JOINED_FIELD in ([to] if isinstance(to, str) else to)
-    return JOINED_FIELD in properties and copies("section_title") and copies("section_text")
-
-
-def bm25_scope(q: QuerySettings, section_words: int | None, properties: Mapping[str, Any]) -> Bm25Scope:
-    """The :class:`Bm25Scope` for an index with ``section_words`` (its ``_meta``) and mapping ``properties``:
-    sections per :func:`bm25_on_sections`; joined where the index has the field and ``bm25_fields`` is auto."""
+def bm25_scope(q: QuerySettings, section_words: int | None) -> Bm25Scope:
+    """The :class:`Bm25Scope` for an index with ``section_words`` (its ``_meta``): sections per
+    :func:`bm25_on_sections`, joined over sections unless ``bm25_fields`` is separate."""
     sections = bm25_on_sections(q, section_words)
-    return Bm25Scope(sections, sections and q.bm25_fields == "auto" and has_joined_field(properties), q.best_passage)
+    return Bm25Scope(sections, sections and q.bm25_fields == "auto", q.best_passage)
 
 
 def bm25_fields(q: QuerySettings, scope: Bm25Scope = CHUNKS) -> list[str]:
-    """The fields BM25 scores: :data:`JOINED_FIELD`, or the title (boosted by ``title_boost``) and text of the
-    sections or of each chunk."""
+    """The fields BM25 scores: :data:`JOINED_FIELD`, or the (boosted) title and the text of sections or chunks."""
     if scope.joined:
         return [JOINED_FIELD]
     title, text = ("section_title", "section_text") if scope.sections else ("title", "text")
@@ -202,10 +182,8 @@ def bm25_fields(q: QuerySettings, scope: Bm25Scope = CHUNKS) -> list[str]:
 
 
 def bm25_body(q: QuerySettings, p: Plan, scope: Bm25Scope = CHUNKS) -> dict[str, Any]:
-    """A ``match`` on the joined field, else ``multi_match`` (best_fields, ``tie_breaker``) over
-    :func:`bm25_fields`; filters (:func:`search_filters`) in ``bool.filter``. Over sections only the first
-    chunk of each section matches, so the list ranks sections (whole documents, unless long) and each hit
-    stands for its document."""
+    """A ``match`` on the joined field, else ``multi_match`` (best_fields) over :func:`bm25_fields`, filtered by
+    :func:`search_filters`. Over sections only a section's first chunk matches, so each hit stands for its section."""
     match: dict[str, Any]
     if scope.joined:
         match = {"match": {JOINED_FIELD: {"query": p.query, "operator": q.operator}}}
@@ -218,17 +196,9 @@ def bm25_body(q: QuerySettings, p: Plan, scope: Bm25Scope = CHUNKS) -> dict[str,
 
 
 def passage_body(q: QuerySettings, p: Plan) -> dict[str, Any]:
-    """The passage list: BM25 over each chunk's text, the same filters (:func:`search_filters`), collapsed per
-    document, ``passage_k`` documents; with ``p.highlight`` the text highlighted
-    (:func:`~hybridsearch.query.passages.highlight_body`).
-
-    It ranks nothing: it picks, for each document the BM25 list over sections found, the chunk to show
-    (:mod:`hybridsearch.query.passages`). So it scores the text alone (a document's title is the same on all its
-    chunks and cannot choose between them; every hit is a chunk whose text matched), and matches any query word
-    (operator ``or``) whatever ``operator`` says: under ``and`` a section may hold every word while no one chunk
-    does, and its best chunk is still wanted. Only what differs between a document's chunks comes back
-    (:data:`~hybridsearch.query.passages.PASSAGE_FIELDS`, and the text: inside the highlight when there is one);
-    the rest is the BM25 hit's.
+    """The passage list: BM25 over each chunk's text alone, any query word (operator ``or``: a section may hold
+    every word while no one chunk does), the same filters, collapsed per document, ``passage_k`` documents,
+    highlighted with ``p.highlight``. It ranks nothing: it picks each BM25 document's chunk to show (:mod:`.passages`).
     """
     body: dict[str, Any] = {
         "size": q.passage_k, "_source": PASSAGE_FIELDS if p.highlight else [*PASSAGE_FIELDS, HIGHLIGHTED_FIELD],
@@ -240,19 +210,65 @@ def passage_body(q: QuerySettings, p: Plan) -> dict[str, Any]:
     return body
 
 
+@dataclass(frozen=True)
+class KnnWidth:
+    """How widely one kNN search looks: ``num_candidates`` per shard, ``oversample`` (None: no rescoring) and
+    why, in words for people (``hsp search --explain``)."""
+
+    num_candidates: int
+    oversample: float | None
+    reason: str
+
+
+def is_quantized(index_options_type: str | None) -> bool:
+    """Whether vectors indexed with this ``index_options.type`` are searched in a quantized form."""
+    return bool(index_options_type) and str(index_options_type).startswith(QUANTIZED_PREFIXES)
+
+
+def auto_candidates(k: int, shard_chunks: int | None) -> int:
+    """``num_candidates`` for ``k`` neighbours on shards of at most ``shard_chunks`` chunks (None: unknown):
+    :data:`BASE_CANDIDATES`, grown past :data:`BASE_SHARD_CHUNKS`, a multiple of 50, from ``k`` to
+    :data:`MAX_CANDIDATES`."""
+    wanted = float(BASE_CANDIDATES)
+    if shard_chunks is not None and shard_chunks > BASE_SHARD_CHUNKS:
+        wanted *= (shard_chunks / BASE_SHARD_CHUNKS) ** GROWTH
+    return min(MAX_CANDIDATES, max(k, 50 * math.ceil(wanted / 50)))
+
+
+def knn_width(q: QuerySettings, k: int, shard_chunks: int | None, *, quantized: bool, can_rescore: bool) -> KnnWidth:
+    """The width of a kNN search for ``k`` neighbours on an index whose largest shard holds ``shard_chunks`` chunks
+    (None: unknown), whose vectors are ``quantized`` or not, on an engine that ``can_rescore`` them or not."""
+    if q.num_candidates is not None:
+        nc = min(MAX_CANDIDATES, max(k, q.num_candidates))
+        why = f"num_candidates {nc} (HSP_QUERY__NUM_CANDIDATES)"
+    else:
+        nc = auto_candidates(k, shard_chunks)
+        size = "shard size not known" if shard_chunks is None else f"largest shard {shard_chunks:,} chunks"
+        why = f"num_candidates {nc} for k {k} ({size})"
+    oversample: float | None = None
+    if q.rescore_oversample == 0:
+        why += "; no rescoring (HSP_QUERY__RESCORE_OVERSAMPLE=0)"
+    elif not quantized:
+        why += "; float vectors, nothing to rescore"
+    elif not can_rescore:
+        why += "; quantized vectors, not rescored (the engine cannot)"
+    else:
+        oversample = q.rescore_oversample or DEFAULT_OVERSAMPLE
+        nc = min(MAX_CANDIDATES, max(nc, math.ceil(k * oversample)))
+        why += f"; quantized vectors rescored on their floats ({oversample:g} × k)"
+    return KnnWidth(nc, oversample, why)
+
+
 def knn_size(q: QuerySettings) -> int:
-    """How many nearest chunks the kNN search gathers: ``knn_k``, times ``knn_overfetch`` with ``collapse`` (the
-    best chunk of each document is kept, so about ``knn_k`` distinct documents remain)."""
+    """How many nearest chunks kNN gathers: ``knn_k``, times ``knn_overfetch`` with ``collapse`` (about ``knn_k``
+    distinct documents remain)."""
     return min(10_000, math.ceil(q.knn_k * q.knn_overfetch)) if q.collapse else q.knn_k
 
 
 def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float], dialect: Dialect,
              width: KnnWidth | None = None) -> dict[str, Any]:
-    """The engine's kNN search (``dialect``: Elasticsearch's top-level ``knn``, OpenSearch's ``knn`` query) with
-    the same filters (:func:`search_filters`) as a pre-filter, gathering :func:`knn_size` chunks and returning up
-    to ``knn_k`` hits; ``width``: its ``num_candidates`` and rescoring as the index check chose them
-    (:mod:`.candidates`; None: as for an index of unknown size on an engine that does not rescore).
-    """
+    """The engine's kNN search with :func:`search_filters` as a pre-filter, gathering :func:`knn_size` chunks;
+    ``width``: as the index check chose it (None: an index of unknown size on an engine that does not rescore)."""
     k = knn_size(q)
     width = width or knn_width(q, k, None, quantized=False, can_rescore=False)
     body = _common(q, list_size(p, q.knn_k))
@@ -262,9 +278,8 @@ def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float], dialect: Dialec
 
 
 def text_lines(q: QuerySettings, alias: str, p: Plan, scope: Bm25Scope = CHUNKS) -> list[dict[str, Any]]:
-    """The ``_msearch`` header/body lines on ``alias`` of ``p``'s lists that need no query vector: BM25 (hybrid,
-    bm25; ``scope``: what it scores, :func:`bm25_body`) and, where ``scope`` finds them, its passage list
-    (:func:`passage_body`); none for dense."""
+    """The ``_msearch`` lines on ``alias`` of ``p``'s lists that need no query vector: BM25 and, where ``scope``
+    finds them, its passage list; none for dense."""
     if p.mode not in ("hybrid", "bm25"):
         return []
     lines = [{"index": alias}, bm25_body(q, p, scope)]
@@ -273,13 +288,12 @@ def text_lines(q: QuerySettings, alias: str, p: Plan, scope: Bm25Scope = CHUNKS)
 
 def knn_lines(q: QuerySettings, alias: str, p: Plan, vector: Iterable[float], dialect: Dialect,
               width: KnnWidth | None = None) -> list[dict[str, Any]]:
-    """The ``_msearch`` header/body lines on ``alias`` of ``p``'s kNN list for the query ``vector``
-    (:func:`knn_body`). A search sends them after :func:`text_lines`, in the same ``_msearch`` or in its own."""
+    """The ``_msearch`` lines on ``alias`` of ``p``'s kNN list for the query ``vector``, sent after
+    :func:`text_lines`."""
     return [{"index": alias}, knn_body(q, p, vector, dialect, width)]
 
 
 def list_names(p: Plan, scope: Bm25Scope = CHUNKS) -> list[str]:
-    """The lists ``p`` searches, in this order: ``bm25`` (hybrid, bm25), its ``passages`` where ``scope`` finds
-    them (:func:`passage_body`), then ``knn`` (hybrid, dense)."""
+    """The lists ``p`` searches, in order: ``bm25``, its ``passages`` where ``scope`` finds them, ``knn``."""
     text = ["bm25", PASSAGES] if scope.finds_passages else ["bm25"]
     return [*(text if p.mode in ("hybrid", "bm25") else []), *(["knn"] if p.wants_vector else [])]

@@ -1,9 +1,8 @@
 """``SearchClient`` and ``AsyncSearchClient``: the query layer's public API.
 
-Both are thin shells around :class:`~hybridsearch.query.core.SearchCore`, which plans each search, decides every
-step and assembles the result (:mod:`.core`, :mod:`.send`). A shell only performs the requests the steps make
-(:mod:`.steps`): ``_msearch``, the alias and mapping calls, the embedding, the reranker under its timeout, and
-starting hybrid's BM25 request while the query is embedded (a worker thread, or an asyncio task).
+Both are thin shells around :class:`~hybridsearch.query.core.SearchCore`, which decides every step of a search; a
+shell only performs the requests the steps make (:mod:`.steps`): engine requests, the embedding, the reranker under
+its timeout, and starting hybrid's BM25 request while the query is embedded (a worker thread, or an asyncio task).
 """
 
 from __future__ import annotations
@@ -13,31 +12,16 @@ import concurrent.futures
 from typing import TYPE_CHECKING, Any, Self, TypeVar, assert_never
 
 from hybridsearch.engine import AsyncEngineClient, EngineClient, LoopSender, connect, connect_async, engine_errors
-from hybridsearch.engine import request as engine_request
-from hybridsearch.query.core import FilterArg, SearchCore, auto_reranker
+from hybridsearch.query.core import FilterArg, SearchCore
 from hybridsearch.query.results import Mode, SearchResult, WhyReport
-from hybridsearch.query.steps import (
-    CountChunks,
-    Detect,
-    Drop,
-    Embed,
-    GetMappings,
-    Join,
-    Msearch,
-    Request,
-    Rerank,
-    ResolveAlias,
-    Run,
-    Spawn,
-    Steps,
-)
+from hybridsearch.query.steps import Detect, Drop, Embed, Join, Request, Rerank, Run, Send, Spawn, Steps
 from hybridsearch.rerank.base import Reranker
 from hybridsearch.settings import QuerySettings, Settings
 
 if TYPE_CHECKING:
     from hybridsearch.embedding.encoder import Embedder
 
-__all__ = ["AsyncSearchClient", "SearchClient", "auto_reranker"]
+__all__ = ["AsyncSearchClient", "SearchClient"]
 
 SEARCH_WORKERS = 64  # the sync client's threads for hybrid's BM25 requests (sent while the query is embedded)
 RERANK_WORKERS = 4
@@ -56,7 +40,7 @@ class SearchClient(SearchCore):
                  query: QuerySettings | None = None, log_queries: bool | None = None) -> None:
         super().__init__(settings, embedder, reranker, no_reranker_reason, query, log_queries)
         self.es = es
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._pool = concurrent.futures.ThreadPoolExecutor(RERANK_WORKERS, thread_name_prefix="hsp-rerank")
         self._io = concurrent.futures.ThreadPoolExecutor(max_workers=SEARCH_WORKERS, thread_name_prefix="hsp-bm25")
         self._start_log(es)
 
@@ -79,9 +63,9 @@ class SearchClient(SearchCore):
 
     def _perform(self, request: Request) -> Any:
         match request:
-            case Msearch(lines, what):
+            case Send(call, what):
                 with engine_errors(what):
-                    return self.es.send(engine_request.msearch(lines))
+                    return self.es.send(call)
             case Embed(text):
                 return self._encode(text)
             case Spawn(inner):
@@ -91,22 +75,11 @@ class SearchClient(SearchCore):
             case Drop(future):
                 return future.cancel()
             case Rerank(reranker, query, passages, timeout):
-                if self._pool is None:
-                    self._pool = concurrent.futures.ThreadPoolExecutor(RERANK_WORKERS, thread_name_prefix="hsp-rerank")
                 scoring = self._pool.submit(reranker.score, query, passages)
                 try:
                     return scoring.result(timeout=timeout)
                 finally:
                     scoring.cancel()  # no-op once it ran; a slow one is left to finish
-            case ResolveAlias(alias, what):
-                with engine_errors(what):
-                    return self.es.send(engine_request.get_alias(alias))
-            case GetMappings(index, what):
-                with engine_errors(what):
-                    return self.es.send(engine_request.get_mapping(index, ignore_unavailable=True))
-            case CountChunks(index, what):
-                with engine_errors(what):
-                    return self.es.send(engine_request.count(index))
             case Detect(what):
                 with engine_errors(what):
                     return self.es.engine
@@ -114,20 +87,17 @@ class SearchClient(SearchCore):
                 assert_never(request)
 
     def index(self) -> str:
-        """The one concrete index behind the alias, its mapping checked (cached 60 s), as
-        ``index.versions.checked_live_index`` finds it. Raises IndexNotFound, AliasConflict (the alias points at
-        several indices), IndexMismatch, ClusterUnavailable."""
+        """The one concrete index behind the alias, its mapping checked (cached 60 s). Raises IndexNotFound,
+        AliasConflict (the alias points at several indices), IndexMismatch, ClusterUnavailable."""
         return self._run(self.index_steps())
 
     def search(self, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: FilterArg = None,
                rerank: bool = True, explain: bool = False, page: int = 1, highlight: bool = False) -> SearchResult:
-        """Search ``query``; returns hits ``(page-1)*k+1 .. page*k`` of the fused (and reranked) window; with
-        ``highlight``, where each BM25 hit's passage matched (``Hit.highlights``: the engine's highlighter, which
-        costs about as much again as the passage search itself, so only callers that show them ask).
+        """Hits ``(page-1)*k+1 .. page*k`` of the fused (and reranked) window for ``query``; with ``highlight``, where
+        each BM25 hit's passage matched (``Hit.highlights``; the engine's highlighter costs about another search).
 
-        Raises QueryError (bad arguments, checked before any request), IndexNotFound, IndexMismatch,
-        ClusterUnavailable or ClusterError. A failing or slow reranker never raises: the result says
-        ``reranked=False`` and why.
+        Raises QueryError (before any request), IndexNotFound, IndexMismatch, ClusterUnavailable or ClusterError.
+        A failing or slow reranker never raises: the result says ``reranked=False`` and why.
         """
         return self._run(self.search_steps(query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain,
                                            page=page, highlight=highlight))
@@ -138,9 +108,7 @@ class SearchClient(SearchCore):
         return self._run(self.why_steps(query, doc_id, mode=mode, filters=filters, rerank=rerank))
 
     def warm_up(self, mode: Mode = "hybrid") -> None:
-        """Load the embedding model (unless ``mode`` is bm25) and let the reranker score one pair, so that
-        the first search does not pay for loading models. A reranker failure here is ignored (searches
-        will report it); an embedding model that cannot load raises ModelError."""
+        """Load the models the first search would load (:meth:`SearchCore.warm_up_steps`). Raises ModelError."""
         self._run(self.warm_up_steps(mode))
 
     def close(self) -> None:
@@ -148,8 +116,7 @@ class SearchClient(SearchCore):
         if self.query_log is not None:
             self.query_log.close()
         for pool in (self._pool, self._io):
-            if pool is not None:
-                pool.shutdown(wait=False, cancel_futures=True)
+            pool.shutdown(wait=False, cancel_futures=True)
         if self._owns_es:
             self.es.close()
 
@@ -161,11 +128,8 @@ class SearchClient(SearchCore):
 
 
 class AsyncSearchClient(SearchCore):
-    """The asyncio twin of :class:`SearchClient` on ``AsyncElasticsearch``: same arguments, same results.
-
-    The embedder and the reranker run in worker threads (``asyncio.to_thread``); the query log's background thread
-    sends its writes through this client, on the loop its searches run on (:class:`~hybridsearch.engine.LoopSender`).
-    """
+    """The asyncio twin of :class:`SearchClient`: same arguments, same results. The embedder and the reranker run in
+    worker threads; the query log's thread writes through this client on its searches' loop (``LoopSender``)."""
 
     def __init__(self, es: AsyncEngineClient, settings: Settings, *, embedder: Embedder | None = None,
                  reranker: Reranker | None = None, no_reranker_reason: str | None = None,
@@ -195,9 +159,9 @@ class AsyncSearchClient(SearchCore):
 
     async def _perform(self, request: Request) -> Any:
         match request:
-            case Msearch(lines, what):
+            case Send(call, what):
                 with engine_errors(what):
-                    return await self.es.send(engine_request.msearch(lines))
+                    return await self.es.send(call)
             case Embed(text):
                 return await asyncio.to_thread(self._encode, text)
             case Spawn(inner):
@@ -209,15 +173,6 @@ class AsyncSearchClient(SearchCore):
                 return await asyncio.gather(task, return_exceptions=True)  # its answer or error is dropped
             case Rerank(reranker, query, passages, timeout):
                 return await asyncio.wait_for(asyncio.to_thread(reranker.score, query, passages), timeout=timeout)
-            case ResolveAlias(alias, what):
-                with engine_errors(what):
-                    return await self.es.send(engine_request.get_alias(alias))
-            case GetMappings(index, what):
-                with engine_errors(what):
-                    return await self.es.send(engine_request.get_mapping(index, ignore_unavailable=True))
-            case CountChunks(index, what):
-                with engine_errors(what):
-                    return await self.es.send(engine_request.count(index))
             case Detect(what):
                 with engine_errors(what):
                     return await self.es.detect()

@@ -1,21 +1,11 @@
-"""The search core: every step and decision of a search, without I/O, for both clients.
+"""The search core: every step and decision of a search, without I/O, for both clients (:mod:`.client`).
 
-:class:`SearchCore` holds a client's state (the checked index, what BM25 scores there, its fusion, the query log)
-and writes each operation once, as steps (:mod:`.steps`) that yield requests and are sent the answers::
-
-    index_steps    detect the engine → resolve the alias → get its mappings → check them (cached 60 s)
-    search_steps   plan (checks) → index_steps → send (:mod:`.send`: hybrid's BM25 spawned while the query is
-                   embedded, then kNN) → the alias moved? check the new index and search again, once
-                   → collapse + fuse (:mod:`.window`; a failed list: the alias moved? say what changed, or search
-                   again, once) → the chunk each hit shows (:mod:`.passages`) → rerank the top ``reranker.depth``
-                   (:mod:`.reranking`: skipped, applied, or degraded to fused order when the reranker fails or
-                   times out) → page (:mod:`.paging`) → log (:mod:`.querylog`)
-    why_steps      the search's steps for one highlighted hit over whole lists, then the probes of the lists that
-                   missed the document (:mod:`.explain`)
+    index_steps    detect the engine → resolve the alias → its mappings and chunk count → check them (cached 60 s)
+    search_steps   plan → index_steps → send (:func:`.steps.send_steps`) → the alias moved? search again, once
+                   → fuse (:mod:`.window`) → passages → rerank the top (degraded to fused order when the reranker
+                   fails or times out) → page (:func:`build_result`) → query log
+    why_steps      the search for one highlighted hit over whole lists, then the probes of :mod:`.explain`
     warm_up_steps  embed once, let the reranker score one pair (its failure ignored)
-
-The clients (:mod:`.client`) only perform the requests: ``_msearch`` and the alias and mapping calls on their
-engine client, the embedding (in a worker thread for the async client), the reranker under its timeout.
 """
 
 from __future__ import annotations
@@ -30,7 +20,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Self
 
 from hybridsearch.engine import Dialect, EngineInfo, Sender
-from hybridsearch.errors import HybridSearchError, IndexNotFound, RerankerError
+from hybridsearch.engine import request as engine_request
+from hybridsearch.errors import HybridSearchError, IndexNotFound
 from hybridsearch.index.fit import check_mapping
 from hybridsearch.index.metadata import metadata_fields_of
 from hybridsearch.index.spec import section_words_of
@@ -39,27 +30,36 @@ from hybridsearch.query.build import (
     CHUNKS,
     PASSAGES,
     Bm25Scope,
+    KnnWidth,
     Plan,
     bm25_scope,
+    is_quantized,
     knn_lines,
     knn_size,
+    knn_width,
     list_names,
     plan,
     text_lines,
 )
-from hybridsearch.query.candidates import KnnWidth, is_quantized, knn_width
-from hybridsearch.query.explain import Probes, why_steps
-from hybridsearch.query.field_types import NOT_YET_KNOWN
-from hybridsearch.query.filters import Filter
+from hybridsearch.query.explain import Probes, explain, why_steps
+from hybridsearch.query.filters import NOT_YET_KNOWN, Filter
 from hybridsearch.query.fusion import Fusion, fusion_for
-from hybridsearch.query.paging import build_result
-from hybridsearch.query.passages import show_passages
+from hybridsearch.query.passages import highlights, show_passages
 from hybridsearch.query.querylog import QueryLogger, log_doc
-from hybridsearch.query.reranking import apply_rerank, passage_text, record_failure, rerank_slice, skip_reason
 from hybridsearch.query.results import Mode, SearchResult, Timings, WhyReport
-from hybridsearch.query.send import KnnLines, embed_steps, send_steps
-from hybridsearch.query.steps import CountChunks, Detect, GetMappings, Json, Rerank, ResolveAlias, Steps
-from hybridsearch.query.window import Window, answered_by, check_response, fuse_window
+from hybridsearch.query.steps import Detect, Json, KnnLines, Rerank, Send, Steps, embed_steps, ms_since, send_steps
+from hybridsearch.query.window import (
+    Rank,
+    Window,
+    WindowEntry,
+    answered_by,
+    apply_rerank,
+    check_response,
+    fuse_window,
+    passage_text,
+    record_failure,
+    skip_reason,
+)
 from hybridsearch.rerank.base import Reranker
 from hybridsearch.rerank.card import effective_blend
 from hybridsearch.settings import QuerySettings, RerankerSettings, Settings, get_settings
@@ -72,10 +72,6 @@ if TYPE_CHECKING:
 INDEX_RECHECK_S = 60.0
 WARM_UP_TIMEOUT_S = 60.0  # at least this long for the reranker's first score (it may load its model)
 FilterArg = Filter | Mapping[str, Any] | None
-
-
-def _ms(since: float) -> float:
-    return (time.perf_counter() - since) * 1000.0
 
 
 def auto_reranker(settings: RerankerSettings) -> tuple[Reranker | None, str | None]:
@@ -129,30 +125,26 @@ class SearchCore:
 
     # ---- the index behind the alias
 
-    def _index_stale(self) -> bool:
-        return self._index is None or time.monotonic() - self._index_checked_at > INDEX_RECHECK_S
-
     def index_steps(self) -> Steps[str]:
-        """The one concrete index behind the alias (``index.versions.live_target``, the one decision), its mapping
-        checked (cached 60 s). Raises IndexNotFound, AliasConflict (the alias points at several indices), IndexMismatch,
-        ClusterUnavailable."""
-        if not self._index_stale():
-            assert self._index is not None
+        """The one concrete index behind the alias (``index.versions.live_target``), its mapping checked (cached
+        60 s). Raises IndexNotFound, AliasConflict, IndexMismatch, ClusterUnavailable."""
+        if self._index is not None and time.monotonic() - self._index_checked_at <= INDEX_RECHECK_S:
             return self._index
         alias = self.settings.index.alias
         engine: EngineInfo = yield Detect(f"resolve alias {alias}")
-        index = live_target(alias, (yield ResolveAlias(alias, f"resolve alias {alias}")))
+        index = live_target(alias, (yield Send(engine_request.get_alias(alias), f"resolve alias {alias}")))
         # the prefix's ingest state too: a prefix never ingested since it exists has none, and nothing is hidden
-        mappings: Json = yield GetMappings(f"{index},{self.settings.index.ingest_state}", f"get mapping of {index}")
-        counted: Json = yield CountChunks(index, f"count the chunks of {index}")
+        names = f"{index},{self.settings.index.ingest_state}"
+        mappings: Json = yield Send(engine_request.get_mapping(names, ignore_unavailable=True),
+                                    f"get mapping of {index}")
+        counted: Json = yield Send(engine_request.count(index), f"count the chunks of {index}")
         checked = self._checked_index(index, mappings, engine.dialect)
         self._width = self._knn_width(mappings[index]["mappings"], counted, engine)
         return checked
 
     def _knn_width(self, mapping: Mapping[str, Any], counted: Mapping[str, Any], engine: EngineInfo) -> KnnWidth:
-        """The kNN search's width on the checked index (:mod:`.candidates`): its largest shard's chunks (the count
-        over its shards; hashing spreads chunks evenly), whether its vectors are quantized, whether the engine
-        can rescore them."""
+        """The kNN search's width on the checked index: its largest shard's chunks (hashing spreads chunks evenly),
+        whether its vectors are quantized, whether the engine can rescore them."""
         shards = int((counted.get("_shards") or {}).get("total") or 1)
         chunks = math.ceil(int(counted.get("count") or 0) / max(1, shards))
         prop = (mapping.get("properties") or {}).get("embedding") or {}
@@ -170,16 +162,15 @@ class SearchCore:
         mapping = mappings[index]["mappings"]
         check_mapping(index, mapping, self.settings, dialect)
         meta = mapping.get("_meta") or {}
-        self._bm25 = bm25_scope(self.query, section_words_of(meta), mapping.get("properties") or {})
+        self._bm25 = bm25_scope(self.query, section_words_of(meta))
         self._fusion = fusion_for(self.query, meta)
         self._dialect = dialect
         self._index, self._index_checked_at = index, time.monotonic()
         return index
 
     def _moved(self, index: str, responses: list[Json]) -> bool:
-        """Whether the answers came from another index than ``index``, the one checked: the alias moved (a
-        migration or rollback swapped it) since. The cached check is dropped, so the next ``index_steps`` checks
-        the new index at once (IndexMismatch for a client of the old model) instead of within 60 s."""
+        """Whether the answers came from another index than ``index`` (the alias moved since the check); if so the
+        cached check is dropped, so the next ``index_steps`` checks the new index at once."""
         if not answered_by(responses) - {index}:
             return False
         self._index = None
@@ -187,26 +178,20 @@ class SearchCore:
 
     # ---- planning
 
-    def _plan(self, query: str, *, index_known: bool = True, **kwargs: Any) -> Plan:
-        """The checked plan; ``index_known=False`` checks everything but metadata types, which only the index knows
-        (so bad input is refused before any request)."""
+    def check(self, query: str, *, index_known: bool = True, **kwargs: Any) -> Plan:
+        """The checked plan of a search's arguments against the index last checked, without sending anything;
+        ``index_known=False`` checks everything but metadata types, which only the index knows. Raises QueryError."""
         metadata = self._metadata if index_known else NOT_YET_KNOWN
         return plan(self.query, self.settings.index.tenant, query, state_index=self._state, metadata=metadata,
                     **kwargs)
 
-    def check(self, query: str, **kwargs: Any) -> Plan:
-        """Check a search's arguments (those of :meth:`SearchClient.search`) against the index last checked (its
-        typed metadata decides metadata filters) without sending anything. Raises QueryError."""
-        return self._plan(query, **kwargs)
-
     def _planned(self, query: str, **kwargs: Any) -> Steps[Plan]:
-        self._plan(query, index_known=False, **kwargs)  # QueryError before any request
+        self.check(query, index_known=False, **kwargs)  # QueryError before any request
         yield from self.index_steps()  # its typed metadata decides how metadata filters are checked and sent
-        return self._plan(query, **kwargs)
+        return self.check(query, **kwargs)
 
     def _lines(self, p: Plan, scope: Bm25Scope) -> tuple[list[Json], KnnLines]:
-        """``send_steps``'s ``text`` and ``knn``: the ``_msearch`` lines of ``p``'s lists (``scope``: what BM25
-        scores, as the index check found it; ``_fuse`` reads the answers with the same)."""
+        """``send_steps``'s ``text`` and ``knn`` lines of ``p``'s lists (``scope``: what BM25 scores)."""
         assert self._dialect is not None  # the index was checked
         p = dataclasses.replace(p, state_index=self._state)  # as the index check found it
         alias = self.settings.index.alias
@@ -224,17 +209,16 @@ class SearchCore:
         return self._finish(p, index, window, t, started, fuse_ms)
 
     def _single_list_depth(self, p: Plan) -> Plan:
-        """``p`` asking a search of one list (bm25, dense) for only the hits its page and rerank show: fusion needs
-        whole lists, one list's top is the same however deep it is fetched. (``why`` keeps whole lists: it says
-        where a document ranks in them.)"""
+        """``p`` asking a search of one list for only the hits its page and rerank show (fusion, and ``why``, need
+        whole lists; one list's top does not depend on how deep it is fetched)."""
         if p.mode == "hybrid":
             return p
         reranks = p.rerank and self.reranker is not None
         return dataclasses.replace(p, depth=max(p.k * p.page, self.settings.reranker.depth if reranks else 0))
 
     def why_steps(self, query: str, doc_id: str, **kwargs: Any) -> Steps[WhyReport]:
-        """:meth:`SearchClient.why`'s steps (``kwargs``: its keyword arguments): the search for one hit,
-        highlighted, then the probes of the lists that missed ``doc_id`` (:func:`.explain.why_steps`)."""
+        """:meth:`SearchClient.why`'s steps: the search for one highlighted hit, then the probes of the lists that
+        missed ``doc_id`` (:func:`.explain.why_steps`)."""
         p = yield from self._planned(query, k=1, highlight=True, **kwargs)
         index, window, _ = yield from self._window(p, Timings())
         assert self._dialect is not None  # the index was checked
@@ -273,9 +257,7 @@ class SearchCore:
             check_response(r, self.settings.index.alias)
         window = fuse_window(answers, self.query.collapse, self._fusion)
         show_passages(window.entries, scope.sections, passages, self.query.passage_k)
-        return window, _ms(t0)
-
-    # ---- reranking
+        return window, ms_since(t0)
 
     def _rerank(self, p: Plan, window: Window, t: Timings) -> Steps[None]:
         """Rerank the top of ``window`` unless skipped; a failing or slow reranker keeps the fused order."""
@@ -286,29 +268,25 @@ class SearchCore:
         else:
             assert self.reranker is not None
             cfg = self.settings.reranker
-            passages = [passage_text(e.source) for e in rerank_slice(window, cfg.depth)]
+            passages = [passage_text(e.source) for e in window.entries[:cfg.depth]]
             try:
                 scores = yield Rerank(self.reranker, p.query, passages, cfg.timeout)
-            except Exception as exc:  # noqa: BLE001 - any reranker failure degrades to fused order
+                apply_rerank(window, cfg.depth, list(scores), self.rerank_blend())
+            except Exception as exc:  # noqa: BLE001 - any reranker failure (or unusable scores) keeps fused order
                 record_failure(window, exc, cfg.timeout)
-            else:
-                try:
-                    apply_rerank(window, cfg.depth, list(scores), self.rerank_blend())
-                except RerankerError as exc:  # unusable scores: the fused order stays
-                    record_failure(window, exc, cfg.timeout)
-        t.rerank_ms = _ms(t0)
+        t.rerank_ms = ms_since(t0)
 
     def rerank_blend(self) -> float:
-        """The reranker's share in the final order: ``HSP_RERANKER__BLEND`` when set, else what the
-        reranker recommends (``Reranker.blend``: its model's training card, see ``hsp train-reranker``), else 1."""
+        """The reranker's share in the final order: ``HSP_RERANKER__BLEND`` when set, else what the reranker
+        recommends (``Reranker.blend``, from its model's training card), else 1."""
         return effective_blend(self.settings.reranker.blend,
                                self.reranker.blend if self.reranker is not None else None)[0]
 
     def _finish(self, p: Plan, index: str, window: Window, t: Timings, started: float, fuse_ms: float) -> SearchResult:
         t0 = time.perf_counter()
         result = build_result(self.settings.reranker.depth, p, index, window, t)
-        t.fusion_ms = fuse_ms + _ms(t0)
-        t.total_ms = _ms(started)
+        t.fusion_ms = fuse_ms + ms_since(t0)
+        t.total_ms = ms_since(started)
         result.timings = t
         if p.wants_vector and self._width is not None:
             result.knn_width = self._width.reason
@@ -319,9 +297,8 @@ class SearchCore:
     # ---- warming up, building
 
     def warm_up_steps(self, mode: Mode = "hybrid") -> Steps[None]:
-        """Embed once (unless ``mode`` is bm25) and let the reranker score one pair, so that the first search does
-        not pay for loading models. A reranker failure is ignored (searches will report it); an embedding model
-        that cannot load raises ModelError."""
+        """Embed once (unless ``mode`` is bm25) and let the reranker score one pair. A reranker failure is ignored;
+        an embedding model that cannot load raises ModelError."""
         if mode != "bm25":
             yield from embed_steps("warm up", Timings())
         if self.reranker is not None and self.settings.reranker.enabled:
@@ -338,10 +315,45 @@ class SearchCore:
         return (settings, *auto_reranker(settings.reranker))
 
     def _owning(self) -> Self:
-        """This client, marked as the owner of its Elasticsearch client (closed with it)."""
+        """This client, marked as the owner of its engine client (closed with it)."""
         self._owns_es = True
         return self
 
     def _start_log(self, es: Sender) -> None:
         if self.log_queries:
             self.query_log = QueryLogger(es, self.settings)
+
+
+def _rank_fields(r: Rank | None) -> dict[str, Any] | None:
+    return None if r is None else {"rank": r.rank, "score": r.score}
+
+
+def _hit_fields(e: WindowEntry, rank: int, explanation: list[str] | None) -> dict[str, Any]:
+    """The fields of ``e``'s :class:`Hit` at ``rank`` as plain data (the page is validated at once)."""
+    src = e.source
+    meta = src.get("metadata")
+    text = str(src.get("text") or "")
+    position = src.get("position")
+    return {
+        "doc_id": str(src.get("doc_id") or e.key), "chunk_id": e.chunk_id, "title": src.get("title"), "text": text,
+        "position": position if isinstance(position, int) else None, "passage": e.passage,
+        "highlights": highlights(text, e.matches), "parent_id": src.get("parent_id"),
+        "parent_text": src.get("parent_text"), "metadata": meta if isinstance(meta, dict) else {},
+        "score": e.blended if e.blended is not None else e.rerank.score if e.rerank else e.base_score, "rank": rank,
+        "bm25": _rank_fields(e.stages.get("bm25")), "knn": _rank_fields(e.stages.get("knn")),
+        "fused": _rank_fields(e.fused), "rerank": _rank_fields(e.rerank), "explanation": explanation,
+    }
+
+
+def build_result(rerank_depth: int, p: Plan, index: str, window: Window, timings: Timings) -> SearchResult:
+    """Page ``window`` (``p.k`` hits from ``(p.page-1)*p.k``) into a :class:`SearchResult`, each hit explained
+    when ``p.explain``."""
+    start = (p.page - 1) * p.k
+    page = window.entries[start:start + p.k]
+    hits = [_hit_fields(e, start + i + 1, explain(rerank_depth, window, e) if p.explain else None)
+            for i, e in enumerate(page)]
+    return SearchResult.model_validate({
+        "query": p.query, "mode": p.mode, "index": index, "k": p.k, "page": p.page, "hits": hits,
+        "candidates": len(window.entries), "reranked": window.reranked, "rerank_outcome": window.rerank_outcome,
+        "rerank_reason": window.rerank_reason, "rerank_blend": window.blend, "truncated_query": p.truncated,
+        "timings": timings, "fusion": window.fusion.describe() if window.fusion else None})

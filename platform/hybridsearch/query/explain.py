@@ -1,16 +1,10 @@
-"""Explanations for people: why a hit stands where it does (``search(..., explain=True)``) and where one document
-fell in BM25, kNN, fusion and rerank for one query (``why``).
-
-``why`` searches as ``search`` does (one hit, highlighted, whole lists), then, for a list that missed the
-document, probes say why: BM25 — whether any of its sections or chunks matches the query terms, its best score and
-roughly how many score as high; kNN — the best score of its chunks against the lowest score the list kept. The
-probes are steps (:func:`why_steps`) like the search's: ``_msearch`` requests (counts are searches of no hits that
-count them exactly) and the query vector, which both clients perform.
+"""Explanations for people: why a hit stands where it does (``explain=True``) and where one document fell in BM25,
+kNN, fusion and rerank for one query (``why``: the search's window, then probes of the lists that missed it, as
+steps of the core: ``_msearch`` counts and the query vector).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,42 +12,32 @@ from hybridsearch.engine.dialect import Dialect
 from hybridsearch.query.build import CHUNKS, Bm25Scope, Plan, bm25_body, search_filters
 from hybridsearch.query.passages import highlights
 from hybridsearch.query.results import Highlight, PassageSource, RerankOutcome, WhyReport
-from hybridsearch.query.steps import Embed, Json, Msearch, Steps
+from hybridsearch.query.steps import Embed, Json, Steps, msearch
 from hybridsearch.query.window import Rank, Window, WindowEntry, check_response, stage_score
 from hybridsearch.settings import QuerySettings
 
 STAGE_LABEL = {"bm25": "BM25", "knn": "kNN"}
 
 
-# ---- a hit's place (explain=True)
-
-
-def describe(passage: PassageSource, chunk_id: str, position: int | None, matched_words: Sequence[str],
-             reason: str | None = None) -> str:
-    """One line for people: which chunk a hit shows and why (``--explain``, ``--why``)."""
-    where = f"chunk {position} ({chunk_id})" if position is not None else f"chunk {chunk_id}"
-    if passage is PassageSource.BM25_BEST_CHUNK:
-        matched = ", ".join(dict.fromkeys(t.lower() for t in matched_words))
+def passage_line(e: WindowEntry) -> str:
+    """One line for people: which chunk ``e`` shows and why (``--explain``, ``--why``)."""
+    position = e.source.get("position")
+    where = f"chunk {position} ({e.chunk_id})" if isinstance(position, int) else f"chunk {e.chunk_id}"
+    reason = e.passage_reason
+    if e.passage is PassageSource.BM25_BEST_CHUNK:
+        text = str(e.source.get("text") or "")
+        matched = ", ".join(dict.fromkeys(text[a:b].lower() for a, b in e.matches))
         return f"passage: {where}, the document's chunk that best matches the query" + (
             f" (matched: {matched})" if matched else "")
-    if passage is PassageSource.SECTION_FIRST_CHUNK:
+    if e.passage is PassageSource.SECTION_FIRST_CHUNK:
         return f"passage: {where}, the first chunk of the BM25 section ({reason or 'no better chunk found'})"
-    if passage is PassageSource.KNN:
+    if e.passage is PassageSource.KNN:
         return f"passage: {where}, the chunk nearest to the query (kNN)" + (f"; {reason}" if reason else "")
     return f"passage: {where}, the chunk BM25 scored"
 
 
-def passage_line(e: WindowEntry) -> str:
-    """Which chunk ``e`` shows and why, for people (:func:`describe`)."""
-    position = e.source.get("position")
-    text = str(e.source.get("text") or "")
-    return describe(e.passage, e.chunk_id, position if isinstance(position, int) else None,
-                    [text[a:b] for a, b in e.matches], e.passage_reason)
-
-
 def explain(rerank_depth: int, window: Window, e: WindowEntry) -> list[str]:
-    """Human-readable reasons for ``e``'s place: each list's rank and share of the fused score, fusion, the
-    passage shown, rerank."""
+    """Reasons for ``e``'s place, for people: each list's rank and share of the fused score, fusion, passage, rerank."""
     lines: list[str] = []
     for name, depth in window.depths.items():
         label, s = STAGE_LABEL[name], e.stages.get(name)
@@ -85,14 +69,10 @@ def explain(rerank_depth: int, window: Window, e: WindowEntry) -> list[str]:
     return lines
 
 
-# ---- one document's path (why)
-
-
 @dataclass(frozen=True)
 class Probes:
-    """What the probes of ``why`` search with: the alias searched, its query knobs, the rerank depth, the engine's
-    dialect (the kNN probe), what BM25 scores (``build.bm25_scope``) and the search's rescoring of quantized
-    vectors (``candidates.KnnWidth.oversample``)."""
+    """What the probes of ``why`` search with: the alias, query knobs, rerank depth, the engine's dialect, what BM25
+    scores and the search's rescoring of quantized vectors (``build.KnnWidth.oversample``)."""
 
     alias: str
     query: QuerySettings
@@ -118,7 +98,7 @@ def _count_body(query: Json, min_score: float | None = None) -> Json:
 def _probe(probes: Probes, bodies: list[Json], what: str) -> Steps[list[Json]]:
     """The answers of one ``_msearch`` of ``bodies`` on the alias; a failed item raises."""
     lines = [line for body in bodies for line in ({"index": probes.alias}, body)]
-    answer: Json = yield Msearch(lines, what)
+    answer: Json = yield msearch(lines, what)
     items: list[Json] = answer["responses"]
     for item in items:
         check_response(item, probes.alias)

@@ -1,18 +1,11 @@
-"""Typed search filters and their one translation to the Elasticsearch DSL.
+"""Typed search filters, the fields they may name, and their one translation to the engine's DSL.
 
 Build filters as objects (``Term("source", "pubmed")``, ``AllOf([...])``) or pass a plain dict:
-
-* ``{"source": "pubmed", "tenant": "a"}`` — shorthand: every key must match (a list value means any of);
-* ``{"term": {"source": "pubmed"}}``, ``{"terms": {"source": ["a", "b"]}}``,
-  ``{"range": {"ingested_at": {"gte": "2024-01-01"}}}``, ``{"exists": "metadata.lang"}``;
-* ``{"all_of": [...]}``, ``{"any_of": [...]}``, ``{"none_of": [...]}`` nest any of these.
-
-Only the fields in :data:`~.field_types.ALLOWED_FIELDS` and ``metadata.<key>`` may be filtered; anything else,
-a malformed filter or a value of the wrong type raises :class:`~hybridsearch.errors.QueryError`
-before any request is sent. Values are never pasted into JSON text: they become DSL values.
-
-Values are checked against the field's type and metadata keys go to their typed copy where the index
-declares one (:mod:`.field_types`); ``hsp search --filter`` expressions are read by :mod:`hybridsearch.cli.filters`.
+``{"source": "pubmed"}`` (every key must match; a list value means any of), ``{"term": {...}}``, ``{"terms": {...}}``,
+``{"range": {"ingested_at": {"gte": "2024-01-01"}}}``, ``{"exists": "metadata.lang"}``, and ``all_of``, ``any_of``,
+``none_of`` nesting any of these. Only :data:`FIELD_TYPES` and ``metadata.<key>`` may be named; values are checked
+against the field's type (a metadata key declared in ``HSP_INDEX__METADATA_FIELDS`` by the index's typed copy,
+``meta.<key>``; free-form metadata takes no range). Anything else raises QueryError before any request.
 """
 
 from __future__ import annotations
@@ -20,21 +13,37 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from datetime import date, datetime, timedelta
-from typing import Any, Literal
+from types import MappingProxyType
+from typing import Annotated, Any, Literal, Self, cast
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
-
-from hybridsearch.errors import QueryError
-from hybridsearch.index.metadata import MetadataFields, Scalar, parse_date, typed_value
-from hybridsearch.query.field_types import (
-    FIELD_TYPES,
-    FREE_FORM,
-    UNCHECKED,
-    check_field,
-    field_type,
-    free_form_range,
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
 )
 
+from hybridsearch.errors import QueryError
+from hybridsearch.index.metadata import TYPED_METADATA, MetadataFields, Scalar, parse_date, typed_value
+
+#: Keyword, date and number fields of the chunk mapping that filters may name, with their types.
+FIELD_TYPES: dict[str, str] = {
+    "doc_id": "keyword", "chunk_id": "keyword", "parent_id": "keyword", "source": "keyword",
+    "content_hash": "keyword", "tenant": "keyword", "ingested_at": "date", "position": "integer",
+    "title.raw": "keyword",
+}
+NUMERIC_FIELDS = frozenset(f for f, t in FIELD_TYPES.items() if t == "integer")
+_METADATA_KEY = re.compile(r"^metadata\.[A-Za-z0-9_@$-][A-Za-z0-9_.@$-]{0,200}$")
+#: what free-form metadata is to the checks: every value indexed as text
+FREE_FORM = "free-form"
+#: a metadata key whose type is not known yet (the index is not checked): no conversion, no refusal
+UNCHECKED = "unchecked"
+#: ``metadata=`` for a check before the index is known: every metadata key is :data:`UNCHECKED`
+NOT_YET_KNOWN: Mapping[str, str] = MappingProxyType({})
 MAX_DEPTH = 8
 MAX_CLAUSES = 256
 MAX_TERMS = 1024
@@ -42,6 +51,26 @@ Bound = str | int | float | date | datetime
 #: "Argument not given" in the positional constructors (None is a value, and a wrong one).
 _UNSET: Any = object()
 
+
+def check_field(field: str) -> str:
+    """``field`` when filters may name it; raises QueryError naming the allowed fields otherwise."""
+    if field in FIELD_TYPES or _METADATA_KEY.match(field):
+        return field
+    allowed = ", ".join(sorted(FIELD_TYPES))
+    raise QueryError(f"cannot filter on unknown field {field!r}: use one of {allowed}, or metadata.<key>")
+
+
+def field_type(field: str, metadata: MetadataFields | None = None) -> tuple[str, str]:
+    """``(field the DSL names, its type)``: a fixed field, a declared metadata key (``meta.<key>``) or free-form
+    metadata (:data:`FREE_FORM`)."""
+    if field in FIELD_TYPES:
+        return field, FIELD_TYPES[field]
+    key = field.removeprefix("metadata.")
+    if metadata is NOT_YET_KNOWN:
+        return field, UNCHECKED
+    if metadata and key in metadata:
+        return f"{TYPED_METADATA}.{key}", metadata[key]
+    return field, FREE_FORM
 
 
 class _Base(BaseModel):
@@ -57,12 +86,12 @@ class _Base(BaseModel):
 
 
 class _FieldFilter(_Base):
-    field: str
+    field: Annotated[str, AfterValidator(check_field)]
 
-    @field_validator("field")
-    @classmethod
-    def _known(cls, v: str) -> str:
-        return check_field(v)
+    @model_validator(mode="after")
+    def _typed(self) -> Self:
+        _dsl(cast("Filter", self), NOT_YET_KNOWN)  # metadata keys are checked again once the index is known
+        return self
 
 
 class Term(_FieldFilter):
@@ -81,12 +110,6 @@ class Term(_FieldFilter):
             raise ValueError(f"term on {info.data.get('field')} needs a value (a string, number or boolean), "
                              "got None (documents without the field: NoneOf([Exists(field)]))")
         return v
-
-    @model_validator(mode="after")
-    def _typed(self) -> Term:
-        if self.field in FIELD_TYPES:  # metadata keys are checked against the index's types (to_dsl)
-            _value("term", self.field, FIELD_TYPES[self.field], self.value)
-        return self
 
 
 class Terms(_FieldFilter):
@@ -112,13 +135,6 @@ class Terms(_FieldFilter):
                 raise ValueError(f"{on}: values[{list(v).index(None)}] is None; give strings, numbers or booleans")
         return v
 
-    @model_validator(mode="after")
-    def _typed(self) -> Terms:
-        if self.field in FIELD_TYPES:
-            for v in self.values:
-                _value("terms", self.field, FIELD_TYPES[self.field], v)
-        return self
-
 
 class Range(_FieldFilter):
     """``field`` within bounds (dates as ISO strings, ``date``/``datetime`` or date math like ``now-7d``)."""
@@ -139,18 +155,6 @@ class Range(_FieldFilter):
             raise ValueError(f"range on {info.data.get('field')}: {v!r} is not a valid bound "
                              "(give a number, date or string)")
         return v
-
-    @model_validator(mode="after")
-    def _bounds(self) -> Range:
-        lower = [b for b in (self.gte, self.gt) if b is not None]
-        upper = [b for b in (self.lte, self.lt) if b is not None]
-        if not lower and not upper:
-            raise ValueError(f"range on {self.field} needs at least one of gte, gt, lte, lt")
-        if len(lower) > 1 or len(upper) > 1:
-            raise ValueError(f"range on {self.field}: give at most one lower (gte/gt) and one upper (lte/lt) bound")
-        if self.field in FIELD_TYPES:  # metadata keys are checked against the index's types (to_dsl)
-            _range_bounds(self, FIELD_TYPES[self.field])
-        return self
 
 
 class Exists(_FieldFilter):
@@ -230,20 +234,17 @@ def parse_filter(spec: Filter | Mapping[str, Any] | None, _depth: int = 0) -> Fi
         raise QueryError(f"invalid filter: nested deeper than {MAX_DEPTH} levels")
     if not spec:
         return None
-    try:
-        if len(spec) == 1:
-            (key, val), = spec.items()
-            if key in _GROUPS:
-                if not isinstance(val, list | tuple):
-                    raise QueryError(f"invalid filter: {key} takes a list of filters")
-                subs = [parse_filter(v, _depth + 1) for v in val]
-                group: Filter = _GROUPS[key](filters=[s for s in subs if s is not None])  # type: ignore[assignment]
-                return group
-            if key in ("term", "terms", "range", "exists"):
-                return _parse_leaf(key, val)
-        return _parse_shorthand(spec)
-    except ValidationError as exc:
-        raise _error(exc) from None
+    if len(spec) == 1:
+        (key, val), = spec.items()
+        if key in _GROUPS:
+            if not isinstance(val, list | tuple):
+                raise QueryError(f"invalid filter: {key} takes a list of filters")
+            subs = [parse_filter(v, _depth + 1) for v in val]
+            group: Filter = _GROUPS[key](filters=[s for s in subs if s is not None])  # type: ignore[assignment]
+            return group
+        if key in ("term", "terms", "range", "exists"):
+            return _parse_leaf(key, val)
+    return _parse_shorthand(spec)
 
 
 def _parse_leaf(kind: str, val: Any) -> Filter:
@@ -301,10 +302,20 @@ def _value(kind: str, field: str, ftype: str, value: Any) -> Scalar:
 def _range_bounds(f: Range, ftype: str) -> dict[str, Scalar]:
     """The bounds of ``f`` as the field (of type ``ftype``) compares them; ValueError when the field cannot answer
     a range (free-form metadata, booleans), a bound is not of its type, or the range can match nothing."""
+    lower = [b for b in (f.gte, f.gt) if b is not None]
+    upper = [b for b in (f.lte, f.lt) if b is not None]
+    if not lower and not upper:
+        raise ValueError(f"range on {f.field} needs at least one of gte, gt, lte, lt")
+    if len(lower) > 1 or len(upper) > 1:
+        raise ValueError(f"range on {f.field}: give at most one lower (gte/gt) and one upper (lte/lt) bound")
     if ftype == UNCHECKED:  # checked again once the index's typed fields are known
         return {k: v for k in ("gte", "gt", "lte", "lt") if (v := getattr(f, k)) is not None}
     if ftype == FREE_FORM:
-        raise ValueError(free_form_range(f.field))
+        example = '{"' + f.field.removeprefix("metadata.") + '": "long"}'
+        raise ValueError(f"range on {f.field}: this index has no typed field for it, and free-form metadata "
+                         "compares values as text (25 sorts after 100); declare it, e.g. "
+                         f"HSP_INDEX__METADATA_FIELDS='{example}' (long, double, date, keyword or boolean), and "
+                         "ingest into a new index version")
     if ftype == "boolean":
         raise ValueError(f"range on {f.field}: booleans have no order; use a term filter")
     bounds: dict[str, Scalar] = {}

@@ -1,11 +1,6 @@
-"""Fusion of a hybrid search's lists: Reciprocal Rank Fusion, or a weighted sum of z-score or min-max normalised
-scores. Pure functions.
-
-RRF (Cormack, Clarke & Büttcher, 2009): ``score(d) = Σ_i w_i / (k + rank_i(d))`` with ranks from 1,
-summed over the lists that contain ``d``. Score fusion (``zscore``, ``minmax``): ``score(d) = Σ_i w_i · n_i(d)``
-with ``n_i`` list ``i``'s scores normalised (:func:`normalise`) and shifted so that its lowest is 0, the value an
-id missing from the list gets. Both need no judgments. Results are sorted by score, highest first; equal scores
-are ordered by id ascending so the output is deterministic.
+"""Fusion of a hybrid search's lists, pure: Reciprocal Rank Fusion (``Σ_i w_i / (k + rank_i(d))``, Cormack et al.
+2009) or a weighted sum of z-score or min-max normalised scores, each list shifted so that its lowest is 0 (what an
+id missing from it gets). Results are sorted by score, highest first, ties by id ascending.
 """
 
 from __future__ import annotations
@@ -27,10 +22,8 @@ LISTS = ("bm25", "knn")  # a hybrid search's lists, in the order of Fusion.weigh
 
 @dataclass(frozen=True)
 class Fusion:
-    """How a hybrid search merges its lists: RRF with ``k`` (``rrf``), or the sum of z-score (``zscore``) or
-    min-max (``minmax``) normalised scores, each list weighted by ``weights`` (bm25, knn). ``source`` says where
-    it came from: the index's ``_meta`` (``hsp index fusion`` or ``hsp calibrate-fusion``), the settings
-    (``HSP_QUERY__FUSION=rrf|zscore|minmax``) or the default (RRF k=60, equal weights)."""
+    """How a hybrid search merges its lists, each weighted by ``weights`` (bm25, knn); ``source``: where it came from
+    (the index's ``_meta``, the settings or the default, RRF k=60 with equal weights)."""
 
     method: Method = "rrf"
     k: int = 60
@@ -45,17 +38,16 @@ class Fusion:
         _weights(len(LISTS), self.weights)
 
     def weight(self, name: str) -> float:
-        """The weight of list ``name`` (``bm25``, ``knn``)."""
         return self.weights[LISTS.index(name)]
 
     @property
     def label(self) -> str:
-        """What it does, for people: ``RRF k=60, weights bm25 1 / kNN 1``, ``zscore sum, weights …``."""
+        """What it does, for people: ``RRF k=60, weights bm25 1 / kNN 1``."""
         how = f"RRF k={self.k}" if self.method == "rrf" else f"{self.method} sum"
         return f"{how}, weights bm25 {self.weights[0]:g} / kNN {self.weights[1]:g}"
 
     def describe(self) -> str:
-        """:attr:`label` and where the fusion came from: ``RRF k=60, weights bm25 1 / kNN 1 (default)``."""
+        """:attr:`label` and where the fusion came from (``... (default)``)."""
         return f"{self.label} ({self.source})"
 
     def to_meta(self) -> dict[str, Any]:
@@ -81,32 +73,21 @@ class Fusion:
             raise QueryError(f"the index's recorded fusion {dict(meta)!r} is malformed ({exc})", fix=fix) from None
 
     def fuse(self, lists: Mapping[str, Sequence[tuple[str, float]]]) -> list[tuple[str, float]]:
-        """Fuse ``{name: [(id, raw score), ...]}`` (best first): :func:`fuse` or :func:`score_fuse`."""
-        names = list(lists)
-        weights = [self.weight(n) for n in names]
-        if self.method == "rrf":
-            return fuse([[key for key, _ in lists[n]] for n in names], k=self.k, weights=weights)
-        return score_fuse([lists[n] for n in names], weights, self.method)
+        """Fuse ``{name: [(id, raw score), ...]}`` (best first) into sorted ``(id, score)`` pairs."""
+        return _summed(self.shares(lists).values())
 
     def shares(self, lists: Mapping[str, Sequence[tuple[str, float]]]) -> dict[str, dict[str, float]]:
-        """Each list's share of each id's fused score, ``{name: {id: share}}`` (ids unique in each list, best
-        first): its RRF term, or its weighted normalised score. A list that missed an id adds nothing to it."""
-        out: dict[str, dict[str, float]] = {}
-        for name, lst in lists.items():
-            w = self.weight(name)
-            if self.method == "rrf":
-                out[name] = {key: rrf_term(rank, self.k, w) for rank, (key, _) in enumerate(lst, start=1)}
-            else:
-                normed = _from_floor(normalise([s for _, s in lst], self.method))
-                out[name] = {key: w * v for (key, _), v in zip(lst, normed, strict=True)}
-        return out
+        """Each list's share of each id's fused score, ``{name: {id: share}}``: its RRF term, or its weighted
+        normalised score. A list that missed an id adds nothing to it."""
+        if self.method == "rrf":
+            return {n: _rrf_shares([key for key, _ in lst], self.k, self.weight(n)) for n, lst in lists.items()}
+        return {n: _score_shares(lst, self.weight(n), self.method) for n, lst in lists.items()}
 
 
 def fusion_for(q: QuerySettings, meta: Mapping[str, Any]) -> Fusion:
-    """The fusion searches of an index with ``_meta`` ``meta`` use: ``HSP_QUERY__FUSION=rrf|zscore|minmax`` when
-    set, else (``auto``) the fusion recorded in the index (``_meta.fusion``), else RRF with ``rrf_k``; the
-    settings' weights come from ``knn_share`` (0.5: equal)."""
-    weights = hybrid_weights(q.knn_share)
+    """The fusion of an index with ``_meta`` ``meta``: ``HSP_QUERY__FUSION`` unless auto, else the one recorded in
+    ``_meta.fusion``, else RRF with ``rrf_k``; the settings' weights come from ``knn_share``."""
+    weights = (2.0 * (1.0 - q.knn_share), 2.0 * q.knn_share)  # they sum to 2: a share of 0.5 gives 1 and 1
     if q.fusion != "auto":
         return Fusion(method=q.fusion, k=q.rrf_k, weights=weights, source="settings")
     recorded = meta.get("fusion")
@@ -125,26 +106,36 @@ def _weights(n: int, weights: Sequence[float] | None) -> list[float]:
     return [float(w) for w in weights]
 
 
-def _ordered(scores: dict[str, float]) -> list[tuple[str, float]]:
+def _summed(shares: Iterable[Mapping[str, float]]) -> list[tuple[str, float]]:
+    """Each id's shares summed, as ``(id, score)`` pairs sorted by score descending, ties by id ascending."""
+    scores: dict[str, float] = {}
+    for share in shares:
+        for doc, v in share.items():
+            scores[doc] = scores.get(doc, 0.0) + v
     return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
+
+
+def _rrf_shares(ids: Sequence[str], k: int, weight: float) -> dict[str, float]:
+    return {doc: rrf_term(rank, k, weight) for rank, doc in enumerate(unique(ids), start=1)}
+
+
+def _score_shares(scored: Sequence[tuple[str, float]], weight: float, norm: Norm) -> dict[str, float]:
+    first: dict[str, float] = {}
+    for doc, score in scored:
+        first.setdefault(doc, score)  # a repeated id counts at its first score
+    normed = _from_floor(normalise(list(first.values()), norm))
+    return {doc: weight * v for doc, v in zip(first, normed, strict=True)}
 
 
 def fuse(
     ranked_lists: Sequence[Sequence[str]], k: int = 60, weights: Sequence[float] | None = None
 ) -> list[tuple[str, float]]:
-    """Reciprocal Rank Fusion of ``ranked_lists`` (ids, best first); ``k`` defaults to 60, weights to 1.
-
-    An id repeated within one list counts at its first (best) rank only. Returns ``(id, score)`` pairs
-    sorted by score descending, ties by id ascending. Raises QueryError for ``k < 1`` or bad weights.
-    """
+    """Reciprocal Rank Fusion of ``ranked_lists`` (ids, best first; a repeated id counts at its first rank) as
+    sorted ``(id, score)`` pairs. Raises QueryError for ``k < 1`` or bad weights."""
     if k < 1:
         raise QueryError(f"RRF k must be at least 1, got {k}")
     ws = _weights(len(ranked_lists), weights)
-    scores: dict[str, float] = {}
-    for w, ids in zip(ws, ranked_lists, strict=True):
-        for rank, doc in enumerate(unique(ids), start=1):
-            scores[doc] = scores.get(doc, 0.0) + w / (k + rank)
-    return _ordered(scores)
+    return _summed(_rrf_shares(ids, k, w) for w, ids in zip(ws, ranked_lists, strict=True))
 
 
 def rrf_term(rank: int, k: int = 60, weight: float = 1.0) -> float:
@@ -173,29 +164,15 @@ def _from_floor(normed: list[float]) -> list[float]:
 def score_fuse(
     scored_lists: Sequence[Sequence[tuple[str, float]]], weights: Sequence[float] | None = None, norm: Norm = "minmax"
 ) -> list[tuple[str, float]]:
-    """Weighted sum of per-list normalised scores; ``scored_lists`` hold ``(id, raw score)``, best first.
-
-    Each list's scores are normalised with ``norm`` and shifted so that its lowest is 0; an id absent from a list
-    gets 0 from it (its lowest). An id repeated within one list counts at its first score. Sorted like
-    :func:`fuse`. Raises QueryError for bad weights.
-    """
+    """Weighted sum of per-list normalised scores of ``scored_lists`` (``(id, raw score)``, best first; a repeated
+    id counts at its first score), sorted like :func:`fuse`. Raises QueryError for bad weights."""
     ws = _weights(len(scored_lists), weights)
-    scores: dict[str, float] = {}
-    for w, lst in zip(ws, scored_lists, strict=True):
-        seen: dict[str, float] = {}
-        for doc, s in lst:
-            seen.setdefault(doc, s)
-        for doc, v in zip(seen, _from_floor(normalise(list(seen.values()), norm)), strict=True):
-            scores[doc] = scores.get(doc, 0.0) + w * v
-    return _ordered(scores)
+    return _summed(_score_shares(lst, w, norm) for w, lst in zip(ws, scored_lists, strict=True))
 
 
 def interpolate(rerank_scores: Sequence[float], fused_scores: Sequence[float], weight: float) -> list[float]:
-    """``weight`` × min-max(rerank) + (1 − ``weight``) × min-max(fused), per position.
-
-    Both lists score the same candidates in the same order. ``weight`` 1 keeps the reranker's order,
-    0 the fused order. Raises QueryError for a weight outside [0, 1] or lists of different lengths.
-    """
+    """``weight`` × min-max(rerank) + (1 − ``weight``) × min-max(fused), per position of the same candidates.
+    Raises QueryError for a weight outside [0, 1] or lists of different lengths."""
     if not 0.0 <= weight <= 1.0 or not math.isfinite(weight):
         raise QueryError(f"rerank blend weight must be in [0, 1], got {weight}")
     if len(rerank_scores) != len(fused_scores):
@@ -204,17 +181,6 @@ def interpolate(rerank_scores: Sequence[float], fused_scores: Sequence[float], w
     return [weight * a + (1.0 - weight) * b for a, b in zip(r, f, strict=True)]
 
 
-def hybrid_weights(knn_share: float) -> tuple[float, float]:
-    """``(bm25, knn)`` weights with ``knn_share`` of their sum on kNN; they sum to 2, so 0.5 gives 1 and 1."""
-    return (2.0 * (1.0 - knn_share), 2.0 * knn_share)
-
-
 def unique(ids: Iterable[T]) -> list[T]:
     """``ids`` without repeats, first occurrence kept, order preserved."""
-    seen: set[T] = set()
-    out: list[T] = []
-    for i in ids:
-        if i not in seen:
-            seen.add(i)
-            out.append(i)
-    return out
+    return list(dict.fromkeys(ids))

@@ -1,21 +1,10 @@
-"""Pure: which chunk a hit shows, and where it matched the query.
+"""Pure: which chunk a hit shows (and the reranker scores), and where it matched the query.
 
-BM25 over sections (``build.Bm25Scope``) scores a section as a whole, and its hit is the section's first chunk,
-which need not hold the words that matched. So over sections the BM25 ``_msearch`` also carries the *passage
-list* (``build.passage_body``): BM25 over the chunks' text, with the same filters and visibility, collapsed per
-document, and, when the search asks for highlights, the engine's highlighter on the chunk text. A BM25 hit whose
-document is in that list shows that chunk (:attr:`PassageSource.BM25_BEST_CHUNK`, with its highlights when asked);
-one whose document is not keeps the section's first chunk (:attr:`PassageSource.SECTION_FIRST_CHUNK`). Ranking
-never changes: only the chunk shown, and scored by the reranker.
-
-A document that both lists found (hybrid) shows BM25's best chunk unless kNN added more to its fused score
-(:func:`prefer_bm25`; a tie keeps BM25's, whose matched words can be shown); then, or when BM25 kept its
-section's first chunk, it shows kNN's nearest chunk.
-
-Highlights are read as data: the highlighter marks matches with two private-use characters
-(:data:`MARK_OPEN`, :data:`MARK_CLOSE`) in the whole chunk text, which :func:`read_highlights` turns into the text
-and offsets in it (so the text is not fetched twice); marks that are not well formed (the text itself holding one)
-give no passage.
+BM25 over sections scores a section whose hit is its first chunk; the passage list (``build.passage_body``) finds
+each document's best-matching chunk, shown instead (:attr:`PassageSource.BM25_BEST_CHUNK`), else the first chunk
+stays (:attr:`PassageSource.SECTION_FIRST_CHUNK`). A document both lists found shows kNN's chunk when kNN added
+more to its fused score. Highlights come back between two private-use marks in the whole chunk text, read as data
+(:func:`read_highlights`). Ranking never changes.
 """
 
 from __future__ import annotations
@@ -39,15 +28,14 @@ _MARKED = re.compile(f"{MARK_OPEN}[^{MARK_OPEN}{MARK_CLOSE}]*{MARK_CLOSE}")
 
 
 def highlight_body() -> dict[str, Any]:
-    """The ``highlight`` of the passage list: the unified highlighter (the same syntax on Elasticsearch and
-    OpenSearch) over the whole chunk text (``number_of_fragments: 0``), matches between the marks."""
+    """The passage list's ``highlight``: the unified highlighter over the whole chunk text, matches between marks."""
     return {"type": "unified", "pre_tags": [MARK_OPEN], "post_tags": [MARK_CLOSE], "encoder": "default",
             "fields": {HIGHLIGHTED_FIELD: {"number_of_fragments": 0}}}
 
 
 def read_highlights(marked: str) -> tuple[str, list[MatchOffsets]] | None:
-    """The text of ``marked`` (the highlighter's whole-field answer) without its marks, and the ``(start, end)``
-    offsets in it of the stretches marked, in order; None when the marks are not well formed."""
+    """The text of ``marked`` without its marks and the ``(start, end)`` offsets of the marked stretches in it;
+    None when the marks are not well formed."""
     matches: list[MatchOffsets] = []
     count = 0
     for count, m in enumerate(_MARKED.finditer(marked), start=1):
@@ -61,8 +49,7 @@ def read_highlights(marked: str) -> tuple[str, list[MatchOffsets]] | None:
 
 @dataclass(frozen=True)
 class BestChunk:
-    """A document's best-matching chunk from the passage list: its own fields (:data:`PASSAGE_FIELDS` and the
-    text), to lay over the BM25 hit's ``_source``, and where its text matched."""
+    """A document's best-matching chunk: its own fields (to lay over the BM25 hit's ``_source``), where it matched."""
 
     fields: dict[str, Any]
     chunk_id: str
@@ -71,8 +58,7 @@ class BestChunk:
 
 def best_chunks(resp: Mapping[str, Any]) -> dict[str, BestChunk]:
     """``{doc_id: BestChunk}`` from the passage list's answer: each document's first hit, its text from the
-    highlight (with the offsets of the matches) or, not highlighted, from its ``_source`` (no offsets). A hit with
-    neither (highlights asked for, none given) or whose marks are not well formed gives no passage."""
+    highlight (with offsets) or its ``_source``; a hit with neither, or with marks not well formed, gives none."""
     out: dict[str, BestChunk] = {}
     for hit in resp.get("hits", {}).get("hits", []):
         src = hit.get("_source") or {}
@@ -89,16 +75,8 @@ def best_chunks(resp: Mapping[str, Any]) -> dict[str, BestChunk]:
 
 
 def highlights(text: str, matches: Sequence[MatchOffsets]) -> list[dict[str, Any]]:
-    """The public :class:`Highlight` s of ``matches`` in ``text``, as the fields the model validates (a hundred hits
-    of a dozen matches each are built in the model's core at once, not one Python object at a time)."""
+    """The fields of the :class:`Highlight` s of ``matches`` in ``text`` (validated with the whole page)."""
     return [{"start": a, "end": b, "term": text[a:b]} for a, b in matches]
-
-
-def prefer_bm25(shares: Mapping[str, float], bm25: PassageSource) -> bool:
-    """Whether a document both lists found shows BM25's passage: only its best-matching chunk, and only when kNN
-    did not add more than BM25 to the fused score (``shares``: each list's share of it; a tie goes to the chunk
-    whose matched words can be shown); otherwise kNN's nearest chunk."""
-    return bm25 is PassageSource.BM25_BEST_CHUNK and shares.get("bm25", 0.0) >= shares.get("knn", 0.0)
 
 
 class ShownChunk(NamedTuple):
@@ -112,21 +90,17 @@ class ShownChunk(NamedTuple):
 
 
 def _keeps_bm25(shown: ShownChunk | None, knn_chunk: str, shares: Mapping[str, float]) -> bool:
-    """Whether a document kNN found too keeps BM25's chunk ``shown``: its best chunk, when kNN found that very
-    chunk (shown with its highlights) or :func:`prefer_bm25` says so."""
-    if shown is None:
+    """Whether a document kNN found too keeps BM25's best chunk ``shown``: kNN found that very chunk, or kNN did not
+    add more than BM25 to the fused score (``shares``; a tie goes to the chunk whose matched words can be shown)."""
+    if shown is None or shown.passage is not PassageSource.BM25_BEST_CHUNK:
         return False
-    same = shown.passage is PassageSource.BM25_BEST_CHUNK and shown.chunk_id == knn_chunk
-    return same or prefer_bm25(shares, shown.passage)
+    return shown.chunk_id == knn_chunk or shares.get("bm25", 0.0) >= shares.get("knn", 0.0)
 
 
 def show_passages(entries: Sequence[WindowEntry], sections: bool, answer: Mapping[str, Any] | None,
                   depth: int) -> None:
-    """Set the chunk each window entry shows and the reranker scores. Over ``sections`` a BM25 hit shows its
-    document's best chunk from the passage list ``answer`` (``depth`` documents; the chunk's own fields over the
-    BM25 hit's, which are the document's), else its section's first chunk; a document kNN found too shows kNN's
-    chunk unless :func:`prefer_bm25` (or both found the same chunk); over chunks, BM25's chunk unless kNN found
-    the document. A failed passage list leaves the first chunks, never fails the search."""
+    """Set the chunk each window entry shows (see the module docstring); ``answer``: the passage list's
+    (``depth`` documents; None when off). A failed passage list leaves the first chunks, never fails the search."""
     failed = item_failure(answer) if answer is not None else None
     best = best_chunks(answer) if answer is not None and failed is None else {}
     first = ("the passage search is off (HSP_QUERY__BEST_PASSAGE=false)" if answer is None else

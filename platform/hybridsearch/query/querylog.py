@@ -1,11 +1,6 @@
-"""The query log: one document per search (:func:`log_doc`), written by a background thread for Kibana.
-
-``submit`` never blocks the search: documents go into a bounded queue, and when it is full they
-are dropped and counted (``dropped``). A daemon thread bulk-writes batches to
-``<prefix>-query-log`` through :class:`hybridsearch.index.logs.LogWriter`: never a write that could create the
-index with guessed mappings; an index deleted while searches run is created again with its own mappings (when these
-credentials may) and the batch written into it. ``flush`` waits until everything queued has been written;
-``close`` flushes and stops the thread. What failed, and why, is in ``failed`` and ``last_error``.
+"""The query log: one document per search (:func:`log_doc`), queued without blocking the search (dropped and
+counted when the queue is full) and bulk-written to ``<prefix>-query-log`` by a daemon thread through
+:class:`hybridsearch.index.logs.LogWriter`; what failed, and why, is in ``failed`` and ``last_error``.
 """
 
 from __future__ import annotations
@@ -58,13 +53,9 @@ class QueryLogger:
     """Background writer of query-log documents (see the module docstring)."""
 
     def __init__(self, es: Sender, settings: Settings, *, max_queue: int = 10_000, batch: int = 500) -> None:
-        self.es = es
-        self.settings = settings
         self.index = settings.index.query_log
         self.batch = batch
-        self.dropped = 0
-        self.written = 0
-        self.failed = 0
+        self.dropped = self.written = self.failed = 0
         self.last_error: HybridSearchError | None = None  # why the last failed batch failed
         self._writer = LogWriter(es, settings, "query_log")
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max_queue)

@@ -105,7 +105,7 @@ class SearchResult(BaseModel):
     fusion: str | None = Field(None, description="how the lists were fused and where that came from (the index's "
                                                  "_meta, the settings or the default); None for one list")
     knn_width: str | None = Field(None, description="how widely the kNN search looked: num_candidates per shard, "
-                                  "rescoring of quantized vectors, and why (hybridsearch.query.candidates); None "
+                                  "rescoring of quantized vectors, and why (hybridsearch.query.build); None "
                                   "without a kNN list")
     timings: Timings = Field(default_factory=Timings)
 

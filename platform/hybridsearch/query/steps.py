@@ -1,27 +1,24 @@
-"""The requests a search's steps make, and :class:`Run`, which a client uses to answer them.
-
-The query layer's logic (:mod:`.core`, :mod:`.send`) is written as generators that do no I/O: each ``yield``s
-one request below and receives its answer (or has the request's error raised at the ``yield``), so that the
-sync and the async client share every decision and differ only in how they perform a request::
-
-    run = Run(core.search_steps(...))
-    for request in run:
-        try:
-            run.answer(perform(request))          # or: await perform(request)
-        except BaseException as exc:
-            run.fail(exc)
-    return run.result
-
-Requests to the cluster carry ``what``, the words the engine's errors are reported under (``engine_errors``).
+"""The requests a search's steps make, :class:`Run`, which a client uses to answer them, and the steps that send a
+plan's lists. The query layer's logic is written as generators that do no I/O: each ``yield``s one request and is
+sent its answer (or has its error raised at the ``yield``), so the sync and async clients share every decision and
+differ only in how they perform a request (:mod:`.client`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+import time
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
+from hybridsearch.engine import request as engine_request
+from hybridsearch.engine.request import Request as EngineRequest
+from hybridsearch.query.build import Plan
+from hybridsearch.query.results import Timings
+
 if TYPE_CHECKING:
+    import numpy as np
+
     from hybridsearch.rerank.base import Reranker
 
 T = TypeVar("T")
@@ -36,49 +33,23 @@ class Detect:
 
 
 @dataclass(frozen=True)
-class ResolveAlias:
-    """``GET _alias/<alias>``. Answer: the body (``{}`` when no index carries it)."""
+class Send:
+    """Send ``request`` to the engine; its errors are reported under ``what`` (``engine_errors``). Answer: the body."""
 
-    alias: str
-    what: str
-
-
-@dataclass(frozen=True)
-class GetMappings:
-    """``GET <index>/_mapping`` with ``ignore_unavailable`` (``index``: comma-separated). Answer: the body."""
-
-    index: str
-    what: str
-
-
-@dataclass(frozen=True)
-class CountChunks:
-    """``GET <index>/_count``: the chunks ``index`` holds and over how many shards (``_shards.total``).
-    Answer: the body."""
-
-    index: str
-    what: str
-
-
-@dataclass(frozen=True)
-class Msearch:
-    """``_msearch`` of these header/body lines. Answer: the body (``{"responses": [...]}``)."""
-
-    lines: list[Json]
+    request: EngineRequest
     what: str
 
 
 @dataclass(frozen=True)
 class Embed:
-    """The query vector of ``text`` (the client's embedder, off the event loop for the async client)."""
+    """The query vector of ``text`` (off the event loop for the async client)."""
 
     text: str
 
 
 @dataclass(frozen=True)
 class Rerank:
-    """``reranker.score(query, passages)`` given at most ``timeout`` seconds. Answer: the scores; a slow
-    reranker raises TimeoutError at the ``yield``."""
+    """``reranker.score(query, passages)`` within ``timeout`` seconds (else TimeoutError at the ``yield``)."""
 
     reranker: Reranker
     query: str
@@ -88,9 +59,9 @@ class Rerank:
 
 @dataclass(frozen=True)
 class Spawn:
-    """Start ``request`` and go on without waiting for it. Answer: a handle for :class:`Join` or :class:`Drop`."""
+    """Start ``request`` and go on without waiting. Answer: a handle for :class:`Join` or :class:`Drop`."""
 
-    request: Msearch
+    request: Send
 
 
 @dataclass(frozen=True)
@@ -102,20 +73,21 @@ class Join:
 
 @dataclass(frozen=True)
 class Drop:
-    """A spawned request's answer is no longer wanted: cancel it if it can be, and let it end. Answer: None."""
+    """A spawned request's answer is no longer wanted: cancel it if it can be. Answer: None."""
 
     handle: Any
 
 
-Request: TypeAlias = Detect | ResolveAlias | GetMappings | CountChunks | Msearch | Embed | Rerank | Spawn | Join | Drop
+Request: TypeAlias = Detect | Send | Embed | Rerank | Spawn | Join | Drop
 #: steps that end with a ``T``: they yield requests and are sent each one's answer
 Steps: TypeAlias = Generator[Request, Any, T]
+#: ``knn(vector)``: the ``_msearch`` lines of the plan's kNN list for the query vector (``build.knn_lines``)
+KnnLines = Callable[["np.ndarray"], list[Json]]
 
 
 class Run(Generic[T]):
-    """One run of some steps: iterating gives the requests in order; answer each one with :meth:`answer` or
-    :meth:`fail` (its error, raised where the steps asked) before asking for the next; when the iteration ends,
-    :attr:`result` holds what the steps returned. An error the steps do not handle ends the iteration by raising."""
+    """One run of some steps: iterating gives the requests in order; answer each with :meth:`answer` or
+    :meth:`fail` before asking for the next; then :attr:`result` holds what the steps returned."""
 
     def __init__(self, steps: Steps[T]) -> None:
         self._steps = steps
@@ -136,11 +108,9 @@ class Run(Generic[T]):
             raise StopIteration from None
 
     def answer(self, value: Any) -> None:
-        """The answer to the last request."""
         self._answer = value
 
     def fail(self, error: BaseException) -> None:
-        """The last request failed with ``error``."""
         self._error = error
 
     @property
@@ -149,3 +119,57 @@ class Run(Generic[T]):
         if self._result is None:
             raise RuntimeError("the steps have not ended yet")
         return self._result[0]
+
+
+def msearch(lines: list[Json], what: str) -> Send:
+    """The :class:`Send` of an ``_msearch`` of these header/body lines."""
+    return Send(engine_request.msearch(lines), what)
+
+
+def ms_since(since: float) -> float:
+    return (time.perf_counter() - since) * 1000.0
+
+
+def embed_steps(text: str, t: Timings) -> Steps[np.ndarray]:
+    """The query vector of ``text``, with ``t.embed_ms``."""
+    t0 = time.perf_counter()
+    vector: np.ndarray = yield Embed(text)
+    t.embed_ms = ms_since(t0)
+    return vector
+
+
+def send_steps(p: Plan, t: Timings, text: list[Json], knn: KnnLines, what: str,
+               overlap: bool = True) -> Steps[list[Json]]:
+    """The ``_msearch`` items of ``p``'s lists (``build.list_names`` order), with ``t.embed_ms`` and ``t.search_ms``
+    (for hybrid: from the vector being ready to both answers being in); ``text``: the lines of the lists that need
+    no vector, ``knn``: those of the kNN list. Hybrid (unless not ``overlap``) spawns BM25 while the query is
+    embedded and sends kNN when the vector is ready; a failed BM25 request raises before a failed kNN one."""
+    if p.mode != "hybrid" or not overlap:
+        body = [*text, *(knn((yield from embed_steps(p.query, t))) if p.wants_vector else [])]
+        t0 = time.perf_counter()
+        answer: Json = yield msearch(body, what)
+        t.search_ms = ms_since(t0)
+        responses: list[Json] = answer["responses"]
+        return responses
+    bm25 = yield Spawn(msearch(text, what))
+    try:
+        body = knn((yield from embed_steps(p.query, t)))
+        t0 = time.perf_counter()
+        try:
+            knn_answer: Any = yield msearch(body, what)
+        except Exception as exc:  # noqa: BLE001 - raised below, after BM25's outcome
+            knn_answer = exc
+    except GeneratorExit:
+        raise
+    except BaseException:
+        yield Drop(bm25)  # most likely in flight already: its answer or error is dropped
+        raise
+    try:
+        bm25_answer: Any = yield Join(bm25)
+    except Exception as exc:  # noqa: BLE001 - raised below, first
+        bm25_answer = exc
+    t.search_ms = ms_since(t0)
+    for outcome in (bm25_answer, knn_answer):
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return [*bm25_answer["responses"], *knn_answer["responses"]]

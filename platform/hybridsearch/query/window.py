@@ -1,20 +1,20 @@
-"""The fused window of one query: its entries, best first, and what each stage of the search records on them. Pure.
+"""The fused window of one query: its entries, best first, and what each stage records on them. Pure.
 
 :func:`fuse_window` builds it from the ranked lists of one ``_msearch`` answer (each collapsed, then fused by
-:mod:`.fusion`), whose failed items :func:`check_response` turns into our errors; the passage choice
-(:mod:`.passages`) sets the chunk each entry shows; the rerank stage (:mod:`.reranking`) reorders its top;
-:mod:`.paging` turns a page of it into the typed :class:`~hybridsearch.query.results.SearchResult`, and
-:mod:`.explain` says why each entry stands where it does.
+:mod:`.fusion`; failed items raise through :func:`check_response`); :mod:`.passages` sets the chunk each entry
+shows; the rerank stage (below) reorders its top.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from hybridsearch.errors import ClusterError, IndexNotFound
-from hybridsearch.query.fusion import Fusion
+from hybridsearch.errors import ClusterError, IndexNotFound, RerankerError, RerankerModelError
+from hybridsearch.query.fusion import Fusion, interpolate
 from hybridsearch.query.results import PassageSource, RerankOutcome, StageScore
 
 #: where a shown chunk's text matched the query: ``(start, end)`` offsets in that text
@@ -67,21 +67,19 @@ class Window:
     fusion: Fusion | None = None  # how the lists were fused; None for a single list
 
 
-def item_failure(resp: Mapping[str, Any]) -> str | None:
-    """The engine's reason for one failed ``_msearch`` item (``type: reason``), or None."""
+def _root_cause(resp: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The root cause of one failed ``_msearch`` item, or None when it did not fail."""
     err = resp.get("error")
     if not err:
         return None
     root = (err.get("root_cause") or [err])[0] if isinstance(err, dict) else {"reason": str(err)}
-    return f"{root.get('type', 'error')}: {root.get('reason')}"
+    return root if isinstance(root, dict) else {"reason": str(root)}
 
 
-def _missing_index(resp: Mapping[str, Any]) -> str | None:
-    """The index a failed ``_msearch`` item names as missing (its root cause's ``index``), or None."""
-    err = resp.get("error")
-    root = (err.get("root_cause") or [err])[0] if isinstance(err, dict) else {}
-    name = root.get("index") if isinstance(root, dict) else None
-    return str(name) if name else None
+def item_failure(resp: Mapping[str, Any]) -> str | None:
+    """The engine's reason for one failed ``_msearch`` item (``type: reason``), or None."""
+    root = _root_cause(resp)
+    return None if root is None else f"{root.get('type', 'error')}: {root.get('reason')}"
 
 
 def check_response(resp: Mapping[str, Any], index: str) -> None:
@@ -89,9 +87,9 @@ def check_response(resp: Mapping[str, Any], index: str) -> None:
     reason = item_failure(resp)
     if reason is None:
         return
+    missing = (_root_cause(resp) or {}).get("index")
     status = int(resp.get("status", 500))
-    missing = _missing_index(resp)
-    if status == 404 and missing is not None and missing.endswith("-ingest-state"):
+    if status == 404 and str(missing).endswith("-ingest-state"):
         raise IndexNotFound(f"the ingest state index {missing} of {index} was deleted: searches cannot tell "
                             "documents being written apart",
                             fix=f"Run `hsp ingest` of this prefix again (it recreates {missing}); within a minute "
@@ -108,16 +106,12 @@ def answered_by(responses: Sequence[Mapping[str, Any]]) -> set[str]:
 
 def stage_list(resp: Mapping[str, Any], collapse: bool) -> list[tuple[str, float, dict[str, Any]]]:
     """``(key, score, hit)`` best first; with ``collapse`` only a document's best chunk is kept."""
-    out: list[tuple[str, float, dict[str, Any]]] = []
-    seen: set[str] = set()
+    best: dict[str, tuple[float, dict[str, Any]]] = {}
     for hit in resp.get("hits", {}).get("hits", []):
         src = hit.get("_source") or {}
         key = str(src.get("doc_id") or hit["_id"]) if collapse else str(src.get("chunk_id") or hit["_id"])
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append((key, float(hit.get("_score") or 0.0), hit))
-    return out
+        best.setdefault(key, (float(hit.get("_score") or 0.0), hit))
+    return [(key, score, hit) for key, (score, hit) in best.items()]
 
 
 def fuse_window(answers: Mapping[str, Mapping[str, Any]], collapse: bool, fusion: Fusion | None = None) -> Window:
@@ -151,3 +145,59 @@ def fuse_window(answers: Mapping[str, Mapping[str, Any]], collapse: bool, fusion
         entries[key].fused = Rank(rank, score)
         entries[key].base_score = score
     return Window(entries=[entries[key] for key, _ in order], depths=depths, fusion=fusion)
+
+
+# ---- the rerank stage
+
+
+def passage_text(source: Mapping[str, Any]) -> str:
+    """Text the reranker scores for a stored chunk ``source``: its title and text (training pairs use it too)."""
+    title = source.get("title") or ""
+    text = source.get("text") or ""
+    return f"{title} {text}".strip() if title else str(text)
+
+
+def skip_reason(requested: bool, has_reranker: bool, no_reranker_reason: str | None,
+                window: Window) -> tuple[RerankOutcome, str] | None:
+    """Why the rerank stage will not run (its outcome and the reason for people), or None when it will."""
+    if not requested:
+        return RerankOutcome.SKIPPED, "rerank not requested"
+    if not has_reranker:
+        return RerankOutcome.DISABLED, no_reranker_reason or "no reranker configured"
+    if not window.entries:
+        return RerankOutcome.SKIPPED, "no hits to rerank"
+    return None
+
+
+def record_failure(window: Window, error: BaseException, timeout: float) -> None:
+    """Record on ``window`` that the reranker failed with ``error`` (or timed out): the fused order stays."""
+    window.reranked = False
+    if isinstance(error, TimeoutError | concurrent.futures.TimeoutError):
+        window.rerank_outcome = RerankOutcome.TIMED_OUT
+        window.rerank_reason = f"reranker timeout after {timeout}s"
+    else:
+        window.rerank_outcome = (RerankOutcome.NO_MODEL if isinstance(error, RerankerModelError)
+                                 else RerankOutcome.FAILED)
+        what = str(error) if isinstance(error, RerankerError) else f"{type(error).__name__}: {error}"
+        window.rerank_reason = f"reranker error: {what}"
+
+
+def apply_rerank(window: Window, depth: int, scores: Sequence[float], blend: float = 1.0) -> None:
+    """Reorder the top ``depth`` by ``scores`` (ties keep fused order), or with ``blend`` below 1 by
+    :func:`~hybridsearch.query.fusion.interpolate` of them with the fused scores. Raises RerankerError when
+    ``scores`` does not hold one finite number per passage."""
+    top = window.entries[:depth]
+    if len(scores) != len(top):
+        raise RerankerError(f"reranker returned {len(scores)} scores for {len(top)} passages")
+    vals = [float(s) for s in scores]
+    if not all(math.isfinite(s) for s in vals):
+        raise RerankerError("reranker returned a score that is not a finite number")
+    keys = vals if blend >= 1.0 else interpolate(vals, [e.base_score for e in top], blend)
+    order = sorted(range(len(top)), key=lambda i: (-keys[i], i))
+    for new_rank, i in enumerate(order, start=1):
+        top[i].rerank = Rank(new_rank, vals[i])
+        top[i].blended = keys[i] if blend < 1.0 else None
+    window.entries = [top[i] for i in order] + window.entries[depth:]
+    window.reranked = True
+    window.rerank_outcome, window.rerank_reason = RerankOutcome.APPLIED, None
+    window.blend = blend

@@ -179,9 +179,9 @@ class PairStats:
 
 
 def passage_text(title: str | None, text: str) -> str:
-    """The text the query layer hands the reranker for a chunk (``query.reranking.passage_text``), so the
+    """The text the query layer hands the reranker for a chunk (``query.window.passage_text``), so the
     model is trained on exactly what it scores when serving."""
-    from hybridsearch.query.reranking import passage_text as chunk_passage
+    from hybridsearch.query.window import passage_text as chunk_passage
 
     return chunk_passage({"title": title, "text": text})
 
