@@ -1,20 +1,15 @@
-"""What differs between the engines in the JSON we send: the vector field, the kNN clause, field types.
+"""What differs between the engines in the JSON we send: the vector field, the kNN clause, field types. Pure.
 
-Pure: no I/O and no client library. :class:`ElasticsearchDialect` serves Elasticsearch 8.12+ and 9.x (one
-mapping and query syntax); :class:`OpenSearchDialect` serves OpenSearch 2.17+/3.x with the k-NN plugin on its
-``lucene`` engine. Everything else the platform sends (BM25 ``multi_match``, filters, ``collapse``, the unified
-highlighter's ``highlight``, aliases, ``_bulk``, ``_msearch``) is the same on both and stays outside this module.
-
-The platform's settings speak Elasticsearch's vocabulary (``similarity: cosine``, ``index_options: int8_hnsw``);
-:meth:`Dialect.vector_field` renders them for the engine and :meth:`Dialect.vector_summary` reads an existing
-mapping back into that vocabulary, so checks compare like with like on every engine.
+The settings speak Elasticsearch's vocabulary (``similarity: cosine``, ``index_options: int8_hnsw``);
+:meth:`~ElasticsearchDialect.vector_field` renders it for the engine and
+:meth:`~ElasticsearchDialect.vector_summary` reads a mapping back into it, so checks compare like with like.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from hybridsearch.errors import ConfigError
 
@@ -32,47 +27,24 @@ class VectorSummary:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-class Dialect(Protocol):
-    """The engine-specific parts of index bodies and search bodies."""
-
-    kind: EngineKind
-    #: field type of free-form metadata (``flattened`` / ``flat_object``): term filters on ``metadata.<key>``
-    metadata_type: str
-
-    def vector_field(self, dims: int, similarity: str, index_options: Mapping[str, Any]) -> dict[str, Any]:
-        """The chunk vector field's mapping for ``dims``, ``similarity`` and ES-style ``index_options``."""
-        ...
-
-    def index_settings(self) -> dict[str, Any]:
-        """Index settings the engine needs for a chunk index beyond shards, replicas and refresh."""
-        ...
-
-    def vector_summary(self, prop: Mapping[str, Any]) -> VectorSummary:
-        """Read a vector field's mapping back (see :class:`VectorSummary`)."""
-        ...
-
-    def knn_search(self, field: str, vector: Sequence[float], k: int, num_candidates: int,
-                   filters: list[dict[str, Any]], oversample: float | None = None) -> dict[str, Any]:
-        """The body keys of a kNN search for the ``k`` nearest chunks passing every filter (a pre-filter); with
-        ``oversample``, quantized vectors rescored on their floats, ``k`` × ``oversample`` of them (only where
-        ``EngineInfo.rescores_vectors``)."""
-        ...
-
-
 class ElasticsearchDialect:
     """Elasticsearch 8.12+ and 9.x: ``dense_vector`` with ``index_options``, top-level ``knn``."""
 
     kind: EngineKind = "elasticsearch"
+    #: field type of free-form metadata (``flattened`` / ``flat_object``): term filters on ``metadata.<key>``
     metadata_type = "flattened"
 
     def vector_field(self, dims: int, similarity: str, index_options: Mapping[str, Any]) -> dict[str, Any]:
+        """The chunk vector field's mapping for ``dims``, ``similarity`` and ES-style ``index_options``."""
         return {"type": "dense_vector", "dims": dims, "index": True, "similarity": similarity,
                 "index_options": dict(index_options)}
 
     def index_settings(self) -> dict[str, Any]:
+        """Index settings the engine needs for a chunk index beyond shards, replicas and refresh."""
         return {}
 
     def vector_summary(self, prop: Mapping[str, Any]) -> VectorSummary:
+        """Read a vector field's mapping back (see :class:`VectorSummary`)."""
         if prop.get("type") != "dense_vector":
             return VectorSummary(is_vector=False)
         # what Elasticsearch uses when the mapping names no similarity
@@ -81,6 +53,8 @@ class ElasticsearchDialect:
 
     def knn_search(self, field: str, vector: Sequence[float], k: int, num_candidates: int,
                    filters: list[dict[str, Any]], oversample: float | None = None) -> dict[str, Any]:
+        """The body keys of a kNN search for the ``k`` nearest chunks passing every filter; with ``oversample``,
+        quantized vectors rescored on their floats (only where ``EngineInfo.rescores_vectors``)."""
         knn: dict[str, Any] = {"field": field, "query_vector": [float(x) for x in vector], "k": k,
                                "num_candidates": num_candidates, "filter": filters}
         if oversample is not None:
@@ -100,11 +74,8 @@ DEFAULT_KNN_ENGINE = "faiss"
 
 
 class OpenSearchDialect:
-    """OpenSearch with the k-NN plugin: ``knn_vector`` on the ``lucene`` engine, the ``knn`` query clause.
-
-    ``faiss`` and ``nmslib`` need the plugin's native libraries; the plugin zip from Maven Central has none, and
-    the first bulk into a faiss index kills such a node, so only ``lucene`` is ever rendered.
-    """
+    """OpenSearch 2.16+/3.x with the k-NN plugin: ``knn_vector`` on the ``lucene`` engine (the plugin zip ships no
+    native faiss/nmslib libraries), the ``knn`` query clause."""
 
     kind: EngineKind = "opensearch"
     metadata_type = "flat_object"
@@ -151,6 +122,7 @@ class OpenSearchDialect:
         return {"query": {"knn": {field: clause}}}
 
 
+Dialect = ElasticsearchDialect | OpenSearchDialect
 ELASTICSEARCH: Dialect = ElasticsearchDialect()
 OPENSEARCH: Dialect = OpenSearchDialect()
 
