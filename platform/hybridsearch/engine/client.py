@@ -1,9 +1,6 @@
 """The senders: :class:`EngineClient` and :class:`AsyncEngineClient` send a :class:`~.request.Request` through the
-official client of the engine that answers (``Elasticsearch.perform_request``, opensearch-py's
-``transport.perform_request``) and answer with plain JSON (True or False for HEAD).
-
-Both prepare a request (:func:`_call`) and read an answer (:func:`_answer`, :func:`_absent`) the same way. Errors
-are the libraries' own: wrap calls in :func:`~hybridsearch.engine.errors.engine_errors`.
+public request interface of the engine's official client, prepared (:func:`_call`) and answered (plain JSON; True
+or False for HEAD) the same way. Errors are the libraries' own: wrap calls in :func:`.errors.engine_errors`.
 """
 
 from __future__ import annotations
@@ -50,11 +47,6 @@ def _call(request: Request, engine: EngineInfo) -> tuple[str, dict[str, Any]]:
         body = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in body)
     path = f"{request.path}?{urlencode(request.params)}" if request.params else request.path
     return path, {"params": {}, "headers": headers, "body": body, "timeout": request.timeout_s}
-
-
-def _answer(resp: Any) -> Any:
-    """Plain JSON: ``elasticsearch`` wraps an answer (``.body``; True or False for HEAD), ``opensearchpy`` not."""
-    return resp.body if hasattr(resp, "body") else resp
 
 
 def _absent(request: Request, exc: Exception) -> Any:
@@ -119,7 +111,7 @@ def index_privileges(es: Sender, names: list[str], privileges: list[str]) -> Ind
 
 
 class EngineClient:
-    """One cluster, any engine, detected on the first call. ``close()`` when done (or use ``with``)."""
+    """One cluster, any engine, detected on the first call. ``close()`` when done."""
 
     def __init__(self, cfg: ClusterSettings, *, max_retries: int | None = None,
                  request_timeout: float | None = None) -> None:
@@ -160,7 +152,7 @@ class EngineClient:
                 return client.transport.perform_request(request.method, path, **call)
             if request.timeout_s is not None:
                 client = client.options(request_timeout=request.timeout_s, max_retries=0)
-            return _answer(client.perform_request(request.method, path, **call))
+            return client.perform_request(request.method, path, **call).body
         except API_ERRORS as exc:
             return _absent(request, exc)
 
@@ -210,12 +202,6 @@ class EngineClient:
         if self._os is not None:
             self._os.close()
 
-    def __enter__(self) -> EngineClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 class AsyncEngineClient:
     """:meth:`EngineClient.send` on asyncio (the engine detected on the first call unless given)."""
@@ -255,7 +241,7 @@ class AsyncEngineClient:
                 return await self._os.transport.perform_request(request.method, path, **call)
             client = self._es if request.timeout_s is None else \
                 self._es.options(request_timeout=request.timeout_s, max_retries=0)
-            return _answer(await client.perform_request(request.method, path, **call))
+            return (await client.perform_request(request.method, path, **call)).body
         except API_ERRORS as exc:
             return _absent(request, exc)
 

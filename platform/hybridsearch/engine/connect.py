@@ -26,7 +26,7 @@ from elastic_transport import AiohttpHttpNode, NodeConfig, Urllib3HttpNode
 from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
 from opensearchpy import AsyncHttpConnection, AsyncOpenSearch, Urllib3HttpConnection
 
-from hybridsearch.engine.dialect import Dialect, EngineKind, dialect_for
+from hybridsearch.engine.dialect import ELASTICSEARCH, OPENSEARCH, Dialect, EngineKind
 from hybridsearch.engine.errors import causes_of, tls_failure
 from hybridsearch.errors import ConfigError, SchemeMismatch
 from hybridsearch.retry import RETRIED_STATUSES
@@ -46,7 +46,7 @@ class EngineInfo:
 
     @property
     def dialect(self) -> Dialect:
-        return dialect_for(self.kind)
+        return OPENSEARCH if self.kind == "opensearch" else ELASTICSEARCH
 
     @property
     def version_tuple(self) -> tuple[int, ...] | None:

@@ -127,11 +127,6 @@ ELASTICSEARCH: Dialect = ElasticsearchDialect()
 OPENSEARCH: Dialect = OpenSearchDialect()
 
 
-def dialect_for(kind: EngineKind) -> Dialect:
-    """The dialect of an engine kind."""
-    return OPENSEARCH if kind == "opensearch" else ELASTICSEARCH
-
-
 def unsafe_vector_options(summary: VectorSummary) -> str | None:
     """Why an existing OpenSearch vector field would take a node from the plugin zip down, or None."""
     if summary.options.get("mode") == "on_disk":

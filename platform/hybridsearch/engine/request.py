@@ -160,25 +160,11 @@ def index_stats(index: str, *, metric: str | None = None, include_segment_file_s
     return Request("GET", path, params(include_segment_file_sizes=include_segment_file_sizes))
 
 
-def cat_indices(index: str, *, h: str, bytes: str = "b") -> Request:
-    return Request("GET", _path("_cat", "indices", index), params(format="json", bytes=bytes, h=h))
-
-
 def cluster_health(index: str | None = None, *, wait_for_status: str | None = None,
                    timeout: str | None = None) -> Request:
     path = _path("_cluster", "health", index) if index else "/_cluster/health"
     return Request("GET", path, params(wait_for_status=wait_for_status, timeout=timeout))
 
 
-def cluster_settings(*, include_defaults: bool = False, flat_settings: bool = False) -> Request:
-    return Request("GET", "/_cluster/settings", params(include_defaults=include_defaults or None,
-                                                       flat_settings=flat_settings or None))
-
-
 def nodes_info(*, filter_path: str | None = None) -> Request:
     return Request("GET", "/_nodes", params(filter_path=filter_path))
-
-
-def nodes_stats(*, metric: str | None = None, filter_path: str | None = None) -> Request:
-    return Request("GET", _path("_nodes", "stats", metric) if metric else "/_nodes/stats",
-                   params(filter_path=filter_path))
