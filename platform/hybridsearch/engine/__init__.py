@@ -2,9 +2,9 @@
 ``elastic_transport``, so everything above it is the same on Elasticsearch 8.x/9.x and OpenSearch.
 
 A request is data built by :mod:`.request` and sent by :mod:`.client` (sync and asyncio); :mod:`.connect` builds
-the libraries' clients and detects the engine; :mod:`.dialect` renders what differs in the JSON; :mod:`.errors`
-translates the libraries' errors into :mod:`hybridsearch.errors`. Outside the seam nothing branches on an engine
-kind or defaults to a dialect (``tests/unit/test_engine_boundary.py``).
+the libraries' clients and detects the engine; :mod:`.dialect` holds what differs (the JSON, the version rules);
+:mod:`.errors` translates the libraries' errors into :mod:`hybridsearch.errors`. Outside the seam nothing
+branches on an engine kind or defaults to a dialect (``tests/unit/test_engine_boundary.py``).
 """
 
 from __future__ import annotations
@@ -12,23 +12,22 @@ from __future__ import annotations
 from typing import Any
 
 from hybridsearch.engine import request
-from hybridsearch.engine.client import (
-    AsyncEngineClient,
-    EngineClient,
-    IndexPrivileges,
-    LoopSender,
-    Sender,
-    index_privileges,
+from hybridsearch.engine.client import AsyncEngineClient, EngineClient, LoopSender, Sender, index_privileges
+from hybridsearch.engine.dialect import (
+    ELASTICSEARCH,
+    OPENSEARCH,
+    Dialect,
+    EngineInfo,
+    EngineKind,
+    unsafe_vector_options,
 )
-from hybridsearch.engine.connect import EngineInfo
-from hybridsearch.engine.dialect import ELASTICSEARCH, OPENSEARCH, Dialect, EngineKind, unsafe_vector_options
 from hybridsearch.engine.errors import API_ERRORS, UNREACHABLE, engine_errors, error_type_of, status_of, translate
 from hybridsearch.engine.request import Request
 from hybridsearch.settings import ClusterSettings
 
 __all__ = [
     "API_ERRORS", "ELASTICSEARCH", "OPENSEARCH", "UNREACHABLE", "AsyncEngineClient", "Dialect", "EngineClient",
-    "EngineInfo", "EngineKind", "IndexPrivileges", "LoopSender", "Request", "Sender", "cluster_info", "connect",
+    "EngineInfo", "EngineKind", "LoopSender", "Request", "Sender", "cluster_info", "connect",
     "connect_async", "engine_errors", "error_type_of", "index_privileges", "request", "status_of", "translate",
     "unsafe_vector_options",
 ]

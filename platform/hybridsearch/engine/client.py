@@ -18,8 +18,8 @@ from urllib.parse import urlencode
 import elasticsearch.helpers
 import opensearchpy.helpers
 
-from hybridsearch.engine.connect import EngineInfo, detect, detect_async, es_client, os_client
-from hybridsearch.engine.dialect import Dialect
+from hybridsearch.engine.connect import detect, detect_async, es_client, os_client
+from hybridsearch.engine.dialect import Dialect, EngineInfo
 from hybridsearch.engine.errors import API_ERRORS, error_type_of, status_of
 from hybridsearch.engine.request import RAISE, Json, Request, analyze, nodes_info
 from hybridsearch.settings import ClusterSettings

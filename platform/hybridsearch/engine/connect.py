@@ -1,4 +1,4 @@
-"""Each library's client built from :class:`ClusterSettings`, the engine that answers, and its version rules.
+"""Each library's client built from :class:`ClusterSettings`, and the engine that answers (:func:`detect`).
 
 Elasticsearch 8.x and 9.x get the forward-compatible ``elasticsearch`` 8.x client, OpenSearch ``opensearch-py``;
 both get the parsed nodes of :mod:`hybridsearch.cluster_url`, the credentials as one ``Authorization`` header,
@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import re
 import socket
 import ssl
-from dataclasses import dataclass
 from functools import partial
 from typing import Any
 from urllib.parse import urlsplit
@@ -26,70 +24,11 @@ from elastic_transport import AiohttpHttpNode, NodeConfig, Urllib3HttpNode
 from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
 from opensearchpy import AsyncHttpConnection, AsyncOpenSearch, Urllib3HttpConnection
 
-from hybridsearch.engine.dialect import ELASTICSEARCH, OPENSEARCH, Dialect, EngineKind
+from hybridsearch.engine.dialect import EngineInfo
 from hybridsearch.engine.errors import causes_of, tls_failure
 from hybridsearch.errors import ConfigError, SchemeMismatch
 from hybridsearch.retry import RETRIED_STATUSES
 from hybridsearch.settings import ClusterSettings
-
-#: oldest versions with everything the platform sends (kNN pre-filters, int8 HNSW; OpenSearch: lucene sq and
-#: method_parameters in the knn query, flat_object)
-MIN_VERSION: dict[EngineKind, tuple[int, int]] = {"elasticsearch": (8, 12), "opensearch": (2, 16)}
-
-
-@dataclass(frozen=True)
-class EngineInfo:
-    """Which engine answers: kind and version (None when ``HSP_ES__ENGINE`` named it and nothing was asked)."""
-
-    kind: EngineKind
-    version: str | None = None
-
-    @property
-    def dialect(self) -> Dialect:
-        return OPENSEARCH if self.kind == "opensearch" else ELASTICSEARCH
-
-    @property
-    def version_tuple(self) -> tuple[int, ...] | None:
-        return None if self.version is None else tuple(int(p) for p in re.findall(r"\d+", self.version)[:3])
-
-    def at_least(self, major: int, minor: int) -> bool:
-        """Whether the engine is ``major.minor`` or later. An unknown version counts as the newest: an older engine
-        refuses what newer ones need with HTTP 400 instead of quietly losing recall or vectors."""
-        have = self.version_tuple
-        return have is None or have[:2] >= (major, minor)
-
-    @property
-    def name(self) -> str:
-        label = "OpenSearch" if self.kind == "opensearch" else "Elasticsearch"
-        return f"{label} {self.version}" if self.version else label
-
-    @property
-    def source_with_vectors(self) -> Any:
-        """``_source`` that returns the vector too: Elasticsearch 9.1+ leaves vectors out unless asked."""
-        return {"exclude_vectors": False} if self.kind == "elasticsearch" and self.at_least(9, 1) else True
-
-    @property
-    def rescores_vectors(self) -> bool:
-        """Whether kNN can rescore quantized vectors on their floats (``rescore_vector``: Elasticsearch 8.18+)."""
-        return self.kind == "elasticsearch" and self.at_least(8, 18)
-
-    @property
-    def chunk_index_settings(self) -> dict[str, Any]:
-        """Dynamic index settings every chunk index gets on this engine version. Elasticsearch 9.1+ runs selective
-        filtered kNN with ACORN, which loses most of its recall where a segment holds many deleted copies or the
-        filter is selective; ``fanout`` explores the graph as before."""
-        if self.kind == "elasticsearch" and self.at_least(9, 1):
-            return {"index.dense_vector.hnsw_filter_heuristic": "fanout"}
-        return {}
-
-    def support_problem(self) -> str | None:
-        """Why this engine version cannot serve the platform, or None."""
-        need = MIN_VERSION[self.kind]
-        if self.at_least(*need):
-            return None
-        return (f"{self.name} is not supported: hybridsearch needs {self.name.split()[0]} "
-                f"{need[0]}.{need[1]} or newer (kNN with pre-filters, int8 HNSW vectors)")
-
 
 # ------------------------------------------------------------------------------------------ diagnosis
 
