@@ -53,7 +53,7 @@ from bench_query import DEFAULT_COLLECTION
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient, connect, request
+from hybridsearch.engine import EngineClient, Request, connect, request
 from hybridsearch.engine.dialect import OPENSEARCH_OPTIONS
 from hybridsearch.eval.datasets import Collection, load_collection
 from hybridsearch.eval.harness import evaluate_collection
@@ -92,7 +92,7 @@ def build(es: EngineClient, s: Settings, col: Collection, embedder: Embedder) ->
         ingest = ingest_corpus(es, s, col.corpus_path, embedder=embedder, progress=bar)
     es.send(request.refresh(index))
     t1 = time.perf_counter()
-    es.send(request.forcemerge(index, max_num_segments=1))
+    es.send(Request("POST", f"/{index}/_forcemerge", request.params(max_num_segments=1)))
     es.send(request.refresh(index))
     t2 = time.perf_counter()
     return {"index": index, "ingest_s": round(t1 - t0, 1), "merge_s": round(t2 - t1, 1),
@@ -161,10 +161,10 @@ def disk(es: EngineClient, index: str) -> dict[str, Any]:
         "engine_refresh_s": round(prim["refresh"]["total_time_in_millis"] / 1000, 1),
         **per_vector(files, docs + deleted),
     }
-    if es.engine.has_disk_usage:
+    if es.engine.kind == "elasticsearch":  # OpenSearch has no _disk_usage
         with warnings.catch_warnings():  # Elasticsearch marks the API as a technical preview on every call
             warnings.simplefilter("ignore")
-            usage = es.send(request.disk_usage(index))
+            usage = es.send(Request("POST", f"/{index}/_disk_usage", request.params(run_expensive_tasks=True)))
         field = usage[index]["fields"].get("embedding", {})
         out["disk_usage_knn_bytes_per_vector"] = round(int(field.get("knn_vectors_in_bytes", 0)) / (docs + deleted), 1)
     return out

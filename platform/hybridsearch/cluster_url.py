@@ -1,14 +1,9 @@
-"""The one place where a cluster URL becomes nodes (a leaf: imports no other part).
+"""The one place where a URL becomes nodes, and where URLs lose their credentials before anything prints them.
 
-``HSP_ES_URL`` / ``HSP_ES__URL`` holds one or more comma-separated node URLs, ``http(s)://[user:password@]host
-[:port][/path]``. :func:`parse_nodes` reads each into a :class:`Node` itself (the client libraries never see the
-string): IPv6 hosts in brackets (``[::1]``), ports 1-65535 (80 or 443 when left out), percent-escapes in the
-user-info decoded. A password may hold ``#``, ``/``, ``?``, ``@``, ``:``, ``%``, spaces and non-ASCII characters
-unescaped: the user-info ends at the last ``@``. A URL that cannot be read raises ``ValueError`` with one line
-in which the user-info is masked (:func:`masked`), so no message ever shows a password.
-
-A :class:`Node` keeps its credentials apart from its address: :attr:`Node.url` has none, :attr:`Node.shown` is
-what people see (``https://***@host:9200``), and the engine seam sends the credentials as a basic-auth header.
+``HSP_ES_URL`` holds comma-separated ``http(s)://[user:password@]host[:port][/path]`` URLs; :func:`parse_nodes`
+reads each into a :class:`Node` (IPv6 in brackets, default ports 80/443, percent-escapes decoded; a password may
+hold ``#/?@:%``, spaces or any character: the user-info ends at the last ``@``). Errors are one line with the
+user-info masked (:func:`masked`); any text showing URLs goes through :func:`redact_url`. A leaf module.
 """
 
 from __future__ import annotations
@@ -23,12 +18,16 @@ DEFAULT_PORTS = {"http": 80, "https": 443}
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 #: a host name or IPv4 address (any letters, so that international names pass; no spaces or URL delimiters)
 _HOST = re.compile(r"[\w.-]+")
+#: user-info after ``scheme://``: everything up to the last ``@`` before the host (a password may hold ``@``)
+_USERINFO = re.compile(r"(?<=://)[^/?#\s]*@")
+#: a URL written without a scheme (``user:secret@host:9200``), as a whole string
+_BARE_USERINFO = re.compile(r"^\s*[^/?#\s:]+:[^/?#\s]*@")
 MASK = "***"
 
 
 @dataclass(frozen=True)
 class Node:
-    """One node of the cluster: where it is, and the credentials its URL carried (never printed)."""
+    """One node: where it is, and the credentials its URL carried (never printed; sent as a header)."""
 
     scheme: Literal["http", "https"]
     host: str  # an IPv6 address without brackets
@@ -57,13 +56,19 @@ class Node:
 
 
 def masked(text: str) -> str:
-    """``text`` (one URL as given, readable or not) with everything before its last ``@`` after the scheme
-    replaced by ``***``: the form of a URL that may appear in a message."""
+    """``text`` (one URL as given, readable or not) with everything between the scheme and its last ``@``
+    replaced by ``***``."""
     text = text.strip()
     match = _SCHEME.match(text)
     start = match.end() if match else 0
     at = text.rfind("@")
     return text if at < start else f"{text[:start]}{MASK}{text[at:]}"
+
+
+def redact_url(text: str) -> str:
+    """``text`` (URLs, or any message holding them) with each URL's user-info replaced by ``***``."""
+    text = _USERINFO.sub(MASK + "@", text)
+    return text if "://" in text else _BARE_USERINFO.sub(MASK + "@", text)
 
 
 def shown(nodes: tuple[Node, ...]) -> str:
@@ -98,7 +103,7 @@ def _host_port(authority: str, scheme: str, given: str) -> tuple[str, int]:
 
 
 def parse_node(text: str) -> Node:
-    """One node URL (see the module docstring); raises ValueError with the user-info masked."""
+    """One node URL; raises ValueError with the user-info masked."""
     given = text.strip()
     match = _SCHEME.match(given)
     if match is None or match.group(1).lower() not in DEFAULT_PORTS:
@@ -121,10 +126,8 @@ def parse_node(text: str) -> Node:
 
 
 def parse_nodes(text: str) -> tuple[Node, ...]:
-    """The comma-separated node URLs of ``text``; raises ValueError (one line, credentials masked) for the first
-    one that cannot be read, for none at all, and for nodes that carry different credentials.
-
-    A comma inside a password must be written ``%2C``."""
+    """The comma-separated node URLs of ``text`` (a comma in a password is written ``%2C``); raises ValueError
+    (one line, credentials masked) for the first that cannot be read, for none, and for differing credentials."""
     nodes = tuple(parse_node(part) for part in text.split(",") if part.strip())
     if not nodes:
         raise ValueError("no node URL given (write http://host:port, several separated by commas)")

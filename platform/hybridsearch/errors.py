@@ -1,26 +1,15 @@
-"""Errors raised by hybridsearch.
+"""The error tree: everything the package raises on purpose derives from :class:`HybridSearchError`.
 
-Every error the package raises on purpose derives from :class:`HybridSearchError`, so a caller
-can catch one type. Exceptions from the engine client libraries (``elasticsearch``, ``opensearch-py``) are
-translated at the boundary (:func:`hybridsearch.engine.translate`) and never leak out of the public API.
-
-Every error carries data, not text to parse back: ``problem`` (what went wrong) and ``fix`` (what to do
-about it, None when nothing better than the problem itself can be said), plus the fields of its kind
-(``AccessDenied.privileges``, ``IndexBlocked.block``...). The message is rendered from ``problem`` and
-``fix`` in one place (:meth:`HybridSearchError.render`); ``hsp doctor`` shows the two fields apart. All of
-it is plain text, never markup.
-
-One type per meaning. HTTP 401 is :class:`AuthenticationFailed` (who you are). Missing privileges are
-:class:`AccessDenied`, whether Elasticsearch refused a request with HTTP 403 or the check before a write
-(``_has_privileges``) found them missing (``missing``/``user`` set, nothing written). A block on an index or
-the cluster (write block, read-only, disk flood stage) is :class:`IndexBlocked`, even though the engine
-answers it with HTTP 403 too: granting privileges cannot lift it. The exit code of each type is decided by
-the command line, in one table (:mod:`hybridsearch.cli.exit_codes`)::
+Every error carries ``problem`` and ``fix`` (None when nothing better can be said) as data, plus the fields of its
+kind; the message is rendered from them in one place (:meth:`HybridSearchError.render`), plain text. The client
+libraries' exceptions are translated at the engine seam (:func:`hybridsearch.engine.translate`). HTTP 401 is
+AuthenticationFailed, missing privileges AccessDenied (a 403, or found missing before a write), a block on an
+index IndexBlocked (also a 403, but privileges cannot lift it). Exit codes: :mod:`hybridsearch.cli.exit_codes`::
 
     HybridSearchError
     ├── ConfigError            settings or arguments that cannot work (bad value, unknown field, bad split)
     │   └── QueryError         a query the caller must fix (empty text, k out of range, bad filter)
-    ├── ClusterError           Elasticsearch answered with an error
+    ├── ClusterError           the engine answered with an error
     │   ├── ClusterUnavailable no node answers (connection refused, timeout)
     │   │   └── TlsFailure     the TLS handshake failed (untrusted certificate, not a TLS port)
     │   │       └── SchemeMismatch  http:// to a node that speaks TLS, or https:// to a plain HTTP one
@@ -42,14 +31,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from hybridsearch.redact import redact_url
+from hybridsearch.cluster_url import redact_url
 
 
 class HybridSearchError(Exception):
-    """Base class of every error hybridsearch raises on purpose.
-
-    ``problem`` says what went wrong and ``fix`` (when known) what to do about it; the message is
-    :meth:`render` of the two, so programs (``hsp doctor``) read the fields and never split the text."""
+    """Base class of every error hybridsearch raises on purpose: read ``problem`` and ``fix``, never the text."""
 
     def __init__(self, problem: str = "", *, fix: str | None = None) -> None:
         self.problem = problem
@@ -58,8 +44,7 @@ class HybridSearchError(Exception):
 
     @staticmethod
     def render(problem: str, fix: str | None) -> str:
-        """The message: ``"<problem>. <fix>"`` (no second stop when the problem ends a sentence), or the
-        problem alone."""
+        """The message: ``"<problem>. <fix>"`` (no second stop after a sentence), or either alone."""
         if not fix:
             return problem
         if not problem:
@@ -76,20 +61,16 @@ class QueryError(ConfigError):
 
 
 class ClusterError(HybridSearchError):
-    """Elasticsearch answered with an error."""
+    """The engine answered with an error."""
 
 
 class ClusterUnavailable(ClusterError):
-    """No Elasticsearch node answers at the configured URL."""
+    """No node answers at the configured URL."""
 
 
 class TlsFailure(ClusterUnavailable):
-    """The TLS handshake with ``url`` failed; retrying cannot help.
-
-    ``untrusted`` is True when the node's certificate could not be verified (the fix is
-    ``HSP_ES__CA_CERTS``), False when the handshake failed otherwise (e.g. an https URL on a plain
-    HTTP port). ``reason`` is the TLS library's own words.
-    """
+    """The TLS handshake with ``url`` failed; retrying cannot help. ``untrusted``: the certificate could not be
+    verified (else e.g. an https URL on a plain HTTP port); ``reason``: the TLS library's own words."""
 
     def __init__(self, url: str, reason: str, *, untrusted: bool) -> None:
         url = redact_url(url)
@@ -105,9 +86,8 @@ class TlsFailure(ClusterUnavailable):
 
 
 class SchemeMismatch(TlsFailure):
-    """The URL's scheme does not match what the node at ``node`` (``host:port``) speaks: ``speaks_tls`` True for
-    an ``http://`` URL to a node that serves HTTPS (it drops the plain request), False for an ``https://`` URL to a
-    node that serves plain HTTP. ``use`` is the URL to put in ``HSP_ES_URL`` (never with credentials)."""
+    """The URL's scheme is not what the node at ``node`` (``host:port``) speaks (``speaks_tls``); ``use`` is the
+    URL to put in ``HSP_ES_URL`` (never with credentials)."""
 
     def __init__(self, node: str, *, speaks_tls: bool, use: str) -> None:
         self.node, self.speaks_tls, self.use = node, speaks_tls, redact_url(use)
@@ -121,10 +101,8 @@ class SchemeMismatch(TlsFailure):
 
 
 class AuthenticationFailed(ClusterError):
-    """Elasticsearch refused the credentials, or wanted some (HTTP 401), for ``action``.
-
-    ``reason`` is Elasticsearch's own reason (None for HEAD requests, which get no body).
-    """
+    """The engine refused the credentials, or wanted some (HTTP 401), for ``action``; ``reason`` is its own (None
+    for HEAD requests, which get no body)."""
 
     status = 401
 
@@ -137,14 +115,9 @@ class AuthenticationFailed(ClusterError):
 
 
 class AccessDenied(ClusterError):
-    """The credentials are valid but lack a privilege ``action`` needs.
-
-    ``action`` is what hybridsearch was doing (``"get alias hsp-chunks"``). When Elasticsearch refused a request
-    (HTTP 403), ``es_action``, ``resource`` and ``privileges`` are what it named, when it said (HEAD requests get
-    no body, so they stay None / empty). When the check before a write found privileges missing, nothing was
-    written: ``missing`` maps each missing privilege to the index names or patterns it lacks, ``user`` is the
-    user Elasticsearch authenticated (None when unknown), and ``privileges``/``resource`` sum them up.
-    """
+    """The credentials lack a privilege ``action`` (what hybridsearch was doing) needs. From an HTTP 403:
+    ``es_action``, ``resource`` and ``privileges`` as the engine named them. From the check before a write (nothing
+    written): ``missing`` maps each missing privilege to the names lacking it, ``user`` who asked."""
 
     status = 403
 
@@ -178,38 +151,31 @@ class IndexNotFound(ClusterError):
 
 
 class IndexMismatch(ClusterError):
-    """The index exists but its ``_meta`` or mapping (vector dims, similarity, field types) does not fit
-    the settings. ``differences`` holds ``(field, expected, actual)`` for each disagreement; ``actual`` is
-    None for a field the index lacks."""
+    """The index's ``_meta`` or mapping does not fit the settings: ``differences`` holds ``(field, expected,
+    actual)``, ``actual`` None for a field the index lacks."""
 
     def __init__(self, problem: str, *, index: str = "", fix: str | None = None,
                  differences: tuple[tuple[str, object, object], ...] = ()) -> None:
         super().__init__(problem, fix=fix)
-        self.index = index
-        self.differences = differences
+        self.index, self.differences = index, differences
 
 
 class AliasConflict(ClusterError):
-    """The read alias points at more than one index, so reads would mix them and writes go to one of them.
-    ``alias`` and ``indices`` (sorted) say which."""
+    """The read alias ``alias`` points at more than one index (``indices``, sorted)."""
 
     def __init__(self, problem: str, *, alias: str = "", indices: tuple[str, ...] = (),
                  fix: str | None = None) -> None:
         super().__init__(problem, fix=fix)
-        self.alias = alias
-        self.indices = indices
+        self.alias, self.indices = alias, indices
 
 
 class IndexBlocked(ClusterError):
-    """A block refuses writes to ``index`` (``"the cluster"`` for a cluster-wide block): ``block`` names it
-    (``index.blocks.write``, ``index.blocks.read_only_allow_delete (the disk flood-stage watermark)``...). The
-    engine answers such a write with HTTP 403 or 429, which is not a matter of credentials; ``fix`` says how the
-    block is lifted."""
+    """A block (``block``: ``index.blocks.write``...) refuses writes to ``index`` (``"the cluster"`` for a
+    cluster-wide one); the engine answers such a write with HTTP 403 or 429. ``fix`` says how to lift it."""
 
     def __init__(self, problem: str, *, index: str, block: str, fix: str | None = None) -> None:
         super().__init__(problem, fix=fix)
-        self.index = index
-        self.block = block
+        self.index, self.block = index, block
 
 
 class ModelError(HybridSearchError):
@@ -221,9 +187,8 @@ class IngestError(HybridSearchError):
 
 
 class IngestLocked(IngestError):
-    """Another live run holds the prefix's ingest lease (:mod:`hybridsearch.ingest.lease`) for documents this run
-    would write. ``holder`` is its run id; ``host``, ``pid``, ``shard`` (``i/N`` or None) and ``heartbeat_age_s``
-    say where it runs and when it was last seen."""
+    """Another live run (``holder``, on ``host``/``pid``, ``shard`` ``i/N`` or None, seen ``heartbeat_age_s``
+    ago) holds the prefix's ingest lease for documents this run would write."""
 
     def __init__(self, problem: str, *, fix: str | None = None, holder: str, host: str | None, pid: int | None,
                  shard: str | None, heartbeat_age_s: float) -> None:
@@ -233,8 +198,7 @@ class IngestLocked(IngestError):
 
 
 class LeaseLost(IngestError):
-    """This run's ingest lease was taken over (its heartbeat stopped for longer than the lease lasts): the run
-    stops writing at once; its unfinished documents stay hidden and the next run repairs them."""
+    """This run's ingest lease was taken over: it stops writing; its unfinished documents stay hidden."""
 
 
 class RerankerError(HybridSearchError):

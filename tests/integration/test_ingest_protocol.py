@@ -224,8 +224,8 @@ def test_a_recut_skips_documents_being_written(es: EngineClient, settings: Setti
     try:
         writer.hide(["d2"])  # d2 is being rewritten: one of its chunks already holds the new version
         hits = es.send(request.search(index, request.body(query={"term": {"doc_id": "d2"}})))["hits"]["hits"]
-        es.send(request.update_doc(index, hits[0]["_id"], {"text": "Second version", "content_hash": "new"},
-                                   refresh=True))
+        es.send(request.bulk([{"_op_type": "update", "_index": index, "_id": hits[0]["_id"],
+                               "doc": {"text": "Second version", "content_hash": "new"}}], refresh=True))
         read = {c["_source"]["doc_id"] for c in scan_sorted(es, index)}
         assert read == {"d0", "d1", "d3"}
         from hybridsearch.migrate import migrate

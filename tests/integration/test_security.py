@@ -68,7 +68,8 @@ def snapshot(admin: EngineClient, prefix: str) -> dict[str, Any]:
     document counts, and any index template whose name or patterns start with the prefix."""
     admin.send(request.refresh(f"{prefix}-*", expand_wildcards="all"))
     indices = admin.send(request.get_index(f"{prefix}-*", expand_wildcards="all"))
-    templates = [t for t in admin.send(request.get_index_template())["index_templates"]
+    every = admin.send(request.Request("GET", "/_index_template", absent={"index_templates": []}))
+    templates = [t for t in every["index_templates"]
                  if t["name"].startswith(prefix) or any(p.startswith(prefix)
                                                        for p in t["index_template"]["index_patterns"])]
     return {"indices": indices, "counts": {n: admin.send(request.count(n))["count"] for n in indices},

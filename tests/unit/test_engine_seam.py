@@ -86,7 +86,7 @@ def test_detection_reads_get_root(fake_es: Canned, body: dict[str, Any], kind: s
 
 def test_engine_setting_skips_detection(fake_es: Canned) -> None:
     es = connect(ClusterSettings(url=fake_es.url, engine="opensearch"))
-    assert es.engine == EngineInfo("opensearch", None, detected=False) and fake_es.requests == []
+    assert es.engine == EngineInfo("opensearch", None) and fake_es.requests == []
 
 
 @pytest.mark.parametrize(("kind", "version", "ok"), [
@@ -126,12 +126,12 @@ def test_filtered_knn_explores_the_graph_without_acorn_where_elasticsearch_has_a
 def test_one_rule_for_the_version_and_an_unknown_version_counts_as_the_newest(version: str | None,
                                                                               newer: bool) -> None:
     # HSP_ES__ENGINE leaves the version unknown: both version-dependent answers read it the same way
-    engine = EngineInfo("elasticsearch", version, detected=version is not None)
+    engine = EngineInfo("elasticsearch", version)
     assert engine.at_least(9, 1) is newer
     assert (engine.source_with_vectors == {"exclude_vectors": False}) is newer
     assert (engine.chunk_index_settings == {"index.dense_vector.hnsw_filter_heuristic": "fanout"}) is newer
     assert engine.support_problem() is None and engine.at_least(8, 12)
-    assert EngineInfo("opensearch", None, detected=False).support_problem() is None
+    assert EngineInfo("opensearch", None).support_problem() is None
 
 
 def test_msearch_and_bulk_bodies_are_written_with_orjson_numpy_vectors_included() -> None:

@@ -10,7 +10,7 @@ import pytest
 
 from hybridsearch.doctor.index import check_access
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, UNREACHABLE, Dialect, EngineKind, connect, request
-from hybridsearch.engine.privileges import NO_API, SECURITY_OFF
+from hybridsearch.engine.client import NO_API, SECURITY_OFF
 from hybridsearch.errors import AccessDenied, ClusterUnavailable
 from hybridsearch.index.access import check_privileges
 from hybridsearch.index.spec import chunk_meta, load_template

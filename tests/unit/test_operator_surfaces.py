@@ -24,11 +24,11 @@ import pytest
 from hybridsearch.cli import output
 from hybridsearch.cli.exit_codes import exit_code
 from hybridsearch.cli.main import main
+from hybridsearch.cluster_url import redact_url
 from hybridsearch.engine import AsyncEngineClient, EngineInfo, cluster_info, connect, request
 from hybridsearch.engine.connect import detect, es_client, os_client
 from hybridsearch.errors import ClusterUnavailable, RerankerError, SchemeMismatch, TlsFailure
 from hybridsearch.eval.harness import redacted_settings
-from hybridsearch.redact import redact_url
 from hybridsearch.rerank import HttpReranker
 from hybridsearch.settings import ClusterSettings, load_settings
 from standin import Canned, serve

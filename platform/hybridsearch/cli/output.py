@@ -15,7 +15,7 @@ Errors are printed by :func:`print_error` only (called from ``cli/main.py``): ``
 at most :data:`MAX_ERROR_LINES` lines, and the chain of causes only with ``--verbose``.
 
 Nothing printed carries a URL's credentials: error messages (and their causes) and every log line that
-reaches a handler of the root logger pass through :func:`hybridsearch.redact.redact_url`.
+reaches a handler of the root logger pass through :func:`hybridsearch.cluster_url.redact_url`.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from hybridsearch.redact import redact_url
+from hybridsearch.cluster_url import redact_url
 
 #: A piece of :func:`styled` output: plain text, or (text, rich style).
 Part = str | tuple[str, str]

@@ -29,7 +29,8 @@ def watermark_used_fraction(value: str, total_bytes: int) -> float:
 
 def _watermarks(es: EngineClient) -> dict[str, str]:
     with engine_errors("cluster settings"):
-        body = es.send(request.cluster_settings(include_defaults=True, flat_settings=True))
+        body = es.send(request.Request("GET", "/_cluster/settings",
+                                       request.params(include_defaults=True, flat_settings=True)))
     merged: dict[str, str] = {}
     for scope in ("defaults", "persistent", "transient"):
         for key, value in body.get(scope, {}).items():
@@ -67,7 +68,8 @@ def check_cluster(es: EngineClient) -> list[Check]:
 def _check_disk(es: EngineClient) -> Check:
     try:
         with engine_errors("node disk stats"):
-            nodes = es.send(request.nodes_stats(metric="fs", filter_path="nodes.*.name,nodes.*.fs.total"))
+            nodes = es.send(request.Request("GET", "/_nodes/stats/fs",
+                                            request.params(filter_path="nodes.*.name,nodes.*.fs.total")))
             nodes = nodes.get("nodes", {})
         marks = _watermarks(es)
     except HybridSearchError as exc:

@@ -7,9 +7,9 @@ import time
 
 import httpx
 
+from hybridsearch.cluster_url import redact_url
 from hybridsearch.doctor.check import Check
 from hybridsearch.errors import HybridSearchError
-from hybridsearch.redact import redact_url
 from hybridsearch.settings import EmbeddingSettings, RerankerSettings
 
 

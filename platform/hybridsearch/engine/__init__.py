@@ -1,24 +1,10 @@
 """The engine seam: the only part of the package that imports ``elasticsearch``, ``opensearchpy`` or
-``elastic_transport``.
+``elastic_transport``, so everything above it is the same on Elasticsearch 8.x/9.x and OpenSearch.
 
-Everything engine-specific lives here, so ingestion, queries, fusion, the lifecycle, eval and Kibana code
-stay the same on Elasticsearch 8.x/9.x and OpenSearch:
-
-* :mod:`.request`: a request is data (:class:`Request`: method, path, parameters, body), built by pure functions,
-  one per engine call;
-* :mod:`.client` sends one: :meth:`EngineClient.send` and :meth:`AsyncEngineClient.send`, through each official
-  client's public request interface, answered with plain JSON; the libraries' bulk and scroll helpers run on the
-  same clients;
-* :mod:`.connect` builds each library's client from :class:`~hybridsearch.settings.ClusterSettings` (the parsed
-  nodes of :mod:`hybridsearch.cluster_url`, credentials apart) and asks the cluster which engine it is
-  (:class:`EngineInfo`);
-* :mod:`.dialect` renders what differs in the JSON (vector field, kNN clause, metadata field type);
-* :mod:`.errors` reads both libraries' errors and translates them into :mod:`hybridsearch.errors`;
-* :mod:`.privileges` is the one shape of the answer on which index privileges the credentials hold.
-
-Outside this package nothing names an engine kind (``"opensearch"``, ``"elasticsearch"``) to branch on, and
-nothing defaults to a dialect: callers pass the one their :class:`EngineClient` reports
-(``tests/unit/test_engine_boundary.py`` checks both).
+A request is data built by :mod:`.request` and sent by :mod:`.client` (sync and asyncio); :mod:`.connect` builds
+the libraries' clients and detects the engine; :mod:`.dialect` holds what differs (the JSON, the version rules);
+:mod:`.errors` translates the libraries' errors into :mod:`hybridsearch.errors`. Outside the seam nothing
+branches on an engine kind or defaults to a dialect (``tests/unit/test_engine_boundary.py``).
 """
 
 from __future__ import annotations
@@ -27,48 +13,34 @@ from typing import Any
 
 from hybridsearch.engine import request
 from hybridsearch.engine.client import AsyncEngineClient, EngineClient, LoopSender, Sender, index_privileges
-from hybridsearch.engine.connect import MIN_VERSION, EngineInfo
 from hybridsearch.engine.dialect import (
     ELASTICSEARCH,
     OPENSEARCH,
     Dialect,
+    EngineInfo,
     EngineKind,
-    VectorSummary,
-    dialect_for,
     unsafe_vector_options,
 )
-from hybridsearch.engine.errors import (
-    API_ERRORS,
-    UNREACHABLE,
-    access_denied,
-    engine_errors,
-    error_type_of,
-    status_of,
-    tls_failure,
-    translate,
-)
-from hybridsearch.engine.privileges import IndexPrivileges
+from hybridsearch.engine.errors import API_ERRORS, UNREACHABLE, engine_errors, error_type_of, status_of, translate
 from hybridsearch.engine.request import Request
 from hybridsearch.settings import ClusterSettings
 
 __all__ = [
-    "API_ERRORS", "ELASTICSEARCH", "MIN_VERSION", "OPENSEARCH", "UNREACHABLE", "AsyncEngineClient", "Dialect",
-    "EngineClient", "EngineInfo", "EngineKind", "IndexPrivileges", "LoopSender", "Request", "Sender",
-    "VectorSummary", "access_denied", "cluster_info", "connect", "connect_async", "dialect_for", "engine_errors",
-    "error_type_of", "index_privileges", "request", "status_of", "tls_failure", "translate",
+    "API_ERRORS", "ELASTICSEARCH", "OPENSEARCH", "UNREACHABLE", "AsyncEngineClient", "Dialect", "EngineClient",
+    "EngineInfo", "EngineKind", "LoopSender", "Request", "Sender", "cluster_info", "connect",
+    "connect_async", "engine_errors", "error_type_of", "index_privileges", "request", "status_of", "translate",
     "unsafe_vector_options",
 ]
 
 
 def connect(cfg: ClusterSettings, *, max_retries: int | None = None,
             request_timeout: float | None = None) -> EngineClient:
-    """A client for the cluster ``cfg`` names (``max_retries`` and ``request_timeout`` override its values: the
-    doctor wants a quick answer). Connects on the first call; raises nothing here."""
+    """A client for the cluster ``cfg`` names (``max_retries`` and ``request_timeout`` override its values).
+    Connects on the first call; raises nothing here."""
     return EngineClient(cfg, max_retries=max_retries, request_timeout=request_timeout)
 
 
 def connect_async(cfg: ClusterSettings) -> AsyncEngineClient:
-    """An asyncio client for the search path."""
     return AsyncEngineClient(cfg)
 
 

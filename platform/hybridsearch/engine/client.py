@@ -1,12 +1,6 @@
-"""The senders: :class:`EngineClient` and :class:`AsyncEngineClient` send a :class:`~.request.Request` through
-the official client of the engine that answers, by its public request interface (``Elasticsearch.perform_request``,
-opensearch-py's ``transport.perform_request``), and answer with plain JSON (a HEAD request with True or False).
-
-Both take a request the same way (:func:`_call`) and read an answer the same way (:func:`_answer`,
-:func:`_absent`), so the sync and asyncio paths cannot drift. The engine is detected on the first call
-(:func:`~hybridsearch.engine.connect.detect`). Errors are the libraries' own: wrap calls in
-:func:`~hybridsearch.engine.errors.engine_errors` to get hybridsearch errors. The libraries' own bulk and scroll
-helpers (``streaming_bulk``, ``scan``) run on the same client objects.
+"""The senders: :class:`EngineClient` and :class:`AsyncEngineClient` send a :class:`~.request.Request` through the
+public request interface of the engine's official client, prepared (:func:`_call`) and answered (plain JSON; True
+or False for HEAD) the same way. Errors are the libraries' own: wrap calls in :func:`.errors.engine_errors`.
 """
 
 from __future__ import annotations
@@ -17,32 +11,35 @@ import json
 import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
 import elasticsearch.helpers
 import opensearchpy.helpers
 
-from hybridsearch.engine import request as rq
-from hybridsearch.engine.connect import EngineInfo, detect, detect_async, es_client, os_client
-from hybridsearch.engine.dialect import Dialect
+from hybridsearch.engine.connect import detect, detect_async, es_client, os_client
+from hybridsearch.engine.dialect import Dialect, EngineInfo
 from hybridsearch.engine.errors import API_ERRORS, error_type_of, status_of
-from hybridsearch.engine.privileges import NO_API, SECURITY_OFF, IndexPrivileges
-from hybridsearch.engine.request import RAISE, Json, Request
+from hybridsearch.engine.request import RAISE, Json, Request, analyze, nodes_info
 from hybridsearch.settings import ClusterSettings
 
 log = logging.getLogger(__name__)
 #: analyzers every node has without the analysis-common module
 BUILT_IN_ANALYZERS = frozenset({"standard", "simple", "whitespace", "stop", "keyword", "pattern"})
+#: why privileges were not checked, in words for people (``hsp doctor`` prints them)
+SECURITY_OFF = "security is off on this cluster: nothing to check"
+NO_API = ("not checked ahead on OpenSearch (its security plugin has no _has_privileges); a write the role refuses "
+          "still fails with HTTP 403, naming the action")
 
 
 def _call(request: Request, engine: EngineInfo) -> tuple[str, dict[str, Any]]:
-    """The path and keyword arguments that send ``request`` through the engine's library. opensearch-py's transport
-    reads ``timeout``, ``request_timeout`` and ``ignore`` out of the query parameters as its own, so they go to
-    OpenSearch in the path's query string, every parameter alike."""
+    """The path and keyword arguments that send ``request`` through the engine's library. opensearch-py reads
+    ``timeout``, ``request_timeout`` and ``ignore`` out of the parameters as its own, so for OpenSearch every
+    parameter goes in the path's query string."""
     headers = {"accept": "application/json"}
     if request.body is not None:
-        headers["content-type"] = "application/x-ndjson" if request.ndjson else "application/json"
+        headers["content-type"] = "application/x-ndjson" if isinstance(request.body, list) else "application/json"
     if engine.kind == "elasticsearch":  # the client writes NDJSON lines itself
         return request.path, {"params": request.params or None, "headers": headers, "body": request.body}
     body: Any = request.body
@@ -50,11 +47,6 @@ def _call(request: Request, engine: EngineInfo) -> tuple[str, dict[str, Any]]:
         body = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in body)
     path = f"{request.path}?{urlencode(request.params)}" if request.params else request.path
     return path, {"params": {}, "headers": headers, "body": body, "timeout": request.timeout_s}
-
-
-def _answer(resp: Any) -> Any:
-    """Plain JSON: ``elasticsearch`` wraps an answer (``.body``; True or False for HEAD), ``opensearchpy`` not."""
-    return resp.body if hasattr(resp, "body") else resp
 
 
 def _absent(request: Request, exc: Exception) -> Any:
@@ -65,10 +57,8 @@ def _absent(request: Request, exc: Exception) -> Any:
 
 
 def _answered(results: Iterable[tuple[bool, Json]]) -> Iterator[tuple[bool, Json]]:
-    """Bulk results in one shape on every engine: each item the engine answered, with its HTTP status. A request
-    that got no answer raises the library's error, as ``elasticsearch``'s helper does; ``opensearchpy``'s helper
-    (with ``raise_on_exception=False``) instead yields each of its items with status ``"N/A"`` and the error
-    under ``exception``, and goes on with the next request."""
+    """Bulk results in one shape on every engine: a request that got no answer raises the library's error, as
+    ``elasticsearch``'s helper does (``opensearchpy``'s yields its items with status ``"N/A"`` and goes on)."""
     for ok, result in results:
         item = next(iter(result.values()), None) if result else None
         if isinstance(item, Mapping) and not isinstance(item.get("status"), int) \
@@ -89,23 +79,39 @@ class Sender(Protocol):
     def send(self, request: Request) -> Any: ...
 
 
+@dataclass(frozen=True)
+class IndexPrivileges:
+    """Which index privileges the credentials lack (``missing``: ``{privilege: [names]}``), or ``checked`` False
+    and ``unchecked_because`` why the engine cannot say ahead."""
+
+    checked: bool
+    user: str | None = None
+    missing: dict[str, list[str]] = field(default_factory=dict)
+    unchecked_because: str | None = None
+
+
 def index_privileges(es: Sender, names: list[str], privileges: list[str]) -> IndexPrivileges:
-    """Whether the credentials hold each of ``privileges`` on each of ``names``, where the engine can say
-    (:mod:`.privileges`). Raises the library's errors for 401, 403 and no answer."""
+    """Ask Elasticsearch's ``_has_privileges`` (OpenSearch has no such API; with security off it answers an error).
+    Raises the library's errors for 401, 403 and no answer."""
     if es.engine.kind == "opensearch":
-        return IndexPrivileges.unchecked(NO_API)
+        return IndexPrivileges(False, unchecked_because=NO_API)
     try:
-        answer = es.send(rq.has_privileges(names, privileges))
+        answer = es.send(Request("POST", "/_security/user/_has_privileges",
+                                 body={"index": [{"names": names, "privileges": privileges}]}))
     except API_ERRORS as exc:
         if status_of(exc) in (401, 403) or status_of(exc) is None:
             raise
         log.debug("privileges not checked (HTTP %s): security looks off", status_of(exc))
-        return IndexPrivileges.unchecked(SECURITY_OFF)
-    return IndexPrivileges.from_answer(answer)
+        return IndexPrivileges(False, unchecked_because=SECURITY_OFF)
+    missing: dict[str, list[str]] = {}
+    for name, held in (answer.get("index") or {}).items():
+        for privilege in (p for p, ok in held.items() if not ok):
+            missing.setdefault(privilege, []).append(name)
+    return IndexPrivileges(True, answer.get("username"), missing)
 
 
 class EngineClient:
-    """One cluster, any engine: see the module docstring. ``close()`` when done (or use ``with``)."""
+    """One cluster, any engine, detected on the first call. ``close()`` when done."""
 
     def __init__(self, cfg: ClusterSettings, *, max_retries: int | None = None,
                  request_timeout: float | None = None) -> None:
@@ -130,9 +136,8 @@ class EngineClient:
     def dialect(self) -> Dialect:
         return self.engine.dialect
 
-    @property
-    def raw(self) -> Any:
-        """The library's client for this engine (``Elasticsearch`` or ``OpenSearch``), for its helpers."""
+    def _raw(self) -> Any:
+        """The library's client for this engine (``Elasticsearch`` or ``OpenSearch``)."""
         if self.engine.kind == "elasticsearch":
             return self._es
         if self._os is None:
@@ -140,24 +145,23 @@ class EngineClient:
         return self._os
 
     def send(self, request: Request) -> Any:
-        """Send ``request``; its answer as plain JSON (see :class:`~.request.Request` for ``absent``)."""
-        client, (path, call) = self.raw, _call(request, self.engine)
+        """Send ``request``; its answer as plain JSON."""
+        client, (path, call) = self._raw(), _call(request, self.engine)
         try:
             if self.engine.kind == "opensearch":
                 return client.transport.perform_request(request.method, path, **call)
             if request.timeout_s is not None:
                 client = client.options(request_timeout=request.timeout_s, max_retries=0)
-            return _answer(client.perform_request(request.method, path, **call))
+            return client.perform_request(request.method, path, **call).body
         except API_ERRORS as exc:
             return _absent(request, exc)
 
     def has_analyzer(self, name: str) -> bool:
-        """Whether the cluster knows analyzer ``name`` (asked once per name). ``_analyze`` answers exactly but
-        needs the cluster privilege ``manage``; credentials without it (a team's role) are answered from the
-        nodes' modules (``monitor``): the language analyzers come with ``analysis-common``."""
+        """Whether the cluster knows analyzer ``name`` (asked once per name): ``_analyze`` needs the cluster
+        privilege ``manage``; without it the nodes' modules answer (``analysis-common`` has the language ones)."""
         if name not in self._analyzers:
             try:
-                self.send(rq.analyze("probe", analyzer=name))
+                self.send(analyze("probe", analyzer=name))
                 self._analyzers[name] = True
             except API_ERRORS as exc:
                 if status_of(exc) not in (400, 403):
@@ -170,7 +174,7 @@ class EngineClient:
         if name in BUILT_IN_ANALYZERS:
             return True
         try:
-            nodes = self.send(rq.nodes_info(filter_path="nodes.*.modules.name")).get("nodes", {})
+            nodes = self.send(nodes_info(filter_path="nodes.*.modules.name")).get("nodes", {})
         except API_ERRORS as exc:
             if status_of(exc) != 403:
                 raise
@@ -180,35 +184,27 @@ class EngineClient:
         return bool(nodes) and all("analysis-common" in {m.get("name") for m in n.get("modules", [])}
                                    for n in nodes.values())
 
+    def _helpers(self) -> Any:
+        return opensearchpy.helpers if self.engine.kind == "opensearch" else elasticsearch.helpers
+
     def streaming_bulk(self, actions: Iterable[Json], **kwargs: Any) -> Iterator[tuple[bool, Json]]:
-        """The library's ``helpers.streaming_bulk`` (same keyword arguments), its results in one shape: every item
-        has an integer ``status``; a request that got no answer raises (:data:`~hybridsearch.engine.UNREACHABLE`)
-        on every engine, even with ``raise_on_exception=False``."""
-        helpers = opensearchpy.helpers if self.engine.kind == "opensearch" else elasticsearch.helpers
-        yield from _answered(helpers.streaming_bulk(self.raw, actions, **kwargs))
+        """The library's ``helpers.streaming_bulk``; a request that got no answer raises on every engine."""
+        yield from _answered(self._helpers().streaming_bulk(self._raw(), actions, **kwargs))
 
     def scan(self, *, index: str, query: Json | None = None, size: int = 1000, scroll: str = "5m",
              preserve_order: bool = False) -> Iterator[Json]:
-        """Every hit of ``query`` (a search body) on ``index``, by scroll (in ``query``'s sort order when
-        ``preserve_order``)."""
-        helpers = opensearchpy.helpers if self.engine.kind == "opensearch" else elasticsearch.helpers
-        yield from helpers.scan(self.raw, index=index, query=query, size=size, scroll=scroll,
-                                preserve_order=preserve_order)
+        """Every hit of ``query`` (a search body) on ``index``, by scroll."""
+        yield from self._helpers().scan(self._raw(), index=index, query=query, size=size, scroll=scroll,
+                                        preserve_order=preserve_order)
 
     def close(self) -> None:
         self._es.close()
         if self._os is not None:
             self._os.close()
 
-    def __enter__(self) -> EngineClient:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
 
 class AsyncEngineClient:
-    """:class:`EngineClient`'s :meth:`~EngineClient.send` on asyncio (the engine detected on the first call)."""
+    """:meth:`EngineClient.send` on asyncio (the engine detected on the first call unless given)."""
 
     def __init__(self, cfg: ClusterSettings, engine: EngineInfo | None = None) -> None:
         self.cfg = cfg
@@ -245,7 +241,7 @@ class AsyncEngineClient:
                 return await self._os.transport.perform_request(request.method, path, **call)
             client = self._es if request.timeout_s is None else \
                 self._es.options(request_timeout=request.timeout_s, max_retries=0)
-            return _answer(await client.perform_request(request.method, path, **call))
+            return (await client.perform_request(request.method, path, **call)).body
         except API_ERRORS as exc:
             return _absent(request, exc)
 
@@ -256,8 +252,8 @@ class AsyncEngineClient:
 
 
 class LoopSender:
-    """:meth:`AsyncEngineClient.send` for a thread other than the event loop's (the query log's writer): each
-    request is sent on ``loop``, the loop the client's searches run on, set by its first search."""
+    """:meth:`AsyncEngineClient.send` from another thread (the query log's writer), on ``loop``, the loop the
+    client's searches run on (set by its first search)."""
 
     def __init__(self, client: AsyncEngineClient) -> None:
         self.client = client

@@ -1,20 +1,17 @@
-"""What differs between the engines in the JSON we send: the vector field, the kNN clause, field types.
+"""What differs between the engines, pure: the JSON we send (vector field, kNN clause, field types) and the
+version rules (:class:`EngineInfo`).
 
-Pure: no I/O and no client library. :class:`ElasticsearchDialect` serves Elasticsearch 8.12+ and 9.x (one
-mapping and query syntax); :class:`OpenSearchDialect` serves OpenSearch 2.17+/3.x with the k-NN plugin on its
-``lucene`` engine. Everything else the platform sends (BM25 ``multi_match``, filters, ``collapse``, the unified
-highlighter's ``highlight``, aliases, ``_bulk``, ``_msearch``) is the same on both and stays outside this module.
-
-The platform's settings speak Elasticsearch's vocabulary (``similarity: cosine``, ``index_options: int8_hnsw``);
-:meth:`Dialect.vector_field` renders them for the engine and :meth:`Dialect.vector_summary` reads an existing
-mapping back into that vocabulary, so checks compare like with like on every engine.
+The settings speak Elasticsearch's vocabulary (``similarity: cosine``, ``index_options: int8_hnsw``);
+:meth:`~ElasticsearchDialect.vector_field` renders it for the engine and
+:meth:`~ElasticsearchDialect.vector_summary` reads a mapping back into it, so checks compare like with like.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 from hybridsearch.errors import ConfigError
 
@@ -32,47 +29,24 @@ class VectorSummary:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-class Dialect(Protocol):
-    """The engine-specific parts of index bodies and search bodies."""
-
-    kind: EngineKind
-    #: field type of free-form metadata (``flattened`` / ``flat_object``): term filters on ``metadata.<key>``
-    metadata_type: str
-
-    def vector_field(self, dims: int, similarity: str, index_options: Mapping[str, Any]) -> dict[str, Any]:
-        """The chunk vector field's mapping for ``dims``, ``similarity`` and ES-style ``index_options``."""
-        ...
-
-    def index_settings(self) -> dict[str, Any]:
-        """Index settings the engine needs for a chunk index beyond shards, replicas and refresh."""
-        ...
-
-    def vector_summary(self, prop: Mapping[str, Any]) -> VectorSummary:
-        """Read a vector field's mapping back (see :class:`VectorSummary`)."""
-        ...
-
-    def knn_search(self, field: str, vector: Sequence[float], k: int, num_candidates: int,
-                   filters: list[dict[str, Any]], oversample: float | None = None) -> dict[str, Any]:
-        """The body keys of a kNN search for the ``k`` nearest chunks passing every filter (a pre-filter); with
-        ``oversample``, quantized vectors rescored on their floats, ``k`` × ``oversample`` of them (only where
-        ``EngineInfo.rescores_vectors``)."""
-        ...
-
-
 class ElasticsearchDialect:
     """Elasticsearch 8.12+ and 9.x: ``dense_vector`` with ``index_options``, top-level ``knn``."""
 
     kind: EngineKind = "elasticsearch"
+    #: field type of free-form metadata (``flattened`` / ``flat_object``): term filters on ``metadata.<key>``
     metadata_type = "flattened"
 
     def vector_field(self, dims: int, similarity: str, index_options: Mapping[str, Any]) -> dict[str, Any]:
+        """The chunk vector field's mapping for ``dims``, ``similarity`` and ES-style ``index_options``."""
         return {"type": "dense_vector", "dims": dims, "index": True, "similarity": similarity,
                 "index_options": dict(index_options)}
 
     def index_settings(self) -> dict[str, Any]:
+        """Index settings the engine needs for a chunk index beyond shards, replicas and refresh."""
         return {}
 
     def vector_summary(self, prop: Mapping[str, Any]) -> VectorSummary:
+        """Read a vector field's mapping back (see :class:`VectorSummary`)."""
         if prop.get("type") != "dense_vector":
             return VectorSummary(is_vector=False)
         # what Elasticsearch uses when the mapping names no similarity
@@ -81,6 +55,8 @@ class ElasticsearchDialect:
 
     def knn_search(self, field: str, vector: Sequence[float], k: int, num_candidates: int,
                    filters: list[dict[str, Any]], oversample: float | None = None) -> dict[str, Any]:
+        """The body keys of a kNN search for the ``k`` nearest chunks passing every filter; with ``oversample``,
+        quantized vectors rescored on their floats (only where ``EngineInfo.rescores_vectors``)."""
         knn: dict[str, Any] = {"field": field, "query_vector": [float(x) for x in vector], "k": k,
                                "num_candidates": num_candidates, "filter": filters}
         if oversample is not None:
@@ -100,11 +76,8 @@ DEFAULT_KNN_ENGINE = "faiss"
 
 
 class OpenSearchDialect:
-    """OpenSearch with the k-NN plugin: ``knn_vector`` on the ``lucene`` engine, the ``knn`` query clause.
-
-    ``faiss`` and ``nmslib`` need the plugin's native libraries; the plugin zip from Maven Central has none, and
-    the first bulk into a faiss index kills such a node, so only ``lucene`` is ever rendered.
-    """
+    """OpenSearch 2.16+/3.x with the k-NN plugin: ``knn_vector`` on the ``lucene`` engine (the plugin zip ships no
+    native faiss/nmslib libraries), the ``knn`` query clause."""
 
     kind: EngineKind = "opensearch"
     metadata_type = "flat_object"
@@ -151,13 +124,9 @@ class OpenSearchDialect:
         return {"query": {"knn": {field: clause}}}
 
 
+Dialect = ElasticsearchDialect | OpenSearchDialect
 ELASTICSEARCH: Dialect = ElasticsearchDialect()
 OPENSEARCH: Dialect = OpenSearchDialect()
-
-
-def dialect_for(kind: EngineKind) -> Dialect:
-    """The dialect of an engine kind."""
-    return OPENSEARCH if kind == "opensearch" else ELASTICSEARCH
 
 
 def unsafe_vector_options(summary: VectorSummary) -> str | None:
@@ -169,3 +138,62 @@ def unsafe_vector_options(summary: VectorSummary) -> str | None:
         return (f"its vectors use the {engine} k-NN engine, which needs native libraries the OpenSearch k-NN "
                 "plugin zip does not ship (a bulk into it crashes such a node); rebuild on the lucene engine")
     return None
+
+
+#: oldest versions with everything the platform sends (kNN pre-filters, int8 HNSW; OpenSearch: lucene sq and
+#: method_parameters in the knn query, flat_object)
+MIN_VERSION: dict[EngineKind, tuple[int, int]] = {"elasticsearch": (8, 12), "opensearch": (2, 16)}
+
+
+@dataclass(frozen=True)
+class EngineInfo:
+    """Which engine answers: kind and version (None when ``HSP_ES__ENGINE`` named it and nothing was asked)."""
+
+    kind: EngineKind
+    version: str | None = None
+
+    @property
+    def dialect(self) -> Dialect:
+        return OPENSEARCH if self.kind == "opensearch" else ELASTICSEARCH
+
+    @property
+    def version_tuple(self) -> tuple[int, ...] | None:
+        return None if self.version is None else tuple(int(p) for p in re.findall(r"\d+", self.version)[:3])
+
+    def at_least(self, major: int, minor: int) -> bool:
+        """Whether the engine is ``major.minor`` or later. An unknown version counts as the newest: an older engine
+        refuses what newer ones need with HTTP 400 instead of quietly losing recall or vectors."""
+        have = self.version_tuple
+        return have is None or have[:2] >= (major, minor)
+
+    @property
+    def name(self) -> str:
+        label = "OpenSearch" if self.kind == "opensearch" else "Elasticsearch"
+        return f"{label} {self.version}" if self.version else label
+
+    @property
+    def source_with_vectors(self) -> Any:
+        """``_source`` that returns the vector too: Elasticsearch 9.1+ leaves vectors out unless asked."""
+        return {"exclude_vectors": False} if self.kind == "elasticsearch" and self.at_least(9, 1) else True
+
+    @property
+    def rescores_vectors(self) -> bool:
+        """Whether kNN can rescore quantized vectors on their floats (``rescore_vector``: Elasticsearch 8.18+)."""
+        return self.kind == "elasticsearch" and self.at_least(8, 18)
+
+    @property
+    def chunk_index_settings(self) -> dict[str, Any]:
+        """Dynamic index settings every chunk index gets on this engine version. Elasticsearch 9.1+ runs selective
+        filtered kNN with ACORN, which loses most of its recall where a segment holds many deleted copies or the
+        filter is selective; ``fanout`` explores the graph as before."""
+        if self.kind == "elasticsearch" and self.at_least(9, 1):
+            return {"index.dense_vector.hnsw_filter_heuristic": "fanout"}
+        return {}
+
+    def support_problem(self) -> str | None:
+        """Why this engine version cannot serve the platform, or None."""
+        need = MIN_VERSION[self.kind]
+        if self.at_least(*need):
+            return None
+        return (f"{self.name} is not supported: hybridsearch needs {self.name.split()[0]} "
+                f"{need[0]}.{need[1]} or newer (kNN with pre-filters, int8 HNSW vectors)")

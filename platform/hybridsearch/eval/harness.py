@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hybridsearch.cluster_url import redact_url
 from hybridsearch.engine import EngineClient, cluster_info
 from hybridsearch.errors import HybridSearchError
 from hybridsearch.eval.datasets import Collection
@@ -29,7 +30,6 @@ from hybridsearch.eval.report import (
 from hybridsearch.eval.runner import MODES, ModeRun, run_mode
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.query.results import Mode, SearchResult
-from hybridsearch.redact import redact_url
 from hybridsearch.settings import RerankerSettings, Settings
 
 if TYPE_CHECKING:

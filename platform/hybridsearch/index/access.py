@@ -76,7 +76,7 @@ def check_privileges(es: Sender, names: list[str], privileges: tuple[str, ...]) 
         answer = index_privileges(es, names, list(privileges))
     if not answer.checked:
         return Privileges(user=None, enforced=False, unchecked=answer.unchecked_because)
-    return Privileges(user=answer.user, enforced=True, missing=answer.missing())
+    return Privileges(user=answer.user, enforced=True, missing=answer.missing)
 
 
 def require_privileges(es: Sender, names: list[str], privileges: tuple[str, ...], doing: str) -> Privileges:

@@ -317,8 +317,8 @@ def index_status(es: EngineClient, index: IndexSettings) -> ClusterStatus:
     if versions:
         names = ",".join(versions.values())
         with engine_errors("cat indices"):
-            rows_json: list[dict[str, Any]] = es.send(request.cat_indices(
-                names, bytes="b", h="index,health,status,docs.count,store.size,creation.date.string"))
+            rows_json: list[dict[str, Any]] = es.send(request.Request("GET", f"/_cat/indices/{names}", request.params(
+                format="json", bytes="b", h="index,health,status,docs.count,store.size,creation.date.string")))
             cat = {r["index"]: r for r in rows_json}
             mappings = es.send(request.get_mapping(names))
         for version, name in versions.items():

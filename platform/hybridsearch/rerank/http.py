@@ -10,8 +10,8 @@ from typing import Any
 import httpx
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
 
+from hybridsearch.cluster_url import redact_url
 from hybridsearch.errors import RerankerError
-from hybridsearch.redact import redact_url
 from hybridsearch.rerank.card import valid_blend
 from hybridsearch.retry import RETRIED_STATUSES
 from hybridsearch.settings import RerankerSettings
