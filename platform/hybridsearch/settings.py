@@ -1,10 +1,7 @@
-"""All configuration in one pydantic-settings tree.
-
-Values come from (highest first) keyword arguments, environment variables with prefix ``HSP_``
-and ``__`` between nested names (``HSP_INDEX__PREFIX=team-a``, ``HSP_RERANKER__DEVICE=cpu``),
-a ``.env`` file in the working directory, then the defaults below. ``HSP_ES_URL`` is accepted as
-a shortcut for ``HSP_ES__URL``. Invalid values raise :class:`hybridsearch.errors.ConfigError`
-naming the environment variable at fault (see :func:`load_settings`).
+"""All configuration in one pydantic-settings tree: keyword arguments, then ``HSP_`` environment variables with
+``__`` between nested names (``HSP_INDEX__PREFIX=team-a``), then ``.env``, then the defaults below. Shortcuts:
+``HSP_ES_URL`` (``es.url``), ``HSP_CACHE`` (``models.cache_dir``), an explicit ``HF_HUB_OFFLINE=0``
+(``models.allow_download``). Invalid values raise ConfigError naming the variable (:func:`load_settings`).
 """
 
 from __future__ import annotations
@@ -268,6 +265,14 @@ class ModelsSettings(BaseModel):
         False, description="let sentence-transformers download a model that is not on this machine from the Hugging "
         "Face Hub; off: a model that is not a local folder, a fetched catalogue model (hsp models fetch NAME), the "
         "packaged default or in the Hugging Face cache fails at once with one line saying how to get it")
+    cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "hybridsearch",
+                            description="fetched models, ONNX exports, model file records and the embedding cache "
+                            "(HSP_CACHE)")
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _check_cache_dir(cls, v: Path) -> Path:
+        return v.expanduser()
 
 
 class Settings(BaseSettings):
@@ -282,6 +287,10 @@ class Settings(BaseSettings):
     )
 
     es_url: str | None = Field(None, description="shortcut for es.url (HSP_ES_URL)")
+    cache: str | None = Field(None, validation_alias="HSP_CACHE", description="shortcut for models.cache_dir")
+    hf_hub_offline: str | None = Field(None, validation_alias="HF_HUB_OFFLINE",
+                                       description="an explicit 0 (or false) allows downloads unless "
+                                       "models.allow_download is set")
     es: ClusterSettings = ClusterSettings()
     index: IndexSettings = IndexSettings()
     embedding: EmbeddingSettings = EmbeddingSettings()
@@ -302,6 +311,11 @@ class Settings(BaseSettings):
     def _apply_shortcuts(self) -> Settings:
         if self.es_url:
             self.es = self.es.model_copy(update={"url": self.es_url})
+        if self.cache:
+            self.models = self.models.model_copy(update={"cache_dir": Path(self.cache).expanduser()})
+        offline = (self.hf_hub_offline or "").strip().lower()
+        if "allow_download" not in self.models.model_fields_set and offline in {"0", "false", "no", "off"}:
+            self.models = self.models.model_copy(update={"allow_download": True})
         return self
 
 
@@ -317,6 +331,11 @@ def load_settings(**overrides: object) -> Settings:
         problems = "; ".join(f"{_env_name(e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}"
                              for e in exc.errors())
         raise ConfigError(f"invalid settings: {problems}") from None
+
+
+def models_section(models: ModelsSettings | None = None) -> ModelsSettings:
+    """``models``, else the ``models`` section as the environment and ``.env`` say now. Raises ConfigError."""
+    return models if models is not None else load_settings().models
 
 
 @lru_cache(maxsize=1)
