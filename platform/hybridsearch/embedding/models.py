@@ -25,21 +25,16 @@ log = logging.getLogger(__name__)
 
 
 def pick_device(device: str) -> str:
-    """``auto`` → ``cuda`` when torch sees a GPU, else ``cpu``; anything else passes through. On a machine without
-    a GPU device node (:func:`gpu_device_present`) the answer is ``cpu`` without importing torch."""
+    """``auto`` → ``cuda`` when torch sees a GPU, else ``cpu``; anything else passes through. Without a GPU device
+    node (CUDA, ROCm, WSL) the answer is ``cpu`` without importing torch."""
     if device != "auto":
         return device
-    if not gpu_device_present():
+    nodes = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+    if not any(Path(node).exists() for node in nodes) and not any(Path("/dev").glob("nvidia[0-9]*")):
         return "cpu"
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-def gpu_device_present() -> bool:
-    """True when this machine has a device node a GPU would appear as (CUDA, ROCm, WSL); then only torch can tell."""
-    nodes = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
-    return any(Path(node).exists() for node in nodes) or any(Path("/dev").glob("nvidia[0-9]*"))
 
 
 def packaged_model() -> str | None:
@@ -73,16 +68,15 @@ def resolve_model(name: str, models: ModelsSettings | None = None) -> str:
     return name
 
 
-def hub_cached(name: str) -> bool:
-    """True when the Hub model ``name`` has a ``config.json`` in the local Hugging Face cache (no network)."""
+def hub_cached(name: str, filename: str = "config.json") -> Path | None:
+    """The file ``filename`` of the Hub model ``name`` in the local Hugging Face cache (no network), else None."""
+    from huggingface_hub import try_to_load_from_cache
+
     try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:  # pragma: no cover - huggingface_hub ships with sentence-transformers
-        return False
-    try:
-        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+        found = try_to_load_from_cache(name, filename)
     except Exception:  # noqa: BLE001 - an invalid repo id is simply "not cached"
-        return False
+        return None
+    return Path(found) if isinstance(found, str) else None
 
 
 def how_to_get(name: str, setting: str = "HSP_EMBEDDING__MODEL", *, again: bool = False) -> str:
@@ -120,7 +114,7 @@ def locate_model(name: str, setting: str = "HSP_EMBEDDING__MODEL", *, check: boo
         raise ModelError(f"{entry.name} is not on this machine", fix=how_to_get(name, setting))
     if models.allow_download:
         return name, False
-    if hub_cached(name):
+    if hub_cached(name) is not None:
         return name, True
     raise ModelError(f"model {name!r} is not on this machine and downloads are off",
                      fix=how_to_get(name, setting))
@@ -217,10 +211,9 @@ def check_files(folder: Path, name: str, models: ModelsSettings) -> None:
     changed = changed_files(folder, models)
     if changed is None:
         entry = catalogue.entry(name)
-        if entry is not None and entry.source == "pypi" and entry.pinned_file is not None:
-            pinned = folder / entry.pinned_file
-            if hashlib.sha512(pinned.read_bytes()).hexdigest() != entry.sha512:
-                changed = [f"{entry.pinned_file} (SHA-512 differs from the catalogue's pin)"]
+        if (entry is not None and entry.source == "pypi" and entry.pinned_file is not None
+                and file_hash(folder / entry.pinned_file, "sha512") != entry.sha512):
+            changed = [f"{entry.pinned_file} (SHA-512 differs from the catalogue's pin)"]
         if not changed:
             try:
                 log.info("recording the files of model %s in %s", name, record_files(folder, models=models))
@@ -240,11 +233,8 @@ def quiet_loading() -> Iterator[None]:
     if logging.getLogger().getEffectiveLevel() <= logging.INFO:
         yield
         return
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError:  # pragma: no cover - transformers ships with sentence-transformers
-        yield
-        return
+    from transformers.utils import logging as hf_logging
+
     bars = hf_logging.is_progress_bar_enabled()
     level = hf_logging.get_verbosity()
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]

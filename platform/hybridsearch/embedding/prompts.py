@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hybridsearch.embedding import catalogue
-from hybridsearch.embedding.models import resolve_model
+from hybridsearch.embedding.models import hub_cached, resolve_model
 from hybridsearch.settings import EmbeddingSettings, ModelsSettings
 
 #: the folder config's keys for a passage prompt, in the order sentence-transformers' ``encode_document`` tries
@@ -58,26 +58,14 @@ def _read_prompts(path: Path) -> dict[str, str]:
     return {str(k): v for k, v in table.items() if isinstance(v, str)}
 
 
-def _hub_cached_prompts(name: str) -> dict[str, str]:
-    """The prompts of a Hub model's config in the local Hugging Face cache (no network), else ``{}``."""
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:  # pragma: no cover - huggingface_hub ships with sentence-transformers
-        return {}
-    try:
-        found = try_to_load_from_cache(name, ST_CONFIG)
-    except Exception:  # noqa: BLE001 - an invalid repo id has no cached config
-        return {}
-    return _read_prompts(Path(found)) if isinstance(found, str) else {}
-
-
 def model_prompts(name: str, models: ModelsSettings | None = None) -> Prompts:
     """The model's own prompts (catalogue, else its folder's or cached Hub config); no settings applied."""
     entry = catalogue.entry(name)
     if entry is not None:
         return Prompts(entry.query_prompt, entry.passage_prompt, "catalogue") if entry.prompts else NONE
     where = resolve_model(name, models)
-    table = folder_prompts(where) if Path(where).is_dir() else _hub_cached_prompts(name)
+    cached = None if Path(where).is_dir() else hub_cached(name, ST_CONFIG)
+    table = folder_prompts(where) if cached is None else _read_prompts(cached)
     query, passage = table.get("query") or "", next((table[k] for k in PASSAGE_KEYS if table.get(k)), "")
     return Prompts(query, passage, "folder") if query or passage else NONE
 
