@@ -285,17 +285,13 @@ class Settings(BaseSettings):
         return self
 
 
-def _env_name(loc: tuple[int | str, ...]) -> str:
-    return ENV_PREFIX + "__".join(str(p).upper() for p in loc)
-
-
 def load_settings(**overrides: object) -> Settings:
     """Build :class:`Settings` from the environment; raises ConfigError naming the bad variable."""
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
-        problems = "; ".join(f"{_env_name(e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}"
-                             for e in exc.errors())
+        problems = "; ".join(f"{ENV_PREFIX}{'__'.join(str(p).upper() for p in e['loc'])}: "
+                             f"{str(e['msg']).removeprefix('Value error, ')}" for e in exc.errors())
         raise ConfigError(f"invalid settings: {problems}") from None
 
 

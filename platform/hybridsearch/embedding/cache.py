@@ -61,21 +61,17 @@ def cache_key(text: str, prompt: str = "") -> bytes:
     return hashlib.sha256(mark + data).digest()
 
 
-def cache_file(folder: Path, model: str, identity: str) -> Path:
-    """``<folder>/<last part of the model name>-<hash of its identity>.sqlite``."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(model).name)[:60] or "model"
-    return folder / f"{name}-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.sqlite"
-
-
 class CachedEmbedder(Embedder):
-    """``inner`` with an on-disk cache in front of :meth:`encode`; the model, the tokenizer and query
-    embedding are ``inner``'s. ``from_cache`` and ``embedded`` count the vectors :meth:`encode` returned."""
+    """``inner`` with an on-disk cache in front of :meth:`encode` and :meth:`encode_queries`, in
+    ``<folder>/<model name>-<hash of its identity>.sqlite``; ``from_cache`` and ``embedded`` count their vectors."""
 
     def __init__(self, inner: Embedder, folder: str | Path) -> None:
         super().__init__(inner.cfg, models=inner.models)
         self.inner = inner
         self.identity = model_identity(inner.cfg, inner.prompts, inner.models)
-        self.path = cache_file(Path(folder).expanduser(), inner.cfg.model, self.identity)
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(inner.cfg.model).name)[:60] or "model"
+        digest = hashlib.sha256(self.identity.encode()).hexdigest()[:16]
+        self.path = Path(folder).expanduser() / f"{name}-{digest}.sqlite"
         self.from_cache = self.embedded = 0
         self._db: sqlite3.Connection | None = None
         self._db_lock = threading.Lock()

@@ -9,10 +9,10 @@ sentence-transformers' torch model embeds (:attr:`Embedder.model`, which trainin
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -32,13 +32,11 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 #: Lowest cosine between torch's and ONNX Runtime's vector of any text for the two to count as the same model
 MIN_COSINE = 0.9999
-TOKENIZER_FILE = "tokenizer.json"
-#: sentence-transformers' module types, by class name (the module path changed between its versions)
-TRANSFORMER, POOLING, NORMALIZE = "Transformer", "Pooling", "Normalize"
 #: the legacy pooling keys of ``1_Pooling/config.json`` and the mode each one turns on
 LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
                   "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
                   "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
+
 
 class Unsupported(ModelError):
     """A folder :class:`OnnxEncoder` cannot serve (sentence-transformers' torch model serves it)."""
@@ -79,7 +77,7 @@ def _modules(folder: Path) -> tuple[Path, Path]:
     kinds = [(str(m.get("type", "")).rsplit(".", 1)[-1], folder / str(m.get("path", "")))
              for m in sorted(listed, key=lambda m: int(m.get("idx", 0)))]
     names = [k for k, _ in kinds]
-    if names not in ([TRANSFORMER, POOLING], [TRANSFORMER, POOLING, NORMALIZE]):
+    if names not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):  # by class name
         raise Unsupported(f"modules {' → '.join(names) or 'none'} (ONNX: Transformer → Pooling [→ Normalize])")
     return kinds[0][1], kinds[1][1]
 
@@ -114,9 +112,9 @@ def read_spec(folder: str | Path) -> ModelSpec:
     if not root.is_dir():
         raise Unsupported(f"{folder} is not a local folder")
     word, pool_dir = _modules(root)
-    tokenizer = word / TOKENIZER_FILE
+    tokenizer = word / "tokenizer.json"
     if not tokenizer.is_file():
-        raise Unsupported(f"the folder has no {TOKENIZER_FILE}")
+        raise Unsupported("the folder has no tokenizer.json")
     module_config = _json(word / "sentence_bert_config.json")
     task = module_config.get("transformer_task", "feature-extraction")
     if task != "feature-extraction":
@@ -253,8 +251,7 @@ class Embedder:
         self._onnx: OnnxEncoder | None = None
         self._runtime: Literal["onnx", "torch"] | None = None
         self._lock = threading.RLock()
-        self._cache_lock = threading.Lock()
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._query_cache = functools.lru_cache(maxsize=self.cfg.query_cache_size)(self._embed_query)
         self._prompts: Prompts | None = None
 
     @property
@@ -365,21 +362,14 @@ class Embedder:
 
     def clear_cache(self) -> None:
         """Forget cached query embeddings."""
-        self._cache.clear()
+        self._query_cache.cache_clear()
 
     def encode_query(self, text: str) -> np.ndarray:
         """One query vector (the query prompt first, cut at the query window ``query_max_tokens``), from an LRU
         cache of ``query_cache_size`` entries."""
-        with self._cache_lock:
-            hit = self._cache.get(text)
-            if hit is not None:
-                self._cache.move_to_end(text)
-                return hit
+        return self._query_cache(text)
+
+    def _embed_query(self, text: str) -> np.ndarray:
         vec: np.ndarray = self.embed([text], self.prompts.query, max_tokens=self.cfg.query_max_tokens)[0]
-        if self.cfg.query_cache_size:
-            with self._cache_lock:
-                self._cache[text] = vec
-                if len(self._cache) > self.cfg.query_cache_size:
-                    self._cache.popitem(last=False)
         return vec
 

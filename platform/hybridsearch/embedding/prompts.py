@@ -33,11 +33,6 @@ class Prompts:
     def __bool__(self) -> bool:
         return bool(self.query or self.passage)
 
-    def describe(self) -> str:
-        """One line for people: ``query 'query: ', passage 'passage: ' (catalogue)``."""
-        how = self.source + (f", {' and '.join(self.overridden)} from the settings" if self.overridden else "")
-        return f"query {self.query!r}, passage {self.passage!r} ({how})"
-
 
 NONE = Prompts()
 
