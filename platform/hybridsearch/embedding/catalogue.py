@@ -67,8 +67,7 @@ class CatalogueEntry:
 def _jar(name: str, artifact: str, sha512: str, *, pooling: Literal["cls", "mean"], licence: str, hub: str,
          query_prompt: str = "", passage_prompt: str = "", quantized: bool = False, aliases: tuple[str, ...] = (),
          description: str) -> CatalogueEntry:
-    member = artifact.removeprefix("langchain4j-embeddings-")
-    stem = {"bge-small-en-v15": "bge-small-en-v1.5", "bge-small-en-v15-q": "bge-small-en-v1.5-q"}.get(member, member)
+    stem = artifact.removeprefix("langchain4j-embeddings-").replace("-v15", "-v1.5")
     return CatalogueEntry(
         name=name, source="maven", sha512=sha512, dims=384, pooling=pooling, max_seq_length=512, licence=licence,
         description=description, query_prompt=query_prompt, passage_prompt=passage_prompt,
