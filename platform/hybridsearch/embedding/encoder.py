@@ -238,6 +238,7 @@ def load_sentence_transformer(name: str, device: str = "auto", *, models: Models
         raise ModelError(f"cannot load embedding model {name!r} ({type(exc).__name__}: {exc})",
                          fix=how_to_get(name)) from exc
 
+
 class Embedder:
     """Encodes texts into unit vectors; loads its model lazily, once, thread-safely. ``threads``: the CPU threads
     it computes with (None: one per core), for worker processes side by side; ``models``: where models come from."""
@@ -252,14 +253,11 @@ class Embedder:
         self._runtime: Literal["onnx", "torch"] | None = None
         self._lock = threading.RLock()
         self._query_cache = functools.lru_cache(maxsize=self.cfg.query_cache_size)(self._embed_query)
-        self._prompts: Prompts | None = None
 
-    @property
+    @functools.cached_property
     def prompts(self) -> Prompts:
         """The query and passage prompts of ``cfg`` (:func:`.prompts.resolve_prompts`), resolved once."""
-        if self._prompts is None:
-            self._prompts = resolve_prompts(self.cfg, self.models)
-        return self._prompts
+        return resolve_prompts(self.cfg, self.models)
 
     @property
     def model(self) -> SentenceTransformer:

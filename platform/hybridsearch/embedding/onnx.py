@@ -12,6 +12,7 @@ import os
 import re
 import threading
 import warnings
+from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -180,10 +181,11 @@ def bert_weights_from_onnx(onnx_path: Path) -> tuple[dict[str, Any], dict[str, n
     except KeyError as exc:
         raise ModelError(f"{onnx_path.name} is not a BERT encoder this builder knows: no initializer {exc}") from exc
     layers = 1 + max((int(m.group(1)) for k in weights if (m := _LAYER.match(k))), default=-1)
+    consts = _consts(graph)
     config = {"vocab_size": int(vocab), "hidden_size": int(hidden), "num_hidden_layers": layers,
-              "num_attention_heads": _heads(graph, int(hidden)), "intermediate_size": int(intermediate),
+              "num_attention_heads": _heads(graph, consts, int(hidden)), "intermediate_size": int(intermediate),
               "hidden_act": "gelu", "max_position_embeddings": int(positions), "type_vocab_size": int(types),
-              "layer_norm_eps": _layer_norm_eps(graph), "pad_token_id": 0}
+              "layer_norm_eps": _layer_norm_eps(graph, consts), "pad_token_id": 0}
     return config, weights
 
 
@@ -221,24 +223,23 @@ def _consts(graph: Any) -> dict[str, np.ndarray]:
     return out
 
 
-def _heads(graph: Any, hidden: int) -> int:
+def _heads(graph: Any, consts: dict[str, np.ndarray], hidden: int) -> int:
     """Attention heads: from the ``[batch, seq, heads, head_dim]`` shapes the attention reshapes to (heads may be
     -1 there), else from the ``sqrt(head_dim)`` the scores are divided by. Raises ModelError."""
-    consts = _consts(graph)
-    votes: dict[int, int] = {}
+    votes: Counter[int] = Counter()
     for n in graph.node:
         if n.op_type == "Concat" and "attention" in n.name and len(n.input) == 4:
             tail = [consts.get(i) for i in n.input[2:]]
             if all(t is not None and t.size == 1 for t in tail):
                 a, b = (int(np.asarray(t).reshape(-1)[0]) for t in tail if t is not None)
                 if b > 0 and hidden % b == 0 and a in {-1, hidden // b}:
-                    votes[hidden // b] = votes.get(hidden // b, 0) + 1
+                    votes[hidden // b] += 1
         if n.op_type == "Reshape" and "attention" in n.name and n.input[1] in consts:
             shape = np.asarray(consts[n.input[1]]).reshape(-1)
             if shape.size == 4 and shape[3] > 0 and hidden % int(shape[3]) == 0:
-                votes[hidden // int(shape[3])] = votes.get(hidden // int(shape[3]), 0) + 1
+                votes[hidden // int(shape[3])] += 1
     if votes:
-        return max(votes, key=lambda h: votes[h])
+        return votes.most_common(1)[0][0]
     for n in graph.node:
         if n.op_type == "Div" and "attention/self" in n.name and n.input[1] in consts:
             head_dim = round(float(np.asarray(consts[n.input[1]]).reshape(-1)[0]) ** 2)
@@ -247,9 +248,8 @@ def _heads(graph: Any, hidden: int) -> int:
     raise ModelError("cannot tell the number of attention heads from the ONNX graph")
 
 
-def _layer_norm_eps(graph: Any) -> float:
+def _layer_norm_eps(graph: Any, consts: dict[str, np.ndarray]) -> float:
     """The epsilon of the first layer norm (the constant added to the variance), else BERT's 1e-12."""
-    consts = _consts(graph)
     for n in graph.node:
         if n.op_type == "LayerNormalization":
             return float(next((a.f for a in n.attribute if a.name == "epsilon"), 1e-12))
