@@ -1,10 +1,7 @@
-"""All configuration in one pydantic-settings tree.
-
-Values come from (highest first) keyword arguments, environment variables with prefix ``HSP_``
-and ``__`` between nested names (``HSP_INDEX__PREFIX=team-a``, ``HSP_RERANKER__DEVICE=cpu``),
-a ``.env`` file in the working directory, then the defaults below. ``HSP_ES_URL`` is accepted as
-a shortcut for ``HSP_ES__URL``. Invalid values raise :class:`hybridsearch.errors.ConfigError`
-naming the environment variable at fault (see :func:`load_settings`).
+"""All configuration in one pydantic-settings tree: keyword arguments, then ``HSP_`` environment variables with
+``__`` between nested names (``HSP_INDEX__PREFIX=team-a``), then ``.env``, then the defaults below. Shortcuts:
+``HSP_ES_URL`` (``es.url``), ``HSP_CACHE`` (``models.cache_dir``), an explicit ``HF_HUB_OFFLINE=0``
+(``models.allow_download``). Invalid values raise ConfigError naming the variable (:func:`load_settings`).
 """
 
 from __future__ import annotations
@@ -61,30 +58,23 @@ class ClusterSettings(BaseModel):
 class IndexSettings(BaseModel):
     """Index names, shape and vector options (``HSP_INDEX__*``)."""
 
-    prefix: str = Field(
-        "hsp", pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="prefix of every index, alias and template"
-    )
+    prefix: str = Field("hsp", pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="prefix of every index and alias")
     version: int = Field(1, ge=1, description="version N of <prefix>-chunks-v<N> that ensure_index creates")
     shards: int = Field(1, ge=1)
     replicas: int = Field(0, ge=0)
     refresh_interval: str = "1s"
-    analyzer: str = Field("auto", description="text analyzer of title and text; auto: english where the "
-                          "cluster has it (stemming, stop words), else standard")
+    analyzer: str = Field("auto", description="analyzer of title and text; auto: english where the cluster has it")
     similarity: Literal["cosine", "dot_product"] = "cosine"
     index_options: Literal["hnsw", "int8_hnsw", "int4_hnsw", "bbq_hnsw", "flat", "int8_flat"] = "int8_hnsw"
     hnsw_m: int = Field(16, ge=2, le=512)
     ef_construction: int = Field(100, ge=10, le=3200)
     tenant: str | None = Field(None, description="when set, every search is filtered to this tenant")
     bm25_unit: Literal["section", "chunk"] = Field(
-        "section", description="what BM25 scores in a new index: section = whole documents, long ones cut into "
-        "sections of about section_words words (recorded in _meta; see docs/evaluation.md); chunk = each chunk")
-    section_words: int = Field(500, ge=50, description="with bm25_unit=section: most words of one BM25 section "
-                               "(whole chunks); a shorter document is one section (500: measured, docs/evaluation.md)")
+        "section", description="what BM25 scores in a new index: documents cut into sections, or chunks")
+    section_words: int = Field(500, ge=50, description="most words of one BM25 section (whole chunks)")
     metadata_fields: dict[str, Literal["long", "double", "date", "keyword", "boolean"]] = Field(
-        default_factory=dict, description="typed metadata of a new index, {key: long|double|date|keyword|boolean} "
-        "(JSON: HSP_INDEX__METADATA_FIELDS='{\"n\": \"long\", \"published\": \"date\"}'): each key is also "
-        "indexed as meta.<key> of that type (recorded in _meta.metadata_fields), so ranges on metadata.<key> "
-        "compare numbers as numbers and dates as dates; a value that is not of its type fails its document")
+        default_factory=dict, description="typed metadata of a new index as JSON {key: type}, indexed as meta.<key> "
+        "so ranges compare as that type; a value not of its type fails its document")
 
     @field_validator("metadata_fields")
     @classmethod
@@ -118,35 +108,31 @@ class IndexSettings(BaseModel):
 
     @property
     def ingest_state(self) -> str:
-        """The one-document index that says which documents are being written (hidden from every reader) and
-        which run holds the prefix's ingest lease: ``<prefix>-ingest-state`` (:mod:`hybridsearch.index.visibility`)."""
+        """The index of documents being written (hidden from readers) and the prefix's ingest lease."""
         return f"{self.prefix}-ingest-state"
 
 
 class EmbeddingSettings(BaseModel):
     """The bi-encoder (``HSP_EMBEDDING__*``)."""
 
-    model: str = Field(DEFAULT_EMBEDDING_MODEL, description="Hub name or local folder")
+    model: str = Field(DEFAULT_EMBEDDING_MODEL, description="catalogue name, Hub name or local folder")
     dims: int = Field(384, ge=1, le=4096)
     batch_size: int = Field(32, ge=1)
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     backend: Literal["auto", "torch", "onnx"] = Field(
-        "auto", description="what embeds passages and queries: auto = the model's ONNX graph in ONNX Runtime on CPU "
-        "(the folder's tokenizer.json, pooling and normalisation; hybridsearch.embedding.encoder), "
-        "sentence-transformers' torch model on a GPU or for a folder ONNX cannot serve; onnx or torch insist")
+        "auto", description="auto: ONNX Runtime on CPU, sentence-transformers' torch model on a GPU or for a folder "
+        "ONNX cannot serve; onnx or torch insist")
     onnx_quantized: bool = Field(False, description="with ONNX: int8-quantised weights")
     query_max_tokens: int | None = Field(
-        None, ge=8, description="query window: the most word pieces of a search query embedded (special tokens and "
-        "the query prompt included); unset: the model's own limit (256 for "
-        "all-MiniLM-L6-v2); a larger value is capped at it. Measured: docs/evaluation.md, Long queries")
+        None, ge=8, description="most word pieces of a search query embedded (prompt and special tokens included); "
+        "unset or larger: the model's own limit")
     prepend_title: bool = Field(True, description="embed 'title. text' rather than text alone")
     query_cache_size: int = Field(1024, ge=0, description="LRU entries of query embeddings")
     query_prompt: str | None = Field(
-        None, description="text put before every query embedded; unset: the model's own (its catalogue entry, else "
-        "the folder's config_sentence_transformers.json), empty: no prompt (hybridsearch.embedding.prompts)")
+        None, description="text put before every query embedded; unset: the model's own, empty: none")
     passage_prompt: str | None = Field(
-        None, description="text put before every passage (chunk) embedded; unset: the model's own, empty: no prompt. "
-        "Recorded in the chunk index's _meta.passage_prompt: an index fits only the passage prompt it was built with")
+        None, description="text put before every chunk embedded (recorded in the index's _meta); unset: the model's "
+        "own, empty: none")
 
 
 class ChunkingSettings(BaseModel):
@@ -167,10 +153,9 @@ class IngestSettings(BaseModel):
     bulk_initial_backoff: float = Field(0.5, gt=0)
     bulk_max_backoff: float = Field(30.0, gt=0)
     queue_size: int = Field(8, ge=1, description="batches buffered between pipeline stages")
-    lease_wait_s: float = Field(0.0, ge=0, description="how long a run waits while another live run of the prefix "
-                                "holds the ingest lease for the same documents (0: refuse at once, naming it)")
-    sync_max_delete: float = Field(0.2, ge=0, le=1, description="the largest share of a source's documents a sync "
-                                   "(hsp ingest --sync) deletes without --force")
+    lease_wait_s: float = Field(0.0, ge=0, description="seconds a run waits for another run's ingest lease (0: refuse)")
+    sync_max_delete: float = Field(0.2, ge=0, le=1, description="largest share of a source's documents "
+                                   "hsp ingest --sync deletes without --force")
     dead_letter_dir: Path = Path("dead-letter")
 
 
@@ -180,41 +165,32 @@ class QuerySettings(BaseModel):
     bm25_k: int = Field(100, ge=1, le=1000)
     knn_k: int = Field(100, ge=1, le=1000)
     num_candidates: int | None = Field(
-        None, ge=1, le=10000, description="kNN candidates per shard; unset: chosen from the size of the index's "
-        "largest shard and k (hybridsearch.query.build: 200 up to 350k chunks a shard, more beyond)")
+        None, ge=1, le=10000, description="kNN candidates per shard; unset: chosen from the largest shard and k")
     rescore_oversample: float | None = Field(
-        None, ge=0, le=10, description="quantized vectors (int8_hnsw, the default) rescored on their float vectors, "
-        "k x this many, where the engine can (Elasticsearch 8.18+); unset: 1 (the k gathered, reordered), 0: off")
+        None, ge=0, le=10, description="quantized vectors rescored on their float vectors, k x this many, where the "
+        "engine can; unset: 1, 0: off")
     fusion: Literal["auto", "rrf", "zscore", "minmax"] = Field(
-        "auto", description="auto: the fusion recorded in the index's _meta (hsp index fusion, hsp calibrate-fusion), "
-        "else RRF with rrf_k; rrf, zscore or minmax: Reciprocal Rank Fusion or the sum of z-score or min-max "
-        "normalised scores, overriding the index's (none needs judgments)")
+        "auto", description="auto: the fusion recorded in the index's _meta, else RRF; rrf, zscore or minmax: "
+        "override it")
     rrf_k: int = Field(60, ge=1)
-    knn_share: float = Field(0.5, ge=0, le=1, description="the kNN list's share of the fusion weights, the BM25 "
-                             "list's is the rest (0.5: equal weights); used unless the index's recorded fusion is")
+    knn_share: float = Field(0.5, ge=0, le=1, description="the kNN list's share of the fusion weights")
     title_boost: float = Field(1.0, ge=0)
     operator: Literal["or", "and"] = "or"
-    tie_breaker: float = Field(0.5, ge=0, le=1, description="multi_match best_fields: share of the other field's "
-                               "score added to the best field's (0.5 measured best on SciFact)")
+    tie_breaker: float = Field(0.5, ge=0, le=1, description="multi_match: share of the other field's score added")
     max_k: int = Field(100, ge=1, description="largest k a caller may ask for")
     max_query_chars: int = Field(2000, ge=16, description="longer queries are truncated")
     collapse: bool = Field(True, description="keep only the best chunk of each document")
     bm25_unit: Literal["auto", "chunk"] = Field(
-        "auto", description="auto: BM25 over the index's unit (sections where the index has them and results are "
-        "collapsed per document); chunk: BM25 over chunks")
+        "auto", description="auto: BM25 over the index's unit (sections when collapsed); chunk: over chunks")
     bm25_fields: Literal["auto", "separate"] = Field(
-        "auto", description="over sections: auto = a section's title and text scored as one field where the index "
-        "has it (section_all; docs/evaluation.md compares the two); separate = "
-        "multi_match over title and text (title_boost, tie_breaker)")
-    knn_overfetch: float = Field(2.0, ge=1.0, le=10.0, description="with collapse, kNN gathers knn_k × this many "
-                                 "nearest chunks so that about knn_k distinct documents remain")
-    best_passage: bool = Field(True, description="BM25 over sections: each hit shows (and is reranked on) its "
-                               "document's chunk that best matches the query, found by one more chunk-level search "
-                               "in the same _msearch; false: the first chunk of the section")
-    passage_k: int = Field(50, ge=1, le=1000, description="documents the passage search finds a chunk for (and "
-                           "highlights, when a search asks); a BM25 hit beyond them shows its section's first chunk")
-    hybrid_overlap: bool = Field(True, description="hybrid sends its BM25 search at once and its kNN search when "
-                                 "the query vector is ready (same results); false: one _msearch after embedding")
+        "auto", description="over sections: auto = title and text as one field where the index has it; separate = "
+        "multi_match over title and text")
+    knn_overfetch: float = Field(2.0, ge=1.0, le=10.0, description="with collapse, kNN gathers knn_k × this many")
+    best_passage: bool = Field(True, description="BM25 over sections: show each hit's best-matching chunk (one more "
+                               "search in the same _msearch); false: the section's first chunk")
+    passage_k: int = Field(50, ge=1, le=1000, description="documents the passage search finds a chunk for")
+    hybrid_overlap: bool = Field(True, description="send BM25 at once and kNN when the query vector is ready; "
+                                 "false: one _msearch after embedding")
     log_queries: bool = True
     redact: bool = Field(False, description="log a hash instead of the query text")
 
@@ -228,14 +204,11 @@ class RerankerSettings(BaseModel):
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     batch_size: int = Field(32, ge=1)
     max_length: int | None = Field(
-        None, ge=8, description="tokens per (query, passage) pair; unset: the length the model was trained with "
-                                "(its hsp train-reranker card), else 512")
+        None, ge=8, description="tokens per (query, passage) pair; unset: the model card's, else 512")
     depth: int = Field(30, ge=1, le=200, description="fused hits sent to the reranker")
     blend: float | None = Field(
-        None, ge=0, le=1,
-        description="reranker share in the final order of the reranked top: blend × min-max(rerank score) + "
-                    "(1 - blend) × min-max(fused score); 1 = reranker order only. Unset: the value the model's "
-                    "training card recommends (hsp train-reranker), else 1")
+        None, ge=0, le=1, description="reranker share of the reranked top's order (min-max of both scores); "
+        "unset: the model card's, else 1")
     timeout: float = Field(5.0, gt=0, description="seconds before the search gives up on the reranker")
     token: SecretStr | None = Field(None, description="bearer token the service requires")
     max_passages: int = Field(256, ge=1)
@@ -244,21 +217,12 @@ class RerankerSettings(BaseModel):
     batch_window_ms: float = Field(5.0, ge=0, description="service micro-batching window")
     micro_batching: bool = Field(True, description="service: score concurrent requests together")
     max_batch_pairs: int = Field(256, ge=1, description="service: most (query, passage) pairs per model call")
-    max_queue: int = Field(32, ge=1, description="service: most requests waiting for the model; more are refused "
-                           "at once with 503 and Retry-After (bounded memory and latency under overload)")
-    max_queue_wait: float = Field(4.0, gt=0, description="service: seconds a request may wait in the queue at "
-                                  "most; older ones get 503 instead of being scored after their client gave up. A "
-                                  "request's own budget (its X-Request-Timeout header, else timeout) shortens it: "
-                                  "the wait never exceeds the budget less the time already spent and the expected "
-                                  "model call")
-    header_timeout: float = Field(5.0, gt=0, description="service: seconds a client has to send a request's headers "
-                                  "(from the connection or the request's first byte); slower ones are cut off with "
-                                  "408 (slow clients cannot hold connections)")
-    body_timeout: float = Field(10.0, gt=0, description="service: seconds a client has to send a request's body once "
-                                "its headers are in (at most its budget); slower ones get 408 and the connection is "
-                                "closed")
-    max_connections: int = Field(256, ge=1, description="service: most open connections; one more is answered 503 "
-                                 "with Retry-After at once and closed")
+    max_queue: int = Field(32, ge=1, description="service: most requests waiting; more get 503 at once")
+    max_queue_wait: float = Field(4.0, gt=0, description="service: most seconds a request waits in the queue "
+                                  "(shortened by its own budget); older ones get 503")
+    header_timeout: float = Field(5.0, gt=0, description="service: seconds to send a request's headers, else 408")
+    body_timeout: float = Field(10.0, gt=0, description="service: seconds to send a request's body, else 408")
+    max_connections: int = Field(256, ge=1, description="service: most open connections; one more gets 503")
 
 
 class ModelsSettings(BaseModel):
@@ -266,8 +230,15 @@ class ModelsSettings(BaseModel):
 
     allow_download: bool = Field(
         False, description="let sentence-transformers download a model that is not on this machine from the Hugging "
-        "Face Hub; off: a model that is not a local folder, a fetched catalogue model (hsp models fetch NAME), the "
-        "packaged default or in the Hugging Face cache fails at once with one line saying how to get it")
+        "Face Hub; off: such a model fails at once naming the fix")
+    cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "hybridsearch",
+                            description="fetched models, ONNX exports, model file records and the embedding cache "
+                            "(HSP_CACHE)")
+
+    @field_validator("cache_dir")
+    @classmethod
+    def _check_cache_dir(cls, v: Path) -> Path:
+        return v.expanduser()
 
 
 class Settings(BaseSettings):
@@ -282,6 +253,10 @@ class Settings(BaseSettings):
     )
 
     es_url: str | None = Field(None, description="shortcut for es.url (HSP_ES_URL)")
+    cache: str | None = Field(None, validation_alias="HSP_CACHE", description="shortcut for models.cache_dir")
+    hf_hub_offline: str | None = Field(None, validation_alias="HF_HUB_OFFLINE",
+                                       description="an explicit 0 (or false) allows downloads unless "
+                                       "models.allow_download is set")
     es: ClusterSettings = ClusterSettings()
     index: IndexSettings = IndexSettings()
     embedding: EmbeddingSettings = EmbeddingSettings()
@@ -302,11 +277,12 @@ class Settings(BaseSettings):
     def _apply_shortcuts(self) -> Settings:
         if self.es_url:
             self.es = self.es.model_copy(update={"url": self.es_url})
+        if self.cache:
+            self.models = self.models.model_copy(update={"cache_dir": Path(self.cache).expanduser()})
+        offline = (self.hf_hub_offline or "").strip().lower()
+        if "allow_download" not in self.models.model_fields_set and offline in {"0", "false", "no", "off"}:
+            self.models = self.models.model_copy(update={"allow_download": True})
         return self
-
-
-def _env_name(loc: tuple[int | str, ...]) -> str:
-    return ENV_PREFIX + "__".join(str(p).upper() for p in loc)
 
 
 def load_settings(**overrides: object) -> Settings:
@@ -314,9 +290,14 @@ def load_settings(**overrides: object) -> Settings:
     try:
         return Settings(**overrides)  # type: ignore[arg-type]
     except ValidationError as exc:
-        problems = "; ".join(f"{_env_name(e['loc'])}: {str(e['msg']).removeprefix('Value error, ')}"
-                             for e in exc.errors())
+        problems = "; ".join(f"{ENV_PREFIX}{'__'.join(str(p).upper() for p in e['loc'])}: "
+                             f"{str(e['msg']).removeprefix('Value error, ')}" for e in exc.errors())
         raise ConfigError(f"invalid settings: {problems}") from None
+
+
+def models_section(models: ModelsSettings | None = None) -> ModelsSettings:
+    """``models``, else the ``models`` section as the environment and ``.env`` say now. Raises ConfigError."""
+    return models if models is not None else load_settings().models
 
 
 @lru_cache(maxsize=1)

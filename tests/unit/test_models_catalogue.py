@@ -22,6 +22,7 @@ from hybridsearch.cli.exit_codes import exit_code
 from hybridsearch.embedding import catalogue, fetch, models
 from hybridsearch.embedding.catalogue import CatalogueEntry
 from hybridsearch.errors import ModelError, RerankerModelError
+from hybridsearch.settings import ModelsSettings, load_settings
 
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
@@ -37,7 +38,14 @@ def _isolated(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-home" / "hub"))
     for var in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HSP_MODELS__ALLOW_DOWNLOAD"):
         monkeypatch.delenv(var, raising=False)
-    models.set_downloads_allowed(None)
+
+
+def _models() -> ModelsSettings:
+    return load_settings().models
+
+
+def _cache() -> Path:
+    return load_settings().models.cache_dir
 
 
 @pytest.fixture
@@ -87,7 +95,7 @@ def test_every_entry_is_complete() -> None:
 def test_the_packaged_minilm_matches_its_pin() -> None:
     e = catalogue.entry("all-MiniLM-L6-v2")
     assert e is not None
-    folder = fetch.fetch(e)  # a PyPI entry: nothing downloaded, the pinned file checked
+    folder = fetch.fetch(e, _models())  # a PyPI entry: nothing downloaded, the pinned file checked
     assert (folder / "model.safetensors").is_file()
     assert models.resolve_model("all-MiniLM-L6-v2") == str(folder)
 
@@ -154,12 +162,13 @@ def test_a_jar_with_the_wrong_sha512_is_refused_in_one_line(tiny_jar: tuple[Path
     jar, _ = tiny_jar
     wrong = _entry(jar, sha512="0" * 128)
     with pytest.raises(ModelError) as info:
-        fetch.fetch(wrong, jar=jar)
+        fetch.fetch(wrong, _models(), jar=jar)
     message = str(info.value)
     assert "SHA-512" in message and "refused" in message and "\n" not in message
-    assert not catalogue.model_dir(wrong).exists() and catalogue.fetched(wrong) is None
+    assert not catalogue.model_dir(wrong, _cache()).exists()
+    assert catalogue.fetched(wrong, _cache()) is None
     # the download path too: hashed while streaming, the partial file deleted, nothing unpacked
-    dest = catalogue.models_root() / ".downloads" / jar.name
+    dest = catalogue.models_root(_cache()) / ".downloads" / jar.name
     with pytest.raises(ModelError, match="SHA-512") as info:
         fetch.download(jar.as_uri(), dest, wrong)
     assert "\n" not in str(info.value)
@@ -176,8 +185,8 @@ def test_a_jar_becomes_a_folder_sentence_transformers_loads_with_the_onnx_vector
 
     jar, original = tiny_jar
     e = _entry(jar, pooling)
-    folder = fetch.fetch(e, jar=jar)
-    assert folder == catalogue.model_dir(e) and catalogue.fetched(e) == folder
+    folder = fetch.fetch(e, _models(), jar=jar)
+    assert folder == catalogue.model_dir(e, _cache()) and catalogue.fetched(e, _cache()) == folder
     for f in ("config.json", "model.safetensors", "tokenizer.json", "modules.json", "1_Pooling/config.json",
               "config_sentence_transformers.json", "onnx/model.onnx", catalogue.MARKER):
         assert (folder / f).is_file(), f
@@ -195,14 +204,14 @@ def test_a_jar_becomes_a_folder_sentence_transformers_loads_with_the_onnx_vector
     assert st.prompts["query"] == "query: " and st.prompts["passage"] == "passage: "
     assert st.max_seq_length == 128
     assert st[1].get_config_dict()["pooling_mode"] == pooling
-    checked = fetch.verify(e)
+    checked = fetch.verify(e, _models())
     assert checked.ok and checked.min_cosine >= fetch.MIN_COSINE, checked
     # ...and the check can fail: one byte of the weights changed
     weights = bytearray((folder / "model.safetensors").read_bytes())
     weights[-5] ^= 0x10
     (folder / "model.safetensors").write_bytes(bytes(weights))
     with pytest.raises(ModelError, match=r"model\.safetensors"):
-        fetch.verify(e)
+        fetch.verify(e, _models())
 
 
 def test_a_fetched_name_works_as_the_embedding_model(tiny_jar: tuple[Path, dict[str, Any]],
@@ -215,7 +224,7 @@ def test_a_fetched_name_works_as_the_embedding_model(tiny_jar: tuple[Path, dict[
     monkeypatch.setattr(catalogue, "ENTRIES", (*catalogue.ENTRIES, e))
     with pytest.raises(ModelError, match=f"hsp models fetch {e.name}"):
         models.locate_model(e.name)
-    folder = fetch.fetch(e, jar=jar)
+    folder = fetch.fetch(e, _models(), jar=jar)
     assert models.resolve_model(e.name) == str(folder)
     emb = Embedder(EmbeddingSettings(model=e.name, dims=HIDDEN, device="cpu", backend="onnx"))
     vecs = emb.encode(["how do bees find food", "a"])
@@ -230,18 +239,16 @@ def test_a_fetched_name_works_as_the_embedding_model(tiny_jar: tuple[Path, dict[
 # --- nothing downloaded at search time ---------------------------------------------------------------------------
 
 def test_downloads_are_off_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert not models.downloads_allowed()
+    assert not load_settings().models.allow_download
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    assert models.downloads_allowed()  # an explicit HF_HUB_OFFLINE=0 is a request
+    assert load_settings().models.allow_download  # an explicit HF_HUB_OFFLINE=0 is a request
     monkeypatch.setenv("HSP_MODELS__ALLOW_DOWNLOAD", "false")
-    assert not models.downloads_allowed()
+    assert not load_settings().models.allow_download
     monkeypatch.setenv("HSP_MODELS__ALLOW_DOWNLOAD", "true")
-    assert models.downloads_allowed()
-    models.set_downloads_allowed(False)
-    try:
-        assert not models.downloads_allowed()
-    finally:
-        models.set_downloads_allowed(None)
+    assert load_settings().models.allow_download
+    assert models.locate_model("someone/not-here-model") == ("someone/not-here-model", False)
+    with pytest.raises(ModelError, match="downloads are off"):
+        models.locate_model("someone/not-here-model", models=ModelsSettings(allow_download=False))
 
 
 @pytest.mark.parametrize(("name", "fix"), [
@@ -330,9 +337,9 @@ def test_fetch_the_real_bge_small_jar_from_maven_central(capsys: pytest.CaptureF
     out = capsys.readouterr().out
     assert "bge-small-en-v1.5: ok" in out
     e = catalogue.entry("bge-small-en-v1.5")
-    assert e is not None and catalogue.fetched(e) is not None
-    assert not any((catalogue.models_root() / ".downloads").glob("*"))  # the jar is not kept
-    checked = fetch.verify(e)
+    assert e is not None and catalogue.fetched(e, _cache()) is not None
+    assert not any((catalogue.models_root(_cache()) / ".downloads").glob("*"))  # the jar is not kept
+    checked = fetch.verify(e, _models())
     assert checked.ok and checked.min_cosine >= fetch.MIN_COSINE
     from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.settings import EmbeddingSettings

@@ -59,10 +59,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     output.quiet_client_logs(args.verbose)
     try:
         settings = load_settings()
-        if settings.models.allow_download:  # a .env line counts as much as the variable, for every command
-            from hybridsearch.embedding.models import set_downloads_allowed
-
-            set_downloads_allowed(True)
         code: int = args.handler(args, settings)
         return code
     except HybridSearchError as exc:

