@@ -15,7 +15,7 @@ One type per meaning. HTTP 401 is :class:`AuthenticationFailed` (who you are). M
 (``_has_privileges``) found them missing (``missing``/``user`` set, nothing written). A block on an index or
 the cluster (write block, read-only, disk flood stage) is :class:`IndexBlocked`, even though the engine
 answers it with HTTP 403 too: granting privileges cannot lift it. The exit code of each type is decided by
-the command line, in one table (:mod:`hybridsearch.cli.exit_codes`)::
+the command line, in one table (:data:`hybridsearch.cli.main.EXIT_CODES`)::
 
     HybridSearchError
     ├── ConfigError            settings or arguments that cannot work (bad value, unknown field, bad split)

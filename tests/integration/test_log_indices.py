@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hybridsearch.cli.main import main
-from hybridsearch.doctor.logs import check_log_index, check_log_indices
+from hybridsearch.doctor import check_log_index, check_log_indices
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import AccessDenied, IndexBlocked
 from hybridsearch.eval.prepare import choose_index

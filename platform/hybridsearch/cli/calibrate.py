@@ -6,13 +6,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hybridsearch.cli.output import console as make_console
-from hybridsearch.cli.output import styled
-from hybridsearch.cli.output import table as output_table
+from hybridsearch.cli.output import print_table, styled, table
+from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.settings import Settings
 
-console = make_console()
 SHOWN = 8  # grid entries listed
 
 
@@ -55,19 +53,14 @@ def calibrate_fusion(args: argparse.Namespace, settings: Settings) -> int:
                    min_gain=args.min_gain, limit_queries=args.limit_queries, dry_run=args.dry_run,
                    keep_identical_ids=args.keep_identical_ids, out=args.out, progress=progress)
     console.print(f"scored fusions on {done.calibration.queries} {done.split} queries of {done.index}")
-    _print(done.calibration.scores, done.meta, done.calibration.chosen.label, done.index, not done.recorded)
-    console.print(f"wrote {done.report}")
-    return 0
-
-
-def _print(scores: dict[str, float], calibration: dict[str, object], chosen: str, index: str, dry_run: bool) -> None:
-    table = output_table(console, title=f"nDCG@10 on {calibration['queries']} {calibration['split']} queries (best of "
-                        f"{len(scores)} fusions first)")
-    table.add_column("fusion")
-    table.add_column("nDCG@10", justify="right")
+    scores, calibration = done.calibration.scores, done.meta
+    grid = table(console, title=f"nDCG@10 on {calibration['queries']} {calibration['split']} queries (best of "
+                 f"{len(scores)} fusions first)")
+    grid.add_column("fusion")
+    grid.add_column("nDCG@10", justify="right")
     for name, value in list(scores.items())[:SHOWN]:
-        table.add_row(name, f"{value:.4f}")
-    console.print(table)
+        grid.add_row(name, f"{value:.4f}")
+    print_table(console, grid)
     console.print(f"BM25 alone {calibration['bm25']:.4f} · kNN alone {calibration['knn']:.4f} · default "
                   f"{calibration['default']:.4f} · chosen {calibration['chosen']:.4f}")
     if "heldout_chosen" in calibration:
@@ -75,5 +68,7 @@ def _print(scores: dict[str, float], calibration: dict[str, object], chosen: str
                       f"{calibration['heldout_default']:.4f} → chosen {calibration['heldout_chosen']:.4f}")
     else:
         console.print("2-fold check: too few queries")
-    verb = "would record" if dry_run else "recorded"
-    console.print(styled((f"{verb} in {index}'s _meta: ", "bold"), chosen))
+    verb = "recorded" if done.recorded else "would record"
+    console.print(styled((f"{verb} in {done.index}'s _meta: ", "bold"), done.calibration.chosen.label))
+    console.print(f"wrote {done.report}")
+    return 0

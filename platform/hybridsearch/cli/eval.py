@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hybridsearch.cli.output import console as make_console
-from hybridsearch.cli.output import styled, table
+from hybridsearch.cli.output import print_table, styled, table
+from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.eval.metrics import METRICS
 from hybridsearch.eval.report import LATENCY_KEYS, Diff, EvalReport
@@ -22,7 +22,6 @@ from hybridsearch.eval.runner import DEFAULT_MODES
 from hybridsearch.settings import Settings
 
 GATE_FAILED = 1  # exit code when --baseline finds a regression beyond --tolerance
-console = make_console()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -84,7 +83,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float) -> None:
-    """Rich tables of quality, latency, notes, checks, baseline differences and worst queries."""
+    """Tables of quality, latency, notes, checks, baseline differences and worst queries."""
     ok = [m for m in report.modes if m.status == "ok"]
     quality = table(console, title=f"{report.dataset['name']} {report.dataset['split']} · {report.dataset['queries']} "
                                    f"queries · {report.index.get('documents')} docs / "
@@ -94,14 +93,14 @@ def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float)
         quality.add_column(name, justify="right")
     for m in ok:
         quality.add_row(m.mode, *(f"{m.metrics[k]:.4f}" for k in METRICS))
-    console.print(quality)
+    print_table(console, quality)
     latency = table(console, title="latency ms (p50 / p95)")
     latency.add_column("stage")
     for m in ok:
         latency.add_column(m.mode, justify="right")
     for stage in LATENCY_KEYS:
         latency.add_row(stage, *(f"{m.latency_ms[stage].p50:.1f} / {m.latency_ms[stage].p95:.1f}" for m in ok))
-    console.print(latency)
+    print_table(console, latency)
     for m in report.modes:
         if m.status != "ok":
             console.print(styled((f"{m.mode} skipped:", "yellow"), f" {m.reason or ''}"))
@@ -118,7 +117,7 @@ def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float)
             style = "red" if d.regressed else ("green" if d.delta > 0 else "")
             against.add_row(d.mode, METRICS[d.metric], f"{d.baseline:.4f}", f"{d.current:.4f}", f"{d.delta:+.4f}",
                             style=style)
-        console.print(against)
+        print_table(console, against)
     if report.sweep:
         from hybridsearch.eval.sweep import SWEEP_METRICS, Trial
 
@@ -133,7 +132,7 @@ def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float)
         for t in trials:
             knobs.add_row(t.knob, t.value, *(f"{t.metrics[name][x]:.4f}" if name in t.metrics else "—"
                                              for name in sweep_modes for x in SWEEP_METRICS))
-        console.print(knobs)
+        print_table(console, knobs)
     if report.worst:
         losses = table(console, title="where hybrid loses most nDCG@10 (relevant doc: rank in BM25 / kNN / fusion / "
                                       "rerank)")
@@ -144,4 +143,4 @@ def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float)
                               for r in w.relevant)
             losses.add_row(f"{w.qid}: {w.query}", f"{w.hybrid:.3f}",
                            f"{w.best_single:.3f} ({w.best_single_mode})", f"{w.loss:.3f}", ranks)
-        console.print(losses)
+        print_table(console, losses)
