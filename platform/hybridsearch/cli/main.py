@@ -70,7 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except SystemExit as exc:  # argparse exits on --help and on usage errors
         return int(exc.code or 0)
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s" if args.verbose else
+                        "%(levelname)s: %(message)s")
     output.quiet_client_logs(args.verbose)
     err = output.console(stderr=True)
     try:
