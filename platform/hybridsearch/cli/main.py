@@ -1,8 +1,7 @@
 """Entry point of ``hsp``: parses arguments, dispatches, and maps errors to exit codes, in one place.
 
-Each command module of this package has ``register(subparsers)``, which adds its sub-commands and sets
-``handler(args, settings) -> int``. Errors are printed here only (:func:`hybridsearch.cli.output.print_error`);
-an error takes the code of the first class of its MRO in :data:`EXIT_CODES` (docs/operations.md, "Exit codes").
+Each command module has ``register(subparsers)``, which adds its sub-commands and sets ``handler(args, settings) ->
+int``. An error takes the code of the first class of its MRO in :data:`EXIT_CODES` (docs/operations.md).
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""The one progress display of ``hsp``: draws the :class:`~hybridsearch.progress.ProgressEvent` s a library
-workflow reports (ingestion, evaluation, calibration, training) as rich bars.
-
-One bar per task, created at the task's first event; a task without a total shows a spinner and its detail; a
-finished task's bar stays (``keep_finished``) or goes; notes print above the bars. Events may come from any
-thread (ingestion reports from its writer threads).
+"""The one progress display of ``hsp``: a bar per task of the :class:`~hybridsearch.progress.ProgressEvent` s a
+workflow reports (from any thread), a spinner for a task without a total, notes printed above the bars.
 """
 
 from __future__ import annotations

@@ -174,8 +174,7 @@ DELETED_WARN_MIN = 1000
 
 
 def check_access(es: EngineClient, index: IndexSettings) -> Check:
-    """What the credentials may do on the prefix: ingest and manage (OK), only search (OK, read-only), or
-    not even search (FAIL)."""
+    """What the credentials may do on the prefix: ingest and manage or only search (OK), not even search (FAIL)."""
     got = check_privileges(es, prefix_names(index), INGEST)
     pattern = f"{index.prefix}-*"
     if not got.enforced:  # the engine says why (security off, or no such API)
@@ -284,8 +283,7 @@ def _check_live_index(es: EngineClient, settings: Settings, checks: list[Check])
 
 
 def _check_segments(es: EngineClient, live: str) -> list[Check]:
-    """The filtered-kNN setting the engine needs (``EngineInfo.chunk_index_settings``) and the share of deleted
-    chunk copies (changed documents overwritten in place): warnings only, the searches still work."""
+    """Warnings on the filtered-kNN setting the engine needs and on the share of deleted chunk copies."""
     want = es.engine.chunk_index_settings
     try:
         with engine_errors(f"settings and stats of {live}"):
@@ -337,9 +335,8 @@ _LOG_WRITERS = {"query_log": "the first search", "ingest_runs": "the first `hsp 
 
 
 def check_log_index(es: EngineClient, settings: Settings, kind: str) -> Check:
-    """One log index against its spec (``index.logs.inspect_log_index``): missing (WARN: created by the next write
-    with its mappings), a mapping that does not fit (FAIL: made by a write with guessed mappings, or by hand), a
-    write block (FAIL), no write alias (WARN: writes could create it with guessed mappings), health."""
+    """One log index against its spec: missing or without its write alias (WARN), a mapping that does not fit or a
+    write block (FAIL), its health."""
     name = kind.replace("_", "-")
     try:
         with engine_errors(f"inspect the {name} index"):  # the first request may be the engine's detection
