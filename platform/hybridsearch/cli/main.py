@@ -27,7 +27,7 @@ from hybridsearch.settings import load_settings
 #: Each command and the module of ``hybridsearch.cli`` that registers it, in the order of ``--help``; a command
 #: imports only its own module, ``hsp --help`` and an unknown command load them all.
 COMMANDS = {"ingest": "ingest", "delete": "ingest", "search": "search", "serve-reranker": "rerank",
-            "rerank-check": "rerank", "eval": "eval", "calibrate-fusion": "calibrate", "index": "index",
+            "rerank-check": "rerank", "eval": "eval", "calibrate-fusion": "eval", "index": "index",
             "doctor": "doctor", "kibana": "kibana", "train-reranker": "train", "train-embedder": "train",
             "models": "models", "demo": "demo"}
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
