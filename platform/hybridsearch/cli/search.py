@@ -241,10 +241,10 @@ def print_hits_table(out: Console, r: SearchResult) -> None:
         return
     terms = query_terms(r.query)
     grid = table(out, expand=True)
-    for col, kw in (("#", {"justify": "right"}), ("score", {"justify": "right"}), ("bm25", {"justify": "right"}),
-                    ("knn", {"justify": "right"}), ("fused", {"justify": "right"}), ("rerank", {"justify": "right"}),
-                    ("doc / title", {"max_width": 24, "overflow": "fold"}), ("snippet", {"ratio": 1, "min_width": 32})):
-        grid.add_column(col, **kw)  # type: ignore[arg-type]
+    for col in ("#", "score", "bm25", "knn", "fused", "rerank"):
+        grid.add_column(col, justify="right")
+    grid.add_column("doc / title", max_width=24, overflow="fold")
+    grid.add_column("snippet", ratio=1, min_width=32)
     for h in r.hits:
         title = Text(h.doc_id, style="cyan")
         if h.title:  # a long title is cut: the table is for reading (--json has it whole)
