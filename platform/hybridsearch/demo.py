@@ -1,15 +1,10 @@
 """A real corpus that needs no download: the running interpreter's own standard-library documentation.
 
-:func:`stdlib_documents` yields ``pydoc`` language topics (``pydoc_data.topics``) and the docstrings of
-standard-library modules, their public submodules, classes, functions and methods, as ingestion
-:class:`~hybridsearch.ingest.sources.Document` records with deterministic ids (``py:topic:with``,
-``py:json``, ``py:json.loads``, ``py:builtins.list.sort``) and ``metadata`` ``{kind, module, python}``.
-
-Modules are imported with their output captured and warnings silenced; modules with side effects
-(``antigravity`` opens a browser, ``this`` prints) or that need a display, Windows or the test
-suite are never imported, and any module that fails to import is skipped. The order is chosen so a
-``limit`` keeps the most useful part: topics, builtins, module overviews, then classes and
-functions round-robin across modules, then methods.
+:func:`stdlib_documents` yields ``pydoc`` language topics and the docstrings of standard-library modules, their
+public submodules, classes, functions and methods as documents with stable ids (``py:topic:with``, ``py:json.loads``)
+and ``metadata`` ``{kind, module, python}``, the most useful first: topics, builtins, module overviews, then classes
+and functions round-robin across modules, then methods. Modules are imported quietly; those with side effects or that
+need a display, Windows or the test suite are never imported, and one that fails to import is skipped.
 """
 
 from __future__ import annotations
@@ -21,14 +16,13 @@ import io
 import pkgutil
 import sys
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from itertools import chain, zip_longest
 from types import ModuleType
 from typing import Any
 
 from hybridsearch.ingest.sources import Document
 
-# Never imported: side effects, GUI, Windows-only, the test suite, or thousands of codec modules.
 SKIP_MODULES = frozenset({
     "antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "test", "lib2to3", "pydoc_data",
     "msvcrt", "winreg", "winsound", "nt", "ensurepip", "venv", "encodings", "__hello__", "__phello__",
@@ -37,6 +31,7 @@ SKIP_MODULES = frozenset({
 })
 SKIP_PARTS = frozenset({"test", "tests", "idle_test", "__main__"})
 MIN_DOC_CHARS = 20
+PYTHON = ".".join(map(str, sys.version_info[:3]))
 SAMPLE_QUERIES = (
     "how do I read a file line by line",
     "sort a list of dicts by key",
@@ -44,10 +39,6 @@ SAMPLE_QUERIES = (
     "run a shell command and capture its output",
     "format a date as a string",
 )
-
-
-def _python() -> str:
-    return ".".join(map(str, sys.version_info[:3]))
 
 
 def _doc(obj: Any) -> str | None:
@@ -60,7 +51,7 @@ def _doc(obj: Any) -> str | None:
 
 
 class _Elided:
-    """Stands in for a default value whose repr is long or varies between runs (``os.environ``, addresses)."""
+    """A default value shown as ``...``."""
 
     def __repr__(self) -> str:
         return "..."
@@ -72,13 +63,8 @@ def _signature(obj: Any) -> str:
         sig = inspect.signature(obj)
     except (TypeError, ValueError):
         return ""
-    params = []
-    for p in sig.parameters.values():
-        if p.default is not p.empty:
-            text = repr(p.default)
-            if len(text) > 40 or " at 0x" in text:
-                p = p.replace(default=_Elided())
-        params.append(p)
+    params = [p.replace(default=_Elided()) if p.default is not p.empty and (len(repr(p.default)) > 40 or " at 0x"
+              in repr(p.default)) else p for p in sig.parameters.values()]
     return str(sig.replace(parameters=params))
 
 
@@ -133,8 +119,8 @@ def _public_members(module: ModuleType) -> list[tuple[str, Any]]:
 
 
 def _make(doc_id: str, title: str, text: str, kind: str, module: str) -> Document:
-    return Document.make(doc_id=doc_id, title=title, text=text, source=f"python-{_python()}",
-                         metadata={"kind": kind, "module": module, "python": _python()})
+    return Document.make(doc_id=doc_id, title=title, text=text, source=f"python-{PYTHON}",
+                         metadata={"kind": kind, "module": module, "python": PYTHON})
 
 
 def topic_documents() -> list[Document]:
@@ -174,16 +160,9 @@ def _module_docs(module: ModuleType) -> tuple[Document | None, list[Document], l
     return overview, items, methods
 
 
-def _round_robin(groups: Iterable[list[Document]]) -> Iterator[Document]:
-    for row in zip_longest(*groups):
-        yield from (d for d in row if d is not None)
-
-
 def stdlib_documents(limit: int | None = None) -> Iterator[Document]:
-    """Documents of the running interpreter's standard library; at most ``limit`` (None or 0: all).
-
-    Deterministic for one interpreter: same ids, texts and order on every call.
-    """
+    """Documents of the running interpreter's standard library, the same on every call; at most ``limit`` (None or 0:
+    all)."""
     modules = [m for n in stdlib_module_names() if (m := _import(n)) is not None]
     builtins = _import("builtins")
     assert builtins is not None
@@ -199,8 +178,8 @@ def stdlib_documents(limit: int | None = None) -> Iterator[Document]:
             overviews.append(overview)
         items.append(its)
         methods.append(meths)
-    ordered = chain(topic_documents(), [d for d in [b_overview] if d], b_items, b_methods, overviews,
-                    _round_robin(items), _round_robin(methods))
+    round_robin = (d for groups in (items, methods) for row in zip_longest(*groups) for d in row if d is not None)
+    ordered = chain(topic_documents(), [d for d in [b_overview] if d], b_items, b_methods, overviews, round_robin)
     seen: set[str] = set()
     count = 0
     for doc in ordered:

@@ -4,7 +4,7 @@ Every error carries ``problem`` and ``fix`` (None when nothing better can be sai
 kind; the message is rendered from them in one place (:meth:`HybridSearchError.render`), plain text. The client
 libraries' exceptions are translated at the engine seam (:func:`hybridsearch.engine.translate`). HTTP 401 is
 AuthenticationFailed, missing privileges AccessDenied (a 403, or found missing before a write), a block on an
-index IndexBlocked (also a 403, but privileges cannot lift it). Exit codes: :mod:`hybridsearch.cli.exit_codes`::
+index IndexBlocked (also a 403, but privileges cannot lift it). Exit codes: :data:`hybridsearch.cli.main.EXIT_CODES`::
 
     HybridSearchError
     ├── ConfigError            settings or arguments that cannot work (bad value, unknown field, bad split)

@@ -1,10 +1,8 @@
 """Kibana saved objects for hybridsearch: load, validate, re-prefix and import them.
 
-The objects live in ``ops/kibana/hybridsearch.ndjson`` (a wheel may package them as ``hybridsearch/_kibana``): data
-views for the live chunks (the read alias), the query log and the ingest runs, Lens panels and one
-dashboard, all written for the default prefix ``hsp``. :func:`rewrite_prefix` renames index patterns,
-object ids and titles for another prefix, so several teams can import their own copy into one Kibana.
-:func:`import_objects` posts them to Kibana's saved-objects import API.
+``ops/kibana/hybridsearch.ndjson`` (or a wheel's ``hybridsearch/_kibana``) holds data views of the read alias, the
+query log and the ingest runs, Lens panels and a dashboard, for the prefix ``hsp``; :func:`rewrite_prefix` renames
+them for another prefix, so several teams can import their own copy into one Kibana.
 """
 
 from __future__ import annotations
@@ -25,11 +23,9 @@ from hybridsearch.settings import Settings
 
 DEFAULT_PREFIX = "hsp"
 FILE_NAME = "hybridsearch.ndjson"
-#: Kibana reads Elasticsearch only (OpenSearch has its own Dashboards), so the data views describe the indices
-#: as Elasticsearch maps them.
+#: Kibana reads Elasticsearch only (OpenSearch has its own Dashboards)
 KIBANA_DIALECT = ELASTICSEARCH
-# Lens' placeholder for "count of records": not a field.
-RECORDS = "___records___"
+RECORDS = "___records___"  # Lens' "count of records": not a field
 
 
 def saved_objects_path() -> Path:
@@ -97,8 +93,6 @@ def rewrite_prefix(objects: list[dict[str, Any]], prefix: str, default: str = DE
     return out
 
 
-# --------------------------------------------------------------------------------------------- validation
-
 def mapping_fields(properties: dict[str, Any], parent: str = "") -> dict[str, str]:
     """``{dotted field: type}`` for a mapping's properties, with sub-objects and multi-fields."""
     fields: dict[str, str] = {}
@@ -123,19 +117,9 @@ def data_view_fields(settings: Settings) -> dict[str, dict[str, str]]:
             for pattern, name in targets.items()}
 
 
-def _lens_columns(obj: dict[str, Any]) -> dict[str, dict[str, dict[str, Any]]]:
-    state = obj["attributes"].get("state", {})
-    layers: dict[str, Any] = state.get("datasourceStates", {}).get("formBased", {}).get("layers", {})
-    return {layer: spec.get("columns", {}) for layer, spec in layers.items()}
-
-
 def validate(objects: list[dict[str, Any]], settings: Settings) -> list[str]:
-    """Problems found in ``objects`` for ``settings``' prefix (``[]`` when they are sound).
-
-    Checks that ids are unique; every reference points at an object in the file; each data view
-    targets one of our indices and its time field exists; every field a Lens column or an ordering
-    uses exists in the mapping behind its data view (numbers for numeric operations).
-    """
+    """Problems found in ``objects`` for ``settings``' prefix: duplicate ids, references to missing objects, data
+    views or fields (Lens columns, time fields) our mappings do not have, numeric operations on other types."""
     problems: list[str] = []
     by_id: dict[str, dict[str, Any]] = {}
     for obj in objects:
@@ -175,7 +159,9 @@ _NUMERIC_OPS = {"average", "sum", "median", "percentile", "min", "standard_devia
 def _check_lens(obj: dict[str, Any], view_fields: dict[str, dict[str, str]]) -> list[str]:
     problems = []
     refs = {r["name"]: r["id"] for r in obj.get("references", [])}
-    for layer, columns in _lens_columns(obj).items():
+    state = obj["attributes"].get("state", {})
+    for layer, spec in state.get("datasourceStates", {}).get("formBased", {}).get("layers", {}).items():
+        columns: dict[str, dict[str, Any]] = spec.get("columns", {})
         view_id = refs.get(f"indexpattern-datasource-layer-{layer}")
         fields = view_fields.get(view_id or "")
         if fields is None:
@@ -211,16 +197,11 @@ def _check_dashboard(obj: dict[str, Any]) -> list[str]:
     return problems
 
 
-# --------------------------------------------------------------------------------------------- import
-
 def import_objects(url: str, objects: list[dict[str, Any]], *, space: str | None = None,
                    api_key: str | None = None, username: str | None = None, password: str | None = None,
                    timeout: float = 30.0, verify: bool = True) -> dict[str, Any]:
-    """POST ``objects`` to Kibana's ``/api/saved_objects/_import?overwrite=true``; returns its answer.
-
-    Raises ClusterUnavailable when Kibana does not answer and ClusterError when it refuses the
-    request or reports per-object errors.
-    """
+    """POST ``objects`` to Kibana's saved-objects import (overwriting); returns its answer. Raises
+    ClusterUnavailable when Kibana does not answer, ClusterError when it refuses the request or an object."""
     base = url.rstrip("/") + (f"/s/{space}" if space else "")
     headers = {"kbn-xsrf": "hybridsearch"}
     auth: httpx.BasicAuth | None = None

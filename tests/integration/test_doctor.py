@@ -12,8 +12,7 @@ import pytest
 
 from hybridsearch import doctor
 from hybridsearch.cli.main import main
-from hybridsearch.doctor import index as doctor_index
-from hybridsearch.doctor.cluster import watermark_used_fraction
+from hybridsearch.doctor import watermark_used_fraction
 from hybridsearch.engine import EngineClient, connect, request
 from hybridsearch.index.versions import ensure_index
 from hybridsearch.settings import Settings, load_settings
@@ -62,7 +61,7 @@ def test_an_index_without_the_knn_filter_setting_or_full_of_deleted_copies_is_a_
         es.send(request.put_doc(name, d["chunk_id"], d))
     es.send(request.refresh(name))
     assert "index.deleted" not in by_name(doctor.run_checks(settings, es=es, models=False, reranker=False))
-    monkeypatch.setattr(doctor_index, "DELETED_WARN_MIN", 2)  # 4 deleted copies of 8 documents: a warning here
+    monkeypatch.setattr(doctor, "DELETED_WARN_MIN", 2)  # 4 deleted copies of 8 documents: a warning here
     checks = by_name(doctor.run_checks(settings, es=es, models=False, reranker=False))
     assert checks["index.deleted"].status == "WARN" and "only_expunge_deletes" in (checks["index.deleted"].fix or "")
     assert "index.knn filter" not in checks  # ensure_index set it where the engine needs it

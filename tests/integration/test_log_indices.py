@@ -9,12 +9,13 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 from hybridsearch.cli.main import main
-from hybridsearch.doctor.logs import check_log_index, check_log_indices
+from hybridsearch.doctor import check_log_index, check_log_indices
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import AccessDenied, IndexBlocked
 from hybridsearch.eval.prepare import choose_index
@@ -207,4 +208,4 @@ def test_doctor_checks_the_log_indices(es: EngineClient, hx: Settings) -> None:
     assert check.status == "FAIL"
     assert "query.raw" in check.detail and "mode.type" in check.detail and "dynamic" in check.detail
     assert f"DELETE {name}" in str(check.fix)
-    assert json.dumps(check.as_dict())  # printable by `hsp doctor --json`
+    assert json.dumps(asdict(check))  # printable by `hsp doctor --json`

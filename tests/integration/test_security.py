@@ -22,7 +22,7 @@ import pytest
 from corpora import TEAM_A, TEAM_B, docs, seen
 from hybridsearch import SearchClient
 from hybridsearch.cli.main import main
-from hybridsearch.doctor.index import check_access
+from hybridsearch.doctor import check_access
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, connect, request
 from hybridsearch.errors import AccessDenied, ClusterError

@@ -10,8 +10,7 @@ import pytest
 
 from hybridsearch.cli import doctor as cli_doctor
 from hybridsearch.cli import index as cli_index
-from hybridsearch.cli.exit_codes import exit_code
-from hybridsearch.cli.main import main
+from hybridsearch.cli.main import exit_code, main
 from hybridsearch.errors import ClusterError, ConfigError
 from hybridsearch.settings import Settings
 

@@ -1,5 +1,6 @@
-"""What a person sees: ``hsp search``, ``hsp models list``, ``hsp doctor`` and ``hsp index status`` in a pipe are plain
-text (no escape codes, no box drawing) that fits 80 columns; a search that is not reranked says why in one line.
+"""What a person sees: ``hsp search``, ``hsp models list``, ``hsp doctor``, ``hsp index status``, ``hsp eval`` and
+``hsp ingest`` in a pipe are plain text (no escape codes, no box drawing) that fits 80 columns, nothing cut; a search
+that is not reranked says why in one line, and so does a failed query-log write.
 
 ``hsp search`` runs through ``main`` with the search client replaced at its seam (``SearchClient.from_settings``)
 by one that answers a result built from real text: the running interpreter's own language-reference topics.
@@ -211,3 +212,90 @@ def test_index_status_in_a_pipe(monkeypatch: pytest.MonkeyPatch, capsys: pytest.
     assert main(["index", "status"]) == 0
     lines = assert_plain_and_narrow(capsys.readouterr().out)
     assert re.search(r"v2\s+green\s+3,000\s+4,261\s+29\.6 MB\s+int8_hnsw\s+2026-01-02 03:04", "\n".join(lines))
+
+
+def eval_report() -> Any:
+    """An evaluation of four modes with every metric, latency and a knob sweep over three of them."""
+    from hybridsearch.eval.metrics import METRICS
+    from hybridsearch.eval.report import LATENCY_KEYS, EvalReport
+
+    modes = ("bm25", "dense", "hybrid", "hybrid+rerank")
+    latency = {k: {"p50": 12.25, "p95": 140.5, "mean": 20.0} for k in LATENCY_KEYS}
+    trials = [{"knob": "rrf_k", "value": v, "metrics": {m: {"ndcg@10": 0.6723, "recall@100": 0.9312} for m in modes}}
+              for v in ("20", "60", "100")]
+    return EvalReport.model_validate({
+        "created_at": "2026-01-01T00:00:00+00:00", "dataset": {"name": "scifact", "split": "test", "queries": 300},
+        "index": {"documents": 5183, "chunks": 9112}, "model": "m", "chunker": "c", "cluster": {}, "git": {},
+        "settings": {}, "k": 100, "sweep": trials,
+        "modes": [{"mode": m, "status": "ok", "metrics": dict.fromkeys(METRICS, 0.6723), "latency_ms": latency}
+                  for m in modes]})
+
+
+def test_eval_tables_in_a_pipe_cut_no_header_or_value(capsys: pytest.CaptureFixture[str]) -> None:
+    from hybridsearch.cli.eval import print_report
+    from hybridsearch.eval.metrics import METRICS
+
+    print_report(eval_report(), None, 0.01)
+    out = capsys.readouterr().out
+    lines = assert_plain_and_narrow(out)
+    assert "…" not in out
+    assert all(name in out for name in METRICS.values())
+    for mode in ("bm25", "dense", "hybrid"):  # the sweep is too wide for 80 columns: one "header: value" a line
+        assert f"  {mode} Recall@100: 0.9312" in lines
+
+
+def test_ingest_summary_in_a_pipe_names_every_count(monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    from hybridsearch.embedding import encoder
+    from hybridsearch.ingest import pipeline
+    from hybridsearch.ingest.runs import IngestResult
+
+    done = IngestResult(run_id="20260101T000000-1a2b3c4d5e6f", index="a-long-team-prefix-chunks-v12",
+                        source=str(tmp_path), status="completed", documents=123_456, documents_indexed=123_000,
+                        documents_skipped=456, indexed=234_567, reused=1_234, retried=7, chunker="paragraph")
+    monkeypatch.setattr(encoder, "Embedder", lambda cfg: None)
+    monkeypatch.setattr(pipeline, "run_ingest", lambda *a, **kw: done)
+    monkeypatch.setenv("COLUMNS", "50")  # narrower than the table: it becomes "header: value" lines
+    assert main(["ingest", str(tmp_path), "--no-progress"]) == 0
+    lines = assert_plain_and_narrow(capsys.readouterr().out)
+    assert "…" not in "\n".join(lines)
+    words = " ".join(" ".join(lines).split())
+    assert "documents: 123,456 read, 123,000 indexed, 456 unchanged, 0 failed" in words
+    assert "chunks: 234,567 new, 0 updated, 0 unchanged, 1,234 reused (written by a stopped run), 0 deleted" in words
+
+
+def test_progress_at_80_columns_keeps_names_and_details_whole() -> None:
+    from rich.console import Console
+
+    from hybridsearch.cli.progress import RichProgress
+    from hybridsearch.progress import ProgressEvent
+
+    screen = Console(width=80, record=True, file=open("/dev/null", "w"), markup=False)  # noqa: SIM115
+    detail = "123,456 docs (456 unchanged, 0 failed) · 234,567 chunks written · 21.3 chunks/s"
+    with RichProgress(screen) as progress:
+        progress(ProgressEvent("hybrid+rerank", 12, 300))
+        progress(ProgressEvent("ingest", 1234, 3000, detail))
+    shown = screen.export_text()
+    assert "hybrid+rerank" in shown and "…" not in shown
+    assert detail in " ".join(" ".join(line.split()) for line in shown.splitlines() if line.strip())
+    assert max(len(line.rstrip()) for line in shown.splitlines()) <= 80
+
+
+def test_a_failed_query_log_write_warns_in_one_short_line(caplog: pytest.LogCaptureFixture) -> None:
+    from hybridsearch.errors import ClusterError
+    from hybridsearch.query.querylog import QueryLogger
+    from hybridsearch.settings import load_settings
+
+    refused = ClusterError("team-a may not write to team-a-query-log: missing create_doc",
+                           fix="grant create_doc on team-a-query-log (docs/operations.md, 'Roles'), or set "
+                               "HSP_QUERY__LOG_QUERIES=false to search without a query log")
+
+    class Refusing:
+        def send(self, *args: Any, **kwargs: Any) -> Any:
+            raise refused
+
+    logger = QueryLogger(Refusing(), load_settings(index={"prefix": "team-a"}))  # type: ignore[arg-type]
+    logger.submit({"query": "q"})
+    logger.close()
+    warnings = [r.getMessage() for r in caplog.records if r.name == "hybridsearch.query.querylog"]
+    assert warnings == [f"query log: 1 of 1 documents not written to team-a-query-log: {refused.problem}"]

@@ -12,8 +12,7 @@ import time
 import pytest
 
 from hybridsearch import doctor
-from hybridsearch.cli.exit_codes import exit_code
-from hybridsearch.cli.main import main
+from hybridsearch.cli.main import exit_code, main
 from hybridsearch.engine import AsyncEngineClient, EngineInfo, cluster_info, connect, request
 from hybridsearch.errors import AccessDenied, AuthenticationFailed, ClusterUnavailable, TlsFailure
 from hybridsearch.index.versions import read_alias

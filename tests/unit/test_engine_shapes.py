@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from hybridsearch.doctor.index import check_access
+from hybridsearch.doctor import check_access
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, UNREACHABLE, Dialect, EngineKind, connect, request
 from hybridsearch.engine.client import NO_API, SECURITY_OFF
 from hybridsearch.errors import AccessDenied, ClusterUnavailable

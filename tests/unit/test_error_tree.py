@@ -13,8 +13,7 @@ from typing import Any
 import pytest
 
 from hybridsearch import errors
-from hybridsearch.cli.exit_codes import EXIT_CODES, exit_code
-from hybridsearch.cli.main import main
+from hybridsearch.cli.main import EXIT_CODES, exit_code, main
 from hybridsearch.errors import HybridSearchError
 from standin import Canned
 

@@ -219,7 +219,7 @@ def test_an_index_of_another_format_is_refused_with_the_migration_as_fix() -> No
 
 
 def test_doctor_says_what_bm25_scores_and_which_fusion_searches_use() -> None:
-    from hybridsearch.doctor.index import retrieval_checks
+    from hybridsearch.doctor import retrieval_checks
     from hybridsearch.query.fusion import Fusion
     from hybridsearch.settings import QuerySettings
 

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from hybridsearch.cli.exit_codes import exit_code
+from hybridsearch.cli.main import exit_code
 from hybridsearch.embedding import catalogue, fetch, models
 from hybridsearch.embedding.catalogue import CatalogueEntry
 from hybridsearch.errors import ModelError, RerankerModelError

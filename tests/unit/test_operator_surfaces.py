@@ -22,8 +22,7 @@ from typing import Any
 import pytest
 
 from hybridsearch.cli import output
-from hybridsearch.cli.exit_codes import exit_code
-from hybridsearch.cli.main import main
+from hybridsearch.cli.main import exit_code, main
 from hybridsearch.cluster_url import redact_url
 from hybridsearch.engine import AsyncEngineClient, EngineInfo, cluster_info, connect, request
 from hybridsearch.engine.connect import detect, es_client, os_client

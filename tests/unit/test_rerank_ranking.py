@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hybridsearch.cli.exit_codes import exit_code
+from hybridsearch.cli.main import exit_code
 from hybridsearch.errors import ModelError, RerankerError, RerankerModelError
 from hybridsearch.rerank import HttpReranker, LocalReranker, Reranker, make_reranker
 from hybridsearch.rerank.local import load_cross_encoder

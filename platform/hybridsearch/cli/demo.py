@@ -5,13 +5,12 @@ from __future__ import annotations
 import argparse
 import time
 
-from hybridsearch.cli.output import console as make_console
 from hybridsearch.cli.output import print_wrapped, styled
+from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.cli.search import print_result
 from hybridsearch.settings import Settings
 
-console = make_console()
 DEFAULT_LIMIT = 3000
 
 

@@ -5,18 +5,17 @@ from __future__ import annotations
 import argparse
 import json
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict
 from typing import Any
 
 from rich.table import Table
 
 from hybridsearch import doctor
-from hybridsearch.cli.output import console as make_console
+from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.output import styled
 from hybridsearch.cluster_url import shown
-from hybridsearch.doctor.check import Check
 from hybridsearch.settings import Settings
 
-console = make_console()
 STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
 
 
@@ -31,25 +30,17 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
+    """Run the checks and print them: one row per check, what it found and, below that, the fix, wrapped in their
+    own column so the report reads at any width."""
     progress: AbstractContextManager[Any] = nullcontext() if args.json else console.status("checking…")
     with progress:
         checks = doctor.run_checks(settings, models=not args.no_models, reranker=not args.no_reranker)
-    if args.json:
-        print(json.dumps([c.as_dict() for c in checks], indent=2))
-    else:
-        print_checks(checks, f"{shown(settings.es.nodes)} · prefix {settings.index.prefix}")
     bad = doctor.failed(checks, strict=args.strict)
-    if not args.json:
-        counts = {s: sum(c.status == s for c in checks) for s in STYLE}
-        console.print(styled(", ".join(f"{n} {s}" for s, n in counts.items() if n) + " — ",
-                             ("not healthy", "bold red") if bad else ("healthy", "green")))
-    return 1 if bad else 0
-
-
-def print_checks(checks: list[Check], where: str) -> None:
-    """One row per check: its status, area and name, what it found and, below that, the fix; the found and fix
-    texts wrap in their own column, so the report reads at any width."""
-    console.print(styled(("hybridsearch doctor", "bold"), f" · {where}"))
+    if args.json:
+        print(json.dumps([asdict(c) for c in checks], indent=2))
+        return 1 if bad else 0
+    console.print(styled(("hybridsearch doctor", "bold"), f" · {shown(settings.es.nodes)} · prefix "
+                         f"{settings.index.prefix}"))
     grid = Table.grid(padding=(0, 2))
     grid.add_column(no_wrap=True)
     grid.add_column(no_wrap=True)
@@ -61,3 +52,7 @@ def print_checks(checks: list[Check], where: str) -> None:
             found.append(c.fix)
         grid.add_row(styled((c.status, STYLE[c.status])), styled((c.area, "dim"), f" {c.name}"), found)
     console.print(grid)
+    counts = {s: sum(c.status == s for c in checks) for s in STYLE}
+    console.print(styled(", ".join(f"{n} {s}" for s, n in counts.items() if n) + " — ",
+                         ("not healthy", "bold red") if bad else ("healthy", "green")))
+    return 1 if bad else 0

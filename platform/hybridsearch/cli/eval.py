@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hybridsearch.cli.output import console as make_console
-from hybridsearch.cli.output import styled, table
+from hybridsearch.cli.output import print_table, styled, table
+from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.eval.metrics import METRICS
 from hybridsearch.eval.report import LATENCY_KEYS, Diff, EvalReport
@@ -22,11 +22,11 @@ from hybridsearch.eval.runner import DEFAULT_MODES
 from hybridsearch.settings import Settings
 
 GATE_FAILED = 1  # exit code when --baseline finds a regression beyond --tolerance
-console = make_console()
+SHOWN = 8  # fusions listed by calibrate-fusion
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``eval`` to ``sub``."""
+    """Add ``eval`` and ``calibrate-fusion`` to ``sub``."""
     p = sub.add_parser("eval", help="measure retrieval quality and latency on a BEIR collection",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dataset", type=Path, help="BEIR folder: corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv")
@@ -57,6 +57,33 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.add_argument("--no-embedding-cache", action="store_true", help="embed every chunk, without the cache")
     p.set_defaults(handler=run)
 
+    p = sub.add_parser(
+        "calibrate-fusion",
+        help="choose the fusion (RRF k, zscore or minmax) and list weights on a collection's train judgments",
+        description=(
+            "Search every judged query of DATASET's --split (train) once per list on the collection's index "
+            "(build it first, e.g. `hsp eval DATASET --prefix P`), score every candidate fusion on those lists "
+            "(RRF k 1-100 x BM25 share 0-1, zscore/minmax x share) and record the best in the index's "
+            "_meta; searches then use it unless HSP_QUERY__FUSION names one (rrf, zscore, minmax). The default "
+            "(RRF k=60, equal weights) is kept unless a candidate beats it by more than --min-gain."
+        ),
+    )
+    p.add_argument("dataset", type=Path, metavar="DATASET", help="BEIR collection folder")
+    p.add_argument("--split", default="train",
+                   help="qrels split to calibrate on (default train; 'test' is refused, and so is a split sharing "
+                        "query ids with test: the error names them)")
+    p.add_argument("--prefix", default=None, help="index prefix of the collection's index (default: eval-<name>)")
+    p.add_argument("--min-gain", type=float, default=0.002,
+                   help="nDCG@10 a candidate must gain over the default to replace it (default 0.002)")
+    p.add_argument("--limit-queries", type=int, default=None, metavar="N", help="use the first N judged queries")
+    p.add_argument("--dry-run", action="store_true", help="measure and report, record nothing")
+    p.add_argument("--keep-identical-ids", action="store_true",
+                   help="keep hits whose id equals the query id (BEIR drops them; so do we by default)")
+    p.add_argument("--out", type=Path, default=Path("reports"), help="folder for the JSON report")
+    p.add_argument("--allow-test", action="store_true",
+                   help="allow --split test (never for a collection whose test numbers you report)")
+    p.set_defaults(handler=calibrate_fusion)
+
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Handler of ``hsp eval``; returns 0, or 1 when the baseline gate fails."""
@@ -84,7 +111,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float) -> None:
-    """Rich tables of quality, latency, notes, checks, baseline differences and worst queries."""
+    """Tables of quality, latency, notes, checks, baseline differences and worst queries."""
     ok = [m for m in report.modes if m.status == "ok"]
     quality = table(console, title=f"{report.dataset['name']} {report.dataset['split']} · {report.dataset['queries']} "
                                    f"queries · {report.index.get('documents')} docs / "
@@ -94,14 +121,14 @@ def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float)
         quality.add_column(name, justify="right")
     for m in ok:
         quality.add_row(m.mode, *(f"{m.metrics[k]:.4f}" for k in METRICS))
-    console.print(quality)
+    print_table(console, quality)
     latency = table(console, title="latency ms (p50 / p95)")
     latency.add_column("stage")
     for m in ok:
         latency.add_column(m.mode, justify="right")
     for stage in LATENCY_KEYS:
         latency.add_row(stage, *(f"{m.latency_ms[stage].p50:.1f} / {m.latency_ms[stage].p95:.1f}" for m in ok))
-    console.print(latency)
+    print_table(console, latency)
     for m in report.modes:
         if m.status != "ok":
             console.print(styled((f"{m.mode} skipped:", "yellow"), f" {m.reason or ''}"))
@@ -118,7 +145,7 @@ def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float)
             style = "red" if d.regressed else ("green" if d.delta > 0 else "")
             against.add_row(d.mode, METRICS[d.metric], f"{d.baseline:.4f}", f"{d.current:.4f}", f"{d.delta:+.4f}",
                             style=style)
-        console.print(against)
+        print_table(console, against)
     if report.sweep:
         from hybridsearch.eval.sweep import SWEEP_METRICS, Trial
 
@@ -133,7 +160,7 @@ def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float)
         for t in trials:
             knobs.add_row(t.knob, t.value, *(f"{t.metrics[name][x]:.4f}" if name in t.metrics else "—"
                                              for name in sweep_modes for x in SWEEP_METRICS))
-        console.print(knobs)
+        print_table(console, knobs)
     if report.worst:
         losses = table(console, title="where hybrid loses most nDCG@10 (relevant doc: rank in BM25 / kNN / fusion / "
                                       "rerank)")
@@ -144,4 +171,34 @@ def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float)
                               for r in w.relevant)
             losses.add_row(f"{w.qid}: {w.query}", f"{w.hybrid:.3f}",
                            f"{w.best_single:.3f} ({w.best_single_mode})", f"{w.loss:.3f}", ranks)
-        console.print(losses)
+        print_table(console, losses)
+
+
+def calibrate_fusion(args: argparse.Namespace, settings: Settings) -> int:
+    """Handler of ``hsp calibrate-fusion``. Raises ConfigError, IndexNotFound, IndexMismatch, ClusterError."""
+    from hybridsearch.eval.calibrate import calibrate_fusion as run
+
+    with RichProgress(console, width=10) as progress:
+        done = run(args.dataset, settings, split=args.split, allow_test=args.allow_test, prefix=args.prefix,
+                   min_gain=args.min_gain, limit_queries=args.limit_queries, dry_run=args.dry_run,
+                   keep_identical_ids=args.keep_identical_ids, out=args.out, progress=progress)
+    console.print(f"scored fusions on {done.calibration.queries} {done.split} queries of {done.index}")
+    scores, calibration = done.calibration.scores, done.meta
+    grid = table(console, title=f"nDCG@10 on {calibration['queries']} {calibration['split']} queries (best of "
+                 f"{len(scores)} fusions first)")
+    grid.add_column("fusion")
+    grid.add_column("nDCG@10", justify="right")
+    for name, value in list(scores.items())[:SHOWN]:
+        grid.add_row(name, f"{value:.4f}")
+    print_table(console, grid)
+    console.print(f"BM25 alone {calibration['bm25']:.4f} · kNN alone {calibration['knn']:.4f} · default "
+                  f"{calibration['default']:.4f} · chosen {calibration['chosen']:.4f}")
+    if "heldout_chosen" in calibration:
+        console.print(f"2-fold check (chosen on one half, scored on the other): default "
+                      f"{calibration['heldout_default']:.4f} → chosen {calibration['heldout_chosen']:.4f}")
+    else:
+        console.print("2-fold check: too few queries")
+    verb = "recorded" if done.recorded else "would record"
+    console.print(styled((f"{verb} in {done.index}'s _meta: ", "bold"), done.calibration.chosen.label))
+    console.print(f"wrote {done.report}")
+    return 0

@@ -55,15 +55,9 @@ def _cli_value(field: str, raw: str) -> Scalar:
 
 
 def parse_cli_filters(exprs: list[str]) -> Filter | None:
-    """Filters from ``--filter`` arguments, all of which must match.
-
-    Forms: ``field=value``, ``field!=value``, ``field>=x`` (also ``>``, ``<=``, ``<``; two bounds on one
-    field combine into one range), ``field?`` (the field exists). The value is everything after the operator,
-    spaces around it dropped; a value in double or single quotes is taken exactly (``title.raw="What is this?"``,
-    ``source=" padded "``, ``source=""``), a backslash escaping the next character inside them (``"say \\"hi\\""``).
-    A value that starts with a quote must be quoted whole. Values stay strings: the field's type converts them
-    when the filter is checked. Raises QueryError.
-    """
+    """The filter all of ``exprs`` (``--filter`` arguments, forms in the module docstring) make, None for none; two
+    bounds on one field make one range; a value in quotes is taken exactly, a backslash escaping the next character
+    (``title.raw="What is this?"``). Raises QueryError."""
     parts: list[Filter] = []
     ranges: dict[str, dict[str, Scalar]] = {}
     for expr in exprs:

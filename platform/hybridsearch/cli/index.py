@@ -6,9 +6,8 @@ import argparse
 import json
 from typing import Any
 
-from hybridsearch.cli.output import console as make_console
-from hybridsearch.cli.output import print_wrapped, styled
-from hybridsearch.cli.output import table as output_table
+from hybridsearch.cli.output import print_table, print_wrapped, styled, table
+from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.engine import connect
 from hybridsearch.errors import ConfigError
@@ -16,8 +15,6 @@ from hybridsearch.index.spec import parse_version
 from hybridsearch.index.versions import create_version, drop_version, index_meta, index_status, live_index, rollback
 from hybridsearch.migrate import migrate, migration_settings
 from hybridsearch.settings import Settings
-
-console = make_console()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -75,12 +72,9 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def _human(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1024 or unit == "TB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
+    """``n`` bytes in B, KB, MB, GB or TB."""
+    unit = next(u for u in range(4, -1, -1) if n >= 1024**u or u == 0)
+    return f"{n} B" if unit == 0 else f"{n / 1024**unit:.1f} {'KMGT'[unit - 1]}B"
 
 
 def _options(opts: dict[str, Any]) -> str:
@@ -97,17 +91,17 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     alias = (", ".join(status.alias_targets), "") if status.alias_targets else ("missing", "red")
     console.print(styled("prefix ", (status.prefix, "bold"), " · alias ", (status.alias, "bold"), " → ", alias))
-    table = output_table(console)
+    grid = table(console)
     for col in ("", "version", "health", "docs", "chunks", "size", "vectors", "created"):
-        table.add_column(col, justify="right" if col in {"docs", "chunks", "size"} else "left", no_wrap=True)
+        grid.add_column(col, justify="right" if col in {"docs", "chunks", "size"} else "left", no_wrap=True)
     for row in status.indices:
         health = styled((row.health, row.health if row.health in ("green", "yellow", "red") else ""))
-        table.add_row(styled(("●", "bold green")) if row.live else "", f"v{row.version}", health,
+        grid.add_row(styled(("●", "bold green")) if row.live else "", f"v{row.version}", health,
                       "?" if row.documents is None else f"{row.documents:,}", f"{row.chunks:,}",
                       _human(row.store_bytes), str(row.index_options.get("type", "?")),
                       (row.created or "")[:16].replace("T", " "))
     if status.indices:
-        console.print(table)
+        print_table(console, grid)
         for row in status.indices:
             print_wrapped(console, f"v{row.version} {row.name}: {row.model or '?'} ({row.dims or '?'} dims), "
                                    f"chunker {row.chunker or '?'}, vectors {_options(row.index_options)}", indent=2)

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hybridsearch.cli.output import console as make_console
-from hybridsearch.cli.output import styled
-from hybridsearch.cli.output import table as output_table
+from hybridsearch.cli.output import print_table, styled, table
+from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.errors import ConfigError
 from hybridsearch.settings import Settings
@@ -17,8 +15,6 @@ from hybridsearch.settings import Settings
 if TYPE_CHECKING:
     from hybridsearch.ingest.sources import RecordFields
 
-console = make_console()
-log = logging.getLogger(__name__)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -55,24 +51,19 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     d.set_defaults(handler=run_delete_command)
 
 
+#: the settings fields the ingest options of the same names override, by section
+OPTIONS = {"ingest": ("workers",), "chunking": ("strategy", "max_tokens"), "embedding": ("batch_size", "backend")}
+
+
 def _apply(args: argparse.Namespace, settings: Settings) -> Settings:
-    ingest, chunking, embedding = {}, {}, {}
-    if args.workers is not None:
-        ingest["workers"] = args.workers
-    if args.strategy:
-        chunking["strategy"] = args.strategy
-    if args.max_tokens is not None:
-        chunking["max_tokens"] = args.max_tokens
-    if args.batch_size is not None:
-        embedding["batch_size"] = args.batch_size
-    if args.backend:
-        embedding["backend"] = args.backend
+    """``settings`` with the sections the options given override, validated."""
+    update: dict[str, object] = {}
     try:
-        return settings.model_copy(update={
-            "ingest": settings.ingest.model_validate({**settings.ingest.model_dump(), **ingest}),
-            "chunking": settings.chunking.model_validate({**settings.chunking.model_dump(), **chunking}),
-            "embedding": settings.embedding.model_validate({**settings.embedding.model_dump(), **embedding}),
-        })
+        for section, fields in OPTIONS.items():
+            current = getattr(settings, section)
+            given = {field: getattr(args, field) for field in fields if getattr(args, field) is not None}
+            update[section] = current.model_validate({**current.model_dump(), **given})
+        return settings.model_copy(update=update)
     except ValueError as exc:
         raise ConfigError(f"bad ingest option: {exc}") from None
 
@@ -102,9 +93,9 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
     with RichProgress(enabled=not args.no_progress, keep_finished=False) as progress:  # the summary follows
         result = run_ingest(args.path, settings, embedder=embedder, progress=progress, shard=shard,
                             fields=fields, wait_s=args.wait, sync=args.sync, force=args.force)
-    table = output_table(console, title=f"ingest run {result.run_id} → {result.index}")
-    table.add_column("documents", justify="right")
-    table.add_column("chunks", justify="right")
+    grid = table(console, title=f"ingest run {result.run_id} → {result.index}")
+    grid.add_column("documents", justify="right")
+    grid.add_column("chunks", justify="right")
     docs = (f"{result.documents:,} read\n{result.documents_indexed:,} indexed\n"
             f"{result.documents_skipped:,} unchanged\n{result.documents_failed:,} failed")
     if args.sync:
@@ -112,8 +103,8 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
     chunks = (f"{result.indexed:,} new\n{result.updated:,} updated\n{result.unchanged:,} unchanged\n"
               f"{result.reused:,} reused (written by a stopped run)\n"
               f"{result.deleted:,} deleted\n{result.failed:,} failed ({result.retried:,} retries)")
-    table.add_row(docs, chunks)
-    console.print(table)
+    grid.add_row(docs, chunks)
+    print_table(console, grid)
     console.print(f"{result.seconds:.1f} s · {result.chunks_per_second:,.1f} chunks/s · chunker {result.chunker}")
     if result.titles_cut:
         console.print(styled(("Titles cut:", "yellow"), f" {result.titles_cut:,} documents have a title longer than a "

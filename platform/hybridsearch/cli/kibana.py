@@ -7,12 +7,10 @@ from pathlib import Path
 from typing import Any
 
 from hybridsearch import kibana
-from hybridsearch.cli.output import console as make_console
+from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.output import styled
 from hybridsearch.errors import ConfigError
 from hybridsearch.settings import Settings
-
-console = make_console()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -1,13 +1,7 @@
-"""Entry point of ``hsp``: parses arguments, dispatches, maps errors to exit codes in one place.
+"""Entry point of ``hsp``: parses arguments, dispatches, and maps errors to exit codes, in one place.
 
-Errors are printed here only, as text (never rich markup), in a few lines; ``--verbose`` adds their
-causes and the Elasticsearch client's own retry warnings (see :mod:`hybridsearch.cli.output`).
-
-Exit codes (the table is :mod:`hybridsearch.cli.exit_codes`): 0 ok · 1 other hybridsearch error, or a failed
-quality gate (``hsp eval --baseline``) · 2 usage or settings · 3 cluster · 4 index mismatch · 5 model · 6 another
-ingest run holds the prefix's lease · 130 interrupted. Each command
-module in this package exposes ``register(subparsers)``, which adds its sub-commands and sets
-``handler(args, settings) -> int``.
+Each command module has ``register(subparsers)``, which adds its sub-commands and sets ``handler(args, settings) ->
+int``. An error takes the code of the first class of its MRO in :data:`EXIT_CODES` (docs/operations.md).
 """
 
 from __future__ import annotations
@@ -19,20 +13,41 @@ import sys
 from collections.abc import Sequence
 
 from hybridsearch.cli import output
-from hybridsearch.cli.exit_codes import INTERRUPTED, exit_code
-from hybridsearch.errors import HybridSearchError
+from hybridsearch.errors import (
+    AliasConflict,
+    ClusterError,
+    ConfigError,
+    HybridSearchError,
+    IndexMismatch,
+    IngestLocked,
+    ModelError,
+)
 from hybridsearch.settings import load_settings
 
-#: Each command and the module of ``hybridsearch.cli`` that registers it, in the order of ``--help``. A command
-#: imports only its own module (``hsp search`` never loads training, evaluation or the doctor); ``hsp --help``
-#: and an unknown command load them all. ``tests/unit/test_cli_commands.py`` checks this against the modules.
+#: Each command and the module of ``hybridsearch.cli`` that registers it, in the order of ``--help``; a command
+#: imports only its own module, ``hsp --help`` and an unknown command load them all.
 COMMANDS = {"ingest": "ingest", "delete": "ingest", "search": "search", "serve-reranker": "rerank",
-            "rerank-check": "rerank", "eval": "eval", "calibrate-fusion": "calibrate", "index": "index",
+            "rerank-check": "rerank", "eval": "eval", "calibrate-fusion": "eval", "index": "index",
             "doctor": "doctor", "kibana": "kibana", "train-reranker": "train", "train-embedder": "train",
             "models": "models", "demo": "demo"}
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
+INTERRUPTED = 130
+#: error class -> exit code; 1 is also a failed quality gate (``hsp eval --baseline``) or a doctor FAIL
+EXIT_CODES: dict[type[HybridSearchError], int] = {
+    HybridSearchError: 1,
+    ConfigError: 2,
+    ClusterError: 3,
+    IndexMismatch: 4,
+    AliasConflict: 4,
+    ModelError: 5,
+    IngestLocked: 6,
+}
 
-err_console = output.console(stderr=True)
+
+def exit_code(error: HybridSearchError | type[HybridSearchError]) -> int:
+    """The exit code of ``error`` (an instance or a class)."""
+    cls = error if isinstance(error, type) else type(error)
+    return next(EXIT_CODES[c] for c in cls.__mro__ if c in EXIT_CODES)
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -49,23 +64,24 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run ``hsp`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(argv)
     try:
-        args = parser.parse_args(argv)
+        args = build_parser(argv).parse_args(argv)
     except SystemExit as exc:  # argparse exits on --help and on usage errors
         return int(exc.code or 0)
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s" if args.verbose else
+                        "%(levelname)s: %(message)s")
     output.quiet_client_logs(args.verbose)
+    err = output.console(stderr=True)
     try:
         settings = load_settings()
         code: int = args.handler(args, settings)
         return code
     except HybridSearchError as exc:
-        output.print_error(err_console, exc, args.verbose)
+        output.print_error(err, exc, args.verbose)
         return exit_code(exc)
     except KeyboardInterrupt:
-        err_console.print("interrupted")
+        err.print("interrupted")
         return INTERRUPTED
 
 

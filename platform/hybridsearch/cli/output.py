@@ -1,21 +1,10 @@
-"""How ``hsp`` writes to the terminal. One rule: text is text, never markup.
+"""How ``hsp`` writes to the terminal: text is text, never markup, and it fits the width it is printed at.
 
-Output fits the width it is printed at: rich measures the terminal (``COLUMNS`` when set, 80 in a pipe or a
-file), and every command lays its output out for that width. In a terminal a table gets a light rule under its
-header and text gets colour (none with ``NO_COLOR`` set); in a pipe or a file rich writes no escape codes at all, and
-:func:`table` draws no box-drawing characters.
-
-Every console a command prints on comes from :func:`console`, which has rich markup, emoji codes
-and highlighting turned off, so a ``[`` in an index name, a query, a document title or an error
-message prints as itself (Elasticsearch's messages are full of ``[...]``). Style comes only from
-:func:`styled`, which builds a :class:`rich.text.Text` from plain pieces and ``(piece, style)``
-pairs — never from markup inside a string.
-
-Errors are printed by :func:`print_error` only (called from ``cli/main.py``): ``error: <message>``,
-at most :data:`MAX_ERROR_LINES` lines, and the chain of causes only with ``--verbose``.
-
-Nothing printed carries a URL's credentials: error messages (and their causes) and every log line that
-reaches a handler of the root logger pass through :func:`hybridsearch.cluster_url.redact_url`.
+rich measures the terminal (``COLUMNS`` when set, 80 in a pipe or a file). In a terminal a table gets a light rule
+under its header and text gets colour (none with ``NO_COLOR``); in a pipe or a file there are no escape codes and no
+box-drawing characters. A table too wide for the width prints as ``header: value`` lines (:func:`print_table`).
+Consoles have markup, emoji codes and highlighting off, so a ``[`` in a name or a message prints as itself; style
+comes only from :func:`styled`. Errors and log lines never carry a URL's credentials (:func:`redact_url`).
 """
 
 from __future__ import annotations
@@ -25,6 +14,7 @@ from typing import Any
 
 from rich import box
 from rich.console import Console
+from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
@@ -43,11 +33,35 @@ def console(*, stderr: bool = False, width: int | None = None) -> Console:
     return Console(stderr=stderr, width=width, markup=False, emoji=False, highlight=False)
 
 
+#: standard output, shared by the commands
+stdout = console()
+
+
 def table(out: Console, *, title: str | None = None, **options: Any) -> Table:
-    """A table for ``out``: a rule under the header in a terminal, plain columns without box-drawing characters in a
-    pipe or a file. ``options`` are :class:`rich.table.Table`'s."""
+    """A table for ``out`` (``options`` are :class:`rich.table.Table`'s): a rule under the header in a terminal,
+    no box-drawing characters in a pipe or a file."""
     return Table(title=title, box=box.SIMPLE_HEAD if out.is_terminal else None, show_edge=False, header_style="bold",
                  **options)
+
+
+def print_table(out: Console, grid: Table) -> None:
+    """``grid`` as a table when every column fits ``out``'s width unwrapped, else each row as ``header: value``
+    lines (the first unindented), so that no header or value is cut."""
+    def natural(*cells: Any) -> int:
+        return max(Measurement.get(out, out.options, cell).maximum for cell in cells) + 2
+
+    if sum(natural(col.header, *col.cells) for col in grid.columns) <= out.width:
+        out.print(grid)
+        return
+    if grid.title:
+        print_wrapped(out, styled((str(grid.title), "bold")))
+    for row in zip(*(col.cells for col in grid.columns), strict=True):
+        shown = [(str(col.header), cell if isinstance(cell, Text) else Text(str(cell)))
+                 for col, cell in zip(grid.columns, row, strict=True)]
+        lines = [styled(f"{header}: " if header else "") + Text(", ").join(value.split("\n"))
+                 for header, value in shown if value.plain.strip()]
+        for i, line in enumerate(lines):
+            print_wrapped(out, line, indent=2 if i else 0)
 
 
 def wrapped(out: Console, text: Text | str, indent: int = 0) -> list[Text]:
@@ -69,31 +83,25 @@ def styled(*parts: Part) -> Text:
     return Text.assemble(*parts)
 
 
-def error_text(exc: BaseException, verbose: int = 0) -> Text:
-    """``error: <message>``: at most MAX_ERROR_LINES lines, plus the causes when ``verbose``."""
+def print_error(out: Console, exc: BaseException, verbose: int = 0) -> None:
+    """``error: <message>`` on ``out``: at most MAX_ERROR_LINES lines, plus the causes when ``verbose``."""
     lines = redact_url(str(exc) or type(exc).__name__).splitlines() or [type(exc).__name__]
     if not verbose and len(lines) > MAX_ERROR_LINES:
         lines = [*lines[:MAX_ERROR_LINES], f"… {len(lines) - MAX_ERROR_LINES} more line(s) with --verbose"]
     text = styled(("error: ", "bold red"), "\n".join(lines))
-    if verbose:
-        seen = {id(exc)}
-        cause = exc.__cause__ or exc.__context__
-        while cause is not None and id(cause) not in seen:
-            seen.add(id(cause))
-            text.append(f"\n  caused by {type(cause).__module__}.{type(cause).__qualname__}: "
-                        f"{redact_url(str(cause))}", style="dim")
-            cause = cause.__cause__ or cause.__context__
-    return text
-
-
-def print_error(out: Console, exc: BaseException, verbose: int = 0) -> None:
-    """Print ``exc`` for people on ``out`` (see :func:`error_text`), without hard line breaks."""
-    out.print(error_text(exc, verbose), soft_wrap=True)
+    seen = {id(exc)}
+    cause = (exc.__cause__ or exc.__context__) if verbose else None
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        text.append(f"\n  caused by {type(cause).__module__}.{type(cause).__qualname__}: {redact_url(str(cause))}",
+                    style="dim")
+        cause = cause.__cause__ or cause.__context__
+    out.print(text, soft_wrap=True)
 
 
 def quiet_client_logs(verbose: int) -> None:
-    """Hide the Elasticsearch client's retry warnings unless ``verbose``: our error says what failed. Every
-    handler of the root logger gets :class:`RedactingFilter` too (``hsp`` calls this once its logging is set)."""
+    """Hide the Elasticsearch client's retry warnings unless ``verbose`` (our error says what failed), and put a
+    :class:`RedactingFilter` on every handler of the root logger."""
     for name in CLIENT_LOGGERS:
         logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
     redact_logs()

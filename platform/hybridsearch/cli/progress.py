@@ -1,9 +1,5 @@
-"""The one progress display of ``hsp``: draws the :class:`~hybridsearch.progress.ProgressEvent` s a library
-workflow reports (ingestion, evaluation, calibration, training) as rich bars.
-
-One bar per task, created at the task's first event; a task without a total shows a spinner and its detail; a
-finished task's bar stays (``keep_finished``) or goes; notes print above the bars. Events may come from any
-thread (ingestion reports from its writer threads).
+"""The one progress display of ``hsp``: a bar per task of the :class:`~hybridsearch.progress.ProgressEvent` s a
+workflow reports (from any thread), a spinner for a task without a total, notes printed above the bars.
 """
 
 from __future__ import annotations
@@ -14,6 +10,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Column
 
 from hybridsearch.cli.output import console as make_console
 from hybridsearch.progress import ProgressEvent
@@ -25,9 +22,13 @@ class RichProgress:
     def __init__(self, console: Console | None = None, *, enabled: bool = True, keep_finished: bool = True,
                  width: int = 14) -> None:
         self.enabled, self.keep_finished = enabled, keep_finished
-        self._progress = Progress(SpinnerColumn(), TextColumn(f"{{task.fields[name]:>{width}}}"), BarColumn(),
-                                  MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.description}"),
-                                  console=console or make_console(stderr=True), disable=not enabled)
+        console = console or make_console(stderr=True)
+        # the name is never cut; a narrow terminal gets a shorter bar, and the description wraps under its column
+        self._progress = Progress(
+            SpinnerColumn(), TextColumn(f"{{task.fields[name]:>{width}}}", table_column=Column(no_wrap=True)),
+            BarColumn(bar_width=40 if console.width >= 120 else 10), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("{task.description}", table_column=Column(ratio=1)), console=console, disable=not enabled,
+            expand=True)
         self._tasks: dict[str, Any] = {}
         self._lock = threading.Lock()
 

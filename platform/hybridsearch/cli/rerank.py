@@ -7,13 +7,10 @@ import logging
 import time
 from typing import Any
 
-from hybridsearch.cli.output import console as make_console
-from hybridsearch.cli.output import styled
-from hybridsearch.cli.output import table as output_table
+from hybridsearch.cli.output import stdout as console
+from hybridsearch.cli.output import styled, table
 from hybridsearch.errors import ConfigError
 from hybridsearch.settings import RerankerSettings, Settings
-
-console = make_console()
 
 SAMPLE_QUERY = "what do cross-encoders do in a search engine"
 SAMPLE_PASSAGES = [
@@ -75,13 +72,13 @@ def check(args: argparse.Namespace, settings: Settings) -> int:
     started = time.perf_counter()
     scores = reranker.score(query, passages)
     took = (time.perf_counter() - started) * 1000
-    table = output_table(console, title=f"{reranker.name}: {query!r} ({took:.0f} ms)")
-    table.add_column("rank", justify="right")
-    table.add_column("score", justify="right")
-    table.add_column("passage")
+    grid = table(console, title=f"{reranker.name}: {query!r} ({took:.0f} ms)")
+    grid.add_column("rank", justify="right")
+    grid.add_column("score", justify="right")
+    grid.add_column("passage")
     for rank, i in enumerate(order_by_score(scores), 1):
-        table.add_row(str(rank), f"{scores[i]:.4f}", passages[i][:100])
-    console.print(table)
+        grid.add_row(str(rank), f"{scores[i]:.4f}", passages[i][:100])
+    console.print(grid)
     return 0
 
 

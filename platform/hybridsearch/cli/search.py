@@ -31,11 +31,9 @@ from hybridsearch.settings import Settings
 
 SNIPPET_CHARS = 180  # the table's snippet
 HIGHLIGHT = "bold yellow"
-#: lines of snippet under each hit, and the indent of the lines under its title
-SNIPPET_LINES = 2
+SNIPPET_LINES = 2  # under each hit's title, indented by INDENT
 INDENT = 4
-#: the longest title the results table prints
-TITLE_CHARS = 120
+TITLE_CHARS = 120  # the longest title the table prints
 FORMATS = ("blocks", "table", "json")
 
 
@@ -64,21 +62,14 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    """Run one search (or ``--why``) and print it. Raises QueryError, IndexNotFound, ClusterUnavailable,
-    AuthenticationFailed, ModelError.
-
-    The query, filters, k and page are checked before any request goes out; the cluster, the credentials and the
-    index before any model loads (a wrong password says so in about a second, not after loading models). Models
-    are never downloaded unless HSP_MODELS__ALLOW_DOWNLOAD allows it: one that is not on this machine fails at once.
-    """
+    """Run one search (or ``--why``) and print it. The query is checked before any request, the cluster, the
+    credentials and the index before any model loads. Raises QueryError, ClusterError, ModelError."""
     from hybridsearch.query.build import plan
     from hybridsearch.query.client import SearchClient
 
     filters = parse_cli_filters(args.filters)
     checks = {"k": 1 if args.why else args.k, "mode": args.mode, "filters": filters, "rerank": args.rerank,
               "explain": args.explain, "page": 1 if args.why else args.page}
-    # QueryError before any request; metadata filters against the declared typed fields (HSP_INDEX__METADATA_FIELDS),
-    # then again against the index's own once it is checked
     plan(settings.query, settings.index.tenant, args.query, metadata=settings.index.metadata_fields, **checks)
     out = console()
     with SearchClient.from_settings(settings) as client:
@@ -99,7 +90,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     if args.format == "json":
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
     elif args.format == "table":
-        print_table(out, result)
+        print_hits_table(out, result)
     else:
         print_result(out, result)
     return 0
@@ -107,10 +98,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 
 def query_terms(query: str) -> list[str]:
     """Distinct words of ``query`` worth highlighting (letters/digits, 2+ characters), lower-cased."""
-    seen: dict[str, None] = {}
-    for w in re.findall(r"\w{2,}", query.lower()):
-        seen.setdefault(w, None)
-    return list(seen)
+    return list(dict.fromkeys(re.findall(r"\w{2,}", query.lower())))
 
 
 def _flatten(text: str) -> tuple[str, list[int]]:
@@ -152,13 +140,12 @@ def _rank(s: StageScore | None) -> str:
     return "-" if s is None else str(s.rank)
 
 
-#: what a search says when no cross-encoder can be loaded here; ``hsp doctor`` gives the whole explanation and fix
 NO_CROSS_ENCODER = "not reranked: no cross-encoder on this machine (hsp doctor says how to add one)"
 
 
 def rerank_note(r: SearchResult) -> str | None:
-    """One line on why ``r`` keeps the fused order, chosen by ``r.rerank_outcome``; None when it was reranked, when
-    reranking was not asked for or when there was nothing to rerank. ``--json`` carries the whole reason."""
+    """One line on why ``r`` keeps the fused order (``--json`` has the whole reason); None when it was reranked or
+    there was no reranking to do."""
     if r.rerank_outcome is RerankOutcome.NO_MODEL:
         return NO_CROSS_ENCODER
     if r.rerank_outcome in (RerankOutcome.APPLIED, RerankOutcome.SKIPPED):
@@ -179,8 +166,8 @@ def stages_line(r: SearchResult, hit: Hit) -> str:
 
 
 def hit_block(out: Console, r: SearchResult, hit: Hit, terms: list[str]) -> list[Text]:
-    """The lines of one hit at ``out``'s width: rank and title (or id) with the id, the stages' ranks and scores,
-    then the snippet in :data:`SNIPPET_LINES` lines, matched terms marked, and the explanation when asked for."""
+    """One hit in lines of ``out``'s width: rank, title and id; the stages' ranks and scores; the snippet, matched
+    terms marked; the explanation when asked for."""
     width = max(out.width, 2 * INDENT + 20)
     head = styled((f"{hit.rank:>2}. ", "bold"))
     if hit.title:
@@ -209,8 +196,8 @@ def hit_block(out: Console, r: SearchResult, hit: Hit, terms: list[str]) -> list
 
 
 def print_result(out: Console, r: SearchResult, *, said: set[str] | None = None) -> None:
-    """The result as one block per hit (see :func:`hit_block`) under a header: the query, what was searched, the
-    timings and, in one line, why it is not reranked (a line already in ``said`` is not repeated; it is added)."""
+    """One block per hit under the query, what was searched, the timings and, in one line, why it is not reranked
+    (unless that line is in ``said``, to which it is added)."""
     t = r.timings
     out.print(styled(("» ", "bold"), (r.query, "bold cyan")))
     print_wrapped(out, styled(f"{r.mode} search of ", (r.index, "cyan"),
@@ -237,7 +224,7 @@ def print_result(out: Console, r: SearchResult, *, said: set[str] | None = None)
             out.print(line, no_wrap=True, overflow="ellipsis")
 
 
-def print_table(out: Console, r: SearchResult) -> None:
+def print_hits_table(out: Console, r: SearchResult) -> None:
     """The result as a table (``--format table``), followed by explanations when present."""
     note = rerank_note(r)
     t = r.timings
@@ -254,10 +241,10 @@ def print_table(out: Console, r: SearchResult) -> None:
         return
     terms = query_terms(r.query)
     grid = table(out, expand=True)
-    for col, kw in (("#", {"justify": "right"}), ("score", {"justify": "right"}), ("bm25", {"justify": "right"}),
-                    ("knn", {"justify": "right"}), ("fused", {"justify": "right"}), ("rerank", {"justify": "right"}),
-                    ("doc / title", {"max_width": 24, "overflow": "fold"}), ("snippet", {"ratio": 1, "min_width": 32})):
-        grid.add_column(col, **kw)  # type: ignore[arg-type]
+    for col in ("#", "score", "bm25", "knn", "fused", "rerank"):
+        grid.add_column(col, justify="right")
+    grid.add_column("doc / title", max_width=24, overflow="fold")
+    grid.add_column("snippet", ratio=1, min_width=32)
     for h in r.hits:
         title = Text(h.doc_id, style="cyan")
         if h.title:  # a long title is cut: the table is for reading (--json has it whole)

@@ -5,26 +5,24 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from hybridsearch.cli.output import console as make_console
-from hybridsearch.cli.output import styled
-from hybridsearch.cli.output import table as output_table
+from hybridsearch.cli.output import print_table, styled, table
+from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.settings import Settings
 
-console = make_console()
 M = TypeVar("M", bound=BaseModel)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """Add ``train-reranker`` to ``sub``."""
-    p = sub.add_parser(
-        "train-reranker",
+    """Add ``train-reranker`` and ``train-embedder`` to ``sub``."""
+    p = _trainer(
+        sub, "train-reranker", train_reranker,
         help="fine-tune a cross-encoder reranker on a BEIR collection's judgments (hard negatives from our index)",
         description=(
             "Train a domain reranker: positives from DATASET/qrels/<split>.tsv, hard negatives mined from the "
@@ -33,7 +31,6 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "and README.md; serve it with HSP_RERANKER__MODEL=DIR hsp serve-reranker."
         ),
     )
-    _add_common(p)
     p.add_argument("--base", default=None, metavar="MODEL",
                    help="encoder to start from: Hub name or folder (default: HSP_EMBEDDING__MODEL, i.e. the "
                         "packaged all-MiniLM-L6-v2)")
@@ -70,13 +67,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                    help="save the last epoch (default: the annealed weights) or the epoch whose blended order "
                         "served the validation queries best (noisy with a few hundred validation queries)")
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: HSP_RERANKER__DEVICE)")
-    p.set_defaults(handler=train_reranker)
-    _register_embedder(sub)
-
-
-def _register_embedder(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser(
-        "train-embedder",
+    p = _trainer(
+        sub, "train-embedder", train_embedder,
         help="fine-tune the bi-encoder on a BEIR collection's judgments (hard negatives from our index)",
         description=(
             "Train a domain embedding model: (query, judged-relevant passage, hard negatives) rows from "
@@ -87,7 +79,6 @@ def _register_embedder(sub: argparse._SubParsersAction[argparse.ArgumentParser])
             "and roll an index over with `hsp index migrate --to-model DIR`."
         ),
     )
-    _add_common(p)
     p.add_argument("--base", default=None, metavar="MODEL",
                    help="model to start from: Hub name or folder (default: HSP_EMBEDDING__MODEL)")
     p.add_argument("--negatives", type=int, default=1, help="hard negatives per (query, positive) row (default 1)")
@@ -119,11 +110,14 @@ def _register_embedder(sub: argparse._SubParsersAction[argparse.ArgumentParser])
     p.add_argument("--embedding-cache", type=Path, metavar="DIR", default=None,
                    help="where the base model's chunk vectors are cached (default: $HSP_CACHE/embeddings, filled "
                         "by `hsp eval`)")
-    p.set_defaults(handler=train_embedder)
 
 
-def _add_common(p: argparse.ArgumentParser) -> None:
-    """The options both trainers take."""
+def _trainer(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str,
+             handler: Callable[[argparse.Namespace, Settings], int], help: str, description: str,
+             ) -> argparse.ArgumentParser:
+    """The parser of one trainer, with the options both take."""
+    p = sub.add_parser(name, help=help, description=description)
+    p.set_defaults(handler=handler)
     p.add_argument("dataset", type=Path, metavar="DATASET", help="BEIR collection folder")
     p.add_argument("--split", default="train", help="qrels split to train on (default train; 'test' is refused)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to write the model to")
@@ -135,6 +129,7 @@ def _add_common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--allow-test", action="store_true",
                    help="allow --split test (never for a collection whose test numbers you report)")
     p.add_argument("--no-progress", action="store_true", help="no progress bars")
+    return p
 
 
 def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
@@ -156,18 +151,18 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
     wall = time.perf_counter() - started
 
     view = RerankerCard.of(card)
-    table = output_table(console, title=f"validation ({view.validation_scored} held-out {view.split} queries)")
+    grid = table(console, title=f"validation ({view.validation_scored} held-out {view.split} queries)")
     for col in ("epoch", "reranker alone nDCG@10", "MRR@10", "blend", "served nDCG@10", "train loss"):
-        table.add_column(col, justify="right")
+        grid.add_column(col, justify="right")
     fused = view.fused
     if fused:
-        table.add_row("fused (no rerank)", f"{fused['ndcg@10']:.4f}", f"{fused['mrr@10']:.4f}", "0",
+        grid.add_row("fused (no rerank)", f"{fused['ndcg@10']:.4f}", f"{fused['mrr@10']:.4f}", "0",
                       f"{fused['ndcg@10']:.4f}", "")
     for e in view.epochs:
         mark = " *" if e.epoch == view.best_epoch else ""
-        table.add_row(f"{e.epoch}{mark}", _f(e.ndcg_at_10), _f(e.mrr_at_10), _f(e.blend, 2),
+        grid.add_row(f"{e.epoch}{mark}", _f(e.ndcg_at_10), _f(e.mrr_at_10), _f(e.blend, 2),
                       _f(e.blend_ndcg_at_10), _f(e.train_loss))
-    console.print(table)
+    print_table(console, grid)
     print_folds(card)
     if view.beats_fused is False:
         console.print(styled(("warning:", "bold yellow"), " even blended with the fused order, the kept epoch ranks "
@@ -190,14 +185,14 @@ def print_folds(card: Mapping[str, Any]) -> None:
     cv = card.get("cross_validation")  # validation.CVSummary.as_dict()
     if not isinstance(cv, dict):
         return
-    table = output_table(console, title=f"{cv['folds']}-fold estimate (each fold measured with the epochs and blend "
+    grid = table(console, title=f"{cv['folds']}-fold estimate (each fold measured with the epochs and blend "
                                         "chosen on the others)")
     for col in ("fold", "queries", "epochs", "blend", "fused", "reranker alone", "served", "gain"):
-        table.add_column(col, justify="right")
+        grid.add_column(col, justify="right")
     for f in cv["nested_per_fold"]:
-        table.add_row(str(f["fold"]), str(f["queries"]), str(f["epoch"]), f"{f['blend']:g}", f"{f['fused']:.4f}",
+        grid.add_row(str(f["fold"]), str(f["queries"]), str(f["epoch"]), f"{f['blend']:g}", f"{f['fused']:.4f}",
                       f"{f['alone']:.4f}", f"{f['served']:.4f}", f"{f['gain']:+.4f}")
-    console.print(table)
+    print_table(console, grid)
     est, ch = cv["estimate"], cv["chosen"]
     console.print(f"validation estimate: gain {est['gain_mean']:+.4f} ± {est['gain_std']:.4f} (sd over folds); "
                   f"chosen on all folds: {ch['epoch']} epoch(s), blend {ch['blend']:g}")
@@ -225,15 +220,15 @@ def train_embedder(args: argparse.Namespace, settings: Settings) -> int:
     wall = time.perf_counter() - started
 
     view = EmbedderCard.of(card)
-    table = output_table(console, title=f"validation: dense retrieval of {view.validation_queries} held-out "
+    grid = table(console, title=f"validation: dense retrieval of {view.validation_queries} held-out "
                                         f"{view.split} queries over {view.corpus_chunks} chunks"
                                         + ("" if view.full_index else " (pool)"))
     for col in ("epoch", "nDCG@10", "Recall@10", "MRR@10", "train loss"):
-        table.add_column(col, justify="right")
+        grid.add_column(col, justify="right")
     for e in view.epochs:
         mark = " *" if e.epoch == view.best_epoch else (" (base)" if e.epoch == 0 else "")
-        table.add_row(f"{e.epoch}{mark}", _f(e.ndcg_at_10), _f(e.recall_at_10), _f(e.mrr_at_10), _f(e.train_loss))
-    console.print(table)
+        grid.add_row(f"{e.epoch}{mark}", _f(e.ndcg_at_10), _f(e.recall_at_10), _f(e.mrr_at_10), _f(e.train_loss))
+    print_table(console, grid)
     if view.beats_base is False:
         console.print(styled(("warning:", "bold yellow"), " the kept epoch retrieves the held-out queries no better "
                              "than the base model: do not roll it out (more judgments, another --lr or more epochs; "

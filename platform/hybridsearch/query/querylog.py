@@ -122,11 +122,12 @@ class QueryLogger:
             result = self._writer.write([(None, d) for d in docs], op_type="create")
         except Exception as exc:  # noqa: BLE001 - logging must never break searching
             self.failed += len(docs)
-            log.warning("query log: could not write %d documents to %s: %s", len(docs), self.index, exc)
+            log.warning("query log: could not write %d documents to %s: %s", len(docs), self.index,
+                        getattr(exc, "problem", None) or exc)
             return
         self.written += result.written
         self.failed += result.failed
         if result.error is not None:
             self.last_error = result.error
             log.warning("query log: %d of %d documents not written to %s: %s", result.failed, len(docs), self.index,
-                        result.error)
+                        result.error.problem or result.error)

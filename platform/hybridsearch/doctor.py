@@ -1,0 +1,426 @@
+"""``hsp doctor``: is everything a search needs in place, and if not, how to fix it.
+
+Each check returns a :class:`Check`: a status (OK, WARN, FAIL or SKIP), what it found and, when something is
+wrong, the fix. :func:`run_checks` runs the areas in order: the cluster (reachable, version, health, disk), the
+index (privileges, alias, model, vectors, segments, BM25 and fusion, chunks, hidden documents, analyzer), the log
+indices, and the models (a reranker problem is a WARN: searches then keep the fused order).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+
+from hybridsearch.cluster_url import redact_url
+from hybridsearch.engine import (
+    EngineClient,
+    EngineInfo,
+    cluster_info,
+    connect,
+    engine_errors,
+    request,
+    unsafe_vector_options,
+)
+from hybridsearch.errors import AliasConflict, HybridSearchError, IndexMismatch, QueryError
+from hybridsearch.index.access import INGEST, check_privileges, prefix_names, unblock_fix
+from hybridsearch.index.fit import CHECKED_META, FORMAT_KEY, check_meta, describe
+from hybridsearch.index.logs import inspect_log_index
+from hybridsearch.index.spec import LOG_KINDS, PREFERRED_ANALYZER, resolve_analyzer, section_words_of
+from hybridsearch.index.versions import index_meta, live_target, read_alias
+from hybridsearch.index.visibility import count_visible
+from hybridsearch.ingest.lease import UNFINISHED, hidden_documents
+from hybridsearch.query.fusion import fusion_for
+from hybridsearch.settings import EmbeddingSettings, IndexSettings, QuerySettings, RerankerSettings, Settings
+
+Status = Literal["OK", "WARN", "FAIL", "SKIP"]
+
+
+@dataclass
+class Check:
+    """One line of the doctor's report."""
+
+    area: str
+    name: str
+    status: Status
+    detail: str
+    fix: str | None = None
+
+
+#: the fix of an error that names none: Elasticsearch refused for a reason of its own
+REFUSED = "Elasticsearch refused the request: its log says why (`hsp -v doctor` shows the request)"
+
+
+def problem(exc: HybridSearchError) -> tuple[str, str]:
+    """(what went wrong, how to fix it) for an error of a check: the error's own ``problem`` and ``fix``."""
+    return exc.problem or str(exc), exc.fix or REFUSED
+
+
+def run_checks(settings: Settings, *, es: EngineClient | None = None, models: bool = True,
+               reranker: bool = True) -> list[Check]:
+    """Every check, in order; index checks are skipped when the cluster does not answer."""
+    es = es or connect(settings.es, max_retries=0, request_timeout=10.0)
+    checks = check_cluster(es)
+    if checks[0].status == "FAIL":
+        checks.append(Check("index", "index", "SKIP", "cluster unreachable"))
+    else:
+        try:
+            checks += check_index(es, settings)
+        except HybridSearchError as exc:
+            checks.append(Check("index", "index", "FAIL", *problem(exc)))
+        checks += check_log_indices(es, settings)
+    checks.append(check_embedder(settings.embedding) if models else Check("models", "embedder", "SKIP", "--no-models"))
+    checks.append(check_reranker(settings.reranker) if reranker
+                  else Check("reranker", "reranker", "SKIP", "--no-reranker"))
+    return checks
+
+
+def failed(checks: list[Check], strict: bool = False) -> bool:
+    """True when any check FAILed (or, with ``strict``, WARNed)."""
+    bad = {"FAIL", "WARN"} if strict else {"FAIL"}
+    return any(c.status in bad for c in checks)
+
+
+_SIZE = re.compile(r"^\s*([0-9.]+)\s*([kmgtp]?b)?\s*$", re.I)
+_UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3, "tb": 1024**4, "pb": 1024**5}
+
+
+def watermark_used_fraction(value: str, total_bytes: int) -> float:
+    """A disk watermark (``"85%"``, ``"0.85"`` or free space like ``"1gb"``) as a used-space fraction."""
+    value = value.strip().lower()
+    if value.endswith("%"):
+        return float(value[:-1]) / 100
+    m = _SIZE.match(value)
+    if m and m.group(2) is None and float(m.group(1)) <= 1.0:
+        return float(m.group(1))
+    if m:
+        free = float(m.group(1)) * _UNITS[(m.group(2) or "b").lower()]
+        return max(0.0, 1 - free / total_bytes) if total_bytes else 1.0
+    raise ValueError(f"unreadable disk watermark {value!r}")
+
+
+def _watermarks(es: EngineClient) -> dict[str, str]:
+    with engine_errors("cluster settings"):
+        body = es.send(request.Request("GET", "/_cluster/settings",
+                                       request.params(include_defaults=True, flat_settings=True)))
+    merged: dict[str, str] = {}
+    for scope in ("defaults", "persistent", "transient"):
+        for key, value in body.get(scope, {}).items():
+            if key.startswith("cluster.routing.allocation.disk.watermark.") and isinstance(value, str):
+                merged[key.rsplit(".", 1)[-1]] = value
+    return merged
+
+
+def check_cluster(es: EngineClient) -> list[Check]:
+    """Reachable, version, health, disk. The first check FAILs when no node answers or refuses us."""
+    try:
+        info = cluster_info(es)
+    except HybridSearchError as exc:
+        return [Check("cluster", "reachable", "FAIL", *problem(exc))]
+    checks = [Check("cluster", "reachable", "OK", f"{info['cluster_name']}, {info['number_of_nodes']} node(s)")]
+    versions = info["versions"]
+    engine = es.engine
+    oldest = EngineInfo(engine.kind, min(versions, key=lambda v: EngineInfo(engine.kind, v).version_tuple or ()))
+    label = f"{engine.kind} {', '.join(versions)}"
+    if (why := oldest.support_problem()) is not None:
+        checks.append(Check("cluster", "version", "FAIL", label, why + "; upgrade the cluster"))
+    else:
+        checks.append(Check("cluster", "version", "OK" if len(versions) == 1 else "WARN", label,
+                            None if len(versions) == 1 else "finish the rolling upgrade"))
+    status = info["status"]
+    fixes = {"yellow": "replicas cannot be allocated: on a single node set HSP_INDEX__REPLICAS=0 "
+                       "(and `PUT <index>/_settings {\"number_of_replicas\": 0}` for existing indices)",
+             "red": "a primary shard is unassigned: see `GET _cluster/allocation/explain`"}
+    checks.append(Check("cluster", "health", {"green": "OK", "yellow": "WARN"}.get(status, "FAIL"),  # type: ignore[arg-type]
+                        status, fixes.get(status)))
+    checks.append(_check_disk(es))
+    return checks
+
+
+def _check_disk(es: EngineClient) -> Check:
+    try:
+        with engine_errors("node disk stats"):
+            nodes = es.send(request.Request("GET", "/_nodes/stats/fs",
+                                            request.params(filter_path="nodes.*.name,nodes.*.fs.total")))
+            nodes = nodes.get("nodes", {})
+        marks = _watermarks(es)
+    except HybridSearchError as exc:
+        detail, fix = problem(exc)
+        return Check("cluster", "disk", "WARN", f"cannot read disk usage: {detail}", fix)
+    worst: tuple[float, str, int, int] | None = None
+    for node in nodes.values():
+        total = int(node["fs"]["total"].get("total_in_bytes", 0))
+        avail = int(node["fs"]["total"].get("available_in_bytes", 0))
+        used = 1 - avail / total if total else 0.0
+        if worst is None or used > worst[0]:
+            worst = (used, node.get("name", "?"), avail, total)
+    if worst is None:
+        return Check("cluster", "disk", "WARN", "no node reported disk usage")
+    used, name, avail, total = worst
+    detail = f"{name}: {used:.0%} used, {avail / 1024**3:.1f} GiB free of {total / 1024**3:.1f} GiB"
+    levels = {k: watermark_used_fraction(v, total) for k, v in marks.items() if k in ("low", "high", "flood_stage")}
+    if used >= levels.get("high", 0.90):
+        return Check("cluster", "disk", "FAIL", detail + " (over the high watermark: shards move away; at the "
+                     "flood stage indices turn read-only)", "free disk space or add a node")
+    if used >= levels.get("low", 0.85):
+        return Check("cluster", "disk", "WARN", detail + " (over the low watermark: no new replicas here)",
+                     "free disk space before the high watermark is reached")
+    return Check("cluster", "disk", "OK", detail)
+
+
+#: deleted copies below this are normal churn (changed documents are overwritten in place)
+DELETED_WARN_MIN = 1000
+
+
+def check_access(es: EngineClient, index: IndexSettings) -> Check:
+    """What the credentials may do on the prefix: ingest and manage or only search (OK), not even search (FAIL)."""
+    got = check_privileges(es, prefix_names(index), INGEST)
+    pattern = f"{index.prefix}-*"
+    if not got.enforced:  # the engine says why (security off, or no such API)
+        return Check("index", "privileges", "OK", got.unchecked or "not checked ahead")
+    if got.ok:
+        return Check("index", "privileges", "OK", f"{got.user} may ingest, search and manage {pattern}")
+    if not {"read", "view_index_metadata"} & set(got.missing):
+        return Check("index", "privileges", "OK", f"{got.user} may search {pattern} (read-only: ingesting "
+                     f"would be refused, missing {got.describe()})")
+    return Check("index", "privileges", "FAIL", f"{got.user} may not search {pattern}: missing {got.describe()}",
+                 "use credentials whose role grants the prefix's privileges (docs/operations.md, 'Roles'), "
+                 "or set HSP_INDEX__PREFIX to a prefix they own")
+
+
+def check_analyzer(es: EngineClient, index: IndexSettings) -> Check:
+    """Which analyzer new indices get (``auto``: english where the cluster has it) and what is lost without."""
+    chosen = resolve_analyzer(es, index)
+    if index.analyzer != "auto":
+        known = es.has_analyzer(chosen)
+        return Check("index", "analyzer", "OK" if known else "FAIL", f"{chosen} (HSP_INDEX__ANALYZER)",
+                     None if known else f"the cluster has no analyzer {chosen}: pick another")
+    if chosen == PREFERRED_ANALYZER:
+        return Check("index", "analyzer", "OK", "english (stemming, stop words) for new indices")
+    return Check("index", "analyzer", "WARN", "standard: this cluster has no english analyzer, so BM25 matches "
+                 "exact word forms only (no stemming, stop words count)", "run a distribution with the "
+                 "analysis-common module (the full Elasticsearch, or OpenSearch) for English stemming")
+
+
+def check_index(es: EngineClient, settings: Settings) -> list[Check]:
+    """Privileges, alias, ``_meta`` against the configured model, vector dims, chunk count."""
+    try:
+        checks = [check_access(es, settings.index)]
+    except HybridSearchError as exc:  # say why, then check what can still be read
+        checks = [Check("index", "privileges", "FAIL", *problem(exc))]
+    try:
+        _check_live_index(es, settings, checks)
+    except HybridSearchError as exc:
+        checks.append(Check("index", "index", "FAIL", *problem(exc)))
+    try:
+        checks.append(check_analyzer(es, settings.index))
+    except HybridSearchError as exc:  # e.g. credentials that may neither _analyze nor read the nodes' modules
+        checks.append(Check("index", "analyzer", "WARN", f"cannot tell which analyzer new indices get: "
+                            f"{exc.problem}", exc.fix))
+    return checks
+
+
+def _check_live_index(es: EngineClient, settings: Settings, checks: list[Check]) -> None:
+    alias = settings.index.alias
+    aliases = read_alias(es, alias)
+    targets = sorted(aliases)
+    if not targets:
+        checks.append(Check("index", "alias", "FAIL", f"{alias} does not exist",
+                            "ingest documents (`hsp ingest PATH` or `hsp demo`), or `hsp index create`"))
+        return
+    live = targets[-1]
+    try:
+        live_target(alias, aliases)
+        checks.append(Check("index", "alias", "OK", f"{alias} → {live}"))
+    except AliasConflict as exc:  # search and ingest refuse such an alias
+        checks.append(Check("index", "alias", "FAIL", exc.problem, exc.fix))
+    meta = index_meta(es, live)
+    try:
+        check_meta(live, meta, settings, (FORMAT_KEY, *CHECKED_META))
+        checks.append(Check("index", "model", "OK", f"{live} built with {meta.get('embedding_model')}"))
+    except IndexMismatch as exc:
+        other_format = exc.differences[0][0] == f"_meta.{FORMAT_KEY}"
+        checks.append(Check("index", "model", "FAIL", exc.problem, exc.fix if other_format else
+                            f"set HSP_EMBEDDING__MODEL={meta.get('embedding_model')} "
+                            f"HSP_EMBEDDING__DIMS={meta.get('embedding_dims')}, or `hsp index migrate --to-model "
+                            f"{settings.embedding.model}`"))
+    with engine_errors(f"mapping of {live}"):
+        props = es.send(request.get_mapping(live))[live]["mappings"].get("properties", {})
+        health = es.send(request.cluster_health(index=live))["status"]
+        chunks = count_visible(es, live)
+    holds = hidden_documents(es, settings.index.ingest_state)
+    pending = len({d for ids in holds.values() for d in ids})
+    emb = props.get("embedding", {})
+    vec = es.dialect.vector_summary(emb)
+    if not vec.is_vector or vec.dims != settings.embedding.dims:
+        checks.append(Check("index", "vectors", "FAIL",
+                            f"embedding field is {emb.get('type')} with {vec.dims} dims, settings say "
+                            f"{settings.embedding.dims}", "migrate to an index built for this model "
+                                                          "(`hsp index migrate`)"))
+    elif (unsafe := unsafe_vector_options(vec)) is not None:
+        checks.append(Check("index", "vectors", "WARN", f"{live}: {unsafe}", "fine where the k-NN plugin has its "
+                            "native libraries (managed domains); elsewhere `hsp index migrate` to a version built "
+                            "on the lucene engine"))
+    else:
+        checks.append(Check("index", "vectors", "OK", f"{vec.dims} dims, {vec.similarity}, "
+                                                      f"{vec.options.get('type', 'default')}"))
+    checks += retrieval_checks(meta, settings.query)
+    checks += _check_segments(es, live)
+    checks.append(Check("index", "health", {"green": "OK", "yellow": "WARN"}.get(health, "FAIL"),  # type: ignore[arg-type]
+                        f"{live} is {health}", None if health == "green" else "see `GET _cluster/allocation/explain`"))
+    checks.append(Check("index", "chunks", "OK" if chunks else "WARN", f"{chunks:,} chunks in {live}",
+                        None if chunks else "ingest documents: `hsp ingest PATH` or `hsp demo`"))
+    left = sorted(set(holds.get(UNFINISHED, [])))
+    if left:
+        checks.append(Check("index", "hidden", "WARN", f"{len(left):,} documents of {live} were left half written by "
+                            f"runs that stopped (e.g. {', '.join(left[:3])}) and are hidden from every search",
+                            "re-run the same `hsp ingest` to finish them (what was written is reused), or "
+                            "`hsp delete DOC_ID`"))
+    elif pending:
+        checks.append(Check("index", "hidden", "OK", f"{pending:,} documents are being written by a running ingest "
+                            "(hidden until each is whole)"))
+
+
+def _check_segments(es: EngineClient, live: str) -> list[Check]:
+    """Warnings on the filtered-kNN setting the engine needs and on the share of deleted chunk copies."""
+    want = es.engine.chunk_index_settings
+    try:
+        with engine_errors(f"settings and stats of {live}"):
+            flat = es.send(request.get_settings(live, flat_settings=True))[live]["settings"] if want else {}
+            docs = es.send(request.index_stats(live, metric="docs"))["_all"]["primaries"]["docs"]
+    except HybridSearchError as exc:  # credentials without indices monitor: the other checks still stand
+        return [Check("index", "segments", "WARN", f"cannot read {live}'s settings and stats: {exc.problem}", exc.fix)]
+    checks = []
+    if missing := {k: v for k, v in want.items() if str(flat.get(k)) != v}:
+        setting = ", ".join(f"{k}: {v}" for k, v in missing.items())
+        checks.append(Check("index", "knn filter", "WARN", f"{live} lacks {setting}: filtered kNN may use ACORN, "
+                            "which misses most neighbours where many chunk copies are deleted",
+                            f"run `hsp ingest` once (it sets it) or PUT {live}/_settings {{\"{setting}\"}}"))
+    deleted, total = int(docs.get("deleted", 0)), int(docs.get("deleted", 0)) + int(docs.get("count", 0))
+    if deleted >= DELETED_WARN_MIN and deleted > 0.2 * total:
+        checks.append(Check("index", "deleted", "WARN", f"{deleted:,} of {total:,} documents in {live} are deleted "
+                            "copies (disk, search time; an index rewritten in place many times)",
+                            f"POST {live}/_forcemerge?only_expunge_deletes=true when the cluster is quiet"))
+    return checks
+
+
+def retrieval_checks(meta: dict[str, Any], query: QuerySettings) -> list[Check]:
+    """What BM25 scores in the live index (``_meta``) and how its lists are fused (:func:`fusion_for`)."""
+    words = section_words_of(meta)
+    if words is not None:
+        bm25 = Check("index", "bm25", "OK", f"whole documents (sections of up to {words} words); kNN over chunks")
+    else:
+        bm25 = Check("index", "bm25", "WARN", "each chunk: the index was built before whole-document BM25 or with "
+                     "HSP_INDEX__BM25_UNIT=chunk (SciFact: BM25 nDCG@10 0.673 on chunks, 0.692 on documents)",
+                     "`hsp index migrate` builds a version with sections")
+    try:
+        fusion = fusion_for(query, meta)
+    except QueryError as exc:
+        return [bm25, Check("index", "fusion", "FAIL", exc.problem, exc.fix)]
+    cal = meta.get("fusion_calibration")
+    if fusion.source == "index" and isinstance(cal, dict):
+        detail = (f"{fusion.label}, calibrated on {cal.get('dataset')} {cal.get('split')} ({cal.get('queries')} "
+                  f"queries: nDCG@10 {cal.get('default')} with the default, {cal.get('chosen')} with this)")
+        return [bm25, Check("index", "fusion", "OK", detail)]
+    if fusion.source == "index":
+        return [bm25, Check("index", "fusion", "OK", f"{fusion.label}, recorded by `hsp index fusion`")]
+    fix = None if fusion.source == "settings" else ("`hsp index fusion rrf|zscore|minmax` records one for the "
+                                                    "index; with judgments, `hsp calibrate-fusion DATASET` picks one")
+    return [bm25, Check("index", "fusion", "OK", fusion.describe(), fix)]
+
+
+_LOG_WRITERS = {"query_log": "the first search", "ingest_runs": "the first `hsp ingest`",
+                "ingest_state": "the first `hsp ingest`"}
+
+
+def check_log_index(es: EngineClient, settings: Settings, kind: str) -> Check:
+    """One log index against its spec: missing or without its write alias (WARN), a mapping that does not fit or a
+    write block (FAIL), its health."""
+    name = kind.replace("_", "-")
+    try:
+        with engine_errors(f"inspect the {name} index"):  # the first request may be the engine's detection
+            st = inspect_log_index(es, settings, kind)
+    except HybridSearchError as exc:
+        return Check("logs", name, "WARN", f"cannot read the {name} index: {exc.problem}", exc.fix)
+    if not st.exists:
+        return Check("logs", name, "WARN", f"{st.name} does not exist yet",
+                     f"nothing to do: {_LOG_WRITERS.get(kind, 'the next write')} creates it from its spec "
+                     "(`hsp index create` does now)")
+    if st.differences:
+        return Check("logs", name, "FAIL", f"{st.name} does not fit its spec (made by a write with guessed mappings, "
+                     f"or by hand): {describe(st.differences)}", f"reindex what you need from it, then DELETE "
+                     f"{st.name}: the next write creates it from its spec (`hsp index create` does now)")
+    if st.blocks:
+        block = st.blocks[0]
+        return Check("logs", name, "FAIL", f"{st.name} refuses writes: {', '.join(st.blocks)} is set",
+                     unblock_fix(st.name, block))
+    if not st.alias_ok:
+        return Check("logs", name, "WARN", f"{st.name} has no write alias {st.write_alias}: a write after the index "
+                     "is deleted would create it with guessed mappings", f"`hsp index create` or the next "
+                     f"`hsp ingest` adds it (needs manage on {settings.index.prefix}-*)")
+    via = f" through {st.write_alias}" if st.write_alias else ""
+    if st.health not in (None, "green"):
+        fix = (f"PUT {st.name}/_settings {{\"number_of_replicas\": {settings.index.replicas}}}"
+               if (st.replicas or 0) > settings.index.replicas else "see `GET _cluster/allocation/explain`")
+        return Check("logs", name, "WARN" if st.health == "yellow" else "FAIL",
+                     f"{st.name} is {st.health} ({st.replicas} replica(s), settings say {settings.index.replicas})",
+                     fix)
+    return Check("logs", name, "OK", f"{st.name}: mapping fits, writable{via}, {st.health}")
+
+
+def check_log_indices(es: EngineClient, settings: Settings) -> list[Check]:
+    """:func:`check_log_index` for the query log, the ingest runs and the ingest state."""
+    return [check_log_index(es, settings, kind) for kind in LOG_KINDS]
+
+
+def check_embedder(cfg: EmbeddingSettings) -> Check:
+    """The embedding model loads and makes vectors of the configured size."""
+    from hybridsearch.embedding.encoder import Embedder
+
+    t0 = time.perf_counter()
+    try:
+        vec = Embedder(cfg).encode(["hybridsearch doctor"])
+    except HybridSearchError as exc:
+        return Check("models", "embedder", "FAIL", exc.problem,
+                     exc.fix or "point HSP_EMBEDDING__MODEL at a local sentence-transformers folder and set "
+                     "HSP_EMBEDDING__DIMS to its size")
+    return Check("models", "embedder", "OK", f"{cfg.model}: {vec.shape[1]} dims, loaded in "
+                                             f"{time.perf_counter() - t0:.1f} s")
+
+
+def check_reranker(cfg: RerankerSettings) -> Check:
+    """The reranker service is ready, or the local cross-encoder loads and scores a pair."""
+    degrade = "searches will keep the fused order until this is fixed"
+    if not cfg.enabled:
+        return Check("reranker", "reranker", "OK", "disabled (HSP_RERANKER__ENABLED=false): fused order")
+    if cfg.url:
+        readyz = cfg.url.rstrip("/") + "/readyz"
+        url = redact_url(readyz)  # what is shown: no credentials
+        try:
+            resp = httpx.get(readyz, timeout=min(cfg.timeout, 5.0))
+        except httpx.HTTPError as exc:
+            return Check("reranker", "service", "WARN", f"{url} does not answer ({type(exc).__name__}); {degrade}",
+                         "start it (`hsp serve-reranker` or `docker compose up -d reranker`) or fix "
+                         "HSP_RERANKER__URL")
+        if resp.status_code == 200:
+            return Check("reranker", "service", "OK", f"{redact_url(cfg.url)} ready")
+        return Check("reranker", "service", "WARN", f"{url} answered {resp.status_code}: {resp.text[:200]}; "
+                                                    f"{degrade}", "wait for the model to load, or read the "
+                                                                  "service log")
+    try:
+        from hybridsearch.rerank import LocalReranker
+
+        reranker = LocalReranker(cfg)
+        reranker.score("doctor", ["a passage"])
+    except HybridSearchError as exc:
+        return Check("reranker", "local model", "WARN", f"{exc.problem}; {degrade}",
+                     "set HSP_RERANKER__MODEL to a local cross-encoder folder, HSP_RERANKER__URL to a "
+                     "reranker service, or HSP_RERANKER__ENABLED=false")
+    from hybridsearch.rerank.card import effective_blend
+
+    blend, source = effective_blend(cfg.blend, reranker.blend)
+    return Check("reranker", "local model", "OK", f"{cfg.model} loads on {reranker.device} (max length "
+                 f"{reranker.max_length}, blend {blend:g} from {source})")
