@@ -37,6 +37,7 @@ from hybridsearch.eval.report import (
     to_markdown,
     write_chart,
 )
+from hybridsearch.eval.sweep import SWEEP_METRICS, Trial, parse_sweep, with_query
 from hybridsearch.progress import ProgressSink, Task, note
 from hybridsearch.query.fusion import unique
 from hybridsearch.query.results import Mode, SearchResult
@@ -266,6 +267,36 @@ def evaluate_collection(es: EngineClient, settings: Settings, collection: Collec
     return Evaluation(report, runs)
 
 
+def run_sweep(
+    es: EngineClient, settings: Settings, collection: Collection, modes: Sequence[str],
+    knobs: list[tuple[str, list[str]]], *, embedder: Embedder | None = None, k: int = 100,
+    ignore_identical_ids: bool = True,
+) -> list[Trial]:
+    """Run ``modes`` (without rerank) once per knob value on the index behind ``settings.index.alias``."""
+    from hybridsearch.query.client import SearchClient
+
+    modes = [m for m in modes if m != "hybrid+rerank"]
+    trials: list[Trial] = []
+    for name, values in knobs:
+        for value in values:
+            knobs_now = with_query(settings.query, name, value)
+            client = SearchClient(es, settings, embedder=embedder, query=knobs_now, log_queries=False)
+
+            def search(query: str, mode: Mode, rerank: bool, client: SearchClient = client) -> SearchResult:
+                return client.search(query, k=min(k, client.query.max_k), mode=mode, rerank=False)
+
+            metrics: dict[str, dict[str, float]] = {}
+            try:
+                for mode in modes:
+                    run = run_mode(search, collection.queries, mode, ignore_identical_ids=ignore_identical_ids)
+                    means, _ = evaluate(collection.qrels, run.rankings, SWEEP_METRICS)
+                    metrics[mode] = means
+            finally:
+                client.close()
+            trials.append(Trial(knob=name, value=value, metrics=metrics))
+    return trials
+
+
 @dataclass
 class EvalRun:
     """What :func:`run_evaluation` measured and wrote."""
@@ -338,7 +369,6 @@ def run_evaluation(dataset: Path, settings: Settings, *, split: str = "test",
     from hybridsearch.engine import connect
     from hybridsearch.eval.datasets import load_collection
     from hybridsearch.eval.prepare import eval_settings
-    from hybridsearch.eval.sweep import parse_sweep, run_sweep
 
     if tolerance < 0:
         raise ConfigError("--tolerance must be ≥ 0")

@@ -4,20 +4,12 @@ same index, nDCG@10 and Recall@100 per mode. Only ``query.*`` settings: anything
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ValidationError
 
-from hybridsearch.engine import EngineClient
 from hybridsearch.errors import ConfigError
-from hybridsearch.eval.datasets import Collection
-from hybridsearch.eval.harness import run_mode
-from hybridsearch.eval.metrics import METRICS, evaluate
-from hybridsearch.query.results import Mode, SearchResult
-from hybridsearch.settings import QuerySettings, Settings
-
-if TYPE_CHECKING:
-    from hybridsearch.embedding.encoder import Embedder
+from hybridsearch.eval.metrics import METRICS
+from hybridsearch.settings import QuerySettings
 
 SWEEP_METRICS = ("ndcg@10", "recall@100")
 
@@ -57,36 +49,6 @@ class Trial(BaseModel):
     knob: str
     value: str
     metrics: dict[str, dict[str, float]]  # mode -> metric -> mean
-
-
-def run_sweep(
-    es: EngineClient, settings: Settings, collection: Collection, modes: Sequence[str],
-    knobs: list[tuple[str, list[str]]], *, embedder: Embedder | None = None, k: int = 100,
-    ignore_identical_ids: bool = True,
-) -> list[Trial]:
-    """Run ``modes`` (without rerank) once per knob value on the index behind ``settings.index.alias``."""
-    from hybridsearch.query.client import SearchClient
-
-    modes = [m for m in modes if m != "hybrid+rerank"]
-    trials: list[Trial] = []
-    for name, values in knobs:
-        for value in values:
-            knobs_now = with_query(settings.query, name, value)
-            client = SearchClient(es, settings, embedder=embedder, query=knobs_now, log_queries=False)
-
-            def search(query: str, mode: Mode, rerank: bool, client: SearchClient = client) -> SearchResult:
-                return client.search(query, k=min(k, client.query.max_k), mode=mode, rerank=False)
-
-            metrics: dict[str, dict[str, float]] = {}
-            try:
-                for mode in modes:
-                    run = run_mode(search, collection.queries, mode, ignore_identical_ids=ignore_identical_ids)
-                    means, _ = evaluate(collection.qrels, run.rankings, SWEEP_METRICS)
-                    metrics[mode] = means
-            finally:
-                client.close()
-            trials.append(Trial(knob=name, value=value, metrics=metrics))
-    return trials
 
 
 def sweep_markdown(trials: list[Trial], modes: Sequence[str]) -> str:
