@@ -179,8 +179,7 @@ def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train",
     if split != "test":
         check_disjoint(dataset, collection.queries, purpose="calibration")
     s = eval_settings(settings, prefix or f"eval-{collection.name}")
-    client_es = es if es is not None else connect(s.es)
-    try:
+    with contextlib.nullcontext(es) if es is not None else contextlib.closing(connect(s.es)) as client_es:
         index = checked_live_index(client_es, s)
         task = Task(progress, "lists", len(collection.queries))
         if search is not None:
@@ -200,9 +199,6 @@ def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train",
         meta = cal.meta(collection.name, collection.split, when)
         if not dry_run:
             record_fusion(client_es, s.index, cal.chosen, calibration=meta, index=index)
-    finally:
-        if es is None:
-            client_es.close()
     report = None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ folder carries those prompts. Serve it with ``HSP_EMBEDDING__MODEL=DIR`` after `
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -197,17 +198,12 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     data = load_split(cfg.dataset, cfg.split, allow_test=cfg.allow_test, limit=cfg.limit_queries)
     disjoint_from = check_disjoint(cfg.dataset, data.queries) if cfg.split != "test" else []
     prepend = settings.embedding.prepend_title
-    own = es is None
-    client = es if es is not None else connect(settings.es)
     started = time.perf_counter()
-    try:
+    with contextlib.nullcontext(es) if es is not None else contextlib.closing(connect(settings.es)) as client:
         miner = IndexMiner(client, settings, embedder, passage=lambda t, x: embed_text(t, x, prepend))
         got = collect(miner, data, depth=cfg.depth, val_fraction=cfg.val_fraction, seed=cfg.seed,
                       progress=progress)
         chunks = scan_chunks(client, settings, miner.index)
-    finally:
-        if own:
-            client.close()
     mining = time.perf_counter() - started
 
     base_cfg = settings.embedding.model_copy(update={"model": cfg.base})

@@ -8,6 +8,7 @@ on all queries; with ``folds=0`` one ``val_fraction`` slice is held out. The fol
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import tempfile
 import time
@@ -175,16 +176,11 @@ def run_training(cfg: TrainingConfig, settings: Settings, *, es: EngineClient | 
     data = load_split(cfg.dataset, cfg.split, allow_test=cfg.allow_test, limit=cfg.limit_queries)
     if cfg.split != "test":
         check_disjoint(cfg.dataset, data.queries)
-    own = es is None
-    client = es if es is not None else connect(settings.es)
-    try:
+    with contextlib.nullcontext(es) if es is not None else contextlib.closing(connect(settings.es)) as client:
         miner = IndexMiner(client, settings, embedder)
         mined = mine(miner, data, depth=cfg.depth, negatives=cfg.negatives,
                      val_fraction=0.0 if cfg.cross_validating else cfg.val_fraction, seed=cfg.seed,
                      strategy=cfg.strategy, policy=cfg.policy, progress=progress)
-    finally:
-        if own:
-            client.close()
     if cfg.cross_validating:
         model, result = cross_validate(mined, cfg, progress=progress)
     else:
