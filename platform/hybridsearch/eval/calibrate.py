@@ -141,7 +141,6 @@ class FusionCalibration:
     """What :func:`calibrate_fusion` measured, chose and recorded."""
 
     index: str
-    dataset: str
     split: str
     calibration: Calibration
     meta: dict[str, Any]  # the index's _meta.fusion_calibration (recorded unless dry_run)
@@ -205,5 +204,5 @@ def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train",
         report = out / f"calibrate-{collection.name}-{collection.split}-{when.replace(':', '')}.json"
         report.write_text(json.dumps({"index": index, "fusion": cal.chosen.to_meta(), "calibration": meta,
                                       "grid": cal.scores}, indent=2), encoding="utf-8")
-    return FusionCalibration(index=index, dataset=collection.name, split=collection.split, calibration=cal,
-                             meta=meta, recorded=not dry_run, report=report)
+    return FusionCalibration(index=index, split=collection.split, calibration=cal, meta=meta, recorded=not dry_run,
+                             report=report)

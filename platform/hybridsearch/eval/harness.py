@@ -302,13 +302,10 @@ class EvalRun:
     """What :func:`run_evaluation` measured and wrote."""
 
     report: EvalReport
-    modes: list[str]
-    prefix: str
     diffs: list[Diff] | None
     tolerance: float
     paths: list[Path]
     cache_stats: dict[str, Any] | None = None  # the embedding cache's counts, when it was used
-    notes: list[str] = field(default_factory=list)  # the remarks also sent to the progress sink
 
     @property
     def gate_failed(self) -> bool:
@@ -374,11 +371,9 @@ def run_evaluation(dataset: Path, settings: Settings, *, split: str = "test",
         raise ConfigError("--tolerance must be ≥ 0")
     if worst < 0 or (limit_queries is not None and limit_queries < 1):
         raise ConfigError("--worst must be ≥ 0 and --limit-queries ≥ 1")
-    notes: list[str] = []
 
     def remark(text: str | None) -> None:
         if text:
-            notes.append(text)
             note(progress, NOTE, text)
 
     chosen, why = plan_modes(modes, worst)
@@ -413,5 +408,4 @@ def run_evaluation(dataset: Path, settings: Settings, *, split: str = "test",
         report.ingest["embedding_cache"] = stats
     diffs = compare(report, base, tolerance) if base else None
     paths = write_reports(report, out, diffs, tolerance)
-    return EvalRun(report=report, modes=chosen, prefix=s.index.prefix, diffs=diffs, tolerance=tolerance,
-                   paths=paths, cache_stats=stats, notes=notes)
+    return EvalRun(report=report, diffs=diffs, tolerance=tolerance, paths=paths, cache_stats=stats)
