@@ -13,7 +13,7 @@ bulk-writes N synthetic chunks, and reports:
   not hide the cluster's);
 * kNN recall@10 of the index's ``knn`` search (k=10, the client's ``num_candidates``) against exact search,
   brute force in numpy over the very vectors that were stored (cosine; vectors are unit length;
-  ``hybridsearch.eval.knn``).
+  ``knn.py``).
 
 Synthetic data: vectors are unit-length noisy copies of 2,000 random centroids (clustered, as real
 embeddings are; uniform random vectors make ANN search unrealistically hard), text is 40-80 words drawn
@@ -135,7 +135,7 @@ def recall(es: EngineClient, index: str, stored: np.ndarray, queries: np.ndarray
     """Recall@10 of the index's kNN search (its first 10 of ``k`` neighbours, ``num_candidates``; with
     ``oversample``, Elasticsearch's ``rescore_vector``: ``oversample`` × k quantized candidates rescored on the
     float vectors) against exact search, and that raw kNN request's p50 in ms at one client."""
-    from hybridsearch.eval.knn import exact_top_k, knn_recall
+    from knn import exact_top_k, knn_recall
 
     _, scores = exact_top_k(stored, queries, 10)
     total, took = 0.0, []

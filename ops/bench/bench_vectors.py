@@ -11,7 +11,7 @@ then force-merges it to one segment, and reports:
 * kNN recall@10 of the engine's kNN search (k=10, ``num_candidates`` / ``ef_search`` from ``--num-candidates``,
   first the settings' default) against exact cosine top-10 in numpy over every chunk vector that was indexed
   (read back from the embedding cache by the text each chunk embedded), chunk level, no collapse; a hit tied
-  with the 10th exact neighbour counts as found (``hybridsearch.eval.knn``);
+  with the 10th exact neighbour counts as found (``knn.py``);
 * nDCG@10 of ``dense`` and ``hybrid`` (the ``hsp eval`` harness, ``hybridsearch.eval.harness``);
 * bytes per vector on disk: the Lucene vector files of the merged segment (``_stats`` with
   ``include_segment_file_sizes``; compound files are switched off before the merge so they stay visible):
@@ -57,13 +57,13 @@ from hybridsearch.engine import EngineClient, Request, connect, request
 from hybridsearch.engine.dialect import OPENSEARCH_OPTIONS
 from hybridsearch.eval.datasets import Collection, load_collection
 from hybridsearch.eval.harness import evaluate_collection
-from hybridsearch.eval.knn import exact_top_k, knn_recall, unit
 from hybridsearch.eval.prepare import choose_index, eval_settings, ingest_corpus
 from hybridsearch.ingest.chunking import chunk_embed_text
 from hybridsearch.query.build import auto_candidates
 from hybridsearch.query.client import SearchClient
 from hybridsearch.query.results import Mode
 from hybridsearch.settings import Settings, load_settings
+from knn import exact_top_k, knn_recall, unit
 from loadgen import pct, save_report
 
 ES_OPTIONS = ("hnsw", "int8_hnsw", "int4_hnsw", "bbq_hnsw")

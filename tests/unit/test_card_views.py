@@ -17,5 +17,5 @@ def test_the_reranker_card_view_holds_what_the_cli_prints(tmp_path: Path) -> Non
                      result)
     view = RerankerCard.of(card)
     assert (view.split, view.train_queries, view.best_epoch, view.beats_fused) == ("train", 2, 2, True)
-    assert view.epochs == result.epochs and view.fused == result.fused and view.cross_validation is None
+    assert view.epochs == result.epochs and view.fused == result.fused
     assert (view.positive_pairs, view.negative_pairs, view.mining_seconds, view.blend) == (3, 9, 4.0, 0.4)

@@ -30,12 +30,11 @@ from hybridsearch.training.embedder_data import (
     dense_metrics,
     dense_rankings,
     negative_pool,
-    pick_negatives,
     pool_priority,
     rows_as_columns,
     validation_pool,
 )
-from hybridsearch.training.negatives import Candidate, Collected, SplitData
+from hybridsearch.training.negatives import Candidate, Collected, SplitData, pick_negatives
 
 SCIFACT = Path(__file__).resolve().parents[2].parent / "shared" / "datasets" / "scifact"
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from hybridsearch.embedding import encoder
 from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir, model_identity
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.eval.workflow import embedding_cache
+from hybridsearch.eval.harness import embedding_cache
 from hybridsearch.settings import EmbeddingSettings, load_settings
 
 DIMS = 8

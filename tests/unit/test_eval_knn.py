@@ -1,11 +1,14 @@
-"""Exact top-k and the recall of an approximate kNN search against it (hybridsearch.eval.knn)."""
+"""Exact top-k and the recall of an approximate kNN search against it (ops/bench/knn.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from hybridsearch.eval.knn import exact_top_k, knn_recall, unit
+from ops_modules import load_ops
+
+knn = load_ops("knn")
+exact_top_k, knn_recall, unit = knn.exact_top_k, knn.knn_recall, knn.unit
 
 
 def test_unit_scales_rows_to_length_one_and_leaves_zero_rows() -> None:

@@ -10,7 +10,8 @@ from ranx import Qrels, Run
 from ranx import evaluate as ranx_evaluate
 
 from hybridsearch.errors import ConfigError
-from hybridsearch.eval.metrics import METRICS, doc_ranking, evaluate, to_run
+from hybridsearch.eval.metrics import METRICS, evaluate, to_run
+from hybridsearch.query.fusion import unique
 
 QRELS = {
     "1": {"d1": 1, "d2": 1},
@@ -28,8 +29,8 @@ CHUNK_HITS = {
 
 
 def test_doc_ranking_keeps_each_documents_best_chunk_in_order() -> None:
-    assert doc_ranking(["a", "b", "a", "c", "b"]) == ["a", "b", "c"]
-    assert doc_ranking([]) == []
+    assert unique(["a", "b", "a", "c", "b"]) == ["a", "b", "c"]
+    assert unique([]) == []
 
 
 def test_to_run_scores_decrease_strictly_with_rank() -> None:
@@ -54,7 +55,7 @@ def test_hand_computed_values_for_one_query() -> None:
 
 def test_matches_ranx_on_a_hand_made_run_per_query_and_mean() -> None:
     means, per_query = evaluate(QRELS, CHUNK_HITS)
-    collapsed = {q: doc_ranking(h) for q, h in CHUNK_HITS.items()}
+    collapsed = {q: unique(h) for q, h in CHUNK_HITS.items()}
     # ranx fed directly with arbitrary decreasing scores, and the query without hits left out
     direct = {q: {d: 100.0 - i * 0.5 for i, d in enumerate(docs)} for q, docs in collapsed.items()}
     with warnings.catch_warnings():

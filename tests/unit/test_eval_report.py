@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from hybridsearch.errors import ConfigError, QueryError
+from hybridsearch.eval.harness import ModeRun, mode_report, parse_modes, run_mode, worst_queries
 from hybridsearch.eval.metrics import evaluate
 from hybridsearch.eval.report import (
     EvalReport,
@@ -15,12 +16,9 @@ from hybridsearch.eval.report import (
     ingest_checks,
     latency_stats,
     load_report,
-    mode_report,
     quality_checks,
     to_markdown,
-    worst_queries,
 )
-from hybridsearch.eval.runner import ModeRun, parse_modes, run_mode
 from hybridsearch.query.results import Hit, Mode, RerankOutcome, SearchResult, StageScore, Timings
 
 QRELS = {"q1": {"a": 1}, "q2": {"b": 1, "c": 1}}

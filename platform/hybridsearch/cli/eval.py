@@ -16,9 +16,9 @@ from pathlib import Path
 from hybridsearch.cli.output import print_table, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
+from hybridsearch.eval.harness import DEFAULT_MODES
 from hybridsearch.eval.metrics import METRICS
 from hybridsearch.eval.report import LATENCY_KEYS, Diff, EvalReport
-from hybridsearch.eval.runner import DEFAULT_MODES
 from hybridsearch.settings import Settings
 
 GATE_FAILED = 1  # exit code when --baseline finds a regression beyond --tolerance
@@ -87,7 +87,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
     """Handler of ``hsp eval``; returns 0, or 1 when the baseline gate fails."""
-    from hybridsearch.eval.workflow import run_evaluation
+    from hybridsearch.eval.harness import run_evaluation
 
     with RichProgress(console) as progress:
         done = run_evaluation(

@@ -1,21 +1,14 @@
-"""Fusion calibrated on judgments (``hsp calibrate-fusion``): choose how a hybrid search merges its lists.
+"""Fusion calibrated on judgments (``hsp calibrate-fusion``): how a hybrid search merges its BM25 and kNN lists.
 
-Each judged query of a split (the train split: never the one you report on) is searched once per list (BM25,
-kNN) on the collection's index; every candidate fusion is then scored offline on those same lists, so the
-grid costs no searches. The grid holds RRF with ``k`` from 1 to 100 and the share of the BM25 list from 0 to 1,
-and min-max or z-score score fusion with the same shares. Shares 0 and 1 are the single lists, so the chosen
-fusion never scores below the better single list on the split it was chosen on.
-
-The default (RRF k=60, equal weights) is kept unless a candidate beats it by more than ``min_gain``; a 2-fold
-estimate (choose on one half of the queries, score on the other) says how much of the gain is real.
-
-:func:`calibrate_fusion` is the whole workflow (``hsp calibrate-fusion`` only parses and renders): load the
-split, refuse test queries (:func:`~hybridsearch.eval.datasets.check_split`, the guard training uses), record the lists,
-choose, record the choice in the index's ``_meta`` and write the JSON report.
+Each judged query of a (non-test) split is searched once per list; every fusion of the grid (RRF per ``k`` and
+BM25 share, min-max and z-score per share, and each single list) is scored offline on those lists. The default
+(RRF k=60, equal weights) is kept unless a candidate beats it by more than ``min_gain``; a 2-fold estimate says
+how much of the gain holds on unseen queries. The choice is recorded in the index's ``_meta``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import random
@@ -57,7 +50,7 @@ def grid() -> list[Fusion]:
 def fused_rankings(fusion: Fusion, lists: ListsByQuery, qids: Sequence[str], depth: int = 100
                    ) -> dict[str, list[str]]:
     """The document ranking ``fusion`` gives each query of ``qids`` from its recorded lists (zero-weight lists
-    contribute nothing, so a single list keeps its own order)."""
+    left out, so a single list keeps its own order)."""
     out: dict[str, list[str]] = {}
     for qid in qids:
         kept = {n: lst for n, lst in lists[qid].items() if fusion.weight(n) > 0}
@@ -126,8 +119,7 @@ def calibrate(lists: ListsByQuery, qrels: Mapping[str, Mapping[str, int]], *, mi
 
 def record_lists(search: SearchFn, queries: Mapping[str, str], *,
                  ignore_identical_ids: bool = True, on_query: Callable[[], None] | None = None) -> ListsByQuery:
-    """BM25 and kNN lists (documents with their raw scores) of every query, from a search function that runs one
-    mode (``bm25`` or ``dense``, no rerank) with the depth the lists are fused at."""
+    """BM25 and kNN lists (documents with their raw scores) of every query, from a one-mode search function."""
     out: ListsByQuery = {}
     modes: tuple[tuple[str, Mode], ...] = (("bm25", "bm25"), ("knn", "dense"))
     for qid, text in queries.items():
@@ -149,7 +141,6 @@ class FusionCalibration:
     """What :func:`calibrate_fusion` measured, chose and recorded."""
 
     index: str
-    dataset: str
     split: str
     calibration: Calibration
     meta: dict[str, Any]  # the index's _meta.fusion_calibration (recorded unless dry_run)
@@ -159,10 +150,9 @@ class FusionCalibration:
 
 def record_fusion(es: EngineClient, cfg: IndexSettings, fusion: Fusion, *, calibration: dict[str, Any] | None = None,
                   index: str | None = None) -> str:
-    """Record ``fusion`` in the ``_meta`` of ``index`` (default: the index ``cfg``'s alias points at), whose
-    hybrid searches then use it while ``HSP_QUERY__FUSION=auto``, with ``calibration``, what a calibration rests
-    on (None: chosen without judgments, clearing an earlier calibration). Returns the index. Raises
-    IndexNotFound, AliasConflict, ClusterError (e.g. AccessDenied)."""
+    """Record ``fusion`` (used while ``HSP_QUERY__FUSION=auto``) and ``calibration`` (None: chosen without judgments)
+    in the ``_meta`` of ``index`` (default: the live index of ``cfg``); returns the index. Raises IndexNotFound,
+    AliasConflict, ClusterError."""
     index = index or live_index(es, cfg)
     record_meta(es, index, fusion=fusion.to_meta(), fusion_calibration=calibration)
     return index
@@ -173,13 +163,10 @@ def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train",
                      dry_run: bool = False, keep_identical_ids: bool = False, out: Path | None = None,
                      progress: ProgressSink | None = None, es: EngineClient | None = None,
                      search: SearchFn | None = None) -> FusionCalibration:
-    """Choose the fusion of ``dataset``'s collection index (prefix ``prefix``, default ``eval-<name>``) on the
-    judged queries of ``split`` and record it in the index's ``_meta`` (not with ``dry_run``); with ``out``, write
-    ``calibrate-<name>-<split>-<time>.json`` there. ``es`` and ``search`` replace the connection and the search
-    client (tests); reports the ``lists`` task to ``progress``.
-
-    Raises ConfigError (test split without ``allow_test``, queries also judged in the test split, bad
-    arguments or collection), IndexNotFound, IndexMismatch, ClusterError."""
+    """Choose the fusion of ``dataset``'s collection index (prefix default ``eval-<name>``) on the judged queries of
+    ``split`` and record it (not with ``dry_run``); with ``out``, write ``calibrate-<name>-<split>-<time>.json``
+    there. ``es`` and ``search`` replace the connection and the search client. Raises ConfigError, IndexNotFound,
+    IndexMismatch, ClusterError."""
     from hybridsearch.engine import connect
     from hybridsearch.eval.datasets import load_collection
     from hybridsearch.eval.prepare import eval_settings
@@ -191,8 +178,7 @@ def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train",
     if split != "test":
         check_disjoint(dataset, collection.queries, purpose="calibration")
     s = eval_settings(settings, prefix or f"eval-{collection.name}")
-    client_es = es if es is not None else connect(s.es)
-    try:
+    with contextlib.nullcontext(es) if es is not None else contextlib.closing(connect(s.es)) as client_es:
         index = checked_live_index(client_es, s)
         task = Task(progress, "lists", len(collection.queries))
         if search is not None:
@@ -201,28 +187,22 @@ def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train",
         else:
             from hybridsearch.query.client import SearchClient
 
-            client = SearchClient(client_es, s, reranker=None, log_queries=False)
             k = min(s.query.max_k, max(s.query.bm25_k, s.query.knn_k))
-            try:
+            with contextlib.closing(SearchClient(client_es, s, reranker=None, log_queries=False)) as client:
                 lists = record_lists(lambda text, mode: client.search(text, k=k, mode=mode, rerank=False),
                                      collection.queries, ignore_identical_ids=not keep_identical_ids,
                                      on_query=task.advance)
-            finally:
-                client.close()
         task.finish()
         cal = calibrate(lists, collection.qrels, min_gain=min_gain)
         when = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         meta = cal.meta(collection.name, collection.split, when)
         if not dry_run:
             record_fusion(client_es, s.index, cal.chosen, calibration=meta, index=index)
-    finally:
-        if es is None:
-            client_es.close()
     report = None
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         report = out / f"calibrate-{collection.name}-{collection.split}-{when.replace(':', '')}.json"
         report.write_text(json.dumps({"index": index, "fusion": cal.chosen.to_meta(), "calibration": meta,
                                       "grid": cal.scores}, indent=2), encoding="utf-8")
-    return FusionCalibration(index=index, dataset=collection.name, split=collection.split, calibration=cal,
-                             meta=meta, recorded=not dry_run, report=report)
+    return FusionCalibration(index=index, split=collection.split, calibration=cal, meta=meta, recorded=not dry_run,
+                             report=report)

@@ -1,13 +1,6 @@
-"""BEIR-format test collections: ``corpus.jsonl[.gz]``, ``queries.jsonl[.gz]``, ``qrels/<split>.tsv``.
-
-:func:`load_collection` reads the queries and the judgements of one split and keeps only the
-queries judged in that split (BEIR's rule: a query without qrels in the split is not evaluated).
-The corpus itself is not loaded here — ingestion streams it from :attr:`Collection.corpus_path`.
-Every problem with the files raises :class:`hybridsearch.errors.ConfigError` naming the file and line.
-
-Training and fusion calibration choose on one split (``train`` or ``dev``) and are reported on another
-(``test``); :func:`check_split` and :func:`check_disjoint` guard that boundary for both.
-"""
+"""BEIR-format collections (``corpus.jsonl[.gz]``, ``queries.jsonl[.gz]``, ``qrels/<split>.tsv``) and the guard
+of the test split: :func:`check_split` and :func:`check_disjoint` keep training and calibration off the queries
+that are reported on. Every problem with the files raises ConfigError naming the file and line."""
 
 from __future__ import annotations
 
@@ -15,7 +8,7 @@ import csv
 import gzip
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,7 +31,7 @@ class Collection:
     qrels_path: Path
     queries: dict[str, str]
     qrels: Qrels
-    skipped_queries: int = field(default=0, metadata={"doc": "judged queries missing from queries.jsonl"})
+    skipped_queries: int = 0  # judged queries missing from queries.jsonl
 
     def __len__(self) -> int:
         return len(self.queries)
@@ -139,11 +132,8 @@ def available_splits(root: Path) -> list[str]:
 
 
 def load_collection(path: str | Path, split: str = "test") -> Collection:
-    """Load split ``split`` of the BEIR collection in folder ``path``.
-
-    Only queries with at least one judgement in the split are kept. Raises ConfigError when the
-    folder, a file or the split is missing, a file is malformed, or no query of the split has text.
-    """
+    """Split ``split`` of the BEIR collection in folder ``path``: only queries judged in it (BEIR's rule). Raises
+    ConfigError when the folder, a file or the split is missing, a file is malformed, or no judged query has text."""
     root = Path(path).expanduser()
     if not root.is_dir():
         raise ConfigError(f"collection folder {root} does not exist")
@@ -175,8 +165,7 @@ def iter_corpus(path: Path, limit: int | None = None) -> Iterator[dict[str, str]
 
 
 def check_split(split: str, allow_test: bool = False, purpose: str = "train") -> None:
-    """Raise ConfigError for a protected split (``test``) unless ``allow_test``: training or selecting anything
-    on test queries makes every number measured on them meaningless. ``purpose`` names the verb in the error."""
+    """Raise ConfigError for a protected split (``test``) unless ``allow_test``; ``purpose`` is the verb shown."""
     if split in PROTECTED_SPLITS and not allow_test:
         raise ConfigError(
             f"refusing to {purpose} on the {split!r} split: its queries are for reporting. Use 'train' "
@@ -186,9 +175,8 @@ def check_split(split: str, allow_test: bool = False, purpose: str = "train") ->
 
 def check_disjoint(dataset: Path, qids: Iterable[str], protected: Iterable[str] = PROTECTED_SPLITS,
                    purpose: str = "training") -> list[str]:
-    """Raise ConfigError naming the query ids of ``qids`` also judged in a protected split (``test``) of
-    ``dataset`` (a query judged in both would carry its test answers into the choice; dropping it silently
-    would hide the overlap); returns the qrels files checked. ``purpose`` names the queries in the error."""
+    """The protected qrels files of ``dataset`` checked; raises ConfigError naming the ``qids`` also judged in one
+    (``test``). ``purpose`` names the queries in the error."""
     root = Path(dataset).expanduser().resolve()
     ours = set(qids)
     checked: list[str] = []

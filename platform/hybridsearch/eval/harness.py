@@ -1,42 +1,165 @@
-"""One evaluation end to end: index the collection, run each mode, score with ranx, build the report.
+"""``hsp eval`` end to end: index the collection, run each mode's queries, score with ranx, report.
 
-:func:`evaluate_collection` is what ``hsp eval`` calls; tests call it too. It raises our errors
-(ConfigError for bad input, ClusterError when the node fails, IndexMismatch on a model clash).
+:func:`run_evaluation` is the whole workflow (modes, embedding cache, sweeps, baseline, report files; it prints
+nothing: remarks go to the progress sink as notes); :func:`evaluate_collection` measures one collection on an
+index; :func:`run_mode` searches every query of one mode through a search function ``(query, mode, rerank)``.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import subprocess
-from collections.abc import Sequence
-from dataclasses import dataclass
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hybridsearch.cluster_url import redact_url
 from hybridsearch.engine import EngineClient, cluster_info
-from hybridsearch.errors import HybridSearchError
+from hybridsearch.errors import ConfigError, HybridSearchError, QueryError
 from hybridsearch.eval.datasets import Collection
-from hybridsearch.eval.metrics import evaluate
+from hybridsearch.eval.metrics import PRIMARY, evaluate
 from hybridsearch.eval.prepare import choose_index, index_counts, ingest_corpus
 from hybridsearch.eval.report import (
+    LATENCY_KEYS,
+    STAGES,
+    Diff,
     EvalReport,
     ModeReport,
+    RelevantRanks,
+    WorstQuery,
+    compare,
     ingest_checks,
-    mode_report,
+    latency_stats,
+    load_report,
     quality_checks,
-    worst_queries,
+    to_markdown,
+    write_chart,
 )
-from hybridsearch.eval.runner import MODES, ModeRun, run_mode
-from hybridsearch.progress import ProgressSink, Task
+from hybridsearch.eval.sweep import SWEEP_METRICS, Trial, parse_sweep, with_query
+from hybridsearch.progress import ProgressSink, Task, note
+from hybridsearch.query.fusion import unique
 from hybridsearch.query.results import Mode, SearchResult
 from hybridsearch.settings import RerankerSettings, Settings
 
 if TYPE_CHECKING:
+    from hybridsearch.embedding.cache import CachedEmbedder
     from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.rerank.base import Reranker
+    from hybridsearch.settings import IngestSettings
 
 EVAL_K = 100  # Recall@100 needs 100 ranked documents
+# eval mode -> (query-layer mode, rerank?)
+MODES: dict[str, tuple[Mode, bool]] = {
+    "bm25": ("bm25", False), "dense": ("dense", False), "hybrid": ("hybrid", False), "hybrid+rerank": ("hybrid", True),
+}
+DEFAULT_MODES = tuple(MODES)
+PAIR_MODES = ("bm25", "dense", "hybrid")  # what --worst compares
+NOTE = "eval"  # the task name of the workflow's notes
+
+SearchFn = Callable[[str, Mode, bool], SearchResult]
+
+
+def parse_modes(text: str) -> list[str]:
+    """``"bm25,hybrid"`` → ``["bm25", "hybrid"]`` (order kept, duplicates dropped). Raises QueryError."""
+    modes = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
+    unknown = [m for m in modes if m not in MODES]
+    if unknown or not modes:
+        raise QueryError(f"unknown mode(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(MODES)}")
+    return modes
+
+
+@dataclass
+class ModeRun:
+    """What one mode returned for every query: document rankings and per-stage latencies (ms)."""
+
+    mode: str
+    rankings: dict[str, list[str]] = field(default_factory=dict)
+    latency: dict[str, list[float]] = field(default_factory=lambda: {s: [] for s in LATENCY_KEYS})
+    failed: dict[str, str] = field(default_factory=dict)
+    reranked: int = 0
+    rerank_reasons: Counter[str] = field(default_factory=Counter)  # by RerankOutcome value
+    rerank_blends: Counter[float] = field(default_factory=Counter)
+
+    def rank_of(self, qid: str, doc_id: str) -> int | None:
+        """1-based rank of ``doc_id`` for ``qid`` in this mode, None when it was not retrieved."""
+        ranking = self.rankings.get(qid, [])
+        return ranking.index(doc_id) + 1 if doc_id in ranking else None
+
+
+def run_mode(search: SearchFn, queries: Mapping[str, str], mode: str, *, on_query: Callable[[], None] | None = None,
+             ignore_identical_ids: bool = True) -> ModeRun:
+    """Search every query with ``mode``, chunk hits collapsed to documents (best chunk wins).
+
+    A query the query layer rejects (QueryError) is recorded in ``failed`` and scores 0; cluster errors
+    propagate. ``ignore_identical_ids`` (BEIR's protocol) drops a hit whose document id equals the query id.
+    """
+    layer_mode, rerank = MODES[mode]
+    out = ModeRun(mode)
+    for qid, text in queries.items():
+        t0 = time.perf_counter()
+        try:
+            result = search(text, layer_mode, rerank)
+        except QueryError as exc:
+            out.failed[qid] = str(exc)
+            out.rankings[qid] = []
+        else:
+            wall = (time.perf_counter() - t0) * 1000.0
+            ranking = unique(h.doc_id for h in sorted(result.hits, key=lambda h: h.rank))
+            out.rankings[qid] = [d for d in ranking if d != qid] if ignore_identical_ids else ranking
+            t = result.timings
+            for stage, value in zip(STAGES, (t.embed_ms, t.search_ms, t.fusion_ms, t.rerank_ms, t.total_ms),
+                                    strict=True):
+                out.latency[stage].append(value)
+            out.latency["wall"].append(wall)
+            if rerank and result.reranked:
+                out.reranked += 1
+                out.rerank_blends[result.rerank_blend if result.rerank_blend is not None else 1.0] += 1
+            elif rerank:
+                out.rerank_reasons[result.rerank_outcome.value] += 1
+        if on_query:
+            on_query()
+    return out
+
+
+def mode_report(run: ModeRun, means: dict[str, float], per_query: dict[str, dict[str, float]]) -> ModeReport:
+    """:class:`ModeReport` of a finished :class:`ModeRun` and its ranx scores."""
+    return ModeReport(
+        mode=run.mode, status="ok", queries=len(run.rankings), failed_queries=len(run.failed),
+        reranked_queries=run.reranked if run.mode.endswith("rerank") else None,
+        rerank_reasons=dict(run.rerank_reasons),
+        rerank_blend=next(iter(run.rerank_blends)) if len(run.rerank_blends) == 1 else None,
+        metrics=means, latency_ms={k: latency_stats(run.latency[k]) for k in LATENCY_KEYS}, per_query=per_query,
+    )
+
+
+def worst_queries(report_modes: dict[str, ModeReport], runs: dict[str, ModeRun], queries: dict[str, str],
+                  qrels: dict[str, dict[str, int]], n: int) -> list[WorstQuery]:
+    """The ``n`` queries where hybrid's nDCG@10 trails the better of BM25 and dense the most (loss > 0)."""
+    report_modes = {k: m for k, m in report_modes.items() if m.status == "ok"}
+    hybrid = report_modes.get("hybrid")
+    singles = [report_modes[m] for m in ("bm25", "dense") if m in report_modes]
+    if hybrid is None or not singles or n <= 0:
+        return []
+
+    def rank(mode: str, qid: str, doc: str) -> int | None:
+        return runs[mode].rank_of(qid, doc) if mode in runs else None
+
+    rows: list[WorstQuery] = []
+    for qid, value in hybrid.per_query[PRIMARY].items():
+        best = max(singles, key=lambda m: m.per_query[PRIMARY][qid])
+        loss = best.per_query[PRIMARY][qid] - value
+        if loss <= 1e-9:
+            continue
+        relevant = [RelevantRanks(doc_id=doc, grade=grade, bm25=rank("bm25", qid, doc), knn=rank("dense", qid, doc),
+                                  fusion=rank("hybrid", qid, doc), rerank=rank("hybrid+rerank", qid, doc))
+                    for doc, grade in sorted(qrels[qid].items()) if grade > 0]
+        rows.append(WorstQuery(qid=qid, query=queries[qid], hybrid=value, best_single_mode=best.mode,
+                               best_single=best.per_query[PRIMARY][qid], loss=loss, relevant=relevant))
+    rows.sort(key=lambda w: (-w.loss, w.qid))
+    return rows[:n]
 
 
 def redacted_settings(settings: Settings) -> dict[str, Any]:
@@ -69,18 +192,14 @@ def git_info(where: Path | None = None) -> dict[str, Any]:
 def probe_reranker(reranker: Reranker | None, cfg: RerankerSettings) -> str | None:
     """Why hybrid+rerank cannot run (no reranker, or it fails a one-pair score), else None."""
     if reranker is None:
-        if not cfg.enabled:
-            return "reranker disabled (HSP_RERANKER__ENABLED=false)"
-        return "no reranker configured"
+        return "reranker disabled (HSP_RERANKER__ENABLED=false)" if not cfg.enabled else "no reranker configured"
     try:
         scores = reranker.score("probe query", ["probe passage"])
     except HybridSearchError as exc:
         return f"reranker unavailable: {exc}"
     except Exception as exc:  # noqa: BLE001 - any failure of a third-party model means "skip this mode"
         return f"reranker unavailable: {type(exc).__name__}: {exc}"
-    if len(scores) != 1:
-        return f"reranker answered {len(scores)} scores for 1 passage"
-    return None
+    return f"reranker answered {len(scores)} scores for 1 passage" if len(scores) != 1 else None
 
 
 @dataclass
@@ -91,27 +210,14 @@ class Evaluation:
     runs: dict[str, ModeRun]
 
 
-def evaluate_collection(
-    es: EngineClient,
-    settings: Settings,
-    collection: Collection,
-    modes: Sequence[str],
-    *,
-    embedder: Embedder | None = None,
-    reranker: Reranker | None = None,
-    ingest: bool = True,
-    worst: int = 0,
-    progress: ProgressSink | None = None,
-    ignore_identical_ids: bool = True,
-) -> Evaluation:
-    """Index ``collection`` under ``settings.index.prefix`` (reusing a fitting index), run ``modes``, score.
-
-    ``settings`` should already carry the evaluation prefix (see :func:`eval_settings`). With
-    ``ingest=False`` an existing fitting index is used as it is. ``hybrid+rerank`` runs only when
-    ``reranker`` (default: the one ``settings.reranker`` configures) answers a one-pair probe;
-    otherwise it is reported as skipped with the reason. ``ignore_identical_ids`` follows BEIR's
-    protocol (a hit whose id equals the query id is dropped); the report says which was used. ``progress``
-    receives the ingestion's counts (task ``ingest``) and each mode's queries (one task per mode).
+def evaluate_collection(es: EngineClient, settings: Settings, collection: Collection, modes: Sequence[str], *,
+                        embedder: Embedder | None = None, reranker: Reranker | None = None, ingest: bool = True,
+                        worst: int = 0, progress: ProgressSink | None = None,
+                        ignore_identical_ids: bool = True) -> Evaluation:
+    """Index ``collection`` under ``settings.index.prefix`` (reusing a fitting index; with ``ingest=False`` the
+    fitting index as it is), run ``modes`` and score them. ``hybrid+rerank`` runs only when ``reranker`` (default:
+    the one ``settings.reranker`` configures) answers a one-pair probe, else it is reported skipped with the
+    reason. ``progress`` gets the ingestion's counts (task ``ingest``) and one task per mode.
     """
     from hybridsearch.query.client import SearchClient
     from hybridsearch.query.core import auto_reranker
@@ -122,7 +228,6 @@ def evaluate_collection(
                                    progress=progress) if ingest else None)
     counts = index_counts(es, choice.index)
     k = min(EVAL_K, settings.query.max_k)
-
     skip_reason: dict[str, str] = {}
     if "hybrid+rerank" in modes:
         why: str | None = None
@@ -139,9 +244,7 @@ def evaluate_collection(
     runs: dict[str, ModeRun] = {}
     reports: dict[str, ModeReport] = {}
     try:
-        for mode in modes:
-            if mode in skip_reason:
-                continue
+        for mode in (m for m in modes if m not in skip_reason):
             tick = Task(progress, mode, len(collection.queries)).advance
             client.embedder.clear_cache()  # each mode pays for its own query embeddings: honest latency
             run = run_mode(search, collection.queries, mode, on_query=tick, ignore_identical_ids=ignore_identical_ids)
@@ -149,8 +252,6 @@ def evaluate_collection(
             runs[mode], reports[mode] = run, mode_report(run, means, per_query)
     finally:
         client.close()
-
-    mode_reports = [reports.get(m) or ModeReport(mode=m, status="skipped", reason=skip_reason[m]) for m in modes]
     report = EvalReport(
         created_at=started.isoformat(timespec="seconds"),
         dataset={"name": collection.name, "path": str(collection.root), "split": collection.split,
@@ -158,19 +259,154 @@ def evaluate_collection(
                  "skipped_queries": collection.skipped_queries, "ignore_identical_ids": ignore_identical_ids},
         index={"name": choice.index, "alias": settings.index.alias, "action": choice.action,
                "signature": choice.signature, **counts},
-        ingest=ingest_result,
-        model=settings.embedding.model,
-        chunker=str(choice.signature.get("chunker_version")),
-        cluster=cluster_info(es),
-        git=git_info(),
-        settings=redacted_settings(settings),
-        k=k,
-        modes=mode_reports,
+        ingest=ingest_result, model=settings.embedding.model, chunker=str(choice.signature.get("chunker_version")),
+        cluster=cluster_info(es), git=git_info(), settings=redacted_settings(settings), k=k,
+        modes=[reports.get(m) or ModeReport(mode=m, status="skipped", reason=skip_reason[m]) for m in modes],
         checks=ingest_checks(ingest_result) + quality_checks(reports),
         worst=worst_queries(reports, runs, collection.queries, collection.qrels, worst),
     )
     return Evaluation(report, runs)
 
 
-__all__ = ["EVAL_K", "MODES", "Evaluation", "evaluate_collection", "git_info", "probe_reranker",
-           "redacted_settings"]
+def run_sweep(
+    es: EngineClient, settings: Settings, collection: Collection, modes: Sequence[str],
+    knobs: list[tuple[str, list[str]]], *, embedder: Embedder | None = None, k: int = 100,
+    ignore_identical_ids: bool = True,
+) -> list[Trial]:
+    """Run ``modes`` (without rerank) once per knob value on the index behind ``settings.index.alias``."""
+    from hybridsearch.query.client import SearchClient
+
+    modes = [m for m in modes if m != "hybrid+rerank"]
+    trials: list[Trial] = []
+    for name, values in knobs:
+        for value in values:
+            knobs_now = with_query(settings.query, name, value)
+            client = SearchClient(es, settings, embedder=embedder, query=knobs_now, log_queries=False)
+
+            def search(query: str, mode: Mode, rerank: bool, client: SearchClient = client) -> SearchResult:
+                return client.search(query, k=min(k, client.query.max_k), mode=mode, rerank=False)
+
+            metrics: dict[str, dict[str, float]] = {}
+            try:
+                for mode in modes:
+                    run = run_mode(search, collection.queries, mode, ignore_identical_ids=ignore_identical_ids)
+                    means, _ = evaluate(collection.qrels, run.rankings, SWEEP_METRICS)
+                    metrics[mode] = means
+            finally:
+                client.close()
+            trials.append(Trial(knob=name, value=value, metrics=metrics))
+    return trials
+
+
+@dataclass
+class EvalRun:
+    """What :func:`run_evaluation` measured and wrote."""
+
+    report: EvalReport
+    diffs: list[Diff] | None
+    tolerance: float
+    paths: list[Path]
+    cache_stats: dict[str, Any] | None = None  # the embedding cache's counts, when it was used
+
+    @property
+    def gate_failed(self) -> bool:
+        """A metric fell by more than the tolerance against the baseline."""
+        return any(d.regressed for d in self.diffs or ())
+
+
+def plan_modes(modes: str | Sequence[str], worst: int) -> tuple[list[str], str | None]:
+    """The modes to run, with bm25, dense and hybrid added when ``worst`` needs them; and the remark saying so."""
+    chosen = parse_modes(modes) if isinstance(modes, str) else list(modes)
+    missing = [m for m in PAIR_MODES if m not in chosen] if worst else []
+    if not missing:
+        return chosen, None
+    return ([m for m in PAIR_MODES if m in chosen or m in missing] + [m for m in chosen if m not in PAIR_MODES],
+            f"--worst needs {', '.join(missing)} too: adding them")
+
+
+def embedding_cache(embedder: Embedder, ingest: IngestSettings, *, enabled: bool = True, build: bool = True,
+                    cache_dir: Path | None = None) -> tuple[CachedEmbedder | None, str | None]:
+    """The cache in front of ``embedder`` for building the index (``cache_dir``, default ``$HSP_CACHE/embeddings``),
+    or None (off, nothing to build, or worker processes that embed without it) with the reason when not obvious."""
+    from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
+
+    if not enabled or not build:
+        return None, None
+    if ingest.workers > 1:
+        return None, "embedding cache off: with HSP_INGEST__WORKERS > 1 the worker processes embed without it"
+    return CachedEmbedder(embedder, cache_dir or default_cache_dir()), None
+
+
+def write_reports(report: EvalReport, out: Path, diffs: list[Diff] | None, tolerance: float) -> list[Path]:
+    """Write ``eval-<dataset>-<split>-<UTC time>[-n].json/.md/.png`` under ``out`` (``-2``, … when a report of
+    the same second exists); returns the paths."""
+    out.mkdir(parents=True, exist_ok=True)
+    base = f"eval-{report.dataset['name']}-{report.dataset['split']}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}"
+    stem, n = out / base, 1
+    while stem.with_suffix(".json").exists():
+        n += 1
+        stem = out / f"{base}-{n}"
+    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
+    json_path.write_text(report.to_json() + "\n", encoding="utf-8")
+    md_path.write_text(to_markdown(report, diffs, tolerance) + "\n", encoding="utf-8")
+    return [json_path, md_path, write_chart(report, stem.with_suffix(".png"))]
+
+
+def run_evaluation(dataset: Path, settings: Settings, *, split: str = "test",
+                   modes: str | Sequence[str] = DEFAULT_MODES, out: Path = Path("reports"),
+                   baseline: Path | None = None, tolerance: float = 0.01, worst: int = 0,
+                   limit_queries: int | None = None, keep_identical_ids: bool = False, prefix: str | None = None,
+                   sweep: list[str] | None = None, ingest: bool = True, use_embedding_cache: bool = True,
+                   embedding_cache_dir: Path | None = None, progress: ProgressSink | None = None) -> EvalRun:
+    """Evaluate ``dataset``'s ``split`` on its own index (prefix ``prefix``, default ``eval-<name>``; built or
+    reused unless ``ingest`` is False) and write the reports under ``out``; see ``hsp eval --help``.
+
+    Raises ConfigError (bad arguments, collection or baseline), IndexNotFound, IndexMismatch, ClusterError,
+    ModelError."""
+    from hybridsearch.embedding.encoder import Embedder
+    from hybridsearch.engine import connect
+    from hybridsearch.eval.datasets import load_collection
+    from hybridsearch.eval.prepare import eval_settings
+
+    if tolerance < 0:
+        raise ConfigError("--tolerance must be ≥ 0")
+    if worst < 0 or (limit_queries is not None and limit_queries < 1):
+        raise ConfigError("--worst must be ≥ 0 and --limit-queries ≥ 1")
+
+    def remark(text: str | None) -> None:
+        if text:
+            note(progress, NOTE, text)
+
+    chosen, why = plan_modes(modes, worst)
+    remark(why)
+    knobs = parse_sweep(sweep or [])
+    base = load_report(baseline) if baseline else None
+    collection = load_collection(dataset, split).limit(limit_queries)
+    s = eval_settings(settings, prefix or f"eval-{collection.name}")
+    remark(f"{collection.name} {collection.split}: {len(collection)} judged queries · index prefix "
+           f"{s.index.prefix} · modes {', '.join(chosen)}")
+    es = connect(s.es)
+    embedder: Embedder = Embedder(s.embedding)
+    cache, why = embedding_cache(embedder, s.ingest, enabled=use_embedding_cache, build=ingest,
+                                 cache_dir=embedding_cache_dir)
+    remark(why)
+    embedder = cache or embedder  # queries pass through it uncached
+    try:
+        evaluation = evaluate_collection(es, s, collection, chosen, embedder=embedder, ingest=ingest, worst=worst,
+                                         progress=progress, ignore_identical_ids=not keep_identical_ids)
+        if knobs:
+            remark(f"sweeping {', '.join(f'{n}={v}' for n, vs in knobs for v in vs)}")
+            trials = run_sweep(es, s, collection, chosen, knobs, embedder=embedder, k=evaluation.report.k,
+                               ignore_identical_ids=not keep_identical_ids)
+            evaluation.report.sweep = [t.model_dump() for t in trials]
+    finally:
+        es.close()
+        if cache is not None:
+            cache.close()
+    report = evaluation.report
+    stats = cache.stats() if cache is not None else None
+    if stats is not None and report.ingest is not None:
+        report.ingest["embedding_cache"] = stats
+    diffs = compare(report, base, tolerance) if base else None
+    paths = write_reports(report, out, diffs, tolerance)
+    return EvalRun(report=report, diffs=diffs, tolerance=tolerance, paths=paths, cache_stats=stats)

@@ -1,15 +1,14 @@
-"""Document-level runs and IR metrics, computed by ``ranx`` (never by hand).
+"""Document-level IR metrics, computed by ``ranx`` (never by hand).
 
-A *ranking* is the list of document ids a mode returned for one query, best first. Chunk hits
-become a ranking with :func:`doc_ranking` (a document takes the rank of its best chunk; later
-chunks of it are dropped). :func:`to_run` turns rankings into a ranx run whose scores encode the
-ranks exactly (``1/rank``), so ranx's own sort cannot reorder ties differently from ours.
+A *ranking* is the list of document ids a mode returned for one query, best first (a document takes the rank of
+its best chunk). :func:`to_run` turns rankings into a ranx run whose scores encode the ranks exactly
+(``1/rank``), so ranx's own sort cannot reorder ties differently from ours.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hybridsearch.errors import ConfigError
@@ -28,24 +27,16 @@ PRIMARY = "ndcg@10"
 Rankings = Mapping[str, Sequence[str]]
 
 
-def doc_ranking(doc_ids: Iterable[str]) -> list[str]:
-    """Document ids in first-seen order: the best chunk of a document wins, its other chunks go."""
-    return unique(doc_ids)
-
-
 def to_run(rankings: Rankings) -> dict[str, dict[str, float]]:
     """``{qid: {doc: 1/rank}}`` from rankings (chunk duplicates collapsed, best first)."""
-    return {qid: {doc: 1.0 / r for r, doc in enumerate(doc_ranking(docs), 1)} for qid, docs in rankings.items()}
+    return {qid: {doc: 1.0 / r for r, doc in enumerate(unique(docs), 1)} for qid, docs in rankings.items()}
 
 
 def evaluate(
     qrels: Mapping[str, Mapping[str, int]], rankings: Rankings, metrics: Sequence[str] = tuple(METRICS)
 ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """Mean and per-query values of ``metrics`` for ``rankings`` against ``qrels``.
-
-    Every query in ``qrels`` is scored; one without a ranking (or with an empty one) scores 0.
-    Returns ``({metric: mean}, {metric: {qid: value}})``. Raises ConfigError when ``qrels`` is empty.
-    """
+    """``({metric: mean}, {metric: {qid: value}})`` of ``rankings`` against ``qrels``; every judged query is
+    scored, one without a ranking scores 0. Raises ConfigError when ``qrels`` is empty."""
     from ranx import Qrels, Run
     from ranx import evaluate as ranx_evaluate
 
@@ -54,8 +45,7 @@ def evaluate(
     run = to_run({q: docs for q, docs in rankings.items() if q in qrels and docs})
     ranx_qrels = Qrels({q: dict(j) for q, j in qrels.items()})
     if not run:  # nothing retrieved for any query: ranx cannot hold an empty run
-        zeros = {m: dict.fromkeys(qrels, 0.0) for m in metrics}
-        return dict.fromkeys(metrics, 0.0), zeros
+        return dict.fromkeys(metrics, 0.0), {m: dict.fromkeys(qrels, 0.0) for m in metrics}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # numba's type-safety chatter
         # make_comparable: queries without a ranking score 0, rankings for unjudged queries are ignored
@@ -64,5 +54,4 @@ def evaluate(
         scores = {metrics[0]: scores}
     order = ranx_qrels.get_query_ids()  # the order of ranx's per-query arrays
     per_query = {m: {q: float(v) for q, v in zip(order, scores[m], strict=True)} for m in metrics}
-    means = {m: sum(per_query[m].values()) / len(order) for m in metrics}
-    return means, per_query
+    return {m: sum(per_query[m].values()) / len(order) for m in metrics}, per_query

@@ -1,17 +1,10 @@
-"""The evaluation index of a collection: found and reused when it fits, else built by ingestion.
-
-Each collection gets its own prefix (default ``eval-<collection>``), so evaluations never touch a
-production index. Under that prefix, every ``<prefix>-chunks-v<N>`` whose ``_meta`` (model, dims,
-chunker, title handling) and mapping (analyzer, vector ``index_options``, field types) match the settings
-(``index.fit.chunk_differences`` at level ``build``) is a candidate for reuse; otherwise a new version is
-created from its spec (``index.versions.ensure_index``) and the read
-alias swapped to it. The older versions stay, so switching settings back reuses them.
-"""
+"""The evaluation index of a collection, under its own prefix (default ``eval-<collection>``): a version whose
+``_meta`` and mapping fit the settings (``index.fit.chunk_differences`` at level ``build``) is reused, else a new
+version is created and the alias swapped to it; older versions stay, so switching settings back reuses them."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,14 +25,9 @@ if TYPE_CHECKING:
     from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.ingest.sources import Document
 
-# _meta keys that decide whether an existing index holds what these settings would build.
-REUSE_META = BUILD_META
-
 
 def eval_settings(settings: Settings, prefix: str) -> Settings:
-    """``settings`` for an evaluation under index prefix ``prefix``: a copy, because the evaluation works on
-    other indices than the settings name (the query log is switched off where the clients are made:
-    evaluation queries are not traffic)."""
+    """A copy of ``settings`` with index prefix ``prefix``. Raises ConfigError for an invalid prefix."""
     try:
         index = settings.index.model_validate({**settings.index.model_dump(), "prefix": prefix})
     except ValidationError:
@@ -50,7 +38,7 @@ def eval_settings(settings: Settings, prefix: str) -> Settings:
 def build_signature(settings: Settings) -> dict[str, Any]:
     """What an index built from ``settings`` must record to be reused: ``_meta`` keys and mapping options."""
     meta = chunk_meta(settings)
-    sig = {k: meta.get(k) for k in REUSE_META}
+    sig = {k: meta.get(k) for k in BUILD_META}
     sig["analyzer"] = settings.index.analyzer
     sig["index_options"] = index_options(settings.index)["type"]
     return sig
@@ -59,7 +47,6 @@ def build_signature(settings: Settings) -> dict[str, Any]:
 @dataclass
 class IndexChoice:
     """Which concrete index the evaluation uses and why."""
-
     index: str
     action: str  # "reused" | "switched" | "created"
     signature: dict[str, Any]
@@ -67,9 +54,7 @@ class IndexChoice:
 
 def choose_index(es: EngineClient, settings: Settings, *, create: bool = True) -> IndexChoice:
     """Point ``settings.index.alias`` at an index that fits ``settings``, creating one when none does.
-
-    Raises IndexNotFound when none fits and ``create`` is false, ClusterError for cluster failures.
-    """
+    Raises IndexNotFound when none fits and ``create`` is false, ClusterError."""
     alias = settings.index.alias
     settings = with_analyzer(es, settings)  # "auto" is english or standard, as the index would be built
     want = build_signature(settings)
@@ -105,21 +90,14 @@ def index_counts(es: EngineClient, index: str) -> dict[str, int]:
     return {"chunks": int(body["hits"]["total"]["value"]), "documents": int(body["aggregations"]["docs"]["value"])}
 
 
-def ingest_corpus(
-    es: EngineClient, settings: Settings, corpus: Path | Iterable[Document], *,
-    embedder: Embedder | None = None, progress: ProgressSink | None = None,
-) -> dict[str, Any]:
-    """Ingest ``corpus`` (a path, or Documents) through the alias; unchanged documents are skipped; the run's
-    counts go to ``progress`` (task ``ingest``).
-
-    Returns the run's counts as a dict. Raises IngestError when the run did not complete.
-    """
+def ingest_corpus(es: EngineClient, settings: Settings, corpus: Path | Iterable[Document], *,
+                  embedder: Embedder | None = None, progress: ProgressSink | None = None) -> dict[str, Any]:
+    """Ingest ``corpus`` (a path, or Documents) through the alias, unchanged documents skipped; returns the run's
+    counts as JSON-ready data. Raises IngestError when the run did not complete."""
     from hybridsearch.ingest.pipeline import run_ingest
 
     result = run_ingest(corpus, settings, es=es, embedder=embedder, progress=progress)
-    out: dict[str, Any] = json.loads(json.dumps(
-        dataclasses.asdict(result) if dataclasses.is_dataclass(result) else vars(result), default=str))
-    if out.get("status", "completed") != "completed":
-        raise IngestError(f"ingesting {corpus} ended {out.get('status')}: the index is incomplete, so the "
+    if result.status != "completed":
+        raise IngestError(f"ingesting {corpus} ended {result.status}: the index is incomplete, so the "
                           "evaluation stops; re-run to resume")
-    return out
+    return dataclasses.asdict(result)

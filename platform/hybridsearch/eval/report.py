@@ -1,8 +1,5 @@
-"""The evaluation report: typed, written as JSON and Markdown, compared against a baseline.
-
-All numbers live in :class:`EvalReport`; the Markdown, the chart (:func:`write_chart`) and the terminal tables
-are views of it.
-"""
+"""The evaluation report: all numbers live in :class:`EvalReport` (written as JSON, compared against a baseline);
+the Markdown, the chart (:func:`write_chart`) and the terminal tables are views of it."""
 
 from __future__ import annotations
 
@@ -15,9 +12,9 @@ from pydantic import BaseModel, Field, ValidationError
 
 from hybridsearch.errors import ConfigError
 from hybridsearch.eval.metrics import METRICS, PRIMARY
-from hybridsearch.eval.runner import STAGES, ModeRun
 
 SCHEMA = "hybridsearch.eval/1"
+STAGES = ("embed", "search", "fusion", "rerank", "total")
 LATENCY_KEYS = (*STAGES, "wall")
 
 
@@ -53,17 +50,6 @@ class ModeReport(BaseModel):
     metrics: dict[str, float] = Field(default_factory=dict)
     latency_ms: dict[str, Latency] = Field(default_factory=dict)
     per_query: dict[str, dict[str, float]] = Field(default_factory=dict, description="metric -> query id -> value")
-
-
-def mode_report(run: ModeRun, means: dict[str, float], per_query: dict[str, dict[str, float]]) -> ModeReport:
-    """:class:`ModeReport` of a finished :class:`ModeRun` and its ranx scores."""
-    return ModeReport(
-        mode=run.mode, status="ok", queries=len(run.rankings), failed_queries=len(run.failed),
-        reranked_queries=run.reranked if run.mode.endswith("rerank") else None,
-        rerank_reasons=dict(run.rerank_reasons),
-        rerank_blend=next(iter(run.rerank_blends)) if len(run.rerank_blends) == 1 else None,
-        metrics=means, latency_ms={k: latency_stats(run.latency[k]) for k in LATENCY_KEYS}, per_query=per_query,
-    )
 
 
 class RelevantRanks(BaseModel):
@@ -165,38 +151,6 @@ def ingest_checks(ingest: dict[str, Any] | None) -> list[Check]:
     detail = (f"{failed} of {ingest.get('documents')} documents failed to index; see {ingest.get('dead_letter_path')}"
               if failed else f"{ingest.get('documents')} documents read, none failed")
     return [Check(name="every corpus document indexed", passed=failed == 0, detail=detail)]
-
-
-def worst_queries(
-    report_modes: dict[str, ModeReport], runs: dict[str, ModeRun], queries: dict[str, str],
-    qrels: dict[str, dict[str, int]], n: int,
-) -> list[WorstQuery]:
-    """The ``n`` queries where hybrid's nDCG@10 trails the better of BM25 and dense the most (loss > 0)."""
-    report_modes = {k: m for k, m in report_modes.items() if m.status == "ok"}
-    hybrid = report_modes.get("hybrid")
-    singles = [report_modes[m] for m in ("bm25", "dense") if m in report_modes]
-    if hybrid is None or not singles or n <= 0:
-        return []
-    rows: list[WorstQuery] = []
-    for qid, value in hybrid.per_query[PRIMARY].items():
-        best = max(singles, key=lambda m: m.per_query[PRIMARY][qid])
-        loss = best.per_query[PRIMARY][qid] - value
-        if loss <= 1e-9:
-            continue
-        relevant = [
-            RelevantRanks(
-                doc_id=doc, grade=grade,
-                bm25=runs["bm25"].rank_of(qid, doc) if "bm25" in runs else None,
-                knn=runs["dense"].rank_of(qid, doc) if "dense" in runs else None,
-                fusion=runs["hybrid"].rank_of(qid, doc),
-                rerank=runs["hybrid+rerank"].rank_of(qid, doc) if "hybrid+rerank" in runs else None,
-            )
-            for doc, grade in sorted(qrels[qid].items()) if grade > 0
-        ]
-        rows.append(WorstQuery(qid=qid, query=queries[qid], hybrid=value, best_single_mode=best.mode,
-                               best_single=best.per_query[PRIMARY][qid], loss=loss, relevant=relevant))
-    rows.sort(key=lambda w: (-w.loss, w.qid))
-    return rows[:n]
 
 
 class Diff(BaseModel):

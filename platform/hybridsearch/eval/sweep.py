@@ -1,27 +1,15 @@
-"""Query-time knob sweeps on an evaluation index: one knob at a time, quality per value.
-
-``hsp eval … --sweep query.rrf_k=20,60,100 --sweep query.title_boost=1,2`` re-runs the query phase
-for each value on the same index (no re-ingestion) and reports nDCG@10 and Recall@100 per mode.
-Only ``query.*`` settings can be swept: anything else changes how the index is built.
-"""
+"""Query-time knob sweeps (``hsp eval --sweep query.rrf_k=20,60``): the query phase re-run once per value on the
+same index, nDCG@10 and Recall@100 per mode. Only ``query.*`` settings: anything else changes the index."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
-from hybridsearch.engine import EngineClient
 from hybridsearch.errors import ConfigError
-from hybridsearch.eval.datasets import Collection
-from hybridsearch.eval.metrics import METRICS, evaluate
-from hybridsearch.eval.runner import run_mode
-from hybridsearch.query.results import Mode, SearchResult
-from hybridsearch.settings import QuerySettings, Settings
-
-if TYPE_CHECKING:
-    from hybridsearch.embedding.encoder import Embedder
+from hybridsearch.eval.metrics import METRICS
+from hybridsearch.settings import QuerySettings
 
 SWEEP_METRICS = ("ndcg@10", "recall@100")
 
@@ -41,14 +29,12 @@ def parse_sweep(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
     return out
 
 
-#: fusion knobs: sweeping one of them with ``fusion=auto`` sweeps RRF with it (an index's recorded fusion would
-#: otherwise be used and the knob change nothing)
+# fusion knobs: swept with ``fusion=auto``, they select their fusion (else the index's recorded one would be used)
 FUSION_OF_KNOB = {"rrf_k": "rrf", "knn_share": "rrf"}
 
 
 def with_query(query: QuerySettings, name: str, value: str) -> QuerySettings:
-    """The query knobs ``query`` with ``<name>`` set to ``value`` (validated); a fusion knob also selects its
-    fusion when ``query.fusion`` is auto (:data:`FUSION_OF_KNOB`). Raises ConfigError."""
+    """``query`` with ``<name>`` set to ``value`` (validated; see :data:`FUSION_OF_KNOB`). Raises ConfigError."""
     update: dict[str, str] = {name: value}
     if query.fusion == "auto" and name in FUSION_OF_KNOB:
         update["fusion"] = FUSION_OF_KNOB[name]
@@ -60,42 +46,9 @@ def with_query(query: QuerySettings, name: str, value: str) -> QuerySettings:
 
 class Trial(BaseModel):
     """One knob value: metrics per mode."""
-
     knob: str
     value: str
     metrics: dict[str, dict[str, float]]  # mode -> metric -> mean
-
-
-def run_sweep(
-    es: EngineClient, settings: Settings, collection: Collection, modes: Sequence[str],
-    knobs: list[tuple[str, list[str]]], *, embedder: Embedder | None = None, k: int = 100,
-    ignore_identical_ids: bool = True,
-) -> list[Trial]:
-    """Run ``modes`` (without rerank) once per knob value on the index behind ``settings.index.alias``."""
-    from hybridsearch.query.client import SearchClient
-
-    modes = [m for m in modes if m != "hybrid+rerank"]
-    trials: list[Trial] = []
-    for name, values in knobs:
-        for value in values:
-            knobs_now = with_query(settings.query, name, value)
-            client = SearchClient(es, settings, embedder=embedder, query=knobs_now, log_queries=False)
-
-            def search(query: str, mode: Mode, rerank: bool, client: Any = client, k: int = k) -> SearchResult:
-                result: SearchResult = client.search(query, k=min(k, client.query.max_k), mode=mode,
-                                                     rerank=False)
-                return result
-
-            metrics: dict[str, dict[str, float]] = {}
-            try:
-                for mode in modes:
-                    run = run_mode(search, collection.queries, mode, ignore_identical_ids=ignore_identical_ids)
-                    means, _ = evaluate(collection.qrels, run.rankings, SWEEP_METRICS)
-                    metrics[mode] = means
-            finally:
-                client.close()
-            trials.append(Trial(knob=name, value=value, metrics=metrics))
-    return trials
 
 
 def sweep_markdown(trials: list[Trial], modes: Sequence[str]) -> str:

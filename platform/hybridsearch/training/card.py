@@ -1,9 +1,6 @@
-"""The cards of trained models: ``card.json`` (for programs) and ``README.md`` (for people).
-
-A card says what the model was trained on (base model, data, split, negatives, epochs), how it did on
-held-out queries of the training split per epoch, and how to use it. A reranker's card also says how to
-serve it (``serving.blend``, ``serving.max_length``), which :mod:`hybridsearch.rerank.card` reads back.
-"""
+"""The cards of trained models, ``card.json`` (for programs) and ``README.md`` (for people): what the model was
+trained on, how it did on held-out queries per epoch, and how to use it (a reranker's ``serving`` section is read
+back by :mod:`hybridsearch.rerank.card`)."""
 
 from __future__ import annotations
 
@@ -37,33 +34,33 @@ POOL = "a pool: every document judged for or found by hybrid search for a valida
 
 
 def kept_epoch(result: TrainResult) -> Any:
-    """The :class:`~hybridsearch.training.config.EpochResult` that was kept, or None."""
+    """The kept :class:`~hybridsearch.training.config.EpochResult`, or None."""
     return next((e for e in result.epochs if e.epoch == result.best_epoch), None)
 
 
 def beats_fused(result: TrainResult) -> bool | None:
-    """Whether the kept epoch, served with its blend, ranks the validation queries better than the
-    fused order (None: no validation)."""
+    """Whether the kept epoch, served with its blend, beats the fused order on validation (None: no validation)."""
     kept = kept_epoch(result)
     if not result.fused or kept is None or kept.blend_ndcg_at_10 is None:
         return None
     return bool(kept.blend_ndcg_at_10 > result.fused["ndcg@10"])
 
 
+def _head(kind: str, cfg: TrainingConfig | EmbedderConfig, data: SplitData, **base: Any) -> dict[str, Any]:
+    """The fields every card starts with: the base model (and ``base``) and the judgments trained on."""
+    return {"kind": kind, "created": datetime.now(UTC).isoformat(timespec="seconds"), "base_model": cfg.base,
+            "base_model_path": resolve_model(cfg.base), **base,
+            "dataset": str(Path(cfg.dataset).expanduser().resolve()), "split": data.split,
+            "files_read": data.files_read}
+
+
 def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: TrainResult,
               extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The ``card.json`` content: what the model was trained from and how it did on validation."""
+    """The ``card.json`` content of a reranker."""
     kept = kept_epoch(result)
     return {
-        "kind": KIND,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "base_model": cfg.base,
-        "base_model_path": resolve_model(cfg.base),
-        "base_model_trained_on": base_training(cfg.base),
-        "head": "one-logit sequence classification (sigmoid = relevance probability)",
-        "dataset": str(Path(cfg.dataset).expanduser().resolve()),
-        "split": data.split,
-        "files_read": data.files_read,
+        **_head(KIND, cfg, data, base_model_trained_on=base_training(cfg.base),
+                head="one-logit sequence classification (sigmoid = relevance probability)"),
         "queries": {"train": len(mined.train_qids), "validation": len(mined.val_qids),
                     "validation_scored": len(mined.validation) or (len(mined.pool) if result.cv else 0),
                     "skipped_no_positive_passage": len(mined.stats.skipped_queries)},
@@ -105,7 +102,7 @@ def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: Tr
 
 
 def environment() -> dict[str, Any]:
-    """``host`` (CPUs, platform) and ``versions`` (hybridsearch and the training libraries) for a card."""
+    """``host`` and ``versions`` (hybridsearch and the training libraries) for a card."""
     import sentence_transformers
     import torch
     import transformers
@@ -118,8 +115,7 @@ def environment() -> dict[str, Any]:
 
 
 def base_training(base: str) -> dict[str, Any] | None:
-    """What the base model was itself trained on, from its hybridsearch card (``kind``, ``dataset``,
-    ``split``, ``files_read``); None for a base without one (e.g. the packaged MiniLM)."""
+    """What the base model was itself trained on, from its hybridsearch card; None for a base without one."""
     card = Path(resolve_model(base)) / CARD_FILE
     try:
         data = json.loads(card.read_text(encoding="utf-8"))
@@ -131,8 +127,7 @@ def base_training(base: str) -> dict[str, Any] | None:
 
 
 def _caveat(cfg: TrainingConfig, data: SplitData) -> str | None:
-    """A warning when the base already learnt from this split's judgments: then the held-out (or
-    out-of-fold) queries were seen by the base, and validation flatters the model."""
+    """A warning when the base already learnt from this split's judgments (validation then flatters the model)."""
     trained = base_training(cfg.base)
     if not trained or trained.get("split") != data.split:
         return None
@@ -231,10 +226,8 @@ def _fmt(x: float | None, digits: int = 4) -> str:
 
 
 def save_model(model: Any, out: Path, card: Mapping[str, Any]) -> Path:
-    """Write the model folder (a CrossEncoder or SentenceTransformer), ``card.json`` and ``README.md`` (the
-    card as :func:`embedder_markdown` or :func:`card_markdown` renders it, by its kind) to ``out``, and records
-    its files (:func:`hybridsearch.embedding.models.record_files`: it is checked against them when it loads);
-    returns ``out``."""
+    """Write the model folder (a CrossEncoder or SentenceTransformer), ``card.json`` and ``README.md`` to ``out`` and
+    record its files (checked when it loads); returns ``out``."""
     out = Path(out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     model.save(str(out), create_model_card=False)
@@ -247,8 +240,7 @@ def save_model(model: Any, out: Path, card: Mapping[str, Any]) -> Path:
 
 @dataclass(frozen=True)
 class RerankerCard:
-    """The figures of a reranker's card that people read after training: a typed view of :func:`make_card`'s
-    dictionary (``raw``), read in one place next to the code that writes it."""
+    """A typed view of the figures of a reranker's card (:func:`make_card`) that ``hsp train-reranker`` shows."""
 
     split: str
     train_queries: int
@@ -257,33 +249,29 @@ class RerankerCard:
     epochs: list[EpochResult]
     best_epoch: int | None
     beats_fused: bool | None
-    cross_validation: dict[str, Any] | None  # validation.CVSummary.as_dict(), with k-fold selection
     positive_pairs: int
     negative_pairs: int
     mining_seconds: float
     training_seconds: float
     device: str
     blend: float
-    raw: Mapping[str, Any]
 
     @classmethod
     def of(cls, card: Mapping[str, Any]) -> RerankerCard:
-        """The view of ``card`` (the dictionary :func:`make_card` built or ``card.json`` holds)."""
         from hybridsearch.training.config import EpochResult
 
         val = card["validation"]
         return cls(split=card["split"], train_queries=card["queries"]["train"],
                    validation_scored=card["queries"]["validation_scored"], fused=dict(val["fused_order"] or {}),
                    epochs=[EpochResult(**e) for e in val["per_epoch"]], best_epoch=val["best_epoch"],
-                   beats_fused=val.get("beats_fused_order"), cross_validation=card.get("cross_validation"),
-                   positive_pairs=card["pairs"]["positive"], negative_pairs=card["pairs"]["negative"],
+                   beats_fused=val.get("beats_fused_order"), positive_pairs=card["pairs"]["positive"],
+                   negative_pairs=card["pairs"]["negative"],
                    mining_seconds=card["time_seconds"]["mining"], training_seconds=card["time_seconds"]["training"],
-                   device=card["device"], blend=card["serving"]["blend"], raw=card)
+                   device=card["device"], blend=card["serving"]["blend"])
 
 
 def beats_base(result: EmbedderResult) -> bool | None:
-    """Whether the kept epoch retrieves the validation queries better than the base model (epoch 0);
-    None without validation."""
+    """Whether the kept epoch retrieves the validation queries better than the base (epoch 0); None unvalidated."""
     scores = {e.epoch: e.ndcg_at_10 for e in result.epochs}
     base, kept = scores.get(0), scores.get(result.best_epoch) if result.best_epoch is not None else None
     if base is None or kept is None:
@@ -295,17 +283,11 @@ def make_embedder_card(cfg: EmbedderConfig, data: SplitData, got: Collected, sta
                        val: DenseValidation | None, result: EmbedderResult, model: Any, *,
                        disjoint_from: list[str], seconds: Mapping[str, float],
                        extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The ``card.json`` content (``model``: the trained SentenceTransformer, for its dims and length)."""
+    """The ``card.json`` content of an embedder (``model``: the trained SentenceTransformer)."""
     out = str(Path(cfg.out).expanduser().resolve())
     served_length = int(model.max_seq_length or 512)
     return {
-        "kind": EMBEDDER_KIND,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
-        "base_model": cfg.base,
-        "base_model_path": resolve_model(cfg.base),
-        "dataset": str(Path(cfg.dataset).expanduser().resolve()),
-        "split": data.split,
-        "files_read": data.files_read,
+        **_head(EMBEDDER_KIND, cfg, data),
         "qrels_sha256": {Path(f).name: file_hash(f) for f in data.files_read if Path(f).exists()},
         "checked_disjoint_from": disjoint_from,
         "queries": {"train": len(got.train_qids), "validation": len(got.val_qids),
@@ -398,8 +380,8 @@ def embedder_markdown(card: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class EmbedderCard:
-    """The figures of a fine-tuned embedder's card that people read after training: a typed view of
-    :func:`make_embedder_card`'s dictionary (``raw``), read in one place next to the code that writes it."""
+    """A typed view of the figures of an embedder's card (:func:`make_embedder_card`) that ``hsp train-embedder``
+    shows."""
 
     split: str
     validation_queries: int
@@ -414,11 +396,9 @@ class EmbedderCard:
     seconds: Mapping[str, float]  # mining, training, of_which_validation, ...
     device: str
     model: str  # the folder to serve
-    raw: Mapping[str, Any]
 
     @classmethod
     def of(cls, card: Mapping[str, Any]) -> EmbedderCard:
-        """The view of ``card`` (the dictionary :func:`make_embedder_card` built or ``card.json`` holds)."""
         from hybridsearch.training.config import EmbedderEpoch
 
         val = card["validation"]
@@ -428,4 +408,4 @@ class EmbedderCard:
                    best_epoch=val["best_epoch"], beats_base=val.get("beats_base"), rows=card["rows"]["total"],
                    trained_on_queries=card["queries"]["trained_on"],
                    dropped=card["negatives"]["dropped_as_likely_false_negatives"], seconds=card["time_seconds"],
-                   device=card["device"], model=card["serving"]["model"], raw=card)
+                   device=card["device"], model=card["serving"]["model"])

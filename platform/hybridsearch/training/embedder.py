@@ -1,29 +1,15 @@
 """Fine-tune the bi-encoder on a collection's own judgments (``hsp train-embedder``, :func:`run_embedder_training`).
 
-1. :func:`~hybridsearch.training.negatives.load_split` reads ONE split (``test`` refused) and
-   :func:`~hybridsearch.eval.datasets.check_disjoint` checks no training query is judged in ``test``.
-2. :func:`~hybridsearch.training.negatives.collect` holds out a seeded validation slice of those queries
-   and fetches every query's hybrid top-k from the collection's index, passages as ingestion embeds them.
-3. :func:`~hybridsearch.training.embedder_data.build_rows` makes ``(query, positive, hard negatives)``
-   rows, leaving out likely false negatives (the base model's similarity, from the embedding cache).
-4. :func:`train_embedder` trains with sentence-transformers' ``SentenceTransformerTrainer`` and
-   ``MultipleNegativesRankingLoss`` (in-batch plus hard negatives; no duplicate texts in a batch),
-   measuring dense retrieval on the validation queries before training (epoch 0) and after each epoch.
-   The best epoch's weights are kept (``keep="last"``: the last).
-5. The model is saved as a SentenceTransformer folder (at the base's sequence length, so chunks cut for
-   the base fit it too) with ``card.json`` and ``README.md`` (:mod:`.card`): use it with
-   ``HSP_EMBEDDING__MODEL=DIR`` and roll an index over with ``hsp index migrate --to-model DIR``.
-
-Prompts (:mod:`hybridsearch.embedding.prompts`): the base model's query and passage prompts (the settings'
-override applied) are used everywhere a text is embedded here, the same way the index and the query layer use
-them: the base similarities and the validation put the query prompt before queries and the passage prompt before
-chunks, and the training pairs are trained as ``query prompt + query`` against ``passage prompt + passage`` (and
-negatives). The saved folder's ``config_sentence_transformers.json`` carries those prompts, so the trained model
-embeds with them wherever it is used.
+Rows of (query, positive, hard negatives) are mined from one split through the hybrid search (:mod:`.negatives`,
+:mod:`.embedder_data`) and trained with ``MultipleNegativesRankingLoss`` (in-batch plus hard negatives), measuring
+dense retrieval on held-out queries before training (epoch 0) and after each epoch. Every text is embedded after
+its prompt (the base model's query and passage prompts, as the index and the query layer use them), and the saved
+folder carries those prompts. Serve it with ``HSP_EMBEDDING__MODEL=DIR`` after ``hsp index migrate --to-model DIR``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -40,7 +26,6 @@ from hybridsearch.training.config import EmbedderConfig, EmbedderEpoch, Embedder
 from hybridsearch.training.embedder_data import (
     DenseValidation,
     Row,
-    RowStats,
     build_rows,
     dense_metrics,
     pool_priority,
@@ -57,13 +42,10 @@ if TYPE_CHECKING:
 Encode = Callable[[list[str]], np.ndarray]
 Track = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
 ENCODE_SLICE = 256
+NO_TRACK = tracker(None)
 
 
-def _no_track(_desc: str, _total: int) -> Callable[[int], None]:
-    return lambda _n: None
-
-
-def encode_all(encode: Encode, texts: Sequence[str], desc: str, track: Track = _no_track) -> np.ndarray:
+def encode_all(encode: Encode, texts: Sequence[str], desc: str, track: Track = NO_TRACK) -> np.ndarray:
     """``encode`` over ``texts`` in slices, advancing a progress bar."""
     advance = track(desc, len(texts))
     parts: list[np.ndarray] = []
@@ -75,8 +57,7 @@ def encode_all(encode: Encode, texts: Sequence[str], desc: str, track: Track = _
 
 
 def model_encoder(model: Any, batch_size: int, prompt: str = "") -> Encode:
-    """Unit vectors of ``prompt + text`` from a SentenceTransformer (as :meth:`~hybridsearch.embedding.Embedder.
-    embed` makes them; "" for no prompt, the model's ``default_prompt_name`` never applied)."""
+    """Unit vectors of ``prompt + text`` from a SentenceTransformer (its ``default_prompt_name`` never applied)."""
     def encode(texts: list[str]) -> np.ndarray:
         return np.asarray(model.encode(texts, prompt=prompt, batch_size=batch_size, normalize_embeddings=True,
                                        convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
@@ -84,8 +65,7 @@ def model_encoder(model: Any, batch_size: int, prompt: str = "") -> Encode:
 
 
 def prompted_columns(columns: Mapping[str, list[str]], prompts: Prompts) -> dict[str, list[str]]:
-    """The trainer's columns with the query prompt before each ``anchor`` and the passage prompt before each
-    ``positive`` and ``negative_*``: the texts the model will embed at ingestion and search time."""
+    """The trainer's columns with the query prompt before each ``anchor``, the passage prompt before the others."""
     def prompt_of(column: str) -> str:
         return prompts.query if column == "anchor" else prompts.passage
 
@@ -93,25 +73,21 @@ def prompted_columns(columns: Mapping[str, list[str]], prompts: Prompts) -> dict
 
 
 def record_prompts(model: Any, prompts: Prompts) -> None:
-    """Set ``model``'s prompt table to the prompts it was trained with (saved in its
-    ``config_sentence_transformers.json``, where :func:`~hybridsearch.embedding.prompts.model_prompts` finds them);
-    no default prompt."""
+    """Set ``model``'s prompt table (saved in its ``config_sentence_transformers.json``) to ``prompts``, no default."""
     model.prompts = {k: v for k, v in (("query", prompts.query), ("passage", prompts.passage)) if v}
     model.default_prompt_name = None
 
 
-def validate(val: DenseValidation, queries: Encode, chunks: Encode, track: Track = _no_track) -> dict[str, float]:
+def validate(val: DenseValidation, queries: Encode, chunks: Encode, track: Track = NO_TRACK) -> dict[str, float]:
     """:func:`~hybridsearch.training.embedder_data.dense_metrics` with vectors from the two encoders."""
-    q = queries(val.queries)
-    c = encode_all(chunks, [ch.text for ch in val.chunks], "validation: embedding chunks", track)
-    return dense_metrics(val, q, c)
+    return dense_metrics(val, queries(val.queries),
+                         encode_all(chunks, [ch.text for ch in val.chunks], "validation: embedding chunks", track))
 
 
 def base_similarities(encode: Encode, data: SplitData, got: Collected, qids: Sequence[str],
-                      track: Track = _no_track, queries: Encode | None = None) -> dict[str, dict[str, float]]:
-    """Per training query, the base model's cosine with each candidate and judged positive passage
-    (passage vectors through ``encode``: the embedding cache, where the index was built with the base; query
-    vectors through ``queries``, the query prompt first, default ``encode``)."""
+                      track: Track = NO_TRACK, queries: Encode | None = None) -> dict[str, dict[str, float]]:
+    """Per training query, the base model's cosine with each candidate and judged positive passage (passages
+    through ``encode``, the embedding cache; queries through ``queries``, default ``encode``)."""
     texts: dict[str, str] = {}
     for qid in qids:
         texts.update({f"{qid}\t{c.doc_id}": c.text for c in got.candidates.get(qid, ())})
@@ -127,48 +103,12 @@ def base_similarities(encode: Encode, data: SplitData, got: Collected, qids: Seq
     return out
 
 
-def make_rows(cfg: EmbedderConfig, data: SplitData, got: Collected,
-              similarity: Mapping[str, Mapping[str, float]] | None) -> tuple[list[Row], RowStats]:
-    return build_rows(got.train_qids, data.queries, data.qrels, got.candidates, got.positive_passages,
-                      negatives=cfg.negatives, seed=cfg.seed, strategy=cfg.strategy, skip_top=cfg.skip_top,
-                      similarity=similarity, margin=cfg.margin)
-
-
-def _evaluator(val: DenseValidation, serve_length: int, batch_size: int, track: Track, prompts: Prompts) -> Any:
-    """A sentence-transformers evaluator: dense retrieval on ``val`` at the served sequence length, queries and
-    chunks after their ``prompts``."""
-    from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
-
-    class DenseValidator(BaseEvaluator):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()  # type: ignore[no-untyped-call]
-            self.name = "val"
-            self.primary_metric = "ndcg@10"
-            self.seconds = 0.0
-
-        def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1,
-                     steps: int = -1) -> dict[str, float]:
-            started = time.perf_counter()
-            trained_length = model.max_seq_length
-            model.max_seq_length = serve_length
-            try:
-                metrics = validate(val, model_encoder(model, batch_size, prompts.query),
-                                   model_encoder(model, batch_size, prompts.passage), track)
-            finally:
-                model.max_seq_length = trained_length
-            self.seconds += time.perf_counter() - started
-            return self.prefix_name_to_metrics(metrics, self.name)  # type: ignore[no-any-return]
-
-    return DenseValidator()
-
-
 def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: EmbedderConfig, *,
                    base_scores: dict[str, float] | None = None, progress: ProgressSink | None = None,
                    prompts: Prompts | None = None) -> tuple[Any, EmbedderResult]:
-    """Fine-tune ``cfg.base`` on ``rows``; returns the model (best or last epoch, at the base's sequence
-    length, its prompt table the ``prompts`` it was trained with) and what happened. ``base_scores``: the
-    validation figures of the base (epoch 0). ``prompts``: the query and passage prompts (default the base
-    model's own). Seeded. Steps, loss and each epoch's validation figures go to ``progress``."""
+    """Fine-tune ``cfg.base`` on ``rows``; returns the model (best or last epoch, at the base's sequence length,
+    its prompt table ``prompts``, default the base's) and what happened. ``base_scores``: the validation figures
+    of the base (epoch 0). Seeded; progress goes to ``progress``."""
     from datasets import Dataset
     from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.base.sampler import BatchSamplers
@@ -176,7 +116,7 @@ def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: Embedd
     from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardCallback
     from transformers import PrinterCallback, set_seed
 
-    from hybridsearch.training.callbacks import EpochKeeper, TrainingProgress
+    from hybridsearch.training.callbacks import EpochKeeper, TrainingProgress, evaluator
 
     device = pick_device(cfg.device)
     _set_threads(cfg.threads)
@@ -188,23 +128,32 @@ def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: Embedd
     result = EmbedderResult(device=device)
     if val is not None and base_scores is not None:
         result.epochs.append(_epoch(0, base_scores, None))
-    bar = TrainingProgress(progress) if progress is not None else None
-    evaluator = (_evaluator(val, serve_length, cfg.batch_size * 2, bar.track if bar else _no_track, prompts)
-                 if val is not None else None)
-    keeper = EpochKeeper(model, snapshot=cfg.keep == "best" and evaluator is not None)
-    callbacks: list[Any] = [keeper] + ([bar] if bar else [])
+    track = tracker(progress)
+
+    def measure(model: Any) -> dict[str, float]:  # at the served sequence length
+        assert val is not None
+        trained_length, model.max_seq_length = model.max_seq_length, serve_length
+        try:
+            return validate(val, model_encoder(model, cfg.batch_size * 2, prompts.query),
+                            model_encoder(model, cfg.batch_size * 2, prompts.passage), track)
+        finally:
+            model.max_seq_length = trained_length
+
+    validation = evaluator(measure, "ndcg@10") if val is not None else None
+    keeper = EpochKeeper(model, snapshot=cfg.keep == "best" and validation is not None)
+    callbacks: list[Any] = [keeper] + ([TrainingProgress(progress)] if progress is not None else [])
     train_ds = Dataset.from_dict(prompted_columns(rows_as_columns(rows, cfg.negatives), prompts))
     with tempfile.TemporaryDirectory(prefix="hsp-train-embedder-") as tmp:
         args = SentenceTransformerTrainingArguments(
             output_dir=tmp, num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
             learning_rate=cfg.lr, warmup_steps=cfg.warmup_ratio, seed=cfg.seed, data_seed=cfg.seed,
             batch_sampler=BatchSamplers.NO_DUPLICATES,  # a query twice in a batch is its own false negative
-            eval_strategy="epoch" if evaluator is not None else "no", save_strategy="no",
+            eval_strategy="epoch" if validation is not None else "no", save_strategy="no",
             logging_strategy="steps", logging_steps=max(1, min(10, len(rows) // cfg.batch_size // 5 or 1)),
             report_to="none", disable_tqdm=True, use_cpu=device == "cpu", dataloader_num_workers=0,
         )
         trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=train_ds,
-                                             loss=MultipleNegativesRankingLoss(model), evaluator=evaluator,
+                                             loss=MultipleNegativesRankingLoss(model), evaluator=validation,
                                              callbacks=callbacks)
         trainer.remove_callback(SentenceTransformerModelCardCallback)  # Hub look-ups; we write our own card
         trainer.remove_callback(PrinterCallback)
@@ -212,13 +161,10 @@ def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: Embedd
         out = trainer.train()
         result.seconds = time.perf_counter() - started
         result.steps = int(out.global_step)
-    result.validation_seconds = evaluator.seconds if evaluator is not None else 0.0
+    result.validation_seconds = validation.seconds if validation is not None else 0.0
     result.epochs += [_epoch(e, m, loss) for e, m, loss in keeper.epochs]
-    if cfg.keep == "best" and keeper.best_epoch is not None:
-        keeper.restore()
-        result.best_epoch = keeper.best_epoch
-    else:
-        result.best_epoch = keeper.epochs[-1][0] if keeper.epochs else cfg.epochs
+    kept = keeper.kept_epoch(cfg.keep)
+    result.best_epoch = cfg.epochs if kept is None else kept
     model.max_seq_length = serve_length
     record_prompts(model, prompts)
     return model, result
@@ -238,11 +184,9 @@ def _epoch(epoch: int, metrics: Mapping[str, float], loss: float | None) -> Embe
 def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: EngineClient | None = None,
                           embedder: Embedder | None = None, cache_dir: Path | None = None,
                           progress: ProgressSink | None = None) -> dict[str, Any]:
-    """Load the split, check it against ``test``, mine rows from the index under ``settings.index.prefix``,
-    train, save to ``cfg.out``; returns the card. ``cache_dir``: the embedding cache the base model's
-    vectors come from (default ``$HSP_CACHE/embeddings``; the index's build filled it). Raises ConfigError
-    (test split, shared query ids, bad collection, nothing to train on), IndexNotFound, ModelError,
-    ClusterError."""
+    """Load the split, check it against ``test``, mine rows from the index under ``settings.index.prefix``, train,
+    save to ``cfg.out``; returns the card. ``cache_dir``: the embedding cache holding the base model's vectors
+    (default ``$HSP_CACHE/embeddings``). Raises ConfigError, IndexNotFound, ModelError, ClusterError."""
     from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
     from hybridsearch.engine import connect
     from hybridsearch.eval.datasets import check_disjoint
@@ -254,17 +198,12 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     data = load_split(cfg.dataset, cfg.split, allow_test=cfg.allow_test, limit=cfg.limit_queries)
     disjoint_from = check_disjoint(cfg.dataset, data.queries) if cfg.split != "test" else []
     prepend = settings.embedding.prepend_title
-    own = es is None
-    client = es if es is not None else connect(settings.es)
     started = time.perf_counter()
-    try:
+    with contextlib.nullcontext(es) if es is not None else contextlib.closing(connect(settings.es)) as client:
         miner = IndexMiner(client, settings, embedder, passage=lambda t, x: embed_text(t, x, prepend))
         got = collect(miner, data, depth=cfg.depth, val_fraction=cfg.val_fraction, seed=cfg.seed,
                       progress=progress)
         chunks = scan_chunks(client, settings, miner.index)
-    finally:
-        if own:
-            client.close()
     mining = time.perf_counter() - started
 
     base_cfg = settings.embedding.model_copy(update={"model": cfg.base})
@@ -275,7 +214,9 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
         track = tracker(progress)
         sims = (base_similarities(base.encode, data, got, got.train_qids, track, queries=base.encode_queries)
                 if cfg.margin else None)
-        rows, stats = make_rows(cfg, data, got, sims)
+        rows, stats = build_rows(got.train_qids, data.queries, data.qrels, got.candidates, got.positive_passages,
+                                 negatives=cfg.negatives, seed=cfg.seed, strategy=cfg.strategy,
+                                 skip_top=cfg.skip_top, similarity=sims, margin=cfg.margin)
         if not rows:
             raise no_pairs()
         val, base_scores = None, None

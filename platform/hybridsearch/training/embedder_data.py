@@ -1,16 +1,9 @@
-"""Training data and validation for a fine-tuned bi-encoder (``hsp train-embedder``); no model in here.
+"""Training rows and validation data for a fine-tuned bi-encoder (``hsp train-embedder``); no model in here.
 
-Rows are ``(query, positive, negative_1 … negative_n)``: one per judged-relevant document of a training
-query, its passage the chunk text ingestion embeds (``title. text``), the negatives mined from the query's
-hybrid candidates (:func:`hybridsearch.training.negatives.collect`) minus the judged-relevant ones and
-minus likely false negatives (:func:`negative_pool`): unjudged documents that may well be relevant. The
-loss (in-batch negatives) adds every other row's passages of a batch as further negatives.
-
-Validation is dense retrieval, as the index does it: held-out training queries against the chunks of
-the collection's index (a document ranks by its best chunk), scored by :func:`dense_metrics` with the
-metric code of ``hsp eval``. Each epoch embeds that corpus again, so for a large index it is a seeded pool
-of at most a cap of chunks (:func:`validation_pool`): the validation queries' judged documents, then their
-hybrid candidates rank by rank (the distractors that matter), then random other chunks.
+Rows are ``(query, positive, negative_1 … negative_n)``, one per judged-relevant document, passages as ingestion
+embeds them, negatives from the query's hybrid candidates minus likely false negatives (:func:`negative_pool`).
+Validation is dense retrieval of held-out queries over the index's chunks (a document ranks by its best chunk),
+or over a seeded pool of them for a large index (:func:`validation_pool`).
 """
 
 from __future__ import annotations
@@ -24,7 +17,16 @@ import numpy as np
 
 from hybridsearch.engine import engine_errors
 from hybridsearch.index.visibility import scan_visible
-from hybridsearch.training.negatives import Candidate, Qrels, Strategy, dedupe, query_rng, relevant_ids
+from hybridsearch.training.negatives import (
+    Candidate,
+    Qrels,
+    Strategy,
+    dedupe,
+    pick_negatives,
+    positives_of,
+    query_rng,
+    relevant_ids,
+)
 
 if TYPE_CHECKING:
     from hybridsearch.engine import EngineClient
@@ -65,14 +67,9 @@ def negative_pool(
     similarity: Mapping[str, float] | None = None, positive_similarity: float | None = None,
     margin: float | None = None,
 ) -> tuple[list[Candidate], dict[str, int]]:
-    """The candidates that may serve as negatives, in rank order, and how many were dropped why.
-
-    Judged-relevant documents never are. Of the others, the first ``skip_top`` (``top``) go: the very top
-    of an incompletely judged list holds most unjudged relevant documents. So does a candidate whose text
-    is one of the ``positives`` (``duplicate``: the corpus holds it twice) and, with ``margin``, one the
-    base model finds nearly as similar to the query as the judged positive (``similar``: ``similarity``
-    [doc id] > ``margin`` × ``positive_similarity``; "positive-aware" mining, Moreira et al. 2024).
-    """
+    """The candidates that may serve as negatives, in rank order, and how many were dropped why: judged-relevant
+    ones never; of the others the first ``skip_top`` (``top``), one whose text is a positive's (``duplicate``) and,
+    with ``margin``, one with ``similarity[doc] > margin × positive_similarity`` (``similar``)."""
     dropped = {"top": 0, "duplicate": 0, "similar": 0}
     texts = set(positives)
     pool: list[Candidate] = []
@@ -89,46 +86,23 @@ def negative_pool(
     return pool, dropped
 
 
-def pick_negatives(pool: Sequence[Candidate], n: int, *, rng: random.Random,
-                   strategy: Strategy = "sample") -> list[Candidate]:
-    """``n`` negatives from ``pool`` (rank order kept): the best-ranked (``top``) or drawn uniformly
-    (``sample``); when the pool is smaller than ``n`` it is cycled, so every row has ``n`` (none when
-    the pool is empty)."""
-    if not pool or n <= 0:
-        return []
-    if len(pool) >= n:
-        picked = list(pool[:n]) if strategy == "top" else [pool[i] for i in sorted(rng.sample(range(len(pool)), n))]
-        return picked
-    return [pool[i % len(pool)] for i in range(n)]
-
-
 def build_rows(
     qids: Iterable[str], queries: Mapping[str, str], qrels: Qrels, candidates: Mapping[str, Sequence[Candidate]],
     positive_passages: Mapping[tuple[str, str], str], *, negatives: int, seed: int, strategy: Strategy = "sample",
     skip_top: int = 0, similarity: Mapping[str, Mapping[str, float]] | None = None, margin: float | None = None,
 ) -> tuple[list[Row], RowStats]:
-    """Training rows for ``qids``: one per judged-relevant document with a passage (its chunk among the
-    query's candidates, else ``positive_passages[(qid, doc)]``), each with ``negatives`` different mined
-    negatives where the pool allows (:func:`negative_pool`, :func:`pick_negatives`).
-
-    ``similarity[qid]`` maps the query's candidate documents (and its positives) to the base model's
-    cosine with the query, for ``margin``; the bar is set by the query's least similar positive. A query
-    without a usable positive is skipped; with ``negatives > 0``, a row whose pool is empty is left out
-    (counted). Seeded per query, so the rows do not depend on the order of ``qids``.
-    """
+    """Training rows for ``qids``: one per judged-relevant document with a passage (:func:`positives_of`), each
+    with ``negatives`` mined negatives, different ones while the pool lasts. ``similarity[qid]``: the base model's
+    cosine of the query with its candidates and positives, for ``margin`` (the bar set by the least similar
+    positive). A query without a usable positive is skipped, a row with an empty pool left out (counted). Seeded
+    per query."""
     rows: list[Row] = []
     stats = RowStats()
     for qid in sorted(set(qids)):
         judged = relevant_ids(qrels.get(qid, {}))
         cands = dedupe(candidates.get(qid, ()))
-        by_doc = {c.doc_id: c.text for c in cands}
-        positives: list[tuple[str, str]] = []
-        for doc_id in sorted(judged):
-            text = by_doc.get(doc_id) or positive_passages.get((qid, doc_id))
-            if text is None:
-                stats.positives_missing += 1
-            else:
-                positives.append((doc_id, text))
+        positives, missing = positives_of(qid, judged, cands, positive_passages)
+        stats.positives_missing += missing
         if not positives:
             stats.skipped_queries.append(qid)
             continue
@@ -169,9 +143,6 @@ def rows_as_columns(rows: Sequence[Row], negatives: int) -> dict[str, list[str]]
     return cols
 
 
-# ---------------------------------------------------------------------------------------- validation
-
-
 @dataclass
 class Chunk:
     doc_id: str
@@ -180,8 +151,7 @@ class Chunk:
 
 @dataclass
 class DenseValidation:
-    """Held-out queries with their judgments and the chunks to rank; ``full_corpus``: every chunk of the
-    index (else a pool, see :func:`validation_pool`), ``index_chunks``: how many the index holds."""
+    """Held-out queries with their judgments and the chunks to rank (``full_corpus``: every chunk of the index)."""
 
     qids: list[str]
     queries: list[str]
@@ -224,8 +194,8 @@ def dense_metrics(val: DenseValidation, query_vecs: np.ndarray, chunk_vecs: np.n
 
 
 def pool_priority(val_qids: Sequence[str], qrels: Qrels, candidates: Mapping[str, Sequence[Candidate]]) -> list[str]:
-    """Documents for the validation pool, most wanted first: every judged-relevant one of ``val_qids``, then
-    their hybrid candidates rank by rank (each query's first, then each query's second, …)."""
+    """Documents for the validation pool, most wanted first: the judged-relevant ones of ``val_qids``, then their
+    hybrid candidates rank by rank."""
     order = dict.fromkeys(d for q in val_qids for d in sorted(relevant_ids(qrels.get(q, {}))))
     lists = [dedupe(candidates.get(q, ())) for q in val_qids]
     for rank in range(max((len(c) for c in lists), default=0)):
@@ -235,9 +205,8 @@ def pool_priority(val_qids: Sequence[str], qrels: Qrels, candidates: Mapping[str
 
 def validation_pool(chunks: Sequence[Chunk], priority: Sequence[str], cap: int,
                     seed: int) -> tuple[list[Chunk], bool]:
-    """All ``chunks`` when there are at most ``cap`` (or ``cap`` is 0). Else at most ``cap``: every chunk of
-    the ``priority`` documents in order while they fit, then a seeded random sample of the other chunks.
-    Returns ``(chunks, whole index)``."""
+    """``(chunks, whole index)``: all ``chunks`` when at most ``cap`` (or ``cap`` is 0), else the chunks of the
+    ``priority`` documents while they fit, then a seeded sample of the others, ``cap`` in all."""
     if cap == 0 or len(chunks) <= cap:
         return list(chunks), True
     by_doc: dict[str, list[Chunk]] = {}
@@ -257,8 +226,7 @@ def validation_pool(chunks: Sequence[Chunk], priority: Sequence[str], cap: int,
 
 
 def scan_chunks(es: EngineClient, settings: Settings, index: str) -> list[Chunk]:
-    """Every chunk of ``index`` (the tenant's only, when one is set) as the text ingestion embeds, in
-    a stable order."""
+    """Every chunk of ``index`` (the tenant's, when one is set) as the text ingestion embeds, in a stable order."""
     from hybridsearch.ingest.chunking import chunk_embed_text
 
     filters = [{"term": {"tenant": settings.index.tenant}}] if settings.index.tenant else []

@@ -1,11 +1,6 @@
-"""Training data from judgments: positives from the qrels, hard negatives from our own hybrid search.
-
-:func:`load_split` reads one split's queries and judgments (never the test split unless told to). The pure
-functions turn judgments and each query's hybrid candidates into ``(query, passage, label)`` pairs and
-validation lists; :func:`filter_negatives` drops candidates that are likely unjudged relevant documents
-(judgments are sparse, so some of the top-k not judged relevant are relevant all the same).
-:class:`IndexMiner` talks to the cluster: each query's hybrid candidates (no rerank) and, for judged-relevant
-documents the search missed, their best-matching chunk, so training passages are what the models see serving.
+"""Training data from judgments: positives from one split's qrels (never ``test`` unless told to), hard negatives
+from our own hybrid search (:class:`IndexMiner`: each query's candidates, and the best chunk of a judged document
+the search missed). :func:`filter_negatives` drops candidates that are likely unjudged relevant documents.
 """
 
 from __future__ import annotations
@@ -82,11 +77,8 @@ class FilterStats:
     skipped_duplicate: int = 0
 
     def add(self, other: FilterStats) -> None:
-        self.considered += other.considered
-        self.kept += other.kept
-        self.skipped_top += other.skipped_top
-        self.skipped_above_positive += other.skipped_above_positive
-        self.skipped_duplicate += other.skipped_duplicate
+        for name in vars(self):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
 
 
 def words(text: str) -> frozenset[str]:
@@ -102,9 +94,8 @@ def overlap(a: Iterable[str], b: Iterable[str]) -> float:
 
 
 def positive_ranks(candidates: Sequence[Candidate], relevant: set[str]) -> tuple[float, float] | None:
-    """Best (lowest) BM25 and kNN rank among the judged positives in ``candidates``; a list that found
-    none of them counts as infinity. None when no positive is among the candidates (then the rule
-    "above the positive in both lists" does not apply: there is nothing to be above)."""
+    """Best BM25 and kNN rank among the judged positives in ``candidates`` (infinity for a list that found none);
+    None when no positive is among them."""
     found = [c for c in candidates if c.doc_id in relevant]
     if not found:
         return None
@@ -115,9 +106,8 @@ def positive_ranks(candidates: Sequence[Candidate], relevant: set[str]) -> tuple
 
 def filter_negatives(candidates: Sequence[Candidate], relevant: set[str], positive_passages: Sequence[str],
                      policy: NegativePolicy) -> tuple[list[Candidate], FilterStats]:
-    """The non-relevant ``candidates`` (in fused order, deduplicated by the caller) that ``policy``
-    lets serve as negatives, and how many each rule removed. A candidate removed by several rules is
-    counted under the first: top rank, then above-positive, then duplicate."""
+    """The non-relevant ``candidates`` (fused order, deduplicated) that ``policy`` lets serve as negatives, and how
+    many each rule removed (a candidate under the first rule that removes it)."""
     stats = FilterStats()
     ranks = positive_ranks(candidates, relevant) if policy.skip_above_positive else None
     pos_words = [words(p) for p in positive_passages] if policy.max_overlap < 1.0 else []
@@ -173,14 +163,12 @@ class PairStats:
     positives: int = 0
     negatives: int = 0
     positives_missing: int = 0
-    queries_without_negatives: int = 0
     skipped_queries: list[str] = field(default_factory=list)
     filtered: FilterStats = field(default_factory=FilterStats)
 
 
 def passage_text(title: str | None, text: str) -> str:
-    """The text the query layer hands the reranker for a chunk (``query.window.passage_text``), so the
-    model is trained on exactly what it scores when serving."""
+    """The text the query layer hands the reranker for a chunk: the model trains on what it scores serving."""
     from hybridsearch.query.window import passage_text as chunk_passage
 
     return chunk_passage({"title": title, "text": text})
@@ -205,27 +193,28 @@ def dedupe(candidates: Iterable[Candidate]) -> list[Candidate]:
 def mine_negatives(
     candidates: Sequence[Candidate], relevant: set[str], n: int, *, rng: random.Random, strategy: Strategy = "sample"
 ) -> list[Candidate]:
-    """``n`` hard negatives: candidates that are not judged relevant, in rank order.
-
-    ``strategy="top"`` takes the best-ranked ones; ``"sample"`` (default) draws ``n`` of them uniformly
-    with ``rng``, which lowers the odds of training on an unjudged relevant document at the very top.
-    Fewer than ``n`` come back when the candidates run out. Raises ValueError for ``n < 0``.
-    """
+    """Up to ``n`` candidates not judged relevant, in rank order: the best-ranked (``top``) or drawn uniformly with
+    ``rng`` (``sample``: fewer unjudged relevant documents from the very top). Raises ValueError for ``n < 0``."""
     if n < 0:
         raise ValueError(f"number of negatives must be >= 0, got {n}")
     pool = [c for c in dedupe(candidates) if c.doc_id not in relevant]
-    if strategy == "top" or len(pool) <= n:
-        return pool[:n]
-    picked = sorted(rng.sample(range(len(pool)), n))
-    return [pool[i] for i in picked]
+    return pick_negatives(pool, min(n, len(pool)), rng=rng, strategy=strategy)
+
+
+def pick_negatives(pool: Sequence[Candidate], n: int, *, rng: random.Random,
+                   strategy: Strategy = "sample") -> list[Candidate]:
+    """``n`` negatives from ``pool`` (rank order kept): the best-ranked (``top``) or drawn uniformly (``sample``);
+    a smaller pool is cycled (none when it is empty)."""
+    if not pool or n <= 0:
+        return []
+    if len(pool) >= n:
+        return list(pool[:n]) if strategy == "top" else [pool[i] for i in sorted(rng.sample(range(len(pool)), n))]
+    return [pool[i % len(pool)] for i in range(n)]
 
 
 def split_queries(qids: Iterable[str], val_fraction: float, seed: int) -> tuple[list[str], list[str]]:
-    """Seeded split of query ids into (train, validation); sorted, so input order does not matter.
-
-    Validation gets ``round(len * val_fraction)`` queries, at least one when ``val_fraction > 0`` and
-    there are two or more queries. Raises ValueError for a fraction outside [0, 1).
-    """
+    """Seeded, sorted split of query ids into (train, validation): ``round(len * val_fraction)`` validation
+    queries, at least one when the fraction is above 0 and there are two queries. Raises ValueError outside [0, 1)."""
     if not 0 <= val_fraction < 1:
         raise ValueError(f"validation fraction must be in [0, 1), got {val_fraction}")
     ordered = sorted(set(qids))
@@ -255,28 +244,17 @@ def build_pairs(
     strategy: Strategy = "sample",
     policy: NegativePolicy | None = None,
 ) -> tuple[list[Pair], PairStats]:
-    """Training pairs for ``qids``: one per judged-relevant document, ``negatives`` mined per query.
-
-    With ``policy`` the negatives are drawn only from the candidates it keeps (see
-    :func:`filter_negatives`; counts in ``stats.filtered``).
-
-    A positive's passage is its chunk among the query's candidates when the search found it, else
-    ``positive_passages[(qid, doc_id)]``; a positive with neither is skipped and counted. Queries
-    without any usable positive are skipped (their negatives would teach only "everything is bad").
-    """
+    """Training pairs for ``qids``: one per judged-relevant document with a passage (:func:`positives_of`),
+    ``negatives`` mined per query from what ``policy`` keeps (counts in ``stats.filtered``). Queries without a
+    usable positive are skipped."""
     pairs: list[Pair] = []
     stats = PairStats()
     for qid in sorted(set(qids)):
         judged = relevant_ids(qrels.get(qid, {}))
         cands = dedupe(candidates.get(qid, ()))
-        by_doc = {c.doc_id: c.text for c in cands}
-        positives: list[Pair] = []
-        for doc_id in sorted(judged):
-            text = by_doc.get(doc_id) or positive_passages.get((qid, doc_id))
-            if text is None:
-                stats.positives_missing += 1
-                continue
-            positives.append(Pair(qid, queries[qid], doc_id, text, 1))
+        found, missing = positives_of(qid, judged, cands, positive_passages)
+        stats.positives_missing += missing
+        positives = [Pair(qid, queries[qid], doc_id, text, 1) for doc_id, text in found]
         if not positives:
             stats.skipped_queries.append(qid)
             continue
@@ -285,8 +263,6 @@ def build_pairs(
             pool, fstats = filter_negatives(cands, judged, [p.passage for p in positives], policy)
             stats.filtered.add(fstats)
         negs = mine_negatives(pool, judged, negatives, rng=query_rng(seed, qid), strategy=strategy)
-        if negatives and not negs:
-            stats.queries_without_negatives += 1
         pairs.extend(positives)
         pairs.extend(Pair(qid, queries[qid], c.doc_id, c.text, 0) for c in negs)
         stats.queries += 1
@@ -295,11 +271,19 @@ def build_pairs(
     return pairs, stats
 
 
+def positives_of(qid: str, judged: set[str], candidates: Sequence[Candidate],
+                 positive_passages: Mapping[tuple[str, str], str]) -> tuple[list[tuple[str, str]], int]:
+    """``(doc id, passage)`` of each judged document (its chunk among the candidates, else
+    ``positive_passages[(qid, doc)]``), and how many had neither."""
+    by_doc = {c.doc_id: c.text for c in candidates}
+    found = [(d, by_doc.get(d) or positive_passages.get((qid, d))) for d in sorted(judged)]
+    return [(d, t) for d, t in found if t is not None], sum(t is None for _, t in found)
+
+
 def validation_queries(
     qids: Iterable[str], queries: Mapping[str, str], qrels: Qrels, candidates: Mapping[str, Sequence[Candidate]]
 ) -> list[ValidationQuery]:
-    """Held-out queries with their deduplicated fused candidates; queries with no judged-relevant
-    document are left out (nDCG is undefined for them)."""
+    """Held-out queries with their deduplicated fused candidates (none without a judged-relevant document)."""
     out = []
     for qid in sorted(set(qids)):
         rel = {d: g for d, g in qrels.get(qid, {}).items() if g > 0}
@@ -332,7 +316,7 @@ class MinedData:
 
 
 class Miner(Protocol):
-    """Where candidates and positive passages come from (:class:`~hybridsearch.training.negatives.IndexMiner`)."""
+    """Where candidates and positive passages come from (:class:`IndexMiner`; fakes in tests)."""
 
     def candidates(self, query: str, depth: int) -> list[Candidate]: ...
 
@@ -340,10 +324,8 @@ class Miner(Protocol):
 
 
 def load_split(dataset: Path, split: str, *, allow_test: bool = False, limit: int | None = None) -> SplitData:
-    """Queries and qrels of ``split`` only (via :func:`hybridsearch.eval.datasets.load_collection`, which
-    opens ``qrels/<split>.tsv`` and ``queries.jsonl`` and no other split's file), restricted to queries
-    with a judged-relevant document; the first ``limit`` queries when given. Raises ConfigError for the
-    test split (see :func:`check_split`), a missing or malformed file, or a split with nothing relevant."""
+    """Queries of ``split`` with a judged-relevant document and their qrels (no other split's file is opened); the
+    first ``limit`` when given. Raises ConfigError for the test split, a bad file, or nothing relevant."""
     check_split(split, allow_test)
     coll = load_collection(dataset, split).limit(limit)
     qrels = {q: dict(j) for q, j in coll.qrels.items() if relevant_ids(j)}
@@ -367,8 +349,8 @@ class Collected:
 
 def collect(miner: Miner, data: SplitData, *, depth: int = 30, val_fraction: float = 0.1, seed: int = 42,
             progress: ProgressSink | None = None) -> Collected:
-    """Split ``data``'s queries (seeded) into train and validation and fetch each query's hybrid
-    top-``depth`` and the passages of the training queries' judged documents the search missed."""
+    """Split ``data``'s queries (seeded) and fetch each query's hybrid top-``depth`` and the passages of the
+    training queries' judged documents the search missed."""
     started = time.perf_counter()
     train_qids, val_qids = split_queries(data.queries, val_fraction, seed)
     candidates: dict[str, list[Candidate]] = {}
@@ -389,9 +371,8 @@ def collect(miner: Miner, data: SplitData, *, depth: int = 30, val_fraction: flo
 def mine(miner: Miner, data: SplitData, *, depth: int = 30, negatives: int = 4, val_fraction: float = 0.1,
          seed: int = 42, strategy: Strategy = "sample", policy: NegativePolicy | None = None,
          progress: ProgressSink | None = None) -> MinedData:
-    """:func:`collect` the split's candidates and build the reranker's training pairs (``negatives`` per query,
-    drawn from what ``policy`` keeps) and validation lists. ``pool`` holds the train queries' candidates, for
-    k-fold validation. Raises ConfigError when no pair can be made."""
+    """:func:`collect` the split's candidates, build the reranker's pairs and validation lists (``pool``: the train
+    queries', for k-fold validation). Raises ConfigError when no pair can be made."""
     got = collect(miner, data, depth=depth, val_fraction=val_fraction, seed=seed, progress=progress)
     pairs, stats = build_pairs(got.train_qids, data.queries, data.qrels, got.candidates, got.positive_passages,
                                negatives=negatives, seed=seed, strategy=strategy, policy=policy)
@@ -409,13 +390,9 @@ def no_pairs() -> ConfigError:
 
 
 class IndexMiner:
-    """Candidates and positive passages from a hybridsearch index (``settings.index.alias``).
-
-    Uses the query layer's ``SearchClient`` in hybrid mode without rerank, so the candidates are
-    exactly what the reranker is given when serving. ``passage(title, text)`` makes a chunk's training
-    text: the reranker's passage by default; the embedder trainer passes the text ingestion embeds.
-    Raises IndexNotFound when the alias is missing.
-    """
+    """Candidates (hybrid search without rerank: what the reranker is given serving) and positive passages from
+    the index behind ``settings.index.alias``; ``passage(title, text)`` makes a chunk's training text. Raises
+    IndexNotFound."""
 
     def __init__(self, es: EngineClient, settings: Settings, embedder: Embedder | None = None,
                  passage: PassageFn = passage_text) -> None:
@@ -436,8 +413,8 @@ class IndexMiner:
                       for h in result.hits)
 
     def best_chunks(self, wanted: Sequence[tuple[str, str, str]], batch: int = 100) -> dict[tuple[str, str], str]:
-        """For each ``(qid, query, doc_id)``, the document's chunk that best matches the query (BM25 on
-        the text; any chunk when no term matches). Documents absent from the index are left out."""
+        """For each ``(qid, query, doc_id)``, the document's chunk that best matches the query (BM25; any chunk
+        when no term matches); documents absent from the index are left out."""
         out: dict[tuple[str, str], str] = {}
         for start in range(0, len(wanted), batch):
             part = wanted[start:start + batch]

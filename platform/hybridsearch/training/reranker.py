@@ -1,26 +1,14 @@
-"""Fine-tune a cross-encoder reranker on a collection's own judgments.
+"""Fine-tune a cross-encoder reranker on a collection's own judgments (``hsp train-reranker``, :func:`run_training`).
 
-The steps (``hsp train-reranker`` runs them all, see :func:`run_training`):
-
-1. :func:`~hybridsearch.training.negatives.load_split` reads the queries and qrels of ONE split of a
-   BEIR collection; ``test`` is refused unless explicitly allowed, no other split's file is opened.
-2. :func:`~hybridsearch.training.negatives.mine` runs each query through the hybrid search and builds
-   ``(query, passage, label)`` pairs: judged-relevant documents as positives, hard negatives drawn from
-   the hybrid top-k minus them and minus likely false negatives (:func:`.negatives.filter_negatives`).
-3. :func:`train_cross_encoder` puts a one-logit head on a BERT-family encoder and trains it with
-   sentence-transformers' ``CrossEncoderTrainer``: ``LambdaLoss`` over each query's list of
-   positives and negatives (default) or pointwise ``BinaryCrossEntropyLoss``.
-4. Model selection. With ``folds >= 2`` (default 3) :func:`cross_validate` trains one model per fold,
-   scores the held-out fold's fused candidates after every epoch, and chooses the epoch count and the
-   blend with the fused order on the pooled out-of-fold scores of *all* training queries
-   (:mod:`hybridsearch.training.validation`); the final model is then fitted on all queries and stopped at
-   the chosen epoch. With ``folds=0`` one ``val_fraction`` slice is held out instead.
-5. The model is saved as a normal sentence-transformers CrossEncoder folder with ``card.json`` and
-   ``README.md`` (:mod:`hybridsearch.training.card`).
+Pairs are mined from one split's queries through the hybrid search (:mod:`.negatives`); a one-logit head on a
+BERT-family encoder is trained with ``LambdaLoss`` over each query's list (or pointwise BCE). With ``folds >= 2``
+the epoch count and the blend are chosen on out-of-fold scores (:mod:`.validation`) and the final model is fitted
+on all queries; with ``folds=0`` one ``val_fraction`` slice is held out. The folder gets a card (:mod:`.card`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import tempfile
 import time
@@ -30,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from hybridsearch.embedding.models import pick_device, resolve_model
 from hybridsearch.errors import ModelError
 from hybridsearch.progress import ProgressSink
-from hybridsearch.training.callbacks import make_callbacks
+from hybridsearch.training.callbacks import EpochKeeper, TrainingProgress
 from hybridsearch.training.card import make_card, save_model
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
 from hybridsearch.training.negatives import MinedData, Pair, load_split, mine
@@ -44,12 +32,9 @@ if TYPE_CHECKING:
     from hybridsearch.settings import Settings
 
 
-# ------------------------------------------------------------------------------------------ training
-
-
 def load_base(base: str, max_length: int, device: str) -> CrossEncoder:
-    """``base`` (Hub name, folder, or the packaged all-MiniLM-L6-v2) as a CrossEncoder with one
-    output logit; a plain encoder gets a freshly initialised head. Raises ModelError."""
+    """``base`` (Hub name or folder) as a CrossEncoder with one output logit (a plain encoder gets a fresh head).
+    Raises ModelError."""
     from sentence_transformers import CrossEncoder
 
     where = resolve_model(base)
@@ -95,11 +80,9 @@ def _loss_and_dataset(model: Any, pairs: list[Pair], cfg: TrainingConfig) -> tup
 def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: ProgressSink | None = None,
                         stop_after: int | None = None, label: str = "",
                         sink: dict[int, dict[str, list[float]]] | None = None) -> tuple[Any, TrainResult]:
-    """Fine-tune a cross-encoder on ``mined.pairs``, validating on ``mined.validation`` after each
-    epoch (its scores kept in ``sink[epoch]`` when given); the schedule spans ``cfg.epochs`` but
-    training stops after ``stop_after`` epochs when given. Returns the model (the best validation epoch
-    restored with ``keep="best"``) and what happened. Seeded by ``cfg.seed``. Steps, loss and each epoch's
-    figures go to ``progress``."""
+    """Fine-tune a cross-encoder on ``mined.pairs``, validating on ``mined.validation`` after each epoch (scores
+    kept in ``sink[epoch]``); the schedule spans ``cfg.epochs``, training stops after ``stop_after`` epochs. Returns
+    the model (with ``keep="best"`` the best epoch's) and what happened. Seeded; progress goes to ``progress``."""
     import torch
     from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
     from sentence_transformers.cross_encoder.model_card import CrossEncoderModelCardCallback
@@ -113,12 +96,9 @@ def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: Prog
     loss, train_ds, batch = _loss_and_dataset(model, mined.pairs, cfg)
     evaluator = (rerank_validation_evaluator(mined.validation, cfg.batch_size * 4, sink)
                  if mined.validation else None)
-    result = TrainResult(device=device)
-    if evaluator is not None:
-        result.fused = rerank_metrics(mined.validation, None)
-    best, bar = make_callbacks(model, result, progress, validating=evaluator is not None,
-                               snapshot=cfg.keep == "best", stop_after=stop_after, label=label)
-    callbacks: list[Any] = [best] + ([bar] if bar is not None else [])
+    result = TrainResult(device=device, fused=rerank_metrics(mined.validation, None) if evaluator is not None else {})
+    keeper = EpochKeeper(model, cfg.keep == "best", "blend_ndcg@10", stop_after)
+    callbacks: list[Any] = [keeper] + ([TrainingProgress(progress, label)] if progress is not None else [])
     with tempfile.TemporaryDirectory(prefix="hsp-train-") as tmp:
         args = CrossEncoderTrainingArguments(
             output_dir=tmp, num_train_epochs=cfg.epochs, per_device_train_batch_size=batch,
@@ -130,27 +110,23 @@ def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: Prog
         trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=train_ds, loss=loss,
                                       evaluator=evaluator, callbacks=callbacks)
         trainer.remove_callback(CrossEncoderModelCardCallback)  # it looks up the Hub; we write our own card
-        trainer.remove_callback(PrinterCallback)  # raw log dicts on stdout; the rich bar shows the loss
+        trainer.remove_callback(PrinterCallback)  # raw log dicts on stdout; progress shows the loss
         started = time.perf_counter()
         out = trainer.train()
         result.seconds = time.perf_counter() - started
         result.steps = int(out.global_step)
-    if cfg.keep == "best":
-        best.restore()
-    elif result.epochs:
-        result.best_epoch = result.epochs[-1].epoch
+    result.epochs = [EpochResult(e, m.get("ndcg@10"), m.get("mrr@10"), loss, m.get("blend"), m.get("blend_ndcg@10"))
+                     for e, m, loss in keeper.epochs]
+    result.best_epoch = keeper.kept_epoch(cfg.keep)
     return model, result
 
 
 def cross_validate(mined: MinedData, cfg: TrainingConfig, *,
                    progress: ProgressSink | None = None) -> tuple[Any, TrainResult]:
-    """K-fold selection, then the final fit: one model per fold of ``mined.train_qids`` (trained on the
-    other folds' pairs for ``cfg.epochs`` epochs, scoring its fold's candidates after each), the epoch
-    count and blend chosen on the pooled out-of-fold scores, and one model fitted on all pairs,
-    stopped after the chosen epoch. The result's ``epochs`` are the pooled per-epoch figures, its
-    ``cv`` the per-fold ones. When the nested estimate of the gain is not above ``cfg.min_gain`` the
-    chosen epoch is served at blend 0 (``cv["guard"]`` says why). Raises ValueError when there are fewer
-    queries than folds."""
+    """K-fold selection (one model per fold, scoring its held-out fold after each epoch; epochs and blend chosen
+    on the pooled out-of-fold scores), then one fit on all pairs stopped at the chosen epoch. The result's
+    ``epochs`` are the pooled figures, ``cv`` the per-fold ones; a nested gain not above ``cfg.min_gain`` serves
+    the chosen epoch at blend 0 (``cv["guard"]`` says why). Raises ConfigError for fewer queries than folds."""
     folds = kfold(mined.train_qids, cfg.folds, cfg.seed)
     oof: dict[int, dict[str, list[float]]] = {}
     losses: dict[int, list[float]] = {}
@@ -191,10 +167,8 @@ def cross_validate(mined: MinedData, cfg: TrainingConfig, *,
 
 def run_training(cfg: TrainingConfig, settings: Settings, *, es: EngineClient | None = None,
                  embedder: Embedder | None = None, progress: ProgressSink | None = None) -> dict[str, Any]:
-    """Load the split, mine pairs from the index under ``settings.index.prefix``, train, save to
-    ``cfg.out``; returns the card. Raises ConfigError (test split, training queries also judged in the test
-    split, bad collection, no pairs),
-    IndexNotFound (collection not ingested under this prefix), ModelError, ClusterError."""
+    """Load the split, mine pairs from the index under ``settings.index.prefix``, train, save to ``cfg.out``;
+    returns the card. Raises ConfigError, IndexNotFound, ModelError, ClusterError."""
     from hybridsearch.engine import connect
     from hybridsearch.eval.datasets import check_disjoint
     from hybridsearch.training.negatives import IndexMiner
@@ -202,16 +176,11 @@ def run_training(cfg: TrainingConfig, settings: Settings, *, es: EngineClient | 
     data = load_split(cfg.dataset, cfg.split, allow_test=cfg.allow_test, limit=cfg.limit_queries)
     if cfg.split != "test":
         check_disjoint(cfg.dataset, data.queries)
-    own = es is None
-    client = es if es is not None else connect(settings.es)
-    try:
+    with contextlib.nullcontext(es) if es is not None else contextlib.closing(connect(settings.es)) as client:
         miner = IndexMiner(client, settings, embedder)
         mined = mine(miner, data, depth=cfg.depth, negatives=cfg.negatives,
                      val_fraction=0.0 if cfg.cross_validating else cfg.val_fraction, seed=cfg.seed,
                      strategy=cfg.strategy, policy=cfg.policy, progress=progress)
-    finally:
-        if own:
-            client.close()
     if cfg.cross_validating:
         model, result = cross_validate(mined, cfg, progress=progress)
     else:

@@ -1,16 +1,9 @@
-"""Validating a reranker the way it is served: reranking held-out queries' fused candidates.
+"""Validating a reranker the way it is served: reranking held-out queries' fused candidates, blended with the
+fused order at the share (``serving.blend``) that serves them best.
 
-:func:`rerank_metrics` gives nDCG@10 and MRR@10 of an order; :func:`choose_blend` finds the share of
-the reranker's score in the served order (``serving.blend``) that serves the queries best;
-:func:`score_queries` runs a model over the queries' candidates; :func:`rerank_validation_evaluator`
-wraps both for the sentence-transformers trainer (once per epoch).
-
-K-fold selection: every training query is held out exactly once, and the model trained on the other folds
-scores it after each epoch (out-of-fold scores, OOF). :func:`choose` picks the (epochs, blend) whose served
-order has the best pooled OOF nDCG@10 (what the final model, fitted on all queries, is served with), and
-:func:`nested_estimate` says how well that procedure does on unseen queries: for each fold, the (epochs,
-blend) chosen on the other folds is measured on that fold; the gains over the fused order give the estimate
-and its spread.
+K-fold selection: each training query is scored once by the model trained on the other folds, after each epoch
+(out-of-fold scores). :func:`choose` picks the (epochs, blend) with the best pooled nDCG@10; :func:`nested_estimate`
+measures that procedure on unseen queries (per fold, the choice made on the other folds).
 """
 
 from __future__ import annotations
@@ -23,18 +16,15 @@ from typing import Any
 
 from hybridsearch.errors import ConfigError
 from hybridsearch.query.fusion import interpolate
+from hybridsearch.training.callbacks import evaluator
 from hybridsearch.training.negatives import ValidationQuery
 
 BLEND_GRID = tuple(round(0.05 * i, 2) for i in range(21))  # 0, 0.05, ..., 1
 
 
-# ---------------------------------------------------------------------------------------- validation
-
-
 def rerank_metrics(val: Sequence[ValidationQuery], scores: Mapping[str, Sequence[float]] | None) -> dict[str, float]:
-    """nDCG@10 and MRR@10 (ranx) of the validation candidates ordered by ``scores`` (per query, one per
-    candidate), or in fused order when ``scores`` is None. Judged documents outside the candidates
-    count as missed, so the numbers compare with the fused order and with ``hsp eval``."""
+    """nDCG@10 and MRR@10 (ranx) of the candidates ordered by ``scores`` (per query, one per candidate), or in
+    fused order when ``scores`` is None; judged documents outside the candidates count as missed."""
     from ranx import Qrels, Run, evaluate
 
     qrels = Qrels({v.qid: dict(v.relevant) for v in val})
@@ -54,16 +44,14 @@ def rerank_metrics(val: Sequence[ValidationQuery], scores: Mapping[str, Sequence
 
 def blended_scores(val: Sequence[ValidationQuery], scores: Mapping[str, Sequence[float]],
                    blend: float) -> dict[str, list[float]]:
-    """Per query, the served order's scores: ``blend`` × min-max(reranker) + (1 − ``blend``) ×
-    min-max(fused), exactly what the query layer does (:func:`hybridsearch.query.fusion.interpolate`)."""
+    """Per query, the served order's scores (:func:`hybridsearch.query.fusion.interpolate`, as the query layer)."""
     return {v.qid: interpolate(scores[v.qid], [c.score for c in v.candidates], blend)
             for v in val if v.candidates}
 
 
 def choose_blend(val: Sequence[ValidationQuery], scores: Mapping[str, Sequence[float]],
                  grid: Sequence[float] = BLEND_GRID) -> tuple[float, float]:
-    """The blend weight of ``grid`` whose served order has the best validation nDCG@10, and that
-    nDCG; the smallest such weight on ties (closest to the fused order)."""
+    """The blend of ``grid`` whose served order has the best nDCG@10 (the smallest on ties), and that nDCG."""
     best: tuple[float, float] | None = None
     for w in sorted(grid):
         ndcg = rerank_metrics(val, blended_scores(val, scores, w))["ndcg@10"]
@@ -88,31 +76,21 @@ def score_queries(model: Any, val: Sequence[ValidationQuery], batch_size: int) -
 
 def rerank_validation_evaluator(val: Sequence[ValidationQuery], batch_size: int,
                                 sink: MutableMapping[int, dict[str, list[float]]] | None = None) -> Any:
-    """A sentence-transformers evaluator that reranks ``val`` and reports :func:`rerank_metrics` and the
-    best blend; with ``sink``, the scores of its n-th call are kept in ``sink[n]`` (n from 1: the epoch)."""
-    from sentence_transformers.base.evaluation.evaluator import BaseEvaluator
+    """An evaluator reporting :func:`rerank_metrics` of ``val`` and the best blend; with ``sink``, the scores of
+    its n-th call are kept in ``sink[n]`` (n from 1: the epoch)."""
+    calls = [0]
 
-    class RerankValidation(BaseEvaluator):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()  # type: ignore[no-untyped-call]
-            self.name = "val"
-            self.primary_metric = "blend_ndcg@10"
-            self.calls = 0
+    def measure(model: Any) -> dict[str, float]:
+        scores = score_queries(model, val, batch_size)
+        calls[0] += 1
+        if sink is not None:
+            sink[calls[0]] = scores
+        metrics = rerank_metrics(val, scores)
+        metrics["blend"], metrics["blend_ndcg@10"] = choose_blend(val, scores)
+        return metrics
 
-        def __call__(self, model: Any, output_path: str | None = None, epoch: int = -1,
-                     steps: int = -1) -> dict[str, float]:
-            scores = score_queries(model, val, batch_size)
-            self.calls += 1
-            if sink is not None:
-                sink[self.calls] = scores
-            metrics = rerank_metrics(val, scores)
-            metrics["blend"], metrics["blend_ndcg@10"] = choose_blend(val, scores)
-            return self.prefix_name_to_metrics(metrics, self.name)  # type: ignore[no-any-return]
+    return evaluator(measure, "blend_ndcg@10")
 
-    return RerankValidation()
-
-
-# ---------------------------------------------------------------------------------------- k folds
 
 Scores = Mapping[str, Sequence[float]]  # qid -> one score per candidate
 EpochScores = Mapping[int, Scores]  # epoch -> OOF scores of every query

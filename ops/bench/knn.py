@@ -1,8 +1,5 @@
-"""Exact nearest neighbours in numpy and the recall of an approximate (HNSW) search against them.
-
-Used by the benchmarks that check what the engine's kNN finds against brute force over the very vectors that
-were indexed (``ops/bench/bench_scale.py``, ``ops/bench/bench_vectors.py``). Pure: numpy only.
-"""
+"""Exact nearest neighbours in numpy and the recall of an approximate (HNSW) search against them, for the
+benchmarks that check the engine's kNN against brute force over the indexed vectors (bench_scale, bench_vectors)."""
 
 from __future__ import annotations
 
