@@ -60,8 +60,7 @@ from hybridsearch.query.results import Mode, SearchResult, Timings, WhyReport
 from hybridsearch.query.send import KnnLines, embed_steps, send_steps
 from hybridsearch.query.steps import CountChunks, Detect, GetMappings, Json, Rerank, ResolveAlias, Steps
 from hybridsearch.query.window import Window, answered_by, check_response, fuse_window
-from hybridsearch.rerank.base import Reranker
-from hybridsearch.rerank.card import effective_blend
+from hybridsearch.rerank.base import Reranker, effective_blend
 from hybridsearch.settings import QuerySettings, RerankerSettings, Settings, get_settings
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 A card says what the model was trained on (base model, data, split, negatives, epochs), how it did on
 held-out queries of the training split per epoch, and how to use it. A reranker's card also says how to
-serve it (``serving.blend``, ``serving.max_length``), which :mod:`hybridsearch.rerank.card` reads back.
+serve it (``serving.blend``, ``serving.max_length``), which :mod:`hybridsearch.rerank.base` reads back.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from hybridsearch import __version__
 from hybridsearch.embedding.models import file_hash, record_files, resolve_model
-from hybridsearch.rerank.card import CARD_FILE, KIND
+from hybridsearch.rerank.base import CARD_FILE, KIND
 
 if TYPE_CHECKING:
     from hybridsearch.training.config import (
