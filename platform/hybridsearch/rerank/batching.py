@@ -194,25 +194,21 @@ class MicroBatcher:
     async def _next(self, timeout: float | None) -> Job | None:
         """The next job that has not expired (None when none came within ``timeout``)."""
         while True:
-            job = await self._take(timeout)
-            if job is None or not job.expired:
+            if self._held is not None:
+                job, self._held = self._held, None
+            elif timeout is None:
+                job = await self._queue.get()
+            elif timeout <= 0:
+                if self._queue.empty():
+                    return None
+                job = self._queue.get_nowait()
+            else:
+                try:
+                    job = await asyncio.wait_for(self._queue.get(), timeout)
+                except TimeoutError:
+                    return None
+            if not job.expired:
                 return job
-
-    async def _take(self, timeout: float | None) -> Job | None:
-        if self._held is not None:
-            job, self._held = self._held, None
-            return job
-        if timeout is None:
-            return await self._queue.get()
-        if timeout <= 0:
-            try:
-                return self._queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return None
-        try:
-            return await asyncio.wait_for(self._queue.get(), timeout)
-        except TimeoutError:
-            return None
 
     async def _gather(self) -> list[Job]:
         first = await self._next(None)
