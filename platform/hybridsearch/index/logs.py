@@ -18,7 +18,14 @@ from hybridsearch.engine import EngineClient, Sender, engine_errors, request
 from hybridsearch.errors import AccessDenied, ClusterError, HybridSearchError, IndexNotFound
 from hybridsearch.index.access import WRITE_BLOCKS, bulk_error_type, item_error, require_privileges, write_errors
 from hybridsearch.index.fit import Difference, log_differences
-from hybridsearch.index.spec import LOG_KINDS, create_index, log_index_name, log_spec, write_alias_name
+from hybridsearch.index.spec import (
+    LOG_KINDS,
+    add_alias_if_missing,
+    create_index,
+    log_index_name,
+    log_spec,
+    write_alias_name,
+)
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -31,9 +38,8 @@ def ensure_log_index(es: Sender, settings: Settings, kind: str) -> str:
     with write_errors(spec.name, f"create or update {spec.name}"):
         if es.send(request.index_exists(spec.name)):
             es.send(request.put_mapping(spec.name, properties=spec.mappings["properties"]))
-            if spec.write_alias and not es.send(request.alias_exists(spec.write_alias)):
-                es.send(request.update_aliases([{"add": {"index": spec.name, "alias": spec.write_alias,
-                                                            "is_write_index": True}}]))
+            if spec.write_alias:
+                add_alias_if_missing(es, spec.write_alias, spec.name)
         elif create_index(es, spec):
             log.info("created %s", spec.name)
     return spec.name
@@ -115,11 +121,7 @@ class LogWriter:
                 return
             try:
                 with write_errors(self.index, f"add the write alias {self.alias} to {self.index}"):
-                    if self.es.send(request.alias_exists(self.alias)):
-                        self._direct = False
-                        return
-                    self.es.send(request.update_aliases([{"add": {"index": self.index, "alias": self.alias,
-                                                                     "is_write_index": True}}]))
+                    add_alias_if_missing(self.es, self.alias, self.index)
                 self._direct = False
             except AccessDenied as exc:
                 if not self._direct:

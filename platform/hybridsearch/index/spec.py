@@ -34,12 +34,8 @@ _VERSION = re.compile(r"-v([1-9][0-9]*)$")
 
 def parse_version(index: str, alias: str | None = None) -> int | None:
     """N of ``<alias>-v<N>`` (of any ``...-v<N>`` when ``alias`` is None); None for every other name (``-v01``...)."""
-    if alias is not None and not index.startswith(f"{alias}-v"):
-        return None
-    m = _VERSION.search(index)
-    if m is None or (alias is not None and m.start() != len(alias)):
-        return None
-    return int(m.group(1))
+    m = _VERSION.search(index) if alias is None else re.fullmatch(rf"{re.escape(alias)}{_VERSION.pattern}", index)
+    return int(m.group(1)) if m else None
 
 
 def log_index_name(index: IndexSettings, kind: str) -> str:
@@ -180,6 +176,12 @@ def create_index(es: Sender, spec: IndexSpec) -> bool:
         if status_of(exc) == 400 and error_type_of(exc) == "resource_already_exists_exception":
             return False
         raise
+
+
+def add_alias_if_missing(es: Sender, alias: str, index: str) -> None:
+    """Point ``alias`` at ``index`` (its write index) unless the alias exists. Call inside ``engine_errors``."""
+    if not es.send(request.alias_exists(alias)):
+        es.send(request.update_aliases([{"add": {"index": index, "alias": alias, "is_write_index": True}}]))
 
 
 def chunk_spec(settings: Settings, version: int | None = None, *, dialect: Dialect,

@@ -26,7 +26,7 @@ from hybridsearch.index.access import (
 )
 from hybridsearch.index.fit import check_mapping
 from hybridsearch.index.logs import ensure_log_indices
-from hybridsearch.index.spec import chunk_spec_for, create_index, parse_version
+from hybridsearch.index.spec import add_alias_if_missing, chunk_spec_for, create_index, parse_version
 from hybridsearch.index.visibility import hidden_count, state_index_for, state_index_of, visible_query
 from hybridsearch.settings import IndexSettings, Settings
 
@@ -130,12 +130,6 @@ def _put_engine_settings(es: EngineClient, index: str) -> None:
         es.send(request.put_settings(index, differ))
 
 
-def _point_alias_if_unset(es: EngineClient, alias: str, index: str) -> None:
-    with write_errors(index, f"point alias {alias} at {index}"):
-        if not es.send(request.alias_exists(alias)):
-            es.send(request.update_aliases([{"add": {"index": index, "alias": alias, "is_write_index": True}}]))
-
-
 def create_version(es: EngineClient, settings: Settings, version: int | None = None) -> str:
     """Create ``<prefix>-chunks-v<N>`` (default: the next free N) and the log indices; the alias is pointed at it
     when it points nowhere yet. Raises AccessDenied (before writing), ConfigError when the version exists."""
@@ -143,7 +137,8 @@ def create_version(es: EngineClient, settings: Settings, version: int | None = N
     version = version or max(list_versions(es, settings.index), default=0) + 1
     name = _create(es, settings, version, exist_ok=False)
     ensure_log_indices(es, settings)
-    _point_alias_if_unset(es, settings.index.alias, name)
+    with write_errors(name, f"point alias {settings.index.alias} at {name}"):
+        add_alias_if_missing(es, settings.index.alias, name)
     return name
 
 
@@ -163,7 +158,8 @@ def ensure_index(es: EngineClient, settings: Settings, version: int | None = Non
         name = _create(es, settings, version, exist_ok=True)
     check_mapping(name, index_mapping(es, name), settings, es.dialect)
     ensure_log_indices(es, settings)
-    _point_alias_if_unset(es, alias, name)
+    with write_errors(name, f"point alias {alias} at {name}"):
+        add_alias_if_missing(es, alias, name)
     return name
 
 
@@ -191,7 +187,7 @@ def rollback(es: EngineClient, cfg: IndexSettings, version: int | None = None) -
     if len(targets) > 1 and version is None:
         raise ConfigError(f"alias {cfg.alias} points at {', '.join(targets)}: name the version to "
                           "keep with --to-version N")
-    live = targets[-1] if len(targets) == 1 else ", ".join(targets)
+    live = ", ".join(targets)
     live_v = parse_version(targets[-1]) or 0
     versions = list_versions(es, cfg)
     if version is None:

@@ -17,5 +17,5 @@ def make_reranker(cfg: RerankerSettings) -> Reranker | None:
     if not cfg.enabled:
         return None
     if cfg.url:
-        return HttpReranker.from_settings(cfg)
+        return HttpReranker(cfg.url, cfg.timeout, cfg.token.get_secret_value() if cfg.token else None)
     return LocalReranker(cfg)

@@ -14,7 +14,6 @@ from hybridsearch.errors import RerankerError
 from hybridsearch.redact import redact_url
 from hybridsearch.rerank.base import valid_blend
 from hybridsearch.retry import RETRIED_STATUSES
-from hybridsearch.settings import RerankerSettings
 
 log = logging.getLogger(__name__)
 
@@ -63,13 +62,6 @@ class HttpReranker:
         )
         self.model: str | None = None
         self.blend: float | None = None  # Reranker.blend: the served model's recommendation, from its answers
-
-    @classmethod
-    def from_settings(cls, cfg: RerankerSettings) -> HttpReranker:
-        """Client for ``cfg.url`` with ``cfg.timeout`` and ``cfg.token``. Raises RerankerError when no url is set."""
-        if not cfg.url:
-            raise RerankerError("HSP_RERANKER__URL is not set")
-        return cls(cfg.url, cfg.timeout, cfg.token.get_secret_value() if cfg.token else None)
 
     def rerank(self, query: str, passages: Sequence[str], top_n: int | None = None) -> dict[str, Any]:
         """The service's answer ``{scores, order, model, took_ms, blend}``. Raises RerankerError."""

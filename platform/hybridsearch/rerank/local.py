@@ -34,9 +34,9 @@ def _how_to_fix(name: str) -> str:
     )
 
 
-def load_cross_encoder(name: str, device: str = "auto", max_length: int = 512, fp16: bool = True) -> CrossEncoder:
+def load_cross_encoder(name: str, device: str = "auto", max_length: int = 512) -> CrossEncoder:
     """The CrossEncoder at local path or Hub name ``name`` (:func:`~hybridsearch.embedding.models.locate_model`:
-    no network unless downloads are allowed); fp16 on CUDA when ``fp16``. Raises RerankerModelError with the fix."""
+    no network unless downloads are allowed), in fp16 on CUDA. Raises RerankerModelError with the fix."""
     try:
         where, local_only = locate_model(name, "HSP_RERANKER__MODEL", check=False)
     except ModelError as exc:
@@ -58,7 +58,7 @@ def load_cross_encoder(name: str, device: str = "auto", max_length: int = 512, f
         )
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     model.max_seq_length = min(max_length, limit) if isinstance(limit, int) and limit > 0 else max_length
-    if fp16 and dev.startswith("cuda"):
+    if dev.startswith("cuda"):
         model.half()
     ce: CrossEncoder = model
     return ce
