@@ -16,11 +16,8 @@ KIND = "hybridsearch-domain-reranker"
 
 @runtime_checkable
 class Reranker(Protocol):
-    """Scores passages for one query; raises RerankerError when it cannot (the search keeps the fused order).
-
-    ``blend``: its recommended share in the final order of the reranked top, from 0 (fused order) to 1 (reranker
-    order); None when it has none (then 1 unless ``HSP_RERANKER__BLEND`` says).
-    """
+    """Scores passages for one query (RerankerError when it cannot: the search keeps the fused order). ``blend``:
+    its recommended share in the final order, 0 (fused order) to 1 (reranker order), or None."""
 
     name: str
 

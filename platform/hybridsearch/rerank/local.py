@@ -74,12 +74,9 @@ def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[
 
 
 class LocalReranker:
-    """Scores ``(query, passage)`` pairs with a cross-encoder in this process.
-
-    The model loads on first use (or :meth:`load`), once, thread-safely; a load failure is remembered and raised
-    again on every later call. ``blend`` is what the model's card recommends (None without one); ``max_length`` is
-    ``HSP_RERANKER__MAX_LENGTH`` when set, else the card's trained length, else 512.
-    """
+    """Scores ``(query, passage)`` pairs with a cross-encoder in this process, loaded on first use, once (a load
+    failure is raised again on every later call). ``blend`` and ``max_length`` (unless ``HSP_RERANKER__MAX_LENGTH``
+    is set) come from the model's card; without one, None and 512."""
 
     def __init__(self, cfg: RerankerSettings | None = None) -> None:
         self.cfg = cfg or RerankerSettings()
