@@ -10,7 +10,7 @@ import pytest
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import AliasConflict, IndexMismatch
-from hybridsearch.index.spec import DERIVED_SOURCE, load_template, with_analyzer
+from hybridsearch.index.spec import load_template, with_analyzer
 from hybridsearch.index.versions import checked_live_index, create_version, ensure_index, read_alias, rollback
 from hybridsearch.index.visibility import scan_visible
 from hybridsearch.ingest.pipeline import run_ingest
@@ -155,7 +155,7 @@ def test_whole_source_reads_work_on_opensearch_3_after_documents_change(es: Engi
     run_ingest(docs("Bees dance and hum to tell where flowers are."), settings, es=es, embedder=embedder)
     v1 = settings.index.versioned(1)
     flat = es.send(request.get_settings(v1, flat_settings=True))[v1]["settings"]
-    assert flat.get(DERIVED_SOURCE) == "false"
+    assert flat.get("index.knn.derived_source.enabled") == "false"
     hits = list(scan_visible(es, v1))
     assert {h["_source"]["doc_id"] for h in hits} == {"d1", "d2"}
     assert all(len(h["_source"]["embedding"]) == settings.embedding.dims for h in hits)

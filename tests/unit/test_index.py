@@ -17,7 +17,6 @@ from hybridsearch.errors import AccessDenied, AliasConflict, ClusterError, Index
 from hybridsearch.index.access import blocked, item_error
 from hybridsearch.index.fit import check_mapping, check_source, chunk_differences, log_differences
 from hybridsearch.index.spec import (
-    DERIVED_SOURCE,
     LOG_KINDS,
     TEMPLATES,
     chunk_spec,
@@ -102,7 +101,7 @@ def test_new_chunk_indices_turn_off_knn_derived_source_on_opensearch_3(kind: str
     engine = EngineInfo(kind, version)
     cluster = SimpleNamespace(engine=engine, dialect=engine.dialect)
     spec = chunk_spec_for(cluster, load_settings(index={"analyzer": "standard"}))
-    assert spec.settings.get(DERIVED_SOURCE) == derived_source
+    assert spec.settings.get("index.knn.derived_source.enabled") == derived_source
 
 
 def test_log_specs_have_their_mappings_and_write_aliases() -> None:

@@ -144,8 +144,6 @@ def section_words_of(meta: Mapping[str, object]) -> int | None:
 
 #: what ``HSP_INDEX__ANALYZER=auto`` picks where the cluster has it, and otherwise
 PREFERRED_ANALYZER, FALLBACK_ANALYZER = "english", "standard"
-#: OpenSearch 3.x's index setting that rebuilds vectors into ``_source`` on read
-DERIVED_SOURCE = "index.knn.derived_source.enabled"
 
 
 @dataclass(frozen=True)
@@ -218,9 +216,7 @@ def with_analyzer(es: EngineClient, settings: Settings) -> Settings:
 
 
 def chunk_spec_for(es: EngineClient, settings: Settings, version: int | None = None) -> IndexSpec:
-    """:func:`chunk_spec` for this cluster: its analyzer, dialect and engine settings. On OpenSearch 3.x the k-NN
-    "derived source" (a static setting) is turned off: with it, whole-``_source`` reads (migrate, rechunk) fail
-    with 503 on segments holding deleted documents."""
-    static = {DERIVED_SOURCE: False} if es.engine.kind == "opensearch" and es.engine.at_least(3, 0) else {}
+    """:func:`chunk_spec` for this cluster: its analyzer, dialect and engine settings (those set only at creation
+    included)."""
     return chunk_spec(with_analyzer(es, settings), version, dialect=es.dialect,
-                      engine_settings={**es.engine.chunk_index_settings, **static})
+                      engine_settings={**es.engine.chunk_index_settings, **es.engine.chunk_index_creation_settings})
