@@ -419,7 +419,7 @@ def check_reranker(cfg: RerankerSettings) -> Check:
         return Check("reranker", "local model", "WARN", f"{exc.problem}; {degrade}",
                      "set HSP_RERANKER__MODEL to a local cross-encoder folder, HSP_RERANKER__URL to a "
                      "reranker service, or HSP_RERANKER__ENABLED=false")
-    from hybridsearch.rerank.card import effective_blend
+    from hybridsearch.rerank.base import effective_blend
 
     blend, source = effective_blend(cfg.blend, reranker.blend)
     return Check("reranker", "local model", "OK", f"{cfg.model} loads on {reranker.device} (max length "

@@ -12,6 +12,7 @@ from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import AliasConflict, IndexMismatch
 from hybridsearch.index.spec import load_template, with_analyzer
 from hybridsearch.index.versions import checked_live_index, create_version, ensure_index, read_alias, rollback
+from hybridsearch.index.visibility import scan_visible
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
 from hybridsearch.migrate import migrate
@@ -142,3 +143,21 @@ def test_chunk_indices_get_the_engines_filtered_knn_setting_when_made_and_when_f
     assert have(name) == want
     es.send(request.put_settings(name, {k: "acorn" for k in want}))  # an index made before the change
     assert ensure_index(es, settings) == name and have(name) == want
+
+
+def test_whole_source_reads_work_on_opensearch_3_after_documents_change(es: EngineClient, settings: Settings,
+                                                                        embedder: Embedder) -> None:
+    """OpenSearch 3.x's k-NN derived source fails whole-_source reads from segments with deleted documents: new
+    chunk indices turn it off, so migrate's and rechunk's reads keep working."""
+    if es.engine.kind != "opensearch" or not es.engine.at_least(3, 0):
+        pytest.skip(f"{es.engine.name} has no k-NN derived source")
+    run_ingest(docs("Bees dance to tell where flowers are."), settings, es=es, embedder=embedder)
+    run_ingest(docs("Bees dance and hum to tell where flowers are."), settings, es=es, embedder=embedder)
+    v1 = settings.index.versioned(1)
+    flat = es.send(request.get_settings(v1, flat_settings=True))[v1]["settings"]
+    assert flat.get("index.knn.derived_source.enabled") == "false"
+    hits = list(scan_visible(es, v1))
+    assert {h["_source"]["doc_id"] for h in hits} == {"d1", "d2"}
+    assert all(len(h["_source"]["embedding"]) == settings.embedding.dims for h in hits)
+    result = migrate(es, settings, settings, embedder=embedder)
+    assert result.swapped and checked_live_index(es, settings) == result.target

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import json
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -19,6 +20,7 @@ from hybridsearch.index.spec import (
     LOG_KINDS,
     TEMPLATES,
     chunk_spec,
+    chunk_spec_for,
     load_template,
     log_spec,
     mappings_dir,
@@ -90,6 +92,16 @@ def test_chunk_spec_carries_the_engine_settings() -> None:
     opensearch = EngineInfo("opensearch", "3.5.0")
     assert chunk_spec(s, 1, dialect=opensearch.dialect,
                       engine_settings=opensearch.chunk_index_settings).settings["knn"] is True
+
+
+@pytest.mark.parametrize(("kind", "version", "derived_source"), [
+    ("opensearch", "3.5.0", False), ("opensearch", "2.19.1", None), ("elasticsearch", "9.3.2", None)])
+def test_new_chunk_indices_turn_off_knn_derived_source_on_opensearch_3(kind: str, version: str,
+                                                                      derived_source: bool | None) -> None:
+    engine = EngineInfo(kind, version)
+    cluster = SimpleNamespace(engine=engine, dialect=engine.dialect)
+    spec = chunk_spec_for(cluster, load_settings(index={"analyzer": "standard"}))
+    assert spec.settings.get("index.knn.derived_source.enabled") == derived_source
 
 
 def test_log_specs_have_their_mappings_and_write_aliases() -> None:

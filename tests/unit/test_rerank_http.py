@@ -9,7 +9,6 @@ import pytest
 
 from hybridsearch.errors import RerankerError
 from hybridsearch.rerank import HttpReranker
-from hybridsearch.settings import RerankerSettings
 
 
 def scripted(*answers: httpx.Response | Exception) -> tuple[httpx.MockTransport, list[httpx.Request]]:
@@ -117,8 +116,3 @@ def test_unreadable_or_mismatched_answers_are_errors(answer: httpx.Response) -> 
     transport, _ = scripted(answer)
     with pytest.raises(RerankerError, match="reranker service at http://x"):
         HttpReranker("http://x", transport=transport).score("q", ["a", "b"])
-
-
-def test_from_settings_needs_a_url() -> None:
-    with pytest.raises(RerankerError, match="HSP_RERANKER__URL"):
-        HttpReranker.from_settings(RerankerSettings())

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 import hybridsearch.rerank.local as local_mod
-from hybridsearch.rerank import LocalReranker, order_by_score
+from hybridsearch.rerank import LocalReranker
 from hybridsearch.settings import RerankerSettings
 
 QUERY = "how do vaccines train the immune system"
@@ -79,17 +79,6 @@ def test_score_pairs_mixes_queries(reranker: LocalReranker) -> None:
     flat = reranker.score_pairs(pairs)
     assert flat[0] == pytest.approx(reranker.score(QUERY, [PASSAGES[0]])[0], abs=1e-5)
     assert flat[1] == pytest.approx(reranker.score("another question", [PASSAGES[1]])[0], abs=1e-5)
-
-
-def test_rank_is_consistent_with_scores_and_honours_top_n_threshold(reranker: LocalReranker) -> None:
-    scores = reranker.score(QUERY, PASSAGES)
-    ranked = reranker.rank(QUERY, PASSAGES)
-    assert [i for i, _ in ranked] == order_by_score(scores)
-    assert [s for _, s in ranked] == sorted(scores, reverse=True)
-    assert reranker.rank(QUERY, PASSAGES, top_n=2) == ranked[:2]
-    cut = sorted(scores)[2]
-    assert all(s >= cut for _, s in reranker.rank(QUERY, PASSAGES, threshold=cut))
-    assert len(reranker.rank(QUERY, PASSAGES, threshold=cut)) == 3
 
 
 def test_huge_passage_is_truncated_not_fatal(reranker: LocalReranker) -> None:

@@ -8,9 +8,9 @@ import pytest
 
 from hybridsearch.cli.main import exit_code
 from hybridsearch.errors import ModelError, RerankerError, RerankerModelError
-from hybridsearch.rerank import HttpReranker, LocalReranker, Reranker, make_reranker
-from hybridsearch.rerank.local import load_cross_encoder
-from hybridsearch.rerank.ranking import length_sorted_batches, order_by_score, split_scores
+from hybridsearch.rerank import HttpReranker, LocalReranker, Reranker, make_reranker, order_by_score
+from hybridsearch.rerank.batching import split_scores
+from hybridsearch.rerank.local import length_sorted_batches, load_cross_encoder
 from hybridsearch.settings import RerankerSettings, load_settings
 
 
@@ -18,11 +18,10 @@ def test_order_by_score_best_first_ties_keep_input_order() -> None:
     assert order_by_score([0.1, 0.9, 0.5, 0.9]) == [1, 3, 2, 0]
 
 
-def test_order_by_score_top_n_and_threshold() -> None:
+def test_order_by_score_top_n() -> None:
     scores = [0.1, 0.9, 0.5, 0.7]
     assert order_by_score(scores, top_n=2) == [1, 3]
-    assert order_by_score(scores, threshold=0.5) == [1, 3, 2]
-    assert order_by_score(scores, top_n=1, threshold=0.95) == []
+    assert order_by_score(scores, top_n=0) == []
     assert order_by_score([]) == []
 
 

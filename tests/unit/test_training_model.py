@@ -10,7 +10,7 @@ from typing import Literal
 import numpy as np
 import pytest
 
-from hybridsearch.rerank.card import serving_hints
+from hybridsearch.rerank.base import serving_hints
 from hybridsearch.training.card import beats_fused, save_model
 from hybridsearch.training.card import make_card as _make_card
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult

@@ -62,7 +62,7 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
 def check(args: argparse.Namespace, settings: Settings) -> int:
     """Score a query against passages with the configured reranker (service or in-process) and print them."""
     from hybridsearch.rerank import make_reranker
-    from hybridsearch.rerank.ranking import order_by_score
+    from hybridsearch.rerank.base import order_by_score
 
     reranker = make_reranker(with_overrides(settings.reranker, args))
     if reranker is None:

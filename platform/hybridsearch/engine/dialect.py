@@ -190,6 +190,12 @@ class EngineInfo:
             return {"index.dense_vector.hnsw_filter_heuristic": "fanout"}
         return {}
 
+    @property
+    def chunk_index_creation_settings(self) -> dict[str, Any]:
+        """Static settings a new chunk index gets: OpenSearch 3.x's k-NN derived source off (with it, whole-_source
+        reads fail with 503 from segments holding deleted documents)."""
+        return {"index.knn.derived_source.enabled": False} if self.kind == "opensearch" and self.at_least(3, 0) else {}
+
     def support_problem(self) -> str | None:
         """Why this engine version cannot serve the platform, or None."""
         need = MIN_VERSION[self.kind]

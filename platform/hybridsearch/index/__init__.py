@@ -1,16 +1,5 @@
-"""Everything about a chunk index, read top to bottom: what it is made of, whether it fits, which version is live,
-and how readers see it. Each module uses only those above it; each part is imported from its module (this package
-re-exports nothing):
-
-* :mod:`.metadata`: typed metadata, its mapping and the one conversion of a value to a field's type;
-* :mod:`.spec`: names and versions, the templates in ``mappings/``, the :class:`~.spec.IndexSpec` an index is
-  created with, the analyzer a cluster gives a new chunk index;
-* :mod:`.fit`: the one fit check of chunk and log indices, and the refusal of an index that does not fit;
-* :mod:`.access`: privileges checked before writing, write blocks read as blocks;
-* :mod:`.visibility`: the read path's filter, so that a document is seen whole or not at all;
-* :mod:`.logs`: the log indices (query log, ingest runs, ingest state), created, inspected and written;
-* :mod:`.versions`: the one resolver of the live index, creating versions, alias swap, rollback, drop, status.
-
-Copying the live version into a new one (``hsp index migrate``) writes through ingestion, so it sits above both,
-in :mod:`hybridsearch.migrate`.
+"""Everything about a chunk index, each module using only those listed after it: :mod:`.versions` (the live
+index, versions, alias moves, status), :mod:`.logs` (the log indices), :mod:`.visibility` (the read path's
+filter), :mod:`.access` (privileges and write blocks), :mod:`.fit` (does an index fit the settings),
+:mod:`.spec` (names, templates, specs), :mod:`.metadata` (typed metadata). Nothing is re-exported here.
 """

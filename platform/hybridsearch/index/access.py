@@ -1,22 +1,8 @@
-"""What the cluster lets the platform write: privileges checked before writing, and write blocks read as blocks.
-
-**Privileges.** Nothing is created or changed before the platform knows it may.
-
-An operation that writes asks the engine first whether the credentials hold every index privilege it needs on
-the names it will touch (:func:`~hybridsearch.engine.index_privileges`: Elasticsearch's
-``_has_privileges``, which any authenticated user may call, API keys included) and refuses with
-:class:`~hybridsearch.errors.AccessDenied` (``missing`` set) — one line naming the user, the missing privileges
-and the index patterns — before its first write. Where the engine cannot say (security off, or OpenSearch, whose
-security plugin has no such API) there is nothing to check and the operation goes ahead; a refused write still
-fails with HTTP 403.
-
-Only index privileges on the prefix are ever needed (plus cluster ``monitor`` for ``hsp doctor``):
-indices are created with explicit settings and mappings, so no index template and no cluster-level
-write privilege is involved. ``ops/security/roles.yml`` holds the roles, ``docs/operations.md`` explains them.
-
-**Blocks.** The engine answers a write block (``index.blocks.write``, the disk flood stage, a read-only cluster)
-with HTTP 403, which would otherwise read as missing privileges; :func:`write_errors` and :func:`item_error` (one
-failed bulk item) read it as :class:`~hybridsearch.errors.IndexBlocked`, naming the index, the block and the fix.
+"""What the cluster lets the platform write. Before its first write an operation asks the engine whether the
+credentials hold every index privilege it needs on the names it touches (:func:`require_privileges`, AccessDenied);
+where the engine cannot say (security off, OpenSearch) it goes ahead. A write block (``index.blocks.write``, the
+disk flood stage, a read-only cluster) answers HTTP 403, read here as IndexBlocked with the fix, not as missing
+privileges (``docs/operations.md`` has the roles).
 """
 
 from __future__ import annotations
@@ -44,15 +30,13 @@ def chunk_names(index: IndexSettings) -> list[str]:
 
 
 def prefix_names(index: IndexSettings) -> list[str]:
-    """Everything the platform writes for a prefix: chunk indices and alias, the query log, ingest runs and
-    the ingest state."""
+    """Everything the platform writes for a prefix: chunk indices and alias, and the log indices."""
     return [*chunk_names(index), index.query_log, index.ingest_runs, index.ingest_state]
 
 
 @dataclass(frozen=True)
 class Privileges:
-    """What the engine said: who asked, whether it checked (``unchecked``: why not, in words for people), what is
-    missing where."""
+    """Who asked, whether the engine checked (``unchecked``: why not), what is missing where."""
 
     user: str | None
     enforced: bool
@@ -70,8 +54,8 @@ class Privileges:
 
 
 def check_privileges(es: Sender, names: list[str], privileges: tuple[str, ...]) -> Privileges:
-    """Which of ``privileges`` the credentials lack on ``names``. Raises ClusterError when authentication
-    fails or the cluster cannot be reached; where the engine cannot say, ``enforced=False``."""
+    """Which of ``privileges`` the credentials lack on ``names`` (``enforced=False`` where the engine cannot say).
+    Raises ClusterError."""
     with engine_errors("check privileges"):
         answer = index_privileges(es, names, list(privileges))
     if not answer.checked:
@@ -87,8 +71,6 @@ def require_privileges(es: Sender, names: list[str], privileges: tuple[str, ...]
     return got
 
 
-# ------------------------------------------------------------------------------------------------------ blocks
-
 _BLOCKED_INDEX = re.compile(r"index \[([^\]]+)\] blocked by")
 FLOOD_STAGE = "index.blocks.read_only_allow_delete"
 #: the index settings that refuse writes when true
@@ -96,8 +78,7 @@ WRITE_BLOCKS = ("index.blocks.write", "index.blocks.read_only", FLOOD_STAGE)
 
 
 def unblock_fix(index: str, block: str) -> str:
-    """How block ``block`` (an index setting such as ``index.blocks.write``, or ``cluster.blocks.read_only``) on
-    ``index`` is lifted."""
+    """How block ``block`` (``index.blocks.write``, ``cluster.blocks.read_only``...) on ``index`` is lifted."""
     if block.startswith(FLOOD_STAGE):
         return ("free disk space on the data nodes (`hsp doctor` shows their use): the engine lifts the block once "
                 f"use drops below the high watermark; or, after freeing space, PUT {index}/_settings "
@@ -111,8 +92,8 @@ def unblock_fix(index: str, block: str) -> str:
 
 
 def blocked(reason: str, index: str, doing: str) -> IndexBlocked:
-    """IndexBlocked for a ``cluster_block_exception`` whose engine ``reason`` is e.g. ``index [x] blocked by:
-    [FORBIDDEN/8/index write (api)];``, with the fix for that block."""
+    """IndexBlocked, with its fix, for a ``cluster_block_exception`` of ``reason`` (``index [x] blocked by:
+    [FORBIDDEN/8/index write (api)];``)."""
     m = _BLOCKED_INDEX.search(reason)
     index = m.group(1) if m else index
     low = reason.lower()
@@ -141,8 +122,7 @@ def bulk_error_type(err: Any) -> str | None:
 
 
 def item_error(item: Mapping[str, Any], index: str, doing: str) -> HybridSearchError:
-    """The error of one failed bulk item (``{"error": ..., "status": ...}``; ``exception`` when the whole request
-    failed), as a typed error: a block as IndexBlocked, anything else as the engine's error would be."""
+    """The typed error of one failed bulk item (``{"error": ..., "status": ...}``, or ``exception``)."""
     exc = item.get("exception")
     if isinstance(exc, Exception):
         return translate_write(exc, index, doing)
@@ -154,8 +134,7 @@ def item_error(item: Mapping[str, Any], index: str, doing: str) -> HybridSearchE
 
 
 def translate_write(exc: Exception, index: str, doing: str) -> HybridSearchError:
-    """``engine.translate`` that reads a block as a block: the engine answers a write block with HTTP 403, which
-    would otherwise read as missing privileges."""
+    """``engine.translate``, a block read as IndexBlocked."""
     if error_type_of(exc) == "cluster_block_exception":
         from hybridsearch.engine.errors import reason_of
 
@@ -165,7 +144,7 @@ def translate_write(exc: Exception, index: str, doing: str) -> HybridSearchError
 
 @contextmanager
 def write_errors(index: str, doing: str) -> Iterator[None]:
-    """``engine_errors`` for requests that change ``index``: a block becomes IndexBlocked."""
+    """``engine_errors`` for requests that change ``index``, a block read as IndexBlocked."""
     try:
         yield
     except API_ERRORS as exc:

@@ -1,11 +1,7 @@
-"""Whether an index fits the settings: the one fit check of a chunk index (:func:`chunk_differences`, at level
-``serve`` or ``build``) and of a log index (:func:`log_differences`), as ``(field, expected, actual)``
-:data:`Difference` tuples that :func:`describe` puts in words, and :func:`check_mapping`, which refuses a chunk
-index that does not fit with :class:`~hybridsearch.errors.IndexMismatch`.
-
-A chunk index is made in one format, ``_meta.schema_version`` of the chunk template: an index of another format
-(made by an earlier release) is refused as a whole, with ``hsp index migrate`` as the fix, instead of being read
-field by field.
+"""Whether an index fits the settings: the one fit check of a chunk index (:func:`chunk_differences`) and of a log
+index (:func:`log_differences`), as ``(field, expected, actual)`` tuples, and the refusal of a chunk index that does
+not fit (IndexMismatch). An index of another format (``_meta.schema_version``) is refused as a whole, with
+``hsp index migrate`` as the fix.
 """
 
 from __future__ import annotations
@@ -21,14 +17,11 @@ from hybridsearch.settings import Settings
 
 #: the ``_meta`` key naming the format of a chunk index
 FORMAT_KEY = "schema_version"
-# _meta keys that must agree between an index and the settings that write to or query it. ``passage_prompt``: the
-# text every chunk was embedded after (embedding.prompts); a vector made with another prompt must not be written
-# beside them.
+# _meta keys that must agree between an index and the settings that write to or query it
 CHECKED_META = ("embedding_model", "embedding_dims", "passage_prompt")
-# vector parameters that must agree (read by the engine's dialect, ``VectorSummary``): a vector of other dims
-# cannot be written or compared, and another similarity ranks (and, for dot_product, accepts) vectors differently.
+# vector parameters that must agree (the dialect's ``VectorSummary``)
 CHECKED_VECTOR = ("dims", "similarity")
-# what an index of another format must agree on with the settings to be migrated: the model its vectors were made by
+# what an index of another format must agree on to be migrated: the model its vectors were made by
 SOURCE_META = ("embedding_model", "embedding_dims")
 # _meta keys that decide whether an existing index holds what the settings would build (reuse, level "build").
 BUILD_META = ("embedding_model", "embedding_dims", "chunker", "chunker_version", "prepend_title", "bm25_unit",
@@ -40,8 +33,8 @@ Level = Literal["serve", "build"]
 
 def _walk(want: Mapping[str, Any], have: Mapping[str, Any], path: str = "", optional: tuple[str, ...] = (),
           *, deep: bool = True) -> Iterator[Difference]:
-    """Field types of ``want`` (a ``properties`` block) against ``have``; with ``deep``, nested objects and
-    multi-fields too. Fields in ``optional`` may be missing."""
+    """Field types of ``want`` (a ``properties`` block) against ``have``, nested objects and multi-fields too with
+    ``deep``; fields in ``optional`` may be missing."""
     for name, spec in want.items():
         key = f"{path}{name}"
         got = have.get(name)
@@ -62,23 +55,19 @@ def _walk(want: Mapping[str, Any], have: Mapping[str, Any], path: str = "", opti
 
 def meta_differences(meta: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META
                      ) -> list[Difference]:
-    """Where a chunk index's ``_meta`` disagrees with what ``settings`` would record, on ``keys`` (as
-    ``_meta.<key>``). The same on every engine."""
+    """Where a chunk index's ``_meta`` disagrees with what ``settings`` would record, on ``keys``."""
     want = chunk_meta(settings)
     return [(f"_meta.{k}", want[k], meta.get(k)) for k in keys if meta.get(k) != want[k]]
 
 
 def chunk_differences(mapping: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META, *,
                       dialect: Dialect, level: Level = "serve") -> list[Difference]:
-    """Where a chunk index's ``mappings`` disagree with what ``settings`` would build: its format
-    (``_meta.schema_version``: another one is the only difference listed), the ``_meta`` ``keys`` (as
-    ``_meta.<key>``), the vector's dims and similarity (``embedding.dims``...) and the type of every field of the
-    chunk template (``<field>.type``; a declared typed metadata key may be missing). The one fit check.
+    """Where a chunk index's ``mappings`` disagree with what ``settings`` would build: its format (another one is
+    the only difference listed), ``_meta`` ``keys``, vector dims and similarity, the type of every template field.
 
     ``level="serve"``: can these settings search and write it. ``level="build"`` (reuse by the evaluation): does it
-    hold exactly what these settings would build, so also chunker, title handling, BM25 unit (:data:`BUILD_META`),
-    analyzer (``analyzer``) and vector ``index_options`` type (``embedding.index_options``); ``settings``' analyzer
-    must be resolved (:func:`~hybridsearch.index.spec.with_analyzer`) for that.
+    hold exactly what they would build (:data:`BUILD_META`, analyzer, ``index_options`` type); ``settings``'
+    analyzer must then be resolved (:func:`~hybridsearch.index.spec.with_analyzer`).
     """
     meta = mapping.get("_meta") or {}
     if formats := meta_differences(meta, settings, (FORMAT_KEY,)):
@@ -108,8 +97,7 @@ def chunk_differences(mapping: Mapping[str, Any], settings: Settings, keys: tupl
 
 
 def log_differences(kind: str, mapping: Mapping[str, Any], settings: Settings, dialect: Dialect) -> list[Difference]:
-    """Where a log index's ``mappings`` disagree with its spec: ``dynamic`` (``strict``: an index a write created
-    guesses fields) and the type of every field, nested objects and multi-fields (``query.raw``) included."""
+    """Where a log index's ``mappings`` disagree with its spec: ``dynamic`` and the type of every field."""
     want = log_spec(settings, kind, dialect).mappings
     diffs: list[Difference] = []
     if str(mapping.get("dynamic", "true")) != str(want.get("dynamic", "true")):
@@ -117,45 +105,41 @@ def log_differences(kind: str, mapping: Mapping[str, Any], settings: Settings, d
     return diffs + list(_walk(want.get("properties") or {}, mapping.get("properties") or {}))
 
 
-def describe(diffs: Sequence[Difference]) -> str:
+def describe(diffs: Sequence[Difference], source: str = "the spec says") -> str:
     """``mode.type: index has 'text', the spec says 'keyword'; query.raw.type: index lacks it, ...``."""
-    return "; ".join(f"{f}: index has {a!r}, the spec says {e!r}" if a is not None else
-                     f"{f}: index lacks it, the spec says {e!r}" for f, e, a in diffs)
+    return "; ".join(f"{f}: index has {a!r}, {source} {e!r}" if a is not None else
+                     f"{f}: index lacks it, {source} {e!r}" for f, e, a in diffs)
 
 
 def refuse(index: str, diffs: Sequence[Difference]) -> None:
-    """Raise IndexMismatch carrying ``diffs`` when there are any: for an index of another format, one that says so;
-    otherwise one that lists what differs."""
+    """Raise IndexMismatch carrying ``diffs`` when there are any (for an index of another format, one saying so)."""
     if not diffs:
         return
-    fix = ("Use matching HSP_EMBEDDING__* / HSP_INDEX__* settings, or build a new index version and migrate "
-           "(`hsp index migrate`).")
     if diffs[0][0] == f"_meta.{FORMAT_KEY}":
         _, want, have = diffs[0]
         raise IndexMismatch(
             f"index {index} was made in another format ({FORMAT_KEY} {have!r}; this release reads {want!r})",
             fix="Build a new index version in this format from it: `hsp index migrate` (the alias moves once the "
                 "copy is complete).", index=index, differences=tuple(diffs))
-    text = "; ".join(f"{f}: index has {a!r}, settings say {e!r}" if a is not None else
-                     f"{f}: index lacks it, settings say {e!r}" for f, e, a in diffs)
-    raise IndexMismatch(f"index {index} does not fit the settings (built for another model or by hand): {text}",
-                        fix=fix, index=index, differences=tuple(diffs))
+    raise IndexMismatch(f"index {index} does not fit the settings (built for another model or by hand): "
+                        f"{describe(diffs, 'settings say')}",
+                        fix="Use matching HSP_EMBEDDING__* / HSP_INDEX__* settings, or build a new index version "
+                            "and migrate (`hsp index migrate`).", index=index, differences=tuple(diffs))
 
 
 def check_meta(index: str, meta: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META) -> None:
-    """Raise IndexMismatch when ``meta`` disagrees with ``settings`` on any of ``keys`` (engine-independent)."""
+    """Raise IndexMismatch when ``meta`` disagrees with ``settings`` on any of ``keys``."""
     refuse(index, meta_differences(meta, settings, keys))
 
 
 def check_mapping(index: str, mapping: Mapping[str, Any], settings: Settings, dialect: Dialect) -> None:
-    """Raise IndexMismatch (carrying the differences) when the index's real mapping, not only its ``_meta``,
-    does not fit ``settings``: format, model and dims in ``_meta``, vector dims and similarity, field types."""
+    """Raise IndexMismatch when the index's real mapping does not fit ``settings`` (:func:`chunk_differences`)."""
     refuse(index, chunk_differences(mapping, settings, dialect=dialect))
 
 
 def check_source(index: str, mapping: Mapping[str, Any], settings: Settings, dialect: Dialect) -> None:
-    """:func:`check_mapping` for the live index a migration copies, which may be of another format: migrating is
-    how such an index is brought up to this one, so it is read for its model only (:data:`SOURCE_META`)."""
+    """:func:`check_mapping` for the index a migration copies: one of another format is checked for its model
+    only (:data:`SOURCE_META`)."""
     diffs = chunk_differences(mapping, settings, dialect=dialect)
     if diffs and diffs[0][0] == f"_meta.{FORMAT_KEY}":
         diffs = meta_differences(mapping.get("_meta") or {}, settings, SOURCE_META)

@@ -1,17 +1,8 @@
-"""The log indices: created from their specs (:func:`ensure_log_index`), inspected for ``hsp doctor``
-(:func:`inspect_log_index`) and written by :class:`LogWriter`.
-
-**The log indices** (``<prefix>-query-log``, ``<prefix>-ingest-runs``, ``<prefix>-ingest-state``) must never be
-made by a write: an index the engine creates for a document guesses its mappings (``query`` and ``mode`` as
-``text``, no ``query.raw``) and takes the cluster's default replicas. A team's role holds index privileges on its
-prefix only, so neither ``action.auto_create_index`` nor an index template can forbid that. Instead the query log
-and the ingest runs are written through a *write alias* (``<prefix>-write-query-log``, ``<prefix>-write-ingest-runs``:
-names that a role's ``<prefix>-*query-log`` pattern still covers) with ``require_alias=true``. A deleted index
-takes its alias with it, so the next write fails with ``index_not_found`` instead of creating anything;
-:class:`LogWriter` then creates the index with its own mappings and alias and writes again. Where the credentials
-may not add the alias to an existing index (a search-only role), writes go to the index by name after checking
-that it exists, as before. A write refused by a block (``index.blocks.write``, the disk flood stage, a read-only
-cluster) is reported as :class:`~hybridsearch.errors.IndexBlocked`, naming the index and the fix.
+"""The log indices (query log, ingest runs, ingest state): created from their specs, inspected for ``hsp doctor``
+and written by :class:`LogWriter`. No write may create one (the engine would guess its mappings), so the query log
+and the ingest runs are written through a write alias with ``require_alias=true``: a deleted index takes its alias
+with it, the next write fails, and the writer creates the index from its spec and writes again. Where the
+credentials may not add the alias, writes go to the index by name after checking that it exists.
 """
 
 from __future__ import annotations
@@ -27,23 +18,28 @@ from hybridsearch.engine import EngineClient, Sender, engine_errors, request
 from hybridsearch.errors import AccessDenied, ClusterError, HybridSearchError, IndexNotFound
 from hybridsearch.index.access import WRITE_BLOCKS, bulk_error_type, item_error, require_privileges, write_errors
 from hybridsearch.index.fit import Difference, log_differences
-from hybridsearch.index.spec import LOG_KINDS, create_index, log_index_name, log_spec, write_alias_name
+from hybridsearch.index.spec import (
+    LOG_KINDS,
+    add_alias_if_missing,
+    create_index,
+    log_index_name,
+    log_spec,
+    write_alias_name,
+)
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
 def ensure_log_index(es: Sender, settings: Settings, kind: str) -> str:
-    """Create log index ``kind`` from its spec (mappings, settings, write alias), or bring an existing one up to
-    date: new fields are added (a conflicting change raises ClusterError naming the index) and a missing write alias
-    is added. Returns the index name."""
+    """Create log index ``kind`` from its spec, or add new fields and a missing write alias to an existing one.
+    Returns its name. Raises ClusterError (a conflicting field change)."""
     spec = log_spec(settings, kind, es.dialect)
     with write_errors(spec.name, f"create or update {spec.name}"):
         if es.send(request.index_exists(spec.name)):
             es.send(request.put_mapping(spec.name, properties=spec.mappings["properties"]))
-            if spec.write_alias and not es.send(request.alias_exists(spec.write_alias)):
-                es.send(request.update_aliases([{"add": {"index": spec.name, "alias": spec.write_alias,
-                                                            "is_write_index": True}}]))
+            if spec.write_alias:
+                add_alias_if_missing(es, spec.write_alias, spec.name)
         elif create_index(es, spec):
             log.info("created %s", spec.name)
     return spec.name
@@ -71,8 +67,7 @@ class LogIndexState:
 
 
 def inspect_log_index(es: EngineClient, settings: Settings, kind: str) -> LogIndexState:
-    """Exists, write alias, mapping against the spec, write blocks, health of log index ``kind``. Raises
-    ClusterError when it cannot be read."""
+    """Exists, write alias, mapping against the spec, write blocks, health of log index ``kind``."""
     spec = log_spec(settings, kind, es.dialect)
     state = LogIndexState(kind, spec.name, exists=False, write_alias=spec.write_alias)
     with engine_errors(f"check {spec.name}"):
@@ -92,7 +87,7 @@ def inspect_log_index(es: EngineClient, settings: Settings, kind: str) -> LogInd
 
 @dataclass
 class LogWrite:
-    """What :meth:`LogWriter.write` did: documents written, failed, and the first failure's error (typed)."""
+    """What :meth:`LogWriter.write` did: documents written, failed, and the first failure's error."""
 
     written: int = 0
     failed: int = 0
@@ -100,10 +95,8 @@ class LogWrite:
 
 
 class LogWriter:
-    """Writes documents to one log index so that no write can create it with guessed mappings (module docstring).
-
-    Thread-safe. ``write`` never raises for the documents' sake: the returned :class:`LogWrite` says what failed
-    and why (IndexBlocked for a block, AccessDenied when the index is missing and may not be created)."""
+    """Writes documents to one log index, never creating it by a write. Thread-safe; ``write`` never raises for
+    the documents' sake: its :class:`LogWrite` says what failed and why."""
 
     def __init__(self, es: Sender, settings: Settings, kind: str) -> None:
         self.es, self.settings, self.kind = es, settings, kind
@@ -113,8 +106,8 @@ class LogWriter:
         self._lock = threading.Lock()
 
     def ensure(self) -> None:
-        """Create the index with its spec when it is missing (AccessDenied when these credentials may not);
-        add the write alias to an index that lacks it, or fall back to writes by name where that is refused."""
+        """Create the index when it is missing (AccessDenied when these credentials may not); add the write alias
+        to an index that lacks it, or write by name where that is refused."""
         with self._lock:
             with engine_errors(f"check {self.index}"):
                 exists = self.es.send(request.index_exists(self.index))
@@ -128,11 +121,7 @@ class LogWriter:
                 return
             try:
                 with write_errors(self.index, f"add the write alias {self.alias} to {self.index}"):
-                    if self.es.send(request.alias_exists(self.alias)):
-                        self._direct = False
-                        return
-                    self.es.send(request.update_aliases([{"add": {"index": self.index, "alias": self.alias,
-                                                                     "is_write_index": True}}]))
+                    add_alias_if_missing(self.es, self.alias, self.index)
                 self._direct = False
             except AccessDenied as exc:
                 if not self._direct:
@@ -143,8 +132,7 @@ class LogWriter:
     def write(self, docs: Sequence[tuple[str | None, Mapping[str, Any]]], *, op_type: str = "create",
               refresh: str | None = None) -> LogWrite:
         """Write ``docs`` (``(id, document)``; id None: a new random one) with ``op_type`` (``create``, ``index``
-        or ``update``, whose documents are partial). A write that finds the index gone creates it from its spec
-        and writes again."""
+        or ``update``); a write that finds the index gone creates it and writes again."""
         pending = [(i or uuid.uuid4().hex, d) for i, d in docs]
         result = LogWrite()
         errors: list[HybridSearchError] = []
@@ -168,8 +156,8 @@ class LogWriter:
 
     def _send(self, docs: list[tuple[str, Mapping[str, Any]]], op_type: str, refresh: str | None,
               result: LogWrite, errors: list[HybridSearchError]) -> list[tuple[str, Mapping[str, Any]]]:
-        """One bulk request; returns the documents refused because the index (its write alias) is missing, counts
-        the others in ``result`` and adds their errors to ``errors``."""
+        """One bulk request; returns the documents refused because the index is missing, counts the others in
+        ``result`` and their errors in ``errors``."""
         target = self.index if self._direct else str(self.alias)
         body_key = "doc" if op_type == "update" else "_source"
         actions = [{"_op_type": op_type, "_index": target, "_id": i, body_key: dict(d)} for i, d in docs]

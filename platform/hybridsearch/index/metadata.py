@@ -1,9 +1,6 @@
-"""Typed metadata of a chunk index: the ``meta`` object whose fields are the keys ``HSP_INDEX__METADATA_FIELDS``
-declares (``{"n": "long", "published": "date"}``), each indexed as ``meta.<key>`` of its type beside the free-form
-``metadata``; what an index declares (:func:`metadata_fields_of` of its mapping, which, not the settings, is what
-ingestion writes into it and filters compare against); and the one conversion of a value to a field's type
-(:func:`typed_value`), used by ingestion for ``meta`` and by the query layer for filter values, so what is compared
-is what was written.
+"""Typed metadata of a chunk index: the ``meta`` object holding each key ``HSP_INDEX__METADATA_FIELDS`` declares
+as a field of its type (``{"n": "long", "published": "date"}``), what an index declares (:func:`metadata_fields_of`),
+and the one conversion of a value to a field's type (:func:`typed_value`), used by ingestion and by filters alike.
 """
 
 from __future__ import annotations
@@ -41,15 +38,14 @@ def metadata_mapping(fields: Mapping[str, str]) -> dict[str, Any]:
 
 
 def metadata_fields_of(mapping: Mapping[str, Any]) -> dict[str, str]:
-    """``{key: type}`` of the typed metadata a chunk index holds (its mapping's ``meta`` object, whose fields are
-    the declared ones, :func:`metadata_mapping`): ``{}`` for an index without any."""
+    """``{key: type}`` of the typed metadata a chunk index's mapping declares (``{}`` for none)."""
     props = ((mapping.get("properties") or {}).get(TYPED_METADATA) or {}).get("properties") or {}
     return {k: str(v.get("type")) for k, v in props.items() if isinstance(v, Mapping) and v.get("type")}
 
 
 def parse_date(value: str) -> datetime | None:
-    """``value`` as an aware datetime (a date alone: its midnight, no offset: UTC) when it is an ISO 8601 date both
-    Python and the engines read alike (``2024-05-01``, ``2024-05-01T10:30:00Z``), else None."""
+    """``value`` as an aware datetime (no offset: UTC) when it is an ISO 8601 date Python and the engines read
+    alike (``2024-05-01``, ``2024-05-01T10:30:00Z``), else None."""
     if not _ISO_DATE.match(value):
         return None
     try:
@@ -60,11 +56,9 @@ def parse_date(value: str) -> datetime | None:
 
 
 def typed_value(ftype: str, value: Any, what: str, *, bound: bool = False) -> Scalar:
-    """``value`` as a field of type ``ftype`` holds it (``integer``, ``long``, ``double``, ``date``, ``keyword``,
-    ``boolean``), as the DSL value to send (dates as ISO strings); ``what`` names it in the error. ``bound``: a
-    range bound (numbers need not be whole, dates may be date math such as ``now-7d``). Raises ValueError with one
-    line saying what the field holds. Ingestion writes typed metadata through this too, so what is compared is
-    what was written."""
+    """``value`` as a field of type ``ftype`` holds it, as the DSL value to send (dates as ISO strings); ``bound``:
+    a range bound (numbers need not be whole, dates may be date math such as ``now-7d``). Raises ValueError saying
+    what ``what`` holds."""
     if ftype in ("integer", "long", "double"):
         number: int | float | None = None
         if isinstance(value, int | float) and not isinstance(value, bool):
@@ -108,15 +102,14 @@ def typed_value(ftype: str, value: Any, what: str, *, bound: bool = False) -> Sc
         if isinstance(value, bool):
             return "true" if value else "false"
         if isinstance(value, str | int | float):
-            return value if isinstance(value, str) else str(value)
+            return str(value)
         raise ValueError(f"{what} holds text, got {value!r}")
     raise ValueError(f"{what}: unknown field type {ftype!r}")
 
 
 def typed_metadata(metadata: Mapping[str, Any] | None, fields: MetadataFields) -> dict[str, Any]:
-    """The ``meta`` object of a chunk: each key of ``fields`` (``{key: type}``, the index's typed metadata) that
-    ``metadata`` holds, as :func:`typed_value` converts it (a list: each of its values; None: left out). Raises
-    ValueError naming the key, its value and declared type when one does not convert: the document fails."""
+    """The ``meta`` object of a chunk: each key of ``fields`` that ``metadata`` holds, converted (a list: each of
+    its values). Raises ValueError naming the key, its value and type when one does not convert."""
     typed: dict[str, Any] = {}
     for key, ftype in fields.items():
         value = (metadata or {}).get(key)

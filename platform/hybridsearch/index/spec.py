@@ -1,17 +1,7 @@
-"""What a chunk index and a log index are made of: their names, the templates in ``mappings/`` rendered from the
-settings for one engine, and the :class:`IndexSpec` an index is created with.
-
-**Names.** Chunk index versions are ``<prefix>-chunks-v<N>`` (read by :func:`parse_version` only) behind the read
-alias ``<prefix>-chunks``; the log indices of a prefix are :data:`LOG_KINDS`, the query log and the ingest runs
-written through a write alias (:func:`write_alias_name`).
-
-**Templates.** Each file in ``mappings/`` holds the ``settings`` and ``mappings`` (under ``template``) an index is
-created with explicitly; none is installed as an index template. A string value of the exact form ``"${name}"`` is
-replaced by the value of ``name`` in the render context, keeping its type (``"${embedding.dims}"`` becomes ``384``);
-placeholders inside longer strings are interpolated as text. A template renders for one engine
-(:func:`load_template` takes its :class:`~hybridsearch.engine.Dialect`, with no default); the ``_meta`` a chunk index
-records is the same on every engine (:func:`chunk_meta`). ``_meta.schema_version`` names the format the template
-makes: an index of another format is refused (:mod:`.fit`).
+"""What a chunk index and a log index are made of: names (versions ``<prefix>-chunks-v<N>`` behind the read alias
+``<prefix>-chunks``, the log indices :data:`LOG_KINDS`), the templates in ``mappings/`` rendered for one engine, and
+the :class:`IndexSpec` an index is created with. In a template, a string ``"${name}"`` becomes the value of
+``name`` in the render context, keeping its type; inside a longer string it is interpolated as text.
 """
 
 from __future__ import annotations
@@ -33,27 +23,19 @@ from hybridsearch.errors import ConfigError
 from hybridsearch.index.metadata import metadata_mapping
 from hybridsearch.settings import IndexSettings, Settings
 
-# ------------------------------------------------------------------------------------------------------ names
-
 LogKind = Literal["query_log", "ingest_runs", "ingest_state"]
 #: the log-type indices of a prefix, in the order they are created and checked
 LOG_KINDS: tuple[LogKind, ...] = ("query_log", "ingest_runs", "ingest_state")
-#: log indices whose writers go through a write alias with ``require_alias`` (:mod:`.logs`); the ingest state is
-#: written by name
+#: log indices written through a write alias (:mod:`.logs`); the ingest state is written by name
 ALIASED_LOGS: tuple[LogKind, ...] = ("query_log", "ingest_runs")
 
 _VERSION = re.compile(r"-v([1-9][0-9]*)$")
 
 
 def parse_version(index: str, alias: str | None = None) -> int | None:
-    """N of ``<alias>-v<N>`` (of any ``...-v<N>`` when ``alias`` is None); None for every other name, including
-    non-canonical ones such as ``-v01`` or ``-v0`` that ``IndexSettings.versioned`` never makes."""
-    if alias is not None and not index.startswith(f"{alias}-v"):
-        return None
-    m = _VERSION.search(index)
-    if m is None or (alias is not None and m.start() != len(alias)):
-        return None
-    return int(m.group(1))
+    """N of ``<alias>-v<N>`` (of any ``...-v<N>`` when ``alias`` is None); None for every other name (``-v01``...)."""
+    m = _VERSION.search(index) if alias is None else re.fullmatch(rf"{re.escape(alias)}{_VERSION.pattern}", index)
+    return int(m.group(1)) if m else None
 
 
 def log_index_name(index: IndexSettings, kind: str) -> str:
@@ -68,8 +50,6 @@ def write_alias_name(index: IndexSettings, kind: str) -> str | None:
     """The write alias of log index ``kind`` (``<prefix>-write-query-log``), None for one written by name."""
     return f"{index.prefix}-write-{kind.replace('_', '-')}" if kind in ALIASED_LOGS else None
 
-
-# -------------------------------------------------------------------------------------------------- templates
 
 _PLACEHOLDER = re.compile(r"\$\{([a-z0-9_.]+)\}")
 TEMPLATES = ("chunks", "query_log", "ingest_runs", "ingest_state")
@@ -101,8 +81,7 @@ def index_options(index: IndexSettings) -> dict[str, Any]:
 
 
 def render_context(settings: Settings) -> dict[str, Any]:
-    """Flat ``{dotted.name: value}`` context every template may refer to, the same on every engine
-    (:func:`load_template` adds the engine's ``metadata_type`` and, for the chunk template, ``vector_field``)."""
+    """Flat ``{dotted.name: value}`` context of the templates, the same on every engine."""
     ctx: dict[str, Any] = {
         "chunker": settings.chunking.strategy,
         "chunker_version": chunker_signature(settings.chunking),
@@ -111,9 +90,7 @@ def render_context(settings: Settings) -> dict[str, Any]:
         "index.query_log": settings.index.query_log,
         "index.ingest_runs": settings.index.ingest_runs,
         "index.ingest_state": settings.index.ingest_state,
-        # typed metadata (index.metadata_fields): meta.<key> of its declared type beside the free-form metadata
         "metadata_mapping": metadata_mapping(settings.index.metadata_fields),
-        # what every passage is embedded after (recorded in the chunk index's _meta; "" for none)
         "passage_prompt": resolve_prompts(settings.embedding).passage,
     }
     for group in ("index", "embedding"):
@@ -141,8 +118,7 @@ def _lookup(name: str, ctx: dict[str, Any]) -> Any:
 
 
 def load_template(name: str, settings: Settings, dialect: Dialect) -> dict[str, Any]:
-    """Render template ``name`` (one of TEMPLATES) for ``settings`` on the engine of ``dialect``. Raises
-    ConfigError (e.g. vector options the engine cannot serve)."""
+    """Template ``name`` (one of TEMPLATES) for ``settings`` on the engine of ``dialect``. Raises ConfigError."""
     ctx = {**render_context(settings), "metadata_type": dialect.metadata_type}
     if name == "chunks":
         ctx["vector_field"] = dialect.vector_field(settings.embedding.dims, settings.index.similarity,
@@ -154,8 +130,7 @@ def load_template(name: str, settings: Settings, dialect: Dialect) -> dict[str, 
 
 
 def chunk_meta(settings: Settings) -> dict[str, Any]:
-    """The ``_meta`` a chunk index built from ``settings`` records (format, model, dims, chunker, prompt...): the
-    same on every engine, so rendered without a dialect (a placeholder there that needs one raises ConfigError)."""
+    """The ``_meta`` a chunk index built from ``settings`` records, the same on every engine."""
     meta: dict[str, Any] = _substitute(json.loads(_raw("chunks"))["template"]["mappings"]["_meta"],
                                        render_context(settings))
     return meta
@@ -167,16 +142,13 @@ def section_words_of(meta: Mapping[str, object]) -> int | None:
     return int(words) if meta.get("bm25_unit") == "section" and isinstance(words, int) else None
 
 
-# ------------------------------------------------------------------------------------------------------ specs
-
-#: what ``HSP_INDEX__ANALYZER=auto`` picks where the cluster has it (analysis-common: Elasticsearch's full
-#: distribution, OpenSearch's zips), and otherwise
+#: what ``HSP_INDEX__ANALYZER=auto`` picks where the cluster has it, and otherwise
 PREFERRED_ANALYZER, FALLBACK_ANALYZER = "english", "standard"
 
 
 @dataclass(frozen=True)
 class IndexSpec:
-    """What one index is created with. ``write_alias``: the alias its writers use (log indices only)."""
+    """What one index is created with; ``write_alias``: the alias its writers use (log indices only)."""
 
     kind: str  # "chunks" or one of LOG_KINDS
     name: str
@@ -194,8 +166,7 @@ class IndexSpec:
 
 
 def create_index(es: Sender, spec: IndexSpec) -> bool:
-    """Create the index of ``spec``; False when it exists already (e.g. made meanwhile by a parallel run). Call
-    inside ``engine_errors`` (or ``access.write_errors``)."""
+    """Create the index of ``spec``; False when it exists already. Call inside ``engine_errors``."""
     try:
         es.send(request.create_index(spec.name, **spec.body))
         return True
@@ -205,10 +176,16 @@ def create_index(es: Sender, spec: IndexSpec) -> bool:
         raise
 
 
+def add_alias_if_missing(es: Sender, alias: str, index: str) -> None:
+    """Point ``alias`` at ``index`` (its write index) unless the alias exists. Call inside ``engine_errors``."""
+    if not es.send(request.alias_exists(alias)):
+        es.send(request.update_aliases([{"add": {"index": index, "alias": alias, "is_write_index": True}}]))
+
+
 def chunk_spec(settings: Settings, version: int | None = None, *, dialect: Dialect,
                engine_settings: Mapping[str, Any] | None = None) -> IndexSpec:
-    """The spec of ``<prefix>-chunks-v<N>`` for ``settings`` (analyzer already resolved: :func:`with_analyzer`) on
-    the engine of ``dialect``, with ``engine_settings`` (``EngineInfo.chunk_index_settings``) added. Pure."""
+    """The spec of ``<prefix>-chunks-v<N>`` for ``settings`` (analyzer resolved: :func:`with_analyzer`) on the
+    engine of ``dialect``, with ``engine_settings`` added. Pure."""
     body = load_template("chunks", settings, dialect)["template"]
     return IndexSpec("chunks", settings.index.versioned(version), {**body["settings"], **(engine_settings or {})},
                      body["mappings"])
@@ -222,8 +199,8 @@ def log_spec(settings: Settings, kind: str, dialect: Dialect) -> IndexSpec:
 
 
 def resolve_analyzer(es: EngineClient, index: IndexSettings) -> str:
-    """The analyzer a new chunk index of ``index`` gets on this cluster: ``auto`` becomes ``english`` where the
-    cluster offers it, else ``standard``; a named analyzer is kept."""
+    """The analyzer a new chunk index gets on this cluster: ``auto`` becomes ``english`` where the cluster offers
+    it, else ``standard``."""
     if index.analyzer != "auto":
         return index.analyzer
     with engine_errors("check the english analyzer"):
@@ -231,8 +208,7 @@ def resolve_analyzer(es: EngineClient, index: IndexSettings) -> str:
 
 
 def with_analyzer(es: EngineClient, settings: Settings) -> Settings:
-    """``settings`` with ``index.analyzer`` resolved for this cluster (:func:`resolve_analyzer`): what a new chunk
-    index is built with, and what its mapping is compared against."""
+    """``settings`` with ``index.analyzer`` resolved for this cluster (:func:`resolve_analyzer`)."""
     if settings.index.analyzer != "auto":
         return settings
     name = resolve_analyzer(es, settings.index)
@@ -240,6 +216,7 @@ def with_analyzer(es: EngineClient, settings: Settings) -> Settings:
 
 
 def chunk_spec_for(es: EngineClient, settings: Settings, version: int | None = None) -> IndexSpec:
-    """:func:`chunk_spec` for this cluster: its analyzer, dialect and engine settings."""
+    """:func:`chunk_spec` for this cluster: its analyzer, dialect and engine settings (those set only at creation
+    included)."""
     return chunk_spec(with_analyzer(es, settings), version, dialect=es.dialect,
-                      engine_settings=es.engine.chunk_index_settings)
+                      engine_settings={**es.engine.chunk_index_settings, **es.engine.chunk_index_creation_settings})

@@ -1,12 +1,7 @@
-"""Chunk index versions: which one is live, their ``_meta``, their creation, the alias moves between them (swap,
-rollback), dropping one, and what ``hsp index status`` shows of them.
-
-Chunk indices are ``<prefix>-chunks-v<N>``, each created with its settings and mappings from its spec (no index
-template: a team needs index privileges on its own prefix only); readers and writers go through the read alias
-``<prefix>-chunks``, so a new model or chunker is a new version and an atomic alias swap. :func:`live_target`
-decides, without I/O, which index the alias names (the sans-I/O search core uses it on its own I/O);
-:func:`live_index` is the one resolver every other reader and writer calls. Copying the live version into a new
-one is :mod:`hybridsearch.migrate`.
+"""Chunk index versions ``<prefix>-chunks-v<N>`` behind the read alias ``<prefix>-chunks``: which one is live
+(:func:`live_target` decides without I/O, for the sans-I/O search core; :func:`live_index` is the one resolver
+everything else calls), their ``_meta``, creation, alias moves (swap, rollback), drop, and ``hsp index status``.
+A new model or chunker is a new version and an atomic alias swap (copying: :mod:`hybridsearch.migrate`).
 """
 
 from __future__ import annotations
@@ -31,13 +26,11 @@ from hybridsearch.index.access import (
 )
 from hybridsearch.index.fit import check_mapping
 from hybridsearch.index.logs import ensure_log_indices
-from hybridsearch.index.spec import chunk_spec_for, create_index, parse_version
+from hybridsearch.index.spec import add_alias_if_missing, chunk_spec_for, create_index, parse_version
 from hybridsearch.index.visibility import hidden_count, state_index_for, state_index_of, visible_query
 from hybridsearch.settings import IndexSettings, Settings
 
 log = logging.getLogger(__name__)
-
-# ------------------------------------------------------------------------------------------------- the live one
 
 
 def read_alias(es: EngineClient, alias: str) -> dict[str, Any]:
@@ -48,12 +41,8 @@ def read_alias(es: EngineClient, alias: str) -> dict[str, Any]:
 
 
 def live_target(alias: str, aliases: Mapping[str, Any]) -> str:
-    """The one index behind ``alias`` in a ``GET _alias/<alias>`` answer (``{index: {"aliases": ...}}``). Pure.
-
-    Raises IndexNotFound when no index carries the alias and AliasConflict when several do: reads through
-    such an alias mix the indices (collapse keeps either copy of a document) while writes go to one of them,
-    so searches would serve stale text under another index's name.
-    """
+    """The one index behind ``alias`` in a ``GET _alias/<alias>`` answer. Pure. Raises IndexNotFound when no index
+    carries the alias, AliasConflict when several do (reads would mix them while writes go to one)."""
     targets = sorted(i for i, v in aliases.items() if isinstance(v, dict) and "aliases" in v)
     if not targets:
         raise IndexNotFound(f"alias {alias} does not exist: run `hsp index create` or `hsp ingest` first")
@@ -73,14 +62,13 @@ def live_target(alias: str, aliases: Mapping[str, Any]) -> str:
 
 
 def live_index(es: EngineClient, index: IndexSettings) -> str:
-    """The one concrete index the read alias of ``index`` points at, unchecked. Raises IndexNotFound (no alias),
-    AliasConflict (several indices)."""
+    """The one index the read alias points at, unchecked. Raises IndexNotFound, AliasConflict."""
     return live_target(index.alias, read_alias(es, index.alias))
 
 
 def checked_live_index(es: EngineClient, settings: Settings) -> str:
-    """:func:`live_index`, its real mapping checked against ``settings`` (:func:`~hybridsearch.index.fit.
-    check_mapping`). Raises IndexNotFound, AliasConflict, IndexMismatch."""
+    """:func:`live_index`, its mapping checked against ``settings``. Raises IndexNotFound, AliasConflict,
+    IndexMismatch."""
     index = live_index(es, settings.index)
     check_mapping(index, index_mapping(es, index), settings, es.dialect)
     return index
@@ -101,15 +89,11 @@ def index_meta(es: EngineClient, index: str) -> dict[str, Any]:
 
 
 def record_meta(es: EngineClient, index: str, **entries: Any) -> dict[str, Any]:
-    """Set ``entries`` in ``index``'s ``_meta`` (other keys kept; an update replaces the whole ``_meta``, so it is
-    read first). Returns the new ``_meta``. Raises IndexNotFound, ClusterError (e.g. AccessDenied)."""
+    """Set ``entries`` in ``index``'s ``_meta``, other keys kept. Returns the new ``_meta``. Raises ClusterError."""
     meta = {**index_meta(es, index), **entries}
     with engine_errors(f"record {', '.join(entries)} in the _meta of {index}"):
         es.send(request.put_mapping(index, meta=meta))
     return meta
-
-
-# ------------------------------------------------------------------------------------------------------ create
 
 
 def list_versions(es: EngineClient, index: IndexSettings) -> dict[int, str]:
@@ -122,10 +106,8 @@ def list_versions(es: EngineClient, index: IndexSettings) -> dict[int, str]:
 
 
 def _create(es: EngineClient, settings: Settings, version: int | None, *, exist_ok: bool) -> str:
-    """Create ``<prefix>-chunks-v<N>`` (``version`` default: ``settings.index.version``) from its spec: the
-    template's settings and mappings for the cluster's analyzer and dialect, plus the engine's chunk-index settings.
-    An existing index is refused (ConfigError) unless ``exist_ok``; then the engine's settings it lacks are put on
-    it. Raises ClusterError (IndexBlocked for a blocked cluster)."""
+    """Create ``<prefix>-chunks-v<N>`` from its spec for this cluster. An existing one is refused (ConfigError)
+    unless ``exist_ok``; then the engine's settings it lacks are put on it."""
     spec = chunk_spec_for(es, settings, version)
     with write_errors(spec.name, f"create index {spec.name}"):
         if not es.send(request.index_exists(spec.name)) and create_index(es, spec):
@@ -138,8 +120,7 @@ def _create(es: EngineClient, settings: Settings, version: int | None, *, exist_
 
 
 def _put_engine_settings(es: EngineClient, index: str) -> None:
-    """Put the engine's chunk-index settings (``EngineInfo.chunk_index_settings``, flat names) that ``index`` lacks
-    or holds otherwise. Call inside ``engine_errors``."""
+    """Put the engine's (dynamic) chunk-index settings that ``index`` lacks. Call inside ``engine_errors``."""
     wanted = es.engine.chunk_index_settings
     if not wanted:
         return
@@ -149,37 +130,22 @@ def _put_engine_settings(es: EngineClient, index: str) -> None:
         es.send(request.put_settings(index, differ))
 
 
-def _point_alias_if_unset(es: EngineClient, alias: str, index: str) -> None:
-    """Point ``alias`` at ``index`` when it points nowhere yet."""
-    with write_errors(index, f"point alias {alias} at {index}"):
-        if not es.send(request.alias_exists(alias)):
-            es.send(request.update_aliases([{"add": {"index": index, "alias": alias, "is_write_index": True}}]))
-
-
 def create_version(es: EngineClient, settings: Settings, version: int | None = None) -> str:
-    """Create ``<prefix>-chunks-v<N>`` for ``settings`` (model, dims, chunker, vector options) and the log indices.
-
-    ``version`` defaults to the next free one. Versions built for different models coexist. When the prefix has no
-    read alias yet, the alias is pointed at the new index. Raises AccessDenied (before writing anything) when the
-    credentials may not create the prefix's indices, ConfigError when the version exists.
-    """
+    """Create ``<prefix>-chunks-v<N>`` (default: the next free N) and the log indices; the alias is pointed at it
+    when it points nowhere yet. Raises AccessDenied (before writing), ConfigError when the version exists."""
     require_privileges(es, prefix_names(settings.index), CREATE, f"create indices of prefix {settings.index.prefix}")
     version = version or max(list_versions(es, settings.index), default=0) + 1
     name = _create(es, settings, version, exist_ok=False)
     ensure_log_indices(es, settings)
-    _point_alias_if_unset(es, settings.index.alias, name)
+    with write_errors(name, f"point alias {settings.index.alias} at {name}"):
+        add_alias_if_missing(es, settings.index.alias, name)
     return name
 
 
 def ensure_index(es: EngineClient, settings: Settings, version: int | None = None) -> str:
-    """The chunk index an ingest writes to: the live one, or ``<prefix>-chunks-v<N>`` created from its spec when
-    there is none (or ``version`` names another one), with the alias pointed at it and the log indices created.
-
-    Idempotent; the engine's chunk-index settings the index lacks are put on it. Checks first that the credentials
-    may ingest into the prefix (AccessDenied, nothing written). Raises AliasConflict when the alias points at
-    several indices, IndexMismatch when the index does not fit the settings (format, model, dims, similarity,
-    field types), ClusterError for other cluster failures.
-    """
+    """The chunk index an ingest writes to: the live one, or version ``version`` (created when missing, the alias
+    pointed at it when unset), with the log indices. Idempotent. Raises AccessDenied (before writing),
+    AliasConflict, IndexMismatch, ClusterError."""
     require_privileges(es, prefix_names(settings.index), INGEST, f"write to prefix {settings.index.prefix}")
     alias = settings.index.alias
     aliases = read_alias(es, alias)
@@ -192,16 +158,13 @@ def ensure_index(es: EngineClient, settings: Settings, version: int | None = Non
         name = _create(es, settings, version, exist_ok=True)
     check_mapping(name, index_mapping(es, name), settings, es.dialect)
     ensure_log_indices(es, settings)
-    _point_alias_if_unset(es, alias, name)
+    with write_errors(name, f"point alias {alias} at {name}"):
+        add_alias_if_missing(es, alias, name)
     return name
 
 
-# ------------------------------------------------------------------------------------------------ alias moves
-
-
 def swap_alias(es: EngineClient, cfg: IndexSettings, index: str) -> list[str]:
-    """Point the read alias at ``index`` alone, atomically. Returns the indices it left. Raises IndexNotFound
-    when ``index`` does not exist."""
+    """Point the read alias at ``index`` alone, atomically. Returns the indices it left. Raises IndexNotFound."""
     require_privileges(es, chunk_names(cfg), MOVE_ALIAS, f"move the alias {cfg.alias}")
     with engine_errors(f"check {index}"):
         if not es.send(request.index_exists(index)):
@@ -215,13 +178,8 @@ def swap_alias(es: EngineClient, cfg: IndexSettings, index: str) -> list[str]:
 
 
 def rollback(es: EngineClient, cfg: IndexSettings, version: int | None = None) -> tuple[str, str]:
-    """Point the alias back at ``version`` (default: the highest version below the live one).
-
-    Returns ``(from_index, to_index)``; ``from_index`` lists every index the alias left when it pointed
-    at several (the fix for AliasConflict: ``version`` must then be given). Raises IndexNotFound when there
-    is no alias or no earlier version. The rolled-back-to index must have been built for the model queries
-    will use: readers check that when they resolve it.
-    """
+    """Point the alias back at ``version`` (default: the highest below the live one; required when the alias
+    points at several). Returns ``(from_index, to_index)``. Raises IndexNotFound, ConfigError."""
     require_privileges(es, chunk_names(cfg), MOVE_ALIAS, f"move the alias {cfg.alias}")
     targets = sorted(read_alias(es, cfg.alias))
     if not targets:
@@ -229,7 +187,7 @@ def rollback(es: EngineClient, cfg: IndexSettings, version: int | None = None) -
     if len(targets) > 1 and version is None:
         raise ConfigError(f"alias {cfg.alias} points at {', '.join(targets)}: name the version to "
                           "keep with --to-version N")
-    live = targets[-1] if len(targets) == 1 else ", ".join(targets)
+    live = ", ".join(targets)
     live_v = parse_version(targets[-1]) or 0
     versions = list_versions(es, cfg)
     if version is None:
@@ -247,7 +205,7 @@ def rollback(es: EngineClient, cfg: IndexSettings, version: int | None = None) -
 
 
 def drop_version(es: EngineClient, cfg: IndexSettings, version: int) -> str:
-    """Delete ``<prefix>-chunks-v<N>``. Refuses the live index (ConfigError); IndexNotFound if absent."""
+    """Delete ``<prefix>-chunks-v<N>``. Raises ConfigError for the live index, IndexNotFound."""
     require_privileges(es, chunk_names(cfg), DROP, f"delete indices of prefix {cfg.prefix}")
     name = cfg.versioned(version)
     if name in read_alias(es, cfg.alias):
@@ -257,9 +215,6 @@ def drop_version(es: EngineClient, cfg: IndexSettings, version: int) -> str:
             raise IndexNotFound(f"index {name} does not exist")
         es.send(request.delete_index(name))
     return name
-
-
-# ----------------------------------------------------------------------------------------------------- status
 
 
 @dataclass
@@ -279,7 +234,7 @@ class IndexStatus:
     chunker: str | None
     index_options: dict[str, Any] = field(default_factory=dict)
     created: str | None = None
-    pending: int = 0  # documents hidden: being written, or left half written by a stopped run (not searchable)
+    pending: int = 0  # documents hidden: being written, or left half written by a stopped run
 
 
 @dataclass
@@ -297,8 +252,7 @@ class ClusterStatus:
 
 
 def doc_count(es: EngineClient, index: str) -> int | None:
-    """Distinct visible documents in a chunk index (cardinality of doc_id; approximate above 40k); None when the
-    index does not exist."""
+    """Distinct visible documents in a chunk index (approximate above 40k); None when it does not exist."""
     try:
         with engine_errors(f"count documents in {index}"):
             body = es.send(request.search(index, request.body(

@@ -1,42 +1,28 @@
-"""The one read path for chunks: a document is seen whole or not at all.
-
-Neither Elasticsearch nor OpenSearch can make several documents visible at once, so ingestion hides a
-document while it writes it (:mod:`hybridsearch.ingest.lease`): before the first chunk of a new or changed
-document is written, its ``doc_id`` joins the ``hidden`` list of the prefix's state document
-(``<prefix>-ingest-state``, id :data:`STATE_ID`); it leaves the list only once every chunk is written and the
-index refreshed. Every reader excludes that list with a *terms lookup* (:func:`visible_filter`), which the
-engine resolves with a real-time GET of the state document on every search, kNN filters included, on
-Elasticsearch 8/9 and OpenSearch alike. Each chunk is therefore written once, and nothing has to be flipped,
-re-written or merged away for a document to appear.
-
-The lookup cannot live in a filtered alias (engines refuse terms lookups in alias filters: "async actions are
-left after rewrite"), so it lives here: the query layer adds :func:`visible_filter` to both lists, and every
-other reader (re-chunking, migration copies, training data, eval counts, the doctor) reads chunks through
-:func:`scan_visible` or :func:`count_visible`. Only the writer's own look-ups (``ingest/``) see hidden chunks.
+"""The one read path for chunks: a document is seen whole or not at all. Ingestion lists the ``doc_id`` of each
+document it is writing in the ``hidden`` list of the prefix's state document (``<prefix>-ingest-state``, id
+:data:`STATE_ID`) until every chunk is written; every reader excludes that list with a terms lookup
+(:func:`visible_filter`), which engines refuse in alias filters, so it lives here: the query layer adds it to both
+lists, other readers go through :func:`scan_visible` or :func:`count_visible` (docs/architecture.md).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hybridsearch.engine import request
+from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import ClusterError
-
-if TYPE_CHECKING:
-    from hybridsearch.engine import EngineClient
 
 #: the id of the one state document in ``<prefix>-ingest-state``
 STATE_ID = "state"
-#: the field that lists the hidden ``doc_id`` s in the state document (the terms lookup's ``path``)
+#: the field of the state document listing the hidden ``doc_id`` s
 HIDDEN_PATH = "hidden"
 _CHUNK_INDEX = re.compile(r"^(?P<prefix>.+)-chunks(?:-v\d+)?$")
 
 
 def state_index_for(index: str) -> str:
-    """The ingest-state index of the prefix a chunk index or read alias belongs to (``<prefix>-chunks[-vN]`` →
-    ``<prefix>-ingest-state``, as ``IndexSettings.ingest_state`` names it). Raises ValueError for another name."""
+    """``<prefix>-ingest-state`` for chunk index or alias ``<prefix>-chunks[-vN]``. Raises ValueError otherwise."""
     m = _CHUNK_INDEX.match(index)
     if m is None:
         raise ValueError(f"{index} is not a chunk index (<prefix>-chunks or <prefix>-chunks-v<N>)")
@@ -49,8 +35,7 @@ def hidden_lookup(state_index: str) -> dict[str, Any]:
 
 
 def visible_filter(state_index: str | None) -> dict[str, Any]:
-    """Filter clause keeping chunks of whole documents only. ``state_index`` None (a prefix that has no state
-    index yet: nothing was ever hidden) excludes nothing."""
+    """Filter clause keeping chunks of whole documents only (``state_index`` None: nothing was ever hidden)."""
     return {"bool": {"must_not": [hidden_lookup(state_index)] if state_index else []}}
 
 
@@ -60,10 +45,7 @@ def visible_query(state_index: str | None, filters: Sequence[dict[str, Any]] = (
 
 
 def hidden_count(es: EngineClient, state_index: str) -> int:
-    """How many documents the prefix of ``state_index`` hides: being written, or left half written by a stopped
-    run (``0`` without a state document)."""
-    from hybridsearch.engine import engine_errors
-
+    """How many documents ``state_index`` hides: being written, or left half written by a stopped run."""
     with engine_errors(f"read {state_index}"):
         if not es.send(request.index_exists(state_index)):
             return 0
@@ -73,8 +55,6 @@ def hidden_count(es: EngineClient, state_index: str) -> int:
 
 def state_index_of(es: EngineClient, state_index: str) -> str | None:
     """``state_index`` when it exists, else None (nothing can be hidden without it)."""
-    from hybridsearch.engine import engine_errors
-
     with engine_errors(f"look for {state_index}"):
         return state_index if es.send(request.index_exists(state_index)) else None
 
@@ -82,8 +62,8 @@ def state_index_of(es: EngineClient, state_index: str) -> str | None:
 def scan_visible(es: EngineClient, index: str, *, filters: Sequence[dict[str, Any]] = (),
                  source: Any = None, sort: list[Any] | None = None, size: int = 1000, scroll: str = "5m",
                  preserve_order: bool = False) -> Iterator[dict[str, Any]]:
-    """Every visible chunk of ``index`` (an index or the alias) passing ``filters``, by scroll: the hits with
-    ``_id`` and ``_source`` (``source``: the fields to return, a list or ``{"excludes": [...]}``)."""
+    """Every visible chunk of ``index`` (an index or the alias) passing ``filters``, by scroll: hits with ``_id``
+    and ``_source`` (``source``: the fields to return, a list or ``{"excludes": [...]}``)."""
     body: dict[str, Any] = {"query": visible_query(state_index_of(es, state_index_for(index)), filters)}
     if source is not None:
         body["_source"] = source

@@ -60,8 +60,7 @@ from hybridsearch.query.window import (
     record_failure,
     skip_reason,
 )
-from hybridsearch.rerank.base import Reranker
-from hybridsearch.rerank.card import effective_blend
+from hybridsearch.rerank.base import Reranker, effective_blend
 from hybridsearch.settings import QuerySettings, RerankerSettings, Settings, get_settings
 
 if TYPE_CHECKING:

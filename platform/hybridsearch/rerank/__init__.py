@@ -1,16 +1,10 @@
-"""Rerank stage: cross-encoder scoring in-process or through the reranker service.
-
-``make_reranker(cfg)`` picks the implementation: none when ``HSP_RERANKER__ENABLED=false``,
-:class:`HttpReranker` when ``HSP_RERANKER__URL`` is set, else :class:`LocalReranker` (model loads
-on first score; a load failure raises RerankerModelError, a RerankerError, from ``score``).
-"""
+"""Rerank stage: cross-encoder scoring in-process or through the reranker service."""
 
 from __future__ import annotations
 
-from hybridsearch.rerank.base import PairScorer, Reranker
+from hybridsearch.rerank.base import PairScorer, Reranker, order_by_score
 from hybridsearch.rerank.http import HttpReranker
 from hybridsearch.rerank.local import LocalReranker, load_cross_encoder
-from hybridsearch.rerank.ranking import order_by_score
 from hybridsearch.settings import RerankerSettings
 
 __all__ = ["HttpReranker", "LocalReranker", "PairScorer", "Reranker", "load_cross_encoder", "make_reranker",
@@ -18,9 +12,10 @@ __all__ = ["HttpReranker", "LocalReranker", "PairScorer", "Reranker", "load_cros
 
 
 def make_reranker(cfg: RerankerSettings) -> Reranker | None:
-    """The reranker ``cfg`` asks for, or None when reranking is disabled. Loads nothing yet."""
+    """None when ``HSP_RERANKER__ENABLED=false``, an HttpReranker when ``HSP_RERANKER__URL`` is set, else a
+    LocalReranker (its model loads on first score). Loads nothing yet."""
     if not cfg.enabled:
         return None
     if cfg.url:
-        return HttpReranker.from_settings(cfg)
+        return HttpReranker(cfg.url, cfg.timeout, cfg.token.get_secret_value() if cfg.token else None)
     return LocalReranker(cfg)

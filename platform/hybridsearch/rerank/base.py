@@ -1,35 +1,31 @@
-"""The interface the query layer calls after fusion.
-
-A reranker scores ``(query, passage)`` pairs; higher is more relevant. Implementations raise
-:class:`hybridsearch.errors.RerankerError` when they cannot answer; the query layer then keeps
-the fused order and says why in the result. A reranker may recommend how much of the final order its
-scores decide (``blend``: its model's training card); ``HSP_RERANKER__BLEND`` overrides it
-(:func:`hybridsearch.rerank.card.effective_blend`).
+"""What a reranker is: the interface the query layer calls after fusion, the order of its scores, and what a
+trained model's card (``card.json``, written by ``hsp train-reranker``) says about serving it: the rerank blend
+chosen on held-out queries (``serving.blend``) and the token length it was trained with (``serving.max_length``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
+
+CARD_FILE = "card.json"
+KIND = "hybridsearch-domain-reranker"
 
 
 @runtime_checkable
 class Reranker(Protocol):
-    """Scores passages for one query.
-
-    ``blend``: the reranker's recommended share in the final order of the reranked top, from 0 (fused order) to
-    1 (reranker order); None when it has no recommendation (then 1 is used unless ``HSP_RERANKER__BLEND`` says).
-    """
+    """Scores passages for one query (RerankerError when it cannot: the search keeps the fused order). ``blend``:
+    its recommended share in the final order, 0 (fused order) to 1 (reranker order), or None."""
 
     name: str
 
     @property
-    def blend(self) -> float | None:
-        """The recommended blend, or None (an attribute does as well as a property)."""
-        ...
+    def blend(self) -> float | None: ...
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
-        """One score per passage, in the input order. Raises RerankerError."""
+        """One score per passage (higher is more relevant), in the input order."""
         ...
 
 
@@ -46,3 +42,40 @@ class PairScorer(Protocol):
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         """One score per pair, in input order. Raises RerankerError."""
         ...
+
+
+def order_by_score(scores: Sequence[float], top_n: int | None = None) -> list[int]:
+    """Indices of ``scores`` best first (ties keep the input order), at most ``top_n``."""
+    order = sorted(range(len(scores)), key=lambda i: (-scores[i], i))
+    return order if top_n is None else order[: max(top_n, 0)]
+
+
+def valid_blend(value: object) -> float | None:
+    """``value`` as a blend weight when it is a number in [0, 1] (not a bool), else None."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and 0.0 <= value <= 1.0:
+        return float(value)
+    return None
+
+
+def serving_hints(model: str | Path) -> tuple[float | None, int | None]:
+    """``(serving.blend, serving.max_length)`` from the card in model folder ``model``; each None when there is no
+    readable card of ours or the value is not valid (never raises)."""
+    try:
+        card = json.loads((Path(model).expanduser() / CARD_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None, None
+    serving = card.get("serving") if isinstance(card, dict) and card.get("kind") == KIND else None
+    if not isinstance(serving, dict):
+        return None, None
+    n = serving.get("max_length")
+    length = n if isinstance(n, int) and not isinstance(n, bool) and n >= 8 else None
+    return valid_blend(serving.get("blend")), length
+
+
+def effective_blend(setting: float | None, recommended: object) -> tuple[float, str]:
+    """The blend a search uses and where it came from: ``setting`` (HSP_RERANKER__BLEND) when set, else the
+    reranker's ``recommended`` blend (its card) when valid, else 1 (reranker order)."""
+    if setting is not None:
+        return setting, "HSP_RERANKER__BLEND"
+    card = valid_blend(recommended)
+    return (card, "model card") if card is not None else (1.0, "default")

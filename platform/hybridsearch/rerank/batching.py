@@ -1,41 +1,25 @@
 """Micro-batching: requests that arrive within a few milliseconds share one model call.
 
-One asyncio queue and one worker task. The worker takes the first waiting request plus every request
-already queued (they arrived while the model was busy), and, under concurrent load, keeps taking
-requests until ``window_s`` has passed, up to ``max_pairs`` pairs; then it runs the model once for
-all of them in a thread, so the event loop keeps accepting requests meanwhile. "Under load" means
-the previous model call was shared by several requests: a lone client never waits for the window.
-With ``enabled=False`` every request is its own model call (still one at a time).
-
-The queue is bounded: with ``max_queue`` requests already waiting (not counting those in the model
-call under way), ``submit`` raises :class:`QueueFull` at once, carrying how long the queue needs to
-drain (from the recent model-call times), so that the service can answer 503 with ``Retry-After``
-instead of letting requests pile up (memory and latency would grow without bound). A request that
-still waits after ``max_wait_s`` (its client has most likely given up: the query layer's reranker
-timeout) is answered with :class:`QueueFull` as well at that moment, and dropped from the queue
-rather than scored for no one; a request already in a model call waits for its answer.
-
-A request may come with a ``deadline`` (its client's budget, :mod:`hybridsearch.rerank.service`): its queue wait
-is then at most ``deadline - now - the expected model call`` (and ``max_wait_s``), so that waiting plus scoring
-ends before the client gives up, by construction; and when the queue ahead of it already needs longer than that
-(:meth:`MicroBatcher.estimate`), it is refused at once with QueueFull (``budget_s`` set) instead of queued. A
-micro-batch takes no more requests than the recent seconds per pair say can be scored before the earliest
-deadline in it: later arrivals wait for the next call rather than stretch this one past a client's budget.
+One asyncio queue and one worker, which takes the first waiting request plus those already queued and, while the
+previous call was shared (under load), more until ``window_s`` has passed or ``max_pairs`` is reached, and scores
+them in one call on its model thread. The queue is bounded (``max_queue``), a request waits at most
+``max_wait_s`` and, with a ``deadline`` (its client's budget), no longer than leaves time for its own model
+call; what cannot be answered in time gets :class:`QueueFull` at once, never a score for a client that left.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from hybridsearch.rerank.base import PairScorer
-from hybridsearch.rerank.ranking import split_scores
 
 log = logging.getLogger(__name__)
 
@@ -57,23 +41,25 @@ class Job:
 BatchHook = Callable[[int, int, float], None]
 
 
+def split_scores(scores: Sequence[float], sizes: Sequence[int]) -> list[list[float]]:
+    """A flat score list cut back into consecutive pieces of ``sizes``. Raises ValueError on a length mismatch."""
+    if sum(sizes) != len(scores):
+        raise ValueError(f"{len(scores)} scores for {sum(sizes)} pairs")
+    ends = list(itertools.accumulate(sizes))
+    return [[float(x) for x in scores[end - n : end]] for n, end in zip(sizes, ends, strict=True)]
+
+
 class QueueFull(Exception):
-    """The batcher already holds ``max_queue`` waiting requests; ``retry_after_s`` estimates the drain time."""
+    """A request refused or dropped: the queue is full, it waited too long, or its budget cannot be met;
+    ``retry_after_s`` estimates the drain time."""
 
     def __init__(self, waiting: int, retry_after_s: float, waited_s: float | None = None, *,
                  budget_s: float | None = None, needed_s: float | None = None) -> None:
-        if budget_s is not None and waited_s is None:
-            what = f"the queue and a model call need about {needed_s or 0:.1f}s, over the {budget_s:.1f}s left"
-        elif waited_s is not None:
-            what = f"waited {waited_s:.1f}s in the queue, over " + ("its budget" if budget_s is not None
-                                                                  else "max_queue_wait")
-        else:
-            what = f"{waiting} requests already wait for the model (max_queue)"
-        super().__init__(f"{what}; retry in {retry_after_s:.1f}s")
+        super().__init__(f"{waiting} requests wait; retry in {retry_after_s:.1f}s")
         self.waiting = waiting
         self.retry_after_s = retry_after_s
-        self.waited_s = waited_s  # set when the request expired in the queue rather than being refused at once
-        self.budget_s = budget_s  # set when the request's budget (its deadline) decided: seconds it had left
+        self.waited_s = waited_s  # expired in the queue rather than refused at once
+        self.budget_s = budget_s  # its budget (deadline) decided: seconds it had left
         self.needed_s = needed_s  # refused at once for its budget: the estimated queue wait plus model call
 
     @property
@@ -97,7 +83,7 @@ class MicroBatcher:
         self.max_wait_s = max_wait_s  # None: a queued request waits as long as it takes
         self.refused = 0
         self.expired = 0
-        # moving averages of the recent model calls: seconds per call and pairs per call (drain estimate)
+        # moving averages of the recent model calls: seconds and pairs per call
         self._call_s = 0.0
         self._call_pairs = 0.0
         self._queued_pairs = 0  # pairs of the requests waiting (queued or held, not expired)
@@ -130,18 +116,15 @@ class MicroBatcher:
             self._executor = None
 
     def drain_estimate(self) -> float:
-        """Seconds until the model has scored what waits now (plus the call under way), from the recent model
-        calls; 0 before the first call."""
+        """Seconds until what waits now (and the call under way) is scored; 0 before the first call."""
         if self._call_s <= 0:
             return 0.0
-        # micro-batching: queued pairs over pairs per recent call; without it, one call per request
         calls = math.ceil(self._queued_pairs / max(1.0, self._call_pairs)) if self.enabled else self.pending
         return (calls + 1) * self._call_s
 
     def estimate(self, n_pairs: int) -> tuple[float, float]:
-        """(seconds until a request of ``n_pairs`` pairs submitted now enters a model call, seconds of that call),
-        from the recent model calls at their seconds per pair: the rest of the call under way, then the calls of
-        the pairs queued ahead of it (``max_pairs`` per call with micro-batching). (0, 0) before the first call."""
+        """(seconds until a request of ``n_pairs`` pairs submitted now enters a model call, seconds of that call)
+        at the recent seconds per pair; (0, 0) before the first call."""
         if self._call_s <= 0:
             return 0.0, 0.0
         per_pair = self._per_pair()
@@ -156,7 +139,6 @@ class MicroBatcher:
         return under_way + calls_ahead * self.max_pairs * per_pair, (in_call + n_pairs) * per_pair
 
     def _per_pair(self) -> float:
-        """Seconds per pair of the recent model calls (0 before the first)."""
         return self._call_s / max(1.0, self._call_pairs) if self._call_s > 0 else 0.0
 
     def _fits(self, jobs: list[Job], pairs: int) -> bool:
@@ -165,7 +147,7 @@ class MicroBatcher:
         return not deadlines or time.perf_counter() + pairs * self._per_pair() <= min(deadlines)
 
     def check_capacity(self) -> None:
-        """Raise QueueFull when a request now would be refused (a cheap early check before reading a body)."""
+        """Raise QueueFull when ``max_queue`` requests wait (checked before a body is read)."""
         waiting = self.pending
         if self.max_queue is not None and waiting >= self.max_queue:
             self.refused += 1
@@ -173,19 +155,16 @@ class MicroBatcher:
 
     async def submit(self, query: str, passages: list[str], stats: dict[str, float] | None = None, *,
                      deadline: float | None = None) -> list[float]:
-        """Scores for ``passages`` in input order, once the worker got to them. Raises what the scorer raises,
-        or QueueFull at once when ``max_queue`` requests already wait, or when the request cannot be scored before
-        ``deadline`` (a ``time.perf_counter()`` value: its client's budget) as the queue stands.
-
-        ``stats``, when given, receives ``queue_ms``, ``model_ms`` and ``batch_requests`` of this request.
-        """
+        """Scores for ``passages`` in input order; ``stats`` receives ``queue_ms``, ``model_ms`` and
+        ``batch_requests``. Raises what the scorer raises, or QueueFull when the queue is full, when the request
+        cannot be scored before ``deadline`` (a ``time.perf_counter()`` value), or when it waited too long."""
         self.check_capacity()
         max_wait = self.max_wait_s
         budget_left: float | None = None
         if deadline is not None:
             budget_left = deadline - time.perf_counter()
             wait, call = self.estimate(len(passages))
-            if wait + call > budget_left:  # cannot be answered in time: say so now, not after the client left
+            if wait + call > budget_left:
                 self.refused += 1
                 raise QueueFull(self.pending, self.drain_estimate(), budget_s=max(0.0, budget_left),
                                 needed_s=wait + call)
@@ -193,7 +172,7 @@ class MicroBatcher:
             max_wait = budget_left - alone if max_wait is None else min(max_wait, budget_left - alone)
         job = Job(query, passages, asyncio.get_running_loop().create_future(), stats=stats if stats is not None else {},
                   deadline=deadline)
-        self._queue.put_nowait(job)  # an unbounded asyncio queue: the bound is check_capacity's (no await between)
+        self._queue.put_nowait(job)  # bounded by check_capacity (no await between)
         self._waiting += 1
         self._queued_pairs += len(passages)
         if max_wait is None:
@@ -215,25 +194,21 @@ class MicroBatcher:
     async def _next(self, timeout: float | None) -> Job | None:
         """The next job that has not expired (None when none came within ``timeout``)."""
         while True:
-            job = await self._take(timeout)
-            if job is None or not job.expired:
+            if self._held is not None:
+                job, self._held = self._held, None
+            elif timeout is None:
+                job = await self._queue.get()
+            elif timeout <= 0:
+                if self._queue.empty():
+                    return None
+                job = self._queue.get_nowait()
+            else:
+                try:
+                    job = await asyncio.wait_for(self._queue.get(), timeout)
+                except TimeoutError:
+                    return None
+            if not job.expired:
                 return job
-
-    async def _take(self, timeout: float | None) -> Job | None:
-        if self._held is not None:
-            job, self._held = self._held, None
-            return job
-        if timeout is None:
-            return await self._queue.get()
-        if timeout <= 0:
-            try:
-                return self._queue.get_nowait()
-            except asyncio.QueueEmpty:
-                return None
-        try:
-            return await asyncio.wait_for(self._queue.get(), timeout)
-        except TimeoutError:
-            return None
 
     async def _gather(self) -> list[Job]:
         first = await self._next(None)
@@ -288,8 +263,7 @@ class MicroBatcher:
                     job.future.set_result(result)
 
     def _score(self, jobs: list[Job]) -> list[list[float] | BaseException]:
-        """Score all jobs in one call; when that fails and there were several, retry each alone so one bad
-        request cannot fail its neighbours."""
+        """Scores of all jobs in one call; when that fails, of each alone, so one bad request fails only itself."""
         pairs = [(j.query, p) for j in jobs for p in j.passages]
         try:
             flat = self.scorer.score_pairs(pairs)

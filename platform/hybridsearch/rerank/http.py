@@ -1,4 +1,4 @@
-"""Client of the reranker service (``hsp serve-reranker``), implementing the Reranker interface."""
+"""The reranker service's client (``hsp serve-reranker``), a Reranker."""
 
 from __future__ import annotations
 
@@ -12,14 +12,12 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_aft
 
 from hybridsearch.cluster_url import redact_url
 from hybridsearch.errors import RerankerError
-from hybridsearch.rerank.card import valid_blend
+from hybridsearch.rerank.base import valid_blend
 from hybridsearch.retry import RETRIED_STATUSES
-from hybridsearch.settings import RerankerSettings
 
 log = logging.getLogger(__name__)
 
-#: request header with the seconds the client waits for the answer (its timeout): the service keeps a request's
-#: queue wait within it (:mod:`hybridsearch.rerank.service`) and answers 503 at once when it cannot
+#: request header with the seconds the client waits for the answer: the service answers within it, or 503 at once
 REQUEST_TIMEOUT_HEADER = "X-Request-Timeout"
 
 
@@ -42,14 +40,10 @@ def _reason(resp: httpx.Response) -> str:
 
 
 class HttpReranker:
-    """Scores passages through the reranker service at ``url`` (``POST {url}/rerank``).
-
-    One pooled ``httpx.Client``; ``timeout`` seconds per attempt (connect capped at 2 s), sent to the service as
-    ``X-Request-Timeout`` so that it answers (or refuses with 503) within that budget; ``retries`` more tries
-    (``tenacity``) on connection errors and on the retried statuses (:data:`hybridsearch.retry.RETRIED_STATUSES`),
-    none on read timeouts (the caller's time budget is spent), on 4xx or 500, or on a 503 with ``Retry-After``
-    (an overloaded service asked for time: retrying at once only adds load; the search keeps its fused order).
-    Every failure raises RerankerError saying what happened.
+    """Scores passages through the reranker service at ``url`` (``POST {url}/rerank``), ``timeout`` seconds per
+    try (sent as ``X-Request-Timeout``; connect at most 2 s). ``retries`` more tries on connection errors and
+    :data:`~hybridsearch.retry.RETRIED_STATUSES`, except a 503 with ``Retry-After`` (an overloaded service: the
+    search keeps its fused order); none on read timeouts. Every failure raises RerankerError.
     """
 
     def __init__(self, url: str, timeout: float = 5.0, token: str | None = None, *, retries: int = 1,
@@ -69,15 +63,8 @@ class HttpReranker:
         self.model: str | None = None
         self.blend: float | None = None  # Reranker.blend: the served model's recommendation, from its answers
 
-    @classmethod
-    def from_settings(cls, cfg: RerankerSettings) -> HttpReranker:
-        """Client for ``cfg.url`` with ``cfg.timeout`` and ``cfg.token``. Raises RerankerError when no url is set."""
-        if not cfg.url:
-            raise RerankerError("HSP_RERANKER__URL is not set")
-        return cls(cfg.url, cfg.timeout, cfg.token.get_secret_value() if cfg.token else None)
-
     def rerank(self, query: str, passages: Sequence[str], top_n: int | None = None) -> dict[str, Any]:
-        """The service's full answer ``{scores, order, model, took_ms, blend}``. Raises RerankerError."""
+        """The service's answer ``{scores, order, model, took_ms, blend}``. Raises RerankerError."""
         payload: dict[str, Any] = {"query": query, "passages": list(passages)}
         if top_n is not None:
             payload["top_n"] = top_n
@@ -112,7 +99,7 @@ class HttpReranker:
             raise RerankerError(str(exc)) from None
 
     def _send(self, payload: dict[str, Any]) -> httpx.Response:
-        """One try; raises :class:`_TryAgain` when another may get through, RerankerError when none can."""
+        """One try; raises _TryAgain when another may get through, RerankerError when none can."""
         try:
             resp = self._client.post("/rerank", json=payload)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:

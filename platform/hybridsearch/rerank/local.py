@@ -1,9 +1,6 @@
-"""In-process cross-encoder scoring with sentence-transformers.
-
-:class:`LocalReranker` loads a ``CrossEncoder`` by Hub name or local folder (any folder saved by
-``CrossEncoder.save_pretrained`` or a plain Hugging Face ``*ForSequenceClassification`` folder),
-lazily and once, on ``HSP_RERANKER__DEVICE`` (``auto``: CUDA, else CPU), in fp16 on a GPU.
-"""
+"""In-process cross-encoder scoring: :class:`LocalReranker` loads a sentence-transformers ``CrossEncoder`` (a
+folder saved by ``CrossEncoder.save_pretrained``, a Hugging Face ``*ForSequenceClassification`` folder, or a Hub
+name) lazily and once, on ``HSP_RERANKER__DEVICE`` (``auto``: CUDA, else CPU), in fp16 on a GPU."""
 
 from __future__ import annotations
 
@@ -15,8 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from hybridsearch.embedding.models import locate_model, pick_device, quiet_loading
 from hybridsearch.errors import ModelError, RerankerError, RerankerModelError
-from hybridsearch.rerank.card import serving_hints
-from hybridsearch.rerank.ranking import length_sorted_batches, order_by_score
+from hybridsearch.rerank.base import serving_hints
 from hybridsearch.settings import RerankerSettings
 
 if TYPE_CHECKING:
@@ -24,8 +20,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-# A word piece covers at least one character and rarely more than ~10, so text beyond this many
-# characters per token of max_length is cut before tokenising: it would be truncated anyway.
+# text past this many characters per token of max_length would be truncated anyway: it is cut before tokenising
 CHARS_PER_TOKEN_CAP = 20
 DEFAULT_MAX_LENGTH = 512  # tokens per pair for a model that does not say what it was trained with
 
@@ -39,13 +34,9 @@ def _how_to_fix(name: str) -> str:
     )
 
 
-def load_cross_encoder(name: str, device: str = "auto", max_length: int = 512, fp16: bool = True) -> CrossEncoder:
-    """Load a CrossEncoder by local path or Hub name; fp16 on CUDA when ``fp16``.
-
-    Fails fast (no network attempt) when the name is not a local folder, downloads are not allowed (the default;
-    ``HSP_MODELS__ALLOW_DOWNLOAD=true`` allows them) and the model is not in the Hugging Face cache. Raises
-    RerankerModelError naming the model and how to supply a local copy.
-    """
+def load_cross_encoder(name: str, device: str = "auto", max_length: int = 512) -> CrossEncoder:
+    """The CrossEncoder at local path or Hub name ``name`` (:func:`~hybridsearch.embedding.models.locate_model`:
+    no network unless downloads are allowed), in fp16 on CUDA. Raises RerankerModelError with the fix."""
     try:
         where, local_only = locate_model(name, "HSP_RERANKER__MODEL", check=False)
     except ModelError as exc:
@@ -65,29 +56,27 @@ def load_cross_encoder(name: str, device: str = "auto", max_length: int = 512, f
             f"reranker model {name!r} has {model.num_labels} output labels; a reranker needs a single-score "
             "cross-encoder (num_labels=1)"
         )
-    limit = _position_limit(model)
-    model.max_seq_length = min(max_length, limit) if limit else max_length
-    if fp16 and dev.startswith("cuda"):
+    limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    model.max_seq_length = min(max_length, limit) if isinstance(limit, int) and limit > 0 else max_length
+    if dev.startswith("cuda"):
         model.half()
     ce: CrossEncoder = model
     return ce
 
 
-def _position_limit(model: CrossEncoder) -> int | None:
-    config = getattr(model, "config", None)
-    value = getattr(config, "max_position_embeddings", None)
-    return int(value) if isinstance(value, int) and value > 0 else None
+def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
+    """Indices ``0..len(lengths)-1`` longest first, in batches of at most ``batch_size`` (less padding per batch).
+    Raises ValueError when ``batch_size`` < 1."""
+    if batch_size < 1:
+        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
 
 
 class LocalReranker:
-    """Scores ``(query, passage)`` pairs with a cross-encoder in this process.
-
-    The model loads on first use (or :meth:`load`), once, thread-safely. A load failure is
-    remembered and raised again as RerankerModelError on every later call, without retrying.
-    Inference failures raise RerankerError. ``blend`` (``Reranker.blend``) is the rerank blend the model's
-    training card recommends (None for models without one); ``max_length`` is ``HSP_RERANKER__MAX_LENGTH`` when set,
-    else the card's trained length, else 512.
-    """
+    """Scores ``(query, passage)`` pairs with a cross-encoder in this process, loaded on first use, once (a load
+    failure is raised again on every later call). ``blend`` and ``max_length`` (unless ``HSP_RERANKER__MAX_LENGTH``
+    is set) come from the model's card; without one, None and 512."""
 
     def __init__(self, cfg: RerankerSettings | None = None) -> None:
         self.cfg = cfg or RerankerSettings()
@@ -96,9 +85,6 @@ class LocalReranker:
         self._error: RerankerModelError | None = None
         self._load_lock = threading.Lock()
         self._infer_lock = threading.Lock()
-        self.load_seconds: float | None = None
-        # A model trained by `hsp train-reranker` says how to blend its scores with the fused order,
-        # and the token length it was trained with (used unless HSP_RERANKER__MAX_LENGTH is set).
         self.blend: float | None
         self.blend, trained = serving_hints(self.cfg.model)
         self.max_length: int = self.cfg.max_length or trained or DEFAULT_MAX_LENGTH
@@ -126,29 +112,22 @@ class LocalReranker:
                     except RerankerModelError as exc:
                         self._error = exc
                         raise
-                    self.load_seconds = time.perf_counter() - started
                     log.info("reranker model %s loaded on %s in %.1fs", self.name, self._model.device,
-                             self.load_seconds)
+                             time.perf_counter() - started)
         return self._model
 
     def load(self) -> None:
         """Load the model now. Raises RerankerModelError."""
         _ = self.model
 
-    def _clip(self, text: str) -> str:
-        cap = self.max_length * CHARS_PER_TOKEN_CAP
-        return text if len(text) <= cap else text[:cap]
-
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        """One score per ``(query, passage)`` pair, in input order.
-
-        Pairs are sorted by length and cut into batches of ``batch_size`` to limit padding.
-        Raises RerankerModelError (cannot load) or RerankerError (inference failed).
-        """
+        """One score per ``(query, passage)`` pair, in input order, scored in length-sorted batches of
+        ``batch_size``. Raises RerankerModelError (cannot load) or RerankerError (inference failed)."""
         if not pairs:
             return []
         model = self.model
-        clipped = [(self._clip(q), self._clip(p)) for q, p in pairs]
+        cap = self.max_length * CHARS_PER_TOKEN_CAP
+        clipped = [(q[:cap], p[:cap]) for q, p in pairs]
         scores: list[float] = [0.0] * len(clipped)
         batches = length_sorted_batches([len(q) + len(p) for q, p in clipped], self.cfg.batch_size)
         try:
@@ -165,9 +144,3 @@ class LocalReranker:
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         """One score per passage (higher = more relevant), in input order. Raises RerankerError."""
         return self.score_pairs([(query, p) for p in passages])
-
-    def rank(self, query: str, passages: Sequence[str], top_n: int | None = None,
-             threshold: float | None = None) -> list[tuple[int, float]]:
-        """``(index, score)`` best first, keeping scores >= ``threshold`` and at most ``top_n``."""
-        scores = self.score(query, passages)
-        return [(i, scores[i]) for i in order_by_score(scores, top_n=top_n, threshold=threshold)]

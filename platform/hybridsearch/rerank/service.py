@@ -1,79 +1,235 @@
-"""The reranker HTTP service (FastAPI), started by ``hsp serve-reranker``.
-
-Endpoints:
-
-* ``POST /rerank`` ``{"query": str, "passages": [str, ...], "top_n": int?}`` →
-  ``{"scores": [...] (input order), "order": [indices best first, cut to top_n], "model", "took_ms",
-  "blend"}`` (blend: the rerank blend the model's training card recommends, or null)
-* ``GET /healthz`` liveness (always 200 while the process serves)
-* ``GET /readyz`` 200 once the model is loaded (with its recommended blend and max length), 503 while
-  loading or when loading failed (with the reason)
-* ``GET /metrics`` Prometheus text: requests by status, latency, batch sizes, readiness
-
-Errors answer ``{"error": code, "detail": reason}``: 400 body not UTF-8 JSON, 401 missing/wrong
-bearer token, 413 body over ``max_body_bytes``, 415 a Content-Type other than JSON or a compressed
-body, 422 missing/invalid fields, a blank query or a limit (``max_passages``, ``max_passage_chars``),
-500 the model failed on this request, 503 model not loaded, or ``overloaded``: ``max_queue`` requests
-already wait for the model (``HSP_RERANKER__MAX_QUEUE``), answered at once with ``Retry-After`` (whole
-seconds, the estimated time to drain the queue) so that load beyond capacity is shed instead of
-queued without bound; likewise a request that waited over ``max_queue_wait`` seconds in the queue
-(its client has given up) is answered 503 instead of being scored. The service stays up after each. With
-``HSP_RERANKER__TOKEN`` set, ``/rerank`` needs ``Authorization: Bearer <token>``; the probes and
-``/metrics`` stay open (keep the port private).
-
-**Slow clients and budgets.** :func:`serve` runs the app on uvicorn with :class:`ConnectionGuard`'s protocol: a
-client has ``header_timeout`` seconds to send a request's headers (counted from the connection, or from the first
-byte of a later request on it; an idle keep-alive connection is closed by uvicorn after 5 s) and is then cut off
-with 408, so slow senders cannot hold connections; one connection over ``max_connections`` is answered 503 with
-``Retry-After`` at once and closed. The body must arrive within ``body_timeout`` and the request's budget (408,
-connection closed). The budget is what the client waits: its ``X-Request-Timeout`` header (seconds; the query
-layer's HttpReranker sends its timeout), else ``timeout`` from the settings. A request waits in the queue at most
-the budget less the time already spent, the expected model call and a small margin (and ``max_queue_wait``), so
-that an accepted request is answered before its client gives up; one whose budget the queue ahead cannot meet is
-answered 503 with ``Retry-After`` at once.
-
-Compressed bodies (``Content-Encoding: gzip``, or gzip bytes without the header) are refused with
-415 and ``Accept-Encoding: identity`` (RFC 9110 §15.5.16) rather than decoded: rerank bodies are a
-query and a few dozen passages sent over a private network, so compression saves little, while
-decoding would let a small body expand far past ``max_body_bytes`` (a zip bomb). A request
-without a Content-Type is read as JSON.
+"""The reranker HTTP service (FastAPI), started by ``hsp serve-reranker``: ``POST /rerank``, ``/healthz``,
+``/readyz``, ``/metrics`` (docs/operations.md describes the API). Each request is checked (token, headers, budget,
+body within its time and size limits, limits of the JSON) before it joins the micro-batcher; every refusal is an
+:class:`ApiError` with its HTTP status and code. :func:`serve` runs uvicorn's h11 protocol with a header timeout
+per request and a connection cap (:class:`ConnectionGuard`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from hybridsearch.rerank.base import PairScorer
+from hybridsearch.rerank.base import PairScorer, order_by_score
 from hybridsearch.rerank.batching import MicroBatcher, QueueFull
-from hybridsearch.rerank.connections import ConnectionGuard, guarded_protocol
 from hybridsearch.rerank.http import REQUEST_TIMEOUT_HEADER
 from hybridsearch.rerank.local import LocalReranker
-from hybridsearch.rerank.ranking import order_by_score
-from hybridsearch.rerank.request import (
-    BUDGET_MARGIN_S,
-    ApiError,
-    check_content_headers,
-    parse_request,
-    read_body,
-    request_budget,
-)
 from hybridsearch.settings import RerankerSettings
 
 log = logging.getLogger(__name__)
 
 
+class RerankRequest(BaseModel):
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    query: str = Field(min_length=1)
+    passages: list[str]
+    top_n: int | None = Field(None, ge=1)
+
+
+class ApiError(Exception):
+    """An answer other than 200, with a machine-readable code and a reason for people."""
+
+    def __init__(self, status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.status, self.code, self.detail, self.headers = status, code, detail, headers
+
+
+_GZIP_MAGIC = b"\x1f\x8b"
+
+
+def _compressed(what: str) -> ApiError:
+    return ApiError(415, "unsupported_encoding", f"{what} is not accepted: send the JSON uncompressed (no "
+                    "Content-Encoding)", {"Accept-Encoding": "identity"})
+
+
+def check_content_headers(request: Request) -> None:
+    """415 unless the body is declared as uncompressed JSON (application/json or a +json type, UTF-8)."""
+    coding = request.headers.get("content-encoding", "").strip().lower()
+    if coding not in ("", "identity"):
+        raise _compressed(f"Content-Encoding {coding!r}")
+    ctype = request.headers.get("content-type")
+    if ctype is None:
+        return
+    media, *params = (p.strip().lower() for p in ctype.split(";"))
+    if media != "application/json" and not (media.startswith("application/") and media.endswith("+json")):
+        raise ApiError(415, "unsupported_media_type", f"Content-Type {media or ctype!r} is not accepted: send "
+                       "the body as application/json")
+    charset = next((p.split("=", 1)[1].strip('" ') for p in params if p.startswith("charset=")), "utf-8")
+    if charset not in ("utf-8", "utf8"):
+        raise ApiError(415, "unsupported_charset", f"charset {charset!r} is not accepted: send UTF-8 JSON")
+
+
+#: seconds of a request's budget kept for sending the answer and the client's own bookkeeping
+BUDGET_MARGIN_S = 0.1
+
+
+def request_budget(request: Request, cfg: RerankerSettings) -> float:
+    """Seconds the client waits for this answer: its X-Request-Timeout header, else the settings' timeout."""
+    given = request.headers.get(REQUEST_TIMEOUT_HEADER)
+    if given is None:
+        return cfg.timeout
+    try:
+        seconds = float(given)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ApiError(400, "bad_timeout", f"{REQUEST_TIMEOUT_HEADER} must be a positive number of seconds, "
+                       f"not {given[:40]!r}")
+    return seconds
+
+
+async def read_body(request: Request, cfg: RerankerSettings, deadline: float | None = None) -> bytes:
+    """The body, read within ``cfg.body_timeout`` and before ``deadline`` (perf_counter; else 408, connection
+    closed) and at most ``cfg.max_body_bytes`` (else 413)."""
+    limit = cfg.max_body_bytes
+    too_big = ApiError(413, "body_too_large",
+                       f"request body over max_body_bytes={limit} (HSP_RERANKER__MAX_BODY_BYTES)")
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise too_big
+    seconds = cfg.body_timeout
+    if deadline is not None:
+        seconds = min(seconds, deadline - time.perf_counter())
+    body = bytearray()
+    try:
+        async with asyncio.timeout(max(0.0, seconds)):
+            async for chunk in request.stream():
+                body += chunk
+                if len(body) > limit:
+                    raise too_big
+    except TimeoutError:
+        raise ApiError(408, "body_timeout", f"the request body did not arrive within {seconds:.1f}s "
+                       "(HSP_RERANKER__BODY_TIMEOUT, or the request's budget)", {"Connection": "close"}) from None
+    return bytes(body)
+
+
+def parse_request(raw: bytes, cfg: RerankerSettings) -> RerankRequest:
+    """The request in ``raw``, checked against ``cfg``'s limits (415 gzip, 400 not UTF-8 JSON, 422 invalid)."""
+    if raw.startswith(_GZIP_MAGIC):
+        raise _compressed("a gzip-compressed body")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ApiError(400, "bad_encoding", f"request body is not UTF-8: byte {raw[exc.start]:#04x} at "
+                                            f"offset {exc.start}") from None
+    try:
+        req = RerankRequest.model_validate_json(text)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        if any(e["type"] == "json_invalid" for e in errors):
+            raise ApiError(400, "bad_json", f"request body is not valid JSON: {errors[0]['msg']}") from None
+        detail = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in errors[:5])
+        raise ApiError(422, "invalid_request", detail) from None
+    if not req.query.strip():
+        raise ApiError(422, "blank_query", "query is blank (only whitespace): send the text to score the "
+                                           "passages against")
+    if not req.passages:
+        raise ApiError(422, "no_passages", "passages is empty: send at least one passage")
+    if len(req.passages) > cfg.max_passages:
+        raise ApiError(422, "too_many_passages", f"{len(req.passages)} passages over max_passages="
+                       f"{cfg.max_passages} (HSP_RERANKER__MAX_PASSAGES); split the request")
+    if len(req.query) > cfg.max_passage_chars:
+        raise ApiError(422, "query_too_long", f"query of {len(req.query)} characters over max_passage_chars="
+                       f"{cfg.max_passage_chars} (HSP_RERANKER__MAX_PASSAGE_CHARS)")
+    for i, p in enumerate(req.passages):
+        if len(p) > cfg.max_passage_chars:
+            raise ApiError(422, "passage_too_long", f"passages[{i}] has {len(p)} characters, over "
+                           f"max_passage_chars={cfg.max_passage_chars} (HSP_RERANKER__MAX_PASSAGE_CHARS)")
+    return req
+
+
+@dataclass
+class ConnectionGuard:
+    """The connection limits of one served app and what they did: connections open now, refused over
+    ``max_connections``, cut off for sending their headers slower than ``header_timeout``."""
+
+    header_timeout: float
+    max_connections: int
+    open: int = 0
+    refused: int = 0
+    timed_out: int = 0
+
+
+_REFUSED = b'{"error": "too_many_connections", "detail": "the service holds max_connections connections"}'
+REFUSED_RESPONSE = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\n"
+                    b"Connection: close\r\nContent-Length: " + str(len(_REFUSED)).encode() + b"\r\n\r\n" + _REFUSED)
+TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+#: seconds a refused connection is kept half-closed so that its client reads the 503 before the close
+REFUSED_LINGER_S = 1.0
+
+
+def guarded_protocol(guard: ConnectionGuard) -> type[asyncio.Protocol]:
+    """uvicorn's h11 protocol with ``guard``'s limits: a header timeout per request (from the connection, or from
+    the first byte of a later request on it; then 408) and a connection cap (503 with ``Retry-After``)."""
+    import h11
+    from uvicorn.protocols.http.h11_impl import H11Protocol
+
+    class GuardedH11Protocol(H11Protocol):
+        _timer: asyncio.TimerHandle | None = None
+        _refused = False
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:  # type: ignore[override]
+            super().connection_made(transport)  # type: ignore[arg-type]
+            guard.open += 1
+            if guard.open > guard.max_connections:
+                guard.refused += 1
+                self._refused = True
+                self.transport.write(REFUSED_RESPONSE)
+                if self.transport.can_write_eof():
+                    self.transport.write_eof()
+                self._timer = self.loop.call_later(REFUSED_LINGER_S, self.transport.close)
+                return
+            self._arm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            guard.open -= 1
+            self._disarm()
+            super().connection_lost(exc)
+
+        def data_received(self, data: bytes) -> None:
+            if self._refused:
+                return  # read and dropped until the linger ends
+            super().data_received(data)
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                if self._timer is None:  # the first bytes of a request: its headers are now due
+                    self._arm()
+            else:
+                self._disarm()  # headers in (or the connection is going): the app and its body timeout take over
+
+        def _arm(self) -> None:
+            self._timer = self.loop.call_later(guard.header_timeout, self._headers_late)
+
+        def _disarm(self) -> None:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+        def _headers_late(self) -> None:
+            self._timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                guard.timed_out += 1
+                self.transport.write(TIMEOUT_RESPONSE)
+                self.transport.close()
+
+    return GuardedH11Protocol
+
+
 class Metrics:
-    """Prometheus metrics of one app (own registry, so several apps can live in one process)."""
+    """Prometheus metrics of one app (its own registry)."""
 
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
@@ -176,8 +332,7 @@ def _error(exc: ApiError) -> JSONResponse:
 
 
 def create_app(cfg: RerankerSettings | None = None, scorer: PairScorer | None = None) -> FastAPI:
-    """The service app. ``scorer`` defaults to a LocalReranker of ``cfg`` (default: the defaults); the model
-    loads in the background at start-up unless the scorer is already loaded."""
+    """The service app; ``scorer`` defaults to a LocalReranker of ``cfg``, loaded in the background at start-up."""
     cfg = cfg or RerankerSettings()
     state = ServiceState(cfg, scorer if scorer is not None else LocalReranker(cfg))
 
@@ -255,7 +410,7 @@ def create_app(cfg: RerankerSettings | None = None, scorer: PairScorer | None = 
 
 
 def server_config(app: FastAPI, host: str, port: int, **uvicorn_options: Any) -> Any:
-    """A ``uvicorn.Config`` serving ``app`` (from :func:`create_app`) with its settings' connection limits."""
+    """A ``uvicorn.Config`` serving ``app`` (from :func:`create_app`) with its connection limits."""
     import uvicorn
 
     state: ServiceState = app.state.service
@@ -263,7 +418,7 @@ def server_config(app: FastAPI, host: str, port: int, **uvicorn_options: Any) ->
 
 
 def serve(app: FastAPI, host: str, port: int, **uvicorn_options: Any) -> None:
-    """Serve ``app`` until interrupted (``hsp serve-reranker``), with the header timeout and connection cap."""
+    """Serve ``app`` until interrupted (``hsp serve-reranker``)."""
     import uvicorn
 
     uvicorn.Server(server_config(app, host, port, **uvicorn_options)).run()

@@ -1,6 +1,6 @@
 """The cards of trained models, ``card.json`` (for programs) and ``README.md`` (for people): what the model was
 trained on, how it did on held-out queries per epoch, and how to use it (a reranker's ``serving`` section is read
-back by :mod:`hybridsearch.rerank.card`)."""
+back by :mod:`hybridsearch.rerank.base`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from hybridsearch import __version__
 from hybridsearch.embedding.models import file_hash, record_files, resolve_model
-from hybridsearch.rerank.card import CARD_FILE, KIND
+from hybridsearch.rerank.base import CARD_FILE, KIND
 
 if TYPE_CHECKING:
     from hybridsearch.training.config import (
