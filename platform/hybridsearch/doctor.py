@@ -29,7 +29,7 @@ from hybridsearch.errors import AliasConflict, HybridSearchError, IndexMismatch,
 from hybridsearch.index.access import INGEST, check_privileges, prefix_names, unblock_fix
 from hybridsearch.index.fit import CHECKED_META, FORMAT_KEY, check_meta, describe
 from hybridsearch.index.logs import inspect_log_index
-from hybridsearch.index.spec import LOG_KINDS, PREFERRED_ANALYZER, resolve_analyzer, section_words_of
+from hybridsearch.index.spec import LOG_KINDS, PREFERRED_ANALYZER, has_analyzer, resolve_analyzer, section_words_of
 from hybridsearch.index.versions import index_meta, live_target, read_alias
 from hybridsearch.index.visibility import count_visible
 from hybridsearch.ingest.lease import UNFINISHED, hidden_documents
@@ -195,7 +195,7 @@ def check_analyzer(es: EngineClient, index: IndexSettings) -> Check:
     """Which analyzer new indices get (``auto``: english where the cluster has it) and what is lost without."""
     chosen = resolve_analyzer(es, index)
     if index.analyzer != "auto":
-        known = es.has_analyzer(chosen)
+        known = has_analyzer(es, chosen)
         return Check("index", "analyzer", "OK" if known else "FAIL", f"{chosen} (HSP_INDEX__ANALYZER)",
                      None if known else f"the cluster has no analyzer {chosen}: pick another")
     if chosen == PREFERRED_ANALYZER:

@@ -14,6 +14,7 @@ from hybridsearch import doctor
 from hybridsearch.cli.main import main
 from hybridsearch.doctor import watermark_used_fraction
 from hybridsearch.engine import EngineClient, connect, request
+from hybridsearch.index.spec import has_analyzer
 from hybridsearch.index.versions import ensure_index
 from hybridsearch.settings import Settings, load_settings
 
@@ -45,7 +46,7 @@ def test_healthy_index_passes(es: EngineClient, settings: Settings) -> None:
     assert checks["index.vectors"].detail.startswith("384 dims, cosine, int8_hnsw")
     assert checks["index.chunks"].detail.startswith("1 chunks")
     # english analysis where the cluster has it; a WARN that says what is lost where not (the ES test zips)
-    english = es.has_analyzer("english")
+    english = has_analyzer(es, "english")
     assert checks["index.analyzer"].status == ("OK" if english else "WARN")
     assert ("english" if english else "no stemming") in checks["index.analyzer"].detail
     assert not doctor.failed([c for c in checks.values() if c.area == "index" and c.name != "analyzer"],

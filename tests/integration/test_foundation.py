@@ -8,6 +8,7 @@ import pytest
 from hybridsearch.engine import API_ERRORS, EngineClient, cluster_info, connect, request, status_of
 from hybridsearch.errors import ClusterUnavailable, IndexMismatch
 from hybridsearch.index.logs import ensure_log_indices
+from hybridsearch.index.spec import has_analyzer
 from hybridsearch.index.versions import checked_live_index, ensure_index, index_meta, read_alias
 from hybridsearch.settings import Settings, load_settings
 
@@ -89,7 +90,7 @@ def test_new_indices_get_english_analysis_where_the_cluster_has_it(es: EngineCli
     except API_ERRORS as exc:
         assert status_of(exc) == 400, exc  # "failed to find global analyzer [english]"
         english = False
-    assert es.has_analyzer("english") == english
+    assert has_analyzer(es, "english") == english
     name = ensure_index(es, settings)
     props = es.send(request.get_mapping(name))[name]["mappings"]["properties"]
     want = "english" if english else "standard"

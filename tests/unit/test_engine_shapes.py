@@ -10,9 +10,8 @@ import pytest
 
 from hybridsearch.doctor import check_access
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, UNREACHABLE, Dialect, EngineKind, connect, request
-from hybridsearch.engine.client import NO_API, SECURITY_OFF
 from hybridsearch.errors import AccessDenied, ClusterUnavailable
-from hybridsearch.index.access import check_privileges
+from hybridsearch.index.access import NO_API, SECURITY_OFF, check_privileges
 from hybridsearch.index.spec import chunk_meta, load_template
 from hybridsearch.ingest.writer import write_actions
 from hybridsearch.settings import ClusterSettings, IngestSettings, load_settings

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from hybridsearch.engine import request
-from hybridsearch.engine.client import AsyncEngineClient, EngineClient, LoopSender, Sender, index_privileges
+from hybridsearch.engine.client import AsyncEngineClient, EngineClient, Sender
 from hybridsearch.engine.dialect import (
     ELASTICSEARCH,
     OPENSEARCH,
@@ -27,8 +27,8 @@ from hybridsearch.settings import ClusterSettings
 
 __all__ = [
     "API_ERRORS", "ELASTICSEARCH", "OPENSEARCH", "UNREACHABLE", "AsyncEngineClient", "Dialect", "EngineClient",
-    "EngineInfo", "EngineKind", "LoopSender", "Request", "Sender", "cluster_info", "connect",
-    "connect_async", "engine_errors", "error_type_of", "index_privileges", "request", "status_of", "translate",
+    "EngineInfo", "EngineKind", "Request", "Sender", "cluster_info", "connect",
+    "connect_async", "engine_errors", "error_type_of", "request", "status_of", "translate",
     "unsafe_vector_options",
 ]
 

@@ -5,13 +5,10 @@ or False for HEAD) the same way. Errors are the libraries' own: wrap calls in :f
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import json
-import logging
 import threading
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
 from typing import Any, Protocol
 from urllib.parse import urlencode
 
@@ -21,16 +18,8 @@ import opensearchpy.helpers
 from hybridsearch.engine.connect import detect, detect_async, es_client, os_client
 from hybridsearch.engine.dialect import Dialect, EngineInfo
 from hybridsearch.engine.errors import API_ERRORS, error_type_of, status_of
-from hybridsearch.engine.request import RAISE, Json, Request, analyze, nodes_info
+from hybridsearch.engine.request import RAISE, Json, Request
 from hybridsearch.settings import ClusterSettings
-
-log = logging.getLogger(__name__)
-#: analyzers every node has without the analysis-common module
-BUILT_IN_ANALYZERS = frozenset({"standard", "simple", "whitespace", "stop", "keyword", "pattern"})
-#: why privileges were not checked, in words for people (``hsp doctor`` prints them)
-SECURITY_OFF = "security is off on this cluster: nothing to check"
-NO_API = ("not checked ahead on OpenSearch (its security plugin has no _has_privileges); a write the role refuses "
-          "still fails with HTTP 403, naming the action")
 
 
 def _call(request: Request, engine: EngineInfo) -> tuple[str, dict[str, Any]]:
@@ -68,7 +57,7 @@ def _answered(results: Iterable[tuple[bool, Json]]) -> Iterator[tuple[bool, Json
 
 
 class Sender(Protocol):
-    """What sends requests synchronously: an :class:`EngineClient`, or a :class:`LoopSender`."""
+    """What sends requests synchronously: an :class:`EngineClient`, or the query log's sender."""
 
     @property
     def engine(self) -> EngineInfo: ...
@@ -77,37 +66,6 @@ class Sender(Protocol):
     def dialect(self) -> Dialect: ...
 
     def send(self, request: Request) -> Any: ...
-
-
-@dataclass(frozen=True)
-class IndexPrivileges:
-    """Which index privileges the credentials lack (``missing``: ``{privilege: [names]}``), or ``checked`` False
-    and ``unchecked_because`` why the engine cannot say ahead."""
-
-    checked: bool
-    user: str | None = None
-    missing: dict[str, list[str]] = field(default_factory=dict)
-    unchecked_because: str | None = None
-
-
-def index_privileges(es: Sender, names: list[str], privileges: list[str]) -> IndexPrivileges:
-    """Ask Elasticsearch's ``_has_privileges`` (OpenSearch has no such API; with security off it answers an error).
-    Raises the library's errors for 401, 403 and no answer."""
-    if es.engine.kind == "opensearch":
-        return IndexPrivileges(False, unchecked_because=NO_API)
-    try:
-        answer = es.send(Request("POST", "/_security/user/_has_privileges",
-                                 body={"index": [{"names": names, "privileges": privileges}]}))
-    except API_ERRORS as exc:
-        if status_of(exc) in (401, 403) or status_of(exc) is None:
-            raise
-        log.debug("privileges not checked (HTTP %s): security looks off", status_of(exc))
-        return IndexPrivileges(False, unchecked_because=SECURITY_OFF)
-    missing: dict[str, list[str]] = {}
-    for name, held in (answer.get("index") or {}).items():
-        for privilege in (p for p, ok in held.items() if not ok):
-            missing.setdefault(privilege, []).append(name)
-    return IndexPrivileges(True, answer.get("username"), missing)
 
 
 class EngineClient:
@@ -121,7 +79,6 @@ class EngineClient:
         self._os: Any = None
         self._engine: EngineInfo | None = None
         self._lock = threading.Lock()
-        self._analyzers: dict[str, bool] = {}
 
     @property
     def engine(self) -> EngineInfo:
@@ -155,34 +112,6 @@ class EngineClient:
             return client.perform_request(request.method, path, **call).body
         except API_ERRORS as exc:
             return _absent(request, exc)
-
-    def has_analyzer(self, name: str) -> bool:
-        """Whether the cluster knows analyzer ``name`` (asked once per name): ``_analyze`` needs the cluster
-        privilege ``manage``; without it the nodes' modules answer (``analysis-common`` has the language ones)."""
-        if name not in self._analyzers:
-            try:
-                self.send(analyze("probe", analyzer=name))
-                self._analyzers[name] = True
-            except API_ERRORS as exc:
-                if status_of(exc) not in (400, 403):
-                    raise
-                # 400: "failed to find global analyzer [english]"
-                self._analyzers[name] = status_of(exc) == 403 and self._modules_have(name)
-        return self._analyzers[name]
-
-    def _modules_have(self, name: str) -> bool:
-        if name in BUILT_IN_ANALYZERS:
-            return True
-        try:
-            nodes = self.send(nodes_info(filter_path="nodes.*.modules.name")).get("nodes", {})
-        except API_ERRORS as exc:
-            if status_of(exc) != 403:
-                raise
-            log.warning("cannot tell whether the cluster has analyzer %s: these credentials may neither _analyze "
-                        "nor read the nodes' modules; taking it as absent", name)
-            return False
-        return bool(nodes) and all("analysis-common" in {m.get("name") for m in n.get("modules", [])}
-                                   for n in nodes.values())
 
     def _helpers(self) -> Any:
         return opensearchpy.helpers if self.engine.kind == "opensearch" else elasticsearch.helpers
@@ -249,26 +178,3 @@ class AsyncEngineClient:
         for client in (self._es, self._os):
             if client is not None:
                 await client.close()
-
-
-class LoopSender:
-    """:meth:`AsyncEngineClient.send` from another thread (the query log's writer), on ``loop``, the loop the
-    client's searches run on (set by its first search)."""
-
-    def __init__(self, client: AsyncEngineClient) -> None:
-        self.client = client
-        self.loop: asyncio.AbstractEventLoop | None = None
-
-    @property
-    def engine(self) -> EngineInfo:
-        return self.client.engine
-
-    @property
-    def dialect(self) -> Dialect:
-        return self.client.dialect
-
-    def send(self, request: Request) -> Any:
-        if self.loop is None:
-            raise RuntimeError("no event loop yet: the first search sets it")
-        sent = asyncio.run_coroutine_threadsafe(self.client.send(request), self.loop)
-        return sent.result(timeout=self.client.cfg.request_timeout * (self.client.cfg.max_retries + 2))

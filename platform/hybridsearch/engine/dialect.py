@@ -177,6 +177,11 @@ class EngineInfo:
         return {"exclude_vectors": False} if self.kind == "elasticsearch" and self.at_least(9, 1) else True
 
     @property
+    def has_privileges_api(self) -> bool:
+        """Whether the engine answers ``_has_privileges`` (OpenSearch's security plugin has no such API)."""
+        return self.kind == "elasticsearch"
+
+    @property
     def rescores_vectors(self) -> bool:
         """Whether kNN can rescore quantized vectors on their floats (``rescore_vector``: Elasticsearch 8.18+)."""
         return self.kind == "elasticsearch" and self.at_least(8, 18)

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from hybridsearch.engine import API_ERRORS, Sender, engine_errors, error_type_of, index_privileges, translate
+from hybridsearch.engine import API_ERRORS, Request, Sender, error_type_of, status_of, translate
 from hybridsearch.errors import AccessDenied, ClusterError, HybridSearchError, IndexBlocked
 from hybridsearch.settings import IndexSettings
 
@@ -22,6 +22,10 @@ CREATE = ("create_index", "manage", "view_index_metadata")  # indices with expli
 INGEST = (*CREATE, "read", "write")  # chunks (bulk, deletes), change detection, refresh, ingest-run documents
 MOVE_ALIAS = ("manage", "view_index_metadata")  # rollback and swaps
 DROP = ("delete_index", "view_index_metadata")
+#: why privileges were not checked, in words for people (``hsp doctor`` prints them)
+SECURITY_OFF = "security is off on this cluster: nothing to check"
+NO_API = ("not checked ahead on OpenSearch (its security plugin has no _has_privileges); a write the role refuses "
+          "still fails with HTTP 403, naming the action")
 
 
 def chunk_names(index: IndexSettings) -> list[str]:
@@ -54,13 +58,23 @@ class Privileges:
 
 
 def check_privileges(es: Sender, names: list[str], privileges: tuple[str, ...]) -> Privileges:
-    """Which of ``privileges`` the credentials lack on ``names`` (``enforced=False`` where the engine cannot say).
-    Raises ClusterError."""
-    with engine_errors("check privileges"):
-        answer = index_privileges(es, names, list(privileges))
-    if not answer.checked:
-        return Privileges(user=None, enforced=False, unchecked=answer.unchecked_because)
-    return Privileges(user=answer.user, enforced=True, missing=answer.missing)
+    """Which of ``privileges`` the credentials lack on ``names``, by the engine's ``_has_privileges``
+    (``enforced=False`` where the engine cannot say: OpenSearch, or security off). Raises ClusterError (401, 403,
+    no answer)."""
+    if not es.engine.has_privileges_api:
+        return Privileges(user=None, enforced=False, unchecked=NO_API)
+    try:
+        answer = es.send(Request("POST", "/_security/user/_has_privileges",
+                                 body={"index": [{"names": names, "privileges": list(privileges)}]}))
+    except API_ERRORS as exc:
+        if status_of(exc) in (401, 403) or status_of(exc) is None:
+            raise translate(exc, "check privileges") from exc
+        return Privileges(user=None, enforced=False, unchecked=SECURITY_OFF)  # the API answers an error
+    missing: dict[str, list[str]] = {}
+    for name, held in (answer.get("index") or {}).items():
+        for privilege in (p for p, ok in held.items() if not ok):
+            missing.setdefault(privilege, []).append(name)
+    return Privileges(user=answer.get("username"), enforced=True, missing=missing)
 
 
 def require_privileges(es: Sender, names: list[str], privileges: tuple[str, ...], doing: str) -> Privileges:

@@ -7,6 +7,7 @@ the :class:`IndexSpec` an index is created with. In a template, a string ``"${na
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -22,6 +23,8 @@ from hybridsearch.engine.dialect import Dialect
 from hybridsearch.errors import ConfigError
 from hybridsearch.index.metadata import metadata_mapping
 from hybridsearch.settings import IndexSettings, Settings
+
+log = logging.getLogger(__name__)
 
 LogKind = Literal["query_log", "ingest_runs", "ingest_state"]
 #: the log-type indices of a prefix, in the order they are created and checked
@@ -198,13 +201,42 @@ def log_spec(settings: Settings, kind: str, dialect: Dialect) -> IndexSpec:
     return IndexSpec(kind, name, body["settings"], body["mappings"], write_alias_name(settings.index, kind))
 
 
+#: analyzers every node has without the analysis-common module
+BUILT_IN_ANALYZERS = frozenset({"standard", "simple", "whitespace", "stop", "keyword", "pattern"})
+
+
+def has_analyzer(es: Sender, name: str) -> bool:
+    """Whether the cluster knows analyzer ``name``. ``_analyze`` needs the cluster privilege ``manage``; without
+    it the nodes' modules answer (``analysis-common`` has the language ones). Raises the library's errors."""
+    try:
+        es.send(request.analyze("probe", analyzer=name))
+        return True
+    except API_ERRORS as exc:
+        if status_of(exc) not in (400, 403):  # 400: "failed to find global analyzer [english]"
+            raise
+        if status_of(exc) == 400:
+            return False
+    if name in BUILT_IN_ANALYZERS:
+        return True
+    try:
+        nodes = es.send(request.nodes_info(filter_path="nodes.*.modules.name")).get("nodes", {})
+    except API_ERRORS as exc:
+        if status_of(exc) != 403:
+            raise
+        log.warning("cannot tell whether the cluster has analyzer %s: these credentials may neither _analyze "
+                    "nor read the nodes' modules; taking it as absent", name)
+        return False
+    return bool(nodes) and all("analysis-common" in {m.get("name") for m in n.get("modules", [])}
+                               for n in nodes.values())
+
+
 def resolve_analyzer(es: EngineClient, index: IndexSettings) -> str:
     """The analyzer a new chunk index gets on this cluster: ``auto`` becomes ``english`` where the cluster offers
     it, else ``standard``."""
     if index.analyzer != "auto":
         return index.analyzer
     with engine_errors("check the english analyzer"):
-        return PREFERRED_ANALYZER if es.has_analyzer(PREFERRED_ANALYZER) else FALLBACK_ANALYZER
+        return PREFERRED_ANALYZER if has_analyzer(es, PREFERRED_ANALYZER) else FALLBACK_ANALYZER
 
 
 def with_analyzer(es: EngineClient, settings: Settings) -> Settings:

@@ -11,7 +11,9 @@ import asyncio
 import concurrent.futures
 from typing import TYPE_CHECKING, Any, Self, TypeVar, assert_never
 
-from hybridsearch.engine import AsyncEngineClient, EngineClient, LoopSender, connect, connect_async, engine_errors
+from hybridsearch.engine import AsyncEngineClient, EngineClient, connect, connect_async, engine_errors
+from hybridsearch.engine.dialect import Dialect, EngineInfo
+from hybridsearch.engine.request import Request as EngineRequest
 from hybridsearch.query.core import FilterArg, SearchCore
 from hybridsearch.query.results import Mode, SearchResult, WhyReport
 from hybridsearch.query.steps import Detect, Drop, Embed, Join, Request, Rerank, Run, Send, Spawn, Steps
@@ -125,6 +127,29 @@ class SearchClient(SearchCore):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class LoopSender:
+    """:meth:`AsyncEngineClient.send` from another thread (the query log's writer), on ``loop``, the loop the
+    client's searches run on (set by its first search)."""
+
+    def __init__(self, client: AsyncEngineClient) -> None:
+        self.client = client
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def engine(self) -> EngineInfo:
+        return self.client.engine
+
+    @property
+    def dialect(self) -> Dialect:
+        return self.client.dialect
+
+    def send(self, request: EngineRequest) -> Any:
+        if self.loop is None:
+            raise RuntimeError("no event loop yet: the first search sets it")
+        sent = asyncio.run_coroutine_threadsafe(self.client.send(request), self.loop)
+        return sent.result(timeout=self.client.cfg.request_timeout * (self.client.cfg.max_retries + 2))
 
 
 class AsyncSearchClient(SearchCore):
