@@ -29,8 +29,7 @@ from hybridsearch.index.versions import create_version, doc_count, index_mapping
 from hybridsearch.index.visibility import count_visible, scan_visible
 from hybridsearch.ingest.chunking import chunk_embed_text
 from hybridsearch.ingest.lease import Lease
-from hybridsearch.ingest.stage import ChunkBatch, EmbedWriter
-from hybridsearch.ingest.writer import CopyTally, DeadLetter
+from hybridsearch.ingest.writer import ChunkBatch, CopyTally, DeadLetter, EmbedWriter
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
 
@@ -122,7 +121,7 @@ def copy_reembedded(es: EngineClient, source: str, target: str, embedder: Embedd
     With ``reuse_vectors`` (same model, dims and embedded text) the stored vectors are copied and only
     chunks without one are embedded, so a change of vector index options costs no embedding.
     Keeps each chunk's ``_id`` and fields. Goes through the embed-and-write stage of ingestion
-    (:class:`hybridsearch.ingest.stage.EmbedWriter`): batch N is written while batch N+1 is embedded.
+    (:class:`hybridsearch.ingest.writer.EmbedWriter`): batch N is written while batch N+1 is embedded.
     Items that still fail go to ``dead_letter``. Returns ``(written, failed)``.
     """
     tally = CopyTally(dead_letter, "migrate", on_batch)

@@ -4,7 +4,7 @@ Every chunk keeps its character offsets in its document (``text == source[char_s
 and the parent span for parent-child chunks), so the documents can be put back together from the
 chunks of the live index: overlapping spans agree, and the few characters no chunk covers (the
 whitespace between paragraphs) come back as whitespace of the same length. The rebuilt documents
-then go through ingestion's own chunk layout (:func:`hybridsearch.ingest.layout.document_chunks`),
+then go through ingestion's own chunk layout (:func:`hybridsearch.ingest.chunking.document_chunks`),
 keeping their ``content_hash``, so a later ingest of the original sources finds them unchanged.
 """
 
@@ -19,11 +19,9 @@ from hybridsearch.engine import EngineClient, engine_errors
 from hybridsearch.index.metadata import metadata_fields_of
 from hybridsearch.index.versions import index_mapping
 from hybridsearch.index.visibility import scan_visible
-from hybridsearch.ingest.chunking import chunk_embed_text
-from hybridsearch.ingest.layout import document_chunks
+from hybridsearch.ingest.chunking import chunk_embed_text, document_chunks
 from hybridsearch.ingest.sources import Document
-from hybridsearch.ingest.stage import ChunkBatch, EmbedWriter, copy_tokenizer
-from hybridsearch.ingest.writer import CopyTally, DeadLetter
+from hybridsearch.ingest.writer import ChunkBatch, CopyTally, DeadLetter, EmbedWriter
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -105,14 +103,14 @@ def rechunk_copy(es: EngineClient, source: str, target: str, new: Settings, embe
                  dead_letter: DeadLetter | None = None, reuse_vectors: bool = False) -> tuple[int, int, int, int]:
     """Cut every document of ``source`` again with ``new.chunking`` (and ``new.index``'s BM25 sections), embed
     and write it to ``target`` through ingestion's embed-and-write stage
-    (:class:`hybridsearch.ingest.stage.EmbedWriter`).
+    (:class:`hybridsearch.ingest.writer.EmbedWriter`).
 
     With ``reuse_vectors`` (the source was embedded by ``new``'s model, the same way) a new chunk whose embedded
     text equals an old chunk's keeps that chunk's vector: a change of BM25 sections alone embeds nothing.
     Returns ``(documents, chunks written, chunks or documents failed, chunks embedded)``; failures go to
     ``dead_letter``.
     """
-    tokenizer = copy_tokenizer(embedder)
+    tokenizer = embedder.tokenizer()
     tally = CopyTally(dead_letter, "migrate")
     stage: EmbedWriter[ChunkBatch] = EmbedWriter(es, target, new.ingest, embedder.encode, after=tally.absorb,
                                                  name="hsp-rechunk-writer")

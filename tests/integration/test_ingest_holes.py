@@ -21,10 +21,10 @@ from hybridsearch.index.visibility import STATE_ID, visible_query
 from hybridsearch.ingest import lease as lease_module
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
-from hybridsearch.ingest.writer import read_dead_letter
 from hybridsearch.progress import ProgressEvent
 from hybridsearch.query.client import SearchClient
 from hybridsearch.settings import Settings
+from ingest_helpers import read_dead_letter
 
 
 def _tiny(settings: Settings, tiny_dir: Path, **index: Any) -> Settings:

@@ -242,7 +242,7 @@ def test_a_recut_skips_documents_being_written(es: EngineClient, settings: Setti
 
 
 def test_delete_forgets_a_hidden_document(es: EngineClient, settings: Settings, embedder: Embedder) -> None:
-    from hybridsearch.ingest.pipeline import delete_documents
+    from hybridsearch.ingest.commit import delete_documents
 
     run_ingest([Document.make("gone", "Soon deleted text.", title="G")], settings, es=es, embedder=embedder)
     writer = Lease(es, settings.index.ingest_state, "writer-run")

@@ -26,10 +26,10 @@ from hybridsearch.index.versions import (
     rollback,
 )
 from hybridsearch.ingest.chunking import embed_text
-from hybridsearch.ingest.writer import read_dead_letter
 from hybridsearch.migrate import embedding_settings_for, migrate
 from hybridsearch.progress import ProgressEvent
 from hybridsearch.settings import EmbeddingSettings, Settings
+from ingest_helpers import read_dead_letter
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer

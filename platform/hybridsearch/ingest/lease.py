@@ -6,24 +6,15 @@
      "holds":   {"<run id>": [doc ids being written], "unfinished": [doc ids a stopped run left half written]},
      "hidden":  [every doc id of every hold]}        <- what readers exclude (:mod:`hybridsearch.index.visibility`)
 
-Every change is a compare-and-set (``if_seq_no``/``if_primary_term``, retried on 409), so runs on several
-machines never lose each other's updates, and a reader's real-time GET sees each change at once.
-
-**The lease.** A run takes the lease before it writes anything. Two live runs of one prefix collide when
-their document sets overlap: an unsharded run overlaps everything; ``--shard i/N`` workers overlap only a
-worker of another N or the same i. A colliding run waits (``wait_s``) or is refused with
-:class:`~hybridsearch.errors.IngestLocked` naming the holder. The holder's one heartbeat thread renews
-``heartbeat_at`` every :data:`HEARTBEAT_S` seconds and then refreshes the run's record (``on_beat``,
-:class:`hybridsearch.ingest.runs.RunRecord`); a lease older than :data:`LEASE_S` seconds, or one whose process
-is gone from this host, is dead (:func:`is_dead`, the one rule), and the next run takes it over: it *adopts*
-the dead run's holds that fall in its shard (those documents were being written when the run died), repairs
-them (:mod:`.pipeline`) and records the dead run as ``killed``. A run checks its lease before writing each
-batch (:meth:`Lease.check`); one whose lease was taken over, or whose state document or index was deleted,
-stops there with :class:`~hybridsearch.errors.LeaseLost`, before writing another chunk.
+Every change is a compare-and-set (``if_seq_no``/``if_primary_term``, retried on 409). Two live runs collide when
+their shards overlap (:func:`overlaps`); the holder's one heartbeat thread renews ``heartbeat_at`` and refreshes
+the run's record; :func:`is_dead` is the one dead-run rule, and the next run takes a dead lease over and adopts
+its holds. A run checks its lease before writing each batch and stops with LeaseLost once it is gone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import socket
@@ -39,7 +30,6 @@ from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait
 from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, request, status_of
 from hybridsearch.errors import ClusterError, IndexNotFound, IngestLocked, LeaseLost
 from hybridsearch.index.visibility import HIDDEN_PATH, STATE_ID
-from hybridsearch.ingest.ids import parse_shard, shard_of
 from hybridsearch.ingest.runs import now
 
 log = logging.getLogger(__name__)
@@ -71,8 +61,8 @@ def pid_alive(pid: int) -> bool:
 
 
 def is_dead(lease: dict[str, Any], host: str, at: datetime) -> bool:
-    """The one rule for a dead run: whether the run holding ``lease`` (its state-document entry) can no longer
-    finish: its heartbeat is older than :data:`LEASE_S`, or it ran on this host and its process is gone."""
+    """The one dead-run rule: the heartbeat of ``lease`` (a state-document entry) is older than :data:`LEASE_S`,
+    or it ran on this host and its process is gone."""
     beat = lease.get("heartbeat_at") or lease.get("started_at")
     try:
         last = datetime.fromisoformat(str(beat))
@@ -81,6 +71,24 @@ def is_dead(lease: dict[str, Any], host: str, at: datetime) -> bool:
     if at - last > timedelta(seconds=LEASE_S):
         return True
     return lease.get("host") == host and not pid_alive(int(lease.get("pid") or 0))
+
+
+def shard_of(doc_id: str, n: int) -> int:
+    """Which of ``n`` shards ``doc_id`` falls in: the same on every machine and every run."""
+    if n <= 1:
+        return 0
+    return int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest(), "big") % n
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/N"`` → ``(i, N)``; raises ValueError unless 0 <= i < N."""
+    try:
+        i, n = (int(p) for p in text.split("/"))
+    except ValueError:
+        raise ValueError(f"shard {text!r} is not i/N, e.g. 0/4") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise ValueError(f"shard {text!r}: need 0 <= i < N")
+    return i, n
 
 
 def shard_text(shard: Shard) -> str | None:
@@ -124,8 +132,8 @@ class State:
 
 @dataclass
 class Takeover:
-    """What :meth:`Lease.acquire` found: the dead runs whose lease it took over and the documents it adopted
-    (hidden by a run that stopped before they were whole, and in this run's shard)."""
+    """The dead runs whose lease :meth:`Lease.acquire` took over, and the unfinished documents of this run's
+    shard it adopted."""
 
     dead_runs: list[str] = field(default_factory=list)
     adopted: set[str] = field(default_factory=set)
@@ -137,8 +145,7 @@ class _Conflict(Exception):
 
 def change_state(es: EngineClient, index: str, what: str, mutate: Callable[[State], bool]) -> State:
     """Read the state document of ``index``, let ``mutate`` change it (False: nothing to write) and write it back
-    only if nobody wrote meanwhile (compare-and-set on its sequence number); read again and retried on 409
-    (``tenacity``; the engine client itself retries the retried statuses)."""
+    only if nobody wrote meanwhile (compare-and-set), read again and retried on 409."""
 
     def once() -> State:
         with engine_errors(f"read {index}"):
@@ -169,16 +176,13 @@ def change_state(es: EngineClient, index: str, what: str, mutate: Callable[[Stat
 
 class Lease:
     """One run's lease on a prefix and the documents it hides. Thread-safe; :meth:`release` when done.
+    ``on_beat`` runs in the heartbeat thread after each renewal, ``on_lost`` there once the lease is found lost."""
 
-    ``on_beat`` runs in the heartbeat thread after each renewal (the run record), ``on_lost`` there once the lease
-    is found lost."""
-
-    def __init__(self, es: EngineClient, state_index: str, run_id: str, shard: Shard = None, *,
-                 heartbeat_s: float | None = None, on_lost: Callable[[LeaseLost], None] | None = None,
-                 on_beat: Callable[[], None] | None = None) -> None:
+    def __init__(self, es: EngineClient, state_index: str, run_id: str, shard: Shard = None) -> None:
         self.es, self.index, self.run_id, self.shard = es, state_index, run_id, shard
-        self.heartbeat_s = HEARTBEAT_S if heartbeat_s is None else heartbeat_s
-        self.on_lost, self.on_beat = on_lost, on_beat
+        self.heartbeat_s = HEARTBEAT_S
+        self.on_lost: Callable[[LeaseLost], None] | None = None
+        self.on_beat: Callable[[], None] | None = None
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.started_at = now()
         self._stop = threading.Event()
@@ -207,8 +211,6 @@ class Lease:
             raise self._lose(f"run {self.run_id} no longer holds its ingest lease on {self.index} (another run "
                              "took it over after its heartbeat stopped, or the state document was deleted)")
         return lease
-
-    # ---- the lease
 
     def _entry(self) -> dict[str, Any]:
         return {"shard": shard_text(self.shard), "host": self.host, "pid": self.pid, "started_at": self.started_at,
@@ -287,9 +289,8 @@ class Lease:
         self._change("check the ingest lease", read)
 
     def release(self) -> list[str]:
-        """Give the lease up; documents still held (not whole: a failed chunk, an interrupted run) move to the
-        ``unfinished`` hold, stay hidden and are adopted by the next run. Returns them. A lease already lost is
-        left as it is (nothing to give up)."""
+        """Give the lease up; returns the documents still held (not whole), which move to the ``unfinished`` hold
+        for the next run to adopt. A lease already lost is left as it is."""
         self._stop.set()
         if self._beat is not None:
             self._beat.join()
@@ -313,8 +314,6 @@ class Lease:
             self.held = False
         return sorted(set(left))
 
-    # ---- hiding documents
-
     def hide(self, doc_ids: Iterable[str]) -> None:
         """Hide ``doc_ids`` from every reader (before the first of their chunks is written). Raises LeaseLost."""
         ids = set(doc_ids)
@@ -332,8 +331,7 @@ class Lease:
         self._change("hide documents being written", add)
 
     def show(self, doc_ids: Iterable[str]) -> None:
-        """Make ``doc_ids`` visible again: every chunk of them is written and the index refreshed. Raises
-        LeaseLost (they then stay hidden, for the run that took over)."""
+        """Make ``doc_ids`` visible again (every chunk written, the index refreshed). Raises LeaseLost."""
         ids = set(doc_ids)
         if not ids:
             return

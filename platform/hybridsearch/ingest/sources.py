@@ -1,11 +1,8 @@
-"""Sources: turn files into :class:`Document` records, or :class:`SourceFailure` records saying why not.
+"""Sources: files into :class:`Document` records, or :class:`SourceFailure` records saying why not.
 
-Supported: a folder tree of ``.txt``, ``.md``, ``.html``/``.htm`` (text by selectolax), ``.json`` (one object
-or a list of objects) and ``.jsonl`` files (optionally ``.gz``), and BEIR ``corpus.jsonl[.gz]`` (``_id``,
-``title``, ``text``, ``metadata``). Files are read in sorted order, so runs are deterministic. Nothing
-is dropped silently: undecodable, binary, empty or unparsable inputs come out as ``SourceFailure``.
-Text is UTF-8, or UTF-16/UTF-32 when the file starts with their byte-order mark and the rest reads cleanly in
-that encoding (:func:`decode`; otherwise the file is refused with the reason).
+A folder tree (sorted) of ``.txt``, ``.md``, ``.html``/``.htm``, ``.json`` (an object or a list) and ``.jsonl``
+files (optionally ``.gz``; BEIR ``corpus.jsonl`` included). Undecodable, binary, empty or unparsable inputs come
+out as ``SourceFailure``. Text is UTF-8, or UTF-16/32 after their byte-order mark when the rest bears it out.
 """
 
 from __future__ import annotations
@@ -99,9 +96,8 @@ TEXT_FIELDS = ("text", "body", "content", "contents", "abstract")
 def read_path(path: str | Path, fields: RecordFields | None = None) -> Iterator[Document | SourceFailure]:
     """Documents from a file or a folder tree (hidden entries skipped, others in sorted order).
 
-    A missing path yields one SourceFailure. ``doc_id`` is the record's id, else the file's path relative
-    to the folder (``notes/a.md``), else ``<file>:<line>`` for id-less JSON records. Each document's ``source`` is
-    the resolved path of its file, which ties it to the SOURCE it came from (:mod:`hybridsearch.ingest.sync`).
+    ``doc_id`` is the record's id, else the path relative to the folder (``notes/a.md``), else ``<file>:<line>``.
+    ``source`` is the resolved path of the file (what a sync owns). A missing path yields one SourceFailure.
     """
     root = Path(path).resolve()
     fields = fields or RecordFields()
@@ -166,9 +162,8 @@ def read_file(path: Path, rel: str, fields: RecordFields | None = None) -> Itera
 
 
 def decode(raw: bytes, source: str, doc_id: str | None = None) -> str | SourceFailure:
-    """Text of ``raw``: UTF-8 (BOM stripped), or UTF-16/UTF-32 when it starts with their BOM and the rest reads
-    cleanly in that encoding (:func:`utf8_behind`, :func:`misread`); a SourceFailure for binary (NUL
-    characters), undecodable bytes or a byte-order mark the rest does not bear out."""
+    """Text of ``raw``: UTF-8 (BOM stripped), or UTF-16/32 after their BOM when the rest reads cleanly in it; a
+    SourceFailure for binary (NUL), undecodable bytes or a byte-order mark the rest does not bear out."""
     encoding = bom_encoding(raw[:4])
     if encoding is None and b"\x00" in raw[:BINARY_SNIFF_BYTES]:
         return SourceFailure(source, "binary file (NUL bytes), not text", doc_id)
@@ -189,9 +184,8 @@ def decode(raw: bytes, source: str, doc_id: str | None = None) -> str | SourceFa
 
 
 def utf8_behind(raw: bytes, encoding: str) -> str | None:
-    """Why ``raw``, which starts with the byte-order mark of ``encoding``, is not in that encoding when the bytes
-    after the mark are UTF-8 text without a NUL byte, else None (UTF-16/32 text of any script with spaces, digits
-    or line breaks has NUL bytes; UTF-8 text read as UTF-16 becomes CJK)."""
+    """Why ``raw``, starting with the byte-order mark of ``encoding``, is not in it: the rest is UTF-8 without a
+    NUL byte (UTF-16/32 text with spaces or digits has NUL bytes); else None."""
     rest = raw[4:] if encoding == "utf-32" else raw[2:]
     if not rest or b"\x00" in rest:
         return None
@@ -203,8 +197,8 @@ def utf8_behind(raw: bytes, encoding: str) -> str | None:
 
 
 def misread(text: str, encoding: str) -> str | None:
-    """Why ``text``, decoded as ``encoding`` after its byte-order mark, is not what the file holds: it has a
-    character no text holds (:data:`_MISREAD_CATEGORIES`); else None."""
+    """Why ``text``, decoded as ``encoding``, is not what the file holds (a character of
+    :data:`_MISREAD_CATEGORIES`), else None."""
     for i, ch in enumerate(text):
         if unicodedata.category(ch) in _MISREAD_CATEGORIES and not ch.isspace():
             return (f"starts with a {encoding.upper()} byte-order mark but the rest is not {encoding.upper()} text "
@@ -227,11 +221,6 @@ def html_to_text(html: str) -> tuple[str | None, str]:
     raw = body.text(separator="") if body is not None else ""
     paragraphs = [" ".join(p.split()) for p in re.split(r"\n\s*\n", raw)]
     return (title or None), "\n\n".join(p for p in paragraphs if p)
-
-
-def _open_text(path: Path, gz: bool) -> IO[str]:
-    binary = gzip.open(path, "rb") if gz else path.open("rb")  # noqa: SIM115 - the caller closes it
-    return io.TextIOWrapper(cast(IO[bytes], binary), encoding="utf-8-sig", errors="strict", newline="")
 
 
 def _read_records(path: Path, rel: str, suffix: str, gz: bool, fields: RecordFields
@@ -321,17 +310,3 @@ def record_to_document(rec: Any, where: str, fallback_id: str, fields: RecordFie
     return Document.make(doc_id, text if text.strip() else title or "", title=title, metadata=metadata,
                          source=file_source or where)
 
-
-def is_beir_corpus(path: str | Path) -> bool:
-    """True for a BEIR corpus file: named ``corpus.jsonl[.gz]`` or whose first record has ``_id`` and ``text``."""
-    p = Path(path)
-    if p.name in {"corpus.jsonl", "corpus.jsonl.gz"}:
-        return True
-    if not p.is_file() or _suffixes(p)[0] != ".jsonl":
-        return False
-    try:
-        with _open_text(p, _suffixes(p)[1]) as fh:
-            first = json.loads(fh.readline() or "{}")
-    except (OSError, ValueError, EOFError):
-        return False
-    return isinstance(first, dict) and "_id" in first and "text" in first

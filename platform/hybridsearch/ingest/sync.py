@@ -19,7 +19,7 @@ from typing import Any
 from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import ConfigError
 from hybridsearch.index.versions import read_alias
-from hybridsearch.ingest.ids import shard_of
+from hybridsearch.ingest.lease import shard_of
 from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, read_path
 from hybridsearch.settings import IndexSettings, IngestSettings
 
