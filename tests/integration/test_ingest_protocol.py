@@ -27,8 +27,8 @@ from hybridsearch.index.visibility import visible_query
 from hybridsearch.ingest.lease import UNFINISHED, Lease, hidden_documents
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
+from hybridsearch.migrate import scan_sorted
 from hybridsearch.query.client import SearchClient
-from hybridsearch.rechunk import scan_sorted
 from hybridsearch.settings import Settings
 
 SENTENCE = "Record {d} sentence {i} notes marker zq{d}x{i}q about {topic}. "

@@ -1,21 +1,10 @@
-"""Chunking: pure functions that cut a document's text into chunks (counting the model's word pieces), and the
-chunk documents of a document with their stable ``_id`` s.
+"""Chunking: pure functions that cut a document's text into chunks (counting the model's word pieces), and a
+document's chunk documents with their stable ``_id`` s.
 
-Strategies (``ChunkingSettings.strategy``):
-
-- ``paragraph`` (default): paragraphs (split at blank lines) are kept whole when they fit what the model
-  embeds, and short neighbours are merged up to ``max_tokens``; a paragraph too long for the model falls
-  back to ``sentence`` packing. A typical abstract of one paragraph is one chunk when it fits.
-- ``sentence``: whole sentences (syntok) packed up to ``max_tokens``; the next chunk repeats trailing
-  sentences worth at most ``overlap`` of a chunk.
-- ``token``: windows of ``max_tokens`` word pieces, starting at word boundaries, overlapping by ``overlap``.
-- ``fixed``: windows of ``4 * max_tokens`` characters cut at whitespace, overlapping by ``overlap``, shrunk
-  when they would exceed ``max_tokens`` word pieces.
-- ``parent_child``: parents are paragraph packs up to ``parent_max_tokens``; children are sentence packs
-  up to ``max_tokens`` inside each parent and carry the parent's span.
-
-Every chunk keeps its position and character offsets in the source; no chunk exceeds ``limit`` word pieces
-(what the model embeds once special tokens and a prepended title are counted).
+Strategies (``ChunkingSettings.strategy``): ``paragraph`` (paragraphs whole when they fit,
+short ones merged, long ones sentence-packed), ``sentence`` (syntok sentences packed), ``token`` (word-piece
+windows), ``fixed`` (character windows) and ``parent_child`` (sentence packs inside paragraph-pack parents). Every
+chunk keeps its position and character offsets; none exceeds ``limit`` word pieces.
 """
 
 from __future__ import annotations
@@ -254,12 +243,8 @@ class _Cutter:
 
 
 def chunk_text(text: str, cfg: ChunkingSettings, tokenizer: Tokenizer, limit: int) -> Iterator[Chunk]:
-    """Cut ``text`` into chunks by ``cfg.strategy``; lazy, deterministic.
-
-    ``limit`` is the most word pieces a chunk may hold (the model's max sequence length less special
-    tokens and any prepended title); ``cfg.max_tokens`` is the target, capped by ``limit``. Raises
-    ValueError when ``limit`` < 1.
-    """
+    """Cut ``text`` into chunks by ``cfg.strategy`` (lazy, deterministic) of at most ``limit`` word pieces;
+    ``cfg.max_tokens`` is the target. Raises ValueError when ``limit`` < 1."""
     if limit < 1:
         raise ValueError("limit must be at least one word piece")
     target = max(1, min(cfg.max_tokens, limit))
@@ -294,8 +279,7 @@ def _parent_child(text: str, cfg: ChunkingSettings, tokenizer: Tokenizer, target
 
 def _verified(text: str, tokenizer: Tokenizer, spans: Iterator[CharSpan], limit: int,
               first: int = 0) -> Iterator[Chunk]:
-    """Chunks from spans, re-counting each chunk's own tokens and cutting any that re-tokenises over ``limit``
-    (possible only when a window had to cut inside a very long word)."""
+    """Chunks from spans, cutting any that re-tokenises over ``limit`` (a window cut inside a very long word)."""
     position = first
     for s, e in spans:
         for a, b in _trim(text, s, e):
@@ -359,8 +343,7 @@ def chunk_embed_text(source: Mapping[str, Any], prepend_title: bool) -> str:
 
 def text_budget(tokenizer: Tokenizer, title: str | None, prepend_title: bool, max_seq_length: int,
                 special_tokens: int = 2) -> int:
-    """Word pieces left for chunk text once special tokens and a prepended ``"title. "`` (already cut to its
-    share, :func:`title_cut`) are counted."""
+    """Word pieces left for chunk text once special tokens and a prepended ``"title. "`` are counted."""
     room = max_seq_length - special_tokens
     if prepend_title and title and title.strip():
         used = len(tokenizer.offsets(embed_text(title, "", True)))

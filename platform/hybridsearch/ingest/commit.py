@@ -40,7 +40,7 @@ class WrittenDocument:
     stored: Stored
 
 
-def _doc_filter(doc_ids: list[str], tenant: str | None) -> list[dict[str, Any]]:
+def doc_filter(doc_ids: list[str], tenant: str | None) -> list[dict[str, Any]]:
     flt: list[dict[str, Any]] = [{"terms": {"doc_id": doc_ids}}]
     if tenant:
         flt.append({"term": {"tenant": tenant}})
@@ -50,7 +50,7 @@ def _doc_filter(doc_ids: list[str], tenant: str | None) -> list[dict[str, Any]]:
 def _scan_docs(es: EngineClient, index: str, doc_ids: list[str], tenant: str | None,
                fields: list[str]) -> Iterable[dict[str, Any]]:
     """Every chunk of ``doc_ids`` in ``index``, hidden ones included: the writer's own read (refresh first)."""
-    query = {"query": {"bool": {"filter": _doc_filter(doc_ids, tenant)}}, "_source": fields}
+    query = {"query": {"bool": {"filter": doc_filter(doc_ids, tenant)}}, "_source": fields}
     with engine_errors("look up stored chunks"):
         yield from es.scan(index=index, query=query, size=1000)
 

@@ -316,35 +316,29 @@ class Lease:
 
     def hide(self, doc_ids: Iterable[str]) -> None:
         """Hide ``doc_ids`` from every reader (before the first of their chunks is written). Raises LeaseLost."""
-        ids = set(doc_ids)
-        if not ids:
-            return
-
-        def add(state: State) -> bool:
-            self._mine(state)
-            have = set(state.holds.get(self.run_id, []))
-            if ids <= have:
-                return False
-            state.holds[self.run_id] = sorted(have | ids)
-            return True
-
-        self._change("hide documents being written", add)
+        self._hold(set(doc_ids), add=True)
 
     def show(self, doc_ids: Iterable[str]) -> None:
         """Make ``doc_ids`` visible again (every chunk written, the index refreshed). Raises LeaseLost."""
-        ids = set(doc_ids)
-        if not ids:
-            return
+        self._hold(set(doc_ids), add=False)
 
-        def drop(state: State) -> bool:
+    def _hold(self, ids: set[str], add: bool) -> None:
+        def change(state: State) -> bool:
             self._mine(state)
-            have = state.holds.get(self.run_id, [])
-            if not ids & set(have):
-                return False
-            state.holds[self.run_id] = [d for d in have if d not in ids]
-            return True
+            return _rehold(state, self.run_id, ids, add)
 
-        self._change("show written documents", drop)
+        if ids:
+            self._change("hide documents being written" if add else "show written documents", change)
+
+
+def _rehold(state: State, hold: str, ids: set[str], add: bool) -> bool:
+    """Add ``ids`` to ``hold`` (or drop them from it); False when that changes nothing."""
+    have = set(state.holds.get(hold, []))
+    new = have | ids if add else have - ids
+    if new == have:
+        return False
+    state.holds[hold] = sorted(new)
+    return True
 
 
 def hidden_documents(es: EngineClient, state_index: str) -> dict[str, list[str]]:
@@ -362,15 +356,7 @@ def forget_documents(es: EngineClient, state_index: str, doc_ids: Iterable[str])
     with engine_errors(f"read {state_index}"):
         if not ids or not es.send(request.index_exists(state_index)):
             return
-
-    def drop(state: State) -> bool:
-        have = state.holds.get(UNFINISHED, [])
-        if not ids & set(have):
-            return False
-        state.holds[UNFINISHED] = [d for d in have if d not in ids]
-        return True
-
-    change_state(es, state_index, "forget deleted documents", drop)
+    change_state(es, state_index, "forget deleted documents", lambda state: _rehold(state, UNFINISHED, ids, False))
 
 
 def _locked(index: str, run: str, lease: dict[str, Any]) -> IngestLocked:

@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -41,58 +42,46 @@ log = logging.getLogger(__name__)
 Input = str | Path | Iterable[Document | SourceFailure]
 
 
-def _iter_input(documents: Input, fields: RecordFields | None) -> Iterator[Document | SourceFailure]:
-    if isinstance(documents, str | Path):
-        return read_path(documents, fields)
-    return iter(documents)
+def _embed_failed(run: RunState, batch: Batch, exc: Exception) -> None:
+    """Dead-letter every chunk of a batch the embedder refused; the run goes on."""
+    for src in batch.sources:
+        run.failed_docs.add(src["doc_id"])
+        run.dead.write(doc_id=src["doc_id"], chunk_id=src["chunk_id"], stage="embed",
+                       reason=f"embedding failed: {type(exc).__name__}: {exc}", source=src["source"])
+    run.count(failed=len(batch.sources))
 
 
-class _Committer:
-    """Ingest stage 3, in the writer thread after each batch is written: count, dead-letter, commit."""
+def _written(run: RunState, batch: Batch, report: WriteReport) -> None:
+    """Ingest stage 3, in the writer thread after each batch is written: count, dead-letter, finish."""
+    by_id = dict(zip(batch.ids, batch.sources, strict=True))
+    run.written_docs.update(by_id[i]["doc_id"] for i in report.ok_ids if i in by_id)
+    for f in report.failures:
+        run.failed_docs.add(f.doc_id)
+        run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f.reason, stage="write",
+                       status=f.status, source=by_id.get(f.chunk_id, {}).get("source"))
+    run.count(chunks=len(batch.ids), indexed=report.created, updated=report.updated,
+              failed=len(report.failures), retried=report.retried)
+    _finalize(run, batch.finals)
 
-    def __init__(self, run: RunState) -> None:
-        self.run = run
 
-    def embed_failed(self, batch: Batch, exc: Exception) -> None:
-        """Dead-letter every chunk of a batch the embedder refused; the run goes on."""
-        run = self.run
-        for src in batch.sources:
-            run.failed_docs.add(src["doc_id"])
-            run.dead.write(doc_id=src["doc_id"], chunk_id=src["chunk_id"], stage="embed",
-                           reason=f"embedding failed: {type(exc).__name__}: {exc}", source=src["source"])
-        run.count(failed=len(batch.sources))
-
-    def written(self, batch: Batch, report: WriteReport) -> None:
-        run = self.run
-        by_id = dict(zip(batch.ids, batch.sources, strict=True))
-        run.written_docs.update(by_id[i]["doc_id"] for i in report.ok_ids if i in by_id)
-        for f in report.failures:
-            run.failed_docs.add(f.doc_id)
-            run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f.reason, stage="write",
-                           status=f.status, source=by_id.get(f.chunk_id, {}).get("source"))
-        run.count(chunks=len(batch.ids), indexed=report.created, updated=report.updated,
-                  failed=len(report.failures), retried=report.retried)
-        self._finalize(batch.finals)
-
-    def _finalize(self, finals: list[WorkDoc]) -> None:
-        """Finish the documents whose chunks are all written; a failed one is shown again as it was when none of
-        its new chunks reached the index, else it stays hidden for a re-run."""
-        run = self.run
-        if not finals:
-            return
-        failed = [f for f in finals if f.doc.doc_id in run.failed_docs]
-        if failed:
-            run.count(documents_failed=len(failed))
-        good = [WrittenDocument(f.doc.doc_id, f.ids, f.stored) for f in finals
-                if f.doc.doc_id not in run.failed_docs]
-        deletes, broken = finish(run.es, run.index, run.lease, good, run.settings.ingest,
-                                 untouched=[f.doc.doc_id for f in failed if run.untouched(f)])
-        run.written_docs.difference_update(f.doc.doc_id for f in finals)  # done with: the set holds those in flight
-        for f in deletes.failures:
-            run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"old chunk not deleted (the document stays "
-                           f"hidden): {f.reason}", stage="delete", status=f.status)
-        run.count(deleted=deletes.deleted, documents_indexed=len(good) - len(broken), documents_failed=len(broken),
-                  repaired=sum(1 for g in good if g.doc_id in run.adopted and g.doc_id not in broken))
+def _finalize(run: RunState, finals: list[WorkDoc]) -> None:
+    """Finish the documents whose chunks are all written; a failed one is shown again as it was when none of
+    its new chunks reached the index, else it stays hidden for a re-run."""
+    if not finals:
+        return
+    failed = [f for f in finals if f.doc.doc_id in run.failed_docs]
+    if failed:
+        run.count(documents_failed=len(failed))
+    good = [WrittenDocument(f.doc.doc_id, f.ids, f.stored) for f in finals
+            if f.doc.doc_id not in run.failed_docs]
+    deletes, broken = finish(run.es, run.index, run.lease, good, run.settings.ingest,
+                             untouched=[f.doc.doc_id for f in failed if run.untouched(f)])
+    run.written_docs.difference_update(f.doc.doc_id for f in finals)  # done with: the set holds those in flight
+    for f in deletes.failures:
+        run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"old chunk not deleted (the document stays "
+                       f"hidden): {f.reason}", stage="delete", status=f.status)
+    run.count(deleted=deletes.deleted, documents_indexed=len(good) - len(broken), documents_failed=len(broken),
+              repaired=sum(1 for g in good if g.doc_id in run.adopted and g.doc_id not in broken))
 
 
 def _check_embedder(embedder: Embedder, want: EmbeddingSettings) -> None:
@@ -153,7 +142,8 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
         lease.on_beat = record.beat  # one heartbeat: the lease's thread keeps the record current too
         restore = _stop_on_sigterm(run)
         try:
-            _stages(run, embedder, _iter_input(documents, fields), progress)
+            items = read_path(documents, fields) if isinstance(documents, str | Path) else iter(documents)
+            _stages(run, embedder, items, progress)
         finally:
             restore()
         if run.error is None and not run.stop.is_set():
@@ -289,10 +279,9 @@ def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | Source
     """Run prepare in a thread, embed here and write in the writer thread until every stage is done."""
     settings = run.settings
     pool = ProcessPoolEncoder(embedder.cfg, settings.ingest.workers) if settings.ingest.workers > 1 else None
-    committer = _Committer(run)
     stage: EmbedWriter[Batch] = EmbedWriter(run.es, run.index, settings.ingest,
                                             pool.encode if pool is not None else embedder.encode,
-                                            after=committer.written, on_embed_error=committer.embed_failed,
+                                            after=partial(_written, run), on_embed_error=partial(_embed_failed, run),
                                             before=lambda _: run.lease.check(),
                                             depth=settings.ingest.queue_size, name="hsp-writer")
     preparer = Preparer(run, embedder, batch_chunks=max(settings.embedding.batch_size * 4, 16))

@@ -21,7 +21,7 @@ from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import HybridSearchError
 from hybridsearch.index.visibility import visible_query
 from hybridsearch.ingest.chunking import Tokenizer, chunk_id, document_chunks
-from hybridsearch.ingest.commit import Stored, stored_chunks
+from hybridsearch.ingest.commit import Stored, doc_filter, stored_chunks
 from hybridsearch.ingest.lease import Lease, owns
 from hybridsearch.ingest.runs import IngestResult
 from hybridsearch.ingest.sources import Document, SourceFailure
@@ -168,10 +168,7 @@ class Preparer:
 
     def _filter(self, doc_ids: list[str], *extra: dict[str, Any]) -> dict[str, Any]:
         """Visible chunks of ``doc_ids`` (and ``extra``) in this run's tenant."""
-        flt: list[dict[str, Any]] = [{"terms": {"doc_id": doc_ids}}, *extra]
-        if self.run.tenant:
-            flt.append({"term": {"tenant": self.run.tenant}})
-        return visible_query(self.run.settings.index.ingest_state, flt)
+        return visible_query(self.run.settings.index.ingest_state, [*doc_filter(doc_ids, self.run.tenant), *extra])
 
     def lookup(self, docs: list[Document]) -> tuple[list[WorkDoc], list[Document]]:
         """Split ``docs`` into work (new, changed, or hidden: left unfinished by a stopped run) and unchanged."""

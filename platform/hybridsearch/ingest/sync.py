@@ -19,7 +19,7 @@ from typing import Any
 from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import ConfigError
 from hybridsearch.index.versions import read_alias
-from hybridsearch.ingest.lease import shard_of
+from hybridsearch.ingest.lease import owns
 from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, read_path
 from hybridsearch.settings import IndexSettings, IngestSettings
 
@@ -54,9 +54,7 @@ def owned_documents(es: EngineClient, index: str, root: Path, tenant: str | None
             src = h["_source"]
             if src.get("position") == 0 or src["doc_id"] not in found:
                 found[src["doc_id"]] = str(src.get("content_hash") or "")
-    if shard is not None:
-        found = {d: h for d, h in found.items() if shard_of(d, shard[1]) == shard[0]}
-    return found
+    return {d: h for d, h in found.items() if owns(shard, d)}
 
 
 def stale(owned: Iterable[str], yielded: set[str]) -> list[str]:
@@ -104,8 +102,7 @@ def plan_sync(path: str | Path, cfg: IndexSettings, es: EngineClient, fields: Re
     plan = SyncPlan(str(root), owned=len(owned))
     yielded: set[str] = set()
     for item in read_path(root, fields):
-        key = item.doc_id or item.source
-        if shard is not None and shard_of(key, shard[1]) != shard[0]:
+        if not owns(shard, item.doc_id or item.source):
             continue
         if isinstance(item, SourceFailure):
             plan.failures.append(f"{item.source}: {item.reason}")
