@@ -105,7 +105,7 @@ def copy_reembedded(es: EngineClient, source: str, target: str, embedder: Embedd
     """Copy every chunk of ``source`` into ``target`` (same ``_id`` and fields) with vectors from ``embedder`` and
     the typed metadata ``target`` declares (a value that does not convert fails that chunk); with
     ``reuse_vectors`` the stored vectors are kept. Failures go to ``dead_letter``. Returns ``(written, failed)``."""
-    tally = CopyTally(dead_letter, "migrate", on_batch)
+    tally = CopyTally(dead_letter, on_batch)
     stage: EmbedWriter[ChunkBatch] = EmbedWriter(es, target, cfg, embedder.encode, after=tally.absorb,
                                                  name="hsp-migrate-writer")
 
@@ -304,7 +304,7 @@ def rechunk_copy(es: EngineClient, source: str, target: str, new: Settings, embe
     ``target``. With ``reuse_vectors`` a chunk whose embedded text equals an old chunk's keeps its vector.
     Returns ``(documents, chunks written, chunks or documents failed, chunks embedded)``."""
     tokenizer = embedder.tokenizer()
-    tally = CopyTally(dead_letter, "migrate")
+    tally = CopyTally(dead_letter)
     stage: EmbedWriter[ChunkBatch] = EmbedWriter(es, target, new.ingest, embedder.encode, after=tally.absorb,
                                                  name="hsp-rechunk-writer")
     documents = unchunked = embedded = 0

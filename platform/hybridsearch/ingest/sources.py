@@ -21,7 +21,6 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".html", ".htm"}
-RECORD_SUFFIXES = {".json", ".jsonl", ".ndjson"}
 _MD_HEADING = re.compile(r"^\s{0,3}#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 _BLOCK_TAGS = "p,div,h1,h2,h3,h4,h5,h6,li,br,tr,td,th,section,article,header,footer,pre,blockquote,dt,dd,table"
 BINARY_SNIFF_BYTES = 8192
@@ -130,35 +129,33 @@ def read_file(path: Path, rel: str, fields: RecordFields | None = None) -> Itera
     fields = fields or RecordFields()
     suffix, gz = _suffixes(path)
     source = str(path)
-    if suffix in RECORD_SUFFIXES:
-        yield from _read_records(path, rel, suffix, gz, fields)
+    if suffix in {".jsonl", ".ndjson"}:
+        yield from _read_jsonl(path, rel, gz, fields)
         return
-    if suffix not in TEXT_SUFFIXES:
+    if suffix not in TEXT_SUFFIXES | {".json"}:
         yield SourceFailure(source, f"unsupported file type {suffix or '(none)'!r}", rel)
         return
     try:
-        raw = gzip.decompress(path.read_bytes()) if gz else path.read_bytes()
+        text = decode(gzip.decompress(path.read_bytes()) if gz else path.read_bytes(), source, rel)
     except (OSError, EOFError) as exc:
-        yield SourceFailure(source, f"cannot read: {exc}", rel)
-        return
-    text_or_failure = decode(raw, source, rel)
-    if isinstance(text_or_failure, SourceFailure):
-        yield text_or_failure
-        return
-    title: str | None
-    if suffix in {".html", ".htm"}:
-        title, text = html_to_text(text_or_failure)
-    elif suffix in {".md", ".markdown"}:
-        text = text_or_failure
-        m = _MD_HEADING.search(text)
-        title = m.group(1) if m else None
+        text = SourceFailure(source, f"cannot read: {exc}", rel)
+    if isinstance(text, SourceFailure):
+        yield text
+    elif suffix == ".json":
+        yield from _json_records(text, source, rel, fields)
     else:
-        title, text = None, text_or_failure
+        yield _text_document(text, suffix, source, rel)
+
+
+def _text_document(text: str, suffix: str, source: str, rel: str) -> Document | SourceFailure:
+    title: str | None = None
+    if suffix in {".html", ".htm"}:
+        title, text = html_to_text(text)
+    elif suffix in {".md", ".markdown"} and (m := _MD_HEADING.search(text)):
+        title = m.group(1)
     if not text.strip():
-        yield SourceFailure(source, "empty document: no text", rel)
-        return
-    yield Document.make(rel, text, title=title, metadata={"path": rel, "format": suffix.lstrip(".")},
-                        source=source)
+        return SourceFailure(source, "empty document: no text", rel)
+    return Document.make(rel, text, title=title, metadata={"path": rel, "format": suffix.lstrip(".")}, source=source)
 
 
 def decode(raw: bytes, source: str, doc_id: str | None = None) -> str | SourceFailure:
@@ -223,52 +220,42 @@ def html_to_text(html: str) -> tuple[str | None, str]:
     return (title or None), "\n\n".join(p for p in paragraphs if p)
 
 
-def _read_records(path: Path, rel: str, suffix: str, gz: bool, fields: RecordFields
-                  ) -> Iterator[Document | SourceFailure]:
-    source = str(path)
+def _json_records(text: str, source: str, rel: str, fields: RecordFields) -> Iterator[Document | SourceFailure]:
+    if not text.strip():
+        yield SourceFailure(source, "empty file", rel)
+        return
     try:
-        if suffix == ".json":
-            raw = gzip.decompress(path.read_bytes()) if gz else path.read_bytes()
-            text = decode(raw, source, rel)
-            if isinstance(text, SourceFailure):
-                yield text
-                return
-            if not text.strip():
-                yield SourceFailure(source, "empty file", rel)
-                return
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                yield SourceFailure(source, f"invalid JSON: {exc}", rel)
-                return
-            records = data if isinstance(data, list) else [data]
-            for i, rec in enumerate(records):
-                yield record_to_document(rec, source, f"{rel}:{i}", fields)
-            return
-        yield from _read_jsonl(path, rel, gz, fields)
-    except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
-        yield SourceFailure(source, f"cannot read: {exc}", rel)
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        yield SourceFailure(source, f"invalid JSON: {exc}", rel)
+        return
+    for i, rec in enumerate(data if isinstance(data, list) else [data]):
+        yield record_to_document(rec, source, f"{rel}:{i}", fields)
 
 
 def _read_jsonl(path: Path, rel: str, gz: bool, fields: RecordFields) -> Iterator[Document | SourceFailure]:
     source = str(path)
     empty = True
-    with (gzip.open(path, "rb") if gz else path.open("rb")) as fh:
-        for lineno, raw in enumerate(_lines(cast(IO[bytes], fh)), start=1):
-            if not raw.strip():
-                continue
-            empty = False
-            where = f"{rel}:{lineno}"
-            text = decode(raw, f"{source}:{lineno}", where)
-            if isinstance(text, SourceFailure):
-                yield text
-                continue
-            try:
-                rec = json.loads(text)
-            except json.JSONDecodeError as exc:
-                yield SourceFailure(f"{source}:{lineno}", f"invalid JSON: {exc}", where)
-                continue
-            yield record_to_document(rec, f"{source}:{lineno}", where, fields, file_source=source)
+    try:
+        with (gzip.open(path, "rb") if gz else path.open("rb")) as fh:
+            for lineno, raw in enumerate(_lines(cast(IO[bytes], fh)), start=1):
+                if not raw.strip():
+                    continue
+                empty = False
+                where = f"{rel}:{lineno}"
+                text = decode(raw, f"{source}:{lineno}", where)
+                if isinstance(text, SourceFailure):
+                    yield text
+                    continue
+                try:
+                    rec = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    yield SourceFailure(f"{source}:{lineno}", f"invalid JSON: {exc}", where)
+                    continue
+                yield record_to_document(rec, f"{source}:{lineno}", where, fields, file_source=source)
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        yield SourceFailure(source, f"cannot read: {exc}", rel)
+        return
     if empty:
         yield SourceFailure(source, "empty file", rel)
 

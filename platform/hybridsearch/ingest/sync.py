@@ -20,7 +20,7 @@ from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import ConfigError
 from hybridsearch.index.versions import read_alias
 from hybridsearch.ingest.lease import owns
-from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, read_path
+from hybridsearch.ingest.sources import RecordFields, SourceFailure, read_path
 from hybridsearch.settings import IndexSettings, IngestSettings
 
 
@@ -33,10 +33,7 @@ def owned_query(root: Path, tenant: str | None) -> dict[str, Any]:
     """Chunks whose ``source`` is the file ``root`` or a file under the folder ``root`` (and in ``tenant``)."""
     own: dict[str, Any] = ({"prefix": {"source": f"{root.as_posix().rstrip('/')}/"}} if root.is_dir()
                            else {"term": {"source": str(root)}})
-    flt: list[dict[str, Any]] = [own]
-    if tenant:
-        flt.append({"term": {"tenant": tenant}})
-    return {"bool": {"filter": flt}}
+    return {"bool": {"filter": [own, *([{"term": {"tenant": tenant}}] if tenant else [])]}}
 
 
 def owned_documents(es: EngineClient, index: str, root: Path, tenant: str | None,
@@ -106,21 +103,16 @@ def plan_sync(path: str | Path, cfg: IndexSettings, es: EngineClient, fields: Re
             continue
         if isinstance(item, SourceFailure):
             plan.failures.append(f"{item.source}: {item.reason}")
-            continue
-        _place(plan, item, owned, yielded)
+        elif item.doc_id in yielded:
+            plan.failures.append(f"{item.source}: duplicate doc_id {item.doc_id!r}")
+        else:
+            yielded.add(item.doc_id)
+            if item.doc_id not in owned:
+                plan.added.append(item.doc_id)
+            elif owned[item.doc_id] != item.content_hash:
+                plan.replaced.append(item.doc_id)
+            else:
+                plan.unchanged += 1
     if plan.read_whole:
         plan.deleted = stale(owned, yielded)
     return plan
-
-
-def _place(plan: SyncPlan, doc: Document, owned: dict[str, str], yielded: set[str]) -> None:
-    if doc.doc_id in yielded:
-        plan.failures.append(f"{doc.source}: duplicate doc_id {doc.doc_id!r}")
-        return
-    yielded.add(doc.doc_id)
-    if doc.doc_id not in owned:
-        plan.added.append(doc.doc_id)
-    elif owned[doc.doc_id] != doc.content_hash:
-        plan.replaced.append(doc.doc_id)
-    else:
-        plan.unchanged += 1

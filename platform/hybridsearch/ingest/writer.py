@@ -43,7 +43,6 @@ class ItemFailure:
     chunk_id: str
     reason: str
     status: int | None = None
-    stage: str = "write"
 
 
 @dataclass
@@ -192,29 +191,24 @@ class DeadLetter:
 
 
 class CopyTally:
-    """``after`` for copies between indices (migration, re-chunking): counts what was written and what failed,
-    dead-letters the failures under ``stage`` and reports each written batch's size to ``on_batch``."""
+    """``after`` for the copies of a migration: counts what was written and what failed, dead-letters the failures
+    and reports each written batch's size to ``on_batch``."""
 
-    def __init__(self, dead_letter: DeadLetter | None, stage: str,
-                 on_batch: Callable[[int], None] | None = None) -> None:
-        self.dead_letter, self.stage, self.on_batch = dead_letter, stage, on_batch
+    def __init__(self, dead_letter: DeadLetter | None, on_batch: Callable[[int], None] | None = None) -> None:
+        self.dead_letter, self.on_batch = dead_letter, on_batch
         self.written = self.failed = 0
 
-    def refuse(self, doc_id: str, chunk_id: str, reason: str) -> None:
-        """Count one chunk that cannot be copied at all (it is not written) and dead-letter it."""
+    def refuse(self, doc_id: str, chunk_id: str, reason: str, status: int | None = None) -> None:
+        """Count one chunk that was not copied and dead-letter it."""
         self.failed += 1
         log.warning("chunk %s not copied: %s", chunk_id, reason)
         if self.dead_letter is not None:
-            self.dead_letter.write(doc_id=doc_id, chunk_id=chunk_id, reason=reason, stage=self.stage)
+            self.dead_letter.write(doc_id=doc_id, chunk_id=chunk_id, reason=reason, stage="migrate", status=status)
 
     def absorb(self, batch: Sized, report: WriteReport) -> None:
         self.written += len(report.ok_ids)
-        self.failed += len(report.failures)
         for f in report.failures:
-            log.warning("chunk %s not copied: %s", f.chunk_id, f.reason)
-            if self.dead_letter is not None:
-                self.dead_letter.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f.reason, stage=self.stage,
-                                       status=f.status)
+            self.refuse(f.doc_id, f.chunk_id, f.reason, f.status)
         if self.on_batch is not None:
             self.on_batch(len(batch))
 
