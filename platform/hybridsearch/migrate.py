@@ -165,7 +165,7 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
                or section_words_of(source_meta) != new.index.bm25_section_words)  # documents are cut anew
     first_chunks = [{"term": {"position": 0}}] if rechunk else []  # one per document (and tenant)
     ensure_log_index(es, new, "ingest_state")
-    lease = Lease(es, new.index.ingest_state, f"migrate-{time.strftime('%Y%m%dT%H%M%S')}")
+    lease = Lease(es, new.index, f"migrate-{time.strftime('%Y%m%dT%H%M%S')}")
     lease.acquire(new.ingest.lease_wait_s)
     try:
         return _migrate_locked(es, new, source, source_mapping, rechunk, first_chunks, version=version,

@@ -87,11 +87,13 @@ def get_doc(index: str, doc_id: str) -> Request:
 
 def put_doc(index: str, doc_id: str, document: Mapping[str, Any], *, refresh: bool | str | None = None,
             if_seq_no: int | None = None, if_primary_term: int | None = None,
-            op_type: str | None = None) -> Request:
+            op_type: str | None = None, require_alias: bool | None = None) -> Request:
     """``PUT <index>/_doc/<id>``; with ``if_seq_no``/``if_primary_term`` (or ``op_type="create"``) only while
-    the document is still the one read (or absent): a 409 otherwise."""
+    the document is still the one read (or absent): a 409 otherwise. ``require_alias``: ``index`` must be an alias
+    (a 404 otherwise, and no index is created)."""
     return Request("PUT", _doc_path(index, "_doc", doc_id), params(
-        refresh=refresh, if_seq_no=if_seq_no, if_primary_term=if_primary_term, op_type=op_type), dict(document))
+        refresh=refresh, if_seq_no=if_seq_no, if_primary_term=if_primary_term, op_type=op_type,
+        require_alias=require_alias), dict(document))
 
 
 def update_doc(index: str, doc_id: str, doc: Mapping[str, Any], *, refresh: bool | str | None = None,

@@ -4,11 +4,12 @@
 **The log indices** (``<prefix>-query-log``, ``<prefix>-ingest-runs``, ``<prefix>-ingest-state``) must never be
 made by a write: an index the engine creates for a document guesses its mappings (``query`` and ``mode`` as
 ``text``, no ``query.raw``) and takes the cluster's default replicas. A team's role holds index privileges on its
-prefix only, so neither ``action.auto_create_index`` nor an index template can forbid that. Instead the query log
-and the ingest runs are written through a *write alias* (``<prefix>-write-query-log``, ``<prefix>-write-ingest-runs``:
-names that a role's ``<prefix>-*query-log`` pattern still covers) with ``require_alias=true``. A deleted index
-takes its alias with it, so the next write fails with ``index_not_found`` instead of creating anything;
-:class:`LogWriter` then creates the index with its own mappings and alias and writes again. Where the credentials
+prefix only, so neither ``action.auto_create_index`` nor an index template can forbid that. Instead each is
+written through a *write alias* (``<prefix>-write-query-log``, ``<prefix>-write-ingest-runs``,
+``<prefix>-write-ingest-state``: names that a role's ``<prefix>-*query-log`` pattern still covers) with
+``require_alias=true``. A deleted index takes its alias with it, so the next write fails with ``index_not_found``
+instead of creating anything; :class:`LogWriter` then creates the index with its own mappings and alias and writes
+again (the ingest state's writer, :mod:`hybridsearch.ingest.lease`, stops the run instead). Where the credentials
 may not add the alias to an existing index (a search-only role), writes go to the index by name after checking
 that it exists, as before. A write refused by a block (``index.blocks.write``, the disk flood stage, a read-only
 cluster) is reported as :class:`~hybridsearch.errors.IndexBlocked`, naming the index and the fix.

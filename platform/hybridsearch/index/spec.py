@@ -2,8 +2,8 @@
 settings for one engine, and the :class:`IndexSpec` an index is created with.
 
 **Names.** Chunk index versions are ``<prefix>-chunks-v<N>`` (read by :func:`parse_version` only) behind the read
-alias ``<prefix>-chunks``; the log indices of a prefix are :data:`LOG_KINDS`, the query log and the ingest runs
-written through a write alias (:func:`write_alias_name`).
+alias ``<prefix>-chunks``; the log indices of a prefix are :data:`LOG_KINDS`, each written through a write alias
+(:func:`write_alias_name`).
 
 **Templates.** Each file in ``mappings/`` holds the ``settings`` and ``mappings`` (under ``template``) an index is
 created with explicitly; none is installed as an index template. A string value of the exact form ``"${name}"`` is
@@ -38,9 +38,6 @@ from hybridsearch.settings import IndexSettings, Settings
 LogKind = Literal["query_log", "ingest_runs", "ingest_state"]
 #: the log-type indices of a prefix, in the order they are created and checked
 LOG_KINDS: tuple[LogKind, ...] = ("query_log", "ingest_runs", "ingest_state")
-#: log indices whose writers go through a write alias with ``require_alias`` (:mod:`.logs`); the ingest state is
-#: written by name
-ALIASED_LOGS: tuple[LogKind, ...] = ("query_log", "ingest_runs")
 
 _VERSION = re.compile(r"-v([1-9][0-9]*)$")
 
@@ -65,8 +62,9 @@ def log_index_name(index: IndexSettings, kind: str) -> str:
 
 
 def write_alias_name(index: IndexSettings, kind: str) -> str | None:
-    """The write alias of log index ``kind`` (``<prefix>-write-query-log``), None for one written by name."""
-    return f"{index.prefix}-write-{kind.replace('_', '-')}" if kind in ALIASED_LOGS else None
+    """The write alias of log index ``kind`` (``<prefix>-write-query-log``, written with ``require_alias``), None for
+    another index."""
+    return f"{index.prefix}-write-{kind.replace('_', '-')}" if kind in LOG_KINDS else None
 
 
 # -------------------------------------------------------------------------------------------------- templates

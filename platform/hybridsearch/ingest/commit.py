@@ -139,7 +139,7 @@ def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClien
             deleted += rep.deleted
         with engine_errors(f"refresh {index}"):
             es.send(request.refresh(index))
-    forget_documents(es, settings.index.ingest_state, ids)
+    forget_documents(es, settings.index, ids)
     if lease is not None:
         lease.show(ids)  # nothing is left of them: drop them from the lease's hidden list
     return deleted

@@ -6,10 +6,11 @@
      "holds":   {"<run id>": [doc ids being written], "unfinished": [doc ids a stopped run left half written]},
      "hidden":  [every doc id of every hold]}        <- what readers exclude (:mod:`hybridsearch.index.visibility`)
 
-Every change is a compare-and-set (``if_seq_no``/``if_primary_term``, retried on 409). Two live runs collide when
-their shards overlap (:func:`overlaps`); the holder's one heartbeat thread renews ``heartbeat_at`` and refreshes
-the run's record; :func:`is_dead` is the one dead-run rule, and the next run takes a dead lease over and adopts
-its holds. A run checks its lease before writing each batch and stops with LeaseLost once it is gone.
+Every change is a compare-and-set (``if_seq_no``/``if_primary_term``, retried on 409) through the write alias
+``<prefix>-write-ingest-state`` with ``require_alias``, so no write creates a deleted index. Two live runs collide
+when their shards overlap (:func:`overlaps`); the holder's one heartbeat thread renews ``heartbeat_at`` and
+refreshes the run's record; :func:`is_dead` is the one dead-run rule, and the next run takes a dead lease over and
+adopts its holds. A run checks its lease before each batch and stops with LeaseLost once it is gone.
 """
 
 from __future__ import annotations
@@ -28,9 +29,11 @@ from typing import Any
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, request, status_of
-from hybridsearch.errors import ClusterError, IndexNotFound, IngestLocked, LeaseLost
+from hybridsearch.errors import ClusterError, IndexMismatch, IndexNotFound, IngestLocked, LeaseLost
+from hybridsearch.index.spec import write_alias_name
 from hybridsearch.index.visibility import HIDDEN_PATH, STATE_ID
 from hybridsearch.ingest.runs import now
+from hybridsearch.settings import IndexSettings
 
 log = logging.getLogger(__name__)
 
@@ -143,9 +146,11 @@ class _Conflict(Exception):
     """Another writer changed the state document between this read and this write."""
 
 
-def change_state(es: EngineClient, index: str, what: str, mutate: Callable[[State], bool]) -> State:
-    """Read the state document of ``index``, let ``mutate`` change it (False: nothing to write) and write it back
-    only if nobody wrote meanwhile (compare-and-set), read again and retried on 409."""
+def change_state(es: EngineClient, cfg: IndexSettings, what: str, mutate: Callable[[State], bool]) -> State:
+    """Read the prefix's state document, let ``mutate`` change it (False: nothing to write) and write it back only
+    if nobody wrote meanwhile (compare-and-set), read again and retried on 409. Raises IndexNotFound when the state
+    index is gone (no write creates it), IndexMismatch when it has no write alias."""
+    index, alias = cfg.ingest_state, str(write_alias_name(cfg, "ingest_state"))
 
     def once() -> State:
         with engine_errors(f"read {index}"):
@@ -156,10 +161,10 @@ def change_state(es: EngineClient, index: str, what: str, mutate: Callable[[Stat
         with engine_errors(f"{what} in {index}"):
             try:
                 if got is None:
-                    es.send(request.put_doc(index, STATE_ID, state.doc(), op_type="create"))
+                    es.send(request.put_doc(alias, STATE_ID, state.doc(), op_type="create", require_alias=True))
                 else:
-                    es.send(request.put_doc(index, STATE_ID, state.doc(), if_seq_no=got["_seq_no"],
-                                            if_primary_term=got["_primary_term"]))
+                    es.send(request.put_doc(alias, STATE_ID, state.doc(), if_seq_no=got["_seq_no"],
+                                            if_primary_term=got["_primary_term"], require_alias=True))
                 return state
             except API_ERRORS as exc:
                 if status_of(exc) != 409:
@@ -172,14 +177,21 @@ def change_state(es: EngineClient, index: str, what: str, mutate: Callable[[Stat
         return tries(once)
     except _Conflict:
         raise ClusterError(f"could not {what} in {index}: {CAS_TRIES} concurrent updates in a row") from None
+    except IndexNotFound:
+        with engine_errors(f"read {index}"):
+            if not es.send(request.index_exists(index)):
+                raise
+        raise IndexMismatch(f"the ingest state index {index} has no write alias {alias}", index=index,
+                            fix="Run `hsp ingest` (or `hsp index create`) for this prefix once: it adds the alias"
+                            ) from None
 
 
 class Lease:
     """One run's lease on a prefix and the documents it hides. Thread-safe; :meth:`release` when done.
     ``on_beat`` runs in the heartbeat thread after each renewal, ``on_lost`` there once the lease is found lost."""
 
-    def __init__(self, es: EngineClient, state_index: str, run_id: str, shard: Shard = None) -> None:
-        self.es, self.index, self.run_id, self.shard = es, state_index, run_id, shard
+    def __init__(self, es: EngineClient, cfg: IndexSettings, run_id: str, shard: Shard = None) -> None:
+        self.es, self.cfg, self.index, self.run_id, self.shard = es, cfg, cfg.ingest_state, run_id, shard
         self.heartbeat_s = HEARTBEAT_S
         self.on_lost: Callable[[LeaseLost], None] | None = None
         self.on_beat: Callable[[], None] | None = None
@@ -192,7 +204,7 @@ class Lease:
 
     def _change(self, what: str, mutate: Callable[[State], bool]) -> State:
         try:
-            return change_state(self.es, self.index, what, mutate)
+            return change_state(self.es, self.cfg, what, mutate)
         except IndexNotFound as exc:
             if not self.held:
                 raise
@@ -350,13 +362,13 @@ def hidden_documents(es: EngineClient, state_index: str) -> dict[str, list[str]]
     return {k: v for k, v in State.of(got["_source"] if got else None).holds.items() if v}
 
 
-def forget_documents(es: EngineClient, state_index: str, doc_ids: Iterable[str]) -> None:
+def forget_documents(es: EngineClient, cfg: IndexSettings, doc_ids: Iterable[str]) -> None:
     """Drop ``doc_ids`` from the ``unfinished`` hold (their chunks were deleted: nothing is left to hide)."""
     ids = set(doc_ids)
-    with engine_errors(f"read {state_index}"):
-        if not ids or not es.send(request.index_exists(state_index)):
+    with engine_errors(f"read {cfg.ingest_state}"):
+        if not ids or not es.send(request.index_exists(cfg.ingest_state)):
             return
-    change_state(es, state_index, "forget deleted documents", lambda state: _rehold(state, UNFINISHED, ids, False))
+    change_state(es, cfg, "forget deleted documents", lambda state: _rehold(state, UNFINISHED, ids, False))
 
 
 def _locked(index: str, run: str, lease: dict[str, Any]) -> IngestLocked:

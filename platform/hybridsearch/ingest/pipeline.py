@@ -125,7 +125,7 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
                           source=str(documents) if isinstance(documents, str | Path) else "<documents>",
                           shard=f"{shard[0]}/{shard[1]}" if shard else None, started_at=now(),
                           model=settings.embedding.model, chunker=chunker_signature(settings.chunking))
-    lease = Lease(es, settings.index.ingest_state, result.run_id, shard)
+    lease = Lease(es, settings.index, result.run_id, shard)
     takeover = lease.acquire(settings.ingest.lease_wait_s if wait_s is None else wait_s)
     run = RunState(settings, es, index, result, shard, lease)
     lease.on_lost = run.fail
