@@ -40,6 +40,11 @@ class WrittenDocument:
     stored: Stored
 
 
+def refresh(es: EngineClient, index: str) -> None:
+    with engine_errors(f"refresh {index}"):
+        es.send(request.refresh(index))
+
+
 def doc_filter(doc_ids: list[str], tenant: str | None) -> list[dict[str, Any]]:
     flt: list[dict[str, Any]] = [{"terms": {"doc_id": doc_ids}}]
     if tenant:
@@ -100,8 +105,7 @@ def finish(es: EngineClient, index: str, lease: Lease, docs: list[WrittenDocumen
     broken = {f.doc_id for f in deletes.failures}
     done = [s.doc_id for s in docs if s.doc_id not in broken] + list(untouched)
     if done:
-        with engine_errors(f"refresh {index}"):
-            es.send(request.refresh(index))
+        refresh(es, index)
         lease.show(done)
     return deletes, broken
 
@@ -128,8 +132,7 @@ def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClien
         lease.hide(ids)
     deleted = 0
     for index in targets:
-        with engine_errors(f"refresh {index}"):
-            es.send(request.refresh(index))
+        refresh(es, index)
         for start in range(0, len(ids), 500):
             found = existing_chunk_ids(es, index, ids[start:start + 500], settings.index.tenant)
             rep = write_actions(es, [{"_op_type": "delete", "_index": index, "_id": i, "_doc_id": d}
@@ -137,8 +140,7 @@ def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClien
             if rep.failures:
                 raise ClusterError(f"{len(rep.failures)} chunks could not be deleted: {rep.failures[0].reason}")
             deleted += rep.deleted
-        with engine_errors(f"refresh {index}"):
-            es.send(request.refresh(index))
+        refresh(es, index)
     forget_documents(es, settings.index, ids)
     if lease is not None:
         lease.show(ids)  # nothing is left of them: drop them from the lease's hidden list

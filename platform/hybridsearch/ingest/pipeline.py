@@ -255,23 +255,11 @@ def _stop_on_sigterm(run: RunState) -> Callable[[], object]:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-class _Queued:
-    """The prepared batches, until the end marker; once the run stops, the rest are drained unembedded."""
-
-    def __init__(self, run: RunState) -> None:
-        self.run, self.ended = run, False
-
-    def __iter__(self) -> Iterator[Batch]:
-        while not self.ended:
-            batch = self.run.to_embed.get()
-            if batch is DONE:
-                self.ended = True
-            elif not self.run.stop.is_set():
-                yield batch
-
-    def drain(self) -> None:
-        for _ in self:
-            pass
+def _queued(run: RunState) -> Iterator[Batch]:
+    """The prepared batches, until the end marker; once the run stops, the rest are taken unembedded."""
+    while (batch := run.to_embed.get()) is not DONE:
+        if not run.stop.is_set():
+            yield batch
 
 
 def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | SourceFailure],
@@ -286,20 +274,19 @@ def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | Source
                                             depth=settings.ingest.queue_size, name="hsp-writer")
     preparer = Preparer(run, embedder, batch_chunks=max(settings.embedding.batch_size * 4, 16))
     prep = threading.Thread(target=preparer, args=(items,), name="hsp-prepare", daemon=True)
-    queued = _Queued(run)
-    task = Task(progress, "ingest") if progress is not None else None
+    queued = _queued(run)
+    task = Task(progress, "ingest")
     started = time.perf_counter()
 
     def report(result: IngestResult) -> None:
         """The run's counts as a progress event: documents done, and a detail line."""
-        if task is not None:
-            written = result.indexed + result.updated
-            task.update(result.documents, detail=(
-                f"{result.documents:,} docs ({result.documents_skipped:,} unchanged, {result.documents_failed:,} "
-                f"failed) · {written:,} chunks written · "
-                f"{written / max(time.perf_counter() - started, 1e-6):,.1f} chunks/s"))
+        written = result.indexed + result.updated
+        rate = written / max(time.perf_counter() - started, 1e-6)
+        task.update(result.documents, detail=(
+            f"{result.documents:,} docs ({result.documents_skipped:,} unchanged, {result.documents_failed:,} "
+            f"failed) · {written:,} chunks written · {rate:,.1f} chunks/s"))
 
-    run.on_progress = report
+    run.on_progress = report if progress is not None else None
     try:
         prep.start()
         try:
@@ -310,12 +297,12 @@ def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | Source
         except Exception as exc:  # noqa: BLE001 - re-raised by run_ingest, after the other stages stop
             run.fail(exc)
         finally:
-            queued.drain()
+            for _ in queued:  # the rest, unembedded, up to the end marker
+                pass
             prep.join(timeout=30)
             if pool is not None:
                 pool.close()
             with run.lock:
                 run.result.embed_seconds += stage.embed_seconds
     finally:
-        if task is not None:
-            task.finish()
+        task.finish()

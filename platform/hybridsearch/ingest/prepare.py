@@ -36,7 +36,6 @@ class WorkDoc:
     """A document to (re)write: its stored chunks and the chunk ids of the version being written, in order."""
 
     doc: Document
-    changed: bool
     stored: Stored = field(default_factory=Stored)
     ids: list[str] = field(default_factory=list)
 
@@ -115,7 +114,6 @@ class Preparer:
 
     def __init__(self, run: RunState, embedder: Embedder, batch_chunks: int) -> None:
         self.run, self.embedder, self.batch_chunks = run, embedder, batch_chunks
-        self.seen = run.yielded
         self._tokenizer: Tokenizer | None = None
 
     @property
@@ -156,11 +154,11 @@ class Preparer:
         if not owns(self.run.shard, item.doc_id):
             return None
         run.count(documents=1)
-        if item.doc_id in self.seen:
+        if item.doc_id in self.run.yielded:
             run.doc_failed(item.doc_id, f"duplicate doc_id {item.doc_id!r} in this run; the first one was kept",
                            "read", item.source)
             return None
-        self.seen.add(item.doc_id)
+        self.run.yielded.add(item.doc_id)
         if not item.text.strip():
             run.doc_failed(item.doc_id, "document has no text", "read", item.source)
             return None
@@ -181,8 +179,7 @@ class Preparer:
         same = [d for d in docs if (chunk_id(d.doc_id, 0, run.signature, run.tenant), d.content_hash) in done]
         rest = [d for d in docs if d not in same]
         stored = stored_chunks(run.es, run.index, {d.doc_id: d.content_hash for d in rest}, run.tenant)
-        return [WorkDoc(d, changed=bool(stored.get(d.doc_id, Stored()).ids), stored=stored.get(d.doc_id, Stored()))
-                for d in rest], same
+        return [WorkDoc(d, stored.get(d.doc_id, Stored())) for d in rest], same
 
     def _prepare_group(self, docs: list[Document]) -> None:
         run = self.run
