@@ -213,7 +213,7 @@ def _migrate_locked(es: EngineClient, new: Settings, source: str, source_mapping
         raise IngestError(
             f"migration {source} -> {target} incomplete: source had {total} {unit} (now {now}), target holds "
             f"{copied}, {failed} failed to copy"
-            + (f" (reasons in {dead_letter.path})" if dead_letter.used else "")
+            + (f" (reasons in {dead_letter.path})" if dead_letter.count else "")
             + f". The alias still points at {source}; drop {target} with "
             f"`hsp index drop --version {parse_version(target)}` and retry (pause ingestion during migrations)."
         )

@@ -175,20 +175,17 @@ class _Cutter:
         self.text, self.tok, self.limit = text, tok, limit
         self.overlap = int(limit * overlap)
 
-    def tokens_of(self, s: int, e: int) -> list[CharSpan]:
-        return _tokens(self.tok, self.text, s, e)
-
     def by_tokens(self, s: int, e: int, limit: int | None = None) -> Iterator[CharSpan]:
         limit = limit or self.limit
         overlap = int(limit * self.overlap / self.limit)
         for seg_s, seg_e in _segments(self.text, s, e, split_paragraphs=False):
-            yield from _windows(self.tokens_of(seg_s, seg_e), limit, overlap)
+            yield from _windows(_tokens(self.tok, self.text, seg_s, seg_e), limit, overlap)
 
     def by_sentences(self, s: int, e: int, limit: int | None = None) -> Iterator[CharSpan]:
         limit = limit or self.limit
         overlap = int(limit * self.overlap / self.limit)
         for seg_s, seg_e in _segments(self.text, s, e, split_paragraphs=False):
-            toks = self.tokens_of(seg_s, seg_e)
+            toks = _tokens(self.tok, self.text, seg_s, seg_e)
             starts = [t[0] for t in toks]
             units = [(a, b, _count(starts, a, b)) for a, b in _sentences(self.text, seg_s, seg_e)]
             units = [u for u in units if u[2] > 0]
@@ -199,7 +196,7 @@ class _Cutter:
         into sentence packs of at most ``min(target, hard)`` tokens."""
         units = []
         for a, b in _segments(self.text, s, e):
-            n = len(self.tokens_of(a, b))
+            n = len(_tokens(self.tok, self.text, a, b))
             if n:
                 units.append((a, b, n))
         cut_limit = min(target, hard)
@@ -223,7 +220,7 @@ class _Cutter:
         size = 4 * self.limit
         step = max(1, size - int(size * self.overlap / self.limit))
         for seg_s, seg_e in _segments(self.text, s, e, split_paragraphs=False):
-            toks = self.tokens_of(seg_s, seg_e)
+            toks = _tokens(self.tok, self.text, seg_s, seg_e)
             ends = [t[1] for t in toks]
             starts = [t[0] for t in toks]
             words = _word_starts(toks)

@@ -230,7 +230,7 @@ def _close(run: RunState, started: float) -> None:
     result.chunks_per_second = round(written / result.seconds, 2) if result.seconds else 0.0
     result.embed_seconds = round(result.embed_seconds, 3)
     result.ended_at = now()
-    result.dead_letter_path = str(run.dead.path) if run.dead.used else None
+    result.dead_letter_path = str(run.dead.path) if run.dead.count else None
     if isinstance(run.error, LeaseLost):
         result.status = "lease_lost"
     elif run.error is not None:

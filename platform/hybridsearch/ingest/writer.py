@@ -185,10 +185,6 @@ class DeadLetter:
                 fh.write(json.dumps(record, ensure_ascii=False) + "\n")
             self.count += 1
 
-    @property
-    def used(self) -> bool:
-        return self.count > 0
-
 
 class CopyTally:
     """``after`` for the copies of a migration: counts what was written and what failed, dead-letters the failures
