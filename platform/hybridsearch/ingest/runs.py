@@ -84,18 +84,20 @@ class IngestResult:
         return doc
 
 
-def mark_killed(es: EngineClient, settings: Settings, run_ids: list[str]) -> None:
-    """Rewrite the records of ``run_ids`` (dead runs taken over) that still say ``running`` as ``killed``."""
+def mark_killed(es: EngineClient, settings: Settings, run_ids: list[str]) -> list[str]:
+    """Rewrite the records of ``run_ids`` (dead runs taken over) that still say ``running`` as ``killed``; returns
+    their ids."""
     runs = settings.index.ingest_runs
     if not run_ids:
-        return
+        return []
     with engine_errors(f"look for unfinished runs in {runs}"):
         if not es.send(request.index_exists(runs)):
-            return
+            return []
         es.send(request.refresh(runs))
         hits = es.send(request.search(runs, request.body(
             query={"bool": {"filter": [{"term": {"status": "running"}}, {"terms": {"run_id": run_ids}}]}},
             size=len(run_ids))))["hits"]["hits"]
+    killed = []
     writer = LogWriter(es, settings, "ingest_runs")
     for h in hits:
         last = h["_source"].get("heartbeat_at") or h["_source"].get("started_at")
@@ -105,6 +107,8 @@ def mark_killed(es: EngineClient, settings: Settings, run_ids: list[str]) -> Non
             raise done.error
         log.warning("ingest run %s (host %s, pid %s) stopped without finishing: recorded as killed",
                     h["_id"], h["_source"].get("host"), h["_source"].get("pid"))
+        killed.append(str(h["_id"]))
+    return killed
 
 
 def unrecorded_dir(cfg: IngestSettings) -> Path:
@@ -176,18 +180,21 @@ class RunRecord:
                     "stored by the next `hsp ingest` of this prefix on this machine", self.result.run_id,
                     self.result.status, self.index, path)
 
-    def start(self, took_over: list[str]) -> None:
-        """Store records earlier runs could not, mark ``took_over`` killed and write this run as ``running``."""
+    def start(self, took_over: list[str] | None = None) -> list[str]:
+        """Store records earlier runs could not, mark ``took_over`` killed and write this run as ``running``;
+        returns the ids marked killed."""
         try:
             store_unrecorded(self.es, self.settings)
         except HybridSearchError as exc:
             log.warning("could not store the final records of earlier ingest runs: %s", exc)
         try:
-            mark_killed(self.es, self.settings, took_over)
+            killed = mark_killed(self.es, self.settings, took_over or [])
         except HybridSearchError as exc:
             log.warning("could not record the ingest runs taken over as killed: %s", exc)
+            killed = []
         self.result.host, self.result.pid = socket.gethostname(), os.getpid()
         self.beat()
+        return killed
 
     def beat(self) -> None:
         """Write the record with the counts so far and the time (nothing once it is finished)."""
