@@ -1,12 +1,7 @@
-"""Ingestion that mirrors its source (``hsp ingest SOURCE --sync``): which stored documents came from SOURCE, what
-a sync would add, replace and delete, and the guard on how much it may delete.
-
-A document's ``source`` field holds the resolved path of the file it was read from
-(:func:`hybridsearch.ingest.sources.read_path`), so the documents of a SOURCE are those whose ``source`` is that
-file, or lies under that folder (:func:`owned_query`): two sources in one prefix never own each other's documents
-unless one folder is inside the other. A sync deletes the owned documents the source no longer yields, through the
-one delete path (:func:`hybridsearch.ingest.commit.delete_documents`, under the run's lease: each disappears whole),
-and only when the source was read whole (no document failed); :func:`plan_sync` says beforehand what it would do.
+"""Ingestion that mirrors its source (``hsp ingest SOURCE --sync``): which stored documents came from SOURCE (their
+``source`` is that file or lies under that folder: :func:`owned_query`), what a sync would add, replace and delete
+(:func:`plan_sync`), and the guard on how much it may delete. A sync deletes through
+:func:`hybridsearch.ingest.commit.delete_documents`, under the run's lease, and only when the source was read whole.
 """
 
 from __future__ import annotations
