@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from hybridsearch.embedding.encoder import Embedder, compare_vectors
-from hybridsearch.ingest.layout import document_chunks
+from hybridsearch.ingest.chunking import document_chunks
 from hybridsearch.ingest.sources import Document
 from hybridsearch.settings import Settings, load_settings
 

@@ -32,11 +32,11 @@ from rich.table import Table
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import connect, request
-from hybridsearch.ingest.layout import document_chunks
+from hybridsearch.ingest.chunking import document_chunks
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.runs import IngestResult
 from hybridsearch.ingest.sources import Document, read_path
-from hybridsearch.ingest.workers import ProcessPoolEncoder
+from hybridsearch.ingest.writer import ProcessPoolEncoder
 from hybridsearch.settings import Settings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]

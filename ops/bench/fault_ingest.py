@@ -227,11 +227,11 @@ def inject(fault: str, es: EngineClient, index: str, node: str, after_chunks: in
 
 
 def expected_chunks(corpus: Path, settings: Settings) -> tuple[dict[str, set[str]], int]:
-    """Per valid document, the chunk ids the package's chunker gives it (``ingest.layout.document_chunks``, as
+    """Per valid document, the chunk ids the package's chunker gives it (``ingest.chunking.document_chunks``, as
     ingestion calls it; the model's tokenizer, no encoding); and how many records were not valid documents (no
     chunks or unreadable)."""
     from hybridsearch.embedding.encoder import Embedder
-    from hybridsearch.ingest.layout import document_chunks
+    from hybridsearch.ingest.chunking import document_chunks
     from hybridsearch.ingest.sources import Document, read_path
 
     embedder = Embedder(settings.embedding)

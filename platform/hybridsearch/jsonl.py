@@ -1,9 +1,5 @@
-"""The one JSON Lines parser: each non-blank line is one JSON value, numbered from 1.
-
-A leaf module. Callers decide what a bad line means: the evaluation and Kibana readers refuse the
-file naming the line, ingestion (:mod:`hybridsearch.ingest.sources`, which also decodes UTF-16/32
-line by line) dead-letters the record and goes on.
-"""
+"""The one JSON Lines parser: each non-blank line is one JSON value, numbered from 1; callers decide what a bad
+line means."""
 
 from __future__ import annotations
 

@@ -1,16 +1,14 @@
 """Migration: a new chunk index version built from the live one, for a new embedding model, chunker or vector
-layout, and the alias swapped to it.
+layout, and the alias swapped to it once the counts agree (searches answer from the old index throughout).
 
-The new version (:func:`hybridsearch.index.versions.create_version`) is built next to the live index: every visible
-chunk is copied into it through ingestion's embed-and-write stage (re-embedding client-side, or keeping the stored
-vectors where they would not change; re-cut by :mod:`hybridsearch.rechunk` for another chunker), the counts are
-verified and only then the alias is swapped atomically, so searches keep answering from the old index throughout.
-The old index stays until ``hsp index drop``; ``hsp index rollback`` points the alias back at it. Migration sits
-above ingestion (it writes through it), so it is not part of :mod:`hybridsearch.index`, which ingestion uses.
+Every visible chunk is copied through ingestion's embed-and-write stage, re-embedded or keeping its stored vector.
+For another chunker each document is rebuilt from its chunks' character offsets (:func:`rebuild_text`) and cut
+again through ingestion's own layout, keeping its ``content_hash``. It sits above ingestion, which it writes through.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -27,15 +25,14 @@ from hybridsearch.index.metadata import TYPED_METADATA, metadata_fields_of, type
 from hybridsearch.index.spec import chunk_meta, parse_version, section_words_of
 from hybridsearch.index.versions import create_version, doc_count, index_mapping, live_index, swap_alias
 from hybridsearch.index.visibility import count_visible, scan_visible
-from hybridsearch.ingest.chunking import chunk_embed_text
+from hybridsearch.ingest.chunking import chunk_embed_text, document_chunks
 from hybridsearch.ingest.lease import Lease
-from hybridsearch.ingest.stage import ChunkBatch, EmbedWriter
-from hybridsearch.ingest.writer import CopyTally, DeadLetter
+from hybridsearch.ingest.sources import Document
+from hybridsearch.ingest.writer import ChunkBatch, CopyTally, DeadLetter, EmbedWriter
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
 
-# Fields read from the old index; everything but the vector, which is recomputed.
-SOURCE_EXCLUDES = ["embedding"]
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -97,54 +94,40 @@ def migration_settings(settings: Settings, *, model: str | None = None, dims: in
     return settings.model_copy(update={"embedding": embedding, "index": index, "chunking": chunking})
 
 
-def _scan(es: EngineClient, index: str, batch: int, vectors: bool = False) -> Iterator[dict[str, Any]]:
-    source: Any = es.engine.source_with_vectors if vectors else {"excludes": SOURCE_EXCLUDES}
-    yield from scan_visible(es, index, source=source, size=batch, scroll="5m")
-
-
-def _batched(hits: Iterable[dict[str, Any]], size: int) -> Iterator[list[dict[str, Any]]]:
-    batch: list[dict[str, Any]] = []
-    for h in hits:
-        batch.append(h)
-        if len(batch) >= size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
+def _source(es: EngineClient, vectors: bool) -> Any:
+    """The ``_source`` to read: with the vectors, or without (they are recomputed)."""
+    return es.engine.source_with_vectors if vectors else {"excludes": ["embedding"]}
 
 
 def copy_reembedded(es: EngineClient, source: str, target: str, embedder: Embedder, *, prepend_title: bool,
                     cfg: IngestSettings, batch_size: int = 256, on_batch: Callable[[int], None] | None = None,
                     dead_letter: DeadLetter | None = None, reuse_vectors: bool = False) -> tuple[int, int]:
-    """Copy every chunk of ``source`` into ``target`` with vectors from ``embedder``, and the typed metadata
-    ``target`` declares (a value its type cannot hold fails that chunk).
-
-    With ``reuse_vectors`` (same model, dims and embedded text) the stored vectors are copied and only
-    chunks without one are embedded, so a change of vector index options costs no embedding.
-    Keeps each chunk's ``_id`` and fields. Goes through the embed-and-write stage of ingestion
-    (:class:`hybridsearch.ingest.stage.EmbedWriter`): batch N is written while batch N+1 is embedded.
-    Items that still fail go to ``dead_letter``. Returns ``(written, failed)``.
-    """
-    tally = CopyTally(dead_letter, "migrate", on_batch)
+    """Copy every chunk of ``source`` into ``target`` (same ``_id`` and fields) with vectors from ``embedder`` and
+    the typed metadata ``target`` declares (a value that does not convert fails that chunk); with
+    ``reuse_vectors`` the stored vectors are kept. Failures go to ``dead_letter``. Returns ``(written, failed)``."""
+    tally = CopyTally(dead_letter, on_batch)
     stage: EmbedWriter[ChunkBatch] = EmbedWriter(es, target, cfg, embedder.encode, after=tally.absorb,
                                                  name="hsp-migrate-writer")
 
     fields = metadata_fields_of(index_mapping(es, target))
 
     def batches() -> Iterator[ChunkBatch]:
-        for hits in _batched(_scan(es, source, batch_size, vectors=reuse_vectors), batch_size):
-            batch = ChunkBatch()
-            for h in hits:
-                src = h["_source"]
-                src.pop(TYPED_METADATA, None)
-                try:
-                    if typed := typed_metadata(src.get("metadata"), fields):
-                        src[TYPED_METADATA] = typed
-                except ValueError as exc:
-                    tally.refuse(str(src.get("doc_id")), h["_id"], f"cannot copy: {exc}")
-                    continue
-                keep = reuse_vectors and src.get("embedding")
-                batch.add(h["_id"], src, None if keep else chunk_embed_text(src, prepend_title))
+        batch = ChunkBatch()
+        for h in scan_visible(es, source, source=_source(es, reuse_vectors), size=batch_size, scroll="5m"):
+            src = h["_source"]
+            src.pop(TYPED_METADATA, None)
+            try:
+                if typed := typed_metadata(src.get("metadata"), fields):
+                    src[TYPED_METADATA] = typed
+            except ValueError as exc:
+                tally.refuse(str(src.get("doc_id")), h["_id"], f"cannot copy: {exc}")
+                continue
+            keep = reuse_vectors and src.get("embedding")
+            batch.add(h["_id"], src, None if keep else chunk_embed_text(src, prepend_title))
+            if len(batch) >= batch_size:
+                yield batch
+                batch = ChunkBatch()
+        if batch:
             yield batch
 
     stage.run(batches())
@@ -152,8 +135,7 @@ def copy_reembedded(es: EngineClient, source: str, target: str, embedder: Embedd
 
 
 def same_vectors(meta: dict[str, Any], cfg: EmbeddingSettings) -> bool:
-    """True when an index with ``_meta`` ``meta`` holds exactly the vectors ``settings`` would compute (same model,
-    dims, title handling and passage prompt)."""
+    """Whether an index with ``_meta`` ``meta`` holds the vectors ``cfg`` would compute."""
     return (meta.get("embedding_model") == cfg.model
             and meta.get("embedding_dims") == cfg.dims
             and meta.get("prepend_title") == cfg.prepend_title
@@ -163,18 +145,13 @@ def same_vectors(meta: dict[str, Any], cfg: EmbeddingSettings) -> bool:
 def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | None = None,
             embedder: Embedder | None = None, swap: bool = True, batch_size: int = 256,
             reembed: bool | None = None, progress: ProgressSink | None = None) -> MigrationResult:
-    """Build a new chunk index for ``new`` from the live index of ``old`` and swap the alias to it.
+    """Build ``<prefix>-chunks-v<N>`` (``version``: the next free one) for ``new`` from the live index of ``old``
+    and swap the alias to it, holding the prefix's ingest lease throughout.
 
-    Every chunk of the live index is read with a scroll, re-embedded with ``new.embedding`` (or, when
-    ``reembed`` is None and model, dims and title handling are unchanged, its stored vector is kept)
-    and written to ``<prefix>-chunks-v<N>`` (``version`` defaults to the next free one). When ``new``
-    names another chunker, each document is rebuilt from its chunks' offsets and cut again
-    (:mod:`hybridsearch.rechunk`). The alias moves only when the new index holds every chunk (or, after
-    re-chunking, every document) of the source; until then, and on any failure, searches keep using
-    the old index, which is never modified. ``progress`` receives the chunks (or documents) done of all
-    (task ``copying chunks`` or ``copying documents``). Raises IndexNotFound when there is no live index,
-    IndexMismatch when it was not built with ``old``'s model, and IngestError when anything fails to copy or the
-    counts disagree (the new index is left for inspection, failures in a dead-letter file).
+    Chunks are re-embedded with ``new.embedding`` unless ``reembed`` is None and the vectors would not change; for
+    another chunker the documents are cut again. The alias moves only when the new index holds every chunk (or
+    document) of the source. ``progress`` gets task ``copying chunks`` (or ``documents``). Raises IndexNotFound,
+    IndexMismatch, and IngestError when anything fails to copy or the counts disagree (the new index is left).
     """
     if old.index.prefix != new.index.prefix:
         raise ConfigError("a migration stays within one prefix")
@@ -187,9 +164,8 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     rechunk = (source_meta.get("chunker_version") not in (None, expected["chunker_version"])
                or section_words_of(source_meta) != new.index.bm25_section_words)  # documents are cut anew
     first_chunks = [{"term": {"position": 0}}] if rechunk else []  # one per document (and tenant)
-    # No ingest may write while the copy reads: the migration holds the prefix's ingest lease throughout.
     ensure_log_index(es, new, "ingest_state")
-    lease = Lease(es, new.index.ingest_state, f"migrate-{time.strftime('%Y%m%dT%H%M%S')}")
+    lease = Lease(es, new.index, f"migrate-{time.strftime('%Y%m%dT%H%M%S')}")
     lease.acquire(new.ingest.lease_wait_s)
     try:
         return _migrate_locked(es, new, source, source_mapping, rechunk, first_chunks, version=version,
@@ -203,8 +179,7 @@ def _migrate_locked(es: EngineClient, new: Settings, source: str, source_mapping
                     rechunk: bool, first_chunks: list[dict[str, Any]], *, version: int | None,
                     embedder: Embedder | None, swap: bool, batch_size: int, reembed: bool | None,
                     progress: ProgressSink | None) -> MigrationResult:
-    """:func:`migrate`'s copy, check and swap, while it holds the lease. Counts what readers see (documents a
-    stopped run left half written are neither copied nor counted: they stay hidden in the new version too)."""
+    """:func:`migrate`'s copy, check and swap, under the lease; counts what readers see."""
     source_meta = source_mapping.get("_meta", {})
     with engine_errors(f"refresh {source}"):
         es.send(request.refresh(source))
@@ -215,26 +190,17 @@ def _migrate_locked(es: EngineClient, new: Settings, source: str, source_mapping
     keep_vectors = same_vectors(source_meta, new.embedding) and reembed is not True
     reembed = not keep_vectors if reembed is None else reembed  # after re-cutting: whether any chunk was embedded
     target = create_version(es, new, version)
-    done = 0
     task = Task(progress, f"copying {'documents' if rechunk else 'chunks'}", total)
-
-    def advance(n: int) -> None:
-        nonlocal done
-        done += n
-        task.update(done)
-
     t0 = time.perf_counter()
     dead_letter = DeadLetter(new.ingest.dead_letter_dir, f"migrate-{target}-{time.strftime('%Y%m%dT%H%M%S')}")
     if rechunk:
-        from hybridsearch.rechunk import rechunk_copy
-
         _, written, failed, embedded = rechunk_copy(
-            es, source, target, new, embedder, batch_size=batch_size, on_document=lambda n: advance(n - done),
+            es, source, target, new, embedder, batch_size=batch_size, on_document=task.update,
             dead_letter=dead_letter, reuse_vectors=keep_vectors)
         reembed = embedded > 0
     else:
         written, failed = copy_reembedded(es, source, target, embedder, prepend_title=new.embedding.prepend_title,
-                                          cfg=new.ingest, batch_size=batch_size, on_batch=advance,
+                                          cfg=new.ingest, batch_size=batch_size, on_batch=task.advance,
                                           dead_letter=dead_letter, reuse_vectors=not reembed)
     task.finish()
     unit = "documents" if rechunk else "chunks"
@@ -247,7 +213,7 @@ def _migrate_locked(es: EngineClient, new: Settings, source: str, source_mapping
         raise IngestError(
             f"migration {source} -> {target} incomplete: source had {total} {unit} (now {now}), target holds "
             f"{copied}, {failed} failed to copy"
-            + (f" (reasons in {dead_letter.path})" if dead_letter.used else "")
+            + (f" (reasons in {dead_letter.path})" if dead_letter.count else "")
             + f". The alias still points at {source}; drop {target} with "
             f"`hsp index drop --version {parse_version(target)}` and retry (pause ingestion during migrations)."
         )
@@ -260,3 +226,119 @@ def _migrate_locked(es: EngineClient, new: Settings, source: str, source_mapping
     return MigrationResult(source=source, target=target, chunks=written, documents=docs, failed=failed,
                            reembedded=reembed, rechunked=rechunk, seconds=seconds, swapped=swap,
                            source_meta=source_meta, target_meta=target_meta)
+
+
+def rebuild_text(chunks: list[dict[str, Any]]) -> str:
+    """A document's text from its chunks' sources (any order). Raises ValueError when offsets are unusable."""
+    spans: list[tuple[int, str]] = []
+    for c in chunks:
+        start, end, text = c.get("char_start"), c.get("char_end"), c.get("text")
+        if isinstance(start, int) and isinstance(end, int) and isinstance(text, str) and end - start == len(text):
+            spans.append((start, text))
+        else:
+            raise ValueError(f"chunk {c.get('chunk_id')} has no usable character offsets")
+        p_start, p_text = c.get("parent_start"), c.get("parent_text")
+        if isinstance(p_start, int) and isinstance(p_text, str):
+            spans.append((p_start, p_text))
+    if not spans:
+        raise ValueError("no chunks")
+    end = max(s + len(t) for s, t in spans)
+    buf: list[str | None] = [None] * end
+    for start, text in spans:
+        buf[start:start + len(text)] = list(text)
+    out: list[str] = []
+    i = 0
+    while i < end:  # characters no chunk covers: one space, or newlines for longer gaps (paragraph breaks)
+        if buf[i] is not None:
+            out.append(buf[i])  # type: ignore[arg-type]
+            i += 1
+            continue
+        j = i
+        while j < end and buf[j] is None:
+            j += 1
+        out.append(" " if j - i == 1 else "\n" * (j - i))
+        i = j
+    return "".join(out)
+
+
+def scan_sorted(es: EngineClient, index: str, batch: int = 500, vectors: bool = False) -> Iterator[dict[str, Any]]:
+    """Visible chunk sources of ``index`` ordered by tenant, document and position (vectors when ``vectors``)."""
+    yield from scan_visible(es, index, source=_source(es, vectors), size=batch, scroll="10m", preserve_order=True,
+                            sort=[{"tenant": {"order": "asc", "missing": "_first"}}, {"doc_id": "asc"},
+                                  {"position": "asc"}])
+
+
+def stored_vectors(chunks: Iterable[dict[str, Any]], prepend_title: bool) -> dict[str, Any]:
+    """``{text embedded: stored vector}`` of one document's chunks (those that have a vector)."""
+    return {chunk_embed_text(c, prepend_title): c["embedding"] for c in chunks if c.get("embedding")}
+
+
+def documents_from_chunks(hits: Iterable[dict[str, Any]]) -> Iterator[tuple[str | None, list[dict[str, Any]]]]:
+    """``(tenant, chunk sources of one document)`` for hits sorted by tenant and doc_id."""
+    key: tuple[str | None, str] | None = None
+    group: list[dict[str, Any]] = []
+    for hit in hits:
+        src = hit["_source"]
+        k = (src.get("tenant"), str(src.get("doc_id")))
+        if key is not None and k != key:
+            yield key[0], group
+            group = []
+        key = k
+        group.append(src)
+    if key is not None:
+        yield key[0], group
+
+
+def to_document(chunks: list[dict[str, Any]]) -> Document:
+    """The document the chunks were cut from. Raises ValueError."""
+    first = chunks[0]
+    return Document(doc_id=str(first["doc_id"]), title=first.get("title"), text=rebuild_text(chunks),
+                    metadata=dict(first.get("metadata") or {}), source=first.get("source") or "",
+                    content_hash=first.get("content_hash") or "")
+
+
+def rechunk_copy(es: EngineClient, source: str, target: str, new: Settings, embedder: Embedder, *,
+                 batch_size: int = 256, on_document: Callable[[int], None] | None = None,
+                 dead_letter: DeadLetter | None = None, reuse_vectors: bool = False) -> tuple[int, int, int, int]:
+    """Cut every document of ``source`` again with ``new.chunking`` (and BM25 sections), embed and write it to
+    ``target``. With ``reuse_vectors`` a chunk whose embedded text equals an old chunk's keeps its vector.
+    Returns ``(documents, chunks written, chunks or documents failed, chunks embedded)``."""
+    tokenizer = embedder.tokenizer()
+    tally = CopyTally(dead_letter)
+    stage: EmbedWriter[ChunkBatch] = EmbedWriter(es, target, new.ingest, embedder.encode, after=tally.absorb,
+                                                 name="hsp-rechunk-writer")
+    documents = unchunked = embedded = 0
+    fields = metadata_fields_of(index_mapping(es, target))  # the typed metadata the new version declares
+
+    def batches() -> Iterator[ChunkBatch]:
+        nonlocal documents, unchunked, embedded
+        batch = ChunkBatch()
+        for tenant, chunks in documents_from_chunks(scan_sorted(es, source, vectors=reuse_vectors)):
+            documents += 1
+            known = stored_vectors(chunks, new.embedding.prepend_title) if reuse_vectors else {}
+            try:
+                for src, text in document_chunks(to_document(chunks), new.chunking, new.embedding, tenant,
+                                                  tokenizer, embedder.max_seq_length,
+                                                  new.index.bm25_section_words, fields):
+                    if text in known:  # the same text, the same model: keep the vector
+                        src["embedding"] = known[text]
+                    else:
+                        embedded += 1
+                    batch.add(src["chunk_id"], src, None if text in known else text)
+            except (ValueError, TypeError) as exc:
+                unchunked += 1
+                log.warning("document %s not re-chunked: %s", chunks[0].get("doc_id"), exc)
+                if dead_letter is not None:
+                    dead_letter.write(doc_id=str(chunks[0].get("doc_id")), reason=f"cannot re-chunk: {exc}",
+                                      stage="migrate")
+            if len(batch) >= batch_size:
+                yield batch
+                batch = ChunkBatch()
+            if on_document:
+                on_document(documents)
+        if batch:
+            yield batch
+
+    with engine_errors(f"re-chunk {source} into {target}"):
+        stage.run(batches())
+    return documents, tally.written, tally.failed + unchunked, embedded

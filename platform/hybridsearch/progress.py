@@ -1,12 +1,6 @@
-"""Progress as events, for every long workflow (ingestion, evaluation, calibration, training): the core counts,
-the command line draws.
-
-A workflow takes a :data:`ProgressSink` (``None``: nobody listens) and reports :class:`ProgressEvent` s to it:
-per task (``"lists"``, ``"bm25"``, ``"ingest"``, ``"training"``) how many units are done of how many, a short
-detail (``"epoch 1.00 loss 0.4132"``), and when it is finished; a :attr:`ProgressEvent.note` is a line meant to
-stay visible (an epoch's validation figures). Nothing here draws or imports a display library: the one renderer
-is :class:`hybridsearch.cli.progress.RichProgress`, and tests pass a list's ``append``.
-"""
+"""Progress as events for every long workflow: a :data:`ProgressSink` (``None``: nobody listens) gets
+:class:`ProgressEvent` s per task (units done of how many, a detail, finished, or a note: a line to keep). Nothing
+here draws: the one renderer is :class:`hybridsearch.cli.progress.RichProgress`."""
 
 from __future__ import annotations
 
@@ -30,8 +24,7 @@ ProgressSink = Callable[[ProgressEvent], None]
 
 
 class Task:
-    """A counter for one task that reports every change to ``sink`` (nothing when ``sink`` is None).
-    Finishes by itself when ``done`` reaches ``total``."""
+    """A counter for one task that reports every change to ``sink``; finished once ``done`` reaches ``total``."""
 
     def __init__(self, sink: ProgressSink | None, name: str, total: int | None = None) -> None:
         self.sink, self.name, self.total, self.done, self.detail = sink, name, total, 0, ""

@@ -14,12 +14,12 @@ from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import IndexMismatch
 from hybridsearch.index.versions import ensure_index
-from hybridsearch.ingest.chunking import chunk_text, text_budget
-from hybridsearch.ingest.ids import chunk_id
-from hybridsearch.ingest.pipeline import delete_documents, run_ingest
+from hybridsearch.ingest.chunking import chunk_id, chunk_text, text_budget
+from hybridsearch.ingest.commit import delete_documents
+from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
-from hybridsearch.ingest.writer import read_dead_letter
 from hybridsearch.settings import Settings
+from ingest_helpers import read_dead_letter
 
 TOPICS = ["protein folding", "gene expression", "immune response", "cell division", "neural circuits",
           "vaccine efficacy", "antibiotic resistance", "tumour growth"]

@@ -25,12 +25,11 @@ from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, connect, request
 from hybridsearch.errors import ClusterError, ClusterUnavailable, IngestError
-from hybridsearch.ingest.chunking import chunk_text, text_budget
-from hybridsearch.ingest.ids import chunk_id
+from hybridsearch.ingest.chunking import chunk_id, chunk_text, text_budget
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
-from hybridsearch.ingest.writer import read_dead_letter
 from hybridsearch.settings import Settings
+from ingest_helpers import read_dead_letter
 
 
 @dataclass

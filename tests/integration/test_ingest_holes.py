@@ -18,13 +18,12 @@ from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import IndexNotFound, LeaseLost
 from hybridsearch.index.visibility import STATE_ID, visible_query
-from hybridsearch.ingest import lease as lease_module
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
-from hybridsearch.ingest.writer import read_dead_letter
 from hybridsearch.progress import ProgressEvent
 from hybridsearch.query.client import SearchClient
 from hybridsearch.settings import Settings
+from ingest_helpers import read_dead_letter
 
 
 def _tiny(settings: Settings, tiny_dir: Path, **index: Any) -> Settings:
@@ -89,12 +88,9 @@ def test_the_hidden_list_holds_only_what_is_in_flight(es: EngineClient, settings
 
 
 def test_a_run_whose_state_index_is_deleted_stops_before_the_next_chunk(es: EngineClient, settings: Settings,
-                                                                        tiny_bi_encoder: Path,
-                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    """The writer finds the state index gone at its next batch. The lease's heartbeat is kept out of the way: a
-    heartbeat whose read came before the delete and whose write after it makes the engine create the index anew
-    with guessed mappings (an index write cannot require the index to exist), which this test does not cover."""
-    monkeypatch.setattr(lease_module, "HEARTBEAT_S", 600.0)
+                                                                        tiny_bi_encoder: Path) -> None:
+    """The writer finds the state index gone at its next batch, and no state write (the heartbeat's included)
+    creates it anew."""
     s = _tiny(settings, tiny_bi_encoder)
     embedder = Embedder(s.embedding)
     run_ingest([Document.make("seed", "A first document, so searches have an index.")], s, es=es,

@@ -16,7 +16,7 @@ import pytest
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.index.visibility import hidden_lookup, visible_query
-from hybridsearch.ingest.layout import document_chunks
+from hybridsearch.ingest.chunking import document_chunks
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document, read_path
 from hybridsearch.query.client import SearchClient

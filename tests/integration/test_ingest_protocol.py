@@ -27,8 +27,8 @@ from hybridsearch.index.visibility import visible_query
 from hybridsearch.ingest.lease import UNFINISHED, Lease, hidden_documents
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
+from hybridsearch.migrate import scan_sorted
 from hybridsearch.query.client import SearchClient
-from hybridsearch.rechunk import scan_sorted
 from hybridsearch.settings import Settings
 
 SENTENCE = "Record {d} sentence {i} notes marker zq{d}x{i}q about {topic}. "
@@ -127,7 +127,7 @@ def test_a_second_run_is_refused_naming_the_holder_or_waits(es: EngineClient, se
                                                              embedder: Embedder) -> None:
     docs = [Document.make(f"d{i}", f"Text of document {i} about lungs.", title=f"D{i}") for i in range(3)]
     run_ingest(docs, settings, es=es, embedder=embedder)
-    holder = Lease(es, settings.index.ingest_state, "other-run", (0, 2))  # a live run (this process) on 0/2
+    holder = Lease(es, settings.index, "other-run", (0, 2))  # a live run (this process) on 0/2
     holder.acquire()
     try:
         with pytest.raises(IngestLocked) as caught:
@@ -219,7 +219,7 @@ def test_a_recut_skips_documents_being_written(es: EngineClient, settings: Setti
             for i in range(4)]
     run_ingest(docs, settings, es=es, embedder=embedder)
     index = settings.index.versioned(1)
-    writer = Lease(es, settings.index.ingest_state, "writer-run")
+    writer = Lease(es, settings.index, "writer-run")
     writer.acquire()
     try:
         writer.hide(["d2"])  # d2 is being rewritten: one of its chunks already holds the new version
@@ -242,10 +242,10 @@ def test_a_recut_skips_documents_being_written(es: EngineClient, settings: Setti
 
 
 def test_delete_forgets_a_hidden_document(es: EngineClient, settings: Settings, embedder: Embedder) -> None:
-    from hybridsearch.ingest.pipeline import delete_documents
+    from hybridsearch.ingest.commit import delete_documents
 
     run_ingest([Document.make("gone", "Soon deleted text.", title="G")], settings, es=es, embedder=embedder)
-    writer = Lease(es, settings.index.ingest_state, "writer-run")
+    writer = Lease(es, settings.index, "writer-run")
     writer.acquire()
     writer.hide(["gone"])
     writer.release()

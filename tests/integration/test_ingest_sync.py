@@ -196,7 +196,7 @@ s = load_settings()
 es = connect(s.es)
 index = s.index.versioned(1)
 ids = sys.argv[1:]
-lease = Lease(es, s.index.ingest_state, "killed-sync")
+lease = Lease(es, s.index, "killed-sync")
 lease.acquire()
 lease.hide(ids)
 es.send(request.refresh(index))

@@ -26,10 +26,10 @@ from hybridsearch.index.versions import (
     rollback,
 )
 from hybridsearch.ingest.chunking import embed_text
-from hybridsearch.ingest.writer import read_dead_letter
 from hybridsearch.migrate import embedding_settings_for, migrate
 from hybridsearch.progress import ProgressEvent
 from hybridsearch.settings import EmbeddingSettings, Settings
+from ingest_helpers import read_dead_letter
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -284,7 +284,7 @@ def test_a_change_of_bm25_sections_alone_re_cuts_documents_but_embeds_nothing(es
 
 
 def test_rebuild_text_from_chunk_offsets() -> None:
-    from hybridsearch.rechunk import rebuild_text
+    from hybridsearch.migrate import rebuild_text
 
     text = "One paragraph.\n\nAnother paragraph, a little longer.\n\n\nA third after three newlines."
     paragraphs = [(m.start(), m.end()) for m in re.finditer(r"[^\n]+", text)]
@@ -300,7 +300,7 @@ def test_rebuild_text_from_chunk_offsets() -> None:
 
 
 def test_rebuild_text_refuses_chunks_without_offsets() -> None:
-    from hybridsearch.rechunk import rebuild_text
+    from hybridsearch.migrate import rebuild_text
 
     with pytest.raises(ValueError, match="offsets"):
         rebuild_text([{"chunk_id": "x", "text": "abc", "char_start": 0, "char_end": 5}])

@@ -164,7 +164,7 @@ def long_documents() -> list[Document]:
 
 def test_migration_to_another_chunker_recuts_documents_from_their_chunks(es: EngineClient, settings: Settings,
                                                                         embedder: Embedder) -> None:
-    from hybridsearch.rechunk import documents_from_chunks, scan_sorted, to_document
+    from hybridsearch.migrate import documents_from_chunks, scan_sorted, to_document
 
     docs = long_documents()
     tenant_b = settings.model_copy(update={"index": settings.index.model_copy(update={"tenant": "b"})})

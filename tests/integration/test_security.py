@@ -27,7 +27,8 @@ from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, connect, request
 from hybridsearch.errors import AccessDenied, ClusterError
 from hybridsearch.index.versions import create_version, drop_version, index_status, rollback
-from hybridsearch.ingest.pipeline import delete_documents, run_ingest
+from hybridsearch.ingest.commit import delete_documents
+from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.migrate import migrate
 from hybridsearch.settings import Settings, load_settings
 

@@ -1,7 +1,7 @@
 """Typed metadata on a real node: ranges compare numbers as numbers and dates as dates.
 
 The chunk index is made by the one creator (``index.versions.create_version``) from settings declaring
-``index.metadata_fields``; chunk documents come from ingestion's own layout (``ingest.layout.document_chunks``, the
+``index.metadata_fields``; chunk documents come from ingestion's own layout (``ingest.chunking.document_chunks``, the
 typed ``meta`` copy included); filters are rendered by ``query.filters.filter_clauses`` against the typed keys read
 back from the index's real mapping (``index.metadata.metadata_fields_of``). The property test compares the engine's
 answer with the answer computed in Python over the same documents.
@@ -23,11 +23,11 @@ from hybridsearch.errors import QueryError
 from hybridsearch.index.fit import chunk_differences
 from hybridsearch.index.metadata import metadata_fields_of, parse_date
 from hybridsearch.index.versions import create_version
-from hybridsearch.ingest.chunking import WhitespaceTokenizer
-from hybridsearch.ingest.layout import document_chunks
+from hybridsearch.ingest.chunking import document_chunks
 from hybridsearch.ingest.sources import Document
 from hybridsearch.query.filters import Range, filter_clauses
 from hybridsearch.settings import Settings
+from ingest_helpers import WhitespaceTokenizer
 
 FIELDS = {"n": "long", "x": "double", "d": "date", "s": "keyword"}
 _runs = itertools.count()

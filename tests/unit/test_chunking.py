@@ -16,13 +16,13 @@ from hybridsearch.ingest.chunking import (
     MAX_SEGMENT_CHARS,
     Chunk,
     Tokenizer,
-    WhitespaceTokenizer,
     chunk_text,
     embed_text,
+    section_leaders,
     text_budget,
 )
-from hybridsearch.ingest.layout import section_leaders
 from hybridsearch.settings import ChunkingSettings, EmbeddingSettings
+from ingest_helpers import WhitespaceTokenizer
 
 STRATEGIES = ["paragraph", "sentence", "token", "fixed", "parent_child"]
 
@@ -187,8 +187,7 @@ def test_only_section_indices_score_bm25_on_sections() -> None:
 def test_a_title_longer_than_its_share_is_cut_so_the_text_is_embedded() -> None:
     """A 10,000-character title gets its share of the window, so the body still reaches the model."""
     tok = hf()
-    from hybridsearch.ingest.chunking import TITLE_SHARE, chunk_embed_text
-    from hybridsearch.ingest.layout import document_chunks
+    from hybridsearch.ingest.chunking import TITLE_SHARE, chunk_embed_text, document_chunks
     from hybridsearch.ingest.sources import Document
     from hybridsearch.settings import load_settings
 

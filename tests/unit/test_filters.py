@@ -278,10 +278,10 @@ def test_typed_values_and_the_document_copy() -> None:
 
 
 def test_ingestion_writes_the_typed_copy_or_fails_the_document() -> None:
-    from hybridsearch.ingest.chunking import WhitespaceTokenizer
-    from hybridsearch.ingest.layout import document_chunks
+    from hybridsearch.ingest.chunking import document_chunks
     from hybridsearch.ingest.sources import Document
     from hybridsearch.settings import load_settings
+    from ingest_helpers import WhitespaceTokenizer
 
     s = load_settings()
 

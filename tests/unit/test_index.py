@@ -110,7 +110,7 @@ def test_log_specs_have_their_mappings_and_write_aliases() -> None:
     assert [x.name for x in specs.values()] == ["team-a-query-log", "team-a-ingest-runs", "team-a-ingest-state"]
     assert specs["query_log"].body["aliases"] == {"team-a-write-query-log": {"is_write_index": True}}
     assert write_alias_name(s.index, "ingest_runs") == "team-a-write-ingest-runs"
-    assert specs["ingest_state"].write_alias is None  # written by name by its own module
+    assert specs["ingest_state"].write_alias == "team-a-write-ingest-state"
     assert specs["query_log"].mappings["properties"]["query"]["fields"]["raw"]["type"] == "keyword"
     assert all(x.mappings["dynamic"] == "strict" for x in specs.values())
     # a search-only role's create_doc pattern <prefix>-*query-log covers the write alias too

@@ -6,7 +6,8 @@ from collections import Counter
 
 import pytest
 
-from hybridsearch.ingest.ids import MAX_ID_BYTES, chunk_id, parent_id, parse_shard, shard_of
+from hybridsearch.ingest.chunking import MAX_ID_BYTES, chunk_id, parent_id
+from hybridsearch.ingest.lease import parse_shard, shard_of
 from hybridsearch.retry import backoff_s
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hybridsearch.ingest.ids import shard_of
-from hybridsearch.ingest.lease import State, overlaps, owns, stored_shard
+from hybridsearch.ingest.lease import State, overlaps, owns, shard_of, stored_shard
 
 shards = st.one_of(st.none(), st.integers(1, 6).flatmap(lambda n: st.tuples(st.integers(0, n - 1), st.just(n))))
 

@@ -15,7 +15,6 @@ from hybridsearch.ingest.sources import (
     SourceFailure,
     content_hash,
     html_to_text,
-    is_beir_corpus,
     read_path,
 )
 
@@ -89,20 +88,10 @@ def test_beir_corpus_gz(tmp_path: Path) -> None:
     with gzip.open(path, "wt", encoding="utf-8") as fh:
         for r in rows:
             fh.write(json.dumps(r) + "\n")
-    assert is_beir_corpus(path)
     docs, failures = split(list(read_path(path)))
     assert failures == [] and list(docs) == ["4983", "5836"]
     assert docs["4983"].title == "Microstructural development" and docs["5836"].title is None
     assert docs["4983"].source == str(path)
-
-
-def test_beir_detected_by_keys(tmp_path: Path) -> None:
-    path = tmp_path / "docs.jsonl"
-    path.write_text(json.dumps({"_id": "1", "title": "t", "text": "x"}) + "\n")
-    assert is_beir_corpus(path)
-    other = tmp_path / "other.jsonl"
-    other.write_text(json.dumps({"id": "1", "body": "x"}) + "\n")
-    assert not is_beir_corpus(other)
 
 
 def test_configured_fields(tmp_path: Path) -> None:

@@ -70,7 +70,7 @@ def _apply(args: argparse.Namespace, settings: Settings) -> Settings:
 
 def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.embedding.encoder import Embedder
-    from hybridsearch.ingest.ids import parse_shard
+    from hybridsearch.ingest.lease import parse_shard
     from hybridsearch.ingest.pipeline import run_ingest
     from hybridsearch.ingest.sources import RecordFields
 
@@ -152,7 +152,7 @@ def _print_plan(path: Path, settings: Settings, fields: RecordFields, shard: tup
 
 
 def run_delete_command(args: argparse.Namespace, settings: Settings) -> int:
-    from hybridsearch.ingest.pipeline import delete_documents
+    from hybridsearch.ingest.commit import delete_documents
 
     n = delete_documents(args.doc_ids, settings)
     console.print(f"deleted {n:,} chunks of {len(set(args.doc_ids)):,} document id(s)")

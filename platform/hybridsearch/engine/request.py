@@ -65,11 +65,12 @@ def get_doc(index: str, doc_id: str) -> Request:
 
 def put_doc(index: str, doc_id: str, document: Mapping[str, Any], *, refresh: bool | str | None = None,
             if_seq_no: int | None = None, if_primary_term: int | None = None,
-            op_type: str | None = None) -> Request:
+            op_type: str | None = None, require_alias: bool | None = None) -> Request:
     """Write the document; with ``if_seq_no``/``if_primary_term`` or ``op_type="create"`` only if it is still the
-    one read (or absent), else a 409."""
+    one read (or absent), else a 409. ``require_alias``: ``index`` must be an alias (else a 404, nothing created)."""
     return Request("PUT", f"{_path(index, '_doc')}/{quote(doc_id, safe='')}", params(
-        refresh=refresh, if_seq_no=if_seq_no, if_primary_term=if_primary_term, op_type=op_type), dict(document))
+        refresh=refresh, if_seq_no=if_seq_no, if_primary_term=if_primary_term, op_type=op_type,
+        require_alias=require_alias), dict(document))
 
 
 def bulk(actions: list[Json], *, refresh: bool | str | None = None, require_alias: bool | None = None) -> Request:

@@ -29,8 +29,6 @@ log = logging.getLogger(__name__)
 LogKind = Literal["query_log", "ingest_runs", "ingest_state"]
 #: the log-type indices of a prefix, in the order they are created and checked
 LOG_KINDS: tuple[LogKind, ...] = ("query_log", "ingest_runs", "ingest_state")
-#: log indices written through a write alias (:mod:`.logs`); the ingest state is written by name
-ALIASED_LOGS: tuple[LogKind, ...] = ("query_log", "ingest_runs")
 
 _VERSION = re.compile(r"-v([1-9][0-9]*)$")
 
@@ -50,8 +48,9 @@ def log_index_name(index: IndexSettings, kind: str) -> str:
 
 
 def write_alias_name(index: IndexSettings, kind: str) -> str | None:
-    """The write alias of log index ``kind`` (``<prefix>-write-query-log``), None for one written by name."""
-    return f"{index.prefix}-write-{kind.replace('_', '-')}" if kind in ALIASED_LOGS else None
+    """The write alias of log index ``kind`` (``<prefix>-write-query-log``, written with ``require_alias``), None for
+    another index."""
+    return f"{index.prefix}-write-{kind.replace('_', '-')}" if kind in LOG_KINDS else None
 
 
 _PLACEHOLDER = re.compile(r"\$\{([a-z0-9_.]+)\}")

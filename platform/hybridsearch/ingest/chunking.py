@@ -1,35 +1,28 @@
-"""Chunking: pure functions that cut a document's text into chunks, counting the model's word pieces.
+"""Chunking: pure functions that cut a document's text into chunks (counting the model's word pieces), and a
+document's chunk documents with their stable ``_id`` s.
 
-Strategies (``ChunkingSettings.strategy``):
-
-- ``paragraph`` (default): paragraphs (split at blank lines) are kept whole when they fit what the model
-  embeds, and short neighbours are merged up to ``max_tokens``; a paragraph too long for the model falls
-  back to ``sentence`` packing. A typical abstract of one paragraph is one chunk when it fits.
-- ``sentence``: whole sentences (syntok) packed up to ``max_tokens``; the next chunk repeats trailing
-  sentences worth at most ``overlap`` of a chunk.
-- ``token``: windows of ``max_tokens`` word pieces, starting at word boundaries, overlapping by ``overlap``.
-- ``fixed``: windows of ``4 * max_tokens`` characters cut at whitespace, overlapping by ``overlap``, shrunk
-  when they would exceed ``max_tokens`` word pieces.
-- ``parent_child``: parents are paragraph packs up to ``parent_max_tokens``; children are sentence packs
-  up to ``max_tokens`` inside each parent and carry the parent's span.
-
-Every chunk keeps its position and character offsets in the source; a sentence or word longer than the
-limit is cut by word pieces, so no chunk exceeds ``limit`` word pieces (``limit`` is what the model can
-embed once special tokens and a prepended title are counted).
+Strategies (``ChunkingSettings.strategy``): ``paragraph`` (paragraphs whole when they fit,
+short ones merged, long ones sentence-packed), ``sentence`` (syntok sentences packed), ``token`` (word-piece
+windows), ``fixed`` (character windows) and ``parent_child`` (sentence packs inside paragraph-pack parents). Every
+chunk keeps its position and character offsets; none exceeds ``limit`` word pieces.
 """
 
 from __future__ import annotations
 
 import bisect
+import hashlib
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
-from hybridsearch.settings import ChunkingSettings
+from hybridsearch.chunker_signature import chunker_signature
+from hybridsearch.index.metadata import typed_metadata
+from hybridsearch.ingest.sources import Document
+from hybridsearch.settings import ChunkingSettings, EmbeddingSettings
 
-# Longest stretch of text handed to the tokenizer / sentence splitter at once; longer paragraphs are cut
-# at whitespace first, so a 50 MB file without blank lines is processed in bounded memory.
+# Longest stretch handed to the tokenizer / sentence splitter at once (longer ones are cut at whitespace first)
 MAX_SEGMENT_CHARS = 20_000
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
 _SPACE = re.compile(r"\s")
@@ -39,15 +32,6 @@ class Tokenizer(Protocol):
     """Anything that maps text to the character spans of its word pieces (special tokens excluded)."""
 
     def offsets(self, text: str) -> list[tuple[int, int]]: ...
-
-
-class WhitespaceTokenizer:
-    """Words and single punctuation marks as tokens: a model-free :class:`Tokenizer` for tests and tools."""
-
-    _TOKEN = re.compile(r"\w+|[^\w\s]", re.UNICODE)
-
-    def offsets(self, text: str) -> list[tuple[int, int]]:
-        return [m.span() for m in self._TOKEN.finditer(text)]
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +47,12 @@ class Chunk:
     parent_end: int | None = None
 
 
-Span = tuple[int, int]
+CharSpan = tuple[int, int]  # (start, end) character offsets into the text being cut
 
 
-def _segments(text: str, start: int = 0, end: int | None = None, *, split_paragraphs: bool = True) -> Iterator[Span]:
+def _segments(text: str, start: int, end: int, *, split_paragraphs: bool = True) -> Iterator[CharSpan]:
     """Non-blank stretches of ``text[start:end]``: paragraphs, each cut to at most MAX_SEGMENT_CHARS."""
-    end = len(text) if end is None else end
-    pieces: Iterator[Span]
+    pieces: Iterator[CharSpan]
     pieces = _paragraphs(text, start, end) if split_paragraphs else iter([(start, end)])
     for s, e in pieces:
         while e - s > MAX_SEGMENT_CHARS:
@@ -81,7 +64,7 @@ def _segments(text: str, start: int = 0, end: int | None = None, *, split_paragr
         yield from _trim(text, s, e)
 
 
-def _paragraphs(text: str, start: int, end: int) -> Iterator[Span]:
+def _paragraphs(text: str, start: int, end: int) -> Iterator[CharSpan]:
     pos = start
     for m in _PARAGRAPH_BREAK.finditer(text, start, end):
         yield pos, m.start()
@@ -89,7 +72,7 @@ def _paragraphs(text: str, start: int, end: int) -> Iterator[Span]:
     yield pos, end
 
 
-def _trim(text: str, s: int, e: int) -> Iterator[Span]:
+def _trim(text: str, s: int, e: int) -> Iterator[CharSpan]:
     while s < e and text[s].isspace():
         s += 1
     while e > s and text[e - 1].isspace():
@@ -98,15 +81,15 @@ def _trim(text: str, s: int, e: int) -> Iterator[Span]:
         yield s, e
 
 
-def _tokens(tok: Tokenizer, text: str, s: int, e: int) -> list[Span]:
+def _tokens(tok: Tokenizer, text: str, s: int, e: int) -> list[CharSpan]:
     return [(a + s, b + s) for a, b in tok.offsets(text[s:e])]
 
 
-def _sentences(text: str, s: int, e: int) -> list[Span]:
+def _sentences(text: str, s: int, e: int) -> list[CharSpan]:
     """Sentence spans of ``text[s:e]`` by syntok (absolute offsets, in order, covering the segment)."""
     from syntok import segmenter
 
-    out: list[Span] = []
+    out: list[CharSpan] = []
     piece = text[s:e]
     for paragraph in segmenter.analyze(piece):
         for sentence in paragraph:
@@ -116,23 +99,16 @@ def _sentences(text: str, s: int, e: int) -> list[Span]:
                 out.append((a + s, b + s))
     if not out:
         return [(s, e)]
-    # extend so the spans cover the segment (syntok may drop stray characters it does not tokenise)
-    fixed: list[Span] = []
-    prev_end = s
-    for i, (a, b) in enumerate(out):
-        a = prev_end if i == 0 else a
-        fixed.append((a, b))
-        prev_end = b
-    last_a, _ = fixed[-1]
-    fixed[-1] = (last_a, e)
-    return [sp for a, b in fixed for sp in _trim(text, a, b)]
+    out[0] = (s, out[0][1])  # cover the segment: syntok may drop stray characters it does not tokenise
+    out[-1] = (out[-1][0], e)
+    return [sp for a, b in out for sp in _trim(text, a, b)]
 
 
-def _count(tokens: Sequence[Span], starts: Sequence[int], s: int, e: int) -> int:
+def _count(starts: Sequence[int], s: int, e: int) -> int:
     return bisect.bisect_left(starts, e) - bisect.bisect_left(starts, s)
 
 
-def _word_starts(tokens: Sequence[Span]) -> list[bool]:
+def _word_starts(tokens: Sequence[CharSpan]) -> list[bool]:
     return [i == 0 or tokens[i][0] > tokens[i - 1][1] for i in range(len(tokens))]
 
 
@@ -145,7 +121,7 @@ def _back_to_word_start(starts: Sequence[bool], i: int, j: int) -> int:
     return k if starts[k] else j
 
 
-def _windows(tokens: Sequence[Span], limit: int, overlap: int) -> Iterator[Span]:
+def _windows(tokens: Sequence[CharSpan], limit: int, overlap: int) -> Iterator[CharSpan]:
     """Windows of at most ``limit`` tokens starting at word starts, consecutive ones sharing ``overlap``."""
     n = len(tokens)
     starts = _word_starts(tokens)
@@ -164,7 +140,7 @@ def _windows(tokens: Sequence[Span], limit: int, overlap: int) -> Iterator[Span]
 
 
 def _pack(units: Sequence[tuple[int, int, int]], limit: int, overlap: int,
-          split: Any) -> Iterator[Span]:
+          split: Any) -> Iterator[CharSpan]:
     """Greedily pack ``(start, end, tokens)`` units up to ``limit`` tokens; a unit over the limit is
     replaced by ``split(start, end)``; the next pack repeats trailing units worth at most ``overlap``."""
     cur: list[tuple[int, int, int]] = []
@@ -199,36 +175,33 @@ class _Cutter:
         self.text, self.tok, self.limit = text, tok, limit
         self.overlap = int(limit * overlap)
 
-    def tokens_of(self, s: int, e: int) -> list[Span]:
-        return _tokens(self.tok, self.text, s, e)
-
-    def by_tokens(self, s: int, e: int, limit: int | None = None) -> Iterator[Span]:
+    def by_tokens(self, s: int, e: int, limit: int | None = None) -> Iterator[CharSpan]:
         limit = limit or self.limit
         overlap = int(limit * self.overlap / self.limit)
         for seg_s, seg_e in _segments(self.text, s, e, split_paragraphs=False):
-            yield from _windows(self.tokens_of(seg_s, seg_e), limit, overlap)
+            yield from _windows(_tokens(self.tok, self.text, seg_s, seg_e), limit, overlap)
 
-    def by_sentences(self, s: int, e: int, limit: int | None = None) -> Iterator[Span]:
+    def by_sentences(self, s: int, e: int, limit: int | None = None) -> Iterator[CharSpan]:
         limit = limit or self.limit
         overlap = int(limit * self.overlap / self.limit)
         for seg_s, seg_e in _segments(self.text, s, e, split_paragraphs=False):
-            toks = self.tokens_of(seg_s, seg_e)
+            toks = _tokens(self.tok, self.text, seg_s, seg_e)
             starts = [t[0] for t in toks]
-            units = [(a, b, _count(toks, starts, a, b)) for a, b in _sentences(self.text, seg_s, seg_e)]
+            units = [(a, b, _count(starts, a, b)) for a, b in _sentences(self.text, seg_s, seg_e)]
             units = [u for u in units if u[2] > 0]
             yield from _pack(units, limit, overlap, lambda a, b, lim=limit: self.by_tokens(a, b, lim))
 
-    def by_paragraphs(self, s: int, e: int, target: int, hard: int) -> Iterator[Span]:
+    def by_paragraphs(self, s: int, e: int, target: int, hard: int) -> Iterator[CharSpan]:
         """Paragraphs that fit ``hard`` stay whole; neighbours merge up to ``target``; longer ones are cut
         into sentence packs of at most ``min(target, hard)`` tokens."""
         units = []
         for a, b in _segments(self.text, s, e):
-            n = len(self.tokens_of(a, b))
+            n = len(_tokens(self.tok, self.text, a, b))
             if n:
                 units.append((a, b, n))
         cut_limit = min(target, hard)
 
-        def pack_with(units_: list[tuple[int, int, int]]) -> Iterator[Span]:
+        def pack_with(units_: list[tuple[int, int, int]]) -> Iterator[CharSpan]:
             yield from _pack(units_, target, 0, lambda a, b: self.by_sentences(a, b, cut_limit))
 
         # A paragraph between target and hard is emitted alone (never merged, never cut).
@@ -242,12 +215,12 @@ class _Cutter:
                 group.append(unit)
         yield from pack_with(group)
 
-    def by_chars(self, s: int, e: int) -> Iterator[Span]:
+    def by_chars(self, s: int, e: int) -> Iterator[CharSpan]:
         """Windows of about ``4 * limit`` characters at token granularity, ending before a word start."""
         size = 4 * self.limit
         step = max(1, size - int(size * self.overlap / self.limit))
         for seg_s, seg_e in _segments(self.text, s, e, split_paragraphs=False):
-            toks = self.tokens_of(seg_s, seg_e)
+            toks = _tokens(self.tok, self.text, seg_s, seg_e)
             ends = [t[1] for t in toks]
             starts = [t[0] for t in toks]
             words = _word_starts(toks)
@@ -267,17 +240,13 @@ class _Cutter:
 
 
 def chunk_text(text: str, cfg: ChunkingSettings, tokenizer: Tokenizer, limit: int) -> Iterator[Chunk]:
-    """Cut ``text`` into chunks by ``cfg.strategy``; lazy, deterministic.
-
-    ``limit`` is the most word pieces a chunk may hold (the model's max sequence length less special
-    tokens and any prepended title); ``cfg.max_tokens`` is the target, capped by ``limit``. Raises
-    ValueError when ``limit`` < 1.
-    """
+    """Cut ``text`` into chunks by ``cfg.strategy`` (lazy, deterministic) of at most ``limit`` word pieces;
+    ``cfg.max_tokens`` is the target. Raises ValueError when ``limit`` < 1."""
     if limit < 1:
         raise ValueError("limit must be at least one word piece")
     target = max(1, min(cfg.max_tokens, limit))
     cutter = _Cutter(text, tokenizer, target, cfg.overlap)
-    spans: Iterator[Span]
+    spans: Iterator[CharSpan]
     if cfg.strategy == "parent_child":
         yield from _parent_child(text, cfg, tokenizer, target)
         return
@@ -305,9 +274,9 @@ def _parent_child(text: str, cfg: ChunkingSettings, tokenizer: Tokenizer, target
             position += 1
 
 
-def _verified(text: str, tokenizer: Tokenizer, spans: Iterator[Span], limit: int, first: int = 0) -> Iterator[Chunk]:
-    """Chunks from spans, re-counting each chunk's own tokens and cutting any that re-tokenises over ``limit``
-    (possible only when a window had to cut inside a very long word)."""
+def _verified(text: str, tokenizer: Tokenizer, spans: Iterator[CharSpan], limit: int,
+              first: int = 0) -> Iterator[Chunk]:
+    """Chunks from spans, cutting any that re-tokenises over ``limit`` (a window cut inside a very long word)."""
     position = first
     for s, e in spans:
         for a, b in _trim(text, s, e):
@@ -346,9 +315,8 @@ def embed_text(title: str | None, text: str, prepend_title: bool) -> str:
 
 def title_cut(tokenizer: Tokenizer, title: str | None, prepend_title: bool, max_seq_length: int,
               special_tokens: int = 2) -> int | None:
-    """Where to cut a title that would take more than :data:`TITLE_SHARE` of the model's window (characters of
-    the title to embed), or None when it fits. Title and text share the window: without the cut, a long title
-    fills it and the model never reads the chunk's text."""
+    """Characters of the title to embed when it would take more than :data:`TITLE_SHARE` of the model's window
+    (else a long title fills it and the model never reads the text), or None when it fits."""
     if not (prepend_title and title and title.strip()):
         return None
     share = int((max_seq_length - special_tokens) * TITLE_SHARE)
@@ -372,10 +340,83 @@ def chunk_embed_text(source: Mapping[str, Any], prepend_title: bool) -> str:
 
 def text_budget(tokenizer: Tokenizer, title: str | None, prepend_title: bool, max_seq_length: int,
                 special_tokens: int = 2) -> int:
-    """Word pieces left for chunk text once special tokens and a prepended ``"title. "`` (already cut to its
-    share, :func:`title_cut`) are counted."""
+    """Word pieces left for chunk text once special tokens and a prepended ``"title. "`` are counted."""
     room = max_seq_length - special_tokens
     if prepend_title and title and title.strip():
         used = len(tokenizer.offsets(embed_text(title, "", True)))
         room -= min(used, room // 2)
     return max(1, room)
+
+
+MAX_ID_BYTES = 512  # Elasticsearch rejects longer _id values
+
+
+def chunk_id(doc_id: str, position: int, signature: str, tenant: str | None = None) -> str:
+    """``[tenant/]doc_id#position@signature``; a doc id too long for ``_id`` is replaced by its sha1."""
+    base = f"{doc_id}#{position}@{signature}"
+    if len(base.encode("utf-8")) > MAX_ID_BYTES - 80:
+        base = f"sha1:{hashlib.sha1(doc_id.encode('utf-8')).hexdigest()}#{position}@{signature}"
+    return f"{tenant}/{base}" if tenant else base
+
+
+def parent_id(doc_id: str, start: int, end: int, signature: str) -> str:
+    """Id of the parent span ``[start, end)`` of ``doc_id`` (stable across runs of one chunker)."""
+    return chunk_id(doc_id, start, signature).replace(f"#{start}@", f"#p{start}-{end}@", 1)
+
+
+def section_leaders(chunks: Sequence[Chunk], max_words: int) -> dict[int, CharSpan]:
+    """BM25 sections of one document: runs of consecutive chunks of about ``max_words`` words (a longer chunk is a
+    section of its own). Maps the index of each section's first chunk to the section's character span."""
+    leaders: dict[int, CharSpan] = {}
+    first, words = 0, 0
+    for i, c in enumerate(chunks):
+        n = len(c.text.split())
+        if i > first and words + n > max_words:
+            leaders[first] = (chunks[first].char_start, chunks[i - 1].char_end)
+            first, words = i, 0
+        words += n
+    if chunks:
+        leaders[first] = (chunks[first].char_start, chunks[-1].char_end)
+    return leaders
+
+
+def document_chunks(d: Document, chunking: ChunkingSettings, embedding: EmbeddingSettings, tenant: str | None,
+                    tokenizer: Tokenizer, max_seq_length: int, section_words: int | None = None,
+                    metadata_fields: Mapping[str, str] | None = None,
+                    ) -> Iterator[tuple[dict[str, Any], str]]:
+    """``(chunk document without its vector, text to embed)`` for each chunk of ``d``: what ingestion and
+    re-chunking write.
+
+    With ``section_words`` the first chunk of each BM25 section (:func:`section_leaders`) carries the section's
+    text and title (``section_text``, ``section_title``). Every chunk records ``doc_chunks`` (so a reader can tell a
+    whole version from part of one), ``title_cut`` when the title was cut for embedding, and ``meta``: the keys of
+    ``metadata_fields`` (the index's typed metadata) converted; a value that does not convert raises ValueError
+    for the whole document, before any chunk is made.
+    """
+    typed = typed_metadata(d.metadata, metadata_fields) if metadata_fields else {}
+    signature = chunker_signature(chunking)
+    cut = title_cut(tokenizer, d.title, embedding.prepend_title, max_seq_length)  # the body always gets its share
+    title = cut_title(d.title, cut)
+    limit = text_budget(tokenizer, title, embedding.prepend_title, max_seq_length)
+    stamp = datetime.now(UTC).isoformat()
+    chunks = list(chunk_text(d.text, chunking, tokenizer, limit))
+    leaders = section_leaders(chunks, section_words) if section_words is not None else {}
+    for i, c in enumerate(chunks):
+        src: dict[str, Any] = {
+            "doc_id": d.doc_id, "chunk_id": chunk_id(d.doc_id, c.position, signature, tenant),
+            "position": c.position, "doc_chunks": len(chunks), "char_start": c.char_start, "char_end": c.char_end,
+            "title": d.title, "text": c.text, "source": d.source, "content_hash": d.content_hash, "tenant": tenant,
+            "ingested_at": stamp, "metadata": d.metadata,
+        }
+        if typed:
+            src["meta"] = typed
+        if cut is not None:
+            src["title_cut"] = cut
+        if c.parent_start is not None and c.parent_end is not None:
+            src.update(parent_id=parent_id(d.doc_id, c.parent_start, c.parent_end, signature),
+                       parent_text=d.text[c.parent_start:c.parent_end],
+                       parent_start=c.parent_start, parent_end=c.parent_end)
+        if i in leaders:
+            start, end = leaders[i]
+            src.update(section_title=d.title, section_text=d.text[start:end])
+        yield src, embed_text(title, c.text, embedding.prepend_title)

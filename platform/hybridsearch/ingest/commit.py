@@ -1,29 +1,10 @@
 """The write protocol: each chunk written once, a document seen whole or not at all.
 
-For every new or changed document, in order (:mod:`.prepare`, :mod:`.pipeline`):
-
-1. **Look up** its stored chunks (:func:`stored_chunks`, the writer's own read, hidden chunks included): their
-   ids, and which already hold this version (same ``content_hash``; a chunk ``_id`` names the document,
-   position and chunker, so such a chunk is exactly what would be written again: an interrupted run's work,
-   reused and not embedded again).
-2. **Hide** the document once it is chunked (:meth:`.lease.Lease.hide`: its ``doc_id`` joins the state
-   document's ``hidden`` list, which every reader excludes: :mod:`hybridsearch.index.visibility`). One
-   compare-and-set per group of documents. A document that cannot be chunked (e.g. a typed metadata value that
-   does not convert) is dead-lettered without being hidden: its old version stays visible.
-3. **Write** each missing chunk once, an ordinary ``index`` action under its stable ``_id`` (a changed
-   document's chunks are overwritten in place, unseen).
-4. **Finish** it once every chunk is acknowledged (:func:`finish`): delete the chunks of the old version beyond
-   the new one's end, refresh the index so every chunk is searchable, then show the documents of the batch in
-   one compare-and-set. A document with a failed chunk or delete stays hidden, unless no chunk of its new
-   version reached the index: then it is shown again as it was (its old version, or nothing).
-
-Why this design (``docs/architecture.md`` weighs the others): no chunk is written twice and no deleted copies
-are left for a merge to clean up (the earlier protocol wrote every chunk staged and again visible: 2 bulk items
-per chunk, half the index deleted copies until a forced merge); the switch to visible is one real-time
-document update, so a document appears at once on every shard, with no refresh window where part of it
-shows; and a crash at any moment leaves the document hidden, never half shown: the lease's next holder adopts
-it and repairs it (rewrites it from its source when the run has it, or shows it when every chunk is there:
-:func:`whole_documents`).
+For every new or changed document: **look up** its stored chunks (:func:`stored_chunks`; a chunk already holding
+this version is reused), **hide** it (:meth:`.lease.Lease.hide`) once it is chunked, **write** each missing chunk
+once under its stable ``_id``, and **finish** it once every chunk is acknowledged (:func:`finish`: delete the old
+version's surplus chunks, refresh, show it). A crash at any moment leaves it hidden, never half shown; the lease's
+next holder adopts and repairs it (:func:`whole_documents`). ``docs/architecture.md`` weighs the alternatives.
 """
 
 from __future__ import annotations
@@ -51,15 +32,20 @@ class Stored:
 
 @dataclass
 class WrittenDocument:
-    """A document whose new version's chunks are all written: their ``ids`` in position order, and the chunks the
-    index held before (``stored``)."""
+    """A document whose new version's chunks (``ids``, in position order) are all written; ``stored``: what the
+    index held before."""
 
     doc_id: str
     ids: list[str]
     stored: Stored
 
 
-def _doc_filter(doc_ids: list[str], tenant: str | None) -> list[dict[str, Any]]:
+def refresh(es: EngineClient, index: str) -> None:
+    with engine_errors(f"refresh {index}"):
+        es.send(request.refresh(index))
+
+
+def doc_filter(doc_ids: list[str], tenant: str | None) -> list[dict[str, Any]]:
     flt: list[dict[str, Any]] = [{"terms": {"doc_id": doc_ids}}]
     if tenant:
         flt.append({"term": {"tenant": tenant}})
@@ -69,7 +55,7 @@ def _doc_filter(doc_ids: list[str], tenant: str | None) -> list[dict[str, Any]]:
 def _scan_docs(es: EngineClient, index: str, doc_ids: list[str], tenant: str | None,
                fields: list[str]) -> Iterable[dict[str, Any]]:
     """Every chunk of ``doc_ids`` in ``index``, hidden ones included: the writer's own read (refresh first)."""
-    query = {"query": {"bool": {"filter": _doc_filter(doc_ids, tenant)}}, "_source": fields}
+    query = {"query": {"bool": {"filter": doc_filter(doc_ids, tenant)}}, "_source": fields}
     with engine_errors("look up stored chunks"):
         yield from es.scan(index=index, query=query, size=1000)
 
@@ -91,8 +77,7 @@ def stored_chunks(es: EngineClient, index: str, hashes: dict[str, str], tenant: 
 
 def whole_documents(es: EngineClient, index: str, doc_ids: Iterable[str], tenant: str | None) -> set[str]:
     """Those of ``doc_ids`` whose stored chunks form one whole version: one ``content_hash``, positions
-    ``0..n-1`` with ``n`` the ``doc_chunks`` every chunk records. (A document an interrupted run left half
-    written is not whole; neither is one whose chunks predate ``doc_chunks``.)"""
+    ``0..n-1`` with ``n`` the ``doc_chunks`` every chunk records."""
     ids = sorted(set(doc_ids))
     seen: dict[str, list[tuple[int, str, Any]]] = {d: [] for d in ids}
     for start in range(0, len(ids), 500):
@@ -111,19 +96,16 @@ def whole_documents(es: EngineClient, index: str, doc_ids: Iterable[str], tenant
 
 def finish(es: EngineClient, index: str, lease: Lease, docs: list[WrittenDocument], cfg: IngestSettings, *,
            untouched: Sequence[str] = ()) -> tuple[WriteReport, set[str]]:
-    """Delete the old versions' chunks beyond the new ends, refresh, and show ``docs`` (all written) and
-    ``untouched`` (documents that failed before any chunk of their new version reached the index: what the index
-    holds of them is their old version, whole, or nothing) in one compare-and-set. Returns the deletes and the ids
-    of documents that stay hidden (a surplus chunk that could not be deleted would show next to the new version).
-    Raises LeaseLost (the documents then stay hidden)."""
+    """Delete the old versions' chunks beyond the new ends, refresh, and show ``docs`` and ``untouched`` (failed
+    before any chunk of their new version was written) in one compare-and-set. Returns the deletes and the ids of
+    documents that stay hidden (a surplus chunk not deleted). Raises LeaseLost."""
     surplus = [(i, s.doc_id) for s in docs for i in sorted(s.stored.ids - set(s.ids))]
     deletes = write_actions(es, [{"_op_type": "delete", "_index": index, "_id": i, "_doc_id": d}
                                  for i, d in surplus], cfg) if surplus else WriteReport()
     broken = {f.doc_id for f in deletes.failures}
     done = [s.doc_id for s in docs if s.doc_id not in broken] + list(untouched)
     if done:
-        with engine_errors(f"refresh {index}"):
-            es.send(request.refresh(index))
+        refresh(es, index)
         lease.show(done)
     return deletes, broken
 
@@ -136,11 +118,9 @@ def existing_chunk_ids(es: EngineClient, index: str, doc_ids: list[str], tenant:
 
 def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClient | None = None,
                      lease: Lease | None = None) -> int:
-    """Delete every chunk of ``doc_ids`` (visible or hidden) from the indices behind the read alias, and drop them
-    from the documents a stopped run left hidden; returns chunks deleted. Unknown ids delete nothing. Under an
-    ingest ``lease`` (a sync) the documents are hidden first, so each disappears whole, and a run that stops
-    part way leaves them hidden for the lease's next holder. Raises AccessDenied before deleting anything when
-    the credentials may not, LeaseLost, ClusterError otherwise."""
+    """Delete every chunk of ``doc_ids`` (visible or hidden) from the indices behind the read alias and drop them
+    from the ``unfinished`` hold; returns chunks deleted. Under an ingest ``lease`` (a sync) they are hidden first,
+    so each disappears whole. Raises AccessDenied before deleting anything, LeaseLost, ClusterError."""
     es = es or connect(settings.es)
     require_privileges(es, chunk_names(settings.index), ("read", "delete"),
                        f"delete documents of prefix {settings.index.prefix}")
@@ -152,8 +132,7 @@ def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClien
         lease.hide(ids)
     deleted = 0
     for index in targets:
-        with engine_errors(f"refresh {index}"):
-            es.send(request.refresh(index))
+        refresh(es, index)
         for start in range(0, len(ids), 500):
             found = existing_chunk_ids(es, index, ids[start:start + 500], settings.index.tenant)
             rep = write_actions(es, [{"_op_type": "delete", "_index": index, "_id": i, "_doc_id": d}
@@ -161,9 +140,8 @@ def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClien
             if rep.failures:
                 raise ClusterError(f"{len(rep.failures)} chunks could not be deleted: {rep.failures[0].reason}")
             deleted += rep.deleted
-        with engine_errors(f"refresh {index}"):
-            es.send(request.refresh(index))
-    forget_documents(es, settings.index.ingest_state, ids)
+        refresh(es, index)
+    forget_documents(es, settings.index, ids)
     if lease is not None:
         lease.show(ids)  # nothing is left of them: drop them from the lease's hidden list
     return deleted

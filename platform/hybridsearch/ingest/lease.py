@@ -6,24 +6,16 @@
      "holds":   {"<run id>": [doc ids being written], "unfinished": [doc ids a stopped run left half written]},
      "hidden":  [every doc id of every hold]}        <- what readers exclude (:mod:`hybridsearch.index.visibility`)
 
-Every change is a compare-and-set (``if_seq_no``/``if_primary_term``, retried on 409), so runs on several
-machines never lose each other's updates, and a reader's real-time GET sees each change at once.
-
-**The lease.** A run takes the lease before it writes anything. Two live runs of one prefix collide when
-their document sets overlap: an unsharded run overlaps everything; ``--shard i/N`` workers overlap only a
-worker of another N or the same i. A colliding run waits (``wait_s``) or is refused with
-:class:`~hybridsearch.errors.IngestLocked` naming the holder. The holder's one heartbeat thread renews
-``heartbeat_at`` every :data:`HEARTBEAT_S` seconds and then refreshes the run's record (``on_beat``,
-:class:`hybridsearch.ingest.runs.RunRecord`); a lease older than :data:`LEASE_S` seconds, or one whose process
-is gone from this host, is dead (:func:`is_dead`, the one rule), and the next run takes it over: it *adopts*
-the dead run's holds that fall in its shard (those documents were being written when the run died), repairs
-them (:mod:`.pipeline`) and records the dead run as ``killed``. A run checks its lease before writing each
-batch (:meth:`Lease.check`); one whose lease was taken over, or whose state document or index was deleted,
-stops there with :class:`~hybridsearch.errors.LeaseLost`, before writing another chunk.
+Every change is a compare-and-set (``if_seq_no``/``if_primary_term``, retried on 409) through the write alias
+``<prefix>-write-ingest-state`` with ``require_alias``, so no write creates a deleted index. Two live runs collide
+when their shards overlap (:func:`overlaps`); the holder's one heartbeat thread renews ``heartbeat_at`` and
+refreshes the run's record; :func:`is_dead` is the one dead-run rule, and the next run takes a dead lease over and
+adopts its holds. A run checks its lease before each batch and stops with LeaseLost once it is gone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import socket
@@ -37,10 +29,11 @@ from typing import Any
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, request, status_of
-from hybridsearch.errors import ClusterError, IndexNotFound, IngestLocked, LeaseLost
+from hybridsearch.errors import ClusterError, IndexMismatch, IndexNotFound, IngestLocked, LeaseLost
+from hybridsearch.index.spec import write_alias_name
 from hybridsearch.index.visibility import HIDDEN_PATH, STATE_ID
-from hybridsearch.ingest.ids import parse_shard, shard_of
 from hybridsearch.ingest.runs import now
+from hybridsearch.settings import IndexSettings
 
 log = logging.getLogger(__name__)
 
@@ -71,8 +64,8 @@ def pid_alive(pid: int) -> bool:
 
 
 def is_dead(lease: dict[str, Any], host: str, at: datetime) -> bool:
-    """The one rule for a dead run: whether the run holding ``lease`` (its state-document entry) can no longer
-    finish: its heartbeat is older than :data:`LEASE_S`, or it ran on this host and its process is gone."""
+    """The one dead-run rule: the heartbeat of ``lease`` (a state-document entry) is older than :data:`LEASE_S`,
+    or it ran on this host and its process is gone."""
     beat = lease.get("heartbeat_at") or lease.get("started_at")
     try:
         last = datetime.fromisoformat(str(beat))
@@ -81,6 +74,24 @@ def is_dead(lease: dict[str, Any], host: str, at: datetime) -> bool:
     if at - last > timedelta(seconds=LEASE_S):
         return True
     return lease.get("host") == host and not pid_alive(int(lease.get("pid") or 0))
+
+
+def shard_of(doc_id: str, n: int) -> int:
+    """Which of ``n`` shards ``doc_id`` falls in: the same on every machine and every run."""
+    if n <= 1:
+        return 0
+    return int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest(), "big") % n
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/N"`` → ``(i, N)``; raises ValueError unless 0 <= i < N."""
+    try:
+        i, n = (int(p) for p in text.split("/"))
+    except ValueError:
+        raise ValueError(f"shard {text!r} is not i/N, e.g. 0/4") from None
+    if not (n >= 1 and 0 <= i < n):
+        raise ValueError(f"shard {text!r}: need 0 <= i < N")
+    return i, n
 
 
 def shard_text(shard: Shard) -> str | None:
@@ -124,8 +135,8 @@ class State:
 
 @dataclass
 class Takeover:
-    """What :meth:`Lease.acquire` found: the dead runs whose lease it took over and the documents it adopted
-    (hidden by a run that stopped before they were whole, and in this run's shard)."""
+    """The dead runs whose lease :meth:`Lease.acquire` took over, and the unfinished documents of this run's
+    shard it adopted."""
 
     dead_runs: list[str] = field(default_factory=list)
     adopted: set[str] = field(default_factory=set)
@@ -135,10 +146,11 @@ class _Conflict(Exception):
     """Another writer changed the state document between this read and this write."""
 
 
-def change_state(es: EngineClient, index: str, what: str, mutate: Callable[[State], bool]) -> State:
-    """Read the state document of ``index``, let ``mutate`` change it (False: nothing to write) and write it back
-    only if nobody wrote meanwhile (compare-and-set on its sequence number); read again and retried on 409
-    (``tenacity``; the engine client itself retries the retried statuses)."""
+def change_state(es: EngineClient, cfg: IndexSettings, what: str, mutate: Callable[[State], bool]) -> State:
+    """Read the prefix's state document, let ``mutate`` change it (False: nothing to write) and write it back only
+    if nobody wrote meanwhile (compare-and-set), read again and retried on 409. Raises IndexNotFound when the state
+    index is gone (no write creates it), IndexMismatch when it has no write alias."""
+    index, alias = cfg.ingest_state, str(write_alias_name(cfg, "ingest_state"))
 
     def once() -> State:
         with engine_errors(f"read {index}"):
@@ -149,10 +161,10 @@ def change_state(es: EngineClient, index: str, what: str, mutate: Callable[[Stat
         with engine_errors(f"{what} in {index}"):
             try:
                 if got is None:
-                    es.send(request.put_doc(index, STATE_ID, state.doc(), op_type="create"))
+                    es.send(request.put_doc(alias, STATE_ID, state.doc(), op_type="create", require_alias=True))
                 else:
-                    es.send(request.put_doc(index, STATE_ID, state.doc(), if_seq_no=got["_seq_no"],
-                                            if_primary_term=got["_primary_term"]))
+                    es.send(request.put_doc(alias, STATE_ID, state.doc(), if_seq_no=got["_seq_no"],
+                                            if_primary_term=got["_primary_term"], require_alias=True))
                 return state
             except API_ERRORS as exc:
                 if status_of(exc) != 409:
@@ -165,20 +177,24 @@ def change_state(es: EngineClient, index: str, what: str, mutate: Callable[[Stat
         return tries(once)
     except _Conflict:
         raise ClusterError(f"could not {what} in {index}: {CAS_TRIES} concurrent updates in a row") from None
+    except IndexNotFound:
+        with engine_errors(f"read {index}"):
+            if not es.send(request.index_exists(index)):
+                raise
+        raise IndexMismatch(f"the ingest state index {index} has no write alias {alias}", index=index,
+                            fix="Run `hsp ingest` (or `hsp index create`) for this prefix once: it adds the alias"
+                            ) from None
 
 
 class Lease:
     """One run's lease on a prefix and the documents it hides. Thread-safe; :meth:`release` when done.
+    ``on_beat`` runs in the heartbeat thread after each renewal, ``on_lost`` there once the lease is found lost."""
 
-    ``on_beat`` runs in the heartbeat thread after each renewal (the run record), ``on_lost`` there once the lease
-    is found lost."""
-
-    def __init__(self, es: EngineClient, state_index: str, run_id: str, shard: Shard = None, *,
-                 heartbeat_s: float | None = None, on_lost: Callable[[LeaseLost], None] | None = None,
-                 on_beat: Callable[[], None] | None = None) -> None:
-        self.es, self.index, self.run_id, self.shard = es, state_index, run_id, shard
-        self.heartbeat_s = HEARTBEAT_S if heartbeat_s is None else heartbeat_s
-        self.on_lost, self.on_beat = on_lost, on_beat
+    def __init__(self, es: EngineClient, cfg: IndexSettings, run_id: str, shard: Shard = None) -> None:
+        self.es, self.cfg, self.index, self.run_id, self.shard = es, cfg, cfg.ingest_state, run_id, shard
+        self.heartbeat_s = HEARTBEAT_S
+        self.on_lost: Callable[[LeaseLost], None] | None = None
+        self.on_beat: Callable[[], None] | None = None
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.started_at = now()
         self._stop = threading.Event()
@@ -188,7 +204,7 @@ class Lease:
 
     def _change(self, what: str, mutate: Callable[[State], bool]) -> State:
         try:
-            return change_state(self.es, self.index, what, mutate)
+            return change_state(self.es, self.cfg, what, mutate)
         except IndexNotFound as exc:
             if not self.held:
                 raise
@@ -207,8 +223,6 @@ class Lease:
             raise self._lose(f"run {self.run_id} no longer holds its ingest lease on {self.index} (another run "
                              "took it over after its heartbeat stopped, or the state document was deleted)")
         return lease
-
-    # ---- the lease
 
     def _entry(self) -> dict[str, Any]:
         return {"shard": shard_text(self.shard), "host": self.host, "pid": self.pid, "started_at": self.started_at,
@@ -287,9 +301,8 @@ class Lease:
         self._change("check the ingest lease", read)
 
     def release(self) -> list[str]:
-        """Give the lease up; documents still held (not whole: a failed chunk, an interrupted run) move to the
-        ``unfinished`` hold, stay hidden and are adopted by the next run. Returns them. A lease already lost is
-        left as it is (nothing to give up)."""
+        """Give the lease up; returns the documents still held (not whole), which move to the ``unfinished`` hold
+        for the next run to adopt. A lease already lost is left as it is."""
         self._stop.set()
         if self._beat is not None:
             self._beat.join()
@@ -313,40 +326,31 @@ class Lease:
             self.held = False
         return sorted(set(left))
 
-    # ---- hiding documents
-
     def hide(self, doc_ids: Iterable[str]) -> None:
         """Hide ``doc_ids`` from every reader (before the first of their chunks is written). Raises LeaseLost."""
-        ids = set(doc_ids)
-        if not ids:
-            return
-
-        def add(state: State) -> bool:
-            self._mine(state)
-            have = set(state.holds.get(self.run_id, []))
-            if ids <= have:
-                return False
-            state.holds[self.run_id] = sorted(have | ids)
-            return True
-
-        self._change("hide documents being written", add)
+        self._hold(set(doc_ids), add=True)
 
     def show(self, doc_ids: Iterable[str]) -> None:
-        """Make ``doc_ids`` visible again: every chunk of them is written and the index refreshed. Raises
-        LeaseLost (they then stay hidden, for the run that took over)."""
-        ids = set(doc_ids)
-        if not ids:
-            return
+        """Make ``doc_ids`` visible again (every chunk written, the index refreshed). Raises LeaseLost."""
+        self._hold(set(doc_ids), add=False)
 
-        def drop(state: State) -> bool:
+    def _hold(self, ids: set[str], add: bool) -> None:
+        def change(state: State) -> bool:
             self._mine(state)
-            have = state.holds.get(self.run_id, [])
-            if not ids & set(have):
-                return False
-            state.holds[self.run_id] = [d for d in have if d not in ids]
-            return True
+            return _rehold(state, self.run_id, ids, add)
 
-        self._change("show written documents", drop)
+        if ids:
+            self._change("hide documents being written" if add else "show written documents", change)
+
+
+def _rehold(state: State, hold: str, ids: set[str], add: bool) -> bool:
+    """Add ``ids`` to ``hold`` (or drop them from it); False when that changes nothing."""
+    have = set(state.holds.get(hold, []))
+    new = have | ids if add else have - ids
+    if new == have:
+        return False
+    state.holds[hold] = sorted(new)
+    return True
 
 
 def hidden_documents(es: EngineClient, state_index: str) -> dict[str, list[str]]:
@@ -358,21 +362,13 @@ def hidden_documents(es: EngineClient, state_index: str) -> dict[str, list[str]]
     return {k: v for k, v in State.of(got["_source"] if got else None).holds.items() if v}
 
 
-def forget_documents(es: EngineClient, state_index: str, doc_ids: Iterable[str]) -> None:
+def forget_documents(es: EngineClient, cfg: IndexSettings, doc_ids: Iterable[str]) -> None:
     """Drop ``doc_ids`` from the ``unfinished`` hold (their chunks were deleted: nothing is left to hide)."""
     ids = set(doc_ids)
-    with engine_errors(f"read {state_index}"):
-        if not ids or not es.send(request.index_exists(state_index)):
+    with engine_errors(f"read {cfg.ingest_state}"):
+        if not ids or not es.send(request.index_exists(cfg.ingest_state)):
             return
-
-    def drop(state: State) -> bool:
-        have = state.holds.get(UNFINISHED, [])
-        if not ids & set(have):
-            return False
-        state.holds[UNFINISHED] = [d for d in have if d not in ids]
-        return True
-
-    change_state(es, state_index, "forget deleted documents", drop)
+    change_state(es, cfg, "forget deleted documents", lambda state: _rehold(state, UNFINISHED, ids, False))
 
 
 def _locked(index: str, run: str, lease: dict[str, Any]) -> IngestLocked:

@@ -1,17 +1,10 @@
 """The ingest pipeline: read → look up → chunk → embed → bulk-write, with bounded queues between stages.
 
-Reading, change detection (one search per batch of documents) and chunking run in a *prepare* thread
-(:mod:`.prepare`); the embedder runs in the calling thread (or in ``workers`` processes) and bulk writes in
-a *writer* thread (:mod:`.stage`, the embed-and-write stage migrations use too), so the embedder never
-waits on the network while the queues (``ingest.queue_size`` batches) hold work. Every document is
-accounted for: indexed, unchanged (same ``content_hash``, skipped without re-embedding) or failed with a
-dead-letter record. Chunk ``_id`` = ``doc_id#position@chunker``, so a re-run rewrites nothing and resumes
-where an interrupted run stopped. The run first takes the prefix's ingest lease (:mod:`.lease`), so two runs
-never write the same documents at once, and checks it before writing each batch (a lost lease stops the run
-there: ``lease_lost``); each document is hidden while its chunks are written once, and shown whole
-(:mod:`.commit`). Documents a stopped run left hidden are adopted and repaired. The run is recorded from its
-start (:mod:`.runs`, kept current by the lease's heartbeat), so a run killed outright is recorded as ``killed``
-by the one that takes its lease over.
+Reading, change detection and chunking run in a *prepare* thread (:mod:`.prepare`); the embedder runs in the
+calling thread (or ``ingest.workers`` processes) and bulk writes in a writer thread (:class:`.writer.EmbedWriter`).
+Every document is accounted for: indexed, unchanged (same ``content_hash``) or dead-lettered. The run takes the
+prefix's ingest lease (:mod:`.lease`) first and checks it before each batch; each document is hidden while its
+chunks are written and shown whole (:mod:`.commit`); the run is recorded from its start (:mod:`.runs`).
 """
 
 from __future__ import annotations
@@ -23,6 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,19 +27,14 @@ from hybridsearch.errors import ConfigError, HybridSearchError, IngestError, Lea
 from hybridsearch.index.metadata import metadata_fields_of
 from hybridsearch.index.spec import section_words_of
 from hybridsearch.index.versions import ensure_index, index_mapping, read_alias
-from hybridsearch.ingest.commit import WrittenDocument, finish, whole_documents
-from hybridsearch.ingest.commit import delete_documents as delete_documents
-from hybridsearch.ingest.commit import existing_chunk_ids as existing_chunk_ids
-from hybridsearch.ingest.layout import now
+from hybridsearch.ingest.commit import WrittenDocument, delete_documents, existing_chunk_ids, finish, whole_documents
 from hybridsearch.ingest.lease import Lease
-from hybridsearch.ingest.prepare import Preparer
-from hybridsearch.ingest.runs import IngestResult, RunRecord
+from hybridsearch.ingest.prepare import DONE, Batch, Preparer, RunState, WorkDoc
+from hybridsearch.ingest.runs import IngestResult, RunRecord, now
 from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, read_path
-from hybridsearch.ingest.stage import EmbedWriter
-from hybridsearch.ingest.state import DONE, Batch, RunState, WorkDoc
 from hybridsearch.ingest.sync import owned_documents, plan_sync, refusal, source_root, stale, too_many
-from hybridsearch.ingest.writer import WriteReport
-from hybridsearch.progress import ProgressSink
+from hybridsearch.ingest.writer import EmbedWriter, ProcessPoolEncoder, WriteReport
+from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.settings import EmbeddingSettings, Settings
 
 log = logging.getLogger(__name__)
@@ -53,59 +42,46 @@ log = logging.getLogger(__name__)
 Input = str | Path | Iterable[Document | SourceFailure]
 
 
-def _iter_input(documents: Input, fields: RecordFields | None) -> Iterator[Document | SourceFailure]:
-    if isinstance(documents, str | Path):
-        return read_path(documents, fields)
-    return iter(documents)
+def _embed_failed(run: RunState, batch: Batch, exc: Exception) -> None:
+    """Dead-letter every chunk of a batch the embedder refused; the run goes on."""
+    for src in batch.sources:
+        run.failed_docs.add(src["doc_id"])
+        run.dead.write(doc_id=src["doc_id"], chunk_id=src["chunk_id"], stage="embed",
+                       reason=f"embedding failed: {type(exc).__name__}: {exc}", source=src["source"])
+    run.count(failed=len(batch.sources))
 
 
-class _Committer:
-    """Ingest stage 3, in the writer thread after each batch is written: count, dead-letter, commit."""
+def _written(run: RunState, batch: Batch, report: WriteReport) -> None:
+    """Ingest stage 3, in the writer thread after each batch is written: count, dead-letter, finish."""
+    by_id = dict(zip(batch.ids, batch.sources, strict=True))
+    run.written_docs.update(by_id[i]["doc_id"] for i in report.ok_ids if i in by_id)
+    for f in report.failures:
+        run.failed_docs.add(f.doc_id)
+        run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f.reason, stage="write",
+                       status=f.status, source=by_id.get(f.chunk_id, {}).get("source"))
+    run.count(chunks=len(batch.ids), indexed=report.created, updated=report.updated,
+              failed=len(report.failures), retried=report.retried)
+    _finalize(run, batch.finals)
 
-    def __init__(self, run: RunState) -> None:
-        self.run = run
 
-    def embed_failed(self, batch: Batch, exc: Exception) -> None:
-        """Dead-letter every chunk of a batch the embedder refused; the run goes on."""
-        run = self.run
-        for src in batch.sources:
-            run.failed_docs.add(src["doc_id"])
-            run.dead.write(doc_id=src["doc_id"], chunk_id=src["chunk_id"], stage="embed",
-                           reason=f"embedding failed: {type(exc).__name__}: {exc}", source=src["source"])
-        run.count(failed=len(batch.sources))
-
-    def written(self, batch: Batch, report: WriteReport) -> None:
-        run = self.run
-        by_id = dict(zip(batch.ids, batch.sources, strict=True))
-        run.written_docs.update(by_id[i]["doc_id"] for i in report.ok_ids if i in by_id)
-        for f in report.failures:
-            run.failed_docs.add(f.doc_id)
-            run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f.reason, stage="write",
-                           status=f.status, source=by_id.get(f.chunk_id, {}).get("source"))
-        run.count(chunks=len(batch.ids), indexed=report.created, updated=report.updated,
-                  failed=len(report.failures), retried=report.retried)
-        self._finalize(batch.finals)
-
-    def _finalize(self, finals: list[WorkDoc]) -> None:
-        """Finish the documents whose chunks are all written (:func:`.commit.finish`). A failed document none of
-        whose new chunks reached the index is shown again as it was (its old version, or nothing); one with part of
-        its new version written stays hidden (a re-run writes what is missing and shows it)."""
-        run = self.run
-        if not finals:
-            return
-        failed = [f for f in finals if f.doc.doc_id in run.failed_docs]
-        if failed:
-            run.count(documents_failed=len(failed))
-        good = [WrittenDocument(f.doc.doc_id, f.ids, f.stored) for f in finals
-                if f.doc.doc_id not in run.failed_docs]
-        deletes, broken = finish(run.es, run.index, run.lease, good, run.settings.ingest,
-                                 untouched=[f.doc.doc_id for f in failed if run.untouched(f)])
-        run.written_docs.difference_update(f.doc.doc_id for f in finals)  # done with: the set holds those in flight
-        for f in deletes.failures:
-            run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"old chunk not deleted (the document stays "
-                           f"hidden): {f.reason}", stage="delete", status=f.status)
-        run.count(deleted=deletes.deleted, documents_indexed=len(good) - len(broken), documents_failed=len(broken),
-                  repaired=sum(1 for g in good if g.doc_id in run.adopted and g.doc_id not in broken))
+def _finalize(run: RunState, finals: list[WorkDoc]) -> None:
+    """Finish the documents whose chunks are all written; a failed one is shown again as it was when none of
+    its new chunks reached the index, else it stays hidden for a re-run."""
+    if not finals:
+        return
+    failed = [f for f in finals if f.doc.doc_id in run.failed_docs]
+    if failed:
+        run.count(documents_failed=len(failed))
+    good = [WrittenDocument(f.doc.doc_id, f.ids, f.stored) for f in finals
+            if f.doc.doc_id not in run.failed_docs]
+    deletes, broken = finish(run.es, run.index, run.lease, good, run.settings.ingest,
+                             untouched=[f.doc.doc_id for f in failed if run.untouched(f)])
+    run.written_docs.difference_update(f.doc.doc_id for f in finals)  # done with: the set holds those in flight
+    for f in deletes.failures:
+        run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"old chunk not deleted (the document stays "
+                       f"hidden): {f.reason}", stage="delete", status=f.status)
+    run.count(deleted=deletes.deleted, documents_indexed=len(good) - len(broken), documents_failed=len(broken),
+              repaired=sum(1 for g in good if g.doc_id in run.adopted and g.doc_id not in broken))
 
 
 def _check_embedder(embedder: Embedder, want: EmbeddingSettings) -> None:
@@ -123,22 +99,13 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
                wait_s: float | None = None, sync: bool = False, force: bool = False) -> IngestResult:
     """Ingest ``documents`` (a path, or Documents) into the chunk index; returns the run's counts.
 
-    Ensures the index (checking its mapping against the settings: IndexMismatch; an alias over several
-    indices: AliasConflict), takes the prefix's ingest lease (waiting up to ``wait_s`` seconds, default
-    ``ingest.lease_wait_s``, for a colliding
-    run, else IngestLocked naming it; dead runs' leases are taken over and their unfinished documents
-    repaired), skips unchanged documents, writes new and changed ones (each hidden until all of it is written),
-    dead-letters what fails and records the run in ``<prefix>-ingest-runs`` from its start (marking runs that
-    died unrecorded as ``killed``). ``shard=(i, n)`` keeps only documents whose id hashes to ``i`` of ``n``. On
-    Ctrl-C or SIGTERM the run stops after the batches in flight and returns with ``status="interrupted"``.
-    ``progress`` receives the run's counts as events (task ``ingest``).
-
-    ``sync`` (``documents`` must be a path) also deletes the documents recorded as read from that path that it no
-    longer yields (:mod:`.sync`), under the lease, once everything else is written, and only when the source was
-    read whole (else ``sync_withheld`` says why). A sync that would delete more than ``ingest.sync_max_delete`` of
-    the source's documents raises ConfigError before writing anything, unless ``force``.
-    Raises ClusterUnavailable when the cluster stays unreachable, ConfigError for a bad shard, IngestError (the
-    cause chained) when something unexpected failed inside the run.
+    Ensures the index (IndexMismatch, AliasConflict), takes the prefix's ingest lease (waiting up to ``wait_s``,
+    default ``ingest.lease_wait_s``, else IngestLocked), skips unchanged documents, writes the others, dead-letters
+    what fails and records the run. ``shard=(i, n)`` keeps the documents whose id hashes to ``i`` of ``n``. Ctrl-C or
+    SIGTERM stops after the batches in flight (``status="interrupted"``). ``progress`` gets events (task ``ingest``).
+    ``sync`` (a path) also deletes the documents read from it before that it no longer yields, when it was read
+    whole; one deleting more than ``ingest.sync_max_delete`` raises ConfigError before writing, unless ``force``.
+    Raises ClusterUnavailable, ConfigError, IngestError (the cause chained) when something unexpected failed.
     """
     if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
         raise ConfigError(f"shard {shard[0]}/{shard[1]} is not i/N with 0 <= i < N")
@@ -158,7 +125,7 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
                           source=str(documents) if isinstance(documents, str | Path) else "<documents>",
                           shard=f"{shard[0]}/{shard[1]}" if shard else None, started_at=now(),
                           model=settings.embedding.model, chunker=chunker_signature(settings.chunking))
-    lease = Lease(es, settings.index.ingest_state, result.run_id, shard)
+    lease = Lease(es, settings.index, result.run_id, shard)
     takeover = lease.acquire(settings.ingest.lease_wait_s if wait_s is None else wait_s)
     run = RunState(settings, es, index, result, shard, lease)
     lease.on_lost = run.fail
@@ -175,7 +142,8 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
         lease.on_beat = record.beat  # one heartbeat: the lease's thread keeps the record current too
         restore = _stop_on_sigterm(run)
         try:
-            _stages(run, embedder, _iter_input(documents, fields), progress)
+            items = read_path(documents, fields) if isinstance(documents, str | Path) else iter(documents)
+            _stages(run, embedder, items, progress)
         finally:
             restore()
         if run.error is None and not run.stop.is_set():
@@ -200,9 +168,8 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
 
 
 def _delete_stale(run: RunState, root: Path, force: bool) -> None:
-    """Delete the documents from ``root`` this run did not read (:mod:`.sync`), when it read the source whole,
-    before adopted documents are repaired (one a stopped sync was deleting is finished, not shown again); adopted
-    documents of which nothing is left leave the hidden list."""
+    """Delete the documents from ``root`` this run did not read, when it read the source whole (before adopted
+    documents are repaired); adopted documents of which nothing is left leave the hidden list."""
     result = run.result
     if result.documents_failed:
         result.sync_withheld = (f"the source was not read whole ({result.documents_failed:,} failed, listed in the "
@@ -226,10 +193,8 @@ def _delete_stale(run: RunState, root: Path, force: bool) -> None:
 
 
 def _model_first(es: EngineClient, embedder: Embedder, model: EmbeddingSettings, alias: str) -> None:
-    """Find the model before anything is created or hidden (ModelError: nothing was), and load it when this run
-    would create the index behind ``alias`` (bound to the model): a model that cannot load leaves no index behind.
-    Over an index that exists, the model loads when the first document needs chunking, still before any is
-    hidden."""
+    """Find the model before anything is created or hidden (ModelError), and load it when this run would create
+    the index behind ``alias``, so a model that cannot load leaves no index behind."""
     from hybridsearch.embedding.models import locate_model
 
     locate_model(model.model)
@@ -238,8 +203,8 @@ def _model_first(es: EngineClient, embedder: Embedder, model: EmbeddingSettings,
 
 
 def _repair_adopted(run: RunState) -> None:
-    """Show the adopted documents this run did not write again whose chunks are all there (their run died
-    between writing the last chunk and showing them); the others stay hidden until their source is ingested."""
+    """Show the adopted documents this run did not write again whose chunks are all there; the others stay
+    hidden until their source is ingested."""
     rest = run.adopted - run.rewritten
     if not rest:
         return
@@ -265,7 +230,7 @@ def _close(run: RunState, started: float) -> None:
     result.chunks_per_second = round(written / result.seconds, 2) if result.seconds else 0.0
     result.embed_seconds = round(result.embed_seconds, 3)
     result.ended_at = now()
-    result.dead_letter_path = str(run.dead.path) if run.dead.used else None
+    result.dead_letter_path = str(run.dead.path) if run.dead.count else None
     if isinstance(run.error, LeaseLost):
         result.status = "lease_lost"
     elif run.error is not None:
@@ -277,13 +242,12 @@ def _close(run: RunState, started: float) -> None:
 
 
 def _stop_on_sigterm(run: RunState) -> Callable[[], object]:
-    """Make SIGTERM stop ``run`` like Ctrl-C (after the batches in flight, recorded as interrupted) while it
-    runs; returns the function that puts the previous handler back. Only the main thread can do this."""
+    """Make SIGTERM stop ``run`` like Ctrl-C while it runs (main thread only); returns what restores the handler."""
     if threading.current_thread() is not threading.main_thread():
         return lambda: None
     previous = signal.getsignal(signal.SIGTERM)
 
-    def on_term(signum: int, frame: Any) -> None:
+    def on_term(*_: Any) -> None:
         run.terminated = True
         run.stop.set()
 
@@ -291,43 +255,38 @@ def _stop_on_sigterm(run: RunState) -> Callable[[], object]:
     return lambda: signal.signal(signal.SIGTERM, previous)
 
 
-class _Queued:
-    """The prepared batches, until the end marker; once the run stops, the rest are drained unembedded."""
-
-    def __init__(self, run: RunState) -> None:
-        self.run, self.ended = run, False
-
-    def __iter__(self) -> Iterator[Batch]:
-        while not self.ended:
-            batch = self.run.to_embed.get()
-            if batch is DONE:
-                self.ended = True
-            elif not self.run.stop.is_set():
-                yield batch
-
-    def drain(self) -> None:
-        for _ in self:
-            pass
+def _queued(run: RunState) -> Iterator[Batch]:
+    """The prepared batches, until the end marker; once the run stops, the rest are taken unembedded."""
+    while (batch := run.to_embed.get()) is not DONE:
+        if not run.stop.is_set():
+            yield batch
 
 
 def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | SourceFailure],
             progress: ProgressSink | None) -> None:
     """Run prepare in a thread, embed here and write in the writer thread until every stage is done."""
-    from hybridsearch.ingest.progress import IngestProgress
-    from hybridsearch.ingest.workers import make_encoder
-
     settings = run.settings
-    encoder = make_encoder(embedder, settings.ingest)
-    committer = _Committer(run)
-    stage: EmbedWriter[Batch] = EmbedWriter(run.es, run.index, settings.ingest, encoder.encode,
-                                            after=committer.written, on_embed_error=committer.embed_failed,
+    pool = ProcessPoolEncoder(embedder.cfg, settings.ingest.workers) if settings.ingest.workers > 1 else None
+    stage: EmbedWriter[Batch] = EmbedWriter(run.es, run.index, settings.ingest,
+                                            pool.encode if pool is not None else embedder.encode,
+                                            after=partial(_written, run), on_embed_error=partial(_embed_failed, run),
                                             before=lambda _: run.lease.check(),
                                             depth=settings.ingest.queue_size, name="hsp-writer")
     preparer = Preparer(run, embedder, batch_chunks=max(settings.embedding.batch_size * 4, 16))
     prep = threading.Thread(target=preparer, args=(items,), name="hsp-prepare", daemon=True)
-    queued = _Queued(run)
-    bar = IngestProgress(progress)
-    run.on_progress = bar.update
+    queued = _queued(run)
+    task = Task(progress, "ingest")
+    started = time.perf_counter()
+
+    def report(result: IngestResult) -> None:
+        """The run's counts as a progress event: documents done, and a detail line."""
+        written = result.indexed + result.updated
+        rate = written / max(time.perf_counter() - started, 1e-6)
+        task.update(result.documents, detail=(
+            f"{result.documents:,} docs ({result.documents_skipped:,} unchanged, {result.documents_failed:,} "
+            f"failed) · {written:,} chunks written · {rate:,.1f} chunks/s"))
+
+    run.on_progress = report if progress is not None else None
     try:
         prep.start()
         try:
@@ -338,10 +297,12 @@ def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | Source
         except Exception as exc:  # noqa: BLE001 - re-raised by run_ingest, after the other stages stop
             run.fail(exc)
         finally:
-            queued.drain()
+            for _ in queued:  # the rest, unembedded, up to the end marker
+                pass
             prep.join(timeout=30)
-            encoder.close()
+            if pool is not None:
+                pool.close()
             with run.lock:
                 run.result.embed_seconds += stage.embed_seconds
     finally:
-        bar.finish()
+        task.finish()

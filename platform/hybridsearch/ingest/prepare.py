@@ -1,45 +1,126 @@
-"""Ingest stage 1, in its own thread: read, filter, look up what changed, chunk, and queue batches to embed.
+"""Ingest stage 1, in its own thread: read, filter, look up what changed, chunk, hide and queue batches to embed;
+and :class:`RunState`, what the stages of one run share.
 
-A document is unchanged when its chunk 0 is visible (:mod:`hybridsearch.index.visibility`: not hidden) with its
-``content_hash``; it is then skipped without re-embedding. Every other document is chunked, then hidden
-(:mod:`.commit`) before its chunks are queued (one that cannot be chunked is dead-lettered and never hidden);
-chunks a stopped run already wrote with this content are reused. A batch lists
+A document is unchanged when its chunk 0 is visible with its ``content_hash``: it is skipped without embedding.
+Every other document is chunked, then hidden before its chunks are queued (one that cannot be chunked is
+dead-lettered and never hidden); chunks a stopped run already wrote with this content are reused. A batch lists
 the documents whose last chunk it carries, so the writer can finish them once it is written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
+from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import engine_errors, request
+from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import HybridSearchError
 from hybridsearch.index.visibility import visible_query
-from hybridsearch.ingest.chunking import Tokenizer
-from hybridsearch.ingest.commit import Stored, stored_chunks
-from hybridsearch.ingest.ids import chunk_id, shard_of
-from hybridsearch.ingest.layout import document_chunks
+from hybridsearch.ingest.chunking import Tokenizer, chunk_id, document_chunks
+from hybridsearch.ingest.commit import Stored, doc_filter, stored_chunks
+from hybridsearch.ingest.lease import Lease, owns
+from hybridsearch.ingest.runs import IngestResult
 from hybridsearch.ingest.sources import Document, SourceFailure
-from hybridsearch.ingest.stage import copy_tokenizer
-from hybridsearch.ingest.state import DONE, Batch, RunState, WorkDoc
+from hybridsearch.ingest.writer import ChunkBatch, DeadLetter
+from hybridsearch.settings import Settings
+
+DONE = object()  # end marker on the queue between the prepare stage and the embedder
+
+
+@dataclass
+class WorkDoc:
+    """A document to (re)write: its stored chunks and the chunk ids of the version being written, in order."""
+
+    doc: Document
+    stored: Stored = field(default_factory=Stored)
+    ids: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Batch(ChunkBatch):
+    """Chunks of one ingest batch; ``finals`` are documents whose last chunk is in this batch."""
+
+    finals: list[WorkDoc] = field(default_factory=list)
+
+
+class RunState:
+    """State shared by the stages of one run (prepare thread, embedder, writer thread)."""
+
+    def __init__(self, settings: Settings, es: EngineClient, index: str, result: IngestResult,
+                 shard: tuple[int, int] | None, lease: Lease) -> None:
+        self.settings, self.es, self.index = settings, es, index
+        self.result, self.shard, self.lease = result, shard, lease
+        self.adopted: set[str] = set()  # documents a stopped run left hidden, this run's to repair
+        self.rewritten: set[str] = set()  # adopted documents this run wrote again from its input
+        self.signature = chunker_signature(settings.chunking)
+        self.tenant = settings.index.tenant
+        self.section_words: int | None = None  # the index's BM25 sections (its _meta), set by run_ingest
+        self.metadata_fields: dict[str, str] = {}  # the index's typed metadata (its mapping), set by run_ingest
+        self.dead = DeadLetter(settings.ingest.dead_letter_dir, result.run_id)
+        self.stop = threading.Event()
+        self.terminated = False  # SIGTERM
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+        self.to_embed: queue.Queue[Any] = queue.Queue(maxsize=settings.ingest.queue_size)
+        self.failed_docs: set[str] = set()
+        self.written_docs: set[str] = set()  # documents with at least one chunk of their new version written
+        self.yielded: set[str] = set()  # ids of the documents read that are this run's (its shard's)
+        self.on_progress: Callable[[IngestResult], None] | None = None
+
+    def put(self, item: Batch) -> bool:
+        """Queue ``item`` for the embedder; False once the run is stopping."""
+        while not self.stop.is_set():
+            try:
+                self.to_embed.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def fail(self, exc: BaseException) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error = exc
+        self.stop.set()
+
+    def doc_failed(self, doc_id: str | None, reason: str, stage: str, source: str | None = None) -> None:
+        self.dead.write(doc_id=doc_id, reason=reason, stage=stage, source=source)
+        with self.lock:
+            self.result.documents_failed += 1
+
+    def untouched(self, item: WorkDoc) -> bool:
+        """Whether the index holds nothing of ``item``'s new version (no chunk written or reused) and it was not
+        left half written by a stopped run: it holds the old version whole, or nothing."""
+        return (item.doc.doc_id not in self.written_docs and not item.stored.same
+                and item.doc.doc_id not in self.adopted)
+
+    def count(self, **deltas: int) -> None:
+        with self.lock:
+            for k, v in deltas.items():
+                setattr(self.result, k, getattr(self.result, k) + v)
+        if self.on_progress is not None:
+            self.on_progress(self.result)
+
 
 LOOKUP_BATCH = 64  # documents per change-detection search
 
 
 class Preparer:
-    """Turns the input into queued :class:`~.state.Batch` es of ``batch_chunks`` chunks."""
+    """Turns the input into queued :class:`Batch` es of ``batch_chunks`` chunks."""
 
     def __init__(self, run: RunState, embedder: Embedder, batch_chunks: int) -> None:
         self.run, self.embedder, self.batch_chunks = run, embedder, batch_chunks
-        self.seen = run.yielded
         self._tokenizer: Tokenizer | None = None
 
     @property
     def tokenizer(self) -> Tokenizer:
         """Loaded on first use: a run where nothing changed never loads the model."""
         if self._tokenizer is None:
-            self._tokenizer = copy_tokenizer(self.embedder)
+            self._tokenizer = self.embedder.tokenizer()
         return self._tokenizer
 
     def __call__(self, items: Iterator[Document | SourceFailure]) -> None:
@@ -62,26 +143,22 @@ class Preparer:
         finally:
             run.to_embed.put(DONE)  # blocks until there is room: the embedder drains to the marker
 
-    def _mine(self, key: str) -> bool:
-        shard = self.run.shard
-        return shard is None or shard_of(key, shard[1]) == shard[0]
-
     def _admit(self, item: Document | SourceFailure) -> Document | None:
         """The document when it is this run's to write; counts and dead-letters the rest."""
         run = self.run
         if isinstance(item, SourceFailure):
-            if self._mine(item.doc_id or item.source):
+            if owns(self.run.shard, item.doc_id or item.source):
                 run.count(documents=1)
                 run.doc_failed(item.doc_id, item.reason, "read", item.source)
             return None
-        if not self._mine(item.doc_id):
+        if not owns(self.run.shard, item.doc_id):
             return None
         run.count(documents=1)
-        if item.doc_id in self.seen:
+        if item.doc_id in self.run.yielded:
             run.doc_failed(item.doc_id, f"duplicate doc_id {item.doc_id!r} in this run; the first one was kept",
                            "read", item.source)
             return None
-        self.seen.add(item.doc_id)
+        self.run.yielded.add(item.doc_id)
         if not item.text.strip():
             run.doc_failed(item.doc_id, "document has no text", "read", item.source)
             return None
@@ -89,10 +166,7 @@ class Preparer:
 
     def _filter(self, doc_ids: list[str], *extra: dict[str, Any]) -> dict[str, Any]:
         """Visible chunks of ``doc_ids`` (and ``extra``) in this run's tenant."""
-        flt: list[dict[str, Any]] = [{"terms": {"doc_id": doc_ids}}, *extra]
-        if self.run.tenant:
-            flt.append({"term": {"tenant": self.run.tenant}})
-        return visible_query(self.run.settings.index.ingest_state, flt)
+        return visible_query(self.run.settings.index.ingest_state, [*doc_filter(doc_ids, self.run.tenant), *extra])
 
     def lookup(self, docs: list[Document]) -> tuple[list[WorkDoc], list[Document]]:
         """Split ``docs`` into work (new, changed, or hidden: left unfinished by a stopped run) and unchanged."""
@@ -105,8 +179,7 @@ class Preparer:
         same = [d for d in docs if (chunk_id(d.doc_id, 0, run.signature, run.tenant), d.content_hash) in done]
         rest = [d for d in docs if d not in same]
         stored = stored_chunks(run.es, run.index, {d.doc_id: d.content_hash for d in rest}, run.tenant)
-        return [WorkDoc(d, changed=bool(stored.get(d.doc_id, Stored()).ids), stored=stored.get(d.doc_id, Stored()))
-                for d in rest], same
+        return [WorkDoc(d, stored.get(d.doc_id, Stored())) for d in rest], same
 
     def _prepare_group(self, docs: list[Document]) -> None:
         run = self.run

@@ -1,19 +1,8 @@
-"""Run records in ``<prefix>-ingest-runs``: written when a run starts, refreshed with its lease's heartbeat,
-completed at the end, and, for runs that died without finishing, marked ``killed`` by the run that takes their
-lease over.
-
-A run's record says ``running`` from its first moment, with the host, the process id and a heartbeat time
-(``heartbeat_at``, with the counts so far), written by the lease's heartbeat thread each time it renews the
-lease (:class:`hybridsearch.ingest.lease.Lease`: one thread, one rule for a dead run). Nothing can write a record
-for a process that is killed with SIGKILL, loses its machine or its node; the next run finds its lease dead
-(:func:`hybridsearch.ingest.lease.is_dead`), takes it over and rewrites its record as ``killed`` (``ended_at`` =
-its last heartbeat). A run that loses its lease (taken over, or the state document deleted) ends ``lease_lost``.
-
-Records are written through :class:`hybridsearch.index.logs.LogWriter`: the index is never created by a write
-with guessed mappings (a missing one is created from its spec), and a write that fails says why (a write block
-or the disk flood stage as :class:`~hybridsearch.errors.IndexBlocked`, naming the index and the fix). A final
-record that cannot be stored is kept in ``<dead_letter_dir>/unrecorded-runs/<run id>.json`` and stored by the
-next run on this machine before it looks for dead runs, so a run that finished is never recorded as ``killed``.
+"""Run records in ``<prefix>-ingest-runs``: written ``running`` when a run starts, refreshed by its lease's
+heartbeat, completed at the end; a run that died without finishing is marked ``killed`` by the run that takes its
+lease over. Records go through :class:`hybridsearch.index.logs.LogWriter` (never a guessed mapping); a final record
+that cannot be stored is kept in ``<dead_letter_dir>/unrecorded-runs/<run id>.json`` and stored by the next run on
+this machine before it looks for dead runs, so a run that finished is never recorded as ``killed``.
 """
 
 from __future__ import annotations
@@ -96,8 +85,8 @@ class IngestResult:
 
 
 def mark_killed(es: EngineClient, settings: Settings, run_ids: list[str]) -> list[str]:
-    """Rewrite the records of ``run_ids`` (runs whose dead lease was taken over) that still say ``running`` as
-    ``killed``; returns their ids. (A lease of a migration has no record.)"""
+    """Rewrite the records of ``run_ids`` (dead runs taken over) that still say ``running`` as ``killed``; returns
+    their ids."""
     runs = settings.index.ingest_runs
     if not run_ids:
         return []
@@ -129,7 +118,7 @@ def unrecorded_dir(cfg: IngestSettings) -> Path:
 
 def store_unrecorded(es: EngineClient, settings: Settings) -> list[str]:
     """Store the final records kept in :func:`unrecorded_dir` (oldest first) and remove their files; returns the
-    run ids stored. Raises the first write failure (the files stay for the next try)."""
+    run ids stored. Raises the first write failure."""
     folder = unrecorded_dir(settings.ingest)
     if not folder.is_dir():
         return []
@@ -151,13 +140,8 @@ def store_unrecorded(es: EngineClient, settings: Settings) -> list[str]:
 
 
 class RunRecord:
-    """The ``<prefix>-ingest-runs`` document of one run, kept current while it runs (:meth:`beat`, called by the
-    lease's heartbeat).
-
-    Failures to write it are logged, never raised: the record must not stop an ingest. ``error`` holds the last
-    failure (None once a write succeeded again); a final record that cannot be stored is kept in a file
-    (:func:`unrecorded_dir`, path in ``unrecorded_path``) for the next run to store.
-    """
+    """The ``<prefix>-ingest-runs`` document of one run, kept current by :meth:`beat`. Write failures are logged,
+    never raised (``error`` holds the last); a final record not stored is kept in ``unrecorded_path``."""
 
     def __init__(self, es: EngineClient, settings: Settings, result: IngestResult, lock: threading.Lock) -> None:
         self.es, self.index, self.result, self.lock = es, settings.index.ingest_runs, result, lock
@@ -197,14 +181,14 @@ class RunRecord:
                     self.result.status, self.index, path)
 
     def start(self, took_over: list[str] | None = None) -> list[str]:
-        """Store records earlier runs could not, mark the runs whose dead lease this run took over (``took_over``)
-        killed and write this run as ``running``; returns the ids of the runs marked killed."""
+        """Store records earlier runs could not, mark ``took_over`` killed and write this run as ``running``;
+        returns the ids marked killed."""
         try:
             store_unrecorded(self.es, self.settings)
         except HybridSearchError as exc:
             log.warning("could not store the final records of earlier ingest runs: %s", exc)
         try:
-            killed = mark_killed(self.es, self.settings, list(took_over or []))
+            killed = mark_killed(self.es, self.settings, took_over or [])
         except HybridSearchError as exc:
             log.warning("could not record the ingest runs taken over as killed: %s", exc)
             killed = []

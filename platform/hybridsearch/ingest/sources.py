@@ -1,11 +1,8 @@
-"""Sources: turn files into :class:`Document` records, or :class:`SourceFailure` records saying why not.
+"""Sources: files into :class:`Document` records, or :class:`SourceFailure` records saying why not.
 
-Supported: a folder tree of ``.txt``, ``.md``, ``.html``/``.htm`` (text by selectolax), ``.json`` (one object
-or a list of objects) and ``.jsonl`` files (optionally ``.gz``), and BEIR ``corpus.jsonl[.gz]`` (``_id``,
-``title``, ``text``, ``metadata``). Files are read in sorted order, so runs are deterministic. Nothing
-is dropped silently: undecodable, binary, empty or unparsable inputs come out as ``SourceFailure``.
-Text is UTF-8, or UTF-16/UTF-32 when the file starts with their byte-order mark and the rest reads cleanly in
-that encoding (:func:`decode`; otherwise the file is refused with the reason).
+A folder tree (sorted) of ``.txt``, ``.md``, ``.html``/``.htm``, ``.json`` (an object or a list) and ``.jsonl``
+files (optionally ``.gz``; BEIR ``corpus.jsonl`` included). Undecodable, binary, empty or unparsable inputs come
+out as ``SourceFailure``. Text is UTF-8, or UTF-16/32 after their byte-order mark when the rest bears it out.
 """
 
 from __future__ import annotations
@@ -24,7 +21,6 @@ from pathlib import Path
 from typing import IO, Any, cast
 
 TEXT_SUFFIXES = {".txt", ".md", ".markdown", ".html", ".htm"}
-RECORD_SUFFIXES = {".json", ".jsonl", ".ndjson"}
 _MD_HEADING = re.compile(r"^\s{0,3}#\s+(.+?)\s*#*\s*$", re.MULTILINE)
 _BLOCK_TAGS = "p,div,h1,h2,h3,h4,h5,h6,li,br,tr,td,th,section,article,header,footer,pre,blockquote,dt,dd,table"
 BINARY_SNIFF_BYTES = 8192
@@ -99,9 +95,8 @@ TEXT_FIELDS = ("text", "body", "content", "contents", "abstract")
 def read_path(path: str | Path, fields: RecordFields | None = None) -> Iterator[Document | SourceFailure]:
     """Documents from a file or a folder tree (hidden entries skipped, others in sorted order).
 
-    A missing path yields one SourceFailure. ``doc_id`` is the record's id, else the file's path relative
-    to the folder (``notes/a.md``), else ``<file>:<line>`` for id-less JSON records. Each document's ``source`` is
-    the resolved path of its file, which ties it to the SOURCE it came from (:mod:`hybridsearch.ingest.sync`).
+    ``doc_id`` is the record's id, else the path relative to the folder (``notes/a.md``), else ``<file>:<line>``.
+    ``source`` is the resolved path of the file (what a sync owns). A missing path yields one SourceFailure.
     """
     root = Path(path).resolve()
     fields = fields or RecordFields()
@@ -134,41 +129,38 @@ def read_file(path: Path, rel: str, fields: RecordFields | None = None) -> Itera
     fields = fields or RecordFields()
     suffix, gz = _suffixes(path)
     source = str(path)
-    if suffix in RECORD_SUFFIXES:
-        yield from _read_records(path, rel, suffix, gz, fields)
+    if suffix in {".jsonl", ".ndjson"}:
+        yield from _read_jsonl(path, rel, gz, fields)
         return
-    if suffix not in TEXT_SUFFIXES:
+    if suffix not in TEXT_SUFFIXES | {".json"}:
         yield SourceFailure(source, f"unsupported file type {suffix or '(none)'!r}", rel)
         return
     try:
-        raw = gzip.decompress(path.read_bytes()) if gz else path.read_bytes()
+        text = decode(gzip.decompress(path.read_bytes()) if gz else path.read_bytes(), source, rel)
     except (OSError, EOFError) as exc:
-        yield SourceFailure(source, f"cannot read: {exc}", rel)
-        return
-    text_or_failure = decode(raw, source, rel)
-    if isinstance(text_or_failure, SourceFailure):
-        yield text_or_failure
-        return
-    title: str | None
-    if suffix in {".html", ".htm"}:
-        title, text = html_to_text(text_or_failure)
-    elif suffix in {".md", ".markdown"}:
-        text = text_or_failure
-        m = _MD_HEADING.search(text)
-        title = m.group(1) if m else None
+        text = SourceFailure(source, f"cannot read: {exc}", rel)
+    if isinstance(text, SourceFailure):
+        yield text
+    elif suffix == ".json":
+        yield from _json_records(text, source, rel, fields)
     else:
-        title, text = None, text_or_failure
+        yield _text_document(text, suffix, source, rel)
+
+
+def _text_document(text: str, suffix: str, source: str, rel: str) -> Document | SourceFailure:
+    title: str | None = None
+    if suffix in {".html", ".htm"}:
+        title, text = html_to_text(text)
+    elif suffix in {".md", ".markdown"} and (m := _MD_HEADING.search(text)):
+        title = m.group(1)
     if not text.strip():
-        yield SourceFailure(source, "empty document: no text", rel)
-        return
-    yield Document.make(rel, text, title=title, metadata={"path": rel, "format": suffix.lstrip(".")},
-                        source=source)
+        return SourceFailure(source, "empty document: no text", rel)
+    return Document.make(rel, text, title=title, metadata={"path": rel, "format": suffix.lstrip(".")}, source=source)
 
 
 def decode(raw: bytes, source: str, doc_id: str | None = None) -> str | SourceFailure:
-    """Text of ``raw``: UTF-8 (BOM stripped), or UTF-16/UTF-32 when it starts with their BOM and the rest reads
-    cleanly in that encoding (:func:`utf8_behind`, :func:`misread`); a SourceFailure for binary (NUL
-    characters), undecodable bytes or a byte-order mark the rest does not bear out."""
+    """Text of ``raw``: UTF-8 (BOM stripped), or UTF-16/32 after their BOM when the rest reads cleanly in it; a
+    SourceFailure for binary (NUL), undecodable bytes or a byte-order mark the rest does not bear out."""
     encoding = bom_encoding(raw[:4])
     if encoding is None and b"\x00" in raw[:BINARY_SNIFF_BYTES]:
         return SourceFailure(source, "binary file (NUL bytes), not text", doc_id)
@@ -189,9 +181,8 @@ def decode(raw: bytes, source: str, doc_id: str | None = None) -> str | SourceFa
 
 
 def utf8_behind(raw: bytes, encoding: str) -> str | None:
-    """Why ``raw``, which starts with the byte-order mark of ``encoding``, is not in that encoding when the bytes
-    after the mark are UTF-8 text without a NUL byte, else None (UTF-16/32 text of any script with spaces, digits
-    or line breaks has NUL bytes; UTF-8 text read as UTF-16 becomes CJK)."""
+    """Why ``raw``, starting with the byte-order mark of ``encoding``, is not in it: the rest is UTF-8 without a
+    NUL byte (UTF-16/32 text with spaces or digits has NUL bytes); else None."""
     rest = raw[4:] if encoding == "utf-32" else raw[2:]
     if not rest or b"\x00" in rest:
         return None
@@ -203,8 +194,8 @@ def utf8_behind(raw: bytes, encoding: str) -> str | None:
 
 
 def misread(text: str, encoding: str) -> str | None:
-    """Why ``text``, decoded as ``encoding`` after its byte-order mark, is not what the file holds: it has a
-    character no text holds (:data:`_MISREAD_CATEGORIES`); else None."""
+    """Why ``text``, decoded as ``encoding``, is not what the file holds (a character of
+    :data:`_MISREAD_CATEGORIES`), else None."""
     for i, ch in enumerate(text):
         if unicodedata.category(ch) in _MISREAD_CATEGORIES and not ch.isspace():
             return (f"starts with a {encoding.upper()} byte-order mark but the rest is not {encoding.upper()} text "
@@ -229,57 +220,42 @@ def html_to_text(html: str) -> tuple[str | None, str]:
     return (title or None), "\n\n".join(p for p in paragraphs if p)
 
 
-def _open_text(path: Path, gz: bool) -> IO[str]:
-    binary = gzip.open(path, "rb") if gz else path.open("rb")  # noqa: SIM115 - the caller closes it
-    return io.TextIOWrapper(cast(IO[bytes], binary), encoding="utf-8-sig", errors="strict", newline="")
-
-
-def _read_records(path: Path, rel: str, suffix: str, gz: bool, fields: RecordFields
-                  ) -> Iterator[Document | SourceFailure]:
-    source = str(path)
+def _json_records(text: str, source: str, rel: str, fields: RecordFields) -> Iterator[Document | SourceFailure]:
+    if not text.strip():
+        yield SourceFailure(source, "empty file", rel)
+        return
     try:
-        if suffix == ".json":
-            raw = gzip.decompress(path.read_bytes()) if gz else path.read_bytes()
-            text = decode(raw, source, rel)
-            if isinstance(text, SourceFailure):
-                yield text
-                return
-            if not text.strip():
-                yield SourceFailure(source, "empty file", rel)
-                return
-            try:
-                data = json.loads(text)
-            except json.JSONDecodeError as exc:
-                yield SourceFailure(source, f"invalid JSON: {exc}", rel)
-                return
-            records = data if isinstance(data, list) else [data]
-            for i, rec in enumerate(records):
-                yield record_to_document(rec, source, f"{rel}:{i}", fields)
-            return
-        yield from _read_jsonl(path, rel, gz, fields)
-    except (OSError, EOFError, gzip.BadGzipFile, UnicodeDecodeError) as exc:
-        yield SourceFailure(source, f"cannot read: {exc}", rel)
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        yield SourceFailure(source, f"invalid JSON: {exc}", rel)
+        return
+    for i, rec in enumerate(data if isinstance(data, list) else [data]):
+        yield record_to_document(rec, source, f"{rel}:{i}", fields)
 
 
 def _read_jsonl(path: Path, rel: str, gz: bool, fields: RecordFields) -> Iterator[Document | SourceFailure]:
     source = str(path)
     empty = True
-    with (gzip.open(path, "rb") if gz else path.open("rb")) as fh:
-        for lineno, raw in enumerate(_lines(cast(IO[bytes], fh)), start=1):
-            if not raw.strip():
-                continue
-            empty = False
-            where = f"{rel}:{lineno}"
-            text = decode(raw, f"{source}:{lineno}", where)
-            if isinstance(text, SourceFailure):
-                yield text
-                continue
-            try:
-                rec = json.loads(text)
-            except json.JSONDecodeError as exc:
-                yield SourceFailure(f"{source}:{lineno}", f"invalid JSON: {exc}", where)
-                continue
-            yield record_to_document(rec, f"{source}:{lineno}", where, fields, file_source=source)
+    try:
+        with (gzip.open(path, "rb") if gz else path.open("rb")) as fh:
+            for lineno, raw in enumerate(_lines(cast(IO[bytes], fh)), start=1):
+                if not raw.strip():
+                    continue
+                empty = False
+                where = f"{rel}:{lineno}"
+                text = decode(raw, f"{source}:{lineno}", where)
+                if isinstance(text, SourceFailure):
+                    yield text
+                    continue
+                try:
+                    rec = json.loads(text)
+                except json.JSONDecodeError as exc:
+                    yield SourceFailure(f"{source}:{lineno}", f"invalid JSON: {exc}", where)
+                    continue
+                yield record_to_document(rec, f"{source}:{lineno}", where, fields, file_source=source)
+    except (OSError, EOFError, UnicodeDecodeError) as exc:
+        yield SourceFailure(source, f"cannot read: {exc}", rel)
+        return
     if empty:
         yield SourceFailure(source, "empty file", rel)
 
@@ -321,17 +297,3 @@ def record_to_document(rec: Any, where: str, fallback_id: str, fields: RecordFie
     return Document.make(doc_id, text if text.strip() else title or "", title=title, metadata=metadata,
                          source=file_source or where)
 
-
-def is_beir_corpus(path: str | Path) -> bool:
-    """True for a BEIR corpus file: named ``corpus.jsonl[.gz]`` or whose first record has ``_id`` and ``text``."""
-    p = Path(path)
-    if p.name in {"corpus.jsonl", "corpus.jsonl.gz"}:
-        return True
-    if not p.is_file() or _suffixes(p)[0] != ".jsonl":
-        return False
-    try:
-        with _open_text(p, _suffixes(p)[1]) as fh:
-            first = json.loads(fh.readline() or "{}")
-    except (OSError, ValueError, EOFError):
-        return False
-    return isinstance(first, dict) and "_id" in first and "text" in first

@@ -1,12 +1,7 @@
-"""Ingestion that mirrors its source (``hsp ingest SOURCE --sync``): which stored documents came from SOURCE, what
-a sync would add, replace and delete, and the guard on how much it may delete.
-
-A document's ``source`` field holds the resolved path of the file it was read from
-(:func:`hybridsearch.ingest.sources.read_path`), so the documents of a SOURCE are those whose ``source`` is that
-file, or lies under that folder (:func:`owned_query`): two sources in one prefix never own each other's documents
-unless one folder is inside the other. A sync deletes the owned documents the source no longer yields, through the
-one delete path (:func:`hybridsearch.ingest.commit.delete_documents`, under the run's lease: each disappears whole),
-and only when the source was read whole (no document failed); :func:`plan_sync` says beforehand what it would do.
+"""Ingestion that mirrors its source (``hsp ingest SOURCE --sync``): which stored documents came from SOURCE (their
+``source`` is that file or lies under that folder: :func:`owned_query`), what a sync would add, replace and delete
+(:func:`plan_sync`), and the guard on how much it may delete. A sync deletes through
+:func:`hybridsearch.ingest.commit.delete_documents`, under the run's lease, and only when the source was read whole.
 """
 
 from __future__ import annotations
@@ -19,8 +14,8 @@ from typing import Any
 from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import ConfigError
 from hybridsearch.index.versions import read_alias
-from hybridsearch.ingest.ids import shard_of
-from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, read_path
+from hybridsearch.ingest.lease import owns
+from hybridsearch.ingest.sources import RecordFields, SourceFailure, read_path
 from hybridsearch.settings import IndexSettings, IngestSettings
 
 
@@ -33,10 +28,7 @@ def owned_query(root: Path, tenant: str | None) -> dict[str, Any]:
     """Chunks whose ``source`` is the file ``root`` or a file under the folder ``root`` (and in ``tenant``)."""
     own: dict[str, Any] = ({"prefix": {"source": f"{root.as_posix().rstrip('/')}/"}} if root.is_dir()
                            else {"term": {"source": str(root)}})
-    flt: list[dict[str, Any]] = [own]
-    if tenant:
-        flt.append({"term": {"tenant": tenant}})
-    return {"bool": {"filter": flt}}
+    return {"bool": {"filter": [own, *([{"term": {"tenant": tenant}}] if tenant else [])]}}
 
 
 def owned_documents(es: EngineClient, index: str, root: Path, tenant: str | None,
@@ -54,9 +46,7 @@ def owned_documents(es: EngineClient, index: str, root: Path, tenant: str | None
             src = h["_source"]
             if src.get("position") == 0 or src["doc_id"] not in found:
                 found[src["doc_id"]] = str(src.get("content_hash") or "")
-    if shard is not None:
-        found = {d: h for d, h in found.items() if shard_of(d, shard[1]) == shard[0]}
-    return found
+    return {d: h for d, h in found.items() if owns(shard, d)}
 
 
 def stale(owned: Iterable[str], yielded: set[str]) -> list[str]:
@@ -104,26 +94,20 @@ def plan_sync(path: str | Path, cfg: IndexSettings, es: EngineClient, fields: Re
     plan = SyncPlan(str(root), owned=len(owned))
     yielded: set[str] = set()
     for item in read_path(root, fields):
-        key = item.doc_id or item.source
-        if shard is not None and shard_of(key, shard[1]) != shard[0]:
+        if not owns(shard, item.doc_id or item.source):
             continue
         if isinstance(item, SourceFailure):
             plan.failures.append(f"{item.source}: {item.reason}")
-            continue
-        _place(plan, item, owned, yielded)
+        elif item.doc_id in yielded:
+            plan.failures.append(f"{item.source}: duplicate doc_id {item.doc_id!r}")
+        else:
+            yielded.add(item.doc_id)
+            if item.doc_id not in owned:
+                plan.added.append(item.doc_id)
+            elif owned[item.doc_id] != item.content_hash:
+                plan.replaced.append(item.doc_id)
+            else:
+                plan.unchanged += 1
     if plan.read_whole:
         plan.deleted = stale(owned, yielded)
     return plan
-
-
-def _place(plan: SyncPlan, doc: Document, owned: dict[str, str], yielded: set[str]) -> None:
-    if doc.doc_id in yielded:
-        plan.failures.append(f"{doc.source}: duplicate doc_id {doc.doc_id!r}")
-        return
-    yielded.add(doc.doc_id)
-    if doc.doc_id not in owned:
-        plan.added.append(doc.doc_id)
-    elif owned[doc.doc_id] != doc.content_hash:
-        plan.replaced.append(doc.doc_id)
-    else:
-        plan.unchanged += 1

@@ -1,33 +1,36 @@
-"""Bulk writing with item-level handling, the dead-letter file, and the tally of copies between indices.
+"""Bulk writing, the one embed-and-write loop, the embedding workers and the dead-letter file.
 
-:func:`write_actions` sends ``index``/``delete`` actions through the engine's streaming bulk
-(:meth:`~hybridsearch.engine.EngineClient.streaming_bulk`, which gives every engine's results one shape) and
-looks at every item: items answered with a retried status (:data:`hybridsearch.retry.RETRIED_STATUSES`) and,
-when the connection drops, every unanswered item are sent again alone with capped exponential backoff
-(``tenacity``); items that still fail are returned for the dead-letter file with the reason the engine gave.
-Nothing is raised for item failures; only a cluster that stays unreachable through every retry raises
-:class:`~hybridsearch.errors.ClusterUnavailable`.
+:func:`write_actions` sends ``index``/``delete`` actions through the engine's streaming bulk and looks at every
+item: items answered with a retried status (:data:`hybridsearch.retry.RETRIED_STATUSES`) or left unanswered by a
+dropped connection are sent again alone with capped backoff; items that still fail come back with the engine's
+reason. Ingestion, migration and re-chunking feed :class:`ChunkBatch` es to :meth:`EmbedWriter.run`: batch N is
+embedded in the calling thread while batch N-1 is written in a writer thread.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import multiprocessing as mp
+import os
 import threading
 import time
-from collections.abc import Callable, Sequence, Sized
+from collections import deque
+from collections.abc import Callable, Iterable, Sequence, Sized
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
+import numpy as np
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_when_event_set
 
+from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import UNREACHABLE, EngineClient
 from hybridsearch.errors import ClusterUnavailable
-from hybridsearch.jsonl import BadLine, parse_lines
 from hybridsearch.retry import RETRIED_STATUSES, backoff_s
-from hybridsearch.settings import IngestSettings
+from hybridsearch.settings import EmbeddingSettings, IngestSettings
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +43,6 @@ class ItemFailure:
     chunk_id: str
     reason: str
     status: int | None = None
-    stage: str = "write"
 
 
 @dataclass
@@ -54,15 +56,6 @@ class WriteReport:
     retried: int = 0
     failures: list[ItemFailure] = field(default_factory=list)
     ok_ids: set[str] = field(default_factory=set)
-
-    def merge(self, other: WriteReport) -> None:
-        self.created += other.created
-        self.updated += other.updated
-        self.deleted += other.deleted
-        self.not_found += other.not_found
-        self.retried += other.retried
-        self.failures.extend(other.failures)
-        self.ok_ids |= other.ok_ids
 
 
 def _reason(item: dict[str, Any]) -> str:
@@ -192,43 +185,154 @@ class DeadLetter:
                 fh.write(json.dumps(record, ensure_ascii=False) + "\n")
             self.count += 1
 
-    @property
-    def used(self) -> bool:
-        return self.count > 0
-
 
 class CopyTally:
-    """``after`` for copies between indices (migration, re-chunking): counts what was written and what failed
-    for good, dead-letters the failures under ``stage`` and reports each written batch's size to ``on_batch``.
-    Runs in the writer thread; read the counts once :meth:`EmbedWriter.run` has returned."""
+    """``after`` for the copies of a migration: counts what was written and what failed, dead-letters the failures
+    and reports each written batch's size to ``on_batch``."""
 
-    def __init__(self, dead_letter: DeadLetter | None, stage: str,
-                 on_batch: Callable[[int], None] | None = None) -> None:
-        self.dead_letter, self.stage, self.on_batch = dead_letter, stage, on_batch
+    def __init__(self, dead_letter: DeadLetter | None, on_batch: Callable[[int], None] | None = None) -> None:
+        self.dead_letter, self.on_batch = dead_letter, on_batch
         self.written = self.failed = 0
 
-    def refuse(self, doc_id: str, chunk_id: str, reason: str) -> None:
-        """Count one chunk that cannot be copied at all (it is not written) and dead-letter it."""
+    def refuse(self, doc_id: str, chunk_id: str, reason: str, status: int | None = None) -> None:
+        """Count one chunk that was not copied and dead-letter it."""
         self.failed += 1
         log.warning("chunk %s not copied: %s", chunk_id, reason)
         if self.dead_letter is not None:
-            self.dead_letter.write(doc_id=doc_id, chunk_id=chunk_id, reason=reason, stage=self.stage)
+            self.dead_letter.write(doc_id=doc_id, chunk_id=chunk_id, reason=reason, stage="migrate", status=status)
 
     def absorb(self, batch: Sized, report: WriteReport) -> None:
         self.written += len(report.ok_ids)
-        self.failed += len(report.failures)
         for f in report.failures:
-            log.warning("chunk %s not copied: %s", f.chunk_id, f.reason)
-            if self.dead_letter is not None:
-                self.dead_letter.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f.reason, stage=self.stage,
-                                       status=f.status)
+            self.refuse(f.doc_id, f.chunk_id, f.reason, f.status)
         if self.on_batch is not None:
             self.on_batch(len(batch))
 
 
-def read_dead_letter(path: Path) -> list[dict[str, Any]]:
-    """Records of a dead-letter file (``[]`` when it does not exist)."""
-    if not Path(path).exists():
-        return []
-    lines = Path(path).read_text(encoding="utf-8").splitlines()
-    return [item[1] for item in parse_lines(lines) if not isinstance(item, BadLine)]
+
+Encode = Callable[[list[str]], np.ndarray]  # one vector per text
+
+
+@dataclass
+class ChunkBatch:
+    """Chunk documents on their way to an index: ``sources[i]`` is written with ``_id`` ``ids[i]``. The chunks
+    at positions ``embed`` (all when None) get the vector of ``texts``; the others keep their ``embedding``."""
+
+    ids: list[str] = field(default_factory=list)
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    texts: list[str] = field(default_factory=list)
+    embed: list[int] | None = None
+
+    def add(self, chunk_id: str, source: dict[str, Any], text: str | None) -> None:
+        """Append one chunk; ``text`` None keeps its stored vector."""
+        if text is None and self.embed is None:
+            self.embed = list(range(len(self.ids)))
+        if text is not None:
+            if self.embed is not None:
+                self.embed.append(len(self.ids))
+            self.texts.append(text)
+        self.ids.append(chunk_id)
+        self.sources.append(source)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+
+B = TypeVar("B", bound=ChunkBatch)
+
+
+class EmbedWriter(Generic[B]):
+    """Embeds batches here and writes them to ``index`` in a writer thread, at most ``depth`` waiting.
+
+    ``before(batch)`` runs in the writer thread before a batch with chunks is written (raising there stops the
+    run first); ``after(batch, report)`` after each write. ``on_embed_error(batch, exc)``, when given, takes an
+    embedding failure (the batch is then not written, ``after`` gets an empty report); without it the failure is
+    raised, as is a write that raises. ``embed_seconds`` adds up the time spent embedding.
+    """
+
+    def __init__(self, es: EngineClient, index: str, cfg: IngestSettings, encode: Encode, *,
+                 after: Callable[[B, WriteReport], None],
+                 on_embed_error: Callable[[B, Exception], None] | None = None,
+                 before: Callable[[B], None] | None = None,
+                 depth: int = 1, name: str = "hsp-writer") -> None:
+        self.es, self.index, self.cfg, self.encode = es, index, cfg, encode
+        self.after, self.on_embed_error, self.before = after, on_embed_error, before
+        self.depth, self.name = max(1, depth), name
+        self.embed_seconds = 0.0
+
+    def run(self, batches: Iterable[B]) -> None:
+        """Embed and write every batch; returns once all are written."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name) as pool:
+            waiting: deque[Future[None]] = deque()
+            for batch in batches:
+                self._embed(batch)
+                while len(waiting) >= self.depth:
+                    waiting.popleft().result()
+                waiting.append(pool.submit(self._write, batch))
+            while waiting:
+                waiting.popleft().result()
+
+    def _embed(self, batch: B) -> None:
+        if not batch.texts:
+            return
+        t0 = time.perf_counter()
+        try:
+            vectors = self.encode(batch.texts)
+        except Exception as exc:
+            if self.on_embed_error is None:
+                raise
+            self.on_embed_error(batch, exc)
+            batch.ids, batch.sources, batch.texts, batch.embed = [], [], [], None
+            return
+        finally:
+            self.embed_seconds += time.perf_counter() - t0
+        positions = range(len(batch.sources)) if batch.embed is None else batch.embed
+        for i, vec in zip(positions, vectors, strict=True):
+            batch.sources[i]["embedding"] = [float(x) for x in vec]
+
+    def _write(self, batch: B) -> None:
+        actions = [{"_op_type": "index", "_index": self.index, "_id": cid, "_source": src}
+                   for cid, src in zip(batch.ids, batch.sources, strict=True)]
+        if actions and self.before is not None:
+            self.before(batch)
+        report = write_actions(self.es, actions, self.cfg) if actions else WriteReport()
+        self.after(batch, report)
+
+
+_worker_embedder: Embedder | None = None
+
+
+def _init_worker(cfg_json: str, threads: int) -> None:
+    global _worker_embedder
+    _worker_embedder = Embedder(EmbeddingSettings.model_validate_json(cfg_json), threads=threads)
+    _worker_embedder.encode(["warm up"])
+
+
+def _encode_in_worker(texts: list[str]) -> np.ndarray:
+    assert _worker_embedder is not None
+    return _worker_embedder.encode(texts)
+
+
+class ProcessPoolEncoder:
+    """Splits each batch across ``workers`` spawned processes (``ingest.workers``), each loading the model once
+    and using ``cpu_count // workers`` threads; the pool starts on the first batch."""
+
+    def __init__(self, cfg: EmbeddingSettings, workers: int) -> None:
+        self.cfg, self.workers = cfg, workers
+        self._pool: ProcessPoolExecutor | None = None
+
+    def encode(self, texts: list[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.cfg.dims), dtype=np.float32)
+        if self._pool is None:
+            threads = max(1, (os.cpu_count() or 1) // self.workers)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"),
+                                             initializer=_init_worker, initargs=(self.cfg.model_dump_json(), threads))
+        size = -(-len(texts) // self.workers)
+        parts = [texts[i:i + size] for i in range(0, len(texts), size)]
+        return np.concatenate(list(self._pool.map(_encode_in_worker, parts)))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
