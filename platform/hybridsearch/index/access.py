@@ -61,9 +61,9 @@ def check_privileges(es: Sender, names: list[str], privileges: tuple[str, ...]) 
     """Which of ``privileges`` the credentials lack on ``names``, by the engine's ``_has_privileges``
     (``enforced=False`` where the engine cannot say: OpenSearch, or security off). Raises ClusterError (401, 403,
     no answer)."""
-    if not es.engine.has_privileges_api:
-        return Privileges(user=None, enforced=False, unchecked=NO_API)
     try:
+        if not es.engine.has_privileges_api:
+            return Privileges(user=None, enforced=False, unchecked=NO_API)
         answer = es.send(Request("POST", "/_security/user/_has_privileges",
                                  body={"index": [{"names": names, "privileges": list(privileges)}]}))
     except API_ERRORS as exc:
