@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +18,7 @@ from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.sources import Document
 from hybridsearch.migrate import migrate
 from hybridsearch.query.client import AsyncSearchClient, SearchClient
-from hybridsearch.settings import Settings
+from hybridsearch.settings import Settings, load_settings
 
 
 def docs(text: str) -> list[Document]:
@@ -161,3 +162,23 @@ def test_whole_source_reads_work_on_opensearch_3_after_documents_change(es: Engi
     assert all(len(h["_source"]["embedding"]) == settings.embedding.dims for h in hits)
     result = migrate(es, settings, settings, embedder=embedder)
     assert result.swapped and checked_live_index(es, settings) == result.target
+
+
+def test_without_a_model_set_search_and_ingest_follow_the_index(es: EngineClient, settings: Settings,
+                                                                   tiny_bi_encoder: Path) -> None:
+    """An index built with one model (an earlier default, say) keeps working for clients that set none: they use
+    the model the index records; a client that names another model is still refused."""
+    tiny = settings.embedding.model_copy(update={"model": str(tiny_bi_encoder), "dims": 32})
+    run_ingest(docs("Bees dance to tell where flowers are."), settings.model_copy(update={"embedding": tiny}), es=es)
+    unset = load_settings(es_url=settings.es.url, index={"prefix": settings.index.prefix},
+                          query={"log_queries": False})
+    assert "model" not in unset.embedding.model_fields_set
+    with SearchClient(es, unset) as client:
+        assert client.search("where do bees find flowers", mode="hybrid").hits[0].doc_id == "d1"
+        assert client.settings.embedding.model == str(tiny_bi_encoder)
+    added = run_ingest([Document.make("d3", "Wasps chew wood into paper.")], unset, es=es)
+    assert (added.model, added.documents_indexed) == (str(tiny_bi_encoder), 1)
+    named = load_settings(es_url=settings.es.url, index={"prefix": settings.index.prefix},
+                          embedding={"model": "sentence-transformers/all-MiniLM-L6-v2"})
+    with pytest.raises(IndexMismatch):
+        SearchClient(es, named).search("bees", mode="hybrid")

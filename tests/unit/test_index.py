@@ -15,7 +15,7 @@ from hybridsearch.engine import ELASTICSEARCH as ES
 from hybridsearch.engine import OPENSEARCH, Dialect, EngineInfo
 from hybridsearch.errors import AccessDenied, AliasConflict, ClusterError, IndexBlocked, IndexMismatch, IndexNotFound
 from hybridsearch.index.access import blocked, item_error
-from hybridsearch.index.fit import check_mapping, check_source, chunk_differences, log_differences
+from hybridsearch.index.fit import check_mapping, check_source, chunk_differences, follow_index, log_differences
 from hybridsearch.index.spec import (
     LOG_KINDS,
     TEMPLATES,
@@ -28,7 +28,7 @@ from hybridsearch.index.spec import (
     write_alias_name,
 )
 from hybridsearch.index.versions import live_target
-from hybridsearch.settings import load_settings
+from hybridsearch.settings import EmbeddingSettings, load_settings
 
 # Every field the query layer reads or filters on.
 QUERY_FIELDS = {"doc_id", "chunk_id", "parent_id", "parent_text", "title", "text", "embedding", "source",
@@ -251,3 +251,15 @@ def test_doctor_says_what_bm25_scores_and_which_fusion_searches_use() -> None:
         "minmax sum, weights bm25 1 / kNN 1 (settings)")
     unknown = retrieval_checks({"fusion": {"method": "linear", "weights": [1, 1]}}, q)[1]
     assert unknown.status == "FAIL" and unknown.fix is not None and "hsp index fusion" in unknown.fix
+
+
+def test_a_client_without_a_model_follows_the_index_and_an_explicit_one_is_kept() -> None:
+    meta = {"embedding_model": "bge-small-en-v1.5", "embedding_dims": 384}
+    unset = EmbeddingSettings()
+    followed = follow_index(unset, meta)
+    assert (followed.model, followed.dims) == ("bge-small-en-v1.5", 384)
+    assert follow_index(EmbeddingSettings(model="other/model"), meta).model == "other/model"
+    assert follow_index(unset, {}) == unset  # a new index gets the default
+    small = follow_index(EmbeddingSettings(), {"embedding_model": "tiny", "embedding_dims": 32})
+    assert (small.model, small.dims) == ("tiny", 32)
+    assert follow_index(EmbeddingSettings(dims=64), {"embedding_model": "tiny", "embedding_dims": 32}).dims == 64

@@ -13,7 +13,7 @@ from hybridsearch.engine.dialect import Dialect
 from hybridsearch.errors import IndexMismatch
 from hybridsearch.index.metadata import TYPED_METADATA
 from hybridsearch.index.spec import chunk_meta, index_options, load_template, log_spec
-from hybridsearch.settings import Settings
+from hybridsearch.settings import EmbeddingSettings, Settings
 
 #: the ``_meta`` key naming the format of a chunk index
 FORMAT_KEY = "schema_version"
@@ -125,6 +125,17 @@ def refuse(index: str, diffs: Sequence[Difference]) -> None:
                         f"{describe(diffs, 'settings say')}",
                         fix="Use matching HSP_EMBEDDING__* / HSP_INDEX__* settings, or build a new index version "
                             "and migrate (`hsp index migrate`).", index=index, differences=tuple(diffs))
+
+
+def follow_index(embedding: EmbeddingSettings, meta: Mapping[str, Any]) -> EmbeddingSettings:
+    """The embedding settings a client of an index built with ``meta`` uses. With ``HSP_EMBEDDING__MODEL`` unset,
+    the model and dims the index was built with, so an index built with an earlier default (or another name of the
+    same model) keeps working; a model set explicitly is kept, and the index checked against it."""
+    model = meta.get("embedding_model")
+    if "model" in embedding.model_fields_set or not model or model == embedding.model:
+        return embedding
+    dims = embedding.dims if "dims" in embedding.model_fields_set else int(meta.get("embedding_dims") or embedding.dims)
+    return embedding.model_copy(update={"model": str(model), "dims": dims})
 
 
 def check_meta(index: str, meta: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META) -> None:

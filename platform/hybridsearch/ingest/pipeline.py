@@ -24,9 +24,10 @@ from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, connect, engine_errors, request
 from hybridsearch.errors import ConfigError, HybridSearchError, IngestError, LeaseLost, ModelError
+from hybridsearch.index.fit import follow_index
 from hybridsearch.index.metadata import metadata_fields_of
 from hybridsearch.index.spec import section_words_of
-from hybridsearch.index.versions import ensure_index, index_mapping, read_alias
+from hybridsearch.index.versions import ensure_index, index_mapping, index_meta, read_alias
 from hybridsearch.ingest.commit import WrittenDocument, delete_documents, existing_chunk_ids, finish, whole_documents
 from hybridsearch.ingest.lease import Lease
 from hybridsearch.ingest.prepare import DONE, Batch, Preparer, RunState, WorkDoc
@@ -117,7 +118,9 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
         plan = plan_sync(root, settings.index, es, fields, shard)
         if too_many(len(plan.deleted), plan.owned, settings.ingest):
             raise refusal(root, len(plan.deleted), plan.owned, settings.ingest)
-    embedder = embedder or Embedder(settings.embedding, models=settings.models)
+    if embedder is None:
+        settings = _follow_live_index(es, settings)
+        embedder = Embedder(settings.embedding, models=settings.models)
     _check_embedder(embedder, settings.embedding)
     _model_first(es, embedder, settings.embedding, settings.index.alias)
     index = ensure_index(es, settings)
@@ -190,6 +193,15 @@ def _delete_stale(run: RunState, root: Path, force: bool) -> None:
         return
     run.adopted -= set(gone) | empty
     run.count(deleted=chunks, documents_deleted=len(gone))
+
+
+def _follow_live_index(es: EngineClient, settings: Settings) -> Settings:
+    """``settings`` with the live index's model where ``HSP_EMBEDDING__MODEL`` is unset (:func:`follow_index`)."""
+    targets = read_alias(es, settings.index.alias)
+    if len(targets) != 1:
+        return settings
+    embedding = follow_index(settings.embedding, index_meta(es, next(iter(targets))))
+    return settings if embedding == settings.embedding else settings.model_copy(update={"embedding": embedding})
 
 
 def _model_first(es: EngineClient, embedder: Embedder, model: EmbeddingSettings, alias: str) -> None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Self
 from hybridsearch.engine import Dialect, EngineInfo, Sender
 from hybridsearch.engine import request as engine_request
 from hybridsearch.errors import HybridSearchError, IndexNotFound
-from hybridsearch.index.fit import check_mapping
+from hybridsearch.index.fit import check_mapping, follow_index
 from hybridsearch.index.metadata import metadata_fields_of
 from hybridsearch.index.spec import section_words_of
 from hybridsearch.index.versions import live_target
@@ -61,7 +61,7 @@ from hybridsearch.query.window import (
     skip_reason,
 )
 from hybridsearch.rerank.base import Reranker, effective_blend
-from hybridsearch.settings import QuerySettings, RerankerSettings, Settings, get_settings
+from hybridsearch.settings import EmbeddingSettings, QuerySettings, RerankerSettings, Settings, get_settings
 
 if TYPE_CHECKING:
     import numpy as np
@@ -97,6 +97,7 @@ class SearchCore:
         self.log_queries = self.query.log_queries if log_queries is None else log_queries
         self.reranker = reranker
         self._embedder = embedder
+        self._own_embedder = embedder is None  # made here from the settings (again when the index's model differs)
         self._embed_lock = threading.Lock()
         self._index: str | None = None
         self._dialect: Dialect | None = None  # the engine's (set when the index is checked)
@@ -159,13 +160,25 @@ class SearchCore:
         if index not in mappings:
             raise IndexNotFound(f"index {index} behind alias {self.settings.index.alias} no longer exists")
         mapping = mappings[index]["mappings"]
-        check_mapping(index, mapping, self.settings, dialect)
         meta = mapping.get("_meta") or {}
+        if self._own_embedder and self._index is None:
+            self._follow(follow_index(self.settings.embedding, meta))
+        check_mapping(index, mapping, self.settings, dialect)
         self._bm25 = bm25_scope(self.query, section_words_of(meta))
         self._fusion = fusion_for(self.query, meta)
         self._dialect = dialect
         self._index, self._index_checked_at = index, time.monotonic()
         return index
+
+    def _follow(self, embedding: EmbeddingSettings) -> None:
+        """Use ``embedding`` (the index's model, :func:`~hybridsearch.index.fit.follow_index`) from the first check
+        on; an embedder made for other settings (a warm-up) is made again. Only on the first check: a client whose
+        index moves to another model later is refused (IndexMismatch), never served another model's vectors."""
+        if embedding == self.settings.embedding:
+            return
+        self.settings = self.settings.model_copy(update={"embedding": embedding})
+        if self._own_embedder:
+            self._embedder = None
 
     def _moved(self, index: str, responses: list[Json]) -> bool:
         """Whether the answers came from another index than ``index`` (the alias moved since the check); if so the
