@@ -281,6 +281,22 @@ def test_progress_at_80_columns_keeps_names_and_details_whole() -> None:
     assert max(len(line.rstrip()) for line in shown.splitlines()) <= 80
 
 
+def test_progress_in_a_pipe_is_text_without_a_bar() -> None:
+    import io
+
+    from rich.console import Console
+
+    from hybridsearch.cli.progress import RichProgress
+    from hybridsearch.progress import ProgressEvent
+
+    pipe = io.StringIO()
+    with RichProgress(Console(file=pipe, width=80, markup=False)) as progress:
+        progress(ProgressEvent("ingest", 1234, 3000, "1,234 docs"))
+    shown = pipe.getvalue()
+    assert "ingest" in shown and "1234/3000" in shown and "1,234 docs" in shown
+    assert "\x1b" not in shown and not set(shown) & set("━─│┃╸╺⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
+
+
 def test_a_failed_query_log_write_warns_in_one_short_line(caplog: pytest.LogCaptureFixture) -> None:
     from hybridsearch.errors import ClusterError
     from hybridsearch.query.querylog import QueryLogger

@@ -23,12 +23,14 @@ class RichProgress:
                  width: int = 14) -> None:
         self.enabled, self.keep_finished = enabled, keep_finished
         console = console or make_console(stderr=True)
-        # the name is never cut; a narrow terminal gets a shorter bar, and the description wraps under its column
-        self._progress = Progress(
-            SpinnerColumn(), TextColumn(f"{{task.fields[name]:>{width}}}", table_column=Column(no_wrap=True)),
-            BarColumn(bar_width=40 if console.width >= 120 else 10), MofNCompleteColumn(), TimeElapsedColumn(),
-            TextColumn("{task.description}", table_column=Column(ratio=1)), console=console, disable=not enabled,
-            expand=True)
+        # the name is never cut; a narrow terminal gets a shorter bar, and the description wraps under its column;
+        # a pipe or a file gets text only (no spinner, no bar of box-drawing characters)
+        name = TextColumn(f"{{task.fields[name]:>{width}}}", table_column=Column(no_wrap=True))
+        text: list[Any] = [MofNCompleteColumn(), TimeElapsedColumn(),
+                           TextColumn("{task.description}", table_column=Column(ratio=1))]
+        columns = ([SpinnerColumn(), name, BarColumn(bar_width=40 if console.width >= 120 else 10), *text]
+                   if console.is_terminal else [name, *text])
+        self._progress = Progress(*columns, console=console, disable=not enabled, expand=True)
         self._tasks: dict[str, Any] = {}
         self._lock = threading.Lock()
 
