@@ -98,6 +98,7 @@ class SearchCore:
         self.reranker = reranker
         self._embedder = embedder
         self._own_embedder = embedder is None  # made here from the settings (again when the index's model differs)
+        self._model_settled = False  # the first index check settles the model (followed where none is set)
         self._embed_lock = threading.Lock()
         self._index: str | None = None
         self._dialect: Dialect | None = None  # the engine's (set when the index is checked)
@@ -161,8 +162,9 @@ class SearchCore:
             raise IndexNotFound(f"index {index} behind alias {self.settings.index.alias} no longer exists")
         mapping = mappings[index]["mappings"]
         meta = mapping.get("_meta") or {}
-        if self._own_embedder and self._index is None:
+        if self._own_embedder and not self._model_settled:
             self._follow(follow_index(self.settings.embedding, meta))
+        self._model_settled = True
         check_mapping(index, mapping, self.settings, dialect)
         self._bm25 = bm25_scope(self.query, section_words_of(meta))
         self._fusion = fusion_for(self.query, meta)
