@@ -86,6 +86,9 @@ def failed(checks: list[Check], strict: bool = False) -> bool:
 
 _SIZE = re.compile(r"^\s*([0-9.]+)\s*([kmgtp]?b)?\s*$", re.I)
 _UNITS = {"b": 1, "kb": 1024, "mb": 1024**2, "gb": 1024**3, "tb": 1024**4, "pb": 1024**5}
+_WATERMARK = "cluster.routing.allocation.disk.watermark."
+#: a cluster's or an index's health as a check's status
+HEALTH: dict[str, Status] = {"green": "OK", "yellow": "WARN"}
 
 
 def watermark_used_fraction(value: str, total_bytes: int) -> float:
@@ -102,18 +105,6 @@ def watermark_used_fraction(value: str, total_bytes: int) -> float:
     raise ValueError(f"unreadable disk watermark {value!r}")
 
 
-def _watermarks(es: EngineClient) -> dict[str, str]:
-    with engine_errors("cluster settings"):
-        body = es.send(request.Request("GET", "/_cluster/settings",
-                                       request.params(include_defaults=True, flat_settings=True)))
-    merged: dict[str, str] = {}
-    for scope in ("defaults", "persistent", "transient"):
-        for key, value in body.get(scope, {}).items():
-            if key.startswith("cluster.routing.allocation.disk.watermark.") and isinstance(value, str):
-                merged[key.rsplit(".", 1)[-1]] = value
-    return merged
-
-
 def check_cluster(es: EngineClient) -> list[Check]:
     """Reachable, version, health, disk. The first check FAILs when no node answers or refuses us."""
     try:
@@ -121,10 +112,9 @@ def check_cluster(es: EngineClient) -> list[Check]:
     except HybridSearchError as exc:
         return [Check("cluster", "reachable", "FAIL", *problem(exc))]
     checks = [Check("cluster", "reachable", "OK", f"{info['cluster_name']}, {info['number_of_nodes']} node(s)")]
-    versions = info["versions"]
-    engine = es.engine
-    oldest = EngineInfo(engine.kind, min(versions, key=lambda v: EngineInfo(engine.kind, v).version_tuple or ()))
-    label = f"{engine.kind} {', '.join(versions)}"
+    versions, kind = info["versions"], es.engine.kind
+    oldest = EngineInfo(kind, min(versions, key=lambda v: EngineInfo(kind, v).version_tuple or ()))
+    label = f"{kind} {', '.join(versions)}"
     if (why := oldest.support_problem()) is not None:
         checks.append(Check("cluster", "version", "FAIL", label, why + "; upgrade the cluster"))
     else:
@@ -134,10 +124,8 @@ def check_cluster(es: EngineClient) -> list[Check]:
     fixes = {"yellow": "replicas cannot be allocated: on a single node set HSP_INDEX__REPLICAS=0 "
                        "(and `PUT <index>/_settings {\"number_of_replicas\": 0}` for existing indices)",
              "red": "a primary shard is unassigned: see `GET _cluster/allocation/explain`"}
-    checks.append(Check("cluster", "health", {"green": "OK", "yellow": "WARN"}.get(status, "FAIL"),  # type: ignore[arg-type]
-                        status, fixes.get(status)))
-    checks.append(_check_disk(es))
-    return checks
+    return [*checks, Check("cluster", "health", HEALTH.get(status, "FAIL"), status, fixes.get(status)),
+            _check_disk(es)]
 
 
 def _check_disk(es: EngineClient) -> Check:
@@ -145,23 +133,22 @@ def _check_disk(es: EngineClient) -> Check:
         with engine_errors("node disk stats"):
             nodes = es.send(request.Request("GET", "/_nodes/stats/fs",
                                             request.params(filter_path="nodes.*.name,nodes.*.fs.total")))
-            nodes = nodes.get("nodes", {})
-        marks = _watermarks(es)
+        with engine_errors("cluster settings"):
+            flat = es.send(request.Request("GET", "/_cluster/settings",
+                                           request.params(include_defaults=True, flat_settings=True)))
     except HybridSearchError as exc:
         detail, fix = problem(exc)
         return Check("cluster", "disk", "WARN", f"cannot read disk usage: {detail}", fix)
-    worst: tuple[float, str, int, int] | None = None
-    for node in nodes.values():
-        total = int(node["fs"]["total"].get("total_in_bytes", 0))
-        avail = int(node["fs"]["total"].get("available_in_bytes", 0))
-        used = 1 - avail / total if total else 0.0
-        if worst is None or used > worst[0]:
-            worst = (used, node.get("name", "?"), avail, total)
-    if worst is None:
+    disks = [(node.get("name", "?"), int(node["fs"]["total"].get("available_in_bytes", 0)),
+              int(node["fs"]["total"].get("total_in_bytes", 0))) for node in nodes.get("nodes", {}).values()]
+    if not disks:
         return Check("cluster", "disk", "WARN", "no node reported disk usage")
-    used, name, avail, total = worst
+    name, avail, total = max(disks, key=lambda d: 1 - d[1] / d[2] if d[2] else 0.0)
+    used = 1 - avail / total if total else 0.0
     detail = f"{name}: {used:.0%} used, {avail / 1024**3:.1f} GiB free of {total / 1024**3:.1f} GiB"
-    levels = {k: watermark_used_fraction(v, total) for k, v in marks.items() if k in ("low", "high", "flood_stage")}
+    levels = {key.removeprefix(_WATERMARK): watermark_used_fraction(value, total)
+              for scope in ("defaults", "persistent", "transient") for key, value in flat.get(scope, {}).items()
+              if key.removeprefix(_WATERMARK) in ("low", "high") and isinstance(value, str)}
     if used >= levels.get("high", 0.90):
         return Check("cluster", "disk", "FAIL", detail + " (over the high watermark: shards move away; at the "
                      "flood stage indices turn read-only)", "free disk space or add a node")
@@ -212,7 +199,7 @@ def check_index(es: EngineClient, settings: Settings) -> list[Check]:
     except HybridSearchError as exc:  # say why, then check what can still be read
         checks = [Check("index", "privileges", "FAIL", *problem(exc))]
     try:
-        _check_live_index(es, settings, checks)
+        checks += _check_live_index(es, settings)
     except HybridSearchError as exc:
         checks.append(Check("index", "index", "FAIL", *problem(exc)))
     try:
@@ -223,20 +210,18 @@ def check_index(es: EngineClient, settings: Settings) -> list[Check]:
     return checks
 
 
-def _check_live_index(es: EngineClient, settings: Settings, checks: list[Check]) -> None:
+def _check_live_index(es: EngineClient, settings: Settings) -> list[Check]:
     alias = settings.index.alias
     aliases = read_alias(es, alias)
-    targets = sorted(aliases)
-    if not targets:
-        checks.append(Check("index", "alias", "FAIL", f"{alias} does not exist",
-                            "ingest documents (`hsp ingest PATH` or `hsp demo`), or `hsp index create`"))
-        return
-    live = targets[-1]
+    if not aliases:
+        return [Check("index", "alias", "FAIL", f"{alias} does not exist",
+                      "ingest documents (`hsp ingest PATH` or `hsp demo`), or `hsp index create`")]
+    live = max(aliases)
     try:
         live_target(alias, aliases)
-        checks.append(Check("index", "alias", "OK", f"{alias} → {live}"))
+        checks = [Check("index", "alias", "OK", f"{alias} → {live}")]
     except AliasConflict as exc:  # search and ingest refuse such an alias
-        checks.append(Check("index", "alias", "FAIL", exc.problem, exc.fix))
+        checks = [Check("index", "alias", "FAIL", exc.problem, exc.fix)]
     meta = index_meta(es, live)
     embedding = follow_index(settings.embedding, meta)
     try:
@@ -254,7 +239,6 @@ def _check_live_index(es: EngineClient, settings: Settings, checks: list[Check])
         health = es.send(request.cluster_health(index=live))["status"]
         chunks = count_visible(es, live)
     holds = hidden_documents(es, settings.index.ingest_state)
-    pending = len({d for ids in holds.values() for d in ids})
     emb = props.get("embedding", {})
     vec = es.dialect.vector_summary(emb)
     if not vec.is_vector or vec.dims != settings.embedding.dims:
@@ -269,21 +253,20 @@ def _check_live_index(es: EngineClient, settings: Settings, checks: list[Check])
     else:
         checks.append(Check("index", "vectors", "OK", f"{vec.dims} dims, {vec.similarity}, "
                                                       f"{vec.options.get('type', 'default')}"))
-    checks += retrieval_checks(meta, settings.query)
-    checks += _check_segments(es, live)
-    checks.append(Check("index", "health", {"green": "OK", "yellow": "WARN"}.get(health, "FAIL"),  # type: ignore[arg-type]
-                        f"{live} is {health}", None if health == "green" else "see `GET _cluster/allocation/explain`"))
+    checks += [*retrieval_checks(meta, settings.query), *_check_segments(es, live)]
+    checks.append(Check("index", "health", HEALTH.get(health, "FAIL"), f"{live} is {health}",
+                        None if health == "green" else "see `GET _cluster/allocation/explain`"))
     checks.append(Check("index", "chunks", "OK" if chunks else "WARN", f"{chunks:,} chunks in {live}",
                         None if chunks else "ingest documents: `hsp ingest PATH` or `hsp demo`"))
-    left = sorted(set(holds.get(UNFINISHED, [])))
-    if left:
+    if left := sorted(set(holds.get(UNFINISHED, []))):
         checks.append(Check("index", "hidden", "WARN", f"{len(left):,} documents of {live} were left half written by "
                             f"runs that stopped (e.g. {', '.join(left[:3])}) and are hidden from every search",
                             "re-run the same `hsp ingest` to finish them (what was written is reused), or "
                             "`hsp delete DOC_ID`"))
-    elif pending:
+    elif pending := len({d for ids in holds.values() for d in ids}):
         checks.append(Check("index", "hidden", "OK", f"{pending:,} documents are being written by a running ingest "
                             "(hidden until each is whole)"))
+    return checks
 
 
 def _check_segments(es: EngineClient, live: str) -> list[Check]:
@@ -323,12 +306,11 @@ def retrieval_checks(meta: dict[str, Any], query: QuerySettings) -> list[Check]:
     except QueryError as exc:
         return [bm25, Check("index", "fusion", "FAIL", exc.problem, exc.fix)]
     cal = meta.get("fusion_calibration")
-    if fusion.source == "index" and isinstance(cal, dict):
-        detail = (f"{fusion.label}, calibrated on {cal.get('dataset')} {cal.get('split')} ({cal.get('queries')} "
-                  f"queries: nDCG@10 {cal.get('default')} with the default, {cal.get('chosen')} with this)")
-        return [bm25, Check("index", "fusion", "OK", detail)]
     if fusion.source == "index":
-        return [bm25, Check("index", "fusion", "OK", f"{fusion.label}, recorded by `hsp index fusion`")]
+        return [bm25, Check("index", "fusion", "OK", f"{fusion.label}, calibrated on {cal.get('dataset')} "
+                            f"{cal.get('split')} ({cal.get('queries')} queries: nDCG@10 {cal.get('default')} with the "
+                            f"default, {cal.get('chosen')} with this)" if isinstance(cal, dict)
+                            else f"{fusion.label}, recorded by `hsp index fusion`")]
     fix = None if fusion.source == "settings" else ("`hsp index fusion rrf|zscore|minmax` records one for the "
                                                     "index; with judgments, `hsp calibrate-fusion DATASET` picks one")
     return [bm25, Check("index", "fusion", "OK", fusion.describe(), fix)]

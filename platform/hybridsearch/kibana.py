@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections import Counter
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,6 @@ from hybridsearch.settings import Settings
 
 DEFAULT_PREFIX = "hsp"
 FILE_NAME = "hybridsearch.ndjson"
-#: Kibana reads Elasticsearch only (OpenSearch has its own Dashboards)
-KIBANA_DIALECT = ELASTICSEARCH
 RECORDS = "___records___"  # Lens' "count of records": not a field
 
 
@@ -60,36 +59,26 @@ def to_ndjson(objects: list[dict[str, Any]]) -> bytes:
     return b"".join(json.dumps(o, separators=(",", ":")).encode() + b"\n" for o in objects)
 
 
-def _swap(value: str, old: str, new: str) -> str:
-    """``old-rest`` → ``new-rest``; ``... (old)`` → ``... (new)``; anything else unchanged."""
-    if value.startswith(f"{old}-"):
-        return f"{new}-{value[len(old) + 1:]}"
-    if value.endswith(f"({old})"):
-        return f"{value[:-len(old) - 2]}({new})"
+def _swap(value: str, prefix: str) -> str:
+    """``hsp-rest`` → ``prefix-rest``; ``... (hsp)`` → ``... (prefix)``; anything else unchanged."""
+    if value.startswith(f"{DEFAULT_PREFIX}-"):
+        return f"{prefix}-{value[len(DEFAULT_PREFIX) + 1:]}"
+    if value.endswith(f"({DEFAULT_PREFIX})"):
+        return f"{value[:-len(DEFAULT_PREFIX) - 2]}({prefix})"
     return value
 
 
-def rewrite_prefix(objects: list[dict[str, Any]], prefix: str, default: str = DEFAULT_PREFIX) -> list[dict[str, Any]]:
+def rewrite_prefix(objects: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
     """Copies of ``objects`` for ``prefix``: ids, references, data-view patterns and titles renamed."""
-    if prefix == default:
-        return copy.deepcopy(objects)
-    out = []
-    for obj in objects:
-        new = copy.deepcopy(obj)
-        new["id"] = _swap(obj["id"], default, prefix)
-        for ref in new.get("references", []):
-            ref["id"] = _swap(ref["id"], default, prefix)
-        attrs = new["attributes"]
+    out = copy.deepcopy(objects)
+    for obj in out:
+        obj["id"] = _swap(obj["id"], prefix)
+        for ref in obj.get("references", []):
+            ref["id"] = _swap(ref["id"], prefix)
+        attrs = obj["attributes"]
         for key in ("title", "name"):
             if isinstance(attrs.get(key), str):
-                attrs[key] = _swap(attrs[key], default, prefix)
-        if new["type"] == "dashboard" and isinstance(attrs.get("panelsJSON"), str):
-            panels = json.loads(attrs["panelsJSON"])
-            for panel in panels:  # panels written with inline ids (older exports) carry them here
-                if isinstance(panel.get("id"), str):
-                    panel["id"] = _swap(panel["id"], default, prefix)
-            attrs["panelsJSON"] = json.dumps(panels, separators=(",", ":"))
-        out.append(new)
+                attrs[key] = _swap(attrs[key], prefix)
     return out
 
 
@@ -112,25 +101,19 @@ def data_view_fields(settings: Settings) -> dict[str, dict[str, str]]:
     """Index pattern (without ``*``) → its fields, from our templates rendered for ``settings``."""
     targets = {settings.index.alias: "chunks", settings.index.query_log: "query_log",
                settings.index.ingest_runs: "ingest_runs"}
-    return {pattern: mapping_fields(
-                load_template(name, settings, KIBANA_DIALECT)["template"]["mappings"]["properties"])
+    return {pattern: mapping_fields(  # Kibana reads Elasticsearch only (OpenSearch has its own Dashboards)
+                load_template(name, settings, ELASTICSEARCH)["template"]["mappings"]["properties"])
             for pattern, name in targets.items()}
 
 
 def validate(objects: list[dict[str, Any]], settings: Settings) -> list[str]:
     """Problems found in ``objects`` for ``settings``' prefix: duplicate ids, references to missing objects, data
     views or fields (Lens columns, time fields) our mappings do not have, numeric operations on other types."""
-    problems: list[str] = []
-    by_id: dict[str, dict[str, Any]] = {}
-    for obj in objects:
-        if obj["id"] in by_id:
-            problems.append(f"duplicate id {obj['id']}")
-        by_id[obj["id"]] = obj
+    problems = [f"duplicate id {i}" for i, n in Counter(obj["id"] for obj in objects).items() if n > 1]
+    by_id = {obj["id"]: obj for obj in objects}
     views = data_view_fields(settings)
     view_fields: dict[str, dict[str, str]] = {}
-    for obj in objects:
-        if obj["type"] != "index-pattern":
-            continue
+    for obj in (o for o in objects if o["type"] == "index-pattern"):
         title = obj["attributes"].get("title", "")
         fields = views.get(title.rstrip("*"))
         if fields is None:
@@ -184,17 +167,13 @@ def _check_lens(obj: dict[str, Any], view_fields: dict[str, dict[str, str]]) -> 
 
 
 def _check_dashboard(obj: dict[str, Any]) -> list[str]:
-    problems = []
     names = {r["name"] for r in obj.get("references", [])}
     try:
         panels = json.loads(obj["attributes"].get("panelsJSON", "[]"))
     except json.JSONDecodeError:
         return [f"dashboard {obj['id']}: panelsJSON is not JSON"]
-    for panel in panels:
-        ref = panel.get("panelRefName")
-        if ref and f"{panel.get('panelIndex')}:{ref}" not in names:
-            problems.append(f"dashboard {obj['id']} panel {panel.get('panelIndex')} has no reference {ref}")
-    return problems
+    return [f"dashboard {obj['id']} panel {panel.get('panelIndex')} has no reference {ref}" for panel in panels
+            if (ref := panel.get("panelRefName")) and f"{panel.get('panelIndex')}:{ref}" not in names]
 
 
 def import_objects(url: str, objects: list[dict[str, Any]], *, space: str | None = None,

@@ -29,7 +29,7 @@ ALLOWED = {
     ("settings.py", "ClusterSettings.engine"),
     # the client libraries' logger names, which the command line quiets; importing the seam there instead would
     # load both libraries on every `hsp` command
-    ("cli/output.py", "CLIENT_LOGGERS"),
+    ("cli/main.py", "CLIENT_LOGGERS"),
 }
 
 

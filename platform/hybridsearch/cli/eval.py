@@ -13,7 +13,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hybridsearch.cli.output import print_table, styled, table
+from rich.table import Column
+
+from hybridsearch.cli.output import print_table, right, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.eval.harness import DEFAULT_MODES
@@ -113,19 +115,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
 def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float) -> None:
     """Tables of quality, latency, notes, checks, baseline differences and worst queries."""
     ok = [m for m in report.modes if m.status == "ok"]
-    quality = table(console, title=f"{report.dataset['name']} {report.dataset['split']} · {report.dataset['queries']} "
-                                   f"queries · {report.index.get('documents')} docs / "
-                                   f"{report.index.get('chunks')} chunks")
-    quality.add_column("mode")
-    for name in METRICS.values():
-        quality.add_column(name, justify="right")
+    quality = table(console, "mode", *right(*METRICS.values()),
+                    title=f"{report.dataset['name']} {report.dataset['split']} · {report.dataset['queries']} queries · "
+                          f"{report.index.get('documents')} docs / {report.index.get('chunks')} chunks")
     for m in ok:
         quality.add_row(m.mode, *(f"{m.metrics[k]:.4f}" for k in METRICS))
     print_table(console, quality)
-    latency = table(console, title="latency ms (p50 / p95)")
-    latency.add_column("stage")
-    for m in ok:
-        latency.add_column(m.mode, justify="right")
+    latency = table(console, "stage", *right(*(m.mode for m in ok)), title="latency ms (p50 / p95)")
     for stage in LATENCY_KEYS:
         latency.add_row(stage, *(f"{m.latency_ms[stage].p50:.1f} / {m.latency_ms[stage].p95:.1f}" for m in ok))
     print_table(console, latency)
@@ -138,9 +134,8 @@ def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float)
     for c in report.checks:
         console.print(styled(("PASS", "green") if c.passed else ("FAIL", "red"), f" {c.name}: {c.detail}"))
     if diffs is not None:
-        against = table(console, title=f"against the baseline (tolerance {tolerance:g})")
-        for col in ("mode", "metric", "baseline", "now", "Δ"):
-            against.add_column(col, justify="left" if col in ("mode", "metric") else "right")
+        against = table(console, "mode", "metric", *right("baseline", "now", "Δ"),
+                        title=f"against the baseline (tolerance {tolerance:g})")
         for d in diffs:
             style = "red" if d.regressed else ("green" if d.delta > 0 else "")
             against.add_row(d.mode, METRICS[d.metric], f"{d.baseline:.4f}", f"{d.current:.4f}", f"{d.delta:+.4f}",
@@ -151,21 +146,17 @@ def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float)
 
         trials = [Trial.model_validate(t) for t in report.sweep]
         sweep_modes = [m.mode for m in ok if m.mode != "hybrid+rerank"]
-        knobs = table(console, title="knob sweep (query phase only, same index)")
-        knobs.add_column("knob")
-        knobs.add_column("value")
-        for name in sweep_modes:
-            for x in SWEEP_METRICS:
-                knobs.add_column(f"{name} {METRICS[x]}", justify="right")
+        knobs = table(console, "knob", "value", *right(*(f"{name} {METRICS[x]}" for name in sweep_modes
+                                                         for x in SWEEP_METRICS)),
+                      title="knob sweep (query phase only, same index)")
         for t in trials:
             knobs.add_row(t.knob, t.value, *(f"{t.metrics[name][x]:.4f}" if name in t.metrics else "—"
                                              for name in sweep_modes for x in SWEEP_METRICS))
         print_table(console, knobs)
     if report.worst:
-        losses = table(console, title="where hybrid loses most nDCG@10 (relevant doc: rank in BM25 / kNN / fusion / "
-                                      "rerank)")
-        for col in ("query", "hybrid", "best single", "loss", "relevant"):
-            losses.add_column(col, overflow="fold")
+        losses = table(console, *(Column(col, overflow="fold") for col in ("query", "hybrid", "best single", "loss",
+                                                                            "relevant")),
+                       title="where hybrid loses most nDCG@10 (relevant doc: rank in BM25 / kNN / fusion / rerank)")
         for w in report.worst:
             ranks = "\n".join(f"{r.doc_id}: {r.bm25 or '—'} / {r.knn or '—'} / {r.fusion or '—'} / {r.rerank or '—'}"
                               for r in w.relevant)
@@ -184,10 +175,8 @@ def calibrate_fusion(args: argparse.Namespace, settings: Settings) -> int:
                    keep_identical_ids=args.keep_identical_ids, out=args.out, progress=progress)
     console.print(f"scored fusions on {done.calibration.queries} {done.split} queries of {done.index}")
     scores, calibration = done.calibration.scores, done.meta
-    grid = table(console, title=f"nDCG@10 on {calibration['queries']} {calibration['split']} queries (best of "
-                 f"{len(scores)} fusions first)")
-    grid.add_column("fusion")
-    grid.add_column("nDCG@10", justify="right")
+    grid = table(console, "fusion", *right("nDCG@10"), title=f"nDCG@10 on {calibration['queries']} "
+                 f"{calibration['split']} queries (best of {len(scores)} fusions first)")
     for name, value in list(scores.items())[:SHOWN]:
         grid.add_row(name, f"{value:.4f}")
     print_table(console, grid)

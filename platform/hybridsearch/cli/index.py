@@ -6,6 +6,8 @@ import argparse
 import json
 from typing import Any
 
+from rich.table import Column
+
 from hybridsearch.cli.output import print_table, print_wrapped, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
@@ -91,9 +93,8 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     alias = (", ".join(status.alias_targets), "") if status.alias_targets else ("missing", "red")
     console.print(styled("prefix ", (status.prefix, "bold"), " · alias ", (status.alias, "bold"), " → ", alias))
-    grid = table(console)
-    for col in ("", "version", "health", "docs", "chunks", "size", "vectors", "created"):
-        grid.add_column(col, justify="right" if col in {"docs", "chunks", "size"} else "left", no_wrap=True)
+    grid = table(console, *(Column(col, justify="right" if col in {"docs", "chunks", "size"} else "left", no_wrap=True)
+                            for col in ("", "version", "health", "docs", "chunks", "size", "vectors", "created")))
     for row in status.indices:
         health = styled((row.health, row.health if row.health in ("green", "yellow", "red") else ""))
         grid.add_row(styled(("●", "bold green")) if row.live else "", f"v{row.version}", health,

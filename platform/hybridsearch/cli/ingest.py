@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hybridsearch.cli.output import print_table, styled, table
+from hybridsearch.cli.output import print_table, right, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.errors import ConfigError
@@ -93,9 +93,7 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
     with RichProgress(enabled=not args.no_progress, keep_finished=False) as progress:  # the summary follows
         result = run_ingest(args.path, settings, embedder=embedder, progress=progress, shard=shard,
                             fields=fields, wait_s=args.wait, sync=args.sync, force=args.force)
-    grid = table(console, title=f"ingest run {result.run_id} → {result.index}")
-    grid.add_column("documents", justify="right")
-    grid.add_column("chunks", justify="right")
+    grid = table(console, *right("documents", "chunks"), title=f"ingest run {result.run_id} → {result.index}")
     docs = (f"{result.documents:,} read\n{result.documents_indexed:,} indexed\n"
             f"{result.documents_skipped:,} unchanged\n{result.documents_failed:,} failed")
     if args.sync:

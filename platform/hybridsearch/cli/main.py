@@ -32,6 +32,8 @@ COMMANDS = {"ingest": "ingest", "delete": "ingest", "search": "search", "serve-r
             "models": "models", "demo": "demo"}
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 INTERRUPTED = 130
+#: loggers of the engines' client libraries
+CLIENT_LOGGERS = ("elastic_transport", "elasticsearch", "opensearch")
 #: error class -> exit code; 1 is also a failed quality gate (``hsp eval --baseline``) or a doctor FAIL
 EXIT_CODES: dict[type[HybridSearchError], int] = {
     HybridSearchError: 1,
@@ -71,7 +73,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s" if args.verbose else
                         "%(levelname)s: %(message)s")
-    output.quiet_client_logs(args.verbose)
+    for name in CLIENT_LOGGERS:  # their retry warnings (with tracebacks) only with -v: our error says what failed
+        logging.getLogger(name).setLevel(logging.NOTSET if args.verbose else logging.ERROR)
+    output.redact_logs()
     err = output.console(stderr=True)
     try:
         settings = load_settings()

@@ -15,7 +15,7 @@ from typing import Any
 from rich import box
 from rich.console import Console
 from rich.measure import Measurement
-from rich.table import Table
+from rich.table import Column, Table
 from rich.text import Text
 
 from hybridsearch.cluster_url import redact_url
@@ -24,8 +24,6 @@ from hybridsearch.cluster_url import redact_url
 Part = str | tuple[str, str]
 #: Lines of an error message shown without ``--verbose``.
 MAX_ERROR_LINES = 4
-#: Loggers of the Elasticsearch client: their retry warnings (with tracebacks) only show with --verbose.
-CLIENT_LOGGERS = ("elastic_transport", "elasticsearch", "opensearch")
 
 
 def console(*, stderr: bool = False, width: int | None = None) -> Console:
@@ -37,11 +35,16 @@ def console(*, stderr: bool = False, width: int | None = None) -> Console:
 stdout = console()
 
 
-def table(out: Console, *, title: str | None = None, **options: Any) -> Table:
-    """A table for ``out`` (``options`` are :class:`rich.table.Table`'s): a rule under the header in a terminal,
-    no box-drawing characters in a pipe or a file."""
-    return Table(title=title, box=box.SIMPLE_HEAD if out.is_terminal else None, show_edge=False, header_style="bold",
-                 **options)
+def table(out: Console, *columns: str | Column, title: str | None = None, **options: Any) -> Table:
+    """A table of ``columns`` for ``out`` (``options`` are :class:`rich.table.Table`'s): a rule under the header in
+    a terminal, no box-drawing characters in a pipe or a file."""
+    return Table(*columns, title=title, box=box.SIMPLE_HEAD if out.is_terminal else None, show_edge=False,
+                 header_style="bold", **options)
+
+
+def right(*headers: str) -> list[Column]:
+    """Right-justified columns, for numbers."""
+    return [Column(header, justify="right") for header in headers]
 
 
 def print_table(out: Console, grid: Table) -> None:
@@ -97,14 +100,6 @@ def print_error(out: Console, exc: BaseException, verbose: int = 0) -> None:
                     style="dim")
         cause = cause.__cause__ or cause.__context__
     out.print(text, soft_wrap=True)
-
-
-def quiet_client_logs(verbose: int) -> None:
-    """Hide the Elasticsearch client's retry warnings unless ``verbose`` (our error says what failed), and put a
-    :class:`RedactingFilter` on every handler of the root logger."""
-    for name in CLIENT_LOGGERS:
-        logging.getLogger(name).setLevel(logging.NOTSET if verbose else logging.ERROR)
-    redact_logs()
 
 
 class RedactingFilter(logging.Filter):

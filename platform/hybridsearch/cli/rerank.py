@@ -7,8 +7,8 @@ import logging
 import time
 from typing import Any
 
+from hybridsearch.cli.output import right, styled, table
 from hybridsearch.cli.output import stdout as console
-from hybridsearch.cli.output import styled, table
 from hybridsearch.errors import ConfigError
 from hybridsearch.settings import RerankerSettings, Settings
 
@@ -72,10 +72,7 @@ def check(args: argparse.Namespace, settings: Settings) -> int:
     started = time.perf_counter()
     scores = reranker.score(query, passages)
     took = (time.perf_counter() - started) * 1000
-    grid = table(console, title=f"{reranker.name}: {query!r} ({took:.0f} ms)")
-    grid.add_column("rank", justify="right")
-    grid.add_column("score", justify="right")
-    grid.add_column("passage")
+    grid = table(console, *right("rank", "score"), "passage", title=f"{reranker.name}: {query!r} ({took:.0f} ms)")
     for rank, i in enumerate(order_by_score(scores), 1):
         grid.add_row(str(rank), f"{scores[i]:.4f}", passages[i][:100])
     console.print(grid)

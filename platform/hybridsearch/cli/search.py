@@ -22,10 +22,11 @@ from collections.abc import Sequence
 from typing import get_args
 
 from rich.console import Console
+from rich.table import Column
 from rich.text import Text
 
 from hybridsearch.cli.filters import parse_cli_filters
-from hybridsearch.cli.output import console, print_wrapped, styled, table, wrapped
+from hybridsearch.cli.output import console, print_wrapped, right, styled, table, wrapped
 from hybridsearch.query.results import Highlight, Hit, Mode, RerankOutcome, SearchResult, StageScore, WhyReport
 from hybridsearch.settings import Settings
 
@@ -210,18 +211,24 @@ def print_result(out: Console, r: SearchResult, *, said: set[str] | None = None)
                   no_wrap=True, overflow="ellipsis")
         if said is not None:
             said.add(note)
-    if r.truncated_query:
-        out.print(styled((f"query truncated to {len(r.query)} characters (HSP_QUERY__MAX_QUERY_CHARS)", "yellow")))
+    if _no_hits(out, r):
+        return
     if r.knn_width and any(h.explanation for h in r.hits):
         out.print(styled(("kNN: ", "dim"), r.knn_width))
-    if not r.hits:
-        out.print(styled(("no hits", "yellow")))
-        return
     terms = query_terms(r.query)
     for hit in r.hits:
         out.print()
         for line in hit_block(out, r, hit, terms):
             out.print(line, no_wrap=True, overflow="ellipsis")
+
+
+def _no_hits(out: Console, r: SearchResult) -> bool:
+    """Say when the query was truncated, and when there are no hits; True when there are none."""
+    if r.truncated_query:
+        out.print(styled((f"query truncated to {len(r.query)} characters (HSP_QUERY__MAX_QUERY_CHARS)", "yellow")))
+    if not r.hits:
+        out.print(styled(("no hits", "yellow")))
+    return not r.hits
 
 
 def print_hits_table(out: Console, r: SearchResult) -> None:
@@ -234,17 +241,12 @@ def print_hits_table(out: Console, r: SearchResult) -> None:
                      f"{t.rerank_ms:.0f} ms, total {t.total_ms:.0f} ms"))
     if note:
         out.print(note, no_wrap=True, overflow="ellipsis")
-    if r.truncated_query:
-        out.print(styled((f"query truncated to {len(r.query)} characters (HSP_QUERY__MAX_QUERY_CHARS)", "yellow")))
-    if not r.hits:
-        out.print(styled(("no hits", "yellow")))
+    if _no_hits(out, r):
         return
     terms = query_terms(r.query)
-    grid = table(out, expand=True)
-    for col in ("#", "score", "bm25", "knn", "fused", "rerank"):
-        grid.add_column(col, justify="right")
-    grid.add_column("doc / title", max_width=24, overflow="fold")
-    grid.add_column("snippet", ratio=1, min_width=32)
+    grid = table(out, *right("#", "score", "bm25", "knn", "fused", "rerank"),
+                 Column("doc / title", max_width=24, overflow="fold"), Column("snippet", ratio=1, min_width=32),
+                 expand=True)
     for h in r.hits:
         title = Text(h.doc_id, style="cyan")
         if h.title:  # a long title is cut: the table is for reading (--json has it whole)
@@ -265,9 +267,7 @@ def print_why(out: Console, w: WhyReport) -> None:
     """Where one document fell at each stage."""
     out.print(styled("why ", (w.doc_id, "cyan"), " for ", (repr(w.query), "bold"),
                      f" ({w.mode}, {w.index}, {w.candidates} candidates):"))
-    stages = table(out)
-    for col in ("stage", "rank", "score"):
-        stages.add_column(col, justify="right" if col != "stage" else "left")
+    stages = table(out, "stage", *right("rank", "score"))
     for name, s in (("BM25", w.bm25), ("kNN", w.knn), ("fused", w.fused), ("rerank", w.rerank)):
         stages.add_row(name, _rank(s), "-" if s is None else f"{s.score:.4f}")
     stages.add_row("final", "-" if w.final_rank is None else str(w.final_rank), "")

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from hybridsearch.cli.output import print_table, styled, table
+from hybridsearch.cli.output import print_table, right, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.settings import Settings
@@ -151,9 +151,8 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
     wall = time.perf_counter() - started
 
     view = RerankerCard.of(card)
-    grid = table(console, title=f"validation ({view.validation_scored} held-out {view.split} queries)")
-    for col in ("epoch", "reranker alone nDCG@10", "MRR@10", "blend", "served nDCG@10", "train loss"):
-        grid.add_column(col, justify="right")
+    grid = table(console, *right("epoch", "reranker alone nDCG@10", "MRR@10", "blend", "served nDCG@10", "train loss"),
+                 title=f"validation ({view.validation_scored} held-out {view.split} queries)")
     fused = view.fused
     if fused:
         grid.add_row("fused (no rerank)", f"{fused['ndcg@10']:.4f}", f"{fused['mrr@10']:.4f}", "0",
@@ -185,10 +184,9 @@ def print_folds(card: Mapping[str, Any]) -> None:
     cv = card.get("cross_validation")  # validation.CVSummary.as_dict()
     if not isinstance(cv, dict):
         return
-    grid = table(console, title=f"{cv['folds']}-fold estimate (each fold measured with the epochs and blend "
-                                        "chosen on the others)")
-    for col in ("fold", "queries", "epochs", "blend", "fused", "reranker alone", "served", "gain"):
-        grid.add_column(col, justify="right")
+    grid = table(console, *right("fold", "queries", "epochs", "blend", "fused", "reranker alone", "served", "gain"),
+                 title=f"{cv['folds']}-fold estimate (each fold measured with the epochs and blend chosen on the "
+                       "others)")
     for f in cv["nested_per_fold"]:
         grid.add_row(str(f["fold"]), str(f["queries"]), str(f["epoch"]), f"{f['blend']:g}", f"{f['fused']:.4f}",
                       f"{f['alone']:.4f}", f"{f['served']:.4f}", f"{f['gain']:+.4f}")
@@ -220,11 +218,9 @@ def train_embedder(args: argparse.Namespace, settings: Settings) -> int:
     wall = time.perf_counter() - started
 
     view = EmbedderCard.of(card)
-    grid = table(console, title=f"validation: dense retrieval of {view.validation_queries} held-out "
-                                        f"{view.split} queries over {view.corpus_chunks} chunks"
-                                        + ("" if view.full_index else " (pool)"))
-    for col in ("epoch", "nDCG@10", "Recall@10", "MRR@10", "train loss"):
-        grid.add_column(col, justify="right")
+    grid = table(console, *right("epoch", "nDCG@10", "Recall@10", "MRR@10", "train loss"),
+                 title=f"validation: dense retrieval of {view.validation_queries} held-out {view.split} queries over "
+                       f"{view.corpus_chunks} chunks" + ("" if view.full_index else " (pool)"))
     for e in view.epochs:
         mark = " *" if e.epoch == view.best_epoch else (" (base)" if e.epoch == 0 else "")
         grid.add_row(f"{e.epoch}{mark}", _f(e.ndcg_at_10), _f(e.recall_at_10), _f(e.mrr_at_10), _f(e.train_loss))
