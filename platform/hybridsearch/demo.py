@@ -9,6 +9,7 @@ need a display, Windows or the test suite are never imported, and one that fails
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import importlib
 import inspect
@@ -17,7 +18,7 @@ import pkgutil
 import sys
 import warnings
 from collections.abc import Iterator
-from itertools import chain, zip_longest
+from itertools import chain, islice, zip_longest
 from types import ModuleType
 from typing import Any
 
@@ -103,19 +104,10 @@ def stdlib_module_names() -> list[str]:
 def _public_members(module: ModuleType) -> list[tuple[str, Any]]:
     exported = getattr(module, "__all__", None)
     names = sorted(exported) if isinstance(exported, list | tuple) else sorted(vars(module))
-    out = []
-    for name in names:
-        if not isinstance(name, str) or name.startswith("_"):
-            continue
-        obj = getattr(module, name, None)
-        if not (inspect.isclass(obj) or inspect.isroutine(obj)):
-            continue
-        if getattr(obj, "__module__", None) != module.__name__:  # defined elsewhere, documented there
-            continue
-        if getattr(obj, "__name__", name) != name:  # an alias (array.ArrayType is array.array)
-            continue
-        out.append((name, obj))
-    return out
+    members = [(name, getattr(module, name, None)) for name in names if isinstance(name, str) and name[:1] != "_"]
+    return [(name, obj) for name, obj in members if (inspect.isclass(obj) or inspect.isroutine(obj))
+            and getattr(obj, "__module__", None) == module.__name__  # not defined elsewhere, documented there
+            and getattr(obj, "__name__", name) == name]  # not an alias (array.ArrayType is array.array)
 
 
 def _make(doc_id: str, title: str, text: str, kind: str, module: str) -> Document:
@@ -163,30 +155,12 @@ def _module_docs(module: ModuleType) -> tuple[Document | None, list[Document], l
 def stdlib_documents(limit: int | None = None) -> Iterator[Document]:
     """Documents of the running interpreter's standard library, the same on every call; at most ``limit`` (None or 0:
     all)."""
-    modules = [m for n in stdlib_module_names() if (m := _import(n)) is not None]
-    builtins = _import("builtins")
-    assert builtins is not None
+    docs = [_module_docs(m) for n in stdlib_module_names() if n != "builtins" and (m := _import(n)) is not None]
     b_overview, b_items, b_methods = _module_docs(builtins)
-    overviews: list[Document] = []
-    items: list[list[Document]] = []
-    methods: list[list[Document]] = []
-    for module in modules:
-        if module.__name__ == "builtins":
-            continue
-        overview, its, meths = _module_docs(module)
-        if overview is not None:
-            overviews.append(overview)
-        items.append(its)
-        methods.append(meths)
-    round_robin = (d for groups in (items, methods) for row in zip_longest(*groups) for d in row if d is not None)
-    ordered = chain(topic_documents(), [d for d in [b_overview] if d], b_items, b_methods, overviews, round_robin)
-    seen: set[str] = set()
-    count = 0
-    for doc in ordered:
-        if doc.doc_id in seen:
-            continue
-        seen.add(doc.doc_id)
-        yield doc
-        count += 1
-        if limit and count >= limit:
-            return
+    overviews = [overview for overview, _, _ in docs if overview is not None]
+    groups = ([items for _, items, _ in docs], [methods for _, _, methods in docs])
+    round_robin = (d for lists in groups for row in zip_longest(*lists) for d in row if d is not None)
+    first: dict[str, Document] = {}
+    for doc in chain(topic_documents(), [d for d in [b_overview] if d], b_items, b_methods, overviews, round_robin):
+        first.setdefault(doc.doc_id, doc)
+    yield from islice(first.values(), limit or None)

@@ -104,25 +104,21 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
     grid.add_row(docs, chunks)
     print_table(console, grid)
     console.print(f"{result.seconds:.1f} s · {result.chunks_per_second:,.1f} chunks/s · chunker {result.chunker}")
-    if result.titles_cut:
-        console.print(styled(("Titles cut:", "yellow"), f" {result.titles_cut:,} documents have a title longer than a "
-                             "quarter of what the model reads; only its start is embedded, so the text still is"))
-    if result.took_over:
-        console.print(styled(("Took over", "yellow"), f" the ingest lease of {', '.join(result.took_over)} "
-                             "(stopped without finishing)"))
-    if result.repaired:
-        console.print(styled(("Repaired:", "green"), f" {result.repaired:,} documents a stopped run had left "
-                             "half written are whole and searchable again"))
-    if result.still_hidden:
-        console.print(styled(("Still hidden:", "yellow"), f" {result.still_hidden:,} documents are not whole (a failed "
-                             "chunk or a stopped run) and stay out of every search; re-run with their sources to "
-                             "finish them (`hsp doctor` lists them)"))
-    if result.changed_nothing:
-        console.print(styled(("Nothing changed:", "green"), " every document was already indexed."))
-    if result.sync_withheld:
-        console.print(styled(("Nothing deleted:", "yellow"), f" {result.sync_withheld}"))
-    if result.dead_letter_path:
-        console.print(styled(("Failures recorded in", "yellow"), f" {result.dead_letter_path}"))
+    notes = [(result.titles_cut, ("Titles cut:", "yellow"), f" {result.titles_cut:,} documents have a title longer "
+              "than a quarter of what the model reads; only its start is embedded, so the text still is"),
+             (result.took_over, ("Took over", "yellow"), f" the ingest lease of {', '.join(result.took_over)} "
+              "(stopped without finishing)"),
+             (result.repaired, ("Repaired:", "green"), f" {result.repaired:,} documents a stopped run had left half "
+              "written are whole and searchable again"),
+             (result.still_hidden, ("Still hidden:", "yellow"), f" {result.still_hidden:,} documents are not whole (a "
+              "failed chunk or a stopped run) and stay out of every search; re-run with their sources to finish them "
+              "(`hsp doctor` lists them)"),
+             (result.changed_nothing, ("Nothing changed:", "green"), " every document was already indexed."),
+             (result.sync_withheld, ("Nothing deleted:", "yellow"), f" {result.sync_withheld}"),
+             (result.dead_letter_path, ("Failures recorded in", "yellow"), f" {result.dead_letter_path}")]
+    for shown, label, text in notes:
+        if shown:
+            console.print(styled(label, text))
     if result.status == "interrupted":
         console.print(styled(("Interrupted:", "yellow"), " re-run the same command to resume."))
         return 130

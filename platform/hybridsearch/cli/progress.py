@@ -5,7 +5,6 @@ workflow reports (from any thread), a spinner for a task without a total, notes 
 from __future__ import annotations
 
 import threading
-from types import TracebackType
 from typing import Any
 
 from rich.console import Console
@@ -16,12 +15,11 @@ from hybridsearch.cli.output import console as make_console
 from hybridsearch.progress import ProgressEvent
 
 
-class RichProgress:
-    """Context manager and :data:`~hybridsearch.progress.ProgressSink`; disabled, it draws nothing."""
+class RichProgress(Progress):
+    """rich's progress display as a :data:`~hybridsearch.progress.ProgressSink`; disabled, it draws nothing."""
 
     def __init__(self, console: Console | None = None, *, enabled: bool = True, keep_finished: bool = True,
                  width: int = 14) -> None:
-        self.enabled, self.keep_finished = enabled, keep_finished
         console = console or make_console(stderr=True)
         # the name is never cut; a narrow terminal gets a shorter bar, and the description wraps under its column;
         # a pipe or a file gets text only (no spinner, no bar of box-drawing characters)
@@ -30,30 +28,26 @@ class RichProgress:
                            TextColumn("{task.description}", table_column=Column(ratio=1))]
         columns = ([SpinnerColumn(), name, BarColumn(bar_width=40 if console.width >= 120 else 10), *text]
                    if console.is_terminal else [name, *text])
-        self._progress = Progress(*columns, console=console, disable=not enabled, expand=True)
-        self._tasks: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        super().__init__(*columns, console=console, disable=not enabled, expand=True)
+        self.keep_finished = keep_finished
+        self.by_name: dict[str, Any] = {}
+        self.events_lock = threading.Lock()
 
     def __enter__(self) -> RichProgress:
-        self._progress.start()
+        self.start()
         return self
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        self._progress.stop()
-
     def __call__(self, event: ProgressEvent) -> None:
-        if not self.enabled:
+        if self.disable:
             return
-        with self._lock:
+        with self.events_lock:
             if event.note is not None:
-                self._progress.console.print(event.note)
+                self.console.print(event.note)
                 return
-            task = self._tasks.get(event.task)
-            if task is None:
-                task = self._tasks[event.task] = self._progress.add_task(event.detail, total=event.total,
-                                                                         name=event.task)
-            self._progress.update(task, completed=event.done, total=event.total, description=event.detail)
+            if event.task not in self.by_name:
+                self.by_name[event.task] = self.add_task(event.detail, total=event.total, name=event.task)
+            task = self.by_name[event.task]
+            self.update(task, completed=event.done, total=event.total, description=event.detail)
             if event.finished and not self.keep_finished:
-                self._progress.remove_task(task)
-                del self._tasks[event.task]
+                self.remove_task(task)
+                del self.by_name[event.task]
