@@ -1,11 +1,7 @@
-"""A real corpus that needs no download: the running interpreter's own standard-library documentation.
-
-:func:`stdlib_documents` yields ``pydoc`` language topics and the docstrings of standard-library modules, their
-public submodules, classes, functions and methods as documents with stable ids (``py:topic:with``, ``py:json.loads``)
-and ``metadata`` ``{kind, module, python}``, the most useful first: topics, builtins, module overviews, then classes
-and functions round-robin across modules, then methods. Modules are imported quietly; those with side effects or that
-need a display, Windows or the test suite are never imported, and one that fails to import is skipped.
-"""
+"""A real corpus that needs no download: the running interpreter's ``pydoc`` topics and the docstrings of its
+standard library, as documents with stable ids (``py:topic:with``, ``py:json.loads``) and ``metadata`` ``{kind,
+module, python}``, the most useful first. Modules are imported quietly; those with side effects or that need a
+display, Windows or the test suite are never imported, and one that fails to import is skipped."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""``hsp doctor``: is everything a search needs in place, and if not, how to fix it.
-
-Each check returns a :class:`Check`: a status (OK, WARN, FAIL or SKIP), what it found and, when something is
-wrong, the fix. :func:`run_checks` runs the areas in order: the cluster (reachable, version, health, disk), the
-index (privileges, alias, model, vectors, segments, BM25 and fusion, chunks, hidden documents, analyzer), the log
-indices, and the models (a reranker problem is a WARN: searches then keep the fused order).
-"""
+"""``hsp doctor``: is everything a search needs in place, and if not, how to fix it. Each check returns a
+:class:`Check`: a status (OK, WARN, FAIL or SKIP), what it found and, when something is wrong, the fix; the areas run
+in order: the cluster, the index, the log indices and the models (a reranker problem is a WARN: searches then keep
+the fused order)."""
 
 from __future__ import annotations
 
@@ -306,11 +303,12 @@ def retrieval_checks(meta: dict[str, Any], query: QuerySettings) -> list[Check]:
     except QueryError as exc:
         return [bm25, Check("index", "fusion", "FAIL", exc.problem, exc.fix)]
     cal = meta.get("fusion_calibration")
-    if fusion.source == "index":
+    if fusion.source == "index" and isinstance(cal, dict):
         return [bm25, Check("index", "fusion", "OK", f"{fusion.label}, calibrated on {cal.get('dataset')} "
-                            f"{cal.get('split')} ({cal.get('queries')} queries: nDCG@10 {cal.get('default')} with the "
-                            f"default, {cal.get('chosen')} with this)" if isinstance(cal, dict)
-                            else f"{fusion.label}, recorded by `hsp index fusion`")]
+                            f"{cal.get('split')} ({cal.get('queries')} queries: nDCG@10 {cal.get('default')} with "
+                            f"the default, {cal.get('chosen')} with this)")]
+    if fusion.source == "index":
+        return [bm25, Check("index", "fusion", "OK", f"{fusion.label}, recorded by `hsp index fusion`")]
     fix = None if fusion.source == "settings" else ("`hsp index fusion rrf|zscore|minmax` records one for the "
                                                     "index; with judgments, `hsp calibrate-fusion DATASET` picks one")
     return [bm25, Check("index", "fusion", "OK", fusion.describe(), fix)]
@@ -338,9 +336,8 @@ def check_log_index(es: EngineClient, settings: Settings, kind: str) -> Check:
                      f"or by hand): {describe(st.differences)}", f"reindex what you need from it, then DELETE "
                      f"{st.name}: the next write creates it from its spec (`hsp index create` does now)")
     if st.blocks:
-        block = st.blocks[0]
         return Check("logs", name, "FAIL", f"{st.name} refuses writes: {', '.join(st.blocks)} is set",
-                     unblock_fix(st.name, block))
+                     unblock_fix(st.name, st.blocks[0]))
     if not st.alias_ok:
         return Check("logs", name, "WARN", f"{st.name} has no write alias {st.write_alias}: a write after the index "
                      "is deleted would create it with guessed mappings", f"`hsp index create` or the next "

@@ -1,9 +1,6 @@
-"""Kibana saved objects for hybridsearch: load, validate, re-prefix and import them.
-
-``ops/kibana/hybridsearch.ndjson`` (or a wheel's ``hybridsearch/_kibana``) holds data views of the read alias, the
-query log and the ingest runs, Lens panels and a dashboard, for the prefix ``hsp``; :func:`rewrite_prefix` renames
-them for another prefix, so several teams can import their own copy into one Kibana.
-"""
+"""Kibana saved objects for hybridsearch: load, validate, re-prefix and import them. ``ops/kibana/hybridsearch.ndjson``
+(or a wheel's ``hybridsearch/_kibana``) holds data views, Lens panels and a dashboard for the prefix ``hsp``;
+:func:`rewrite_prefix` renames them, so several teams can import their own copy into one Kibana."""
 
 from __future__ import annotations
 

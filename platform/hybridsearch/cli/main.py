@@ -1,8 +1,5 @@
-"""Entry point of ``hsp``: parses arguments, dispatches, and maps errors to exit codes, in one place.
-
-Each command module has ``register(subparsers)``, which adds its sub-commands and sets ``handler(args, settings) ->
-int``. An error takes the code of the first class of its MRO in :data:`EXIT_CODES` (docs/operations.md).
-"""
+"""Entry point of ``hsp``: parses arguments, dispatches, and maps errors to exit codes (:data:`EXIT_CODES`), in one
+place. Each command module's ``register(subparsers)`` adds its commands and sets ``handler(args, settings) -> int``."""
 
 from __future__ import annotations
 

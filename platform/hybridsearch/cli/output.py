@@ -1,11 +1,7 @@
-"""How ``hsp`` writes to the terminal: text is text, never markup, and it fits the width it is printed at.
-
-rich measures the terminal (``COLUMNS`` when set, 80 in a pipe or a file). In a terminal a table gets a light rule
-under its header and text gets colour (none with ``NO_COLOR``); in a pipe or a file there are no escape codes and no
-box-drawing characters. A table too wide for the width prints as ``header: value`` lines (:func:`print_table`).
-Consoles have markup, emoji codes and highlighting off, so a ``[`` in a name or a message prints as itself; style
-comes only from :func:`styled`. Errors and log lines never carry a URL's credentials (:func:`redact_url`).
-"""
+"""How ``hsp`` writes to the terminal: plain text (never markup, so a ``[`` prints as itself; style only from
+:func:`styled`) that fits the width rich measures (``COLUMNS``, 80 in a pipe). A terminal gets colour (none with
+``NO_COLOR``) and a rule under table headers; a pipe or a file gets no escape codes and no box drawing, and a table
+too wide prints as ``header: value`` lines. Errors and log lines never carry a URL's credentials."""
 
 from __future__ import annotations
 

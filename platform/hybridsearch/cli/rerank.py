@@ -23,11 +23,8 @@ SAMPLE_PASSAGES = [
 
 def with_overrides(cfg: RerankerSettings, args: argparse.Namespace) -> RerankerSettings:
     """``cfg`` with the options given on the command line."""
-    update: dict[str, Any] = {}
-    for key in ("model", "device", "url", "batch_window_ms"):
-        value = getattr(args, key, None)
-        if value is not None:
-            update[key] = value
+    update: dict[str, Any] = {key: value for key in ("model", "device", "url", "batch_window_ms")
+                              if (value := getattr(args, key, None)) is not None}
     if getattr(args, "no_batching", False):
         update["micro_batching"] = False
     if not update:
