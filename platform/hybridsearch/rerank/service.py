@@ -1,8 +1,6 @@
-"""The reranker HTTP service (FastAPI), started by ``hsp serve-reranker``: ``POST /rerank``, ``/healthz``,
-``/readyz``, ``/metrics`` (docs/operations.md describes the API). Each request is checked (token, headers, budget,
-body within its time and size limits, limits of the JSON) before it joins the micro-batcher; every refusal is an
-:class:`ApiError` with its HTTP status and code. :func:`serve` runs uvicorn's h11 protocol with a header timeout
-per request and a connection cap (:class:`ConnectionGuard`).
+"""The reranker HTTP service (``hsp serve-reranker``; the API is in docs/operations.md). Each request is checked
+(token, headers, budget, body time and size, JSON limits) before it joins the micro-batcher; every refusal is an
+ApiError. :func:`serve` adds a header timeout per request and a connection cap to uvicorn's h11 protocol.
 """
 
 from __future__ import annotations
@@ -268,9 +266,7 @@ class ServiceState:
         self.scorer = scorer
         self.token = cfg.token.get_secret_value() if cfg.token else None
         self.metrics = Metrics()
-        self.batcher = MicroBatcher(scorer, window_s=cfg.batch_window_ms / 1000, max_pairs=cfg.max_batch_pairs,
-                                    enabled=cfg.micro_batching, on_batch=self.metrics.on_batch,
-                                    max_queue=cfg.max_queue, max_wait_s=cfg.max_queue_wait)
+        self.batcher = MicroBatcher(scorer, cfg, self.metrics.on_batch)
         self.metrics.queued.set_function(lambda: self.batcher.pending)
         self.guard = ConnectionGuard(cfg.header_timeout, cfg.max_connections)
         self.metrics.connections.set_function(lambda: self.guard.open)
@@ -318,13 +314,6 @@ class ServiceState:
                     "HSP_RERANKER__MAX_QUEUE)")
         return ApiError(503, "overloaded", f"overloaded: {what}; retry after {exc.retry_after}s",
                         {"Retry-After": str(exc.retry_after)})
-
-    def check_capacity(self) -> None:
-        """ApiError 503 overloaded when the batcher's queue is full."""
-        try:
-            self.batcher.check_capacity()
-        except QueueFull as exc:
-            raise self.overloaded(exc) from None
 
 
 def _error(exc: ApiError) -> JSONResponse:
@@ -377,7 +366,7 @@ def create_app(cfg: RerankerSettings | None = None, scorer: PairScorer | None = 
             state.check_token(request)
             check_content_headers(request)
             deadline = started + request_budget(request, state.cfg) - BUDGET_MARGIN_S
-            state.check_capacity()  # shed load before reading and parsing the body
+            state.batcher.check_capacity()  # shed load before reading and parsing the body
             req = parse_request(await read_body(request, state.cfg, deadline), state.cfg)
             n_passages = len(req.passages)
             if not state.ready:
@@ -386,8 +375,8 @@ def create_app(cfg: RerankerSettings | None = None, scorer: PairScorer | None = 
                 raise ApiError(503, "loading", "model is still loading; retry shortly", {"Retry-After": "1"})
             try:
                 scores = await state.batcher.submit(req.query, req.passages, stats, deadline=deadline)
-            except QueueFull as exc:  # filled up while this body was read
-                raise state.overloaded(exc) from None
+            except QueueFull:  # filled up while this body was read
+                raise
             except Exception as exc:  # the model failed on this request: say so, stay up
                 log.exception("rerank failed")
                 raise ApiError(500, "model_failed", f"model failed: {exc}") from exc
@@ -396,6 +385,8 @@ def create_app(cfg: RerankerSettings | None = None, scorer: PairScorer | None = 
                                     "model": state.scorer.name, "took_ms": round(took_ms, 3),
                                     "blend": getattr(state.scorer, "blend", None)}
             response = JSONResponse(body)
+        except QueueFull as exc:
+            response = _error(state.overloaded(exc))
         except ApiError as exc:
             response = _error(exc)
         seconds = time.perf_counter() - started
