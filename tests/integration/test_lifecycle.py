@@ -186,6 +186,10 @@ def test_cli_index_commands(es: EngineClient, settings: Settings, embedder: Embe
     assert main(["index", "rollback"]) == 0
     assert main(["index", "drop", "--version", "2"]) == 0
     assert list(list_versions(es, settings.index)) == [1]
+    capsys.readouterr()
+    assert main(["index", "rollback"]) == 2  # nothing older than v1: a refusal, not a cluster error
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"no version older than {settings.index.versioned(1)}" in err, err
 
 
 def test_version_parsing() -> None:

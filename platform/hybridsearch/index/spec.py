@@ -1,7 +1,6 @@
-"""What a chunk index and a log index are made of: names (versions ``<prefix>-chunks-v<N>`` behind the read alias
-``<prefix>-chunks``, the log indices :data:`LOG_KINDS`), the templates in ``mappings/`` rendered for one engine, and
-the :class:`IndexSpec` an index is created with. In a template, a string ``"${name}"`` becomes the value of
-``name`` in the render context, keeping its type; inside a longer string it is interpolated as text.
+"""What chunk and log indices are made of: names, the templates in ``mappings/`` rendered for one engine (a string
+``"${name}"`` becomes the value of ``name``, keeping its type; inside a longer string, its text), and the
+:class:`IndexSpec` an index is created with.
 """
 
 from __future__ import annotations

@@ -177,12 +177,10 @@ class MicroBatcher:
         while True:
             if self._held is not None:
                 job, self._held = self._held, None
-            elif timeout is None:
-                job = await self._queue.get()
-            elif timeout <= 0:
-                if self._queue.empty():
-                    return None
+            elif not self._queue.empty():
                 job = self._queue.get_nowait()
+            elif timeout is not None and timeout <= 0:
+                return None
             else:
                 try:
                     job = await asyncio.wait_for(self._queue.get(), timeout)
@@ -246,18 +244,11 @@ class MicroBatcher:
 
     def _score(self, jobs: list[Job]) -> list[list[float] | BaseException]:
         """Scores of all jobs in one call; when that fails, of each alone, so one bad request fails only itself."""
-        pairs = [(j.query, p) for j in jobs for p in j.passages]
         try:
-            flat = self.scorer.score_pairs(pairs)
+            flat = self.scorer.score_pairs([(j.query, p) for j in jobs for p in j.passages])
             return list(split_scores(flat, [len(j.passages) for j in jobs]))
         except Exception as exc:  # noqa: BLE001 - handed to the waiting request
             if len(jobs) == 1:
                 return [exc]
             log.warning("batch of %d requests failed (%s); scoring them one by one", len(jobs), exc)
-        out: list[list[float] | BaseException] = []
-        for j in jobs:
-            try:
-                out.append(self.scorer.score_pairs([(j.query, p) for p in j.passages]))
-            except Exception as exc:  # noqa: BLE001 - handed to the waiting request
-                out.append(exc)
-        return out
+        return [self._score([j])[0] for j in jobs]

@@ -26,12 +26,10 @@ DEFAULT_MAX_LENGTH = 512  # tokens per pair for a model that does not say what i
 
 
 def _how_to_fix(name: str) -> str:
-    return (
-        f"Copy a sentence-transformers CrossEncoder (or a Hugging Face *ForSequenceClassification folder) "
-        f"for {name!r} to this machine and point HSP_RERANKER__MODEL=/path/to/folder at it, "
-        "or set HSP_RERANKER__ENABLED=false to search without reranking (HSP_MODELS__ALLOW_DOWNLOAD=true lets it "
-        "download from the Hugging Face Hub)"
-    )
+    return (f"Copy a sentence-transformers CrossEncoder (or a Hugging Face *ForSequenceClassification folder) "
+            f"for {name!r} to this machine and point HSP_RERANKER__MODEL=/path/to/folder at it, "
+            "or set HSP_RERANKER__ENABLED=false to search without reranking (HSP_MODELS__ALLOW_DOWNLOAD=true lets "
+            "it download from the Hugging Face Hub)")
 
 
 def load_cross_encoder(name: str, device: str = "auto", max_length: int = 512) -> CrossEncoder:
@@ -48,14 +46,11 @@ def load_cross_encoder(name: str, device: str = "auto", max_length: int = 512) -
         with quiet_loading():
             model = CrossEncoder(where, device=dev, local_files_only=local_only)
     except Exception as exc:
-        raise RerankerModelError(
-            f"cannot load reranker model {name!r} ({type(exc).__name__}: {exc})", fix=_how_to_fix(name)
-        ) from exc
+        raise RerankerModelError(f"cannot load reranker model {name!r} ({type(exc).__name__}: {exc})",
+                                 fix=_how_to_fix(name)) from exc
     if model.num_labels != 1:
-        raise RerankerModelError(
-            f"reranker model {name!r} has {model.num_labels} output labels; a reranker needs a single-score "
-            "cross-encoder (num_labels=1)"
-        )
+        raise RerankerModelError(f"reranker model {name!r} has {model.num_labels} output labels; a reranker needs a "
+                                 "single-score cross-encoder (num_labels=1)")
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     model.max_seq_length = min(max_length, limit) if isinstance(limit, int) and limit > 0 else max_length
     if dev.startswith("cuda"):
