@@ -134,11 +134,6 @@ def follow_index(embedding: EmbeddingSettings, meta: Mapping[str, Any]) -> Embed
     return embedding.model_copy(update={"model": str(model), "dims": dims})
 
 
-def check_meta(index: str, meta: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META) -> None:
-    """Raise IndexMismatch when ``meta`` disagrees with ``settings`` on any of ``keys``."""
-    refuse(index, meta_differences(meta, settings, keys))
-
-
 def check_mapping(index: str, mapping: Mapping[str, Any], settings: Settings, dialect: Dialect) -> None:
     """Raise IndexMismatch when the index's real mapping does not fit ``settings`` (:func:`chunk_differences`)."""
     refuse(index, chunk_differences(mapping, settings, dialect=dialect))

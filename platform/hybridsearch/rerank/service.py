@@ -7,18 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from hybridsearch.rerank.base import PairScorer, order_by_score
 from hybridsearch.rerank.batching import MicroBatcher, QueueFull
@@ -71,6 +70,7 @@ def check_content_headers(request: Request) -> None:
         raise ApiError(415, "unsupported_charset", f"charset {charset!r} is not accepted: send UTF-8 JSON")
 
 
+_SECONDS = TypeAdapter(Annotated[float, Field(gt=0, allow_inf_nan=False)])
 #: seconds of a request's budget kept for sending the answer and the client's own bookkeeping
 BUDGET_MARGIN_S = 0.1
 
@@ -78,16 +78,11 @@ BUDGET_MARGIN_S = 0.1
 def request_budget(request: Request, cfg: RerankerSettings) -> float:
     """Seconds the client waits for this answer: its X-Request-Timeout header, else the settings' timeout."""
     given = request.headers.get(REQUEST_TIMEOUT_HEADER)
-    if given is None:
-        return cfg.timeout
     try:
-        seconds = float(given)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds <= 0:
+        return cfg.timeout if given is None else _SECONDS.validate_python(given)
+    except ValidationError:
         raise ApiError(400, "bad_timeout", f"{REQUEST_TIMEOUT_HEADER} must be a positive number of seconds, "
-                       f"not {given[:40]!r}")
-    return seconds
+                       f"not {str(given)[:40]!r}") from None
 
 
 async def read_body(request: Request, cfg: RerankerSettings, deadline: float | None = None) -> bytes:
