@@ -8,7 +8,7 @@ from types import TracebackType
 from typing import Any
 
 import httpx
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
+from tenacity import Retrying, before_sleep_log, retry_if_exception_type, stop_after_attempt
 
 from hybridsearch.cluster_url import redact_url
 from hybridsearch.errors import RerankerError
@@ -23,10 +23,6 @@ REQUEST_TIMEOUT_HEADER = "X-Request-Timeout"
 
 class _TryAgain(Exception):
     """A failure that another try of the same request may get past (its text is the problem)."""
-
-
-def _log_retry(state: RetryCallState) -> None:
-    log.info("%s; retrying", state.outcome.exception() if state.outcome is not None else "")
 
 
 def _reason(resp: httpx.Response) -> str:
@@ -66,7 +62,7 @@ class HttpReranker:
         if not passages:
             return []
         tries = Retrying(stop=stop_after_attempt(2), retry=retry_if_exception_type(_TryAgain),
-                         before_sleep=_log_retry, reraise=True)
+                         before_sleep=before_sleep_log(log, logging.INFO), reraise=True)
         try:
             resp = tries(self._send, {"query": query, "passages": list(passages)})
         except _TryAgain as exc:
