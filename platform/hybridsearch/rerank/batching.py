@@ -35,9 +35,6 @@ class Job:
     expired: bool = False  # gave up waiting: the worker skips it
 
 
-BatchHook = Callable[[int, int, float], None]
-
-
 def split_scores(scores: Sequence[float], sizes: Sequence[int]) -> list[list[float]]:
     """A flat score list cut back into consecutive pieces of ``sizes``. Raises ValueError on a length mismatch."""
     if sum(sizes) != len(scores):
@@ -69,7 +66,8 @@ class MicroBatcher:
     """Queues requests and scores them in shared model calls (``cfg.micro_batching`` off: one call each).
     Exceptions of the model reach the caller; ``on_batch`` gets (requests, pairs, seconds) of each call."""
 
-    def __init__(self, scorer: PairScorer, cfg: RerankerSettings, on_batch: BatchHook | None = None) -> None:
+    def __init__(self, scorer: PairScorer, cfg: RerankerSettings,
+                 on_batch: Callable[[int, int, float], None] | None = None) -> None:
         self.scorer = scorer
         self.cfg = cfg
         self.window_s = cfg.batch_window_ms / 1000
