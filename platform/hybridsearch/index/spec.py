@@ -117,7 +117,7 @@ def _lookup(name: str, ctx: dict[str, Any]) -> Any:
 
 
 def load_template(name: str, settings: Settings, dialect: Dialect) -> dict[str, Any]:
-    """Template ``name`` (``chunks`` or one of :data:`LOG_KINDS`) for ``settings`` on ``dialect``'s engine."""
+    """Template ``name`` (``chunks`` or a log kind) for ``settings`` on ``dialect``'s engine. Raises ConfigError."""
     ctx = {**render_context(settings), "metadata_type": dialect.metadata_type}
     if name == "chunks":
         ctx["vector_field"] = dialect.vector_field(settings.embedding.dims, settings.index.similarity,
