@@ -24,7 +24,7 @@ from hybridsearch.engine import (
 )
 from hybridsearch.errors import AliasConflict, HybridSearchError, IndexMismatch, QueryError
 from hybridsearch.index.access import INGEST, check_privileges, prefix_names, unblock_fix
-from hybridsearch.index.fit import CHECKED_META, FORMAT_KEY, check_meta, describe, follow_index
+from hybridsearch.index.fit import CHECKED_META, FORMAT_KEY, describe, follow_index, meta_differences, refuse
 from hybridsearch.index.logs import inspect_log_index
 from hybridsearch.index.spec import LOG_KINDS, PREFERRED_ANALYZER, has_analyzer, resolve_analyzer, section_words_of
 from hybridsearch.index.versions import index_meta, live_target, read_alias
@@ -222,7 +222,8 @@ def _check_live_index(es: EngineClient, settings: Settings) -> list[Check]:
     meta = index_meta(es, live)
     embedding = follow_index(settings.embedding, meta)
     try:
-        check_meta(live, meta, settings.model_copy(update={"embedding": embedding}), (FORMAT_KEY, *CHECKED_META))
+        followed_settings = settings.model_copy(update={"embedding": embedding})
+        refuse(live, meta_differences(meta, followed_settings, (FORMAT_KEY, *CHECKED_META)))
         followed = "" if embedding is settings.embedding else " (HSP_EMBEDDING__MODEL is unset: clients use it)"
         checks.append(Check("index", "model", "OK", f"{live} built with {meta.get('embedding_model')}{followed}"))
     except IndexMismatch as exc:

@@ -12,7 +12,7 @@ from hybridsearch.cli.main import main
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import ConfigError, IndexMismatch, IndexNotFound, IngestError
-from hybridsearch.index.fit import check_meta
+from hybridsearch.index.fit import meta_differences
 from hybridsearch.index.spec import parse_version
 from hybridsearch.index.versions import (
     checked_live_index,
@@ -130,7 +130,7 @@ def test_migrate_to_new_model_then_rollback(es: EngineClient, settings: Settings
     assert sorted(read_alias(es, settings.index.alias)) == [v2]
     meta = index_meta(es, v2)
     assert meta["embedding_model"] == tiny_model and meta["embedding_dims"] == 64
-    check_meta(v2, meta, new)
+    assert meta_differences(meta, new) == []
     with pytest.raises(IndexMismatch):  # old query clients are told, not served wrong vectors
         checked_live_index(es, settings)
     # Every field survives the copy and the vectors are the new model's.
@@ -145,7 +145,7 @@ def test_migrate_to_new_model_then_rollback(es: EngineClient, settings: Settings
     assert sorted(read_alias(es, settings.index.alias)) == [v1]
     assert checked_live_index(es, settings) == v1
     assert knn_top(es, settings.index.alias, embedder.encode_query("a dog barking")) == "dogs"
-    with pytest.raises(IndexNotFound, match="older"):
+    with pytest.raises(ConfigError, match="older"):
         rollback(es, settings.index)
     assert rollback(es, settings.index, 2) == (v1, v2)  # and forward again
 
@@ -186,6 +186,10 @@ def test_cli_index_commands(es: EngineClient, settings: Settings, embedder: Embe
     assert main(["index", "rollback"]) == 0
     assert main(["index", "drop", "--version", "2"]) == 0
     assert list(list_versions(es, settings.index)) == [1]
+    capsys.readouterr()
+    assert main(["index", "rollback"]) == 2  # nothing older than v1: a refusal, not a cluster error
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and f"no version older than {settings.index.versioned(1)}" in err, err
 
 
 def test_version_parsing() -> None:

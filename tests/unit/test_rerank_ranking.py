@@ -10,7 +10,7 @@ from hybridsearch.cli.main import exit_code
 from hybridsearch.errors import ModelError, RerankerError, RerankerModelError
 from hybridsearch.rerank import HttpReranker, LocalReranker, Reranker, make_reranker, order_by_score
 from hybridsearch.rerank.batching import split_scores
-from hybridsearch.rerank.local import length_sorted_batches, load_cross_encoder
+from hybridsearch.rerank.local import load_cross_encoder
 from hybridsearch.settings import RerankerSettings, load_settings
 
 
@@ -23,17 +23,6 @@ def test_order_by_score_top_n() -> None:
     assert order_by_score(scores, top_n=2) == [1, 3]
     assert order_by_score(scores, top_n=0) == []
     assert order_by_score([]) == []
-
-
-def test_length_sorted_batches_cover_every_index_once_longest_first() -> None:
-    lengths = [5, 50, 1, 30, 30, 7, 2]
-    batches = length_sorted_batches(lengths, 3)
-    assert [len(b) for b in batches] == [3, 3, 1]
-    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
-    flat = [lengths[i] for b in batches for i in b]
-    assert flat == sorted(lengths, reverse=True)
-    with pytest.raises(ValueError):
-        length_sorted_batches(lengths, 0)
 
 
 def test_split_scores_cuts_in_sizes_and_checks_lengths() -> None:

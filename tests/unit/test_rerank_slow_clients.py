@@ -185,7 +185,7 @@ def test_a_budget_smaller_than_the_queue_wait_gets_503_quickly() -> None:
 def test_queue_wait_stays_within_the_budget_less_the_model_call() -> None:
     async def scenario() -> None:
         scorer = HeldScorer(seconds=0.2, held=False)
-        batcher = MicroBatcher(scorer, window_s=0, max_queue=8, max_wait_s=10)
+        batcher = MicroBatcher(scorer, cfg(max_queue=8, max_queue_wait=10))
         batcher.start()
         try:
             await batcher.submit("q", ["x"])  # measured: about 0.2 s a call
@@ -228,7 +228,7 @@ def test_http_reranker_sends_its_timeout_as_the_budget() -> None:
 def test_a_micro_batch_stops_before_it_would_outlast_a_deadline_in_it() -> None:
     async def scenario() -> None:
         scorer = HeldScorer(seconds=0.2, held=False)
-        batcher = MicroBatcher(scorer, window_s=0, max_pairs=256, max_queue=8)
+        batcher = MicroBatcher(scorer, cfg(max_batch_pairs=256, max_queue=8))
         batcher.start()
         try:
             await batcher.submit("q", ["warm", "up"])  # measured: at least 0.1 s a pair

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from typing import Any
 
@@ -89,7 +90,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
     es = connect(settings.es)
     status = index_status(es, settings.index)
     if args.json:
-        print(json.dumps(status.as_dict(), indent=2, default=str))
+        print(json.dumps(dataclasses.asdict(status), indent=2, default=str))
         return 0
     alias = (", ".join(status.alias_targets), "") if status.alias_targets else ("missing", "red")
     console.print(styled("prefix ", (status.prefix, "bold"), " · alias ", (status.alias, "bold"), " → ", alias))

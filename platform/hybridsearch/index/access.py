@@ -1,8 +1,6 @@
-"""What the cluster lets the platform write. Before its first write an operation asks the engine whether the
-credentials hold every index privilege it needs on the names it touches (:func:`require_privileges`, AccessDenied);
-where the engine cannot say (security off, OpenSearch) it goes ahead. A write block (``index.blocks.write``, the
-disk flood stage, a read-only cluster) answers HTTP 403, read here as IndexBlocked with the fix, not as missing
-privileges (``docs/operations.md`` has the roles).
+"""What the cluster lets the platform write: the privileges an operation needs, checked before its first write
+(:func:`require_privileges`; skipped where the engine cannot say), and write blocks (HTTP 403 too) read as
+IndexBlocked with the fix. ``docs/operations.md`` has the roles.
 """
 
 from __future__ import annotations
@@ -58,9 +56,8 @@ class Privileges:
 
 
 def check_privileges(es: Sender, names: list[str], privileges: tuple[str, ...]) -> Privileges:
-    """Which of ``privileges`` the credentials lack on ``names``, by the engine's ``_has_privileges``
-    (``enforced=False`` where the engine cannot say: OpenSearch, or security off). Raises ClusterError (401, 403,
-    no answer)."""
+    """Which of ``privileges`` the credentials lack on ``names`` (``enforced=False`` where the engine cannot say).
+    Raises ClusterError (401, 403, no answer)."""
     try:
         if not es.engine.has_privileges_api:
             return Privileges(user=None, enforced=False, unchecked=NO_API)

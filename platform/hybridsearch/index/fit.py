@@ -1,7 +1,6 @@
-"""Whether an index fits the settings: the one fit check of a chunk index (:func:`chunk_differences`) and of a log
-index (:func:`log_differences`), as ``(field, expected, actual)`` tuples, and the refusal of a chunk index that does
-not fit (IndexMismatch). An index of another format (``_meta.schema_version``) is refused as a whole, with
-``hsp index migrate`` as the fix.
+"""Whether an index fits the settings, as ``(field, expected, actual)`` tuples (:func:`chunk_differences`,
+:func:`log_differences`), and the refusal of a chunk index that does not (IndexMismatch; one of another format
+with ``hsp index migrate`` as the fix).
 """
 
 from __future__ import annotations
@@ -62,12 +61,9 @@ def meta_differences(meta: Mapping[str, Any], settings: Settings, keys: tuple[st
 
 def chunk_differences(mapping: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META, *,
                       dialect: Dialect, level: Level = "serve") -> list[Difference]:
-    """Where a chunk index's ``mappings`` disagree with what ``settings`` would build: its format (another one is
-    the only difference listed), ``_meta`` ``keys``, vector dims and similarity, the type of every template field.
-
-    ``level="serve"``: can these settings search and write it. ``level="build"`` (reuse by the evaluation): does it
-    hold exactly what they would build (:data:`BUILD_META`, analyzer, ``index_options`` type); ``settings``'
-    analyzer must then be resolved (:func:`~hybridsearch.index.spec.with_analyzer`).
+    """Where a chunk index's ``mappings`` disagree with ``settings``: its format (alone when it differs), ``_meta``
+    ``keys``, vector dims and similarity, every template field's type. ``level="build"`` also checks
+    :data:`BUILD_META`, analyzer (resolved in ``settings``) and ``index_options`` type: does it hold exactly that.
     """
     meta = mapping.get("_meta") or {}
     if formats := meta_differences(meta, settings, (FORMAT_KEY,)):
@@ -136,11 +132,6 @@ def follow_index(embedding: EmbeddingSettings, meta: Mapping[str, Any]) -> Embed
         return embedding
     dims = embedding.dims if "dims" in embedding.model_fields_set else int(meta.get("embedding_dims") or embedding.dims)
     return embedding.model_copy(update={"model": str(model), "dims": dims})
-
-
-def check_meta(index: str, meta: Mapping[str, Any], settings: Settings, keys: tuple[str, ...] = CHECKED_META) -> None:
-    """Raise IndexMismatch when ``meta`` disagrees with ``settings`` on any of ``keys``."""
-    refuse(index, meta_differences(meta, settings, keys))
 
 
 def check_mapping(index: str, mapping: Mapping[str, Any], settings: Settings, dialect: Dialect) -> None:

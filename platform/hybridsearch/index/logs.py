@@ -1,9 +1,6 @@
 """The log indices (query log, ingest runs, ingest state): created from their specs, inspected for ``hsp doctor``
-and written by :class:`LogWriter`. No write may create one (the engine would guess its mappings), so each is
-written through a write alias with ``require_alias=true``: a deleted index takes its alias with it and the next
-write fails; the writer creates the index from its spec and writes again (the ingest state's writer,
-:mod:`hybridsearch.ingest.lease`, stops the run instead). Where the credentials may not add the alias, writes go
-to the index by name after checking that it exists.
+and written by :class:`LogWriter` through a write alias with ``require_alias=true``, so that no write creates one
+with guessed mappings (a deleted index takes its alias along; the writer re-creates it and writes again).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""What a chunk index and a log index are made of: names (versions ``<prefix>-chunks-v<N>`` behind the read alias
-``<prefix>-chunks``, the log indices :data:`LOG_KINDS`), the templates in ``mappings/`` rendered for one engine, and
-the :class:`IndexSpec` an index is created with. In a template, a string ``"${name}"`` becomes the value of
-``name`` in the render context, keeping its type; inside a longer string it is interpolated as text.
+"""What chunk and log indices are made of: names, the templates in ``mappings/`` rendered for one engine (a string
+``"${name}"`` becomes the value of ``name``, keeping its type; inside a longer string, its text), and the
+:class:`IndexSpec` an index is created with.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.prompts import resolve_prompts
@@ -26,9 +25,8 @@ from hybridsearch.settings import IndexSettings, Settings
 
 log = logging.getLogger(__name__)
 
-LogKind = Literal["query_log", "ingest_runs", "ingest_state"]
 #: the log-type indices of a prefix, in the order they are created and checked
-LOG_KINDS: tuple[LogKind, ...] = ("query_log", "ingest_runs", "ingest_state")
+LOG_KINDS = ("query_log", "ingest_runs", "ingest_state")
 
 _VERSION = re.compile(r"-v([1-9][0-9]*)$")
 
@@ -54,7 +52,6 @@ def write_alias_name(index: IndexSettings, kind: str) -> str | None:
 
 
 _PLACEHOLDER = re.compile(r"\$\{([a-z0-9_.]+)\}")
-TEMPLATES = ("chunks", "query_log", "ingest_runs", "ingest_state")
 
 
 def mappings_dir() -> Path:
@@ -120,7 +117,7 @@ def _lookup(name: str, ctx: dict[str, Any]) -> Any:
 
 
 def load_template(name: str, settings: Settings, dialect: Dialect) -> dict[str, Any]:
-    """Template ``name`` (one of TEMPLATES) for ``settings`` on the engine of ``dialect``. Raises ConfigError."""
+    """Template ``name`` (``chunks`` or a log kind) for ``settings`` on ``dialect``'s engine. Raises ConfigError."""
     ctx = {**render_context(settings), "metadata_type": dialect.metadata_type}
     if name == "chunks":
         ctx["vector_field"] = dialect.vector_field(settings.embedding.dims, settings.index.similarity,

@@ -1,7 +1,6 @@
-"""Chunk index versions ``<prefix>-chunks-v<N>`` behind the read alias ``<prefix>-chunks``: which one is live
-(:func:`live_target` decides without I/O, for the sans-I/O search core; :func:`live_index` is the one resolver
-everything else calls), their ``_meta``, creation, alias moves (swap, rollback), drop, and ``hsp index status``.
-A new model or chunker is a new version and an atomic alias swap (copying: :mod:`hybridsearch.migrate`).
+"""Chunk index versions ``<prefix>-chunks-v<N>`` behind the read alias ``<prefix>-chunks``: the live one
+(:func:`live_target` without I/O for the search core, :func:`live_index` for everything else), their ``_meta``,
+creation, alias moves, drop and ``hsp index status``.
 """
 
 from __future__ import annotations
@@ -9,7 +8,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from hybridsearch.engine import EngineClient, engine_errors, request
@@ -75,7 +74,7 @@ def checked_live_index(es: EngineClient, settings: Settings) -> str:
 
 
 def index_mapping(es: EngineClient, index: str) -> dict[str, Any]:
-    """The ``mappings`` of one concrete index (``_meta`` and ``properties``). Raises IndexNotFound."""
+    """The ``mappings`` of one concrete index. Raises IndexNotFound."""
     with engine_errors(f"get mapping of {index}"):
         body = es.send(request.get_mapping(index))
     mapping: dict[str, Any] = next(iter(body.values()))["mappings"]
@@ -106,8 +105,7 @@ def list_versions(es: EngineClient, index: IndexSettings) -> dict[int, str]:
 
 
 def _create(es: EngineClient, settings: Settings, version: int | None, *, exist_ok: bool) -> str:
-    """Create ``<prefix>-chunks-v<N>`` from its spec for this cluster. An existing one is refused (ConfigError)
-    unless ``exist_ok``; then the engine's settings it lacks are put on it."""
+    """Create ``<prefix>-chunks-v<N>``; an existing one is refused (ConfigError) unless ``exist_ok``."""
     spec = chunk_spec_for(es, settings, version)
     with write_errors(spec.name, f"create index {spec.name}"):
         if not es.send(request.index_exists(spec.name)) and create_index(es, spec):
@@ -120,7 +118,7 @@ def _create(es: EngineClient, settings: Settings, version: int | None, *, exist_
 
 
 def _put_engine_settings(es: EngineClient, index: str) -> None:
-    """Put the engine's (dynamic) chunk-index settings that ``index`` lacks. Call inside ``engine_errors``."""
+    """Put the engine's chunk-index settings that ``index`` lacks. Call inside ``engine_errors``."""
     wanted = es.engine.chunk_index_settings
     if not wanted:
         return
@@ -131,8 +129,8 @@ def _put_engine_settings(es: EngineClient, index: str) -> None:
 
 
 def create_version(es: EngineClient, settings: Settings, version: int | None = None) -> str:
-    """Create ``<prefix>-chunks-v<N>`` (default: the next free N) and the log indices; the alias is pointed at it
-    when it points nowhere yet. Raises AccessDenied (before writing), ConfigError when the version exists."""
+    """Create ``<prefix>-chunks-v<N>`` (default: the next N) and the log indices, the alias pointed at it when unset.
+    Raises AccessDenied (before writing), ConfigError when the version exists."""
     require_privileges(es, prefix_names(settings.index), CREATE, f"create indices of prefix {settings.index.prefix}")
     version = version or max(list_versions(es, settings.index), default=0) + 1
     name = _create(es, settings, version, exist_ok=False)
@@ -143,9 +141,8 @@ def create_version(es: EngineClient, settings: Settings, version: int | None = N
 
 
 def ensure_index(es: EngineClient, settings: Settings, version: int | None = None) -> str:
-    """The chunk index an ingest writes to: the live one, or version ``version`` (created when missing, the alias
-    pointed at it when unset), with the log indices. Idempotent. Raises AccessDenied (before writing),
-    AliasConflict, IndexMismatch, ClusterError."""
+    """The chunk index an ingest writes to, with the log indices: the live one, or version ``version`` (created when
+    missing, the alias pointed at it when unset). Raises AccessDenied, AliasConflict, IndexMismatch, ClusterError."""
     require_privileges(es, prefix_names(settings.index), INGEST, f"write to prefix {settings.index.prefix}")
     alias = settings.index.alias
     aliases = read_alias(es, alias)
@@ -193,7 +190,7 @@ def rollback(es: EngineClient, cfg: IndexSettings, version: int | None = None) -
     if version is None:
         earlier = [v for v in versions if v < live_v]
         if not earlier:
-            raise IndexNotFound(f"no version older than {live} exists to roll back to")
+            raise ConfigError(f"no version older than {live} exists to roll back to")
         version = earlier[-1]
     if version not in versions:
         raise IndexNotFound(f"version {version} ({cfg.versioned(version)}) does not exist")
@@ -246,9 +243,6 @@ class ClusterStatus:
     alias_targets: list[str]
     indices: list[IndexStatus]
     logs: dict[str, int]
-
-    def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def doc_count(es: EngineClient, index: str) -> int | None:

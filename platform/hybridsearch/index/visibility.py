@@ -1,8 +1,6 @@
-"""The one read path for chunks: a document is seen whole or not at all. Ingestion lists the ``doc_id`` of each
-document it is writing in the ``hidden`` list of the prefix's state document (``<prefix>-ingest-state``, id
-:data:`STATE_ID`) until every chunk is written; every reader excludes that list with a terms lookup
-(:func:`visible_filter`), which engines refuse in alias filters, so it lives here: the query layer adds it to both
-lists, other readers go through :func:`scan_visible` or :func:`count_visible` (docs/architecture.md).
+"""The one read path for chunks: a document is seen whole or not at all. Ingestion lists the documents it is
+writing in the ``hidden`` list of the prefix's state document until every chunk is written; every reader excludes
+them with a terms lookup (:func:`visible_filter`; engines refuse it in alias filters), see docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -62,8 +60,7 @@ def state_index_of(es: EngineClient, state_index: str) -> str | None:
 def scan_visible(es: EngineClient, index: str, *, filters: Sequence[dict[str, Any]] = (),
                  source: Any = None, sort: list[Any] | None = None, size: int = 1000, scroll: str = "5m",
                  preserve_order: bool = False) -> Iterator[dict[str, Any]]:
-    """Every visible chunk of ``index`` (an index or the alias) passing ``filters``, by scroll: hits with ``_id``
-    and ``_source`` (``source``: the fields to return, a list or ``{"excludes": [...]}``)."""
+    """Every visible chunk hit of ``index`` (an index or the alias) passing ``filters``, by scroll."""
     body: dict[str, Any] = {"query": visible_query(state_index_of(es, state_index_for(index)), filters)}
     if source is not None:
         body["_source"] = source

@@ -1,10 +1,6 @@
-"""Micro-batching: requests that arrive within a few milliseconds share one model call.
-
-One asyncio queue and one worker, which takes the first waiting request plus those already queued and, while the
-previous call was shared (under load), more until ``window_s`` has passed or ``max_pairs`` is reached, and scores
-them in one call on its model thread. The queue is bounded (``max_queue``), a request waits at most
-``max_wait_s`` and, with a ``deadline`` (its client's budget), no longer than leaves time for its own model
-call; what cannot be answered in time gets :class:`QueueFull` at once, never a score for a client that left.
+"""Micro-batching: requests queued together share one model call (the window is waited only under load), at most
+``max_batch_pairs`` pairs. The queue holds at most ``max_queue`` requests, each for at most ``max_queue_wait``
+seconds and never past its own budget less its model call; what cannot be answered in time gets QueueFull.
 """
 
 from __future__ import annotations
@@ -20,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from hybridsearch.rerank.base import PairScorer
+from hybridsearch.settings import RerankerSettings
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +32,7 @@ class Job:
     stats: dict[str, float] = field(default_factory=dict)
     taken: bool = False  # in a model call (or done): no longer waiting
     deadline: float | None = None  # perf_counter by which its client wants the answer (None: no budget)
-    expired: bool = False  # gave up waiting (max_wait_s): the worker skips it
-
-
-BatchHook = Callable[[int, int, float], None]
+    expired: bool = False  # gave up waiting: the worker skips it
 
 
 def split_scores(scores: Sequence[float], sizes: Sequence[int]) -> list[list[float]]:
@@ -69,36 +63,26 @@ class QueueFull(Exception):
 
 
 class MicroBatcher:
-    """Queues requests and scores them in shared model calls. Exceptions of the model reach the caller."""
+    """Queues requests and scores them in shared model calls (``cfg.micro_batching`` off: one call each).
+    Exceptions of the model reach the caller; ``on_batch`` gets (requests, pairs, seconds) of each call."""
 
-    def __init__(self, scorer: PairScorer, *, window_s: float = 0.005, max_pairs: int = 256, enabled: bool = True,
-                 on_batch: BatchHook | None = None, max_queue: int | None = None,
-                 max_wait_s: float | None = None) -> None:
+    def __init__(self, scorer: PairScorer, cfg: RerankerSettings,
+                 on_batch: Callable[[int, int, float], None] | None = None) -> None:
         self.scorer = scorer
-        self.window_s = window_s
-        self.max_pairs = max_pairs
-        self.enabled = enabled
+        self.cfg = cfg
+        self.window_s = cfg.batch_window_ms / 1000
         self.on_batch = on_batch
-        self.max_queue = max_queue  # None: unbounded
-        self.max_wait_s = max_wait_s  # None: a queued request waits as long as it takes
-        self.refused = 0
-        self.expired = 0
+        self.pending = 0  # requests waiting: submitted, neither taken into a model call nor expired
         # moving averages of the recent model calls: seconds and pairs per call
         self._call_s = 0.0
         self._call_pairs = 0.0
         self._queued_pairs = 0  # pairs of the requests waiting (queued or held, not expired)
-        self._waiting = 0  # requests waiting: submitted, neither taken into a model call nor expired
         self._queue: asyncio.Queue[Job] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
         self._held: Job | None = None
         self._busy = False  # the last model call was shared: wait the window for more
         self._executor: ThreadPoolExecutor | None = None  # one thread owns the model (warm thread pools, CUDA)
         self._call_started: float | None = None  # perf_counter when the model call under way began
-
-    @property
-    def pending(self) -> int:
-        """Requests waiting: queued, not yet taken into a model call, not expired."""
-        return self._waiting
 
     def start(self) -> None:
         if self._task is None:
@@ -119,7 +103,7 @@ class MicroBatcher:
         """Seconds until what waits now (and the call under way) is scored; 0 before the first call."""
         if self._call_s <= 0:
             return 0.0
-        calls = math.ceil(self._queued_pairs / max(1.0, self._call_pairs)) if self.enabled else self.pending
+        calls = math.ceil(self._queued_pairs / max(1.0, self._call_pairs)) if self.cfg.micro_batching else self.pending
         return (calls + 1) * self._call_s
 
     def estimate(self, n_pairs: int) -> tuple[float, float]:
@@ -131,12 +115,13 @@ class MicroBatcher:
         now = time.perf_counter()
         under_way = max(0.0, self._call_s - (now - self._call_started)) if self._call_started is not None else 0.0
         ahead = self._queued_pairs
-        if not self.enabled:
+        if not self.cfg.micro_batching:
             return under_way + ahead * per_pair, n_pairs * per_pair
-        calls_ahead, in_call = divmod(ahead, self.max_pairs)
-        if in_call and in_call + n_pairs > self.max_pairs:  # does not fit in the last call ahead: the next one
+        max_pairs = self.cfg.max_batch_pairs
+        calls_ahead, in_call = divmod(ahead, max_pairs)
+        if in_call and in_call + n_pairs > max_pairs:  # does not fit in the last call ahead: the next one
             calls_ahead, in_call = calls_ahead + 1, 0
-        return under_way + calls_ahead * self.max_pairs * per_pair, (in_call + n_pairs) * per_pair
+        return under_way + calls_ahead * max_pairs * per_pair, (in_call + n_pairs) * per_pair
 
     def _per_pair(self) -> float:
         return self._call_s / max(1.0, self._call_pairs) if self._call_s > 0 else 0.0
@@ -148,10 +133,8 @@ class MicroBatcher:
 
     def check_capacity(self) -> None:
         """Raise QueueFull when ``max_queue`` requests wait (checked before a body is read)."""
-        waiting = self.pending
-        if self.max_queue is not None and waiting >= self.max_queue:
-            self.refused += 1
-            raise QueueFull(waiting, self.drain_estimate())
+        if self.pending >= self.cfg.max_queue:
+            raise QueueFull(self.pending, self.drain_estimate())
 
     async def submit(self, query: str, passages: list[str], stats: dict[str, float] | None = None, *,
                      deadline: float | None = None) -> list[float]:
@@ -159,49 +142,43 @@ class MicroBatcher:
         ``batch_requests``. Raises what the scorer raises, or QueueFull when the queue is full, when the request
         cannot be scored before ``deadline`` (a ``time.perf_counter()`` value), or when it waited too long."""
         self.check_capacity()
-        max_wait = self.max_wait_s
+        max_wait = self.cfg.max_queue_wait
         budget_left: float | None = None
         if deadline is not None:
             budget_left = deadline - time.perf_counter()
             wait, call = self.estimate(len(passages))
             if wait + call > budget_left:
-                self.refused += 1
                 raise QueueFull(self.pending, self.drain_estimate(), budget_s=max(0.0, budget_left),
                                 needed_s=wait + call)
             alone = len(passages) * self._per_pair()  # the least its own call takes (batches fit its deadline)
-            max_wait = budget_left - alone if max_wait is None else min(max_wait, budget_left - alone)
+            max_wait = min(max_wait, budget_left - alone)
         job = Job(query, passages, asyncio.get_running_loop().create_future(), stats=stats if stats is not None else {},
                   deadline=deadline)
         self._queue.put_nowait(job)  # bounded by check_capacity (no await between)
-        self._waiting += 1
+        self.pending += 1
         self._queued_pairs += len(passages)
-        if max_wait is None:
-            return await job.future
         try:
             return await asyncio.wait_for(asyncio.shield(job.future), max_wait)
         except TimeoutError:
             if job.taken:  # in a model call by now: its answer is on the way
                 return await job.future
             job.expired = True
-            self._waiting -= 1
+            self.pending -= 1
             self._queued_pairs -= len(passages)
-            self.expired += 1
             job.future.cancel()
             waited = time.perf_counter() - job.queued_at
-            by_budget = budget_left if self.max_wait_s is None or max_wait < self.max_wait_s else None
-            raise QueueFull(self._waiting, self.drain_estimate(), waited_s=waited, budget_s=by_budget) from None
+            by_budget = budget_left if max_wait < self.cfg.max_queue_wait else None
+            raise QueueFull(self.pending, self.drain_estimate(), waited_s=waited, budget_s=by_budget) from None
 
     async def _next(self, timeout: float | None) -> Job | None:
         """The next job that has not expired (None when none came within ``timeout``)."""
         while True:
             if self._held is not None:
                 job, self._held = self._held, None
-            elif timeout is None:
-                job = await self._queue.get()
-            elif timeout <= 0:
-                if self._queue.empty():
-                    return None
+            elif not self._queue.empty():
                 job = self._queue.get_nowait()
+            elif timeout is not None and timeout <= 0:
+                return None
             else:
                 try:
                     job = await asyncio.wait_for(self._queue.get(), timeout)
@@ -214,15 +191,16 @@ class MicroBatcher:
         first = await self._next(None)
         assert first is not None
         jobs = [first]
-        if not self.enabled:
+        if not self.cfg.micro_batching:
             return jobs
         pairs = len(first.passages)
         deadline = time.perf_counter() + (self.window_s if self._busy else 0.0)
-        while pairs < self.max_pairs:
+        max_pairs = self.cfg.max_batch_pairs
+        while pairs < max_pairs:
             job = await self._next(deadline - time.perf_counter())
             if job is None:
                 break
-            if pairs + len(job.passages) > self.max_pairs or not self._fits([*jobs, job], pairs + len(job.passages)):
+            if pairs + len(job.passages) > max_pairs or not self._fits([*jobs, job], pairs + len(job.passages)):
                 self._held = job  # first in line for the next batch
                 break
             jobs.append(job)
@@ -235,7 +213,7 @@ class MicroBatcher:
             gathered = await self._gather()
             for j in gathered:
                 j.taken = True
-            self._waiting -= len(gathered)
+            self.pending -= len(gathered)
             self._queued_pairs -= sum(len(j.passages) for j in gathered)
             jobs = [j for j in gathered if not j.future.done()]  # drop requests whose client left
             if not jobs:
@@ -264,18 +242,11 @@ class MicroBatcher:
 
     def _score(self, jobs: list[Job]) -> list[list[float] | BaseException]:
         """Scores of all jobs in one call; when that fails, of each alone, so one bad request fails only itself."""
-        pairs = [(j.query, p) for j in jobs for p in j.passages]
         try:
-            flat = self.scorer.score_pairs(pairs)
+            flat = self.scorer.score_pairs([(j.query, p) for j in jobs for p in j.passages])
             return list(split_scores(flat, [len(j.passages) for j in jobs]))
         except Exception as exc:  # noqa: BLE001 - handed to the waiting request
             if len(jobs) == 1:
                 return [exc]
             log.warning("batch of %d requests failed (%s); scoring them one by one", len(jobs), exc)
-        out: list[list[float] | BaseException] = []
-        for j in jobs:
-            try:
-                out.append(self.scorer.score_pairs([(j.query, p) for p in j.passages]))
-            except Exception as exc:  # noqa: BLE001 - handed to the waiting request
-                out.append(exc)
-        return out
+        return [self._score([j])[0] for j in jobs]

@@ -8,7 +8,7 @@ from types import TracebackType
 from typing import Any
 
 import httpx
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt
+from tenacity import Retrying, before_sleep_log, retry_if_exception_type, stop_after_attempt
 
 from hybridsearch.cluster_url import redact_url
 from hybridsearch.errors import RerankerError
@@ -25,10 +25,6 @@ class _TryAgain(Exception):
     """A failure that another try of the same request may get past (its text is the problem)."""
 
 
-def _log_retry(state: RetryCallState) -> None:
-    log.info("%s; retrying", state.outcome.exception() if state.outcome is not None else "")
-
-
 def _reason(resp: httpx.Response) -> str:
     try:
         body = resp.json()
@@ -41,17 +37,16 @@ def _reason(resp: httpx.Response) -> str:
 
 class HttpReranker:
     """Scores passages through the reranker service at ``url`` (``POST {url}/rerank``), ``timeout`` seconds per
-    try (sent as ``X-Request-Timeout``; connect at most 2 s). ``retries`` more tries on connection errors and
+    try (sent as ``X-Request-Timeout``; connect at most 2 s). One more try on connection errors and
     :data:`~hybridsearch.retry.RETRIED_STATUSES`, except a 503 with ``Retry-After`` (an overloaded service: the
     search keeps its fused order); none on read timeouts. Every failure raises RerankerError.
     """
 
-    def __init__(self, url: str, timeout: float = 5.0, token: str | None = None, *, retries: int = 1,
+    def __init__(self, url: str, timeout: float = 5.0, token: str | None = None, *,
                  transport: httpx.BaseTransport | None = None) -> None:
         self.url = url.rstrip("/")
         self.shown_url = redact_url(self.url)  # in messages and the name: never the URL's credentials
         self.name = f"http:{self.shown_url}"
-        self.retries = retries
         headers = {REQUEST_TIMEOUT_HEADER: f"{timeout:g}"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
@@ -60,43 +55,28 @@ class HttpReranker:
             timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),
             limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
         )
-        self.model: str | None = None
         self.blend: float | None = None  # Reranker.blend: the served model's recommendation, from its answers
-
-    def rerank(self, query: str, passages: Sequence[str], top_n: int | None = None) -> dict[str, Any]:
-        """The service's answer ``{scores, order, model, took_ms, blend}``. Raises RerankerError."""
-        payload: dict[str, Any] = {"query": query, "passages": list(passages)}
-        if top_n is not None:
-            payload["top_n"] = top_n
-        resp = self._post(payload)
-        try:
-            body = resp.json()
-            scores = [float(s) for s in body["scores"]]
-            order = [int(i) for i in body["order"]]
-        except (ValueError, KeyError, TypeError) as exc:
-            raise RerankerError(f"reranker service at {self.shown_url} sent an unreadable answer: {exc}") from exc
-        if len(scores) != len(passages):
-            raise RerankerError(f"reranker service at {self.shown_url} sent {len(scores)} scores for {len(passages)} "
-                                "passages")
-        self.model = body.get("model")
-        self.blend = valid_blend(body.get("blend"))
-        return {"scores": scores, "order": order, "model": self.model, "took_ms": body.get("took_ms"),
-                "blend": self.blend}
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         """One score per passage, in input order. Raises RerankerError."""
         if not passages:
             return []
-        scores: list[float] = self.rerank(query, passages)["scores"]
-        return scores
-
-    def _post(self, payload: dict[str, Any]) -> httpx.Response:
-        tries = Retrying(stop=stop_after_attempt(self.retries + 1), retry=retry_if_exception_type(_TryAgain),
-                         before_sleep=_log_retry, reraise=True)
+        tries = Retrying(stop=stop_after_attempt(2), retry=retry_if_exception_type(_TryAgain),
+                         before_sleep=before_sleep_log(log, logging.INFO), reraise=True)
         try:
-            return tries(self._send, payload)
+            resp = tries(self._send, {"query": query, "passages": list(passages)})
         except _TryAgain as exc:
             raise RerankerError(str(exc)) from None
+        try:
+            body = resp.json()
+            scores = [float(s) for s in body["scores"]]
+        except (ValueError, KeyError, TypeError) as exc:
+            raise RerankerError(f"reranker service at {self.shown_url} sent an unreadable answer: {exc}") from exc
+        if len(scores) != len(passages):
+            raise RerankerError(f"reranker service at {self.shown_url} sent {len(scores)} scores for {len(passages)} "
+                                "passages")
+        self.blend = valid_blend(body.get("blend"))
+        return scores
 
     def _send(self, payload: dict[str, Any]) -> httpx.Response:
         """One try; raises _TryAgain when another may get through, RerankerError when none can."""

@@ -26,12 +26,10 @@ DEFAULT_MAX_LENGTH = 512  # tokens per pair for a model that does not say what i
 
 
 def _how_to_fix(name: str) -> str:
-    return (
-        f"Copy a sentence-transformers CrossEncoder (or a Hugging Face *ForSequenceClassification folder) "
-        f"for {name!r} to this machine and point HSP_RERANKER__MODEL=/path/to/folder at it, "
-        "or set HSP_RERANKER__ENABLED=false to search without reranking (HSP_MODELS__ALLOW_DOWNLOAD=true lets it "
-        "download from the Hugging Face Hub)"
-    )
+    return (f"Copy a sentence-transformers CrossEncoder (or a Hugging Face *ForSequenceClassification folder) "
+            f"for {name!r} to this machine and point HSP_RERANKER__MODEL=/path/to/folder at it, "
+            "or set HSP_RERANKER__ENABLED=false to search without reranking (HSP_MODELS__ALLOW_DOWNLOAD=true lets "
+            "it download from the Hugging Face Hub)")
 
 
 def load_cross_encoder(name: str, device: str = "auto", max_length: int = 512) -> CrossEncoder:
@@ -48,29 +46,17 @@ def load_cross_encoder(name: str, device: str = "auto", max_length: int = 512) -
         with quiet_loading():
             model = CrossEncoder(where, device=dev, local_files_only=local_only)
     except Exception as exc:
-        raise RerankerModelError(
-            f"cannot load reranker model {name!r} ({type(exc).__name__}: {exc})", fix=_how_to_fix(name)
-        ) from exc
+        raise RerankerModelError(f"cannot load reranker model {name!r} ({type(exc).__name__}: {exc})",
+                                 fix=_how_to_fix(name)) from exc
     if model.num_labels != 1:
-        raise RerankerModelError(
-            f"reranker model {name!r} has {model.num_labels} output labels; a reranker needs a single-score "
-            "cross-encoder (num_labels=1)"
-        )
+        raise RerankerModelError(f"reranker model {name!r} has {model.num_labels} output labels; a reranker needs a "
+                                 "single-score cross-encoder (num_labels=1)")
     limit = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     model.max_seq_length = min(max_length, limit) if isinstance(limit, int) and limit > 0 else max_length
     if dev.startswith("cuda"):
         model.half()
     ce: CrossEncoder = model
     return ce
-
-
-def length_sorted_batches(lengths: Sequence[int], batch_size: int) -> list[list[int]]:
-    """Indices ``0..len(lengths)-1`` longest first, in batches of at most ``batch_size`` (less padding per batch).
-    Raises ValueError when ``batch_size`` < 1."""
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
-    return [order[s : s + batch_size] for s in range(0, len(order), batch_size)]
 
 
 class LocalReranker:
@@ -121,25 +107,19 @@ class LocalReranker:
         _ = self.model
 
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        """One score per ``(query, passage)`` pair, in input order, scored in length-sorted batches of
-        ``batch_size``. Raises RerankerModelError (cannot load) or RerankerError (inference failed)."""
+        """One score per ``(query, passage)`` pair, in input order (the library batches them by length). Raises
+        RerankerModelError (cannot load) or RerankerError (inference failed)."""
         if not pairs:
             return []
         model = self.model
         cap = self.max_length * CHARS_PER_TOKEN_CAP
-        clipped = [(q[:cap], p[:cap]) for q, p in pairs]
-        scores: list[float] = [0.0] * len(clipped)
-        batches = length_sorted_batches([len(q) + len(p) for q, p in clipped], self.cfg.batch_size)
         try:
             with self._infer_lock:
-                for batch in batches:
-                    out: Any = model.predict([clipped[i] for i in batch], batch_size=len(batch),
-                                             show_progress_bar=False, convert_to_numpy=True)
-                    for i, s in zip(batch, out.reshape(-1).tolist(), strict=True):
-                        scores[i] = float(s)
+                out: Any = model.predict([(q[:cap], p[:cap]) for q, p in pairs], batch_size=self.cfg.batch_size,
+                                         show_progress_bar=False, convert_to_numpy=True)
         except Exception as exc:
             raise RerankerError(f"reranker model {self.name!r} failed: {type(exc).__name__}: {exc}") from exc
-        return scores
+        return [float(s) for s in out.reshape(-1).tolist()]
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         """One score per passage (higher = more relevant), in input order. Raises RerankerError."""

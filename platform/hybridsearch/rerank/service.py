@@ -1,26 +1,23 @@
-"""The reranker HTTP service (FastAPI), started by ``hsp serve-reranker``: ``POST /rerank``, ``/healthz``,
-``/readyz``, ``/metrics`` (docs/operations.md describes the API). Each request is checked (token, headers, budget,
-body within its time and size limits, limits of the JSON) before it joins the micro-batcher; every refusal is an
-:class:`ApiError` with its HTTP status and code. :func:`serve` runs uvicorn's h11 protocol with a header timeout
-per request and a connection cap (:class:`ConnectionGuard`).
+"""The reranker HTTP service (``hsp serve-reranker``; the API is in docs/operations.md). Each request is checked
+(token, headers, budget, body time and size, JSON limits) before it joins the micro-batcher; every refusal is an
+ApiError. :func:`serve` adds a header timeout per request and a connection cap to uvicorn's h11 protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import secrets
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from hybridsearch.rerank.base import PairScorer, order_by_score
 from hybridsearch.rerank.batching import MicroBatcher, QueueFull
@@ -73,6 +70,7 @@ def check_content_headers(request: Request) -> None:
         raise ApiError(415, "unsupported_charset", f"charset {charset!r} is not accepted: send UTF-8 JSON")
 
 
+_SECONDS = TypeAdapter(Annotated[float, Field(gt=0, allow_inf_nan=False)])
 #: seconds of a request's budget kept for sending the answer and the client's own bookkeeping
 BUDGET_MARGIN_S = 0.1
 
@@ -80,16 +78,11 @@ BUDGET_MARGIN_S = 0.1
 def request_budget(request: Request, cfg: RerankerSettings) -> float:
     """Seconds the client waits for this answer: its X-Request-Timeout header, else the settings' timeout."""
     given = request.headers.get(REQUEST_TIMEOUT_HEADER)
-    if given is None:
-        return cfg.timeout
     try:
-        seconds = float(given)
-    except ValueError:
-        seconds = math.nan
-    if not math.isfinite(seconds) or seconds <= 0:
+        return cfg.timeout if given is None else _SECONDS.validate_python(given)
+    except ValidationError:
         raise ApiError(400, "bad_timeout", f"{REQUEST_TIMEOUT_HEADER} must be a positive number of seconds, "
-                       f"not {given[:40]!r}")
-    return seconds
+                       f"not {str(given)[:40]!r}") from None
 
 
 async def read_body(request: Request, cfg: RerankerSettings, deadline: float | None = None) -> bytes:
@@ -268,9 +261,7 @@ class ServiceState:
         self.scorer = scorer
         self.token = cfg.token.get_secret_value() if cfg.token else None
         self.metrics = Metrics()
-        self.batcher = MicroBatcher(scorer, window_s=cfg.batch_window_ms / 1000, max_pairs=cfg.max_batch_pairs,
-                                    enabled=cfg.micro_batching, on_batch=self.metrics.on_batch,
-                                    max_queue=cfg.max_queue, max_wait_s=cfg.max_queue_wait)
+        self.batcher = MicroBatcher(scorer, cfg, self.metrics.on_batch)
         self.metrics.queued.set_function(lambda: self.batcher.pending)
         self.guard = ConnectionGuard(cfg.header_timeout, cfg.max_connections)
         self.metrics.connections.set_function(lambda: self.guard.open)
@@ -318,13 +309,6 @@ class ServiceState:
                     "HSP_RERANKER__MAX_QUEUE)")
         return ApiError(503, "overloaded", f"overloaded: {what}; retry after {exc.retry_after}s",
                         {"Retry-After": str(exc.retry_after)})
-
-    def check_capacity(self) -> None:
-        """ApiError 503 overloaded when the batcher's queue is full."""
-        try:
-            self.batcher.check_capacity()
-        except QueueFull as exc:
-            raise self.overloaded(exc) from None
 
 
 def _error(exc: ApiError) -> JSONResponse:
@@ -377,7 +361,7 @@ def create_app(cfg: RerankerSettings | None = None, scorer: PairScorer | None = 
             state.check_token(request)
             check_content_headers(request)
             deadline = started + request_budget(request, state.cfg) - BUDGET_MARGIN_S
-            state.check_capacity()  # shed load before reading and parsing the body
+            state.batcher.check_capacity()  # shed load before reading and parsing the body
             req = parse_request(await read_body(request, state.cfg, deadline), state.cfg)
             n_passages = len(req.passages)
             if not state.ready:
@@ -386,8 +370,8 @@ def create_app(cfg: RerankerSettings | None = None, scorer: PairScorer | None = 
                 raise ApiError(503, "loading", "model is still loading; retry shortly", {"Retry-After": "1"})
             try:
                 scores = await state.batcher.submit(req.query, req.passages, stats, deadline=deadline)
-            except QueueFull as exc:  # filled up while this body was read
-                raise state.overloaded(exc) from None
+            except QueueFull:  # filled up while this body was read
+                raise
             except Exception as exc:  # the model failed on this request: say so, stay up
                 log.exception("rerank failed")
                 raise ApiError(500, "model_failed", f"model failed: {exc}") from exc
@@ -396,6 +380,8 @@ def create_app(cfg: RerankerSettings | None = None, scorer: PairScorer | None = 
                                     "model": state.scorer.name, "took_ms": round(took_ms, 3),
                                     "blend": getattr(state.scorer, "blend", None)}
             response = JSONResponse(body)
+        except QueueFull as exc:
+            response = _error(state.overloaded(exc))
         except ApiError as exc:
             response = _error(exc)
         seconds = time.perf_counter() - started
