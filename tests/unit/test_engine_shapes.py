@@ -42,9 +42,10 @@ def test_the_writer_sees_an_unreachable_cluster_the_same_on_every_engine(kind: E
     es = EngineClient(ClusterSettings(url=f"http://127.0.0.1:{closed_port()}", engine=kind, max_retries=0))
     actions = [{"_op_type": "index", "_index": "x", "_id": "a", "_source": {"doc_id": "d"}}]
     waits: list[float] = []
-    with pytest.raises(ClusterUnavailable, match="stayed unreachable through 2 bulk retries"):
-        write_actions(es, actions, IngestSettings(bulk_max_retries=2), sleep=waits.append)
-    assert len(waits) == 2
+    with pytest.raises(ClusterUnavailable, match="stayed unreachable through 3 bulk retries"):
+        write_actions(es, actions, IngestSettings(bulk_max_retries=3, bulk_initial_backoff=0.5, bulk_max_backoff=1.5),
+                      sleep=waits.append)
+    assert waits == [0.5, 1.0, 1.5]  # exponential, capped
 
 
 @pytest.mark.parametrize("kind", ENGINES)

@@ -1,9 +1,6 @@
-"""The clients of one cluster: :class:`EngineClient` and :class:`AsyncEngineClient` send a
-:class:`~.request.Request` through the engine's official library (``perform_request``) and answer with plain JSON
-(True or False for HEAD); errors are the libraries' own (wrap calls in :func:`.errors.engine_errors`). The
-libraries retry :data:`~hybridsearch.retry.RETRIED_STATUSES`; their nodes raise a failure that retrying cannot fix
-(an untrusted certificate, a URL whose scheme the node does not speak) as our error at once (:func:`diagnose`).
-"""
+""":class:`EngineClient` and :class:`AsyncEngineClient` send a :class:`~.request.Request` through the engine's
+library (``perform_request``) and answer with plain JSON; errors are the libraries' own (:func:`.engine_errors`).
+The libraries retry :data:`~hybridsearch.retry.RETRIED_STATUSES`; a failure retrying cannot fix raises at once."""
 
 from __future__ import annotations
 
@@ -77,8 +74,8 @@ def diagnose(exc: Exception, base_url: str) -> Exception:
 
 
 class _Node(Urllib3HttpNode):
-    """The library's node, except that a failure :func:`diagnose` names raises at once (not retried, the node not
-    marked dead); the three classes below do the same for the other nodes."""
+    """The library's node; a failure :func:`diagnose` names raises at once (not retried, the node not marked dead),
+    as in the three classes below."""
 
     def perform_request(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -134,8 +131,8 @@ def auth_headers(cfg: ClusterSettings) -> dict[str, str]:
 
 def library_client(cfg: ClusterSettings, kind: EngineKind, *, asyncio: bool = False, max_retries: int | None = None,
                    request_timeout: float | None = None) -> Any:
-    """The library's client of ``cfg``'s nodes: ``Elasticsearch`` or ``OpenSearch``, their asyncio twins with
-    ``asyncio``; ``max_retries`` and ``request_timeout`` replace ``cfg``'s."""
+    """``Elasticsearch`` or ``OpenSearch`` (or their asyncio twins) on ``cfg``'s nodes; ``max_retries`` and
+    ``request_timeout`` replace ``cfg``'s."""
     kwargs: dict[str, Any] = {"max_retries": cfg.max_retries if max_retries is None else max_retries,
                               "retry_on_status": RETRIED_STATUSES, "retry_on_timeout": True,
                               "headers": auth_headers(cfg)}
@@ -156,8 +153,7 @@ def library_client(cfg: ClusterSettings, kind: EngineKind, *, asyncio: bool = Fa
              for n in cfg.nodes]
     client, conn = (opensearchpy.AsyncOpenSearch, _OsAsyncConnection) if asyncio else \
         (opensearchpy.OpenSearch, _OsConnection)
-    # as many connections per node as the elasticsearch client keeps
-    return client(hosts, connection_class=conn, timeout=timeout, pool_maxsize=10, **kwargs)
+    return client(hosts, connection_class=conn, timeout=timeout, pool_maxsize=10, **kwargs)  # as elasticsearch's
 
 
 def _from_root(meta: Any, body: Any) -> EngineInfo | None:
@@ -184,9 +180,8 @@ _NODES = "/_nodes/_local?filter_path=nodes.*.version"
 
 
 def _call(request: Request, kind: EngineKind) -> tuple[str, dict[str, Any]]:
-    """The path and keyword arguments that send ``request`` through the engine's library. opensearch-py reads
-    ``timeout``, ``request_timeout`` and ``ignore`` out of the parameters as its own, so for OpenSearch every
-    parameter goes in the path's query string."""
+    """The path and keyword arguments that send ``request`` through the engine's library (opensearch-py takes some
+    parameters as its own, so its parameters go in the path)."""
     headers = {"accept": "application/json"}
     if request.body is not None:
         headers["content-type"] = "application/x-ndjson" if isinstance(request.body, list) else "application/json"
@@ -207,7 +202,6 @@ def _absent(request: Request, exc: Exception) -> Any:
 
 
 def _body(answer: Any) -> Any:
-    """The JSON of either library's answer (``elasticsearch`` wraps it in an ``ApiResponse``)."""
     return answer.body if isinstance(answer, elastic_transport.ApiResponse) else answer
 
 
