@@ -179,21 +179,6 @@ def _from_nodes(meta: Any, body: Any) -> EngineInfo:
 _NODES = "/_nodes/_local?filter_path=nodes.*.version"
 
 
-def _call(request: Request, kind: EngineKind) -> tuple[str, dict[str, Any]]:
-    """The path and keyword arguments that send ``request`` through the engine's library (opensearch-py takes some
-    parameters as its own, so its parameters go in the path)."""
-    headers = {"accept": "application/json"}
-    if request.body is not None:
-        headers["content-type"] = "application/x-ndjson" if isinstance(request.body, list) else "application/json"
-    if kind == "elasticsearch":  # the client writes NDJSON lines itself
-        return request.path, {"params": request.params or None, "headers": headers, "body": request.body}
-    body: Any = request.body
-    if isinstance(body, list):
-        body = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in body)
-    path = f"{request.path}?{urlencode(request.params)}" if request.params else request.path
-    return path, {"params": {}, "headers": headers, "body": body}
-
-
 def _absent(request: Request, exc: Exception) -> Any:
     """``request.absent`` when ``exc`` says the thing asked for does not exist; raises ``exc`` otherwise."""
     if request.absent is RAISE or status_of(exc) != 404 or error_type_of(exc) == "index_not_found_exception":
@@ -256,11 +241,19 @@ class _Clients:
             return self._clients[kind]
 
     def _sent(self, request: Request) -> tuple[Any, str, dict[str, Any]]:
-        """The library's ``perform_request``, the path and the keyword arguments that send ``request``."""
-        kind = self.engine.kind
-        client = self._library(kind)
-        return (client.perform_request if kind == "elasticsearch" else client.transport.perform_request,
-                *_call(request, kind))
+        """The library's ``perform_request``, the path and the keyword arguments that send ``request``
+        (opensearch-py takes some parameters as its own: its parameters go in the path, its NDJSON as text)."""
+        client, headers = self._library(self.engine.kind), {"accept": "application/json"}
+        if request.body is not None:
+            headers["content-type"] = "application/x-ndjson" if isinstance(request.body, list) else "application/json"
+        if self.engine.kind == "elasticsearch":
+            return client.perform_request, request.path, {"params": request.params or None, "headers": headers,
+                                                          "body": request.body}
+        body: Any = request.body
+        if isinstance(body, list):
+            body = "".join(json.dumps(line, separators=(",", ":")) + "\n" for line in body)
+        path = f"{request.path}?{urlencode(request.params)}" if request.params else request.path
+        return client.transport.perform_request, path, {"params": {}, "headers": headers, "body": body}
 
     def _ask(self) -> Any:
         """``GET <path>`` through the Elasticsearch client's transport: plain JSON, no product check."""

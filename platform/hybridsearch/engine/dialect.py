@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from hybridsearch.errors import ConfigError
 
@@ -30,13 +30,11 @@ class ElasticsearchDialect:
 
     kind: EngineKind = "elasticsearch"
     metadata_type = "flattened"
+    index_settings: ClassVar[Mapping[str, Any]] = {}  # what a chunk index needs beyond shards and replicas
 
     def vector_field(self, dims: int, similarity: str, index_options: Mapping[str, Any]) -> dict[str, Any]:
         return {"type": "dense_vector", "dims": dims, "index": True, "similarity": similarity,
                 "index_options": dict(index_options)}
-
-    def index_settings(self) -> dict[str, Any]:
-        return {}
 
     def vector_summary(self, prop: Mapping[str, Any]) -> VectorSummary:
         if prop.get("type") != "dense_vector":
@@ -68,6 +66,7 @@ class OpenSearchDialect:
 
     kind: EngineKind = "opensearch"
     metadata_type = "flat_object"
+    index_settings: ClassVar[Mapping[str, Any]] = {"knn": True}
 
     def vector_field(self, dims: int, similarity: str, index_options: Mapping[str, Any]) -> dict[str, Any]:
         kind = str(index_options.get("type"))
@@ -81,9 +80,6 @@ class OpenSearchDialect:
             params["encoder"] = {"name": encoder}
         return {"type": "knn_vector", "dimension": dims,
                 "method": {"name": "hnsw", "engine": LUCENE, "space_type": _SPACE[similarity], "parameters": params}}
-
-    def index_settings(self) -> dict[str, Any]:
-        return {"knn": True}
 
     def vector_summary(self, prop: Mapping[str, Any]) -> VectorSummary:
         if prop.get("type") != "knn_vector":

@@ -38,11 +38,9 @@ _HOPELESS_TLS = frozenset({"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNSUPPORTED_
 
 def status_of(exc: BaseException) -> int | None:
     """The HTTP status of an engine's error answer, None when there was no answer."""
-    if isinstance(exc, elasticsearch.ApiError):
-        return int(exc.meta.status)
-    if isinstance(exc, opensearchpy.TransportError) and isinstance(exc.status_code, int):
-        return exc.status_code
-    return None
+    status = exc.meta.status if isinstance(exc, elasticsearch.ApiError) else \
+        exc.status_code if isinstance(exc, opensearchpy.TransportError) else None
+    return status if isinstance(status, int) else None
 
 
 def _body_of(exc: BaseException) -> dict[str, Any]:
