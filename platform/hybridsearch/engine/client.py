@@ -21,7 +21,7 @@ import elasticsearch
 import elasticsearch.helpers
 import opensearchpy
 import opensearchpy.helpers
-from elastic_transport import AiohttpHttpNode, NodeConfig, Urllib3HttpNode
+from elastic_transport import AiohttpHttpNode, Urllib3HttpNode
 from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
 
 from hybridsearch.engine import request
@@ -142,15 +142,13 @@ def library_client(cfg: ClusterSettings, kind: EngineKind, *, asyncio: bool = Fa
         if not cfg.verify_certs:
             kwargs["verify_certs"] = False
     timeout = cfg.request_timeout if request_timeout is None else request_timeout
+    hosts = [n.url for n in cfg.nodes]  # both read scheme, host (IPv6 too), port and path prefix from a URL
     if kind == "elasticsearch":
-        nodes = [NodeConfig(n.scheme, n.host, n.port, path_prefix=n.path) for n in cfg.nodes]
         es, node = (elasticsearch.AsyncElasticsearch, _AsyncNode) if asyncio else (elasticsearch.Elasticsearch, _Node)
-        return es(nodes, node_class=node, request_timeout=timeout, serializers=SERIALIZERS, **kwargs)
+        return es(hosts, node_class=node, request_timeout=timeout, serializers=SERIALIZERS, **kwargs)
     if cfg.api_key is not None:
         raise ConfigError("OpenSearch has no API keys (HSP_ES__API_KEY is set)",
                           fix="Use HSP_ES__USERNAME and HSP_ES__PASSWORD of an internal user for OpenSearch")
-    hosts = [{"host": n.host, "port": n.port, "url_prefix": n.path, "use_ssl": n.scheme == "https"}
-             for n in cfg.nodes]
     client, conn = (opensearchpy.AsyncOpenSearch, _OsAsyncConnection) if asyncio else \
         (opensearchpy.OpenSearch, _OsConnection)
     return client(hosts, connection_class=conn, timeout=timeout, pool_maxsize=10, **kwargs)  # as elasticsearch's
