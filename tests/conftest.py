@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient, connect, request
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.settings import Settings, load_settings
 from standin import Canned, serve
 
@@ -131,7 +131,7 @@ def engine_under_test() -> tuple[str, str]:
 
 @pytest.fixture(scope="session")
 def es(es_url: str) -> Iterator[EngineClient]:
-    client = connect(load_settings(es_url=es_url).es)
+    client = EngineClient(load_settings(es_url=es_url).es)
     client.send(request.cluster_health(wait_for_status="yellow", timeout="30s"))
     yield client
     client.close()

@@ -31,7 +31,7 @@ from rich.table import Table
 
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import connect, request
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.ingest.chunking import document_chunks
 from hybridsearch.ingest.pipeline import run_ingest
 from hybridsearch.ingest.runs import IngestResult
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 
     prefix = args.prefix or f"bench-ingest-{uuid.uuid4().hex[:8]}"
     settings = load_settings(index={"prefix": prefix}, ingest={"dead_letter_dir": "/tmp/hsp-bench-dead-letter"})
-    es = connect(settings.es)
+    es = EngineClient(settings.es)
     docs = [d for d in itertools.islice(read_path(args.corpus), args.limit) if isinstance(d, Document)]
     console.print(f"{len(docs):,} documents from {args.corpus} · cpus={os.cpu_count()} · "
                   f"batch_size={settings.embedding.batch_size} · chunker={settings.chunking.strategy}")

@@ -183,7 +183,7 @@ async def hybridsearch_levels(args: argparse.Namespace, docs: list[dict[str, str
     from hybridsearch import AsyncSearchClient
     from hybridsearch.cli.progress import RichProgress
     from hybridsearch.embedding.encoder import Embedder
-    from hybridsearch.engine import connect
+    from hybridsearch.engine import EngineClient
     from hybridsearch.eval.prepare import choose_index, index_counts, ingest_corpus
     from hybridsearch.ingest.sources import Document
     from hybridsearch.rerank import HttpReranker
@@ -192,7 +192,7 @@ async def hybridsearch_levels(args: argparse.Namespace, docs: list[dict[str, str
     s = load_settings(es_url=args.es_url, index={"prefix": f"{args.index_prefix}-hsp", "shards": args.shards,
                                                  "replicas": args.replicas},
                       query={"log_queries": False}, embedding={"query_cache_size": 0}, reranker={"enabled": False})
-    es = connect(s.es)
+    es = EngineClient(s.es)
     embedder = Embedder(s.embedding)
     choice = choose_index(es, s)
     print(f"[hybridsearch] ingesting into {choice.index} (unchanged documents are skipped)", flush=True)

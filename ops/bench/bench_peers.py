@@ -291,14 +291,14 @@ def select(dataset: Path, split: str, limit_docs: int | None, limit_queries: int
 def run_hybridsearch(args: argparse.Namespace, col: Collection, docs: list[dict[str, str]]) -> dict[str, Any]:
     from hybridsearch.cli.progress import RichProgress
     from hybridsearch.embedding.encoder import Embedder
-    from hybridsearch.engine import connect
+    from hybridsearch.engine import EngineClient
     from hybridsearch.eval.prepare import choose_index, eval_settings, index_counts, ingest_corpus
     from hybridsearch.ingest.sources import Document
     from hybridsearch.query.client import SearchClient
     from hybridsearch.settings import load_settings
 
     s = eval_settings(load_settings(es_url=args.es_url), args.hsp_prefix or f"{args.index_prefix}-hsp")
-    es = connect(s.es)
+    es = EngineClient(s.es)
     embedder = Embedder(s.embedding)
     choice = choose_index(es, s)
     t0 = time.perf_counter()
@@ -452,7 +452,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from hybridsearch.embedding.models import resolve_model
-    from hybridsearch.engine import cluster_info, connect
+    from hybridsearch.engine import EngineClient, cluster_info
     from hybridsearch.settings import load_settings
 
     args.model = args.model or resolve_model(load_settings().embedding.model)
@@ -473,7 +473,7 @@ def main(argv: list[str] | None = None) -> int:
                   + (f": {results[stack]['error'][:300]}" if "error" in results[stack] else ""), flush=True)
     rows = score(results, col.qrels)
     print_table(rows)
-    es = connect(load_settings(es_url=args.es_url).es)
+    es = EngineClient(load_settings(es_url=args.es_url).es)
     meta = {"dataset": f"{col.name} {col.split}", "queries": len(col.queries), "documents": len(docs),
             "cluster": ",".join(cluster_info(es)["versions"]), "model": args.model, "k": args.k,
             "num_candidates": args.num_candidates,

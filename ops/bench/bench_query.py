@@ -42,7 +42,7 @@ from rich.table import Table
 
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.embedding.encoder import Embedder, compare_vectors
-from hybridsearch.engine import connect
+from hybridsearch.engine import EngineClient
 from hybridsearch.eval.datasets import Collection, iter_corpus, load_collection
 from hybridsearch.eval.metrics import evaluate
 from hybridsearch.query.client import SearchClient
@@ -211,7 +211,7 @@ def fast_path(prefix: str | None, col: Collection, embedders: dict[str, Embedder
         "dense · int8": ("int8", True, "dense"),
     }
     s = bench_settings(prefix)
-    es = connect(s.es)  # one connection pool; no reranker
+    es = EngineClient(s.es)  # one connection pool; no reranker
     clients = {label: SearchClient(es, s.model_copy(update={"query": s.query.model_copy(
         update={"hybrid_overlap": overlap})}), embedder=embedders[enc])
         for label, (enc, overlap, _) in variants.items()}
@@ -334,7 +334,7 @@ def compare(prefix: str | None, col: Collection, knob: str, embedder: Embedder, 
     name, _, values = knob.removeprefix("query.").partition("=")
     base = bench_settings(prefix)
     variants = [(mode, v) for v in values.split(",") for mode in ("bm25", "hybrid")]
-    clients = {v: SearchClient(connect(base.es), base.model_copy(update={"query": type(base.query).model_validate(
+    clients = {v: SearchClient(EngineClient(base.es), base.model_copy(update={"query": type(base.query).model_validate(
         {**base.query.model_dump(), name: v})}), embedder=embedder) for v in values.split(",")}
     walls: dict[tuple[str, str], list[float]] = {x: [] for x in variants}
     ranks: dict[tuple[str, str], dict[str, list[str]]] = {x: {} for x in variants}

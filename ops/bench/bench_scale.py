@@ -163,9 +163,9 @@ async def latency(settings: Settings, table: dict[str, np.ndarray], levels: list
                   ) -> dict[int, dict[str, Any]]:
     """Hybrid search (no rerank) p50/p99 at each concurrency in ``levels`` with ``settings``' query knobs."""
     from hybridsearch import AsyncSearchClient
-    from hybridsearch.engine import connect_async
+    from hybridsearch.engine import AsyncEngineClient
 
-    client = AsyncSearchClient(connect_async(settings.es), settings, embedder=FixedEmbedder(table))  # type: ignore[arg-type]
+    client = AsyncSearchClient(AsyncEngineClient(settings.es), settings, embedder=FixedEmbedder(table))  # type: ignore[arg-type]
     texts = list(table)
 
     async def call(q: str) -> str | None:
@@ -256,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     if max(args.sizes) > 2_000_000 or args.seconds > 120:
         ap.error("bounded runs only: sizes <= 2,000,000, --seconds <= 120")
 
-    from hybridsearch.engine import connect
+    from hybridsearch.engine import EngineClient
     from hybridsearch.query.build import auto_candidates, knn_size
     from hybridsearch.settings import load_settings
 
@@ -268,7 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         settings = load_settings(es_url=urls, index={"prefix": f"{args.prefix}-{n}", "shards": args.shards,
                                                      "replicas": args.replicas}, query={"log_queries": False},
                                  embedding={"dims": DIMS})
-        es = connect(settings.es, request_timeout=600)
+        es = EngineClient(settings.es, request_timeout=600)
         syn = Synthetic(seed=n)
         existing = f"{args.prefix}-{n}-chunks-v1"
         seconds: float | None = None  # indexing time; None for a kept index measured again

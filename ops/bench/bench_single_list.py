@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import connect, request
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.eval.datasets import load_collection
 from hybridsearch.eval.prepare import eval_settings
 from hybridsearch.index.spec import section_words_of
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     base = load_settings()
     s = eval_settings(base, args.prefix)
     s = s.model_copy(update={"embedding": s.embedding.model_copy(update={"query_cache_size": 0})})
-    es = connect(s.es)
+    es = EngineClient(s.es)
     embedder = Embedder(s.embedding)
     client = SearchClient(es, s, embedder=embedder, log_queries=False)
     col = load_collection(args.dataset, "test").limit(args.queries)

@@ -53,7 +53,7 @@ from bench_query import DEFAULT_COLLECTION
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient, Request, connect, request
+from hybridsearch.engine import EngineClient, Request, request
 from hybridsearch.engine.dialect import OPENSEARCH_OPTIONS
 from hybridsearch.eval.datasets import Collection, load_collection
 from hybridsearch.eval.harness import evaluate_collection
@@ -279,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     base = load_settings()
     if base.ingest.workers > 1:
         ap.error("HSP_INGEST__WORKERS must be 1: worker processes embed without the embedding cache")
-    es = connect(base.es, request_timeout=900)
+    es = EngineClient(base.es, request_timeout=900)
     engine = es.engine
     have = tuple(OPENSEARCH_OPTIONS) if engine.kind == "opensearch" else ES_OPTIONS
     options = args.options.split(",") if args.options else list(have)

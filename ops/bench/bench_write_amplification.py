@@ -112,10 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from hybridsearch.engine import connect
+    from hybridsearch.engine import EngineClient
     from hybridsearch.settings import load_settings
 
-    es = connect(load_settings().es)
+    es = EngineClient(load_settings().es)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         base, changed = work / "base.jsonl", work / "changed.jsonl"

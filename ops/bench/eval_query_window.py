@@ -56,7 +56,7 @@ def variant_settings(embedding: EmbeddingSettings, name: str) -> EmbeddingSettin
 
 def run_variant(settings: Settings, dataset: Path, prefix: str, name: str, limit: int | None) -> dict[str, Any]:
     from hybridsearch.embedding.encoder import Embedder
-    from hybridsearch.engine import connect
+    from hybridsearch.engine import EngineClient
     from hybridsearch.eval.datasets import load_collection
     from hybridsearch.eval.harness import evaluate_collection
     from hybridsearch.eval.prepare import eval_settings
@@ -65,7 +65,7 @@ def run_variant(settings: Settings, dataset: Path, prefix: str, name: str, limit
     s = eval_settings(settings, prefix)
     s = s.model_copy(update={"embedding": variant_settings(s.embedding, name)})
     embedder = Embedder(s.embedding)
-    es = connect(s.es)
+    es = EngineClient(s.es)
     try:
         evaluation = evaluate_collection(es, s, collection, list(MODES), embedder=embedder, ingest=False)
     finally:

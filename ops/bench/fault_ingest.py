@@ -310,14 +310,14 @@ def main(argv: list[str] | None = None) -> int:
                     "records a previous one left, then re-run")
     args = ap.parse_args(argv)
 
-    from hybridsearch.engine import connect
+    from hybridsearch.engine import EngineClient
     from hybridsearch.index.versions import ensure_index
     from hybridsearch.settings import load_settings
 
     urls = args.es_url or cluster_urls()
     prefix = args.prefix or f"fault-{args.fault}"
     settings = load_settings(es_url=urls, index={"prefix": prefix, "shards": args.shards, "replicas": args.replicas})
-    es = connect(settings.es)
+    es = EngineClient(settings.es)
     (ROOT / "reports").mkdir(exist_ok=True)
     if not args.verify_only and (dropped := drop_indices(es, prefix_patterns(prefix))):
         log(f"deleted the indices of an earlier run: {', '.join(dropped)}")

@@ -36,7 +36,7 @@ from rich.table import Table
 from hybridsearch.cli.progress import RichProgress
 from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient, connect, request
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.eval.datasets import load_collection
 from hybridsearch.eval.harness import evaluate_collection
 from hybridsearch.eval.prepare import choose_index, eval_settings, ingest_corpus
@@ -99,7 +99,7 @@ def one_run(i: int, args: argparse.Namespace, base: Settings) -> dict[str, Any]:
     seed = args.seed + i - 1
     rec: dict[str, Any] = {"run": i, "prefix": prefix, "seed": seed, "model": str(out)}
     collection = load_collection(args.dataset, "test").limit(args.test_limit)
-    es = connect(s.es)
+    es = EngineClient(s.es)
     embedder = Embedder(s.embedding)
     cache = CachedEmbedder(embedder, default_cache_dir())
     try:

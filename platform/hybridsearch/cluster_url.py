@@ -1,10 +1,5 @@
-"""The one place where a URL becomes nodes, and where URLs lose their credentials before anything prints them.
-
-``HSP_ES_URL`` holds comma-separated ``http(s)://[user:password@]host[:port][/path]`` URLs; :func:`parse_nodes`
-reads each into a :class:`Node` (IPv6 in brackets, default ports 80/443, percent-escapes decoded; a password may
-hold ``#/?@:%``, spaces or any character: the user-info ends at the last ``@``). Errors are one line with the
-user-info masked (:func:`masked`); any text showing URLs goes through :func:`redact_url`. A leaf module.
-"""
+"""The one place where a URL becomes nodes (:func:`parse_nodes`), and where URLs lose their credentials before
+anything prints them (:func:`redact_url`). A leaf module."""
 
 from __future__ import annotations
 
@@ -16,11 +11,8 @@ from urllib.parse import unquote
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 _SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
-#: a host name or IPv4 address (any letters, so that international names pass; no spaces or URL delimiters)
-_HOST = re.compile(r"[\w.-]+")
-#: user-info after ``scheme://``: everything up to the last ``@`` before the host (a password may hold ``@``)
-_USERINFO = re.compile(r"(?<=://)[^/?#\s]*@")
-#: a URL written without a scheme (``user:secret@host:9200``), as a whole string
+_HOST = re.compile(r"[\w.-]+")  # a host name (international ones too) or an IPv4 address
+_USERINFO = re.compile(r"(?<=://)[^/?#\s]*@")  # up to the last @ before the host
 _BARE_USERINFO = re.compile(r"^\s*[^/?#\s:]+:[^/?#\s]*@")
 MASK = "***"
 
@@ -56,8 +48,7 @@ class Node:
 
 
 def masked(text: str) -> str:
-    """``text`` (one URL as given, readable or not) with everything between the scheme and its last ``@``
-    replaced by ``***``."""
+    """``text`` (one URL as given) with everything between the scheme and its last ``@`` replaced by ``***``."""
     text = text.strip()
     match = _SCHEME.match(text)
     start = match.end() if match else 0
@@ -126,8 +117,10 @@ def parse_node(text: str) -> Node:
 
 
 def parse_nodes(text: str) -> tuple[Node, ...]:
-    """The comma-separated node URLs of ``text`` (a comma in a password is written ``%2C``); raises ValueError
-    (one line, credentials masked) for the first that cannot be read, for none, and for differing credentials."""
+    """The comma-separated ``http(s)://[user:password@]host[:port][/path]`` URLs of ``text``: IPv6 in brackets,
+    percent-escapes decoded, the user-info up to the last ``@`` (so a password may hold any character; a comma is
+    ``%2C``). Raises ValueError (one line, credentials masked) for a URL that cannot be read, for none, and for
+    differing credentials."""
     nodes = tuple(parse_node(part) for part in text.split(",") if part.strip())
     if not nodes:
         raise ValueError("no node URL given (write http://host:port, several separated by commas)")

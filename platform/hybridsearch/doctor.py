@@ -17,7 +17,6 @@ from hybridsearch.engine import (
     EngineClient,
     EngineInfo,
     cluster_info,
-    connect,
     engine_errors,
     request,
     unsafe_vector_options,
@@ -59,7 +58,7 @@ def problem(exc: HybridSearchError) -> tuple[str, str]:
 def run_checks(settings: Settings, *, es: EngineClient | None = None, models: bool = True,
                reranker: bool = True) -> list[Check]:
     """Every check, in order; index checks are skipped when the cluster does not answer."""
-    es = es or connect(settings.es, max_retries=0, request_timeout=10.0)
+    es = es or EngineClient(settings.es, max_retries=0, request_timeout=10.0)
     checks = check_cluster(es)
     if checks[0].status == "FAIL":
         checks.append(Check("index", "index", "SKIP", "cluster unreachable"))

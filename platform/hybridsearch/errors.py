@@ -1,31 +1,7 @@
-"""The error tree: everything the package raises on purpose derives from :class:`HybridSearchError`.
-
-Every error carries ``problem`` and ``fix`` (None when nothing better can be said) as data, plus the fields of its
-kind; the message is rendered from them in one place (:meth:`HybridSearchError.render`), plain text. The client
-libraries' exceptions are translated at the engine seam (:func:`hybridsearch.engine.translate`). HTTP 401 is
-AuthenticationFailed, missing privileges AccessDenied (a 403, or found missing before a write), a block on an
-index IndexBlocked (also a 403, but privileges cannot lift it). Exit codes: :data:`hybridsearch.cli.main.EXIT_CODES`::
-
-    HybridSearchError
-    ├── ConfigError            settings or arguments that cannot work (bad value, unknown field, bad split)
-    │   └── QueryError         a query the caller must fix (empty text, k out of range, bad filter)
-    ├── ClusterError           the engine answered with an error
-    │   ├── ClusterUnavailable no node answers (connection refused, timeout)
-    │   │   └── TlsFailure     the TLS handshake failed (untrusted certificate, not a TLS port)
-    │   │       └── SchemeMismatch  http:// to a node that speaks TLS, or https:// to a plain HTTP one
-    │   ├── AuthenticationFailed  HTTP 401: the credentials were refused or are missing
-    │   ├── AccessDenied       the credentials lack a privilege (HTTP 403, or found missing before writing)
-    │   ├── IndexNotFound      the index or alias does not exist
-    │   ├── IndexMismatch      the index exists but was built for another model, dims or chunker
-    │   ├── AliasConflict      the read alias points at more than one index
-    │   └── IndexBlocked       a block refuses writes to the index (write block, disk flood stage, read-only)
-    ├── ModelError             a model cannot be loaded or does not fit the index
-    ├── IngestError            a document or run could not be ingested (an unexpected failure inside a run too)
-    │   ├── IngestLocked       another live run holds the prefix's ingest lease
-    │   └── LeaseLost          this run's lease was taken over; it stopped writing
-    └── RerankerError          the reranker failed, timed out or is unreachable
-        └── RerankerModelError the cross-encoder cannot be loaded (also a ModelError)
-"""
+"""The error tree: everything the package raises on purpose derives from :class:`HybridSearchError`, which carries
+``problem`` and ``fix`` as data (plus the fields of its kind) and renders its plain-text message in one place.
+The engine seam translates the client libraries' exceptions (:func:`hybridsearch.engine.translate`); exit codes
+are :data:`hybridsearch.cli.main.EXIT_CODES`; docs/architecture.md ("Errors") draws the tree."""
 
 from __future__ import annotations
 
@@ -35,7 +11,7 @@ from hybridsearch.cluster_url import redact_url
 
 
 class HybridSearchError(Exception):
-    """Base class of every error hybridsearch raises on purpose: read ``problem`` and ``fix``, never the text."""
+    """Read ``problem`` and ``fix`` (None when nothing better can be said), never the text."""
 
     def __init__(self, problem: str = "", *, fix: str | None = None) -> None:
         self.problem = problem
@@ -44,7 +20,7 @@ class HybridSearchError(Exception):
 
     @staticmethod
     def render(problem: str, fix: str | None) -> str:
-        """The message: ``"<problem>. <fix>"`` (no second stop after a sentence), or either alone."""
+        """``"<problem>. <fix>"`` (no second stop after a sentence), or either alone."""
         if not fix:
             return problem
         if not problem:

@@ -13,7 +13,7 @@ import pytest
 from hybridsearch import doctor
 from hybridsearch.cli.main import main
 from hybridsearch.doctor import watermark_used_fraction
-from hybridsearch.engine import EngineClient, connect, request
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.index.spec import has_analyzer
 from hybridsearch.index.versions import ensure_index
 from hybridsearch.settings import Settings, load_settings
@@ -86,7 +86,7 @@ def test_model_mismatch_is_a_failure_naming_both_ways_out(es: EngineClient, sett
 
 def test_unreachable_cluster_skips_index_checks() -> None:
     settings = load_settings(es_url="http://127.0.0.1:1")
-    es = connect(settings.es.model_copy(update={"max_retries": 0}))
+    es = EngineClient(settings.es.model_copy(update={"max_retries": 0}))
     checks = doctor.run_checks(settings, es=es, models=False, reranker=False)
     assert [(c.area, c.status) for c in checks[:2]] == [("cluster", "FAIL"), ("index", "SKIP")]
     assert "es-local.sh" in (checks[0].fix or "")

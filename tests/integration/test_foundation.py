@@ -5,7 +5,7 @@ from typing import cast
 import numpy as np
 import pytest
 
-from hybridsearch.engine import API_ERRORS, EngineClient, cluster_info, connect, request, status_of
+from hybridsearch.engine import API_ERRORS, EngineClient, cluster_info, request, status_of
 from hybridsearch.errors import ClusterUnavailable, IndexMismatch
 from hybridsearch.index.logs import ensure_log_indices
 from hybridsearch.index.spec import has_analyzer
@@ -60,7 +60,7 @@ def test_mismatched_meta_is_refused(es: EngineClient, settings: Settings) -> Non
 
 
 def test_unreachable_cluster_is_our_error() -> None:
-    client = connect(load_settings(es_url="http://127.0.0.1:1", es={"max_retries": 0}).es)
+    client = EngineClient(load_settings(es_url="http://127.0.0.1:1", es={"max_retries": 0}).es)
     with pytest.raises(ClusterUnavailable, match=r"es-local\.sh"):
         cluster_info(client)
 

@@ -23,7 +23,7 @@ import pytest
 
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient, connect, request
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import ClusterError, ClusterUnavailable, IngestError
 from hybridsearch.ingest.chunking import chunk_id, chunk_text, text_budget
 from hybridsearch.ingest.pipeline import run_ingest
@@ -153,7 +153,7 @@ def via(settings: Settings, url: str) -> tuple[Settings, EngineClient]:
         "chunking": settings.chunking.model_copy(update={"strategy": "sentence", "max_tokens": 16}),
         "embedding": settings.embedding.model_copy(update={"batch_size": 4}),
     })
-    return s, connect(s.es)
+    return s, EngineClient(s.es)
 
 
 def docs(n: int = 10) -> list[Document]:

@@ -187,13 +187,13 @@ def test_a_source_not_read_whole_deletes_nothing(es: EngineClient, settings: Set
 # every other chunk of the first.
 _KILLED_SYNC = """
 import os, signal, sys
-from hybridsearch.engine import connect, request
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.ingest.commit import existing_chunk_ids
 from hybridsearch.ingest.lease import Lease
 from hybridsearch.ingest.writer import write_actions
 from hybridsearch.settings import load_settings
 s = load_settings()
-es = connect(s.es)
+es = EngineClient(s.es)
 index = s.index.versioned(1)
 ids = sys.argv[1:]
 lease = Lease(es, s.index, "killed-sync")

@@ -12,7 +12,7 @@ import pytest
 from corpora import index_corpus
 from hybridsearch import AsyncSearchClient, SearchClient
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient, connect_async
+from hybridsearch.engine import AsyncEngineClient, EngineClient
 from hybridsearch.errors import IndexMismatch, IndexNotFound, QueryError
 from hybridsearch.query.filters import AllOf, NoneOf, Range, Term
 from hybridsearch.settings import Settings
@@ -189,7 +189,7 @@ def test_async_why_answers_as_sync_why(client: SearchClient, embedder: Embedder)
     expected = [client.why(query, doc_id, **kw) for query, doc_id, kw in asked]
 
     async def run() -> list[Any]:
-        aes = connect_async(client.settings.es)
+        aes = AsyncEngineClient(client.settings.es)
         try:
             async with AsyncSearchClient(aes, client.settings, embedder=embedder) as c:
                 return [await c.why(query, doc_id, **kw) for query, doc_id, kw in asked]

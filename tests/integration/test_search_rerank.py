@@ -11,7 +11,7 @@ import pytest
 from corpora import index_corpus
 from hybridsearch import AsyncSearchClient, SearchClient
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import AsyncEngineClient, EngineClient, connect, connect_async, request
+from hybridsearch.engine import AsyncEngineClient, EngineClient, request
 from hybridsearch.errors import ClusterUnavailable, RerankerError
 from hybridsearch.query.querylog import query_hash
 from hybridsearch.settings import Settings, load_settings
@@ -133,7 +133,7 @@ def test_the_asyncio_client_writes_its_query_log_through_itself(es: EngineClient
     logged = _with(tuned, log_queries=True)
 
     async def search() -> None:
-        async with AsyncSearchClient(connect_async(logged.es), logged, embedder=embedder) as c:
+        async with AsyncSearchClient(AsyncEngineClient(logged.es), logged, embedder=embedder) as c:
             await c.search(QUERY, k=3)
             assert c.query_log is not None and await asyncio.to_thread(c.query_log.flush, 10)
             assert c.query_log.written == 1 and c.query_log.failed == 0
@@ -156,7 +156,7 @@ def test_redacted_query_log_keeps_only_the_hash(es: EngineClient, tuned: Setting
 def test_full_query_log_queue_drops_and_counts(es: EngineClient, tuned: Settings) -> None:
     from hybridsearch.query.querylog import QueryLogger
 
-    ql = QueryLogger(connect(load_settings(es_url="http://127.0.0.1:1", es={"max_retries": 0}).es), tuned,
+    ql = QueryLogger(EngineClient(load_settings(es_url="http://127.0.0.1:1", es={"max_retries": 0}).es), tuned,
                      max_queue=2)
     accepted = [ql.submit({"mode": "bm25"}) for _ in range(200)]
     assert not all(accepted) and ql.dropped == accepted.count(False) > 0
@@ -169,7 +169,7 @@ def test_async_client_matches_sync_and_degrades_the_same(es: EngineClient, tuned
     sync = SearchClient(es, tuned, embedder=embedder).search(QUERY, k=6, filters={"source": "wiki"})
 
     async def run() -> tuple[list[str], str | None, list[str], bool]:
-        aes: AsyncEngineClient = connect_async(tuned.es)
+        aes: AsyncEngineClient = AsyncEngineClient(tuned.es)
         async with AsyncSearchClient(aes, tuned, embedder=embedder, reranker=Slow()) as c:
             res = await c.search(QUERY, k=6, filters={"source": "wiki"})
             rr = await AsyncSearchClient(aes, tuned, embedder=embedder, reranker=Reverse()).search(QUERY, k=6)
@@ -184,12 +184,12 @@ def test_async_client_matches_sync_and_degrades_the_same(es: EngineClient, tuned
 
 def test_unreachable_cluster_is_our_error(settings: Settings, embedder: Embedder) -> None:
     down = load_settings(es_url="http://127.0.0.1:1", es={"max_retries": 0}, query={"log_queries": False})
-    with SearchClient(connect(down.es), down, embedder=embedder) as c, \
+    with SearchClient(EngineClient(down.es), down, embedder=embedder) as c, \
             pytest.raises(ClusterUnavailable, match=r"es-local\.sh"):
         c.search("bees")
 
     async def run() -> None:
-        aes = connect_async(down.es)
+        aes = AsyncEngineClient(down.es)
         try:
             await AsyncSearchClient(aes, down, embedder=embedder).search("bees")
         finally:
@@ -210,7 +210,7 @@ def test_warm_up_loads_models_and_ignores_a_broken_reranker(es: EngineClient, tu
         assert c.search(QUERY, k=3).rerank_reason == "reranker error: model exploded"
 
     async def run() -> list[list[str]]:
-        aes = connect_async(tuned.es)
+        aes = AsyncEngineClient(tuned.es)
         arr = Reverse()
         async with AsyncSearchClient(aes, tuned, embedder=embedder, reranker=arr) as ac:
             await ac.warm_up()

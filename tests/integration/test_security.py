@@ -24,7 +24,7 @@ from hybridsearch import SearchClient
 from hybridsearch.cli.main import main
 from hybridsearch.doctor import check_access
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient, connect, request
+from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import AccessDenied, ClusterError
 from hybridsearch.index.versions import create_version, drop_version, index_status, rollback
 from hybridsearch.ingest.commit import delete_documents
@@ -58,7 +58,7 @@ def prefixes(admin: EngineClient) -> Iterator[tuple[str, str]]:
 def admin(security_env: dict[str, str]) -> Iterator[EngineClient]:
     """The superuser of the secured node (from its security.env, whatever HSP_ES_URL says)."""
     s = security_env
-    client = connect(load_settings(es_url=s["HSP_ES_URL"], es={
+    client = EngineClient(load_settings(es_url=s["HSP_ES_URL"], es={
         "username": s["HSP_ES__USERNAME"], "password": s["HSP_ES__PASSWORD"], "ca_certs": s["HSP_ES__CA_CERTS"]}).es)
     yield client
     client.close()
@@ -106,14 +106,14 @@ def test_team_credentials_change_nothing_of_another_team(security_env: dict[str,
                                                          capsys: pytest.CaptureFixture[str]) -> None:
     sec, (_, b_prefix) = security_env, prefixes
     b = as_user(sec, "team-b", b_prefix, tmp_path)
-    assert run_ingest(docs(TEAM_B), b, es=connect(b.es), embedder=embedder).failed == 0
+    assert run_ingest(docs(TEAM_B), b, es=EngineClient(b.es), embedder=embedder).failed == 0
     before = snapshot(admin, b_prefix)
     assert before["indices"] and before["counts"][b.index.versioned(1)] == 3
 
     # team A's credentials pointed at team B's prefix, asking for another shard count
     a_on_b = as_user(sec, "team-a", b_prefix, tmp_path).model_copy(
         update={"index": b.index.model_copy(update={"shards": 3})})
-    a_es = connect(a_on_b.es)
+    a_es = EngineClient(a_on_b.es)
     (tmp_path / "src").mkdir()
     (tmp_path / "src" / "note.txt").write_text("Team A writes where it must not.", encoding="utf-8")
     use_cli_as(monkeypatch, sec, "team-a", b_prefix, HSP_INDEX__SHARDS="3")
@@ -146,7 +146,7 @@ def test_team_credentials_change_nothing_of_another_team(security_env: dict[str,
         assert "403" in str(exc)  # ...or the status is refused outright
 
     assert snapshot(admin, b_prefix) == before  # nothing of team B changed
-    with SearchClient(connect(b.es), b, embedder=embedder) as client:
+    with SearchClient(EngineClient(b.es), b, embedder=embedder) as client:
         assert ("recipes", "Sourdough") in seen(client, "sourdough starter rye flour")
 
 
@@ -155,11 +155,11 @@ def test_a_team_role_is_enough_for_everything_on_its_own_prefix(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     sec, (a_prefix, b_prefix) = security_env, prefixes
     b = as_user(sec, "team-b", b_prefix, tmp_path)
-    run_ingest(docs(TEAM_B), b, es=connect(b.es), embedder=embedder)
+    run_ingest(docs(TEAM_B), b, es=EngineClient(b.es), embedder=embedder)
     before_b = snapshot(admin, b_prefix)
 
     a = as_user(sec, "team-a", a_prefix, tmp_path)
-    a_es = connect(a.es)
+    a_es = EngineClient(a.es)
     result = run_ingest(docs(TEAM_A), a, es=a_es, embedder=embedder)
     assert result.failed == 0 and result.documents == 3
     assert admin.send(request.count(a.index.ingest_runs))["count"] == 1  # the run was recorded
@@ -190,11 +190,11 @@ def test_read_only_searcher_searches_and_sees_status_but_cannot_write(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     sec, (a_prefix, _) = security_env, prefixes
     a = as_user(sec, "team-a", a_prefix, tmp_path)
-    run_ingest(docs(TEAM_A), a, es=connect(a.es), embedder=embedder)
+    run_ingest(docs(TEAM_A), a, es=EngineClient(a.es), embedder=embedder)
     before = snapshot(admin, a_prefix)
 
     reader = as_user(sec, "searcher-a", a_prefix, tmp_path, log_queries=True)
-    r_es = connect(reader.es)
+    r_es = EngineClient(reader.es)
     with SearchClient(r_es, reader, embedder=embedder) as client:
         assert ("oncall", "On-call rota") in seen(client, "pager handover monday")
         assert client.query_log is not None and client.query_log.flush(10)

@@ -16,7 +16,7 @@ import yaml
 from corpora import TEAM_A, TEAM_B, docs, seen
 from hybridsearch import SearchClient
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import API_ERRORS, EngineClient, Request, connect, request, status_of
+from hybridsearch.engine import API_ERRORS, EngineClient, Request, request, status_of
 from hybridsearch.errors import AccessDenied
 from hybridsearch.index.versions import index_status, read_alias
 from hybridsearch.ingest.pipeline import run_ingest
@@ -133,7 +133,7 @@ def test_api_key_restricted_to_the_prefix_is_enough(es: EngineClient, settings: 
     team = load_settings(es_url=settings.es.url, es={"api_key": prefix_api_key},
                          index={"prefix": settings.index.prefix}, query={"log_queries": False},
                          ingest={"dead_letter_dir": str(settings.ingest.dead_letter_dir)})
-    team_es = connect(team.es)
+    team_es = EngineClient(team.es)
     result = run_ingest(docs(TEAM_A), team, es=team_es, embedder=embedder)
     assert result.failed == 0 and result.documents == 3
     with SearchClient(team_es, team, embedder=embedder) as client:

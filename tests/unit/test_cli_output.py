@@ -207,7 +207,7 @@ def test_index_status_in_a_pipe(monkeypatch: pytest.MonkeyPatch, capsys: pytest.
                       created="2026-01-02T03:04:05")
     status = ClusterStatus(prefix="team-a", alias="team-a-chunks", alias_targets=[row.name], indices=[row],
                            logs={"team-a-query-log": 12})
-    monkeypatch.setattr(cli_index, "connect", lambda es: None)
+    monkeypatch.setattr(cli_index, "EngineClient", lambda es: None)
     monkeypatch.setattr(cli_index, "index_status", lambda es, index: status)
     assert main(["index", "status"]) == 0
     lines = assert_plain_and_narrow(capsys.readouterr().out)

@@ -13,7 +13,7 @@ import pytest
 
 from hybridsearch import doctor
 from hybridsearch.cli.main import exit_code, main
-from hybridsearch.engine import AsyncEngineClient, EngineInfo, cluster_info, connect, request
+from hybridsearch.engine import AsyncEngineClient, EngineClient, EngineInfo, cluster_info, request
 from hybridsearch.errors import AccessDenied, AuthenticationFailed, ClusterUnavailable, TlsFailure
 from hybridsearch.index.versions import read_alias
 from hybridsearch.settings import ClusterSettings, load_settings
@@ -38,7 +38,7 @@ pytestmark = pytest.mark.usefixtures("restore_client_log_levels")
 def test_401_names_the_credential_settings(fake_es: Canned) -> None:
     fake_es.status, fake_es.body = 401, UNAUTHENTICATED
     with pytest.raises(AuthenticationFailed) as info:
-        cluster_info(connect(ClusterSettings(url=fake_es.url)))
+        cluster_info(EngineClient(ClusterSettings(url=fake_es.url)))
     exc = info.value
     assert exc.status == 401 and exc.action == "cluster health" and exit_code(exc) == 3
     assert exc.reason == "security_exception: unable to authenticate user [x] for REST request [/_cluster/health]"
@@ -49,7 +49,7 @@ def test_401_names_the_credential_settings(fake_es: Canned) -> None:
 
 def test_head_refusals_say_what_was_refused(fake_es: Canned) -> None:
     fake_es.status = 403  # HEAD answers carry no body: the message comes from what we were doing
-    es = connect(ClusterSettings(url=fake_es.url))
+    es = EngineClient(ClusterSettings(url=fake_es.url))
     with pytest.raises(AccessDenied) as denied:
         read_alias(es, "hsp-chunks")
     assert "None" not in str(denied.value)
@@ -63,7 +63,7 @@ def test_head_refusals_say_what_was_refused(fake_es: Canned) -> None:
 def test_403_body_gives_action_indices_and_privileges(fake_es: Canned) -> None:
     fake_es.status, fake_es.body = 403, FORBIDDEN
     with pytest.raises(AccessDenied) as info:
-        cluster_info(connect(ClusterSettings(url=fake_es.url)))
+        cluster_info(EngineClient(ClusterSettings(url=fake_es.url)))
     exc = info.value
     assert (exc.action, exc.es_action, exc.resource) == ("cluster health", "indices:admin/aliases/get", "hsp-chunks")
     assert exc.privileges == ("view_index_metadata", "manage", "all")
@@ -137,7 +137,7 @@ def test_async_client_does_not_retry_an_untrusted_certificate(self_signed_es: Ca
 def test_https_to_a_plain_http_port_is_not_retried(fake_es: Canned) -> None:
     url = fake_es.url.replace("http://", "https://")
     with pytest.raises(TlsFailure) as info:
-        cluster_info(connect(ClusterSettings(url=url, max_retries=3)))
+        cluster_info(EngineClient(ClusterSettings(url=url, max_retries=3)))
     # one request, not retried, and one plain-HTTP probe that finds out what the node speaks
     assert not info.value.untrusted and fake_es.connections == 2
     assert fake_es.requests == [("HEAD", "/")]  # the probe; the https request never became HTTP

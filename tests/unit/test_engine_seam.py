@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, EngineInfo, connect, request, unsafe_vector_options
+from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, EngineClient, EngineInfo, request, unsafe_vector_options
 from hybridsearch.errors import ConfigError
 from hybridsearch.index.fit import chunk_differences
 from hybridsearch.index.spec import load_template
@@ -78,14 +78,14 @@ def test_faiss_and_on_disk_indices_are_named_unsafe() -> None:
 ])
 def test_detection_reads_get_root(fake_es: Canned, body: dict[str, Any], kind: str, version: str) -> None:
     fake_es.body = body
-    es = connect(ClusterSettings(url=fake_es.url))
+    es = EngineClient(ClusterSettings(url=fake_es.url))
     assert (es.engine.kind, es.engine.version) == (kind, version)
     assert es.engine.dialect is (OPENSEARCH if kind == "opensearch" else ELASTICSEARCH)
     assert fake_es.requests == [("GET", "/")]
 
 
 def test_engine_setting_skips_detection(fake_es: Canned) -> None:
-    es = connect(ClusterSettings(url=fake_es.url, engine="opensearch"))
+    es = EngineClient(ClusterSettings(url=fake_es.url, engine="opensearch"))
     assert es.engine == EngineInfo("opensearch", None) and fake_es.requests == []
 
 
@@ -107,7 +107,7 @@ def test_vectors_are_asked_for_in_source_on_elasticsearch_9_only() -> None:
 
 def test_opensearch_refuses_api_keys(fake_es: Canned) -> None:
     fake_es.body = {"version": {"distribution": "opensearch", "number": "3.5.0"}}
-    es = connect(ClusterSettings(url=fake_es.url, api_key="aWQ6a2V5"))
+    es = EngineClient(ClusterSettings(url=fake_es.url, api_key="aWQ6a2V5"))
     with pytest.raises(ConfigError, match="OpenSearch has no API keys"):
         es.send(request.index_exists("x"))
 
@@ -140,14 +140,14 @@ def test_msearch_and_bulk_bodies_are_written_with_orjson_numpy_vectors_included(
     import numpy as np
     import orjson
 
-    from hybridsearch.engine.connect import SERIALIZERS, es_client
+    from hybridsearch.engine.client import SERIALIZERS, library_client
 
     vector = np.array([0.5, -0.25, 1e-8], dtype=np.float32)
     lines = SERIALIZERS["application/x-ndjson"].dumps([{"index": "a"}, {"knn": {"query_vector": vector}},
                                                        {"v": list(vector)}])
     assert [json.loads(x) for x in lines.splitlines()] == [
         {"index": "a"}, {"knn": {"query_vector": [0.5, -0.25, 1e-8]}}, {"v": [0.5, -0.25, 1e-8]}]
-    client = es_client(ClusterSettings(url="http://127.0.0.1:1"))
+    client = library_client(ClusterSettings(url="http://127.0.0.1:1"), "elasticsearch")
     serializers = client.transport.serializers.serializers
     for mimetype in ("application/json", "application/x-ndjson", "application/vnd.elasticsearch+json",
                      "application/vnd.elasticsearch+x-ndjson"):  # Elasticsearch 9 answers with the latter

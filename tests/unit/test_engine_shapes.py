@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from hybridsearch.doctor import check_access
-from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, UNREACHABLE, Dialect, EngineKind, connect, request
+from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, UNREACHABLE, Dialect, EngineClient, EngineKind, request
 from hybridsearch.errors import AccessDenied, ClusterUnavailable
 from hybridsearch.index.access import NO_API, SECURITY_OFF, check_privileges
 from hybridsearch.index.spec import chunk_meta, load_template
@@ -29,7 +29,7 @@ def closed_port() -> int:
 @pytest.mark.parametrize("kind", ENGINES)
 def test_a_bulk_request_without_an_answer_raises_on_every_engine(kind: EngineKind) -> None:
     # opensearch-py's helper would yield each item with status "N/A" instead and go on with the next request
-    es = connect(ClusterSettings(url=f"http://127.0.0.1:{closed_port()}", engine=kind, max_retries=0))
+    es = EngineClient(ClusterSettings(url=f"http://127.0.0.1:{closed_port()}", engine=kind, max_retries=0))
     actions = [{"_op_type": "index", "_index": "x", "_id": str(i), "_source": {"doc_id": str(i)}} for i in range(3)]
     with pytest.raises(UNREACHABLE):
         list(es.streaming_bulk(actions, chunk_size=1, max_retries=0, raise_on_error=False, raise_on_exception=False))
@@ -39,12 +39,13 @@ def test_a_bulk_request_without_an_answer_raises_on_every_engine(kind: EngineKin
 
 @pytest.mark.parametrize("kind", ENGINES)
 def test_the_writer_sees_an_unreachable_cluster_the_same_on_every_engine(kind: EngineKind) -> None:
-    es = connect(ClusterSettings(url=f"http://127.0.0.1:{closed_port()}", engine=kind, max_retries=0))
+    es = EngineClient(ClusterSettings(url=f"http://127.0.0.1:{closed_port()}", engine=kind, max_retries=0))
     actions = [{"_op_type": "index", "_index": "x", "_id": "a", "_source": {"doc_id": "d"}}]
     waits: list[float] = []
-    with pytest.raises(ClusterUnavailable, match="stayed unreachable through 2 bulk retries"):
-        write_actions(es, actions, IngestSettings(bulk_max_retries=2), sleep=waits.append)
-    assert len(waits) == 2
+    with pytest.raises(ClusterUnavailable, match="stayed unreachable through 3 bulk retries"):
+        write_actions(es, actions, IngestSettings(bulk_max_retries=3, bulk_initial_backoff=0.5, bulk_max_backoff=1.5),
+                      sleep=waits.append)
+    assert waits == [0.5, 1.0, 1.5]  # exponential, capped
 
 
 @pytest.mark.parametrize("kind", ENGINES)
@@ -53,7 +54,7 @@ def test_answered_bulk_items_pass_as_they_are(fake_es: Canned, kind: EngineKind)
         {"index": {"_index": "x", "_id": "a", "status": 201, "result": "created"}},
         {"index": {"_index": "x", "_id": "b", "status": 429, "error": {"type": "es_rejected_execution_exception",
                                                                        "reason": "queue full"}}}]}
-    es = connect(ClusterSettings(url=fake_es.url, engine=kind, max_retries=0))
+    es = EngineClient(ClusterSettings(url=fake_es.url, engine=kind, max_retries=0))
     actions = [{"_op_type": "index", "_index": "x", "_id": i, "_source": {"doc_id": i}} for i in "ab"]
     got = list(es.streaming_bulk(actions, max_retries=0, raise_on_error=False, raise_on_exception=False))
     assert [(ok, item["index"]["status"]) for ok, item in got] == [(True, 201), (False, 429)]
@@ -64,7 +65,7 @@ def test_answered_bulk_items_pass_as_they_are(fake_es: Canned, kind: EngineKind)
 def test_elasticsearch_is_asked_for_privileges(fake_es: Canned) -> None:
     fake_es.body = {"username": "team-a", "index": {"team-a-chunks*": {"read": True, "write": False},
                                                      "team-a-query-log": {"read": True, "write": False}}}
-    es = connect(ClusterSettings(url=fake_es.url, engine="elasticsearch"))
+    es = EngineClient(ClusterSettings(url=fake_es.url, engine="elasticsearch"))
     got = check_privileges(es, ["team-a-chunks*", "team-a-query-log"], ("read", "write"))
     assert got.enforced and got.user == "team-a" and got.unchecked is None
     assert got.missing == {"write": ["team-a-chunks*", "team-a-query-log"]}
@@ -73,7 +74,7 @@ def test_elasticsearch_is_asked_for_privileges(fake_es: Canned) -> None:
 
 def test_security_off_leaves_nothing_to_check(fake_es: Canned) -> None:
     fake_es.status, fake_es.body = 500, {"error": {"type": "illegal_state_exception", "reason": "security off"}}
-    es = connect(ClusterSettings(url=fake_es.url, engine="elasticsearch", max_retries=0))
+    es = EngineClient(ClusterSettings(url=fake_es.url, engine="elasticsearch", max_retries=0))
     got = check_privileges(es, ["x*"], ("write",))
     assert (got.enforced, got.ok, got.unchecked) == (False, True, SECURITY_OFF)
 
@@ -81,13 +82,13 @@ def test_security_off_leaves_nothing_to_check(fake_es: Canned) -> None:
 def test_refused_credentials_are_an_error_not_a_pass(fake_es: Canned) -> None:
     fake_es.status, fake_es.body = 403, {"error": {"type": "security_exception", "reason": "action [x] is "
                                                    "unauthorized for user [u]"}}
-    es = connect(ClusterSettings(url=fake_es.url, engine="elasticsearch", max_retries=0))
+    es = EngineClient(ClusterSettings(url=fake_es.url, engine="elasticsearch", max_retries=0))
     with pytest.raises(AccessDenied):
         check_privileges(es, ["x*"], ("write",))
 
 
 def test_opensearch_is_not_asked_and_the_doctor_says_why(fake_es: Canned) -> None:
-    es = connect(ClusterSettings(url=fake_es.url, engine="opensearch"))
+    es = EngineClient(ClusterSettings(url=fake_es.url, engine="opensearch"))
     got = check_privileges(es, ["x*"], ("write",))
     assert (got.enforced, got.unchecked) == (False, NO_API) and fake_es.requests == []
     check = check_access(es, load_settings().index)

@@ -188,7 +188,7 @@ def test_a_training_input_error_is_one_line_exit_2(tmp_path: Path, monkeypatch: 
     def mined(*args: Any, **kwargs: Any) -> MinedData:
         return MinedData(train_qids=["a", "b"], val_qids=[], pairs=[], validation=[], stats=PairStats(), seconds=0.0)
 
-    monkeypatch.setattr(engine, "connect", lambda *a, **kw: Closeable())
+    monkeypatch.setattr(engine, "EngineClient", lambda *a, **kw: Closeable())
     monkeypatch.setattr(negatives, "IndexMiner", NoMiner)
     monkeypatch.setattr(reranker, "mine", mined)
     code = main(["train-reranker", str(root), "--out", str(tmp_path / "out"), "--folds", "3", "--no-progress"])

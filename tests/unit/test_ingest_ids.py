@@ -8,7 +8,6 @@ import pytest
 
 from hybridsearch.ingest.chunking import MAX_ID_BYTES, chunk_id, parent_id
 from hybridsearch.ingest.lease import parse_shard, shard_of
-from hybridsearch.retry import backoff_s
 
 
 def test_chunk_ids_are_deterministic_and_fit_elasticsearch() -> None:
@@ -35,7 +34,3 @@ def test_parse_shard() -> None:
     for bad in ("4/4", "-1/2", "1", "a/b", "0/0"):
         with pytest.raises(ValueError):
             parse_shard(bad)
-
-
-def test_backoff_is_exponential_and_capped() -> None:
-    assert [backoff_s(a, 0.5, 3.0) for a in range(1, 6)] == [0.5, 1.0, 2.0, 3.0, 3.0]

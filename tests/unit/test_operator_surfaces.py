@@ -15,17 +15,17 @@ import io
 import json
 import logging
 import socket
-import sys
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+import hybridsearch.engine.client as engine_client
 from hybridsearch.cli import output
 from hybridsearch.cli.main import exit_code, main
 from hybridsearch.cluster_url import redact_url
-from hybridsearch.engine import AsyncEngineClient, EngineInfo, cluster_info, connect, request
-from hybridsearch.engine.connect import detect, es_client, os_client
+from hybridsearch.engine import AsyncEngineClient, EngineClient, EngineInfo, cluster_info, request
+from hybridsearch.engine.client import library_client
 from hybridsearch.errors import ClusterUnavailable, RerankerError, SchemeMismatch, TlsFailure
 from hybridsearch.eval.harness import redacted_settings
 from hybridsearch.rerank import HttpReranker
@@ -169,7 +169,7 @@ def test_http_url_to_a_tls_node_says_it_speaks_tls(self_signed_es: Canned, monke
     url = self_signed_es.url.replace("https://", "http://")
     port = url.rsplit(":", 1)[1]
     with pytest.raises(SchemeMismatch) as info:
-        cluster_info(connect(ClusterSettings(url=url, max_retries=3)))
+        cluster_info(EngineClient(ClusterSettings(url=url, max_retries=3)))
     exc = info.value
     assert exc.speaks_tls and exc.node == f"127.0.0.1:{port}" and exc.use == f"https://127.0.0.1:{port}"
     assert isinstance(exc, TlsFailure | ClusterUnavailable) and exit_code(exc) == 3
@@ -208,15 +208,14 @@ def test_async_and_opensearch_clients_say_it_too(self_signed_es: Canned) -> None
     with pytest.raises(SchemeMismatch, match="speaks TLS"):
         asyncio.run(health())
     with pytest.raises(SchemeMismatch, match="speaks TLS"):
-        os_client(ClusterSettings(url=url, max_retries=3)).info()
+        library_client(ClusterSettings(url=url, max_retries=3), "opensearch").info()
 
 
 def test_a_port_nobody_listens_on_is_not_probed(monkeypatch: pytest.MonkeyPatch) -> None:
-    connect_module = sys.modules["hybridsearch.engine.connect"]  # the package exports a function of that name
     probed: list[Any] = []
-    monkeypatch.setattr(connect_module, "speaks_tls", lambda *a, **k: probed.append(a) or False)
+    monkeypatch.setattr(engine_client, "speaks", lambda *a, **k: probed.append(a) or False)
     with pytest.raises(ClusterUnavailable) as info:
-        cluster_info(connect(ClusterSettings(url=f"http://127.0.0.1:{dead_port()}", max_retries=0)))
+        cluster_info(EngineClient(ClusterSettings(url=f"http://127.0.0.1:{dead_port()}", max_retries=0)))
     assert not isinstance(info.value, SchemeMismatch) and "Is a node running?" in str(info.value)
     assert probed == []
 
@@ -235,6 +234,6 @@ def zip_node() -> Iterator[Canned]:
 
 def test_detection_on_a_node_without_get_root_asks_its_nodes(zip_node: Canned) -> None:
     cfg = ClusterSettings(url=zip_node.url)
-    info = detect(cfg, es_client(cfg))
+    info = EngineClient(cfg).engine
     assert (info.kind, info.version) == ("elasticsearch", "9.3.2")
     assert zip_node.requests == [("GET", "/"), ("GET", "/_nodes/_local?filter_path=nodes.*.version")]

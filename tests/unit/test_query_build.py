@@ -231,10 +231,10 @@ def test_failed_msearch_items_become_our_errors() -> None:
 
 def test_client_refuses_bad_input_without_touching_the_cluster() -> None:
     from hybridsearch import SearchClient
-    from hybridsearch.engine import connect
+    from hybridsearch.engine import EngineClient
 
     down = load_settings(es_url="http://127.0.0.1:1", es={"max_retries": 0}, query={"log_queries": False})
-    with SearchClient(connect(down.es), down) as c:  # would raise ClusterUnavailable on any request
+    with SearchClient(EngineClient(down.es), down) as c:  # would raise ClusterUnavailable on any request
         for kwargs in ({"filters": {"nope": 1}}, {"k": 0}, {"mode": "x"}):
             with pytest.raises(QueryError):
                 c.search("bees", **kwargs)  # type: ignore[arg-type]

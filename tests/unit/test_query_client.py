@@ -31,7 +31,7 @@ def _settings(**reranker: object) -> Settings:
 @pytest.fixture(autouse=True)
 def recorded_cluster(monkeypatch: pytest.MonkeyPatch) -> None:
     """``from_settings`` connects to the recorded cluster (tests/recorded_engine.py)."""
-    monkeypatch.setattr(client_module, "connect", lambda cfg: FakeES(_settings(), recording("hybrid")))
+    monkeypatch.setattr(client_module, "EngineClient", lambda cfg: FakeES(_settings(), recording("hybrid")))
 
 
 def searched(client: SearchClient, **kw: object) -> SearchResult:
@@ -71,7 +71,7 @@ def test_factory_failure_degrades_with_a_reason(monkeypatch: pytest.MonkeyPatch,
 
 def test_no_reranker_and_not_requested() -> None:
     s = _settings()
-    with SearchClient(client_module.connect(ClusterSettings()), s, embedder=FixedVectors()) as c:  # type: ignore[arg-type]
+    with SearchClient(client_module.EngineClient(ClusterSettings()), s, embedder=FixedVectors()) as c:  # type: ignore[arg-type]
         result = searched(c)
         assert (result.rerank_outcome, result.rerank_reason) == (RerankOutcome.DISABLED, "no reranker configured")
         result = searched(c, rerank=False)

@@ -464,7 +464,7 @@ def test_hsp_index_fusion_records_what_searches_then_use(monkeypatch: pytest.Mon
     s = settings()
     es = FakeES(s, recording("hybrid"))
     es.indices.mappings["_meta"]["fusion_calibration"] = {"dataset": "scifact"}  # an earlier calibration
-    monkeypatch.setattr(index_cli, "connect", lambda _: es)
+    monkeypatch.setattr(index_cli, "EngineClient", lambda _: es)
     monkeypatch.setenv("HSP_INDEX__PREFIX", "rec")
     assert main(["index", "fusion", "zscore", "--weights", "1,2"]) == 0
     assert f"{INDEX}: hybrid searches fuse with zscore sum, weights bm25 1 / kNN 2" in capsys.readouterr().out

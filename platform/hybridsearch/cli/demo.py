@@ -36,11 +36,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.demo import SAMPLE_QUERIES, stdlib_documents
     from hybridsearch.embedding.encoder import Embedder
-    from hybridsearch.engine import connect
+    from hybridsearch.engine import EngineClient
     from hybridsearch.query.client import SearchClient
     from hybridsearch.query.core import auto_reranker
 
-    es = connect(settings.es)
+    es = EngineClient(settings.es)
     embedder = Embedder(settings.embedding)
     if not args.skip_ingest:
         from hybridsearch.ingest.pipeline import run_ingest

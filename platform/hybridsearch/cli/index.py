@@ -12,7 +12,7 @@ from rich.table import Column
 from hybridsearch.cli.output import print_table, print_wrapped, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
-from hybridsearch.engine import connect
+from hybridsearch.engine import EngineClient
 from hybridsearch.errors import ConfigError
 from hybridsearch.index.spec import parse_version
 from hybridsearch.index.versions import create_version, drop_version, index_meta, index_status, live_index, rollback
@@ -87,7 +87,7 @@ def _options(opts: dict[str, Any]) -> str:
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
-    es = connect(settings.es)
+    es = EngineClient(settings.es)
     status = index_status(es, settings.index)
     if args.json:
         print(json.dumps(dataclasses.asdict(status), indent=2, default=str))
@@ -115,7 +115,7 @@ def cmd_status(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
-    es = connect(settings.es)
+    es = EngineClient(settings.es)
     name = create_version(es, settings, args.version)
     live = live_index(es, settings.index)
     console.print(styled("created ", (name, "bold"), f" ({settings.embedding.model}, {settings.embedding.dims} dims)"
@@ -124,7 +124,7 @@ def cmd_create(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
-    es = connect(settings.es)
+    es = EngineClient(settings.es)
     new = migration_settings(settings, model=args.to_model, dims=args.dims,
                              prepend_title=False if args.no_title else None,
                              index_options=args.index_options, chunker=args.chunker,
@@ -157,7 +157,7 @@ def cmd_migrate(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
-    es = connect(settings.es)
+    es = EngineClient(settings.es)
     old, new = rollback(es, settings.index, args.to_version)
     console.print(styled(f"alias {settings.index.alias}: {old} → ", (new, "bold")))
     meta = index_meta(es, new)
@@ -167,7 +167,7 @@ def cmd_rollback(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_drop(args: argparse.Namespace, settings: Settings) -> int:
-    es = connect(settings.es)
+    es = EngineClient(settings.es)
     name = drop_version(es, settings.index, args.version)
     console.print(f"deleted {name}")
     return 0
@@ -184,7 +184,7 @@ def cmd_fusion(args: argparse.Namespace, settings: Settings) -> int:
     except ValueError:
         raise ConfigError(f"--weights {args.weights!r}: expected two numbers, BM25's and kNN's, e.g. 1,2") from None
     fusion = Fusion(method=args.method, k=args.k, weights=(bm25, knn), source="index")
-    index = record_fusion(connect(settings.es), settings.index, fusion)
+    index = record_fusion(EngineClient(settings.es), settings.index, fusion)
     console.print(styled(f"{index}: hybrid searches fuse with ", (fusion.label, "bold")))
     if settings.query.fusion != "auto":
         console.print(styled(("HSP_QUERY__FUSION", "yellow"), f"={settings.query.fusion} overrides it here"))

@@ -127,10 +127,10 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
 
 def _print_plan(path: Path, settings: Settings, fields: RecordFields, shard: tuple[int, int] | None) -> int:
     """``hsp ingest --sync --dry-run``: what a sync would add, replace and delete; writes nothing."""
-    from hybridsearch.engine import connect
+    from hybridsearch.engine import EngineClient
     from hybridsearch.ingest.sync import plan_sync, too_many
 
-    plan = plan_sync(path, settings.index, connect(settings.es), fields, shard)
+    plan = plan_sync(path, settings.index, EngineClient(settings.es), fields, shard)
     console.print(f"sync of {plan.source} (dry run, nothing written): {len(plan.added):,} to add, "
                   f"{len(plan.replaced):,} to replace, {len(plan.deleted):,} to delete, {plan.unchanged:,} unchanged")
     for word, ids in (("add", plan.added), ("replace", plan.replaced), ("delete", plan.deleted)):

@@ -1,17 +1,13 @@
 """What differs between the engines, pure: the JSON we send (vector field, kNN clause, field types) and the
-version rules (:class:`EngineInfo`).
-
-The settings speak Elasticsearch's vocabulary (``similarity: cosine``, ``index_options: int8_hnsw``);
-:meth:`~ElasticsearchDialect.vector_field` renders it for the engine and
-:meth:`~ElasticsearchDialect.vector_summary` reads a mapping back into it, so checks compare like with like.
-"""
+version rules (:class:`EngineInfo`). The settings speak Elasticsearch's vocabulary; ``vector_field`` renders it
+for the engine and ``vector_summary`` reads a mapping back into it, so checks compare like with like."""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from hybridsearch.errors import ConfigError
 
@@ -20,12 +16,12 @@ EngineKind = Literal["elasticsearch", "opensearch"]
 
 @dataclass(frozen=True)
 class VectorSummary:
-    """A vector field's mapping in the settings' vocabulary: what the checks and ``hsp index status`` read."""
+    """A vector field's mapping in the settings' vocabulary; ``options`` as ``{"type": "int8_hnsw", "m": 16, ...}``
+    (OpenSearch adds ``engine`` and ``mode``)."""
 
     is_vector: bool
     dims: int | None = None
     similarity: str | None = None
-    #: ``{"type": "int8_hnsw", "m": 16, ...}``; OpenSearch adds ``engine`` (and ``mode`` when set)
     options: dict[str, Any] = field(default_factory=dict)
 
 
@@ -33,30 +29,23 @@ class ElasticsearchDialect:
     """Elasticsearch 8.12+ and 9.x: ``dense_vector`` with ``index_options``, top-level ``knn``."""
 
     kind: EngineKind = "elasticsearch"
-    #: field type of free-form metadata (``flattened`` / ``flat_object``): term filters on ``metadata.<key>``
     metadata_type = "flattened"
+    index_settings: ClassVar[Mapping[str, Any]] = {}  # what a chunk index needs beyond shards and replicas
 
     def vector_field(self, dims: int, similarity: str, index_options: Mapping[str, Any]) -> dict[str, Any]:
-        """The chunk vector field's mapping for ``dims``, ``similarity`` and ES-style ``index_options``."""
         return {"type": "dense_vector", "dims": dims, "index": True, "similarity": similarity,
                 "index_options": dict(index_options)}
 
-    def index_settings(self) -> dict[str, Any]:
-        """Index settings the engine needs for a chunk index beyond shards, replicas and refresh."""
-        return {}
-
     def vector_summary(self, prop: Mapping[str, Any]) -> VectorSummary:
-        """Read a vector field's mapping back (see :class:`VectorSummary`)."""
         if prop.get("type") != "dense_vector":
             return VectorSummary(is_vector=False)
-        # what Elasticsearch uses when the mapping names no similarity
         return VectorSummary(True, prop.get("dims"), prop.get("similarity", "cosine"),
                              dict(prop.get("index_options", {})))
 
     def knn_search(self, field: str, vector: Sequence[float], k: int, num_candidates: int,
                    filters: list[dict[str, Any]], oversample: float | None = None) -> dict[str, Any]:
-        """The body keys of a kNN search for the ``k`` nearest chunks passing every filter; with ``oversample``,
-        quantized vectors rescored on their floats (only where ``EngineInfo.rescores_vectors``)."""
+        """The body keys of a kNN search for the ``k`` nearest chunks passing every filter; ``oversample``
+        rescores quantized vectors on their floats."""
         knn: dict[str, Any] = {"field": field, "query_vector": [float(x) for x in vector], "k": k,
                                "num_candidates": num_candidates, "filter": filters}
         if oversample is not None:
@@ -64,23 +53,20 @@ class ElasticsearchDialect:
         return {"knn": knn}
 
 
-# Settings' similarity -> the k-NN plugin's space_type, and back.
 _SPACE = {"cosine": "cosinesimil", "dot_product": "innerproduct"}
 _SIMILARITY = {v: k for k, v in _SPACE.items()}
 #: index_options the lucene engine can serve, and the encoder each needs (None: plain float vectors)
 OPENSEARCH_OPTIONS = {"hnsw": None, "int8_hnsw": "sq"}
-#: the only k-NN engine a node from the Maven plugin zip can run (it ships no native faiss/nmslib libraries)
-LUCENE = "lucene"
-#: what the k-NN plugin (2.19+, 3.x) uses when a mapping names no engine
-DEFAULT_KNN_ENGINE = "faiss"
+LUCENE = "lucene"  # the only k-NN engine the plugin zip can run (it ships no native libraries)
 
 
 class OpenSearchDialect:
-    """OpenSearch 2.16+/3.x with the k-NN plugin: ``knn_vector`` on the ``lucene`` engine (the plugin zip ships no
-    native faiss/nmslib libraries), the ``knn`` query clause."""
+    """OpenSearch 2.16+/3.x with the k-NN plugin: ``knn_vector`` on the ``lucene`` engine, the ``knn`` query
+    clause."""
 
     kind: EngineKind = "opensearch"
     metadata_type = "flat_object"
+    index_settings: ClassVar[Mapping[str, Any]] = {"knn": True}
 
     def vector_field(self, dims: int, similarity: str, index_options: Mapping[str, Any]) -> dict[str, Any]:
         kind = str(index_options.get("type"))
@@ -95,9 +81,6 @@ class OpenSearchDialect:
         return {"type": "knn_vector", "dimension": dims,
                 "method": {"name": "hnsw", "engine": LUCENE, "space_type": _SPACE[similarity], "parameters": params}}
 
-    def index_settings(self) -> dict[str, Any]:
-        return {"knn": True}
-
     def vector_summary(self, prop: Mapping[str, Any]) -> VectorSummary:
         if prop.get("type") != "knn_vector":
             return VectorSummary(is_vector=False)
@@ -106,7 +89,7 @@ class OpenSearchDialect:
         encoder = (params.pop("encoder", None) or {}).get("name")
         kind = next((k for k, enc in OPENSEARCH_OPTIONS.items() if enc == encoder), f"hnsw+{encoder}")
         options = {"type": kind if method.get("name", "hnsw") == "hnsw" else method.get("name"), **params,
-                   "engine": method.get("engine", DEFAULT_KNN_ENGINE)}
+                   "engine": method.get("engine", "faiss")}  # the plugin's default
         if prop.get("mode"):
             options["mode"] = prop["mode"]
         space = method.get("space_type", "l2")
@@ -140,8 +123,7 @@ def unsafe_vector_options(summary: VectorSummary) -> str | None:
     return None
 
 
-#: oldest versions with everything the platform sends (kNN pre-filters, int8 HNSW; OpenSearch: lucene sq and
-#: method_parameters in the knn query, flat_object)
+#: oldest versions with everything the platform sends (kNN pre-filters, int8 HNSW, lucene sq, flat_object)
 MIN_VERSION: dict[EngineKind, tuple[int, int]] = {"elasticsearch": (8, 12), "opensearch": (2, 16)}
 
 
@@ -161,8 +143,8 @@ class EngineInfo:
         return None if self.version is None else tuple(int(p) for p in re.findall(r"\d+", self.version)[:3])
 
     def at_least(self, major: int, minor: int) -> bool:
-        """Whether the engine is ``major.minor`` or later. An unknown version counts as the newest: an older engine
-        refuses what newer ones need with HTTP 400 instead of quietly losing recall or vectors."""
+        """Whether the engine is ``major.minor`` or later; an unknown version counts as the newest (an older engine
+        refuses what it lacks with HTTP 400 instead of quietly losing recall or vectors)."""
         have = self.version_tuple
         return have is None or have[:2] >= (major, minor)
 
@@ -188,16 +170,14 @@ class EngineInfo:
 
     @property
     def chunk_index_settings(self) -> dict[str, Any]:
-        """Dynamic index settings every chunk index gets on this engine version. Elasticsearch 9.1+ runs selective
-        filtered kNN with ACORN, which loses most of its recall where a segment holds many deleted copies or the
-        filter is selective; ``fanout`` explores the graph as before."""
-        if self.kind == "elasticsearch" and self.at_least(9, 1):
-            return {"index.dense_vector.hnsw_filter_heuristic": "fanout"}
-        return {}
+        """Dynamic settings of every chunk index: ``fanout`` on Elasticsearch 9.1+, whose ACORN loses most of its
+        recall on selective filters and segments with many deleted copies."""
+        fanout = self.kind == "elasticsearch" and self.at_least(9, 1)
+        return {"index.dense_vector.hnsw_filter_heuristic": "fanout"} if fanout else {}
 
     @property
     def chunk_index_creation_settings(self) -> dict[str, Any]:
-        """Static settings a new chunk index gets: OpenSearch 3.x's k-NN derived source off (with it, whole-_source
+        """Static settings of a new chunk index: OpenSearch 3.x's k-NN derived source off (with it, whole-_source
         reads fail with 503 from segments holding deleted documents)."""
         return {"index.knn.derived_source.enabled": False} if self.kind == "opensearch" and self.at_least(3, 0) else {}
 

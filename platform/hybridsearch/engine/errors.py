@@ -1,8 +1,5 @@
-"""Both client libraries' exceptions read as data and translated into :mod:`hybridsearch.errors`.
-
-Wrap calls in :func:`engine_errors`; code that must look at an answer first (an index that already exists, a
-security API the engine lacks) catches :data:`API_ERRORS` and reads :func:`status_of` and :func:`error_type_of`.
-"""
+"""Both client libraries' exceptions read as data (:func:`status_of`, :func:`error_type_of`) and translated into
+:mod:`hybridsearch.errors` (:func:`engine_errors`)."""
 
 from __future__ import annotations
 
@@ -32,21 +29,18 @@ API_ERRORS: tuple[type[Exception], ...] = (elasticsearch.ApiError, elasticsearch
 #: the request got no answer (connection refused or reset, timeout)
 UNREACHABLE: tuple[type[Exception], ...] = (elasticsearch.ConnectionError, elasticsearch.ConnectionTimeout,
                                             elasticsearch.TransportError, opensearchpy.ConnectionError)
-#: the fix of every ClusterUnavailable that is not a TLS failure: no node answered
 START_NODE = ("Is a node running? Start one with `ops/es-local.sh start` (or `docker compose up -d elasticsearch`), "
               "or point HSP_ES_URL at one")
-# OpenSSL reasons of handshakes that fail the same way on every try (not a TLS port, no shared protocol)
+#: OpenSSL reasons of handshakes that fail the same way on every try (not a TLS port, no shared protocol)
 _HOPELESS_TLS = frozenset({"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNSUPPORTED_PROTOCOL",
                            "TLSV1_ALERT_PROTOCOL_VERSION"})
 
 
 def status_of(exc: BaseException) -> int | None:
     """The HTTP status of an engine's error answer, None when there was no answer."""
-    if isinstance(exc, elasticsearch.ApiError):
-        return int(exc.meta.status)
-    if isinstance(exc, opensearchpy.TransportError) and isinstance(exc.status_code, int):
-        return exc.status_code
-    return None
+    status = exc.meta.status if isinstance(exc, elasticsearch.ApiError) else \
+        exc.status_code if isinstance(exc, opensearchpy.TransportError) else None
+    return status if isinstance(status, int) else None
 
 
 def _body_of(exc: BaseException) -> dict[str, Any]:
@@ -85,8 +79,7 @@ def causes_of(exc: BaseException) -> Iterator[BaseException]:
 
 def tls_failure(exc: BaseException, url: str) -> TlsFailure | None:
     """A TlsFailure when ``exc`` is a TLS handshake failure that retrying cannot fix, else None."""
-    causes = list(causes_of(exc))
-    # aiohttp's wrapper is an SSLCertVerificationError without the details: look for the one with them first
+    causes = list(causes_of(exc))  # aiohttp's wrapper of a verify error lacks its details: look for them first
     verify = [e for e in causes if isinstance(e, ssl.SSLCertVerificationError)]
     if said := next((e.verify_message for e in verify if getattr(e, "verify_message", None) is not None), None):
         return TlsFailure(url, f"certificate verify failed: {said}", untrusted=True)
@@ -114,13 +107,12 @@ def translate(exc: Exception, what: str = "request") -> HybridSearchError:
     if isinstance(exc, TlsError | opensearchpy.SSLError):  # the nodes raise the hopeless ones as TlsFailure already
         return tls_failure(exc, "the node") or ClusterUnavailable(
             f"TLS error on the {what}: {exc}", fix="Check HSP_ES__CA_CERTS and HSP_ES__VERIFY_CERTS")
-    status = status_of(exc)
-    said = reason_of(exc) if _body_of(exc) else None
+    status, said = status_of(exc), reason_of(exc) if _body_of(exc) else None
+    if status is None and isinstance(exc, UNREACHABLE):
+        return ClusterUnavailable(f"the cluster did not answer the {what}: {exc}", fix=START_NODE)
+    if status is None and isinstance(exc, API_ERRORS):
+        return ClusterUnavailable(f"{what} failed in transport: {exc}", fix=START_NODE)
     if status is None:
-        if isinstance(exc, UNREACHABLE):
-            return ClusterUnavailable(f"the cluster did not answer the {what}: {exc}", fix=START_NODE)
-        if isinstance(exc, API_ERRORS):
-            return ClusterUnavailable(f"{what} failed in transport: {exc}", fix=START_NODE)
         return ClusterError(f"{what} failed: {exc!r}")
     if status == 401:
         return AuthenticationFailed(what, said)

@@ -1,8 +1,5 @@
-"""A request to an engine as data (:class:`Request`), and the pure builders of the requests the platform sends.
-
-A new engine call is one builder here; :meth:`EngineClient.send <hybridsearch.engine.client.EngineClient.send>`
-and its asyncio twin send it unchanged and answer with plain JSON.
-"""
+"""A request to an engine as data (:class:`Request`), and the pure builders of the requests the platform sends:
+a new engine call is one builder here, sent unchanged by either client's ``send``."""
 
 from __future__ import annotations
 
@@ -12,23 +9,19 @@ from typing import Any, Literal
 from urllib.parse import quote
 
 Json = dict[str, Any]
-#: :attr:`Request.absent` when a 404 is an error like any other
-RAISE: Any = object()
+RAISE: Any = object()  # Request.absent when a 404 is an error like any other
 
 
 @dataclass(frozen=True)
 class Request:
-    """One HTTP request; ``body`` is a list of NDJSON lines for ``_msearch`` and ``_bulk``.
-
-    ``absent`` is the answer when the thing asked for (not an index) does not exist; by default that 404 raises.
-    ``timeout_s`` replaces the client's request timeout (and sends it once, without retries)."""
+    """One HTTP request; ``body`` is a list of NDJSON lines for ``_msearch`` and ``_bulk``; ``absent`` the answer
+    when the thing asked for (not an index) does not exist (by default that 404 raises)."""
 
     method: Literal["GET", "HEAD", "POST", "PUT", "DELETE"]
     path: str
     params: Mapping[str, str] = field(default_factory=dict)
     body: Json | list[Json] | None = None
     absent: Any = RAISE
-    timeout_s: float | None = None
 
 
 def _path(*parts: str) -> str:
@@ -46,12 +39,12 @@ def body(**fields: Any) -> Json:
     return {("_source" if k == "source" else k): v for k, v in fields.items() if v is not None}
 
 
-def search(index: str, query: Json, *, filter_path: str | None = None) -> Request:
-    return Request("POST", _path(index, "_search"), params(filter_path=filter_path), query)
+def search(index: str, query: Json) -> Request:
+    return Request("POST", _path(index, "_search"), body=query)
 
 
-def count(index: str, query: Json | None = None, *, min_score: float | None = None) -> Request:
-    return Request("POST", _path(index, "_count"), params(min_score=min_score), body(query=query) or None)
+def count(index: str, query: Json | None = None) -> Request:
+    return Request("POST", _path(index, "_count"), body=body(query=query) or None)
 
 
 def msearch(lines: list[Json], *, filter_path: str | None = None) -> Request:
@@ -66,16 +59,16 @@ def get_doc(index: str, doc_id: str) -> Request:
 def put_doc(index: str, doc_id: str, document: Mapping[str, Any], *, refresh: bool | str | None = None,
             if_seq_no: int | None = None, if_primary_term: int | None = None,
             op_type: str | None = None, require_alias: bool | None = None) -> Request:
-    """Write the document; with ``if_seq_no``/``if_primary_term`` or ``op_type="create"`` only if it is still the
-    one read (or absent), else a 409. ``require_alias``: ``index`` must be an alias (else a 404, nothing created)."""
+    """Write the document; a 409 unless it is still the one read (``if_seq_no``/``if_primary_term``) or absent
+    (``op_type="create"``); a 404 when ``require_alias`` and ``index`` is not an alias."""
     return Request("PUT", f"{_path(index, '_doc')}/{quote(doc_id, safe='')}", params(
         refresh=refresh, if_seq_no=if_seq_no, if_primary_term=if_primary_term, op_type=op_type,
         require_alias=require_alias), dict(document))
 
 
 def bulk(actions: list[Json], *, refresh: bool | str | None = None, require_alias: bool | None = None) -> Request:
-    """``_bulk`` of actions in the bulk helpers' form: ``_op_type`` (index, create, update, delete), ``_index``,
-    ``_id``, and the document under ``_source`` or as the other fields (``doc`` for an update)."""
+    """``_bulk`` of actions in the bulk helpers' form (``_op_type``, ``_index``, ``_id``, the document under
+    ``_source`` or as the other fields, ``doc`` for an update)."""
     lines: list[Json] = []
     for action in actions:
         op = action.get("_op_type", "index")
@@ -89,7 +82,7 @@ def bulk(actions: list[Json], *, refresh: bool | str | None = None, require_alia
 
 
 def bulk_failures(answer: Json) -> tuple[int, list[Json]]:
-    """How many items of a ``_bulk`` answer succeeded, and the failed ones (``{op: item}``, as the helpers give)."""
+    """How many items of a ``_bulk`` answer succeeded, and the failed ones (``{op: item}``)."""
     failed = [entry for entry in answer.get("items", [])
               if not 200 <= int(next(iter(entry.values())).get("status", 500)) < 300]
     return len(answer.get("items", [])) - len(failed), failed
@@ -110,7 +103,6 @@ def delete_index(index: str, *, expand_wildcards: str | None = None) -> Request:
 
 
 def index_exists(index: str) -> Request:
-    """``HEAD <index>``: answered True or False."""
     return Request("HEAD", _path(index))
 
 
@@ -143,12 +135,10 @@ def put_mapping(index: str, *, properties: Json | None = None, meta: Json | None
 
 
 def get_alias(name: str) -> Request:
-    """``GET _alias/<name>``; ``{}`` when the alias does not exist."""
     return Request("GET", _path("_alias", name), absent={})
 
 
 def alias_exists(name: str) -> Request:
-    """``HEAD _alias/<name>``: answered True or False."""
     return Request("HEAD", _path("_alias", name))
 
 

@@ -167,7 +167,7 @@ def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train",
     ``split`` and record it (not with ``dry_run``); with ``out``, write ``calibrate-<name>-<split>-<time>.json``
     there. ``es`` and ``search`` replace the connection and the search client. Raises ConfigError, IndexNotFound,
     IndexMismatch, ClusterError."""
-    from hybridsearch.engine import connect
+    from hybridsearch.engine import EngineClient
     from hybridsearch.eval.datasets import load_collection
     from hybridsearch.eval.prepare import eval_settings
 
@@ -178,7 +178,7 @@ def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train",
     if split != "test":
         check_disjoint(dataset, collection.queries, purpose="calibration")
     s = eval_settings(settings, prefix or f"eval-{collection.name}")
-    with contextlib.nullcontext(es) if es is not None else contextlib.closing(connect(s.es)) as client_es:
+    with contextlib.nullcontext(es) if es is not None else contextlib.closing(EngineClient(s.es)) as client_es:
         index = checked_live_index(client_es, s)
         task = Task(progress, "lists", len(collection.queries))
         if search is not None:

@@ -364,7 +364,7 @@ def run_evaluation(dataset: Path, settings: Settings, *, split: str = "test",
     Raises ConfigError (bad arguments, collection or baseline), IndexNotFound, IndexMismatch, ClusterError,
     ModelError."""
     from hybridsearch.embedding.encoder import Embedder
-    from hybridsearch.engine import connect
+    from hybridsearch.engine import EngineClient
     from hybridsearch.eval.datasets import load_collection
     from hybridsearch.eval.prepare import eval_settings
 
@@ -385,7 +385,7 @@ def run_evaluation(dataset: Path, settings: Settings, *, split: str = "test",
     s = eval_settings(settings, prefix or f"eval-{collection.name}")
     remark(f"{collection.name} {collection.split}: {len(collection)} judged queries · index prefix "
            f"{s.index.prefix} · modes {', '.join(chosen)}")
-    es = connect(s.es)
+    es = EngineClient(s.es)
     embedder: Embedder = Embedder(s.embedding)
     cache, why = embedding_cache(embedder, s.ingest, enabled=use_embedding_cache, build=ingest,
                                  cache_dir=embedding_cache_dir)

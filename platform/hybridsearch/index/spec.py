@@ -124,7 +124,7 @@ def load_template(name: str, settings: Settings, dialect: Dialect) -> dict[str, 
                                                   index_options(settings.index))
     rendered: dict[str, Any] = _substitute(json.loads(_raw(name)), ctx)
     if name == "chunks":
-        rendered["template"]["settings"].update(dialect.index_settings())
+        rendered["template"]["settings"].update(dialect.index_settings)
     return rendered
 
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hybridsearch.engine import EngineClient, connect, engine_errors, request
+from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import ClusterError
 from hybridsearch.index.access import chunk_names, require_privileges
 from hybridsearch.index.versions import read_alias
@@ -121,7 +121,7 @@ def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClien
     """Delete every chunk of ``doc_ids`` (visible or hidden) from the indices behind the read alias and drop them
     from the ``unfinished`` hold; returns chunks deleted. Under an ingest ``lease`` (a sync) they are hidden first,
     so each disappears whole. Raises AccessDenied before deleting anything, LeaseLost, ClusterError."""
-    es = es or connect(settings.es)
+    es = es or EngineClient(settings.es)
     require_privileges(es, chunk_names(settings.index), ("read", "delete"),
                        f"delete documents of prefix {settings.index.prefix}")
     ids = list(dict.fromkeys(doc_ids))

@@ -22,7 +22,7 @@ from typing import Any
 
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient, connect, engine_errors, request
+from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import ConfigError, HybridSearchError, IngestError, LeaseLost, ModelError
 from hybridsearch.index.fit import follow_index
 from hybridsearch.index.metadata import metadata_fields_of
@@ -113,7 +113,7 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
     root = source_root(documents) if sync and isinstance(documents, str | Path) else None
     if sync and root is None:
         raise ConfigError("a sync needs a file or folder to mirror, not a list of documents")
-    es = es or connect(settings.es)
+    es = es or EngineClient(settings.es)
     if root is not None and not force:
         plan = plan_sync(root, settings.index, es, fields, shard)
         if too_many(len(plan.deleted), plan.owned, settings.ingest):

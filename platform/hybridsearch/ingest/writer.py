@@ -24,12 +24,19 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import numpy as np
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, stop_when_event_set
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_attempt,
+    stop_when_event_set,
+    wait_exponential,
+)
 
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import UNREACHABLE, EngineClient
 from hybridsearch.errors import ClusterUnavailable
-from hybridsearch.retry import RETRIED_STATUSES, backoff_s
+from hybridsearch.retry import RETRIED_STATUSES
 from hybridsearch.settings import EmbeddingSettings, IngestSettings
 
 log = logging.getLogger(__name__)
@@ -136,8 +143,7 @@ def write_actions(es: EngineClient, actions: Sequence[dict[str, Any]], cfg: Inge
 
     stops = stop_after_attempt(cfg.bulk_max_retries + 1)
     tries = Retrying(stop=stops | stop_when_event_set(stop) if stop is not None else stops,
-                     wait=lambda state: backoff_s(state.attempt_number, cfg.bulk_initial_backoff,
-                                                  cfg.bulk_max_backoff),
+                     wait=wait_exponential(multiplier=cfg.bulk_initial_backoff, max=cfg.bulk_max_backoff),
                      retry=retry_if_exception_type(_Unfinished), before_sleep=again, sleep=sleep, reraise=True)
     try:
         for attempt in tries:

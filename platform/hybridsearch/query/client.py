@@ -11,7 +11,7 @@ import asyncio
 import concurrent.futures
 from typing import TYPE_CHECKING, Any, Self, TypeVar, assert_never
 
-from hybridsearch.engine import AsyncEngineClient, EngineClient, connect, connect_async, engine_errors
+from hybridsearch.engine import AsyncEngineClient, EngineClient, engine_errors
 from hybridsearch.engine.dialect import Dialect, EngineInfo
 from hybridsearch.engine.request import Request as EngineRequest
 from hybridsearch.query.core import FilterArg, SearchCore
@@ -51,7 +51,7 @@ class SearchClient(SearchCore):
                       embedder: Embedder | None = None) -> SearchClient:
         """A client on ``settings`` (default: the environment); reranker from ``make_reranker`` when not given."""
         settings, reranker, reason = cls._defaults(settings, reranker)
-        return cls(connect(settings.es), settings, embedder=embedder, reranker=reranker,
+        return cls(EngineClient(settings.es), settings, embedder=embedder, reranker=reranker,
                    no_reranker_reason=reason)._owning()
 
     def _run(self, steps: Steps[T]) -> T:
@@ -169,7 +169,7 @@ class AsyncSearchClient(SearchCore):
                       embedder: Embedder | None = None) -> AsyncSearchClient:
         """Like :meth:`SearchClient.from_settings`, on an ``AsyncElasticsearch`` client."""
         settings, reranker, reason = cls._defaults(settings, reranker)
-        return cls(connect_async(settings.es), settings, embedder=embedder, reranker=reranker,
+        return cls(AsyncEngineClient(settings.es), settings, embedder=embedder, reranker=reranker,
                    no_reranker_reason=reason)._owning()
 
     async def _run(self, steps: Steps[T]) -> T:

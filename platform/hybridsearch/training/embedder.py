@@ -188,7 +188,7 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     save to ``cfg.out``; returns the card. ``cache_dir``: the embedding cache holding the base model's vectors
     (default ``$HSP_CACHE/embeddings``). Raises ConfigError, IndexNotFound, ModelError, ClusterError."""
     from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
-    from hybridsearch.engine import connect
+    from hybridsearch.engine import EngineClient
     from hybridsearch.eval.datasets import check_disjoint
     from hybridsearch.ingest.chunking import embed_text
     from hybridsearch.training.card import make_embedder_card, save_model
@@ -199,7 +199,7 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     disjoint_from = check_disjoint(cfg.dataset, data.queries) if cfg.split != "test" else []
     prepend = settings.embedding.prepend_title
     started = time.perf_counter()
-    with contextlib.nullcontext(es) if es is not None else contextlib.closing(connect(settings.es)) as client:
+    with contextlib.nullcontext(es) if es is not None else contextlib.closing(EngineClient(settings.es)) as client:
         miner = IndexMiner(client, settings, embedder, passage=lambda t, x: embed_text(t, x, prepend))
         got = collect(miner, data, depth=cfg.depth, val_fraction=cfg.val_fraction, seed=cfg.seed,
                       progress=progress)

@@ -169,14 +169,14 @@ def run_training(cfg: TrainingConfig, settings: Settings, *, es: EngineClient | 
                  embedder: Embedder | None = None, progress: ProgressSink | None = None) -> dict[str, Any]:
     """Load the split, mine pairs from the index under ``settings.index.prefix``, train, save to ``cfg.out``;
     returns the card. Raises ConfigError, IndexNotFound, ModelError, ClusterError."""
-    from hybridsearch.engine import connect
+    from hybridsearch.engine import EngineClient
     from hybridsearch.eval.datasets import check_disjoint
     from hybridsearch.training.negatives import IndexMiner
 
     data = load_split(cfg.dataset, cfg.split, allow_test=cfg.allow_test, limit=cfg.limit_queries)
     if cfg.split != "test":
         check_disjoint(cfg.dataset, data.queries)
-    with contextlib.nullcontext(es) if es is not None else contextlib.closing(connect(settings.es)) as client:
+    with contextlib.nullcontext(es) if es is not None else contextlib.closing(EngineClient(settings.es)) as client:
         miner = IndexMiner(client, settings, embedder)
         mined = mine(miner, data, depth=cfg.depth, negatives=cfg.negatives,
                      val_fraction=0.0 if cfg.cross_validating else cfg.val_fraction, seed=cfg.seed,
