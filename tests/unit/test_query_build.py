@@ -210,9 +210,9 @@ def test_result_paging_and_explain(settings: Settings) -> None:
         "BM25: rank 3, score 6.0000 → RRF term 1/(60+3) = 0.015873", "kNN: not in the top 3 (adds 0)",
         "fused: rank 4, score 0.015873 (RRF k=60, weights bm25 1 / kNN 1 (default))",
         "passage: chunk c#0, the chunk BM25 scored", "rerank: not applied (no reranker configured)"]
-    doc = log_doc(p, res, redact=settings.query.redact, tenant=settings.index.tenant)
+    doc = log_doc(p, res, redact=settings.query.redact)
     assert doc["query"] == "q" and doc["query_hash"] == query_hash("q") and doc["top_ids"] == ["c"]
-    assert "query" not in log_doc(p, res, redact=True, tenant=None)
+    assert "query" not in log_doc(p, res, redact=True)
 
 
 def test_failed_msearch_items_become_our_errors() -> None:

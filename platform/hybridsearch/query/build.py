@@ -6,14 +6,14 @@ from __future__ import annotations
 import math
 import unicodedata
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, get_args
 
 from hybridsearch.engine.dialect import Dialect
 from hybridsearch.errors import QueryError
 from hybridsearch.index.metadata import MetadataFields
 from hybridsearch.index.visibility import visible_filter
-from hybridsearch.query.filters import Filter, filter_clauses, filter_summary
+from hybridsearch.query.filters import Filter, filter_dsl
 from hybridsearch.query.passages import HIGHLIGHTED_FIELD, PASSAGE_FIELDS, highlight_body
 from hybridsearch.query.results import Mode
 from hybridsearch.settings import QuerySettings
@@ -90,9 +90,9 @@ class Plan:
     page: int
     rerank: bool
     explain: bool
-    filters: list[dict[str, Any]] = field(default_factory=list)
+    tenant: str | None = None  # every list is filtered to it
+    filter_clause: dict[str, Any] | None = None  # the caller's filters as DSL (the query log records it)
     highlight: bool = False  # the passages' matches wanted as highlights (the engine's highlighter: it costs)
-    filter_log: dict[str, Any] | None = None
     state_index: str | None = None  # the prefix's ingest state: documents being written are not searched
     depth: int | None = None  # hits each list returns (:func:`list_size`); None: its own k, as fusion wants
 
@@ -115,9 +115,8 @@ def plan(
     if isinstance(page, bool) or not isinstance(page, int) or page < 1:
         raise QueryError(f"page must be an integer from 1, got {page!r}")
     text, truncated = clean_query(query, q.max_query_chars)
-    clauses = filter_clauses(filters, tenant, metadata)
     return Plan(query=text, truncated=truncated, mode=mode, k=k, page=page, rerank=rerank,  # type: ignore[arg-type]
-                explain=explain, filters=clauses, filter_log=filter_summary(filters, metadata), state_index=state_index,
+                explain=explain, tenant=tenant, filter_clause=filter_dsl(filters, metadata), state_index=state_index,
                 highlight=highlight)
 
 
@@ -134,8 +133,10 @@ def _common(q: QuerySettings, size: int) -> dict[str, Any]:
 
 
 def search_filters(p: Plan) -> list[dict[str, Any]]:
-    """The plan's filters plus :func:`~hybridsearch.index.visibility.visible_filter` (the one read path)."""
-    return [*p.filters, visible_filter(p.state_index)]
+    """The plan's tenant term and filter plus :func:`~hybridsearch.index.visibility.visible_filter` (the one read
+    path)."""
+    tenant = [] if p.tenant is None else [{"term": {"tenant": p.tenant}}]
+    return [*tenant, *([] if p.filter_clause is None else [p.filter_clause]), visible_filter(p.state_index)]
 
 
 @dataclass(frozen=True)

@@ -305,7 +305,7 @@ class SearchCore:
         if p.wants_vector and self._width is not None:
             result.knn_width = self._width.reason
         if self.query_log is not None:
-            self.query_log.submit(log_doc(p, result, redact=self.query.redact, tenant=self.settings.index.tenant))
+            self.query_log.submit(log_doc(p, result, redact=self.query.redact))
         return result
 
     # ---- warming up, building

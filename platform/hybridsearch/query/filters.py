@@ -1,11 +1,8 @@
-"""Typed search filters, the fields they may name, and their one translation to the engine's DSL.
-
-Build filters as objects (``Term("source", "pubmed")``, ``AllOf([...])``) or pass a plain dict:
-``{"source": "pubmed"}`` (every key must match; a list value means any of), ``{"term": {...}}``, ``{"terms": {...}}``,
-``{"range": {"ingested_at": {"gte": "2024-01-01"}}}``, ``{"exists": "metadata.lang"}``, and ``all_of``, ``any_of``,
-``none_of`` nesting any of these. Only :data:`FIELD_TYPES` and ``metadata.<key>`` may be named; values are checked
-against the field's type (a metadata key declared in ``HSP_INDEX__METADATA_FIELDS`` by the index's typed copy,
-``meta.<key>``; free-form metadata takes no range). Anything else raises QueryError before any request.
+"""Typed search filters and their one translation to the engine's DSL. Build them as objects
+(``Term("source", "pubmed")``, ``AllOf([...])``) or as dicts: ``{"source": "pubmed"}`` (a list value: any of),
+``{"term"|"terms"|"range": {field: ...}}``, ``{"exists": field}``, ``{"all_of"|"any_of"|"none_of": [...]}``. Only
+:data:`FIELD_TYPES` and ``metadata.<key>`` may be named, values checked against the field's type (declared metadata
+keys by the typed copy ``meta.<key>``). Anything else raises QueryError before any request.
 """
 
 from __future__ import annotations
@@ -48,8 +45,6 @@ MAX_DEPTH = 8
 MAX_CLAUSES = 256
 MAX_TERMS = 1024
 Bound = str | int | float | date | datetime
-#: "Argument not given" in the positional constructors (None is a value, and a wrong one).
-_UNSET: Any = object()
 
 
 def check_field(field: str) -> str:
@@ -100,8 +95,8 @@ class Term(_FieldFilter):
     kind: Literal["term"] = "term"
     value: Scalar
 
-    def __init__(self, field: str = _UNSET, value: Scalar = _UNSET, **kw: Any) -> None:
-        super().__init__(**_positional(kw, field=field, value=value))
+    def __init__(self, field: str, value: Scalar, **kw: Any) -> None:
+        super().__init__(**kw, **{"field": field, "value": value})
 
     @field_validator("value", mode="before")
     @classmethod
@@ -118,8 +113,8 @@ class Terms(_FieldFilter):
     kind: Literal["terms"] = "terms"
     values: list[Scalar] = Field(min_length=1, max_length=MAX_TERMS)
 
-    def __init__(self, field: str = _UNSET, values: list[Scalar] = _UNSET, **kw: Any) -> None:
-        super().__init__(**_positional(kw, field=field, values=values))
+    def __init__(self, field: str, values: list[Scalar], **kw: Any) -> None:
+        super().__init__(**kw, **{"field": field, "values": values})
 
     @field_validator("values", mode="before")
     @classmethod
@@ -145,8 +140,8 @@ class Range(_FieldFilter):
     lte: Bound | None = None
     lt: Bound | None = None
 
-    def __init__(self, field: str = _UNSET, **kw: Any) -> None:
-        super().__init__(**_positional(kw, field=field))
+    def __init__(self, field: str, **kw: Any) -> None:
+        super().__init__(field=field, **kw)
 
     @field_validator("gte", "gt", "lte", "lt", mode="before")
     @classmethod
@@ -162,15 +157,15 @@ class Exists(_FieldFilter):
 
     kind: Literal["exists"] = "exists"
 
-    def __init__(self, field: str = _UNSET, **kw: Any) -> None:
-        super().__init__(**_positional(kw, field=field))
+    def __init__(self, field: str, **kw: Any) -> None:
+        super().__init__(field=field, **kw)
 
 
 class _Group(_Base):
     filters: list[Filter] = Field(min_length=1, max_length=MAX_CLAUSES)
 
-    def __init__(self, filters: list[Any] = _UNSET, **kw: Any) -> None:
-        super().__init__(**_positional(kw, filters=filters))
+    def __init__(self, filters: list[Any], **kw: Any) -> None:
+        super().__init__(filters=filters, **kw)
 
 
 class AllOf(_Group):
@@ -178,7 +173,7 @@ class AllOf(_Group):
 
     kind: Literal["all_of"] = "all_of"
 
-    def __init__(self, filters: list[Any] = _UNSET, **kw: Any) -> None:  # positional for type checkers too
+    def __init__(self, filters: list[Any], **kw: Any) -> None:  # positional for type checkers too
         super().__init__(filters, **kw)
 
 
@@ -187,7 +182,7 @@ class AnyOf(_Group):
 
     kind: Literal["any_of"] = "any_of"
 
-    def __init__(self, filters: list[Any] = _UNSET, **kw: Any) -> None:  # positional for type checkers too
+    def __init__(self, filters: list[Any], **kw: Any) -> None:  # positional for type checkers too
         super().__init__(filters, **kw)
 
 
@@ -196,18 +191,14 @@ class NoneOf(_Group):
 
     kind: Literal["none_of"] = "none_of"
 
-    def __init__(self, filters: list[Any] = _UNSET, **kw: Any) -> None:  # positional for type checkers too
+    def __init__(self, filters: list[Any], **kw: Any) -> None:  # positional for type checkers too
         super().__init__(filters, **kw)
 
 
 Filter = Term | Terms | Range | Exists | AllOf | AnyOf | NoneOf
-_GROUPS: dict[str, type[_Group]] = {"all_of": AllOf, "any_of": AnyOf, "none_of": NoneOf}
+_GROUPS: dict[str, type[AllOf] | type[AnyOf] | type[NoneOf]] = {"all_of": AllOf, "any_of": AnyOf, "none_of": NoneOf}
 for _cls in (AllOf, AnyOf, NoneOf):
     _cls.model_rebuild()
-
-
-def _positional(kw: dict[str, Any], **named: Any) -> dict[str, Any]:
-    return {**{k: v for k, v in named.items() if v is not _UNSET}, **kw}
 
 
 _NAMES_ITSELF = re.compile(r"^(term|terms|range|exists) on ")
@@ -240,8 +231,7 @@ def parse_filter(spec: Filter | Mapping[str, Any] | None, _depth: int = 0) -> Fi
             if not isinstance(val, list | tuple):
                 raise QueryError(f"invalid filter: {key} takes a list of filters")
             subs = [parse_filter(v, _depth + 1) for v in val]
-            group: Filter = _GROUPS[key](filters=[s for s in subs if s is not None])  # type: ignore[assignment]
-            return group
+            return _GROUPS[key]([s for s in subs if s is not None])
         if key in ("term", "terms", "range", "exists"):
             return _parse_leaf(key, val)
     return _parse_shorthand(spec)
@@ -403,21 +393,9 @@ def _dsl(f: Filter, metadata: MetadataFields | None) -> dict[str, Any]:
     return {"bool": {"must_not": subs}}
 
 
-def filter_clauses(spec: Filter | Mapping[str, Any] | None, tenant: str | None = None,
-                   metadata: MetadataFields | None = None) -> list[dict[str, Any]]:
-    """DSL ``filter`` clauses for ``spec``, plus a ``tenant`` term when ``tenant`` is set; ``metadata``: the index's
-    typed metadata (:func:`to_dsl`). Raises QueryError."""
-    clauses: list[dict[str, Any]] = []
-    if tenant is not None:
-        clauses.append({"term": {"tenant": tenant}})
-    parsed = parse_filter(spec)
-    if parsed is not None:
-        clauses.append(to_dsl(parsed, metadata))
-    return clauses
-
-
-def filter_summary(spec: Filter | Mapping[str, Any] | None,
-                   metadata: MetadataFields | None = None) -> dict[str, Any] | None:
-    """A JSON-able description of ``spec`` (for the query log), or None."""
+def filter_dsl(spec: Filter | Mapping[str, Any] | None,
+               metadata: MetadataFields | None = None) -> dict[str, Any] | None:
+    """The DSL clause of ``spec`` (an object or a dict), None for no filter; ``metadata``: as for :func:`to_dsl`.
+    Raises QueryError."""
     parsed = parse_filter(spec)
     return None if parsed is None else to_dsl(parsed, metadata)

@@ -28,7 +28,7 @@ def query_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def log_doc(p: Plan, result: SearchResult, *, redact: bool, tenant: str | None) -> dict[str, Any]:
+def log_doc(p: Plan, result: SearchResult, *, redact: bool) -> dict[str, Any]:
     """The query-log document for one answered search (query text omitted when ``redact``)."""
     t = result.timings
     doc: dict[str, Any] = {
@@ -40,10 +40,10 @@ def log_doc(p: Plan, result: SearchResult, *, redact: bool, tenant: str | None) 
     }
     if not redact:
         doc["query"] = p.query
-    if tenant is not None:
-        doc["tenant"] = tenant
-    if p.filter_log is not None:
-        doc["filters"] = p.filter_log
+    if p.tenant is not None:
+        doc["tenant"] = p.tenant
+    if p.filter_clause is not None:
+        doc["filters"] = p.filter_clause
     if result.rerank_reason:
         doc["rerank_reason"] = result.rerank_reason
     return doc
