@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from hybridsearch.engine import Dialect, EngineInfo, Sender
 from hybridsearch.engine import request as engine_request
-from hybridsearch.errors import HybridSearchError, IndexNotFound
+from hybridsearch.errors import HybridSearchError, IndexNotFound, RerankerError, RerankerModelError
 from hybridsearch.index.fit import check_mapping, follow_index
 from hybridsearch.index.metadata import metadata_fields_of
 from hybridsearch.index.spec import section_words_of
@@ -46,7 +46,7 @@ from hybridsearch.query.filters import NOT_YET_KNOWN, Filter
 from hybridsearch.query.fusion import Fusion, fusion_for
 from hybridsearch.query.passages import highlights, show_passages
 from hybridsearch.query.querylog import QueryLogger, log_doc
-from hybridsearch.query.results import Mode, SearchResult, Timings, WhyReport
+from hybridsearch.query.results import Mode, RerankOutcome, SearchResult, Timings, WhyReport
 from hybridsearch.query.steps import Detect, Json, KnnLines, Rerank, Send, Steps, embed_steps, ms_since, send_steps
 from hybridsearch.query.window import (
     Rank,
@@ -57,8 +57,6 @@ from hybridsearch.query.window import (
     check_response,
     fuse_window,
     passage_text,
-    record_failure,
-    skip_reason,
 )
 from hybridsearch.rerank.base import Reranker, effective_blend
 from hybridsearch.settings import EmbeddingSettings, QuerySettings, RerankerSettings, Settings, get_settings
@@ -275,19 +273,27 @@ class SearchCore:
 
     def _rerank(self, p: Plan, window: Window, t: Timings) -> Steps[None]:
         """Rerank the top of ``window`` unless skipped; a failing or slow reranker keeps the fused order."""
-        t0 = time.perf_counter()
-        skipped = skip_reason(p.rerank, self.reranker is not None, self._no_reranker_reason, window)
-        if skipped is not None:
-            window.rerank_outcome, window.rerank_reason = skipped
+        t0, cfg = time.perf_counter(), self.settings.reranker
+        if not p.rerank:
+            window.rerank_outcome, window.rerank_reason = RerankOutcome.SKIPPED, "rerank not requested"
+        elif self.reranker is None:
+            window.rerank_outcome = RerankOutcome.DISABLED
+            window.rerank_reason = self._no_reranker_reason or "no reranker configured"
+        elif not window.entries:
+            window.rerank_outcome, window.rerank_reason = RerankOutcome.SKIPPED, "no hits to rerank"
         else:
-            assert self.reranker is not None
-            cfg = self.settings.reranker
             passages = [passage_text(e.source) for e in window.entries[:cfg.depth]]
             try:
                 scores = yield Rerank(self.reranker, p.query, passages, cfg.timeout)
                 apply_rerank(window, cfg.depth, list(scores), self.rerank_blend())
+            except TimeoutError:  # concurrent.futures' and asyncio's timeouts are TimeoutError
+                window.rerank_outcome = RerankOutcome.TIMED_OUT
+                window.rerank_reason = f"reranker timeout after {cfg.timeout}s"
             except Exception as exc:  # noqa: BLE001 - any reranker failure (or unusable scores) keeps fused order
-                record_failure(window, exc, cfg.timeout)
+                window.rerank_outcome = (RerankOutcome.NO_MODEL if isinstance(exc, RerankerModelError)
+                                         else RerankOutcome.FAILED)
+                what = str(exc) if isinstance(exc, RerankerError) else f"{type(exc).__name__}: {exc}"
+                window.rerank_reason = f"reranker error: {what}"
         t.rerank_ms = ms_since(t0)
 
     def rerank_blend(self) -> float:

@@ -6,8 +6,9 @@ differ only in how they perform a request (:mod:`.client`).
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
@@ -91,34 +92,24 @@ class Run(Generic[T]):
 
     def __init__(self, steps: Steps[T]) -> None:
         self._steps = steps
-        self._answer: Any = None
-        self._error: BaseException | None = None
-        self._result: tuple[T] | None = None
+        self._next: Callable[[], Request] = functools.partial(steps.send, None)
+        self.result: T
 
-    def __iter__(self) -> Run[T]:
-        return self
-
-    def __next__(self) -> Request:
-        answer, error = self._answer, self._error
-        self._answer, self._error = None, None
-        try:
-            return self._steps.send(answer) if error is None else self._steps.throw(error)
-        except StopIteration as stop:
-            self._result = (stop.value,)
-            raise StopIteration from None
+    def __iter__(self) -> Iterator[Request]:
+        while True:
+            try:
+                request = self._next()
+            except StopIteration as stop:
+                self.result = stop.value
+                return
+            self._next = functools.partial(self._steps.send, None)
+            yield request
 
     def answer(self, value: Any) -> None:
-        self._answer = value
+        self._next = functools.partial(self._steps.send, value)
 
     def fail(self, error: BaseException) -> None:
-        self._error = error
-
-    @property
-    def result(self) -> T:
-        """What the steps returned. Raises RuntimeError before they have ended."""
-        if self._result is None:
-            raise RuntimeError("the steps have not ended yet")
-        return self._result[0]
+        self._next = functools.partial(self._steps.throw, error)
 
 
 def msearch(lines: list[Json], what: str) -> Send:

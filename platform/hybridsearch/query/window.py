@@ -7,13 +7,12 @@ shows; the rerank stage (below) reorders its top.
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from hybridsearch.errors import ClusterError, IndexNotFound, RerankerError, RerankerModelError
+from hybridsearch.errors import ClusterError, IndexNotFound, RerankerError
 from hybridsearch.query.fusion import Fusion, interpolate
 from hybridsearch.query.results import PassageSource, RerankOutcome, StageScore
 
@@ -155,31 +154,6 @@ def passage_text(source: Mapping[str, Any]) -> str:
     title = source.get("title") or ""
     text = source.get("text") or ""
     return f"{title} {text}".strip() if title else str(text)
-
-
-def skip_reason(requested: bool, has_reranker: bool, no_reranker_reason: str | None,
-                window: Window) -> tuple[RerankOutcome, str] | None:
-    """Why the rerank stage will not run (its outcome and the reason for people), or None when it will."""
-    if not requested:
-        return RerankOutcome.SKIPPED, "rerank not requested"
-    if not has_reranker:
-        return RerankOutcome.DISABLED, no_reranker_reason or "no reranker configured"
-    if not window.entries:
-        return RerankOutcome.SKIPPED, "no hits to rerank"
-    return None
-
-
-def record_failure(window: Window, error: BaseException, timeout: float) -> None:
-    """Record on ``window`` that the reranker failed with ``error`` (or timed out): the fused order stays."""
-    window.reranked = False
-    if isinstance(error, TimeoutError | concurrent.futures.TimeoutError):
-        window.rerank_outcome = RerankOutcome.TIMED_OUT
-        window.rerank_reason = f"reranker timeout after {timeout}s"
-    else:
-        window.rerank_outcome = (RerankOutcome.NO_MODEL if isinstance(error, RerankerModelError)
-                                 else RerankOutcome.FAILED)
-        what = str(error) if isinstance(error, RerankerError) else f"{type(error).__name__}: {error}"
-        window.rerank_reason = f"reranker error: {what}"
 
 
 def apply_rerank(window: Window, depth: int, scores: Sequence[float], blend: float = 1.0) -> None:
