@@ -164,17 +164,14 @@ class Exists(_FieldFilter):
 class _Group(_Base):
     filters: list[Filter] = Field(min_length=1, max_length=MAX_CLAUSES)
 
-    def __init__(self, filters: list[Any], **kw: Any) -> None:
-        super().__init__(filters=filters, **kw)
-
 
 class AllOf(_Group):
     """Every filter matches."""
 
     kind: Literal["all_of"] = "all_of"
 
-    def __init__(self, filters: list[Any], **kw: Any) -> None:  # positional for type checkers too
-        super().__init__(filters, **kw)
+    def __init__(self, filters: list[Any], **kw: Any) -> None:
+        super().__init__(filters=filters, **kw)
 
 
 class AnyOf(_Group):
@@ -182,8 +179,8 @@ class AnyOf(_Group):
 
     kind: Literal["any_of"] = "any_of"
 
-    def __init__(self, filters: list[Any], **kw: Any) -> None:  # positional for type checkers too
-        super().__init__(filters, **kw)
+    def __init__(self, filters: list[Any], **kw: Any) -> None:
+        super().__init__(filters=filters, **kw)
 
 
 class NoneOf(_Group):
@@ -191,8 +188,8 @@ class NoneOf(_Group):
 
     kind: Literal["none_of"] = "none_of"
 
-    def __init__(self, filters: list[Any], **kw: Any) -> None:  # positional for type checkers too
-        super().__init__(filters, **kw)
+    def __init__(self, filters: list[Any], **kw: Any) -> None:
+        super().__init__(filters=filters, **kw)
 
 
 Filter = Term | Terms | Range | Exists | AllOf | AnyOf | NoneOf
@@ -223,52 +220,41 @@ def parse_filter(spec: Filter | Mapping[str, Any] | None, _depth: int = 0) -> Fi
         raise QueryError(f"invalid filter: expected a mapping or a Filter object, got {type(spec).__name__}")
     if _depth > MAX_DEPTH:
         raise QueryError(f"invalid filter: nested deeper than {MAX_DEPTH} levels")
-    if not spec:
-        return None
-    if len(spec) == 1:
-        (key, val), = spec.items()
-        if key in _GROUPS:
-            if not isinstance(val, list | tuple):
-                raise QueryError(f"invalid filter: {key} takes a list of filters")
-            subs = [parse_filter(v, _depth + 1) for v in val]
-            return _GROUPS[key]([s for s in subs if s is not None])
-        if key in ("term", "terms", "range", "exists"):
-            return _parse_leaf(key, val)
-    return _parse_shorthand(spec)
-
-
-def _parse_leaf(kind: str, val: Any) -> Filter:
-    if kind == "exists":
+    key, val = next(iter(spec.items()), (None, None))
+    if len(spec) == 1 and key in _GROUPS:
+        if not isinstance(val, list | tuple):
+            raise QueryError(f"invalid filter: {key} takes a list of filters")
+        subs = [parse_filter(v, _depth + 1) for v in val]
+        return _GROUPS[key]([s for s in subs if s is not None])
+    if len(spec) == 1 and key == "exists":
         field = val.get("field") if isinstance(val, Mapping) else val
         if not isinstance(field, str):
             raise QueryError("invalid filter: exists takes a field name")
         return Exists(field)
-    if not isinstance(val, Mapping) or len(val) != 1:
-        raise QueryError(f"invalid filter: {kind} takes exactly one {{field: value}} pair")
-    (field, arg), = val.items()
+    if len(spec) == 1 and key in ("term", "terms", "range"):
+        if not isinstance(val, Mapping) or len(val) != 1:
+            raise QueryError(f"invalid filter: {key} takes exactly one {{field: value}} pair")
+        return _leaf(*next(iter(val.items())), kind=key)
+    if not spec:
+        return None
+    parts = [_leaf(field, value) for field, value in spec.items()]
+    return parts[0] if len(parts) == 1 else AllOf(parts)
+
+
+def _leaf(field: Any, value: Any, kind: str | None = None) -> Filter:
+    """The filter ``{field: value}`` makes as ``kind``; without, by its value: a list is terms, a mapping a range."""
+    if not isinstance(field, str):
+        raise QueryError(f"invalid filter: field names are strings, got {field!r}")
+    kind = kind or ("terms" if isinstance(value, list | tuple) else "range" if isinstance(value, Mapping) else "term")
     if kind == "term":
-        return Term(field, arg)
+        return Term(field, value)
     if kind == "terms":
-        if not isinstance(arg, list | tuple):
+        if not isinstance(value, list | tuple):
             raise QueryError(f"invalid filter: terms on {field} takes a list of values")
-        return Terms(field, list(arg))
-    if not isinstance(arg, Mapping):
+        return Terms(field, list(value))
+    if not isinstance(value, Mapping):
         raise QueryError(f"invalid filter: range on {field} takes {{gte|gt|lte|lt: value}}")
-    return Range(field, **dict(arg))
-
-
-def _parse_shorthand(spec: Mapping[str, Any]) -> Filter:
-    parts: list[Filter] = []
-    for field, value in spec.items():
-        if not isinstance(field, str):
-            raise QueryError(f"invalid filter: field names are strings, got {field!r}")
-        if isinstance(value, list | tuple):
-            parts.append(Terms(field, list(value)))
-        elif isinstance(value, Mapping):
-            parts.append(Range(field, **dict(value)))
-        else:
-            parts.append(Term(field, value))
-    return parts[0] if len(parts) == 1 else AllOf(filters=parts)
+    return Range(field, **dict(value))
 
 
 def _check_depth(f: Filter, depth: int = 0) -> None:
@@ -292,14 +278,13 @@ def _value(kind: str, field: str, ftype: str, value: Any) -> Scalar:
 def _range_bounds(f: Range, ftype: str) -> dict[str, Scalar]:
     """The bounds of ``f`` as the field (of type ``ftype``) compares them; ValueError when the field cannot answer
     a range (free-form metadata, booleans), a bound is not of its type, or the range can match nothing."""
-    lower = [b for b in (f.gte, f.gt) if b is not None]
-    upper = [b for b in (f.lte, f.lt) if b is not None]
-    if not lower and not upper:
+    given: dict[str, Scalar] = {k: v for k in ("gte", "gt", "lte", "lt") if (v := getattr(f, k)) is not None}
+    if not given:
         raise ValueError(f"range on {f.field} needs at least one of gte, gt, lte, lt")
-    if len(lower) > 1 or len(upper) > 1:
+    if {"gte", "gt"} <= given.keys() or {"lte", "lt"} <= given.keys():
         raise ValueError(f"range on {f.field}: give at most one lower (gte/gt) and one upper (lte/lt) bound")
     if ftype == UNCHECKED:  # checked again once the index's typed fields are known
-        return {k: v for k in ("gte", "gt", "lte", "lt") if (v := getattr(f, k)) is not None}
+        return given
     if ftype == FREE_FORM:
         example = '{"' + f.field.removeprefix("metadata.") + '": "long"}'
         raise ValueError(f"range on {f.field}: this index has no typed field for it, and free-form metadata "
@@ -309,10 +294,7 @@ def _range_bounds(f: Range, ftype: str) -> dict[str, Scalar]:
     if ftype == "boolean":
         raise ValueError(f"range on {f.field}: booleans have no order; use a term filter")
     bounds: dict[str, Scalar] = {}
-    for k in ("gte", "gt", "lte", "lt"):
-        v = getattr(f, k)
-        if v is None:
-            continue
+    for k, v in given.items():
         if ftype == "keyword" and not isinstance(v, str):
             raise ValueError(f"range on {f.field}: the field holds text, compared letter by letter; give strings, "
                              f"got {v!r}")
@@ -333,15 +315,13 @@ def _check_order(field: str, ftype: str, bounds: Mapping[str, Scalar]) -> None:
     hi: Any = bounds[hi_key]
     if ftype == "date":  # date math (now-7d) is resolved by the engine: not compared here
         first, last = _date_span(str(lo), lo_key), _date_span(str(hi), hi_key)
-        if first is None or last is None:
-            return
-        if first > last:
-            raise ValueError(f"range on {field} can match nothing: {lo_key} {lo!r} is above {hi_key} {hi!r} "
-                             "(swapped bounds?)")
-        return
-    if lo > hi or (lo == hi and (lo_key == "gt" or hi_key == "lt")):
-        raise ValueError(f"range on {field} can match nothing: {lo_key} {bounds[lo_key]!r} is "
-                         f"{'above' if lo > hi else 'at'} {hi_key} {bounds[hi_key]!r} (swapped bounds?)")
+        empty = above = first is not None and last is not None and first > last
+    else:
+        above = lo > hi
+        empty = above or (lo == hi and (lo_key == "gt" or hi_key == "lt"))
+    if empty:
+        raise ValueError(f"range on {field} can match nothing: {lo_key} {lo!r} is {'above' if above else 'at'} "
+                         f"{hi_key} {hi!r} (swapped bounds?)")
 
 
 _MS = timedelta(milliseconds=1)
