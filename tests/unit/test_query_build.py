@@ -14,7 +14,6 @@ from hybridsearch.errors import ClusterError, IndexNotFound, QueryError, Reranke
 from hybridsearch.query.build import (
     JOINED_FIELD,
     Bm25Scope,
-    bm25_on_sections,
     bm25_scope,
     clean_query,
     knn_lines,
@@ -250,9 +249,9 @@ def test_bm25_scores_sections_only_where_the_index_has_them_and_results_are_per_
     assert fields == ["section_title^1", "section_text"]
     fields = text_lines(q, alias, p)[1]["query"]["bool"]["must"][0]["multi_match"]["fields"]
     assert fields == ["title^1", "text"]
-    assert bm25_on_sections(q, 1000) and not bm25_on_sections(q, None)
-    assert not bm25_on_sections(q.model_copy(update={"collapse": False}), 1000)  # chunk results: chunk BM25
-    assert not bm25_on_sections(q.model_copy(update={"bm25_unit": "chunk"}), 1000)
+    assert bm25_scope(q, 1000).sections and not bm25_scope(q, None).sections
+    assert not bm25_scope(q.model_copy(update={"collapse": False}), 1000).sections  # chunk results: chunk BM25
+    assert not bm25_scope(q.model_copy(update={"bm25_unit": "chunk"}), 1000).sections
 
 
 def test_bm25_scores_title_and_text_as_one_field_over_sections_unless_separate(settings: Settings) -> None:

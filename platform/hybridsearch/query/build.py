@@ -161,16 +161,10 @@ class Bm25Scope:
 CHUNKS = Bm25Scope()
 
 
-def bm25_on_sections(q: QuerySettings, section_words: int | None) -> bool:
-    """Whether BM25 scores sections: the index has them (``section_words``, its ``_meta``), results are collapsed
-    per document and ``bm25_unit`` is auto."""
-    return section_words is not None and q.collapse and q.bm25_unit == "auto"
-
-
 def bm25_scope(q: QuerySettings, section_words: int | None) -> Bm25Scope:
-    """The :class:`Bm25Scope` for an index with ``section_words`` (its ``_meta``): sections per
-    :func:`bm25_on_sections`, joined over sections unless ``bm25_fields`` is separate."""
-    sections = bm25_on_sections(q, section_words)
+    """The :class:`Bm25Scope` for an index with ``section_words`` (its ``_meta``): sections where it has them, results
+    are collapsed per document and ``bm25_unit`` is auto; joined over sections unless ``bm25_fields`` is separate."""
+    sections = section_words is not None and q.collapse and q.bm25_unit == "auto"
     return Bm25Scope(sections, sections and q.bm25_fields == "auto", q.best_passage)
 
 

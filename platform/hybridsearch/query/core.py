@@ -49,7 +49,6 @@ from hybridsearch.query.querylog import QueryLogger, log_doc
 from hybridsearch.query.results import Mode, RerankOutcome, SearchResult, Timings, WhyReport
 from hybridsearch.query.steps import Detect, Json, KnnLines, Rerank, Send, Steps, embed_steps, ms_since, send_steps
 from hybridsearch.query.window import (
-    Rank,
     Window,
     WindowEntry,
     answered_by,
@@ -344,10 +343,6 @@ class SearchCore:
             self.query_log = QueryLogger(es, self.settings)
 
 
-def _rank_fields(r: Rank | None) -> dict[str, Any] | None:
-    return None if r is None else {"rank": r.rank, "score": r.score}
-
-
 def _hit_fields(e: WindowEntry, rank: int, explanation: list[str] | None) -> dict[str, Any]:
     """The fields of ``e``'s :class:`Hit` at ``rank`` as plain data (the page is validated at once)."""
     src = e.source
@@ -360,8 +355,7 @@ def _hit_fields(e: WindowEntry, rank: int, explanation: list[str] | None) -> dic
         "highlights": highlights(text, e.matches), "parent_id": src.get("parent_id"),
         "parent_text": src.get("parent_text"), "metadata": meta if isinstance(meta, dict) else {},
         "score": e.blended if e.blended is not None else e.rerank.score if e.rerank else e.base_score, "rank": rank,
-        "bm25": _rank_fields(e.stages.get("bm25")), "knn": _rank_fields(e.stages.get("knn")),
-        "fused": _rank_fields(e.fused), "rerank": _rank_fields(e.rerank), "explanation": explanation,
+        "explanation": explanation, **e.stage_scores(),
     }
 
 

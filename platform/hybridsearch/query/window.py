@@ -27,11 +27,6 @@ class Rank(NamedTuple):
     score: float
 
 
-def stage_score(r: Rank | None) -> StageScore | None:
-    """The public :class:`StageScore` for ``r``."""
-    return None if r is None else StageScore(rank=r.rank, score=r.score)
-
-
 @dataclass
 class WindowEntry:
     """One entry of the fused window (a document when collapsing, else a chunk); ``source`` and ``chunk_id``:
@@ -50,6 +45,12 @@ class WindowEntry:
     base_score: float = 0.0  # the fused score, or the one list's score
     rerank: Rank | None = None
     blended: float | None = None  # final score when the rerank blend weight is below 1
+
+    def stage_scores(self) -> dict[str, StageScore | None]:
+        """Its rank and score in each stage (``bm25``, ``knn``, ``fused``, ``rerank``) as results show them."""
+        ranks = {"bm25": self.stages.get("bm25"), "knn": self.stages.get("knn"), "fused": self.fused,
+                 "rerank": self.rerank}
+        return {name: None if r is None else StageScore(rank=r.rank, score=r.score) for name, r in ranks.items()}
 
 
 @dataclass
