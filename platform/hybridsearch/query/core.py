@@ -1,11 +1,7 @@
 """The search core: every step and decision of a search, without I/O, for both clients (:mod:`.client`).
-
-    index_steps    detect the engine → resolve the alias → its mappings and chunk count → check them (cached 60 s)
-    search_steps   plan → index_steps → send (:func:`.steps.send_steps`) → the alias moved? search again, once
-                   → fuse (:mod:`.window`) → passages → rerank the top (degraded to fused order when the reranker
-                   fails or times out) → page (:func:`build_result`) → query log
-    why_steps      the search for one highlighted hit over whole lists, then the probes of :mod:`.explain`
-    warm_up_steps  embed once, let the reranker score one pair (its failure ignored)
+``index_steps``: resolve the alias, check the index's mapping (cached 60 s); ``search_steps``: plan → send → the
+alias moved? search again, once → fuse → passages → rerank the top (fused order when the reranker fails) → page →
+query log; ``why_steps``: that search over whole lists, then the probes of :mod:`.explain`; ``warm_up_steps``.
 """
 
 from __future__ import annotations
@@ -179,14 +175,6 @@ class SearchCore:
         if self._own_embedder:
             self._embedder = None
 
-    def _moved(self, index: str, responses: list[Json]) -> bool:
-        """Whether the answers came from another index than ``index`` (the alias moved since the check); if so the
-        cached check is dropped, so the next ``index_steps`` checks the new index at once."""
-        if not answered_by(responses) - {index}:
-            return False
-        self._index = None
-        return True
-
     # ---- planning
 
     def check(self, query: str, *, index_known: bool = True, **kwargs: Any) -> Plan:
@@ -245,8 +233,10 @@ class SearchCore:
             index, scope = (yield from self.index_steps()), self._bm25
             responses = yield from send_steps(p, t, *self._lines(p, scope), f"search {self.settings.index.alias}",
                                               self.query.hybrid_overlap)
-            if self._moved(index, responses) and retry:  # searched as the old index wants: check the new one
-                continue
+            if answered_by(responses) - {index}:  # the alias moved since the check: check the new index at once
+                self._index = None
+                if retry:  # searched as the old index wants
+                    continue
             try:
                 window, fuse_ms = self._fuse(p, scope, responses)
             except HybridSearchError:  # a failed list: if the alias moved, say what changed (IndexMismatch) or retry

@@ -1,10 +1,7 @@
-"""Pure: which chunk a hit shows (and the reranker scores), and where it matched the query.
-
-BM25 over sections scores a section whose hit is its first chunk; the passage list (``build.passage_body``) finds
-each document's best-matching chunk, shown instead (:attr:`PassageSource.BM25_BEST_CHUNK`), else the first chunk
-stays (:attr:`PassageSource.SECTION_FIRST_CHUNK`). A document both lists found shows kNN's chunk when kNN added
-more to its fused score. Highlights come back between two private-use marks in the whole chunk text, read as data
-(:func:`read_highlights`). Ranking never changes.
+"""Pure: which chunk a hit shows (and the reranker scores), and where it matched the query. BM25 over sections hits
+a section's first chunk; the passage list (``build.passage_body``) finds each document's best-matching chunk, shown
+instead; a document both lists found shows kNN's chunk when kNN added more to its fused score. Highlights come back
+between two private-use marks, read as data (:func:`read_highlights`). Ranking never changes.
 """
 
 from __future__ import annotations

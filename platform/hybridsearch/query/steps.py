@@ -1,7 +1,6 @@
-"""The requests a search's steps make, :class:`Run`, which a client uses to answer them, and the steps that send a
-plan's lists. The query layer's logic is written as generators that do no I/O: each ``yield``s one request and is
-sent its answer (or has its error raised at the ``yield``), so the sync and async clients share every decision and
-differ only in how they perform a request (:mod:`.client`).
+"""The requests a search's steps make, :class:`Run`, and the steps that send a plan's lists. Steps are generators
+without I/O: each ``yield``s one request and is sent its answer (or has its error raised at the ``yield``), so the
+sync and async clients (:mod:`.client`) differ only in how they perform a request.
 """
 
 from __future__ import annotations

@@ -1,8 +1,6 @@
-"""The fused window of one query: its entries, best first, and what each stage records on them. Pure.
-
-:func:`fuse_window` builds it from the ranked lists of one ``_msearch`` answer (each collapsed, then fused by
-:mod:`.fusion`; failed items raise through :func:`check_response`); :mod:`.passages` sets the chunk each entry
-shows; the rerank stage (below) reorders its top.
+"""The fused window of one query, pure: its entries, best first, and what each stage records on them.
+:func:`fuse_window` builds it from one ``_msearch`` answer's lists; :mod:`.passages` sets the chunk each entry shows;
+:func:`apply_rerank` reorders its top.
 """
 
 from __future__ import annotations
