@@ -60,12 +60,8 @@ def _normalised(raw: str) -> str:
 
 
 def clean_query(text: object, max_chars: int) -> tuple[str, bool]:
-    """The query as searched, and whether it was truncated.
-
-    NFKC-normalised; control, format, surrogate, private-use and unassigned characters become spaces; whitespace
-    runs collapse. Text longer than ``max_chars`` is cut at the last space before the limit (or at the limit).
-    Raises QueryError for a non-string or a query with nothing searchable left (:func:`searchable`).
-    """
+    """The query as searched (NFKC, odd characters as spaces, whitespace collapsed, cut at the last space before
+    ``max_chars``) and whether it was cut. Raises QueryError for a non-string or nothing :func:`searchable` left."""
     if not isinstance(text, str):
         raise QueryError(f"the query must be a string, got {type(text).__name__}")
     raw = text[: max_chars * 4]  # a huge input costs little; the cut below is the documented one
@@ -133,8 +129,7 @@ def _common(q: QuerySettings, size: int) -> dict[str, Any]:
 
 
 def search_filters(p: Plan) -> list[dict[str, Any]]:
-    """The plan's tenant term and filter plus :func:`~hybridsearch.index.visibility.visible_filter` (the one read
-    path)."""
+    """The plan's tenant term and filter, and :func:`visible_filter` (the one read path)."""
     tenant = [] if p.tenant is None else [{"term": {"tenant": p.tenant}}]
     return [*tenant, *([] if p.filter_clause is None else [p.filter_clause]), visible_filter(p.state_index)]
 
@@ -191,10 +186,8 @@ def bm25_body(q: QuerySettings, p: Plan, scope: Bm25Scope = CHUNKS) -> dict[str,
 
 
 def passage_body(q: QuerySettings, p: Plan) -> dict[str, Any]:
-    """The passage list: BM25 over each chunk's text alone, any query word (operator ``or``: a section may hold
-    every word while no one chunk does), the same filters, collapsed per document, ``passage_k`` documents,
-    highlighted with ``p.highlight``. It ranks nothing: it picks each BM25 document's chunk to show (:mod:`.passages`).
-    """
+    """The passage list, which picks each BM25 document's chunk to show: BM25 over each chunk's text, any query word
+    (a section may hold every word while no one chunk does), the same filters, ``passage_k`` documents."""
     body: dict[str, Any] = {
         "size": q.passage_k, "_source": PASSAGE_FIELDS if p.highlight else [*PASSAGE_FIELDS, HIGHLIGHTED_FIELD],
         "track_total_hits": False, "collapse": {"field": "doc_id"},
@@ -207,8 +200,7 @@ def passage_body(q: QuerySettings, p: Plan) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class KnnWidth:
-    """How widely one kNN search looks: ``num_candidates`` per shard, ``oversample`` (None: no rescoring) and
-    why, in words for people (``hsp search --explain``)."""
+    """How widely one kNN search looks: ``num_candidates`` per shard, ``oversample`` (None: no rescoring), why."""
 
     num_candidates: int
     oversample: float | None
@@ -255,8 +247,7 @@ def knn_width(q: QuerySettings, k: int, shard_chunks: int | None, *, quantized: 
 
 
 def knn_size(q: QuerySettings) -> int:
-    """How many nearest chunks kNN gathers: ``knn_k``, times ``knn_overfetch`` with ``collapse`` (about ``knn_k``
-    distinct documents remain)."""
+    """How many nearest chunks kNN gathers: ``knn_k``, times ``knn_overfetch`` with ``collapse``."""
     return min(10_000, math.ceil(q.knn_k * q.knn_overfetch)) if q.collapse else q.knn_k
 
 
@@ -283,8 +274,7 @@ def text_lines(q: QuerySettings, alias: str, p: Plan, scope: Bm25Scope = CHUNKS)
 
 def knn_lines(q: QuerySettings, alias: str, p: Plan, vector: Iterable[float], dialect: Dialect,
               width: KnnWidth | None = None) -> list[dict[str, Any]]:
-    """The ``_msearch`` lines on ``alias`` of ``p``'s kNN list for the query ``vector``, sent after
-    :func:`text_lines`."""
+    """The ``_msearch`` lines on ``alias`` of ``p``'s kNN list for the query ``vector``."""
     return [{"index": alias}, knn_body(q, p, vector, dialect, width)]
 
 

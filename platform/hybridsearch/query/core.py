@@ -137,8 +137,7 @@ class SearchCore:
         return checked
 
     def _knn_width(self, mapping: Mapping[str, Any], counted: Mapping[str, Any], engine: EngineInfo) -> KnnWidth:
-        """The kNN search's width on the checked index: its largest shard's chunks (hashing spreads chunks evenly),
-        whether its vectors are quantized, whether the engine can rescore them."""
+        """The kNN search's width on the checked index, from its largest shard's chunks and its vectors."""
         shards = int((counted.get("_shards") or {}).get("total") or 1)
         chunks = math.ceil(int(counted.get("count") or 0) / max(1, shards))
         prop = (mapping.get("properties") or {}).get("embedding") or {}
@@ -216,8 +215,7 @@ class SearchCore:
         return dataclasses.replace(p, depth=max(p.k * p.page, self.settings.reranker.depth if reranks else 0))
 
     def why_steps(self, query: str, doc_id: str, **kwargs: Any) -> Steps[WhyReport]:
-        """:meth:`SearchClient.why`'s steps: the search for one highlighted hit, then the probes of the lists that
-        missed ``doc_id`` (:func:`.explain.why_steps`)."""
+        """:meth:`SearchClient.why`'s steps: a search for one highlighted hit, then :func:`.explain.why_steps`."""
         p = yield from self._planned(query, k=1, highlight=True, **kwargs)
         index, window, _ = yield from self._window(p, Timings())
         assert self._dialect is not None  # the index was checked
@@ -249,8 +247,7 @@ class SearchCore:
         raise AssertionError("unreachable: the second search returns or raises")
 
     def _fuse(self, p: Plan, scope: Bm25Scope, responses: list[Json]) -> tuple[Window, float]:
-        """The fused window of one ``_msearch`` answer (a failed list raises; a failed passage list leaves the
-        sections' first chunks) and the milliseconds it took."""
+        """The fused window of one ``_msearch`` answer (a failed list raises) and the milliseconds it took."""
         t0 = time.perf_counter()
         answers = dict(zip(list_names(p, scope), responses, strict=True))
         passages = answers.pop(PASSAGES, None)
@@ -306,8 +303,7 @@ class SearchCore:
     # ---- warming up, building
 
     def warm_up_steps(self, mode: Mode = "hybrid") -> Steps[None]:
-        """Embed once (unless ``mode`` is bm25) and let the reranker score one pair. A reranker failure is ignored;
-        an embedding model that cannot load raises ModelError."""
+        """Embed once (unless ``mode`` is bm25) and let the reranker score one pair (its failure ignored)."""
         if mode != "bm25":
             yield from embed_steps("warm up", Timings())
         if self.reranker is not None and self.settings.reranker.enabled:
@@ -350,8 +346,7 @@ def _hit_fields(e: WindowEntry, rank: int, explanation: list[str] | None) -> dic
 
 
 def build_result(rerank_depth: int, p: Plan, index: str, window: Window, timings: Timings) -> SearchResult:
-    """Page ``window`` (``p.k`` hits from ``(p.page-1)*p.k``) into a :class:`SearchResult`, each hit explained
-    when ``p.explain``."""
+    """``p``'s page of ``window`` as a :class:`SearchResult`, each hit explained when ``p.explain``."""
     start = (p.page - 1) * p.k
     page = window.entries[start:start + p.k]
     hits = [_hit_fields(e, start + i + 1, explain(rerank_depth, window, e) if p.explain else None)

@@ -56,8 +56,7 @@ def check_field(field: str) -> str:
 
 
 def field_type(field: str, metadata: MetadataFields | None = None) -> tuple[str, str]:
-    """``(field the DSL names, its type)``: a fixed field, a declared metadata key (``meta.<key>``) or free-form
-    metadata (:data:`FREE_FORM`)."""
+    """``(field the DSL names, its type)``: a fixed field, a declared metadata key or :data:`FREE_FORM`."""
     if field in FIELD_TYPES:
         return field, FIELD_TYPES[field]
     key = field.removeprefix("metadata.")
@@ -343,10 +342,8 @@ def _date_span(text: str, key: str) -> datetime | None:
 
 
 def to_dsl(f: Filter, metadata: MetadataFields | None = None) -> dict[str, Any]:
-    """The Elasticsearch query clause for ``f`` — the only place filters become DSL. ``metadata``: the index's
-    typed metadata keys and their types (:func:`hybridsearch.index.metadata.metadata_fields_of`); term, terms and range
-    filters on those keys go to ``meta.<key>``, their values checked against the type. Raises QueryError (before
-    any request) for a value the field's type cannot hold and a range the field cannot answer."""
+    """The query clause for ``f``, the only place filters become DSL; ``metadata``: the index's typed metadata keys,
+    whose filters go to ``meta.<key>``. Raises QueryError for a value or range the field's type cannot answer."""
     try:
         return _dsl(f, metadata)
     except ValueError as exc:
@@ -375,7 +372,6 @@ def _dsl(f: Filter, metadata: MetadataFields | None) -> dict[str, Any]:
 
 def filter_dsl(spec: Filter | Mapping[str, Any] | None,
                metadata: MetadataFields | None = None) -> dict[str, Any] | None:
-    """The DSL clause of ``spec`` (an object or a dict), None for no filter; ``metadata``: as for :func:`to_dsl`.
-    Raises QueryError."""
+    """The DSL clause of ``spec`` (an object or a dict; see :func:`to_dsl`), None for no filter."""
     parsed = parse_filter(spec)
     return None if parsed is None else to_dsl(parsed, metadata)

@@ -73,8 +73,7 @@ class Fusion:
             raise QueryError(f"the index's recorded fusion {dict(meta)!r} is malformed ({exc})", fix=fix) from None
 
     def fuse(self, lists: Mapping[str, Sequence[tuple[str, float]]]) -> list[tuple[str, float]]:
-        """Fuse ``{name: [(id, raw score), ...]}`` (best first) into ``(id, score)`` pairs, highest first, ties by
-        id ascending."""
+        """Fuse ``{name: [(id, raw score), ...]}`` (best first) into sorted ``(id, score)`` pairs."""
         scores: dict[str, float] = {}
         for share in self.shares(lists).values():
             for doc, v in share.items():

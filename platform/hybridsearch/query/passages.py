@@ -84,8 +84,8 @@ def _keeps_bm25(e: WindowEntry, knn_chunk: str) -> bool:
 
 def show_passages(entries: Sequence[WindowEntry], sections: bool, answer: Mapping[str, Any] | None,
                   depth: int) -> None:
-    """Set the chunk each window entry shows (see the module docstring); ``answer``: the passage list's
-    (``depth`` documents; None when off). A failed passage list leaves the first chunks, never fails the search."""
+    """Set the chunk each entry shows; ``answer``: the passage list's (``depth`` documents; None when off, and a
+    failed one leaves the sections' first chunks)."""
     failed = item_failure(answer) if answer is not None else None
     best = best_chunks(answer) if answer is not None and failed is None else {}
     first = ("the passage search is off (HSP_QUERY__BEST_PASSAGE=false)" if answer is None else

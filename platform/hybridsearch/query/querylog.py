@@ -30,23 +30,15 @@ def query_hash(text: str) -> str:
 
 def log_doc(p: Plan, result: SearchResult, *, redact: bool) -> dict[str, Any]:
     """The query-log document for one answered search (query text omitted when ``redact``)."""
-    t = result.timings
     doc: dict[str, Any] = {
-        "@timestamp": datetime.now(UTC).isoformat(), "query_hash": query_hash(p.query), "mode": p.mode,
-        "index": result.index, "k": p.k, "hits": len(result.hits), "zero_hits": not result.hits,
-        "reranked": result.reranked, "top_ids": [h.doc_id for h in result.hits[:10]],
-        "latency_ms": {"embed": t.embed_ms, "search": t.search_ms, "fusion": t.fusion_ms,
-                       "rerank": t.rerank_ms, "total": t.total_ms},
+        "@timestamp": datetime.now(UTC).isoformat(), "query_hash": query_hash(p.query),
+        **result.model_dump(include={"mode", "index", "k", "reranked"}), "hits": len(result.hits),
+        "zero_hits": not result.hits, "top_ids": [h.doc_id for h in result.hits[:10]],
+        "latency_ms": {name.removesuffix("_ms"): ms for name, ms in result.timings.model_dump().items()},
     }
-    if not redact:
-        doc["query"] = p.query
-    if p.tenant is not None:
-        doc["tenant"] = p.tenant
-    if p.filter_clause is not None:
-        doc["filters"] = p.filter_clause
-    if result.rerank_reason:
-        doc["rerank_reason"] = result.rerank_reason
-    return doc
+    optional = {"query": None if redact else p.query, "tenant": p.tenant, "filters": p.filter_clause,
+                "rerank_reason": result.rerank_reason or None}
+    return doc | {name: value for name, value in optional.items() if value is not None}
 
 
 class QueryLogger:

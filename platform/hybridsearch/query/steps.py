@@ -130,10 +130,8 @@ def embed_steps(text: str, t: Timings) -> Steps[np.ndarray]:
 
 def send_steps(p: Plan, t: Timings, text: list[Json], knn: KnnLines, what: str,
                overlap: bool = True) -> Steps[list[Json]]:
-    """The ``_msearch`` items of ``p``'s lists (``build.list_names`` order), with ``t.embed_ms`` and ``t.search_ms``
-    (for hybrid: from the vector being ready to both answers being in); ``text``: the lines of the lists that need
-    no vector, ``knn``: those of the kNN list. Hybrid (unless not ``overlap``) spawns BM25 while the query is
-    embedded and sends kNN when the vector is ready; a failed BM25 request raises before a failed kNN one."""
+    """The ``_msearch`` items of ``p``'s lists (``text`` lines, then ``knn``'s), timed into ``t``. Hybrid (with
+    ``overlap``) spawns BM25 while the query is embedded; a failed BM25 request raises before a failed kNN one."""
     if p.mode != "hybrid" or not overlap:
         body = [*text, *(knn((yield from embed_steps(p.query, t))) if p.wants_vector else [])]
         t0 = time.perf_counter()

@@ -53,8 +53,7 @@ class WindowEntry:
 
 @dataclass
 class Window:
-    """The fused window of one query, before paging: ``entries`` best first, ``depths`` the hits each list
-    returned."""
+    """The fused window before paging: ``entries`` best first, ``depths`` the hits each list returned."""
 
     entries: list[WindowEntry]
     depths: dict[str, int]
