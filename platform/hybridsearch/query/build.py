@@ -251,18 +251,6 @@ def knn_size(q: QuerySettings) -> int:
     return min(10_000, math.ceil(q.knn_k * q.knn_overfetch)) if q.collapse else q.knn_k
 
 
-def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float], dialect: Dialect,
-             width: KnnWidth | None = None) -> dict[str, Any]:
-    """The engine's kNN search with :func:`search_filters` as a pre-filter, gathering :func:`knn_size` chunks;
-    ``width``: as the index check chose it (None: an index of unknown size on an engine that does not rescore)."""
-    k = knn_size(q)
-    width = width or knn_width(q, k, None, quantized=False, can_rescore=False)
-    body = _common(q, list_size(p, q.knn_k))
-    body.update(dialect.knn_search("embedding", list(vector), k, max(width.num_candidates, k), search_filters(p),
-                                   width.oversample))
-    return body
-
-
 def text_lines(q: QuerySettings, alias: str, p: Plan, scope: Bm25Scope = CHUNKS) -> list[dict[str, Any]]:
     """The ``_msearch`` lines on ``alias`` of ``p``'s lists that need no query vector: BM25 and, where ``scope``
     finds them, its passage list; none for dense."""
@@ -274,8 +262,15 @@ def text_lines(q: QuerySettings, alias: str, p: Plan, scope: Bm25Scope = CHUNKS)
 
 def knn_lines(q: QuerySettings, alias: str, p: Plan, vector: Iterable[float], dialect: Dialect,
               width: KnnWidth | None = None) -> list[dict[str, Any]]:
-    """The ``_msearch`` lines on ``alias`` of ``p``'s kNN list for the query ``vector``."""
-    return [{"index": alias}, knn_body(q, p, vector, dialect, width)]
+    """The ``_msearch`` lines on ``alias`` of ``p``'s kNN list for the query ``vector``: the engine's kNN search with
+    :func:`search_filters` as a pre-filter, gathering :func:`knn_size` chunks; ``width``: as the index check chose
+    it (None: an index of unknown size on an engine that does not rescore)."""
+    k = knn_size(q)
+    width = width or knn_width(q, k, None, quantized=False, can_rescore=False)
+    body = _common(q, list_size(p, q.knn_k))
+    body.update(dialect.knn_search("embedding", list(vector), k, max(width.num_candidates, k), search_filters(p),
+                                   width.oversample))
+    return [{"index": alias}, body]
 
 
 def list_names(p: Plan, scope: Bm25Scope = CHUNKS) -> list[str]:

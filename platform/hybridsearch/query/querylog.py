@@ -5,6 +5,7 @@ counted when the queue is full) and bulk-written to ``<prefix>-query-log`` by a 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import queue
@@ -57,15 +58,12 @@ class QueryLogger:
 
     def submit(self, doc: dict[str, Any]) -> bool:
         """Queue ``doc`` without waiting; False (and ``dropped`` + 1) when the queue is full or closed."""
-        if self._closed:
-            self.dropped += 1
-            return False
-        try:
-            self._queue.put_nowait(doc)
-            return True
-        except queue.Full:
-            self.dropped += 1
-            return False
+        with contextlib.suppress(queue.Full):
+            if not self._closed:
+                self._queue.put_nowait(doc)
+                return True
+        self.dropped += 1
+        return False
 
     def flush(self, timeout: float | None = 10.0) -> bool:
         """Wait until every queued document has been handled; False when ``timeout`` passed first."""
