@@ -2,7 +2,7 @@
 
 The chunk index is made by the one creator (``index.versions.create_version``) from settings declaring
 ``index.metadata_fields``; chunk documents come from ingestion's own layout (``ingest.chunking.document_chunks``, the
-typed ``meta`` copy included); filters are rendered by ``query.filters.filter_clauses`` against the typed keys read
+typed ``meta`` copy included); filters are rendered by ``query.filters.filter_dsl`` against the typed keys read
 back from the index's real mapping (``index.metadata.metadata_fields_of``). The property test compares the engine's
 answer with the answer computed in Python over the same documents.
 """
@@ -25,7 +25,7 @@ from hybridsearch.index.metadata import metadata_fields_of, parse_date
 from hybridsearch.index.versions import create_version
 from hybridsearch.ingest.chunking import document_chunks
 from hybridsearch.ingest.sources import Document
-from hybridsearch.query.filters import Range, filter_clauses
+from hybridsearch.query.filters import Range, filter_dsl
 from hybridsearch.settings import Settings
 from ingest_helpers import WhitespaceTokenizer
 
@@ -59,7 +59,7 @@ def write(es: EngineClient, settings: Settings, index: str, fields: dict[str, st
 
 
 def engine_answer(es: EngineClient, index: str, tenant: str, spec: Any, fields: dict[str, str]) -> set[str]:
-    clauses = filter_clauses(spec, tenant, fields)
+    clauses = [{"term": {"tenant": tenant}}, filter_dsl(spec, fields)]
     resp = es.send(request.search(index, request.body(query={"bool": {"filter": clauses}}, size=1000,
                                                       source=["doc_id"])))
     return {h["_source"]["doc_id"] for h in resp["hits"]["hits"]}

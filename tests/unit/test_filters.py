@@ -19,7 +19,7 @@ from hybridsearch.query.filters import (
     Range,
     Term,
     Terms,
-    filter_clauses,
+    filter_dsl,
     parse_filter,
     to_dsl,
 )
@@ -93,10 +93,9 @@ def test_deep_nesting_is_refused() -> None:
         parse_filter(["source"])  # type: ignore[arg-type]
 
 
-def test_tenant_is_always_added() -> None:
-    assert filter_clauses(None, "acme") == [{"term": {"tenant": "acme"}}]
-    assert filter_clauses({"source": "x"}, None) == [{"term": {"source": "x"}}]
-    assert filter_clauses(None, None) == []
+def test_no_filter_is_no_clause() -> None:
+    assert filter_dsl({"source": "x"}) == {"term": {"source": "x"}}
+    assert filter_dsl(None) is None and filter_dsl({}) is None
 
 
 def test_cli_filters() -> None:
@@ -182,21 +181,21 @@ def test_declared_metadata_ranges_go_to_the_typed_field() -> None:
     assert to_dsl(Exists("metadata.n"), SCHEMA) == {"exists": {"field": "metadata.n"}}  # the free-form copy
     # an undeclared key stays free-form for terms; the fixed fields are unaffected
     assert to_dsl(Term("metadata.other", 5), SCHEMA) == {"term": {"metadata.other": 5}}
-    assert filter_clauses({"range": {"metadata.n": {"gte": "10", "lte": "100"}}}, "t", SCHEMA) == [
-        {"term": {"tenant": "t"}}, {"range": {"meta.n": {"gte": 10, "lte": 100}}}]
+    assert filter_dsl({"range": {"metadata.n": {"gte": "10", "lte": "100"}}}, SCHEMA) == {
+        "range": {"meta.n": {"gte": 10, "lte": 100}}}
 
 
 @pytest.mark.parametrize("metadata", [None, {}, {"other": "long"}])
 def test_a_range_on_free_form_metadata_is_refused_with_the_fix(metadata: dict[str, str] | None) -> None:
     for spec in ({"range": {"metadata.n": {"gte": 10, "lte": 100}}}, {"range": {"metadata.n": {"gte": "a"}}}):
         with pytest.raises(QueryError) as err:
-            filter_clauses(spec, None, metadata)
+            filter_dsl(spec, metadata)
         msg = str(err.value)
         assert "\n" not in msg and msg.startswith("invalid filter: range on metadata.n: this index has no typed field")
         assert "HSP_INDEX__METADATA_FIELDS='{\"n\": \"long\"}'" in msg and "new index version" in msg
     with pytest.raises(QueryError, match="no typed field"):  # nested too
-        filter_clauses(AllOf([Term("source", "x"), NoneOf([Range("metadata.n", lt=3)])]), None, metadata)
-    assert filter_clauses({"metadata.n": "25"}, None, metadata) == [{"term": {"metadata.n": "25"}}]
+        filter_dsl(AllOf([Term("source", "x"), NoneOf([Range("metadata.n", lt=3)])]), metadata)
+    assert filter_dsl({"metadata.n": "25"}, metadata) == {"term": {"metadata.n": "25"}}
 
 
 @pytest.mark.parametrize(("f", "message"), [

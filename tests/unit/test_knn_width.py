@@ -14,7 +14,7 @@ from hybridsearch.query.build import (
     MAX_CANDIDATES,
     auto_candidates,
     is_quantized,
-    knn_body,
+    knn_lines,
     knn_size,
     knn_width,
     plan,
@@ -78,13 +78,13 @@ def test_the_knn_body_carries_the_width() -> None:
     p = plan(q, None, "bees", k=10, mode="dense")
     k = knn_size(q)
     w = knn_width(q, k, 5_000_000, quantized=True, can_rescore=True)
-    body = knn_body(q, p, [0.1, 0.2], ELASTICSEARCH, w)["knn"]
+    body = knn_lines(q, "a", p, [0.1, 0.2], ELASTICSEARCH, w)[1]["knn"]
     assert body["num_candidates"] == w.num_candidates > BASE_CANDIDATES
     assert body["rescore_vector"] == {"oversample": 1.0} and body["k"] == k
-    plain = knn_body(q, p, [0.1, 0.2], ELASTICSEARCH)["knn"]
+    plain = knn_lines(q, "a", p, [0.1, 0.2], ELASTICSEARCH)[1]["knn"]
     assert "rescore_vector" not in plain and plain["num_candidates"] == max(BASE_CANDIDATES, k)
     with pytest.raises(ConfigError):
-        knn_body(q, p, [0.1, 0.2], OPENSEARCH, w)
+        knn_lines(q, "a", p, [0.1, 0.2], OPENSEARCH, w)
 
 
 @pytest.mark.parametrize(("setting", "sent"), [(None, {"oversample": 1.0}), (0.0, None)])

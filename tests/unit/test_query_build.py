@@ -14,7 +14,6 @@ from hybridsearch.errors import ClusterError, IndexNotFound, QueryError, Reranke
 from hybridsearch.query.build import (
     JOINED_FIELD,
     Bm25Scope,
-    bm25_on_sections,
     bm25_scope,
     clean_query,
     knn_lines,
@@ -210,9 +209,9 @@ def test_result_paging_and_explain(settings: Settings) -> None:
         "BM25: rank 3, score 6.0000 → RRF term 1/(60+3) = 0.015873", "kNN: not in the top 3 (adds 0)",
         "fused: rank 4, score 0.015873 (RRF k=60, weights bm25 1 / kNN 1 (default))",
         "passage: chunk c#0, the chunk BM25 scored", "rerank: not applied (no reranker configured)"]
-    doc = log_doc(p, res, redact=settings.query.redact, tenant=settings.index.tenant)
+    doc = log_doc(p, res, redact=settings.query.redact)
     assert doc["query"] == "q" and doc["query_hash"] == query_hash("q") and doc["top_ids"] == ["c"]
-    assert "query" not in log_doc(p, res, redact=True, tenant=None)
+    assert "query" not in log_doc(p, res, redact=True)
 
 
 def test_failed_msearch_items_become_our_errors() -> None:
@@ -250,9 +249,9 @@ def test_bm25_scores_sections_only_where_the_index_has_them_and_results_are_per_
     assert fields == ["section_title^1", "section_text"]
     fields = text_lines(q, alias, p)[1]["query"]["bool"]["must"][0]["multi_match"]["fields"]
     assert fields == ["title^1", "text"]
-    assert bm25_on_sections(q, 1000) and not bm25_on_sections(q, None)
-    assert not bm25_on_sections(q.model_copy(update={"collapse": False}), 1000)  # chunk results: chunk BM25
-    assert not bm25_on_sections(q.model_copy(update={"bm25_unit": "chunk"}), 1000)
+    assert bm25_scope(q, 1000).sections and not bm25_scope(q, None).sections
+    assert not bm25_scope(q.model_copy(update={"collapse": False}), 1000).sections  # chunk results: chunk BM25
+    assert not bm25_scope(q.model_copy(update={"bm25_unit": "chunk"}), 1000).sections
 
 
 def test_bm25_scores_title_and_text_as_one_field_over_sections_unless_separate(settings: Settings) -> None:

@@ -6,14 +6,14 @@ from __future__ import annotations
 import math
 import unicodedata
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, get_args
 
 from hybridsearch.engine.dialect import Dialect
 from hybridsearch.errors import QueryError
 from hybridsearch.index.metadata import MetadataFields
 from hybridsearch.index.visibility import visible_filter
-from hybridsearch.query.filters import Filter, filter_clauses, filter_summary
+from hybridsearch.query.filters import Filter, filter_dsl
 from hybridsearch.query.passages import HIGHLIGHTED_FIELD, PASSAGE_FIELDS, highlight_body
 from hybridsearch.query.results import Mode
 from hybridsearch.settings import QuerySettings
@@ -60,12 +60,8 @@ def _normalised(raw: str) -> str:
 
 
 def clean_query(text: object, max_chars: int) -> tuple[str, bool]:
-    """The query as searched, and whether it was truncated.
-
-    NFKC-normalised; control, format, surrogate, private-use and unassigned characters become spaces; whitespace
-    runs collapse. Text longer than ``max_chars`` is cut at the last space before the limit (or at the limit).
-    Raises QueryError for a non-string or a query with nothing searchable left (:func:`searchable`).
-    """
+    """The query as searched (NFKC, odd characters as spaces, whitespace collapsed, cut at the last space before
+    ``max_chars``) and whether it was cut. Raises QueryError for a non-string or nothing :func:`searchable` left."""
     if not isinstance(text, str):
         raise QueryError(f"the query must be a string, got {type(text).__name__}")
     raw = text[: max_chars * 4]  # a huge input costs little; the cut below is the documented one
@@ -90,9 +86,9 @@ class Plan:
     page: int
     rerank: bool
     explain: bool
-    filters: list[dict[str, Any]] = field(default_factory=list)
+    tenant: str | None = None  # every list is filtered to it
+    filter_clause: dict[str, Any] | None = None  # the caller's filters as DSL (the query log records it)
     highlight: bool = False  # the passages' matches wanted as highlights (the engine's highlighter: it costs)
-    filter_log: dict[str, Any] | None = None
     state_index: str | None = None  # the prefix's ingest state: documents being written are not searched
     depth: int | None = None  # hits each list returns (:func:`list_size`); None: its own k, as fusion wants
 
@@ -115,9 +111,8 @@ def plan(
     if isinstance(page, bool) or not isinstance(page, int) or page < 1:
         raise QueryError(f"page must be an integer from 1, got {page!r}")
     text, truncated = clean_query(query, q.max_query_chars)
-    clauses = filter_clauses(filters, tenant, metadata)
     return Plan(query=text, truncated=truncated, mode=mode, k=k, page=page, rerank=rerank,  # type: ignore[arg-type]
-                explain=explain, filters=clauses, filter_log=filter_summary(filters, metadata), state_index=state_index,
+                explain=explain, tenant=tenant, filter_clause=filter_dsl(filters, metadata), state_index=state_index,
                 highlight=highlight)
 
 
@@ -134,8 +129,9 @@ def _common(q: QuerySettings, size: int) -> dict[str, Any]:
 
 
 def search_filters(p: Plan) -> list[dict[str, Any]]:
-    """The plan's filters plus :func:`~hybridsearch.index.visibility.visible_filter` (the one read path)."""
-    return [*p.filters, visible_filter(p.state_index)]
+    """The plan's tenant term and filter, and :func:`visible_filter` (the one read path)."""
+    tenant = [] if p.tenant is None else [{"term": {"tenant": p.tenant}}]
+    return [*tenant, *([] if p.filter_clause is None else [p.filter_clause]), visible_filter(p.state_index)]
 
 
 @dataclass(frozen=True)
@@ -160,16 +156,10 @@ class Bm25Scope:
 CHUNKS = Bm25Scope()
 
 
-def bm25_on_sections(q: QuerySettings, section_words: int | None) -> bool:
-    """Whether BM25 scores sections: the index has them (``section_words``, its ``_meta``), results are collapsed
-    per document and ``bm25_unit`` is auto."""
-    return section_words is not None and q.collapse and q.bm25_unit == "auto"
-
-
 def bm25_scope(q: QuerySettings, section_words: int | None) -> Bm25Scope:
-    """The :class:`Bm25Scope` for an index with ``section_words`` (its ``_meta``): sections per
-    :func:`bm25_on_sections`, joined over sections unless ``bm25_fields`` is separate."""
-    sections = bm25_on_sections(q, section_words)
+    """The :class:`Bm25Scope` for an index with ``section_words`` (its ``_meta``): sections where it has them, results
+    are collapsed per document and ``bm25_unit`` is auto; joined over sections unless ``bm25_fields`` is separate."""
+    sections = section_words is not None and q.collapse and q.bm25_unit == "auto"
     return Bm25Scope(sections, sections and q.bm25_fields == "auto", q.best_passage)
 
 
@@ -196,10 +186,8 @@ def bm25_body(q: QuerySettings, p: Plan, scope: Bm25Scope = CHUNKS) -> dict[str,
 
 
 def passage_body(q: QuerySettings, p: Plan) -> dict[str, Any]:
-    """The passage list: BM25 over each chunk's text alone, any query word (operator ``or``: a section may hold
-    every word while no one chunk does), the same filters, collapsed per document, ``passage_k`` documents,
-    highlighted with ``p.highlight``. It ranks nothing: it picks each BM25 document's chunk to show (:mod:`.passages`).
-    """
+    """The passage list, which picks each BM25 document's chunk to show: BM25 over each chunk's text, any query word
+    (a section may hold every word while no one chunk does), the same filters, ``passage_k`` documents."""
     body: dict[str, Any] = {
         "size": q.passage_k, "_source": PASSAGE_FIELDS if p.highlight else [*PASSAGE_FIELDS, HIGHLIGHTED_FIELD],
         "track_total_hits": False, "collapse": {"field": "doc_id"},
@@ -212,8 +200,7 @@ def passage_body(q: QuerySettings, p: Plan) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class KnnWidth:
-    """How widely one kNN search looks: ``num_candidates`` per shard, ``oversample`` (None: no rescoring) and
-    why, in words for people (``hsp search --explain``)."""
+    """How widely one kNN search looks: ``num_candidates`` per shard, ``oversample`` (None: no rescoring), why."""
 
     num_candidates: int
     oversample: float | None
@@ -260,21 +247,8 @@ def knn_width(q: QuerySettings, k: int, shard_chunks: int | None, *, quantized: 
 
 
 def knn_size(q: QuerySettings) -> int:
-    """How many nearest chunks kNN gathers: ``knn_k``, times ``knn_overfetch`` with ``collapse`` (about ``knn_k``
-    distinct documents remain)."""
+    """How many nearest chunks kNN gathers: ``knn_k``, times ``knn_overfetch`` with ``collapse``."""
     return min(10_000, math.ceil(q.knn_k * q.knn_overfetch)) if q.collapse else q.knn_k
-
-
-def knn_body(q: QuerySettings, p: Plan, vector: Iterable[float], dialect: Dialect,
-             width: KnnWidth | None = None) -> dict[str, Any]:
-    """The engine's kNN search with :func:`search_filters` as a pre-filter, gathering :func:`knn_size` chunks;
-    ``width``: as the index check chose it (None: an index of unknown size on an engine that does not rescore)."""
-    k = knn_size(q)
-    width = width or knn_width(q, k, None, quantized=False, can_rescore=False)
-    body = _common(q, list_size(p, q.knn_k))
-    body.update(dialect.knn_search("embedding", list(vector), k, max(width.num_candidates, k), search_filters(p),
-                                   width.oversample))
-    return body
 
 
 def text_lines(q: QuerySettings, alias: str, p: Plan, scope: Bm25Scope = CHUNKS) -> list[dict[str, Any]]:
@@ -288,9 +262,15 @@ def text_lines(q: QuerySettings, alias: str, p: Plan, scope: Bm25Scope = CHUNKS)
 
 def knn_lines(q: QuerySettings, alias: str, p: Plan, vector: Iterable[float], dialect: Dialect,
               width: KnnWidth | None = None) -> list[dict[str, Any]]:
-    """The ``_msearch`` lines on ``alias`` of ``p``'s kNN list for the query ``vector``, sent after
-    :func:`text_lines`."""
-    return [{"index": alias}, knn_body(q, p, vector, dialect, width)]
+    """The ``_msearch`` lines on ``alias`` of ``p``'s kNN list for the query ``vector``: the engine's kNN search with
+    :func:`search_filters` as a pre-filter, gathering :func:`knn_size` chunks; ``width``: as the index check chose
+    it (None: an index of unknown size on an engine that does not rescore)."""
+    k = knn_size(q)
+    width = width or knn_width(q, k, None, quantized=False, can_rescore=False)
+    body = _common(q, list_size(p, q.knn_k))
+    body.update(dialect.knn_search("embedding", list(vector), k, max(width.num_candidates, k), search_filters(p),
+                                   width.oversample))
+    return [{"index": alias}, body]
 
 
 def list_names(p: Plan, scope: Bm25Scope = CHUNKS) -> list[str]:

@@ -1,8 +1,6 @@
-"""``SearchClient`` and ``AsyncSearchClient``: the query layer's public API.
-
-Both are thin shells around :class:`~hybridsearch.query.core.SearchCore`, which decides every step of a search; a
-shell only performs the requests the steps make (:mod:`.steps`): engine requests, the embedding, the reranker under
-its timeout, and starting hybrid's BM25 request while the query is embedded (a worker thread, or an asyncio task).
+"""``SearchClient`` and ``AsyncSearchClient``: thin shells around :class:`~hybridsearch.query.core.SearchCore` that
+perform the requests its steps make (:mod:`.steps`): engine requests, the embedding, the reranker under its timeout,
+and hybrid's BM25 request while the query is embedded (a worker thread, or an asyncio task).
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """The search core: every step and decision of a search, without I/O, for both clients (:mod:`.client`).
-
-    index_steps    detect the engine → resolve the alias → its mappings and chunk count → check them (cached 60 s)
-    search_steps   plan → index_steps → send (:func:`.steps.send_steps`) → the alias moved? search again, once
-                   → fuse (:mod:`.window`) → passages → rerank the top (degraded to fused order when the reranker
-                   fails or times out) → page (:func:`build_result`) → query log
-    why_steps      the search for one highlighted hit over whole lists, then the probes of :mod:`.explain`
-    warm_up_steps  embed once, let the reranker score one pair (its failure ignored)
+``index_steps``: resolve the alias, check the index's mapping (cached 60 s); ``search_steps``: plan → send → the
+alias moved? search again, once → fuse → passages → rerank the top (fused order when the reranker fails) → page →
+query log; ``why_steps``: that search over whole lists, then the probes of :mod:`.explain`; ``warm_up_steps``.
 """
 
 from __future__ import annotations
@@ -21,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from hybridsearch.engine import Dialect, EngineInfo, Sender
 from hybridsearch.engine import request as engine_request
-from hybridsearch.errors import HybridSearchError, IndexNotFound
+from hybridsearch.errors import HybridSearchError, IndexNotFound, RerankerError, RerankerModelError
 from hybridsearch.index.fit import check_mapping, follow_index
 from hybridsearch.index.metadata import metadata_fields_of
 from hybridsearch.index.spec import section_words_of
@@ -46,10 +42,9 @@ from hybridsearch.query.filters import NOT_YET_KNOWN, Filter
 from hybridsearch.query.fusion import Fusion, fusion_for
 from hybridsearch.query.passages import highlights, show_passages
 from hybridsearch.query.querylog import QueryLogger, log_doc
-from hybridsearch.query.results import Mode, SearchResult, Timings, WhyReport
+from hybridsearch.query.results import Mode, RerankOutcome, SearchResult, Timings, WhyReport
 from hybridsearch.query.steps import Detect, Json, KnnLines, Rerank, Send, Steps, embed_steps, ms_since, send_steps
 from hybridsearch.query.window import (
-    Rank,
     Window,
     WindowEntry,
     answered_by,
@@ -57,8 +52,6 @@ from hybridsearch.query.window import (
     check_response,
     fuse_window,
     passage_text,
-    record_failure,
-    skip_reason,
 )
 from hybridsearch.rerank.base import Reranker, effective_blend
 from hybridsearch.settings import EmbeddingSettings, QuerySettings, RerankerSettings, Settings, get_settings
@@ -144,8 +137,7 @@ class SearchCore:
         return checked
 
     def _knn_width(self, mapping: Mapping[str, Any], counted: Mapping[str, Any], engine: EngineInfo) -> KnnWidth:
-        """The kNN search's width on the checked index: its largest shard's chunks (hashing spreads chunks evenly),
-        whether its vectors are quantized, whether the engine can rescore them."""
+        """The kNN search's width on the checked index, from its largest shard's chunks and its vectors."""
         shards = int((counted.get("_shards") or {}).get("total") or 1)
         chunks = math.ceil(int(counted.get("count") or 0) / max(1, shards))
         prop = (mapping.get("properties") or {}).get("embedding") or {}
@@ -181,14 +173,6 @@ class SearchCore:
         self.settings = self.settings.model_copy(update={"embedding": embedding})
         if self._own_embedder:
             self._embedder = None
-
-    def _moved(self, index: str, responses: list[Json]) -> bool:
-        """Whether the answers came from another index than ``index`` (the alias moved since the check); if so the
-        cached check is dropped, so the next ``index_steps`` checks the new index at once."""
-        if not answered_by(responses) - {index}:
-            return False
-        self._index = None
-        return True
 
     # ---- planning
 
@@ -231,8 +215,7 @@ class SearchCore:
         return dataclasses.replace(p, depth=max(p.k * p.page, self.settings.reranker.depth if reranks else 0))
 
     def why_steps(self, query: str, doc_id: str, **kwargs: Any) -> Steps[WhyReport]:
-        """:meth:`SearchClient.why`'s steps: the search for one highlighted hit, then the probes of the lists that
-        missed ``doc_id`` (:func:`.explain.why_steps`)."""
+        """:meth:`SearchClient.why`'s steps: a search for one highlighted hit, then :func:`.explain.why_steps`."""
         p = yield from self._planned(query, k=1, highlight=True, **kwargs)
         index, window, _ = yield from self._window(p, Timings())
         assert self._dialect is not None  # the index was checked
@@ -248,8 +231,10 @@ class SearchCore:
             index, scope = (yield from self.index_steps()), self._bm25
             responses = yield from send_steps(p, t, *self._lines(p, scope), f"search {self.settings.index.alias}",
                                               self.query.hybrid_overlap)
-            if self._moved(index, responses) and retry:  # searched as the old index wants: check the new one
-                continue
+            if answered_by(responses) - {index}:  # the alias moved since the check: check the new index at once
+                self._index = None
+                if retry:  # searched as the old index wants
+                    continue
             try:
                 window, fuse_ms = self._fuse(p, scope, responses)
             except HybridSearchError:  # a failed list: if the alias moved, say what changed (IndexMismatch) or retry
@@ -262,8 +247,7 @@ class SearchCore:
         raise AssertionError("unreachable: the second search returns or raises")
 
     def _fuse(self, p: Plan, scope: Bm25Scope, responses: list[Json]) -> tuple[Window, float]:
-        """The fused window of one ``_msearch`` answer (a failed list raises; a failed passage list leaves the
-        sections' first chunks) and the milliseconds it took."""
+        """The fused window of one ``_msearch`` answer (a failed list raises) and the milliseconds it took."""
         t0 = time.perf_counter()
         answers = dict(zip(list_names(p, scope), responses, strict=True))
         passages = answers.pop(PASSAGES, None)
@@ -275,19 +259,27 @@ class SearchCore:
 
     def _rerank(self, p: Plan, window: Window, t: Timings) -> Steps[None]:
         """Rerank the top of ``window`` unless skipped; a failing or slow reranker keeps the fused order."""
-        t0 = time.perf_counter()
-        skipped = skip_reason(p.rerank, self.reranker is not None, self._no_reranker_reason, window)
-        if skipped is not None:
-            window.rerank_outcome, window.rerank_reason = skipped
+        t0, cfg = time.perf_counter(), self.settings.reranker
+        if not p.rerank:
+            window.rerank_outcome, window.rerank_reason = RerankOutcome.SKIPPED, "rerank not requested"
+        elif self.reranker is None:
+            window.rerank_outcome = RerankOutcome.DISABLED
+            window.rerank_reason = self._no_reranker_reason or "no reranker configured"
+        elif not window.entries:
+            window.rerank_outcome, window.rerank_reason = RerankOutcome.SKIPPED, "no hits to rerank"
         else:
-            assert self.reranker is not None
-            cfg = self.settings.reranker
             passages = [passage_text(e.source) for e in window.entries[:cfg.depth]]
             try:
                 scores = yield Rerank(self.reranker, p.query, passages, cfg.timeout)
                 apply_rerank(window, cfg.depth, list(scores), self.rerank_blend())
+            except TimeoutError:  # concurrent.futures' and asyncio's timeouts are TimeoutError
+                window.rerank_outcome = RerankOutcome.TIMED_OUT
+                window.rerank_reason = f"reranker timeout after {cfg.timeout}s"
             except Exception as exc:  # noqa: BLE001 - any reranker failure (or unusable scores) keeps fused order
-                record_failure(window, exc, cfg.timeout)
+                window.rerank_outcome = (RerankOutcome.NO_MODEL if isinstance(exc, RerankerModelError)
+                                         else RerankOutcome.FAILED)
+                what = str(exc) if isinstance(exc, RerankerError) else f"{type(exc).__name__}: {exc}"
+                window.rerank_reason = f"reranker error: {what}"
         t.rerank_ms = ms_since(t0)
 
     def rerank_blend(self) -> float:
@@ -305,14 +297,13 @@ class SearchCore:
         if p.wants_vector and self._width is not None:
             result.knn_width = self._width.reason
         if self.query_log is not None:
-            self.query_log.submit(log_doc(p, result, redact=self.query.redact, tenant=self.settings.index.tenant))
+            self.query_log.submit(log_doc(p, result, redact=self.query.redact))
         return result
 
     # ---- warming up, building
 
     def warm_up_steps(self, mode: Mode = "hybrid") -> Steps[None]:
-        """Embed once (unless ``mode`` is bm25) and let the reranker score one pair. A reranker failure is ignored;
-        an embedding model that cannot load raises ModelError."""
+        """Embed once (unless ``mode`` is bm25) and let the reranker score one pair (its failure ignored)."""
         if mode != "bm25":
             yield from embed_steps("warm up", Timings())
         if self.reranker is not None and self.settings.reranker.enabled:
@@ -338,10 +329,6 @@ class SearchCore:
             self.query_log = QueryLogger(es, self.settings)
 
 
-def _rank_fields(r: Rank | None) -> dict[str, Any] | None:
-    return None if r is None else {"rank": r.rank, "score": r.score}
-
-
 def _hit_fields(e: WindowEntry, rank: int, explanation: list[str] | None) -> dict[str, Any]:
     """The fields of ``e``'s :class:`Hit` at ``rank`` as plain data (the page is validated at once)."""
     src = e.source
@@ -354,14 +341,12 @@ def _hit_fields(e: WindowEntry, rank: int, explanation: list[str] | None) -> dic
         "highlights": highlights(text, e.matches), "parent_id": src.get("parent_id"),
         "parent_text": src.get("parent_text"), "metadata": meta if isinstance(meta, dict) else {},
         "score": e.blended if e.blended is not None else e.rerank.score if e.rerank else e.base_score, "rank": rank,
-        "bm25": _rank_fields(e.stages.get("bm25")), "knn": _rank_fields(e.stages.get("knn")),
-        "fused": _rank_fields(e.fused), "rerank": _rank_fields(e.rerank), "explanation": explanation,
+        "explanation": explanation, **e.stage_scores(),
     }
 
 
 def build_result(rerank_depth: int, p: Plan, index: str, window: Window, timings: Timings) -> SearchResult:
-    """Page ``window`` (``p.k`` hits from ``(p.page-1)*p.k``) into a :class:`SearchResult`, each hit explained
-    when ``p.explain``."""
+    """``p``'s page of ``window`` as a :class:`SearchResult`, each hit explained when ``p.explain``."""
     start = (p.page - 1) * p.k
     page = window.entries[start:start + p.k]
     hits = [_hit_fields(e, start + i + 1, explain(rerank_depth, window, e) if p.explain else None)

@@ -11,9 +11,9 @@ from typing import Any
 from hybridsearch.engine.dialect import Dialect
 from hybridsearch.query.build import CHUNKS, Bm25Scope, Plan, bm25_body, search_filters
 from hybridsearch.query.passages import highlights
-from hybridsearch.query.results import Highlight, PassageSource, RerankOutcome, WhyReport
+from hybridsearch.query.results import PassageSource, RerankOutcome, WhyReport
 from hybridsearch.query.steps import Embed, Json, Steps, msearch
-from hybridsearch.query.window import Rank, Window, WindowEntry, check_response, stage_score
+from hybridsearch.query.window import Window, WindowEntry, check_response
 from hybridsearch.settings import QuerySettings
 
 STAGE_LABEL = {"bm25": "BM25", "knn": "kNN"}
@@ -116,25 +116,21 @@ def why_steps(probes: Probes, p: Plan, index: str, window: Window, doc_id: str) 
                                          _count_body({"bool": {"filter": _doc_filters(p, doc_id, True)}})],
                                 f"count chunks of {doc_id}")
     total, allowed = _total(counted[0]), _total(counted[1])
-    pos = next((i for i, e in enumerate(window.entries) if str(e.source.get("doc_id") or e.key) == doc_id), None)
-    entry = window.entries[pos] if pos is not None else None
-    rep = WhyReport(query=p.query, doc_id=doc_id, mode=p.mode, index=index, chunks_in_index=total,
-                    chunks_matching_filters=allowed, candidates=len(window.entries),
-                    reranked=window.reranked, rerank_outcome=window.rerank_outcome,
-                    rerank_reason=window.rerank_reason)
+    rank, entry = next(((i, e) for i, e in enumerate(window.entries, start=1)
+                        if str(e.source.get("doc_id") or e.key) == doc_id), (None, None))
+    shown = {} if entry is None else {**entry.stage_scores(), "chunk_id": entry.chunk_id, "passage": entry.passage,
+                                      "highlights": highlights(str(entry.source.get("text") or ""), entry.matches)}
+    rep = WhyReport.model_validate({
+        "query": p.query, "doc_id": doc_id, "mode": p.mode, "index": index, "chunks_in_index": total,
+        "chunks_matching_filters": allowed, "candidates": len(window.entries), "final_rank": rank, **shown,
+        "reranked": window.reranked, "rerank_outcome": window.rerank_outcome, "rerank_reason": window.rerank_reason})
     notes = rep.notes
     if total == 0:
         notes.append(f"{doc_id} is not in {index}: no chunk has this doc_id")
     elif allowed == 0:
         notes.append(f"all {total} chunks of {doc_id} are excluded by the filters (or tenant), or still being written")
-    if entry is not None:
-        rep.bm25, rep.knn = stage_score(entry.stages.get("bm25")), stage_score(entry.stages.get("knn"))
-        rep.fused, rep.rerank = stage_score(entry.fused), stage_score(entry.rerank)
-        rep.final_rank = (pos or 0) + 1
-        rep.chunk_id, rep.passage = entry.chunk_id, entry.passage
-        rep.highlights = [Highlight(**h) for h in highlights(str(entry.source.get("text") or ""), entry.matches)]
     for name, depth in window.depths.items():
-        stage: Rank | None = entry.stages.get(name) if entry else None
+        stage = entry.stages.get(name) if entry else None
         if stage is not None:
             notes.append(f"{STAGE_LABEL[name]}: rank {stage.rank} of {depth}, score {stage.score:.4f}")
         elif allowed:

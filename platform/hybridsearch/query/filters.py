@@ -1,11 +1,8 @@
-"""Typed search filters, the fields they may name, and their one translation to the engine's DSL.
-
-Build filters as objects (``Term("source", "pubmed")``, ``AllOf([...])``) or pass a plain dict:
-``{"source": "pubmed"}`` (every key must match; a list value means any of), ``{"term": {...}}``, ``{"terms": {...}}``,
-``{"range": {"ingested_at": {"gte": "2024-01-01"}}}``, ``{"exists": "metadata.lang"}``, and ``all_of``, ``any_of``,
-``none_of`` nesting any of these. Only :data:`FIELD_TYPES` and ``metadata.<key>`` may be named; values are checked
-against the field's type (a metadata key declared in ``HSP_INDEX__METADATA_FIELDS`` by the index's typed copy,
-``meta.<key>``; free-form metadata takes no range). Anything else raises QueryError before any request.
+"""Typed search filters and their one translation to the engine's DSL. Build them as objects
+(``Term("source", "pubmed")``, ``AllOf([...])``) or as dicts: ``{"source": "pubmed"}`` (a list value: any of),
+``{"term"|"terms"|"range": {field: ...}}``, ``{"exists": field}``, ``{"all_of"|"any_of"|"none_of": [...]}``. Only
+:data:`FIELD_TYPES` and ``metadata.<key>`` may be named, values checked against the field's type (declared metadata
+keys by the typed copy ``meta.<key>``). Anything else raises QueryError before any request.
 """
 
 from __future__ import annotations
@@ -48,8 +45,6 @@ MAX_DEPTH = 8
 MAX_CLAUSES = 256
 MAX_TERMS = 1024
 Bound = str | int | float | date | datetime
-#: "Argument not given" in the positional constructors (None is a value, and a wrong one).
-_UNSET: Any = object()
 
 
 def check_field(field: str) -> str:
@@ -61,8 +56,7 @@ def check_field(field: str) -> str:
 
 
 def field_type(field: str, metadata: MetadataFields | None = None) -> tuple[str, str]:
-    """``(field the DSL names, its type)``: a fixed field, a declared metadata key (``meta.<key>``) or free-form
-    metadata (:data:`FREE_FORM`)."""
+    """``(field the DSL names, its type)``: a fixed field, a declared metadata key or :data:`FREE_FORM`."""
     if field in FIELD_TYPES:
         return field, FIELD_TYPES[field]
     key = field.removeprefix("metadata.")
@@ -100,8 +94,8 @@ class Term(_FieldFilter):
     kind: Literal["term"] = "term"
     value: Scalar
 
-    def __init__(self, field: str = _UNSET, value: Scalar = _UNSET, **kw: Any) -> None:
-        super().__init__(**_positional(kw, field=field, value=value))
+    def __init__(self, field: str, value: Scalar, **kw: Any) -> None:
+        super().__init__(**kw, **{"field": field, "value": value})
 
     @field_validator("value", mode="before")
     @classmethod
@@ -118,8 +112,8 @@ class Terms(_FieldFilter):
     kind: Literal["terms"] = "terms"
     values: list[Scalar] = Field(min_length=1, max_length=MAX_TERMS)
 
-    def __init__(self, field: str = _UNSET, values: list[Scalar] = _UNSET, **kw: Any) -> None:
-        super().__init__(**_positional(kw, field=field, values=values))
+    def __init__(self, field: str, values: list[Scalar], **kw: Any) -> None:
+        super().__init__(**kw, **{"field": field, "values": values})
 
     @field_validator("values", mode="before")
     @classmethod
@@ -145,8 +139,8 @@ class Range(_FieldFilter):
     lte: Bound | None = None
     lt: Bound | None = None
 
-    def __init__(self, field: str = _UNSET, **kw: Any) -> None:
-        super().__init__(**_positional(kw, field=field))
+    def __init__(self, field: str, **kw: Any) -> None:
+        super().__init__(field=field, **kw)
 
     @field_validator("gte", "gt", "lte", "lt", mode="before")
     @classmethod
@@ -162,15 +156,12 @@ class Exists(_FieldFilter):
 
     kind: Literal["exists"] = "exists"
 
-    def __init__(self, field: str = _UNSET, **kw: Any) -> None:
-        super().__init__(**_positional(kw, field=field))
+    def __init__(self, field: str, **kw: Any) -> None:
+        super().__init__(field=field, **kw)
 
 
 class _Group(_Base):
     filters: list[Filter] = Field(min_length=1, max_length=MAX_CLAUSES)
-
-    def __init__(self, filters: list[Any] = _UNSET, **kw: Any) -> None:
-        super().__init__(**_positional(kw, filters=filters))
 
 
 class AllOf(_Group):
@@ -178,8 +169,8 @@ class AllOf(_Group):
 
     kind: Literal["all_of"] = "all_of"
 
-    def __init__(self, filters: list[Any] = _UNSET, **kw: Any) -> None:  # positional for type checkers too
-        super().__init__(filters, **kw)
+    def __init__(self, filters: list[Any], **kw: Any) -> None:
+        super().__init__(filters=filters, **kw)
 
 
 class AnyOf(_Group):
@@ -187,8 +178,8 @@ class AnyOf(_Group):
 
     kind: Literal["any_of"] = "any_of"
 
-    def __init__(self, filters: list[Any] = _UNSET, **kw: Any) -> None:  # positional for type checkers too
-        super().__init__(filters, **kw)
+    def __init__(self, filters: list[Any], **kw: Any) -> None:
+        super().__init__(filters=filters, **kw)
 
 
 class NoneOf(_Group):
@@ -196,18 +187,14 @@ class NoneOf(_Group):
 
     kind: Literal["none_of"] = "none_of"
 
-    def __init__(self, filters: list[Any] = _UNSET, **kw: Any) -> None:  # positional for type checkers too
-        super().__init__(filters, **kw)
+    def __init__(self, filters: list[Any], **kw: Any) -> None:
+        super().__init__(filters=filters, **kw)
 
 
 Filter = Term | Terms | Range | Exists | AllOf | AnyOf | NoneOf
-_GROUPS: dict[str, type[_Group]] = {"all_of": AllOf, "any_of": AnyOf, "none_of": NoneOf}
+_GROUPS: dict[str, type[AllOf] | type[AnyOf] | type[NoneOf]] = {"all_of": AllOf, "any_of": AnyOf, "none_of": NoneOf}
 for _cls in (AllOf, AnyOf, NoneOf):
     _cls.model_rebuild()
-
-
-def _positional(kw: dict[str, Any], **named: Any) -> dict[str, Any]:
-    return {**{k: v for k, v in named.items() if v is not _UNSET}, **kw}
 
 
 _NAMES_ITSELF = re.compile(r"^(term|terms|range|exists) on ")
@@ -232,53 +219,41 @@ def parse_filter(spec: Filter | Mapping[str, Any] | None, _depth: int = 0) -> Fi
         raise QueryError(f"invalid filter: expected a mapping or a Filter object, got {type(spec).__name__}")
     if _depth > MAX_DEPTH:
         raise QueryError(f"invalid filter: nested deeper than {MAX_DEPTH} levels")
-    if not spec:
-        return None
-    if len(spec) == 1:
-        (key, val), = spec.items()
-        if key in _GROUPS:
-            if not isinstance(val, list | tuple):
-                raise QueryError(f"invalid filter: {key} takes a list of filters")
-            subs = [parse_filter(v, _depth + 1) for v in val]
-            group: Filter = _GROUPS[key](filters=[s for s in subs if s is not None])  # type: ignore[assignment]
-            return group
-        if key in ("term", "terms", "range", "exists"):
-            return _parse_leaf(key, val)
-    return _parse_shorthand(spec)
-
-
-def _parse_leaf(kind: str, val: Any) -> Filter:
-    if kind == "exists":
+    key, val = next(iter(spec.items()), (None, None))
+    if len(spec) == 1 and key in _GROUPS:
+        if not isinstance(val, list | tuple):
+            raise QueryError(f"invalid filter: {key} takes a list of filters")
+        subs = [parse_filter(v, _depth + 1) for v in val]
+        return _GROUPS[key]([s for s in subs if s is not None])
+    if len(spec) == 1 and key == "exists":
         field = val.get("field") if isinstance(val, Mapping) else val
         if not isinstance(field, str):
             raise QueryError("invalid filter: exists takes a field name")
         return Exists(field)
-    if not isinstance(val, Mapping) or len(val) != 1:
-        raise QueryError(f"invalid filter: {kind} takes exactly one {{field: value}} pair")
-    (field, arg), = val.items()
+    if len(spec) == 1 and key in ("term", "terms", "range"):
+        if not isinstance(val, Mapping) or len(val) != 1:
+            raise QueryError(f"invalid filter: {key} takes exactly one {{field: value}} pair")
+        return _leaf(*next(iter(val.items())), kind=key)
+    if not spec:
+        return None
+    parts = [_leaf(field, value) for field, value in spec.items()]
+    return parts[0] if len(parts) == 1 else AllOf(parts)
+
+
+def _leaf(field: Any, value: Any, kind: str | None = None) -> Filter:
+    """The filter ``{field: value}`` makes as ``kind``; without, by its value: a list is terms, a mapping a range."""
+    if not isinstance(field, str):
+        raise QueryError(f"invalid filter: field names are strings, got {field!r}")
+    kind = kind or ("terms" if isinstance(value, list | tuple) else "range" if isinstance(value, Mapping) else "term")
     if kind == "term":
-        return Term(field, arg)
+        return Term(field, value)
     if kind == "terms":
-        if not isinstance(arg, list | tuple):
+        if not isinstance(value, list | tuple):
             raise QueryError(f"invalid filter: terms on {field} takes a list of values")
-        return Terms(field, list(arg))
-    if not isinstance(arg, Mapping):
+        return Terms(field, list(value))
+    if not isinstance(value, Mapping):
         raise QueryError(f"invalid filter: range on {field} takes {{gte|gt|lte|lt: value}}")
-    return Range(field, **dict(arg))
-
-
-def _parse_shorthand(spec: Mapping[str, Any]) -> Filter:
-    parts: list[Filter] = []
-    for field, value in spec.items():
-        if not isinstance(field, str):
-            raise QueryError(f"invalid filter: field names are strings, got {field!r}")
-        if isinstance(value, list | tuple):
-            parts.append(Terms(field, list(value)))
-        elif isinstance(value, Mapping):
-            parts.append(Range(field, **dict(value)))
-        else:
-            parts.append(Term(field, value))
-    return parts[0] if len(parts) == 1 else AllOf(filters=parts)
+    return Range(field, **dict(value))
 
 
 def _check_depth(f: Filter, depth: int = 0) -> None:
@@ -302,14 +277,13 @@ def _value(kind: str, field: str, ftype: str, value: Any) -> Scalar:
 def _range_bounds(f: Range, ftype: str) -> dict[str, Scalar]:
     """The bounds of ``f`` as the field (of type ``ftype``) compares them; ValueError when the field cannot answer
     a range (free-form metadata, booleans), a bound is not of its type, or the range can match nothing."""
-    lower = [b for b in (f.gte, f.gt) if b is not None]
-    upper = [b for b in (f.lte, f.lt) if b is not None]
-    if not lower and not upper:
+    given: dict[str, Scalar] = {k: v for k in ("gte", "gt", "lte", "lt") if (v := getattr(f, k)) is not None}
+    if not given:
         raise ValueError(f"range on {f.field} needs at least one of gte, gt, lte, lt")
-    if len(lower) > 1 or len(upper) > 1:
+    if {"gte", "gt"} <= given.keys() or {"lte", "lt"} <= given.keys():
         raise ValueError(f"range on {f.field}: give at most one lower (gte/gt) and one upper (lte/lt) bound")
     if ftype == UNCHECKED:  # checked again once the index's typed fields are known
-        return {k: v for k in ("gte", "gt", "lte", "lt") if (v := getattr(f, k)) is not None}
+        return given
     if ftype == FREE_FORM:
         example = '{"' + f.field.removeprefix("metadata.") + '": "long"}'
         raise ValueError(f"range on {f.field}: this index has no typed field for it, and free-form metadata "
@@ -319,10 +293,7 @@ def _range_bounds(f: Range, ftype: str) -> dict[str, Scalar]:
     if ftype == "boolean":
         raise ValueError(f"range on {f.field}: booleans have no order; use a term filter")
     bounds: dict[str, Scalar] = {}
-    for k in ("gte", "gt", "lte", "lt"):
-        v = getattr(f, k)
-        if v is None:
-            continue
+    for k, v in given.items():
         if ftype == "keyword" and not isinstance(v, str):
             raise ValueError(f"range on {f.field}: the field holds text, compared letter by letter; give strings, "
                              f"got {v!r}")
@@ -343,15 +314,13 @@ def _check_order(field: str, ftype: str, bounds: Mapping[str, Scalar]) -> None:
     hi: Any = bounds[hi_key]
     if ftype == "date":  # date math (now-7d) is resolved by the engine: not compared here
         first, last = _date_span(str(lo), lo_key), _date_span(str(hi), hi_key)
-        if first is None or last is None:
-            return
-        if first > last:
-            raise ValueError(f"range on {field} can match nothing: {lo_key} {lo!r} is above {hi_key} {hi!r} "
-                             "(swapped bounds?)")
-        return
-    if lo > hi or (lo == hi and (lo_key == "gt" or hi_key == "lt")):
-        raise ValueError(f"range on {field} can match nothing: {lo_key} {bounds[lo_key]!r} is "
-                         f"{'above' if lo > hi else 'at'} {hi_key} {bounds[hi_key]!r} (swapped bounds?)")
+        empty = above = first is not None and last is not None and first > last
+    else:
+        above = lo > hi
+        empty = above or (lo == hi and (lo_key == "gt" or hi_key == "lt"))
+    if empty:
+        raise ValueError(f"range on {field} can match nothing: {lo_key} {lo!r} is {'above' if above else 'at'} "
+                         f"{hi_key} {hi!r} (swapped bounds?)")
 
 
 _MS = timedelta(milliseconds=1)
@@ -373,10 +342,8 @@ def _date_span(text: str, key: str) -> datetime | None:
 
 
 def to_dsl(f: Filter, metadata: MetadataFields | None = None) -> dict[str, Any]:
-    """The Elasticsearch query clause for ``f`` — the only place filters become DSL. ``metadata``: the index's
-    typed metadata keys and their types (:func:`hybridsearch.index.metadata.metadata_fields_of`); term, terms and range
-    filters on those keys go to ``meta.<key>``, their values checked against the type. Raises QueryError (before
-    any request) for a value the field's type cannot hold and a range the field cannot answer."""
+    """The query clause for ``f``, the only place filters become DSL; ``metadata``: the index's typed metadata keys,
+    whose filters go to ``meta.<key>``. Raises QueryError for a value or range the field's type cannot answer."""
     try:
         return _dsl(f, metadata)
     except ValueError as exc:
@@ -403,21 +370,8 @@ def _dsl(f: Filter, metadata: MetadataFields | None) -> dict[str, Any]:
     return {"bool": {"must_not": subs}}
 
 
-def filter_clauses(spec: Filter | Mapping[str, Any] | None, tenant: str | None = None,
-                   metadata: MetadataFields | None = None) -> list[dict[str, Any]]:
-    """DSL ``filter`` clauses for ``spec``, plus a ``tenant`` term when ``tenant`` is set; ``metadata``: the index's
-    typed metadata (:func:`to_dsl`). Raises QueryError."""
-    clauses: list[dict[str, Any]] = []
-    if tenant is not None:
-        clauses.append({"term": {"tenant": tenant}})
-    parsed = parse_filter(spec)
-    if parsed is not None:
-        clauses.append(to_dsl(parsed, metadata))
-    return clauses
-
-
-def filter_summary(spec: Filter | Mapping[str, Any] | None,
-                   metadata: MetadataFields | None = None) -> dict[str, Any] | None:
-    """A JSON-able description of ``spec`` (for the query log), or None."""
+def filter_dsl(spec: Filter | Mapping[str, Any] | None,
+               metadata: MetadataFields | None = None) -> dict[str, Any] | None:
+    """The DSL clause of ``spec`` (an object or a dict; see :func:`to_dsl`), None for no filter."""
     parsed = parse_filter(spec)
     return None if parsed is None else to_dsl(parsed, metadata)

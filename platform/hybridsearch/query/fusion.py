@@ -14,7 +14,6 @@ from hybridsearch.errors import QueryError
 from hybridsearch.settings import QuerySettings
 
 T = TypeVar("T")
-Norm = Literal["minmax", "zscore"]
 Method = Literal["rrf", "zscore", "minmax"]
 METHODS: tuple[Method, ...] = get_args(Method)
 LISTS = ("bm25", "knn")  # a hybrid search's lists, in the order of Fusion.weights
@@ -35,7 +34,8 @@ class Fusion:
             raise QueryError(f"unknown fusion {self.method!r}", fix=f"use one of {', '.join(METHODS)}")
         if self.k < 1:
             raise QueryError(f"RRF k must be at least 1, got {self.k}")
-        _weights(len(LISTS), self.weights)
+        if any(not math.isfinite(w) or w < 0 for w in self.weights):
+            raise QueryError(f"fusion weights must be finite and non-negative, got {list(self.weights)}")
 
     def weight(self, name: str) -> float:
         return self.weights[LISTS.index(name)]
@@ -74,14 +74,29 @@ class Fusion:
 
     def fuse(self, lists: Mapping[str, Sequence[tuple[str, float]]]) -> list[tuple[str, float]]:
         """Fuse ``{name: [(id, raw score), ...]}`` (best first) into sorted ``(id, score)`` pairs."""
-        return _summed(self.shares(lists).values())
+        scores: dict[str, float] = {}
+        for share in self.shares(lists).values():
+            for doc, v in share.items():
+                scores[doc] = scores.get(doc, 0.0) + v
+        return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
     def shares(self, lists: Mapping[str, Sequence[tuple[str, float]]]) -> dict[str, dict[str, float]]:
-        """Each list's share of each id's fused score, ``{name: {id: share}}``: its RRF term, or its weighted
-        normalised score. A list that missed an id adds nothing to it."""
-        if self.method == "rrf":
-            return {n: _rrf_shares([key for key, _ in lst], self.k, self.weight(n)) for n, lst in lists.items()}
-        return {n: _score_shares(lst, self.weight(n), self.method) for n, lst in lists.items()}
+        """Each list's share of each id's fused score, ``{name: {id: share}}``: its RRF term ``weight / (k + rank)``,
+        or its weighted normalised score. A repeated id counts at its first rank and score; a list that missed an
+        id adds nothing to it."""
+        out: dict[str, dict[str, float]] = {}
+        for name, lst in lists.items():
+            w = self.weight(name)
+            if self.method == "rrf":
+                out[name] = {doc: w / (self.k + rank) for rank, doc in enumerate(unique(d for d, _ in lst), start=1)}
+                continue
+            first: dict[str, float] = {}
+            for doc, score in lst:
+                first.setdefault(doc, score)
+            normed = normalise(list(first.values()), self.method)
+            floor = min(normed, default=0.0)
+            out[name] = {doc: w * (v - floor) for doc, v in zip(first, normed, strict=True)}
+        return out
 
 
 def fusion_for(q: QuerySettings, meta: Mapping[str, Any]) -> Fusion:
@@ -96,54 +111,7 @@ def fusion_for(q: QuerySettings, meta: Mapping[str, Any]) -> Fusion:
     return Fusion(method="rrf", k=q.rrf_k, weights=weights)
 
 
-def _weights(n: int, weights: Sequence[float] | None) -> list[float]:
-    if weights is None:
-        return [1.0] * n
-    if len(weights) != n:
-        raise QueryError(f"fusion got {len(weights)} weights for {n} ranked lists")
-    if any(not math.isfinite(w) or w < 0 for w in weights):
-        raise QueryError(f"fusion weights must be finite and non-negative, got {list(weights)}")
-    return [float(w) for w in weights]
-
-
-def _summed(shares: Iterable[Mapping[str, float]]) -> list[tuple[str, float]]:
-    """Each id's shares summed, as ``(id, score)`` pairs sorted by score descending, ties by id ascending."""
-    scores: dict[str, float] = {}
-    for share in shares:
-        for doc, v in share.items():
-            scores[doc] = scores.get(doc, 0.0) + v
-    return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
-
-
-def _rrf_shares(ids: Sequence[str], k: int, weight: float) -> dict[str, float]:
-    return {doc: rrf_term(rank, k, weight) for rank, doc in enumerate(unique(ids), start=1)}
-
-
-def _score_shares(scored: Sequence[tuple[str, float]], weight: float, norm: Norm) -> dict[str, float]:
-    first: dict[str, float] = {}
-    for doc, score in scored:
-        first.setdefault(doc, score)  # a repeated id counts at its first score
-    normed = _from_floor(normalise(list(first.values()), norm))
-    return {doc: weight * v for doc, v in zip(first, normed, strict=True)}
-
-
-def fuse(
-    ranked_lists: Sequence[Sequence[str]], k: int = 60, weights: Sequence[float] | None = None
-) -> list[tuple[str, float]]:
-    """Reciprocal Rank Fusion of ``ranked_lists`` (ids, best first; a repeated id counts at its first rank) as
-    sorted ``(id, score)`` pairs. Raises QueryError for ``k < 1`` or bad weights."""
-    if k < 1:
-        raise QueryError(f"RRF k must be at least 1, got {k}")
-    ws = _weights(len(ranked_lists), weights)
-    return _summed(_rrf_shares(ids, k, w) for w, ids in zip(ws, ranked_lists, strict=True))
-
-
-def rrf_term(rank: int, k: int = 60, weight: float = 1.0) -> float:
-    """One list's contribution ``weight / (k + rank)`` to an RRF score."""
-    return weight / (k + rank)
-
-
-def normalise(scores: Sequence[float], method: Norm = "minmax") -> list[float]:
+def normalise(scores: Sequence[float], method: Literal["minmax", "zscore"] = "minmax") -> list[float]:
     """Scores rescaled per list: ``minmax`` to [0, 1] (all equal → 1), ``zscore`` to mean 0, sd 1 (sd 0 → 0)."""
     if not scores:
         return []
@@ -153,21 +121,6 @@ def normalise(scores: Sequence[float], method: Norm = "minmax") -> list[float]:
     mean = sum(scores) / len(scores)
     sd = math.sqrt(sum((s - mean) ** 2 for s in scores) / len(scores))
     return [0.0 if sd == 0 else (s - mean) / sd for s in scores]
-
-
-def _from_floor(normed: list[float]) -> list[float]:
-    """``normed`` shifted so that its lowest value is 0 (what an id missing from the list gets)."""
-    floor = min(normed, default=0.0)
-    return [v - floor for v in normed]
-
-
-def score_fuse(
-    scored_lists: Sequence[Sequence[tuple[str, float]]], weights: Sequence[float] | None = None, norm: Norm = "minmax"
-) -> list[tuple[str, float]]:
-    """Weighted sum of per-list normalised scores of ``scored_lists`` (``(id, raw score)``, best first; a repeated
-    id counts at its first score), sorted like :func:`fuse`. Raises QueryError for bad weights."""
-    ws = _weights(len(scored_lists), weights)
-    return _summed(_score_shares(lst, w, norm) for w, lst in zip(ws, scored_lists, strict=True))
 
 
 def interpolate(rerank_scores: Sequence[float], fused_scores: Sequence[float], weight: float) -> list[float]:

@@ -1,17 +1,13 @@
-"""Pure: which chunk a hit shows (and the reranker scores), and where it matched the query.
-
-BM25 over sections scores a section whose hit is its first chunk; the passage list (``build.passage_body``) finds
-each document's best-matching chunk, shown instead (:attr:`PassageSource.BM25_BEST_CHUNK`), else the first chunk
-stays (:attr:`PassageSource.SECTION_FIRST_CHUNK`). A document both lists found shows kNN's chunk when kNN added
-more to its fused score. Highlights come back between two private-use marks in the whole chunk text, read as data
-(:func:`read_highlights`). Ranking never changes.
+"""Pure: which chunk a hit shows (and the reranker scores), and where it matched the query. BM25 over sections hits
+a section's first chunk; the passage list (``build.passage_body``) finds each document's best-matching chunk, shown
+instead; a document both lists found shows kNN's chunk when kNN added more to its fused score. Highlights come back
+between two private-use marks, read as data (:func:`read_highlights`). Ranking never changes.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from hybridsearch.query.results import PassageSource
@@ -24,6 +20,7 @@ HIGHLIGHTED_FIELD = "text"
 #: what the passage list fetches of each chunk: what differs between a document's chunks, and the text unless it
 #: comes whole inside the highlight (title, metadata and the rest are the document's, on the BM25 hit)
 PASSAGE_FIELDS = ["doc_id", "chunk_id", "position", "parent_id", "parent_text"]
+BEST = PassageSource.BM25_BEST_CHUNK
 _MARKED = re.compile(f"{MARK_OPEN}[^{MARK_OPEN}{MARK_CLOSE}]*{MARK_CLOSE}")
 
 
@@ -47,8 +44,7 @@ def read_highlights(marked: str) -> tuple[str, list[MatchOffsets]] | None:
     return marked.replace(MARK_OPEN, "").replace(MARK_CLOSE, ""), matches
 
 
-@dataclass(frozen=True)
-class BestChunk:
+class BestChunk(NamedTuple):
     """A document's best-matching chunk: its own fields (to lay over the BM25 hit's ``_source``), where it matched."""
 
     fields: dict[str, Any]
@@ -79,47 +75,33 @@ def highlights(text: str, matches: Sequence[MatchOffsets]) -> list[dict[str, Any
     return [{"start": a, "end": b, "term": text[a:b]} for a, b in matches]
 
 
-class ShownChunk(NamedTuple):
-    """The chunk an entry shows: its ``_source`` and id, why (:class:`PassageSource`), where it matched."""
-
-    source: dict[str, Any]
-    chunk_id: str
-    passage: PassageSource
-    matches: tuple[MatchOffsets, ...] = ()
-    reason: str | None = None
-
-
-def _keeps_bm25(shown: ShownChunk | None, knn_chunk: str, shares: Mapping[str, float]) -> bool:
-    """Whether a document kNN found too keeps BM25's best chunk ``shown``: kNN found that very chunk, or kNN did not
-    add more than BM25 to the fused score (``shares``; a tie goes to the chunk whose matched words can be shown)."""
-    if shown is None or shown.passage is not PassageSource.BM25_BEST_CHUNK:
-        return False
-    return shown.chunk_id == knn_chunk or shares.get("bm25", 0.0) >= shares.get("knn", 0.0)
+def _keeps_bm25(e: WindowEntry, knn_chunk: str) -> bool:
+    """Whether a document kNN found too keeps BM25's best chunk: kNN found that very chunk, or kNN did not add more
+    than BM25 to the fused score (a tie goes to the chunk whose matched words can be shown)."""
+    shares = e.fusion_shares
+    return e.passage is BEST and (e.chunk_id == knn_chunk or shares.get("bm25", 0.0) >= shares.get("knn", 0.0))
 
 
 def show_passages(entries: Sequence[WindowEntry], sections: bool, answer: Mapping[str, Any] | None,
                   depth: int) -> None:
-    """Set the chunk each window entry shows (see the module docstring); ``answer``: the passage list's
-    (``depth`` documents; None when off). A failed passage list leaves the first chunks, never fails the search."""
+    """Set the chunk each entry shows; ``answer``: the passage list's (``depth`` documents; None when off, and a
+    failed one leaves the sections' first chunks)."""
     failed = item_failure(answer) if answer is not None else None
     best = best_chunks(answer) if answer is not None and failed is None else {}
     first = ("the passage search is off (HSP_QUERY__BEST_PASSAGE=false)" if answer is None else
              f"the passage search failed: {failed}" if failed else
              f"no chunk's text matched among the passage search's top {depth} documents")
-    for e in entries:
+    for e in entries:  # each shows the chunk of the first list that found it, BM25's where both did
         bm25, knn = e.found.get("bm25"), e.found.get("knn")
-        shown: ShownChunk | None = None
-        if bm25 is not None:
-            p = best.get(e.key) if sections else None
-            shown = (ShownChunk({**bm25[0], **p.fields}, p.chunk_id, PassageSource.BM25_BEST_CHUNK, p.matches)
-                     if p is not None else
-                     ShownChunk(*bm25, PassageSource.SECTION_FIRST_CHUNK, reason=first) if sections else
-                     ShownChunk(*bm25, PassageSource.BM25))
-        if knn is not None and not _keeps_bm25(shown, knn[1], e.fusion_shares):
-            reason = (None if shown is None or shown.passage is PassageSource.BM25 else
-                      f"kNN added more to the fused score than BM25, whose best chunk is {shown.chunk_id}"
-                      if shown.passage is PassageSource.BM25_BEST_CHUNK else
-                      f"BM25 has no better chunk than its section's first: {first}")
-            shown = ShownChunk(*knn, PassageSource.KNN, reason=reason)
-        assert shown is not None  # every entry comes from a list
-        e.source, e.chunk_id, e.passage, e.matches, e.passage_reason = shown
+        if bm25 is not None and sections:
+            p = best.get(e.key)
+            if p is not None:
+                e.source, e.chunk_id, e.passage, e.matches = {**bm25[0], **p.fields}, p.chunk_id, BEST, p.matches
+            else:
+                e.passage, e.passage_reason = PassageSource.SECTION_FIRST_CHUNK, first
+        if knn is None or _keeps_bm25(e, knn[1]):
+            continue
+        e.passage_reason = (None if bm25 is None or e.passage is PassageSource.BM25 else
+                            f"kNN added more to the fused score than BM25, whose best chunk is {e.chunk_id}"
+                            if e.passage is BEST else f"BM25 has no better chunk than its section's first: {first}")
+        (e.source, e.chunk_id), e.passage, e.matches = knn, PassageSource.KNN, ()

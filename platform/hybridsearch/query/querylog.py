@@ -5,6 +5,7 @@ counted when the queue is full) and bulk-written to ``<prefix>-query-log`` by a 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import queue
@@ -28,25 +29,17 @@ def query_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def log_doc(p: Plan, result: SearchResult, *, redact: bool, tenant: str | None) -> dict[str, Any]:
+def log_doc(p: Plan, result: SearchResult, *, redact: bool) -> dict[str, Any]:
     """The query-log document for one answered search (query text omitted when ``redact``)."""
-    t = result.timings
     doc: dict[str, Any] = {
-        "@timestamp": datetime.now(UTC).isoformat(), "query_hash": query_hash(p.query), "mode": p.mode,
-        "index": result.index, "k": p.k, "hits": len(result.hits), "zero_hits": not result.hits,
-        "reranked": result.reranked, "top_ids": [h.doc_id for h in result.hits[:10]],
-        "latency_ms": {"embed": t.embed_ms, "search": t.search_ms, "fusion": t.fusion_ms,
-                       "rerank": t.rerank_ms, "total": t.total_ms},
+        "@timestamp": datetime.now(UTC).isoformat(), "query_hash": query_hash(p.query),
+        **result.model_dump(include={"mode", "index", "k", "reranked"}), "hits": len(result.hits),
+        "zero_hits": not result.hits, "top_ids": [h.doc_id for h in result.hits[:10]],
+        "latency_ms": {name.removesuffix("_ms"): ms for name, ms in result.timings.model_dump().items()},
     }
-    if not redact:
-        doc["query"] = p.query
-    if tenant is not None:
-        doc["tenant"] = tenant
-    if p.filter_log is not None:
-        doc["filters"] = p.filter_log
-    if result.rerank_reason:
-        doc["rerank_reason"] = result.rerank_reason
-    return doc
+    optional = {"query": None if redact else p.query, "tenant": p.tenant, "filters": p.filter_clause,
+                "rerank_reason": result.rerank_reason or None}
+    return doc | {name: value for name, value in optional.items() if value is not None}
 
 
 class QueryLogger:
@@ -65,15 +58,12 @@ class QueryLogger:
 
     def submit(self, doc: dict[str, Any]) -> bool:
         """Queue ``doc`` without waiting; False (and ``dropped`` + 1) when the queue is full or closed."""
-        if self._closed:
-            self.dropped += 1
-            return False
-        try:
-            self._queue.put_nowait(doc)
-            return True
-        except queue.Full:
-            self.dropped += 1
-            return False
+        with contextlib.suppress(queue.Full):
+            if not self._closed:
+                self._queue.put_nowait(doc)
+                return True
+        self.dropped += 1
+        return False
 
     def flush(self, timeout: float | None = 10.0) -> bool:
         """Wait until every queued document has been handled; False when ``timeout`` passed first."""

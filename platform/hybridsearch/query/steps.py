@@ -1,13 +1,13 @@
-"""The requests a search's steps make, :class:`Run`, which a client uses to answer them, and the steps that send a
-plan's lists. The query layer's logic is written as generators that do no I/O: each ``yield``s one request and is
-sent its answer (or has its error raised at the ``yield``), so the sync and async clients share every decision and
-differ only in how they perform a request (:mod:`.client`).
+"""The requests a search's steps make, :class:`Run`, and the steps that send a plan's lists. Steps are generators
+without I/O: each ``yield``s one request and is sent its answer (or has its error raised at the ``yield``), so the
+sync and async clients (:mod:`.client`) differ only in how they perform a request.
 """
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeAlias, TypeVar
 
@@ -91,34 +91,24 @@ class Run(Generic[T]):
 
     def __init__(self, steps: Steps[T]) -> None:
         self._steps = steps
-        self._answer: Any = None
-        self._error: BaseException | None = None
-        self._result: tuple[T] | None = None
+        self._next: Callable[[], Request] = functools.partial(steps.send, None)
+        self.result: T
 
-    def __iter__(self) -> Run[T]:
-        return self
-
-    def __next__(self) -> Request:
-        answer, error = self._answer, self._error
-        self._answer, self._error = None, None
-        try:
-            return self._steps.send(answer) if error is None else self._steps.throw(error)
-        except StopIteration as stop:
-            self._result = (stop.value,)
-            raise StopIteration from None
+    def __iter__(self) -> Iterator[Request]:
+        while True:
+            try:
+                request = self._next()
+            except StopIteration as stop:
+                self.result = stop.value
+                return
+            self._next = functools.partial(self._steps.send, None)
+            yield request
 
     def answer(self, value: Any) -> None:
-        self._answer = value
+        self._next = functools.partial(self._steps.send, value)
 
     def fail(self, error: BaseException) -> None:
-        self._error = error
-
-    @property
-    def result(self) -> T:
-        """What the steps returned. Raises RuntimeError before they have ended."""
-        if self._result is None:
-            raise RuntimeError("the steps have not ended yet")
-        return self._result[0]
+        self._next = functools.partial(self._steps.throw, error)
 
 
 def msearch(lines: list[Json], what: str) -> Send:
@@ -140,10 +130,8 @@ def embed_steps(text: str, t: Timings) -> Steps[np.ndarray]:
 
 def send_steps(p: Plan, t: Timings, text: list[Json], knn: KnnLines, what: str,
                overlap: bool = True) -> Steps[list[Json]]:
-    """The ``_msearch`` items of ``p``'s lists (``build.list_names`` order), with ``t.embed_ms`` and ``t.search_ms``
-    (for hybrid: from the vector being ready to both answers being in); ``text``: the lines of the lists that need
-    no vector, ``knn``: those of the kNN list. Hybrid (unless not ``overlap``) spawns BM25 while the query is
-    embedded and sends kNN when the vector is ready; a failed BM25 request raises before a failed kNN one."""
+    """The ``_msearch`` items of ``p``'s lists (``text`` lines, then ``knn``'s), timed into ``t``. Hybrid (with
+    ``overlap``) spawns BM25 while the query is embedded; a failed BM25 request raises before a failed kNN one."""
     if p.mode != "hybrid" or not overlap:
         body = [*text, *(knn((yield from embed_steps(p.query, t))) if p.wants_vector else [])]
         t0 = time.perf_counter()

@@ -1,19 +1,16 @@
-"""The fused window of one query: its entries, best first, and what each stage records on them. Pure.
-
-:func:`fuse_window` builds it from the ranked lists of one ``_msearch`` answer (each collapsed, then fused by
-:mod:`.fusion`; failed items raise through :func:`check_response`); :mod:`.passages` sets the chunk each entry
-shows; the rerank stage (below) reorders its top.
+"""The fused window of one query, pure: its entries, best first, and what each stage records on them.
+:func:`fuse_window` builds it from one ``_msearch`` answer's lists; :mod:`.passages` sets the chunk each entry shows;
+:func:`apply_rerank` reorders its top.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from hybridsearch.errors import ClusterError, IndexNotFound, RerankerError, RerankerModelError
+from hybridsearch.errors import ClusterError, IndexNotFound, RerankerError
 from hybridsearch.query.fusion import Fusion, interpolate
 from hybridsearch.query.results import PassageSource, RerankOutcome, StageScore
 
@@ -26,11 +23,6 @@ class Rank(NamedTuple):
 
     rank: int
     score: float
-
-
-def stage_score(r: Rank | None) -> StageScore | None:
-    """The public :class:`StageScore` for ``r``."""
-    return None if r is None else StageScore(rank=r.rank, score=r.score)
 
 
 @dataclass
@@ -52,11 +44,16 @@ class WindowEntry:
     rerank: Rank | None = None
     blended: float | None = None  # final score when the rerank blend weight is below 1
 
+    def stage_scores(self) -> dict[str, StageScore | None]:
+        """Its rank and score in each stage (``bm25``, ``knn``, ``fused``, ``rerank``) as results show them."""
+        ranks = {"bm25": self.stages.get("bm25"), "knn": self.stages.get("knn"), "fused": self.fused,
+                 "rerank": self.rerank}
+        return {name: None if r is None else StageScore(rank=r.rank, score=r.score) for name, r in ranks.items()}
+
 
 @dataclass
 class Window:
-    """The fused window of one query, before paging: ``entries`` best first, ``depths`` the hits each list
-    returned."""
+    """The fused window before paging: ``entries`` best first, ``depths`` the hits each list returned."""
 
     entries: list[WindowEntry]
     depths: dict[str, int]
@@ -155,31 +152,6 @@ def passage_text(source: Mapping[str, Any]) -> str:
     title = source.get("title") or ""
     text = source.get("text") or ""
     return f"{title} {text}".strip() if title else str(text)
-
-
-def skip_reason(requested: bool, has_reranker: bool, no_reranker_reason: str | None,
-                window: Window) -> tuple[RerankOutcome, str] | None:
-    """Why the rerank stage will not run (its outcome and the reason for people), or None when it will."""
-    if not requested:
-        return RerankOutcome.SKIPPED, "rerank not requested"
-    if not has_reranker:
-        return RerankOutcome.DISABLED, no_reranker_reason or "no reranker configured"
-    if not window.entries:
-        return RerankOutcome.SKIPPED, "no hits to rerank"
-    return None
-
-
-def record_failure(window: Window, error: BaseException, timeout: float) -> None:
-    """Record on ``window`` that the reranker failed with ``error`` (or timed out): the fused order stays."""
-    window.reranked = False
-    if isinstance(error, TimeoutError | concurrent.futures.TimeoutError):
-        window.rerank_outcome = RerankOutcome.TIMED_OUT
-        window.rerank_reason = f"reranker timeout after {timeout}s"
-    else:
-        window.rerank_outcome = (RerankOutcome.NO_MODEL if isinstance(error, RerankerModelError)
-                                 else RerankOutcome.FAILED)
-        what = str(error) if isinstance(error, RerankerError) else f"{type(error).__name__}: {error}"
-        window.rerank_reason = f"reranker error: {what}"
 
 
 def apply_rerank(window: Window, depth: int, scores: Sequence[float], blend: float = 1.0) -> None:
