@@ -111,9 +111,13 @@ def test_query_log_deleted_mid_traffic_is_recreated_with_its_own_mapping(es: Eng
         deadline = time.monotonic() + 30
         while logger.written < 50 and time.monotonic() < deadline:
             time.sleep(0.05)
-        for _ in range(3):  # delete it under running traffic, several times, each time once the logger recreated it
+        # Delete it under running traffic, three times, each time once the logger has re-created it and written
+        # to it again (a delete between its re-create and its write is a second disappearance, which it reports).
+        for _ in range(3):
+            written = logger.written
             recreated = time.monotonic() + 30
-            while not es.send(request.index_exists(hx.index.query_log)) and time.monotonic() < recreated:
+            while time.monotonic() < recreated and not (
+                    logger.written > written and es.send(request.index_exists(hx.index.query_log))):
                 time.sleep(0.05)
             es.send(request.delete_index(hx.index.query_log))
             time.sleep(0.3)
