@@ -223,7 +223,9 @@ def _check_live_index(es: EngineClient, settings: Settings) -> list[Check]:
     try:
         followed_settings = settings.model_copy(update={"embedding": embedding})
         refuse(live, meta_differences(meta, followed_settings, (FORMAT_KEY, *CHECKED_META)))
-        followed = "" if embedding is settings.embedding else " (HSP_EMBEDDING__MODEL is unset: clients use it)"
+        followed = "" if embedding is settings.embedding else (
+            f" (HSP_EMBEDDING__MODEL is unset: clients use it; `hsp index migrate --to-model "
+            f"{settings.embedding.model}` moves it to the default model)")
         checks.append(Check("index", "model", "OK", f"{live} built with {meta.get('embedding_model')}{followed}"))
     except IndexMismatch as exc:
         other_format = exc.differences[0][0] == f"_meta.{FORMAT_KEY}"

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from hybridsearch.doctor import run_checks
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import AliasConflict, IndexMismatch
@@ -178,6 +179,9 @@ def test_without_a_model_set_search_and_ingest_follow_the_index(es: EngineClient
         assert client.settings.embedding.model == str(tiny_bi_encoder)
     added = run_ingest([Document.make("d3", "Wasps chew wood into paper.")], unset, es=es)
     assert (added.model, added.documents_indexed) == (str(tiny_bi_encoder), 1)
+    model_check = next(c for c in run_checks(unset, es=es, models=False, reranker=False) if c.name == "model")
+    assert model_check.status == "OK" and str(tiny_bi_encoder) in model_check.detail
+    assert f"hsp index migrate --to-model {unset.embedding.model}" in model_check.detail  # the way to the default
     named = load_settings(es_url=settings.es.url, index={"prefix": settings.index.prefix},
                           embedding={"model": "sentence-transformers/all-MiniLM-L6-v2"})
     with pytest.raises(IndexMismatch):
