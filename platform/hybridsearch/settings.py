@@ -295,11 +295,6 @@ def load_settings(**overrides: object) -> Settings:
         raise ConfigError(f"invalid settings: {problems}") from None
 
 
-def models_section(models: ModelsSettings | None = None) -> ModelsSettings:
-    """``models``, else the ``models`` section as the environment and ``.env`` say now. Raises ConfigError."""
-    return models if models is not None else load_settings().models
-
-
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     """Process-wide settings, read once. Raises ConfigError."""
