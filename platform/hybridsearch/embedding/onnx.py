@@ -10,7 +10,6 @@ import logging
 import re
 import threading
 import warnings
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,8 +30,8 @@ _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.")
 
 
 def fingerprint(model_dir: Path) -> str:
-    """What the export depends on: the folder, the opset, each weight file's size and modification time (a model
-    fine-tuned again into the same folder keeps its sizes) and the configuration files' contents."""
+    """A model folder's identity: its path, the opset, weight files' sizes and modification times (training again
+    into the folder keeps the sizes) and configuration files' contents."""
     h = hashlib.sha256(f"opset={OPSET};{model_dir}".encode())
     for p in sorted(model_dir.rglob("*")):
         if p.is_file() and p.suffix in {".safetensors", ".bin", ".json", ".txt"}:
@@ -108,10 +107,11 @@ def _export_fp32(model: SentenceTransformer, path: Path) -> None:
     tmp.replace(path)
 
 
-def bert_weights_from_onnx(onnx_path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """``(BertConfig keyword arguments, BertModel state dict)`` read off a BERT encoder's fp32 ONNX graph: each
-    ``MatMul`` weight (stored ``[in, out]``, maybe with a generic name) is named after the bias added to its output,
-    else after its node, and transposed into ``nn.Linear``'s ``[out, in]``. Raises ModelError."""
+def bert_weights_from_onnx(onnx_path: Path, heads: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """``(BertConfig keyword arguments, BertModel state dict)`` read off the fp32 ONNX graph of a BERT encoder with
+    ``heads`` attention heads: each ``MatMul`` weight (stored ``[in, out]``, maybe with a generic name) is named after
+    the bias added to its output, else after its node, and transposed into ``nn.Linear``'s ``[out, in]``. Raises
+    ModelError."""
     import onnx
     from onnx import numpy_helper
 
@@ -146,11 +146,10 @@ def bert_weights_from_onnx(onnx_path: Path) -> tuple[dict[str, Any], dict[str, n
     except KeyError as exc:
         raise ModelError(f"{onnx_path.name} is not a BERT encoder this builder knows: no initializer {exc}") from exc
     layers = 1 + max((int(m.group(1)) for k in weights if (m := _LAYER.match(k))), default=-1)
-    consts = _consts(graph)
     config = {"vocab_size": int(vocab), "hidden_size": int(hidden), "num_hidden_layers": layers,
-              "num_attention_heads": _heads(graph, consts, int(hidden)), "intermediate_size": int(intermediate),
-              "hidden_act": "gelu", "max_position_embeddings": int(positions), "type_vocab_size": int(types),
-              "layer_norm_eps": _layer_norm_eps(graph, consts), "pad_token_id": 0}
+              "num_attention_heads": heads, "intermediate_size": int(intermediate), "hidden_act": "gelu",
+              "max_position_embeddings": int(positions), "type_vocab_size": int(types), "layer_norm_eps": 1e-12,
+              "pad_token_id": 0}
     return config, weights
 
 
@@ -167,57 +166,8 @@ def _linear_name(node: Any, consumers: dict[str, list[Any]], inits: dict[str, An
 
 
 def _param_name(parts: list[str]) -> str | None:
-    """BertModel's name for a dotted (or ``/``-separated) path, whatever wraps the model (``bert.``, ``0.auto_model.``,
-    a wrapper module): the path from its first ``embeddings`` or ``encoder`` component on; None without one."""
+    """BertModel's name for a path, whatever wraps the model: from its first ``embeddings`` or ``encoder`` on."""
     for i, part in enumerate(parts):
         if part in {"embeddings", "encoder"}:
             return ".".join(parts[i:])
     return None
-
-
-def _consts(graph: Any) -> dict[str, np.ndarray]:
-    from onnx import numpy_helper
-
-    out = {t.name: numpy_helper.to_array(t) for t in graph.initializer if np.prod(t.dims or [1]) <= 4}
-    for n in graph.node:
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].type == 4:  # TENSOR
-            out[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
-    return out
-
-
-def _heads(graph: Any, consts: dict[str, np.ndarray], hidden: int) -> int:
-    """Attention heads: from the ``[batch, seq, heads, head_dim]`` shapes the attention reshapes to (heads may be
-    -1 there), else from the ``sqrt(head_dim)`` the scores are divided by. Raises ModelError."""
-    votes: Counter[int] = Counter()
-    for n in graph.node:
-        if n.op_type == "Concat" and "attention" in n.name and len(n.input) == 4:
-            tail = [consts.get(i) for i in n.input[2:]]
-            if all(t is not None and t.size == 1 for t in tail):
-                a, b = (int(np.asarray(t).reshape(-1)[0]) for t in tail if t is not None)
-                if b > 0 and hidden % b == 0 and a in {-1, hidden // b}:
-                    votes[hidden // b] += 1
-        if n.op_type == "Reshape" and "attention" in n.name and n.input[1] in consts:
-            shape = np.asarray(consts[n.input[1]]).reshape(-1)
-            if shape.size == 4 and shape[3] > 0 and hidden % int(shape[3]) == 0:
-                votes[hidden // int(shape[3])] += 1
-    if votes:
-        return votes.most_common(1)[0][0]
-    for n in graph.node:
-        if n.op_type == "Div" and "attention/self" in n.name and n.input[1] in consts:
-            head_dim = round(float(np.asarray(consts[n.input[1]]).reshape(-1)[0]) ** 2)
-            if head_dim > 0 and hidden % head_dim == 0:
-                return hidden // head_dim
-    raise ModelError("cannot tell the number of attention heads from the ONNX graph")
-
-
-def _layer_norm_eps(graph: Any, consts: dict[str, np.ndarray]) -> float:
-    """The epsilon of the first layer norm (the constant added to the variance), else BERT's 1e-12."""
-    for n in graph.node:
-        if n.op_type == "LayerNormalization":
-            return float(next((a.f for a in n.attribute if a.name == "epsilon"), 1e-12))
-        if n.op_type == "Add" and "LayerNorm" in n.name:
-            for i in n.input:
-                v = consts.get(i)
-                if v is not None and v.size == 1 and 0 < float(np.asarray(v).reshape(-1)[0]) < 1e-3:
-                    return float(np.asarray(v).reshape(-1)[0])
-    return 1e-12
