@@ -28,9 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 #: Lowest cosine between torch's and ONNX Runtime's vector of any text for the two to count as the same model
 MIN_COSINE = 0.9999
-LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
-                  "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
-                  "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
 
 
 class Unsupported(ModelError):
@@ -75,8 +72,9 @@ def _modules(folder: Path) -> tuple[Path, Path]:
 
 
 def _pooling(config: dict[str, Any]) -> Literal["mean", "cls"]:
-    mode = config.get("pooling_mode")
-    modes = [m for key, m in LEGACY_POOLING.items() if config.get(key)] if mode is None else (
+    mode = config.get("pooling_mode")  # else the older keys pooling_mode_cls_token, pooling_mode_mean_tokens...
+    modes = [k.removeprefix("pooling_mode_").removesuffix("_token").removesuffix("_tokens")
+             for k, on in config.items() if k.startswith("pooling_mode_") and on is True] if mode is None else (
         [mode] if isinstance(mode, str) else list(mode))
     if config.get("include_prompt", True) is not True:
         raise Unsupported("the pooling leaves the prompt's tokens out (include_prompt=false)")

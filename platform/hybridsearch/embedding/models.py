@@ -127,7 +127,6 @@ def _record_path(folder: Path, models: ModelsSettings) -> Path:
 
 
 def file_hash(path: str | Path, algorithm: str = "sha256") -> str:
-    """The hex digest of a file's bytes (``hashlib.file_digest``): model files, pinned downloads, judgments."""
     with Path(path).open("rb") as f:
         return hashlib.file_digest(f, algorithm).hexdigest()
 
@@ -135,12 +134,6 @@ def file_hash(path: str | Path, algorithm: str = "sha256") -> str:
 def _pin(path: Path) -> dict[str, Any]:
     st = path.stat()
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": file_hash(path)}
-
-
-def _folder_files(folder: Path) -> list[Path]:
-    """The files that decide the vectors: all but the catalogue's marker, model cards and hidden files."""
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != catalogue.MARKER
-                  and not p.name.endswith(".md") and not p.name.startswith("."))
 
 
 def _read_record(path: Path) -> dict[str, dict[str, Any]] | None:
@@ -161,11 +154,12 @@ def _write_record(path: Path, folder: Path, files: dict[str, dict[str, Any]]) ->
 
 
 def record_files(folder: Path, models: ModelsSettings, extra: Sequence[Path] = ()) -> Path:
-    """Pin the files of ``folder`` that decide its vectors and the ``extra`` files outside it (an ONNX export) by
-    size, modification time and SHA-256 (when a model is fetched, trained, exported or first loaded); returns
-    the record's path."""
+    """Pin the files of ``folder`` that decide its vectors (not the catalogue's marker, model cards or hidden files)
+    and the ``extra`` files outside it (an ONNX export) by size, modification time and SHA-256; returns the record's
+    path."""
     path = _record_path(folder, models)
-    files = {str(p.relative_to(folder)): _pin(p) for p in _folder_files(folder)}
+    files = {str(p.relative_to(folder)): _pin(p) for p in sorted(folder.rglob("*")) if p.is_file()
+             and p.name != catalogue.MARKER and not p.name.endswith(".md") and not p.name.startswith(".")}
     kept = {k: v for k, v in (_read_record(path) or {}).items() if Path(k).is_absolute() and Path(k).is_file()}
     files.update(kept)
     files.update({str(p.resolve()): _pin(p) for p in extra if not p.resolve().is_relative_to(folder.resolve())})
@@ -231,8 +225,7 @@ def quiet_loading() -> Iterator[None]:
         return
     from transformers.utils import logging as hf_logging
 
-    bars = hf_logging.is_progress_bar_enabled()
-    level = hf_logging.get_verbosity()
+    bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     try:
