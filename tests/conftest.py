@@ -154,7 +154,7 @@ def settings(es: EngineClient, es_url: str, tmp_path: Path) -> Iterator[Settings
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
     """The default all-MiniLM-L6-v2 embedder (offline package), loaded once per session."""
-    emb = Embedder(load_settings().embedding)
+    emb = Embedder(load_settings().embedding, load_settings().models)
     emb.encode(["warm up"])
     return emb
 

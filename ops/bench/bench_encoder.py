@@ -60,10 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     encoders: dict[tuple[str, str], Embedder] = {}
     for model in models:
         cfg = settings.embedding.model_copy(update={"device": "cpu", "model": model})
-        encoders[model, "torch"] = Embedder(cfg.model_copy(update={"backend": "torch"}))
-        encoders[model, "onnx fp32"] = Embedder(cfg.model_copy(update={"backend": "onnx", "onnx_quantized": False}))
+        encoders[model, "torch"] = Embedder(cfg.model_copy(update={"backend": "torch"}), settings.models)
+        encoders[model, "onnx fp32"] = Embedder(cfg.model_copy(update={"backend": "onnx", "onnx_quantized": False}),
+                                               settings.models)
         if args.int8:
-            encoders[model, "onnx int8"] = Embedder(cfg.model_copy(update={"backend": "onnx", "onnx_quantized": True}))
+            encoders[model, "onnx int8"] = Embedder(cfg.model_copy(update={"backend": "onnx", "onnx_quantized": True}),
+                                                   settings.models)
     texts = sample_chunks(args.corpus, settings, encoders[models[0], "onnx fp32"], args.chunks)
     for e in encoders.values():
         e.encode(texts[:64])  # loads, exports once, warms up

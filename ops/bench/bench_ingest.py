@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     docs = [d for d in itertools.islice(read_path(args.corpus), args.limit) if isinstance(d, Document)]
     console.print(f"{len(docs):,} documents from {args.corpus} · cpus={os.cpu_count()} · "
                   f"batch_size={settings.embedding.batch_size} · chunker={settings.chunking.strategy}")
-    embedder = Embedder(settings.embedding)
+    embedder = Embedder(settings.embedding, settings.models)
     embedder.encode(["warm up"])
     figures: dict[str, Any] = {"documents": len(docs), "cpus": os.cpu_count()}
     try:
@@ -174,14 +174,15 @@ def main(argv: list[str] | None = None) -> int:
 
     onnx_backends: dict[str, Embedder] = {}
     for name, extra in (("onnx fp32", {"onnx_quantized": False}), ("onnx int8", {"onnx_quantized": True})):
-        onnx_backends[name] = Embedder(settings.embedding.model_copy(update={"backend": "onnx", **extra}))
+        onnx_backends[name] = Embedder(settings.embedding.model_copy(update={"backend": "onnx", **extra}),
+                                         settings.models)
     if args.backend_sample:
         sample = texts[:args.backend_sample]
         encoders: dict[str, Any] = {"torch (1 process)": embedder.encode,
                                     **{k: e.encode for k, e in onnx_backends.items()}}
         pool = None
         if not args.no_processes:
-            pool = ProcessPoolEncoder(settings.embedding, 2)
+            pool = ProcessPoolEncoder(settings.embedding, settings.models, 2)
             encoders["torch (2 processes × 1 thread)"] = pool.encode
         for enc in encoders.values():
             enc(["warm up", "warm up"])

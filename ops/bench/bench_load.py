@@ -193,7 +193,7 @@ async def hybridsearch_levels(args: argparse.Namespace, docs: list[dict[str, str
                                                  "replicas": args.replicas},
                       query={"log_queries": False}, embedding={"query_cache_size": 0}, reranker={"enabled": False})
     es = EngineClient(s.es)
-    embedder = Embedder(s.embedding)
+    embedder = Embedder(s.embedding, s.models)
     choice = choose_index(es, s)
     print(f"[hybridsearch] ingesting into {choice.index} (unchanged documents are skipped)", flush=True)
     with RichProgress() as bar:

@@ -299,7 +299,7 @@ def run_hybridsearch(args: argparse.Namespace, col: Collection, docs: list[dict[
 
     s = eval_settings(load_settings(es_url=args.es_url), args.hsp_prefix or f"{args.index_prefix}-hsp")
     es = EngineClient(s.es)
-    embedder = Embedder(s.embedding)
+    embedder = Embedder(s.embedding, s.models)
     choice = choose_index(es, s)
     t0 = time.perf_counter()
     source: Any = col.corpus_path if args.limit_docs is None else [
@@ -455,7 +455,7 @@ def main(argv: list[str] | None = None) -> int:
     from hybridsearch.engine import EngineClient, cluster_info
     from hybridsearch.settings import load_settings
 
-    args.model = args.model or resolve_model(load_settings().embedding.model)
+    args.model = args.model or resolve_model(load_settings().embedding.model, load_settings().models)
     stacks = [s.strip() for s in args.peers.split(",") if s.strip()]
     col, docs = select(args.dataset, args.split, args.limit_docs, args.limit_queries)
     print(f"{col.name} {col.split}: {len(col.queries)} queries, {len(docs)} documents; stacks {', '.join(stacks)}")

@@ -160,8 +160,8 @@ def encoder_embedders(settings: Settings, base: Embedder) -> dict[str, Embedder]
     """The query encoders compared: torch (sentence-transformers), ``base`` (auto: ONNX fp32 on CPU) and int8 (the
     dynamically quantised ONNX file, never the default)."""
     cfg = settings.embedding
-    return {"torch": Embedder(cfg.model_copy(update={"backend": "torch"})), "auto": base,
-            "int8": Embedder(cfg.model_copy(update={"backend": "onnx", "onnx_quantized": True}))}
+    return {"torch": Embedder(cfg.model_copy(update={"backend": "torch"}), settings.models), "auto": base,
+            "int8": Embedder(cfg.model_copy(update={"backend": "onnx", "onnx_quantized": True}), settings.models)}
 
 
 def bench_encoders(embedders: dict[str, Embedder], texts: list[str], warmup: int) -> dict[str, Any]:
@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     col = load_collection(args.collection, args.split).limit(args.queries)
     settings = bench_settings(args.prefix)
-    embedder = Embedder(settings.embedding)  # one model for ingest and every client
+    embedder = Embedder(settings.embedding, settings.models)  # one model for ingest and every client
     if args.build_subset:
         build_subset(settings, col, args.build_subset, embedder)
     console.print(f"{col.name}/{col.split}: {len(col)} queries on {settings.index.alias}, "
@@ -415,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
             update: dict[str, Any] = {"model": args.against_model or settings.embedding.model}
             if args.against_int8:
                 update.update(backend="onnx", onnx_quantized=True)
-            other = Embedder(settings.embedding.model_copy(update=update))
+            other = Embedder(settings.embedding.model_copy(update=update), settings.models)
         figures["against"] = against((args.prefix, args.against), col, (embedder, other), args.warmup, args.k)
         figures["against"]["models"] = [embedder.cfg.model, other.cfg.model]
     if args.compare:

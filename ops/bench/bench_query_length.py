@@ -39,26 +39,26 @@ from typing import Any
 import numpy as np
 
 from hybridsearch.embedding.encoder import ModelSpec, OnnxEncoder, load_tokenizer, read_spec
-from hybridsearch.settings import DEFAULT_EMBEDDING_MODEL
+from hybridsearch.settings import DEFAULT_EMBEDDING_MODEL, ModelsSettings
 
 DEFAULT_CORPUS = Path("/work/shared/datasets/scifact/corpus.jsonl.gz")
 LENGTHS = (8, 16, 32, 64, 128, 256)
 VARIANTS = ("fp32", "int8")
 
 
-def onnx_paths(model: str) -> dict[str, Path]:
+def onnx_paths(model: str, models: ModelsSettings) -> dict[str, Path]:
     """The fp32 and int8 ONNX files of ``model`` the query encoder runs, exported when missing."""
     from hybridsearch.embedding.models import resolve_model
     from hybridsearch.embedding.onnx import onnx_files
 
-    folder = resolve_model(model)
-    paths = {"fp32": onnx_files(folder, False)[1], "int8": onnx_files(folder, True)[1]}
+    folder = resolve_model(model, models)
+    paths = {"fp32": onnx_files(folder, models, False)[1], "int8": onnx_files(folder, models, True)[1]}
     if not all(p.is_file() for p in paths.values()):
         from hybridsearch.embedding.encoder import load_sentence_transformer
         from hybridsearch.embedding.onnx import export
 
-        st = load_sentence_transformer(model, "cpu")
-        paths = {"fp32": export(st, folder, False), "int8": export(st, folder, True)}
+        st = load_sentence_transformer(model, models, "cpu")
+        paths = {"fp32": export(st, folder, models, False), "int8": export(st, folder, models, True)}
     return paths
 
 
@@ -199,16 +199,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds < 1 or args.texts < 1 or args.threads < 0:
         ap.error("--rounds and --texts must be ≥ 1, --threads ≥ 0")
 
-    from hybridsearch.embedding.models import resolve_model
-    from hybridsearch.embedding.prompts import resolve_prompts
-    from hybridsearch.settings import EmbeddingSettings
+    from hybridsearch.embedding.models import resolve_model, resolve_prompts
+    from hybridsearch.settings import EmbeddingSettings, load_settings
 
-    folder = resolve_model(args.model)
+    models = load_settings().models
+    folder = resolve_model(args.model, models)
     spec = read_spec(folder)
     if max(lengths) > spec.max_length:
         ap.error(f"--lengths: the model's limit is {spec.max_length} word pieces")
-    prompt = resolve_prompts(EmbeddingSettings(model=args.model)).query
-    paths = onnx_paths(args.model)
+    prompt = resolve_prompts(EmbeddingSettings(model=args.model), models).query
+    paths = onnx_paths(args.model, models)
     encoders = {v: OneQuery(paths[v], spec, prompt) for v in variants}
     for e in encoders.values():
         if args.threads:

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     s = eval_settings(base, args.prefix)
     s = s.model_copy(update={"embedding": s.embedding.model_copy(update={"query_cache_size": 0})})
     es = EngineClient(s.es)
-    embedder = Embedder(s.embedding)
+    embedder = Embedder(s.embedding, s.models)
     client = SearchClient(es, s, embedder=embedder, log_queries=False)
     col = load_collection(args.dataset, "test").limit(args.queries)
     queries = list(col.queries.values())

@@ -51,7 +51,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_query import DEFAULT_COLLECTION
 from hybridsearch.cli.progress import RichProgress
-from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
+from hybridsearch.embedding.cache import CachedEmbedder
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, Request, request
 from hybridsearch.engine.dialect import OPENSEARCH_OPTIONS
@@ -290,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(c < K or c > 10_000 for c in candidates) or (args.limit_queries is not None and args.limit_queries < 1):
         ap.error(f"num_candidates must be {K}..10000 and --limit-queries ≥ 1")
     col = load_collection(args.collection, args.split).limit(args.limit_queries)
-    cache = CachedEmbedder(Embedder(base.embedding), default_cache_dir())
+    cache = CachedEmbedder(Embedder(base.embedding, base.models))
     console.print(f"{engine.name} · {col.name}/{col.split}: {len(col)} queries · options {', '.join(options)} · "
                   f"recall at num_candidates {', '.join(map(str, candidates))} · cache {cache.path}")
 

@@ -64,7 +64,7 @@ def run_variant(settings: Settings, dataset: Path, prefix: str, name: str, limit
     collection = load_collection(dataset, "test").limit(limit)
     s = eval_settings(settings, prefix)
     s = s.model_copy(update={"embedding": variant_settings(s.embedding, name)})
-    embedder = Embedder(s.embedding)
+    embedder = Embedder(s.embedding, s.models)
     es = EngineClient(s.es)
     try:
         evaluation = evaluate_collection(es, s, collection, list(MODES), embedder=embedder, ingest=False)

@@ -234,7 +234,7 @@ def expected_chunks(corpus: Path, settings: Settings) -> tuple[dict[str, set[str
     from hybridsearch.ingest.chunking import document_chunks
     from hybridsearch.ingest.sources import Document, read_path
 
-    embedder = Embedder(settings.embedding)
+    embedder = Embedder(settings.embedding, settings.models)
     tokenizer = embedder.tokenizer()
     want: dict[str, set[str]] = {}
     invalid = 0

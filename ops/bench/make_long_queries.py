@@ -61,9 +61,9 @@ class Pieces:
     def __init__(self) -> None:
         from hybridsearch.embedding.encoder import load_tokenizer, read_spec
         from hybridsearch.embedding.models import resolve_model
-        from hybridsearch.settings import DEFAULT_EMBEDDING_MODEL
+        from hybridsearch.settings import DEFAULT_EMBEDDING_MODEL, load_settings
 
-        self.tokenizer = load_tokenizer(read_spec(resolve_model(DEFAULT_EMBEDDING_MODEL)))
+        self.tokenizer = load_tokenizer(read_spec(resolve_model(DEFAULT_EMBEDDING_MODEL, load_settings().models)))
 
     def __call__(self, text: str) -> int:
         return len(self.tokenizer.encode(text, add_special_tokens=False).ids)

@@ -34,7 +34,7 @@ from rich.console import Console
 from rich.table import Table
 
 from hybridsearch.cli.progress import RichProgress
-from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
+from hybridsearch.embedding.cache import CachedEmbedder
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.eval.datasets import load_collection
@@ -100,8 +100,8 @@ def one_run(i: int, args: argparse.Namespace, base: Settings) -> dict[str, Any]:
     rec: dict[str, Any] = {"run": i, "prefix": prefix, "seed": seed, "model": str(out)}
     collection = load_collection(args.dataset, "test").limit(args.test_limit)
     es = EngineClient(s.es)
-    embedder = Embedder(s.embedding)
-    cache = CachedEmbedder(embedder, default_cache_dir())
+    embedder = Embedder(s.embedding, s.models)
+    cache = CachedEmbedder(embedder)
     try:
         t0 = time.perf_counter()
         rec["dropped_before"] = drop_prefix(es, prefix)

@@ -30,7 +30,14 @@ from hybridsearch.index.versions import index_meta, live_target, read_alias
 from hybridsearch.index.visibility import count_visible
 from hybridsearch.ingest.lease import UNFINISHED, hidden_documents
 from hybridsearch.query.fusion import fusion_for
-from hybridsearch.settings import EmbeddingSettings, IndexSettings, QuerySettings, RerankerSettings, Settings
+from hybridsearch.settings import (
+    EmbeddingSettings,
+    IndexSettings,
+    ModelsSettings,
+    QuerySettings,
+    RerankerSettings,
+    Settings,
+)
 
 Status = Literal["OK", "WARN", "FAIL", "SKIP"]
 
@@ -68,7 +75,8 @@ def run_checks(settings: Settings, *, es: EngineClient | None = None, models: bo
         except HybridSearchError as exc:
             checks.append(Check("index", "index", "FAIL", *problem(exc)))
         checks += check_log_indices(es, settings)
-    checks.append(check_embedder(settings.embedding) if models else Check("models", "embedder", "SKIP", "--no-models"))
+    checks.append(check_embedder(settings.embedding, settings.models) if models
+                  else Check("models", "embedder", "SKIP", "--no-models"))
     checks.append(check_reranker(settings.reranker) if reranker
                   else Check("reranker", "reranker", "SKIP", "--no-reranker"))
     return checks
@@ -359,13 +367,13 @@ def check_log_indices(es: EngineClient, settings: Settings) -> list[Check]:
     return [check_log_index(es, settings, kind) for kind in LOG_KINDS]
 
 
-def check_embedder(cfg: EmbeddingSettings) -> Check:
+def check_embedder(cfg: EmbeddingSettings, models: ModelsSettings) -> Check:
     """The embedding model loads and makes vectors of the configured size."""
     from hybridsearch.embedding.encoder import Embedder
 
     t0 = time.perf_counter()
     try:
-        vec = Embedder(cfg).encode(["hybridsearch doctor"])
+        vec = Embedder(cfg, models).encode(["hybridsearch doctor"])
     except HybridSearchError as exc:
         return Check("models", "embedder", "FAIL", exc.problem,
                      exc.fix or "point HSP_EMBEDDING__MODEL at a local sentence-transformers folder and set "

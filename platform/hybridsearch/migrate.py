@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hybridsearch.embedding.encoder import Embedder, load_sentence_transformer
-from hybridsearch.embedding.prompts import resolve_prompts
+from hybridsearch.embedding.models import resolve_prompts
 from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import ConfigError, IngestError
 from hybridsearch.index.access import INGEST, prefix_names, require_privileges
@@ -30,7 +30,7 @@ from hybridsearch.ingest.lease import Lease
 from hybridsearch.ingest.sources import Document
 from hybridsearch.ingest.writer import ChunkBatch, CopyTally, DeadLetter, EmbedWriter
 from hybridsearch.progress import ProgressSink, Task
-from hybridsearch.settings import EmbeddingSettings, IngestSettings, Settings
+from hybridsearch.settings import EmbeddingSettings, IngestSettings, ModelsSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +56,11 @@ class MigrationResult:
         return self.chunks / self.seconds if self.seconds else 0.0
 
 
-def embedding_settings_for(model: str, base: EmbeddingSettings, dims: int | None = None) -> EmbeddingSettings:
+def embedding_settings_for(model: str, base: EmbeddingSettings, models: ModelsSettings,
+                           dims: int | None = None) -> EmbeddingSettings:
     """``base`` with another model; dims are read from the model itself unless given. Raises ModelError."""
     if dims is None:
-        st = load_sentence_transformer(model, "cpu")
+        st = load_sentence_transformer(model, models, "cpu")
         dims = int(st.get_embedding_dimension() or 0)
     return base.model_copy(update={"model": model, "dims": dims})
 
@@ -77,7 +78,7 @@ def migration_settings(settings: Settings, *, model: str | None = None, dims: in
 
     embedding = settings.embedding
     if model or dims:
-        embedding = embedding_settings_for(model or embedding.model, embedding, dims)
+        embedding = embedding_settings_for(model or embedding.model, embedding, settings.models, dims)
     if prepend_title is not None:
         embedding = embedding.model_copy(update={"prepend_title": prepend_title})
     index = settings.index
@@ -134,12 +135,12 @@ def copy_reembedded(es: EngineClient, source: str, target: str, embedder: Embedd
     return tally.written, tally.failed
 
 
-def same_vectors(meta: dict[str, Any], cfg: EmbeddingSettings) -> bool:
+def same_vectors(meta: dict[str, Any], cfg: EmbeddingSettings, models: ModelsSettings) -> bool:
     """Whether an index with ``_meta`` ``meta`` holds the vectors ``cfg`` would compute."""
     return (meta.get("embedding_model") == cfg.model
             and meta.get("embedding_dims") == cfg.dims
             and meta.get("prepend_title") == cfg.prepend_title
-            and (meta.get("passage_prompt") or "") == (resolve_prompts(cfg).passage or ""))
+            and (meta.get("passage_prompt") or "") == (resolve_prompts(cfg, models).passage or ""))
 
 
 def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | None = None,
@@ -184,10 +185,10 @@ def _migrate_locked(es: EngineClient, new: Settings, source: str, source_mapping
     with engine_errors(f"refresh {source}"):
         es.send(request.refresh(source))
         total = count_visible(es, source, first_chunks)
-    embedder = embedder or Embedder(new.embedding)  # loads its model only when something must be embedded
+    embedder = embedder or Embedder(new.embedding, new.models)  # loads its model only when something must be embedded
     if embedder.cfg.model != new.embedding.model or embedder.cfg.dims != new.embedding.dims:
         raise ConfigError("the embedder given to migrate() does not match the new settings' model and dims")
-    keep_vectors = same_vectors(source_meta, new.embedding) and reembed is not True
+    keep_vectors = same_vectors(source_meta, new.embedding, new.models) and reembed is not True
     reembed = not keep_vectors if reembed is None else reembed  # after re-cutting: whether any chunk was embedded
     target = create_version(es, new, version)
     task = Task(progress, f"copying {'documents' if rechunk else 'chunks'}", total)

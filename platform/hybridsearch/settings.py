@@ -120,12 +120,10 @@ class EmbeddingSettings(BaseModel):
     batch_size: int = Field(32, ge=1)
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     backend: Literal["auto", "torch", "onnx"] = Field(
-        "auto", description="auto: ONNX Runtime on CPU, sentence-transformers' torch model on a GPU or for a folder "
-        "ONNX cannot serve; onnx or torch insist")
+        "auto", description="auto: ONNX Runtime on CPU, torch on a GPU or where ONNX cannot serve; onnx, torch insist")
     onnx_quantized: bool = Field(False, description="with ONNX: int8-quantised weights")
-    query_max_tokens: int | None = Field(
-        None, ge=8, description="most word pieces of a search query embedded (prompt and special tokens included); "
-        "unset or larger: the model's own limit")
+    query_max_tokens: int | None = Field(None, ge=8, description="most word pieces of a search query embedded (prompt "
+                                         "and special tokens included); unset or larger: the model's own limit")
     prepend_title: bool = Field(True, description="embed 'title. text' rather than text alone")
     query_cache_size: int = Field(1024, ge=0, description="LRU entries of query embeddings")
     query_prompt: str | None = Field(
@@ -228,9 +226,8 @@ class RerankerSettings(BaseModel):
 class ModelsSettings(BaseModel):
     """Where models come from (``HSP_MODELS__*``); see ``hsp models list`` and docs/models.md."""
 
-    allow_download: bool = Field(
-        False, description="let sentence-transformers download a model that is not on this machine from the Hugging "
-        "Face Hub; off: such a model fails at once naming the fix")
+    allow_download: bool = Field(False, description="download a model that is not on this machine from the Hugging "
+                                 "Face Hub; off: such a model fails at once naming the fix")
     cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "hybridsearch",
                             description="fetched models, ONNX exports, model file records and the embedding cache "
                             "(HSP_CACHE)")
@@ -293,11 +290,6 @@ def load_settings(**overrides: object) -> Settings:
         problems = "; ".join(f"{ENV_PREFIX}{'__'.join(str(p).upper() for p in e['loc'])}: "
                              f"{str(e['msg']).removeprefix('Value error, ')}" for e in exc.errors())
         raise ConfigError(f"invalid settings: {problems}") from None
-
-
-def models_section(models: ModelsSettings | None = None) -> ModelsSettings:
-    """``models``, else the ``models`` section as the environment and ``.env`` say now. Raises ConfigError."""
-    return models if models is not None else load_settings().models
 
 
 @lru_cache(maxsize=1)

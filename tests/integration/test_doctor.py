@@ -94,10 +94,10 @@ def test_unreachable_cluster_skips_index_checks() -> None:
 
 def test_embedder_check(settings: Settings, tmp_path: Any) -> None:
     broken = settings.embedding.model_copy(update={"model": str(tmp_path / "no-such-model")})
-    check = doctor.check_embedder(broken)
+    check = doctor.check_embedder(broken, load_settings().models)
     assert check.status == "FAIL" and "HSP_EMBEDDING__MODEL" in (check.fix or "")
     wrong_dims = settings.embedding.model_copy(update={"dims": 64})
-    check = doctor.check_embedder(wrong_dims)
+    check = doctor.check_embedder(wrong_dims, load_settings().models)
     assert check.status == "FAIL" and "384-dim" in check.detail
 
 

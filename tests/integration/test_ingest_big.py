@@ -21,7 +21,7 @@ def test_big_text_file_streams_through(es: EngineClient, settings: Settings, tin
     with path.open("w", encoding="utf-8") as fh:
         while fh.tell() < 3 * MB:
             fh.write(paragraph + "\n\n")
-    embedder = Embedder(settings.embedding)
+    embedder = Embedder(settings.embedding, settings.models)
     result = run_ingest(path, settings, es=es, embedder=embedder)
     n_paragraphs = path.read_text().count("\n\n")
     assert result.documents == 1 and result.documents_failed == 0 and result.failed == 0

@@ -50,7 +50,7 @@ def _visible(es: EngineClient, s: Settings, doc_id: str) -> list[dict[str, Any]]
 def test_a_bad_update_keeps_the_old_version_and_hides_nothing(es: EngineClient, settings: Settings,
                                                               tiny_bi_encoder: Path) -> None:
     s = _tiny(settings, tiny_bi_encoder, metadata_fields={"n": "long"})
-    embedder = Embedder(s.embedding)
+    embedder = Embedder(s.embedding, s.models)
     first = run_ingest([Document.make("m5", "The fifth record, as first written.", metadata={"n": 5})], s,
                        es=es, embedder=embedder)
     assert first.documents_indexed == 1
@@ -80,7 +80,7 @@ def test_the_hidden_list_holds_only_what_is_in_flight(es: EngineClient, settings
         if es.send(request.index_exists(s.index.ingest_state)):
             seen.append(_hidden(es, s))
 
-    result = run_ingest(docs, s, es=es, embedder=Embedder(s.embedding), progress=sample)
+    result = run_ingest(docs, s, es=es, embedder=Embedder(s.embedding, s.models), progress=sample)
     assert result.documents_failed == 300 and result.documents_indexed == 20
     assert len(seen) > 300 and _hidden(es, s) == []
     assert not [ids for ids in seen if any(d.startswith("bad") for d in ids)]  # a rejected record is never hidden
@@ -92,7 +92,7 @@ def test_a_run_whose_state_index_is_deleted_stops_before_the_next_chunk(es: Engi
     """The writer finds the state index gone at its next batch, and no state write (the heartbeat's included)
     creates it anew."""
     s = _tiny(settings, tiny_bi_encoder)
-    embedder = Embedder(s.embedding)
+    embedder = Embedder(s.embedding, s.models)
     run_ingest([Document.make("seed", "A first document, so searches have an index.")], s, es=es,
                embedder=embedder)
     client = SearchClient(es, s, embedder=embedder)
@@ -145,7 +145,7 @@ def test_a_byte_order_mark_the_file_does_not_bear_out_is_dead_lettered(es: Engin
     folder.mkdir()
     (folder / "good.txt").write_text("A plain text file.")
     (folder / "ffe.txt").write_bytes(codecs.BOM_UTF16_LE + b"UTF-8 text behind a UTF-16 byte-order mark")
-    result = run_ingest(folder, s, es=es, embedder=Embedder(s.embedding))
+    result = run_ingest(folder, s, es=es, embedder=Embedder(s.embedding, s.models))
     assert result.documents_indexed == 1 and result.documents_failed == 1
     records = read_dead_letter(Path(str(result.dead_letter_path)))
     assert [(r["doc_id"], r["reason"]) for r in records] == [

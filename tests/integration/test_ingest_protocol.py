@@ -164,7 +164,7 @@ def test_two_runs_at_once_then_a_kill_lose_nothing(es: EngineClient, settings: S
         time.sleep(1.0)  # a bulk request sent before the kill still completes on the node
         hidden = {d for ids in hidden_documents(es, s.index.ingest_state).values() for d in ids}
         assert hidden, "A was not killed mid-run"
-        again = run_ingest(folder, s, es=es, embedder=Embedder(s.embedding))
+        again = run_ingest(folder, s, es=es, embedder=Embedder(s.embedding, s.models))
     assert partial == []
     assert again.took_over and again.repaired >= len(hidden) and again.still_hidden == 0
     assert again.documents_failed == 0 and again.failed == 0
@@ -174,7 +174,8 @@ def test_two_runs_at_once_then_a_kill_lose_nothing(es: EngineClient, settings: S
     total = sum(v[0] for v in seen.values())
     es.send(request.refresh(s.index.alias))
     assert es.send(request.count(s.index.alias))["count"] == total  # no chunk twice, none left hidden
-    with SearchClient(es, s, embedder=Embedder(s.embedding)) as client:  # the exact marker of a hidden document
+    # the exact marker of a hidden document
+    with SearchClient(es, s, embedder=Embedder(s.embedding, s.models)) as client:
         doc = sorted(hidden)[0]
         marker = f"zq{int(doc[3:6])}x3q"
         hits = client.search(marker, k=3, mode="bm25").hits
@@ -186,7 +187,7 @@ def test_readers_never_see_part_of_a_document(es: EngineClient, settings: Settin
     """A poller searches while (a) a document of thousands of chunks is written, (b) a run is killed and run
     again, (c) two runs overlap (the second waits for the lease) over changed documents."""
     s = _tiny(settings, tiny_bi_encoder)
-    embedder = Embedder(s.embedding)
+    embedder = Embedder(s.embedding, s.models)
     with poller(es, s) as partial:
         big = [Document.make("big", "".join(SENTENCE.format(d=999, i=i, topic="lungs") for i in range(2500)),
                              title="Big")]

@@ -55,7 +55,7 @@ def _sync(path: Path, s: Settings, es: EngineClient, emb: Embedder, **kw: Any) -
 def test_a_folder_sync_deletes_changes_and_adds(es: EngineClient, settings: Settings, tiny_bi_encoder: Path,
                                                 tmp_path: Path) -> None:
     s = _tiny(settings, tiny_bi_encoder)
-    emb = Embedder(s.embedding)
+    emb = Embedder(s.embedding, s.models)
     src = _folder(tmp_path / "notes", [f"n{i}.md" for i in range(6)])
     first = _sync(src, s, es, emb)
     assert first.documents_indexed == 6 and first.documents_deleted == 0
@@ -77,7 +77,7 @@ def test_a_folder_sync_deletes_changes_and_adds(es: EngineClient, settings: Sett
 def test_two_sources_in_one_prefix_keep_their_own(es: EngineClient, settings: Settings, tiny_bi_encoder: Path,
                                                   tmp_path: Path) -> None:
     s = _tiny(settings, tiny_bi_encoder)
-    emb = Embedder(s.embedding)
+    emb = Embedder(s.embedding, s.models)
     one = _folder(tmp_path / "src", ["a1.md", "a2.md", "a3.md"])
     two = _folder(tmp_path / "src-more", ["b1.md", "b2.md", "b3.md"])  # its path starts like the first's
     _sync(one, s, es, emb)
@@ -93,7 +93,7 @@ def test_two_sources_in_one_prefix_keep_their_own(es: EngineClient, settings: Se
 def test_a_jsonl_re_export_with_records_dropped(es: EngineClient, settings: Settings, tiny_bi_encoder: Path,
                                                 tmp_path: Path) -> None:
     s = _tiny(settings, tiny_bi_encoder)
-    emb = Embedder(s.embedding)
+    emb = Embedder(s.embedding, s.models)
     export = tmp_path / "export.jsonl"
     records = [{"id": f"r{i}", "title": f"Record {i}", "text": f"Record number {i} of the nightly export."}
                for i in range(10)]
@@ -162,7 +162,7 @@ def test_the_delete_share_guard_refuses_then_force_deletes(
 def test_a_source_not_read_whole_deletes_nothing(es: EngineClient, settings: Settings, tiny_bi_encoder: Path,
                                                  tmp_path: Path) -> None:
     s = _tiny(settings, tiny_bi_encoder)
-    emb = Embedder(s.embedding)
+    emb = Embedder(s.embedding, s.models)
     src = _folder(tmp_path / "notes", [f"n{i}.md" for i in range(6)])
     _sync(src, s, es, emb)
     (src / "n0.md").unlink()
@@ -210,7 +210,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 def test_a_sync_killed_while_deleting_is_finished_by_the_next(es: EngineClient, settings: Settings,
                                                               tiny_bi_encoder: Path, tmp_path: Path) -> None:
     s = _tiny(settings, tiny_bi_encoder, sync_max_delete=0.5)
-    emb = Embedder(s.embedding)
+    emb = Embedder(s.embedding, s.models)
     src = _folder(tmp_path / "notes", [f"n{i}.md" for i in range(4)])
     paragraph = " ".join(f"word{i}" for i in range(120))
     (src / "big.md").write_text("\n\n".join(f"Part {p}: {paragraph}" for p in range(6)), encoding="utf-8")

@@ -28,7 +28,7 @@ from hybridsearch.index.versions import (
 from hybridsearch.ingest.chunking import embed_text
 from hybridsearch.migrate import embedding_settings_for, migrate
 from hybridsearch.progress import ProgressEvent
-from hybridsearch.settings import EmbeddingSettings, Settings
+from hybridsearch.settings import EmbeddingSettings, Settings, load_settings
 from ingest_helpers import read_dead_letter
 
 if TYPE_CHECKING:
@@ -116,9 +116,9 @@ def test_migrate_to_new_model_then_rollback(es: EngineClient, settings: Settings
                                             tiny_model: str) -> None:
     v1 = ensure_index(es, settings)
     write_chunks(es, v1, embedder)
-    new = with_model(settings, tiny_model, embedding_settings_for(tiny_model, settings.embedding).dims)
+    new = with_model(settings, tiny_model, embedding_settings_for(tiny_model, settings.embedding, settings.models).dims)
     assert new.embedding.dims == 64
-    tiny = Embedder(new.embedding)
+    tiny = Embedder(new.embedding, new.models)
     seen: list[tuple[int, int]] = []
     result = migrate(es, settings, new, embedder=tiny, batch_size=2,
                      progress=lambda e: seen.append((e.done, e.total or 0)) if e.done else None)
@@ -232,7 +232,7 @@ class CountingEmbedder(Embedder):
     encoded = 0
 
     def __init__(self, cfg: EmbeddingSettings, model: SentenceTransformer) -> None:
-        super().__init__(cfg)
+        super().__init__(cfg, load_settings().models)
         self.loaded = model
 
     @property

@@ -138,7 +138,8 @@ def test_bench_single_list(env: dict[str, str], es: EngineClient, tiny: Settings
                            tmp_path: Path) -> None:
     built = eval_settings(tiny, f"{tiny.index.prefix}-single")
     choose_index(es, built)
-    assert ingest_corpus(es, built, collection / "corpus.jsonl", embedder=Embedder(built.embedding))["chunks"] > 0
+    embedder = Embedder(built.embedding, built.models)
+    assert ingest_corpus(es, built, collection / "corpus.jsonl", embedder=embedder)["chunks"] > 0
     out = tmp_path / "single.json"
     run("bench_single_list.py", env, "--prefix", built.index.prefix, "--dataset", collection, "--queries", 2,
         "--k", 10, "--json", out)

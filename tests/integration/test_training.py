@@ -176,7 +176,7 @@ def test_train_embedder_trains_a_model_an_index_migrates_to_while_searches_run(
 
     # a model name like any other: ingestion encoder, ONNX query encoder, cache identity
     trained = settings.embedding.model_copy(update={"model": str(out), "device": "cpu"})
-    mine = Embedder(trained)
+    mine = Embedder(trained, settings.models)
     assert mine.max_seq_length == 256
     import importlib.util
 
@@ -184,7 +184,7 @@ def test_train_embedder_trains_a_model_an_index_migrates_to_while_searches_run(
         assert mine.runtime == "onnx"  # exported from the folder, whose files the training recorded
     vec = mine.encode_query("what is known about asthma attacks?")
     assert abs(float(vec @ embedder.encode_query("what is known about asthma attacks?")) - 1) > 1e-6
-    assert model_identity(trained) != model_identity(settings.embedding)
+    assert model_identity(trained, settings.models) != model_identity(settings.embedding, settings.models)
 
     # roll the index over with `hsp index migrate --to-model DIR` while searches run on the old model: they
     # answer from the old index until the swap, and are refused (never answered from the new one) after it

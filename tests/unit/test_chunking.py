@@ -21,16 +21,21 @@ from hybridsearch.ingest.chunking import (
     section_leaders,
     text_budget,
 )
-from hybridsearch.settings import ChunkingSettings, EmbeddingSettings
+from hybridsearch.settings import ChunkingSettings, EmbeddingSettings, ModelsSettings, load_settings
 from ingest_helpers import WhitespaceTokenizer
 
 STRATEGIES = ["paragraph", "sentence", "token", "fixed", "parent_child"]
 
 
+def _models() -> ModelsSettings:
+    return load_settings().models
+
+
+
 @cache
 def hf() -> TextTokenizer:
     """The packaged MiniLM's tokenizer, as the chunker gets it from the embedder."""
-    return Embedder(EmbeddingSettings(device="cpu")).tokenizer()
+    return Embedder(EmbeddingSettings(device="cpu"), _models()).tokenizer()
 
 
 WORDS = st.sampled_from(

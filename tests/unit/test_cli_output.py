@@ -253,7 +253,7 @@ def test_ingest_summary_in_a_pipe_names_every_count(monkeypatch: pytest.MonkeyPa
     done = IngestResult(run_id="20260101T000000-1a2b3c4d5e6f", index="a-long-team-prefix-chunks-v12",
                         source=str(tmp_path), status="completed", documents=123_456, documents_indexed=123_000,
                         documents_skipped=456, indexed=234_567, reused=1_234, retried=7, chunker="paragraph")
-    monkeypatch.setattr(encoder, "Embedder", lambda cfg: None)
+    monkeypatch.setattr(encoder, "Embedder", lambda cfg, models: None)
     monkeypatch.setattr(pipeline, "run_ingest", lambda *a, **kw: done)
     monkeypatch.setenv("COLUMNS", "50")  # narrower than the table: it becomes "header: value" lines
     assert main(["ingest", str(tmp_path), "--no-progress"]) == 0

@@ -14,12 +14,17 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hybridsearch.embedding import encoder
-from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir, model_identity
+from hybridsearch.embedding.cache import CachedEmbedder, model_identity
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.eval.harness import embedding_cache
-from hybridsearch.settings import EmbeddingSettings, load_settings
+from hybridsearch.settings import EmbeddingSettings, ModelsSettings, load_settings
 
 DIMS = 8
+
+
+def _models() -> ModelsSettings:
+    return load_settings().models
+
 
 
 def vector(text: str, dims: int = DIMS) -> np.ndarray:
@@ -32,7 +37,7 @@ class CountingEmbedder(Embedder):
     """Records every ``embed`` call (the one funnel of every vector); loading its model fails the test."""
 
     def __init__(self, cfg: EmbeddingSettings | None = None) -> None:
-        super().__init__(cfg or EmbeddingSettings(dims=DIMS))
+        super().__init__(cfg or EmbeddingSettings(dims=DIMS), load_settings().models)
         self.calls: list[list[str]] = []
 
     @property
@@ -80,7 +85,7 @@ def test_a_fully_cached_encode_never_loads_the_real_model(tmp_path: Path, monkey
     CachedEmbedder(CountingEmbedder(cfg), tmp_path).encode(["one chunk", "another chunk"])
     loads: list[str] = []
     monkeypatch.setattr(encoder, "load_sentence_transformer", lambda name, *a, **kw: loads.append(name))
-    real = Embedder(cfg)
+    real = Embedder(cfg, _models())
     assert CachedEmbedder(real, tmp_path).encode(["another chunk"]).shape == (1, cfg.dims)
     assert loads == []
 
@@ -95,7 +100,8 @@ def test_another_model_identity_misses(tmp_path: Path) -> None:
     assert len(list(tmp_path.glob("*.sqlite"))) == 4
     # what does not change the vectors does not change the identity
     base = EmbeddingSettings(dims=DIMS)
-    assert model_identity(base) == model_identity(EmbeddingSettings(dims=DIMS, prepend_title=False, batch_size=7))
+    same = EmbeddingSettings(dims=DIMS, prepend_title=False, batch_size=7)
+    assert model_identity(base, _models()) == model_identity(same, _models())
 
 
 def test_a_model_folder_that_changes_gets_a_new_identity(tmp_path: Path) -> None:
@@ -103,9 +109,9 @@ def test_a_model_folder_that_changes_gets_a_new_identity(tmp_path: Path) -> None
     model.mkdir()
     (model / "model.safetensors").write_bytes(b"weights")
     cfg = EmbeddingSettings(model=str(model), dims=DIMS)
-    before = model_identity(cfg)
+    before = model_identity(cfg, _models())
     (model / "model.safetensors").write_bytes(b"retrain")
-    assert model_identity(cfg) != before
+    assert model_identity(cfg, _models()) != before
 
 
 def test_queries_pass_through_uncached(tmp_path: Path) -> None:
@@ -153,7 +159,6 @@ def test_an_unusable_cache_file_only_costs_time(tmp_path: Path, caplog: pytest.L
 
 def test_eval_uses_the_cache_unless_told_not_to(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HSP_CACHE", str(tmp_path))
-    assert default_cache_dir() == tmp_path / "embeddings"
     inner = CountingEmbedder()
 
     ingest = load_settings().ingest

@@ -16,12 +16,17 @@ import pytest
 
 from hybridsearch.embedding.encoder import MIN_COSINE, Embedder, compare_vectors
 from hybridsearch.errors import ModelError
-from hybridsearch.settings import EmbeddingSettings
+from hybridsearch.settings import EmbeddingSettings, ModelsSettings, load_settings
 
 pytest.importorskip("onnxruntime")
 TEXTS = ["Aspirin lowers the risk of heart attack.", "The mitochondria is the powerhouse of the cell.",
          "Vitamin D deficiency is associated with bone fractures in older adults; É, ß and 中文 too.", "a",
          " ".join(["Long passages are cut at the model's sequence limit by both runtimes."] * 40)]
+
+
+def _models() -> ModelsSettings:
+    return load_settings().models
+
 
 
 @pytest.fixture(autouse=True)
@@ -32,7 +37,7 @@ def _cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyP
 
 
 def minilm(**kw: object) -> Embedder:
-    return Embedder(EmbeddingSettings(device="cpu", **kw))  # type: ignore[arg-type]
+    return Embedder(EmbeddingSettings(device="cpu", **kw), _models())  # type: ignore[arg-type]
 
 
 def test_onnx_gives_torchs_vectors_for_passages_and_queries() -> None:
@@ -58,7 +63,7 @@ def test_the_chunker_counts_with_the_models_tokenizer() -> None:
 
     from hybridsearch.embedding.models import resolve_model
 
-    hf = AutoTokenizer.from_pretrained(resolve_model("all-MiniLM-L6-v2"))
+    hf = AutoTokenizer.from_pretrained(resolve_model("all-MiniLM-L6-v2", _models()))
     tokenizer = minilm().tokenizer()
     for text in TEXTS:
         want = hf(text, add_special_tokens=False, return_offsets_mapping=True)["offset_mapping"]
@@ -69,8 +74,9 @@ def test_the_chunker_counts_with_the_models_tokenizer() -> None:
 def test_a_search_process_embeds_a_query_without_importing_torch(tmp_path: Path, _cache: Path) -> None:
     minilm().encode(["export the graph once"])
     code = ("import sys; from hybridsearch.embedding.encoder import Embedder; "
-            "from hybridsearch.settings import EmbeddingSettings; "
-            "v = Embedder(EmbeddingSettings(device='cpu')).encode_query('how do bees find food'); "
+            "from hybridsearch.settings import EmbeddingSettings, load_settings; "
+            "v = Embedder(EmbeddingSettings(device='cpu'), load_settings().models)"
+            ".encode_query('how do bees find food'); "
             "print(v.shape[0], 'torch' in sys.modules, 'sentence_transformers' in sys.modules)")
     env = {**os.environ, "HSP_CACHE": str(_cache)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
@@ -82,11 +88,12 @@ def test_a_folder_onnx_cannot_read_is_embedded_by_torch_unless_onnx_is_asked_for
     folder = Path(shutil.copytree(tiny_bi_encoder, tmp_path / "m"))
     pooling = folder / "1_Pooling" / "config.json"
     pooling.write_text(json.dumps({**json.loads(pooling.read_text()), "pooling_mode": "max"}))
-    auto = Embedder(EmbeddingSettings(model=str(folder), dims=32, device="cpu"))
+    auto = Embedder(EmbeddingSettings(model=str(folder), dims=32, device="cpu"), _models())
     assert auto.encode(["a text"]).shape == (1, 32) and auto.runtime == "torch"
     assert auto.tokenizer().offsets("a text") == [(0, 1), (2, 6)]  # the chunker counts with torch's tokenizer
     with pytest.raises(ModelError, match="pooling max"):
-        Embedder(EmbeddingSettings(model=str(folder), dims=32, device="cpu", backend="onnx")).encode(["a text"])
+        onnx = EmbeddingSettings(model=str(folder), dims=32, device="cpu", backend="onnx")
+        Embedder(onnx, _models()).encode(["a text"])
 
 
 def test_the_export_is_redone_when_a_folder_is_trained_again(tmp_path: Path) -> None:

@@ -14,15 +14,20 @@ import pytest
 
 from hybridsearch.embedding.cache import CachedEmbedder, cache_key, model_identity
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.embedding.prompts import NONE, Prompts, folder_prompts, model_prompts, resolve_prompts
+from hybridsearch.embedding.models import NONE, Prompts, folder_prompts, model_prompts, resolve_prompts
 from hybridsearch.index.fit import CHECKED_META, meta_differences
 from hybridsearch.index.spec import chunk_meta
-from hybridsearch.settings import EmbeddingSettings, Settings
+from hybridsearch.settings import EmbeddingSettings, ModelsSettings, Settings, load_settings
 from hybridsearch.training.embedder import model_encoder, prompted_columns, record_prompts
 
 Q, P = "query: ", "passage: "
 BGE = "Represent this sentence for searching relevant passages: "
 TEXTS = ["how do bees find food", "Vitamin D deficiency is associated with fractures.", "a"]
+
+
+def _models() -> ModelsSettings:
+    return load_settings().models
+
 
 
 def with_prompts(source: Path, dest: Path, prompts: dict[str, str]) -> Path:
@@ -64,47 +69,48 @@ def tiny(folder: Path, **kw: Any) -> EmbeddingSettings:
 # --- where the prompts come from -------------------------------------------------------------------------------
 
 def test_catalogue_models_have_their_family_prompts_and_minilm_none() -> None:
-    assert model_prompts("bge-small-en-v1.5") == Prompts(BGE, "", "catalogue")
-    assert model_prompts("BAAI/bge-small-en-v1.5") == Prompts(BGE, "", "catalogue")  # the Hub alias
-    assert model_prompts("e5-small-v2-int8") == Prompts(Q, P, "catalogue")
-    assert model_prompts("all-MiniLM-L6-v2") is NONE
-    assert not resolve_prompts(EmbeddingSettings()) and resolve_prompts(EmbeddingSettings()) == NONE
+    assert model_prompts("bge-small-en-v1.5", _models()) == Prompts(BGE, "", "catalogue")
+    assert model_prompts("BAAI/bge-small-en-v1.5", _models()) == Prompts(BGE, "", "catalogue")  # the Hub alias
+    assert model_prompts("e5-small-v2-int8", _models()) == Prompts(Q, P, "catalogue")
+    assert model_prompts("all-MiniLM-L6-v2", _models()) is NONE
+    assert resolve_prompts(EmbeddingSettings(), _models()) == NONE and not NONE
 
 
 def test_a_folder_config_gives_the_prompts(prompted: Path, tmp_path: Path) -> None:
-    assert model_prompts(str(prompted)) == Prompts(Q, P, "folder")
+    assert model_prompts(str(prompted), _models()) == Prompts(Q, P, "folder")
     # sentence-transformers' other names for the passage prompt; empty ones are no prompt
     (tmp_path / "doc").mkdir()
     (tmp_path / "doc" / "config_sentence_transformers.json").write_text(
         json.dumps({"prompts": {"query": "", "document": "doc: "}, "default_prompt_name": None}))
-    assert model_prompts(str(tmp_path / "doc")) == Prompts("", "doc: ", "folder")
+    assert model_prompts(str(tmp_path / "doc"), _models()) == Prompts("", "doc: ", "folder")
     (tmp_path / "none").mkdir()
     (tmp_path / "none" / "config_sentence_transformers.json").write_text('{"prompts": {"query": "", "document": ""}}')
-    assert model_prompts(str(tmp_path / "none")) is NONE
+    assert model_prompts(str(tmp_path / "none"), _models()) is NONE
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config_sentence_transformers.json").write_text("{not json")
-    assert folder_prompts(tmp_path / "broken") == {} and model_prompts(str(tmp_path / "broken")) is NONE
+    assert folder_prompts(tmp_path / "broken") == {} and model_prompts(str(tmp_path / "broken"), _models()) is NONE
 
 
 def test_the_settings_override_and_an_empty_value_disables(prompted: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
-    both = resolve_prompts(tiny(prompted, query_prompt="search: "))
+    both = resolve_prompts(tiny(prompted, query_prompt="search: "), _models())
     assert (both.query, both.passage, both.overridden) == ("search: ", P, ("query",))
-    off = resolve_prompts(tiny(prompted, query_prompt="", passage_prompt=""))
+    off = resolve_prompts(tiny(prompted, query_prompt="", passage_prompt=""), _models())
     assert (off.query, off.passage) == ("", "") and not off
-    assert resolve_prompts(cfg("e5-small-v2", passage_prompt="")) == Prompts(Q, "", "catalogue", ("passage",))
+    e5 = resolve_prompts(cfg("e5-small-v2", passage_prompt=""), _models())
+    assert e5 == Prompts(Q, "", "catalogue", ("passage",))
     # from the environment: unset is the model's own, empty disables
     monkeypatch.setenv("HSP_EMBEDDING__MODEL", "e5-small-v2")
     monkeypatch.setenv("HSP_EMBEDDING__PASSAGE_PROMPT", "")
     env = Settings().embedding
     assert (env.query_prompt, env.passage_prompt) == (None, "")
-    assert (resolve_prompts(env).query, resolve_prompts(env).passage) == (Q, "")
+    assert (resolve_prompts(env, _models()).query, resolve_prompts(env, _models()).passage) == (Q, "")
 
 
 # --- what is embedded ------------------------------------------------------------------------------------------
 
 def test_passages_and_queries_are_embedded_after_their_prompts(prompted: Path, st: Any) -> None:
-    e = Embedder(tiny(prompted))
+    e = Embedder(tiny(prompted), _models())
     assert e.prompts == Prompts(Q, P, "folder")
     passages = e.encode(TEXTS)
     assert np.allclose(passages, reference(st, [P + t for t in TEXTS]), atol=1e-6)
@@ -120,7 +126,7 @@ def test_the_onnx_encoder_puts_the_prompts_first(prompted: Path, st: Any, tmp_pa
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     pytest.importorskip("onnxruntime")
     monkeypatch.setenv("HSP_CACHE", str(tmp_path))
-    e = Embedder(cfg(prompted, dims=32, backend="onnx", query_cache_size=0))
+    e = Embedder(cfg(prompted, dims=32, backend="onnx", query_cache_size=0), _models())
     got = np.stack([e.encode_query(t) for t in TEXTS])
     assert e.runtime == "onnx"
     want = reference(st, [Q + t for t in TEXTS])
@@ -131,10 +137,10 @@ def test_the_onnx_encoder_puts_the_prompts_first(prompted: Path, st: Any, tmp_pa
 
 
 def test_the_override_replaces_or_disables_the_models_prompts(prompted: Path, st: Any) -> None:
-    e = Embedder(tiny(prompted, query_prompt="search: ", passage_prompt=""))
+    e = Embedder(tiny(prompted, query_prompt="search: ", passage_prompt=""), _models())
     assert np.allclose(e.encode(TEXTS), reference(st, TEXTS), atol=1e-6)
     assert np.allclose(e.encode_query(TEXTS[0]), reference(st, ["search: " + TEXTS[0]])[0], atol=1e-6)
-    off = Embedder(tiny(prompted, query_prompt="", passage_prompt=""))
+    off = Embedder(tiny(prompted, query_prompt="", passage_prompt=""), _models())
     assert np.allclose(off.encode_queries(TEXTS), reference(st, TEXTS), atol=1e-6)
 
 
@@ -145,7 +151,7 @@ def test_a_default_prompt_name_in_the_folder_never_applies_on_its_own(tiny_bi_en
     config = json.loads((folder / "config_sentence_transformers.json").read_text())
     (folder / "config_sentence_transformers.json").write_text(json.dumps({**config, "default_prompt_name": "query"}))
     plain = SentenceTransformer(str(folder), device="cpu")
-    e = Embedder(tiny(folder))
+    e = Embedder(tiny(folder), _models())
     assert e.prompts == Prompts(Q, "", "folder")
     assert np.allclose(e.encode(TEXTS), reference(plain, TEXTS), atol=1e-6)  # passages: no prompt at all
 
@@ -155,9 +161,9 @@ def test_minilm_is_embedded_without_a_prompt() -> None:
 
     from hybridsearch.embedding.models import resolve_model
 
-    e = Embedder(cfg(backend="torch"))
+    e = Embedder(cfg(backend="torch"), _models())
     assert e.prompts is NONE
-    plain = SentenceTransformer(resolve_model("all-MiniLM-L6-v2"), device="cpu")
+    plain = SentenceTransformer(resolve_model("all-MiniLM-L6-v2", _models()), device="cpu")
     want = np.asarray(plain.encode(TEXTS, normalize_embeddings=True), dtype=np.float32)
     assert np.allclose(e.encode(TEXTS), want, atol=1e-6)
     assert np.allclose(e.encode_query(TEXTS[0]), want[0], atol=1e-6)
@@ -169,7 +175,7 @@ class PromptEcho(Embedder):
     """Embeds by a hash of ``prompt + text`` (no model); records what it was asked."""
 
     def __init__(self, cfg: EmbeddingSettings) -> None:
-        super().__init__(cfg)
+        super().__init__(cfg, _models())
         self.calls: list[tuple[str, list[str]]] = []
 
     def embed(self, texts: list[str], prompt: str, batch_size: int | None = None,
@@ -186,12 +192,12 @@ def test_cache_keys_differ_with_the_prompt() -> None:
 
 
 def test_the_cache_identity_names_the_passage_prompt(prompted: Path) -> None:
-    minilm = model_identity(EmbeddingSettings())
+    minilm = model_identity(EmbeddingSettings(), _models())
     assert "prompt" not in minilm  # caches built before prompts keep their files
-    own = model_identity(tiny(prompted))
+    own = model_identity(tiny(prompted), _models())
     assert f"passage_prompt={P!r}" in own
-    assert model_identity(tiny(prompted, passage_prompt="")) != own
-    assert model_identity(tiny(prompted, query_prompt="other: ")) == own  # query vectors are keyed by prompt
+    assert model_identity(tiny(prompted, passage_prompt=""), _models()) != own
+    assert model_identity(tiny(prompted, query_prompt="other: "), _models()) == own  # query vectors are keyed by prompt
 
 
 def test_cached_passages_and_queries_never_mix(tmp_path: Path) -> None:
@@ -246,4 +252,4 @@ def test_a_trained_model_keeps_the_prompts_it_was_trained_with(prompted: Path, t
     model = SentenceTransformer(str(prompted), device="cpu")
     record_prompts(model, Prompts("search: ", ""))
     model.save(str(tmp_path / "trained"))
-    assert model_prompts(str(tmp_path / "trained")) == Prompts("search: ", "", "folder")
+    assert model_prompts(str(tmp_path / "trained"), _models()) == Prompts("search: ", "", "folder")

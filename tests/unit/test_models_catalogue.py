@@ -97,7 +97,7 @@ def test_the_packaged_minilm_matches_its_pin() -> None:
     assert e is not None
     folder = fetch.fetch(e, _models())  # a PyPI entry: nothing downloaded, the pinned file checked
     assert (folder / "model.safetensors").is_file()
-    assert models.resolve_model("all-MiniLM-L6-v2") == str(folder)
+    assert models.resolve_model("all-MiniLM-L6-v2", _models()) == str(folder)
 
 
 # --- a langchain4j-style jar built here --------------------------------------------------------------------------
@@ -154,7 +154,7 @@ def _entry(jar: Path, pooling: str = "mean", **kw: Any) -> CatalogueEntry:
         pooling=pooling,  # type: ignore[arg-type]
         max_seq_length=128, licence="MIT", description="test", query_prompt="query: ", passage_prompt="passage: ",
         coordinates="dev.example:langchain4j-embeddings-tiny:0.0.1", onnx_file="tiny.onnx",
-        tokenizer_file="tiny-tokenizer.json")
+        tokenizer_file="tiny-tokenizer.json", heads=HEADS)
     return dataclasses.replace(base, **kw)
 
 
@@ -223,14 +223,14 @@ def test_a_fetched_name_works_as_the_embedding_model(tiny_jar: tuple[Path, dict[
     e = _entry(jar)
     monkeypatch.setattr(catalogue, "ENTRIES", (*catalogue.ENTRIES, e))
     with pytest.raises(ModelError, match=f"hsp models fetch {e.name}"):
-        models.locate_model(e.name)
+        models.locate_model(e.name, _models())
     folder = fetch.fetch(e, _models(), jar=jar)
-    assert models.resolve_model(e.name) == str(folder)
-    emb = Embedder(EmbeddingSettings(model=e.name, dims=HIDDEN, device="cpu", backend="onnx"))
+    assert models.resolve_model(e.name, _models()) == str(folder)
+    emb = Embedder(EmbeddingSettings(model=e.name, dims=HIDDEN, device="cpu", backend="onnx"), _models())
     vecs = emb.encode(["how do bees find food", "a"])
     assert vecs.shape == (2, HIDDEN) and np.allclose(np.linalg.norm(vecs, axis=1), 1.0, atol=1e-5)
     assert emb.runtime == "onnx"  # the jar's own ONNX file, no export
-    torch_side = Embedder(EmbeddingSettings(model=e.name, dims=HIDDEN, device="cpu", backend="torch"))
+    torch_side = Embedder(EmbeddingSettings(model=e.name, dims=HIDDEN, device="cpu", backend="torch"), _models())
     want = torch_side.encode_queries(["how do bees find food"])[0]
     assert float(emb.encode_query("how do bees find food") @ want) > 0.9999
     assert no_network == []
@@ -239,16 +239,16 @@ def test_a_fetched_name_works_as_the_embedding_model(tiny_jar: tuple[Path, dict[
 # --- nothing downloaded at search time ---------------------------------------------------------------------------
 
 def test_downloads_are_off_unless_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert not load_settings().models.allow_download
+    assert not _models().allow_download
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    assert load_settings().models.allow_download  # an explicit HF_HUB_OFFLINE=0 is a request
+    assert _models().allow_download  # an explicit HF_HUB_OFFLINE=0 is a request
     monkeypatch.setenv("HSP_MODELS__ALLOW_DOWNLOAD", "false")
-    assert not load_settings().models.allow_download
+    assert not _models().allow_download
     monkeypatch.setenv("HSP_MODELS__ALLOW_DOWNLOAD", "true")
-    assert load_settings().models.allow_download
-    assert models.locate_model("someone/not-here-model") == ("someone/not-here-model", False)
+    assert _models().allow_download
+    assert models.locate_model("someone/not-here-model", _models()) == ("someone/not-here-model", False)
     with pytest.raises(ModelError, match="downloads are off"):
-        models.locate_model("someone/not-here-model", models=ModelsSettings(allow_download=False))
+        models.locate_model("someone/not-here-model", ModelsSettings(allow_download=False))
 
 
 @pytest.mark.parametrize(("name", "fix"), [
@@ -262,7 +262,7 @@ def test_a_model_not_on_this_machine_fails_at_once_in_one_line(name: str, fix: s
 
     started = time.perf_counter()
     with pytest.raises(ModelError) as info:
-        Embedder(EmbeddingSettings(model=name, device="cpu")).encode(["x"])
+        Embedder(EmbeddingSettings(model=name, device="cpu"), _models()).encode(["x"])
     assert time.perf_counter() - started < 1.0
     assert fix in str(info.value) and "\n" not in str(info.value) and exit_code(info.value) == 5
     assert no_network == []
@@ -344,7 +344,7 @@ def test_fetch_the_real_bge_small_jar_from_maven_central(capsys: pytest.CaptureF
     from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.settings import EmbeddingSettings
 
-    emb = Embedder(EmbeddingSettings(model="bge-small-en-v1.5", device="cpu"))
+    emb = Embedder(EmbeddingSettings(model="bge-small-en-v1.5", device="cpu"), _models())
     q, d, other = emb.encode(["how do bees find food", "Bees find food by following the waggle dance of scouts.",
                               "The stock market fell sharply on Tuesday."])
     assert float(q @ d) > float(q @ other)

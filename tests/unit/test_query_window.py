@@ -15,12 +15,17 @@ import pytest
 
 from hybridsearch.embedding.encoder import MIN_COSINE, Embedder, load_tokenizer, read_spec, window
 from hybridsearch.errors import ConfigError
-from hybridsearch.settings import EmbeddingSettings, load_settings
+from hybridsearch.settings import EmbeddingSettings, ModelsSettings, load_settings
 
 pytest.importorskip("onnxruntime")
 PROMPT = "query: "
 PROMPT_PIECES = 2  # "query", ":": inside the window
 SPECIALS = 2  # [CLS] and [SEP]
+
+
+def _models() -> ModelsSettings:
+    return load_settings().models
+
 
 
 def words(n: int) -> list[str]:
@@ -59,7 +64,7 @@ def cfg(folder: str | Path, **kw: Any) -> EmbeddingSettings:
 
 def encoders(folder: Path, max_tokens: int | None) -> dict[str, Any]:
     """One query's vector of ``folder`` by each runtime, with the window ``max_tokens``."""
-    return {runtime: Embedder(cfg(folder, backend=runtime, query_max_tokens=max_tokens)).encode_query
+    return {runtime: Embedder(cfg(folder, backend=runtime, query_max_tokens=max_tokens), _models()).encode_query
             for runtime in ("onnx", "torch")}
 
 
@@ -79,7 +84,7 @@ def test_the_window_is_the_smaller_of_the_two(limit: int, max_tokens: int | None
 
 
 def test_both_runtimes_cut_at_the_window(tiny: Path) -> None:
-    full = Embedder(cfg(tiny, backend="torch"))  # no window: the reference
+    full = Embedder(cfg(tiny, backend="torch"), _models())  # no window: the reference
     short = full.embed([head(16)], PROMPT)[0]
     long_full = full.embed([LONG], PROMPT)[0]
     assert cos(short, long_full) < 0.99  # so a backend that ignored the window would be caught
@@ -100,24 +105,25 @@ def test_the_tokenizer_sees_window_word_pieces(tiny: Path) -> None:
 
 
 def test_a_window_past_the_models_limit_is_the_limit(tiny: Path) -> None:
-    reference = Embedder(cfg(tiny, backend="torch")).embed([LONG], PROMPT)[0]
+    reference = Embedder(cfg(tiny, backend="torch"), _models()).embed([LONG], PROMPT)[0]
     for name, encode in encoders(tiny, 1000).items():
         assert cos(encode(LONG), reference) >= MIN_COSINE, name
 
 
 def test_a_folder_without_tokenizer_json_is_embedded_by_torch(tiny: Path) -> None:
     (tiny / "tokenizer.json").unlink()
-    e = Embedder(cfg(tiny, query_max_tokens=16))
-    assert cos(e.encode_query(LONG), Embedder(cfg(tiny, backend="torch")).embed([head(16)], PROMPT)[0]) >= MIN_COSINE
+    e = Embedder(cfg(tiny, query_max_tokens=16), _models())
+    reference = Embedder(cfg(tiny, backend="torch"), _models()).embed([head(16)], PROMPT)[0]
+    assert cos(e.encode_query(LONG), reference) >= MIN_COSINE
     assert e.runtime == "torch"
 
 
 def test_the_packaged_minilm_is_cut_at_the_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HSP_CACHE", str(tmp_path / "cache"))
-    full = Embedder(cfg("all-MiniLM-L6-v2", backend="torch"))
+    full = Embedder(cfg("all-MiniLM-L6-v2", backend="torch"), _models())
     short = full.embed([head(32)], PROMPT)[0]
     assert cos(short, full.embed([LONG], PROMPT)[0]) < 0.99
-    windowed = Embedder(cfg("all-MiniLM-L6-v2", query_max_tokens=32))
+    windowed = Embedder(cfg("all-MiniLM-L6-v2", query_max_tokens=32), _models())
     assert cos(windowed.encode_query(LONG), short) >= MIN_COSINE and windowed.runtime == "onnx"
 
 

@@ -41,7 +41,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.query.core import auto_reranker
 
     es = EngineClient(settings.es)
-    embedder = Embedder(settings.embedding)
+    embedder = Embedder(settings.embedding, settings.models)
     if not args.skip_ingest:
         from hybridsearch.ingest.pipeline import run_ingest
 

@@ -89,7 +89,7 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
         raise ConfigError("--dry-run and --force go with --sync")
     if args.dry_run:
         return _print_plan(args.path, settings, fields, shard)
-    embedder = Embedder(settings.embedding)
+    embedder = Embedder(settings.embedding, settings.models)
     with RichProgress(enabled=not args.no_progress, keep_finished=False) as progress:  # the summary follows
         result = run_ingest(args.path, settings, embedder=embedder, progress=progress, shard=shard,
                             fields=fields, wait_s=args.wait, sync=args.sync, force=args.force)

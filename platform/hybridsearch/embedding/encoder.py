@@ -1,10 +1,6 @@
-"""The one encoder of passages, queries, the chunker's token counts and ``hsp models verify``.
-
-:meth:`Embedder.embed` is the funnel of every vector. On CPU (``backend`` ``auto`` or ``onnx``) it runs
-:class:`OnnxEncoder`: the folder's ``tokenizer.json``, its ONNX graph in ONNX Runtime (a catalogue folder's own, or
-an export made once with torch), pooling and normalisation in numpy as the folder's modules say (:class:`ModelSpec`),
-texts sorted by length and padded per batch. On a GPU, with ``backend=torch`` or for a folder ModelSpec cannot read,
-sentence-transformers' torch model embeds (:attr:`Embedder.model`, which training uses too).
+"""The one encoder of passages, queries, the chunker's token counts and ``hsp models verify``: :meth:`Embedder.embed`
+runs :class:`OnnxEncoder` on CPU (``tokenizer.json``, the ONNX graph, pooling as the folder's modules say), else
+sentence-transformers' torch model (a GPU, ``backend=torch``, or a folder :func:`read_spec` cannot read).
 """
 
 from __future__ import annotations
@@ -12,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,10 +17,9 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy as np
 
 from hybridsearch.embedding import catalogue
-from hybridsearch.embedding.models import how_to_get, locate_model, pick_device, quiet_loading
-from hybridsearch.embedding.prompts import Prompts, resolve_prompts
+from hybridsearch.embedding.models import Prompts, how_to_get, locate_model, pick_device, quiet_loading, resolve_prompts
 from hybridsearch.errors import ModelError
-from hybridsearch.settings import EmbeddingSettings, ModelsSettings, models_section
+from hybridsearch.settings import EmbeddingSettings, ModelsSettings
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -32,10 +28,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 #: Lowest cosine between torch's and ONNX Runtime's vector of any text for the two to count as the same model
 MIN_COSINE = 0.9999
-#: the legacy pooling keys of ``1_Pooling/config.json`` and the mode each one turns on
-LEGACY_POOLING = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean",
-                  "pooling_mode_max_tokens": "max", "pooling_mode_mean_sqrt_len_tokens": "mean_sqrt_len_tokens",
-                  "pooling_mode_weightedmean_tokens": "weightedmean", "pooling_mode_lasttoken": "lasttoken"}
 
 
 class Unsupported(ModelError):
@@ -44,8 +36,7 @@ class Unsupported(ModelError):
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """How a Transformer → Pooling (→ Normalize) folder makes a (unit) vector: its ``tokenizer.json``, sequence
-    limit, truncation side, lower-casing and pooling."""
+    """How a Transformer → Pooling (→ Normalize) folder makes a unit vector."""
 
     tokenizer: str
     max_length: int
@@ -54,26 +45,24 @@ class ModelSpec:
     pooling: Literal["mean", "cls"]
 
 
-def _json(path: Path) -> dict[str, Any]:
+def _json(path: Path, kind: type = dict) -> Any:
+    """The JSON ``kind`` in ``path`` (empty when there is no such file). Raises Unsupported."""
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        return {}
+        return kind()
     except (OSError, ValueError) as exc:
         raise Unsupported(f"{path.name} is unreadable: {exc}") from exc
-    if not isinstance(data, dict):
-        raise Unsupported(f"{path.name} is not a JSON object")
+    if not isinstance(data, kind):
+        raise Unsupported(f"{path.name} is not a JSON {kind.__name__}")
     return data
 
 
 def _modules(folder: Path) -> tuple[Path, Path]:
     """The Transformer's and the Pooling module's folders (a Normalize module may follow)."""
-    try:
-        listed = json.loads((folder / "modules.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise Unsupported(f"no readable modules.json ({type(exc).__name__})") from exc
-    if not isinstance(listed, list) or not all(isinstance(m, dict) for m in listed):
-        raise Unsupported("modules.json is not a list of modules")
+    listed: Any = _json(folder / "modules.json", list)
+    if not listed or not all(isinstance(m, dict) for m in listed):
+        raise Unsupported("no list of modules in modules.json")
     kinds = [(str(m.get("type", "")).rsplit(".", 1)[-1], folder / str(m.get("path", "")))
              for m in sorted(listed, key=lambda m: int(m.get("idx", 0)))]
     names = [k for k, _ in kinds]
@@ -83,8 +72,9 @@ def _modules(folder: Path) -> tuple[Path, Path]:
 
 
 def _pooling(config: dict[str, Any]) -> Literal["mean", "cls"]:
-    mode = config.get("pooling_mode")
-    modes = [m for key, m in LEGACY_POOLING.items() if config.get(key)] if mode is None else (
+    mode = config.get("pooling_mode")  # else the older keys pooling_mode_cls_token, pooling_mode_mean_tokens...
+    modes = [k.removeprefix("pooling_mode_").removesuffix("_token").removesuffix("_tokens")
+             for k, on in config.items() if k.startswith("pooling_mode_") and on is True] if mode is None else (
         [mode] if isinstance(mode, str) else list(mode))
     if config.get("include_prompt", True) is not True:
         raise Unsupported("the pooling leaves the prompt's tokens out (include_prompt=false)")
@@ -132,8 +122,7 @@ def window(limit: int, max_tokens: int | None) -> int:
 
 
 def load_tokenizer(spec: ModelSpec) -> Tokenizer:
-    """The folder's ``tokenizer.json`` as sentence-transformers uses it (lower-casing first for ``do_lower_case``),
-    without truncation or padding of its own."""
+    """The folder's ``tokenizer.json`` as sentence-transformers uses it, without truncation or padding of its own."""
     from tokenizers import Tokenizer, normalizers
 
     tokenizer = Tokenizer.from_file(spec.tokenizer)
@@ -146,8 +135,7 @@ def load_tokenizer(spec: ModelSpec) -> Tokenizer:
 
 
 def pool(hidden: np.ndarray, mask: np.ndarray, mode: str) -> np.ndarray:
-    """Token vectors ``[texts, tokens, dims]`` pooled (``cls``: the first token, else the mean over attended tokens)
-    and scaled to unit length."""
+    """Token vectors ``[texts, tokens, dims]`` pooled (first token or mean over attended ones) to unit length."""
     if mode == "cls":
         vecs = hidden[:, 0, :]
     else:
@@ -166,8 +154,7 @@ def compare_vectors(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
 
 
 class TextTokenizer:
-    """The model's word pieces as the chunker counts them: the character span of each, special tokens left out.
-    One per thread (a Rust tokenizer is not shared)."""
+    """The model's word pieces as the chunker counts them (special tokens left out). One per thread."""
 
     def __init__(self, tokenizer: Tokenizer) -> None:
         self.tokenizer = tokenizer
@@ -184,12 +171,18 @@ class OnnxEncoder:
     """Unit vectors of texts by the ONNX graph ``onnx_path`` of a folder read as ``spec`` says."""
 
     def __init__(self, onnx_path: Path, spec: ModelSpec, threads: int | None = None) -> None:
-        from hybridsearch.embedding.onnx import ort_session
+        import onnxruntime as ort
 
         self.spec, self.onnx_path = spec, onnx_path
         self.tokenizer = load_tokenizer(spec)
         self._lock = threading.Lock()  # the Rust tokenizer's truncation is set per call
-        self.session: Any = ort_session(onnx_path, "cpu", threads)
+        opts = ort.SessionOptions()  # every graph optimisation; idle threads sleep rather than spin
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.intra_op_num_threads = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+                                                else os.cpu_count() or 1)
+        opts.inter_op_num_threads = 1
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        self.session = ort.InferenceSession(str(onnx_path), sess_options=opts, providers=["CPUExecutionProvider"])
         self.inputs = {i.name for i in self.session.get_inputs()}
         outputs = [o.name for o in self.session.get_outputs()]
         self.output = "last_hidden_state" if "last_hidden_state" in outputs else outputs[0]
@@ -219,44 +212,40 @@ class OnnxEncoder:
             out[rows] = vecs
         return out if out is not None else np.zeros((0, 0), dtype=np.float32)
 
-def load_sentence_transformer(name: str, device: str = "auto", *, models: ModelsSettings | None = None,
-                              **kwargs: Any) -> SentenceTransformer:
+def load_sentence_transformer(name: str, models: ModelsSettings, device: str = "auto") -> SentenceTransformer:
     """A SentenceTransformer by local folder, catalogue name or Hub name (:func:`.models.locate_model`). Raises
-    ModelError with the fix when it is not on this machine or its files changed."""
+    ModelError with the fix."""
     entry = catalogue.entry(name)
     if entry is not None and not entry.torch_weights:
         raise ModelError(f"{entry.name} is an int8 ONNX-only model (no torch weights); sentence-transformers cannot "
                          "load it", fix=f"Use {getattr(catalogue.fp32_of(entry), 'name', 'its fp32 model')} for "
                          "HSP_EMBEDDING__MODEL (hsp models list)")
-    where, local_only = locate_model(name, models=models)  # ModelError, before sentence-transformers is even imported
+    where, local_only = locate_model(name, models)  # ModelError, before sentence-transformers is even imported
     from sentence_transformers import SentenceTransformer
 
     try:
         with quiet_loading():
-            return SentenceTransformer(where, device=pick_device(device), local_files_only=local_only, **kwargs)
+            return SentenceTransformer(where, device=pick_device(device), local_files_only=local_only)
     except Exception as exc:
         raise ModelError(f"cannot load embedding model {name!r} ({type(exc).__name__}: {exc})",
                          fix=how_to_get(name)) from exc
 
 
 class Embedder:
-    """Encodes texts into unit vectors; loads its model lazily, once, thread-safely. ``threads``: the CPU threads
-    it computes with (None: one per core), for worker processes side by side; ``models``: where models come from."""
+    """Encodes texts into unit vectors; loads its model lazily, once, thread-safely, computing with ``threads`` CPU
+    threads (None: one per core)."""
 
-    def __init__(self, cfg: EmbeddingSettings | None = None, *, threads: int | None = None,
-                 models: ModelsSettings | None = None) -> None:
-        self.cfg = cfg or EmbeddingSettings()
-        self.models = models_section(models)
+    def __init__(self, cfg: EmbeddingSettings, models: ModelsSettings, *, threads: int | None = None) -> None:
+        self.cfg = cfg
+        self.models = models
         self.threads = threads
         self._model: SentenceTransformer | None = None
-        self._onnx: OnnxEncoder | None = None
-        self._runtime: Literal["onnx", "torch"] | None = None
+        self._onnx: tuple[OnnxEncoder | None] | None = None  # set once the runtime is decided
         self._lock = threading.RLock()
         self._query_cache = functools.lru_cache(maxsize=self.cfg.query_cache_size)(self._embed_query)
 
     @functools.cached_property
     def prompts(self) -> Prompts:
-        """The query and passage prompts of ``cfg`` (:func:`.prompts.resolve_prompts`), resolved once."""
         return resolve_prompts(self.cfg, self.models)
 
     @property
@@ -269,7 +258,7 @@ class Embedder:
                         import torch
 
                         torch.set_num_threads(self.threads)
-                    model = load_sentence_transformer(self.cfg.model, self.cfg.device, models=self.models)
+                    model = load_sentence_transformer(self.cfg.model, self.models, self.cfg.device)
                     self._check_dims(model.get_embedding_dimension())
                     self._model = model
         return self._model
@@ -280,19 +269,22 @@ class Embedder:
                              f"HSP_EMBEDDING__DIMS={self.cfg.dims}")
 
     @property
-    def runtime(self) -> Literal["onnx", "torch"]:
-        """What embeds: ``onnx`` (:class:`OnnxEncoder`) on CPU for a folder it can read, else ``torch``."""
-        if self._runtime is None:
+    def onnx(self) -> OnnxEncoder | None:
+        """:class:`OnnxEncoder` on CPU for a folder it can read; None where the torch model embeds."""
+        if self._onnx is None:
             with self._lock:
-                if self._runtime is None:
-                    self._onnx = self._load_onnx()
-                    self._runtime = "onnx" if self._onnx is not None else "torch"
-        return self._runtime
+                if self._onnx is None:
+                    self._onnx = (self._load_onnx(),)
+        return self._onnx[0]
+
+    @property
+    def runtime(self) -> Literal["onnx", "torch"]:
+        return "onnx" if self.onnx is not None else "torch"
 
     def _load_onnx(self) -> OnnxEncoder | None:
         if self.cfg.backend == "torch" or pick_device(self.cfg.device) != "cpu":
             return None
-        where, _ = locate_model(self.cfg.model, models=self.models)  # ModelError: not here, or its files changed
+        where, _ = locate_model(self.cfg.model, self.models)  # ModelError: not here, or its files changed
         try:
             spec = read_spec(where)
         except Unsupported as exc:
@@ -303,28 +295,27 @@ class Embedder:
         from hybridsearch.embedding.onnx import export, onnx_files
 
         quantized = self.cfg.onnx_quantized
-        target = onnx_files(where, quantized, self.models)[1]
+        target = onnx_files(where, self.models, quantized)[1]
         if not target.is_file():
             entry = catalogue.entry(self.cfg.model)
             if entry is not None and not entry.torch_weights:
                 raise ModelError(f"{entry.name} has no ONNX graph",
                                  fix=f"Run `hsp models fetch {entry.name} --force`")
-            target = export(self.model, where, quantized, self.models)  # once: torch loads for it
+            target = export(self.model, where, self.models, quantized)  # once: torch loads for it
         encoder = OnnxEncoder(target, spec, self.threads)
         self._check_dims(int(encoder.encode(["a"]).shape[1]))
         return encoder
 
     @property
     def max_seq_length(self) -> int:
-        if self.runtime == "onnx" and self._onnx is not None:
-            return self._onnx.spec.max_length
+        if (onnx := self.onnx) is not None:
+            return onnx.spec.max_length
         return int(self.model.max_seq_length or 512)
 
     def tokenizer(self) -> TextTokenizer:
-        """A new copy of the model's tokenizer for the chunker (one per thread): the folder's ``tokenizer.json``,
-        else the Rust tokenizer inside sentence-transformers' own."""
-        if self.runtime == "onnx" and self._onnx is not None:
-            return TextTokenizer(load_tokenizer(self._onnx.spec))
+        """A new copy of the model's tokenizer for the chunker (one per thread)."""
+        if (onnx := self.onnx) is not None:
+            return TextTokenizer(load_tokenizer(onnx.spec))
         from tokenizers import Tokenizer
 
         copy = Tokenizer.from_str(self.model.tokenizer.backend_tokenizer.to_str())
@@ -333,22 +324,22 @@ class Embedder:
         return TextTokenizer(copy)
 
     def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
-        """Unit passage vectors for ``texts`` (each after the passage prompt), float32 ``(len(texts), dims)``."""
+        """Unit passage vectors for ``texts``, float32 ``(len(texts), dims)``."""
         return self.embed(texts, self.prompts.passage, batch_size)
 
     def encode_queries(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
-        """Query vectors for ``texts`` (each after the query prompt), uncached, cut at the model's limit."""
+        """Query vectors for ``texts``, uncached, cut at the model's limit."""
         return self.embed(texts, self.prompts.query, batch_size)
 
     def embed(self, texts: list[str], prompt: str, batch_size: int | None = None,
               max_tokens: int | None = None) -> np.ndarray:
-        """Vectors for ``prompt + text`` of each of ``texts``, each cut at ``max_tokens`` word pieces when that is
-        below the model's limit (None: at the limit)."""
+        """Vectors for ``prompt + text`` of each of ``texts``, cut at ``max_tokens`` word pieces (None: the model's
+        limit)."""
         if not texts:
             return np.zeros((0, self.cfg.dims), dtype=np.float32)
         batch = batch_size or self.cfg.batch_size
-        if self.runtime == "onnx" and self._onnx is not None:
-            return self._onnx.encode(texts, prompt, batch, max_tokens)
+        if (onnx := self.onnx) is not None:
+            return onnx.encode(texts, prompt, batch, max_tokens)
         model = self.model
         extra: dict[str, Any] = {}
         if max_tokens is not None:
@@ -359,12 +350,10 @@ class Embedder:
         return np.asarray(out, dtype=np.float32)
 
     def clear_cache(self) -> None:
-        """Forget cached query embeddings."""
         self._query_cache.cache_clear()
 
     def encode_query(self, text: str) -> np.ndarray:
-        """One query vector (the query prompt first, cut at the query window ``query_max_tokens``), from an LRU
-        cache of ``query_cache_size`` entries."""
+        """One query vector, cut at ``query_max_tokens``, from an LRU cache of ``query_cache_size`` entries."""
         return self._query_cache(text)
 
     def _embed_query(self, text: str) -> np.ndarray:

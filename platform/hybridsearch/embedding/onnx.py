@@ -1,18 +1,15 @@
-"""ONNX graphs of model folders: the export (once, ``torch.onnx.export``, int8 by ``quantize_dynamic`` on request)
-into ``<cache_dir>/onnx/<fingerprint>/``, recorded with the folder's files; a catalogue folder's own
-``onnx/model.onnx``; the ONNX Runtime session; and a BERT encoder's configuration and torch weights read back off
-an fp32 graph (:func:`bert_weights_from_onnx`). Importing it imports neither torch nor sentence-transformers.
+"""ONNX graphs of model folders: the export (once, int8 on request) into ``<cache_dir>/onnx/<fingerprint>/``, a
+catalogue folder's own ``onnx/model.onnx``, the ONNX Runtime session, and a BERT encoder's configuration and torch
+weights read back off an fp32 graph. Importing it imports neither torch nor sentence-transformers.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import re
 import threading
 import warnings
-from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -21,7 +18,7 @@ import numpy as np
 from hybridsearch.embedding.catalogue import MARKER
 from hybridsearch.embedding.models import record_files
 from hybridsearch.errors import ModelError
-from hybridsearch.settings import ModelsSettings, models_section
+from hybridsearch.settings import ModelsSettings
 
 if TYPE_CHECKING:
     from sentence_transformers import SentenceTransformer
@@ -33,8 +30,8 @@ _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.")
 
 
 def fingerprint(model_dir: Path) -> str:
-    """What the export depends on: the folder, the opset, each weight file's size and modification time (a model
-    fine-tuned again into the same folder keeps its sizes) and the configuration files' contents."""
+    """A model folder's identity: its path, the opset, weight files' sizes and modification times (training again
+    into the folder keeps the sizes) and configuration files' contents."""
     h = hashlib.sha256(f"opset={OPSET};{model_dir}".encode())
     for p in sorted(model_dir.rglob("*")):
         if p.is_file() and p.suffix in {".safetensors", ".bin", ".json", ".txt"}:
@@ -47,21 +44,18 @@ def fingerprint(model_dir: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def onnx_files(model_dir: str | Path, quantized: bool = False,
-               models: ModelsSettings | None = None) -> tuple[Path, Path]:
+def onnx_files(model_dir: str | Path, models: ModelsSettings, quantized: bool = False) -> tuple[Path, Path]:
     """``(fp32, target)``: where the float ONNX file of ``model_dir`` is (or will be) and the file that runs (the
     int8 one when ``quantized``); nothing is exported. A catalogue model's folder ships its float file."""
-    folder = models_section(models).cache_dir / "onnx" / fingerprint(Path(model_dir))
+    folder = models.cache_dir / "onnx" / fingerprint(Path(model_dir))
     shipped = Path(model_dir) / "onnx" / "model.onnx"
     fp32 = shipped if (Path(model_dir) / MARKER).is_file() and shipped.is_file() else folder / "model.onnx"
     return fp32, folder / "model_qint8.onnx" if quantized else fp32
 
 
-def export(model: SentenceTransformer, model_dir: str | Path, quantized: bool = False,
-           models: ModelsSettings | None = None) -> Path:
+def export(model: SentenceTransformer, model_dir: str | Path, models: ModelsSettings, quantized: bool = False) -> Path:
     """Path of the ONNX file for ``model`` (loaded from ``model_dir``), exporting it on first use."""
-    models = models_section(models)
-    fp32, target = onnx_files(model_dir, quantized, models)
+    fp32, target = onnx_files(model_dir, models, quantized)
     with _export_lock:
         made = not fp32.exists() or (quantized and not target.exists())
         if not fp32.exists():
@@ -80,7 +74,7 @@ def export(model: SentenceTransformer, model_dir: str | Path, quantized: bool = 
                 root.setLevel(level)
             tmp.replace(target)
         if made:
-            record_files(Path(model_dir), [target] if target == fp32 else [fp32, target], models)
+            record_files(Path(model_dir), models, [target] if target == fp32 else [fp32, target])
     return target
 
 
@@ -113,28 +107,11 @@ def _export_fp32(model: SentenceTransformer, path: Path) -> None:
     tmp.replace(path)
 
 
-def ort_session(path: Path, device: str = "cpu", threads: int | None = None) -> Any:
-    """An ONNX Runtime session on ``path`` (CUDA first when ``device`` allows and the provider exists): every graph
-    optimisation, ``threads`` intra-op threads (None: one per core this process may use), threads that sleep between
-    runs rather than spin (a CPU shared with the engine keeps its cores)."""
-    import onnxruntime as ort
-
-    opts = ort.SessionOptions()
-    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    opts.intra_op_num_threads = threads or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (
-        os.cpu_count() or 1))
-    opts.inter_op_num_threads = 1
-    opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    providers = ["CPUExecutionProvider"]
-    if device in {"auto", "cuda"} and "CUDAExecutionProvider" in ort.get_available_providers():
-        providers.insert(0, "CUDAExecutionProvider")
-    return ort.InferenceSession(str(path), sess_options=opts, providers=providers)
-
-
-def bert_weights_from_onnx(onnx_path: Path) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
-    """``(BertConfig keyword arguments, BertModel state dict)`` read off a BERT encoder's fp32 ONNX graph: each
-    ``MatMul`` weight (stored ``[in, out]``, maybe with a generic name) is named after the bias added to its output,
-    else after its node, and transposed into ``nn.Linear``'s ``[out, in]``. Raises ModelError."""
+def bert_weights_from_onnx(onnx_path: Path, heads: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """``(BertConfig keyword arguments, BertModel state dict)`` read off the fp32 ONNX graph of a BERT encoder with
+    ``heads`` attention heads: each ``MatMul`` weight (stored ``[in, out]``, maybe with a generic name) is named after
+    the bias added to its output, else after its node, and transposed into ``nn.Linear``'s ``[out, in]``. Raises
+    ModelError."""
     import onnx
     from onnx import numpy_helper
 
@@ -156,21 +133,9 @@ def bert_weights_from_onnx(onnx_path: Path) -> tuple[dict[str, Any], dict[str, n
     for node in graph.node:
         for i in node.input:
             consumers.setdefault(i, []).append(node)
-    for node in graph.node:
-        if node.op_type not in {"MatMul", "Gemm"}:
-            continue
-        w = next((i for i in node.input[1:2] if i in inits), None)
-        if w is None or len(inits[w].dims) != 2:
-            continue
-        value = arr(w)
-        if node.op_type == "Gemm":
-            trans_b = next((a.i for a in node.attribute if a.name == "transB"), 0)
-            target = _linear_name(node, consumers, inits, bias=node.input[2] if len(node.input) > 2 else None)
-            weights[target] = value if trans_b else value.T
-            if len(node.input) > 2 and node.input[2] in inits:
-                weights[target.removesuffix(".weight") + ".bias"] = arr(node.input[2])
-        else:
-            weights[_linear_name(node, consumers, inits)] = value.T  # MatMul: x @ W with W [in, out]
+    for node in graph.node:  # x @ W with W [in, out]
+        if node.op_type == "MatMul" and node.input[1] in inits and len(inits[node.input[1]].dims) == 2:
+            weights[_linear_name(node, consumers, inits)] = arr(node.input[1]).T
     for name in [k for k in weights if not k.endswith((".weight", ".bias"))]:
         del weights[name]
     try:
@@ -181,21 +146,17 @@ def bert_weights_from_onnx(onnx_path: Path) -> tuple[dict[str, Any], dict[str, n
     except KeyError as exc:
         raise ModelError(f"{onnx_path.name} is not a BERT encoder this builder knows: no initializer {exc}") from exc
     layers = 1 + max((int(m.group(1)) for k in weights if (m := _LAYER.match(k))), default=-1)
-    consts = _consts(graph)
     config = {"vocab_size": int(vocab), "hidden_size": int(hidden), "num_hidden_layers": layers,
-              "num_attention_heads": _heads(graph, consts, int(hidden)), "intermediate_size": int(intermediate),
-              "hidden_act": "gelu", "max_position_embeddings": int(positions), "type_vocab_size": int(types),
-              "layer_norm_eps": _layer_norm_eps(graph, consts), "pad_token_id": 0}
+              "num_attention_heads": heads, "intermediate_size": int(intermediate), "hidden_act": "gelu",
+              "max_position_embeddings": int(positions), "type_vocab_size": int(types), "layer_norm_eps": 1e-12,
+              "pad_token_id": 0}
     return config, weights
 
 
-def _linear_name(node: Any, consumers: dict[str, list[Any]], inits: dict[str, Any], bias: str | None = None) -> str:
-    """The ``nn.Linear`` weight name of a MatMul/Gemm: from the bias initializer added to its output (``X.bias`` →
+def _linear_name(node: Any, consumers: dict[str, list[Any]], inits: dict[str, Any]) -> str:
+    """The ``nn.Linear`` weight name of a MatMul: from the bias initializer added to its output (``X.bias`` →
     ``X.weight``), else from the node's name (``/encoder/layer.0/attention/self/query/MatMul``)."""
-    names = [bias] if bias else []
-    for c in consumers.get(node.output[0], []):
-        if c.op_type == "Add":
-            names += [i for i in c.input if i in inits]
+    names = [i for c in consumers.get(node.output[0], []) if c.op_type == "Add" for i in c.input if i in inits]
     for n in names:
         clean = _param_name(n.split("."))
         if clean is not None and clean.endswith(".bias"):
@@ -205,57 +166,8 @@ def _linear_name(node: Any, consumers: dict[str, list[Any]], inits: dict[str, An
 
 
 def _param_name(parts: list[str]) -> str | None:
-    """BertModel's name for a dotted (or ``/``-separated) path, whatever wraps the model (``bert.``, ``0.auto_model.``,
-    a wrapper module): the path from its first ``embeddings`` or ``encoder`` component on; None without one."""
+    """BertModel's name for a path, whatever wraps the model: from its first ``embeddings`` or ``encoder`` on."""
     for i, part in enumerate(parts):
         if part in {"embeddings", "encoder"}:
             return ".".join(parts[i:])
     return None
-
-
-def _consts(graph: Any) -> dict[str, np.ndarray]:
-    from onnx import numpy_helper
-
-    out = {t.name: numpy_helper.to_array(t) for t in graph.initializer if np.prod(t.dims or [1]) <= 4}
-    for n in graph.node:
-        if n.op_type == "Constant" and n.attribute and n.attribute[0].type == 4:  # TENSOR
-            out[n.output[0]] = numpy_helper.to_array(n.attribute[0].t)
-    return out
-
-
-def _heads(graph: Any, consts: dict[str, np.ndarray], hidden: int) -> int:
-    """Attention heads: from the ``[batch, seq, heads, head_dim]`` shapes the attention reshapes to (heads may be
-    -1 there), else from the ``sqrt(head_dim)`` the scores are divided by. Raises ModelError."""
-    votes: Counter[int] = Counter()
-    for n in graph.node:
-        if n.op_type == "Concat" and "attention" in n.name and len(n.input) == 4:
-            tail = [consts.get(i) for i in n.input[2:]]
-            if all(t is not None and t.size == 1 for t in tail):
-                a, b = (int(np.asarray(t).reshape(-1)[0]) for t in tail if t is not None)
-                if b > 0 and hidden % b == 0 and a in {-1, hidden // b}:
-                    votes[hidden // b] += 1
-        if n.op_type == "Reshape" and "attention" in n.name and n.input[1] in consts:
-            shape = np.asarray(consts[n.input[1]]).reshape(-1)
-            if shape.size == 4 and shape[3] > 0 and hidden % int(shape[3]) == 0:
-                votes[hidden // int(shape[3])] += 1
-    if votes:
-        return votes.most_common(1)[0][0]
-    for n in graph.node:
-        if n.op_type == "Div" and "attention/self" in n.name and n.input[1] in consts:
-            head_dim = round(float(np.asarray(consts[n.input[1]]).reshape(-1)[0]) ** 2)
-            if head_dim > 0 and hidden % head_dim == 0:
-                return hidden // head_dim
-    raise ModelError("cannot tell the number of attention heads from the ONNX graph")
-
-
-def _layer_norm_eps(graph: Any, consts: dict[str, np.ndarray]) -> float:
-    """The epsilon of the first layer norm (the constant added to the variance), else BERT's 1e-12."""
-    for n in graph.node:
-        if n.op_type == "LayerNormalization":
-            return float(next((a.f for a in n.attribute if a.name == "epsilon"), 1e-12))
-        if n.op_type == "Add" and "LayerNorm" in n.name:
-            for i in n.input:
-                v = consts.get(i)
-                if v is not None and v.size == 1 and 0 < float(np.asarray(v).reshape(-1)[0]) < 1e-3:
-                    return float(np.asarray(v).reshape(-1)[0])
-    return 1e-12

@@ -328,13 +328,13 @@ def embedding_cache(embedder: Embedder, ingest: IngestSettings, *, enabled: bool
                     cache_dir: Path | None = None) -> tuple[CachedEmbedder | None, str | None]:
     """The cache in front of ``embedder`` for building the index (``cache_dir``, default ``$HSP_CACHE/embeddings``),
     or None (off, nothing to build, or worker processes that embed without it) with the reason when not obvious."""
-    from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
+    from hybridsearch.embedding.cache import CachedEmbedder
 
     if not enabled or not build:
         return None, None
     if ingest.workers > 1:
         return None, "embedding cache off: with HSP_INGEST__WORKERS > 1 the worker processes embed without it"
-    return CachedEmbedder(embedder, cache_dir or default_cache_dir()), None
+    return CachedEmbedder(embedder, cache_dir), None
 
 
 def write_reports(report: EvalReport, out: Path, diffs: list[Diff] | None, tolerance: float) -> list[Path]:
@@ -386,7 +386,7 @@ def run_evaluation(dataset: Path, settings: Settings, *, split: str = "test",
     remark(f"{collection.name} {collection.split}: {len(collection)} judged queries · index prefix "
            f"{s.index.prefix} · modes {', '.join(chosen)}")
     es = EngineClient(s.es)
-    embedder: Embedder = Embedder(s.embedding)
+    embedder: Embedder = Embedder(s.embedding, s.models)
     cache, why = embedding_cache(embedder, s.ingest, enabled=use_embedding_cache, build=ingest,
                                  cache_dir=embedding_cache_dir)
     remark(why)

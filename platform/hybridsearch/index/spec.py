@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hybridsearch.chunker_signature import chunker_signature
-from hybridsearch.embedding.prompts import resolve_prompts
+from hybridsearch.embedding.models import resolve_prompts
 from hybridsearch.engine import API_ERRORS, EngineClient, Sender, engine_errors, error_type_of, request, status_of
 from hybridsearch.engine.dialect import Dialect
 from hybridsearch.errors import ConfigError
@@ -90,7 +90,7 @@ def render_context(settings: Settings) -> dict[str, Any]:
         "index.ingest_runs": settings.index.ingest_runs,
         "index.ingest_state": settings.index.ingest_state,
         "metadata_mapping": metadata_mapping(settings.index.metadata_fields),
-        "passage_prompt": resolve_prompts(settings.embedding).passage,
+        "passage_prompt": resolve_prompts(settings.embedding, settings.models).passage,
     }
     for group in ("index", "embedding"):
         for key, value in getattr(settings, group).model_dump().items():

@@ -89,7 +89,8 @@ def _check_embedder(embedder: Embedder, want: EmbeddingSettings) -> None:
     from hybridsearch.embedding.models import resolve_model
 
     have = embedder.cfg
-    if resolve_model(want.model) != resolve_model(have.model) or want.dims != have.dims:
+    models = embedder.models
+    if resolve_model(want.model, models) != resolve_model(have.model, models) or want.dims != have.dims:
         raise ModelError(f"the embedder ({have.model}, {have.dims} dims) is not the model the settings name "
                          f"({want.model}, {want.dims} dims)")
 
@@ -120,7 +121,7 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
             raise refusal(root, len(plan.deleted), plan.owned, settings.ingest)
     if embedder is None:
         settings = _follow_live_index(es, settings)
-        embedder = Embedder(settings.embedding, models=settings.models)
+        embedder = Embedder(settings.embedding, settings.models)
     _check_embedder(embedder, settings.embedding)
     _model_first(es, embedder, settings.embedding, settings.index.alias)
     index = ensure_index(es, settings)
@@ -209,7 +210,7 @@ def _model_first(es: EngineClient, embedder: Embedder, model: EmbeddingSettings,
     the index behind ``alias``, so a model that cannot load leaves no index behind."""
     from hybridsearch.embedding.models import locate_model
 
-    locate_model(model.model)
+    locate_model(model.model, embedder.models)
     if not read_alias(es, alias):
         _ = embedder.max_seq_length
 
@@ -278,7 +279,8 @@ def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | Source
             progress: ProgressSink | None) -> None:
     """Run prepare in a thread, embed here and write in the writer thread until every stage is done."""
     settings = run.settings
-    pool = ProcessPoolEncoder(embedder.cfg, settings.ingest.workers) if settings.ingest.workers > 1 else None
+    workers = settings.ingest.workers
+    pool = ProcessPoolEncoder(embedder.cfg, embedder.models, workers) if workers > 1 else None
     stage: EmbedWriter[Batch] = EmbedWriter(run.es, run.index, settings.ingest,
                                             pool.encode if pool is not None else embedder.encode,
                                             after=partial(_written, run), on_embed_error=partial(_embed_failed, run),

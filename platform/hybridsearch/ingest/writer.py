@@ -37,7 +37,7 @@ from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import UNREACHABLE, EngineClient
 from hybridsearch.errors import ClusterUnavailable
 from hybridsearch.retry import RETRIED_STATUSES
-from hybridsearch.settings import EmbeddingSettings, IngestSettings
+from hybridsearch.settings import EmbeddingSettings, IngestSettings, ModelsSettings
 
 log = logging.getLogger(__name__)
 
@@ -308,9 +308,10 @@ class EmbedWriter(Generic[B]):
 _worker_embedder: Embedder | None = None
 
 
-def _init_worker(cfg_json: str, threads: int) -> None:
+def _init_worker(cfg_json: str, models_json: str, threads: int) -> None:
     global _worker_embedder
-    _worker_embedder = Embedder(EmbeddingSettings.model_validate_json(cfg_json), threads=threads)
+    _worker_embedder = Embedder(EmbeddingSettings.model_validate_json(cfg_json),
+                                ModelsSettings.model_validate_json(models_json), threads=threads)
     _worker_embedder.encode(["warm up"])
 
 
@@ -323,8 +324,8 @@ class ProcessPoolEncoder:
     """Splits each batch across ``workers`` spawned processes (``ingest.workers``), each loading the model once
     and using ``cpu_count // workers`` threads; the pool starts on the first batch."""
 
-    def __init__(self, cfg: EmbeddingSettings, workers: int) -> None:
-        self.cfg, self.workers = cfg, workers
+    def __init__(self, cfg: EmbeddingSettings, models: ModelsSettings, workers: int) -> None:
+        self.cfg, self.models, self.workers = cfg, models, workers
         self._pool: ProcessPoolExecutor | None = None
 
     def encode(self, texts: list[str]) -> np.ndarray:
@@ -332,8 +333,9 @@ class ProcessPoolEncoder:
             return np.zeros((0, self.cfg.dims), dtype=np.float32)
         if self._pool is None:
             threads = max(1, (os.cpu_count() or 1) // self.workers)
+            init = (self.cfg.model_dump_json(), self.models.model_dump_json(), threads)
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=mp.get_context("spawn"),
-                                             initializer=_init_worker, initargs=(self.cfg.model_dump_json(), threads))
+                                             initializer=_init_worker, initargs=init)
         size = -(-len(texts) // self.workers)
         parts = [texts[i:i + size] for i in range(0, len(texts), size)]
         return np.concatenate(list(self._pool.map(_encode_in_worker, parts)))

@@ -110,7 +110,7 @@ class SearchCore:
         if self._embedder is None:
             from hybridsearch.embedding.encoder import Embedder
 
-            self._embedder = Embedder(self.settings.embedding, models=self.settings.models)
+            self._embedder = Embedder(self.settings.embedding, self.settings.models)
         return self._embedder
 
     def _encode(self, text: str) -> np.ndarray:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from hybridsearch.embedding.models import locate_model, pick_device, quiet_loading
 from hybridsearch.errors import ModelError, RerankerError, RerankerModelError
 from hybridsearch.rerank.base import serving_hints
-from hybridsearch.settings import RerankerSettings
+from hybridsearch.settings import RerankerSettings, load_settings
 
 if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder
@@ -36,7 +36,7 @@ def load_cross_encoder(name: str, device: str = "auto", max_length: int = 512) -
     """The CrossEncoder at local path or Hub name ``name`` (:func:`~hybridsearch.embedding.models.locate_model`:
     no network unless downloads are allowed), in fp16 on CUDA. Raises RerankerModelError with the fix."""
     try:
-        where, local_only = locate_model(name, "HSP_RERANKER__MODEL", check=False)
+        where, local_only = locate_model(name, load_settings().models, "HSP_RERANKER__MODEL", check=False)
     except ModelError as exc:
         raise RerankerModelError(f"reranker {exc.problem}", fix=_how_to_fix(name)) from exc
     from sentence_transformers import CrossEncoder

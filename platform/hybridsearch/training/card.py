@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from hybridsearch import __version__
 from hybridsearch.embedding.models import file_hash, record_files, resolve_model
 from hybridsearch.rerank.base import CARD_FILE, KIND
+from hybridsearch.settings import load_settings
 
 if TYPE_CHECKING:
     from hybridsearch.training.config import (
@@ -49,7 +50,7 @@ def beats_fused(result: TrainResult) -> bool | None:
 def _head(kind: str, cfg: TrainingConfig | EmbedderConfig, data: SplitData, **base: Any) -> dict[str, Any]:
     """The fields every card starts with: the base model (and ``base``) and the judgments trained on."""
     return {"kind": kind, "created": datetime.now(UTC).isoformat(timespec="seconds"), "base_model": cfg.base,
-            "base_model_path": resolve_model(cfg.base), **base,
+            "base_model_path": resolve_model(cfg.base, load_settings().models), **base,
             "dataset": str(Path(cfg.dataset).expanduser().resolve()), "split": data.split,
             "files_read": data.files_read}
 
@@ -116,7 +117,7 @@ def environment() -> dict[str, Any]:
 
 def base_training(base: str) -> dict[str, Any] | None:
     """What the base model was itself trained on, from its hybridsearch card; None for a base without one."""
-    card = Path(resolve_model(base)) / CARD_FILE
+    card = Path(resolve_model(base, load_settings().models)) / CARD_FILE
     try:
         data = json.loads(card.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -234,7 +235,7 @@ def save_model(model: Any, out: Path, card: Mapping[str, Any]) -> Path:
     (out / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
     markdown = embedder_markdown if card.get("kind") == EMBEDDER_KIND else card_markdown
     (out / "README.md").write_text(markdown(card), encoding="utf-8")
-    record_files(out)
+    record_files(out, load_settings().models)
     return out
 
 

@@ -19,8 +19,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from hybridsearch.embedding.encoder import Embedder, load_sentence_transformer
-from hybridsearch.embedding.models import pick_device
-from hybridsearch.embedding.prompts import Prompts, model_prompts
+from hybridsearch.embedding.models import Prompts, model_prompts, pick_device
 from hybridsearch.progress import ProgressSink, tracker
 from hybridsearch.training.config import EmbedderConfig, EmbedderEpoch, EmbedderResult
 from hybridsearch.training.embedder_data import (
@@ -37,7 +36,7 @@ from hybridsearch.training.negatives import Collected, SplitData, relevant_ids
 
 if TYPE_CHECKING:
     from hybridsearch.engine import EngineClient
-    from hybridsearch.settings import Settings
+    from hybridsearch.settings import ModelsSettings, Settings
 
 Encode = Callable[[list[str]], np.ndarray]
 Track = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
@@ -105,7 +104,7 @@ def base_similarities(encode: Encode, data: SplitData, got: Collected, qids: Seq
 
 def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: EmbedderConfig, *,
                    base_scores: dict[str, float] | None = None, progress: ProgressSink | None = None,
-                   prompts: Prompts | None = None) -> tuple[Any, EmbedderResult]:
+                   prompts: Prompts | None = None, models: ModelsSettings) -> tuple[Any, EmbedderResult]:
     """Fine-tune ``cfg.base`` on ``rows``; returns the model (best or last epoch, at the base's sequence length,
     its prompt table ``prompts``, default the base's) and what happened. ``base_scores``: the validation figures
     of the base (epoch 0). Seeded; progress goes to ``progress``."""
@@ -121,8 +120,8 @@ def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: Embedd
     device = pick_device(cfg.device)
     _set_threads(cfg.threads)
     set_seed(cfg.seed)
-    model = load_sentence_transformer(cfg.base, device)
-    prompts = prompts if prompts is not None else model_prompts(cfg.base)
+    model = load_sentence_transformer(cfg.base, models, device)
+    prompts = prompts if prompts is not None else model_prompts(cfg.base, models)
     serve_length = int(model.max_seq_length or 512)
     model.max_seq_length = cfg.max_seq_length or serve_length
     result = EmbedderResult(device=device)
@@ -187,7 +186,7 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     """Load the split, check it against ``test``, mine rows from the index under ``settings.index.prefix``, train,
     save to ``cfg.out``; returns the card. ``cache_dir``: the embedding cache holding the base model's vectors
     (default ``$HSP_CACHE/embeddings``). Raises ConfigError, IndexNotFound, ModelError, ClusterError."""
-    from hybridsearch.embedding.cache import CachedEmbedder, default_cache_dir
+    from hybridsearch.embedding.cache import CachedEmbedder
     from hybridsearch.engine import EngineClient
     from hybridsearch.eval.datasets import check_disjoint
     from hybridsearch.ingest.chunking import embed_text
@@ -207,9 +206,9 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     mining = time.perf_counter() - started
 
     base_cfg = settings.embedding.model_copy(update={"model": cfg.base})
-    inner = embedder if embedder is not None and embedder.cfg == base_cfg else Embedder(base_cfg)
+    inner = embedder if embedder is not None and embedder.cfg == base_cfg else Embedder(base_cfg, settings.models)
     prompts = inner.prompts
-    base = CachedEmbedder(inner, cache_dir or default_cache_dir())
+    base = CachedEmbedder(inner, cache_dir)
     try:
         track = tracker(progress)
         sims = (base_similarities(base.encode, data, got, got.train_qids, track, queries=base.encode_queries)
@@ -230,7 +229,8 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     finally:
         base.close()
     filtering = time.perf_counter() - started - mining
-    model, result = train_embedder(rows, val, cfg, base_scores=base_scores, progress=progress, prompts=prompts)
+    model, result = train_embedder(rows, val, cfg, base_scores=base_scores, progress=progress, prompts=prompts,
+                                   models=settings.models)
     card = make_embedder_card(cfg, data, got, stats, val, result, model, disjoint_from=disjoint_from,
                               seconds={"mining": mining, "negatives_and_baseline": filtering},
                               extra={"index": miner.index, "prefix": settings.index.prefix,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from hybridsearch.embedding.models import pick_device, resolve_model
 from hybridsearch.errors import ModelError
 from hybridsearch.progress import ProgressSink
+from hybridsearch.settings import load_settings
 from hybridsearch.training.callbacks import EpochKeeper, TrainingProgress
 from hybridsearch.training.card import make_card, save_model
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
@@ -37,7 +38,7 @@ def load_base(base: str, max_length: int, device: str) -> CrossEncoder:
     Raises ModelError."""
     from sentence_transformers import CrossEncoder
 
-    where = resolve_model(base)
+    where = resolve_model(base, load_settings().models)
     try:
         model: CrossEncoder = CrossEncoder(where, num_labels=1, max_length=max_length, device=device)
     except Exception as exc:
