@@ -1,6 +1,5 @@
-"""The cards of trained models, ``card.json`` (for programs) and ``README.md`` (for people): what the model was
-trained on, how it did on held-out queries per epoch, and how to use it (a reranker's ``serving`` section is read
-back by :mod:`hybridsearch.rerank.base`)."""
+"""The cards of trained models: ``card.json`` (for programs; :mod:`hybridsearch.rerank.base` reads a reranker's
+``serving``) and ``README.md`` (for people, from ``cards/*.md.j2``)."""
 
 from __future__ import annotations
 
@@ -158,8 +157,7 @@ def card_markdown(card: Mapping[str, Any]) -> str:
 
 
 def save_model(model: Any, out: Path, card: Mapping[str, Any]) -> Path:
-    """Write the model folder (a CrossEncoder or SentenceTransformer), ``card.json`` and ``README.md`` to ``out`` and
-    record its files (checked when it loads); returns ``out``."""
+    """Write the model folder, ``card.json`` and ``README.md`` to ``out`` and record its files; returns ``out``."""
     out = Path(out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     model.save(str(out), create_model_card=False)
@@ -262,8 +260,7 @@ def make_embedder_card(cfg: EmbedderConfig, data: SplitData, got: Collected, sta
 
 @dataclass(frozen=True)
 class EmbedderCard:
-    """A typed view of the figures of an embedder's card (:func:`make_embedder_card`) that ``hsp train-embedder``
-    shows."""
+    """A typed view of the figures of an embedder's card that ``hsp train-embedder`` shows."""
 
     split: str
     validation_queries: int
