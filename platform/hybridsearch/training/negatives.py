@@ -62,6 +62,9 @@ class NegativePolicy:
         return "; ".join(parts) or "no filter"
 
 
+NO_FILTER = NegativePolicy(0, False, 1.0)  # every non-relevant candidate may be a negative
+
+
 @dataclass
 class FilterStats:
     """How many non-relevant candidates each rule of a :class:`NegativePolicy` removed."""
@@ -184,16 +187,6 @@ def dedupe(candidates: Iterable[Candidate]) -> list[Candidate]:
     return out
 
 
-def mine_negatives(
-    candidates: Sequence[Candidate], relevant: set[str], n: int, *, rng: random.Random, strategy: Strategy = "sample"
-) -> list[Candidate]:
-    """Up to ``n`` candidates not judged relevant, in rank order (:func:`pick_negatives`). Raises ValueError."""
-    if n < 0:
-        raise ValueError(f"number of negatives must be >= 0, got {n}")
-    pool = [c for c in dedupe(candidates) if c.doc_id not in relevant]
-    return pick_negatives(pool, min(n, len(pool)), rng=rng, strategy=strategy)
-
-
 def pick_negatives(pool: Sequence[Candidate], n: int, *, rng: random.Random,
                    strategy: Strategy = "sample") -> list[Candidate]:
     """``n`` of ``pool`` in rank order: the best-ranked (``top``) or drawn (``sample``); a small pool is cycled."""
@@ -234,7 +227,7 @@ def build_pairs(
     negatives: int,
     seed: int,
     strategy: Strategy = "sample",
-    policy: NegativePolicy | None = None,
+    policy: NegativePolicy = NO_FILTER,
 ) -> tuple[list[Pair], PairStats]:
     """Training pairs for ``qids``: each judged-relevant document with a passage, and ``negatives`` mined per query
     from what ``policy`` keeps. Queries without a usable positive are skipped."""
@@ -249,11 +242,9 @@ def build_pairs(
         if not positives:
             stats.skipped_queries.append(qid)
             continue
-        pool: Sequence[Candidate] = cands
-        if policy is not None:
-            pool, fstats = filter_negatives(cands, judged, [p.passage for p in positives], policy)
-            stats.filtered.add(fstats)
-        negs = mine_negatives(pool, judged, negatives, rng=query_rng(seed, qid), strategy=strategy)
+        pool, fstats = filter_negatives(cands, judged, [p.passage for p in positives], policy)
+        stats.filtered.add(fstats)
+        negs = pick_negatives(pool, min(negatives, len(pool)), rng=query_rng(seed, qid), strategy=strategy)
         pairs.extend(positives)
         pairs.extend(Pair(qid, queries[qid], c.doc_id, c.text, 0) for c in negs)
         stats.queries += 1
@@ -356,7 +347,7 @@ def collect(miner: Miner, data: SplitData, *, depth: int = 30, val_fraction: flo
 
 
 def mine(miner: Miner, data: SplitData, *, depth: int = 30, negatives: int = 4, val_fraction: float = 0.1,
-         seed: int = 42, strategy: Strategy = "sample", policy: NegativePolicy | None = None,
+         seed: int = 42, strategy: Strategy = "sample", policy: NegativePolicy = NO_FILTER,
          progress: ProgressSink | None = None) -> MinedData:
     """The reranker's pairs and validation lists (``pool``: the train queries', for k-fold). Raises ConfigError."""
     got = collect(miner, data, depth=depth, val_fraction=val_fraction, seed=seed, progress=progress)
