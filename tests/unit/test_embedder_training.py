@@ -17,7 +17,7 @@ from hybridsearch.eval.datasets import check_disjoint
 from hybridsearch.training.card import (
     EMBEDDER_KIND,
     beats_base,
-    embedder_markdown,
+    card_markdown,
     make_embedder_card,
     save_model,
 )
@@ -225,7 +225,7 @@ def test_card_records_recipe_data_and_validation(tmp_path: Path) -> None:
     assert card["negatives"]["dropped_as_likely_false_negatives"]["similar"] == 3
     assert card["validation"]["best_epoch"] == 1 and card["validation"]["beats_base"] is True
     assert [e["epoch"] for e in card["validation"]["per_epoch"]] == [0, 1, 2]
-    text = embedder_markdown(card)
+    text = card_markdown(card)
     assert "| 1 (kept) | 0.7500 |" in text and "| 0 (base) | 0.7000 |" in text and "Warning" not in text
     assert "hsp index migrate --to-model" in text
     json.dumps(card)  # serialisable as is
@@ -233,7 +233,7 @@ def test_card_records_recipe_data_and_validation(tmp_path: Path) -> None:
 
 def test_card_warns_when_the_kept_epoch_does_not_beat_the_base(tmp_path: Path) -> None:
     card = _card(tmp_path, kept=0.69)
-    assert card["validation"]["beats_base"] is False and "Warning" in embedder_markdown(card)
+    assert card["validation"]["beats_base"] is False and "Warning" in card_markdown(card)
     assert beats_base(EmbedderResult([EmbedderEpoch(1, 0.5)], best_epoch=1)) is None  # no epoch 0: no verdict
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TypedDict
@@ -15,11 +14,11 @@ from hybridsearch.query.window import passage_text as chunk_passage
 from hybridsearch.training.negatives import (
     Candidate,
     SplitData,
+    Strategy,
     build_pairs,
     dedupe,
     load_split,
     mine,
-    mine_negatives,
     passage_text,
     split_queries,
     validation_queries,
@@ -112,29 +111,33 @@ def test_dedupe_keeps_the_best_ranked_chunk_of_each_document() -> None:
     assert out == [Candidate("a", "1"), Candidate("b", "2")]
 
 
-def test_mine_negatives_top_skips_judged_relevant_documents() -> None:
-    got = mine_negatives(cands("r1", "x", "r2", "y", "z"), {"r1", "r2"}, 2, rng=random.Random(0), strategy="top")
-    assert [c.doc_id for c in got] == ["x", "y"]
+def negatives_of(candidates: list[Candidate], relevant: set[str], n: int, seed: int = 0,
+                 strategy: Strategy = "sample") -> list[str]:
+    """The negatives :func:`build_pairs` mines for one query judging ``relevant`` (the first one has a passage)."""
+    first = sorted(relevant)[0]
+    pairs, _ = build_pairs(["q"], {"q": "query"}, {"q": dict.fromkeys(relevant, 1)}, {"q": candidates},
+                           {("q", first): "positive"}, negatives=n, seed=seed, strategy=strategy)
+    return [p.doc_id for p in pairs if p.label == 0]
 
 
-def test_mine_negatives_sample_is_seeded_in_rank_order_and_never_relevant() -> None:
+def test_negatives_top_skips_judged_relevant_documents() -> None:
+    assert negatives_of(cands("r1", "x", "r2", "y", "z"), {"r1", "r2"}, 2, strategy="top") == ["x", "y"]
+
+
+def test_negatives_sample_is_seeded_in_rank_order_and_never_relevant() -> None:
     pool = cands(*[f"d{i}" for i in range(30)])
     relevant = {"d0", "d5", "d17"}
-    a = mine_negatives(pool, relevant, 4, rng=random.Random(3))
-    b = mine_negatives(pool, relevant, 4, rng=random.Random(3))
-    assert a == b and len(a) == 4
-    assert not {c.doc_id for c in a} & relevant
-    ranks = [int(c.doc_id[1:]) for c in a]
+    a = negatives_of(pool, relevant, 4, seed=3)
+    assert a == negatives_of(pool, relevant, 4, seed=3) and len(a) == 4
+    assert not set(a) & relevant
+    ranks = [int(d[1:]) for d in a]
     assert ranks == sorted(ranks)
-    assert {tuple(c.doc_id for c in mine_negatives(pool, relevant, 4, rng=random.Random(s))) for s in range(5)} != {
-        tuple(c.doc_id for c in a)}
+    assert {tuple(negatives_of(pool, relevant, 4, seed=s)) for s in range(5)} != {tuple(a)}
 
 
-def test_mine_negatives_returns_fewer_when_candidates_run_out() -> None:
-    assert [c.doc_id for c in mine_negatives(cands("r", "x"), {"r"}, 5, rng=random.Random(0))] == ["x"]
-    assert mine_negatives(cands("x"), set(), 0, rng=random.Random(0)) == []
-    with pytest.raises(ValueError):
-        mine_negatives(cands("x"), set(), -1, rng=random.Random(0))
+def test_negatives_are_fewer_when_candidates_run_out() -> None:
+    assert negatives_of(cands("r", "x"), {"r"}, 5) == ["x"]
+    assert negatives_of(cands("x"), {"r"}, 0) == []
 
 
 # ------------------------------------------------------------------------------------- pair building

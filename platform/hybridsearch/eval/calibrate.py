@@ -1,10 +1,5 @@
-"""Fusion calibrated on judgments (``hsp calibrate-fusion``): how a hybrid search merges its BM25 and kNN lists.
-
-Each judged query of a (non-test) split is searched once per list; every fusion of the grid (RRF per ``k`` and
-BM25 share, min-max and z-score per share, and each single list) is scored offline on those lists. The default
-(RRF k=60, equal weights) is kept unless a candidate beats it by more than ``min_gain``; a 2-fold estimate says
-how much of the gain holds on unseen queries. The choice is recorded in the index's ``_meta``.
-"""
+"""Fusion calibrated on judgments (``hsp calibrate-fusion``): every fusion of a grid scored offline on the BM25 and
+kNN lists of a split's judged queries; the default is kept unless one beats it by more than ``min_gain``."""
 
 from __future__ import annotations
 
@@ -49,8 +44,7 @@ def grid() -> list[Fusion]:
 
 def fused_rankings(fusion: Fusion, lists: ListsByQuery, qids: Sequence[str], depth: int = 100
                    ) -> dict[str, list[str]]:
-    """The document ranking ``fusion`` gives each query of ``qids`` from its recorded lists (zero-weight lists
-    left out, so a single list keeps its own order)."""
+    """The ranking ``fusion`` gives each query of ``qids`` from its lists (zero-weight lists left out)."""
     out: dict[str, list[str]] = {}
     for qid in qids:
         kept = {n: lst for n, lst in lists[qid].items() if fusion.weight(n) > 0}
@@ -87,8 +81,7 @@ class Calibration:
 
 def choose(candidates: Sequence[Fusion], lists: ListsByQuery, qrels: Mapping[str, Mapping[str, int]],
            qids: Sequence[str], min_gain: float) -> tuple[Fusion, dict[str, float]]:
-    """The best of ``candidates`` on ``qids`` (the default unless one beats it by more than ``min_gain``) and
-    every candidate's score, best first."""
+    """The best of ``candidates`` on ``qids`` (the default unless beaten by ``min_gain``) and all scores, best first."""
     default = Fusion()
     scores = {f: score(f, lists, qrels, qids) for f in (default, *candidates)}
     best = max(scores, key=lambda f: scores[f])
@@ -150,9 +143,8 @@ class FusionCalibration:
 
 def record_fusion(es: EngineClient, cfg: IndexSettings, fusion: Fusion, *, calibration: dict[str, Any] | None = None,
                   index: str | None = None) -> str:
-    """Record ``fusion`` (used while ``HSP_QUERY__FUSION=auto``) and ``calibration`` (None: chosen without judgments)
-    in the ``_meta`` of ``index`` (default: the live index of ``cfg``); returns the index. Raises IndexNotFound,
-    AliasConflict, ClusterError."""
+    """Record ``fusion`` and ``calibration`` in the ``_meta`` of ``index`` (default: the live index); returns the
+    index. Raises IndexNotFound, AliasConflict, ClusterError."""
     index = index or live_index(es, cfg)
     record_meta(es, index, fusion=fusion.to_meta(), fusion_calibration=calibration)
     return index
@@ -163,10 +155,8 @@ def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train",
                      dry_run: bool = False, keep_identical_ids: bool = False, out: Path | None = None,
                      progress: ProgressSink | None = None, es: EngineClient | None = None,
                      search: SearchFn | None = None) -> FusionCalibration:
-    """Choose the fusion of ``dataset``'s collection index (prefix default ``eval-<name>``) on the judged queries of
-    ``split`` and record it (not with ``dry_run``); with ``out``, write ``calibrate-<name>-<split>-<time>.json``
-    there. ``es`` and ``search`` replace the connection and the search client. Raises ConfigError, IndexNotFound,
-    IndexMismatch, ClusterError."""
+    """Choose the fusion of ``dataset``'s index on ``split``'s judged queries, record it (unless ``dry_run``), write
+    the JSON report under ``out``. Raises ConfigError, IndexNotFound, IndexMismatch, ClusterError."""
     from hybridsearch.engine import EngineClient
     from hybridsearch.eval.datasets import load_collection
     from hybridsearch.eval.prepare import eval_settings

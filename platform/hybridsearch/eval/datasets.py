@@ -1,6 +1,5 @@
-"""BEIR-format collections (``corpus.jsonl[.gz]``, ``queries.jsonl[.gz]``, ``qrels/<split>.tsv``) and the guard
-of the test split: :func:`check_split` and :func:`check_disjoint` keep training and calibration off the queries
-that are reported on. Every problem with the files raises ConfigError naming the file and line."""
+"""BEIR-format collections and the guard of the test split (:func:`check_split`, :func:`check_disjoint`). Every
+problem with the files raises ConfigError naming the file and line."""
 
 from __future__ import annotations
 
@@ -56,19 +55,14 @@ def _open_text(path: Path) -> IO[str]:
     return path.open("r", encoding="utf-8")
 
 
+def _found(root: Path, stem: str) -> Path | None:
+    return next((p for p in (root / stem, root / f"{stem}.gz") if p.is_file()), None)
+
+
 def _find(root: Path, stem: str) -> Path:
-    for candidate in (root / stem, root / f"{stem}.gz"):
-        if candidate.is_file():
-            return candidate
-    raise ConfigError(f"{root} is not a BEIR collection: no {stem} or {stem}.gz")
-
-
-def qrels_file(root: Path, split: str) -> Path | None:
-    """``qrels/<split>.tsv`` or ``.tsv.gz`` under ``root``, or None."""
-    try:
-        return _find(root / "qrels", f"{split}.tsv")
-    except ConfigError:
-        return None
+    if (path := _found(root, stem)) is None:
+        raise ConfigError(f"{root} is not a BEIR collection: no {stem} or {stem}.gz")
+    return path
 
 
 def collection_name(root: Path) -> str:
@@ -132,14 +126,13 @@ def available_splits(root: Path) -> list[str]:
 
 
 def load_collection(path: str | Path, split: str = "test") -> Collection:
-    """Split ``split`` of the BEIR collection in folder ``path``: only queries judged in it (BEIR's rule). Raises
-    ConfigError when the folder, a file or the split is missing, a file is malformed, or no judged query has text."""
+    """Split ``split`` of the BEIR collection in folder ``path``: only queries judged in it. Raises ConfigError."""
     root = Path(path).expanduser()
     if not root.is_dir():
         raise ConfigError(f"collection folder {root} does not exist")
     corpus = _find(root, "corpus.jsonl")
     queries_path = _find(root, "queries.jsonl")
-    qrels_path = qrels_file(root, split)
+    qrels_path = _found(root / "qrels", f"{split}.tsv")
     if qrels_path is None:
         splits = ", ".join(available_splits(root)) or "none"
         raise ConfigError(f"{root} has no qrels for split {split!r} (available: {splits})")
@@ -175,13 +168,12 @@ def check_split(split: str, allow_test: bool = False, purpose: str = "train") ->
 
 def check_disjoint(dataset: Path, qids: Iterable[str], protected: Iterable[str] = PROTECTED_SPLITS,
                    purpose: str = "training") -> list[str]:
-    """The protected qrels files of ``dataset`` checked; raises ConfigError naming the ``qids`` also judged in one
-    (``test``). ``purpose`` names the queries in the error."""
+    """The protected qrels files of ``dataset`` checked; raises ConfigError naming the ``qids`` judged in one."""
     root = Path(dataset).expanduser().resolve()
     ours = set(qids)
     checked: list[str] = []
     for split in sorted(protected):
-        path = qrels_file(root, split)
+        path = _found(root / "qrels", f"{split}.tsv")
         if path is None:
             continue
         shared = ours & set(read_qrels(path))

@@ -1,9 +1,5 @@
-"""``hsp eval`` end to end: index the collection, run each mode's queries, score with ranx, report.
-
-:func:`run_evaluation` is the whole workflow (modes, embedding cache, sweeps, baseline, report files; it prints
-nothing: remarks go to the progress sink as notes); :func:`evaluate_collection` measures one collection on an
-index; :func:`run_mode` searches every query of one mode through a search function ``(query, mode, rerank)``.
-"""
+"""``hsp eval`` end to end: index the collection, run each mode's queries, score with ranx, report (remarks go to the
+progress sink as notes; nothing is printed)."""
 
 from __future__ import annotations
 
@@ -91,11 +87,8 @@ class ModeRun:
 
 def run_mode(search: SearchFn, queries: Mapping[str, str], mode: str, *, on_query: Callable[[], None] | None = None,
              ignore_identical_ids: bool = True) -> ModeRun:
-    """Search every query with ``mode``, chunk hits collapsed to documents (best chunk wins).
-
-    A query the query layer rejects (QueryError) is recorded in ``failed`` and scores 0; cluster errors
-    propagate. ``ignore_identical_ids`` (BEIR's protocol) drops a hit whose document id equals the query id.
-    """
+    """Search every query with ``mode``, hits collapsed to documents; a query the layer rejects scores 0.
+    ``ignore_identical_ids`` (BEIR's protocol) drops a hit whose id equals the query id."""
     layer_mode, rerank = MODES[mode]
     out = ModeRun(mode)
     for qid, text in queries.items():
@@ -214,11 +207,8 @@ def evaluate_collection(es: EngineClient, settings: Settings, collection: Collec
                         embedder: Embedder | None = None, reranker: Reranker | None = None, ingest: bool = True,
                         worst: int = 0, progress: ProgressSink | None = None,
                         ignore_identical_ids: bool = True) -> Evaluation:
-    """Index ``collection`` under ``settings.index.prefix`` (reusing a fitting index; with ``ingest=False`` the
-    fitting index as it is), run ``modes`` and score them. ``hybrid+rerank`` runs only when ``reranker`` (default:
-    the one ``settings.reranker`` configures) answers a one-pair probe, else it is reported skipped with the
-    reason. ``progress`` gets the ingestion's counts (task ``ingest``) and one task per mode.
-    """
+    """Index ``collection`` (reusing a fitting index; ``ingest=False``: as it is), run ``modes`` and score them;
+    ``hybrid+rerank`` is skipped, with the reason, unless a reranker answers a probe."""
     from hybridsearch.query.client import SearchClient
     from hybridsearch.query.core import auto_reranker
 
@@ -326,8 +316,7 @@ def plan_modes(modes: str | Sequence[str], worst: int) -> tuple[list[str], str |
 
 def embedding_cache(embedder: Embedder, ingest: IngestSettings, *, enabled: bool = True, build: bool = True,
                     cache_dir: Path | None = None) -> tuple[CachedEmbedder | None, str | None]:
-    """The cache in front of ``embedder`` for building the index (``cache_dir``, default ``$HSP_CACHE/embeddings``),
-    or None (off, nothing to build, or worker processes that embed without it) with the reason when not obvious."""
+    """The embedding cache in front of ``embedder`` for building the index, or None and the reason when useful."""
     from hybridsearch.embedding.cache import CachedEmbedder
 
     if not enabled or not build:
@@ -338,8 +327,7 @@ def embedding_cache(embedder: Embedder, ingest: IngestSettings, *, enabled: bool
 
 
 def write_reports(report: EvalReport, out: Path, diffs: list[Diff] | None, tolerance: float) -> list[Path]:
-    """Write ``eval-<dataset>-<split>-<UTC time>[-n].json/.md/.png`` under ``out`` (``-2``, … when a report of
-    the same second exists); returns the paths."""
+    """Write ``eval-<dataset>-<split>-<UTC time>[-n].json/.md/.png`` under ``out``; returns the paths."""
     out.mkdir(parents=True, exist_ok=True)
     base = f"eval-{report.dataset['name']}-{report.dataset['split']}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}"
     stem, n = out / base, 1
@@ -358,11 +346,8 @@ def run_evaluation(dataset: Path, settings: Settings, *, split: str = "test",
                    limit_queries: int | None = None, keep_identical_ids: bool = False, prefix: str | None = None,
                    sweep: list[str] | None = None, ingest: bool = True, use_embedding_cache: bool = True,
                    embedding_cache_dir: Path | None = None, progress: ProgressSink | None = None) -> EvalRun:
-    """Evaluate ``dataset``'s ``split`` on its own index (prefix ``prefix``, default ``eval-<name>``; built or
-    reused unless ``ingest`` is False) and write the reports under ``out``; see ``hsp eval --help``.
-
-    Raises ConfigError (bad arguments, collection or baseline), IndexNotFound, IndexMismatch, ClusterError,
-    ModelError."""
+    """Evaluate ``dataset``'s ``split`` on its own index and write the reports (``hsp eval --help``). Raises
+    ConfigError, IndexNotFound, IndexMismatch, ClusterError, ModelError."""
     from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import EngineClient
     from hybridsearch.eval.datasets import load_collection

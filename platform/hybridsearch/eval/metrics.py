@@ -1,9 +1,5 @@
-"""Document-level IR metrics, computed by ``ranx`` (never by hand).
-
-A *ranking* is the list of document ids a mode returned for one query, best first (a document takes the rank of
-its best chunk). :func:`to_run` turns rankings into a ranx run whose scores encode the ranks exactly
-(``1/rank``), so ranx's own sort cannot reorder ties differently from ours.
-"""
+"""Document-level IR metrics, computed by ``ranx``: rankings (document ids, best first) become runs scored
+``1/rank``, so ranx's own sort cannot reorder ties."""
 
 from __future__ import annotations
 
@@ -35,8 +31,8 @@ def to_run(rankings: Rankings) -> dict[str, dict[str, float]]:
 def evaluate(
     qrels: Mapping[str, Mapping[str, int]], rankings: Rankings, metrics: Sequence[str] = tuple(METRICS)
 ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-    """``({metric: mean}, {metric: {qid: value}})`` of ``rankings`` against ``qrels``; every judged query is
-    scored, one without a ranking scores 0. Raises ConfigError when ``qrels`` is empty."""
+    """``({metric: mean}, {metric: {qid: value}})``; a judged query without a ranking scores 0. Raises ConfigError
+    when ``qrels`` is empty."""
     from ranx import Qrels, Run
     from ranx import evaluate as ranx_evaluate
 

@@ -1,6 +1,5 @@
-"""The evaluation index of a collection, under its own prefix (default ``eval-<collection>``): a version whose
-``_meta`` and mapping fit the settings (``index.fit.chunk_differences`` at level ``build``) is reused, else a new
-version is created and the alias swapped to it; older versions stay, so switching settings back reuses them."""
+"""The evaluation index of a collection, under its own prefix: a version that fits the settings is reused, else a new
+one is created and the alias swapped to it."""
 
 from __future__ import annotations
 
@@ -53,8 +52,8 @@ class IndexChoice:
 
 
 def choose_index(es: EngineClient, settings: Settings, *, create: bool = True) -> IndexChoice:
-    """Point ``settings.index.alias`` at an index that fits ``settings``, creating one when none does.
-    Raises IndexNotFound when none fits and ``create`` is false, ClusterError."""
+    """Point the alias at an index that fits ``settings``, creating one if none does. Raises IndexNotFound (no
+    ``create``), ClusterError."""
     alias = settings.index.alias
     settings = with_analyzer(es, settings)  # "auto" is english or standard, as the index would be built
     want = build_signature(settings)
@@ -92,8 +91,7 @@ def index_counts(es: EngineClient, index: str) -> dict[str, int]:
 
 def ingest_corpus(es: EngineClient, settings: Settings, corpus: Path | Iterable[Document], *,
                   embedder: Embedder | None = None, progress: ProgressSink | None = None) -> dict[str, Any]:
-    """Ingest ``corpus`` (a path, or Documents) through the alias, unchanged documents skipped; returns the run's
-    counts as JSON-ready data. Raises IngestError when the run did not complete."""
+    """Ingest ``corpus`` through the alias; returns the run's counts. Raises IngestError unless the run completed."""
     from hybridsearch.ingest.pipeline import run_ingest
 
     result = run_ingest(corpus, settings, es=es, embedder=embedder, progress=progress)

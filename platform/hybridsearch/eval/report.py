@@ -1,5 +1,5 @@
-"""The evaluation report: all numbers live in :class:`EvalReport` (written as JSON, compared against a baseline);
-the Markdown, the chart (:func:`write_chart`) and the terminal tables are views of it."""
+"""The evaluation report: :class:`EvalReport` holds every number (JSON, compared against a baseline); Markdown, chart
+and terminal tables are views of it."""
 
 from __future__ import annotations
 
@@ -165,8 +165,8 @@ class Diff(BaseModel):
 
 
 def compare(current: EvalReport, baseline: EvalReport, tolerance: float) -> list[Diff]:
-    """Per-metric differences for modes measured in both reports; ``regressed`` when a metric fell by more
-    than ``tolerance``. Raises ConfigError when the reports share no measured mode."""
+    """Per-metric differences for modes in both reports (``regressed``: fell by more than ``tolerance``). Raises
+    ConfigError when they share no measured mode."""
     diffs: list[Diff] = []
     for mode in current.modes:
         old = baseline.mode(mode.mode)

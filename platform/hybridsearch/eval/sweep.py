@@ -1,5 +1,5 @@
-"""Query-time knob sweeps (``hsp eval --sweep query.rrf_k=20,60``): the query phase re-run once per value on the
-same index, nDCG@10 and Recall@100 per mode. Only ``query.*`` settings: anything else changes the index."""
+"""Query-time knob sweeps (``hsp eval --sweep query.rrf_k=20,60``): the query phase re-run per value on the same
+index, nDCG@10 and Recall@100 per mode."""
 
 from __future__ import annotations
 

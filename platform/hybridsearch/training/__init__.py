@@ -1,5 +1,3 @@
-"""Everything that learns from relevance judgments: hard-negative mining, reranker and embedder training, cards.
+"""Learning from relevance judgments: hard-negative mining, reranker and embedder training, cards.
 
-This package sits above :mod:`hybridsearch.query` (it mines negatives through the query layer) and
-writes models that :mod:`hybridsearch.rerank` serves; serving never imports training.
-"""
+It mines through :mod:`hybridsearch.query`; :mod:`hybridsearch.rerank` serves its models without importing it."""

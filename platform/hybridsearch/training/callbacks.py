@@ -1,9 +1,8 @@
-"""What both trainers hand sentence-transformers: the validation evaluator, progress events (task ``training[
-label]``, each epoch's figures as a note; nothing here draws) and the epoch keeper (figures per epoch, best weights).
-"""
+"""What both trainers hand sentence-transformers: the validation evaluator, progress events and the epoch keeper."""
 
 from __future__ import annotations
 
+import tempfile
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +31,33 @@ def evaluator(measure: Callable[[Any], dict[str, float]], primary: str) -> Any:
             return self.prefix_name_to_metrics(metrics, self.name)  # type: ignore[no-any-return]
 
     return Validation()
+
+
+def fit(model: Any, dataset: Any, loss: Any, validation: Any, callbacks: list[Any], *, epochs: int, batch_size: int,
+        lr: float, warmup_ratio: float, seed: int, device: str, logging_steps: int, **args: Any) -> tuple[int, float]:
+    """Train ``model`` (a CrossEncoder or SentenceTransformer) with sentence-transformers' trainer for it, evaluating
+    after each epoch, with no checkpoint, Hub card or printed log; returns ``(steps, seconds)``."""
+    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
+    from sentence_transformers.cross_encoder import CrossEncoder, CrossEncoderTrainer, CrossEncoderTrainingArguments
+    from sentence_transformers.cross_encoder.model_card import CrossEncoderModelCardCallback
+    from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardCallback
+    from transformers import PrinterCallback
+
+    cross = isinstance(model, CrossEncoder)
+    with tempfile.TemporaryDirectory(prefix="hsp-train-") as tmp:
+        arguments: Any = (CrossEncoderTrainingArguments if cross else SentenceTransformerTrainingArguments)(
+            output_dir=tmp, num_train_epochs=epochs, per_device_train_batch_size=batch_size, learning_rate=lr,
+            warmup_steps=warmup_ratio, seed=seed, data_seed=seed, save_strategy="no", logging_strategy="steps",
+            eval_strategy="epoch" if validation is not None else "no", logging_steps=logging_steps, report_to="none",
+            disable_tqdm=True, use_cpu=device == "cpu", dataloader_num_workers=0, **args)
+        trainer = (CrossEncoderTrainer if cross else SentenceTransformerTrainer)(
+            model=model, args=arguments, train_dataset=dataset, loss=loss, evaluator=validation, callbacks=callbacks)
+        # the card callback looks names up on the Hub (we write our own card); the printer prints raw log dicts
+        trainer.remove_callback(CrossEncoderModelCardCallback if cross else SentenceTransformerModelCardCallback)
+        trainer.remove_callback(PrinterCallback)
+        started = time.perf_counter()
+        steps = int(trainer.train().global_step)
+        return steps, time.perf_counter() - started
 
 
 def figures(metrics: dict[str, float]) -> dict[str, float]:
@@ -78,9 +104,8 @@ class TrainingProgress(TrainerCallback):  # type: ignore[misc]
 
 
 class EpochKeeper(TrainerCallback):  # type: ignore[misc]
-    """Records ``(epoch, validation figures, mean training loss)`` per epoch in :attr:`epochs`; with ``snapshot``
-    keeps a copy of the weights of the epoch with the best ``primary`` figure (:attr:`best_epoch`), which
-    :meth:`restore` puts back. Stops training after epoch ``stop_after`` when given."""
+    """Per epoch ``(epoch, validation figures, mean training loss)`` in :attr:`epochs`, the best epoch's weights kept
+    with ``snapshot``; stops training after epoch ``stop_after`` when given."""
 
     def __init__(self, model: Any, snapshot: bool, primary: str = "ndcg@10", stop_after: int | None = None) -> None:
         self.model, self.snapshot, self.primary, self.stop_after = model, snapshot, primary, stop_after

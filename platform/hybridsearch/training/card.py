@@ -1,6 +1,5 @@
-"""The cards of trained models, ``card.json`` (for programs) and ``README.md`` (for people): what the model was
-trained on, how it did on held-out queries per epoch, and how to use it (a reranker's ``serving`` section is read
-back by :mod:`hybridsearch.rerank.base`)."""
+"""The cards of trained models: ``card.json`` (for programs; :mod:`hybridsearch.rerank.base` reads a reranker's
+``serving``) and ``README.md`` (for people, from ``cards/*.md.j2``)."""
 
 from __future__ import annotations
 
@@ -12,6 +11,8 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from hybridsearch import __version__
 from hybridsearch.embedding.models import file_hash, record_files, resolve_model
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from hybridsearch.training.negatives import Collected, MinedData, SplitData
 
 EMBEDDER_KIND = "hybridsearch-domain-embedder"
-POOL = "a pool: every document judged for or found by hybrid search for a validation query, plus random others"
 
 
 def kept_epoch(result: TrainResult) -> Any:
@@ -142,99 +142,28 @@ def _cpu_count() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
-def card_markdown(card: Mapping[str, Any]) -> str:
-    """A README.md a person reads: the card as prose and tables."""
-    val = card["validation"]
-    blend = card.get("serving", {}).get("blend", 1.0)
-    lines = [
-        "# Domain reranker (hybridsearch)",
-        "",
-        f"Cross-encoder fine-tuned from `{card['base_model']}` with {card['head']}, on the "
-        f"`{card['split']}` split of `{card['dataset']}`.",
-        "",
-        "| data | value |", "|---|---|",
-        f"| training queries | {card['queries']['train']} |",
-        f"| validation | {card['validation'].get('method', 'one held-out slice')}: "
-        f"{card['queries']['validation_scored']} queries scored |",
-        f"| pairs (positive / negative) | {card['pairs']['positive']} / {card['pairs']['negative']} |",
-        f"| negatives per query | {card['negatives']['per_query']} ({card['negatives']['strategy']}, "
-        f"{card['negatives']['mined_from']}; {card['negatives'].get('policy', {}).get('rules', 'no filter')}) |",
-        f"| epochs, batch, max length, lr | {card['training']['epochs']}, {card['training']['batch_size']}, "
-        f"{card['training']['max_length']}, {card['training']['learning_rate']} |",
-        f"| loss | {card['training'].get('loss', 'BinaryCrossEntropyLoss')} |",
-        f"| seed | {card['training']['seed']} |",
-        f"| device | {card['device']} |",
-        f"| time (mining / training) | {card['time_seconds']['mining']} s / {card['time_seconds']['training']} s |",
-        "",
-        f"## Validation ({val['metric']})",
-        "",
-        "\"reranker alone\" orders the candidates by the model's score only; \"served\" blends it with the "
-        "fused score at the epoch's best blend weight, which is how the model is served.",
-        "",
-    ]
-    if val.get("caveat"):
-        lines += [f"**Note: {val['caveat']}.**", ""]
-    if val.get("beats_fused_order") is False:
-        lines += ["**Warning: even blended, this model ranks the validation queries no better than the fused "
-                  "hybrid order. Do not deploy it; see docs/reranker-training.md.**", ""]
-    lines += ["| epoch | reranker alone nDCG@10 | MRR@10 | blend | served nDCG@10 |", "|---|---|---|---|---|"]
-    if val["fused_order"]:
-        lines.append(f"| fused order (no rerank) | {val['fused_order']['ndcg@10']:.4f} | "
-                     f"{val['fused_order']['mrr@10']:.4f} | 0 | {val['fused_order']['ndcg@10']:.4f} |")
-    for e in val["per_epoch"]:
-        mark = " (kept)" if e["epoch"] == val["best_epoch"] else ""
-        lines.append(f"| {e['epoch']}{mark} | {_fmt(e['ndcg_at_10'])} | {_fmt(e['mrr_at_10'])} | "
-                     f"{_fmt(e.get('blend'), 2)} | {_fmt(e.get('blend_ndcg_at_10'))} |")
-    lines += _cv_markdown(card.get("cross_validation"))
-    lines += [
-        "",
-        "## Use",
-        "",
-        "```",
-        "HSP_RERANKER__MODEL=<this folder> hsp serve-reranker",
-        "```",
-        "",
-        f"The served order blends the reranker's score with the fused score at {blend:g} (from `serving.blend` "
-        "in card.json; `HSP_RERANKER__BLEND` overrides it, 1 = reranker order only).",
-        "",
-        "Files read for training: " + ", ".join(f"`{f}`" for f in card["files_read"]) + ".",
-        "",
-    ]
-    return "\n".join(lines)
-
-
-def _cv_markdown(cv: Mapping[str, Any] | None) -> list[str]:
-    if not cv:
-        return []
-    est, ch = cv["estimate"], cv["chosen"]
-    lines = ["", f"## {cv['folds']}-fold selection", "",
-             f"Chosen on the pooled out-of-fold scores of {ch['queries']} queries: {ch['epoch']} epoch(s), blend "
-             f"{ch['blend']:g} (served {ch['served']:.4f} against fused {ch['fused']:.4f}, {ch['gain']:+.4f}). "
-             "The final model was fitted on all training queries and stopped at that epoch.", "",
-             "Nested estimate (each fold measured with the epochs and blend chosen on the other folds): gain "
-             f"{est['gain_mean']:+.4f} ± {est['gain_std']:.4f} (sd over folds; min {est['gain_min']:+.4f}).", "",
-             *([f"**Guard: {cv['guard']}.**", ""] if cv.get("guard") else []),
-             "| fold | queries | epochs | blend | fused | reranker alone | served | gain |",
-             "|---|---|---|---|---|---|---|---|"]
-    for f in cv["nested_per_fold"]:
-        lines.append(f"| {f['fold']} | {f['queries']} | {f['epoch']} | {f['blend']:g} | {f['fused']:.4f} | "
-                     f"{f['alone']:.4f} | {f['served']:.4f} | {f['gain']:+.4f} |")
-    return lines
-
-
-def _fmt(x: float | None, digits: int = 4) -> str:
+def _num(x: float | None, digits: int = 4) -> str:
     return "–" if x is None else f"{x:.{digits}f}"
 
 
+TEMPLATES = Environment(loader=FileSystemLoader(Path(__file__).with_name("cards")), undefined=StrictUndefined,
+                        trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True, autoescape=False)
+TEMPLATES.filters["num"] = _num
+
+
+def card_markdown(card: Mapping[str, Any]) -> str:
+    """The README.md a person reads, from the card (``cards/reranker.md.j2`` or ``cards/embedder.md.j2``)."""
+    kind = "embedder" if card["kind"] == EMBEDDER_KIND else "reranker"
+    return TEMPLATES.get_template(f"{kind}.md.j2").render(c=card)
+
+
 def save_model(model: Any, out: Path, card: Mapping[str, Any]) -> Path:
-    """Write the model folder (a CrossEncoder or SentenceTransformer), ``card.json`` and ``README.md`` to ``out`` and
-    record its files (checked when it loads); returns ``out``."""
+    """Write the model folder, ``card.json`` and ``README.md`` to ``out`` and record its files; returns ``out``."""
     out = Path(out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     model.save(str(out), create_model_card=False)
     (out / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
-    markdown = embedder_markdown if card.get("kind") == EMBEDDER_KIND else card_markdown
-    (out / "README.md").write_text(markdown(card), encoding="utf-8")
+    (out / "README.md").write_text(card_markdown(card), encoding="utf-8")
     record_files(out, load_settings().models)
     return out
 
@@ -330,59 +259,9 @@ def make_embedder_card(cfg: EmbedderConfig, data: SplitData, got: Collected, sta
     }
 
 
-def embedder_markdown(card: Mapping[str, Any]) -> str:
-    """The README.md of an embedder's card."""
-    t, val, neg = card["training"], card["validation"], card["negatives"]
-    dropped = neg["dropped_as_likely_false_negatives"]
-    corpus = val.get("corpus") or {}
-    lines = [
-        "# Domain embedding model (hybridsearch)",
-        "",
-        f"Bi-encoder fine-tuned from `{card['base_model']}` on the `{card['split']}` split of `{card['dataset']}` "
-        f"with {t['loss']}: in-batch negatives plus {card['rows']['hard_negatives_per_row']} hard negative(s) "
-        "per row mined from the collection's own hybrid search.",
-        "",
-        "| | |", "|---|---|",
-        f"| training / validation queries | {card['queries']['train']} / {card['queries']['validation']} |",
-        f"| rows (query, positive, negatives) | {card['rows']['total']} |",
-        f"| negatives | {neg['strategy']} from {neg['mined_from']}; skip top {neg['skip_top']}, margin "
-        f"{neg['margin']} |",
-        f"| dropped as likely false negatives | top {dropped['top']}, duplicate {dropped['duplicate_of_positive']}, "
-        f"similar {dropped['similar']} |",
-        f"| epochs, batch, lr, warmup | {t['epochs']}, {t['batch_size']}, {t['learning_rate']}, {t['warmup_ratio']} |",
-        f"| max_seq_length (training / served) | {t['max_seq_length']} / {card['serving']['max_seq_length']} |",
-        f"| seed, steps | {t['seed']}, {t['steps']} |",
-        f"| device, training time | {card['device']}, {card['time_seconds']['training']:.0f} s (of which "
-        f"validation {card['time_seconds']['of_which_validation']:.0f} s) |",
-        f"| judgments | {', '.join(f'`{k}` sha256 {v[:12]}…' for k, v in card['qrels_sha256'].items())} |",
-        f"| checked disjoint from | {', '.join(f'`{Path(f).name}`' for f in card['checked_disjoint_from']) or '–'} |",
-        "",
-        "## Validation",
-        "",
-        f"{val['metric'].capitalize()}: {val['queries']} queries against {corpus.get('chunks', '?')} chunks of "
-        f"{corpus.get('documents', '?')} documents ({'the whole index' if corpus.get('full_index') else POOL}). "
-        "Epoch 0 is the base model.",
-        "",
-    ]
-    if val.get("beats_base") is False:
-        lines += ["**Warning: the kept epoch retrieves the validation queries no better than the base model. "
-                  "Do not roll it out; see docs/embedder-training.md.**", ""]
-    lines += ["| epoch | nDCG@10 | Recall@10 | MRR@10 | train loss |", "|---|---|---|---|---|"]
-    for e in val["per_epoch"]:
-        mark = " (kept)" if e["epoch"] == val["best_epoch"] else (" (base)" if e["epoch"] == 0 else "")
-        lines.append(f"| {e['epoch']}{mark} | {_fmt(e['ndcg_at_10'])} | {_fmt(e['recall_at_10'])} | "
-                     f"{_fmt(e['mrr_at_10'])} | {_fmt(e['train_loss'])} |")
-    lines += ["", "## Use", "", "```",
-              f"hsp index migrate --to-model {card['serving']['model']}   # re-embed the live index, swap the alias",
-              f"HSP_EMBEDDING__MODEL={card['serving']['model']} hsp search \"...\"", "```", "",
-              "Every reader and writer of the index must then use this model (the index's `_meta` names it).", ""]
-    return "\n".join(lines)
-
-
 @dataclass(frozen=True)
 class EmbedderCard:
-    """A typed view of the figures of an embedder's card (:func:`make_embedder_card`) that ``hsp train-embedder``
-    shows."""
+    """A typed view of the figures of an embedder's card that ``hsp train-embedder`` shows."""
 
     split: str
     validation_queries: int

@@ -1,5 +1,4 @@
-"""What a training run is given and what it measured: the reranker's (:class:`TrainingConfig`, :class:`TrainResult`)
-and the embedder's (:class:`EmbedderConfig`, :class:`EmbedderResult`)."""
+"""What a training run is given and what it measured, for the reranker and the embedder."""
 
 from __future__ import annotations
 
@@ -24,9 +23,9 @@ class _RunConfig(BaseModel):
     split: str = "train"
     out: Path
     base: str = DEFAULT_EMBEDDING_MODEL
-    depth: int = Field(30, ge=1, le=100, description="hybrid candidates per query to mine from")
+    depth: int = Field(30, ge=1, le=100)  # hybrid candidates per query to mine from
     strategy: Strategy = "sample"
-    skip_top: int = Field(0, ge=0, description="fused ranks never used as negatives")
+    skip_top: int = Field(0, ge=0)  # fused ranks never used as negatives
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
     seed: int = 42
     limit_queries: int | None = Field(None, ge=1)
@@ -37,24 +36,18 @@ class _RunConfig(BaseModel):
 class TrainingConfig(_RunConfig):
     """Everything that decides a trained reranker; defaults match ``hsp train-reranker``."""
 
-    negatives: int = Field(4, ge=0, description="mined negatives per training query")
-    epochs: int = Field(2, ge=1, description="epochs to train; with folds, the most epochs tried (the "
-                                             "final fit stops at the count chosen on the folds)")
+    negatives: int = Field(4, ge=0)  # mined negatives per training query
+    epochs: int = Field(2, ge=1)  # with folds, the most tried (the final fit stops at the chosen count)
     batch_size: int = Field(16, ge=1)
     max_length: int = Field(128, ge=16, le=512)
     lr: float = Field(1e-4, gt=0)
     loss: Loss = "lambda"
-    folds: int = Field(3, ge=0, le=10, description="k-fold selection of epochs and blend over the train queries, "
-                                                   "then one fit on all of them; 0: one --val-fraction slice")
-    min_gain: float = Field(0.0, description="with folds: serve at blend 0 (the fused order) unless the nested "
-                                             "estimate of the gain over the fused order is above this")
+    folds: int = Field(3, ge=0, le=10)  # k-fold selection of epochs and blend; 0: one --val-fraction slice
+    min_gain: float = 0.0  # with folds: serve the fused order unless the nested gain estimate is above this
     skip_above_positive: bool = True
-    max_overlap: float = Field(0.6, gt=0, le=1, description="word-Jaccard with a positive from which a "
-                                                            "candidate counts as a duplicate (1: off)")
+    max_overlap: float = Field(0.6, gt=0, le=1)  # word Jaccard with a positive that makes a duplicate (1: off)
     val_fraction: float = Field(0.15, ge=0, lt=1)
-    keep: Literal["last", "best"] = Field(
-        "last", description="weights to save: the last epoch's (annealed; default) or the epoch with the best "
-                            "served validation nDCG@10 (noisy when there are few validation queries)")
+    keep: Literal["last", "best"] = "last"  # the weights saved: the last epoch's, or the best served epoch's
 
     @property
     def loss_name(self) -> str:
@@ -96,20 +89,17 @@ class TrainResult:
 class EmbedderConfig(_RunConfig):
     """Everything that decides a fine-tuned bi-encoder; defaults match ``hsp train-embedder``."""
 
-    negatives: int = Field(1, ge=0, le=8, description="mined hard negatives per (query, positive) row")
-    margin: float | None = Field(
-        0.95, gt=0, le=1, description="drop a candidate as a likely false negative when the base model's "
-                                      "similarity to the query is above margin × that of the query's positive")
+    negatives: int = Field(1, ge=0, le=8)  # mined hard negatives per (query, positive) row
+    # a likely false negative: the base model's similarity to the query above margin × the positive's
+    margin: float | None = Field(0.95, gt=0, le=1)
     epochs: int = Field(2, ge=1)
     batch_size: int = Field(32, ge=2)
-    max_seq_length: int | None = Field(None, ge=16, le=512, description="tokens per text while training "
-                                                                        "(default: the base model's)")
+    max_seq_length: int | None = Field(None, ge=16, le=512)  # tokens per text while training (None: the base's)
     lr: float = Field(3e-5, gt=0)
     val_fraction: float = Field(0.2, ge=0, lt=1)
-    val_corpus: int = Field(2000, ge=0, description="chunks the validation ranks (0: the whole index)")
-    threads: int | None = Field(None, ge=1, description="torch CPU threads (default: torch's choice)")
-    keep: Literal["last", "best"] = Field("best", description="the epoch with the best validation nDCG@10, "
-                                                              "or the last")
+    val_corpus: int = Field(2000, ge=0)  # chunks the validation ranks (0: the whole index)
+    threads: int | None = Field(None, ge=1)  # torch CPU threads (None: torch's choice)
+    keep: Literal["last", "best"] = "best"
 
     @property
     def loss_name(self) -> str:

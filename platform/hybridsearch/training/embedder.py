@@ -1,16 +1,11 @@
-"""Fine-tune the bi-encoder on a collection's own judgments (``hsp train-embedder``, :func:`run_embedder_training`).
+"""Fine-tune the bi-encoder on a collection's own judgments (``hsp train-embedder``; docs/embedder-training.md).
 
-Rows of (query, positive, hard negatives) are mined from one split through the hybrid search (:mod:`.negatives`,
-:mod:`.embedder_data`) and trained with ``MultipleNegativesRankingLoss`` (in-batch plus hard negatives), measuring
-dense retrieval on held-out queries before training (epoch 0) and after each epoch. Every text is embedded after
-its prompt (the base model's query and passage prompts, as the index and the query layer use them), and the saved
-folder carries those prompts. Serve it with ``HSP_EMBEDDING__MODEL=DIR`` after ``hsp index migrate --to-model DIR``.
-"""
+Rows mined through the hybrid search train with ``MultipleNegativesRankingLoss``; dense retrieval of held-out
+queries is measured before training (epoch 0) and after each epoch. Texts carry the base model's prompts."""
 
 from __future__ import annotations
 
 import contextlib
-import tempfile
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -84,9 +79,8 @@ def validate(val: DenseValidation, queries: Encode, chunks: Encode, track: Track
 
 
 def base_similarities(encode: Encode, data: SplitData, got: Collected, qids: Sequence[str],
-                      track: Track = NO_TRACK, queries: Encode | None = None) -> dict[str, dict[str, float]]:
-    """Per training query, the base model's cosine with each candidate and judged positive passage (passages
-    through ``encode``, the embedding cache; queries through ``queries``, default ``encode``)."""
+                      queries: Encode, track: Track = NO_TRACK) -> dict[str, dict[str, float]]:
+    """Per training query, the base model's cosine with each of its candidates and positive passages."""
     texts: dict[str, str] = {}
     for qid in qids:
         texts.update({f"{qid}\t{c.doc_id}": c.text for c in got.candidates.get(qid, ())})
@@ -94,7 +88,7 @@ def base_similarities(encode: Encode, data: SplitData, got: Collected, qids: Seq
                       if (qid, d) in got.positive_passages})
     unique = sorted(set(texts.values()))
     vecs = dict(zip(unique, encode_all(encode, unique, "base model similarities", track), strict=True))
-    qvecs = dict(zip(qids, (queries or encode)([data.queries[q] for q in qids]), strict=True)) if qids else {}
+    qvecs = dict(zip(qids, queries([data.queries[q] for q in qids]), strict=True)) if qids else {}
     out: dict[str, dict[str, float]] = {}
     for key, text in texts.items():
         qid, doc = key.split("\t", 1)
@@ -105,17 +99,14 @@ def base_similarities(encode: Encode, data: SplitData, got: Collected, qids: Seq
 def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: EmbedderConfig, *,
                    base_scores: dict[str, float] | None = None, progress: ProgressSink | None = None,
                    prompts: Prompts | None = None, models: ModelsSettings) -> tuple[Any, EmbedderResult]:
-    """Fine-tune ``cfg.base`` on ``rows``; returns the model (best or last epoch, at the base's sequence length,
-    its prompt table ``prompts``, default the base's) and what happened. ``base_scores``: the validation figures
-    of the base (epoch 0). Seeded; progress goes to ``progress``."""
+    """Fine-tune ``cfg.base`` on ``rows``; returns the model (best or last epoch, with ``prompts``) and what
+    happened. ``base_scores``: the validation figures of the base (epoch 0)."""
     from datasets import Dataset
-    from sentence_transformers import SentenceTransformerTrainer, SentenceTransformerTrainingArguments
     from sentence_transformers.base.sampler import BatchSamplers
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
-    from sentence_transformers.sentence_transformer.model_card import SentenceTransformerModelCardCallback
-    from transformers import PrinterCallback, set_seed
+    from transformers import set_seed
 
-    from hybridsearch.training.callbacks import EpochKeeper, TrainingProgress, evaluator
+    from hybridsearch.training.callbacks import EpochKeeper, TrainingProgress, evaluator, fit
 
     device = pick_device(cfg.device)
     _set_threads(cfg.threads)
@@ -142,24 +133,11 @@ def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: Embedd
     keeper = EpochKeeper(model, snapshot=cfg.keep == "best" and validation is not None)
     callbacks: list[Any] = [keeper] + ([TrainingProgress(progress)] if progress is not None else [])
     train_ds = Dataset.from_dict(prompted_columns(rows_as_columns(rows, cfg.negatives), prompts))
-    with tempfile.TemporaryDirectory(prefix="hsp-train-embedder-") as tmp:
-        args = SentenceTransformerTrainingArguments(
-            output_dir=tmp, num_train_epochs=cfg.epochs, per_device_train_batch_size=cfg.batch_size,
-            learning_rate=cfg.lr, warmup_steps=cfg.warmup_ratio, seed=cfg.seed, data_seed=cfg.seed,
-            batch_sampler=BatchSamplers.NO_DUPLICATES,  # a query twice in a batch is its own false negative
-            eval_strategy="epoch" if validation is not None else "no", save_strategy="no",
-            logging_strategy="steps", logging_steps=max(1, min(10, len(rows) // cfg.batch_size // 5 or 1)),
-            report_to="none", disable_tqdm=True, use_cpu=device == "cpu", dataloader_num_workers=0,
-        )
-        trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=train_ds,
-                                             loss=MultipleNegativesRankingLoss(model), evaluator=validation,
-                                             callbacks=callbacks)
-        trainer.remove_callback(SentenceTransformerModelCardCallback)  # Hub look-ups; we write our own card
-        trainer.remove_callback(PrinterCallback)
-        started = time.perf_counter()
-        out = trainer.train()
-        result.seconds = time.perf_counter() - started
-        result.steps = int(out.global_step)
+    result.steps, result.seconds = fit(
+        model, train_ds, MultipleNegativesRankingLoss(model), validation, callbacks, epochs=cfg.epochs,
+        batch_size=cfg.batch_size, lr=cfg.lr, warmup_ratio=cfg.warmup_ratio, seed=cfg.seed, device=device,
+        logging_steps=max(1, min(10, len(rows) // cfg.batch_size // 5 or 1)),
+        batch_sampler=BatchSamplers.NO_DUPLICATES)  # a query twice in a batch is its own false negative
     result.validation_seconds = validation.seconds if validation is not None else 0.0
     result.epochs += [_epoch(e, m, loss) for e, m, loss in keeper.epochs]
     kept = keeper.kept_epoch(cfg.keep)
@@ -183,9 +161,8 @@ def _epoch(epoch: int, metrics: Mapping[str, float], loss: float | None) -> Embe
 def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: EngineClient | None = None,
                           embedder: Embedder | None = None, cache_dir: Path | None = None,
                           progress: ProgressSink | None = None) -> dict[str, Any]:
-    """Load the split, check it against ``test``, mine rows from the index under ``settings.index.prefix``, train,
-    save to ``cfg.out``; returns the card. ``cache_dir``: the embedding cache holding the base model's vectors
-    (default ``$HSP_CACHE/embeddings``). Raises ConfigError, IndexNotFound, ModelError, ClusterError."""
+    """Load the split, mine rows from the index, train, save to ``cfg.out``; returns the card. ``cache_dir``: the
+    embedding cache of the base model. Raises ConfigError, IndexNotFound, ModelError, ClusterError."""
     from hybridsearch.embedding.cache import CachedEmbedder
     from hybridsearch.engine import EngineClient
     from hybridsearch.eval.datasets import check_disjoint
@@ -211,7 +188,7 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     base = CachedEmbedder(inner, cache_dir)
     try:
         track = tracker(progress)
-        sims = (base_similarities(base.encode, data, got, got.train_qids, track, queries=base.encode_queries)
+        sims = (base_similarities(base.encode, data, got, got.train_qids, base.encode_queries, track)
                 if cfg.margin else None)
         rows, stats = build_rows(got.train_qids, data.queries, data.qrels, got.candidates, got.positive_passages,
                                  negatives=cfg.negatives, seed=cfg.seed, strategy=cfg.strategy,

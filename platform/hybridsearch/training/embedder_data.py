@@ -1,10 +1,4 @@
-"""Training rows and validation data for a fine-tuned bi-encoder (``hsp train-embedder``); no model in here.
-
-Rows are ``(query, positive, negative_1 … negative_n)``, one per judged-relevant document, passages as ingestion
-embeds them, negatives from the query's hybrid candidates minus likely false negatives (:func:`negative_pool`).
-Validation is dense retrieval of held-out queries over the index's chunks (a document ranks by its best chunk),
-or over a seeded pool of them for a large index (:func:`validation_pool`).
-"""
+"""Training rows and validation data for a fine-tuned bi-encoder (``hsp train-embedder``); no model in here."""
 
 from __future__ import annotations
 
@@ -67,9 +61,8 @@ def negative_pool(
     similarity: Mapping[str, float] | None = None, positive_similarity: float | None = None,
     margin: float | None = None,
 ) -> tuple[list[Candidate], dict[str, int]]:
-    """The candidates that may serve as negatives, in rank order, and how many were dropped why: judged-relevant
-    ones never; of the others the first ``skip_top`` (``top``), one whose text is a positive's (``duplicate``) and,
-    with ``margin``, one with ``similarity[doc] > margin × positive_similarity`` (``similar``)."""
+    """The non-relevant candidates that may be negatives, in rank order, and the dropped counts: the first ``skip_top``
+    (``top``), a positive's text (``duplicate``), ``similarity > margin × positive_similarity`` (``similar``)."""
     dropped = {"top": 0, "duplicate": 0, "similar": 0}
     texts = set(positives)
     pool: list[Candidate] = []
@@ -91,11 +84,8 @@ def build_rows(
     positive_passages: Mapping[tuple[str, str], str], *, negatives: int, seed: int, strategy: Strategy = "sample",
     skip_top: int = 0, similarity: Mapping[str, Mapping[str, float]] | None = None, margin: float | None = None,
 ) -> tuple[list[Row], RowStats]:
-    """Training rows for ``qids``: one per judged-relevant document with a passage (:func:`positives_of`), each
-    with ``negatives`` mined negatives, different ones while the pool lasts. ``similarity[qid]``: the base model's
-    cosine of the query with its candidates and positives, for ``margin`` (the bar set by the least similar
-    positive). A query without a usable positive is skipped, a row with an empty pool left out (counted). Seeded
-    per query."""
+    """Training rows for ``qids``: one per judged-relevant document with a passage, each with ``negatives`` mined
+    negatives (distinct while the pool lasts; ``margin`` against the least similar positive). Seeded per query."""
     rows: list[Row] = []
     stats = RowStats()
     for qid in sorted(set(qids)):
@@ -194,8 +184,7 @@ def dense_metrics(val: DenseValidation, query_vecs: np.ndarray, chunk_vecs: np.n
 
 
 def pool_priority(val_qids: Sequence[str], qrels: Qrels, candidates: Mapping[str, Sequence[Candidate]]) -> list[str]:
-    """Documents for the validation pool, most wanted first: the judged-relevant ones of ``val_qids``, then their
-    hybrid candidates rank by rank."""
+    """Documents for the validation pool: the judged-relevant ones of ``val_qids``, then their candidates by rank."""
     order = dict.fromkeys(d for q in val_qids for d in sorted(relevant_ids(qrels.get(q, {}))))
     lists = [dedupe(candidates.get(q, ())) for q in val_qids]
     for rank in range(max((len(c) for c in lists), default=0)):
@@ -205,8 +194,8 @@ def pool_priority(val_qids: Sequence[str], qrels: Qrels, candidates: Mapping[str
 
 def validation_pool(chunks: Sequence[Chunk], priority: Sequence[str], cap: int,
                     seed: int) -> tuple[list[Chunk], bool]:
-    """``(chunks, whole index)``: all ``chunks`` when at most ``cap`` (or ``cap`` is 0), else the chunks of the
-    ``priority`` documents while they fit, then a seeded sample of the others, ``cap`` in all."""
+    """``(chunks, whole index)``: all ``chunks`` when at most ``cap`` (or ``cap`` is 0), else the ``priority``
+    documents' chunks while they fit, then a seeded sample of the others."""
     if cap == 0 or len(chunks) <= cap:
         return list(chunks), True
     by_doc: dict[str, list[Chunk]] = {}

@@ -1,7 +1,5 @@
 """Training data from judgments: positives from one split's qrels (never ``test`` unless told to), hard negatives
-from our own hybrid search (:class:`IndexMiner`: each query's candidates, and the best chunk of a judged document
-the search missed). :func:`filter_negatives` drops candidates that are likely unjudged relevant documents.
-"""
+from our own hybrid search (:class:`IndexMiner`), likely unjudged relevant documents filtered out."""
 
 from __future__ import annotations
 
@@ -45,10 +43,8 @@ class Candidate:
 
 @dataclass(frozen=True)
 class NegativePolicy:
-    """Which non-relevant candidates :func:`filter_negatives` drops: the fused top ``skip_top`` ranks; those
-    both BM25 and kNN rank above the best judged positive (``skip_above_positive``: more often an unjudged
-    answer than a hard mistake); near-duplicates of a positive (word Jaccard >= ``max_overlap``).
-    ``NegativePolicy(0, False, 1.0)`` drops nothing."""
+    """Which non-relevant candidates :func:`filter_negatives` drops: the fused top ``skip_top``; those both BM25 and
+    kNN rank above the best positive; near-duplicates of a positive (word Jaccard >= ``max_overlap``)."""
 
     skip_top: int = 0
     skip_above_positive: bool = True
@@ -64,6 +60,9 @@ class NegativePolicy:
         if self.max_overlap < 1.0:
             parts.append(f"near-duplicates of a positive (word Jaccard >= {self.max_overlap:g}) skipped")
         return "; ".join(parts) or "no filter"
+
+
+NO_FILTER = NegativePolicy(0, False, 1.0)  # every non-relevant candidate may be a negative
 
 
 @dataclass
@@ -94,8 +93,7 @@ def overlap(a: Iterable[str], b: Iterable[str]) -> float:
 
 
 def positive_ranks(candidates: Sequence[Candidate], relevant: set[str]) -> tuple[float, float] | None:
-    """Best BM25 and kNN rank among the judged positives in ``candidates`` (infinity for a list that found none);
-    None when no positive is among them."""
+    """Best BM25 and kNN rank among the positives in ``candidates`` (inf for a list without one); None: none there."""
     found = [c for c in candidates if c.doc_id in relevant]
     if not found:
         return None
@@ -106,8 +104,7 @@ def positive_ranks(candidates: Sequence[Candidate], relevant: set[str]) -> tuple
 
 def filter_negatives(candidates: Sequence[Candidate], relevant: set[str], positive_passages: Sequence[str],
                      policy: NegativePolicy) -> tuple[list[Candidate], FilterStats]:
-    """The non-relevant ``candidates`` (fused order, deduplicated) that ``policy`` lets serve as negatives, and how
-    many each rule removed (a candidate under the first rule that removes it)."""
+    """The non-relevant ``candidates`` that ``policy`` lets serve as negatives, and how many each rule removed."""
     stats = FilterStats()
     ranks = positive_ranks(candidates, relevant) if policy.skip_above_positive else None
     pos_words = [words(p) for p in positive_passages] if policy.max_overlap < 1.0 else []
@@ -190,21 +187,9 @@ def dedupe(candidates: Iterable[Candidate]) -> list[Candidate]:
     return out
 
 
-def mine_negatives(
-    candidates: Sequence[Candidate], relevant: set[str], n: int, *, rng: random.Random, strategy: Strategy = "sample"
-) -> list[Candidate]:
-    """Up to ``n`` candidates not judged relevant, in rank order: the best-ranked (``top``) or drawn uniformly with
-    ``rng`` (``sample``: fewer unjudged relevant documents from the very top). Raises ValueError for ``n < 0``."""
-    if n < 0:
-        raise ValueError(f"number of negatives must be >= 0, got {n}")
-    pool = [c for c in dedupe(candidates) if c.doc_id not in relevant]
-    return pick_negatives(pool, min(n, len(pool)), rng=rng, strategy=strategy)
-
-
 def pick_negatives(pool: Sequence[Candidate], n: int, *, rng: random.Random,
                    strategy: Strategy = "sample") -> list[Candidate]:
-    """``n`` negatives from ``pool`` (rank order kept): the best-ranked (``top``) or drawn uniformly (``sample``);
-    a smaller pool is cycled (none when it is empty)."""
+    """``n`` of ``pool`` in rank order: the best-ranked (``top``) or drawn (``sample``); a small pool is cycled."""
     if not pool or n <= 0:
         return []
     if len(pool) >= n:
@@ -213,8 +198,8 @@ def pick_negatives(pool: Sequence[Candidate], n: int, *, rng: random.Random,
 
 
 def split_queries(qids: Iterable[str], val_fraction: float, seed: int) -> tuple[list[str], list[str]]:
-    """Seeded, sorted split of query ids into (train, validation): ``round(len * val_fraction)`` validation
-    queries, at least one when the fraction is above 0 and there are two queries. Raises ValueError outside [0, 1)."""
+    """Seeded, sorted (train, validation) split of query ids, at least one validation query when the fraction is
+    above 0 and there are two. Raises ValueError outside [0, 1)."""
     if not 0 <= val_fraction < 1:
         raise ValueError(f"validation fraction must be in [0, 1), got {val_fraction}")
     ordered = sorted(set(qids))
@@ -242,11 +227,10 @@ def build_pairs(
     negatives: int,
     seed: int,
     strategy: Strategy = "sample",
-    policy: NegativePolicy | None = None,
+    policy: NegativePolicy = NO_FILTER,
 ) -> tuple[list[Pair], PairStats]:
-    """Training pairs for ``qids``: one per judged-relevant document with a passage (:func:`positives_of`),
-    ``negatives`` mined per query from what ``policy`` keeps (counts in ``stats.filtered``). Queries without a
-    usable positive are skipped."""
+    """Training pairs for ``qids``: each judged-relevant document with a passage, and ``negatives`` mined per query
+    from what ``policy`` keeps. Queries without a usable positive are skipped."""
     pairs: list[Pair] = []
     stats = PairStats()
     for qid in sorted(set(qids)):
@@ -258,11 +242,9 @@ def build_pairs(
         if not positives:
             stats.skipped_queries.append(qid)
             continue
-        pool: Sequence[Candidate] = cands
-        if policy is not None:
-            pool, fstats = filter_negatives(cands, judged, [p.passage for p in positives], policy)
-            stats.filtered.add(fstats)
-        negs = mine_negatives(pool, judged, negatives, rng=query_rng(seed, qid), strategy=strategy)
+        pool, fstats = filter_negatives(cands, judged, [p.passage for p in positives], policy)
+        stats.filtered.add(fstats)
+        negs = pick_negatives(pool, min(negatives, len(pool)), rng=query_rng(seed, qid), strategy=strategy)
         pairs.extend(positives)
         pairs.extend(Pair(qid, queries[qid], c.doc_id, c.text, 0) for c in negs)
         stats.queries += 1
@@ -273,8 +255,7 @@ def build_pairs(
 
 def positives_of(qid: str, judged: set[str], candidates: Sequence[Candidate],
                  positive_passages: Mapping[tuple[str, str], str]) -> tuple[list[tuple[str, str]], int]:
-    """``(doc id, passage)`` of each judged document (its chunk among the candidates, else
-    ``positive_passages[(qid, doc)]``), and how many had neither."""
+    """``(doc id, passage)`` of each judged document found in ``candidates`` or ``positive_passages``; how many not."""
     by_doc = {c.doc_id: c.text for c in candidates}
     found = [(d, by_doc.get(d) or positive_passages.get((qid, d))) for d in sorted(judged)]
     return [(d, t) for d, t in found if t is not None], sum(t is None for _, t in found)
@@ -324,8 +305,7 @@ class Miner(Protocol):
 
 
 def load_split(dataset: Path, split: str, *, allow_test: bool = False, limit: int | None = None) -> SplitData:
-    """Queries of ``split`` with a judged-relevant document and their qrels (no other split's file is opened); the
-    first ``limit`` when given. Raises ConfigError for the test split, a bad file, or nothing relevant."""
+    """Queries of ``split`` with a judged-relevant document, and their qrels (first ``limit``). Raises ConfigError."""
     check_split(split, allow_test)
     coll = load_collection(dataset, split).limit(limit)
     qrels = {q: dict(j) for q, j in coll.qrels.items() if relevant_ids(j)}
@@ -337,8 +317,7 @@ def load_split(dataset: Path, split: str, *, allow_test: bool = False, limit: in
 
 @dataclass
 class Collected:
-    """What the index gave for one split: the seeded train/validation query split, each query's hybrid
-    candidates, and the best chunk of each judged-relevant training document the search missed."""
+    """What the index gave for one split: the query split, each query's candidates, the missed positives' chunks."""
 
     train_qids: list[str]
     val_qids: list[str]
@@ -349,8 +328,7 @@ class Collected:
 
 def collect(miner: Miner, data: SplitData, *, depth: int = 30, val_fraction: float = 0.1, seed: int = 42,
             progress: ProgressSink | None = None) -> Collected:
-    """Split ``data``'s queries (seeded) and fetch each query's hybrid top-``depth`` and the passages of the
-    training queries' judged documents the search missed."""
+    """Split ``data``'s queries and fetch their hybrid top-``depth`` and the chunks of the positives it missed."""
     started = time.perf_counter()
     train_qids, val_qids = split_queries(data.queries, val_fraction, seed)
     candidates: dict[str, list[Candidate]] = {}
@@ -369,10 +347,9 @@ def collect(miner: Miner, data: SplitData, *, depth: int = 30, val_fraction: flo
 
 
 def mine(miner: Miner, data: SplitData, *, depth: int = 30, negatives: int = 4, val_fraction: float = 0.1,
-         seed: int = 42, strategy: Strategy = "sample", policy: NegativePolicy | None = None,
+         seed: int = 42, strategy: Strategy = "sample", policy: NegativePolicy = NO_FILTER,
          progress: ProgressSink | None = None) -> MinedData:
-    """:func:`collect` the split's candidates, build the reranker's pairs and validation lists (``pool``: the train
-    queries', for k-fold validation). Raises ConfigError when no pair can be made."""
+    """The reranker's pairs and validation lists (``pool``: the train queries', for k-fold). Raises ConfigError."""
     got = collect(miner, data, depth=depth, val_fraction=val_fraction, seed=seed, progress=progress)
     pairs, stats = build_pairs(got.train_qids, data.queries, data.qrels, got.candidates, got.positive_passages,
                                negatives=negatives, seed=seed, strategy=strategy, policy=policy)
@@ -390,9 +367,8 @@ def no_pairs() -> ConfigError:
 
 
 class IndexMiner:
-    """Candidates (hybrid search without rerank: what the reranker is given serving) and positive passages from
-    the index behind ``settings.index.alias``; ``passage(title, text)`` makes a chunk's training text. Raises
-    IndexNotFound."""
+    """Candidates (hybrid search without rerank) and positive passages from the live index of ``settings``;
+    ``passage(title, text)`` makes a chunk's training text. Raises IndexNotFound."""
 
     def __init__(self, es: EngineClient, settings: Settings, embedder: Embedder | None = None,
                  passage: PassageFn = passage_text) -> None:
@@ -413,8 +389,7 @@ class IndexMiner:
                       for h in result.hits)
 
     def best_chunks(self, wanted: Sequence[tuple[str, str, str]], batch: int = 100) -> dict[tuple[str, str], str]:
-        """For each ``(qid, query, doc_id)``, the document's chunk that best matches the query (BM25; any chunk
-        when no term matches); documents absent from the index are left out."""
+        """Per ``(qid, query, doc_id)``, the document's chunk best matching the query (absent ones left out)."""
         out: dict[tuple[str, str], str] = {}
         for start in range(0, len(wanted), batch):
             part = wanted[start:start + batch]

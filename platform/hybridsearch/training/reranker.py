@@ -1,16 +1,10 @@
-"""Fine-tune a cross-encoder reranker on a collection's own judgments (``hsp train-reranker``, :func:`run_training`).
-
-Pairs are mined from one split's queries through the hybrid search (:mod:`.negatives`); a one-logit head on a
-BERT-family encoder is trained with ``LambdaLoss`` over each query's list (or pointwise BCE). With ``folds >= 2``
-the epoch count and the blend are chosen on out-of-fold scores (:mod:`.validation`) and the final model is fitted
-on all queries; with ``folds=0`` one ``val_fraction`` slice is held out. The folder gets a card (:mod:`.card`).
-"""
+"""Fine-tune a cross-encoder reranker on a collection's own judgments (``hsp train-reranker``;
+docs/reranker-training.md): ``LambdaLoss`` over each query's list (or BCE), epochs and blend chosen by k-fold."""
 
 from __future__ import annotations
 
 import contextlib
 import statistics
-import tempfile
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -19,7 +13,7 @@ from hybridsearch.embedding.models import pick_device, resolve_model
 from hybridsearch.errors import ModelError
 from hybridsearch.progress import ProgressSink
 from hybridsearch.settings import load_settings
-from hybridsearch.training.callbacks import EpochKeeper, TrainingProgress
+from hybridsearch.training.callbacks import EpochKeeper, TrainingProgress, fit
 from hybridsearch.training.card import make_card, save_model
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
 from hybridsearch.training.negatives import MinedData, Pair, load_split, mine
@@ -34,8 +28,7 @@ if TYPE_CHECKING:
 
 
 def load_base(base: str, max_length: int, device: str) -> CrossEncoder:
-    """``base`` (Hub name or folder) as a CrossEncoder with one output logit (a plain encoder gets a fresh head).
-    Raises ModelError."""
+    """``base`` as a CrossEncoder with one output logit (a plain encoder gets a fresh head). Raises ModelError."""
     from sentence_transformers import CrossEncoder
 
     where = resolve_model(base, load_settings().models)
@@ -48,8 +41,7 @@ def load_base(base: str, max_length: int, device: str) -> CrossEncoder:
 
 
 def query_lists(pairs: list[Pair]) -> list[tuple[str, list[str], list[float]]]:
-    """Per query (in first-seen order): ``(query, passages, labels)`` for a listwise loss; queries whose
-    list holds only positives or only negatives are left out (they carry no ranking signal)."""
+    """Per query: ``(query, passages, labels)`` for a listwise loss; lists with no ranking signal left out."""
     grouped: dict[str, tuple[str, list[str], list[float]]] = {}
     for p in pairs:
         entry = grouped.setdefault(p.qid, (p.query, [], []))
@@ -59,8 +51,7 @@ def query_lists(pairs: list[Pair]) -> list[tuple[str, list[str], list[float]]]:
 
 
 def _loss_and_dataset(model: Any, pairs: list[Pair], cfg: TrainingConfig) -> tuple[Any, Any, int]:
-    """The loss, its training dataset and the per-step batch size (in queries for the listwise loss,
-    so that a step holds about ``cfg.batch_size`` pairs either way)."""
+    """The loss, its dataset and the per-step batch size (about ``cfg.batch_size`` pairs either way)."""
     from datasets import Dataset
     from sentence_transformers.cross_encoder.losses import BinaryCrossEntropyLoss, LambdaLoss
 
@@ -81,13 +72,10 @@ def _loss_and_dataset(model: Any, pairs: list[Pair], cfg: TrainingConfig) -> tup
 def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: ProgressSink | None = None,
                         stop_after: int | None = None, label: str = "",
                         sink: dict[int, dict[str, list[float]]] | None = None) -> tuple[Any, TrainResult]:
-    """Fine-tune a cross-encoder on ``mined.pairs``, validating on ``mined.validation`` after each epoch (scores
-    kept in ``sink[epoch]``); the schedule spans ``cfg.epochs``, training stops after ``stop_after`` epochs. Returns
-    the model (with ``keep="best"`` the best epoch's) and what happened. Seeded; progress goes to ``progress``."""
+    """Fine-tune on ``mined.pairs``, validating on ``mined.validation`` after each epoch (scores in ``sink[epoch]``);
+    stops after ``stop_after`` epochs. Returns the model and what happened."""
     import torch
-    from sentence_transformers.cross_encoder import CrossEncoderTrainer, CrossEncoderTrainingArguments
-    from sentence_transformers.cross_encoder.model_card import CrossEncoderModelCardCallback
-    from transformers import PrinterCallback, set_seed
+    from transformers import set_seed
 
     device = pick_device(cfg.device)
     set_seed(cfg.seed)
@@ -100,22 +88,10 @@ def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: Prog
     result = TrainResult(device=device, fused=rerank_metrics(mined.validation, None) if evaluator is not None else {})
     keeper = EpochKeeper(model, cfg.keep == "best", "blend_ndcg@10", stop_after)
     callbacks: list[Any] = [keeper] + ([TrainingProgress(progress, label)] if progress is not None else [])
-    with tempfile.TemporaryDirectory(prefix="hsp-train-") as tmp:
-        args = CrossEncoderTrainingArguments(
-            output_dir=tmp, num_train_epochs=cfg.epochs, per_device_train_batch_size=batch,
-            learning_rate=cfg.lr, warmup_steps=cfg.warmup_ratio, seed=cfg.seed, data_seed=cfg.seed,
-            eval_strategy="epoch" if evaluator is not None else "no", save_strategy="no",
-            logging_strategy="steps", logging_steps=max(1, min(50, len(train_ds) // batch // 10 or 1)),
-            report_to="none", disable_tqdm=True, use_cpu=device == "cpu", dataloader_num_workers=0,
-        )
-        trainer = CrossEncoderTrainer(model=model, args=args, train_dataset=train_ds, loss=loss,
-                                      evaluator=evaluator, callbacks=callbacks)
-        trainer.remove_callback(CrossEncoderModelCardCallback)  # it looks up the Hub; we write our own card
-        trainer.remove_callback(PrinterCallback)  # raw log dicts on stdout; progress shows the loss
-        started = time.perf_counter()
-        out = trainer.train()
-        result.seconds = time.perf_counter() - started
-        result.steps = int(out.global_step)
+    result.steps, result.seconds = fit(
+        model, train_ds, loss, evaluator, callbacks, epochs=cfg.epochs, batch_size=batch, lr=cfg.lr,
+        warmup_ratio=cfg.warmup_ratio, seed=cfg.seed, device=device,
+        logging_steps=max(1, min(50, len(train_ds) // batch // 10 or 1)))
     result.epochs = [EpochResult(e, m.get("ndcg@10"), m.get("mrr@10"), loss, m.get("blend"), m.get("blend_ndcg@10"))
                      for e, m, loss in keeper.epochs]
     result.best_epoch = keeper.kept_epoch(cfg.keep)
@@ -124,10 +100,8 @@ def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: Prog
 
 def cross_validate(mined: MinedData, cfg: TrainingConfig, *,
                    progress: ProgressSink | None = None) -> tuple[Any, TrainResult]:
-    """K-fold selection (one model per fold, scoring its held-out fold after each epoch; epochs and blend chosen
-    on the pooled out-of-fold scores), then one fit on all pairs stopped at the chosen epoch. The result's
-    ``epochs`` are the pooled figures, ``cv`` the per-fold ones; a nested gain not above ``cfg.min_gain`` serves
-    the chosen epoch at blend 0 (``cv["guard"]`` says why). Raises ConfigError for fewer queries than folds."""
+    """K-fold selection of epochs and blend on out-of-fold scores, then one fit on all pairs; a nested gain not above
+    ``cfg.min_gain`` serves blend 0 (``cv["guard"]``). Raises ConfigError for fewer queries than folds."""
     folds = kfold(mined.train_qids, cfg.folds, cfg.seed)
     oof: dict[int, dict[str, list[float]]] = {}
     losses: dict[int, list[float]] = {}
@@ -168,8 +142,8 @@ def cross_validate(mined: MinedData, cfg: TrainingConfig, *,
 
 def run_training(cfg: TrainingConfig, settings: Settings, *, es: EngineClient | None = None,
                  embedder: Embedder | None = None, progress: ProgressSink | None = None) -> dict[str, Any]:
-    """Load the split, mine pairs from the index under ``settings.index.prefix``, train, save to ``cfg.out``;
-    returns the card. Raises ConfigError, IndexNotFound, ModelError, ClusterError."""
+    """Load the split, mine pairs, train, save to ``cfg.out``; returns the card. Raises ConfigError, IndexNotFound,
+    ModelError, ClusterError."""
     from hybridsearch.engine import EngineClient
     from hybridsearch.eval.datasets import check_disjoint
     from hybridsearch.training.negatives import IndexMiner

@@ -1,10 +1,5 @@
-"""Validating a reranker the way it is served: reranking held-out queries' fused candidates, blended with the
-fused order at the share (``serving.blend``) that serves them best.
-
-K-fold selection: each training query is scored once by the model trained on the other folds, after each epoch
-(out-of-fold scores). :func:`choose` picks the (epochs, blend) with the best pooled nDCG@10; :func:`nested_estimate`
-measures that procedure on unseen queries (per fold, the choice made on the other folds).
-"""
+"""Validating a reranker as it is served: its order of held-out queries' fused candidates, blended with the fused
+order; k-fold selection of (epochs, blend) on out-of-fold scores, and its nested estimate on unseen queries."""
 
 from __future__ import annotations
 
@@ -23,8 +18,7 @@ BLEND_GRID = tuple(round(0.05 * i, 2) for i in range(21))  # 0, 0.05, ..., 1
 
 
 def rerank_metrics(val: Sequence[ValidationQuery], scores: Mapping[str, Sequence[float]] | None) -> dict[str, float]:
-    """nDCG@10 and MRR@10 (ranx) of the candidates ordered by ``scores`` (per query, one per candidate), or in
-    fused order when ``scores`` is None; judged documents outside the candidates count as missed."""
+    """nDCG@10 and MRR@10 (ranx) of the candidates ordered by ``scores``, or fused order when None."""
     from ranx import Qrels, Run, evaluate
 
     qrels = Qrels({v.qid: dict(v.relevant) for v in val})
@@ -76,8 +70,7 @@ def score_queries(model: Any, val: Sequence[ValidationQuery], batch_size: int) -
 
 def rerank_validation_evaluator(val: Sequence[ValidationQuery], batch_size: int,
                                 sink: MutableMapping[int, dict[str, list[float]]] | None = None) -> Any:
-    """An evaluator reporting :func:`rerank_metrics` of ``val`` and the best blend; with ``sink``, the scores of
-    its n-th call are kept in ``sink[n]`` (n from 1: the epoch)."""
+    """An evaluator of :func:`rerank_metrics` and the best blend; its n-th call's scores in ``sink[n]``."""
     calls = [0]
 
     def measure(model: Any) -> dict[str, float]:
@@ -97,8 +90,7 @@ EpochScores = Mapping[int, Scores]  # epoch -> OOF scores of every query
 
 
 def kfold(qids: Iterable[str], k: int, seed: int) -> list[list[str]]:
-    """``k`` disjoint folds covering ``qids``, seeded, sizes within one of each other, each sorted;
-    independent of the input order. Raises ConfigError for ``k < 2`` or more folds than queries."""
+    """``k`` seeded disjoint folds of ``qids``, balanced and sorted. Raises ConfigError unless 2 <= k <= queries."""
     ordered = sorted(set(qids))
     if k < 2 or k > len(ordered):
         n = len(ordered)
@@ -157,8 +149,7 @@ class CVSummary:
                 "gain_max": max(gains, default=0.0), "served_mean": _mean(served), "served_std": _std(served)}
 
     def guard(self, min_gain: float) -> str | None:
-        """Why the model must be served at blend 0 (the fused order): the nested estimate of its gain is
-        not above ``min_gain``; None when it is."""
+        """Why the model must be served at blend 0: the nested gain estimate is not above ``min_gain``; else None."""
         gain = self.estimate()["gain_mean"]
         if gain > min_gain:
             return None
@@ -191,8 +182,8 @@ def _subset(pool: Sequence[ValidationQuery], qids: Iterable[str]) -> list[Valida
 
 def choose(pool: Sequence[ValidationQuery], scores: EpochScores, qids: Iterable[str] | None = None,
            grid: Sequence[float] = BLEND_GRID) -> Pick:
-    """The (epochs, blend) whose served order has the best nDCG@10 over ``qids`` (default: all of
-    ``pool``); ties go to fewer epochs, then to the smaller blend. Raises ValueError without scores."""
+    """The (epochs, blend) with the best served nDCG@10 over ``qids`` (ties: fewer epochs, smaller blend). Raises
+    ValueError without scores."""
     if not scores:
         raise ValueError("no out-of-fold scores to choose from")
     val = _subset(pool, qids if qids is not None else (v.qid for v in pool))
