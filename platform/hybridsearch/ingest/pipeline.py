@@ -29,9 +29,8 @@ from hybridsearch.index.metadata import metadata_fields_of
 from hybridsearch.index.spec import section_words_of
 from hybridsearch.index.versions import ensure_index, index_mapping, index_meta, read_alias
 from hybridsearch.ingest.commit import WrittenDocument, delete_documents, existing_chunk_ids, finish, whole_documents
-from hybridsearch.ingest.lease import Lease
+from hybridsearch.ingest.lease import IngestResult, Lease, RunRecord, now
 from hybridsearch.ingest.prepare import DONE, Batch, Preparer, RunState, WorkDoc
-from hybridsearch.ingest.runs import IngestResult, RunRecord, now
 from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, read_path
 from hybridsearch.ingest.sync import owned_documents, plan_sync, refusal, source_root, stale, too_many
 from hybridsearch.ingest.writer import EmbedWriter, ProcessPoolEncoder, WriteReport
@@ -129,11 +128,11 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
                           shard=f"{shard[0]}/{shard[1]}" if shard else None, started_at=now(),
                           model=settings.embedding.model, chunker=chunker_signature(settings.chunking))
     lease = Lease(es, settings.index, result.run_id, shard)
-    takeover = lease.acquire(settings.ingest.lease_wait_s if wait_s is None else wait_s)
+    lease.acquire(settings.ingest.lease_wait_s if wait_s is None else wait_s)
     run = RunState(settings, es, index, result, shard, lease)
     lease.on_lost = run.fail
-    run.adopted = takeover.adopted
-    result.took_over = takeover.dead_runs
+    run.adopted = lease.adopted
+    result.took_over = lease.dead_runs
     started = time.perf_counter()
     record = RunRecord(es, settings, result, run.lock)
     try:
@@ -141,7 +140,7 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
         mapping = index_mapping(es, index)  # the index decides, not the settings
         run.section_words = section_words_of(mapping.get("_meta") or {})
         run.metadata_fields = metadata_fields_of(mapping)
-        record.start(takeover.dead_runs)
+        record.start(lease.dead_runs)
         lease.on_beat = record.beat  # one heartbeat: the lease's thread keeps the record current too
         restore = _stop_on_sigterm(run)
         try:

@@ -22,8 +22,7 @@ from hybridsearch.errors import HybridSearchError
 from hybridsearch.index.visibility import visible_query
 from hybridsearch.ingest.chunking import Tokenizer, chunk_id, document_chunks
 from hybridsearch.ingest.commit import Stored, doc_filter, stored_chunks
-from hybridsearch.ingest.lease import Lease, owns
-from hybridsearch.ingest.runs import IngestResult
+from hybridsearch.ingest.lease import IngestResult, Lease, owns
 from hybridsearch.ingest.sources import Document, SourceFailure
 from hybridsearch.ingest.writer import ChunkBatch, DeadLetter
 from hybridsearch.settings import Settings
