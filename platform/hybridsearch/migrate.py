@@ -1,9 +1,6 @@
-"""Migration: a new chunk index version built from the live one, for a new embedding model, chunker or vector
-layout, and the alias swapped to it once the counts agree (searches answer from the old index throughout).
-
-Every visible chunk is copied through ingestion's embed-and-write stage, re-embedded or keeping its stored vector.
-For another chunker each document is rebuilt from its chunks' character offsets (:func:`rebuild_text`) and cut
-again through ingestion's own layout, keeping its ``content_hash``. It sits above ingestion, which it writes through.
+"""Migration: a new chunk index version built from the live one (new embedding model, chunker or vector layout)
+through ingestion's embed-and-write stage, and the alias swapped to it once the counts agree. For another chunker
+each document is rebuilt from its chunks' offsets (:func:`rebuild_text`) and cut again, keeping its ``content_hash``.
 """
 
 from __future__ import annotations
@@ -112,13 +109,9 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
             embedder: Embedder | None = None, swap: bool = True, batch_size: int = 256,
             reembed: bool | None = None, progress: ProgressSink | None = None) -> MigrationResult:
     """Build ``<prefix>-chunks-v<N>`` (``version``: the next free one) for ``new`` from the live index of ``old``
-    and swap the alias to it, holding the prefix's ingest lease throughout.
-
-    Chunks are re-embedded with ``new.embedding`` unless ``reembed`` is None and the vectors would not change; for
-    another chunker the documents are cut again. The alias moves only when the new index holds every chunk (or
-    document) of the source. ``progress`` gets task ``copying chunks`` (or ``documents``). Raises IndexNotFound,
-    IndexMismatch, and IngestError when anything fails to copy or the counts disagree (the new index is left).
-    """
+    under the prefix's ingest lease, and swap the alias to it once it holds every chunk (or document) of the source.
+    Chunks are re-embedded unless ``reembed`` is None and the vectors would not change. Raises IndexNotFound,
+    IndexMismatch, and IngestError when anything fails to copy or the counts disagree (the new index is left)."""
     if old.index.prefix != new.index.prefix:
         raise ConfigError("a migration stays within one prefix")
     require_privileges(es, prefix_names(new.index), INGEST, f"migrate indices of prefix {new.index.prefix}")

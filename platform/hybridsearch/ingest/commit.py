@@ -1,10 +1,7 @@
-"""The write protocol: each chunk written once, a document seen whole or not at all.
-
-For every new or changed document: **look up** its stored chunks (:func:`stored_chunks`; a chunk already holding
-this version is reused), **hide** it (:meth:`.lease.Lease.hide`) once it is chunked, **write** each missing chunk
-once under its stable ``_id``, and **finish** it once every chunk is acknowledged (:func:`finish`: delete the old
-version's surplus chunks, refresh, show it). A crash at any moment leaves it hidden, never half shown; the lease's
-next holder adopts and repairs it (:func:`whole_documents`). ``docs/architecture.md`` weighs the alternatives.
+"""The write protocol, each chunk written once and a document seen whole or not at all: **look up** its stored
+chunks (:func:`stored_chunks`, those of this version are reused), **hide** it, **write** each missing chunk under its
+stable ``_id``, and **finish** it (:func:`finish`: delete the old version's surplus, refresh, show it). A crash leaves
+it hidden; the lease's next holder adopts and repairs it (:func:`whole_documents`).
 """
 
 from __future__ import annotations

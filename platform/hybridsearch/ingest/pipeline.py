@@ -29,7 +29,7 @@ from hybridsearch.ingest.commit import WorkDoc, delete_documents, existing_chunk
 from hybridsearch.ingest.lease import IngestResult, Lease, RunRecord, now
 from hybridsearch.ingest.prepare import DONE, Batch, Preparer, RunState
 from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, read_path
-from hybridsearch.ingest.sync import owned_documents, plan_sync, refusal, source_root, stale, too_many
+from hybridsearch.ingest.sync import owned_documents, plan_sync, refusal, too_many
 from hybridsearch.ingest.writer import EmbedWriter, ProcessPoolEncoder, WriteReport
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.settings import EmbeddingSettings, Settings
@@ -101,7 +101,7 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
     AliasConflict, IngestLocked, ClusterUnavailable, ConfigError, IngestError (the cause chained)."""
     if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
         raise ConfigError(f"shard {shard[0]}/{shard[1]} is not i/N with 0 <= i < N")
-    root = source_root(documents) if sync and isinstance(documents, str | Path) else None
+    root = Path(documents).resolve() if sync and isinstance(documents, str | Path) else None
     if sync and root is None:
         raise ConfigError("a sync needs a file or folder to mirror, not a list of documents")
     es = es or connect(settings.es)
@@ -171,7 +171,7 @@ def _delete_stale(run: RunState, root: Path, force: bool) -> None:
         return
     try:
         owned = owned_documents(run.es, run.index, root, run.tenant, run.shard)
-        gone = stale(owned, run.yielded)
+        gone = sorted(set(owned) - run.yielded)
         if too_many(len(gone), len(owned), run.settings.ingest) and not force:
             result.sync_withheld = str(refusal(root, len(gone), len(owned), run.settings.ingest))
             return

@@ -93,11 +93,8 @@ TEXT_FIELDS = ("text", "body", "content", "contents", "abstract")
 
 
 def read_path(path: str | Path, fields: RecordFields | None = None) -> Iterator[Document | SourceFailure]:
-    """Documents from a file or a folder tree (hidden entries skipped, others in sorted order).
-
-    ``doc_id`` is the record's id, else the path relative to the folder (``notes/a.md``), else ``<file>:<line>``.
-    ``source`` is the resolved path of the file (what a sync owns). A missing path yields one SourceFailure.
-    """
+    """Documents from a file or a folder tree (hidden entries skipped, others sorted). ``doc_id`` is the record's
+    id, else the path relative to the folder, else ``<file>:<line>``; ``source`` is the file's resolved path."""
     root = Path(path).resolve()
     fields = fields or RecordFields()
     if not root.exists():

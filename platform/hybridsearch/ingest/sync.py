@@ -1,12 +1,9 @@
-"""Ingestion that mirrors its source (``hsp ingest SOURCE --sync``): which stored documents came from SOURCE (their
-``source`` is that file or lies under that folder: :func:`owned_query`), what a sync would add, replace and delete
-(:func:`plan_sync`), and the guard on how much it may delete. A sync deletes through
-:func:`hybridsearch.ingest.commit.delete_documents`, under the run's lease, and only when the source was read whole.
+"""Ingestion that mirrors its source (``hsp ingest SOURCE --sync``): the stored documents that came from SOURCE
+(:func:`owned_query`), what a sync would add, replace and delete (:func:`plan_sync`), and how much it may delete.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,11 +14,6 @@ from hybridsearch.index.versions import read_alias
 from hybridsearch.ingest.lease import owns
 from hybridsearch.ingest.sources import RecordFields, SourceFailure, read_path
 from hybridsearch.settings import IndexSettings, IngestSettings
-
-
-def source_root(path: str | Path) -> Path:
-    """The stable id of a SOURCE argument: its resolved path (what every document read from it records)."""
-    return Path(path).resolve()
 
 
 def owned_query(root: Path, tenant: str | None) -> dict[str, Any]:
@@ -47,11 +39,6 @@ def owned_documents(es: EngineClient, index: str, root: Path, tenant: str | None
             if src.get("position") == 0 or src["doc_id"] not in found:
                 found[src["doc_id"]] = str(src.get("content_hash") or "")
     return {d: h for d, h in found.items() if owns(shard, d)}
-
-
-def stale(owned: Iterable[str], yielded: set[str]) -> list[str]:
-    """The owned documents the source no longer yields, sorted."""
-    return sorted(set(owned) - yielded)
 
 
 def too_many(deleting: int, owned: int, cfg: IngestSettings) -> bool:
@@ -87,7 +74,7 @@ def plan_sync(path: str | Path, cfg: IndexSettings, es: EngineClient, fields: Re
               shard: tuple[int, int] | None = None) -> SyncPlan:
     """Read ``path`` and compare it with what the index behind ``cfg``'s alias holds from it; writes nothing. A
     source not read whole would delete nothing (``deleted`` empty, ``failures`` says why)."""
-    root = source_root(path)
+    root = Path(path).resolve()
     owned: dict[str, str] = {}
     for index in sorted(read_alias(es, cfg.alias)):
         owned.update(owned_documents(es, index, root, cfg.tenant, shard))
@@ -109,5 +96,5 @@ def plan_sync(path: str | Path, cfg: IndexSettings, es: EngineClient, fields: Re
             else:
                 plan.unchanged += 1
     if plan.read_whole:
-        plan.deleted = stale(owned, yielded)
+        plan.deleted = sorted(set(owned) - yielded)
     return plan
