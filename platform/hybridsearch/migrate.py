@@ -127,59 +127,48 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     lease = Lease(es, new.index, f"migrate-{time.strftime('%Y%m%dT%H%M%S')}")
     lease.acquire(new.ingest.lease_wait_s)
     try:
-        return _migrate_locked(es, new, source, source_mapping, rechunk, first_chunks, version=version,
-                               embedder=embedder, swap=swap, batch_size=batch_size, reembed=reembed,
-                               progress=progress)
+        with engine_errors(f"refresh {source}"):
+            es.send(request.refresh(source))
+            total = count_visible(es, source, first_chunks)
+        embedder = embedder or Embedder(new.embedding)  # loads its model only when something must be embedded
+        if embedder.cfg.model != new.embedding.model or embedder.cfg.dims != new.embedding.dims:
+            raise ConfigError("the embedder given to migrate() does not match the new settings' model and dims")
+        keep_vectors = same_vectors(source_meta, new.embedding) and reembed is not True
+        reembed = not keep_vectors if reembed is None else reembed  # after re-cutting: whether any chunk was embedded
+        target = create_version(es, new, version)
+        task = Task(progress, f"copying {'documents' if rechunk else 'chunks'}", total)
+        t0 = time.perf_counter()
+        dead_letter = DeadLetter(new.ingest.dead_letter_dir, f"migrate-{target}-{time.strftime('%Y%m%dT%H%M%S')}")
+        written, failed, embedded = copy_chunks(es, source, target, new, embedder, rechunk=rechunk,
+                                                reuse_vectors=keep_vectors if rechunk else not reembed,
+                                                batch_size=batch_size, dead_letter=dead_letter, task=task)
+        reembed = embedded > 0 if rechunk else reembed
+        task.finish()
+        unit = "documents" if rechunk else "chunks"
+        with engine_errors(f"refresh {target}"):
+            es.send(request.refresh(target))
+            copied = count_visible(es, target, first_chunks)
+            now = count_visible(es, source, first_chunks)
+        seconds = time.perf_counter() - t0
+        if failed or copied != total or now != total:
+            raise IngestError(
+                f"migration {source} -> {target} incomplete: source had {total} {unit} (now {now}), target holds "
+                f"{copied}, {failed} failed to copy"
+                + (f" (reasons in {dead_letter.path})" if dead_letter.count else "")
+                + f". The alias still points at {source}; drop {target} with "
+                f"`hsp index drop --version {parse_version(target)}` and retry (pause ingestion during migrations)."
+            )
+        target_mapping = index_mapping(es, target)
+        check_mapping(target, target_mapping, new, es.dialect)
+        target_meta = target_mapping.get("_meta", {})
+        if swap:
+            swap_alias(es, new.index, target)
+        docs = doc_count(es, target) or 0
+        return MigrationResult(source=source, target=target, chunks=written, documents=docs, failed=failed,
+                               reembedded=reembed, rechunked=rechunk, seconds=seconds, swapped=swap,
+                               source_meta=source_meta, target_meta=target_meta)
     finally:
         lease.release()
-
-
-def _migrate_locked(es: EngineClient, new: Settings, source: str, source_mapping: dict[str, Any],
-                    rechunk: bool, first_chunks: list[dict[str, Any]], *, version: int | None,
-                    embedder: Embedder | None, swap: bool, batch_size: int, reembed: bool | None,
-                    progress: ProgressSink | None) -> MigrationResult:
-    """:func:`migrate`'s copy, check and swap, under the lease; counts what readers see."""
-    source_meta = source_mapping.get("_meta", {})
-    with engine_errors(f"refresh {source}"):
-        es.send(request.refresh(source))
-        total = count_visible(es, source, first_chunks)
-    embedder = embedder or Embedder(new.embedding)  # loads its model only when something must be embedded
-    if embedder.cfg.model != new.embedding.model or embedder.cfg.dims != new.embedding.dims:
-        raise ConfigError("the embedder given to migrate() does not match the new settings' model and dims")
-    keep_vectors = same_vectors(source_meta, new.embedding) and reembed is not True
-    reembed = not keep_vectors if reembed is None else reembed  # after re-cutting: whether any chunk was embedded
-    target = create_version(es, new, version)
-    task = Task(progress, f"copying {'documents' if rechunk else 'chunks'}", total)
-    t0 = time.perf_counter()
-    dead_letter = DeadLetter(new.ingest.dead_letter_dir, f"migrate-{target}-{time.strftime('%Y%m%dT%H%M%S')}")
-    written, failed, embedded = copy_chunks(es, source, target, new, embedder, rechunk=rechunk,
-                                            reuse_vectors=keep_vectors if rechunk else not reembed,
-                                            batch_size=batch_size, dead_letter=dead_letter, task=task)
-    reembed = embedded > 0 if rechunk else reembed
-    task.finish()
-    unit = "documents" if rechunk else "chunks"
-    with engine_errors(f"refresh {target}"):
-        es.send(request.refresh(target))
-        copied = count_visible(es, target, first_chunks)
-        now = count_visible(es, source, first_chunks)
-    seconds = time.perf_counter() - t0
-    if failed or copied != total or now != total:
-        raise IngestError(
-            f"migration {source} -> {target} incomplete: source had {total} {unit} (now {now}), target holds "
-            f"{copied}, {failed} failed to copy"
-            + (f" (reasons in {dead_letter.path})" if dead_letter.count else "")
-            + f". The alias still points at {source}; drop {target} with "
-            f"`hsp index drop --version {parse_version(target)}` and retry (pause ingestion during migrations)."
-        )
-    target_mapping = index_mapping(es, target)
-    check_mapping(target, target_mapping, new, es.dialect)
-    target_meta = target_mapping.get("_meta", {})
-    if swap:
-        swap_alias(es, new.index, target)
-    docs = doc_count(es, target) or 0
-    return MigrationResult(source=source, target=target, chunks=written, documents=docs, failed=failed,
-                           reembedded=reembed, rechunked=rechunk, seconds=seconds, swapped=swap,
-                           source_meta=source_meta, target_meta=target_meta)
 
 
 def rebuild_text(chunks: list[dict[str, Any]]) -> str:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -22,7 +22,6 @@ from hybridsearch.settings import ChunkingSettings, EmbeddingSettings
 # Longest stretch handed to the tokenizer / sentence splitter at once (longer ones are cut at whitespace first)
 MAX_SEGMENT_CHARS = 20_000
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
-_SPACE = re.compile(r"\s")
 
 
 class Tokenizer(Protocol):
@@ -242,22 +241,14 @@ def chunk_text(text: str, cfg: ChunkingSettings, tokenizer: Tokenizer, limit: in
     if limit < 1:
         raise ValueError("limit must be at least one word piece")
     target = max(1, min(cfg.max_tokens, limit))
-    cutter = _Cutter(text, tokenizer, target, cfg.overlap)
-    spans: Iterator[CharSpan]
     if cfg.strategy == "parent_child":
         yield from _parent_child(text, cfg, tokenizer, target)
         return
-    if cfg.strategy == "paragraph":
-        spans = cutter.by_paragraphs(0, len(text), target, limit)
-    elif cfg.strategy == "sentence":
-        spans = cutter.by_sentences(0, len(text))
-    elif cfg.strategy == "token":
-        spans = cutter.by_tokens(0, len(text))
-    elif cfg.strategy == "fixed":
-        spans = cutter.by_chars(0, len(text))
-    else:  # pragma: no cover - settings validate the literal
-        raise ValueError(f"unknown chunking strategy {cfg.strategy!r}")
-    yield from _verified(text, tokenizer, spans, limit)
+    cutter, n = _Cutter(text, tokenizer, target, cfg.overlap), len(text)
+    strategies: dict[str, Callable[[], Iterator[CharSpan]]] = {
+        "paragraph": lambda: cutter.by_paragraphs(0, n, target, limit), "sentence": lambda: cutter.by_sentences(0, n),
+        "token": lambda: cutter.by_tokens(0, n), "fixed": lambda: cutter.by_chars(0, n)}
+    yield from _verified(text, tokenizer, strategies[cfg.strategy](), limit)
 
 
 def _parent_child(text: str, cfg: ChunkingSettings, tokenizer: Tokenizer, target: int) -> Iterator[Chunk]:

@@ -114,11 +114,8 @@ def read_path(path: str | Path, fields: RecordFields | None = None) -> Iterator[
 
 def _suffixes(path: Path) -> tuple[str, bool]:
     """(format suffix, gzipped?) e.g. ``corpus.jsonl.gz`` → (``.jsonl``, True)."""
-    suffixes = [s.lower() for s in path.suffixes]
-    gz = bool(suffixes) and suffixes[-1] == ".gz"
-    if gz:
-        suffixes = suffixes[:-1]
-    return (suffixes[-1] if suffixes else ""), gz
+    name = path.name.lower()
+    return Path(name.removesuffix(".gz")).suffix, name.endswith(".gz")
 
 
 def read_file(path: Path, rel: str, fields: RecordFields | None = None) -> Iterator[Document | SourceFailure]:
