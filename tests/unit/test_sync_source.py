@@ -8,7 +8,7 @@ import pytest
 
 from hybridsearch.errors import ConfigError
 from hybridsearch.ingest.sources import Document, read_path
-from hybridsearch.ingest.sync import owned_query, refusal, too_many
+from hybridsearch.ingest.sync import owned_query, refusal
 from hybridsearch.settings import IngestSettings
 
 
@@ -31,8 +31,9 @@ def test_a_folder_owns_what_lies_under_it_and_a_file_itself(tmp_path: Path) -> N
 
 def test_the_delete_share_guard() -> None:
     cfg = IngestSettings(sync_max_delete=0.2)
-    assert not too_many(1, 5, cfg) and too_many(2, 5, cfg) and not too_many(0, 0, cfg)
-    assert too_many(1, 1, IngestSettings(sync_max_delete=0.0))
-    err = refusal(Path("/data/src"), 2, 5, cfg)
+    root = Path("/data/src")
+    assert refusal(root, 1, 5, cfg) is None and refusal(root, 0, 0, cfg) is None
+    assert refusal(root, 1, 1, IngestSettings(sync_max_delete=0.0)) is not None
+    err = refusal(root, 2, 5, cfg)
     assert isinstance(err, ConfigError) and "would delete 2 of its 5 documents" in str(err)
     assert "\n" not in str(err)

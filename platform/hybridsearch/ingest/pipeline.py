@@ -29,7 +29,7 @@ from hybridsearch.ingest.commit import WorkDoc, delete_documents, existing_chunk
 from hybridsearch.ingest.lease import IngestResult, Lease, RunRecord, now
 from hybridsearch.ingest.prepare import DONE, Batch, Preparer, RunState
 from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, read_path
-from hybridsearch.ingest.sync import owned_documents, plan_sync, refusal, too_many
+from hybridsearch.ingest.sync import owned_documents, plan_sync, refusal
 from hybridsearch.ingest.writer import EmbedWriter, ProcessPoolEncoder, WriteReport
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.settings import EmbeddingSettings, Settings
@@ -107,8 +107,8 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
     es = es or connect(settings.es)
     if root is not None and not force:
         plan = plan_sync(root, settings.index, es, fields, shard)
-        if too_many(len(plan.deleted), plan.owned, settings.ingest):
-            raise refusal(root, len(plan.deleted), plan.owned, settings.ingest)
+        if too_much := refusal(root, len(plan.deleted), plan.owned, settings.ingest):
+            raise too_much
     if embedder is None:
         settings = _follow_live_index(es, settings)
         embedder = Embedder(settings.embedding, models=settings.models)
@@ -172,8 +172,8 @@ def _delete_stale(run: RunState, root: Path, force: bool) -> None:
     try:
         owned = owned_documents(run.es, run.index, root, run.tenant, run.shard)
         gone = sorted(set(owned) - run.yielded)
-        if too_many(len(gone), len(owned), run.settings.ingest) and not force:
-            result.sync_withheld = str(refusal(root, len(gone), len(owned), run.settings.ingest))
+        if (too_much := refusal(root, len(gone), len(owned), run.settings.ingest)) and not force:
+            result.sync_withheld = str(too_much)
             return
         chunks = delete_documents(gone, run.settings, run.es, lease=run.lease) if gone else 0
         unread = sorted(run.adopted - run.yielded - set(gone))

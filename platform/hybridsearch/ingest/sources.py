@@ -51,8 +51,10 @@ class Document:
     content_hash: str = ""
 
     def __post_init__(self) -> None:
-        if not self.content_hash:
-            object.__setattr__(self, "content_hash", content_hash(self.title, self.text, self.metadata))
+        if not self.content_hash:  # sha256 hex of the canonical JSON of [title, text, metadata]
+            payload = json.dumps([self.title, self.text, self.metadata or {}], sort_keys=True, ensure_ascii=False,
+                                 default=str)
+            object.__setattr__(self, "content_hash", hashlib.sha256(payload.encode("utf-8")).hexdigest())
 
     @classmethod
     def make(cls, doc_id: str, text: str, title: str | None = None, metadata: dict[str, Any] | None = None,
@@ -68,12 +70,6 @@ class SourceFailure:
     source: str
     reason: str
     doc_id: str | None = None
-
-
-def content_hash(title: str | None, text: str, metadata: dict[str, Any] | None) -> str:
-    """sha256 hex of the canonical JSON of ``[title, text, metadata]``."""
-    payload = json.dumps([title, text, metadata or {}], sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)

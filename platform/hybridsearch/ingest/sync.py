@@ -41,13 +41,11 @@ def owned_documents(es: EngineClient, index: str, root: Path, tenant: str | None
     return {d: h for d, h in found.items() if owns(shard, d)}
 
 
-def too_many(deleting: int, owned: int, cfg: IngestSettings) -> bool:
-    """Whether deleting ``deleting`` of the source's ``owned`` documents is more than ``sync_max_delete`` of them."""
-    return owned > 0 and deleting / owned > cfg.sync_max_delete
-
-
-def refusal(root: Path, deleting: int, owned: int, cfg: IngestSettings) -> ConfigError:
-    """The one-line refusal of a sync that would delete too much."""
+def refusal(root: Path, deleting: int, owned: int, cfg: IngestSettings) -> ConfigError | None:
+    """The one-line refusal of a sync deleting ``deleting`` of the source's ``owned`` documents when that is more
+    than ``sync_max_delete`` of them, else None."""
+    if not (owned > 0 and deleting / owned > cfg.sync_max_delete):
+        return None
     return ConfigError(f"sync of {root} would delete {deleting:,} of its {owned:,} documents, more than "
                        f"HSP_INGEST__SYNC_MAX_DELETE={cfg.sync_max_delete:g} of them; nothing was written",
                        fix="Check the source is complete; `--dry-run` lists what would go, `--force` deletes anyway")

@@ -48,7 +48,6 @@ class WriteReport:
     created: int = 0
     updated: int = 0
     deleted: int = 0
-    not_found: int = 0
     retried: int = 0
     failures: list[ItemFailure] = field(default_factory=list)
     ok_ids: set[str] = field(default_factory=set)
@@ -100,7 +99,6 @@ def _send(es: EngineClient, pending: Sequence[dict[str, Any]], chunk_size: int, 
                 else:
                     report.created += 1
             elif op == "delete" and status == 404:
-                report.not_found += 1
                 report.ok_ids.add(_id)
             elif status in RETRIED_STATUSES:
                 retry.append((action, _reason(item), status))
