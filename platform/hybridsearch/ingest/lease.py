@@ -13,7 +13,7 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -431,14 +431,15 @@ class RunRecord:
             path.unlink(missing_ok=True)
             log.info("stored the final record of ingest run %s (%s), kept in %s", run_id, doc.get("status"), path)
 
-    def _mark_killed(self, run_ids: Sequence[str]) -> None:
-        """Rewrite the records of ``run_ids`` (dead runs taken over) that still say ``running`` as ``killed``."""
+    def _mark_killed(self) -> None:
+        """Rewrite the records of the dead runs this one took over that still say ``running`` as ``killed``."""
+        run_ids = self.result.took_over
         with engine_errors(f"look for unfinished runs in {self.index}"):
             if not run_ids or not self.es.send(request.index_exists(self.index)):
                 return
             self.es.send(request.refresh(self.index))
             hits = self.es.send(request.search(self.index, request.body(
-                query={"bool": {"filter": [{"term": {"status": "running"}}, {"terms": {"run_id": list(run_ids)}}]}},
+                query={"bool": {"filter": [{"term": {"status": "running"}}, {"terms": {"run_id": run_ids}}]}},
                 size=len(run_ids))))["hits"]["hits"]
         for h in hits:
             last = h["_source"].get("heartbeat_at") or h["_source"].get("started_at")
@@ -446,10 +447,11 @@ class RunRecord:
             log.warning("ingest run %s (host %s, pid %s) stopped without finishing: recorded as killed",
                         h["_id"], h["_source"].get("host"), h["_source"].get("pid"))
 
-    def start(self, took_over: Sequence[str] = ()) -> None:
-        """Store records earlier runs could not, mark ``took_over`` killed and write this run as ``running``."""
+    def start(self) -> None:
+        """Store records earlier runs could not, mark the runs this one took over killed and write it as
+        ``running``."""
         for what, step in (("store the final records of earlier ingest runs", self._store_unrecorded),
-                           ("record the ingest runs taken over as killed", lambda: self._mark_killed(took_over))):
+                           ("record the ingest runs taken over as killed", self._mark_killed)):
             try:
                 step()
             except HybridSearchError as exc:

@@ -32,7 +32,7 @@ from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, r
 from hybridsearch.ingest.sync import owned_documents, plan_sync, refusal
 from hybridsearch.ingest.writer import EmbedWriter, ProcessPoolEncoder, WriteReport
 from hybridsearch.progress import ProgressSink, Task
-from hybridsearch.settings import EmbeddingSettings, Settings
+from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +80,26 @@ def _finalize(run: RunState, finals: list[WorkDoc]) -> None:
               repaired=sum(1 for g in good if g.doc.doc_id in run.adopted and g.doc.doc_id not in broken))
 
 
-def _check_embedder(embedder: Embedder, want: EmbeddingSettings) -> None:
-    from hybridsearch.embedding.models import resolve_model
+def _settle_model(es: EngineClient, settings: Settings, embedder: Embedder | None) -> tuple[Settings, Embedder]:
+    """The run's settings and embedder: without one given, the live index's model where ``HSP_EMBEDDING__MODEL`` is
+    unset (:func:`follow_index`). The model is found before anything is created or hidden, and loaded when this run
+    would create the index, so a model that cannot load leaves no index behind. Raises ModelError."""
+    from hybridsearch.embedding.models import locate_model, resolve_model
 
-    have = embedder.cfg
+    targets = read_alias(es, settings.index.alias)
+    if embedder is None:
+        if len(targets) == 1:
+            embedding = follow_index(settings.embedding, index_meta(es, next(iter(targets))))
+            settings = settings.model_copy(update={"embedding": embedding})
+        embedder = Embedder(settings.embedding, models=settings.models)
+    have, want = embedder.cfg, settings.embedding
     if resolve_model(want.model) != resolve_model(have.model) or want.dims != have.dims:
         raise ModelError(f"the embedder ({have.model}, {have.dims} dims) is not the model the settings name "
                          f"({want.model}, {want.dims} dims)")
+    locate_model(want.model)
+    if not targets:
+        _ = embedder.max_seq_length
+    return settings, embedder
 
 
 def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None = None,
@@ -109,11 +122,7 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
         plan = plan_sync(root, settings.index, es, fields, shard)
         if too_much := refusal(root, len(plan.deleted), plan.owned, settings.ingest):
             raise too_much
-    if embedder is None:
-        settings = _follow_live_index(es, settings)
-        embedder = Embedder(settings.embedding, models=settings.models)
-    _check_embedder(embedder, settings.embedding)
-    _model_first(es, embedder, settings.embedding, settings.index.alias)
+    settings, embedder = _settle_model(es, settings, embedder)
     index = ensure_index(es, settings)
     result = IngestResult(run_id=f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}", index=index,
                           source=str(documents) if isinstance(documents, str | Path) else "<documents>",
@@ -123,7 +132,6 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
     lease.acquire(settings.ingest.lease_wait_s if wait_s is None else wait_s)
     run = RunState(settings, es, index, result, shard, lease)
     lease.on_lost = run.fail
-    run.adopted = lease.adopted
     result.took_over = lease.dead_runs
     started = time.perf_counter()
     record = RunRecord(es, settings, result, run.lock)
@@ -132,7 +140,7 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
         mapping = index_mapping(es, index)  # the index decides, not the settings
         run.section_words = section_words_of(mapping.get("_meta") or {})
         run.metadata_fields = metadata_fields_of(mapping)
-        record.start(lease.dead_runs)
+        record.start()
         lease.on_beat = record.beat  # one heartbeat: the lease's thread keeps the record current too
         restore = _stop_on_sigterm(run)
         try:
@@ -184,25 +192,6 @@ def _delete_stale(run: RunState, root: Path, force: bool) -> None:
         return
     run.adopted -= set(gone) | empty
     run.count(deleted=chunks, documents_deleted=len(gone))
-
-
-def _follow_live_index(es: EngineClient, settings: Settings) -> Settings:
-    """``settings`` with the live index's model where ``HSP_EMBEDDING__MODEL`` is unset (:func:`follow_index`)."""
-    targets = read_alias(es, settings.index.alias)
-    if len(targets) != 1:
-        return settings
-    embedding = follow_index(settings.embedding, index_meta(es, next(iter(targets))))
-    return settings if embedding == settings.embedding else settings.model_copy(update={"embedding": embedding})
-
-
-def _model_first(es: EngineClient, embedder: Embedder, model: EmbeddingSettings, alias: str) -> None:
-    """Find the model before anything is created or hidden (ModelError), and load it when this run would create
-    the index behind ``alias``, so a model that cannot load leaves no index behind."""
-    from hybridsearch.embedding.models import locate_model
-
-    locate_model(model.model)
-    if not read_alias(es, alias):
-        _ = embedder.max_seq_length
 
 
 def _repair_adopted(run: RunState) -> None:

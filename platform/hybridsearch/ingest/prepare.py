@@ -41,7 +41,7 @@ class RunState:
                  shard: tuple[int, int] | None, lease: Lease) -> None:
         self.settings, self.es, self.index = settings, es, index
         self.result, self.shard, self.lease = result, shard, lease
-        self.adopted: set[str] = set()  # documents a stopped run left hidden, this run's to repair
+        self.adopted = lease.adopted  # documents a stopped run left hidden, this run's to repair
         self.rewritten: set[str] = set()  # adopted documents this run wrote again from its input
         self.signature = chunker_signature(settings.chunking)
         self.tenant = settings.index.tenant
