@@ -114,9 +114,8 @@ def _suffixes(path: Path) -> tuple[str, bool]:
     return Path(name.removesuffix(".gz")).suffix, name.endswith(".gz")
 
 
-def read_file(path: Path, rel: str, fields: RecordFields | None = None) -> Iterator[Document | SourceFailure]:
+def read_file(path: Path, rel: str, fields: RecordFields) -> Iterator[Document | SourceFailure]:
     """Documents from one file; ``rel`` is its name relative to the ingested root (used for ids)."""
-    fields = fields or RecordFields()
     suffix, gz = _suffixes(path)
     source = str(path)
     if suffix in {".jsonl", ".ndjson"}:

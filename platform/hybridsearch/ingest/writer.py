@@ -80,10 +80,9 @@ def _send(es: EngineClient, pending: Sequence[dict[str, Any]], chunk_size: int, 
     answered: set[str] = set()
     unreachable: Exception | None = None
     try:
-        for ok, result in es.streaming_bulk(
-            [_strip(a) for a in pending], chunk_size=chunk_size, max_retries=0,
-            raise_on_error=False, raise_on_exception=False,
-        ):
+        for ok, result in es.streaming_bulk([{k: v for k, v in a.items() if k != "_doc_id"} for a in pending],
+                                            chunk_size=chunk_size, max_retries=0, raise_on_error=False,
+                                            raise_on_exception=False):
             op, item = next(iter(result.items()))
             _id = str(item.get("_id"))
             status = item.get("status")
@@ -145,10 +144,6 @@ def write_actions(es: EngineClient, actions: Sequence[dict[str, Any]], cfg: Inge
             _failure(a, f"{why} (still failing after {retries} retries)", st) for a, why, st in left.items
         )
     return report
-
-
-def _strip(action: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in action.items() if k != "_doc_id"}
 
 
 def _failure(action: dict[str, Any], reason: str, status: int | None) -> ItemFailure:
