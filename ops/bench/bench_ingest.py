@@ -33,8 +33,8 @@ from hybridsearch.cli.progress import RichProgress
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.ingest.chunking import document_chunks
+from hybridsearch.ingest.lease import IngestResult
 from hybridsearch.ingest.pipeline import run_ingest
-from hybridsearch.ingest.runs import IngestResult
 from hybridsearch.ingest.sources import Document, read_path
 from hybridsearch.ingest.writer import ProcessPoolEncoder
 from hybridsearch.settings import Settings, load_settings

@@ -10,7 +10,5 @@ ALGORITHM_VERSION = 1
 
 def chunker_signature(cfg: ChunkingSettings) -> str:
     """The chunker and its parameters, e.g. ``paragraph-200-0.12-v1``: chunks cut another way get other ids."""
-    sig = f"{cfg.strategy}-{cfg.max_tokens}-{cfg.overlap:g}-v{ALGORITHM_VERSION}"
-    if cfg.strategy == "parent_child":
-        sig = f"{cfg.strategy}-{cfg.max_tokens}-{cfg.parent_max_tokens}-{cfg.overlap:g}-v{ALGORITHM_VERSION}"
-    return sig
+    parent = f"-{cfg.parent_max_tokens}" if cfg.strategy == "parent_child" else ""
+    return f"{cfg.strategy}-{cfg.max_tokens}{parent}-{cfg.overlap:g}-v{ALGORITHM_VERSION}"

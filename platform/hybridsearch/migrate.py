@@ -1,16 +1,14 @@
-"""Migration: a new chunk index version built from the live one, for a new embedding model, chunker or vector
-layout, and the alias swapped to it once the counts agree (searches answer from the old index throughout).
-
-Every visible chunk is copied through ingestion's embed-and-write stage, re-embedded or keeping its stored vector.
-For another chunker each document is rebuilt from its chunks' character offsets (:func:`rebuild_text`) and cut
-again through ingestion's own layout, keeping its ``content_hash``. It sits above ingestion, which it writes through.
+"""Migration: a new chunk index version built from the live one (new embedding model, chunker or vector layout)
+through ingestion's embed-and-write stage, and the alias swapped to it once the counts agree. For another chunker
+each document is rebuilt from its chunks' offsets (:func:`rebuild_text`) and cut again, keeping its ``content_hash``.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,9 +26,9 @@ from hybridsearch.index.visibility import count_visible, scan_visible
 from hybridsearch.ingest.chunking import chunk_embed_text, document_chunks
 from hybridsearch.ingest.lease import Lease
 from hybridsearch.ingest.sources import Document
-from hybridsearch.ingest.writer import ChunkBatch, CopyTally, DeadLetter, EmbedWriter
+from hybridsearch.ingest.writer import ChunkBatch, DeadLetter, EmbedWriter, WriteReport
 from hybridsearch.progress import ProgressSink, Task
-from hybridsearch.settings import EmbeddingSettings, IngestSettings, ModelsSettings, Settings
+from hybridsearch.settings import EmbeddingSettings, ModelsSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -100,41 +98,6 @@ def _source(es: EngineClient, vectors: bool) -> Any:
     return es.engine.source_with_vectors if vectors else {"excludes": ["embedding"]}
 
 
-def copy_reembedded(es: EngineClient, source: str, target: str, embedder: Embedder, *, prepend_title: bool,
-                    cfg: IngestSettings, batch_size: int = 256, on_batch: Callable[[int], None] | None = None,
-                    dead_letter: DeadLetter | None = None, reuse_vectors: bool = False) -> tuple[int, int]:
-    """Copy every chunk of ``source`` into ``target`` (same ``_id`` and fields) with vectors from ``embedder`` and
-    the typed metadata ``target`` declares (a value that does not convert fails that chunk); with
-    ``reuse_vectors`` the stored vectors are kept. Failures go to ``dead_letter``. Returns ``(written, failed)``."""
-    tally = CopyTally(dead_letter, on_batch)
-    stage: EmbedWriter[ChunkBatch] = EmbedWriter(es, target, cfg, embedder.encode, after=tally.absorb,
-                                                 name="hsp-migrate-writer")
-
-    fields = metadata_fields_of(index_mapping(es, target))
-
-    def batches() -> Iterator[ChunkBatch]:
-        batch = ChunkBatch()
-        for h in scan_visible(es, source, source=_source(es, reuse_vectors), size=batch_size, scroll="5m"):
-            src = h["_source"]
-            src.pop(TYPED_METADATA, None)
-            try:
-                if typed := typed_metadata(src.get("metadata"), fields):
-                    src[TYPED_METADATA] = typed
-            except ValueError as exc:
-                tally.refuse(str(src.get("doc_id")), h["_id"], f"cannot copy: {exc}")
-                continue
-            keep = reuse_vectors and src.get("embedding")
-            batch.add(h["_id"], src, None if keep else chunk_embed_text(src, prepend_title))
-            if len(batch) >= batch_size:
-                yield batch
-                batch = ChunkBatch()
-        if batch:
-            yield batch
-
-    stage.run(batches())
-    return tally.written, tally.failed
-
-
 def same_vectors(meta: dict[str, Any], cfg: EmbeddingSettings, models: ModelsSettings) -> bool:
     """Whether an index with ``_meta`` ``meta`` holds the vectors ``cfg`` would compute."""
     return (meta.get("embedding_model") == cfg.model
@@ -147,13 +110,9 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
             embedder: Embedder | None = None, swap: bool = True, batch_size: int = 256,
             reembed: bool | None = None, progress: ProgressSink | None = None) -> MigrationResult:
     """Build ``<prefix>-chunks-v<N>`` (``version``: the next free one) for ``new`` from the live index of ``old``
-    and swap the alias to it, holding the prefix's ingest lease throughout.
-
-    Chunks are re-embedded with ``new.embedding`` unless ``reembed`` is None and the vectors would not change; for
-    another chunker the documents are cut again. The alias moves only when the new index holds every chunk (or
-    document) of the source. ``progress`` gets task ``copying chunks`` (or ``documents``). Raises IndexNotFound,
-    IndexMismatch, and IngestError when anything fails to copy or the counts disagree (the new index is left).
-    """
+    under the prefix's ingest lease, and swap the alias to it once it holds every chunk (or document) of the source.
+    Chunks are re-embedded unless ``reembed`` is None and the vectors would not change. Raises IndexNotFound,
+    IndexMismatch, and IngestError when anything fails to copy or the counts disagree (the new index is left)."""
     if old.index.prefix != new.index.prefix:
         raise ConfigError("a migration stays within one prefix")
     require_privileges(es, prefix_names(new.index), INGEST, f"migrate indices of prefix {new.index.prefix}")
@@ -169,64 +128,49 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     lease = Lease(es, new.index, f"migrate-{time.strftime('%Y%m%dT%H%M%S')}")
     lease.acquire(new.ingest.lease_wait_s)
     try:
-        return _migrate_locked(es, new, source, source_mapping, rechunk, first_chunks, version=version,
-                               embedder=embedder, swap=swap, batch_size=batch_size, reembed=reembed,
-                               progress=progress)
+        with engine_errors(f"refresh {source}"):
+            es.send(request.refresh(source))
+            total = count_visible(es, source, first_chunks)
+        # the embedder loads its model only when something must be embedded
+        embedder = embedder or Embedder(new.embedding, new.models)
+        if embedder.cfg.model != new.embedding.model or embedder.cfg.dims != new.embedding.dims:
+            raise ConfigError("the embedder given to migrate() does not match the new settings' model and dims")
+        keep_vectors = same_vectors(source_meta, new.embedding, new.models) and reembed is not True
+        reembed = not keep_vectors if reembed is None else reembed  # after re-cutting: whether any chunk was embedded
+        target = create_version(es, new, version)
+        task = Task(progress, f"copying {'documents' if rechunk else 'chunks'}", total)
+        t0 = time.perf_counter()
+        dead_letter = DeadLetter(new.ingest.dead_letter_dir, f"migrate-{target}-{time.strftime('%Y%m%dT%H%M%S')}")
+        written, failed, embedded = copy_chunks(es, source, target, new, embedder, rechunk=rechunk,
+                                                reuse_vectors=keep_vectors if rechunk else not reembed,
+                                                batch_size=batch_size, dead_letter=dead_letter, task=task)
+        reembed = embedded > 0 if rechunk else reembed
+        task.finish()
+        unit = "documents" if rechunk else "chunks"
+        with engine_errors(f"refresh {target}"):
+            es.send(request.refresh(target))
+            copied = count_visible(es, target, first_chunks)
+            now = count_visible(es, source, first_chunks)
+        seconds = time.perf_counter() - t0
+        if failed or copied != total or now != total:
+            raise IngestError(
+                f"migration {source} -> {target} incomplete: source had {total} {unit} (now {now}), target holds "
+                f"{copied}, {failed} failed to copy"
+                + (f" (reasons in {dead_letter.path})" if dead_letter.count else "")
+                + f". The alias still points at {source}; drop {target} with "
+                f"`hsp index drop --version {parse_version(target)}` and retry (pause ingestion during migrations)."
+            )
+        target_mapping = index_mapping(es, target)
+        check_mapping(target, target_mapping, new, es.dialect)
+        target_meta = target_mapping.get("_meta", {})
+        if swap:
+            swap_alias(es, new.index, target)
+        docs = doc_count(es, target) or 0
+        return MigrationResult(source=source, target=target, chunks=written, documents=docs, failed=failed,
+                               reembedded=reembed, rechunked=rechunk, seconds=seconds, swapped=swap,
+                               source_meta=source_meta, target_meta=target_meta)
     finally:
         lease.release()
-
-
-def _migrate_locked(es: EngineClient, new: Settings, source: str, source_mapping: dict[str, Any],
-                    rechunk: bool, first_chunks: list[dict[str, Any]], *, version: int | None,
-                    embedder: Embedder | None, swap: bool, batch_size: int, reembed: bool | None,
-                    progress: ProgressSink | None) -> MigrationResult:
-    """:func:`migrate`'s copy, check and swap, under the lease; counts what readers see."""
-    source_meta = source_mapping.get("_meta", {})
-    with engine_errors(f"refresh {source}"):
-        es.send(request.refresh(source))
-        total = count_visible(es, source, first_chunks)
-    embedder = embedder or Embedder(new.embedding, new.models)  # loads its model only when something must be embedded
-    if embedder.cfg.model != new.embedding.model or embedder.cfg.dims != new.embedding.dims:
-        raise ConfigError("the embedder given to migrate() does not match the new settings' model and dims")
-    keep_vectors = same_vectors(source_meta, new.embedding, new.models) and reembed is not True
-    reembed = not keep_vectors if reembed is None else reembed  # after re-cutting: whether any chunk was embedded
-    target = create_version(es, new, version)
-    task = Task(progress, f"copying {'documents' if rechunk else 'chunks'}", total)
-    t0 = time.perf_counter()
-    dead_letter = DeadLetter(new.ingest.dead_letter_dir, f"migrate-{target}-{time.strftime('%Y%m%dT%H%M%S')}")
-    if rechunk:
-        _, written, failed, embedded = rechunk_copy(
-            es, source, target, new, embedder, batch_size=batch_size, on_document=task.update,
-            dead_letter=dead_letter, reuse_vectors=keep_vectors)
-        reembed = embedded > 0
-    else:
-        written, failed = copy_reembedded(es, source, target, embedder, prepend_title=new.embedding.prepend_title,
-                                          cfg=new.ingest, batch_size=batch_size, on_batch=task.advance,
-                                          dead_letter=dead_letter, reuse_vectors=not reembed)
-    task.finish()
-    unit = "documents" if rechunk else "chunks"
-    with engine_errors(f"refresh {target}"):
-        es.send(request.refresh(target))
-        copied = count_visible(es, target, first_chunks)
-        now = count_visible(es, source, first_chunks)
-    seconds = time.perf_counter() - t0
-    if failed or copied != total or now != total:
-        raise IngestError(
-            f"migration {source} -> {target} incomplete: source had {total} {unit} (now {now}), target holds "
-            f"{copied}, {failed} failed to copy"
-            + (f" (reasons in {dead_letter.path})" if dead_letter.count else "")
-            + f". The alias still points at {source}; drop {target} with "
-            f"`hsp index drop --version {parse_version(target)}` and retry (pause ingestion during migrations)."
-        )
-    target_mapping = index_mapping(es, target)
-    check_mapping(target, target_mapping, new, es.dialect)
-    target_meta = target_mapping.get("_meta", {})
-    if swap:
-        swap_alias(es, new.index, target)
-    docs = doc_count(es, target) or 0
-    return MigrationResult(source=source, target=target, chunks=written, documents=docs, failed=failed,
-                           reembedded=reembed, rechunked=rechunk, seconds=seconds, swapped=swap,
-                           source_meta=source_meta, target_meta=target_meta)
 
 
 def rebuild_text(chunks: list[dict[str, Any]]) -> str:
@@ -234,31 +178,21 @@ def rebuild_text(chunks: list[dict[str, Any]]) -> str:
     spans: list[tuple[int, str]] = []
     for c in chunks:
         start, end, text = c.get("char_start"), c.get("char_end"), c.get("text")
-        if isinstance(start, int) and isinstance(end, int) and isinstance(text, str) and end - start == len(text):
-            spans.append((start, text))
-        else:
+        if not (isinstance(start, int) and isinstance(end, int) and isinstance(text, str) and end - start == len(text)):
             raise ValueError(f"chunk {c.get('chunk_id')} has no usable character offsets")
+        spans.append((start, text))
         p_start, p_text = c.get("parent_start"), c.get("parent_text")
         if isinstance(p_start, int) and isinstance(p_text, str):
             spans.append((p_start, p_text))
     if not spans:
         raise ValueError("no chunks")
-    end = max(s + len(t) for s, t in spans)
-    buf: list[str | None] = [None] * end
+    buf: list[str | None] = [None] * max(s + len(t) for s, t in spans)
     for start, text in spans:
         buf[start:start + len(text)] = list(text)
     out: list[str] = []
-    i = 0
-    while i < end:  # characters no chunk covers: one space, or newlines for longer gaps (paragraph breaks)
-        if buf[i] is not None:
-            out.append(buf[i])  # type: ignore[arg-type]
-            i += 1
-            continue
-        j = i
-        while j < end and buf[j] is None:
-            j += 1
-        out.append(" " if j - i == 1 else "\n" * (j - i))
-        i = j
+    for gap, run in itertools.groupby(buf, key=lambda ch: ch is None):
+        chars = [ch or "" for ch in run]  # characters no chunk covers: one space, or newlines for longer gaps
+        out.append((" " if len(chars) == 1 else "\n" * len(chars)) if gap else "".join(chars))
     return "".join(out)
 
 
@@ -276,18 +210,9 @@ def stored_vectors(chunks: Iterable[dict[str, Any]], prepend_title: bool) -> dic
 
 def documents_from_chunks(hits: Iterable[dict[str, Any]]) -> Iterator[tuple[str | None, list[dict[str, Any]]]]:
     """``(tenant, chunk sources of one document)`` for hits sorted by tenant and doc_id."""
-    key: tuple[str | None, str] | None = None
-    group: list[dict[str, Any]] = []
-    for hit in hits:
-        src = hit["_source"]
-        k = (src.get("tenant"), str(src.get("doc_id")))
-        if key is not None and k != key:
-            yield key[0], group
-            group = []
-        key = k
-        group.append(src)
-    if key is not None:
-        yield key[0], group
+    sources = (hit["_source"] for hit in hits)
+    for (tenant, _), chunks in itertools.groupby(sources, key=lambda s: (s.get("tenant"), str(s.get("doc_id")))):
+        yield tenant, list(chunks)
 
 
 def to_document(chunks: list[dict[str, Any]]) -> Document:
@@ -298,48 +223,69 @@ def to_document(chunks: list[dict[str, Any]]) -> Document:
                     content_hash=first.get("content_hash") or "")
 
 
-def rechunk_copy(es: EngineClient, source: str, target: str, new: Settings, embedder: Embedder, *,
-                 batch_size: int = 256, on_document: Callable[[int], None] | None = None,
-                 dead_letter: DeadLetter | None = None, reuse_vectors: bool = False) -> tuple[int, int, int, int]:
-    """Cut every document of ``source`` again with ``new.chunking`` (and BM25 sections), embed and write it to
-    ``target``. With ``reuse_vectors`` a chunk whose embedded text equals an old chunk's keeps its vector.
-    Returns ``(documents, chunks written, chunks or documents failed, chunks embedded)``."""
-    tokenizer = embedder.tokenizer()
-    tally = CopyTally(dead_letter)
-    stage: EmbedWriter[ChunkBatch] = EmbedWriter(es, target, new.ingest, embedder.encode, after=tally.absorb,
-                                                 name="hsp-rechunk-writer")
-    documents = unchunked = embedded = 0
-    fields = metadata_fields_of(index_mapping(es, target))  # the typed metadata the new version declares
+def copy_chunks(es: EngineClient, source: str, target: str, new: Settings, embedder: Embedder, *, rechunk: bool,
+                reuse_vectors: bool, batch_size: int, dead_letter: DeadLetter, task: Task) -> tuple[int, int, int]:
+    """Copy every visible chunk of ``source`` into ``target`` through ingestion's embed-and-write stage, with the
+    typed metadata ``target`` declares. With ``rechunk`` each document is cut again with ``new.chunking`` (and BM25
+    sections); else each chunk keeps its ``_id`` and fields. With ``reuse_vectors`` a chunk keeps its stored vector
+    (re-cut: one whose embedded text equals an old chunk's). Failures are dead-lettered. Returns ``(written, failed,
+    embedded)``; ``task`` advances by chunk, or by document when re-cutting."""
+    fields = metadata_fields_of(index_mapping(es, target))
+    prepend_title = new.embedding.prepend_title
+    counts = {"written": 0, "failed": 0, "embedded": 0}
+
+    def refuse(doc_id: str, chunk_id: str | None, reason: str, status: int | None = None) -> None:
+        counts["failed"] += 1
+        log.warning("%s not copied: %s", f"chunk {chunk_id}" if chunk_id else f"document {doc_id}", reason)
+        dead_letter.write(doc_id=doc_id, chunk_id=chunk_id, reason=reason, stage="migrate", status=status)
+
+    def written(batch: ChunkBatch, report: WriteReport) -> None:
+        counts["written"] += len(report.ok_ids)
+        for f in report.failures:
+            refuse(f.doc_id, f.chunk_id, f.reason, f.status)
+        if not rechunk:
+            task.advance(len(batch))
+
+    def copied() -> Iterator[tuple[str, dict[str, Any], str | None]]:
+        for h in scan_visible(es, source, source=_source(es, reuse_vectors), size=batch_size, scroll="5m"):
+            src = h["_source"]
+            src.pop(TYPED_METADATA, None)
+            try:
+                if typed := typed_metadata(src.get("metadata"), fields):
+                    src[TYPED_METADATA] = typed
+            except ValueError as exc:
+                refuse(str(src.get("doc_id")), h["_id"], f"cannot copy: {exc}")
+                continue
+            keep = reuse_vectors and src.get("embedding")
+            yield h["_id"], src, None if keep else chunk_embed_text(src, prepend_title)
+
+    def recut() -> Iterator[tuple[str, dict[str, Any], str | None]]:
+        tokenizer = embedder.tokenizer()
+        for n, (tenant, chunks) in enumerate(documents_from_chunks(scan_sorted(es, source, vectors=reuse_vectors)), 1):
+            known = stored_vectors(chunks, prepend_title) if reuse_vectors else {}
+            try:
+                made = list(document_chunks(to_document(chunks), new.chunking, new.embedding, tenant, tokenizer,
+                                            embedder.max_seq_length, new.index.bm25_section_words, fields))
+            except (ValueError, TypeError) as exc:
+                refuse(str(chunks[0].get("doc_id")), None, f"cannot re-chunk: {exc}")
+                made = []
+            for src, text in made:
+                if text in known:  # the same text, the same model: keep the vector
+                    src["embedding"] = known[text]
+                yield src["chunk_id"], src, None if text in known else text
+            task.update(n)
 
     def batches() -> Iterator[ChunkBatch]:
-        nonlocal documents, unchunked, embedded
         batch = ChunkBatch()
-        for tenant, chunks in documents_from_chunks(scan_sorted(es, source, vectors=reuse_vectors)):
-            documents += 1
-            known = stored_vectors(chunks, new.embedding.prepend_title) if reuse_vectors else {}
-            try:
-                for src, text in document_chunks(to_document(chunks), new.chunking, new.embedding, tenant,
-                                                  tokenizer, embedder.max_seq_length,
-                                                  new.index.bm25_section_words, fields):
-                    if text in known:  # the same text, the same model: keep the vector
-                        src["embedding"] = known[text]
-                    else:
-                        embedded += 1
-                    batch.add(src["chunk_id"], src, None if text in known else text)
-            except (ValueError, TypeError) as exc:
-                unchunked += 1
-                log.warning("document %s not re-chunked: %s", chunks[0].get("doc_id"), exc)
-                if dead_letter is not None:
-                    dead_letter.write(doc_id=str(chunks[0].get("doc_id")), reason=f"cannot re-chunk: {exc}",
-                                      stage="migrate")
+        for chunk_id, src, text in recut() if rechunk else copied():
+            counts["embedded"] += text is not None
+            batch.add(chunk_id, src, text)
             if len(batch) >= batch_size:
                 yield batch
                 batch = ChunkBatch()
-            if on_document:
-                on_document(documents)
         if batch:
             yield batch
 
-    with engine_errors(f"re-chunk {source} into {target}"):
-        stage.run(batches())
-    return documents, tally.written, tally.failed + unchunked, embedded
+    with engine_errors(f"{'re-chunk' if rechunk else 'copy'} {source} into {target}"):
+        EmbedWriter(es, target, new.ingest, embedder.encode, after=written).run(batches())
+    return counts["written"], counts["failed"], counts["embedded"]

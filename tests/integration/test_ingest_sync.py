@@ -18,8 +18,8 @@ from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import ConfigError
 from hybridsearch.index.visibility import STATE_ID, visible_query
+from hybridsearch.ingest.lease import IngestResult
 from hybridsearch.ingest.pipeline import run_ingest
-from hybridsearch.ingest.runs import IngestResult
 from hybridsearch.settings import Settings
 
 

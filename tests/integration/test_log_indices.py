@@ -21,7 +21,7 @@ from hybridsearch.errors import AccessDenied, IndexBlocked
 from hybridsearch.eval.prepare import choose_index
 from hybridsearch.index.logs import LogWriter, inspect_log_index
 from hybridsearch.index.versions import create_version, ensure_index, live_index
-from hybridsearch.ingest.runs import IngestResult, RunRecord, now, unrecorded_dir
+from hybridsearch.ingest.lease import IngestResult, RunRecord, now
 from hybridsearch.query.querylog import QueryLogger
 from hybridsearch.settings import Settings, load_settings
 
@@ -166,14 +166,15 @@ def test_write_blocked_ingest_runs_index_is_a_block_and_the_record_is_stored_lat
     assert isinstance(record.error, IndexBlocked) and record.error.index == runs
     text = caplog.text
     assert "index.blocks.write" in text and "credential" not in text.lower() and "HSP_ES__" not in text
-    assert record.unrecorded_path is not None and record.unrecorded_path.parent == unrecorded_dir(hx.ingest)
+    assert record.unrecorded_path is not None
+    assert record.unrecorded_path.parent == Path(hx.ingest.dead_letter_dir) / "unrecorded-runs"
     check = check_log_index(es, hx, "ingest_runs")
     assert check.status == "FAIL" and "index.blocks.write" in check.detail and runs in str(check.fix)
 
     es.send(request.put_settings(runs, {"index.blocks.write": None}))
     nxt = RunRecord(es, hx, IngestResult(run_id="run-next", index=result.index, source="t", started_at=now()),
                     threading.Lock())
-    assert nxt.start() == []  # the finished run is stored, not marked killed
+    nxt.start()  # stores the finished run, which is not marked killed
     nxt.finish()
     es.send(request.refresh(runs))
     stored = es.send(request.get_doc(runs, "run-blocked"))

@@ -248,7 +248,7 @@ def test_ingest_summary_in_a_pipe_names_every_count(monkeypatch: pytest.MonkeyPa
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     from hybridsearch.embedding import encoder
     from hybridsearch.ingest import pipeline
-    from hybridsearch.ingest.runs import IngestResult
+    from hybridsearch.ingest.lease import IngestResult
 
     done = IngestResult(run_id="20260101T000000-1a2b3c4d5e6f", index="a-long-team-prefix-chunks-v12",
                         source=str(tmp_path), status="completed", documents=123_456, documents_indexed=123_000,

@@ -7,8 +7,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 
-from hybridsearch.ingest.lease import LEASE_S, is_dead
-from hybridsearch.ingest.runs import IngestResult
+from hybridsearch.ingest.lease import LEASE_S, IngestResult, is_dead
 
 
 def _gone_pid() -> int:

@@ -8,7 +8,7 @@ import pytest
 
 from hybridsearch.errors import ConfigError
 from hybridsearch.ingest.sources import Document, read_path
-from hybridsearch.ingest.sync import owned_query, refusal, source_root, stale, too_many
+from hybridsearch.ingest.sync import owned_query, refusal
 from hybridsearch.settings import IngestSettings
 
 
@@ -18,7 +18,6 @@ def test_documents_record_the_resolved_path_of_their_file(tmp_path: Path, monkey
     monkeypatch.chdir(tmp_path)
     docs = [d for d in read_path("notes") if isinstance(d, Document)]
     assert [(d.doc_id, d.source) for d in docs] == [("a.md", str(tmp_path.resolve() / "notes" / "a.md"))]
-    assert source_root("notes") == (tmp_path / "notes").resolve()
 
 
 def test_a_folder_owns_what_lies_under_it_and_a_file_itself(tmp_path: Path) -> None:
@@ -32,9 +31,9 @@ def test_a_folder_owns_what_lies_under_it_and_a_file_itself(tmp_path: Path) -> N
 
 def test_the_delete_share_guard() -> None:
     cfg = IngestSettings(sync_max_delete=0.2)
-    assert stale({"a": "", "b": "", "c": ""}, {"b", "d"}) == ["a", "c"]
-    assert not too_many(1, 5, cfg) and too_many(2, 5, cfg) and not too_many(0, 0, cfg)
-    assert too_many(1, 1, IngestSettings(sync_max_delete=0.0))
-    err = refusal(Path("/data/src"), 2, 5, cfg)
+    root = Path("/data/src")
+    assert refusal(root, 1, 5, cfg) is None and refusal(root, 0, 0, cfg) is None
+    assert refusal(root, 1, 1, IngestSettings(sync_max_delete=0.0)) is not None
+    err = refusal(root, 2, 5, cfg)
     assert isinstance(err, ConfigError) and "would delete 2 of its 5 documents" in str(err)
     assert "\n" not in str(err)

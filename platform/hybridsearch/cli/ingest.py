@@ -128,7 +128,7 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
 def _print_plan(path: Path, settings: Settings, fields: RecordFields, shard: tuple[int, int] | None) -> int:
     """``hsp ingest --sync --dry-run``: what a sync would add, replace and delete; writes nothing."""
     from hybridsearch.engine import EngineClient
-    from hybridsearch.ingest.sync import plan_sync, too_many
+    from hybridsearch.ingest.sync import plan_sync, refusal
 
     plan = plan_sync(path, settings.index, EngineClient(settings.es), fields, shard)
     console.print(f"sync of {plan.source} (dry run, nothing written): {len(plan.added):,} to add, "
@@ -139,7 +139,7 @@ def _print_plan(path: Path, settings: Settings, fields: RecordFields, shard: tup
     if not plan.read_whole:
         console.print(f"Nothing would be deleted: {len(plan.failures):,} inputs cannot be read "
                       f"(e.g. {plan.failures[0]})")
-    elif too_many(len(plan.deleted), plan.owned, settings.ingest):
+    elif refusal(Path(plan.source), len(plan.deleted), plan.owned, settings.ingest):
         console.print(f"Refused without --force: {len(plan.deleted):,} of {plan.owned:,} documents is more than "
                       f"HSP_INGEST__SYNC_MAX_DELETE={settings.ingest.sync_max_delete:g} of them")
     return 0

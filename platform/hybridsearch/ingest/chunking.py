@@ -1,10 +1,7 @@
-"""Chunking: pure functions that cut a document's text into chunks (counting the model's word pieces), and a
-document's chunk documents with their stable ``_id`` s.
-
-Strategies (``ChunkingSettings.strategy``): ``paragraph`` (paragraphs whole when they fit,
-short ones merged, long ones sentence-packed), ``sentence`` (syntok sentences packed), ``token`` (word-piece
-windows), ``fixed`` (character windows) and ``parent_child`` (sentence packs inside paragraph-pack parents). Every
-chunk keeps its position and character offsets; none exceeds ``limit`` word pieces.
+"""Chunking, pure: a document's text cut into chunks of at most ``limit`` word pieces, each with its position and
+character offsets, by ``paragraph`` (whole when they fit, short ones merged, long ones sentence-packed), ``sentence``
+(syntok sentences packed), ``token`` (word-piece windows), ``fixed`` (character windows) or ``parent_child``
+(sentence packs inside paragraph-pack parents); and a document's chunk documents with their stable ``_id`` s.
 """
 
 from __future__ import annotations
@@ -12,7 +9,7 @@ from __future__ import annotations
 import bisect
 import hashlib
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -25,7 +22,6 @@ from hybridsearch.settings import ChunkingSettings, EmbeddingSettings
 # Longest stretch handed to the tokenizer / sentence splitter at once (longer ones are cut at whitespace first)
 MAX_SEGMENT_CHARS = 20_000
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t\r\f\v]*\n\s*")
-_SPACE = re.compile(r"\s")
 
 
 class Tokenizer(Protocol):
@@ -245,22 +241,14 @@ def chunk_text(text: str, cfg: ChunkingSettings, tokenizer: Tokenizer, limit: in
     if limit < 1:
         raise ValueError("limit must be at least one word piece")
     target = max(1, min(cfg.max_tokens, limit))
-    cutter = _Cutter(text, tokenizer, target, cfg.overlap)
-    spans: Iterator[CharSpan]
     if cfg.strategy == "parent_child":
         yield from _parent_child(text, cfg, tokenizer, target)
         return
-    if cfg.strategy == "paragraph":
-        spans = cutter.by_paragraphs(0, len(text), target, limit)
-    elif cfg.strategy == "sentence":
-        spans = cutter.by_sentences(0, len(text))
-    elif cfg.strategy == "token":
-        spans = cutter.by_tokens(0, len(text))
-    elif cfg.strategy == "fixed":
-        spans = cutter.by_chars(0, len(text))
-    else:  # pragma: no cover - settings validate the literal
-        raise ValueError(f"unknown chunking strategy {cfg.strategy!r}")
-    yield from _verified(text, tokenizer, spans, limit)
+    cutter, n = _Cutter(text, tokenizer, target, cfg.overlap), len(text)
+    strategies: dict[str, Callable[[], Iterator[CharSpan]]] = {
+        "paragraph": lambda: cutter.by_paragraphs(0, n, target, limit), "sentence": lambda: cutter.by_sentences(0, n),
+        "token": lambda: cutter.by_tokens(0, n), "fixed": lambda: cutter.by_chars(0, n)}
+    yield from _verified(text, tokenizer, strategies[cfg.strategy](), limit)
 
 
 def _parent_child(text: str, cfg: ChunkingSettings, tokenizer: Tokenizer, target: int) -> Iterator[Chunk]:
@@ -303,6 +291,7 @@ def _verified(text: str, tokenizer: Tokenizer, spans: Iterator[CharSpan], limit:
 
 #: the largest share of the model's window a prepended title may take (:func:`title_cut`)
 TITLE_SHARE = 0.25
+SPECIAL_TOKENS = 2  # the model's start and end tokens, in every window
 
 
 def embed_text(title: str | None, text: str, prepend_title: bool) -> str:
@@ -313,13 +302,12 @@ def embed_text(title: str | None, text: str, prepend_title: bool) -> str:
     return text
 
 
-def title_cut(tokenizer: Tokenizer, title: str | None, prepend_title: bool, max_seq_length: int,
-              special_tokens: int = 2) -> int | None:
+def title_cut(tokenizer: Tokenizer, title: str | None, prepend_title: bool, max_seq_length: int) -> int | None:
     """Characters of the title to embed when it would take more than :data:`TITLE_SHARE` of the model's window
     (else a long title fills it and the model never reads the text), or None when it fits."""
     if not (prepend_title and title and title.strip()):
         return None
-    share = int((max_seq_length - special_tokens) * TITLE_SHARE)
+    share = int((max_seq_length - SPECIAL_TOKENS) * TITLE_SHARE)
     pieces = tokenizer.offsets(title.strip())
     if len(pieces) + 1 <= share:  # the ". " joining title and text is a piece too
         return None
@@ -338,10 +326,9 @@ def chunk_embed_text(source: Mapping[str, Any], prepend_title: bool) -> str:
                       prepend_title)
 
 
-def text_budget(tokenizer: Tokenizer, title: str | None, prepend_title: bool, max_seq_length: int,
-                special_tokens: int = 2) -> int:
+def text_budget(tokenizer: Tokenizer, title: str | None, prepend_title: bool, max_seq_length: int) -> int:
     """Word pieces left for chunk text once special tokens and a prepended ``"title. "`` are counted."""
-    room = max_seq_length - special_tokens
+    room = max_seq_length - SPECIAL_TOKENS
     if prepend_title and title and title.strip():
         used = len(tokenizer.offsets(embed_text(title, "", True)))
         room -= min(used, room // 2)
@@ -385,14 +372,9 @@ def document_chunks(d: Document, chunking: ChunkingSettings, embedding: Embeddin
                     metadata_fields: Mapping[str, str] | None = None,
                     ) -> Iterator[tuple[dict[str, Any], str]]:
     """``(chunk document without its vector, text to embed)`` for each chunk of ``d``: what ingestion and
-    re-chunking write.
-
-    With ``section_words`` the first chunk of each BM25 section (:func:`section_leaders`) carries the section's
-    text and title (``section_text``, ``section_title``). Every chunk records ``doc_chunks`` (so a reader can tell a
-    whole version from part of one), ``title_cut`` when the title was cut for embedding, and ``meta``: the keys of
-    ``metadata_fields`` (the index's typed metadata) converted; a value that does not convert raises ValueError
-    for the whole document, before any chunk is made.
-    """
+    re-chunking write. With ``section_words`` each BM25 section's first chunk carries ``section_text`` and
+    ``section_title``; ``meta`` holds the ``metadata_fields`` converted. Raises ValueError (a value that does not
+    convert) before any chunk is made."""
     typed = typed_metadata(d.metadata, metadata_fields) if metadata_fields else {}
     signature = chunker_signature(chunking)
     cut = title_cut(tokenizer, d.title, embedding.prepend_title, max_seq_length)  # the body always gets its share

@@ -1,10 +1,7 @@
-"""The write protocol: each chunk written once, a document seen whole or not at all.
-
-For every new or changed document: **look up** its stored chunks (:func:`stored_chunks`; a chunk already holding
-this version is reused), **hide** it (:meth:`.lease.Lease.hide`) once it is chunked, **write** each missing chunk
-once under its stable ``_id``, and **finish** it once every chunk is acknowledged (:func:`finish`: delete the old
-version's surplus chunks, refresh, show it). A crash at any moment leaves it hidden, never half shown; the lease's
-next holder adopts and repairs it (:func:`whole_documents`). ``docs/architecture.md`` weighs the alternatives.
+"""The write protocol, each chunk written once and a document seen whole or not at all: **look up** its stored
+chunks (:func:`stored_chunks`, those of this version are reused), **hide** it, **write** each missing chunk under its
+stable ``_id``, and **finish** it (:func:`finish`: delete the old version's surplus, refresh, show it). A crash leaves
+it hidden; the lease's next holder adopts and repairs it (:func:`whole_documents`).
 """
 
 from __future__ import annotations
@@ -18,6 +15,7 @@ from hybridsearch.errors import ClusterError
 from hybridsearch.index.access import chunk_names, require_privileges
 from hybridsearch.index.versions import read_alias
 from hybridsearch.ingest.lease import Lease, forget_documents
+from hybridsearch.ingest.sources import Document
 from hybridsearch.ingest.writer import WriteReport, write_actions
 from hybridsearch.settings import IngestSettings, Settings
 
@@ -31,13 +29,12 @@ class Stored:
 
 
 @dataclass
-class WrittenDocument:
-    """A document whose new version's chunks (``ids``, in position order) are all written; ``stored``: what the
-    index held before."""
+class WorkDoc:
+    """A document to (re)write: its stored chunks and the chunk ids of the version being written, in order."""
 
-    doc_id: str
-    ids: list[str]
-    stored: Stored
+    doc: Document
+    stored: Stored = field(default_factory=Stored)
+    ids: list[str] = field(default_factory=list)
 
 
 def refresh(es: EngineClient, index: str) -> None:
@@ -94,16 +91,16 @@ def whole_documents(es: EngineClient, index: str, doc_ids: Iterable[str], tenant
     return whole
 
 
-def finish(es: EngineClient, index: str, lease: Lease, docs: list[WrittenDocument], cfg: IngestSettings, *,
+def finish(es: EngineClient, index: str, lease: Lease, docs: list[WorkDoc], cfg: IngestSettings, *,
            untouched: Sequence[str] = ()) -> tuple[WriteReport, set[str]]:
     """Delete the old versions' chunks beyond the new ends, refresh, and show ``docs`` and ``untouched`` (failed
     before any chunk of their new version was written) in one compare-and-set. Returns the deletes and the ids of
     documents that stay hidden (a surplus chunk not deleted). Raises LeaseLost."""
-    surplus = [(i, s.doc_id) for s in docs for i in sorted(s.stored.ids - set(s.ids))]
+    surplus = [(i, s.doc.doc_id) for s in docs for i in sorted(s.stored.ids - set(s.ids))]
     deletes = write_actions(es, [{"_op_type": "delete", "_index": index, "_id": i, "_doc_id": d}
                                  for i, d in surplus], cfg) if surplus else WriteReport()
     broken = {f.doc_id for f in deletes.failures}
-    done = [s.doc_id for s in docs if s.doc_id not in broken] + list(untouched)
+    done = [s.doc.doc_id for s in docs if s.doc.doc_id not in broken] + list(untouched)
     if done:
         refresh(es, index)
         lease.show(done)

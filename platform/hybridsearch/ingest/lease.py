@@ -1,39 +1,32 @@
-"""The prefix's ingest lease and the documents a run hides while it writes them: one state document.
-
-``<prefix>-ingest-state`` holds one document (:data:`~hybridsearch.index.visibility.STATE_ID`)::
-
-    {"leases":  {"<run id>": {"shard": "0/4" | null, "host": ..., "pid": ..., "started_at": ..., "heartbeat_at": ...}},
-     "holds":   {"<run id>": [doc ids being written], "unfinished": [doc ids a stopped run left half written]},
-     "hidden":  [every doc id of every hold]}        <- what readers exclude (:mod:`hybridsearch.index.visibility`)
-
-Every change is a compare-and-set (``if_seq_no``/``if_primary_term``, retried on 409) through the write alias
-``<prefix>-write-ingest-state`` with ``require_alias``, so no write creates a deleted index. Two live runs collide
-when their shards overlap (:func:`overlaps`); the holder's one heartbeat thread renews ``heartbeat_at`` and
-refreshes the run's record; :func:`is_dead` is the one dead-run rule, and the next run takes a dead lease over and
-adopts its holds. A run checks its lease before each batch and stops with LeaseLost once it is gone.
+"""One ingest run's hold on a prefix: its lease and the documents it hides (``<prefix>-ingest-state``: ``leases``,
+``holds`` per run and ``unfinished``, and ``hidden``, what readers exclude; every change a compare-and-set through
+the write alias), and its record (``<prefix>-ingest-runs``). The lease's one heartbeat renews both; :func:`is_dead`
+is the one dead-run rule: the next run takes a dead lease over, adopts its holds and records the dead run ``killed``.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import socket
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from tenacity import Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
 from hybridsearch.engine import API_ERRORS, EngineClient, engine_errors, request, status_of
-from hybridsearch.errors import ClusterError, IndexMismatch, IndexNotFound, IngestLocked, LeaseLost
+from hybridsearch.errors import ClusterError, HybridSearchError, IndexMismatch, IndexNotFound, IngestLocked, LeaseLost
+from hybridsearch.index.logs import LogWriter
 from hybridsearch.index.spec import write_alias_name
 from hybridsearch.index.visibility import HIDDEN_PATH, STATE_ID
-from hybridsearch.ingest.runs import now
-from hybridsearch.settings import IndexSettings
+from hybridsearch.settings import IndexSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -45,22 +38,78 @@ WAIT_POLL_S = 2.0
 CAS_TRIES = 100
 
 Shard = tuple[int, int] | None
-#: run ids whose lease this process holds: a lease of this host and pid that is not here was left by a run of
-#: this process that could not release it (the cluster went away), and is dead although the process lives
+#: run ids whose lease this process holds: another lease of this host and pid is dead although the process lives
 _HELD_HERE: set[str] = set()
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+@dataclass
+class IngestResult:
+    """What one run did. Document counts are documents; the rest count chunks."""
+
+    run_id: str
+    index: str
+    source: str
+    status: str = "running"  # completed | interrupted | failed | lease_lost; killed (set by a later run)
+    shard: str | None = None
+    documents: int = 0
+    documents_skipped: int = 0
+    documents_failed: int = 0
+    documents_indexed: int = 0
+    chunks: int = 0
+    indexed: int = 0
+    updated: int = 0
+    unchanged: int = 0
+    reused: int = 0  # chunks an earlier, stopped run had written (same content): not embedded again
+    deleted: int = 0
+    documents_deleted: int = 0  # documents a sync deleted: its source no longer yields them
+    sync_withheld: str | None = None  # why a sync deleted nothing (the source was not read whole, or too much)
+    failed: int = 0
+    retried: int = 0
+    seconds: float = 0.0
+    chunks_per_second: float = 0.0
+    embed_seconds: float = 0.0
+    titles_cut: int = 0  # documents whose title was cut for embedding (longer than its share of the window)
+    repaired: int = 0  # documents a stopped run had left hidden, made whole and visible by this run
+    still_hidden: int = 0  # documents left hidden at the end (not whole: a failed chunk, an interrupted run)
+    took_over: list[str] = field(default_factory=list)  # runs that died holding the lease, taken over
+    dead_letter_path: str | None = None
+    started_at: str = ""
+    ended_at: str = ""
+    heartbeat_at: str = ""
+    host: str = ""
+    pid: int = 0
+    model: str = ""
+    chunker: str = ""
+
+    @property
+    def changed_nothing(self) -> bool:
+        return (self.indexed == self.updated == self.deleted == self.documents_deleted == self.failed
+                == self.documents_failed == self.repaired == 0)
+
+    def summary_doc(self) -> dict[str, Any]:
+        """The document stored in ``<prefix>-ingest-runs``."""
+        doc = asdict(self)
+        doc["@timestamp"] = self.ended_at or self.heartbeat_at or self.started_at
+        for key in ("started_at", "ended_at", "heartbeat_at"):  # dates: none yet is null, not ""
+            doc[key] = doc[key] or None
+        doc["chunker_version"] = doc.pop("chunker")
+        doc["chunker"] = self.chunker.split("-", 1)[0]
+        return doc
 
 
 def pid_alive(pid: int) -> bool:
     """Whether process ``pid`` exists on this host."""
-    if pid <= 0:
-        return False
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    return pid > 0
 
 
 def is_dead(lease: dict[str, Any], host: str, at: datetime) -> bool:
@@ -78,8 +127,6 @@ def is_dead(lease: dict[str, Any], host: str, at: datetime) -> bool:
 
 def shard_of(doc_id: str, n: int) -> int:
     """Which of ``n`` shards ``doc_id`` falls in: the same on every machine and every run."""
-    if n <= 1:
-        return 0
     return int.from_bytes(hashlib.blake2b(doc_id.encode("utf-8"), digest_size=8).digest(), "big") % n
 
 
@@ -92,10 +139,6 @@ def parse_shard(text: str) -> tuple[int, int]:
     if not (n >= 1 and 0 <= i < n):
         raise ValueError(f"shard {text!r}: need 0 <= i < N")
     return i, n
-
-
-def shard_text(shard: Shard) -> str | None:
-    return f"{shard[0]}/{shard[1]}" if shard else None
 
 
 def stored_shard(text: object) -> Shard:
@@ -132,14 +175,12 @@ class State:
         hidden = sorted({d for v in holds.values() for d in v})
         return {"leases": self.leases, "holds": holds, HIDDEN_PATH: hidden, "updated_at": now()}
 
-
-@dataclass
-class Takeover:
-    """The dead runs whose lease :meth:`Lease.acquire` took over, and the unfinished documents of this run's
-    shard it adopted."""
-
-    dead_runs: list[str] = field(default_factory=list)
-    adopted: set[str] = field(default_factory=set)
+    def rehold(self, hold: str, ids: set[str], add: bool) -> bool:
+        """Add ``ids`` to ``hold`` (or drop them from it); False when that changes nothing."""
+        have = set(self.holds.get(hold, []))
+        new = have | ids if add else have - ids
+        self.holds[hold] = sorted(new)
+        return new != have
 
 
 class _Conflict(Exception):
@@ -147,9 +188,8 @@ class _Conflict(Exception):
 
 
 def change_state(es: EngineClient, cfg: IndexSettings, what: str, mutate: Callable[[State], bool]) -> State:
-    """Read the prefix's state document, let ``mutate`` change it (False: nothing to write) and write it back only
-    if nobody wrote meanwhile (compare-and-set), read again and retried on 409. Raises IndexNotFound when the state
-    index is gone (no write creates it), IndexMismatch when it has no write alias."""
+    """Read the state document, let ``mutate`` change it (False: nothing to write) and write it back if nobody wrote
+    meanwhile (else read again). Raises IndexNotFound (the state index is gone), IndexMismatch (no write alias)."""
     index, alias = cfg.ingest_state, str(write_alias_name(cfg, "ingest_state"))
 
     def once() -> State:
@@ -158,13 +198,11 @@ def change_state(es: EngineClient, cfg: IndexSettings, what: str, mutate: Callab
         state = State.of(got["_source"] if got else None)
         if not mutate(state):
             return state
+        seq = {} if got is None else {"if_seq_no": got["_seq_no"], "if_primary_term": got["_primary_term"]}
         with engine_errors(f"{what} in {index}"):
             try:
-                if got is None:
-                    es.send(request.put_doc(alias, STATE_ID, state.doc(), op_type="create", require_alias=True))
-                else:
-                    es.send(request.put_doc(alias, STATE_ID, state.doc(), if_seq_no=got["_seq_no"],
-                                            if_primary_term=got["_primary_term"], require_alias=True))
+                es.send(request.put_doc(alias, STATE_ID, state.doc(), op_type=None if seq else "create",
+                                        require_alias=True, **seq))
                 return state
             except API_ERRORS as exc:
                 if status_of(exc) != 409:
@@ -187,16 +225,17 @@ def change_state(es: EngineClient, cfg: IndexSettings, what: str, mutate: Callab
 
 
 class Lease:
-    """One run's lease on a prefix and the documents it hides. Thread-safe; :meth:`release` when done.
-    ``on_beat`` runs in the heartbeat thread after each renewal, ``on_lost`` there once the lease is found lost."""
+    """One run's lease on a prefix and the documents it hides (thread-safe; :meth:`release` when done). ``on_beat``
+    and ``on_lost`` run in the heartbeat thread; :meth:`acquire` fills ``dead_runs`` (taken over) and ``adopted``."""
 
     def __init__(self, es: EngineClient, cfg: IndexSettings, run_id: str, shard: Shard = None) -> None:
         self.es, self.cfg, self.index, self.run_id, self.shard = es, cfg, cfg.ingest_state, run_id, shard
-        self.heartbeat_s = HEARTBEAT_S
         self.on_lost: Callable[[LeaseLost], None] | None = None
         self.on_beat: Callable[[], None] | None = None
         self.host, self.pid = socket.gethostname(), os.getpid()
         self.started_at = now()
+        self.dead_runs: list[str] = []
+        self.adopted: set[str] = set()
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
         self.held = False
@@ -224,60 +263,55 @@ class Lease:
                              "took it over after its heartbeat stopped, or the state document was deleted)")
         return lease
 
-    def _entry(self) -> dict[str, Any]:
-        return {"shard": shard_text(self.shard), "host": self.host, "pid": self.pid, "started_at": self.started_at,
-                "heartbeat_at": now()}
-
-    def acquire(self, wait_s: float = 0.0) -> Takeover:
+    def acquire(self, wait_s: float = 0.0) -> None:
         """Take the lease (waiting up to ``wait_s`` seconds for a colliding live run), taking over dead runs'
         leases and adopting their holds in this run's shard, and start the heartbeat. Raises IngestLocked."""
         deadline = time.monotonic() + wait_s
-        taken = Takeover()
         blocker: list[tuple[str, dict[str, Any]]] = []
 
         def take(state: State) -> bool:
-            taken.dead_runs.clear()
-            taken.adopted.clear()
+            self.dead_runs.clear()
             blocker.clear()
             at, host = datetime.now(UTC), socket.gethostname()
             for run, lease in list(state.leases.items()):
                 if is_dead(lease, host, at) or (lease.get("host") == host and lease.get("pid") == self.pid
                                                 and run not in _HELD_HERE):
                     del state.leases[run]
-                    taken.dead_runs.append(run)
+                    self.dead_runs.append(run)
                     state.holds.setdefault(UNFINISHED, []).extend(state.holds.pop(run, []))
                 elif overlaps(self.shard, stored_shard(lease.get("shard"))):
                     blocker.append((run, lease))
                     return False
-            left = [d for d in state.holds.get(UNFINISHED, []) if not owns(self.shard, d)]
-            taken.adopted.update(d for d in state.holds.get(UNFINISHED, []) if owns(self.shard, d))
-            state.holds[UNFINISHED] = left
-            state.holds[self.run_id] = sorted(taken.adopted)
-            state.leases[self.run_id] = self._entry()
+            unfinished = state.holds.get(UNFINISHED, [])
+            self.adopted = {d for d in unfinished if owns(self.shard, d)}
+            state.holds[UNFINISHED] = [d for d in unfinished if d not in self.adopted]
+            state.holds[self.run_id] = sorted(self.adopted)
+            state.leases[self.run_id] = {"shard": f"{self.shard[0]}/{self.shard[1]}" if self.shard else None,
+                                         "host": self.host, "pid": self.pid, "started_at": self.started_at,
+                                         "heartbeat_at": now()}
             return True
 
         while True:
             self._change("take the ingest lease", take)
             if not blocker:
                 break
-            run, lease = blocker[0]
             if time.monotonic() + WAIT_POLL_S > deadline:
-                raise _locked(self.index, run, lease)
+                raise _locked(self.index, *blocker[0])
             time.sleep(WAIT_POLL_S)
         self.held = True
         _HELD_HERE.add(self.run_id)
-        for run in taken.dead_runs:
+        for run in self.dead_runs:
             log.warning("took over the ingest lease of run %s, which stopped without finishing", run)
         self._beat = threading.Thread(target=self._heartbeat, name="hsp-heartbeat", daemon=True)
         self._beat.start()
-        return taken
 
     def _heartbeat(self) -> None:
-        while not self._stop.wait(self.heartbeat_s):
+        def beat(state: State) -> bool:
+            self._mine(state)["heartbeat_at"] = now()
+            return True
+
+        while not self._stop.wait(HEARTBEAT_S):
             try:
-                def beat(state: State) -> bool:
-                    self._mine(state)["heartbeat_at"] = now()
-                    return True
                 self._change("renew the ingest lease", beat)
             except LeaseLost as exc:
                 log.error("%s", exc)
@@ -293,12 +327,7 @@ class Lease:
         """Raise LeaseLost unless this run still holds its lease (one real-time read of the state document)."""
         if self.lost is not None:
             raise self.lost
-
-        def read(state: State) -> bool:
-            self._mine(state)
-            return False
-
-        self._change("check the ingest lease", read)
+        self._change("check the ingest lease", lambda state: self._mine(state) is None)
 
     def release(self) -> list[str]:
         """Give the lease up; returns the documents still held (not whole), which move to the ``unfinished`` hold
@@ -326,31 +355,17 @@ class Lease:
             self.held = False
         return sorted(set(left))
 
-    def hide(self, doc_ids: Iterable[str]) -> None:
-        """Hide ``doc_ids`` from every reader (before the first of their chunks is written). Raises LeaseLost."""
-        self._hold(set(doc_ids), add=True)
+    def hide(self, doc_ids: Iterable[str], add: bool = True) -> None:
+        """Hide ``doc_ids`` from every reader (before the first of their chunks is written), or show them again
+        with ``add=False`` (every chunk written, the index refreshed). Raises LeaseLost."""
+        ids = set(doc_ids)
+        if ids:
+            self._change("hide documents being written" if add else "show written documents",
+                         lambda state: self._mine(state) is not None and state.rehold(self.run_id, ids, add))
 
     def show(self, doc_ids: Iterable[str]) -> None:
-        """Make ``doc_ids`` visible again (every chunk written, the index refreshed). Raises LeaseLost."""
-        self._hold(set(doc_ids), add=False)
-
-    def _hold(self, ids: set[str], add: bool) -> None:
-        def change(state: State) -> bool:
-            self._mine(state)
-            return _rehold(state, self.run_id, ids, add)
-
-        if ids:
-            self._change("hide documents being written" if add else "show written documents", change)
-
-
-def _rehold(state: State, hold: str, ids: set[str], add: bool) -> bool:
-    """Add ``ids`` to ``hold`` (or drop them from it); False when that changes nothing."""
-    have = set(state.holds.get(hold, []))
-    new = have | ids if add else have - ids
-    if new == have:
-        return False
-    state.holds[hold] = sorted(new)
-    return True
+        """Make ``doc_ids`` visible again. Raises LeaseLost."""
+        self.hide(doc_ids, add=False)
 
 
 def hidden_documents(es: EngineClient, state_index: str) -> dict[str, list[str]]:
@@ -368,7 +383,7 @@ def forget_documents(es: EngineClient, cfg: IndexSettings, doc_ids: Iterable[str
     with engine_errors(f"read {cfg.ingest_state}"):
         if not ids or not es.send(request.index_exists(cfg.ingest_state)):
             return
-    change_state(es, cfg, "forget deleted documents", lambda state: _rehold(state, UNFINISHED, ids, False))
+    change_state(es, cfg, "forget deleted documents", lambda state: state.rehold(UNFINISHED, ids, False))
 
 
 def _locked(index: str, run: str, lease: dict[str, Any]) -> IngestLocked:
@@ -378,9 +393,106 @@ def _locked(index: str, run: str, lease: dict[str, Any]) -> IngestLocked:
         age = float("nan")
     shard = lease.get("shard")
     where = f"host {lease.get('host')}, pid {lease.get('pid')}" + (f", shard {shard}" if shard else "")
-    prefix = index.removesuffix("-ingest-state")
     return IngestLocked(
-        f"prefix {prefix} is being ingested by run {run} ({where}, started {lease.get('started_at')}, "
-        f"last heartbeat {age:.0f} s ago)",
+        f"prefix {index.removesuffix('-ingest-state')} is being ingested by run {run} ({where}, started "
+        f"{lease.get('started_at')}, last heartbeat {age:.0f} s ago)",
         fix="Wait for it to finish (hsp ingest --wait SECONDS waits), or give each worker its own --shard i/N",
         holder=run, host=lease.get("host"), pid=lease.get("pid"), shard=shard, heartbeat_age_s=round(age, 1))
+
+
+class RunRecord:
+    """The ``<prefix>-ingest-runs`` document of one run, kept current by :meth:`beat`. Write failures are logged,
+    never raised (``error`` holds the last); a final record not stored is kept in ``unrecorded_path``."""
+
+    def __init__(self, es: EngineClient, settings: Settings, result: IngestResult, lock: threading.Lock) -> None:
+        self.es, self.result, self.lock = es, result, lock
+        self.index = settings.index.ingest_runs
+        self.error: HybridSearchError | None = None
+        self.unrecorded_path: Path | None = None
+        self.unrecorded = Path(settings.ingest.dead_letter_dir) / "unrecorded-runs"  # final records not stored yet
+        self._writer = LogWriter(es, settings, "ingest_runs")
+        self._finished = threading.Event()
+
+    def _store(self, run_id: str, doc: dict[str, Any], op_type: str = "index") -> None:
+        done = self._writer.write([(run_id, doc)], op_type=op_type, refresh="wait_for")
+        if done.error is not None:
+            raise done.error
+
+    def _store_unrecorded(self) -> None:
+        """Store the final records kept in ``unrecorded`` (oldest first) and remove their files."""
+        for path in sorted(self.unrecorded.glob("*.json"), key=lambda p: p.stat().st_mtime):
+            try:
+                doc = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError) as exc:
+                log.warning("unreadable unrecorded run record %s: %s", path, exc)
+                continue
+            run_id = str(doc.get("run_id") or path.stem)
+            self._store(run_id, doc)
+            path.unlink(missing_ok=True)
+            log.info("stored the final record of ingest run %s (%s), kept in %s", run_id, doc.get("status"), path)
+
+    def _mark_killed(self) -> None:
+        """Rewrite the records of the dead runs this one took over that still say ``running`` as ``killed``."""
+        run_ids = self.result.took_over
+        with engine_errors(f"look for unfinished runs in {self.index}"):
+            if not run_ids or not self.es.send(request.index_exists(self.index)):
+                return
+            self.es.send(request.refresh(self.index))
+            hits = self.es.send(request.search(self.index, request.body(
+                query={"bool": {"filter": [{"term": {"status": "running"}}, {"terms": {"run_id": run_ids}}]}},
+                size=len(run_ids))))["hits"]["hits"]
+        for h in hits:
+            last = h["_source"].get("heartbeat_at") or h["_source"].get("started_at")
+            self._store(str(h["_id"]), {"status": "killed", "ended_at": last, "@timestamp": last}, op_type="update")
+            log.warning("ingest run %s (host %s, pid %s) stopped without finishing: recorded as killed",
+                        h["_id"], h["_source"].get("host"), h["_source"].get("pid"))
+
+    def start(self) -> None:
+        """Store records earlier runs could not, mark the runs this one took over killed and write it as
+        ``running``."""
+        for what, step in (("store the final records of earlier ingest runs", self._store_unrecorded),
+                           ("record the ingest runs taken over as killed", self._mark_killed)):
+            try:
+                step()
+            except HybridSearchError as exc:
+                log.warning("could not %s: %s", what, exc)
+        self.result.host, self.result.pid = socket.gethostname(), os.getpid()
+        self.beat()
+
+    def beat(self) -> None:
+        """Write the record with the counts so far and the time (nothing once it is finished)."""
+        if not self._finished.is_set():
+            self._write(refresh=False)
+
+    def _write(self, refresh: bool) -> bool:
+        with self.lock:
+            self.result.heartbeat_at = now()
+            doc = self.result.summary_doc()
+        done = self._writer.write([(self.result.run_id, doc)], op_type="index", refresh="wait_for" if refresh else None)
+        if done.error is None:
+            self.error = None
+            return True
+        if self.error is None or str(self.error) != str(done.error):  # once per kind of failure, not every beat
+            log.warning("could not record ingest run %s in %s: %s", self.result.run_id, self.index, done.error)
+        self.error = done.error
+        return False
+
+    def finish(self) -> None:
+        """Store the final record (searchable when this returns); one not stored is kept in a file for the next
+        run (:meth:`start`)."""
+        self._finished.set()
+        if self._write(refresh=True):
+            return
+        path = self.unrecorded / f"{self.result.run_id}.json"
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with self.lock:
+                path.write_text(json.dumps(self.result.summary_doc(), default=str), encoding="utf-8")
+        except OSError as exc:
+            log.warning("could not keep the final record of ingest run %s in %s either: %s", self.result.run_id,
+                        path, exc)
+            return
+        self.unrecorded_path = path
+        log.warning("ingest run %s ended %s but its record in %s still says running; the record is kept in %s and "
+                    "stored by the next `hsp ingest` of this prefix on this machine", self.result.run_id,
+                    self.result.status, self.index, path)

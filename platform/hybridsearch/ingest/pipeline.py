@@ -1,10 +1,7 @@
-"""The ingest pipeline: read → look up → chunk → embed → bulk-write, with bounded queues between stages.
-
-Reading, change detection and chunking run in a *prepare* thread (:mod:`.prepare`); the embedder runs in the
-calling thread (or ``ingest.workers`` processes) and bulk writes in a writer thread (:class:`.writer.EmbedWriter`).
-Every document is accounted for: indexed, unchanged (same ``content_hash``) or dead-lettered. The run takes the
-prefix's ingest lease (:mod:`.lease`) first and checks it before each batch; each document is hidden while its
-chunks are written and shown whole (:mod:`.commit`); the run is recorded from its start (:mod:`.runs`).
+"""The ingest pipeline: read, look up, chunk and hide in a prepare thread (:mod:`.prepare`), embed here (or in
+``ingest.workers`` processes), bulk-write in a writer thread, then show each whole document (:mod:`.commit`), under
+the prefix's lease and with the run recorded from its start (:mod:`.lease`). Every document is accounted for:
+indexed, unchanged (same ``content_hash``) or dead-lettered.
 """
 
 from __future__ import annotations
@@ -22,21 +19,20 @@ from typing import Any
 
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import EngineClient, engine_errors, request
+from hybridsearch.engine import EngineClient
 from hybridsearch.errors import ConfigError, HybridSearchError, IngestError, LeaseLost, ModelError
 from hybridsearch.index.fit import follow_index
 from hybridsearch.index.metadata import metadata_fields_of
 from hybridsearch.index.spec import section_words_of
 from hybridsearch.index.versions import ensure_index, index_mapping, index_meta, read_alias
-from hybridsearch.ingest.commit import WrittenDocument, delete_documents, existing_chunk_ids, finish, whole_documents
-from hybridsearch.ingest.lease import Lease
-from hybridsearch.ingest.prepare import DONE, Batch, Preparer, RunState, WorkDoc
-from hybridsearch.ingest.runs import IngestResult, RunRecord, now
+from hybridsearch.ingest.commit import WorkDoc, delete_documents, existing_chunk_ids, finish, refresh, whole_documents
+from hybridsearch.ingest.lease import IngestResult, Lease, RunRecord, now
+from hybridsearch.ingest.prepare import DONE, Batch, Preparer, RunState
 from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, read_path
-from hybridsearch.ingest.sync import owned_documents, plan_sync, refusal, source_root, stale, too_many
+from hybridsearch.ingest.sync import owned_documents, plan_sync, refusal
 from hybridsearch.ingest.writer import EmbedWriter, ProcessPoolEncoder, WriteReport
 from hybridsearch.progress import ProgressSink, Task
-from hybridsearch.settings import EmbeddingSettings, Settings
+from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +69,7 @@ def _finalize(run: RunState, finals: list[WorkDoc]) -> None:
     failed = [f for f in finals if f.doc.doc_id in run.failed_docs]
     if failed:
         run.count(documents_failed=len(failed))
-    good = [WrittenDocument(f.doc.doc_id, f.ids, f.stored) for f in finals
-            if f.doc.doc_id not in run.failed_docs]
+    good = [f for f in finals if f.doc.doc_id not in run.failed_docs]
     deletes, broken = finish(run.es, run.index, run.lease, good, run.settings.ingest,
                              untouched=[f.doc.doc_id for f in failed if run.untouched(f)])
     run.written_docs.difference_update(f.doc.doc_id for f in finals)  # done with: the set holds those in flight
@@ -82,67 +77,70 @@ def _finalize(run: RunState, finals: list[WorkDoc]) -> None:
         run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"old chunk not deleted (the document stays "
                        f"hidden): {f.reason}", stage="delete", status=f.status)
     run.count(deleted=deletes.deleted, documents_indexed=len(good) - len(broken), documents_failed=len(broken),
-              repaired=sum(1 for g in good if g.doc_id in run.adopted and g.doc_id not in broken))
+              repaired=sum(1 for g in good if g.doc.doc_id in run.adopted and g.doc.doc_id not in broken))
 
 
-def _check_embedder(embedder: Embedder, want: EmbeddingSettings) -> None:
-    from hybridsearch.embedding.models import resolve_model
+def _settle_model(es: EngineClient, settings: Settings, embedder: Embedder | None) -> tuple[Settings, Embedder]:
+    """The run's settings and embedder: without one given, the live index's model where ``HSP_EMBEDDING__MODEL`` is
+    unset (:func:`follow_index`). The model is found before anything is created or hidden, and loaded when this run
+    would create the index, so a model that cannot load leaves no index behind. Raises ModelError."""
+    from hybridsearch.embedding.models import locate_model, resolve_model
 
-    have = embedder.cfg
-    models = embedder.models
+    targets = read_alias(es, settings.index.alias)
+    if embedder is None:
+        if len(targets) == 1:
+            embedding = follow_index(settings.embedding, index_meta(es, next(iter(targets))))
+            settings = settings.model_copy(update={"embedding": embedding})
+        embedder = Embedder(settings.embedding, settings.models)
+    have, want, models = embedder.cfg, settings.embedding, settings.models
     if resolve_model(want.model, models) != resolve_model(have.model, models) or want.dims != have.dims:
         raise ModelError(f"the embedder ({have.model}, {have.dims} dims) is not the model the settings name "
                          f"({want.model}, {want.dims} dims)")
+    locate_model(want.model, models)
+    if not targets:
+        _ = embedder.max_seq_length
+    return settings, embedder
 
 
 def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None = None,
                embedder: Embedder | None = None, progress: ProgressSink | None = None,
                shard: tuple[int, int] | None = None, fields: RecordFields | None = None,
                wait_s: float | None = None, sync: bool = False, force: bool = False) -> IngestResult:
-    """Ingest ``documents`` (a path, or Documents) into the chunk index; returns the run's counts.
-
-    Ensures the index (IndexMismatch, AliasConflict), takes the prefix's ingest lease (waiting up to ``wait_s``,
-    default ``ingest.lease_wait_s``, else IngestLocked), skips unchanged documents, writes the others, dead-letters
-    what fails and records the run. ``shard=(i, n)`` keeps the documents whose id hashes to ``i`` of ``n``. Ctrl-C or
-    SIGTERM stops after the batches in flight (``status="interrupted"``). ``progress`` gets events (task ``ingest``).
-    ``sync`` (a path) also deletes the documents read from it before that it no longer yields, when it was read
-    whole; one deleting more than ``ingest.sync_max_delete`` raises ConfigError before writing, unless ``force``.
-    Raises ClusterUnavailable, ConfigError, IngestError (the cause chained) when something unexpected failed.
-    """
+    """Ingest ``documents`` (a path, or Documents) into the chunk index under the prefix's lease (waiting up to
+    ``wait_s``, default ``ingest.lease_wait_s``); returns the run's counts. ``shard=(i, n)`` keeps the documents whose
+    id hashes to ``i`` of ``n``; Ctrl-C or SIGTERM stops after the batches in flight. ``sync`` (a path) also deletes
+    the documents read from it before that it no longer yields, when it was read whole (more than
+    ``ingest.sync_max_delete`` of them raises ConfigError before writing, unless ``force``). Raises IndexMismatch,
+    AliasConflict, IngestLocked, ClusterUnavailable, ConfigError, IngestError (the cause chained)."""
     if shard is not None and not (shard[1] >= 1 and 0 <= shard[0] < shard[1]):
         raise ConfigError(f"shard {shard[0]}/{shard[1]} is not i/N with 0 <= i < N")
-    root = source_root(documents) if sync and isinstance(documents, str | Path) else None
+    root = Path(documents).resolve() if sync and isinstance(documents, str | Path) else None
     if sync and root is None:
         raise ConfigError("a sync needs a file or folder to mirror, not a list of documents")
     es = es or EngineClient(settings.es)
     if root is not None and not force:
         plan = plan_sync(root, settings.index, es, fields, shard)
-        if too_many(len(plan.deleted), plan.owned, settings.ingest):
-            raise refusal(root, len(plan.deleted), plan.owned, settings.ingest)
-    if embedder is None:
-        settings = _follow_live_index(es, settings)
-        embedder = Embedder(settings.embedding, settings.models)
-    _check_embedder(embedder, settings.embedding)
-    _model_first(es, embedder, settings.embedding, settings.index.alias)
+        if too_much := refusal(root, len(plan.deleted), plan.owned, settings.ingest):
+            raise too_much
+    settings, embedder = _settle_model(es, settings, embedder)
     index = ensure_index(es, settings)
     result = IngestResult(run_id=f"{datetime.now(UTC):%Y%m%dT%H%M%S}-{uuid.uuid4().hex[:8]}", index=index,
                           source=str(documents) if isinstance(documents, str | Path) else "<documents>",
                           shard=f"{shard[0]}/{shard[1]}" if shard else None, started_at=now(),
                           model=settings.embedding.model, chunker=chunker_signature(settings.chunking))
     lease = Lease(es, settings.index, result.run_id, shard)
-    takeover = lease.acquire(settings.ingest.lease_wait_s if wait_s is None else wait_s)
+    lease.acquire(settings.ingest.lease_wait_s if wait_s is None else wait_s)
     run = RunState(settings, es, index, result, shard, lease)
     lease.on_lost = run.fail
-    run.adopted = takeover.adopted
-    result.took_over = takeover.dead_runs
+    result.took_over = lease.dead_runs
     started = time.perf_counter()
     record = RunRecord(es, settings, result, run.lock)
     try:
-        _refresh(es, index)
+        refresh(es, index)
         mapping = index_mapping(es, index)  # the index decides, not the settings
         run.section_words = section_words_of(mapping.get("_meta") or {})
         run.metadata_fields = metadata_fields_of(mapping)
-        record.start(takeover.dead_runs)
+        record.start()
         lease.on_beat = record.beat  # one heartbeat: the lease's thread keeps the record current too
         restore = _stop_on_sigterm(run)
         try:
@@ -181,9 +179,9 @@ def _delete_stale(run: RunState, root: Path, force: bool) -> None:
         return
     try:
         owned = owned_documents(run.es, run.index, root, run.tenant, run.shard)
-        gone = stale(owned, run.yielded)
-        if too_many(len(gone), len(owned), run.settings.ingest) and not force:
-            result.sync_withheld = str(refusal(root, len(gone), len(owned), run.settings.ingest))
+        gone = sorted(set(owned) - run.yielded)
+        if (too_much := refusal(root, len(gone), len(owned), run.settings.ingest)) and not force:
+            result.sync_withheld = str(too_much)
             return
         chunks = delete_documents(gone, run.settings, run.es, lease=run.lease) if gone else 0
         unread = sorted(run.adopted - run.yielded - set(gone))
@@ -196,43 +194,19 @@ def _delete_stale(run: RunState, root: Path, force: bool) -> None:
     run.count(deleted=chunks, documents_deleted=len(gone))
 
 
-def _follow_live_index(es: EngineClient, settings: Settings) -> Settings:
-    """``settings`` with the live index's model where ``HSP_EMBEDDING__MODEL`` is unset (:func:`follow_index`)."""
-    targets = read_alias(es, settings.index.alias)
-    if len(targets) != 1:
-        return settings
-    embedding = follow_index(settings.embedding, index_meta(es, next(iter(targets))))
-    return settings if embedding == settings.embedding else settings.model_copy(update={"embedding": embedding})
-
-
-def _model_first(es: EngineClient, embedder: Embedder, model: EmbeddingSettings, alias: str) -> None:
-    """Find the model before anything is created or hidden (ModelError), and load it when this run would create
-    the index behind ``alias``, so a model that cannot load leaves no index behind."""
-    from hybridsearch.embedding.models import locate_model
-
-    locate_model(model.model, embedder.models)
-    if not read_alias(es, alias):
-        _ = embedder.max_seq_length
-
-
 def _repair_adopted(run: RunState) -> None:
     """Show the adopted documents this run did not write again whose chunks are all there; the others stay
     hidden until their source is ingested."""
     rest = run.adopted - run.rewritten
     if not rest:
         return
-    _refresh(run.es, run.index)
+    refresh(run.es, run.index)
     whole = whole_documents(run.es, run.index, rest, run.tenant)
     run.lease.show(whole)
     run.count(repaired=len(whole))
     if rest - whole:
         log.warning("%d documents a stopped run left half written stay hidden until their sources are ingested "
                     "again (e.g. %s)", len(rest - whole), ", ".join(sorted(rest - whole)[:3]))
-
-
-def _refresh(es: EngineClient, index: str) -> None:
-    with engine_errors(f"refresh {index}"):
-        es.send(request.refresh(index))
 
 
 def _close(run: RunState, started: float) -> None:
@@ -285,7 +259,7 @@ def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | Source
                                             pool.encode if pool is not None else embedder.encode,
                                             after=partial(_written, run), on_embed_error=partial(_embed_failed, run),
                                             before=lambda _: run.lease.check(),
-                                            depth=settings.ingest.queue_size, name="hsp-writer")
+                                            depth=settings.ingest.queue_size)
     preparer = Preparer(run, embedder, batch_chunks=max(settings.embedding.batch_size * 4, 16))
     prep = threading.Thread(target=preparer, args=(items,), name="hsp-prepare", daemon=True)
     queued = _queued(run)

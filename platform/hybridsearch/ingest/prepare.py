@@ -1,10 +1,6 @@
-"""Ingest stage 1, in its own thread: read, filter, look up what changed, chunk, hide and queue batches to embed;
-and :class:`RunState`, what the stages of one run share.
-
-A document is unchanged when its chunk 0 is visible with its ``content_hash``: it is skipped without embedding.
-Every other document is chunked, then hidden before its chunks are queued (one that cannot be chunked is
-dead-lettered and never hidden); chunks a stopped run already wrote with this content are reused. A batch lists
-the documents whose last chunk it carries, so the writer can finish them once it is written.
+"""Ingest stage 1, in its own thread (:class:`Preparer`): read, keep this run's documents, skip the unchanged (chunk 0
+visible with their ``content_hash``), chunk, hide and queue batches to embed, reusing chunks a stopped run already
+wrote; and :class:`RunState`, what the stages of one run share.
 """
 
 from __future__ import annotations
@@ -13,6 +9,7 @@ import queue
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from hybridsearch.chunker_signature import chunker_signature
@@ -21,23 +18,13 @@ from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import HybridSearchError
 from hybridsearch.index.visibility import visible_query
 from hybridsearch.ingest.chunking import Tokenizer, chunk_id, document_chunks
-from hybridsearch.ingest.commit import Stored, doc_filter, stored_chunks
-from hybridsearch.ingest.lease import Lease, owns
-from hybridsearch.ingest.runs import IngestResult
+from hybridsearch.ingest.commit import Stored, WorkDoc, doc_filter, stored_chunks
+from hybridsearch.ingest.lease import IngestResult, Lease, owns
 from hybridsearch.ingest.sources import Document, SourceFailure
 from hybridsearch.ingest.writer import ChunkBatch, DeadLetter
 from hybridsearch.settings import Settings
 
 DONE = object()  # end marker on the queue between the prepare stage and the embedder
-
-
-@dataclass
-class WorkDoc:
-    """A document to (re)write: its stored chunks and the chunk ids of the version being written, in order."""
-
-    doc: Document
-    stored: Stored = field(default_factory=Stored)
-    ids: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -54,7 +41,7 @@ class RunState:
                  shard: tuple[int, int] | None, lease: Lease) -> None:
         self.settings, self.es, self.index = settings, es, index
         self.result, self.shard, self.lease = result, shard, lease
-        self.adopted: set[str] = set()  # documents a stopped run left hidden, this run's to repair
+        self.adopted = lease.adopted  # documents a stopped run left hidden, this run's to repair
         self.rewritten: set[str] = set()  # adopted documents this run wrote again from its input
         self.signature = chunker_signature(settings.chunking)
         self.tenant = settings.index.tenant
@@ -114,14 +101,11 @@ class Preparer:
 
     def __init__(self, run: RunState, embedder: Embedder, batch_chunks: int) -> None:
         self.run, self.embedder, self.batch_chunks = run, embedder, batch_chunks
-        self._tokenizer: Tokenizer | None = None
 
-    @property
+    @cached_property
     def tokenizer(self) -> Tokenizer:
         """Loaded on first use: a run where nothing changed never loads the model."""
-        if self._tokenizer is None:
-            self._tokenizer = self.embedder.tokenizer()
-        return self._tokenizer
+        return self.embedder.tokenizer()
 
     def __call__(self, items: Iterator[Document | SourceFailure]) -> None:
         run = self.run

@@ -51,8 +51,10 @@ class Document:
     content_hash: str = ""
 
     def __post_init__(self) -> None:
-        if not self.content_hash:
-            object.__setattr__(self, "content_hash", content_hash(self.title, self.text, self.metadata))
+        if not self.content_hash:  # sha256 hex of the canonical JSON of [title, text, metadata]
+            payload = json.dumps([self.title, self.text, self.metadata or {}], sort_keys=True, ensure_ascii=False,
+                                 default=str)
+            object.__setattr__(self, "content_hash", hashlib.sha256(payload.encode("utf-8")).hexdigest())
 
     @classmethod
     def make(cls, doc_id: str, text: str, title: str | None = None, metadata: dict[str, Any] | None = None,
@@ -68,12 +70,6 @@ class SourceFailure:
     source: str
     reason: str
     doc_id: str | None = None
-
-
-def content_hash(title: str | None, text: str, metadata: dict[str, Any] | None) -> str:
-    """sha256 hex of the canonical JSON of ``[title, text, metadata]``."""
-    payload = json.dumps([title, text, metadata or {}], sort_keys=True, ensure_ascii=False, default=str)
-    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -93,11 +89,8 @@ TEXT_FIELDS = ("text", "body", "content", "contents", "abstract")
 
 
 def read_path(path: str | Path, fields: RecordFields | None = None) -> Iterator[Document | SourceFailure]:
-    """Documents from a file or a folder tree (hidden entries skipped, others in sorted order).
-
-    ``doc_id`` is the record's id, else the path relative to the folder (``notes/a.md``), else ``<file>:<line>``.
-    ``source`` is the resolved path of the file (what a sync owns). A missing path yields one SourceFailure.
-    """
+    """Documents from a file or a folder tree (hidden entries skipped, others sorted). ``doc_id`` is the record's
+    id, else the path relative to the folder, else ``<file>:<line>``; ``source`` is the file's resolved path."""
     root = Path(path).resolve()
     fields = fields or RecordFields()
     if not root.exists():
@@ -117,16 +110,12 @@ def read_path(path: str | Path, fields: RecordFields | None = None) -> Iterator[
 
 def _suffixes(path: Path) -> tuple[str, bool]:
     """(format suffix, gzipped?) e.g. ``corpus.jsonl.gz`` → (``.jsonl``, True)."""
-    suffixes = [s.lower() for s in path.suffixes]
-    gz = bool(suffixes) and suffixes[-1] == ".gz"
-    if gz:
-        suffixes = suffixes[:-1]
-    return (suffixes[-1] if suffixes else ""), gz
+    name = path.name.lower()
+    return Path(name.removesuffix(".gz")).suffix, name.endswith(".gz")
 
 
-def read_file(path: Path, rel: str, fields: RecordFields | None = None) -> Iterator[Document | SourceFailure]:
+def read_file(path: Path, rel: str, fields: RecordFields) -> Iterator[Document | SourceFailure]:
     """Documents from one file; ``rel`` is its name relative to the ingested root (used for ids)."""
-    fields = fields or RecordFields()
     suffix, gz = _suffixes(path)
     source = str(path)
     if suffix in {".jsonl", ".ndjson"}:

@@ -1,12 +1,9 @@
-"""Ingestion that mirrors its source (``hsp ingest SOURCE --sync``): which stored documents came from SOURCE (their
-``source`` is that file or lies under that folder: :func:`owned_query`), what a sync would add, replace and delete
-(:func:`plan_sync`), and the guard on how much it may delete. A sync deletes through
-:func:`hybridsearch.ingest.commit.delete_documents`, under the run's lease, and only when the source was read whole.
+"""Ingestion that mirrors its source (``hsp ingest SOURCE --sync``): the stored documents that came from SOURCE
+(:func:`owned_query`), what a sync would add, replace and delete (:func:`plan_sync`), and how much it may delete.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,11 +14,6 @@ from hybridsearch.index.versions import read_alias
 from hybridsearch.ingest.lease import owns
 from hybridsearch.ingest.sources import RecordFields, SourceFailure, read_path
 from hybridsearch.settings import IndexSettings, IngestSettings
-
-
-def source_root(path: str | Path) -> Path:
-    """The stable id of a SOURCE argument: its resolved path (what every document read from it records)."""
-    return Path(path).resolve()
 
 
 def owned_query(root: Path, tenant: str | None) -> dict[str, Any]:
@@ -49,18 +41,11 @@ def owned_documents(es: EngineClient, index: str, root: Path, tenant: str | None
     return {d: h for d, h in found.items() if owns(shard, d)}
 
 
-def stale(owned: Iterable[str], yielded: set[str]) -> list[str]:
-    """The owned documents the source no longer yields, sorted."""
-    return sorted(set(owned) - yielded)
-
-
-def too_many(deleting: int, owned: int, cfg: IngestSettings) -> bool:
-    """Whether deleting ``deleting`` of the source's ``owned`` documents is more than ``sync_max_delete`` of them."""
-    return owned > 0 and deleting / owned > cfg.sync_max_delete
-
-
-def refusal(root: Path, deleting: int, owned: int, cfg: IngestSettings) -> ConfigError:
-    """The one-line refusal of a sync that would delete too much."""
+def refusal(root: Path, deleting: int, owned: int, cfg: IngestSettings) -> ConfigError | None:
+    """The one-line refusal of a sync deleting ``deleting`` of the source's ``owned`` documents when that is more
+    than ``sync_max_delete`` of them, else None."""
+    if not (owned > 0 and deleting / owned > cfg.sync_max_delete):
+        return None
     return ConfigError(f"sync of {root} would delete {deleting:,} of its {owned:,} documents, more than "
                        f"HSP_INGEST__SYNC_MAX_DELETE={cfg.sync_max_delete:g} of them; nothing was written",
                        fix="Check the source is complete; `--dry-run` lists what would go, `--force` deletes anyway")
@@ -87,7 +72,7 @@ def plan_sync(path: str | Path, cfg: IndexSettings, es: EngineClient, fields: Re
               shard: tuple[int, int] | None = None) -> SyncPlan:
     """Read ``path`` and compare it with what the index behind ``cfg``'s alias holds from it; writes nothing. A
     source not read whole would delete nothing (``deleted`` empty, ``failures`` says why)."""
-    root = source_root(path)
+    root = Path(path).resolve()
     owned: dict[str, str] = {}
     for index in sorted(read_alias(es, cfg.alias)):
         owned.update(owned_documents(es, index, root, cfg.tenant, shard))
@@ -109,5 +94,5 @@ def plan_sync(path: str | Path, cfg: IndexSettings, es: EngineClient, fields: Re
             else:
                 plan.unchanged += 1
     if plan.read_whole:
-        plan.deleted = stale(owned, yielded)
+        plan.deleted = sorted(set(owned) - yielded)
     return plan

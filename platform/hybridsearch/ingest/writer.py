@@ -1,10 +1,6 @@
-"""Bulk writing, the one embed-and-write loop, the embedding workers and the dead-letter file.
-
-:func:`write_actions` sends ``index``/``delete`` actions through the engine's streaming bulk and looks at every
-item: items answered with a retried status (:data:`hybridsearch.retry.RETRIED_STATUSES`) or left unanswered by a
-dropped connection are sent again alone with capped backoff; items that still fail come back with the engine's
-reason. Ingestion, migration and re-chunking feed :class:`ChunkBatch` es to :meth:`EmbedWriter.run`: batch N is
-embedded in the calling thread while batch N-1 is written in a writer thread.
+"""Bulk writing (:func:`write_actions`: items answered with a retried status or left unanswered are sent again
+alone with capped backoff), the one embed-and-write loop (:class:`EmbedWriter`: batch N is embedded here while batch
+N-1 is written in a writer thread), the embedding worker processes and the dead-letter file.
 """
 
 from __future__ import annotations
@@ -16,7 +12,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence, Sized
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -24,14 +20,7 @@ from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import numpy as np
-from tenacity import (
-    RetryCallState,
-    Retrying,
-    retry_if_exception_type,
-    stop_after_attempt,
-    stop_when_event_set,
-    wait_exponential,
-)
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import UNREACHABLE, EngineClient
@@ -59,7 +48,6 @@ class WriteReport:
     created: int = 0
     updated: int = 0
     deleted: int = 0
-    not_found: int = 0
     retried: int = 0
     failures: list[ItemFailure] = field(default_factory=list)
     ok_ids: set[str] = field(default_factory=set)
@@ -92,10 +80,9 @@ def _send(es: EngineClient, pending: Sequence[dict[str, Any]], chunk_size: int, 
     answered: set[str] = set()
     unreachable: Exception | None = None
     try:
-        for ok, result in es.streaming_bulk(
-            [_strip(a) for a in pending], chunk_size=chunk_size, max_retries=0,
-            raise_on_error=False, raise_on_exception=False,
-        ):
+        for ok, result in es.streaming_bulk([{k: v for k, v in a.items() if k != "_doc_id"} for a in pending],
+                                            chunk_size=chunk_size, max_retries=0, raise_on_error=False,
+                                            raise_on_exception=False):
             op, item = next(iter(result.items()))
             _id = str(item.get("_id"))
             status = item.get("status")
@@ -111,7 +98,6 @@ def _send(es: EngineClient, pending: Sequence[dict[str, Any]], chunk_size: int, 
                 else:
                     report.created += 1
             elif op == "delete" and status == 404:
-                report.not_found += 1
                 report.ok_ids.add(_id)
             elif status in RETRIED_STATUSES:
                 retry.append((action, _reason(item), status))
@@ -125,13 +111,10 @@ def _send(es: EngineClient, pending: Sequence[dict[str, Any]], chunk_size: int, 
 
 
 def write_actions(es: EngineClient, actions: Sequence[dict[str, Any]], cfg: IngestSettings, *,
-                  stop: threading.Event | None = None, sleep: Callable[[float], None] = time.sleep,
-                  chunk_size: int | None = None) -> WriteReport:
-    """Bulk-apply ``actions`` (each with ``_op_type``, ``_index``, ``_id`` and, for index ops, ``_source``
-    plus a ``doc_id`` in its source or a ``_doc_id`` key). Retries the items that failed with a retried status
-    (:data:`~hybridsearch.retry.RETRIED_STATUSES`) or got no answer, alone, up to ``cfg.bulk_max_retries`` times
-    (none once ``stop`` is set); ``chunk_size`` (default ``cfg.bulk_chunk_size``) actions per request.
-    Raises ClusterUnavailable when the cluster never answers."""
+                  sleep: Callable[[float], None] = time.sleep) -> WriteReport:
+    """Bulk-apply ``actions`` (``_op_type``, ``_index``, ``_id``, ``_source`` for index ops; the doc id in the source
+    or ``_doc_id``), retrying items that failed with a retried status or got no answer up to ``cfg.bulk_max_retries``
+    times. Raises ClusterUnavailable when the cluster never answers."""
     report = WriteReport()
     pending: list[dict[str, Any]] = list(actions)
 
@@ -141,15 +124,14 @@ def write_actions(es: EngineClient, actions: Sequence[dict[str, Any]], cfg: Inge
             pending[:] = [a for a, _, _ in left.items]
             report.retried += len(left.items)
 
-    stops = stop_after_attempt(cfg.bulk_max_retries + 1)
-    tries = Retrying(stop=stops | stop_when_event_set(stop) if stop is not None else stops,
+    tries = Retrying(stop=stop_after_attempt(cfg.bulk_max_retries + 1),
                      wait=wait_exponential(multiplier=cfg.bulk_initial_backoff, max=cfg.bulk_max_backoff),
                      retry=retry_if_exception_type(_Unfinished), before_sleep=again, sleep=sleep, reraise=True)
     try:
         for attempt in tries:
             with attempt:
                 if pending:
-                    _send(es, pending, chunk_size or cfg.bulk_chunk_size, report)
+                    _send(es, pending, cfg.bulk_chunk_size, report)
     except _Unfinished as left:
         retries = (tries.statistics.get("attempt_number") or 1) - 1
         if left.unreachable is not None:
@@ -161,10 +143,6 @@ def write_actions(es: EngineClient, actions: Sequence[dict[str, Any]], cfg: Inge
             _failure(a, f"{why} (still failing after {retries} retries)", st) for a, why, st in left.items
         )
     return report
-
-
-def _strip(action: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in action.items() if k != "_doc_id"}
 
 
 def _failure(action: dict[str, Any], reason: str, status: int | None) -> ItemFailure:
@@ -192,53 +170,22 @@ class DeadLetter:
             self.count += 1
 
 
-class CopyTally:
-    """``after`` for the copies of a migration: counts what was written and what failed, dead-letters the failures
-    and reports each written batch's size to ``on_batch``."""
-
-    def __init__(self, dead_letter: DeadLetter | None, on_batch: Callable[[int], None] | None = None) -> None:
-        self.dead_letter, self.on_batch = dead_letter, on_batch
-        self.written = self.failed = 0
-
-    def refuse(self, doc_id: str, chunk_id: str, reason: str, status: int | None = None) -> None:
-        """Count one chunk that was not copied and dead-letter it."""
-        self.failed += 1
-        log.warning("chunk %s not copied: %s", chunk_id, reason)
-        if self.dead_letter is not None:
-            self.dead_letter.write(doc_id=doc_id, chunk_id=chunk_id, reason=reason, stage="migrate", status=status)
-
-    def absorb(self, batch: Sized, report: WriteReport) -> None:
-        self.written += len(report.ok_ids)
-        for f in report.failures:
-            self.refuse(f.doc_id, f.chunk_id, f.reason, f.status)
-        if self.on_batch is not None:
-            self.on_batch(len(batch))
-
-
-
 Encode = Callable[[list[str]], np.ndarray]  # one vector per text
 
 
 @dataclass
 class ChunkBatch:
-    """Chunk documents on their way to an index: ``sources[i]`` is written with ``_id`` ``ids[i]``. The chunks
-    at positions ``embed`` (all when None) get the vector of ``texts``; the others keep their ``embedding``."""
+    """Chunk documents on their way to an index: ``sources[i]`` is written with ``_id`` ``ids[i]`` and the vector of
+    ``texts[i]`` (None: it keeps its ``embedding``)."""
 
     ids: list[str] = field(default_factory=list)
     sources: list[dict[str, Any]] = field(default_factory=list)
-    texts: list[str] = field(default_factory=list)
-    embed: list[int] | None = None
+    texts: list[str | None] = field(default_factory=list)
 
     def add(self, chunk_id: str, source: dict[str, Any], text: str | None) -> None:
-        """Append one chunk; ``text`` None keeps its stored vector."""
-        if text is None and self.embed is None:
-            self.embed = list(range(len(self.ids)))
-        if text is not None:
-            if self.embed is not None:
-                self.embed.append(len(self.ids))
-            self.texts.append(text)
         self.ids.append(chunk_id)
         self.sources.append(source)
+        self.texts.append(text)
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -248,27 +195,23 @@ B = TypeVar("B", bound=ChunkBatch)
 
 
 class EmbedWriter(Generic[B]):
-    """Embeds batches here and writes them to ``index`` in a writer thread, at most ``depth`` waiting.
-
-    ``before(batch)`` runs in the writer thread before a batch with chunks is written (raising there stops the
-    run first); ``after(batch, report)`` after each write. ``on_embed_error(batch, exc)``, when given, takes an
-    embedding failure (the batch is then not written, ``after`` gets an empty report); without it the failure is
-    raised, as is a write that raises. ``embed_seconds`` adds up the time spent embedding.
-    """
+    """Embeds batches here and writes them to ``index`` in a writer thread, at most ``depth`` waiting. ``before``
+    runs there before a batch with chunks is written, ``after`` once it is; ``on_embed_error`` takes an embedding
+    failure (the batch is then written empty), else it is raised. ``embed_seconds`` adds up the time embedding."""
 
     def __init__(self, es: EngineClient, index: str, cfg: IngestSettings, encode: Encode, *,
                  after: Callable[[B, WriteReport], None],
                  on_embed_error: Callable[[B, Exception], None] | None = None,
                  before: Callable[[B], None] | None = None,
-                 depth: int = 1, name: str = "hsp-writer") -> None:
+                 depth: int = 1) -> None:
         self.es, self.index, self.cfg, self.encode = es, index, cfg, encode
         self.after, self.on_embed_error, self.before = after, on_embed_error, before
-        self.depth, self.name = max(1, depth), name
+        self.depth = max(1, depth)
         self.embed_seconds = 0.0
 
     def run(self, batches: Iterable[B]) -> None:
         """Embed and write every batch; returns once all are written."""
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix=self.name) as pool:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsp-writer") as pool:
             waiting: deque[Future[None]] = deque()
             for batch in batches:
                 self._embed(batch)
@@ -279,21 +222,21 @@ class EmbedWriter(Generic[B]):
                 waiting.popleft().result()
 
     def _embed(self, batch: B) -> None:
-        if not batch.texts:
+        todo = [(i, t) for i, t in enumerate(batch.texts) if t is not None]
+        if not todo:
             return
         t0 = time.perf_counter()
         try:
-            vectors = self.encode(batch.texts)
+            vectors = self.encode([t for _, t in todo])
         except Exception as exc:
             if self.on_embed_error is None:
                 raise
             self.on_embed_error(batch, exc)
-            batch.ids, batch.sources, batch.texts, batch.embed = [], [], [], None
+            batch.ids, batch.sources, batch.texts = [], [], []
             return
         finally:
             self.embed_seconds += time.perf_counter() - t0
-        positions = range(len(batch.sources)) if batch.embed is None else batch.embed
-        for i, vec in zip(positions, vectors, strict=True):
+        for (i, _), vec in zip(todo, vectors, strict=True):
             batch.sources[i]["embedding"] = [float(x) for x in vec]
 
     def _write(self, batch: B) -> None:
