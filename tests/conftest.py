@@ -153,7 +153,7 @@ def settings(es: EngineClient, es_url: str, tmp_path: Path) -> Iterator[Settings
 
 @pytest.fixture(scope="session")
 def embedder() -> Embedder:
-    """The default all-MiniLM-L6-v2 embedder (offline package), loaded once per session."""
+    """The default embedder (bge-small-en-v1.5, fetched by ops/setup.sh), loaded once per session."""
     emb = Embedder(load_settings().embedding, load_settings().models)
     emb.encode(["warm up"])
     return emb

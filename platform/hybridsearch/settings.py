@@ -18,7 +18,7 @@ from hybridsearch.cluster_url import Node, parse_nodes
 from hybridsearch.errors import ConfigError
 
 ENV_PREFIX = "HSP_"
-DEFAULT_EMBEDDING_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_EMBEDDING_MODEL = "bge-small-en-v1.5"
 DEFAULT_RERANKER_MODEL = "cross-encoder/ms-marco-MiniLM-L-6-v2"
 
 

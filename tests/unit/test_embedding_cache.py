@@ -117,7 +117,7 @@ def test_a_model_folder_that_changes_gets_a_new_identity(tmp_path: Path) -> None
 def test_queries_pass_through_uncached(tmp_path: Path) -> None:
     inner = CountingEmbedder()
     cache = CachedEmbedder(inner, tmp_path)
-    assert np.array_equal(cache.encode_query("q"), vector("q"))
+    assert np.array_equal(cache.encode_query("q"), vector(inner.prompts.query + "q"))  # the model's query prompt
     cache.encode(["q"])
     assert inner.calls == [["q"], ["q"]] and cache.stats()["embedded"] == 1
 

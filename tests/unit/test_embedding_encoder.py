@@ -37,7 +37,8 @@ def _cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyP
 
 
 def minilm(**kw: object) -> Embedder:
-    return Embedder(EmbeddingSettings(device="cpu", **kw), _models())  # type: ignore[arg-type]
+    settings = EmbeddingSettings(model="all-MiniLM-L6-v2", device="cpu", **kw)  # type: ignore[arg-type]
+    return Embedder(settings, _models())
 
 
 def test_onnx_gives_torchs_vectors_for_passages_and_queries() -> None:
@@ -75,7 +76,7 @@ def test_a_search_process_embeds_a_query_without_importing_torch(tmp_path: Path,
     minilm().encode(["export the graph once"])
     code = ("import sys; from hybridsearch.embedding.encoder import Embedder; "
             "from hybridsearch.settings import EmbeddingSettings, load_settings; "
-            "v = Embedder(EmbeddingSettings(device='cpu'), load_settings().models)"
+            "v = Embedder(EmbeddingSettings(model='all-MiniLM-L6-v2', device='cpu'), load_settings().models)"
             ".encode_query('how do bees find food'); "
             "print(v.shape[0], 'torch' in sys.modules, 'sentence_transformers' in sys.modules)")
     env = {**os.environ, "HSP_CACHE": str(_cache)}

@@ -73,7 +73,8 @@ def test_catalogue_models_have_their_family_prompts_and_minilm_none() -> None:
     assert model_prompts("BAAI/bge-small-en-v1.5", _models()) == Prompts(BGE, "", "catalogue")  # the Hub alias
     assert model_prompts("e5-small-v2-int8", _models()) == Prompts(Q, P, "catalogue")
     assert model_prompts("all-MiniLM-L6-v2", _models()) is NONE
-    assert resolve_prompts(EmbeddingSettings(), _models()) == NONE and not NONE
+    assert resolve_prompts(EmbeddingSettings(), _models()) == Prompts(BGE, "", "catalogue")  # the default model's
+    assert resolve_prompts(EmbeddingSettings(model="all-MiniLM-L6-v2"), _models()) == NONE and not NONE
 
 
 def test_a_folder_config_gives_the_prompts(prompted: Path, tmp_path: Path) -> None:
