@@ -80,7 +80,7 @@ def test_model_mismatch_is_a_failure_naming_both_ways_out(es: EngineClient, sett
     checks = by_name(doctor.run_checks(other, es=es, models=False, reranker=False))
     assert checks["index.model"].status == "FAIL"
     fix = checks["index.model"].fix or ""
-    assert "HSP_EMBEDDING__MODEL=sentence-transformers/all-MiniLM-L6-v2" in fix and "hsp index migrate" in fix
+    assert f"HSP_EMBEDDING__MODEL={settings.embedding.model}" in fix and "hsp index migrate" in fix
     assert checks["index.vectors"].status == "FAIL" and "384" in checks["index.vectors"].detail
 
 

@@ -107,9 +107,10 @@ def test_cli_writes_reports_and_gates_on_a_baseline(
     monkeypatch.setenv("HSP_ES_URL", settings.es.url)
     monkeypatch.setenv("HSP_RERANKER__ENABLED", "false")
     monkeypatch.setenv("HSP_INGEST__DEAD_LETTER_DIR", str(tmp_path / "dl"))
-    monkeypatch.setenv("HSP_CACHE", str(tmp_path / "cache"))  # the embedding cache lands in here
+    cache = ["--embedding-cache", str(tmp_path / "cache" / "embeddings")]  # the embedding cache lands in here
     out = tmp_path / "reports"
-    base = ["eval", str(collection_path), "--prefix", settings.index.prefix, "--modes", "bm25,hybrid", "--out"]
+    base = ["eval", str(collection_path), *cache, "--prefix", settings.index.prefix, "--modes", "bm25,hybrid",
+            "--out"]
     assert main([*base, str(out / "first"), "--worst", "2", "--sweep", "query.rrf_k=1,60"]) == 0
     assert "20 embedded" in capsys.readouterr().out and list((tmp_path / "cache" / "embeddings").glob("*.sqlite"))
     files = sorted((out / "first").iterdir())
@@ -168,9 +169,9 @@ def test_calibrated_fusion_is_recorded_in_the_index_and_used_by_searches(
 
     monkeypatch.setenv("HSP_ES_URL", settings.es.url)
     monkeypatch.setenv("HSP_RERANKER__ENABLED", "false")
-    monkeypatch.setenv("HSP_CACHE", str(tmp_path / "cache"))
     prefix = ["--prefix", settings.index.prefix]
-    assert main(["eval", str(collection_path), *prefix, "--modes", "bm25", "--out", str(tmp_path / "r")]) == 0
+    assert main(["eval", str(collection_path), *prefix, "--modes", "bm25", "--no-embedding-cache",
+                 "--out", str(tmp_path / "r")]) == 0
     assert main(["calibrate-fusion", str(collection_path), "--split", "test", *prefix]) == 2  # test is refused
     capsys.readouterr()
     assert main(["calibrate-fusion", str(collection_path), *prefix, "--out", str(tmp_path / "r"),

@@ -155,8 +155,8 @@ def test_every_command_keeps_a_working_password_out_of_what_it_prints_and_writes
             printed.append(done.stdout + done.stderr)
             codes.append(done.returncode)
             assert "Traceback" not in printed[-1], printed[-1][-2000:]
-        # ingest dead-letters broken.md (1); rollback has no older version (3); doctor may warn about privileges
-        assert [c for i, c in enumerate(codes) if i != 6] == [1, 0, 0, 0, 0, 3, 0, 0], printed
+        # ingest dead-letters broken.md (1); rollback has no older version (2); doctor may warn about privileges
+        assert [c for i, c in enumerate(codes) if i != 6] == [1, 0, 0, 0, 0, 2, 0, 0], printed
         assert codes[6] in {0, 1} and "deleted 1 chunks" in printed[7]
         assert list((tmp_path / "dead-letter").iterdir()) and list((tmp_path / "reports").glob("*.json"))
         es.send(request.refresh(f"{prefix}-*"))

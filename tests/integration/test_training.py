@@ -172,12 +172,13 @@ def test_train_embedder_trains_a_model_an_index_migrates_to_while_searches_run(
     assert [e["epoch"] for e in card["validation"]["per_epoch"]] == [0, 1] and card["validation"]["best_epoch"] == 1
     assert card["validation"]["corpus"]["full_index"] and card["validation"]["corpus"]["documents"] == 24
     assert card["validation"]["per_epoch"][0]["ndcg_at_10"] > 0.5  # the base model on the easy mini collection
-    assert card["training"]["max_seq_length"] == 48 and card["serving"]["max_seq_length"] == 256
+    base_length = embedder.max_seq_length  # the base model's own limit, which serving keeps
+    assert card["training"]["max_seq_length"] == 48 and card["serving"]["max_seq_length"] == base_length
 
     # a model name like any other: ingestion encoder, ONNX query encoder, cache identity
     trained = settings.embedding.model_copy(update={"model": str(out), "device": "cpu"})
     mine = Embedder(trained, settings.models)
-    assert mine.max_seq_length == 256
+    assert mine.max_seq_length == base_length
     import importlib.util
 
     if importlib.util.find_spec("onnxruntime"):
