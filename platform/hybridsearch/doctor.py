@@ -77,7 +77,7 @@ def run_checks(settings: Settings, *, es: EngineClient | None = None, models: bo
         checks += check_log_indices(es, settings)
     checks.append(check_embedder(settings.embedding, settings.models) if models
                   else Check("models", "embedder", "SKIP", "--no-models"))
-    checks.append(check_reranker(settings.reranker) if reranker
+    checks.append(check_reranker(settings.reranker, settings.models) if reranker
                   else Check("reranker", "reranker", "SKIP", "--no-reranker"))
     return checks
 
@@ -382,7 +382,7 @@ def check_embedder(cfg: EmbeddingSettings, models: ModelsSettings) -> Check:
                                              f"{time.perf_counter() - t0:.1f} s")
 
 
-def check_reranker(cfg: RerankerSettings) -> Check:
+def check_reranker(cfg: RerankerSettings, models: ModelsSettings) -> Check:
     """The reranker service is ready, or the local cross-encoder loads and scores a pair."""
     degrade = "searches will keep the fused order until this is fixed"
     if not cfg.enabled:
@@ -404,7 +404,7 @@ def check_reranker(cfg: RerankerSettings) -> Check:
     try:
         from hybridsearch.rerank import LocalReranker
 
-        reranker = LocalReranker(cfg)
+        reranker = LocalReranker(cfg, models)
         reranker.score("doctor", ["a passage"])
     except HybridSearchError as exc:
         return Check("reranker", "local model", "WARN", f"{exc.problem}; {degrade}",

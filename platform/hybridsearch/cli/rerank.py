@@ -7,6 +7,7 @@ import logging
 import time
 from typing import Any
 
+from hybridsearch.cli import Subcommands
 from hybridsearch.cli.output import right, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.errors import ConfigError
@@ -41,7 +42,7 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
 
     cfg = with_overrides(settings.reranker, args)
     logging.getLogger("hybridsearch").setLevel(logging.INFO if args.verbose < 2 else logging.DEBUG)
-    scorer = LocalReranker(cfg)
+    scorer = LocalReranker(cfg, settings.models)
     if not args.lazy:
         started = time.perf_counter()
         scorer.load()
@@ -61,7 +62,7 @@ def check(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.rerank import make_reranker
     from hybridsearch.rerank.base import order_by_score
 
-    reranker = make_reranker(with_overrides(settings.reranker, args))
+    reranker = make_reranker(with_overrides(settings.reranker, args), settings.models)
     if reranker is None:
         raise ConfigError("reranking is disabled (HSP_RERANKER__ENABLED=false)")
     query = args.query or SAMPLE_QUERY
@@ -76,7 +77,7 @@ def check(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """Add ``serve-reranker`` and ``rerank-check``."""
     p = sub.add_parser("serve-reranker", help="run the cross-encoder reranker HTTP service",
                        description="Serve POST /rerank, /healthz, /readyz and /metrics (settings: HSP_RERANKER__*).")

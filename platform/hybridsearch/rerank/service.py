@@ -22,7 +22,6 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from hybridsearch.rerank.base import PairScorer, order_by_score
 from hybridsearch.rerank.batching import MicroBatcher, QueueFull
 from hybridsearch.rerank.http import REQUEST_TIMEOUT_HEADER
-from hybridsearch.rerank.local import LocalReranker
 from hybridsearch.settings import RerankerSettings
 
 log = logging.getLogger(__name__)
@@ -315,10 +314,9 @@ def _error(exc: ApiError) -> JSONResponse:
     return JSONResponse({"error": exc.code, "detail": exc.detail}, status_code=exc.status, headers=exc.headers)
 
 
-def create_app(cfg: RerankerSettings | None = None, scorer: PairScorer | None = None) -> FastAPI:
-    """The service app; ``scorer`` defaults to a LocalReranker of ``cfg``, loaded in the background at start-up."""
-    cfg = cfg or RerankerSettings()
-    state = ServiceState(cfg, scorer if scorer is not None else LocalReranker(cfg))
+def create_app(cfg: RerankerSettings, scorer: PairScorer) -> FastAPI:
+    """The service app of ``scorer``, loaded in the background at start-up."""
+    state = ServiceState(cfg, scorer)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
