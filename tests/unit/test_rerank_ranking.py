@@ -8,7 +8,8 @@ import pytest
 
 from hybridsearch.cli.main import exit_code
 from hybridsearch.errors import ModelError, RerankerError, RerankerModelError
-from hybridsearch.rerank import HttpReranker, LocalReranker, Reranker, make_reranker, order_by_score
+from hybridsearch.rerank import HttpReranker, LocalReranker, Reranker, make_reranker
+from hybridsearch.rerank.base import order_by_score
 from hybridsearch.rerank.batching import split_scores
 from hybridsearch.rerank.local import load_cross_encoder
 from hybridsearch.settings import RerankerSettings, load_settings

@@ -16,7 +16,8 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from hybridsearch.rerank import LocalReranker, order_by_score
+from hybridsearch.rerank import LocalReranker
+from hybridsearch.rerank.base import order_by_score
 from hybridsearch.rerank.service import create_app
 from hybridsearch.settings import RerankerSettings, load_settings
 

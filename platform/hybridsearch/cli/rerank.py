@@ -37,8 +37,7 @@ def with_overrides(cfg: RerankerSettings, args: argparse.Namespace) -> RerankerS
 def serve(args: argparse.Namespace, settings: Settings) -> int:
     """Run the service until interrupted. Loads the model first (RerankerModelError → exit 5) unless --lazy."""
     from hybridsearch.rerank.local import LocalReranker
-    from hybridsearch.rerank.service import create_app
-    from hybridsearch.rerank.service import serve as serve_app
+    from hybridsearch.rerank.service import create_app, server
 
     cfg = with_overrides(settings.reranker, args)
     logging.getLogger("hybridsearch").setLevel(logging.INFO if args.verbose < 2 else logging.DEBUG)
@@ -51,9 +50,9 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
     console.print(f"reranker service on http://{args.host}:{args.port} (micro-batching "
                   f"{'on, ' + str(cfg.batch_window_ms) + ' ms' if cfg.micro_batching else 'off'}, "
                   f"auth {'on' if cfg.token else 'off'})")
-    # header and body timeouts, connection cap: hybridsearch.rerank.service.serve
-    serve_app(create_app(cfg, scorer), args.host, args.port, log_level="info", access_log=args.verbose > 0,
-              timeout_graceful_shutdown=5)
+    # header and body timeouts, connection cap: hybridsearch.rerank.service.server
+    server(create_app(cfg, scorer), args.host, args.port, log_level="info", access_log=args.verbose > 0,
+           timeout_graceful_shutdown=5).run()
     return 0
 
 

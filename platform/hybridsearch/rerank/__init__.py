@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from hybridsearch.rerank.base import PairScorer, Reranker, order_by_score
+from hybridsearch.rerank.base import Reranker
 from hybridsearch.rerank.http import HttpReranker
-from hybridsearch.rerank.local import LocalReranker, load_cross_encoder
+from hybridsearch.rerank.local import LocalReranker
 from hybridsearch.settings import ModelsSettings, RerankerSettings
 
-__all__ = ["HttpReranker", "LocalReranker", "PairScorer", "Reranker", "load_cross_encoder", "make_reranker",
-           "order_by_score"]
+__all__ = ["HttpReranker", "LocalReranker", "Reranker", "make_reranker"]
 
 
 def make_reranker(cfg: RerankerSettings, models: ModelsSettings) -> Reranker | None:
