@@ -8,7 +8,7 @@ import pytest
 
 from hybridsearch.cli.main import exit_code
 from hybridsearch.errors import ModelError, RerankerError, RerankerModelError
-from hybridsearch.rerank import HttpReranker, LocalReranker, Reranker, make_reranker
+from hybridsearch.rerank import HttpReranker, LocalReranker, make_reranker
 from hybridsearch.rerank.base import order_by_score
 from hybridsearch.rerank.batching import split_scores
 from hybridsearch.rerank.local import load_cross_encoder
@@ -37,10 +37,10 @@ def test_split_scores_cuts_in_sizes_and_checks_lengths() -> None:
 def test_make_reranker_disabled_url_and_local() -> None:
     assert make_reranker(load_settings(reranker={"enabled": False}).reranker, MODELS) is None
     http = make_reranker(load_settings(reranker={"url": "http://127.0.0.1:1/", "token": "s3cret"}).reranker, MODELS)
-    assert isinstance(http, HttpReranker) and isinstance(http, Reranker)
+    assert isinstance(http, HttpReranker)
     assert http.url == "http://127.0.0.1:1"
     local = make_reranker(load_settings(reranker={"model": "/nowhere/model"}).reranker, MODELS)
-    assert isinstance(local, LocalReranker) and isinstance(local, Reranker)
+    assert isinstance(local, LocalReranker)
     assert not local.loaded  # lazy: nothing loaded yet
 
 

@@ -50,7 +50,6 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
     console.print(f"reranker service on http://{args.host}:{args.port} (micro-batching "
                   f"{'on, ' + str(cfg.batch_window_ms) + ' ms' if cfg.micro_batching else 'off'}, "
                   f"auth {'on' if cfg.token else 'off'})")
-    # header and body timeouts, connection cap: hybridsearch.rerank.service.server
     server(create_app(cfg, scorer), args.host, args.port, log_level="info", access_log=args.verbose > 0,
            timeout_graceful_shutdown=5).run()
     return 0
