@@ -17,7 +17,6 @@ if TYPE_CHECKING:
     from hybridsearch.ingest.sources import RecordFields
 
 
-
 def register(sub: Subcommands) -> None:
     """Add ``ingest`` and ``delete``."""
     p = sub.add_parser("ingest", help="read, chunk, embed and index documents from a file or folder",
