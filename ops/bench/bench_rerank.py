@@ -44,7 +44,7 @@ from rich.text import Text
 
 from hybridsearch.embedding.models import pick_device
 from hybridsearch.rerank import HttpReranker, LocalReranker
-from hybridsearch.settings import RerankerSettings
+from hybridsearch.settings import RerankerSettings, load_settings
 
 ROOT = Path(__file__).resolve().parents[2]
 SCIFACT = ROOT.parent / "shared" / "datasets" / "scifact"
@@ -215,7 +215,7 @@ def main() -> int:
                   f"request · device {device}{f' ({gpu})' if gpu else ''} · {os.cpu_count()} CPUs · torch "
                   f"{torch.__version__}, {torch.get_num_threads()} threads · {machine}", highlight=False)
     cfg = RerankerSettings(model=model, device=device)  # type: ignore[arg-type]
-    local = LocalReranker(cfg)
+    local = LocalReranker(cfg, load_settings().models)
     local.load()
     figures: dict[str, Any] = {"model": model, "note": note, "device": device, "gpu": gpu,
                                "passages": len(passages), "words": args.words, "cpus": os.cpu_count()}

@@ -132,7 +132,7 @@ def one_run(i: int, args: argparse.Namespace, base: Settings) -> dict[str, Any]:
         rec["card"] = str(out / "card.json")
 
         t0 = time.perf_counter()
-        reranker = LocalReranker(s.reranker.model_copy(update={"model": str(out)}))
+        reranker = LocalReranker(s.reranker.model_copy(update={"model": str(out)}), s.models)
         ev = evaluate_collection(es, s, collection, ["hybrid", "hybrid+rerank"], embedder=embedder,
                                  reranker=reranker, ingest=False)
         rec["eval_s"] = round(time.perf_counter() - t0, 1)

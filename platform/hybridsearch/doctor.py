@@ -74,10 +74,10 @@ def run_checks(settings: Settings, *, es: EngineClient | None = None, models: bo
             checks += check_index(es, settings)
         except HybridSearchError as exc:
             checks.append(Check("index", "index", "FAIL", *problem(exc)))
-        checks += check_log_indices(es, settings)
+        checks += [check_log_index(es, settings, kind) for kind in LOG_KINDS]
     checks.append(check_embedder(settings.embedding, settings.models) if models
                   else Check("models", "embedder", "SKIP", "--no-models"))
-    checks.append(check_reranker(settings.reranker) if reranker
+    checks.append(check_reranker(settings.reranker, settings.models) if reranker
                   else Check("reranker", "reranker", "SKIP", "--no-reranker"))
     return checks
 
@@ -305,9 +305,8 @@ def retrieval_checks(meta: dict[str, Any], query: QuerySettings) -> list[Check]:
     if words is not None:
         bm25 = Check("index", "bm25", "OK", f"whole documents (sections of up to {words} words); kNN over chunks")
     else:
-        bm25 = Check("index", "bm25", "WARN", "each chunk: the index was built before whole-document BM25 or with "
-                     "HSP_INDEX__BM25_UNIT=chunk (SciFact: BM25 nDCG@10 0.673 on chunks, 0.692 on documents)",
-                     "`hsp index migrate` builds a version with sections")
+        bm25 = Check("index", "bm25", "WARN", "each chunk (an index without sections, or HSP_INDEX__BM25_UNIT=chunk): "
+                     "whole documents rank better", "`hsp index migrate` builds a version with sections")
     try:
         fusion = fusion_for(query, meta)
     except QueryError as exc:
@@ -362,11 +361,6 @@ def check_log_index(es: EngineClient, settings: Settings, kind: str) -> Check:
     return Check("logs", name, "OK", f"{st.name}: mapping fits, writable{via}, {st.health}")
 
 
-def check_log_indices(es: EngineClient, settings: Settings) -> list[Check]:
-    """:func:`check_log_index` for the query log, the ingest runs and the ingest state."""
-    return [check_log_index(es, settings, kind) for kind in LOG_KINDS]
-
-
 def check_embedder(cfg: EmbeddingSettings, models: ModelsSettings) -> Check:
     """The embedding model loads and makes vectors of the configured size."""
     from hybridsearch.embedding.encoder import Embedder
@@ -382,7 +376,7 @@ def check_embedder(cfg: EmbeddingSettings, models: ModelsSettings) -> Check:
                                              f"{time.perf_counter() - t0:.1f} s")
 
 
-def check_reranker(cfg: RerankerSettings) -> Check:
+def check_reranker(cfg: RerankerSettings, models: ModelsSettings) -> Check:
     """The reranker service is ready, or the local cross-encoder loads and scores a pair."""
     degrade = "searches will keep the fused order until this is fixed"
     if not cfg.enabled:
@@ -404,7 +398,7 @@ def check_reranker(cfg: RerankerSettings) -> Check:
     try:
         from hybridsearch.rerank import LocalReranker
 
-        reranker = LocalReranker(cfg)
+        reranker = LocalReranker(cfg, models)
         reranker.score("doctor", ["a passage"])
     except HybridSearchError as exc:
         return Check("reranker", "local model", "WARN", f"{exc.problem}; {degrade}",

@@ -57,9 +57,3 @@ def note(sink: ProgressSink | None, task: str, text: str) -> None:
     if sink is not None:
         sink(ProgressEvent(task, note=text))
 
-
-def tracker(sink: ProgressSink | None) -> Callable[[str, int], Callable[[int], None]]:
-    """``(description, total) -> advance(n)`` callbacks, for steps that take that shape."""
-    def track(name: str, total: int) -> Callable[[int], None]:
-        return Task(sink, name, total).advance
-    return track

@@ -18,6 +18,8 @@ from hybridsearch.index.spec import has_analyzer
 from hybridsearch.index.versions import ensure_index
 from hybridsearch.settings import Settings, load_settings
 
+MODELS = load_settings().models
+
 
 def by_name(checks: list[doctor.Check]) -> dict[str, doctor.Check]:
     return {f"{c.area}.{c.name}": c for c in checks}
@@ -94,10 +96,10 @@ def test_unreachable_cluster_skips_index_checks() -> None:
 
 def test_embedder_check(settings: Settings, tmp_path: Any) -> None:
     broken = settings.embedding.model_copy(update={"model": str(tmp_path / "no-such-model")})
-    check = doctor.check_embedder(broken, load_settings().models)
+    check = doctor.check_embedder(broken, MODELS)
     assert check.status == "FAIL" and "HSP_EMBEDDING__MODEL" in (check.fix or "")
     wrong_dims = settings.embedding.model_copy(update={"dims": 64})
-    check = doctor.check_embedder(wrong_dims, load_settings().models)
+    check = doctor.check_embedder(wrong_dims, MODELS)
     assert check.status == "FAIL" and "384-dim" in check.detail
 
 
@@ -128,14 +130,14 @@ def reranker_service() -> Iterator[tuple[str, type[_Readyz]]]:
 def test_reranker_service_readiness(settings: Settings, reranker_service: tuple[str, Any]) -> None:
     url, handler = reranker_service
     cfg = settings.reranker.model_copy(update={"url": url})
-    assert doctor.check_reranker(cfg).status == "OK"
+    assert doctor.check_reranker(cfg, MODELS).status == "OK"
     handler.status = 503
-    check = doctor.check_reranker(cfg)
+    check = doctor.check_reranker(cfg, MODELS)
     assert check.status == "WARN" and "503" in check.detail and "fused order" in check.detail
     down = cfg.model_copy(update={"url": "http://127.0.0.1:1"})
-    assert doctor.check_reranker(down).status == "WARN"
+    assert doctor.check_reranker(down, MODELS).status == "WARN"
     off = cfg.model_copy(update={"enabled": False})
-    assert doctor.check_reranker(off).status == "OK"
+    assert doctor.check_reranker(off, MODELS).status == "OK"
 
 
 @pytest.mark.parametrize("value, total, expected", [

@@ -15,11 +15,12 @@ from pathlib import Path
 import pytest
 
 from hybridsearch.cli.main import main
-from hybridsearch.doctor import check_log_index, check_log_indices
+from hybridsearch.doctor import check_log_index
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import AccessDenied, IndexBlocked
 from hybridsearch.eval.prepare import choose_index
 from hybridsearch.index.logs import LogWriter, inspect_log_index
+from hybridsearch.index.spec import LOG_KINDS
 from hybridsearch.index.versions import create_version, ensure_index, live_index
 from hybridsearch.ingest.lease import IngestResult, RunRecord, now
 from hybridsearch.query.querylog import QueryLogger
@@ -200,11 +201,11 @@ def test_ingest_runs_index_deleted_is_recreated_from_its_spec(es: EngineClient, 
 # ------------------------------------------------------------------------------------------- doctor
 
 def test_doctor_checks_the_log_indices(es: EngineClient, hx: Settings) -> None:
-    checks = {c.name: c for c in check_log_indices(es, hx)}
+    checks = {c.name: c for c in [check_log_index(es, hx, kind) for kind in LOG_KINDS]}
     assert set(checks) == {"query-log", "ingest-runs", "ingest-state"}
     assert all(c.status == "WARN" for c in checks.values())  # none exists yet
     ensure_index(es, hx)
-    assert {c.name: c.status for c in check_log_indices(es, hx)} == dict.fromkeys(checks, "OK")
+    assert [check_log_index(es, hx, kind).status for kind in LOG_KINDS] == ["OK"] * len(LOG_KINDS)
     # a query log made by a write with guessed mappings: FAIL, naming the fields
     name = hx.index.query_log
     es.send(request.delete_index(name))

@@ -18,6 +18,8 @@ from hybridsearch.errors import RerankerError
 from hybridsearch.rerank import HttpReranker, LocalReranker, make_reranker
 from hybridsearch.settings import RerankerSettings, load_settings
 
+MODELS = load_settings().models
+
 QUERY = "does exercise lower blood pressure"
 PASSAGES = ["Regular aerobic exercise reduces systolic blood pressure in adults with hypertension.",
             "The Eiffel Tower was completed in 1889.", "Salt intake raises blood pressure in some people.",
@@ -75,9 +77,9 @@ def service(tiny_cross_encoder: Path) -> Iterator[str]:
 
 
 def test_http_reranker_gets_the_same_scores_as_in_process(service: str, tiny_cross_encoder: Path) -> None:
-    local = LocalReranker(RerankerSettings(model=str(tiny_cross_encoder), device="cpu", max_length=64))
+    local = LocalReranker(RerankerSettings(model=str(tiny_cross_encoder), device="cpu", max_length=64), MODELS)
     settings = load_settings(reranker={"url": service, "token": TOKEN, "timeout": 10})
-    remote = make_reranker(settings.reranker)
+    remote = make_reranker(settings.reranker, settings.models)
     assert isinstance(remote, HttpReranker)
     with remote:
         assert remote.score(QUERY, PASSAGES) == pytest.approx(local.score(QUERY, PASSAGES), abs=1e-5)

@@ -111,7 +111,7 @@ def test_train_reranker_trains_a_servable_model_from_train_queries_only(
     assert card["validation"]["fused_order"]["ndcg@10"] > 0.5  # the mini collection is easy for hybrid search
 
     model = CrossEncoder(str(out), device="cpu")
-    reranker = LocalReranker(settings.reranker.model_copy(update={"model": str(out), "device": "cpu"}))
+    reranker = LocalReranker(settings.reranker.model_copy(update={"model": str(out), "device": "cpu"}), settings.models)
     passages = ["asthma attacks. asthma in lung patients", "melanoma detection. skin"]
     np.testing.assert_allclose(reranker.score("asthma", passages),
                                model.predict([("asthma", p) for p in passages], activation_fn=None), rtol=1e-4)

@@ -24,6 +24,8 @@ from hybridsearch.embedding.catalogue import CatalogueEntry
 from hybridsearch.errors import ModelError, RerankerModelError
 from hybridsearch.settings import ModelsSettings, load_settings
 
+MODELS = load_settings().models
+
 pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
@@ -272,7 +274,7 @@ def test_the_default_reranker_fails_at_once_without_hf_hub_offline(no_network: l
     from hybridsearch.rerank import LocalReranker
     from hybridsearch.settings import RerankerSettings
 
-    reranker = LocalReranker(RerankerSettings(device="cpu"))  # cross-encoder/ms-marco-MiniLM-L-6-v2, not cached
+    reranker = LocalReranker(RerankerSettings(device="cpu"), MODELS)  # cross-encoder/ms-marco-MiniLM-L-6-v2, not cached
     started = time.perf_counter()
     with pytest.raises(RerankerModelError) as info:
         reranker.score("q", ["p"])

@@ -12,7 +12,7 @@ import hybridsearch.rerank
 from hybridsearch import SearchClient
 from hybridsearch.errors import RerankerError
 from hybridsearch.query.results import RerankOutcome, SearchResult
-from hybridsearch.settings import ClusterSettings, RerankerSettings, Settings, load_settings
+from hybridsearch.settings import ClusterSettings, ModelsSettings, RerankerSettings, Settings, load_settings
 from recorded_engine import FakeES, FixedVectors, recording
 
 
@@ -40,7 +40,7 @@ def searched(client: SearchClient, **kw: object) -> SearchResult:
 
 def test_factory_reranker_is_used(monkeypatch: pytest.MonkeyPatch) -> None:
     made = Fixed()
-    monkeypatch.setattr(hybridsearch.rerank, "make_reranker", lambda s: made)
+    monkeypatch.setattr(hybridsearch.rerank, "make_reranker", lambda s, m: made)
     with SearchClient.from_settings(_settings(), embedder=FixedVectors()) as c:  # type: ignore[arg-type]
         result = searched(c)
         assert c.reranker is made and result.rerank_outcome is RerankOutcome.APPLIED and result.rerank_reason is None
@@ -58,7 +58,7 @@ def test_explicit_reranker_wins_and_disabled_says_so() -> None:
 
 @pytest.mark.parametrize("exc", [RerankerError("no model here"), ValueError("bad url")])
 def test_factory_failure_degrades_with_a_reason(monkeypatch: pytest.MonkeyPatch, exc: Exception) -> None:
-    def boom(cfg: RerankerSettings) -> None:
+    def boom(cfg: RerankerSettings, models: ModelsSettings) -> None:
         raise exc
 
     monkeypatch.setattr(hybridsearch.rerank, "make_reranker", boom)

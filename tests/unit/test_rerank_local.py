@@ -10,7 +10,9 @@ import pytest
 
 import hybridsearch.rerank.local as local_mod
 from hybridsearch.rerank import LocalReranker
-from hybridsearch.settings import RerankerSettings
+from hybridsearch.settings import RerankerSettings, load_settings
+
+MODELS = load_settings().models
 
 QUERY = "how do vaccines train the immune system"
 PASSAGES = [
@@ -24,7 +26,8 @@ PASSAGES = [
 
 @pytest.fixture(scope="module")
 def reranker(tiny_cross_encoder: Path) -> LocalReranker:
-    r = LocalReranker(RerankerSettings(model=str(tiny_cross_encoder), device="cpu", batch_size=2, max_length=64))
+    r = LocalReranker(RerankerSettings(model=str(tiny_cross_encoder), device="cpu", batch_size=2, max_length=64),
+                      MODELS)
     r.load()
     return r
 
@@ -38,7 +41,7 @@ def test_lazy_load_happens_once_on_first_score(tiny_cross_encoder: Path, monkeyp
         return real(name, *args, **kwargs)
 
     monkeypatch.setattr(local_mod, "load_cross_encoder", counting)
-    r = LocalReranker(RerankerSettings(model=str(tiny_cross_encoder), device="cpu"))
+    r = LocalReranker(RerankerSettings(model=str(tiny_cross_encoder), device="cpu"), MODELS)
     assert not r.loaded and calls == []
     threads = [threading.Thread(target=r.score, args=(QUERY, PASSAGES[:2])) for _ in range(4)]
     for t in threads:
@@ -70,7 +73,7 @@ def test_scores_are_deterministic_and_in_input_order(reranker: LocalReranker) ->
 
 def test_batch_size_does_not_change_scores(tiny_cross_encoder: Path, reranker: LocalReranker) -> None:
     one_by_one = LocalReranker(RerankerSettings(model=str(tiny_cross_encoder), device="cpu", batch_size=1,
-                                                max_length=64))
+                                                max_length=64), MODELS)
     assert one_by_one.score(QUERY, PASSAGES) == pytest.approx(reranker.score(QUERY, PASSAGES), abs=1e-5)
 
 
@@ -93,7 +96,7 @@ def test_max_length_from_settings_applies(reranker: LocalReranker) -> None:
 def test_a_crossencoder_saved_folder_loads(tmp_path: Path, reranker: LocalReranker) -> None:
     """What a training run saves with CrossEncoder.save_pretrained loads through HSP_RERANKER__MODEL=DIR."""
     reranker.model.save_pretrained(str(tmp_path / "trained"))
-    again = LocalReranker(RerankerSettings(model=str(tmp_path / "trained"), device="cpu", max_length=64))
+    again = LocalReranker(RerankerSettings(model=str(tmp_path / "trained"), device="cpu", max_length=64), MODELS)
     assert again.score(QUERY, PASSAGES) == pytest.approx(reranker.score(QUERY, PASSAGES), abs=1e-5)
 
 
@@ -109,12 +112,13 @@ def test_doctor_reports_the_trained_length_and_the_blend_with_its_source(tiny_cr
     shutil.copytree(tiny_cross_encoder, model)
     (model / "card.json").write_text(json.dumps({"kind": "hybridsearch-domain-reranker",
                                                  "serving": {"blend": 0.3, "max_length": 64}}))
-    carded = doctor.check_reranker(load_settings(reranker={"model": str(model), "device": "cpu"}).reranker)
+    carded = doctor.check_reranker(load_settings(reranker={"model": str(model), "device": "cpu"}).reranker, MODELS)
     assert carded.status == "OK" and "max length 64, blend 0.3 from model card" in carded.detail
     forced = doctor.check_reranker(load_settings(reranker={"model": str(model), "device": "cpu", "blend": 0.7,
-                                                           "max_length": 32}).reranker)
+                                                           "max_length": 32}).reranker, MODELS)
     assert "max length 32, blend 0.7 from HSP_RERANKER__BLEND" in forced.detail
-    plain = doctor.check_reranker(load_settings(reranker={"model": str(tiny_cross_encoder), "device": "cpu"}).reranker)
+    plain = doctor.check_reranker(load_settings(reranker={"model": str(tiny_cross_encoder), "device": "cpu"}).reranker,
+                                  MODELS)
     assert "blend 1 from default" in plain.detail
 
 
@@ -131,6 +135,6 @@ def test_serve_reranker_overrides_keep_the_trained_length(tmp_path: Path) -> Non
                                                  "serving": {"blend": 0.45, "max_length": 128}}))
     args = argparse.Namespace(model=str(model), device="cpu", url=None, batch_window_ms=None, no_batching=False)
     cfg = with_overrides(load_settings().reranker, args)
-    assert cfg.max_length is None and LocalReranker(cfg).max_length == 128  # not the 512 fallback
+    assert cfg.max_length is None and LocalReranker(cfg, MODELS).max_length == 128  # not the 512 fallback
     forced = with_overrides(load_settings(reranker={"max_length": 256}).reranker, args)
-    assert LocalReranker(forced).max_length == 256
+    assert LocalReranker(forced, MODELS).max_length == 256

@@ -16,9 +16,12 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from hybridsearch.rerank import LocalReranker, order_by_score
+from hybridsearch.rerank import LocalReranker
+from hybridsearch.rerank.base import order_by_score
 from hybridsearch.rerank.service import create_app
-from hybridsearch.settings import RerankerSettings
+from hybridsearch.settings import RerankerSettings, load_settings
+
+MODELS = load_settings().models
 
 QUERY = "what causes tides"
 PASSAGES = ["The moon's gravity pulls on the oceans.", "Bread rises because of yeast.",
@@ -34,7 +37,7 @@ def cfg(**kw: object) -> RerankerSettings:
 
 @pytest.fixture(scope="module")
 def scorer(tiny_cross_encoder: Path) -> LocalReranker:
-    s = LocalReranker(cfg(model=str(tiny_cross_encoder)))
+    s = LocalReranker(cfg(model=str(tiny_cross_encoder)), MODELS)
     s.load()
     return s
 

@@ -1,6 +1,6 @@
 """The reranker service under slow clients and tight budgets.
 
-A real uvicorn server on a loopback port (as ``hsp serve-reranker`` runs it, :func:`serve`'s config) for the
+A real uvicorn server on a loopback port (as ``hsp serve-reranker`` runs it, :func:`server`) for the
 connection limits: a slowloris client (one header byte a second) is cut off after ``header_timeout``, a slow body
 after ``body_timeout``, a connection over ``max_connections`` is answered 503 at once. The budget rules through the
 app and the batcher: a request whose budget the queue cannot meet gets 503 quickly; an accepted one never waits in
@@ -18,13 +18,12 @@ from contextlib import contextmanager
 
 import httpx
 import pytest
-import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from hybridsearch.rerank import HttpReranker
 from hybridsearch.rerank.batching import MicroBatcher, QueueFull
-from hybridsearch.rerank.service import create_app, server_config
+from hybridsearch.rerank.service import create_app, server
 from scorers import HeldScorer, cfg
 
 VALID = {"query": "q", "passages": ["aa", "b"]}
@@ -36,17 +35,17 @@ def served(app: FastAPI) -> Iterator[int]:
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     port = int(sock.getsockname()[1])
-    server = uvicorn.Server(server_config(app, "127.0.0.1", port, log_level="warning"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    running = server(app, "127.0.0.1", port, log_level="warning")
+    thread = threading.Thread(target=running.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 10
-    while not server.started and time.monotonic() < deadline:
+    while not running.started and time.monotonic() < deadline:
         time.sleep(0.02)
-    assert server.started
+    assert running.started
     try:
         yield port
     finally:
-        server.should_exit = True
+        running.should_exit = True
         thread.join(10)
         sock.close()
 

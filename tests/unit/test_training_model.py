@@ -11,12 +11,15 @@ import numpy as np
 import pytest
 
 from hybridsearch.rerank.base import serving_hints
+from hybridsearch.settings import load_settings
 from hybridsearch.training.card import beats_fused, save_model
 from hybridsearch.training.card import make_card as _make_card
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
 from hybridsearch.training.negatives import Candidate, MinedData, SplitData, ValidationQuery, build_pairs
 from hybridsearch.training.reranker import load_base, train_cross_encoder
 from hybridsearch.training.validation import choose_blend, rerank_metrics, rerank_validation_evaluator
+
+MODELS = load_settings().models
 
 TOPICS = {
     "heart": "cardiac arrest blood pressure artery",
@@ -93,7 +96,7 @@ def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(ti
     pairs = [("neuron brain", "Brain. neuron cortex"), ("neuron brain", "Bone. fracture")]
     np.testing.assert_allclose(loaded.predict(pairs, activation_fn=None), model.predict(pairs, activation_fn=None),
                                rtol=1e-5)
-    reranker = LocalReranker(RerankerSettings(model=str(out), device="cpu", max_length=32))
+    reranker = LocalReranker(RerankerSettings(model=str(out), device="cpu", max_length=32), MODELS)
     scores = reranker.score("neuron brain", [p for _, p in pairs])
     assert len(scores) == 2 and all(np.isfinite(scores))
 
@@ -110,9 +113,9 @@ def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(ti
     assert card["serving"]["blend"] == kept["blend"] and reranker.blend == kept["blend"]
     # the trained length is used unless HSP_RERANKER__MAX_LENGTH says otherwise
     assert card["serving"]["max_length"] == 32 and serving_hints(out)[1] == 32
-    assert LocalReranker(RerankerSettings(model=str(out))).max_length == 32
-    assert LocalReranker(RerankerSettings(model=str(out), max_length=64)).max_length == 64
-    assert LocalReranker(RerankerSettings(model=str(tiny_base))).max_length == 512  # no card: the default
+    assert LocalReranker(RerankerSettings(model=str(out)), MODELS).max_length == 32
+    assert LocalReranker(RerankerSettings(model=str(out), max_length=64), MODELS).max_length == 64
+    assert LocalReranker(RerankerSettings(model=str(tiny_base)), MODELS).max_length == 512  # no card: the default
     fused = rerank_metrics(mined.validation, None)
     assert card["validation"]["fused_order"]["ndcg@10"] == pytest.approx(fused["ndcg@10"])
     # the saved weights are the kept epoch's: re-validating them the way training did gives that epoch's

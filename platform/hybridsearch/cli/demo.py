@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
+from hybridsearch.cli import Subcommands
 from hybridsearch.cli.output import print_wrapped, styled
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
@@ -14,7 +15,7 @@ from hybridsearch.settings import Settings
 DEFAULT_LIMIT = 3000
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """Add ``hsp demo`` to ``sub``."""
     from hybridsearch.demo import SAMPLE_QUERIES
 
@@ -58,7 +59,7 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
                                f"{result.failed:,} failed in {took:.0f} s ({result.chunks_per_second:.1f} chunks/s)"
                                + (f"; dead letters: {result.dead_letter_path}" if result.dead_letter_path else ""),
                       indent=4)
-    reranker, reason = auto_reranker(settings.reranker)
+    reranker, reason = auto_reranker(settings.reranker, settings.models)
     queries = args.query or list(SAMPLE_QUERIES)
     print_wrapped(console, styled(("2/2", "bold"), f" {len(queries)} queries: BM25 sent at once, kNN once the query is "
                                   "embedded, RRF fusion" + (", then a cross-encoder rerank where its model loads"

@@ -11,6 +11,7 @@ from typing import Any
 from rich.table import Table
 
 from hybridsearch import doctor
+from hybridsearch.cli import Subcommands
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.output import styled
 from hybridsearch.cluster_url import shown
@@ -19,7 +20,7 @@ from hybridsearch.settings import Settings
 STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """Add ``hsp doctor`` to ``sub``."""
     p = sub.add_parser("doctor", help="check cluster, index, models and reranker; exit 1 on any failure")
     p.add_argument("--json", action="store_true", help="print the checks as JSON")

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rich.table import Column
 
+from hybridsearch.cli import Subcommands
 from hybridsearch.cli.output import print_table, right, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
@@ -27,7 +28,7 @@ GATE_FAILED = 1  # exit code when --baseline finds a regression beyond --toleran
 SHOWN = 8  # fusions listed by calibrate-fusion
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """Add ``eval`` and ``calibrate-fusion`` to ``sub``."""
     p = sub.add_parser("eval", help="measure retrieval quality and latency on a BEIR collection",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.table import Column
 
+from hybridsearch.cli import Subcommands
 from hybridsearch.cli.output import print_table, print_wrapped, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
@@ -20,7 +21,7 @@ from hybridsearch.migrate import migrate, migration_settings
 from hybridsearch.settings import Settings
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """Add ``hsp index ...`` to ``sub``."""
     p = sub.add_parser("index", help="inspect and manage versioned chunk indices",
                        description="Versioned chunk indices <prefix>-chunks-v<N> behind the read alias "

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hybridsearch.cli import Subcommands
 from hybridsearch.cli.output import print_table, right, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
@@ -16,8 +17,7 @@ if TYPE_CHECKING:
     from hybridsearch.ingest.sources import RecordFields
 
 
-
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """Add ``ingest`` and ``delete``."""
     p = sub.add_parser("ingest", help="read, chunk, embed and index documents from a file or folder",
                        description="Ingest a folder tree (.txt .md .html .json .jsonl) or a BEIR corpus.jsonl[.gz]. "

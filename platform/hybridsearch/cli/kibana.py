@@ -7,13 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from hybridsearch import kibana
+from hybridsearch.cli import Subcommands
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.output import styled
 from hybridsearch.errors import ConfigError
 from hybridsearch.settings import Settings
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """Add ``hsp kibana ...`` to ``sub``."""
     p = sub.add_parser("kibana", help="import the hybridsearch data views and dashboard into Kibana")
     ksub = p.add_subparsers(dest="kibana_command", metavar="ACTION", required=True)

@@ -20,6 +20,7 @@ import sys
 import time
 from pathlib import Path
 
+from hybridsearch.cli import Subcommands
 from hybridsearch.cli.output import console, print_wrapped, styled
 from hybridsearch.embedding import catalogue
 from hybridsearch.embedding.catalogue import CatalogueEntry
@@ -27,7 +28,7 @@ from hybridsearch.errors import ModelError
 from hybridsearch.settings import ModelsSettings, Settings
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """Add ``hsp models``."""
     p = sub.add_parser("models", help="list, fetch and verify embedding models (no Hugging Face Hub needed)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -7,6 +7,7 @@ import logging
 import time
 from typing import Any
 
+from hybridsearch.cli import Subcommands
 from hybridsearch.cli.output import right, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.errors import ConfigError
@@ -36,12 +37,11 @@ def with_overrides(cfg: RerankerSettings, args: argparse.Namespace) -> RerankerS
 def serve(args: argparse.Namespace, settings: Settings) -> int:
     """Run the service until interrupted. Loads the model first (RerankerModelError → exit 5) unless --lazy."""
     from hybridsearch.rerank.local import LocalReranker
-    from hybridsearch.rerank.service import create_app
-    from hybridsearch.rerank.service import serve as serve_app
+    from hybridsearch.rerank.service import create_app, server
 
     cfg = with_overrides(settings.reranker, args)
     logging.getLogger("hybridsearch").setLevel(logging.INFO if args.verbose < 2 else logging.DEBUG)
-    scorer = LocalReranker(cfg)
+    scorer = LocalReranker(cfg, settings.models)
     if not args.lazy:
         started = time.perf_counter()
         scorer.load()
@@ -50,9 +50,8 @@ def serve(args: argparse.Namespace, settings: Settings) -> int:
     console.print(f"reranker service on http://{args.host}:{args.port} (micro-batching "
                   f"{'on, ' + str(cfg.batch_window_ms) + ' ms' if cfg.micro_batching else 'off'}, "
                   f"auth {'on' if cfg.token else 'off'})")
-    # header and body timeouts, connection cap: hybridsearch.rerank.service.serve
-    serve_app(create_app(cfg, scorer), args.host, args.port, log_level="info", access_log=args.verbose > 0,
-              timeout_graceful_shutdown=5)
+    server(create_app(cfg, scorer), args.host, args.port, log_level="info", access_log=args.verbose > 0,
+           timeout_graceful_shutdown=5).run()
     return 0
 
 
@@ -61,7 +60,7 @@ def check(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.rerank import make_reranker
     from hybridsearch.rerank.base import order_by_score
 
-    reranker = make_reranker(with_overrides(settings.reranker, args))
+    reranker = make_reranker(with_overrides(settings.reranker, args), settings.models)
     if reranker is None:
         raise ConfigError("reranking is disabled (HSP_RERANKER__ENABLED=false)")
     query = args.query or SAMPLE_QUERY
@@ -76,7 +75,7 @@ def check(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """Add ``serve-reranker`` and ``rerank-check``."""
     p = sub.add_parser("serve-reranker", help="run the cross-encoder reranker HTTP service",
                        description="Serve POST /rerank, /healthz, /readyz and /metrics (settings: HSP_RERANKER__*).")

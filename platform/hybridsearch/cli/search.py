@@ -25,6 +25,7 @@ from rich.console import Console
 from rich.table import Column
 from rich.text import Text
 
+from hybridsearch.cli import Subcommands
 from hybridsearch.cli.filters import parse_cli_filters
 from hybridsearch.cli.output import console, print_wrapped, right, styled, table, wrapped
 from hybridsearch.query.results import Highlight, Hit, Mode, RerankOutcome, SearchResult, StageScore, WhyReport
@@ -38,7 +39,7 @@ TITLE_CHARS = 120  # the longest title the table prints
 FORMATS = ("blocks", "table", "json")
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """Add ``hsp search``."""
     p = sub.add_parser("search", help="search the index (BM25 + kNN, fused, reranked)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

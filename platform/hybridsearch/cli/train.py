@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from hybridsearch.cli import Subcommands
 from hybridsearch.cli.output import print_table, right, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
@@ -19,7 +20,7 @@ from hybridsearch.settings import Settings
 M = TypeVar("M", bound=BaseModel)
 
 
-def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def register(sub: Subcommands) -> None:
     """Add ``train-reranker`` and ``train-embedder`` to ``sub``."""
     p = _trainer(
         sub, "train-reranker", train_reranker,
@@ -112,7 +113,7 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
                         "by `hsp eval`)")
 
 
-def _trainer(sub: argparse._SubParsersAction[argparse.ArgumentParser], name: str,
+def _trainer(sub: Subcommands, name: str,
              handler: Callable[[argparse.Namespace, Settings], int], help: str, description: str,
              ) -> argparse.ArgumentParser:
     """The parser of one trainer, with the options both take."""

@@ -222,7 +222,7 @@ def evaluate_collection(es: EngineClient, settings: Settings, collection: Collec
     if "hybrid+rerank" in modes:
         why: str | None = None
         if reranker is None:
-            reranker, why = auto_reranker(settings.reranker)
+            reranker, why = auto_reranker(settings.reranker, settings.models)
         why = why or probe_reranker(reranker, settings.reranker)
         if why is not None:
             skip_reason["hybrid+rerank"] = why

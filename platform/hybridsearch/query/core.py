@@ -54,7 +54,14 @@ from hybridsearch.query.window import (
     passage_text,
 )
 from hybridsearch.rerank.base import Reranker, effective_blend
-from hybridsearch.settings import EmbeddingSettings, QuerySettings, RerankerSettings, Settings, get_settings
+from hybridsearch.settings import (
+    EmbeddingSettings,
+    ModelsSettings,
+    QuerySettings,
+    RerankerSettings,
+    Settings,
+    get_settings,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -66,14 +73,14 @@ WARM_UP_TIMEOUT_S = 60.0  # at least this long for the reranker's first score (i
 FilterArg = Filter | Mapping[str, Any] | None
 
 
-def auto_reranker(settings: RerankerSettings) -> tuple[Reranker | None, str | None]:
-    """``hybridsearch.rerank.make_reranker(settings)``, or None and the reason the search will report."""
+def auto_reranker(settings: RerankerSettings, models: ModelsSettings) -> tuple[Reranker | None, str | None]:
+    """``hybridsearch.rerank.make_reranker(settings, models)``, or None and the reason the search will report."""
     if not settings.enabled:
         return None, "reranker disabled (HSP_RERANKER__ENABLED=false)"
     from hybridsearch.rerank import make_reranker
 
     try:
-        reranker: Reranker | None = make_reranker(settings)
+        reranker: Reranker | None = make_reranker(settings, models)
     except Exception as exc:  # noqa: BLE001 - a reranker that cannot be built must not stop searching
         what = str(exc) if isinstance(exc, HybridSearchError) else f"{type(exc).__name__}: {exc}"
         return None, f"reranker unavailable: {what}"
@@ -317,7 +324,7 @@ class SearchCore:
         settings = settings or get_settings()
         if reranker is not None:
             return settings, reranker, None
-        return (settings, *auto_reranker(settings.reranker))
+        return (settings, *auto_reranker(settings.reranker, settings.models))
 
     def _owning(self) -> Self:
         """This client, marked as the owner of its engine client (closed with it)."""

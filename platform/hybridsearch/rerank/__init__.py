@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from hybridsearch.rerank.base import PairScorer, Reranker, order_by_score
+from hybridsearch.rerank.base import Reranker
 from hybridsearch.rerank.http import HttpReranker
-from hybridsearch.rerank.local import LocalReranker, load_cross_encoder
-from hybridsearch.settings import RerankerSettings
+from hybridsearch.rerank.local import LocalReranker
+from hybridsearch.settings import ModelsSettings, RerankerSettings
 
-__all__ = ["HttpReranker", "LocalReranker", "PairScorer", "Reranker", "load_cross_encoder", "make_reranker",
-           "order_by_score"]
+__all__ = ["HttpReranker", "LocalReranker", "Reranker", "make_reranker"]
 
 
-def make_reranker(cfg: RerankerSettings) -> Reranker | None:
+def make_reranker(cfg: RerankerSettings, models: ModelsSettings) -> Reranker | None:
     """None when ``HSP_RERANKER__ENABLED=false``, an HttpReranker when ``HSP_RERANKER__URL`` is set, else a
     LocalReranker (its model loads on first score). Loads nothing yet."""
     if not cfg.enabled:
         return None
     if cfg.url:
         return HttpReranker(cfg.url, cfg.timeout, cfg.token.get_secret_value() if cfg.token else None)
-    return LocalReranker(cfg)
+    return LocalReranker(cfg, models)

@@ -8,13 +8,12 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol
 
 CARD_FILE = "card.json"
 KIND = "hybridsearch-domain-reranker"
 
 
-@runtime_checkable
 class Reranker(Protocol):
     """Scores passages for one query (RerankerError when it cannot: the search keeps the fused order). ``blend``:
     its recommended share in the final order, 0 (fused order) to 1 (reranker order), or None."""
@@ -29,7 +28,6 @@ class Reranker(Protocol):
         ...
 
 
-@runtime_checkable
 class PairScorer(Protocol):
     """What the reranker service runs: a loadable model scoring flat ``(query, passage)`` pairs."""
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from hybridsearch.embedding.models import locate_model, pick_device, quiet_loading
 from hybridsearch.errors import ModelError, RerankerError, RerankerModelError
 from hybridsearch.rerank.base import serving_hints
-from hybridsearch.settings import RerankerSettings, load_settings
+from hybridsearch.settings import ModelsSettings, RerankerSettings
 
 if TYPE_CHECKING:
     from sentence_transformers import CrossEncoder
@@ -32,11 +32,11 @@ def _how_to_fix(name: str) -> str:
             "it download from the Hugging Face Hub)")
 
 
-def load_cross_encoder(name: str, device: str = "auto", max_length: int = 512) -> CrossEncoder:
+def load_cross_encoder(name: str, models: ModelsSettings, device: str = "auto", max_length: int = 512) -> CrossEncoder:
     """The CrossEncoder at local path or Hub name ``name`` (:func:`~hybridsearch.embedding.models.locate_model`:
     no network unless downloads are allowed), in fp16 on CUDA. Raises RerankerModelError with the fix."""
     try:
-        where, local_only = locate_model(name, load_settings().models, "HSP_RERANKER__MODEL", check=False)
+        where, local_only = locate_model(name, models, "HSP_RERANKER__MODEL", check=False)
     except ModelError as exc:
         raise RerankerModelError(f"reranker {exc.problem}", fix=_how_to_fix(name)) from exc
     from sentence_transformers import CrossEncoder
@@ -64,8 +64,9 @@ class LocalReranker:
     failure is raised again on every later call). ``blend`` and ``max_length`` (unless ``HSP_RERANKER__MAX_LENGTH``
     is set) come from the model's card; without one, None and 512."""
 
-    def __init__(self, cfg: RerankerSettings | None = None) -> None:
-        self.cfg = cfg or RerankerSettings()
+    def __init__(self, cfg: RerankerSettings, models: ModelsSettings) -> None:
+        self.cfg = cfg
+        self.models = models
         self.name = self.cfg.model
         self._model: CrossEncoder | None = None
         self._error: RerankerModelError | None = None
@@ -94,7 +95,8 @@ class LocalReranker:
                 if self._model is None:
                     started = time.perf_counter()
                     try:
-                        self._model = load_cross_encoder(self.cfg.model, self.cfg.device, self.max_length)
+                        self._model = load_cross_encoder(self.cfg.model, self.models, self.cfg.device,
+                                                         self.max_length)
                     except RerankerModelError as exc:
                         self._error = exc
                         raise

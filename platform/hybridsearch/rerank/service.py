@@ -12,7 +12,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -22,8 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 from hybridsearch.rerank.base import PairScorer, order_by_score
 from hybridsearch.rerank.batching import MicroBatcher, QueueFull
 from hybridsearch.rerank.http import REQUEST_TIMEOUT_HEADER
-from hybridsearch.rerank.local import LocalReranker
 from hybridsearch.settings import RerankerSettings
+
+if TYPE_CHECKING:
+    import uvicorn
 
 log = logging.getLogger(__name__)
 
@@ -315,10 +317,9 @@ def _error(exc: ApiError) -> JSONResponse:
     return JSONResponse({"error": exc.code, "detail": exc.detail}, status_code=exc.status, headers=exc.headers)
 
 
-def create_app(cfg: RerankerSettings | None = None, scorer: PairScorer | None = None) -> FastAPI:
-    """The service app; ``scorer`` defaults to a LocalReranker of ``cfg``, loaded in the background at start-up."""
-    cfg = cfg or RerankerSettings()
-    state = ServiceState(cfg, scorer if scorer is not None else LocalReranker(cfg))
+def create_app(cfg: RerankerSettings, scorer: PairScorer) -> FastAPI:
+    """The service app of ``scorer``, loaded in the background at start-up."""
+    state = ServiceState(cfg, scorer)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -395,16 +396,10 @@ def create_app(cfg: RerankerSettings | None = None, scorer: PairScorer | None = 
     return app
 
 
-def server_config(app: FastAPI, host: str, port: int, **uvicorn_options: Any) -> Any:
-    """A ``uvicorn.Config`` serving ``app`` (from :func:`create_app`) with its connection limits."""
+def server(app: FastAPI, host: str, port: int, **uvicorn_options: Any) -> uvicorn.Server:
+    """A uvicorn server of ``app`` (from :func:`create_app`) with its connection limits; ``run()`` serves it."""
     import uvicorn
 
     state: ServiceState = app.state.service
-    return uvicorn.Config(app, host=host, port=port, http=guarded_protocol(state.guard), **uvicorn_options)
-
-
-def serve(app: FastAPI, host: str, port: int, **uvicorn_options: Any) -> None:
-    """Serve ``app`` until interrupted (``hsp serve-reranker``)."""
-    import uvicorn
-
-    uvicorn.Server(server_config(app, host, port, **uvicorn_options)).run()
+    return uvicorn.Server(uvicorn.Config(app, host=host, port=port, http=guarded_protocol(state.guard),
+                                         **uvicorn_options))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -15,7 +16,7 @@ import numpy as np
 
 from hybridsearch.embedding.encoder import Embedder, load_sentence_transformer
 from hybridsearch.embedding.models import Prompts, model_prompts, pick_device
-from hybridsearch.progress import ProgressSink, tracker
+from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.training.config import EmbedderConfig, EmbedderEpoch, EmbedderResult
 from hybridsearch.training.embedder_data import (
     DenseValidation,
@@ -34,14 +35,14 @@ if TYPE_CHECKING:
     from hybridsearch.settings import ModelsSettings, Settings
 
 Encode = Callable[[list[str]], np.ndarray]
-Track = Callable[[str, int], Callable[[int], None]]  # (description, total) -> advance(n)
+Track = Callable[[str, int], Task]  # (description, total) -> its counter
 ENCODE_SLICE = 256
-NO_TRACK = tracker(None)
+NO_TRACK: Track = partial(Task, None)
 
 
 def encode_all(encode: Encode, texts: Sequence[str], desc: str, track: Track = NO_TRACK) -> np.ndarray:
     """``encode`` over ``texts`` in slices, advancing a progress bar."""
-    advance = track(desc, len(texts))
+    advance = track(desc, len(texts)).advance
     parts: list[np.ndarray] = []
     for i in range(0, len(texts), ENCODE_SLICE):
         part = list(texts[i:i + ENCODE_SLICE])
@@ -118,7 +119,7 @@ def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: Embedd
     result = EmbedderResult(device=device)
     if val is not None and base_scores is not None:
         result.epochs.append(_epoch(0, base_scores, None))
-    track = tracker(progress)
+    track = partial(Task, progress)
 
     def measure(model: Any) -> dict[str, float]:  # at the served sequence length
         assert val is not None
@@ -187,7 +188,7 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     prompts = inner.prompts
     base = CachedEmbedder(inner, cache_dir)
     try:
-        track = tracker(progress)
+        track = partial(Task, progress)
         sims = (base_similarities(base.encode, data, got, got.train_qids, base.encode_queries, track)
                 if cfg.margin else None)
         rows, stats = build_rows(got.train_qids, data.queries, data.qrels, got.candidates, got.positive_passages,
