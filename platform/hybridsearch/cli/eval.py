@@ -173,8 +173,8 @@ def calibrate_fusion(args: argparse.Namespace, settings: Settings) -> int:
         done = run(args.dataset, settings, split=args.split, allow_test=args.allow_test, prefix=args.prefix,
                    min_gain=args.min_gain, limit_queries=args.limit_queries, dry_run=args.dry_run,
                    keep_identical_ids=args.keep_identical_ids, out=args.out, progress=progress)
-    console.print(f"scored fusions on {done.calibration.queries} {done.split} queries of {done.index}")
-    scores, calibration = done.calibration.scores, done.meta
+    console.print(f"scored fusions on {done.queries} {done.split} queries of {done.index}")
+    scores, calibration = done.scores, done.meta()
     grid = table(console, "fusion", *right("nDCG@10"), title=f"nDCG@10 on {calibration['queries']} "
                  f"{calibration['split']} queries (best of {len(scores)} fusions first)")
     for name, value in list(scores.items())[:SHOWN]:
@@ -188,6 +188,6 @@ def calibrate_fusion(args: argparse.Namespace, settings: Settings) -> int:
     else:
         console.print("2-fold check: too few queries")
     verb = "recorded" if done.recorded else "would record"
-    console.print(styled((f"{verb} in {done.index}'s _meta: ", "bold"), done.calibration.chosen.label))
+    console.print(styled((f"{verb} in {done.index}'s _meta: ", "bold"), done.chosen.label))
     console.print(f"wrote {done.report}")
     return 0
