@@ -1,12 +1,5 @@
-"""``hsp eval DATASET``: retrieval quality and latency per mode on a BEIR collection, with reports.
-
-Ingests the corpus into its own index (prefix ``eval-<dataset>``; reused when it was built with the
-same model, chunker, analyzer and vector options), runs every judged query of the split in each mode,
-prints the metrics and per-stage latency, and writes ``<out>/eval-<dataset>-<split>-<time>.{json,md,png}``.
-
-Exit codes: 0 ok · 1 ``--baseline`` given and a metric fell by more than ``--tolerance`` (the quality
-gate) · otherwise those of ``hsp`` (2 bad arguments or dataset, 3 cluster, 4 index mismatch, 5 model).
-"""
+"""``hsp eval DATASET`` (quality and latency per mode on a BEIR collection, in its own ``eval-<dataset>`` index,
+reports under ``--out``) and ``hsp calibrate-fusion``; exit 1 when the ``--baseline`` gate fails."""
 
 from __future__ import annotations
 
