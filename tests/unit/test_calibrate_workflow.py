@@ -13,7 +13,7 @@ import pytest
 
 import hybridsearch.eval.calibrate as calibrate_mod
 from hybridsearch.errors import ConfigError
-from hybridsearch.eval.calibrate import FusionCalibration, calibrate_fusion
+from hybridsearch.eval.calibrate import Calibration, calibrate_fusion
 from hybridsearch.progress import ProgressEvent, Task
 from hybridsearch.query.results import Hit, SearchResult, StageScore
 from hybridsearch.settings import load_settings
@@ -64,10 +64,10 @@ def test_calibrate_fusion_runs_from_python_records_and_reports(tmp_path: Path, e
     events: list[ProgressEvent] = []
     done = calibrate_fusion(_collection(tmp_path / "toy"), load_settings(), out=tmp_path / "reports",
                             progress=events.append, es=engine, search=_search)  # type: ignore[arg-type]
-    assert isinstance(done, FusionCalibration)
+    assert isinstance(done, Calibration)
     assert done.index == "eval-toy-chunks-v1" and done.split == "train" and done.recorded
-    assert done.calibration.queries == 4 and done.calibration.bm25_score == 1.0
-    assert engine.recorded["eval-toy-chunks-v1"]["fusion_calibration"] == done.meta
+    assert done.queries == 4 and done.bm25_score == 1.0
+    assert engine.recorded["eval-toy-chunks-v1"]["fusion_calibration"] == done.meta()
     assert done.report is not None and json.loads(done.report.read_text())["index"] == done.index
     assert [(e.task, e.done, e.total) for e in events] == [("lists", n, 4) for n in range(5)]
     assert events[-1].finished

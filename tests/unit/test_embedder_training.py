@@ -14,6 +14,7 @@ import pytest
 from hybridsearch.cli.main import main
 from hybridsearch.errors import ConfigError
 from hybridsearch.eval.datasets import check_disjoint
+from hybridsearch.settings import load_settings
 from hybridsearch.training.card import (
     EMBEDDER_KIND,
     beats_base,
@@ -211,7 +212,8 @@ def _card(tmp_path: Path, kept: float = 0.75) -> dict[str, Any]:
                              EmbedderEpoch(2, 0.72, 0.85, 0.65, 0.9)], best_epoch=1, seconds=12.0, steps=4)
     val = DenseValidation(["b"], ["query b"], {"b": {"d1": 1}}, [Chunk("d1", "x")], True, 1)
     return make_embedder_card(cfg, data, got, RowStats(queries=1, rows=1, dropped_similar=3), val, result,
-                              FakeModel(), disjoint_from=[str(root / "qrels" / "test.tsv")],
+                              FakeModel(), load_settings().models,
+                              disjoint_from=[str(root / "qrels" / "test.tsv")],
                               seconds={"mining": 2.0})
 
 
@@ -239,17 +241,19 @@ def test_card_warns_when_the_kept_epoch_does_not_beat_the_base(tmp_path: Path) -
 
 def test_save_model_writes_the_embedder_folder_card_and_readme(tmp_path: Path) -> None:
     card = _card(tmp_path)
-    out = save_model(FakeModel(), tmp_path / "m", card)
+    out = save_model(FakeModel(), tmp_path / "m", card, load_settings().models)
     assert (out / "model.safetensors").exists() and (out / "README.md").read_text().startswith("# Domain embedding")
     assert json.loads((out / "card.json").read_text(encoding="utf-8")) == card
 
 
-def test_the_cli_reads_the_card_through_a_typed_view(tmp_path: Path) -> None:
-    from hybridsearch.training.card import EmbedderCard
+def test_train_embedder_prints_the_figures_of_the_card(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    from hybridsearch.cli.main import main
 
     card = _card(tmp_path)
-    view = EmbedderCard.of(card)
-    assert view.split == "train" and view.best_epoch == 1 and view.beats_base is True
-    assert [e.epoch for e in view.epochs] == [0, 1, 2] and isinstance(view.epochs[1], EmbedderEpoch)
-    assert view.rows == 1 and view.dropped["similar"] == 3 and view.seconds["mining"] == 2.0
-    assert view.model == card["serving"]["model"] and view.corpus_chunks == 1 and view.full_index
+    monkeypatch.setattr("hybridsearch.training.embedder.run_embedder_training", lambda *a, **k: card)
+    monkeypatch.setenv("COLUMNS", "200")
+    assert main(["train-embedder", str(tmp_path / "c"), "--out", str(tmp_path / "m"), "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert "1 *" in out and "0 (base)" in out and "0.7500" in out and "over 1 chunks" in out
+    assert "1 rows from 1 queries" in out and "3 similar" in out and card["serving"]["model"] in out

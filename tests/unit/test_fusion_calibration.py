@@ -43,7 +43,8 @@ def test_a_weak_list_is_weighted_down_so_hybrid_keeps_the_strong_lists_quality()
     assert cal.chosen_score >= cal.bm25_score - 1e-9  # ... the calibrated fusion does not
     assert cal.chosen.weights[0] > cal.chosen.weights[1]
     assert cal.heldout["chosen"] > cal.heldout["default"]
-    meta = cal.meta("toy", "train", "now")
+    cal.dataset, cal.split, cal.at = "toy", "train", "now"
+    meta = cal.meta()
     assert meta["queries"] == 40 and meta["chosen"] == round(cal.chosen_score, 4)
 
 

@@ -87,9 +87,9 @@ def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(ti
 
     mined = tiny_mined()
     cfg = config(tiny_base, tmp_path / "model", epochs=3, keep="best")
-    model, result = train_cross_encoder(mined, cfg, progress=None)
-    card = _make_card(cfg, _split(), mined, result)
-    out = save_model(model, cfg.out, card)
+    model, result = train_cross_encoder(mined, cfg, MODELS, progress=None)
+    card = _make_card(cfg, _split(), mined, result, MODELS)
+    out = save_model(model, cfg.out, card, MODELS)
 
     loaded = CrossEncoder(str(out), device="cpu")
     assert loaded.num_labels == 1
@@ -133,21 +133,21 @@ def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(ti
 
 def test_keep_last_saves_the_final_epoch_with_its_blend(tiny_base: Path, tmp_path: Path) -> None:
     mined = tiny_mined()
-    model, result = train_cross_encoder(mined, config(tiny_base, tmp_path / "m", epochs=3), progress=None)
+    model, result = train_cross_encoder(mined, config(tiny_base, tmp_path / "m", epochs=3), MODELS, progress=None)
     assert result.best_epoch == 3
     last = result.epochs[-1]
     again = rerank_validation_evaluator(mined.validation, 32)(model)  # as training validated (same batches)
     assert again["val_ndcg@10"] == pytest.approx(last.ndcg_at_10, abs=1e-6)
-    card = _make_card(config(tiny_base, tmp_path / "m", epochs=3), _split(), mined, result)
+    card = _make_card(config(tiny_base, tmp_path / "m", epochs=3), _split(), mined, result, MODELS)
     assert card["serving"]["blend"] == last.blend and card["training"]["keep"] == "last"
 
 
 def test_training_is_reproducible_with_a_seed(tiny_base: Path, tmp_path: Path) -> None:
     mined = tiny_mined()
     pairs = [("asthma lung", "Lung. pulmonary asthma"), ("asthma lung", "Skin. melanoma")]
-    a, _ = train_cross_encoder(mined, config(tiny_base, tmp_path / "a"), progress=None)
-    b, _ = train_cross_encoder(mined, config(tiny_base, tmp_path / "b"), progress=None)
-    fresh = load_base(str(tiny_base), 32, "cpu")
+    a, _ = train_cross_encoder(mined, config(tiny_base, tmp_path / "a"), MODELS, progress=None)
+    b, _ = train_cross_encoder(mined, config(tiny_base, tmp_path / "b"), MODELS, progress=None)
+    fresh = load_base(str(tiny_base), 32, "cpu", MODELS)
     np.testing.assert_allclose(a.predict(pairs, activation_fn=None), b.predict(pairs, activation_fn=None), rtol=1e-6)
     assert not np.allclose(a.predict(pairs, activation_fn=None), fresh.predict(pairs, activation_fn=None))
 
@@ -155,7 +155,7 @@ def test_training_is_reproducible_with_a_seed(tiny_base: Path, tmp_path: Path) -
 def test_training_without_validation_keeps_the_last_epoch(tiny_base: Path, tmp_path: Path) -> None:
     mined = tiny_mined()
     mined.validation, mined.val_qids = [], []
-    _, result = train_cross_encoder(mined, config(tiny_base, tmp_path / "m", epochs=2), progress=None)
+    _, result = train_cross_encoder(mined, config(tiny_base, tmp_path / "m", epochs=2), MODELS, progress=None)
     assert [e.epoch for e in result.epochs] == [1, 2]
     assert result.best_epoch == 2 and result.fused == {}
     assert all(e.ndcg_at_10 is None for e in result.epochs)
@@ -165,7 +165,7 @@ def test_missing_base_model_is_a_model_error(tmp_path: Path) -> None:
     from hybridsearch.errors import ModelError
 
     with pytest.raises(ModelError, match="--base"):
-        load_base(str(tmp_path / "no-such-model"), 32, "cpu")
+        load_base(str(tmp_path / "no-such-model"), 32, "cpu", MODELS)
 
 
 def test_rerank_metrics_count_judged_documents_missing_from_the_candidates() -> None:

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from hybridsearch.errors import ConfigError
+from hybridsearch.settings import load_settings
 from hybridsearch.training.card import card_markdown, make_card
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
 from hybridsearch.training.negatives import (
@@ -27,6 +28,8 @@ from hybridsearch.training.negatives import (
 )
 from hybridsearch.training.reranker import query_lists
 from hybridsearch.training.validation import choose, kfold, measure, nested_estimate, summarize
+
+MODELS = load_settings().models
 
 # ----------------------------------------------------------------------------------------------- folds
 
@@ -172,7 +175,7 @@ def test_card_records_the_recipe_folds_and_per_fold_figures(tmp_path: Path) -> N
     cfg = TrainingConfig(dataset=tmp_path, out=tmp_path / "m", folds=2, epochs=3, skip_top=1)
     stats = PairStats(queries=6, positives=6, negatives=18)
     mined = MinedData([v.qid for v in POOL], [], [], [], stats, 1.0, POOL)
-    card = make_card(cfg, SplitData("train", {}, {}, ["train.tsv"]), mined, result)
+    card = make_card(cfg, SplitData("train", {}, {}, ["train.tsv"]), mined, result, MODELS)
     assert card["training"]["loss"].startswith("LambdaLoss") and card["training"]["folds"] == 2
     assert card["training"]["max_epochs"] == 3 and card["training"]["trained_epochs"] == 1
     assert card["training"]["fit_on"] == "all training queries" and card["training"]["val_fraction"] == 0.0
@@ -207,15 +210,15 @@ def test_card_warns_when_the_base_learnt_from_the_same_judgments(tmp_path: Path)
     base.mkdir()
     (base / "card.json").write_text(_json.dumps({"kind": "hybridsearch-domain-embedder", "dataset": str(tmp_path),
                                                  "split": "train", "files_read": ["train.tsv"]}))
-    assert base_training(str(base)) == {"kind": "hybridsearch-domain-embedder", "dataset": str(tmp_path),
+    assert base_training(str(base), MODELS) == {"kind": "hybridsearch-domain-embedder", "dataset": str(tmp_path),
                                         "split": "train", "files_read": ["train.tsv"]}
-    assert base_training(str(tmp_path / "no-card")) is None
+    assert base_training(str(tmp_path / "no-card"), MODELS) is None
     result = TrainResult(epochs=[EpochResult(1, 0.5, 0.5, 0.3, 0.5, 0.6)], best_epoch=1, fused={"ndcg@10": 0.5,
                                                                                                   "mrr@10": 0.5})
     mined = MinedData([v.qid for v in POOL], [], [], [], PairStats(), 1.0, POOL)
     split = SplitData("train", {}, {}, ["train.tsv"])
-    card = make_card(TrainingConfig(dataset=tmp_path, out=tmp_path / "m", base=str(base)), split, mined, result)
+    card = make_card(TrainingConfig(dataset=tmp_path, out=tmp_path / "m", base=str(base)), split, mined, result, MODELS)
     assert "optimistic" in card["validation"]["caveat"] and "optimistic" in card_markdown(card)
     other = make_card(TrainingConfig(dataset=tmp_path / "elsewhere", out=tmp_path / "m", base=str(base)), split,
-                      mined, result)
+                      mined, result, MODELS)
     assert other["validation"]["caveat"] is None

@@ -1,12 +1,5 @@
-"""``hsp eval DATASET``: retrieval quality and latency per mode on a BEIR collection, with reports.
-
-Ingests the corpus into its own index (prefix ``eval-<dataset>``; reused when it was built with the
-same model, chunker, analyzer and vector options), runs every judged query of the split in each mode,
-prints the metrics and per-stage latency, and writes ``<out>/eval-<dataset>-<split>-<time>.{json,md,png}``.
-
-Exit codes: 0 ok · 1 ``--baseline`` given and a metric fell by more than ``--tolerance`` (the quality
-gate) · otherwise those of ``hsp`` (2 bad arguments or dataset, 3 cluster, 4 index mismatch, 5 model).
-"""
+"""``hsp eval DATASET`` (quality and latency per mode on a BEIR collection, in its own ``eval-<dataset>`` index,
+reports under ``--out``) and ``hsp calibrate-fusion``; exit 1 when the ``--baseline`` gate fails."""
 
 from __future__ import annotations
 
@@ -174,8 +167,8 @@ def calibrate_fusion(args: argparse.Namespace, settings: Settings) -> int:
         done = run(args.dataset, settings, split=args.split, allow_test=args.allow_test, prefix=args.prefix,
                    min_gain=args.min_gain, limit_queries=args.limit_queries, dry_run=args.dry_run,
                    keep_identical_ids=args.keep_identical_ids, out=args.out, progress=progress)
-    console.print(f"scored fusions on {done.calibration.queries} {done.split} queries of {done.index}")
-    scores, calibration = done.calibration.scores, done.meta
+    console.print(f"scored fusions on {done.queries} {done.split} queries of {done.index}")
+    scores, calibration = done.scores, done.meta()
     grid = table(console, "fusion", *right("nDCG@10"), title=f"nDCG@10 on {calibration['queries']} "
                  f"{calibration['split']} queries (best of {len(scores)} fusions first)")
     for name, value in list(scores.items())[:SHOWN]:
@@ -189,6 +182,6 @@ def calibrate_fusion(args: argparse.Namespace, settings: Settings) -> int:
     else:
         console.print("2-fold check: too few queries")
     verb = "recorded" if done.recorded else "would record"
-    console.print(styled((f"{verb} in {done.index}'s _meta: ", "bold"), done.calibration.chosen.label))
+    console.print(styled((f"{verb} in {done.index}'s _meta: ", "bold"), done.chosen.label))
     console.print(f"wrote {done.report}")
     return 0

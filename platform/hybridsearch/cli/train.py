@@ -135,7 +135,6 @@ def _trainer(sub: Subcommands, name: str,
 
 def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
     """Handler of ``hsp train-reranker``. Raises ConfigError, IndexNotFound, ModelError, ClusterError."""
-    from hybridsearch.training.card import RerankerCard
     from hybridsearch.training.config import TrainingConfig
     from hybridsearch.training.reranker import run_training
 
@@ -151,31 +150,31 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
         card = run_training(cfg, settings, progress=progress)
     wall = time.perf_counter() - started
 
-    view = RerankerCard.of(card)
+    val, pairs, seconds = card["validation"], card["pairs"], card["time_seconds"]
     grid = table(console, *right("epoch", "reranker alone nDCG@10", "MRR@10", "blend", "served nDCG@10", "train loss"),
-                 title=f"validation ({view.validation_scored} held-out {view.split} queries)")
-    fused = view.fused
+                 title=f"validation ({card['queries']['validation_scored']} held-out {card['split']} queries)")
+    fused = val["fused_order"]
     if fused:
         grid.add_row("fused (no rerank)", f"{fused['ndcg@10']:.4f}", f"{fused['mrr@10']:.4f}", "0",
                       f"{fused['ndcg@10']:.4f}", "")
-    for e in view.epochs:
-        mark = " *" if e.epoch == view.best_epoch else ""
-        grid.add_row(f"{e.epoch}{mark}", _f(e.ndcg_at_10), _f(e.mrr_at_10), _f(e.blend, 2),
-                      _f(e.blend_ndcg_at_10), _f(e.train_loss))
+    for e in val["per_epoch"]:
+        mark = " *" if e["epoch"] == val["best_epoch"] else ""
+        grid.add_row(f"{e['epoch']}{mark}", _f(e["ndcg_at_10"]), _f(e["mrr_at_10"]), _f(e["blend"], 2),
+                      _f(e["blend_ndcg_at_10"]), _f(e["train_loss"]))
     print_table(console, grid)
     print_folds(card)
-    if view.beats_fused is False:
+    if val["beats_fused_order"] is False:
         console.print(styled(("warning:", "bold yellow"), " even blended with the fused order, the kept epoch ranks "
                              "the held-out queries no better than the fused hybrid order: do not serve this model "
                              "(more judgments, more epochs or steps, a higher --lr, or a cross-encoder as --base; "
                              "see docs/reranker-training.md)"))
     console.print(styled(
         "saved to ", (str(cfg.out), "bold"),
-        f" ({view.positive_pairs} positive / {view.negative_pairs} negative pairs from "
-        f"{view.train_queries} queries; mining {view.mining_seconds:.0f} s, training "
-        f"{view.training_seconds:.0f} s, total {wall:.0f} s on {view.device}). "
+        f" ({pairs['positive']} positive / {pairs['negative']} negative pairs from "
+        f"{card['queries']['train']} queries; mining {seconds['mining']:.0f} s, training "
+        f"{seconds['training']:.0f} s, total {wall:.0f} s on {card['device']}). "
         f"Serve it: HSP_RERANKER__MODEL={cfg.out} hsp serve-reranker (served blend "
-        f"{view.blend:g}, from the card)"
+        f"{card['serving']['blend']:g}, from the card)"
     ))
     return 0
 
@@ -205,7 +204,6 @@ def _f(x: float | None, digits: int = 4) -> str:
 
 def train_embedder(args: argparse.Namespace, settings: Settings) -> int:
     """Handler of ``hsp train-embedder``. Raises ConfigError, IndexNotFound, ModelError, ClusterError."""
-    from hybridsearch.training.card import EmbedderCard
     from hybridsearch.training.config import EmbedderConfig
     from hybridsearch.training.embedder import run_embedder_training
 
@@ -218,26 +216,28 @@ def train_embedder(args: argparse.Namespace, settings: Settings) -> int:
         card = run_embedder_training(cfg, settings, cache_dir=args.embedding_cache, progress=progress)
     wall = time.perf_counter() - started
 
-    view = EmbedderCard.of(card)
+    val = card["validation"]
+    corpus = val["corpus"] or {}
     grid = table(console, *right("epoch", "nDCG@10", "Recall@10", "MRR@10", "train loss"),
-                 title=f"validation: dense retrieval of {view.validation_queries} held-out {view.split} queries over "
-                       f"{view.corpus_chunks} chunks" + ("" if view.full_index else " (pool)"))
-    for e in view.epochs:
-        mark = " *" if e.epoch == view.best_epoch else (" (base)" if e.epoch == 0 else "")
-        grid.add_row(f"{e.epoch}{mark}", _f(e.ndcg_at_10), _f(e.recall_at_10), _f(e.mrr_at_10), _f(e.train_loss))
+                 title=f"validation: dense retrieval of {val['queries']} held-out {card['split']} queries over "
+                       f"{corpus.get('chunks', 0)} chunks" + ("" if corpus.get("full_index") else " (pool)"))
+    for e in val["per_epoch"]:
+        mark = " *" if e["epoch"] == val["best_epoch"] else (" (base)" if e["epoch"] == 0 else "")
+        grid.add_row(f"{e['epoch']}{mark}", _f(e["ndcg_at_10"]), _f(e["recall_at_10"]), _f(e["mrr_at_10"]),
+                     _f(e["train_loss"]))
     print_table(console, grid)
-    if view.beats_base is False:
+    if val["beats_base"] is False:
         console.print(styled(("warning:", "bold yellow"), " the kept epoch retrieves the held-out queries no better "
                              "than the base model: do not roll it out (more judgments, another --lr or more epochs; "
                              "see docs/embedder-training.md)"))
-    dropped, times = view.dropped, view.seconds
+    dropped, times = card["negatives"]["dropped_as_likely_false_negatives"], card["time_seconds"]
     console.print(styled(
         "saved to ", (str(cfg.out), "bold"),
-        f" ({view.rows} rows from {view.trained_on_queries} queries; candidates dropped as likely "
+        f" ({card['rows']['total']} rows from {card['queries']['trained_on']} queries; candidates dropped as likely "
         f"false negatives: {dropped['top']} top, {dropped['duplicate_of_positive']} duplicates, {dropped['similar']} "
         f"similar; mining {times['mining']:.0f} s, training {times['training']:.0f} s (validation "
-        f"{times['of_which_validation']:.0f} s of it), total {wall:.0f} s on {view.device}). Roll it out: "
-        f"hsp index migrate --to-model {view.model}"
+        f"{times['of_which_validation']:.0f} s of it), total {wall:.0f} s on {card['device']}). Roll it out: "
+        f"hsp index migrate --to-model {card['serving']['model']}"
     ))
     return 0
 

@@ -60,7 +60,7 @@ def score(fusion: Fusion, lists: ListsByQuery, qrels: Mapping[str, Mapping[str, 
 
 @dataclass
 class Calibration:
-    """What ``calibrate`` measured and chose."""
+    """What ``calibrate`` measured and chose; :func:`calibrate_fusion` adds where and when it recorded it."""
 
     chosen: Fusion
     queries: int
@@ -70,11 +70,17 @@ class Calibration:
     knn_score: float
     chosen_score: float
     heldout: dict[str, float] = field(default_factory=dict)  # 2-fold: default vs chosen on unseen halves
+    dataset: str = ""
+    split: str = ""
+    at: str = ""  # ISO time of the run
+    index: str = ""
+    recorded: bool = False  # in the index's _meta (not with dry_run)
+    report: Path | None = None
 
-    def meta(self, dataset: str, split: str, when: str) -> dict[str, Any]:
+    def meta(self) -> dict[str, Any]:
         """``_meta.fusion_calibration``: what the choice rests on."""
-        return {"dataset": dataset, "split": split, "queries": self.queries, "at": when, "metric": "nDCG@10",
-                "chosen": round(self.chosen_score, 4), "default": round(self.default_score, 4),
+        return {"dataset": self.dataset, "split": self.split, "queries": self.queries, "at": self.at,
+                "metric": "nDCG@10", "chosen": round(self.chosen_score, 4), "default": round(self.default_score, 4),
                 "bm25": round(self.bm25_score, 4), "knn": round(self.knn_score, 4),
                 **{f"heldout_{k}": round(v, 4) for k, v in self.heldout.items()}}
 
@@ -129,18 +135,6 @@ def record_lists(search: SearchFn, queries: Mapping[str, str], *,
     return out
 
 
-@dataclass(frozen=True)
-class FusionCalibration:
-    """What :func:`calibrate_fusion` measured, chose and recorded."""
-
-    index: str
-    split: str
-    calibration: Calibration
-    meta: dict[str, Any]  # the index's _meta.fusion_calibration (recorded unless dry_run)
-    recorded: bool
-    report: Path | None
-
-
 def record_fusion(es: EngineClient, cfg: IndexSettings, fusion: Fusion, *, calibration: dict[str, Any] | None = None,
                   index: str | None = None) -> str:
     """Record ``fusion`` and ``calibration`` in the ``_meta`` of ``index`` (default: the live index); returns the
@@ -154,7 +148,7 @@ def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train",
                      prefix: str | None = None, min_gain: float = 0.002, limit_queries: int | None = None,
                      dry_run: bool = False, keep_identical_ids: bool = False, out: Path | None = None,
                      progress: ProgressSink | None = None, es: EngineClient | None = None,
-                     search: SearchFn | None = None) -> FusionCalibration:
+                     search: SearchFn | None = None) -> Calibration:
     """Choose the fusion of ``dataset``'s index on ``split``'s judged queries, record it (unless ``dry_run``), write
     the JSON report under ``out``. Raises ConfigError, IndexNotFound, IndexMismatch, ClusterError."""
     from hybridsearch.engine import EngineClient
@@ -184,15 +178,13 @@ def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train",
                                      on_query=task.advance)
         task.finish()
         cal = calibrate(lists, collection.qrels, min_gain=min_gain)
-        when = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-        meta = cal.meta(collection.name, collection.split, when)
+        cal.dataset, cal.split, cal.index, cal.recorded = collection.name, collection.split, index, not dry_run
+        cal.at = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         if not dry_run:
-            record_fusion(client_es, s.index, cal.chosen, calibration=meta, index=index)
-    report = None
+            record_fusion(client_es, s.index, cal.chosen, calibration=cal.meta(), index=index)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-        report = out / f"calibrate-{collection.name}-{collection.split}-{when.replace(':', '')}.json"
-        report.write_text(json.dumps({"index": index, "fusion": cal.chosen.to_meta(), "calibration": meta,
-                                      "grid": cal.scores}, indent=2), encoding="utf-8")
-    return FusionCalibration(index=index, split=collection.split, calibration=cal, meta=meta, recorded=not dry_run,
-                             report=report)
+        cal.report = out / f"calibrate-{collection.name}-{collection.split}-{cal.at.replace(':', '')}.json"
+        cal.report.write_text(json.dumps({"index": index, "fusion": cal.chosen.to_meta(), "calibration": cal.meta(),
+                                          "grid": cal.scores}, indent=2), encoding="utf-8")
+    return cal

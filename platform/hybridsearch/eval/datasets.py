@@ -7,7 +7,7 @@ import csv
 import gzip
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, Any
 
@@ -40,9 +40,7 @@ class Collection:
         if n is None or n >= len(self.queries):
             return self
         keep = sorted(self.queries, key=_natural_key)[:n]
-        return Collection(self.name, self.root, self.split, self.corpus_path, self.qrels_path,
-                          {q: self.queries[q] for q in keep}, {q: self.qrels[q] for q in keep},
-                          self.skipped_queries)
+        return replace(self, queries={q: self.queries[q] for q in keep}, qrels={q: self.qrels[q] for q in keep})
 
 
 def _natural_key(qid: str) -> tuple[int, str]:

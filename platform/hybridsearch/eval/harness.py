@@ -195,18 +195,10 @@ def probe_reranker(reranker: Reranker | None, cfg: RerankerSettings) -> str | No
     return f"reranker answered {len(scores)} scores for 1 passage" if len(scores) != 1 else None
 
 
-@dataclass
-class Evaluation:
-    """A finished evaluation: the report and the raw per-mode runs (for failure analysis)."""
-
-    report: EvalReport
-    runs: dict[str, ModeRun]
-
-
 def evaluate_collection(es: EngineClient, settings: Settings, collection: Collection, modes: Sequence[str], *,
                         embedder: Embedder | None = None, reranker: Reranker | None = None, ingest: bool = True,
                         worst: int = 0, progress: ProgressSink | None = None,
-                        ignore_identical_ids: bool = True) -> Evaluation:
+                        ignore_identical_ids: bool = True) -> EvalRun:
     """Index ``collection`` (reusing a fitting index; ``ingest=False``: as it is), run ``modes`` and score them;
     ``hybrid+rerank`` is skipped, with the reason, unless a reranker answers a probe."""
     from hybridsearch.query.client import SearchClient
@@ -255,7 +247,7 @@ def evaluate_collection(es: EngineClient, settings: Settings, collection: Collec
         checks=ingest_checks(ingest_result) + quality_checks(reports),
         worst=worst_queries(reports, runs, collection.queries, collection.qrels, worst),
     )
-    return Evaluation(report, runs)
+    return EvalRun(report, runs)
 
 
 def run_sweep(
@@ -290,28 +282,19 @@ def run_sweep(
 
 @dataclass
 class EvalRun:
-    """What :func:`run_evaluation` measured and wrote."""
+    """A finished evaluation: the report, the raw per-mode runs, and what :func:`run_evaluation` compared and wrote."""
 
     report: EvalReport
-    diffs: list[Diff] | None
-    tolerance: float
-    paths: list[Path]
+    runs: dict[str, ModeRun]
+    diffs: list[Diff] | None = None
+    tolerance: float = 0.0
+    paths: list[Path] = field(default_factory=list)
     cache_stats: dict[str, Any] | None = None  # the embedding cache's counts, when it was used
 
     @property
     def gate_failed(self) -> bool:
         """A metric fell by more than the tolerance against the baseline."""
         return any(d.regressed for d in self.diffs or ())
-
-
-def plan_modes(modes: str | Sequence[str], worst: int) -> tuple[list[str], str | None]:
-    """The modes to run, with bm25, dense and hybrid added when ``worst`` needs them; and the remark saying so."""
-    chosen = parse_modes(modes) if isinstance(modes, str) else list(modes)
-    missing = [m for m in PAIR_MODES if m not in chosen] if worst else []
-    if not missing:
-        return chosen, None
-    return ([m for m in PAIR_MODES if m in chosen or m in missing] + [m for m in chosen if m not in PAIR_MODES],
-            f"--worst needs {', '.join(missing)} too: adding them")
 
 
 def embedding_cache(embedder: Embedder, ingest: IngestSettings, *, enabled: bool = True, build: bool = True,
@@ -324,20 +307,6 @@ def embedding_cache(embedder: Embedder, ingest: IngestSettings, *, enabled: bool
     if ingest.workers > 1:
         return None, "embedding cache off: with HSP_INGEST__WORKERS > 1 the worker processes embed without it"
     return CachedEmbedder(embedder, cache_dir), None
-
-
-def write_reports(report: EvalReport, out: Path, diffs: list[Diff] | None, tolerance: float) -> list[Path]:
-    """Write ``eval-<dataset>-<split>-<UTC time>[-n].json/.md/.png`` under ``out``; returns the paths."""
-    out.mkdir(parents=True, exist_ok=True)
-    base = f"eval-{report.dataset['name']}-{report.dataset['split']}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}"
-    stem, n = out / base, 1
-    while stem.with_suffix(".json").exists():
-        n += 1
-        stem = out / f"{base}-{n}"
-    json_path, md_path = stem.with_suffix(".json"), stem.with_suffix(".md")
-    json_path.write_text(report.to_json() + "\n", encoding="utf-8")
-    md_path.write_text(to_markdown(report, diffs, tolerance) + "\n", encoding="utf-8")
-    return [json_path, md_path, write_chart(report, stem.with_suffix(".png"))]
 
 
 def run_evaluation(dataset: Path, settings: Settings, *, split: str = "test",
@@ -362,8 +331,10 @@ def run_evaluation(dataset: Path, settings: Settings, *, split: str = "test",
         if text:
             note(progress, NOTE, text)
 
-    chosen, why = plan_modes(modes, worst)
-    remark(why)
+    chosen = parse_modes(modes) if isinstance(modes, str) else list(modes)
+    if missing := [m for m in PAIR_MODES if m not in chosen] if worst else []:
+        remark(f"--worst needs {', '.join(missing)} too: adding them")
+        chosen = [m for m in PAIR_MODES if m in chosen or m in missing] + [m for m in chosen if m not in PAIR_MODES]
     knobs = parse_sweep(sweep or [])
     base = load_report(baseline) if baseline else None
     collection = load_collection(dataset, split).limit(limit_queries)
@@ -377,21 +348,29 @@ def run_evaluation(dataset: Path, settings: Settings, *, split: str = "test",
     remark(why)
     embedder = cache or embedder  # queries pass through it uncached
     try:
-        evaluation = evaluate_collection(es, s, collection, chosen, embedder=embedder, ingest=ingest, worst=worst,
-                                         progress=progress, ignore_identical_ids=not keep_identical_ids)
+        run = evaluate_collection(es, s, collection, chosen, embedder=embedder, ingest=ingest, worst=worst,
+                                  progress=progress, ignore_identical_ids=not keep_identical_ids)
         if knobs:
             remark(f"sweeping {', '.join(f'{n}={v}' for n, vs in knobs for v in vs)}")
-            trials = run_sweep(es, s, collection, chosen, knobs, embedder=embedder, k=evaluation.report.k,
+            trials = run_sweep(es, s, collection, chosen, knobs, embedder=embedder, k=run.report.k,
                                ignore_identical_ids=not keep_identical_ids)
-            evaluation.report.sweep = [t.model_dump() for t in trials]
+            run.report.sweep = [t.model_dump() for t in trials]
     finally:
         es.close()
         if cache is not None:
             cache.close()
-    report = evaluation.report
-    stats = cache.stats() if cache is not None else None
-    if stats is not None and report.ingest is not None:
-        report.ingest["embedding_cache"] = stats
-    diffs = compare(report, base, tolerance) if base else None
-    paths = write_reports(report, out, diffs, tolerance)
-    return EvalRun(report=report, diffs=diffs, tolerance=tolerance, paths=paths, cache_stats=stats)
+    report = run.report
+    run.cache_stats = cache.stats() if cache is not None else None
+    if run.cache_stats is not None and report.ingest is not None:
+        report.ingest["embedding_cache"] = run.cache_stats
+    run.diffs, run.tolerance = (compare(report, base, tolerance) if base else None), tolerance
+    out.mkdir(parents=True, exist_ok=True)
+    name = f"eval-{report.dataset['name']}-{report.dataset['split']}-{dt.datetime.now(dt.UTC):%Y%m%dT%H%M%SZ}"
+    stem, n = out / name, 1
+    while stem.with_suffix(".json").exists():
+        n += 1
+        stem = out / f"{name}-{n}"
+    stem.with_suffix(".json").write_text(report.to_json() + "\n", encoding="utf-8")
+    stem.with_suffix(".md").write_text(to_markdown(report, run.diffs, tolerance) + "\n", encoding="utf-8")
+    run.paths = [stem.with_suffix(".json"), stem.with_suffix(".md"), write_chart(report, stem.with_suffix(".png"))]
+    return run

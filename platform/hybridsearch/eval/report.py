@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from pydantic import BaseModel, Field, ValidationError
 
 from hybridsearch.errors import ConfigError
@@ -188,87 +189,20 @@ def _fmt(v: float | int | None) -> str:
     return f"{v:.4f}" if isinstance(v, float) else str(v)
 
 
-def _reranker_line(report: EvalReport) -> list[str]:
-    """``- reranker: ...`` when a rerank mode ran: the model (or service) and its blend."""
-    ran = report.mode("hybrid+rerank")
-    cfg = report.settings.get("reranker", {}) if isinstance(report.settings, dict) else {}
-    if ran is None or not isinstance(cfg, dict) or not (cfg.get("url") or cfg.get("model")):
-        return []
-    where = f"service {cfg['url']}" if cfg.get("url") else f"`{cfg.get('model')}`"
-    blend = f" · blend {ran.rerank_blend:g}" if ran.rerank_blend is not None else ""
-    return [f"- reranker: {where}{blend} · depth {cfg.get('depth')}"]
-
-
-def _identical_ids_line(dataset: dict[str, Any]) -> str:
-    """Which BEIR protocol the figures follow."""
-    if dataset.get("ignore_identical_ids", False):
-        return "- protocol: BEIR's (a hit whose id equals the query id is dropped)"
-    return "- protocol: hits whose id equals the query id are kept (not comparable with BEIR tables)"
+REPORT_MD = Environment(loader=FileSystemLoader(Path(__file__).parent), undefined=StrictUndefined, trim_blocks=True,
+                        lstrip_blocks=True, autoescape=False)
+REPORT_MD.filters["fmt"] = _fmt
 
 
 def to_markdown(report: EvalReport, diffs: list[Diff] | None = None, tolerance: float | None = None) -> str:
-    """The report as Markdown: metrics table, latency table, checks, skipped modes, worst queries."""
-    ok = [m for m in report.modes if m.status == "ok"]
-    ds = report.dataset
-    lines = [
-        f"# Evaluation: {ds['name']} ({ds['split']}, {ds['queries']} queries)", "",
-        f"- created: {report.created_at}",
-        f"- index: `{report.index.get('name')}` ({report.index.get('documents')} documents, "
-        f"{report.index.get('chunks')} chunks; {report.index.get('action')})",
-        f"- model: `{report.model}` · chunker: `{report.chunker}` · k = {report.k}",
-        _identical_ids_line(ds),
-        f"- cluster: {', '.join(report.cluster.get('versions', []))} · git: `{report.git.get('commit')}`"
-        + (" (dirty)" if report.git.get("dirty") else ""),
-        *_reranker_line(report), "",
-        "## Quality", "",
-        "| mode | " + " | ".join(METRICS.values()) + " |",
-        "|---|" + "---:|" * len(METRICS),
-    ]
-    lines += [f"| {m.mode} | " + " | ".join(_fmt(m.metrics.get(k)) for k in METRICS) + " |" for m in ok]
-    lines += ["", "## Latency (ms, p50 / p95)", "",
-              "| mode | " + " | ".join(LATENCY_KEYS) + " |", "|---|" + "---:|" * len(LATENCY_KEYS)]
-    for m in ok:
-        cells = [f"{m.latency_ms[s].p50:.1f} / {m.latency_ms[s].p95:.1f}" for s in LATENCY_KEYS]
-        lines.append(f"| {m.mode} | " + " | ".join(cells) + " |")
-    lines += ["", "`total` is measured inside the query layer; `wall` around the whole call.", ""]
-    notes = [f"- **{m.mode}** skipped: {m.reason}" for m in report.modes if m.status != "ok"]
-    notes += [f"- **{m.mode}**: {m.reranked_queries}/{m.queries} queries reranked; others: "
-              + "; ".join(f"{r} ({n})" for r, n in m.rerank_reasons.items())
-              for m in ok if m.rerank_reasons]
-    notes += [f"- **{m.mode}**: reranker score blended with the fused score at {m.rerank_blend:g} "
-              "(HSP_RERANKER__BLEND, else the model card's recommendation)" for m in ok
-              if m.rerank_blend is not None and m.rerank_blend < 1]
-    notes += [f"- **{m.mode}**: {m.failed_queries} queries rejected by the query layer (scored 0)"
-              for m in ok if m.failed_queries]
-    if notes:
-        lines += ["## Notes", "", *notes, ""]
-    if report.checks:
-        lines += ["## Checks", ""]
-        lines += [f"- {'PASS' if c.passed else 'FAIL'} — {c.name}: {c.detail}" for c in report.checks]
-        lines.append("")
-    if diffs is not None:
-        lines += [f"## Against the baseline (tolerance {tolerance:g})", "",
-                  "| mode | metric | baseline | now | Δ | |", "|---|---|---:|---:|---:|---|"]
-        lines += [f"| {d.mode} | {METRICS[d.metric]} | {d.baseline:.4f} | {d.current:.4f} | {d.delta:+.4f} | "
-                  f"{'REGRESSED' if d.regressed else ''} |" for d in diffs]
-        lines.append("")
-    if report.sweep:
-        from hybridsearch.eval.sweep import Trial, sweep_markdown
+    """The report as Markdown (``report.md.j2``): metrics, latency, notes, checks, baseline, sweep, worst queries."""
+    from hybridsearch.eval.sweep import Trial, sweep_markdown
 
-        lines += ["## Knob sweep (query phase only, same index)", "",
-                  sweep_markdown([Trial.model_validate(t) for t in report.sweep], [m.mode for m in ok]), ""]
-    if report.worst:
-        lines += ["## Where hybrid loses most (nDCG@10)", "",
-                  "| query | hybrid | best single | loss | relevant doc: rank in BM25 / kNN / fusion / rerank |",
-                  "|---|---:|---:|---:|---|"]
-        for w in report.worst:
-            ranks = "; ".join(f"{r.doc_id}: {_fmt(r.bm25)} / {_fmt(r.knn)} / {_fmt(r.fusion)} / {_fmt(r.rerank)}"
-                              for r in w.relevant)
-            text = w.query if len(w.query) <= 80 else w.query[:77] + "..."
-            lines.append(f"| {w.qid}: {text.replace('|', '/')} | {w.hybrid:.3f} | {w.best_single:.3f} "
-                         f"({w.best_single_mode}) | {w.loss:.3f} | {ranks} |")
-        lines.append("")
-    return "\n".join(lines)
+    ok = [m.mode for m in report.modes if m.status == "ok"]
+    sweep = sweep_markdown([Trial.model_validate(t) for t in report.sweep], ok) if report.sweep else ""
+    text = REPORT_MD.get_template("report.md.j2").render(r=report, diffs=diffs, tolerance=tolerance, metrics=METRICS,
+                                                         latency_keys=LATENCY_KEYS, sweep=sweep)
+    return text.rstrip("\n") + "\n"
 
 
 PLOT_STAGES = ("embed", "search", "fusion", "rerank")

@@ -7,7 +7,7 @@ import json
 import os
 import platform
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -17,17 +17,10 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from hybridsearch import __version__
 from hybridsearch.embedding.models import file_hash, record_files, resolve_model
 from hybridsearch.rerank.base import CARD_FILE, KIND
-from hybridsearch.settings import load_settings
 
 if TYPE_CHECKING:
-    from hybridsearch.training.config import (
-        EmbedderConfig,
-        EmbedderEpoch,
-        EmbedderResult,
-        EpochResult,
-        TrainingConfig,
-        TrainResult,
-    )
+    from hybridsearch.settings import ModelsSettings
+    from hybridsearch.training.config import EmbedderConfig, EmbedderResult, TrainingConfig, TrainResult
     from hybridsearch.training.embedder_data import DenseValidation, RowStats
     from hybridsearch.training.negatives import Collected, MinedData, SplitData
 
@@ -47,20 +40,21 @@ def beats_fused(result: TrainResult) -> bool | None:
     return bool(kept.blend_ndcg_at_10 > result.fused["ndcg@10"])
 
 
-def _head(kind: str, cfg: TrainingConfig | EmbedderConfig, data: SplitData, **base: Any) -> dict[str, Any]:
+def _head(kind: str, cfg: TrainingConfig | EmbedderConfig, data: SplitData, models: ModelsSettings,
+          **base: Any) -> dict[str, Any]:
     """The fields every card starts with: the base model (and ``base``) and the judgments trained on."""
     return {"kind": kind, "created": datetime.now(UTC).isoformat(timespec="seconds"), "base_model": cfg.base,
-            "base_model_path": resolve_model(cfg.base, load_settings().models), **base,
+            "base_model_path": resolve_model(cfg.base, models), **base,
             "dataset": str(Path(cfg.dataset).expanduser().resolve()), "split": data.split,
             "files_read": data.files_read}
 
 
-def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: TrainResult,
+def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: TrainResult, models: ModelsSettings,
               extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``card.json`` content of a reranker."""
     kept = kept_epoch(result)
     return {
-        **_head(KIND, cfg, data, base_model_trained_on=base_training(cfg.base),
+        **_head(KIND, cfg, data, models, base_model_trained_on=base_training(cfg.base, models),
                 head="one-logit sequence classification (sigmoid = relevance probability)"),
         "queries": {"train": len(mined.train_qids), "validation": len(mined.val_qids),
                     "validation_scored": len(mined.validation) or (len(mined.pool) if result.cv else 0),
@@ -85,7 +79,7 @@ def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: Tr
             "per_epoch": [asdict(e) for e in result.epochs],
             "best_epoch": result.best_epoch,
             "beats_fused_order": beats_fused(result),
-            "caveat": _caveat(cfg, data),
+            "caveat": _caveat(cfg, data, models),
         },
         "cross_validation": result.cv,
         "serving": {
@@ -115,9 +109,9 @@ def environment() -> dict[str, Any]:
     }
 
 
-def base_training(base: str) -> dict[str, Any] | None:
+def base_training(base: str, models: ModelsSettings) -> dict[str, Any] | None:
     """What the base model was itself trained on, from its hybridsearch card; None for a base without one."""
-    card = Path(resolve_model(base, load_settings().models)) / CARD_FILE
+    card = Path(resolve_model(base, models)) / CARD_FILE
     try:
         data = json.loads(card.read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -127,9 +121,9 @@ def base_training(base: str) -> dict[str, Any] | None:
     return {k: data.get(k) for k in ("kind", "dataset", "split", "files_read")}
 
 
-def _caveat(cfg: TrainingConfig, data: SplitData) -> str | None:
+def _caveat(cfg: TrainingConfig, data: SplitData, models: ModelsSettings) -> str | None:
     """A warning when the base already learnt from this split's judgments (validation then flatters the model)."""
-    trained = base_training(cfg.base)
+    trained = base_training(cfg.base, models)
     if not trained or trained.get("split") != data.split:
         return None
     if str(Path(str(trained.get("dataset") or "")).resolve()) != str(Path(cfg.dataset).expanduser().resolve()):
@@ -157,47 +151,15 @@ def card_markdown(card: Mapping[str, Any]) -> str:
     return TEMPLATES.get_template(f"{kind}.md.j2").render(c=card)
 
 
-def save_model(model: Any, out: Path, card: Mapping[str, Any]) -> Path:
+def save_model(model: Any, out: Path, card: Mapping[str, Any], models: ModelsSettings) -> Path:
     """Write the model folder, ``card.json`` and ``README.md`` to ``out`` and record its files; returns ``out``."""
     out = Path(out).expanduser()
     out.mkdir(parents=True, exist_ok=True)
     model.save(str(out), create_model_card=False)
     (out / CARD_FILE).write_text(json.dumps(card, indent=2) + "\n", encoding="utf-8")
     (out / "README.md").write_text(card_markdown(card), encoding="utf-8")
-    record_files(out, load_settings().models)
+    record_files(out, models)
     return out
-
-
-@dataclass(frozen=True)
-class RerankerCard:
-    """A typed view of the figures of a reranker's card (:func:`make_card`) that ``hsp train-reranker`` shows."""
-
-    split: str
-    train_queries: int
-    validation_scored: int
-    fused: dict[str, float]
-    epochs: list[EpochResult]
-    best_epoch: int | None
-    beats_fused: bool | None
-    positive_pairs: int
-    negative_pairs: int
-    mining_seconds: float
-    training_seconds: float
-    device: str
-    blend: float
-
-    @classmethod
-    def of(cls, card: Mapping[str, Any]) -> RerankerCard:
-        from hybridsearch.training.config import EpochResult
-
-        val = card["validation"]
-        return cls(split=card["split"], train_queries=card["queries"]["train"],
-                   validation_scored=card["queries"]["validation_scored"], fused=dict(val["fused_order"] or {}),
-                   epochs=[EpochResult(**e) for e in val["per_epoch"]], best_epoch=val["best_epoch"],
-                   beats_fused=val.get("beats_fused_order"), positive_pairs=card["pairs"]["positive"],
-                   negative_pairs=card["pairs"]["negative"],
-                   mining_seconds=card["time_seconds"]["mining"], training_seconds=card["time_seconds"]["training"],
-                   device=card["device"], blend=card["serving"]["blend"])
 
 
 def beats_base(result: EmbedderResult) -> bool | None:
@@ -210,14 +172,14 @@ def beats_base(result: EmbedderResult) -> bool | None:
 
 
 def make_embedder_card(cfg: EmbedderConfig, data: SplitData, got: Collected, stats: RowStats,
-                       val: DenseValidation | None, result: EmbedderResult, model: Any, *,
+                       val: DenseValidation | None, result: EmbedderResult, model: Any, models: ModelsSettings, *,
                        disjoint_from: list[str], seconds: Mapping[str, float],
                        extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``card.json`` content of an embedder (``model``: the trained SentenceTransformer)."""
     out = str(Path(cfg.out).expanduser().resolve())
     served_length = int(model.max_seq_length or 512)
     return {
-        **_head(EMBEDDER_KIND, cfg, data),
+        **_head(EMBEDDER_KIND, cfg, data, models),
         "qrels_sha256": {Path(f).name: file_hash(f) for f in data.files_read if Path(f).exists()},
         "checked_disjoint_from": disjoint_from,
         "queries": {"train": len(got.train_qids), "validation": len(got.val_qids),
@@ -258,34 +220,3 @@ def make_embedder_card(cfg: EmbedderConfig, data: SplitData, got: Collected, sta
         **(dict(extra) if extra else {}),
     }
 
-
-@dataclass(frozen=True)
-class EmbedderCard:
-    """A typed view of the figures of an embedder's card that ``hsp train-embedder`` shows."""
-
-    split: str
-    validation_queries: int
-    corpus_chunks: int
-    full_index: bool
-    epochs: list[EmbedderEpoch]
-    best_epoch: int | None
-    beats_base: bool | None
-    rows: int
-    trained_on_queries: int
-    dropped: Mapping[str, int]  # candidates dropped as likely false negatives: top, duplicate_of_positive, similar
-    seconds: Mapping[str, float]  # mining, training, of_which_validation, ...
-    device: str
-    model: str  # the folder to serve
-
-    @classmethod
-    def of(cls, card: Mapping[str, Any]) -> EmbedderCard:
-        from hybridsearch.training.config import EmbedderEpoch
-
-        val = card["validation"]
-        corpus = val["corpus"] or {}
-        return cls(split=card["split"], validation_queries=val["queries"], corpus_chunks=corpus.get("chunks", 0),
-                   full_index=bool(corpus.get("full_index")), epochs=[EmbedderEpoch(**e) for e in val["per_epoch"]],
-                   best_epoch=val["best_epoch"], beats_base=val.get("beats_base"), rows=card["rows"]["total"],
-                   trained_on_queries=card["queries"]["trained_on"],
-                   dropped=card["negatives"]["dropped_as_likely_false_negatives"], seconds=card["time_seconds"],
-                   device=card["device"], model=card["serving"]["model"])

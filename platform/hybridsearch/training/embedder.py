@@ -209,9 +209,9 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     filtering = time.perf_counter() - started - mining
     model, result = train_embedder(rows, val, cfg, base_scores=base_scores, progress=progress, prompts=prompts,
                                    models=settings.models)
-    card = make_embedder_card(cfg, data, got, stats, val, result, model, disjoint_from=disjoint_from,
+    card = make_embedder_card(cfg, data, got, stats, val, result, model, settings.models, disjoint_from=disjoint_from,
                               seconds={"mining": mining, "negatives_and_baseline": filtering},
                               extra={"index": miner.index, "prefix": settings.index.prefix,
                                      "prompts": {"query": prompts.query, "passage": prompts.passage}})
-    save_model(model, cfg.out, card)
+    save_model(model, cfg.out, card, settings.models)
     return card

@@ -17,9 +17,9 @@ from hybridsearch.training.negatives import (
     Strategy,
     dedupe,
     pick_negatives,
-    positives_of,
     query_rng,
     relevant_ids,
+    with_positives,
 )
 
 if TYPE_CHECKING:
@@ -88,14 +88,7 @@ def build_rows(
     negatives (distinct while the pool lasts; ``margin`` against the least similar positive). Seeded per query."""
     rows: list[Row] = []
     stats = RowStats()
-    for qid in sorted(set(qids)):
-        judged = relevant_ids(qrels.get(qid, {}))
-        cands = dedupe(candidates.get(qid, ()))
-        positives, missing = positives_of(qid, judged, cands, positive_passages)
-        stats.positives_missing += missing
-        if not positives:
-            stats.skipped_queries.append(qid)
-            continue
+    for qid, judged, cands, positives in with_positives(qids, qrels, candidates, positive_passages, stats):
         sims = (similarity or {}).get(qid)
         pos_sims = [sims[d] for d, _ in positives if sims is not None and d in sims]
         pool, dropped = negative_pool(cands, judged, [t for _, t in positives], skip_top=skip_top, similarity=sims,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -233,15 +233,8 @@ def build_pairs(
     from what ``policy`` keeps. Queries without a usable positive are skipped."""
     pairs: list[Pair] = []
     stats = PairStats()
-    for qid in sorted(set(qids)):
-        judged = relevant_ids(qrels.get(qid, {}))
-        cands = dedupe(candidates.get(qid, ()))
-        found, missing = positives_of(qid, judged, cands, positive_passages)
-        stats.positives_missing += missing
+    for qid, judged, cands, found in with_positives(qids, qrels, candidates, positive_passages, stats):
         positives = [Pair(qid, queries[qid], doc_id, text, 1) for doc_id, text in found]
-        if not positives:
-            stats.skipped_queries.append(qid)
-            continue
         pool, fstats = filter_negatives(cands, judged, [p.passage for p in positives], policy)
         stats.filtered.add(fstats)
         negs = pick_negatives(pool, min(negatives, len(pool)), rng=query_rng(seed, qid), strategy=strategy)
@@ -253,12 +246,28 @@ def build_pairs(
     return pairs, stats
 
 
-def positives_of(qid: str, judged: set[str], candidates: Sequence[Candidate],
-                 positive_passages: Mapping[tuple[str, str], str]) -> tuple[list[tuple[str, str]], int]:
-    """``(doc id, passage)`` of each judged document found in ``candidates`` or ``positive_passages``; how many not."""
-    by_doc = {c.doc_id: c.text for c in candidates}
-    found = [(d, by_doc.get(d) or positive_passages.get((qid, d))) for d in sorted(judged)]
-    return [(d, t) for d, t in found if t is not None], sum(t is None for _, t in found)
+class Tally(Protocol):
+    """The counts :func:`with_positives` keeps (in :class:`PairStats` and ``embedder_data.RowStats``)."""
+
+    positives_missing: int
+    skipped_queries: list[str]
+
+
+def with_positives(qids: Iterable[str], qrels: Qrels, candidates: Mapping[str, Sequence[Candidate]],
+                   positive_passages: Mapping[tuple[str, str], str], stats: Tally,
+                   ) -> Iterator[tuple[str, set[str], list[Candidate], list[tuple[str, str]]]]:
+    """Per query of ``qids`` (sorted): its relevant ids, deduplicated candidates and ``(doc id, passage)`` of each
+    relevant document with a passage (in the candidates or ``positive_passages``); counts the rest in ``stats``."""
+    for qid in sorted(set(qids)):
+        judged = relevant_ids(qrels.get(qid, {}))
+        cands = dedupe(candidates.get(qid, ()))
+        by_doc = {c.doc_id: c.text for c in cands}
+        found = [(d, by_doc.get(d) or positive_passages.get((qid, d))) for d in sorted(judged)]
+        stats.positives_missing += sum(t is None for _, t in found)
+        if positives := [(d, t) for d, t in found if t is not None]:
+            yield qid, judged, cands, positives
+        else:
+            stats.skipped_queries.append(qid)
 
 
 def validation_queries(

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from hybridsearch.embedding.models import pick_device, resolve_model
 from hybridsearch.errors import ModelError
 from hybridsearch.progress import ProgressSink
-from hybridsearch.settings import load_settings
 from hybridsearch.training.callbacks import EpochKeeper, TrainingProgress, fit
 from hybridsearch.training.card import make_card, save_model
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
@@ -24,14 +23,14 @@ if TYPE_CHECKING:
 
     from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import EngineClient
-    from hybridsearch.settings import Settings
+    from hybridsearch.settings import ModelsSettings, Settings
 
 
-def load_base(base: str, max_length: int, device: str) -> CrossEncoder:
+def load_base(base: str, max_length: int, device: str, models: ModelsSettings) -> CrossEncoder:
     """``base`` as a CrossEncoder with one output logit (a plain encoder gets a fresh head). Raises ModelError."""
     from sentence_transformers import CrossEncoder
 
-    where = resolve_model(base, load_settings().models)
+    where = resolve_model(base, models)
     try:
         model: CrossEncoder = CrossEncoder(where, num_labels=1, max_length=max_length, device=device)
     except Exception as exc:
@@ -69,8 +68,8 @@ def _loss_and_dataset(model: Any, pairs: list[Pair], cfg: TrainingConfig) -> tup
     return LambdaLoss(model), ds, max(1, round(cfg.batch_size / per_query))
 
 
-def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: ProgressSink | None = None,
-                        stop_after: int | None = None, label: str = "",
+def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, models: ModelsSettings, *,
+                        progress: ProgressSink | None = None, stop_after: int | None = None, label: str = "",
                         sink: dict[int, dict[str, list[float]]] | None = None) -> tuple[Any, TrainResult]:
     """Fine-tune on ``mined.pairs``, validating on ``mined.validation`` after each epoch (scores in ``sink[epoch]``);
     stops after ``stop_after`` epochs. Returns the model and what happened."""
@@ -79,7 +78,7 @@ def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: Prog
 
     device = pick_device(cfg.device)
     set_seed(cfg.seed)
-    model = load_base(cfg.base, cfg.max_length, device)
+    model = load_base(cfg.base, cfg.max_length, device, models)
     if cfg.loss != "bce":  # a listwise loss trains unbounded logits: serve them raw (a sigmoid would tie them)
         model.activation_fn = torch.nn.Identity()
     loss, train_ds, batch = _loss_and_dataset(model, mined.pairs, cfg)
@@ -98,7 +97,7 @@ def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, *, progress: Prog
     return model, result
 
 
-def cross_validate(mined: MinedData, cfg: TrainingConfig, *,
+def cross_validate(mined: MinedData, cfg: TrainingConfig, models: ModelsSettings, *,
                    progress: ProgressSink | None = None) -> tuple[Any, TrainResult]:
     """K-fold selection of epochs and blend on out-of-fold scores, then one fit on all pairs; a nested gain not above
     ``cfg.min_gain`` serves blend 0 (``cv["guard"]``). Raises ConfigError for fewer queries than folds."""
@@ -112,7 +111,7 @@ def cross_validate(mined: MinedData, cfg: TrainingConfig, *,
                        pairs=[p for p in mined.pairs if p.qid not in held],
                        validation=[v for v in mined.pool if v.qid in held])
         sink: dict[int, dict[str, list[float]]] = {}
-        _, res = train_cross_encoder(part, cfg.model_copy(update={"keep": "last"}), progress=progress,
+        _, res = train_cross_encoder(part, cfg.model_copy(update={"keep": "last"}), models, progress=progress,
                                      label=f"fold {i}/{len(folds)}", sink=sink)
         for epoch, scores in sink.items():
             oof.setdefault(epoch, {}).update(scores)
@@ -123,7 +122,7 @@ def cross_validate(mined: MinedData, cfg: TrainingConfig, *,
     cv_seconds = time.perf_counter() - started
     chosen = summary.chosen
     final = replace(mined, validation=[])
-    model, result = train_cross_encoder(final, cfg.model_copy(update={"keep": "last"}), progress=progress,
+    model, result = train_cross_encoder(final, cfg.model_copy(update={"keep": "last"}), models, progress=progress,
                                         stop_after=chosen.epoch, label="final fit (all queries)")
     result.cv, result.cv_seconds = summary.as_dict(), cv_seconds
     result.fused = rerank_metrics([v for v in mined.pool if v.candidates], None)
@@ -157,11 +156,12 @@ def run_training(cfg: TrainingConfig, settings: Settings, *, es: EngineClient | 
                      val_fraction=0.0 if cfg.cross_validating else cfg.val_fraction, seed=cfg.seed,
                      strategy=cfg.strategy, policy=cfg.policy, progress=progress)
     if cfg.cross_validating:
-        model, result = cross_validate(mined, cfg, progress=progress)
+        model, result = cross_validate(mined, cfg, settings.models, progress=progress)
     else:
-        model, result = train_cross_encoder(mined, cfg, progress=progress)
-    card = make_card(cfg, data, mined, result, extra={"index": miner.index, "prefix": settings.index.prefix})
-    save_model(model, cfg.out, card)
+        model, result = train_cross_encoder(mined, cfg, settings.models, progress=progress)
+    card = make_card(cfg, data, mined, result, settings.models,
+                     extra={"index": miner.index, "prefix": settings.index.prefix})
+    save_model(model, cfg.out, card, settings.models)
     return card
 
 
