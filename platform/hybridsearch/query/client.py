@@ -7,19 +7,15 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from typing import TYPE_CHECKING, Any, Self, TypeVar, assert_never
+from typing import Any, Self, TypeVar, assert_never
 
-from hybridsearch.engine import AsyncEngineClient, EngineClient, engine_errors
+from hybridsearch.engine import AsyncEngineClient, EngineClient, Sender, engine_errors
 from hybridsearch.engine.dialect import Dialect, EngineInfo
 from hybridsearch.engine.request import Request as EngineRequest
 from hybridsearch.query.core import FilterArg, SearchCore
 from hybridsearch.query.results import Mode, SearchResult, WhyReport
 from hybridsearch.query.steps import Detect, Drop, Embed, Join, Request, Rerank, Run, Send, Spawn, Steps
-from hybridsearch.rerank.base import Reranker
-from hybridsearch.settings import QuerySettings, Settings
-
-if TYPE_CHECKING:
-    from hybridsearch.embedding.encoder import Embedder
+from hybridsearch.settings import ClusterSettings
 
 __all__ = ["AsyncSearchClient", "SearchClient"]
 
@@ -28,29 +24,21 @@ RERANK_WORKERS = 4
 T = TypeVar("T")
 
 
-class SearchClient(SearchCore):
+class SearchClient(SearchCore[EngineClient]):
     """Hybrid search over the read alias ``<prefix>-chunks`` with a synchronous Elasticsearch client.
 
     ``embedder`` defaults to the model in ``settings.embedding`` (loaded on first dense/hybrid search);
     ``reranker`` defaults to none. Thread-safe. Close it (or use ``with``) to flush the query log.
     """
 
-    def __init__(self, es: EngineClient, settings: Settings, *, embedder: Embedder | None = None,
-                 reranker: Reranker | None = None, no_reranker_reason: str | None = None,
-                 query: QuerySettings | None = None, log_queries: bool | None = None) -> None:
-        super().__init__(settings, embedder, reranker, no_reranker_reason, query, log_queries)
-        self.es = es
+    @classmethod
+    def _connect(cls, cfg: ClusterSettings) -> EngineClient:
+        return EngineClient(cfg)
+
+    def _open(self) -> Sender:
         self._pool = concurrent.futures.ThreadPoolExecutor(RERANK_WORKERS, thread_name_prefix="hsp-rerank")
         self._io = concurrent.futures.ThreadPoolExecutor(max_workers=SEARCH_WORKERS, thread_name_prefix="hsp-bm25")
-        self._start_log(es)
-
-    @classmethod
-    def from_settings(cls, settings: Settings | None = None, *, reranker: Reranker | None = None,
-                      embedder: Embedder | None = None) -> SearchClient:
-        """A client on ``settings`` (default: the environment); reranker from ``make_reranker`` when not given."""
-        settings, reranker, reason = cls._defaults(settings, reranker)
-        return cls(EngineClient(settings.es), settings, embedder=embedder, reranker=reranker,
-                   no_reranker_reason=reason)._owning()
+        return self.es
 
     def _run(self, steps: Steps[T]) -> T:
         run = Run(steps)
@@ -150,25 +138,17 @@ class LoopSender:
         return sent.result(timeout=self.client.cfg.request_timeout * (self.client.cfg.max_retries + 2))
 
 
-class AsyncSearchClient(SearchCore):
+class AsyncSearchClient(SearchCore[AsyncEngineClient]):
     """The asyncio twin of :class:`SearchClient`: same arguments, same results. The embedder and the reranker run in
     worker threads; the query log's thread writes through this client on its searches' loop (``LoopSender``)."""
 
-    def __init__(self, es: AsyncEngineClient, settings: Settings, *, embedder: Embedder | None = None,
-                 reranker: Reranker | None = None, no_reranker_reason: str | None = None,
-                 query: QuerySettings | None = None, log_queries: bool | None = None) -> None:
-        super().__init__(settings, embedder, reranker, no_reranker_reason, query, log_queries)
-        self.es = es
-        self._log_sender = LoopSender(es)
-        self._start_log(self._log_sender)
-
     @classmethod
-    def from_settings(cls, settings: Settings | None = None, *, reranker: Reranker | None = None,
-                      embedder: Embedder | None = None) -> AsyncSearchClient:
-        """Like :meth:`SearchClient.from_settings`, on an ``AsyncElasticsearch`` client."""
-        settings, reranker, reason = cls._defaults(settings, reranker)
-        return cls(AsyncEngineClient(settings.es), settings, embedder=embedder, reranker=reranker,
-                   no_reranker_reason=reason)._owning()
+    def _connect(cls, cfg: ClusterSettings) -> AsyncEngineClient:
+        return AsyncEngineClient(cfg)
+
+    def _open(self) -> Sender:
+        self._log_sender = LoopSender(self.es)
+        return self._log_sender
 
     async def _run(self, steps: Steps[T]) -> T:
         self._log_sender.loop = asyncio.get_running_loop()

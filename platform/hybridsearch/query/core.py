@@ -13,7 +13,7 @@ import math
 import threading
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from hybridsearch.engine import Dialect, EngineInfo, Sender
 from hybridsearch.engine import request as engine_request
@@ -54,7 +54,14 @@ from hybridsearch.query.window import (
     passage_text,
 )
 from hybridsearch.rerank.base import Reranker, effective_blend
-from hybridsearch.settings import EmbeddingSettings, QuerySettings, RerankerSettings, Settings, get_settings
+from hybridsearch.settings import (
+    ClusterSettings,
+    EmbeddingSettings,
+    QuerySettings,
+    RerankerSettings,
+    Settings,
+    get_settings,
+)
 
 if TYPE_CHECKING:
     import numpy as np
@@ -64,6 +71,7 @@ if TYPE_CHECKING:
 INDEX_RECHECK_S = 60.0
 WARM_UP_TIMEOUT_S = 60.0  # at least this long for the reranker's first score (it may load its model)
 FilterArg = Filter | Mapping[str, Any] | None
+E = TypeVar("E")  # the shell's engine client
 
 
 def auto_reranker(settings: RerankerSettings) -> tuple[Reranker | None, str | None]:
@@ -80,11 +88,13 @@ def auto_reranker(settings: RerankerSettings) -> tuple[Reranker | None, str | No
     return reranker, None
 
 
-class SearchCore:
+class SearchCore(Generic[E]):
     """State and steps shared by the sync and async clients (see the module docstring)."""
 
-    def __init__(self, settings: Settings, embedder: Embedder | None, reranker: Reranker | None,
-                 no_reranker_reason: str | None, query: QuerySettings | None, log_queries: bool | None) -> None:
+    def __init__(self, es: E, settings: Settings, *, embedder: Embedder | None = None,
+                 reranker: Reranker | None = None, no_reranker_reason: str | None = None,
+                 query: QuerySettings | None = None, log_queries: bool | None = None) -> None:
+        self.es = es
         self.settings = settings
         self.query = query or settings.query  # the query knobs searches use (an eval sweep passes others)
         self.log_queries = self.query.log_queries if log_queries is None else log_queries
@@ -103,7 +113,31 @@ class SearchCore:
         self._metadata: dict[str, str] = {}  # the index's typed metadata fields (set when the index is checked)
         self._no_reranker_reason = no_reranker_reason
         self._owns_es = False
-        self.query_log: QueryLogger | None = None
+        sender = self._open()
+        self.query_log = QueryLogger(sender, settings) if sender is not None and self.log_queries else None
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, *, reranker: Reranker | None = None,
+                      embedder: Embedder | None = None) -> Self:
+        """A client on ``settings`` (default: the environment) that closes its engine client; reranker from
+        :func:`auto_reranker` when not given."""
+        settings = settings or get_settings()
+        reason = None
+        if reranker is None:
+            reranker, reason = auto_reranker(settings.reranker)
+        client = cls(cls._connect(settings.es), settings, embedder=embedder, reranker=reranker,
+                     no_reranker_reason=reason)
+        client._owns_es = True
+        return client
+
+    @classmethod
+    def _connect(cls, cfg: ClusterSettings) -> E:
+        """The shell's engine client on ``cfg``."""
+        raise NotImplementedError
+
+    def _open(self) -> Sender | None:
+        """Start the shell's workers; returns what the query log writes with (the bare core: nothing)."""
+        return None
 
     @property
     def embedder(self) -> Embedder:
@@ -310,23 +344,6 @@ class SearchCore:
             with contextlib.suppress(Exception):
                 yield Rerank(self.reranker, "warm up", ["warm up"],
                              max(WARM_UP_TIMEOUT_S, self.settings.reranker.timeout))
-
-    @staticmethod
-    def _defaults(settings: Settings | None, reranker: Reranker | None) -> tuple[Settings, Reranker | None, str | None]:
-        """``from_settings``'s settings (default: the environment) and reranker (default: ``auto_reranker``)."""
-        settings = settings or get_settings()
-        if reranker is not None:
-            return settings, reranker, None
-        return (settings, *auto_reranker(settings.reranker))
-
-    def _owning(self) -> Self:
-        """This client, marked as the owner of its engine client (closed with it)."""
-        self._owns_es = True
-        return self
-
-    def _start_log(self, es: Sender) -> None:
-        if self.log_queries:
-            self.query_log = QueryLogger(es, self.settings)
 
 
 def _hit_fields(e: WindowEntry, rank: int, explanation: list[str] | None) -> dict[str, Any]:
