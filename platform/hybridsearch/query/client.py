@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from typing import Any, Self, TypeVar, assert_never
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar, assert_never
 
 from hybridsearch.engine import AsyncEngineClient, EngineClient, Sender, engine_errors
 from hybridsearch.engine.dialect import Dialect, EngineInfo
 from hybridsearch.engine.request import Request as EngineRequest
-from hybridsearch.query.core import FilterArg, SearchCore
-from hybridsearch.query.results import Mode, SearchResult, WhyReport
+from hybridsearch.query.core import SearchCore
 from hybridsearch.query.steps import Detect, Drop, Embed, Join, Request, Rerank, Run, Send, Spawn, Steps
 from hybridsearch.settings import ClusterSettings
 
@@ -22,6 +23,28 @@ __all__ = ["AsyncSearchClient", "SearchClient"]
 SEARCH_WORKERS = 64  # the sync client's threads for hybrid's BM25 requests (sent while the query is embedded)
 RERANK_WORKERS = 4
 T = TypeVar("T")
+P = ParamSpec("P")
+
+
+def blocking(steps: Callable[Concatenate[Any, P], Steps[T]]) -> Callable[Concatenate[SearchClient, P], T]:
+    """The :class:`SearchClient` method that runs ``steps`` (a :class:`SearchCore` method) and returns their result."""
+
+    @functools.wraps(steps)
+    def method(self: SearchClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(steps(self, *args, **kwargs))
+
+    return method
+
+
+def awaitable(steps: Callable[Concatenate[Any, P], Steps[T]]) -> Callable[Concatenate[AsyncSearchClient, P],
+                                                                           Coroutine[Any, Any, T]]:
+    """The :class:`AsyncSearchClient` method that runs ``steps`` (a :class:`SearchCore` method)."""
+
+    @functools.wraps(steps)
+    async def method(self: AsyncSearchClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return await self._run(steps(self, *args, **kwargs))
+
+    return method
 
 
 class SearchClient(SearchCore[EngineClient]):
@@ -74,30 +97,10 @@ class SearchClient(SearchCore[EngineClient]):
             case _:
                 assert_never(request)
 
-    def index(self) -> str:
-        """The one concrete index behind the alias, its mapping checked (cached 60 s). Raises IndexNotFound,
-        AliasConflict (the alias points at several indices), IndexMismatch, ClusterUnavailable."""
-        return self._run(self.index_steps())
-
-    def search(self, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: FilterArg = None,
-               rerank: bool = True, explain: bool = False, page: int = 1, highlight: bool = False) -> SearchResult:
-        """Hits ``(page-1)*k+1 .. page*k`` of the fused (and reranked) window for ``query``; with ``highlight``, where
-        each BM25 hit's passage matched (``Hit.highlights``; the engine's highlighter costs about another search).
-
-        Raises QueryError (before any request), IndexNotFound, IndexMismatch, ClusterUnavailable or ClusterError.
-        A failing or slow reranker never raises: the result says ``reranked=False`` and why.
-        """
-        return self._run(self.search_steps(query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain,
-                                           page=page, highlight=highlight))
-
-    def why(self, query: str, doc_id: str, *, mode: Mode = "hybrid", filters: FilterArg = None,
-            rerank: bool = True) -> WhyReport:
-        """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query``. Raises like :meth:`search`."""
-        return self._run(self.why_steps(query, doc_id, mode=mode, filters=filters, rerank=rerank))
-
-    def warm_up(self, mode: Mode = "hybrid") -> None:
-        """Load the models the first search would load (:meth:`SearchCore.warm_up_steps`). Raises ModelError."""
-        self._run(self.warm_up_steps(mode))
+    index = blocking(SearchCore.index_steps)
+    search = blocking(SearchCore.search_steps)
+    why = blocking(SearchCore.why_steps)
+    warm_up = blocking(SearchCore.warm_up_steps)
 
     def close(self) -> None:
         """Flush the query log, stop worker threads, close the ES client when this object made it."""
@@ -182,25 +185,10 @@ class AsyncSearchClient(SearchCore[AsyncEngineClient]):
             case _:
                 assert_never(request)
 
-    async def index(self) -> str:
-        """See :meth:`SearchClient.index`."""
-        return await self._run(self.index_steps())
-
-    async def search(self, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: FilterArg = None,
-                     rerank: bool = True, explain: bool = False, page: int = 1,
-                     highlight: bool = False) -> SearchResult:
-        """See :meth:`SearchClient.search`."""
-        return await self._run(self.search_steps(query, k=k, mode=mode, filters=filters, rerank=rerank,
-                                                 explain=explain, page=page, highlight=highlight))
-
-    async def why(self, query: str, doc_id: str, *, mode: Mode = "hybrid", filters: FilterArg = None,
-                  rerank: bool = True) -> WhyReport:
-        """See :meth:`SearchClient.why`."""
-        return await self._run(self.why_steps(query, doc_id, mode=mode, filters=filters, rerank=rerank))
-
-    async def warm_up(self, mode: Mode = "hybrid") -> None:
-        """See :meth:`SearchClient.warm_up`."""
-        await self._run(self.warm_up_steps(mode))
+    index = awaitable(SearchCore.index_steps)
+    search = awaitable(SearchCore.search_steps)
+    why = awaitable(SearchCore.why_steps)
+    warm_up = awaitable(SearchCore.warm_up_steps)
 
     async def close(self) -> None:
         """Flush the query log and close the clients this object made."""

@@ -232,10 +232,18 @@ class SearchCore(Generic[E]):
 
     # ---- searching
 
-    def search_steps(self, query: str, **kwargs: Any) -> Steps[SearchResult]:
-        """:meth:`SearchClient.search`'s steps (``kwargs``: its keyword arguments)."""
+    def search_steps(self, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: FilterArg = None,
+                     rerank: bool = True, explain: bool = False, page: int = 1,
+                     highlight: bool = False) -> Steps[SearchResult]:
+        """Hits ``(page-1)*k+1 .. page*k`` of the fused (and reranked) window for ``query``; with ``highlight``, where
+        each BM25 hit's passage matched (``Hit.highlights``; the engine's highlighter costs about another search).
+
+        Raises QueryError (before any request), IndexNotFound, IndexMismatch, ClusterUnavailable or ClusterError.
+        A failing or slow reranker never raises: the result says ``reranked=False`` and why.
+        """
         started = time.perf_counter()
-        p = self._single_list_depth((yield from self._planned(query, **kwargs)))
+        p = self._single_list_depth((yield from self._planned(query, k=k, mode=mode, filters=filters, rerank=rerank,
+                                                              explain=explain, page=page, highlight=highlight)))
         t = Timings()
         index, window, fuse_ms = yield from self._window(p, t)
         return self._finish(p, index, window, t, started, fuse_ms)
@@ -248,9 +256,11 @@ class SearchCore(Generic[E]):
         reranks = p.rerank and self.reranker is not None
         return dataclasses.replace(p, depth=max(p.k * p.page, self.settings.reranker.depth if reranks else 0))
 
-    def why_steps(self, query: str, doc_id: str, **kwargs: Any) -> Steps[WhyReport]:
-        """:meth:`SearchClient.why`'s steps: a search for one highlighted hit, then :func:`.explain.why_steps`."""
-        p = yield from self._planned(query, k=1, highlight=True, **kwargs)
+    def why_steps(self, query: str, doc_id: str, *, mode: Mode = "hybrid", filters: FilterArg = None,
+                  rerank: bool = True) -> Steps[WhyReport]:
+        """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query`` (a search for one highlighted hit,
+        then :func:`.explain.why_steps`). Raises like :meth:`search_steps`."""
+        p = yield from self._planned(query, k=1, highlight=True, mode=mode, filters=filters, rerank=rerank)
         index, window, _ = yield from self._window(p, Timings())
         assert self._dialect is not None  # the index was checked
         probes = Probes(self.settings.index.alias, self.query, self.settings.reranker.depth, self._dialect,
@@ -337,7 +347,8 @@ class SearchCore(Generic[E]):
     # ---- warming up, building
 
     def warm_up_steps(self, mode: Mode = "hybrid") -> Steps[None]:
-        """Embed once (unless ``mode`` is bm25) and let the reranker score one pair (its failure ignored)."""
+        """Load the models the first search would load: embed once (unless ``mode`` is bm25) and let the reranker
+        score one pair (its failure ignored). Raises ModelError."""
         if mode != "bm25":
             yield from embed_steps("warm up", Timings())
         if self.reranker is not None and self.settings.reranker.enabled:
