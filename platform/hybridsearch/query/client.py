@@ -27,22 +27,36 @@ P = ParamSpec("P")
 
 
 def blocking(steps: Callable[Concatenate[Any, P], Steps[T]]) -> Callable[Concatenate[SearchClient, P], T]:
-    """The :class:`SearchClient` method that runs ``steps`` (a :class:`SearchCore` method) and returns their result."""
+    """The :class:`SearchClient` method that performs the requests of ``steps`` (a :class:`SearchCore` method)."""
 
     @functools.wraps(steps)
     def method(self: SearchClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return self._run(steps(self, *args, **kwargs))
+        run = Run(steps(self, *args, **kwargs))
+        for request in run:
+            try:
+                run.answer(self._perform(request))
+            except BaseException as exc:  # noqa: BLE001 - raised where the steps asked; they decide
+                run.fail(exc)
+        return run.result
 
     return method
 
 
 def awaitable(steps: Callable[Concatenate[Any, P], Steps[T]]) -> Callable[Concatenate[AsyncSearchClient, P],
                                                                            Coroutine[Any, Any, T]]:
-    """The :class:`AsyncSearchClient` method that runs ``steps`` (a :class:`SearchCore` method)."""
+    """The :class:`AsyncSearchClient` method that performs the requests of ``steps`` (a :class:`SearchCore` method);
+    the query log then writes on this loop."""
 
     @functools.wraps(steps)
     async def method(self: AsyncSearchClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return await self._run(steps(self, *args, **kwargs))
+        self._log_sender.loop = asyncio.get_running_loop()
+        run = Run(steps(self, *args, **kwargs))
+        for request in run:
+            try:
+                run.answer(await self._perform(request))
+            except BaseException as exc:  # noqa: BLE001 - raised where the steps asked; they decide
+                run.fail(exc)
+        return run.result
 
     return method
 
@@ -62,15 +76,6 @@ class SearchClient(SearchCore[EngineClient]):
         self._pool = concurrent.futures.ThreadPoolExecutor(RERANK_WORKERS, thread_name_prefix="hsp-rerank")
         self._io = concurrent.futures.ThreadPoolExecutor(max_workers=SEARCH_WORKERS, thread_name_prefix="hsp-bm25")
         return self.es
-
-    def _run(self, steps: Steps[T]) -> T:
-        run = Run(steps)
-        for request in run:
-            try:
-                run.answer(self._perform(request))
-            except BaseException as exc:  # noqa: BLE001 - raised where the steps asked; they decide
-                run.fail(exc)
-        return run.result
 
     def _perform(self, request: Request) -> Any:
         match request:
@@ -152,16 +157,6 @@ class AsyncSearchClient(SearchCore[AsyncEngineClient]):
     def _open(self) -> Sender:
         self._log_sender = LoopSender(self.es)
         return self._log_sender
-
-    async def _run(self, steps: Steps[T]) -> T:
-        self._log_sender.loop = asyncio.get_running_loop()
-        run = Run(steps)
-        for request in run:
-            try:
-                run.answer(await self._perform(request))
-            except BaseException as exc:  # noqa: BLE001 - raised where the steps asked; they decide
-                run.fail(exc)
-        return run.result
 
     async def _perform(self, request: Request) -> Any:
         match request:
