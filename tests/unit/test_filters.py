@@ -21,19 +21,18 @@ from hybridsearch.query.filters import (
     Terms,
     filter_dsl,
     parse_filter,
-    to_dsl,
 )
 
 
 def test_each_filter_translates_to_its_clause() -> None:
-    assert to_dsl(Term("source", "pubmed")) == {"term": {"source": "pubmed"}}
-    assert to_dsl(Terms("doc_id", ["a", "b"])) == {"terms": {"doc_id": ["a", "b"]}}
-    assert to_dsl(Range("ingested_at", gte=date(2024, 1, 1), lt="now")) == {
+    assert filter_dsl(Term("source", "pubmed")) == {"term": {"source": "pubmed"}}
+    assert filter_dsl(Terms("doc_id", ["a", "b"])) == {"terms": {"doc_id": ["a", "b"]}}
+    assert filter_dsl(Range("ingested_at", gte=date(2024, 1, 1), lt="now")) == {
         "range": {"ingested_at": {"gte": "2024-01-01", "lt": "now"}}}
-    assert to_dsl(Exists("metadata.lang")) == {"exists": {"field": "metadata.lang"}}
+    assert filter_dsl(Exists("metadata.lang")) == {"exists": {"field": "metadata.lang"}}
     nested = AllOf([Term("tenant", "a"), AnyOf([Term("source", "x"), Range("position", lte=3)]),
                     NoneOf([Term("metadata.lang", "fr")])])
-    assert to_dsl(nested) == {"bool": {"filter": [
+    assert filter_dsl(nested) == {"bool": {"filter": [
         {"term": {"tenant": "a"}},
         {"bool": {"should": [{"term": {"source": "x"}}, {"range": {"position": {"lte": 3}}}],
                   "minimum_should_match": 1}},
@@ -56,7 +55,7 @@ def test_dict_forms_parse_to_the_same_filters() -> None:
 
 def test_values_are_data_never_pasted_json() -> None:
     evil = '"}}, {"match_all": {}} //'
-    assert to_dsl(Term("source", evil)) == {"term": {"source": evil}}
+    assert filter_dsl(Term("source", evil)) == {"term": {"source": evil}}
 
 
 @pytest.mark.parametrize("spec", [
@@ -159,7 +158,7 @@ def test_typed_filters_raise_only_query_error(field: str, value: Any, bounds: di
             assert str(exc) and "validation error" not in str(exc) and "pydantic" not in str(exc)
         else:
             try:  # metadata values are checked against the index's types here (none given: free-form)
-                assert to_dsl(built)
+                assert filter_dsl(built)
             except QueryError as exc:
                 assert str(exc).startswith("invalid filter: ") and "\n" not in str(exc)
 
@@ -171,16 +170,17 @@ SCHEMA = {"n": "long", "x": "double", "published": "date", "lang": "keyword", "o
 
 def test_declared_metadata_ranges_go_to_the_typed_field() -> None:
     # the issue's case: 25 and 100 within [10, 100]; as text "25" > "100", so only 100 matched
-    assert to_dsl(Range("metadata.n", gte=10, lte=100), SCHEMA) == {"range": {"meta.n": {"gte": 10, "lte": 100}}}
-    assert to_dsl(Range("metadata.x", gt="0.5"), SCHEMA) == {"range": {"meta.x": {"gt": 0.5}}}
-    assert to_dsl(Range("metadata.published", gte=date(2024, 1, 1), lt="now-1d"), SCHEMA) == {
+    assert filter_dsl(Range("metadata.n", gte=10, lte=100), SCHEMA) == {"range": {"meta.n": {"gte": 10, "lte": 100}}}
+    assert filter_dsl(Range("metadata.x", gt="0.5"), SCHEMA) == {"range": {"meta.x": {"gt": 0.5}}}
+    assert filter_dsl(Range("metadata.published", gte=date(2024, 1, 1), lt="now-1d"), SCHEMA) == {
         "range": {"meta.published": {"gte": "2024-01-01", "lt": "now-1d"}}}
-    assert to_dsl(Range("metadata.lang", gte="a", lt="m"), SCHEMA) == {"range": {"meta.lang": {"gte": "a", "lt": "m"}}}
-    assert to_dsl(Term("metadata.n", "25"), SCHEMA) == {"term": {"meta.n": 25}}  # CLI values arrive as strings
-    assert to_dsl(Terms("metadata.ok", ["true", False]), SCHEMA) == {"terms": {"meta.ok": [True, False]}}
-    assert to_dsl(Exists("metadata.n"), SCHEMA) == {"exists": {"field": "metadata.n"}}  # the free-form copy
+    assert filter_dsl(Range("metadata.lang", gte="a", lt="m"), SCHEMA) == {
+        "range": {"meta.lang": {"gte": "a", "lt": "m"}}}
+    assert filter_dsl(Term("metadata.n", "25"), SCHEMA) == {"term": {"meta.n": 25}}  # CLI values arrive as strings
+    assert filter_dsl(Terms("metadata.ok", ["true", False]), SCHEMA) == {"terms": {"meta.ok": [True, False]}}
+    assert filter_dsl(Exists("metadata.n"), SCHEMA) == {"exists": {"field": "metadata.n"}}  # the free-form copy
     # an undeclared key stays free-form for terms; the fixed fields are unaffected
-    assert to_dsl(Term("metadata.other", 5), SCHEMA) == {"term": {"metadata.other": 5}}
+    assert filter_dsl(Term("metadata.other", 5), SCHEMA) == {"term": {"metadata.other": 5}}
     assert filter_dsl({"range": {"metadata.n": {"gte": "10", "lte": "100"}}}, SCHEMA) == {
         "range": {"meta.n": {"gte": 10, "lte": 100}}}
 
@@ -218,7 +218,7 @@ def test_a_range_on_free_form_metadata_is_refused_with_the_fix(metadata: dict[st
 ])
 def test_metadata_values_are_checked_against_the_declared_type(f: Any, message: str) -> None:
     with pytest.raises(QueryError) as err:
-        to_dsl(f, SCHEMA)
+        filter_dsl(f, SCHEMA)
     assert str(err.value).startswith("invalid filter: ") and message in str(err.value) and "\n" not in str(err.value)
 
 
@@ -242,16 +242,16 @@ def test_fixed_fields_are_checked_when_the_filter_is_built(build: Any, message: 
 
 
 def test_ranges_that_can_match_are_kept() -> None:
-    assert to_dsl(Range("position", gte=3, lte=3)) == {"range": {"position": {"gte": 3, "lte": 3}}}
-    assert to_dsl(Range("position", gt=1.5, lt=2.5)) == {"range": {"position": {"gt": 1.5, "lt": 2.5}}}
+    assert filter_dsl(Range("position", gte=3, lte=3)) == {"range": {"position": {"gte": 3, "lte": 3}}}
+    assert filter_dsl(Range("position", gt=1.5, lt=2.5)) == {"range": {"position": {"gt": 1.5, "lt": 2.5}}}
     same_day = Range("ingested_at", gte="2024-01-01", lte="2024-01-01")  # lte rounds up to the day's end
-    assert to_dsl(same_day) == {"range": {"ingested_at": {"gte": "2024-01-01", "lte": "2024-01-01"}}}
-    assert to_dsl(Range("ingested_at", gte="now-1d", lte="2000-01-01")) == {  # date math: left to the engine
+    assert filter_dsl(same_day) == {"range": {"ingested_at": {"gte": "2024-01-01", "lte": "2024-01-01"}}}
+    assert filter_dsl(Range("ingested_at", gte="now-1d", lte="2000-01-01")) == {  # date math: left to the engine
         "range": {"ingested_at": {"gte": "now-1d", "lte": "2000-01-01"}}}
-    assert to_dsl(Range("ingested_at", gte="2024-01-01||+1M/d", lt="2024-05-01T10:30:00+02:00"))
+    assert filter_dsl(Range("ingested_at", gte="2024-01-01||+1M/d", lt="2024-05-01T10:30:00+02:00"))
     # a day as upper bound reaches its last millisecond, as the engines read it: not empty
-    assert to_dsl(Range("ingested_at", gte="2024-01-01T10:00:00Z", lte="2024-01-01"))
-    assert to_dsl(Range("ingested_at", gte="2024-01-01T10:00", lte="2024-01-01T10:00"))
+    assert filter_dsl(Range("ingested_at", gte="2024-01-01T10:00:00Z", lte="2024-01-01"))
+    assert filter_dsl(Range("ingested_at", gte="2024-01-01T10:00", lte="2024-01-01T10:00"))
     for empty in (dict(gt="2024-01-01", lt="2024-01-02"), dict(gt="2024-01-01", lte="2024-01-01"),
                   dict(gte="2024-01-01T10:00:01Z", lte="2024-01-01T10:00:00Z")):
         with pytest.raises(QueryError, match="can match nothing"):

@@ -136,9 +136,9 @@ def lines(r: Request) -> list[dict[str, Any]]:
     return []
 
 
-def core(s: Settings | None = None, reranker: Any = None, **query: Any) -> SearchCore:
+def core(s: Settings | None = None, reranker: Any = None, **query: Any) -> SearchCore[None]:
     s = s or settings()
-    return SearchCore(s, None, reranker, None, s.query.model_copy(update=query), False)
+    return SearchCore(None, s, reranker=reranker, query=s.query.model_copy(update=query), log_queries=False)
 
 
 CHECK = ["Detect", "_alias", "_mapping", "_count"]

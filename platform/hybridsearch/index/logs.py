@@ -100,7 +100,7 @@ class LogWriter:
         self.es, self.settings, self.kind = es, settings, kind
         self.index = log_index_name(settings.index, kind)
         self.alias = write_alias_name(settings.index, kind)
-        self._direct = self.alias is None  # write by name (after an existence check), not through the alias
+        self._direct = False  # write by name (after an existence check), not through the alias
         self._lock = threading.Lock()
 
     def ensure(self) -> None:
@@ -110,12 +110,10 @@ class LogWriter:
             with engine_errors(f"check {self.index}"):
                 exists = self.es.send(request.index_exists(self.index))
             if not exists:
-                names = [self.index, *([self.alias] if self.alias else [])]
-                require_privileges(self.es, names, ("create_index", "manage"), f"create {self.index}")
+                require_privileges(self.es, [self.index, self.alias], ("create_index", "manage"),
+                                   f"create {self.index}")
                 ensure_log_index(self.es, self.settings, self.kind)
-                self._direct = self.alias is None
-                return
-            if self.alias is None:
+                self._direct = False
                 return
             try:
                 with write_errors(self.index, f"add the write alias {self.alias} to {self.index}"):
@@ -156,7 +154,7 @@ class LogWriter:
               result: LogWrite, errors: list[HybridSearchError]) -> list[tuple[str, Mapping[str, Any]]]:
         """One bulk request; returns the documents refused because the index is missing, counts the others in
         ``result`` and their errors in ``errors``."""
-        target = self.index if self._direct else str(self.alias)
+        target = self.index if self._direct else self.alias
         body_key = "doc" if op_type == "update" else "_source"
         actions = [{"_op_type": op_type, "_index": target, "_id": i, body_key: dict(d)} for i, d in docs]
         doing = f"write {len(docs)} document(s) to {self.index}"

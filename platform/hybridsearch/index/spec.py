@@ -45,10 +45,9 @@ def log_index_name(index: IndexSettings, kind: str) -> str:
     return names[kind]
 
 
-def write_alias_name(index: IndexSettings, kind: str) -> str | None:
-    """The write alias of log index ``kind`` (``<prefix>-write-query-log``, written with ``require_alias``), None for
-    another index."""
-    return f"{index.prefix}-write-{kind.replace('_', '-')}" if kind in LOG_KINDS else None
+def write_alias_name(index: IndexSettings, kind: str) -> str:
+    """The write alias of log index ``kind`` (``<prefix>-write-query-log``, written with ``require_alias``)."""
+    return f"{index.prefix}-write-{kind.replace('_', '-')}"
 
 
 _PLACEHOLDER = re.compile(r"\$\{([a-z0-9_.]+)\}")

@@ -105,7 +105,8 @@ def list_versions(es: EngineClient, index: IndexSettings) -> dict[int, str]:
 
 
 def _create(es: EngineClient, settings: Settings, version: int | None, *, exist_ok: bool) -> str:
-    """Create ``<prefix>-chunks-v<N>``; an existing one is refused (ConfigError) unless ``exist_ok``."""
+    """Create ``<prefix>-chunks-v<N>`` (an existing one is refused, ConfigError, unless ``exist_ok``) and the log
+    indices, the alias pointed at it when unset. Raises IndexMismatch for an existing one that does not fit."""
     spec = chunk_spec_for(es, settings, version)
     with write_errors(spec.name, f"create index {spec.name}"):
         if not es.send(request.index_exists(spec.name)) and create_index(es, spec):
@@ -114,6 +115,11 @@ def _create(es: EngineClient, settings: Settings, version: int | None, *, exist_
             raise ConfigError(f"index {spec.name} already exists: pick another --version or drop it first")
         else:
             _put_engine_settings(es, spec.name)
+    if exist_ok:
+        check_mapping(spec.name, index_mapping(es, spec.name), settings, es.dialect)
+    ensure_log_indices(es, settings)
+    with write_errors(spec.name, f"point alias {settings.index.alias} at {spec.name}"):
+        add_alias_if_missing(es, settings.index.alias, spec.name)
     return spec.name
 
 
@@ -133,30 +139,21 @@ def create_version(es: EngineClient, settings: Settings, version: int | None = N
     Raises AccessDenied (before writing), ConfigError when the version exists."""
     require_privileges(es, prefix_names(settings.index), CREATE, f"create indices of prefix {settings.index.prefix}")
     version = version or max(list_versions(es, settings.index), default=0) + 1
-    name = _create(es, settings, version, exist_ok=False)
-    ensure_log_indices(es, settings)
-    with write_errors(name, f"point alias {settings.index.alias} at {name}"):
-        add_alias_if_missing(es, settings.index.alias, name)
-    return name
+    return _create(es, settings, version, exist_ok=False)
 
 
 def ensure_index(es: EngineClient, settings: Settings, version: int | None = None) -> str:
     """The chunk index an ingest writes to, with the log indices: the live one, or version ``version`` (created when
     missing, the alias pointed at it when unset). Raises AccessDenied, AliasConflict, IndexMismatch, ClusterError."""
     require_privileges(es, prefix_names(settings.index), INGEST, f"write to prefix {settings.index.prefix}")
-    alias = settings.index.alias
-    aliases = read_alias(es, alias)
-    live = live_target(alias, aliases) if aliases else None
-    if live and version is None:
-        name = live
-        with engine_errors(f"put the engine's settings on {name}"):
-            _put_engine_settings(es, name)
-    else:
-        name = _create(es, settings, version, exist_ok=True)
+    aliases = read_alias(es, settings.index.alias)
+    name = live_target(settings.index.alias, aliases) if aliases else None
+    if name is None or version is not None:
+        return _create(es, settings, version, exist_ok=True)
+    with engine_errors(f"put the engine's settings on {name}"):
+        _put_engine_settings(es, name)
     check_mapping(name, index_mapping(es, name), settings, es.dialect)
     ensure_log_indices(es, settings)
-    with write_errors(name, f"point alias {alias} at {name}"):
-        add_alias_if_missing(es, alias, name)
     return name
 
 

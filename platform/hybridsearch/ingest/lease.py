@@ -190,7 +190,7 @@ class _Conflict(Exception):
 def change_state(es: EngineClient, cfg: IndexSettings, what: str, mutate: Callable[[State], bool]) -> State:
     """Read the state document, let ``mutate`` change it (False: nothing to write) and write it back if nobody wrote
     meanwhile (else read again). Raises IndexNotFound (the state index is gone), IndexMismatch (no write alias)."""
-    index, alias = cfg.ingest_state, str(write_alias_name(cfg, "ingest_state"))
+    index, alias = cfg.ingest_state, write_alias_name(cfg, "ingest_state")
 
     def once() -> State:
         with engine_errors(f"read {index}"):

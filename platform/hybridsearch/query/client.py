@@ -7,59 +7,75 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from typing import TYPE_CHECKING, Any, Self, TypeVar, assert_never
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any, Concatenate, ParamSpec, Self, TypeVar, assert_never
 
-from hybridsearch.engine import AsyncEngineClient, EngineClient, engine_errors
+from hybridsearch.engine import AsyncEngineClient, EngineClient, Sender, engine_errors
 from hybridsearch.engine.dialect import Dialect, EngineInfo
 from hybridsearch.engine.request import Request as EngineRequest
-from hybridsearch.query.core import FilterArg, SearchCore
-from hybridsearch.query.results import Mode, SearchResult, WhyReport
+from hybridsearch.query.core import SearchCore
 from hybridsearch.query.steps import Detect, Drop, Embed, Join, Request, Rerank, Run, Send, Spawn, Steps
-from hybridsearch.rerank.base import Reranker
-from hybridsearch.settings import QuerySettings, Settings
-
-if TYPE_CHECKING:
-    from hybridsearch.embedding.encoder import Embedder
+from hybridsearch.settings import ClusterSettings
 
 __all__ = ["AsyncSearchClient", "SearchClient"]
 
 SEARCH_WORKERS = 64  # the sync client's threads for hybrid's BM25 requests (sent while the query is embedded)
 RERANK_WORKERS = 4
 T = TypeVar("T")
+P = ParamSpec("P")
 
 
-class SearchClient(SearchCore):
-    """Hybrid search over the read alias ``<prefix>-chunks`` with a synchronous Elasticsearch client.
+def blocking(steps: Callable[Concatenate[Any, P], Steps[T]]) -> Callable[Concatenate[SearchClient, P], T]:
+    """The :class:`SearchClient` method that performs the requests of ``steps`` (a :class:`SearchCore` method)."""
 
-    ``embedder`` defaults to the model in ``settings.embedding`` (loaded on first dense/hybrid search);
-    ``reranker`` defaults to none. Thread-safe. Close it (or use ``with``) to flush the query log.
-    """
-
-    def __init__(self, es: EngineClient, settings: Settings, *, embedder: Embedder | None = None,
-                 reranker: Reranker | None = None, no_reranker_reason: str | None = None,
-                 query: QuerySettings | None = None, log_queries: bool | None = None) -> None:
-        super().__init__(settings, embedder, reranker, no_reranker_reason, query, log_queries)
-        self.es = es
-        self._pool = concurrent.futures.ThreadPoolExecutor(RERANK_WORKERS, thread_name_prefix="hsp-rerank")
-        self._io = concurrent.futures.ThreadPoolExecutor(max_workers=SEARCH_WORKERS, thread_name_prefix="hsp-bm25")
-        self._start_log(es)
-
-    @classmethod
-    def from_settings(cls, settings: Settings | None = None, *, reranker: Reranker | None = None,
-                      embedder: Embedder | None = None) -> SearchClient:
-        """A client on ``settings`` (default: the environment); reranker from ``make_reranker`` when not given."""
-        settings, reranker, reason = cls._defaults(settings, reranker)
-        return cls(EngineClient(settings.es), settings, embedder=embedder, reranker=reranker,
-                   no_reranker_reason=reason)._owning()
-
-    def _run(self, steps: Steps[T]) -> T:
-        run = Run(steps)
+    @functools.wraps(steps)
+    def method(self: SearchClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        run = Run(steps(self, *args, **kwargs))
         for request in run:
             try:
                 run.answer(self._perform(request))
             except BaseException as exc:  # noqa: BLE001 - raised where the steps asked; they decide
                 run.fail(exc)
         return run.result
+
+    return method
+
+
+def awaitable(steps: Callable[Concatenate[Any, P], Steps[T]]) -> Callable[Concatenate[AsyncSearchClient, P],
+                                                                           Coroutine[Any, Any, T]]:
+    """The :class:`AsyncSearchClient` method that performs the requests of ``steps`` (a :class:`SearchCore` method);
+    the query log then writes on this loop."""
+
+    @functools.wraps(steps)
+    async def method(self: AsyncSearchClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        self._log_sender.loop = asyncio.get_running_loop()
+        run = Run(steps(self, *args, **kwargs))
+        for request in run:
+            try:
+                run.answer(await self._perform(request))
+            except BaseException as exc:  # noqa: BLE001 - raised where the steps asked; they decide
+                run.fail(exc)
+        return run.result
+
+    return method
+
+
+class SearchClient(SearchCore[EngineClient]):
+    """Hybrid search over the read alias ``<prefix>-chunks`` with a synchronous Elasticsearch client.
+
+    ``embedder`` defaults to the model in ``settings.embedding`` (loaded on first dense/hybrid search);
+    ``reranker`` defaults to none. Thread-safe. Close it (or use ``with``) to flush the query log.
+    """
+
+    @classmethod
+    def _connect(cls, cfg: ClusterSettings) -> EngineClient:
+        return EngineClient(cfg)
+
+    def _open(self) -> Sender:
+        self._pool = concurrent.futures.ThreadPoolExecutor(RERANK_WORKERS, thread_name_prefix="hsp-rerank")
+        self._io = concurrent.futures.ThreadPoolExecutor(max_workers=SEARCH_WORKERS, thread_name_prefix="hsp-bm25")
+        return self.es
 
     def _perform(self, request: Request) -> Any:
         match request:
@@ -86,30 +102,10 @@ class SearchClient(SearchCore):
             case _:
                 assert_never(request)
 
-    def index(self) -> str:
-        """The one concrete index behind the alias, its mapping checked (cached 60 s). Raises IndexNotFound,
-        AliasConflict (the alias points at several indices), IndexMismatch, ClusterUnavailable."""
-        return self._run(self.index_steps())
-
-    def search(self, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: FilterArg = None,
-               rerank: bool = True, explain: bool = False, page: int = 1, highlight: bool = False) -> SearchResult:
-        """Hits ``(page-1)*k+1 .. page*k`` of the fused (and reranked) window for ``query``; with ``highlight``, where
-        each BM25 hit's passage matched (``Hit.highlights``; the engine's highlighter costs about another search).
-
-        Raises QueryError (before any request), IndexNotFound, IndexMismatch, ClusterUnavailable or ClusterError.
-        A failing or slow reranker never raises: the result says ``reranked=False`` and why.
-        """
-        return self._run(self.search_steps(query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain,
-                                           page=page, highlight=highlight))
-
-    def why(self, query: str, doc_id: str, *, mode: Mode = "hybrid", filters: FilterArg = None,
-            rerank: bool = True) -> WhyReport:
-        """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query``. Raises like :meth:`search`."""
-        return self._run(self.why_steps(query, doc_id, mode=mode, filters=filters, rerank=rerank))
-
-    def warm_up(self, mode: Mode = "hybrid") -> None:
-        """Load the models the first search would load (:meth:`SearchCore.warm_up_steps`). Raises ModelError."""
-        self._run(self.warm_up_steps(mode))
+    index = blocking(SearchCore.index_steps)
+    search = blocking(SearchCore.search_steps)
+    why = blocking(SearchCore.why_steps)
+    warm_up = blocking(SearchCore.warm_up_steps)
 
     def close(self) -> None:
         """Flush the query log, stop worker threads, close the ES client when this object made it."""
@@ -150,35 +146,17 @@ class LoopSender:
         return sent.result(timeout=self.client.cfg.request_timeout * (self.client.cfg.max_retries + 2))
 
 
-class AsyncSearchClient(SearchCore):
+class AsyncSearchClient(SearchCore[AsyncEngineClient]):
     """The asyncio twin of :class:`SearchClient`: same arguments, same results. The embedder and the reranker run in
     worker threads; the query log's thread writes through this client on its searches' loop (``LoopSender``)."""
 
-    def __init__(self, es: AsyncEngineClient, settings: Settings, *, embedder: Embedder | None = None,
-                 reranker: Reranker | None = None, no_reranker_reason: str | None = None,
-                 query: QuerySettings | None = None, log_queries: bool | None = None) -> None:
-        super().__init__(settings, embedder, reranker, no_reranker_reason, query, log_queries)
-        self.es = es
-        self._log_sender = LoopSender(es)
-        self._start_log(self._log_sender)
-
     @classmethod
-    def from_settings(cls, settings: Settings | None = None, *, reranker: Reranker | None = None,
-                      embedder: Embedder | None = None) -> AsyncSearchClient:
-        """Like :meth:`SearchClient.from_settings`, on an ``AsyncElasticsearch`` client."""
-        settings, reranker, reason = cls._defaults(settings, reranker)
-        return cls(AsyncEngineClient(settings.es), settings, embedder=embedder, reranker=reranker,
-                   no_reranker_reason=reason)._owning()
+    def _connect(cls, cfg: ClusterSettings) -> AsyncEngineClient:
+        return AsyncEngineClient(cfg)
 
-    async def _run(self, steps: Steps[T]) -> T:
-        self._log_sender.loop = asyncio.get_running_loop()
-        run = Run(steps)
-        for request in run:
-            try:
-                run.answer(await self._perform(request))
-            except BaseException as exc:  # noqa: BLE001 - raised where the steps asked; they decide
-                run.fail(exc)
-        return run.result
+    def _open(self) -> Sender:
+        self._log_sender = LoopSender(self.es)
+        return self._log_sender
 
     async def _perform(self, request: Request) -> Any:
         match request:
@@ -202,25 +180,10 @@ class AsyncSearchClient(SearchCore):
             case _:
                 assert_never(request)
 
-    async def index(self) -> str:
-        """See :meth:`SearchClient.index`."""
-        return await self._run(self.index_steps())
-
-    async def search(self, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: FilterArg = None,
-                     rerank: bool = True, explain: bool = False, page: int = 1,
-                     highlight: bool = False) -> SearchResult:
-        """See :meth:`SearchClient.search`."""
-        return await self._run(self.search_steps(query, k=k, mode=mode, filters=filters, rerank=rerank,
-                                                 explain=explain, page=page, highlight=highlight))
-
-    async def why(self, query: str, doc_id: str, *, mode: Mode = "hybrid", filters: FilterArg = None,
-                  rerank: bool = True) -> WhyReport:
-        """See :meth:`SearchClient.why`."""
-        return await self._run(self.why_steps(query, doc_id, mode=mode, filters=filters, rerank=rerank))
-
-    async def warm_up(self, mode: Mode = "hybrid") -> None:
-        """See :meth:`SearchClient.warm_up`."""
-        await self._run(self.warm_up_steps(mode))
+    index = awaitable(SearchCore.index_steps)
+    search = awaitable(SearchCore.search_steps)
+    why = awaitable(SearchCore.why_steps)
+    warm_up = awaitable(SearchCore.warm_up_steps)
 
     async def close(self) -> None:
         """Flush the query log and close the clients this object made."""

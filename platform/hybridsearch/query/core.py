@@ -13,7 +13,7 @@ import math
 import threading
 import time
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 
 from hybridsearch.engine import Dialect, EngineInfo, Sender
 from hybridsearch.engine import request as engine_request
@@ -55,6 +55,7 @@ from hybridsearch.query.window import (
 )
 from hybridsearch.rerank.base import Reranker, effective_blend
 from hybridsearch.settings import (
+    ClusterSettings,
     EmbeddingSettings,
     ModelsSettings,
     QuerySettings,
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
 INDEX_RECHECK_S = 60.0
 WARM_UP_TIMEOUT_S = 60.0  # at least this long for the reranker's first score (it may load its model)
 FilterArg = Filter | Mapping[str, Any] | None
+E = TypeVar("E")  # the shell's engine client
 
 
 def auto_reranker(settings: RerankerSettings, models: ModelsSettings) -> tuple[Reranker | None, str | None]:
@@ -87,11 +89,13 @@ def auto_reranker(settings: RerankerSettings, models: ModelsSettings) -> tuple[R
     return reranker, None
 
 
-class SearchCore:
+class SearchCore(Generic[E]):
     """State and steps shared by the sync and async clients (see the module docstring)."""
 
-    def __init__(self, settings: Settings, embedder: Embedder | None, reranker: Reranker | None,
-                 no_reranker_reason: str | None, query: QuerySettings | None, log_queries: bool | None) -> None:
+    def __init__(self, es: E, settings: Settings, *, embedder: Embedder | None = None,
+                 reranker: Reranker | None = None, no_reranker_reason: str | None = None,
+                 query: QuerySettings | None = None, log_queries: bool | None = None) -> None:
+        self.es = es
         self.settings = settings
         self.query = query or settings.query  # the query knobs searches use (an eval sweep passes others)
         self.log_queries = self.query.log_queries if log_queries is None else log_queries
@@ -110,7 +114,31 @@ class SearchCore:
         self._metadata: dict[str, str] = {}  # the index's typed metadata fields (set when the index is checked)
         self._no_reranker_reason = no_reranker_reason
         self._owns_es = False
-        self.query_log: QueryLogger | None = None
+        sender = self._open()
+        self.query_log = QueryLogger(sender, settings) if sender is not None and self.log_queries else None
+
+    @classmethod
+    def from_settings(cls, settings: Settings | None = None, *, reranker: Reranker | None = None,
+                      embedder: Embedder | None = None) -> Self:
+        """A client on ``settings`` (default: the environment) that closes its engine client; reranker from
+        :func:`auto_reranker` when not given."""
+        settings = settings or get_settings()
+        reason = None
+        if reranker is None:
+            reranker, reason = auto_reranker(settings.reranker, settings.models)
+        client = cls(cls._connect(settings.es), settings, embedder=embedder, reranker=reranker,
+                     no_reranker_reason=reason)
+        client._owns_es = True
+        return client
+
+    @classmethod
+    def _connect(cls, cfg: ClusterSettings) -> E:
+        """The shell's engine client on ``cfg``."""
+        raise NotImplementedError
+
+    def _open(self) -> Sender | None:
+        """Start the shell's workers; returns what the query log writes with (the bare core: nothing)."""
+        return None
 
     @property
     def embedder(self) -> Embedder:
@@ -205,10 +233,18 @@ class SearchCore:
 
     # ---- searching
 
-    def search_steps(self, query: str, **kwargs: Any) -> Steps[SearchResult]:
-        """:meth:`SearchClient.search`'s steps (``kwargs``: its keyword arguments)."""
+    def search_steps(self, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: FilterArg = None,
+                     rerank: bool = True, explain: bool = False, page: int = 1,
+                     highlight: bool = False) -> Steps[SearchResult]:
+        """Hits ``(page-1)*k+1 .. page*k`` of the fused (and reranked) window for ``query``; with ``highlight``, where
+        each BM25 hit's passage matched (``Hit.highlights``; the engine's highlighter costs about another search).
+
+        Raises QueryError (before any request), IndexNotFound, IndexMismatch, ClusterUnavailable or ClusterError.
+        A failing or slow reranker never raises: the result says ``reranked=False`` and why.
+        """
         started = time.perf_counter()
-        p = self._single_list_depth((yield from self._planned(query, **kwargs)))
+        p = self._single_list_depth((yield from self._planned(query, k=k, mode=mode, filters=filters, rerank=rerank,
+                                                              explain=explain, page=page, highlight=highlight)))
         t = Timings()
         index, window, fuse_ms = yield from self._window(p, t)
         return self._finish(p, index, window, t, started, fuse_ms)
@@ -221,9 +257,11 @@ class SearchCore:
         reranks = p.rerank and self.reranker is not None
         return dataclasses.replace(p, depth=max(p.k * p.page, self.settings.reranker.depth if reranks else 0))
 
-    def why_steps(self, query: str, doc_id: str, **kwargs: Any) -> Steps[WhyReport]:
-        """:meth:`SearchClient.why`'s steps: a search for one highlighted hit, then :func:`.explain.why_steps`."""
-        p = yield from self._planned(query, k=1, highlight=True, **kwargs)
+    def why_steps(self, query: str, doc_id: str, *, mode: Mode = "hybrid", filters: FilterArg = None,
+                  rerank: bool = True) -> Steps[WhyReport]:
+        """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query`` (a search for one highlighted hit,
+        then :func:`.explain.why_steps`). Raises like :meth:`search_steps`."""
+        p = yield from self._planned(query, k=1, highlight=True, mode=mode, filters=filters, rerank=rerank)
         index, window, _ = yield from self._window(p, Timings())
         assert self._dialect is not None  # the index was checked
         probes = Probes(self.settings.index.alias, self.query, self.settings.reranker.depth, self._dialect,
@@ -310,30 +348,14 @@ class SearchCore:
     # ---- warming up, building
 
     def warm_up_steps(self, mode: Mode = "hybrid") -> Steps[None]:
-        """Embed once (unless ``mode`` is bm25) and let the reranker score one pair (its failure ignored)."""
+        """Load the models the first search would load: embed once (unless ``mode`` is bm25) and let the reranker
+        score one pair (its failure ignored). Raises ModelError."""
         if mode != "bm25":
             yield from embed_steps("warm up", Timings())
         if self.reranker is not None and self.settings.reranker.enabled:
             with contextlib.suppress(Exception):
                 yield Rerank(self.reranker, "warm up", ["warm up"],
                              max(WARM_UP_TIMEOUT_S, self.settings.reranker.timeout))
-
-    @staticmethod
-    def _defaults(settings: Settings | None, reranker: Reranker | None) -> tuple[Settings, Reranker | None, str | None]:
-        """``from_settings``'s settings (default: the environment) and reranker (default: ``auto_reranker``)."""
-        settings = settings or get_settings()
-        if reranker is not None:
-            return settings, reranker, None
-        return (settings, *auto_reranker(settings.reranker, settings.models))
-
-    def _owning(self) -> Self:
-        """This client, marked as the owner of its engine client (closed with it)."""
-        self._owns_es = True
-        return self
-
-    def _start_log(self, es: Sender) -> None:
-        if self.log_queries:
-            self.query_log = QueryLogger(es, self.settings)
 
 
 def _hit_fields(e: WindowEntry, rank: int, explanation: list[str] | None) -> dict[str, Any]:

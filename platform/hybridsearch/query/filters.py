@@ -341,15 +341,6 @@ def _date_span(text: str, key: str) -> datetime | None:
     return {"gte": start, "gt": up + _MS, "lte": up, "lt": start - _MS}[key]
 
 
-def to_dsl(f: Filter, metadata: MetadataFields | None = None) -> dict[str, Any]:
-    """The query clause for ``f``, the only place filters become DSL; ``metadata``: the index's typed metadata keys,
-    whose filters go to ``meta.<key>``. Raises QueryError for a value or range the field's type cannot answer."""
-    try:
-        return _dsl(f, metadata)
-    except ValueError as exc:
-        raise QueryError(f"invalid filter: {exc}") from None
-
-
 def _dsl(f: Filter, metadata: MetadataFields | None) -> dict[str, Any]:
     if isinstance(f, Term):
         target, ftype = field_type(f.field, metadata)
@@ -372,6 +363,11 @@ def _dsl(f: Filter, metadata: MetadataFields | None) -> dict[str, Any]:
 
 def filter_dsl(spec: Filter | Mapping[str, Any] | None,
                metadata: MetadataFields | None = None) -> dict[str, Any] | None:
-    """The DSL clause of ``spec`` (an object or a dict; see :func:`to_dsl`), None for no filter."""
+    """The query clause of ``spec`` (an object or a dict), None for no filter; the only place filters become DSL.
+    ``metadata``: the index's typed metadata keys, whose filters go to ``meta.<key>``. Raises QueryError for a
+    value or range the field's type cannot answer."""
     parsed = parse_filter(spec)
-    return None if parsed is None else to_dsl(parsed, metadata)
+    try:
+        return None if parsed is None else _dsl(parsed, metadata)
+    except ValueError as exc:
+        raise QueryError(f"invalid filter: {exc}") from None
