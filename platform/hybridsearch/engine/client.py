@@ -55,9 +55,8 @@ def speaks(host: str, port: int, *, tls: bool) -> bool:
 
 
 def diagnose(exc: Exception, base_url: str) -> Exception:
-    """Our error for a failure to connect to ``base_url`` that retrying cannot fix, else ``exc``: TlsFailure for an
-    untrusted certificate or a hopeless handshake, SchemeMismatch when one probe finds the node speaks the other
-    scheme. A timeout, or nothing listening, is not probed."""
+    """TlsFailure (SchemeMismatch when one probe finds the other scheme spoken) for a failure to connect to
+    ``base_url`` that retrying cannot fix, else ``exc``; a timeout, or nothing listening, is not probed."""
     causes = list(causes_of(exc))  # aiohttp's wrapper of a verify error lacks its details: look for them first
     if verify := [e for e in causes if isinstance(e, ssl.SSLCertVerificationError)]:
         said = next((e.verify_message for e in verify if getattr(e, "verify_message", None)), None)

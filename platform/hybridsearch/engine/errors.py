@@ -90,16 +90,13 @@ def translate(exc: Exception, what: str = "request") -> HybridSearchError:
         return ClusterUnavailable(f"TLS error on the {what}: {exc}",
                                   fix="Check HSP_ES__CA_CERTS and HSP_ES__VERIFY_CERTS")
     status, said = status_of(exc), reason_of(exc) if _body_of(exc) else None
-    if status is None and isinstance(exc, UNREACHABLE):
-        return ClusterUnavailable(f"the cluster did not answer the {what}: {exc}", fix=START_NODE)
     if status is None and isinstance(exc, API_ERRORS):
-        return ClusterUnavailable(f"{what} failed in transport: {exc}", fix=START_NODE)
+        return ClusterUnavailable(f"the cluster did not answer the {what}: {exc}" if isinstance(exc, UNREACHABLE)
+                                  else f"{what} failed in transport: {exc}", fix=START_NODE)
     if status is None:
         return ClusterError(f"{what} failed: {exc!r}")
-    if status == 401:
-        return AuthenticationFailed(what, said)
-    if status == 403:
-        return access_denied(what, said)
+    if status in (401, 403):
+        return AuthenticationFailed(what, said) if status == 401 else access_denied(what, said)
     if status == 404:
         return IndexNotFound(f"{what} failed: not found ({reason_of(exc)})")
     return ClusterError(f"{what} failed with HTTP {status}: {reason_of(exc)}")
