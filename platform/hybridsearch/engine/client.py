@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import copy
+import http.client
 import json
 import socket
 import ssl
@@ -26,56 +27,54 @@ from elasticsearch.serializer import NdjsonSerializer, OrjsonSerializer
 
 from hybridsearch.engine import request
 from hybridsearch.engine.dialect import Dialect, EngineInfo, EngineKind
-from hybridsearch.engine.errors import API_ERRORS, causes_of, engine_errors, error_type_of, status_of, tls_failure
+from hybridsearch.engine.errors import API_ERRORS, causes_of, engine_errors, error_type_of, status_of
 from hybridsearch.engine.request import RAISE, Json, Request
-from hybridsearch.errors import ConfigError, SchemeMismatch
+from hybridsearch.errors import ConfigError, SchemeMismatch, TlsFailure
 from hybridsearch.retry import RETRIED_STATUSES
 from hybridsearch.settings import ClusterSettings
 
-PROBE_TIMEOUT_S = 2.0  # each scheme probe (only run after a request failed)
+PROBE_TIMEOUT_S = 2.0  # the one scheme probe, only run after a request failed to connect
+#: OpenSSL reasons of handshakes that fail the same way on every try (not a TLS port, no shared protocol)
+HOPELESS_TLS = frozenset({"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNSUPPORTED_PROTOCOL",
+                          "TLSV1_ALERT_PROTOCOL_VERSION"})
 
 
 def speaks(host: str, port: int, *, tls: bool) -> bool:
-    """Whether ``host:port`` completes a TLS handshake (with any certificate), or without ``tls``, answers a
-    plain-text HTTP request with an HTTP status line."""
+    """Whether ``host:port`` completes a TLS handshake (any certificate), or without ``tls``, answers plain HTTP."""
     try:
-        with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S) as s:
-            if tls:
-                ctx = ssl.create_default_context()
-                ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-                with ctx.wrap_socket(s):
-                    return True
-            s.sendall(b"HEAD / HTTP/1.0\r\nHost: " + host.encode("idna") + b"\r\n\r\n")
-            got = b""
-            while len(got) < 5 and (part := s.recv(5 - len(got))):
-                got += part
-            return got == b"HTTP/"
-    except (OSError, UnicodeError):  # ssl.SSLError included
+        if tls:
+            return bool(ssl.get_server_certificate((host, port), timeout=PROBE_TIMEOUT_S))
+        probe = http.client.HTTPConnection(host, port, timeout=PROBE_TIMEOUT_S)
+        try:
+            probe.request("HEAD", "/")
+            return probe.getresponse().status > 0
+        finally:
+            probe.close()
+    except (OSError, UnicodeError, http.client.HTTPException):  # ssl.SSLError included
         return False
 
 
 def diagnose(exc: Exception, base_url: str) -> Exception:
-    """Our error for a connection failure to ``base_url`` that retrying cannot fix, else ``exc``: SchemeMismatch
-    when the node speaks the other scheme (probed, a few seconds at most), TlsFailure for a hopeless handshake.
-    A timeout, or nothing listening, is not probed."""
-    if isinstance(exc, opensearchpy.ConnectionTimeout):
-        return exc
+    """TlsFailure (SchemeMismatch when one probe finds the other scheme spoken) for a failure to connect to
+    ``base_url`` that retrying cannot fix, else ``exc``; a timeout, or nothing listening, is not probed."""
+    causes = list(causes_of(exc))  # aiohttp's wrapper of a verify error lacks its details: look for them first
+    if verify := [e for e in causes if isinstance(e, ssl.SSLCertVerificationError)]:
+        said = next((e.verify_message for e in verify if getattr(e, "verify_message", None)), None)
+        return TlsFailure(base_url, "certificate verify failed" + (f": {said}" if said else ""), untrusted=True)
+    hopeless = next((e.reason for e in causes if isinstance(e, ssl.SSLError) and e.reason in HOPELESS_TLS), None)
+    nobody = isinstance(exc, opensearchpy.ConnectionTimeout) or any(
+        isinstance(e, ConnectionRefusedError | TimeoutError | socket.gaierror) for e in causes)
     parts = urlsplit(base_url)
-    host, scheme = parts.hostname or "", parts.scheme
-    port = parts.port or (443 if scheme == "https" else 80)
+    tls, host = parts.scheme == "http", parts.hostname or ""  # what the node would speak instead
+    port = parts.port or (80 if tls else 443)
     node = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-    failure = tls_failure(exc, base_url)
-    nobody = any(isinstance(e, ConnectionRefusedError | TimeoutError | socket.gaierror) for e in causes_of(exc))
-    if scheme == "https" and failure is not None and not failure.untrusted and speaks(host, port, tls=False):
-        return SchemeMismatch(node, speaks_tls=False, use=f"http://{node}{parts.path.rstrip('/')}")
-    if scheme == "http" and failure is None and not nobody and speaks(host, port, tls=True):
-        return SchemeMismatch(node, speaks_tls=True, use=f"https://{node}{parts.path.rstrip('/')}")
-    return failure or exc
+    if (not nobody if tls else hopeless is not None) and speaks(host, port, tls=tls):
+        return SchemeMismatch(node, speaks_tls=tls, use=f"{'https' if tls else 'http'}://{node}{parts.path.rstrip('/')}")
+    return exc if hopeless is None else TlsFailure(base_url, hopeless.lower().replace("_", " "), untrusted=False)
 
 
 class _Node(Urllib3HttpNode):
-    """The library's node; a failure :func:`diagnose` names raises at once (not retried, the node not marked dead),
-    as in the three classes below."""
+    """The library's node; a failure :func:`diagnose` names raises at once (not retried), as in the three below."""
 
     def perform_request(self, *args: Any, **kwargs: Any) -> Any:
         try:

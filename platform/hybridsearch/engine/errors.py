@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import re
-import ssl
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -20,7 +19,6 @@ from hybridsearch.errors import (
     ClusterUnavailable,
     HybridSearchError,
     IndexNotFound,
-    TlsFailure,
 )
 
 #: every exception either client raises for a request that failed (answered or not)
@@ -31,10 +29,6 @@ UNREACHABLE: tuple[type[Exception], ...] = (elasticsearch.ConnectionError, elast
                                             elasticsearch.TransportError, opensearchpy.ConnectionError)
 START_NODE = ("Is a node running? Start one with `ops/es-local.sh start` (or `docker compose up -d elasticsearch`), "
               "or point HSP_ES_URL at one")
-#: OpenSSL reasons of handshakes that fail the same way on every try (not a TLS port, no shared protocol)
-_HOPELESS_TLS = frozenset({"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNSUPPORTED_PROTOCOL",
-                           "TLSV1_ALERT_PROTOCOL_VERSION"})
-
 
 def status_of(exc: BaseException) -> int | None:
     """The HTTP status of an engine's error answer, None when there was no answer."""
@@ -77,18 +71,6 @@ def causes_of(exc: BaseException) -> Iterator[BaseException]:
                                     getattr(e, "certificate_error", None)) if isinstance(x, BaseException))
 
 
-def tls_failure(exc: BaseException, url: str) -> TlsFailure | None:
-    """A TlsFailure when ``exc`` is a TLS handshake failure that retrying cannot fix, else None."""
-    causes = list(causes_of(exc))  # aiohttp's wrapper of a verify error lacks its details: look for them first
-    verify = [e for e in causes if isinstance(e, ssl.SSLCertVerificationError)]
-    if said := next((e.verify_message for e in verify if getattr(e, "verify_message", None) is not None), None):
-        return TlsFailure(url, f"certificate verify failed: {said}", untrusted=True)
-    if verify:
-        return TlsFailure(url, "certificate verify failed", untrusted=True)
-    reason = next((e.reason for e in causes if isinstance(e, ssl.SSLError) and e.reason in _HOPELESS_TLS), None)
-    return None if reason is None else TlsFailure(url, reason.lower().replace("_", " "), untrusted=False)
-
-
 def access_denied(what: str, reason: str | None) -> AccessDenied:
     """AccessDenied for ``what``, with the action, indices and privileges the engine named in ``reason``."""
     action, indices, privileges = (re.search(p, reason or "") for p in (
@@ -100,24 +82,21 @@ def access_denied(what: str, reason: str | None) -> AccessDenied:
 
 
 def translate(exc: Exception, what: str = "request") -> HybridSearchError:
-    """Either client's exception as our error: 401 AuthenticationFailed, 403 AccessDenied, 404 IndexNotFound, a
-    hopeless TLS handshake TlsFailure, no answer ClusterUnavailable, any other status ClusterError."""
+    """Either client's exception as our error: 401 AuthenticationFailed, 403 AccessDenied, 404 IndexNotFound, no
+    answer ClusterUnavailable, any other status ClusterError."""
     if isinstance(exc, HybridSearchError):
         return exc
-    if isinstance(exc, TlsError | opensearchpy.SSLError):  # the nodes raise the hopeless ones as TlsFailure already
-        return tls_failure(exc, "the node") or ClusterUnavailable(
-            f"TLS error on the {what}: {exc}", fix="Check HSP_ES__CA_CERTS and HSP_ES__VERIFY_CERTS")
+    if isinstance(exc, TlsError | opensearchpy.SSLError):  # the nodes raise the hopeless ones as TlsFailure
+        return ClusterUnavailable(f"TLS error on the {what}: {exc}",
+                                  fix="Check HSP_ES__CA_CERTS and HSP_ES__VERIFY_CERTS")
     status, said = status_of(exc), reason_of(exc) if _body_of(exc) else None
-    if status is None and isinstance(exc, UNREACHABLE):
-        return ClusterUnavailable(f"the cluster did not answer the {what}: {exc}", fix=START_NODE)
     if status is None and isinstance(exc, API_ERRORS):
-        return ClusterUnavailable(f"{what} failed in transport: {exc}", fix=START_NODE)
+        return ClusterUnavailable(f"the cluster did not answer the {what}: {exc}" if isinstance(exc, UNREACHABLE)
+                                  else f"{what} failed in transport: {exc}", fix=START_NODE)
     if status is None:
         return ClusterError(f"{what} failed: {exc!r}")
-    if status == 401:
-        return AuthenticationFailed(what, said)
-    if status == 403:
-        return access_denied(what, said)
+    if status in (401, 403):
+        return AuthenticationFailed(what, said) if status == 401 else access_denied(what, said)
     if status == 404:
         return IndexNotFound(f"{what} failed: not found ({reason_of(exc)})")
     return ClusterError(f"{what} failed with HTTP {status}: {reason_of(exc)}")

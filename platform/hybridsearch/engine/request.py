@@ -24,9 +24,9 @@ class Request:
     absent: Any = RAISE
 
 
-def _path(*parts: str) -> str:
-    """``/a/b`` from name parts, each escaped (``,`` and ``*`` kept: lists and patterns of names)."""
-    return "/" + "/".join(quote(p, safe=",*") for p in parts)
+def _path(*parts: str | None) -> str:
+    """``/a/b`` from the name parts given (not None or empty), each escaped (``,`` and ``*`` kept: patterns)."""
+    return "/" + "/".join(quote(p, safe=",*") for p in parts if p)
 
 
 def params(**given: Any) -> dict[str, str]:
@@ -89,8 +89,7 @@ def bulk_failures(answer: Json) -> tuple[int, list[Json]]:
 
 
 def analyze(text: str, *, analyzer: str | None = None, index: str | None = None, field: str | None = None) -> Request:
-    return Request("POST", _path(index, "_analyze") if index else "/_analyze",
-                   body=body(analyzer=analyzer, field=field, text=text))
+    return Request("POST", _path(index, "_analyze"), body=body(analyzer=analyzer, field=field, text=text))
 
 
 def create_index(index: str, *, settings: Json | None = None, mappings: Json | None = None,
@@ -147,14 +146,12 @@ def update_aliases(actions: list[Json]) -> Request:
 
 
 def index_stats(index: str, *, metric: str | None = None, include_segment_file_sizes: bool | None = None) -> Request:
-    path = _path(index, "_stats", metric) if metric else _path(index, "_stats")
-    return Request("GET", path, params(include_segment_file_sizes=include_segment_file_sizes))
+    return Request("GET", _path(index, "_stats", metric), params(include_segment_file_sizes=include_segment_file_sizes))
 
 
 def cluster_health(index: str | None = None, *, wait_for_status: str | None = None,
                    timeout: str | None = None) -> Request:
-    path = _path("_cluster", "health", index) if index else "/_cluster/health"
-    return Request("GET", path, params(wait_for_status=wait_for_status, timeout=timeout))
+    return Request("GET", _path("_cluster", "health", index), params(wait_for_status=wait_for_status, timeout=timeout))
 
 
 def nodes_info(*, filter_path: str | None = None) -> Request:
