@@ -33,8 +33,8 @@ def register(sub: Subcommands) -> None:
         ),
     )
     p.add_argument("--base", default=None, metavar="MODEL",
-                   help="encoder to start from: Hub name or folder (default: HSP_EMBEDDING__MODEL, i.e. the "
-                        "packaged all-MiniLM-L6-v2)")
+                   help="encoder to start from: Hub name or folder (default: HSP_EMBEDDING__MODEL, else the "
+                        "default embedder bge-small-en-v1.5)")
     p.add_argument("--negatives", type=int, default=4, help="hard negatives per query (default 4)")
     p.add_argument("--depth", type=int, default=None,
                    help="hybrid candidates per query to mine from (default: HSP_RERANKER__DEPTH, 30)")
