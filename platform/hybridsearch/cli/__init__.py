@@ -3,11 +3,30 @@
 from __future__ import annotations
 
 import argparse
-from typing import Protocol
+from collections.abc import Callable
+from typing import Any
+
+from hybridsearch.settings import Settings
+
+Handler = Callable[[argparse.Namespace, Settings], int]
+#: adds one command: ``add(name, handler, **add_parser_options)`` returns its parser
+AddCommand = Callable[..., argparse.ArgumentParser]
 
 
-class Subcommands(Protocol):
-    """What ``ArgumentParser.add_subparsers()`` returns, as a command module's ``register`` uses it."""
+def subcommands(parser: argparse.ArgumentParser, dest: str, metavar: str) -> AddCommand:
+    """Give ``parser`` required subcommands; returns the function that adds one, run by ``handler(args, settings)``."""
+    sub = parser.add_subparsers(dest=dest, metavar=metavar, required=True)
 
-    def add_parser(self, name: str, *, help: str | None = ..., description: str | None = ...,
-                   formatter_class: type[argparse.HelpFormatter] = ...) -> argparse.ArgumentParser: ...
+    def add(name: str, handler: Handler | None = None, **options: Any) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, **options)
+        p.set_defaults(handler=handler)
+        return p
+
+    return add
+
+
+def with_prefix(settings: Settings, prefix: str | None) -> Settings:
+    """``settings`` with the index prefix ``prefix`` when one is given."""
+    if not prefix:
+        return settings
+    return settings.model_copy(update={"index": settings.index.model_copy(update={"prefix": prefix})})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from hybridsearch.cli import Subcommands
+from hybridsearch.cli import AddCommand
 from hybridsearch.cli.output import print_wrapped, styled
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
@@ -15,11 +15,10 @@ from hybridsearch.settings import Settings
 DEFAULT_LIMIT = 3000
 
 
-def register(sub: Subcommands) -> None:
-    """Add ``hsp demo`` to ``sub``."""
+def register(add: AddCommand) -> None:
     from hybridsearch.demo import SAMPLE_QUERIES
 
-    p = sub.add_parser("demo", help="ingest the stdlib documentation and run sample queries",
+    p = add("demo", cmd_demo, help="ingest the stdlib documentation and run sample queries",
                        description="Index the running interpreter's standard-library documentation (pydoc topics, "
                                    "module, class, function and method docstrings; no download) into the "
                                    "configured index, then answer a few queries showing every stage. "
@@ -31,7 +30,6 @@ def register(sub: Subcommands) -> None:
     p.add_argument("--k", type=int, default=3, help="hits per query (default %(default)s)")
     p.add_argument("--skip-ingest", action="store_true", help="only run the queries")
     p.add_argument("--no-rerank", action="store_true", help="do not call the reranker")
-    p.set_defaults(handler=cmd_demo)
 
 
 def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:

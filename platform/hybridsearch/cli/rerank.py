@@ -7,7 +7,7 @@ import logging
 import time
 from typing import Any
 
-from hybridsearch.cli import Subcommands
+from hybridsearch.cli import AddCommand
 from hybridsearch.cli.output import right, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.errors import ConfigError
@@ -75,10 +75,9 @@ def check(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def register(sub: Subcommands) -> None:
-    """Add ``serve-reranker`` and ``rerank-check``."""
-    p = sub.add_parser("serve-reranker", help="run the cross-encoder reranker HTTP service",
-                       description="Serve POST /rerank, /healthz, /readyz and /metrics (settings: HSP_RERANKER__*).")
+def register(add: AddCommand) -> None:
+    p = add("serve-reranker", serve, help="run the cross-encoder reranker HTTP service",
+            description="Serve POST /rerank, /healthz, /readyz and /metrics (settings: HSP_RERANKER__*).")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1; 0.0.0.0 in containers)")
     p.add_argument("--port", type=int, default=8088, help="port (default 8088)")
     p.add_argument("--model", help="Hub name or local CrossEncoder folder (default HSP_RERANKER__MODEL)")
@@ -88,12 +87,10 @@ def register(sub: Subcommands) -> None:
     p.add_argument("--no-batching", action="store_true", help="score every request on its own")
     p.add_argument("--lazy", action="store_true",
                    help="start serving at once and load the model in the background (/readyz says when ready)")
-    p.set_defaults(handler=serve)
 
-    c = sub.add_parser("rerank-check", help="score passages with the configured reranker and show the order")
+    c = add("rerank-check", check, help="score passages with the configured reranker and show the order")
     c.add_argument("query", nargs="?", help="query (default: a built-in sample)")
     c.add_argument("passages", nargs="*", help="passages (default: built-in samples)")
     c.add_argument("--url", help="reranker service URL (default HSP_RERANKER__URL; unset = in-process)")
     c.add_argument("--model", help="in-process model (default HSP_RERANKER__MODEL)")
     c.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"])
-    c.set_defaults(handler=check)

@@ -25,7 +25,7 @@ from rich.console import Console
 from rich.table import Column
 from rich.text import Text
 
-from hybridsearch.cli import Subcommands
+from hybridsearch.cli import AddCommand
 from hybridsearch.cli.filters import parse_cli_filters
 from hybridsearch.cli.output import console, print_wrapped, right, styled, table, wrapped
 from hybridsearch.query.results import Highlight, Hit, Mode, RerankOutcome, SearchResult, StageScore, WhyReport
@@ -39,10 +39,9 @@ TITLE_CHARS = 120  # the longest title the table prints
 FORMATS = ("blocks", "table", "json")
 
 
-def register(sub: Subcommands) -> None:
-    """Add ``hsp search``."""
-    p = sub.add_parser("search", help="search the index (BM25 + kNN, fused, reranked)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def register(add: AddCommand) -> None:
+    p = add("search", run, help="search the index (BM25 + kNN, fused, reranked)", description=__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("query", help="the query text")
     p.add_argument("--mode", choices=get_args(Mode), default="hybrid", help="which lists to search (default hybrid)")
     p.add_argument("--k", type=int, default=10, help="hits per page (default 10, at most HSP_QUERY__MAX_K)")
@@ -60,7 +59,6 @@ def register(sub: Subcommands) -> None:
     p.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
     p.add_argument("--explain", action="store_true", help="say why each hit is where it is")
     p.add_argument("--why", metavar="DOC_ID", help="show where DOC_ID fell in BM25, kNN, fusion and rerank")
-    p.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:

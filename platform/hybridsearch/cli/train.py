@@ -1,17 +1,16 @@
-"""``hsp train-reranker`` and ``hsp train-embedder``: fine-tune a cross-encoder or the bi-encoder on a collection's
-own judgments."""
+"""``hsp train-reranker`` and ``hsp train-embedder``: fine-tune a cross-encoder or the bi-encoder on judgments."""
 
 from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from hybridsearch.cli import Subcommands
+from hybridsearch.cli import AddCommand, Handler, with_prefix
 from hybridsearch.cli.output import print_table, right, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.progress import RichProgress
@@ -20,10 +19,9 @@ from hybridsearch.settings import Settings
 M = TypeVar("M", bound=BaseModel)
 
 
-def register(sub: Subcommands) -> None:
-    """Add ``train-reranker`` and ``train-embedder`` to ``sub``."""
+def register(add: AddCommand) -> None:
     p = _trainer(
-        sub, "train-reranker", train_reranker,
+        add, "train-reranker", train_reranker,
         help="fine-tune a cross-encoder reranker on a BEIR collection's judgments (hard negatives from our index)",
         description=(
             "Train a domain reranker: positives from DATASET/qrels/<split>.tsv, hard negatives mined from the "
@@ -69,7 +67,7 @@ def register(sub: Subcommands) -> None:
                         "served the validation queries best (noisy with a few hundred validation queries)")
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: HSP_RERANKER__DEVICE)")
     p = _trainer(
-        sub, "train-embedder", train_embedder,
+        add, "train-embedder", train_embedder,
         help="fine-tune the bi-encoder on a BEIR collection's judgments (hard negatives from our index)",
         description=(
             "Train a domain embedding model: (query, judged-relevant passage, hard negatives) rows from "
@@ -113,12 +111,9 @@ def register(sub: Subcommands) -> None:
                         "by `hsp eval`)")
 
 
-def _trainer(sub: Subcommands, name: str,
-             handler: Callable[[argparse.Namespace, Settings], int], help: str, description: str,
-             ) -> argparse.ArgumentParser:
+def _trainer(add: AddCommand, name: str, handler: Handler, help: str, description: str) -> argparse.ArgumentParser:
     """The parser of one trainer, with the options both take."""
-    p = sub.add_parser(name, help=help, description=description)
-    p.set_defaults(handler=handler)
+    p = add(name, handler, help=help, description=description)
     p.add_argument("dataset", type=Path, metavar="DATASET", help="BEIR collection folder")
     p.add_argument("--split", default="train", help="qrels split to train on (default train; 'test' is refused)")
     p.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to write the model to")
@@ -138,7 +133,7 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.training.config import TrainingConfig
     from hybridsearch.training.reranker import run_training
 
-    settings = _with_prefix(settings, args.prefix)
+    settings = with_prefix(settings, args.prefix)
     cfg = _validated(
         TrainingConfig, args, settings, depth=args.depth or settings.reranker.depth,
         max_length=args.max_length, device=args.device or settings.reranker.device, loss=args.loss,
@@ -207,7 +202,7 @@ def train_embedder(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.training.config import EmbedderConfig
     from hybridsearch.training.embedder import run_embedder_training
 
-    settings = _with_prefix(settings, args.prefix)
+    settings = with_prefix(settings, args.prefix)
     cfg = _validated(EmbedderConfig, args, settings, depth=args.depth, margin=None if args.no_margin else args.margin,
                      max_seq_length=args.max_seq_length, val_corpus=args.val_corpus, device=args.device,
                      threads=args.threads)
@@ -242,15 +237,8 @@ def train_embedder(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _with_prefix(settings: Settings, prefix: str | None) -> Settings:
-    if not prefix:
-        return settings
-    return settings.model_copy(update={"index": settings.index.model_copy(update={"prefix": prefix})})
-
-
 def _validated(model: type[M], args: argparse.Namespace, settings: Settings, **values: object) -> M:
-    """``model`` from the options both trainers take and ``values``, its validation errors as one ConfigError
-    naming the options."""
+    """``model`` from the options both trainers take and ``values``; raises one ConfigError naming the bad options."""
     from pydantic import ValidationError
 
     from hybridsearch.errors import ConfigError
