@@ -29,7 +29,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from hybridsearch.cli.progress import RichProgress
+from hybridsearch.cli.output import RichProgress
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.ingest.chunking import document_chunks

@@ -181,7 +181,7 @@ def start_reranker(model: Path) -> tuple[subprocess.Popen[bytes], str]:
 async def hybridsearch_levels(args: argparse.Namespace, docs: list[dict[str, str]], queries: list[str]
                               ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     from hybridsearch import AsyncSearchClient
-    from hybridsearch.cli.progress import RichProgress
+    from hybridsearch.cli.output import RichProgress
     from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import EngineClient
     from hybridsearch.eval.prepare import choose_index, index_counts, ingest_corpus

@@ -289,7 +289,7 @@ def select(dataset: Path, split: str, limit_docs: int | None, limit_queries: int
 
 
 def run_hybridsearch(args: argparse.Namespace, col: Collection, docs: list[dict[str, str]]) -> dict[str, Any]:
-    from hybridsearch.cli.progress import RichProgress
+    from hybridsearch.cli.output import RichProgress
     from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import EngineClient
     from hybridsearch.eval.prepare import choose_index, eval_settings, index_counts, ingest_corpus

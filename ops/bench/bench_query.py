@@ -40,7 +40,7 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from hybridsearch.cli.progress import RichProgress
+from hybridsearch.cli.output import RichProgress
 from hybridsearch.embedding.encoder import Embedder, compare_vectors
 from hybridsearch.engine import EngineClient
 from hybridsearch.eval.datasets import Collection, iter_corpus, load_collection

@@ -50,7 +50,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_query import DEFAULT_COLLECTION
-from hybridsearch.cli.progress import RichProgress
+from hybridsearch.cli.output import RichProgress
 from hybridsearch.embedding.cache import CachedEmbedder
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, Request, request

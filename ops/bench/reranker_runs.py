@@ -33,7 +33,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from hybridsearch.cli.progress import RichProgress
+from hybridsearch.cli.output import RichProgress
 from hybridsearch.embedding.cache import CachedEmbedder
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request

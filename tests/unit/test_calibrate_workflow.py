@@ -122,8 +122,7 @@ def test_core_workflows_report_progress_without_rich() -> None:
 def test_the_cli_renderer_draws_events_and_notes() -> None:
     import io
 
-    from hybridsearch.cli.output import console
-    from hybridsearch.cli.progress import RichProgress
+    from hybridsearch.cli.output import RichProgress, console
 
     buf = io.StringIO()
     con = console()

@@ -267,7 +267,7 @@ def test_ingest_summary_in_a_pipe_names_every_count(monkeypatch: pytest.MonkeyPa
 def test_progress_at_80_columns_keeps_names_and_details_whole() -> None:
     from rich.console import Console
 
-    from hybridsearch.cli.progress import RichProgress
+    from hybridsearch.cli.output import RichProgress
     from hybridsearch.progress import ProgressEvent
 
     screen = Console(width=80, record=True, file=open("/dev/null", "w"), markup=False)  # noqa: SIM115
@@ -286,7 +286,7 @@ def test_progress_in_a_pipe_is_text_without_a_bar() -> None:
 
     from rich.console import Console
 
-    from hybridsearch.cli.progress import RichProgress
+    from hybridsearch.cli.output import RichProgress
     from hybridsearch.progress import ProgressEvent
 
     pipe = io.StringIO()

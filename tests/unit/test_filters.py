@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hybridsearch.cli.filters import parse_cli_filters
+from hybridsearch.cli.search import parse_cli_filters
 from hybridsearch.errors import QueryError
 from hybridsearch.query.filters import (
     AllOf,

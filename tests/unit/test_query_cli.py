@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hybridsearch.cli.search import HIGHLIGHT, query_terms, snippet
+from hybridsearch.cli.search import HIGHLIGHT, parse_cli_filters, query_terms, snippet
 
 
 def test_query_terms_are_distinct_words() -> None:
@@ -57,7 +57,6 @@ def test_search_checks_the_query_before_loading_anything(argv: list[str], messag
     ('source="x"y"', None),
 ])
 def test_filter_values_can_say_anything(expr: str, value: str | None) -> None:
-    from hybridsearch.cli.filters import parse_cli_filters
     from hybridsearch.errors import QueryError
     from hybridsearch.query.filters import Term
 
@@ -69,7 +68,6 @@ def test_filter_values_can_say_anything(expr: str, value: str | None) -> None:
 
 
 def test_exists_and_ranges_on_the_command_line() -> None:
-    from hybridsearch.cli.filters import parse_cli_filters
     from hybridsearch.query.filters import AllOf, Exists, NoneOf, Range, Term
 
     assert parse_cli_filters(["title.raw?", " metadata.lang ? "]) == AllOf([Exists("title.raw"),
@@ -87,7 +85,6 @@ def test_exists_and_ranges_on_the_command_line() -> None:
     ("position>=5", None),
 ])
 def test_bad_filter_syntax_says_how(expr: str, message: str | None) -> None:
-    from hybridsearch.cli.filters import parse_cli_filters
     from hybridsearch.errors import QueryError
 
     if message is None:

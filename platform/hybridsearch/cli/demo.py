@@ -6,9 +6,8 @@ import argparse
 import time
 
 from hybridsearch.cli import AddCommand
-from hybridsearch.cli.output import print_wrapped, styled
+from hybridsearch.cli.output import RichProgress, print_wrapped, styled
 from hybridsearch.cli.output import stdout as console
-from hybridsearch.cli.progress import RichProgress
 from hybridsearch.cli.search import print_result
 from hybridsearch.settings import Settings
 

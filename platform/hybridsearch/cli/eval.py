@@ -9,9 +9,8 @@ from pathlib import Path
 from rich.table import Column
 
 from hybridsearch.cli import AddCommand
-from hybridsearch.cli.output import print_table, right, styled, table
+from hybridsearch.cli.output import RichProgress, print_table, right, styled, table
 from hybridsearch.cli.output import stdout as console
-from hybridsearch.cli.progress import RichProgress
 from hybridsearch.eval.harness import DEFAULT_MODES
 from hybridsearch.eval.metrics import METRICS
 from hybridsearch.eval.report import LATENCY_KEYS, Diff, EvalReport

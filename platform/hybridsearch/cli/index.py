@@ -10,9 +10,8 @@ from typing import Any
 from rich.table import Column
 
 from hybridsearch.cli import AddCommand, subcommands
-from hybridsearch.cli.output import print_table, print_wrapped, styled, table
+from hybridsearch.cli.output import RichProgress, print_table, print_wrapped, styled, table
 from hybridsearch.cli.output import stdout as console
-from hybridsearch.cli.progress import RichProgress
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import ConfigError
 from hybridsearch.index.spec import parse_version

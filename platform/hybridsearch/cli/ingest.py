@@ -7,9 +7,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hybridsearch.cli import AddCommand
-from hybridsearch.cli.output import print_table, right, styled, table
+from hybridsearch.cli.output import RichProgress, print_table, right, styled, table
 from hybridsearch.cli.output import stdout as console
-from hybridsearch.cli.progress import RichProgress
 from hybridsearch.errors import ConfigError
 from hybridsearch.settings import Settings
 

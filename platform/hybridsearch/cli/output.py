@@ -1,20 +1,22 @@
-"""How ``hsp`` writes to the terminal: plain text (never markup, so a ``[`` prints as itself; style only from
-:func:`styled`) that fits the width rich measures (``COLUMNS``, 80 in a pipe). A terminal gets colour (none with
-``NO_COLOR``) and a rule under table headers; a pipe or a file gets no escape codes and no box drawing, and a table
-too wide prints as ``header: value`` lines. Errors and log lines never carry a URL's credentials."""
+"""How ``hsp`` writes to the terminal: plain text (never markup; style only from :func:`styled`) that fits the width
+rich measures (``COLUMNS``, 80 in a pipe), progress bars, errors. A pipe or a file gets no escape codes and no box
+drawing, and a table too wide prints as ``header: value`` lines. No output carries a URL's credentials."""
 
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any
 
 from rich import box
 from rich.console import Console
 from rich.measure import Measurement
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Column, Table
 from rich.text import Text
 
 from hybridsearch.cluster_url import redact_url
+from hybridsearch.progress import ProgressEvent
 
 #: A piece of :func:`styled` output: plain text, or (text, rich style).
 Part = str | tuple[str, str]
@@ -118,3 +120,42 @@ def redact_logs(logger: logging.Logger | None = None) -> None:
     for handler in (logger or logging.getLogger()).handlers:
         if not any(isinstance(f, RedactingFilter) for f in handler.filters):
             handler.addFilter(RedactingFilter())
+
+
+class RichProgress(Progress):
+    """A :data:`~hybridsearch.progress.ProgressSink` (from any thread): a bar per task, a spinner for one without a
+    total, notes printed above; disabled, it draws nothing."""
+
+    def __init__(self, out: Console | None = None, *, enabled: bool = True, keep_finished: bool = True,
+                 width: int = 14) -> None:
+        out = out or console(stderr=True)
+        # the name is never cut; a narrow terminal gets a shorter bar, and the description wraps under its column;
+        # a pipe or a file gets text only (no spinner, no bar of box-drawing characters)
+        name = TextColumn(f"{{task.fields[name]:>{width}}}", table_column=Column(no_wrap=True))
+        text: list[Any] = [MofNCompleteColumn(), TimeElapsedColumn(),
+                           TextColumn("{task.description}", table_column=Column(ratio=1))]
+        columns = ([SpinnerColumn(), name, BarColumn(bar_width=40 if out.width >= 120 else 10), *text]
+                   if out.is_terminal else [name, *text])
+        super().__init__(*columns, console=out, disable=not enabled, expand=True)
+        self.keep_finished = keep_finished
+        self.by_name: dict[str, Any] = {}
+        self.events_lock = threading.Lock()
+
+    def __enter__(self) -> RichProgress:
+        self.start()
+        return self
+
+    def __call__(self, event: ProgressEvent) -> None:
+        if self.disable:
+            return
+        with self.events_lock:
+            if event.note is not None:
+                self.console.print(event.note)
+                return
+            if event.task not in self.by_name:
+                self.by_name[event.task] = self.add_task(event.detail, total=event.total, name=event.task)
+            task = self.by_name[event.task]
+            self.update(task, completed=event.done, total=event.total, description=event.detail)
+            if event.finished and not self.keep_finished:
+                self.remove_task(task)
+                del self.by_name[event.task]

@@ -19,6 +19,7 @@ import argparse
 import re
 import sys
 from collections.abc import Sequence
+from contextlib import suppress
 from typing import get_args
 
 from rich.console import Console
@@ -26,8 +27,10 @@ from rich.table import Column
 from rich.text import Text
 
 from hybridsearch.cli import AddCommand
-from hybridsearch.cli.filters import parse_cli_filters
 from hybridsearch.cli.output import console, print_wrapped, right, styled, table, wrapped
+from hybridsearch.errors import QueryError
+from hybridsearch.index.metadata import Scalar
+from hybridsearch.query.filters import NUMERIC_FIELDS, AllOf, Exists, Filter, NoneOf, Range, Term, check_field
 from hybridsearch.query.results import Highlight, Hit, Mode, RerankOutcome, SearchResult, StageScore, WhyReport
 from hybridsearch.settings import Settings
 
@@ -37,6 +40,12 @@ SNIPPET_LINES = 2  # under each hit's title, indented by INDENT
 INDENT = 4
 TITLE_CHARS = 120  # the longest title the table prints
 FORMATS = ("blocks", "table", "json")
+_FIELD = r"[A-Za-z0-9_.@$-]+"
+_EXISTS = re.compile(rf"^\s*(?P<field>{_FIELD})\s*\?\s*$")
+_FILTER = re.compile(rf"^\s*(?P<field>{_FIELD})\s*(?P<op>>=|<=|!=|=|>|<)(?P<value>.*)$", re.DOTALL)
+_RANGE_OPS = {">=": "gte", ">": "gt", "<=": "lte", "<": "lt"}
+_FILTER_FORMS = ('write field=value, field!=value, field>=x (>, <=, <) or field?; quote a value to keep spaces, '
+              'quotes or a trailing ? as written: field="What is this?"')
 
 
 def register(add: AddCommand) -> None:
@@ -94,6 +103,67 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
     else:
         print_result(out, result)
     return 0
+
+
+def _unquote(expr: str, raw: str) -> str:
+    """A ``--filter`` value: as written less the spaces around it, or what is between its quotes, unescaped."""
+    text = raw.strip()
+    if not text:
+        raise QueryError(f"invalid filter {expr!r}: no value; {_FILTER_FORMS} (the empty string: field=\"\")")
+    if text[0] not in "\"'":
+        return text
+    quote, out, i = text[0], [], 1
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            out.append(text[i + 1])
+            i += 2
+            continue
+        if c == quote:
+            if i != len(text) - 1:
+                raise QueryError(f"invalid filter {expr!r}: text after the closing {quote}; escape a quote inside "
+                                 f"the value as \\{quote}")
+            return "".join(out)
+        out.append(c)
+        i += 1
+    raise QueryError(f"invalid filter {expr!r}: the value opens a {quote} quote that does not close")
+
+
+def _filter_value(field: str, raw: str) -> Scalar:
+    if field not in NUMERIC_FIELDS:
+        return raw
+    for number in (int, float):
+        with suppress(ValueError):
+            return number(raw)
+    raise QueryError(f"invalid filter: {field} needs a number, got {raw!r}")
+
+
+def parse_cli_filters(exprs: list[str]) -> Filter | None:
+    """The filter all ``--filter`` arguments ``exprs`` make (None for none); two bounds on one field make one range.
+    Raises QueryError."""
+    parts: list[Filter] = []
+    ranges: dict[str, dict[str, Scalar]] = {}
+    for expr in exprs:
+        if (exists := _EXISTS.match(expr)) is not None:
+            parts.append(Exists(check_field(exists["field"])))
+            continue
+        m = _FILTER.match(expr)
+        if m is None:
+            raise QueryError(f"invalid filter {expr!r}: {_FILTER_FORMS}")
+        field, op = check_field(m["field"]), m["op"]
+        value = _filter_value(field, _unquote(expr, m["value"]))
+        if op == "=":
+            parts.append(Term(field, value))
+        elif op == "!=":
+            parts.append(NoneOf(filters=[Term(field, value)]))
+        else:
+            if _RANGE_OPS[op] in ranges.get(field, {}):
+                raise QueryError(f"invalid filter {expr!r}: {field} has two {op} bounds; give one")
+            ranges.setdefault(field, {})[_RANGE_OPS[op]] = value
+    parts.extend(Range(field, **bounds) for field, bounds in ranges.items())  # type: ignore[arg-type]
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else AllOf(filters=parts)
 
 
 def query_terms(query: str) -> list[str]:

@@ -11,9 +11,8 @@ from typing import Any, TypeVar
 from pydantic import BaseModel
 
 from hybridsearch.cli import AddCommand, Handler, with_prefix
-from hybridsearch.cli.output import print_table, right, styled, table
+from hybridsearch.cli.output import RichProgress, print_table, right, styled, table
 from hybridsearch.cli.output import stdout as console
-from hybridsearch.cli.progress import RichProgress
 from hybridsearch.settings import Settings
 
 M = TypeVar("M", bound=BaseModel)
