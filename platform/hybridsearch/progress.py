@@ -1,11 +1,10 @@
-"""Progress as events for every long workflow: a :data:`ProgressSink` (``None``: nobody listens) gets
-:class:`ProgressEvent` s per task (units done of how many, a detail, finished, or a note: a line to keep). Nothing
-here draws: the one renderer is :class:`hybridsearch.cli.progress.RichProgress`."""
+"""Progress as events: a long workflow reports :class:`ProgressEvent` s to a :data:`ProgressSink` (``None``: nobody
+listens). Nothing here draws: the one renderer is :class:`hybridsearch.cli.output.RichProgress`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -27,29 +26,25 @@ class Task:
     """A counter for one task that reports every change to ``sink``; finished once ``done`` reaches ``total``."""
 
     def __init__(self, sink: ProgressSink | None, name: str, total: int | None = None) -> None:
-        self.sink, self.name, self.total, self.done, self.detail = sink, name, total, 0, ""
-        self.finished = False
-        self._emit()
+        self.sink = sink
+        self._emit(ProgressEvent(name, total=total))
 
-    def _emit(self) -> None:
+    def _emit(self, event: ProgressEvent) -> None:
+        self.event = event
         if self.sink is not None:
-            self.sink(ProgressEvent(self.name, self.done, self.total, self.detail, self.finished))
+            self.sink(event)
 
     def advance(self, n: int = 1) -> None:
-        self.update(self.done + n)
+        self.update(self.event.done + n)
 
     def update(self, done: int | None = None, detail: str | None = None) -> None:
-        if done is not None:
-            self.done = done
-        if detail is not None:
-            self.detail = detail
-        self.finished = self.total is not None and self.done >= self.total
-        self._emit()
+        done = self.event.done if done is None else done
+        self._emit(replace(self.event, done=done, detail=self.event.detail if detail is None else detail,
+                           finished=self.event.total is not None and done >= self.event.total))
 
     def finish(self) -> None:
-        if not self.finished:
-            self.finished = True
-            self._emit()
+        if not self.event.finished:
+            self._emit(replace(self.event, finished=True))
 
 
 def note(sink: ProgressSink | None, task: str, text: str) -> None:

@@ -11,18 +11,15 @@ from hybridsearch.cli.output import stdout as console
 from hybridsearch.cli.search import print_result
 from hybridsearch.settings import Settings
 
-DEFAULT_LIMIT = 3000
-
 
 def register(add: AddCommand) -> None:
     from hybridsearch.demo import SAMPLE_QUERIES
 
     p = add("demo", cmd_demo, help="ingest the stdlib documentation and run sample queries",
-                       description="Index the running interpreter's standard-library documentation (pydoc topics, "
-                                   "module, class, function and method docstrings; no download) into the "
-                                   "configured index, then answer a few queries showing every stage. "
-                                   "Afterwards `hsp search \"...\"` searches the same index.")
-    p.add_argument("--limit", type=int, default=DEFAULT_LIMIT,
+            description="Index the running interpreter's standard-library documentation (pydoc topics, module, "
+                        "class, function and method docstrings; no download) into the configured index, then answer "
+                        "a few queries showing every stage. Afterwards `hsp search \"...\"` searches the same index.")
+    p.add_argument("--limit", type=int, default=3000,
                    help="documents to ingest (default %(default)s, 0 = all ~5,000)")
     p.add_argument("--query", "-q", action="append", default=None, metavar="TEXT",
                    help=f"a query to run (repeatable; default: {len(SAMPLE_QUERIES)} samples)")

@@ -16,13 +16,12 @@ from hybridsearch.eval.metrics import METRICS
 from hybridsearch.eval.report import LATENCY_KEYS, Diff, EvalReport
 from hybridsearch.settings import Settings
 
-GATE_FAILED = 1  # exit code when --baseline finds a regression beyond --tolerance
 SHOWN = 8  # fusions listed by calibrate-fusion
 
 
 def register(add: AddCommand) -> None:
-    p = add("eval", run, help="measure retrieval quality and latency on a BEIR collection",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = add("eval", run, help="measure retrieval quality and latency on a BEIR collection", description=__doc__,
+            formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dataset", type=Path, help="BEIR folder: corpus.jsonl[.gz], queries.jsonl, qrels/<split>.tsv")
     p.add_argument("--split", default="test", help="qrels split to evaluate (default: test)")
     p.add_argument("--modes", default=",".join(DEFAULT_MODES),
@@ -98,7 +97,7 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         console.print(styled(("quality gate failed:", "bold red"), f" {sum(d.regressed for d in done.diffs)} "
                              f"metric(s) fell by more than {done.tolerance:g} (worst: {worst.mode} "
                              f"{METRICS[worst.metric]} {worst.delta:+.4f})"))
-        return GATE_FAILED
+        return 1
     return 0
 
 

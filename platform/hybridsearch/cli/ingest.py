@@ -18,8 +18,8 @@ if TYPE_CHECKING:
 
 def register(add: AddCommand) -> None:
     p = add("ingest", run_ingest_command, help="read, chunk, embed and index documents from a file or folder",
-                       description="Ingest a folder tree (.txt .md .html .json .jsonl) or a BEIR corpus.jsonl[.gz]. "
-                       "Unchanged documents are skipped, changed ones replaced; failures go to a dead-letter file.")
+            description="Ingest a folder tree (.txt .md .html .json .jsonl) or a BEIR corpus.jsonl[.gz]. Unchanged "
+                        "documents are skipped, changed ones replaced; failures go to a dead-letter file.")
     p.add_argument("path", type=Path, help="file or folder")
     p.add_argument("--workers", type=int, default=None, help="embedding processes (default: HSP_INGEST__WORKERS, 1)")
     p.add_argument("--shard", default=None, metavar="I/N", help="only documents whose id hashes to shard I of N")

@@ -1,5 +1,4 @@
-"""Entry point of ``hsp``: parses arguments, runs the command's handler, and maps errors to exit codes
-(:data:`EXIT_CODES`), in one place."""
+"""Entry point of ``hsp``: parses arguments, runs the command, maps errors to exit codes (:data:`EXIT_CODES`)."""
 
 from __future__ import annotations
 

@@ -34,8 +34,7 @@ stdout = console()
 
 
 def table(out: Console, *columns: str | Column, title: str | None = None, **options: Any) -> Table:
-    """A table of ``columns`` for ``out`` (``options`` are :class:`rich.table.Table`'s): a rule under the header in
-    a terminal, no box-drawing characters in a pipe or a file."""
+    """A :class:`rich.table.Table` for ``out``: a rule under the header in a terminal, no box drawing in a pipe."""
     return Table(*columns, title=title, box=box.SIMPLE_HEAD if out.is_terminal else None, show_edge=False,
                  header_style="bold", **options)
 
@@ -46,8 +45,7 @@ def right(*headers: str) -> list[Column]:
 
 
 def print_table(out: Console, grid: Table) -> None:
-    """``grid`` as a table when every column fits ``out``'s width unwrapped, else each row as ``header: value``
-    lines (the first unindented), so that no header or value is cut."""
+    """``grid`` as a table when its columns fit ``out`` unwrapped, else each row as indented ``header: value`` lines."""
     def natural(*cells: Any) -> int:
         return max(Measurement.get(out, out.options, cell).maximum for cell in cells) + 2
 
@@ -66,8 +64,7 @@ def print_table(out: Console, grid: Table) -> None:
 
 
 def wrapped(out: Console, text: Text | str, indent: int = 0) -> list[Text]:
-    """``text`` cut into lines of ``out``'s width at word boundaries, each led by ``indent`` spaces, none ending in a
-    space (rich's own wrapping pads lines to the width)."""
+    """``text`` cut at words into lines of ``out``'s width led by ``indent`` spaces (rich's wrapping pads them)."""
     lines = (Text(text) if isinstance(text, str) else text).wrap(out, max(out.width - indent, 20))
     return [Text(" " * indent) + line.copy() for line in lines]
 
@@ -100,31 +97,28 @@ def print_error(out: Console, exc: BaseException, verbose: int = 0) -> None:
     out.print(text, soft_wrap=True)
 
 
-class RedactingFilter(logging.Filter):
-    """Rewrites each record's message (and its traceback text) with URL credentials cut out."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        shown = redact_url(message)
-        if shown != message:
-            record.msg, record.args = shown, None
-        if record.exc_info and not record.exc_text:
-            record.exc_text = logging.Formatter().formatException(record.exc_info)
-        if record.exc_text:
-            record.exc_text = redact_url(record.exc_text)
-        return True
+def redact(record: logging.LogRecord) -> bool:
+    """A log filter: cuts URL credentials out of ``record``'s message and traceback text."""
+    message = record.getMessage()
+    shown = redact_url(message)
+    if shown != message:
+        record.msg, record.args = shown, None
+    if record.exc_info and not record.exc_text:
+        record.exc_text = logging.Formatter().formatException(record.exc_info)
+    if record.exc_text:
+        record.exc_text = redact_url(record.exc_text)
+    return True
 
 
 def redact_logs(logger: logging.Logger | None = None) -> None:
-    """Put a :class:`RedactingFilter` on every handler of ``logger`` (the root logger by default), once."""
+    """Put :func:`redact` on every handler of ``logger`` (the root logger by default), once."""
     for handler in (logger or logging.getLogger()).handlers:
-        if not any(isinstance(f, RedactingFilter) for f in handler.filters):
-            handler.addFilter(RedactingFilter())
+        if redact not in handler.filters:
+            handler.addFilter(redact)
 
 
 class RichProgress(Progress):
-    """A :data:`~hybridsearch.progress.ProgressSink` (from any thread): a bar per task, a spinner for one without a
-    total, notes printed above; disabled, it draws nothing."""
+    """A :data:`~hybridsearch.progress.ProgressSink` for any thread: a bar or spinner per task, notes printed above."""
 
     def __init__(self, out: Console | None = None, *, enabled: bool = True, keep_finished: bool = True,
                  width: int = 14) -> None:

@@ -39,7 +39,6 @@ HIGHLIGHT = "bold yellow"
 SNIPPET_LINES = 2  # under each hit's title, indented by INDENT
 INDENT = 4
 TITLE_CHARS = 120  # the longest title the table prints
-FORMATS = ("blocks", "table", "json")
 _FIELD = r"[A-Za-z0-9_.@$-]+"
 _EXISTS = re.compile(rf"^\s*(?P<field>{_FIELD})\s*\?\s*$")
 _FILTER = re.compile(rf"^\s*(?P<field>{_FIELD})\s*(?P<op>>=|<=|!=|=|>|<)(?P<value>.*)$", re.DOTALL)
@@ -62,7 +61,7 @@ def register(add: AddCommand) -> None:
                         "source content_hash tenant ingested_at position title.raw metadata.<key> (ranges only on "
                         "keys typed by HSP_INDEX__METADATA_FIELDS)")
     p.add_argument("--no-rerank", dest="rerank", action="store_false", help="keep the fused order")
-    p.add_argument("--format", choices=FORMATS, default="blocks",
+    p.add_argument("--format", choices=("blocks", "table", "json"), default="blocks",
                    help="blocks (default: one block per hit, fits the terminal or 80 columns in a pipe), table, "
                         "or json")
     p.add_argument("--json", dest="format", action="store_const", const="json", help="the same as --format json")
@@ -71,8 +70,8 @@ def register(add: AddCommand) -> None:
 
 
 def run(args: argparse.Namespace, settings: Settings) -> int:
-    """Run one search (or ``--why``) and print it. The query is checked before any request, the cluster, the
-    credentials and the index before any model loads. Raises QueryError, ClusterError, ModelError."""
+    """Run one search (or ``--why``) and print it, each check before any costlier step. Raises QueryError,
+    ClusterError, ModelError."""
     from hybridsearch.query.build import plan
     from hybridsearch.query.client import SearchClient
 
@@ -87,17 +86,13 @@ def run(args: argparse.Namespace, settings: Settings) -> int:
         client.index()  # cluster, credentials, alias and mapping first: AuthenticationFailed, IndexNotFound, ...
         client.check(args.query, **checks)  # the filters against the index's typed metadata, before models load
         client.warm_up(args.mode)  # models load now, so the printed timings are the query's own
-        if args.why:
-            report = client.why(args.query, args.why, mode=args.mode, filters=filters, rerank=args.rerank)
-            if args.format == "json":
-                sys.stdout.write(report.model_dump_json(indent=2) + "\n")
-            else:
-                print_why(out, report)
-            return 0
-        result = client.search(args.query, k=args.k, mode=args.mode, filters=filters, rerank=args.rerank,
-                               explain=args.explain, page=args.page, highlight=True)
+        result = (client.why(args.query, args.why, mode=args.mode, filters=filters, rerank=args.rerank) if args.why
+                  else client.search(args.query, k=args.k, mode=args.mode, filters=filters, rerank=args.rerank,
+                                     explain=args.explain, page=args.page, highlight=True))
     if args.format == "json":
         sys.stdout.write(result.model_dump_json(indent=2) + "\n")
+    elif isinstance(result, WhyReport):
+        print_why(out, result)
     elif args.format == "table":
         print_hits_table(out, result)
     else:
@@ -139,8 +134,7 @@ def _filter_value(field: str, raw: str) -> Scalar:
 
 
 def parse_cli_filters(exprs: list[str]) -> Filter | None:
-    """The filter all ``--filter`` arguments ``exprs`` make (None for none); two bounds on one field make one range.
-    Raises QueryError."""
+    """The filter all ``--filter`` arguments ``exprs`` make (None for none). Raises QueryError."""
     parts: list[Filter] = []
     ranges: dict[str, dict[str, Scalar]] = {}
     for expr in exprs:
@@ -186,8 +180,7 @@ def _flatten(text: str) -> tuple[str, list[int]]:
 
 
 def snippet(text: str, terms: list[str], width: int = SNIPPET_CHARS, spans: Sequence[Highlight] = ()) -> Text:
-    """About ``width`` characters of ``text`` around the first match, matches highlighted: the engine's
-    ``spans`` (offsets in ``text``) where the hit has them, else whole words among ``terms``."""
+    """About ``width`` characters of ``text`` around the first match, highlighting ``spans`` (else ``terms``)."""
     flat, at = _flatten(text)
     marks = [(at[h.start], at[h.end]) for h in spans if 0 <= h.start < h.end <= len(text)]
     pattern = re.compile(r"\b(" + "|".join(map(re.escape, terms)) + r")\b", re.IGNORECASE) if terms else None
@@ -214,8 +207,7 @@ NO_CROSS_ENCODER = "not reranked: no cross-encoder on this machine (hsp doctor s
 
 
 def rerank_note(r: SearchResult) -> str | None:
-    """One line on why ``r`` keeps the fused order (``--json`` has the whole reason); None when it was reranked or
-    there was no reranking to do."""
+    """One line on why ``r`` keeps the fused order; None when it was reranked or there was nothing to rerank."""
     if r.rerank_outcome is RerankOutcome.NO_MODEL:
         return NO_CROSS_ENCODER
     if r.rerank_outcome in (RerankOutcome.APPLIED, RerankOutcome.SKIPPED):
@@ -236,8 +228,7 @@ def stages_line(r: SearchResult, hit: Hit) -> str:
 
 
 def hit_block(out: Console, r: SearchResult, hit: Hit, terms: list[str]) -> list[Text]:
-    """One hit in lines of ``out``'s width: rank, title and id; the stages' ranks and scores; the snippet, matched
-    terms marked; the explanation when asked for."""
+    """One hit in lines of ``out``'s width: rank, title, id; stages; snippet; explanation."""
     width = max(out.width, 2 * INDENT + 20)
     head = styled((f"{hit.rank:>2}. ", "bold"))
     if hit.title:
@@ -266,8 +257,7 @@ def hit_block(out: Console, r: SearchResult, hit: Hit, terms: list[str]) -> list
 
 
 def print_result(out: Console, r: SearchResult, *, said: set[str] | None = None) -> None:
-    """One block per hit under the query, what was searched, the timings and, in one line, why it is not reranked
-    (unless that line is in ``said``, to which it is added)."""
+    """Query, timings, then one block per hit; why it is not reranked unless ``said`` has that line (then added)."""
     t = r.timings
     out.print(styled(("» ", "bold"), (r.query, "bold cyan")))
     print_wrapped(out, styled(f"{r.mode} search of ", (r.index, "cyan"),

@@ -10,7 +10,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from hybridsearch.cli import AddCommand, Handler, with_prefix
+from hybridsearch.cli import AddCommand, with_prefix
 from hybridsearch.cli.output import RichProgress, print_table, right, styled, table
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.settings import Settings
@@ -19,8 +19,20 @@ M = TypeVar("M", bound=BaseModel)
 
 
 def register(add: AddCommand) -> None:
-    p = _trainer(
-        add, "train-reranker", train_reranker,
+    common = argparse.ArgumentParser(add_help=False)  # the options both trainers take
+    common.add_argument("dataset", type=Path, metavar="DATASET", help="BEIR collection folder")
+    common.add_argument("--split", default="train", help="qrels split to train on (default train; 'test' is refused)")
+    common.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to write the model to")
+    common.add_argument("--prefix", default=None, help="index prefix of the collection's index (HSP_INDEX__PREFIX)")
+    common.add_argument("--strategy", choices=("sample", "top"), default="sample",
+                        help="sample negatives from the candidates (default) or take the top-ranked ones")
+    common.add_argument("--seed", type=int, default=42)
+    common.add_argument("--limit-queries", type=int, default=None, metavar="N", help="use the first N queries only")
+    common.add_argument("--allow-test", action="store_true",
+                        help="allow --split test (never for a collection whose test numbers you report)")
+    common.add_argument("--no-progress", action="store_true", help="no progress bars")
+    p = add(
+        "train-reranker", train_reranker, parents=[common],
         help="fine-tune a cross-encoder reranker on a BEIR collection's judgments (hard negatives from our index)",
         description=(
             "Train a domain reranker: positives from DATASET/qrels/<split>.tsv, hard negatives mined from the "
@@ -65,8 +77,8 @@ def register(add: AddCommand) -> None:
                    help="save the last epoch (default: the annealed weights) or the epoch whose blended order "
                         "served the validation queries best (noisy with a few hundred validation queries)")
     p.add_argument("--device", default=None, help="cpu, cuda or auto (default: HSP_RERANKER__DEVICE)")
-    p = _trainer(
-        add, "train-embedder", train_embedder,
+    p = add(
+        "train-embedder", train_embedder, parents=[common],
         help="fine-tune the bi-encoder on a BEIR collection's judgments (hard negatives from our index)",
         description=(
             "Train a domain embedding model: (query, judged-relevant passage, hard negatives) rows from "
@@ -108,23 +120,6 @@ def register(add: AddCommand) -> None:
     p.add_argument("--embedding-cache", type=Path, metavar="DIR", default=None,
                    help="where the base model's chunk vectors are cached (default: $HSP_CACHE/embeddings, filled "
                         "by `hsp eval`)")
-
-
-def _trainer(add: AddCommand, name: str, handler: Handler, help: str, description: str) -> argparse.ArgumentParser:
-    """The parser of one trainer, with the options both take."""
-    p = add(name, handler, help=help, description=description)
-    p.add_argument("dataset", type=Path, metavar="DATASET", help="BEIR collection folder")
-    p.add_argument("--split", default="train", help="qrels split to train on (default train; 'test' is refused)")
-    p.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to write the model to")
-    p.add_argument("--prefix", default=None, help="index prefix of the collection's index (HSP_INDEX__PREFIX)")
-    p.add_argument("--strategy", choices=("sample", "top"), default="sample",
-                   help="sample negatives from the candidates (default) or take the top-ranked ones")
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--limit-queries", type=int, default=None, metavar="N", help="use the first N queries only")
-    p.add_argument("--allow-test", action="store_true",
-                   help="allow --split test (never for a collection whose test numbers you report)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
-    return p
 
 
 def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
