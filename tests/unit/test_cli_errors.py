@@ -8,8 +8,8 @@ from collections.abc import Callable
 
 import pytest
 
-from hybridsearch.cli import doctor as cli_doctor
 from hybridsearch.cli import index as cli_index
+from hybridsearch.cli import ops as cli_ops
 from hybridsearch.cli.main import exit_code, main
 from hybridsearch.errors import ClusterError, ConfigError
 from hybridsearch.settings import Settings
@@ -72,7 +72,7 @@ def test_doctor_table_shows_bracketed_details(monkeypatch: pytest.MonkeyPatch,
     checks = [doctor.Check("cluster", "reachable", "FAIL", "user [x] for REST request [/_cluster/health]",
                            "set [bold]HSP_ES__PASSWORD[/]")]
     monkeypatch.setattr(doctor, "run_checks", lambda *a, **kw: checks)
-    monkeypatch.setattr(cli_doctor, "console", console(width=300))
+    monkeypatch.setattr(cli_ops, "console", console(width=300))
     assert main(["doctor", "--no-models", "--no-reranker"]) == 1
     out = capsys.readouterr().out
     assert "user [x] for REST request [/_cluster/health]" in out

@@ -133,7 +133,7 @@ def test_serve_reranker_overrides_keep_the_trained_length(tmp_path: Path) -> Non
     model.mkdir()
     (model / "card.json").write_text(json.dumps({"kind": "hybridsearch-domain-reranker",
                                                  "serving": {"blend": 0.45, "max_length": 128}}))
-    args = argparse.Namespace(model=str(model), device="cpu", url=None, batch_window_ms=None, no_batching=False)
+    args = argparse.Namespace(model=str(model), device="cpu", url=None, batch_window_ms=None, micro_batching=None)
     cfg = with_overrides(load_settings().reranker, args)
     assert cfg.max_length is None and LocalReranker(cfg, MODELS).max_length == 128  # not the 512 fallback
     forced = with_overrides(load_settings(reranker={"max_length": 256}).reranker, args)

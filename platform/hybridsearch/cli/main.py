@@ -24,22 +24,15 @@ from hybridsearch.settings import load_settings
 #: imports only its own module, ``hsp --help`` and an unknown command load them all.
 COMMANDS = {"ingest": "ingest", "delete": "ingest", "search": "search", "serve-reranker": "rerank",
             "rerank-check": "rerank", "eval": "eval", "calibrate-fusion": "eval", "index": "index",
-            "doctor": "doctor", "kibana": "kibana", "train-reranker": "train", "train-embedder": "train",
+            "doctor": "ops", "kibana": "ops", "train-reranker": "train", "train-embedder": "train",
             "models": "models", "demo": "demo"}
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 INTERRUPTED = 130
 #: loggers of the engines' client libraries
 CLIENT_LOGGERS = ("elastic_transport", "elasticsearch", "opensearch")
 #: error class -> exit code; 1 is also a failed quality gate (``hsp eval --baseline``) or a doctor FAIL
-EXIT_CODES: dict[type[HybridSearchError], int] = {
-    HybridSearchError: 1,
-    ConfigError: 2,
-    ClusterError: 3,
-    IndexMismatch: 4,
-    AliasConflict: 4,
-    ModelError: 5,
-    IngestLocked: 6,
-}
+EXIT_CODES: dict[type[HybridSearchError], int] = {HybridSearchError: 1, ConfigError: 2, ClusterError: 3,
+                                                   IndexMismatch: 4, AliasConflict: 4, ModelError: 5, IngestLocked: 6}
 
 
 def exit_code(error: HybridSearchError | type[HybridSearchError]) -> int:

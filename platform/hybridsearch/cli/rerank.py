@@ -24,12 +24,8 @@ SAMPLE_PASSAGES = [
 
 def with_overrides(cfg: RerankerSettings, args: argparse.Namespace) -> RerankerSettings:
     """``cfg`` with the options given on the command line."""
-    update: dict[str, Any] = {key: value for key in ("model", "device", "url", "batch_window_ms")
+    update: dict[str, Any] = {key: value for key in ("model", "device", "url", "batch_window_ms", "micro_batching")
                               if (value := getattr(args, key, None)) is not None}
-    if getattr(args, "no_batching", False):
-        update["micro_batching"] = False
-    if not update:
-        return cfg
     # only what was set: a field left unset keeps meaning "decide later" (e.g. max_length from the model's card)
     return cfg.model_validate({**cfg.model_dump(exclude_unset=True), **update})
 
@@ -84,7 +80,8 @@ def register(add: AddCommand) -> None:
     p.add_argument("--device", choices=["auto", "cpu", "cuda", "mps"], help="default HSP_RERANKER__DEVICE")
     p.add_argument("--batch-window-ms", type=float,
                    help="micro-batching window in ms (default HSP_RERANKER__BATCH_WINDOW_MS)")
-    p.add_argument("--no-batching", action="store_true", help="score every request on its own")
+    p.add_argument("--no-batching", dest="micro_batching", action="store_const", const=False,
+                   help="score every request on its own")
     p.add_argument("--lazy", action="store_true",
                    help="start serving at once and load the model in the background (/readyz says when ready)")
 

@@ -42,6 +42,7 @@ TITLE_CHARS = 120  # the longest title the table prints
 _FIELD = r"[A-Za-z0-9_.@$-]+"
 _EXISTS = re.compile(rf"^\s*(?P<field>{_FIELD})\s*\?\s*$")
 _FILTER = re.compile(rf"^\s*(?P<field>{_FIELD})\s*(?P<op>>=|<=|!=|=|>|<)(?P<value>.*)$", re.DOTALL)
+_QUOTED = re.compile(r"""(["'])((?:\\.|(?!\1)[^\\])*)\1""", re.DOTALL)  # a backslash takes the next character
 _RANGE_OPS = {">=": "gte", ">": "gt", "<=": "lte", "<": "lt"}
 _FILTER_FORMS = ('write field=value, field!=value, field>=x (>, <=, <) or field?; quote a value to keep spaces, '
               'quotes or a trailing ? as written: field="What is this?"')
@@ -107,21 +108,13 @@ def _unquote(expr: str, raw: str) -> str:
         raise QueryError(f"invalid filter {expr!r}: no value; {_FILTER_FORMS} (the empty string: field=\"\")")
     if text[0] not in "\"'":
         return text
-    quote, out, i = text[0], [], 1
-    while i < len(text):
-        c = text[i]
-        if c == "\\" and i + 1 < len(text):
-            out.append(text[i + 1])
-            i += 2
-            continue
-        if c == quote:
-            if i != len(text) - 1:
-                raise QueryError(f"invalid filter {expr!r}: text after the closing {quote}; escape a quote inside "
-                                 f"the value as \\{quote}")
-            return "".join(out)
-        out.append(c)
-        i += 1
-    raise QueryError(f"invalid filter {expr!r}: the value opens a {quote} quote that does not close")
+    quote, quoted = text[0], _QUOTED.match(text)
+    if quoted is None:
+        raise QueryError(f"invalid filter {expr!r}: the value opens a {quote} quote that does not close")
+    if quoted.end() != len(text):
+        raise QueryError(f"invalid filter {expr!r}: text after the closing {quote}; escape a quote inside "
+                         f"the value as \\{quote}")
+    return re.sub(r"\\(.)", r"\1", quoted[2], flags=re.DOTALL)
 
 
 def _filter_value(field: str, raw: str) -> Scalar:
