@@ -16,8 +16,6 @@ from hybridsearch.eval.metrics import METRICS
 from hybridsearch.eval.report import LATENCY_KEYS, Diff, EvalReport
 from hybridsearch.settings import Settings
 
-SHOWN = 8  # fusions listed by calibrate-fusion
-
 
 def register(add: AddCommand) -> None:
     p = add("eval", run, help="measure retrieval quality and latency on a BEIR collection", description=__doc__,
@@ -49,25 +47,22 @@ def register(add: AddCommand) -> None:
                         "same model, on any engine or index options, embeds nothing")
     p.add_argument("--no-embedding-cache", action="store_true", help="embed every chunk, without the cache")
 
-    p = add(
-        "calibrate-fusion", calibrate_fusion,
-        help="choose the fusion (RRF k, zscore or minmax) and list weights on a collection's train judgments",
-        description=(
-            "Search every judged query of DATASET's --split (train) once per list on the collection's index "
-            "(build it first, e.g. `hsp eval DATASET --prefix P`), score every candidate fusion on those lists "
-            "(RRF k 1-100 x BM25 share 0-1, zscore/minmax x share) and record the best in the index's "
-            "_meta; searches then use it unless HSP_QUERY__FUSION names one (rrf, zscore, minmax). The default "
-            "(RRF k=60, equal weights) is kept unless a candidate beats it by more than --min-gain."
-        ),
-    )
+    p = add("calibrate-fusion", calibrate_fusion,
+            help="choose the fusion (RRF k, zscore or minmax) and list weights on a collection's train judgments",
+            description="Search every judged query of DATASET's --split (train) once per list on the collection's "
+                        "index (build it first, e.g. `hsp eval DATASET --prefix P`), score every candidate fusion on "
+                        "those lists (RRF k 1-100 x BM25 share 0-1, zscore/minmax x share) and record the best in "
+                        "the index's _meta; searches then use it unless HSP_QUERY__FUSION names one (rrf, zscore, "
+                        "minmax). The default (RRF k=60, equal weights) is kept unless a candidate beats it by more "
+                        "than --min-gain.")
     p.add_argument("dataset", type=Path, metavar="DATASET", help="BEIR collection folder")
     p.add_argument("--split", default="train",
                    help="qrels split to calibrate on (default train; 'test' is refused, and so is a split sharing "
                         "query ids with test: the error names them)")
-    p.add_argument("--prefix", default=None, help="index prefix of the collection's index (default: eval-<name>)")
+    p.add_argument("--prefix", help="index prefix of the collection's index (default: eval-<name>)")
     p.add_argument("--min-gain", type=float, default=0.002,
                    help="nDCG@10 a candidate must gain over the default to replace it (default 0.002)")
-    p.add_argument("--limit-queries", type=int, default=None, metavar="N", help="use the first N judged queries")
+    p.add_argument("--limit-queries", type=int, metavar="N", help="use the first N judged queries")
     p.add_argument("--dry-run", action="store_true", help="measure and report, record nothing")
     p.add_argument("--keep-identical-ids", action="store_true",
                    help="keep hits whose id equals the query id (BEIR drops them; so do we by default)")
@@ -166,7 +161,7 @@ def calibrate_fusion(args: argparse.Namespace, settings: Settings) -> int:
     scores, calibration = done.scores, done.meta()
     grid = table(console, "fusion", *right("nDCG@10"), title=f"nDCG@10 on {calibration['queries']} "
                  f"{calibration['split']} queries (best of {len(scores)} fusions first)")
-    for name, value in list(scores.items())[:SHOWN]:
+    for name, value in list(scores.items())[:8]:  # the best eight
         grid.add_row(name, f"{value:.4f}")
     print_table(console, grid)
     console.print(f"BM25 alone {calibration['bm25']:.4f} · kNN alone {calibration['knn']:.4f} · default "

@@ -28,22 +28,22 @@ def register(add: AddCommand) -> None:
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     c = action("create", cmd_create, help="create a chunk index version for the current settings")
-    c.add_argument("--version", type=int, default=None, help="N of <prefix>-chunks-v<N> (default: next free)")
+    c.add_argument("--version", type=int, help="N of <prefix>-chunks-v<N> (default: next free)")
 
     m = action("migrate", cmd_migrate, help="re-embed the live index into a new version, then swap the alias",
                description="Scan the live index, re-embed every chunk with the new model (or vector options), verify "
                            "counts, swap the alias atomically. Searches keep answering from the old index until the "
                            "swap; it is kept for `hsp index rollback`.")
-    m.add_argument("--to-model", default=None, help="embedding model (Hub name or local folder); default: current")
-    m.add_argument("--dims", type=int, default=None, help="its vector size (default: read from the model)")
-    m.add_argument("--to-version", type=int, default=None, help="N of the new index (default: next free)")
-    m.add_argument("--index-options", default=None,
+    m.add_argument("--to-model", help="embedding model (Hub name or local folder); default: current")
+    m.add_argument("--dims", type=int, help="its vector size (default: read from the model)")
+    m.add_argument("--to-version", type=int, help="N of the new index (default: next free)")
+    m.add_argument("--index-options",
                    choices=["hnsw", "int8_hnsw", "int4_hnsw", "bbq_hnsw", "flat", "int8_flat"],
                    help="dense_vector index_options of the new index (default: current setting)")
-    m.add_argument("--chunker", default=None, choices=["paragraph", "sentence", "token", "fixed", "parent_child"],
+    m.add_argument("--chunker", choices=["paragraph", "sentence", "token", "fixed", "parent_child"],
                    help="cut the documents again with this chunker (rebuilt from the chunks' offsets)")
-    m.add_argument("--max-tokens", type=int, default=None, help="with --chunker: target chunk size in word pieces")
-    m.add_argument("--overlap", type=float, default=None, help="with --chunker: share of a chunk repeated")
+    m.add_argument("--max-tokens", type=int, help="with --chunker: target chunk size in word pieces")
+    m.add_argument("--overlap", type=float, help="with --chunker: share of a chunk repeated")
     m.add_argument("--no-title", action="store_true", help="embed chunk text without the title prepended")
     m.add_argument("--reembed", action="store_true",
                    help="embed every chunk again even when the model is unchanged (default: copy its vector)")
@@ -51,7 +51,7 @@ def register(add: AddCommand) -> None:
     m.add_argument("--batch-size", type=int, default=256, help="chunks per scroll page and bulk request")
 
     r = action("rollback", cmd_rollback, help="point the alias back at the previous version")
-    r.add_argument("--to-version", type=int, default=None, help="version to go back to (default: the previous)")
+    r.add_argument("--to-version", type=int, help="version to go back to (default: the previous)")
 
     d = action("drop", cmd_drop, help="delete a chunk index version that is not live")
     d.add_argument("--version", type=int, required=True)
@@ -73,8 +73,7 @@ def _human(n: int) -> str:
 
 def _options(opts: dict[str, Any]) -> str:
     short = {"ef_construction": "ef", "confidence_interval": "ci"}
-    extra = " ".join(f"{short.get(k, k)}={v}" for k, v in opts.items() if k != "type")
-    return f"{opts.get('type', '?')}" + (f" {extra}" if extra else "")
+    return " ".join([str(opts.get("type", "?")), *(f"{short.get(k, k)}={v}" for k, v in opts.items() if k != "type")])
 
 
 def cmd_status(args: argparse.Namespace, settings: Settings) -> int:

@@ -21,19 +21,19 @@ def register(add: AddCommand) -> None:
             description="Ingest a folder tree (.txt .md .html .json .jsonl) or a BEIR corpus.jsonl[.gz]. Unchanged "
                         "documents are skipped, changed ones replaced; failures go to a dead-letter file.")
     p.add_argument("path", type=Path, help="file or folder")
-    p.add_argument("--workers", type=int, default=None, help="embedding processes (default: HSP_INGEST__WORKERS, 1)")
-    p.add_argument("--shard", default=None, metavar="I/N", help="only documents whose id hashes to shard I of N")
-    p.add_argument("--strategy", choices=["paragraph", "sentence", "token", "fixed", "parent_child"], default=None,
+    p.add_argument("--workers", type=int, help="embedding processes (default: HSP_INGEST__WORKERS, 1)")
+    p.add_argument("--shard", metavar="I/N", help="only documents whose id hashes to shard I of N")
+    p.add_argument("--strategy", choices=["paragraph", "sentence", "token", "fixed", "parent_child"],
                    help="chunking strategy (default: HSP_CHUNKING__STRATEGY, paragraph)")
-    p.add_argument("--max-tokens", type=int, default=None, help="chunk size in word pieces")
-    p.add_argument("--batch-size", type=int, default=None, help="embedding batch size")
-    p.add_argument("--backend", choices=["auto", "torch", "onnx"], default=None, help="embedding backend")
-    p.add_argument("--id-field", default=None, help="JSON field holding the document id (default: _id/id/doc_id)")
+    p.add_argument("--max-tokens", type=int, help="chunk size in word pieces")
+    p.add_argument("--batch-size", type=int, help="embedding batch size")
+    p.add_argument("--backend", choices=["auto", "torch", "onnx"], help="embedding backend")
+    p.add_argument("--id-field", help="JSON field holding the document id (default: _id/id/doc_id)")
     p.add_argument("--title-field", default="title", help="JSON field holding the title")
-    p.add_argument("--text-field", default=None, help="JSON field holding the text (default: text/body/content)")
+    p.add_argument("--text-field", help="JSON field holding the text (default: text/body/content)")
     p.add_argument("--metadata-field", default="metadata", help="JSON object field copied into metadata")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+    p.add_argument("--wait", type=float, metavar="SECONDS",
                    help="wait this long for another run of the prefix holding the ingest lease (default: "
                    "HSP_INGEST__LEASE_WAIT_S, 0: refuse at once, naming it)")
     p.add_argument("--sync", action="store_true",

@@ -67,9 +67,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     output.redact_logs()
     err = output.console(stderr=True)
     try:
-        settings = load_settings()
-        code: int = args.handler(args, settings)
-        return code
+        return int(args.handler(args, load_settings()))
     except HybridSearchError as exc:
         output.print_error(err, exc, args.verbose)
         return exit_code(exc)

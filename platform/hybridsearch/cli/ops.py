@@ -10,7 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from rich.table import Table
+from rich.table import Column, Table
 
 from hybridsearch import kibana
 from hybridsearch.cli import AddCommand, subcommands, with_prefix
@@ -34,15 +34,14 @@ def register(add: AddCommand) -> None:
     action = subcommands(p, "kibana_command", "ACTION")
     imp = action("import", cmd_import, help="post the saved objects to Kibana (overwrites earlier copies)")
     imp.add_argument("--url", default="http://localhost:5601", help="Kibana URL (default %(default)s)")
-    imp.add_argument("--prefix", default=None, help="index prefix the objects point at (default: HSP_INDEX__PREFIX)")
-    imp.add_argument("--space", default=None, help="Kibana space id (default: the default space)")
-    imp.add_argument("--file", type=Path, default=None,
-                     help="NDJSON to import (default: ops/kibana/hybridsearch.ndjson)")
-    imp.add_argument("--api-key", default=None, help="Kibana/Elasticsearch API key (default: HSP_ES__API_KEY)")
+    imp.add_argument("--prefix", help="index prefix the objects point at (default: HSP_INDEX__PREFIX)")
+    imp.add_argument("--space", help="Kibana space id (default: the default space)")
+    imp.add_argument("--file", type=Path, help="NDJSON to import (default: ops/kibana/hybridsearch.ndjson)")
+    imp.add_argument("--api-key", help="Kibana/Elasticsearch API key (default: HSP_ES__API_KEY)")
     imp.add_argument("--insecure", action="store_true", help="do not verify Kibana's TLS certificate")
     val = action("validate", cmd_validate, help="check the saved objects against our mappings, offline")
-    val.add_argument("--file", type=Path, default=None)
-    val.add_argument("--prefix", default=None)
+    val.add_argument("--file", type=Path)
+    val.add_argument("--prefix")
 
 
 def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
@@ -58,10 +57,7 @@ def cmd_doctor(args: argparse.Namespace, settings: Settings) -> int:
         return 1 if bad else 0
     console.print(styled(("hybridsearch doctor", "bold"), f" · {shown(settings.es.nodes)} · prefix "
                          f"{settings.index.prefix}"))
-    grid = Table.grid(padding=(0, 2))
-    grid.add_column(no_wrap=True)
-    grid.add_column(no_wrap=True)
-    grid.add_column(ratio=1, overflow="fold")
+    grid = Table.grid(Column(no_wrap=True), Column(no_wrap=True), Column(ratio=1, overflow="fold"), padding=(0, 2))
     for c in checks:
         found = styled(c.detail)
         if c.fix:

@@ -123,8 +123,7 @@ class RichProgress(Progress):
     def __init__(self, out: Console | None = None, *, enabled: bool = True, keep_finished: bool = True,
                  width: int = 14) -> None:
         out = out or console(stderr=True)
-        # the name is never cut; a narrow terminal gets a shorter bar, and the description wraps under its column;
-        # a pipe or a file gets text only (no spinner, no bar of box-drawing characters)
+        # the name is never cut, the description wraps in its column; a pipe or a file gets no spinner and no bar
         name = TextColumn(f"{{task.fields[name]:>{width}}}", table_column=Column(no_wrap=True))
         text: list[Any] = [MofNCompleteColumn(), TimeElapsedColumn(),
                            TextColumn("{task.description}", table_column=Column(ratio=1))]

@@ -23,29 +23,26 @@ def register(add: AddCommand) -> None:
     common.add_argument("dataset", type=Path, metavar="DATASET", help="BEIR collection folder")
     common.add_argument("--split", default="train", help="qrels split to train on (default train; 'test' is refused)")
     common.add_argument("--out", type=Path, required=True, metavar="DIR", help="folder to write the model to")
-    common.add_argument("--prefix", default=None, help="index prefix of the collection's index (HSP_INDEX__PREFIX)")
+    common.add_argument("--prefix", help="index prefix of the collection's index (HSP_INDEX__PREFIX)")
     common.add_argument("--strategy", choices=("sample", "top"), default="sample",
                         help="sample negatives from the candidates (default) or take the top-ranked ones")
     common.add_argument("--seed", type=int, default=42)
-    common.add_argument("--limit-queries", type=int, default=None, metavar="N", help="use the first N queries only")
+    common.add_argument("--limit-queries", type=int, metavar="N", help="use the first N queries only")
     common.add_argument("--allow-test", action="store_true",
                         help="allow --split test (never for a collection whose test numbers you report)")
     common.add_argument("--no-progress", action="store_true", help="no progress bars")
-    p = add(
-        "train-reranker", train_reranker, parents=[common],
-        help="fine-tune a cross-encoder reranker on a BEIR collection's judgments (hard negatives from our index)",
-        description=(
-            "Train a domain reranker: positives from DATASET/qrels/<split>.tsv, hard negatives mined from the "
-            "hybrid top-k of the collection's index under --prefix (ingest the corpus there first, e.g. with "
-            "`hsp eval DATASET --prefix P`). Writes a sentence-transformers CrossEncoder folder with card.json "
-            "and README.md; serve it with HSP_RERANKER__MODEL=DIR hsp serve-reranker."
-        ),
-    )
-    p.add_argument("--base", default=None, metavar="MODEL",
+    p = add("train-reranker", train_reranker, parents=[common],
+            help="fine-tune a cross-encoder reranker on a BEIR collection's judgments (hard negatives from our index)",
+            description="Train a domain reranker: positives from DATASET/qrels/<split>.tsv, hard negatives mined "
+                        "from the hybrid top-k of the collection's index under --prefix (ingest the corpus there "
+                        "first, e.g. with `hsp eval DATASET --prefix P`). Writes a sentence-transformers "
+                        "CrossEncoder folder with card.json and README.md; serve it with HSP_RERANKER__MODEL=DIR hsp "
+                        "serve-reranker.")
+    p.add_argument("--base", metavar="MODEL",
                    help="encoder to start from: Hub name or folder (default: HSP_EMBEDDING__MODEL, else the "
                         "default embedder bge-small-en-v1.5)")
     p.add_argument("--negatives", type=int, default=4, help="hard negatives per query (default 4)")
-    p.add_argument("--depth", type=int, default=None,
+    p.add_argument("--depth", type=int,
                    help="hybrid candidates per query to mine from (default: HSP_RERANKER__DEPTH, 30)")
     p.add_argument("--skip-top", type=int, default=0, metavar="N",
                    help="never take the fused top N as negatives (default 0)")
@@ -76,20 +73,17 @@ def register(add: AddCommand) -> None:
     p.add_argument("--keep", choices=("last", "best"), default="last",
                    help="save the last epoch (default: the annealed weights) or the epoch whose blended order "
                         "served the validation queries best (noisy with a few hundred validation queries)")
-    p.add_argument("--device", default=None, help="cpu, cuda or auto (default: HSP_RERANKER__DEVICE)")
-    p = add(
-        "train-embedder", train_embedder, parents=[common],
-        help="fine-tune the bi-encoder on a BEIR collection's judgments (hard negatives from our index)",
-        description=(
-            "Train a domain embedding model: (query, judged-relevant passage, hard negatives) rows from "
-            "DATASET/qrels/<split>.tsv and the hybrid top-k of the collection's index under --prefix (ingest the "
-            "corpus there first, e.g. with `hsp eval DATASET --prefix P`), MultipleNegativesRankingLoss with "
-            "in-batch negatives, the epoch chosen by dense nDCG@10 of held-out training queries. Writes a "
-            "SentenceTransformer folder with card.json and README.md; use it with HSP_EMBEDDING__MODEL=DIR "
-            "and roll an index over with `hsp index migrate --to-model DIR`."
-        ),
-    )
-    p.add_argument("--base", default=None, metavar="MODEL",
+    p.add_argument("--device", help="cpu, cuda or auto (default: HSP_RERANKER__DEVICE)")
+    p = add("train-embedder", train_embedder, parents=[common],
+            help="fine-tune the bi-encoder on a BEIR collection's judgments (hard negatives from our index)",
+            description="Train a domain embedding model: (query, judged-relevant passage, hard negatives) rows from "
+                        "DATASET/qrels/<split>.tsv and the hybrid top-k of the collection's index under --prefix "
+                        "(ingest the corpus there first, e.g. with `hsp eval DATASET --prefix P`), "
+                        "MultipleNegativesRankingLoss with in-batch negatives, the epoch chosen by dense nDCG@10 of "
+                        "held-out training queries. Writes a SentenceTransformer folder with card.json and "
+                        "README.md; use it with HSP_EMBEDDING__MODEL=DIR and roll an index over with `hsp index "
+                        "migrate --to-model DIR`.")
+    p.add_argument("--base", metavar="MODEL",
                    help="model to start from: Hub name or folder (default: HSP_EMBEDDING__MODEL)")
     p.add_argument("--negatives", type=int, default=1, help="hard negatives per (query, positive) row (default 1)")
     p.add_argument("--depth", type=int, default=30, help="hybrid candidates per query to mine from (default 30)")
@@ -101,7 +95,7 @@ def register(add: AddCommand) -> None:
     p.add_argument("--no-margin", action="store_true", help="no similarity filter on the negatives")
     p.add_argument("--epochs", type=int, default=2, help="passes over the rows (default 2)")
     p.add_argument("--batch-size", type=int, default=32, help="rows per batch: the in-batch negatives (default 32)")
-    p.add_argument("--max-seq-length", type=int, default=None, metavar="N",
+    p.add_argument("--max-seq-length", type=int, metavar="N",
                    help="tokens per text while training (default: the base model's; the saved model keeps the "
                         "base's length, so chunks cut for it still fit)")
     p.add_argument("--lr", type=float, default=3e-5, help="peak learning rate (default 3e-5)")
@@ -114,10 +108,10 @@ def register(add: AddCommand) -> None:
     p.add_argument("--keep", choices=("best", "last"), default="best",
                    help="save the epoch with the best validation nDCG@10 (default) or the last")
     p.add_argument("--device", default="auto", help="cpu, cuda or auto (default: a GPU when there is one)")
-    p.add_argument("--threads", type=int, default=None, metavar="N",
+    p.add_argument("--threads", type=int, metavar="N",
                    help="torch CPU threads (default: torch's choice; on a CPU shared with other work, 1 can be "
                         "twice as fast)")
-    p.add_argument("--embedding-cache", type=Path, metavar="DIR", default=None,
+    p.add_argument("--embedding-cache", type=Path, metavar="DIR",
                    help="where the base model's chunk vectors are cached (default: $HSP_CACHE/embeddings, filled "
                         "by `hsp eval`)")
 
@@ -128,12 +122,10 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.training.reranker import run_training
 
     settings = with_prefix(settings, args.prefix)
-    cfg = _validated(
-        TrainingConfig, args, settings, depth=args.depth or settings.reranker.depth,
-        max_length=args.max_length, device=args.device or settings.reranker.device, loss=args.loss,
-        folds=args.folds, min_gain=args.min_gain, skip_above_positive=not args.keep_above_positive,
-        max_overlap=args.max_overlap,
-    )
+    cfg = _validated(TrainingConfig, args, settings, depth=args.depth or settings.reranker.depth,
+                     max_length=args.max_length, device=args.device or settings.reranker.device, loss=args.loss,
+                     folds=args.folds, min_gain=args.min_gain, skip_above_positive=not args.keep_above_positive,
+                     max_overlap=args.max_overlap)
     started = time.perf_counter()
     with RichProgress(enabled=not args.no_progress, keep_finished=False) as progress:
         card = run_training(cfg, settings, progress=progress)
@@ -157,14 +149,12 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
                              "the held-out queries no better than the fused hybrid order: do not serve this model "
                              "(more judgments, more epochs or steps, a higher --lr, or a cross-encoder as --base; "
                              "see docs/reranker-training.md)"))
-    console.print(styled(
-        "saved to ", (str(cfg.out), "bold"),
-        f" ({pairs['positive']} positive / {pairs['negative']} negative pairs from "
-        f"{card['queries']['train']} queries; mining {seconds['mining']:.0f} s, training "
-        f"{seconds['training']:.0f} s, total {wall:.0f} s on {card['device']}). "
-        f"Serve it: HSP_RERANKER__MODEL={cfg.out} hsp serve-reranker (served blend "
-        f"{card['serving']['blend']:g}, from the card)"
-    ))
+    console.print(styled("saved to ", (str(cfg.out), "bold"),
+                         f" ({pairs['positive']} positive / {pairs['negative']} negative pairs from "
+                         f"{card['queries']['train']} queries; mining {seconds['mining']:.0f} s, training "
+                         f"{seconds['training']:.0f} s, total {wall:.0f} s on {card['device']}). Serve it: "
+                         f"HSP_RERANKER__MODEL={cfg.out} hsp serve-reranker (served blend "
+                         f"{card['serving']['blend']:g}, from the card)"))
     return 0
 
 
@@ -220,14 +210,13 @@ def train_embedder(args: argparse.Namespace, settings: Settings) -> int:
                              "than the base model: do not roll it out (more judgments, another --lr or more epochs; "
                              "see docs/embedder-training.md)"))
     dropped, times = card["negatives"]["dropped_as_likely_false_negatives"], card["time_seconds"]
-    console.print(styled(
-        "saved to ", (str(cfg.out), "bold"),
-        f" ({card['rows']['total']} rows from {card['queries']['trained_on']} queries; candidates dropped as likely "
-        f"false negatives: {dropped['top']} top, {dropped['duplicate_of_positive']} duplicates, {dropped['similar']} "
-        f"similar; mining {times['mining']:.0f} s, training {times['training']:.0f} s (validation "
-        f"{times['of_which_validation']:.0f} s of it), total {wall:.0f} s on {card['device']}). Roll it out: "
-        f"hsp index migrate --to-model {card['serving']['model']}"
-    ))
+    console.print(styled("saved to ", (str(cfg.out), "bold"),
+                         f" ({card['rows']['total']} rows from {card['queries']['trained_on']} queries; candidates "
+                         f"dropped as likely false negatives: {dropped['top']} top, {dropped['duplicate_of_positive']} "
+                         f"duplicates, {dropped['similar']} similar; mining {times['mining']:.0f} s, training "
+                         f"{times['training']:.0f} s (validation {times['of_which_validation']:.0f} s of it), total "
+                         f"{wall:.0f} s on {card['device']}). Roll it out: hsp index migrate --to-model "
+                         f"{card['serving']['model']}"))
     return 0
 
 
