@@ -49,3 +49,15 @@ def test_every_command_answers_help_with_its_own_module_alone(command: str, caps
     with pytest.raises(SystemExit) as stop:
         build_parser([command]).parse_args([command, "--help"])
     assert stop.value.code == 0 and f"usage: hsp {command}" in capsys.readouterr().out
+
+
+def test_ingest_options_keep_an_unset_model_unset_so_ingestion_follows_the_index() -> None:
+    from hybridsearch.cli.ingest import apply_options
+    from hybridsearch.settings import load_settings
+
+    args = build_parser().parse_args(["ingest", "docs/", "--backend", "onnx", "--max-tokens", "120"])
+    settings = apply_options(args, load_settings(es_url="http://127.0.0.1:9200"))
+    assert (settings.embedding.backend, settings.chunking.max_tokens) == ("onnx", 120)
+    assert "model" not in settings.embedding.model_fields_set  # follow_index uses the index's own model
+    named = apply_options(args, load_settings(es_url="http://127.0.0.1:9200", embedding={"model": "m"}))
+    assert named.embedding.model == "m" and "model" in named.embedding.model_fields_set

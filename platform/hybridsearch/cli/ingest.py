@@ -50,14 +50,15 @@ def register(add: AddCommand) -> None:
 OPTIONS = {"ingest": ("workers",), "chunking": ("strategy", "max_tokens"), "embedding": ("batch_size", "backend")}
 
 
-def _apply(args: argparse.Namespace, settings: Settings) -> Settings:
-    """``settings`` with the sections the options given override, validated."""
+def apply_options(args: argparse.Namespace, settings: Settings) -> Settings:
+    """``settings`` with the sections the options given override, validated; what was unset stays unset (so that
+    ingestion still follows the index's model)."""
     update: dict[str, object] = {}
     try:
         for section, fields in OPTIONS.items():
             current = getattr(settings, section)
             given = {field: getattr(args, field) for field in fields if getattr(args, field) is not None}
-            update[section] = current.model_validate({**current.model_dump(), **given})
+            update[section] = current.model_validate({**current.model_dump(exclude_unset=True), **given})
         return settings.model_copy(update=update)
     except ValueError as exc:
         raise ConfigError(f"bad ingest option: {exc}") from None
@@ -69,7 +70,7 @@ def run_ingest_command(args: argparse.Namespace, settings: Settings) -> int:
     from hybridsearch.ingest.pipeline import run_ingest
     from hybridsearch.ingest.sources import RecordFields
 
-    settings = _apply(args, settings)
+    settings = apply_options(args, settings)
     try:
         shard = parse_shard(args.shard) if args.shard else None
     except ValueError as exc:
