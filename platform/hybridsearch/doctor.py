@@ -22,10 +22,24 @@ from hybridsearch.engine import (
     unsafe_vector_options,
 )
 from hybridsearch.errors import AliasConflict, HybridSearchError, IndexMismatch, QueryError
-from hybridsearch.index.access import INGEST, check_privileges, prefix_names, unblock_fix
-from hybridsearch.index.fit import CHECKED_META, FORMAT_KEY, describe, follow_index, meta_differences, refuse
-from hybridsearch.index.logs import inspect_log_index
-from hybridsearch.index.spec import LOG_KINDS, PREFERRED_ANALYZER, has_analyzer, resolve_analyzer, section_words_of
+from hybridsearch.index.access import INGEST, WRITE_BLOCKS, check_privileges, prefix_names, unblock_fix
+from hybridsearch.index.fit import (
+    CHECKED_META,
+    FORMAT_KEY,
+    describe,
+    follow_index,
+    log_differences,
+    meta_differences,
+    refuse,
+)
+from hybridsearch.index.spec import (
+    LOG_KINDS,
+    PREFERRED_ANALYZER,
+    has_analyzer,
+    log_spec,
+    resolve_analyzer,
+    section_words_of,
+)
 from hybridsearch.index.versions import index_meta, live_target, read_alias
 from hybridsearch.index.visibility import count_visible
 from hybridsearch.ingest.lease import UNFINISHED, hidden_documents
@@ -331,34 +345,39 @@ def check_log_index(es: EngineClient, settings: Settings, kind: str) -> Check:
     """One log index against its spec: missing or without its write alias (WARN), a mapping that does not fit or a
     write block (FAIL), its health."""
     name = kind.replace("_", "-")
+    spec = log_spec(settings, kind, es.dialect)
+    index, alias = spec.name, spec.write_alias
     try:
         with engine_errors(f"inspect the {name} index"):  # the first request may be the engine's detection
-            st = inspect_log_index(es, settings, kind)
+            if not es.send(request.index_exists(index)):
+                return Check("logs", name, "WARN", f"{index} does not exist yet",
+                             f"nothing to do: {_LOG_WRITERS.get(kind, 'the next write')} creates it from its spec "
+                             "(`hsp index create` does now)")
+            mapping = next(iter(es.send(request.get_mapping(index)).values()))["mappings"]
+            flat = es.send(request.get_settings(index, flat_settings=True)).get(index, {}).get("settings", {})
+            health = str(es.send(request.cluster_health(index=index))["status"])
+            alias_ok = not alias or index in es.send(request.get_alias(alias))
     except HybridSearchError as exc:
         return Check("logs", name, "WARN", f"cannot read the {name} index: {exc.problem}", exc.fix)
-    if not st.exists:
-        return Check("logs", name, "WARN", f"{st.name} does not exist yet",
-                     f"nothing to do: {_LOG_WRITERS.get(kind, 'the next write')} creates it from its spec "
-                     "(`hsp index create` does now)")
-    if st.differences:
-        return Check("logs", name, "FAIL", f"{st.name} does not fit its spec (made by a write with guessed mappings, "
-                     f"or by hand): {describe(st.differences)}", f"reindex what you need from it, then DELETE "
-                     f"{st.name}: the next write creates it from its spec (`hsp index create` does now)")
-    if st.blocks:
-        return Check("logs", name, "FAIL", f"{st.name} refuses writes: {', '.join(st.blocks)} is set",
-                     unblock_fix(st.name, st.blocks[0]))
-    if not st.alias_ok:
-        return Check("logs", name, "WARN", f"{st.name} has no write alias {st.write_alias}: a write after the index "
+    blocks = [b for b in WRITE_BLOCKS if str(flat.get(b)).lower() == "true"]
+    replicas = int(flat.get("index.number_of_replicas", 0))
+    if differences := log_differences(kind, mapping, settings, es.dialect):
+        return Check("logs", name, "FAIL", f"{index} does not fit its spec (made by a write with guessed mappings, "
+                     f"or by hand): {describe(differences)}", f"reindex what you need from it, then DELETE "
+                     f"{index}: the next write creates it from its spec (`hsp index create` does now)")
+    if blocks:
+        return Check("logs", name, "FAIL", f"{index} refuses writes: {', '.join(blocks)} is set",
+                     unblock_fix(index, blocks[0]))
+    if not alias_ok:
+        return Check("logs", name, "WARN", f"{index} has no write alias {alias}: a write after the index "
                      "is deleted would create it with guessed mappings", f"`hsp index create` or the next "
                      f"`hsp ingest` adds it (needs manage on {settings.index.prefix}-*)")
-    via = f" through {st.write_alias}" if st.write_alias else ""
-    if st.health not in (None, "green"):
-        fix = (f"PUT {st.name}/_settings {{\"number_of_replicas\": {settings.index.replicas}}}"
-               if (st.replicas or 0) > settings.index.replicas else "see `GET _cluster/allocation/explain`")
-        return Check("logs", name, "WARN" if st.health == "yellow" else "FAIL",
-                     f"{st.name} is {st.health} ({st.replicas} replica(s), settings say {settings.index.replicas})",
-                     fix)
-    return Check("logs", name, "OK", f"{st.name}: mapping fits, writable{via}, {st.health}")
+    if health != "green":
+        fix = (f"PUT {index}/_settings {{\"number_of_replicas\": {settings.index.replicas}}}"
+               if replicas > settings.index.replicas else "see `GET _cluster/allocation/explain`")
+        return Check("logs", name, "WARN" if health == "yellow" else "FAIL",
+                     f"{index} is {health} ({replicas} replica(s), settings say {settings.index.replicas})", fix)
+    return Check("logs", name, "OK", f"{index}: mapping fits, writable through {alias}, {health}")
 
 
 def check_embedder(cfg: EmbeddingSettings, models: ModelsSettings) -> Check:

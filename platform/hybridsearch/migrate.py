@@ -12,6 +12,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from hybridsearch.embedding.encoder import Embedder, load_sentence_transformer
 from hybridsearch.embedding.models import resolve_prompts
 from hybridsearch.engine import EngineClient, engine_errors, request
@@ -28,7 +30,7 @@ from hybridsearch.ingest.lease import Lease
 from hybridsearch.ingest.sources import Document
 from hybridsearch.ingest.writer import ChunkBatch, DeadLetter, EmbedWriter, WriteReport
 from hybridsearch.progress import ProgressSink, Task
-from hybridsearch.settings import EmbeddingSettings, ModelsSettings, Settings
+from hybridsearch.settings import ChunkingSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -46,21 +48,11 @@ class MigrationResult:
     swapped: bool
     reembedded: bool
     rechunked: bool
-    source_meta: dict[str, Any]
     target_meta: dict[str, Any]
 
     @property
     def chunks_per_second(self) -> float:
         return self.chunks / self.seconds if self.seconds else 0.0
-
-
-def embedding_settings_for(model: str, base: EmbeddingSettings, models: ModelsSettings,
-                           dims: int | None = None) -> EmbeddingSettings:
-    """``base`` with another model; dims are read from the model itself unless given. Raises ModelError."""
-    if dims is None:
-        st = load_sentence_transformer(model, models, "cpu")
-        dims = int(st.get_embedding_dimension() or 0)
-    return base.model_copy(update={"model": model, "dims": dims})
 
 
 def migration_settings(settings: Settings, *, model: str | None = None, dims: int | None = None,
@@ -70,13 +62,12 @@ def migration_settings(settings: Settings, *, model: str | None = None, dims: in
     """The settings a migration of ``settings``' live index builds for: another model (``dims`` read from it
     unless given), title handling, vector ``index_options`` or chunker (strategy, tokens, overlap); None keeps
     the current value. Raises ConfigError (invalid chunker options), ModelError."""
-    from pydantic import ValidationError
-
-    from hybridsearch.settings import ChunkingSettings
-
     embedding = settings.embedding
     if model or dims:
-        embedding = embedding_settings_for(model or embedding.model, embedding, settings.models, dims)
+        model = model or embedding.model
+        if dims is None:
+            dims = int(load_sentence_transformer(model, settings.models, "cpu").get_embedding_dimension() or 0)
+        embedding = embedding.model_copy(update={"model": model, "dims": dims})
     if prepend_title is not None:
         embedding = embedding.model_copy(update={"prepend_title": prepend_title})
     index = settings.index
@@ -96,14 +87,6 @@ def migration_settings(settings: Settings, *, model: str | None = None, dims: in
 def _source(es: EngineClient, vectors: bool) -> Any:
     """The ``_source`` to read: with the vectors, or without (they are recomputed)."""
     return es.engine.source_with_vectors if vectors else {"excludes": ["embedding"]}
-
-
-def same_vectors(meta: dict[str, Any], cfg: EmbeddingSettings, models: ModelsSettings) -> bool:
-    """Whether an index with ``_meta`` ``meta`` holds the vectors ``cfg`` would compute."""
-    return (meta.get("embedding_model") == cfg.model
-            and meta.get("embedding_dims") == cfg.dims
-            and meta.get("prepend_title") == cfg.prepend_title
-            and (meta.get("passage_prompt") or "") == (resolve_prompts(cfg, models).passage or ""))
 
 
 def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | None = None,
@@ -135,7 +118,11 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
         embedder = embedder or Embedder(new.embedding, new.models)
         if embedder.cfg.model != new.embedding.model or embedder.cfg.dims != new.embedding.dims:
             raise ConfigError("the embedder given to migrate() does not match the new settings' model and dims")
-        keep_vectors = same_vectors(source_meta, new.embedding, new.models) and reembed is not True
+        cfg = new.embedding
+        keep_vectors = reembed is not True and (
+            source_meta.get("embedding_model") == cfg.model and source_meta.get("embedding_dims") == cfg.dims
+            and source_meta.get("prepend_title") == cfg.prepend_title
+            and (source_meta.get("passage_prompt") or "") == (resolve_prompts(cfg, new.models).passage or ""))
         reembed = not keep_vectors if reembed is None else reembed  # after re-cutting: whether any chunk was embedded
         target = create_version(es, new, version)
         task = Task(progress, f"copying {'documents' if rechunk else 'chunks'}", total)
@@ -168,7 +155,7 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
         docs = doc_count(es, target) or 0
         return MigrationResult(source=source, target=target, chunks=written, documents=docs, failed=failed,
                                reembedded=reembed, rechunked=rechunk, seconds=seconds, swapped=swap,
-                               source_meta=source_meta, target_meta=target_meta)
+                               target_meta=target_meta)
     finally:
         lease.release()
 

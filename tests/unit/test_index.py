@@ -81,7 +81,7 @@ def test_chunk_spec_carries_the_engine_settings() -> None:
     s = load_settings()
     engine = EngineInfo("elasticsearch", "9.3.2")
     spec = chunk_spec(s, 3, dialect=engine.dialect, engine_settings=engine.chunk_index_settings)
-    assert spec.name == "hsp-chunks-v3" and spec.kind == "chunks" and spec.write_alias is None
+    assert spec.name == "hsp-chunks-v3" and spec.write_alias is None
     assert spec.settings["index.dense_vector.hnsw_filter_heuristic"] == "fanout"
     assert spec.body["settings"]["number_of_replicas"] == s.index.replicas and "aliases" not in spec.body
     older = EngineInfo("elasticsearch", "8.19.8")

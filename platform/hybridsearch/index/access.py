@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hybridsearch.engine import API_ERRORS, Request, Sender, error_type_of, status_of, translate
+from hybridsearch.engine.errors import reason_of
 from hybridsearch.errors import AccessDenied, ClusterError, HybridSearchError, IndexBlocked
 from hybridsearch.settings import IndexSettings
 
@@ -147,8 +148,6 @@ def item_error(item: Mapping[str, Any], index: str, doing: str) -> HybridSearchE
 def translate_write(exc: Exception, index: str, doing: str) -> HybridSearchError:
     """``engine.translate``, a block read as IndexBlocked."""
     if error_type_of(exc) == "cluster_block_exception":
-        from hybridsearch.engine.errors import reason_of
-
         return blocked(reason_of(exc).removeprefix("cluster_block_exception: "), index, doing)
     return translate(exc, doing)
 
@@ -160,4 +159,3 @@ def write_errors(index: str, doing: str) -> Iterator[None]:
         yield
     except API_ERRORS as exc:
         raise translate_write(exc, index, doing) from exc
-

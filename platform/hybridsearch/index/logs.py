@@ -1,7 +1,6 @@
-"""The log indices (query log, ingest runs, ingest state): created from their specs, inspected for ``hsp doctor``
-and written by :class:`LogWriter` through a write alias with ``require_alias=true``, so that no write creates one
-with guessed mappings (a deleted index takes its alias along; the writer re-creates it and writes again).
-"""
+"""The log indices (query log, ingest runs, ingest state): created from their specs and written by
+:class:`LogWriter` through a write alias with ``require_alias=true``, so that no write creates one with guessed
+mappings (a deleted index takes its alias along; the writer re-creates it and writes again)."""
 
 from __future__ import annotations
 
@@ -9,18 +8,16 @@ import logging
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from hybridsearch.engine import EngineClient, Sender, engine_errors, request
 from hybridsearch.errors import AccessDenied, ClusterError, HybridSearchError, IndexNotFound
-from hybridsearch.index.access import WRITE_BLOCKS, bulk_error_type, item_error, require_privileges, write_errors
-from hybridsearch.index.fit import Difference, log_differences
+from hybridsearch.index.access import bulk_error_type, item_error, require_privileges, write_errors
 from hybridsearch.index.spec import (
     LOG_KINDS,
     add_alias_if_missing,
     create_index,
-    log_index_name,
     log_spec,
     write_alias_name,
 )
@@ -50,40 +47,6 @@ def ensure_log_indices(es: EngineClient, settings: Settings) -> None:
 
 
 @dataclass
-class LogIndexState:
-    """What ``hsp doctor`` reports on one log index (see :func:`inspect_log_index`)."""
-
-    kind: str
-    name: str
-    exists: bool
-    write_alias: str | None = None
-    alias_ok: bool = True  # the write alias points at the index (True when the kind has none)
-    differences: list[Difference] = field(default_factory=list)
-    blocks: list[str] = field(default_factory=list)  # write blocks set on the index
-    health: str | None = None
-    replicas: int | None = None
-
-
-def inspect_log_index(es: EngineClient, settings: Settings, kind: str) -> LogIndexState:
-    """Exists, write alias, mapping against the spec, write blocks, health of log index ``kind``."""
-    spec = log_spec(settings, kind, es.dialect)
-    state = LogIndexState(kind, spec.name, exists=False, write_alias=spec.write_alias)
-    with engine_errors(f"check {spec.name}"):
-        if not es.send(request.index_exists(spec.name)):
-            return state
-        state.exists = True
-        mapping = next(iter(es.send(request.get_mapping(spec.name)).values()))["mappings"]
-        state.differences = log_differences(kind, mapping, settings, es.dialect)
-        flat = es.send(request.get_settings(spec.name, flat_settings=True)).get(spec.name, {}).get("settings", {})
-        state.blocks = [b for b in WRITE_BLOCKS if str(flat.get(b)).lower() == "true"]
-        state.replicas = int(flat.get("index.number_of_replicas", 0))
-        state.health = str(es.send(request.cluster_health(index=spec.name))["status"])
-        if spec.write_alias:
-            state.alias_ok = spec.name in es.send(request.get_alias(spec.write_alias))
-    return state
-
-
-@dataclass
 class LogWrite:
     """What :meth:`LogWriter.write` did: documents written, failed, and the first failure's error."""
 
@@ -98,7 +61,7 @@ class LogWriter:
 
     def __init__(self, es: Sender, settings: Settings, kind: str) -> None:
         self.es, self.settings, self.kind = es, settings, kind
-        self.index = log_index_name(settings.index, kind)
+        self.index: str = getattr(settings.index, kind)
         self.alias = write_alias_name(settings.index, kind)
         self._direct = False  # write by name (after an existence check), not through the alias
         self._lock = threading.Lock()

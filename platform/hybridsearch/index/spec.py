@@ -37,14 +37,6 @@ def parse_version(index: str, alias: str | None = None) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def log_index_name(index: IndexSettings, kind: str) -> str:
-    """The concrete name of log index ``kind`` (one of :data:`LOG_KINDS`). Raises ConfigError for another."""
-    names = {"query_log": index.query_log, "ingest_runs": index.ingest_runs, "ingest_state": index.ingest_state}
-    if kind not in names:
-        raise ConfigError(f"no log index of kind {kind!r}: one of {', '.join(names)}")
-    return names[kind]
-
-
 def write_alias_name(index: IndexSettings, kind: str) -> str:
     """The write alias of log index ``kind`` (``<prefix>-write-query-log``, written with ``require_alias``)."""
     return f"{index.prefix}-write-{kind.replace('_', '-')}"
@@ -148,7 +140,6 @@ PREFERRED_ANALYZER, FALLBACK_ANALYZER = "english", "standard"
 class IndexSpec:
     """What one index is created with; ``write_alias``: the alias its writers use (log indices only)."""
 
-    kind: str  # "chunks" or one of LOG_KINDS
     name: str
     settings: dict[str, Any]
     mappings: dict[str, Any]
@@ -185,15 +176,15 @@ def chunk_spec(settings: Settings, version: int | None = None, *, dialect: Diale
     """The spec of ``<prefix>-chunks-v<N>`` for ``settings`` (analyzer resolved: :func:`with_analyzer`) on the
     engine of ``dialect``, with ``engine_settings`` added. Pure."""
     body = load_template("chunks", settings, dialect)["template"]
-    return IndexSpec("chunks", settings.index.versioned(version), {**body["settings"], **(engine_settings or {})},
+    return IndexSpec(settings.index.versioned(version), {**body["settings"], **(engine_settings or {})},
                      body["mappings"])
 
 
 def log_spec(settings: Settings, kind: str, dialect: Dialect) -> IndexSpec:
     """The spec of log index ``kind`` (one of :data:`LOG_KINDS`) of ``settings``' prefix. Pure."""
-    name = log_index_name(settings.index, kind)
     body = load_template(kind, settings, dialect)["template"]
-    return IndexSpec(kind, name, body["settings"], body["mappings"], write_alias_name(settings.index, kind))
+    return IndexSpec(getattr(settings.index, kind), body["settings"], body["mappings"],
+                     write_alias_name(settings.index, kind))
 
 
 #: analyzers every node has without the analysis-common module
