@@ -84,10 +84,7 @@ def run_checks(settings: Settings, *, es: EngineClient | None = None, models: bo
     if checks[0].status == "FAIL":
         checks.append(Check("index", "index", "SKIP", "cluster unreachable"))
     else:
-        try:
-            checks += check_index(es, settings)
-        except HybridSearchError as exc:
-            checks.append(Check("index", "index", "FAIL", *problem(exc)))
+        checks += check_index(es, settings)
         checks += [check_log_index(es, settings, kind) for kind in LOG_KINDS]
     checks.append(check_embedder(settings.embedding, settings.models) if models
                   else Check("models", "embedder", "SKIP", "--no-models"))
@@ -345,10 +342,10 @@ def check_log_index(es: EngineClient, settings: Settings, kind: str) -> Check:
     """One log index against its spec: missing or without its write alias (WARN), a mapping that does not fit or a
     write block (FAIL), its health."""
     name = kind.replace("_", "-")
-    spec = log_spec(settings, kind, es.dialect)
-    index, alias = spec.name, spec.write_alias
     try:
         with engine_errors(f"inspect the {name} index"):  # the first request may be the engine's detection
+            spec = log_spec(settings, kind, es.dialect)
+            index, alias = spec.name, spec.write_alias
             if not es.send(request.index_exists(index)):
                 return Check("logs", name, "WARN", f"{index} does not exist yet",
                              f"nothing to do: {_LOG_WRITERS.get(kind, 'the next write')} creates it from its spec "

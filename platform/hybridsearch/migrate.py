@@ -1,7 +1,6 @@
 """Migration: a new chunk index version built from the live one (new embedding model, chunker or vector layout)
 through ingestion's embed-and-write stage, and the alias swapped to it once the counts agree. For another chunker
-each document is rebuilt from its chunks' offsets (:func:`rebuild_text`) and cut again, keeping its ``content_hash``.
-"""
+each document is rebuilt from its chunks' offsets (:func:`rebuild_text`) and cut again, keeping its ``content_hash``."""
 
 from __future__ import annotations
 
@@ -20,7 +19,7 @@ from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import ConfigError, IngestError
 from hybridsearch.index.access import INGEST, prefix_names, require_privileges
 from hybridsearch.index.fit import check_mapping, check_source
-from hybridsearch.index.logs import ensure_log_index
+from hybridsearch.index.logs import ensure_log_indices
 from hybridsearch.index.metadata import TYPED_METADATA, metadata_fields_of, typed_metadata
 from hybridsearch.index.spec import chunk_meta, parse_version, section_words_of
 from hybridsearch.index.versions import create_version, doc_count, index_mapping, live_index, swap_alias
@@ -107,7 +106,7 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     rechunk = (source_meta.get("chunker_version") not in (None, expected["chunker_version"])
                or section_words_of(source_meta) != new.index.bm25_section_words)  # documents are cut anew
     first_chunks = [{"term": {"position": 0}}] if rechunk else []  # one per document (and tenant)
-    ensure_log_index(es, new, "ingest_state")
+    ensure_log_indices(es, new, ("ingest_state",))
     lease = Lease(es, new.index, f"migrate-{time.strftime('%Y%m%dT%H%M%S')}")
     lease.acquire(new.ingest.lease_wait_s)
     try:

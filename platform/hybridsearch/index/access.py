@@ -1,7 +1,6 @@
 """What the cluster lets the platform write: the privileges an operation needs, checked before its first write
 (:func:`require_privileges`; skipped where the engine cannot say), and write blocks (HTTP 403 too) read as
-IndexBlocked with the fix. ``docs/operations.md`` has the roles.
-"""
+IndexBlocked with the fix. ``docs/operations.md`` has the roles."""
 
 from __future__ import annotations
 
@@ -104,8 +103,7 @@ def unblock_fix(index: str, block: str) -> str:
 
 
 def blocked(reason: str, index: str, doing: str) -> IndexBlocked:
-    """IndexBlocked, with its fix, for a ``cluster_block_exception`` of ``reason`` (``index [x] blocked by:
-    [FORBIDDEN/8/index write (api)];``)."""
+    """IndexBlocked, with its fix, for a ``cluster_block_exception`` of ``reason`` (``index [x] blocked by: ...``)."""
     m = _BLOCKED_INDEX.search(reason)
     index = m.group(1) if m else index
     low = reason.lower()
@@ -134,10 +132,7 @@ def bulk_error_type(err: Any) -> str | None:
 
 
 def item_error(item: Mapping[str, Any], index: str, doing: str) -> HybridSearchError:
-    """The typed error of one failed bulk item (``{"error": ..., "status": ...}``, or ``exception``)."""
-    exc = item.get("exception")
-    if isinstance(exc, Exception):
-        return translate_write(exc, index, doing)
+    """The typed error of one failed bulk item (``{"error": ..., "status": ...}``)."""
     err = item.get("error")
     if bulk_error_type(err) == "cluster_block_exception":
         return blocked(_reason(err), index, doing)

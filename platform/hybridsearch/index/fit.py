@@ -1,7 +1,6 @@
 """Whether an index fits the settings, as ``(field, expected, actual)`` tuples (:func:`chunk_differences`,
 :func:`log_differences`), and the refusal of a chunk index that does not (IndexMismatch; one of another format
-with ``hsp index migrate`` as the fix).
-"""
+with ``hsp index migrate`` as the fix)."""
 
 from __future__ import annotations
 
@@ -63,8 +62,7 @@ def chunk_differences(mapping: Mapping[str, Any], settings: Settings, keys: tupl
                       dialect: Dialect, level: Level = "serve") -> list[Difference]:
     """Where a chunk index's ``mappings`` disagree with ``settings``: its format (alone when it differs), ``_meta``
     ``keys``, vector dims and similarity, every template field's type. ``level="build"`` also checks
-    :data:`BUILD_META`, analyzer (resolved in ``settings``) and ``index_options`` type: does it hold exactly that.
-    """
+    :data:`BUILD_META`, analyzer (resolved in ``settings``) and ``index_options`` type: does it hold exactly that."""
     meta = mapping.get("_meta") or {}
     if formats := meta_differences(meta, settings, (FORMAT_KEY,)):
         return formats
@@ -124,9 +122,8 @@ def refuse(index: str, diffs: Sequence[Difference]) -> None:
 
 
 def follow_index(embedding: EmbeddingSettings, meta: Mapping[str, Any]) -> EmbeddingSettings:
-    """The embedding settings a client of an index built with ``meta`` uses. With ``HSP_EMBEDDING__MODEL`` unset,
-    the model and dims the index was built with, so an index built with an earlier default (or another name of the
-    same model) keeps working; a model set explicitly is kept, and the index checked against it."""
+    """The embedding settings a client of an index built with ``meta`` uses: with ``HSP_EMBEDDING__MODEL`` unset,
+    the model and dims the index was built with; a model set explicitly is kept (and the index checked against it)."""
     model = meta.get("embedding_model")
     if "model" in embedding.model_fields_set or not model or model == embedding.model:
         return embedding

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hybridsearch.engine import EngineClient, Sender, engine_errors, request
+from hybridsearch.engine import Sender, engine_errors, request
 from hybridsearch.errors import AccessDenied, ClusterError, HybridSearchError, IndexNotFound
 from hybridsearch.index.access import bulk_error_type, item_error, require_privileges, write_errors
 from hybridsearch.index.spec import (
@@ -26,24 +26,18 @@ from hybridsearch.settings import Settings
 log = logging.getLogger(__name__)
 
 
-def ensure_log_index(es: Sender, settings: Settings, kind: str) -> str:
-    """Create log index ``kind`` from its spec, or add new fields and a missing write alias to an existing one.
-    Returns its name. Raises ClusterError (a conflicting field change)."""
-    spec = log_spec(settings, kind, es.dialect)
-    with write_errors(spec.name, f"create or update {spec.name}"):
-        if es.send(request.index_exists(spec.name)):
-            es.send(request.put_mapping(spec.name, properties=spec.mappings["properties"]))
-            if spec.write_alias:
-                add_alias_if_missing(es, spec.write_alias, spec.name)
-        elif create_index(es, spec):
-            log.info("created %s", spec.name)
-    return spec.name
-
-
-def ensure_log_indices(es: EngineClient, settings: Settings) -> None:
-    """:func:`ensure_log_index` for the query log, the ingest runs and the ingest state."""
-    for kind in LOG_KINDS:
-        ensure_log_index(es, settings, kind)
+def ensure_log_indices(es: Sender, settings: Settings, kinds: Sequence[str] = LOG_KINDS) -> None:
+    """Create each log index of ``kinds`` from its spec, or add new fields and a missing write alias to an existing
+    one. Raises ClusterError (a conflicting field change)."""
+    for kind in kinds:
+        spec = log_spec(settings, kind, es.dialect)
+        with write_errors(spec.name, f"create or update {spec.name}"):
+            if es.send(request.index_exists(spec.name)):
+                es.send(request.put_mapping(spec.name, properties=spec.mappings["properties"]))
+                if spec.write_alias:
+                    add_alias_if_missing(es, spec.write_alias, spec.name)
+            elif create_index(es, spec):
+                log.info("created %s", spec.name)
 
 
 @dataclass
@@ -53,6 +47,10 @@ class LogWrite:
     written: int = 0
     failed: int = 0
     error: HybridSearchError | None = None
+
+    def fail(self, count: int, error: HybridSearchError) -> None:
+        self.failed += count
+        self.error = self.error or error
 
 
 class LogWriter:
@@ -75,7 +73,7 @@ class LogWriter:
             if not exists:
                 require_privileges(self.es, [self.index, self.alias], ("create_index", "manage"),
                                    f"create {self.index}")
-                ensure_log_index(self.es, self.settings, self.kind)
+                ensure_log_indices(self.es, self.settings, (self.kind,))
                 self._direct = False
                 return
             try:
@@ -94,29 +92,24 @@ class LogWriter:
         or ``update``); a write that finds the index gone creates it and writes again."""
         pending = [(i or uuid.uuid4().hex, d) for i, d in docs]
         result = LogWrite()
-        errors: list[HybridSearchError] = []
         for attempt in (1, 2):
             if attempt == 2 or self._direct:
                 try:
                     self.ensure()
                 except HybridSearchError as exc:
-                    result.failed += len(pending)
-                    errors.append(exc)
-                    break
-            pending = self._send(pending, op_type, refresh, result, errors)
+                    result.fail(len(pending), exc)
+                    return result
+            pending = self._send(pending, op_type, refresh, result)
             if not pending:
-                break
-        else:
-            result.failed += len(pending)
-            errors.append(ClusterError(f"{self.index} disappeared again while it was being written",
-                                       fix=f"find out who deletes {self.index}: the platform re-creates it"))
-        result.error = errors[0] if errors else None
+                return result
+        result.fail(len(pending), ClusterError(f"{self.index} disappeared again while it was being written",
+                                               fix=f"find out who deletes {self.index}: the platform re-creates it"))
         return result
 
     def _send(self, docs: list[tuple[str, Mapping[str, Any]]], op_type: str, refresh: str | None,
-              result: LogWrite, errors: list[HybridSearchError]) -> list[tuple[str, Mapping[str, Any]]]:
+              result: LogWrite) -> list[tuple[str, Mapping[str, Any]]]:
         """One bulk request; returns the documents refused because the index is missing, counts the others in
-        ``result`` and their errors in ``errors``."""
+        ``result``."""
         target = self.index if self._direct else self.alias
         body_key = "doc" if op_type == "update" else "_source"
         actions = [{"_op_type": op_type, "_index": target, "_id": i, body_key: dict(d)} for i, d in docs]
@@ -128,19 +121,15 @@ class LogWriter:
         except IndexNotFound:
             return list(docs)
         except HybridSearchError as exc:
-            result.failed += len(docs)
-            errors.append(exc)
+            result.fail(len(docs), exc)
             return []
-        result.written += int(ok)
+        result.written += ok
         by_id = dict(docs)
         missing: list[tuple[str, Mapping[str, Any]]] = []
-        for entry in items if isinstance(items, list) else []:
-            item = next(iter(entry.values())) if isinstance(entry, Mapping) and entry else {}
-            error = item_error(item, self.index, doing)
-            gone = bulk_error_type(item.get("error")) == "index_not_found_exception" or isinstance(error, IndexNotFound)
-            if gone and item.get("_id") in by_id:
+        for entry in items:
+            item = next(iter(entry.values()))
+            if bulk_error_type(item.get("error")) == "index_not_found_exception" and item.get("_id") in by_id:
                 missing.append((item["_id"], by_id[item["_id"]]))
             else:
-                result.failed += 1
-                errors.append(error)
+                result.fail(1, item_error(item, self.index, doing))
         return missing

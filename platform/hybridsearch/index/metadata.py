@@ -1,7 +1,6 @@
 """Typed metadata of a chunk index: the ``meta`` object holding each key ``HSP_INDEX__METADATA_FIELDS`` declares
 as a field of its type (``{"n": "long", "published": "date"}``), what an index declares (:func:`metadata_fields_of`),
-and the one conversion of a value to a field's type (:func:`typed_value`), used by ingestion and by filters alike.
-"""
+and the one conversion of a value to a field's type (:func:`typed_value`), used by ingestion and by filters alike."""
 
 from __future__ import annotations
 

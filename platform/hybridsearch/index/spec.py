@@ -1,7 +1,6 @@
 """What chunk and log indices are made of: names, the templates in ``mappings/`` rendered for one engine (a string
 ``"${name}"`` becomes the value of ``name``, keeping its type; inside a longer string, its text), and the
-:class:`IndexSpec` an index is created with.
-"""
+:class:`IndexSpec` an index is created with."""
 
 from __future__ import annotations
 
@@ -75,11 +74,6 @@ def render_context(settings: Settings) -> dict[str, Any]:
     ctx: dict[str, Any] = {
         "chunker": settings.chunking.strategy,
         "chunker_version": chunker_signature(settings.chunking),
-        "index_options": index_options(settings.index),
-        "index.alias": settings.index.alias,
-        "index.query_log": settings.index.query_log,
-        "index.ingest_runs": settings.index.ingest_runs,
-        "index.ingest_state": settings.index.ingest_state,
         "metadata_mapping": metadata_mapping(settings.index.metadata_fields),
         "passage_prompt": resolve_prompts(settings.embedding, settings.models).passage,
     }
@@ -121,9 +115,7 @@ def load_template(name: str, settings: Settings, dialect: Dialect) -> dict[str, 
 
 def chunk_meta(settings: Settings) -> dict[str, Any]:
     """The ``_meta`` a chunk index built from ``settings`` records, the same on every engine."""
-    meta: dict[str, Any] = _substitute(json.loads(_raw("chunks"))["template"]["mappings"]["_meta"],
-                                       render_context(settings))
-    return meta
+    return dict(_substitute(json.loads(_raw("chunks"))["template"]["mappings"]["_meta"], render_context(settings)))
 
 
 def section_words_of(meta: Mapping[str, object]) -> int | None:
@@ -173,8 +165,7 @@ def add_alias_if_missing(es: Sender, alias: str, index: str) -> None:
 
 def chunk_spec(settings: Settings, version: int | None = None, *, dialect: Dialect,
                engine_settings: Mapping[str, Any] | None = None) -> IndexSpec:
-    """The spec of ``<prefix>-chunks-v<N>`` for ``settings`` (analyzer resolved: :func:`with_analyzer`) on the
-    engine of ``dialect``, with ``engine_settings`` added. Pure."""
+    """The spec of ``<prefix>-chunks-v<N>`` for ``settings`` on ``dialect``'s engine, ``engine_settings`` added."""
     body = load_template("chunks", settings, dialect)["template"]
     return IndexSpec(settings.index.versioned(version), {**body["settings"], **(engine_settings or {})},
                      body["mappings"])
@@ -217,8 +208,7 @@ def has_analyzer(es: Sender, name: str) -> bool:
 
 
 def resolve_analyzer(es: EngineClient, index: IndexSettings) -> str:
-    """The analyzer a new chunk index gets on this cluster: ``auto`` becomes ``english`` where the cluster offers
-    it, else ``standard``."""
+    """The analyzer a new chunk index gets here: ``auto`` is english where the cluster has it, else standard."""
     if index.analyzer != "auto":
         return index.analyzer
     with engine_errors("check the english analyzer"):
@@ -234,7 +224,6 @@ def with_analyzer(es: EngineClient, settings: Settings) -> Settings:
 
 
 def chunk_spec_for(es: EngineClient, settings: Settings, version: int | None = None) -> IndexSpec:
-    """:func:`chunk_spec` for this cluster: its analyzer, dialect and engine settings (those set only at creation
-    included)."""
+    """:func:`chunk_spec` for this cluster: its analyzer, dialect and engine settings (creation-only ones too)."""
     return chunk_spec(with_analyzer(es, settings), version, dialect=es.dialect,
                       engine_settings={**es.engine.chunk_index_settings, **es.engine.chunk_index_creation_settings})

@@ -1,7 +1,6 @@
 """Chunk index versions ``<prefix>-chunks-v<N>`` behind the read alias ``<prefix>-chunks``: the live one
 (:func:`live_target` without I/O for the search core, :func:`live_index` for everything else), their ``_meta``,
-creation, alias moves, drop and ``hsp index status``.
-"""
+creation, alias moves, drop and ``hsp index status``."""
 
 from __future__ import annotations
 
@@ -66,8 +65,7 @@ def live_index(es: EngineClient, index: IndexSettings) -> str:
 
 
 def checked_live_index(es: EngineClient, settings: Settings) -> str:
-    """:func:`live_index`, its mapping checked against ``settings``. Raises IndexNotFound, AliasConflict,
-    IndexMismatch."""
+    """:func:`live_index`, its mapping checked. Raises IndexNotFound, AliasConflict, IndexMismatch."""
     index = live_index(es, settings.index)
     check_mapping(index, index_mapping(es, index), settings, es.dialect)
     return index
@@ -77,14 +75,12 @@ def index_mapping(es: EngineClient, index: str) -> dict[str, Any]:
     """The ``mappings`` of one concrete index. Raises IndexNotFound."""
     with engine_errors(f"get mapping of {index}"):
         body = es.send(request.get_mapping(index))
-    mapping: dict[str, Any] = next(iter(body.values()))["mappings"]
-    return mapping
+    return dict(next(iter(body.values()))["mappings"])
 
 
 def index_meta(es: EngineClient, index: str) -> dict[str, Any]:
     """``_meta`` of one concrete index (``{}`` when it has none). Raises IndexNotFound."""
-    meta: dict[str, Any] = index_mapping(es, index).get("_meta", {})
-    return meta
+    return dict(index_mapping(es, index).get("_meta", {}))
 
 
 def record_meta(es: EngineClient, index: str, **entries: Any) -> dict[str, Any]:
