@@ -13,33 +13,10 @@ from typing import Any, Literal
 import httpx
 
 from hybridsearch.cluster_url import redact_url
-from hybridsearch.engine import (
-    EngineClient,
-    EngineInfo,
-    cluster_info,
-    engine_errors,
-    request,
-    unsafe_vector_options,
-)
+from hybridsearch.engine import EngineClient, EngineInfo, cluster_info, engine_errors, request, unsafe_vector_options
 from hybridsearch.errors import AliasConflict, HybridSearchError, IndexMismatch, QueryError
+from hybridsearch.index import fit, spec
 from hybridsearch.index.access import INGEST, WRITE_BLOCKS, check_privileges, prefix_names, unblock_fix
-from hybridsearch.index.fit import (
-    CHECKED_META,
-    FORMAT_KEY,
-    describe,
-    follow_index,
-    log_differences,
-    meta_differences,
-    refuse,
-)
-from hybridsearch.index.spec import (
-    LOG_KINDS,
-    PREFERRED_ANALYZER,
-    has_analyzer,
-    log_spec,
-    resolve_analyzer,
-    section_words_of,
-)
 from hybridsearch.index.versions import index_meta, live_target, read_alias
 from hybridsearch.index.visibility import count_visible
 from hybridsearch.ingest.lease import UNFINISHED, hidden_documents
@@ -85,7 +62,7 @@ def run_checks(settings: Settings, *, es: EngineClient | None = None, models: bo
         checks.append(Check("index", "index", "SKIP", "cluster unreachable"))
     else:
         checks += check_index(es, settings)
-        checks += [check_log_index(es, settings, kind) for kind in LOG_KINDS]
+        checks += [check_log_index(es, settings, kind) for kind in spec.LOG_KINDS]
     checks.append(check_embedder(settings.embedding, settings.models) if models
                   else Check("models", "embedder", "SKIP", "--no-models"))
     checks.append(check_reranker(settings.reranker, settings.models) if reranker
@@ -195,12 +172,12 @@ def check_access(es: EngineClient, index: IndexSettings) -> Check:
 
 def check_analyzer(es: EngineClient, index: IndexSettings) -> Check:
     """Which analyzer new indices get (``auto``: english where the cluster has it) and what is lost without."""
-    chosen = resolve_analyzer(es, index)
+    chosen = spec.resolve_analyzer(es, index)
     if index.analyzer != "auto":
-        known = has_analyzer(es, chosen)
+        known = spec.has_analyzer(es, chosen)
         return Check("index", "analyzer", "OK" if known else "FAIL", f"{chosen} (HSP_INDEX__ANALYZER)",
                      None if known else f"the cluster has no analyzer {chosen}: pick another")
-    if chosen == PREFERRED_ANALYZER:
+    if chosen == spec.PREFERRED_ANALYZER:
         return Check("index", "analyzer", "OK", "english (stemming, stop words) for new indices")
     return Check("index", "analyzer", "WARN", "standard: this cluster has no english analyzer, so BM25 matches "
                  "exact word forms only (no stemming, stop words count)", "run a distribution with the "
@@ -238,16 +215,16 @@ def _check_live_index(es: EngineClient, settings: Settings) -> list[Check]:
     except AliasConflict as exc:  # search and ingest refuse such an alias
         checks = [Check("index", "alias", "FAIL", exc.problem, exc.fix)]
     meta = index_meta(es, live)
-    embedding = follow_index(settings.embedding, meta)
+    embedding = fit.follow_index(settings.embedding, meta)
     try:
         followed_settings = settings.model_copy(update={"embedding": embedding})
-        refuse(live, meta_differences(meta, followed_settings, (FORMAT_KEY, *CHECKED_META)))
+        fit.refuse(live, fit.meta_differences(meta, followed_settings, (fit.FORMAT_KEY, *fit.CHECKED_META)))
         followed = "" if embedding is settings.embedding else (
             f" (HSP_EMBEDDING__MODEL is unset: clients use it; `hsp index migrate --to-model "
             f"{settings.embedding.model}` moves it to the default model)")
         checks.append(Check("index", "model", "OK", f"{live} built with {meta.get('embedding_model')}{followed}"))
     except IndexMismatch as exc:
-        other_format = exc.differences[0][0] == f"_meta.{FORMAT_KEY}"
+        other_format = exc.differences[0][0] == f"_meta.{fit.FORMAT_KEY}"
         checks.append(Check("index", "model", "FAIL", exc.problem, exc.fix if other_format else
                             f"set HSP_EMBEDDING__MODEL={meta.get('embedding_model')} "
                             f"HSP_EMBEDDING__DIMS={meta.get('embedding_dims')}, or `hsp index migrate --to-model "
@@ -312,7 +289,7 @@ def _check_segments(es: EngineClient, live: str) -> list[Check]:
 
 def retrieval_checks(meta: dict[str, Any], query: QuerySettings) -> list[Check]:
     """What BM25 scores in the live index (``_meta``) and how its lists are fused (:func:`fusion_for`)."""
-    words = section_words_of(meta)
+    words = spec.section_words_of(meta)
     if words is not None:
         bm25 = Check("index", "bm25", "OK", f"whole documents (sections of up to {words} words); kNN over chunks")
     else:
@@ -344,8 +321,8 @@ def check_log_index(es: EngineClient, settings: Settings, kind: str) -> Check:
     name = kind.replace("_", "-")
     try:
         with engine_errors(f"inspect the {name} index"):  # the first request may be the engine's detection
-            spec = log_spec(settings, kind, es.dialect)
-            index, alias = spec.name, spec.write_alias
+            wanted = spec.log_spec(settings, kind, es.dialect)
+            index, alias = wanted.name, wanted.write_alias
             if not es.send(request.index_exists(index)):
                 return Check("logs", name, "WARN", f"{index} does not exist yet",
                              f"nothing to do: {_LOG_WRITERS.get(kind, 'the next write')} creates it from its spec "
@@ -358,9 +335,9 @@ def check_log_index(es: EngineClient, settings: Settings, kind: str) -> Check:
         return Check("logs", name, "WARN", f"cannot read the {name} index: {exc.problem}", exc.fix)
     blocks = [b for b in WRITE_BLOCKS if str(flat.get(b)).lower() == "true"]
     replicas = int(flat.get("index.number_of_replicas", 0))
-    if differences := log_differences(kind, mapping, settings, es.dialect):
+    if differences := fit.log_differences(kind, mapping, settings, es.dialect):
         return Check("logs", name, "FAIL", f"{index} does not fit its spec (made by a write with guessed mappings, "
-                     f"or by hand): {describe(differences)}", f"reindex what you need from it, then DELETE "
+                     f"or by hand): {fit.describe(differences)}", f"reindex what you need from it, then DELETE "
                      f"{index}: the next write creates it from its spec (`hsp index create` does now)")
     if blocks:
         return Check("logs", name, "FAIL", f"{index} refuses writes: {', '.join(blocks)} is set",

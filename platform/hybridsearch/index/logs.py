@@ -14,13 +14,7 @@ from typing import Any
 from hybridsearch.engine import Sender, engine_errors, request
 from hybridsearch.errors import AccessDenied, ClusterError, HybridSearchError, IndexNotFound
 from hybridsearch.index.access import bulk_error_type, item_error, require_privileges, write_errors
-from hybridsearch.index.spec import (
-    LOG_KINDS,
-    add_alias_if_missing,
-    create_index,
-    log_spec,
-    write_alias_name,
-)
+from hybridsearch.index.spec import LOG_KINDS, add_alias_if_missing, create_index, log_spec, write_alias_name
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
