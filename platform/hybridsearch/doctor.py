@@ -1,7 +1,6 @@
 """``hsp doctor``: is everything a search needs in place, and if not, how to fix it. Each check returns a
-:class:`Check`: a status (OK, WARN, FAIL or SKIP), what it found and, when something is wrong, the fix; the areas run
-in order: the cluster, the index, the log indices and the models (a reranker problem is a WARN: searches then keep
-the fused order)."""
+:class:`Check` (OK, WARN, FAIL or SKIP, what it found, the fix); the areas run in order: the cluster, the index, the
+log indices and the models (a reranker problem is a WARN: searches then keep the fused order)."""
 
 from __future__ import annotations
 

@@ -58,9 +58,8 @@ def migration_settings(settings: Settings, *, model: str | None = None, dims: in
                        prepend_title: bool | None = None, index_options: str | None = None,
                        chunker: str | None = None, max_tokens: int | None = None,
                        overlap: float | None = None) -> Settings:
-    """The settings a migration of ``settings``' live index builds for: another model (``dims`` read from it
-    unless given), title handling, vector ``index_options`` or chunker (strategy, tokens, overlap); None keeps
-    the current value. Raises ConfigError (invalid chunker options), ModelError."""
+    """The settings a migration builds for (None keeps a value; ``dims`` read from a new ``model`` unless given).
+    Raises ConfigError (invalid chunker options), ModelError."""
     embedding = settings.embedding
     if model or dims:
         model = model or embedding.model
@@ -211,11 +210,9 @@ def to_document(chunks: list[dict[str, Any]]) -> Document:
 
 def copy_chunks(es: EngineClient, source: str, target: str, new: Settings, embedder: Embedder, *, rechunk: bool,
                 reuse_vectors: bool, batch_size: int, dead_letter: DeadLetter, task: Task) -> tuple[int, int, int]:
-    """Copy every visible chunk of ``source`` into ``target`` through ingestion's embed-and-write stage, with the
-    typed metadata ``target`` declares. With ``rechunk`` each document is cut again with ``new.chunking`` (and BM25
-    sections); else each chunk keeps its ``_id`` and fields. With ``reuse_vectors`` a chunk keeps its stored vector
-    (re-cut: one whose embedded text equals an old chunk's). Failures are dead-lettered. Returns ``(written, failed,
-    embedded)``; ``task`` advances by chunk, or by document when re-cutting."""
+    """Copy every visible chunk of ``source`` into ``target`` through ingestion's embed-and-write stage: with
+    ``rechunk`` each document cut again for ``new``, else each chunk keeping its ``_id``; with ``reuse_vectors`` a chunk
+    of the same embedded text keeps its vector. Failures are dead-lettered. Returns ``(written, failed, embedded)``."""
     fields = metadata_fields_of(index_mapping(es, target))
     prepend_title = new.embedding.prepend_title
     counts = {"written": 0, "failed": 0, "embedded": 0}

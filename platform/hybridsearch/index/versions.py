@@ -105,29 +105,28 @@ def _create(es: EngineClient, settings: Settings, version: int | None, *, exist_
     indices, the alias pointed at it when unset. Raises IndexMismatch for an existing one that does not fit."""
     spec = chunk_spec_for(es, settings, version)
     with write_errors(spec.name, f"create index {spec.name}"):
-        if not es.send(request.index_exists(spec.name)) and create_index(es, spec):
-            log.info("created %s", spec.name)
-        elif not exist_ok:
-            raise ConfigError(f"index {spec.name} already exists: pick another --version or drop it first")
-        else:
-            _put_engine_settings(es, spec.name)
-    if exist_ok:
-        check_mapping(spec.name, index_mapping(es, spec.name), settings, es.dialect)
-    ensure_log_indices(es, settings)
+        created = not es.send(request.index_exists(spec.name)) and create_index(es, spec)
+    if created:
+        log.info("created %s", spec.name)
+        ensure_log_indices(es, settings)
+    elif not exist_ok:
+        raise ConfigError(f"index {spec.name} already exists: pick another --version or drop it first")
+    else:
+        _prepare(es, settings, spec.name)
     with write_errors(spec.name, f"point alias {settings.index.alias} at {spec.name}"):
         add_alias_if_missing(es, settings.index.alias, spec.name)
     return spec.name
 
 
-def _put_engine_settings(es: EngineClient, index: str) -> None:
-    """Put the engine's chunk-index settings that ``index`` lacks. Call inside ``engine_errors``."""
-    wanted = es.engine.chunk_index_settings
-    if not wanted:
-        return
-    have = es.send(request.get_settings(index, flat_settings=True)).get(index, {}).get("settings", {})
-    differ = {k: v for k, v in wanted.items() if str(have.get(k)) != str(v)}
-    if differ:
-        es.send(request.put_settings(index, differ))
+def _prepare(es: EngineClient, settings: Settings, index: str) -> None:
+    """Put the engine's chunk-index settings ``index`` lacks, check its mapping, create or update the log indices."""
+    if wanted := es.engine.chunk_index_settings:
+        with write_errors(index, f"put the engine's settings on {index}"):
+            have = es.send(request.get_settings(index, flat_settings=True)).get(index, {}).get("settings", {})
+            if differ := {k: v for k, v in wanted.items() if str(have.get(k)) != str(v)}:
+                es.send(request.put_settings(index, differ))
+    check_mapping(index, index_mapping(es, index), settings, es.dialect)
+    ensure_log_indices(es, settings)
 
 
 def create_version(es: EngineClient, settings: Settings, version: int | None = None) -> str:
@@ -146,10 +145,7 @@ def ensure_index(es: EngineClient, settings: Settings, version: int | None = Non
     name = live_target(settings.index.alias, aliases) if aliases else None
     if name is None or version is not None:
         return _create(es, settings, version, exist_ok=True)
-    with engine_errors(f"put the engine's settings on {name}"):
-        _put_engine_settings(es, name)
-    check_mapping(name, index_mapping(es, name), settings, es.dialect)
-    ensure_log_indices(es, settings)
+    _prepare(es, settings, name)
     return name
 
 
