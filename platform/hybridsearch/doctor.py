@@ -14,7 +14,7 @@ import httpx
 from hybridsearch.cluster_url import redact_url
 from hybridsearch.engine import EngineClient, EngineInfo, cluster_info, engine_errors, request, unsafe_vector_options
 from hybridsearch.errors import AliasConflict, HybridSearchError, IndexMismatch, QueryError
-from hybridsearch.index import fit, spec
+from hybridsearch.index import spec
 from hybridsearch.index.access import INGEST, WRITE_BLOCKS, check_privileges, prefix_names, unblock_fix
 from hybridsearch.index.versions import index_meta, live_target, read_alias
 from hybridsearch.index.visibility import count_visible
@@ -214,16 +214,16 @@ def _check_live_index(es: EngineClient, settings: Settings) -> list[Check]:
     except AliasConflict as exc:  # search and ingest refuse such an alias
         checks = [Check("index", "alias", "FAIL", exc.problem, exc.fix)]
     meta = index_meta(es, live)
-    embedding = fit.follow_index(settings.embedding, meta)
+    embedding = spec.follow_index(settings.embedding, meta)
     try:
         followed_settings = settings.model_copy(update={"embedding": embedding})
-        fit.refuse(live, fit.meta_differences(meta, followed_settings, (fit.FORMAT_KEY, *fit.CHECKED_META)))
+        spec.refuse(live, spec.meta_differences(meta, followed_settings, (spec.FORMAT_KEY, *spec.CHECKED_META)))
         followed = "" if embedding is settings.embedding else (
             f" (HSP_EMBEDDING__MODEL is unset: clients use it; `hsp index migrate --to-model "
             f"{settings.embedding.model}` moves it to the default model)")
         checks.append(Check("index", "model", "OK", f"{live} built with {meta.get('embedding_model')}{followed}"))
     except IndexMismatch as exc:
-        other_format = exc.differences[0][0] == f"_meta.{fit.FORMAT_KEY}"
+        other_format = exc.differences[0][0] == f"_meta.{spec.FORMAT_KEY}"
         checks.append(Check("index", "model", "FAIL", exc.problem, exc.fix if other_format else
                             f"set HSP_EMBEDDING__MODEL={meta.get('embedding_model')} "
                             f"HSP_EMBEDDING__DIMS={meta.get('embedding_dims')}, or `hsp index migrate --to-model "
@@ -334,9 +334,9 @@ def check_log_index(es: EngineClient, settings: Settings, kind: str) -> Check:
         return Check("logs", name, "WARN", f"cannot read the {name} index: {exc.problem}", exc.fix)
     blocks = [b for b in WRITE_BLOCKS if str(flat.get(b)).lower() == "true"]
     replicas = int(flat.get("index.number_of_replicas", 0))
-    if differences := fit.log_differences(kind, mapping, settings, es.dialect):
+    if differences := spec.log_differences(kind, mapping, settings, es.dialect):
         return Check("logs", name, "FAIL", f"{index} does not fit its spec (made by a write with guessed mappings, "
-                     f"or by hand): {fit.describe(differences)}", f"reindex what you need from it, then DELETE "
+                     f"or by hand): {spec.describe(differences)}", f"reindex what you need from it, then DELETE "
                      f"{index}: the next write creates it from its spec (`hsp index create` does now)")
     if blocks:
         return Check("logs", name, "FAIL", f"{index} refuses writes: {', '.join(blocks)} is set",

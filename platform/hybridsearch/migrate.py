@@ -18,10 +18,9 @@ from hybridsearch.embedding.models import resolve_prompts
 from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import ConfigError, IngestError
 from hybridsearch.index.access import INGEST, prefix_names, require_privileges
-from hybridsearch.index.fit import check_mapping, check_source
 from hybridsearch.index.logs import ensure_log_indices
 from hybridsearch.index.metadata import TYPED_METADATA, metadata_fields_of, typed_metadata
-from hybridsearch.index.spec import chunk_meta, parse_version, section_words_of
+from hybridsearch.index.spec import check_mapping, check_source, chunk_meta, parse_version, section_words_of
 from hybridsearch.index.versions import create_version, doc_count, index_mapping, live_index, swap_alias
 from hybridsearch.index.visibility import count_visible, scan_visible
 from hybridsearch.ingest.chunking import chunk_embed_text, document_chunks

@@ -12,8 +12,7 @@ from hybridsearch.cli.main import main
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import ConfigError, IndexMismatch, IndexNotFound, IngestError
-from hybridsearch.index.fit import meta_differences
-from hybridsearch.index.spec import parse_version
+from hybridsearch.index.spec import meta_differences, parse_version
 from hybridsearch.index.versions import (
     checked_live_index,
     create_version,

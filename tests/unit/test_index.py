@@ -15,12 +15,16 @@ from hybridsearch.engine import ELASTICSEARCH as ES
 from hybridsearch.engine import OPENSEARCH, Dialect, EngineInfo
 from hybridsearch.errors import AccessDenied, AliasConflict, ClusterError, IndexBlocked, IndexMismatch, IndexNotFound
 from hybridsearch.index.access import blocked, item_error
-from hybridsearch.index.fit import check_mapping, check_source, chunk_differences, follow_index, log_differences
 from hybridsearch.index.spec import (
     LOG_KINDS,
+    check_mapping,
+    check_source,
+    chunk_differences,
     chunk_spec,
     chunk_spec_for,
+    follow_index,
     load_template,
+    log_differences,
     log_spec,
     mappings_dir,
     parse_version,

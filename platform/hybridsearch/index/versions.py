@@ -22,9 +22,8 @@ from hybridsearch.index.access import (
     require_privileges,
     write_errors,
 )
-from hybridsearch.index.fit import check_mapping
 from hybridsearch.index.logs import ensure_log_indices
-from hybridsearch.index.spec import add_alias_if_missing, chunk_spec_for, create_index, parse_version
+from hybridsearch.index.spec import add_alias_if_missing, check_mapping, chunk_spec_for, create_index, parse_version
 from hybridsearch.index.visibility import hidden_count, state_index_for, state_index_of, visible_query
 from hybridsearch.settings import IndexSettings, Settings
 
