@@ -149,8 +149,7 @@ def _module_docs(module: ModuleType) -> tuple[Document | None, list[Document], l
 
 
 def stdlib_documents(limit: int | None = None) -> Iterator[Document]:
-    """Documents of the running interpreter's standard library, the same on every call; at most ``limit`` (None or 0:
-    all)."""
+    """Documents of the running interpreter's standard library, the same on every call; at most ``limit`` (0: all)."""
     docs = [_module_docs(m) for n in stdlib_module_names() if n != "builtins" and (m := _import(n)) is not None]
     b_overview, b_items, b_methods = _module_docs(builtins)
     overviews = [overview for overview, _, _ in docs if overview is not None]

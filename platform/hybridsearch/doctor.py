@@ -159,7 +159,7 @@ def check_access(es: EngineClient, index: IndexSettings) -> Check:
     pattern = f"{index.prefix}-*"
     if not got.enforced:  # the engine says why (security off, or no such API)
         return Check("index", "privileges", "OK", got.unchecked or "not checked ahead")
-    if got.ok:
+    if not got.missing:
         return Check("index", "privileges", "OK", f"{got.user} may ingest, search and manage {pattern}")
     if not {"read", "view_index_metadata"} & set(got.missing):
         return Check("index", "privileges", "OK", f"{got.user} may search {pattern} (read-only: ingesting "
@@ -171,12 +171,13 @@ def check_access(es: EngineClient, index: IndexSettings) -> Check:
 
 def check_analyzer(es: EngineClient, index: IndexSettings) -> Check:
     """Which analyzer new indices get (``auto``: english where the cluster has it) and what is lost without."""
-    chosen = spec.resolve_analyzer(es, index)
-    if index.analyzer != "auto":
+    chosen = index.analyzer if index.analyzer != "auto" else spec.PREFERRED_ANALYZER
+    with engine_errors(f"check the {chosen} analyzer"):
         known = spec.has_analyzer(es, chosen)
+    if index.analyzer != "auto":
         return Check("index", "analyzer", "OK" if known else "FAIL", f"{chosen} (HSP_INDEX__ANALYZER)",
                      None if known else f"the cluster has no analyzer {chosen}: pick another")
-    if chosen == spec.PREFERRED_ANALYZER:
+    if known:
         return Check("index", "analyzer", "OK", "english (stemming, stop words) for new indices")
     return Check("index", "analyzer", "WARN", "standard: this cluster has no english analyzer, so BM25 matches "
                  "exact word forms only (no stemming, stop words count)", "run a distribution with the "
@@ -315,8 +316,7 @@ _LOG_WRITERS = {"query_log": "the first search", "ingest_runs": "the first `hsp 
 
 
 def check_log_index(es: EngineClient, settings: Settings, kind: str) -> Check:
-    """One log index against its spec: missing or without its write alias (WARN), a mapping that does not fit or a
-    write block (FAIL), its health."""
+    """One log index: missing or without its write alias (WARN), not fitting its spec or write-blocked (FAIL)."""
     name = kind.replace("_", "-")
     try:
         with engine_errors(f"inspect the {name} index"):  # the first request may be the engine's detection

@@ -89,10 +89,9 @@ def _source(es: EngineClient, vectors: bool) -> Any:
 def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | None = None,
             embedder: Embedder | None = None, swap: bool = True, batch_size: int = 256,
             reembed: bool | None = None, progress: ProgressSink | None = None) -> MigrationResult:
-    """Build ``<prefix>-chunks-v<N>`` (``version``: the next free one) for ``new`` from the live index of ``old``
-    under the prefix's ingest lease, and swap the alias to it once it holds every chunk (or document) of the source.
-    Chunks are re-embedded unless ``reembed`` is None and the vectors would not change. Raises IndexNotFound,
-    IndexMismatch, and IngestError when anything fails to copy or the counts disagree (the new index is left)."""
+    """Build ``<prefix>-chunks-v<N>`` (default: the next N) for ``new`` from the live index of ``old`` under the ingest
+    lease, re-embedding unless ``reembed`` is None and the vectors would not change, and swap the alias once it holds
+    all of the source. Raises IndexNotFound, IndexMismatch, IngestError (copy incomplete: the new index is left)."""
     if old.index.prefix != new.index.prefix:
         raise ConfigError("a migration stays within one prefix")
     require_privileges(es, prefix_names(new.index), INGEST, f"migrate indices of prefix {new.index.prefix}")

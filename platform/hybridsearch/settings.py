@@ -17,7 +17,6 @@ from hybridsearch.errors import ConfigError
 
 ENV_PREFIX = "HSP_"
 DEFAULT_EMBEDDING_MODEL = "bge-small-en-v1.5"
-DEFAULT_RERANKER_MODEL = "cross-encoder/ms-marco-MiniLM-L-6-v2"
 
 
 class ClusterSettings(BaseModel):
@@ -176,7 +175,7 @@ class RerankerSettings(BaseModel):
 
     enabled: bool = True
     url: str | None = None
-    model: str = DEFAULT_RERANKER_MODEL
+    model: str = "cross-encoder/ms-marco-MiniLM-L-6-v2"
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     batch_size: int = Field(32, ge=1)
     max_length: int | None = Field(None, ge=8)

@@ -45,10 +45,6 @@ class Privileges:
     missing: dict[str, list[str]] = field(default_factory=dict)  # privilege -> names lacking it
     unchecked: str | None = None
 
-    @property
-    def ok(self) -> bool:
-        return not self.missing
-
     def describe(self) -> str:
         """``create_index, write on team-b-chunks*, team-b-query-log``."""
         names = sorted({n for ns in self.missing.values() for n in ns})
@@ -56,8 +52,7 @@ class Privileges:
 
 
 def check_privileges(es: Sender, names: list[str], privileges: tuple[str, ...]) -> Privileges:
-    """Which of ``privileges`` the credentials lack on ``names`` (``enforced=False`` where the engine cannot say).
-    Raises ClusterError (401, 403, no answer)."""
+    """Which of ``privileges`` the credentials lack on ``names``. Raises ClusterError (401, 403, no answer)."""
     try:
         if not es.engine.has_privileges_api:
             return Privileges(user=None, enforced=False, unchecked=NO_API)
@@ -77,7 +72,7 @@ def check_privileges(es: Sender, names: list[str], privileges: tuple[str, ...]) 
 def require_privileges(es: Sender, names: list[str], privileges: tuple[str, ...], doing: str) -> Privileges:
     """Raise AccessDenied (one line, ``missing`` set) unless the credentials hold every privilege on every name."""
     got = check_privileges(es, names, privileges)
-    if not got.ok:
+    if got.missing:
         raise AccessDenied(doing, user=got.user, missing=got.missing)
     return got
 

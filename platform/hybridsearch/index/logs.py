@@ -59,8 +59,7 @@ class LogWriter:
         self._lock = threading.Lock()
 
     def ensure(self) -> None:
-        """Create the index when it is missing (AccessDenied when these credentials may not); add the write alias
-        to an index that lacks it, or write by name where that is refused."""
+        """Create the index when missing (AccessDenied if not allowed); add a missing write alias, or write by name."""
         with self._lock:
             with engine_errors(f"check {self.index}"):
                 exists = self.es.send(request.index_exists(self.index))
@@ -102,8 +101,7 @@ class LogWriter:
 
     def _send(self, docs: list[tuple[str, Mapping[str, Any]]], op_type: str, refresh: str | None,
               result: LogWrite) -> list[tuple[str, Mapping[str, Any]]]:
-        """One bulk request; returns the documents refused because the index is missing, counts the others in
-        ``result``."""
+        """One bulk request, counted in ``result``; returns the documents refused because the index is missing."""
         target = self.index if self._direct else self.alias
         body_key = "doc" if op_type == "update" else "_source"
         actions = [{"_op_type": op_type, "_index": target, "_id": i, body_key: dict(d)} for i, d in docs]

@@ -89,17 +89,13 @@ def _substitute(node: Any, ctx: dict[str, Any]) -> Any:
         return {k: _substitute(v, ctx) for k, v in node.items()}
     if isinstance(node, list):
         return [_substitute(v, ctx) for v in node]
-    if isinstance(node, str) and _PLACEHOLDER.search(node):
+    if isinstance(node, str) and (names := _PLACEHOLDER.findall(node)):
+        if unknown := set(names) - ctx.keys():
+            raise ConfigError(f"mapping template refers to unknown setting {min(unknown)!r}")
         if (whole := _PLACEHOLDER.fullmatch(node)) is not None:
-            return _lookup(whole.group(1), ctx)
-        return _PLACEHOLDER.sub(lambda m: str(_lookup(m.group(1), ctx)), node)
+            return ctx[whole.group(1)]
+        return _PLACEHOLDER.sub(lambda m: str(ctx[m.group(1)]), node)
     return node
-
-
-def _lookup(name: str, ctx: dict[str, Any]) -> Any:
-    if name not in ctx:
-        raise ConfigError(f"mapping template refers to unknown setting {name!r}")
-    return ctx[name]
 
 
 def load_template(name: str, settings: Settings, dialect: Dialect) -> dict[str, Any]:
@@ -208,19 +204,12 @@ def has_analyzer(es: Sender, name: str) -> bool:
                                for n in nodes.values())
 
 
-def resolve_analyzer(es: EngineClient, index: IndexSettings) -> str:
-    """The analyzer a new chunk index gets here: ``auto`` is english where the cluster has it, else standard."""
-    if index.analyzer != "auto":
-        return index.analyzer
-    with engine_errors("check the english analyzer"):
-        return PREFERRED_ANALYZER if has_analyzer(es, PREFERRED_ANALYZER) else FALLBACK_ANALYZER
-
-
 def with_analyzer(es: EngineClient, settings: Settings) -> Settings:
-    """``settings`` with ``index.analyzer`` resolved for this cluster (:func:`resolve_analyzer`)."""
+    """``settings`` with analyzer ``auto`` resolved for this cluster: english where it has it, else standard."""
     if settings.index.analyzer != "auto":
         return settings
-    name = resolve_analyzer(es, settings.index)
+    with engine_errors("check the english analyzer"):
+        name = PREFERRED_ANALYZER if has_analyzer(es, PREFERRED_ANALYZER) else FALLBACK_ANALYZER
     return settings.model_copy(update={"index": settings.index.model_copy(update={"analyzer": name})})
 
 
