@@ -1,7 +1,6 @@
-"""A real corpus that needs no download: the running interpreter's ``pydoc`` topics and the docstrings of its
-standard library, as documents with stable ids (``py:topic:with``, ``py:json.loads``) and ``metadata`` ``{kind,
-module, python}``, the most useful first. Modules are imported quietly; those with side effects or that need a
-display, Windows or the test suite are never imported, and one that fails to import is skipped."""
+"""A real corpus that needs no download: the running interpreter's ``pydoc`` topics and standard-library docstrings,
+as documents with stable ids (``py:topic:with``, ``py:json.loads``) and ``metadata`` ``{kind, module, python}``, the
+most useful first. Modules are imported quietly; those with side effects or needing a display are skipped."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """What the cluster lets the platform write: the privileges an operation needs, checked before its first write
-(:func:`require_privileges`; skipped where the engine cannot say), and write blocks (HTTP 403 too) read as
-IndexBlocked with the fix. ``docs/operations.md`` has the roles."""
+(:func:`require_privileges`), and write blocks read as IndexBlocked with the fix (roles: docs/operations.md)."""
 
 from __future__ import annotations
 

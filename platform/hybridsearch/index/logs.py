@@ -48,8 +48,7 @@ class LogWrite:
 
 
 class LogWriter:
-    """Writes documents to one log index, never creating it by a write. Thread-safe; ``write`` never raises for
-    the documents' sake: its :class:`LogWrite` says what failed and why."""
+    """Writes documents to one log index, never creating it by a write; thread-safe, ``write`` never raises."""
 
     def __init__(self, es: Sender, settings: Settings, kind: str) -> None:
         self.es, self.settings, self.kind = es, settings, kind
@@ -81,8 +80,7 @@ class LogWriter:
 
     def write(self, docs: Sequence[tuple[str | None, Mapping[str, Any]]], *, op_type: str = "create",
               refresh: str | None = None) -> LogWrite:
-        """Write ``docs`` (``(id, document)``; id None: a new random one) with ``op_type`` (``create``, ``index``
-        or ``update``); a write that finds the index gone creates it and writes again."""
+        """Write ``(id or None, document)`` pairs with ``op_type``; a write finding the index gone re-creates it."""
         pending = [(i or uuid.uuid4().hex, d) for i, d in docs]
         result = LogWrite()
         for attempt in (1, 2):

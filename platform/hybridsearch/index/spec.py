@@ -1,7 +1,6 @@
-"""What chunk and log indices are made of: names, the templates in ``mappings/`` rendered for one engine (a string
-``"${name}"`` becomes the value of ``name``, keeping its type; inside a longer string, its text), the
-:class:`IndexSpec` an index is created with, and whether an existing index fits the settings, as ``(field, expected,
-actual)`` tuples (:func:`chunk_differences`, :func:`log_differences`), refused with IndexMismatch when it does not."""
+"""What chunk and log indices are made of: names, the templates in ``mappings/`` rendered for one engine (``"${name}"``
+becomes the value of ``name``, keeping its type; inside a longer string, its text), the :class:`IndexSpec` an index is
+created with, and whether an existing index fits the settings (:func:`chunk_differences`; else IndexMismatch)."""
 
 from __future__ import annotations
 

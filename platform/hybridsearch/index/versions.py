@@ -95,13 +95,11 @@ def list_versions(es: EngineClient, index: IndexSettings) -> dict[int, str]:
     with engine_errors("list chunk indices"):
         body = es.send(request.get_index(f"{index.alias}-v*", expand_wildcards="open,closed", allow_no_indices=True,
                                          filter_path="*.settings.index.provided_name"))
-    found = {v: name for name in body if (v := parse_version(name, index.alias)) is not None}
-    return dict(sorted(found.items()))
+    return dict(sorted((v, name) for name in body if (v := parse_version(name, index.alias)) is not None))
 
 
 def _create(es: EngineClient, settings: Settings, version: int | None, *, exist_ok: bool) -> str:
-    """Create ``<prefix>-chunks-v<N>`` (an existing one is refused, ConfigError, unless ``exist_ok``) and the log
-    indices, the alias pointed at it when unset. Raises IndexMismatch for an existing one that does not fit."""
+    """Create (``exist_ok``: or keep if it fits) version ``version``, the log indices, and the alias when unset."""
     spec = chunk_spec_for(es, settings, version)
     with write_errors(spec.name, f"create index {spec.name}"):
         created = not es.send(request.index_exists(spec.name)) and create_index(es, spec)
