@@ -1,9 +1,5 @@
-"""hybridsearch: hybrid BM25 + dense search on Elasticsearch with client-side RRF and reranking.
-
-The public API is what ``__all__`` lists (``tests/unit/test_exported_members.py`` guards it): the
-search clients, the filter types, the result types, the errors and the settings. Everything else is
-reached through its module and may change.
-"""
+"""hybridsearch: hybrid BM25 + dense search on Elasticsearch with client-side RRF and reranking. The public API is
+what ``__all__`` lists (``tests/unit/test_exported_members.py`` guards it); everything else may change."""
 
 from __future__ import annotations
 

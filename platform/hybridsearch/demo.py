@@ -1,7 +1,6 @@
-"""A real corpus that needs no download: the running interpreter's ``pydoc`` topics and the docstrings of its
-standard library, as documents with stable ids (``py:topic:with``, ``py:json.loads``) and ``metadata`` ``{kind,
-module, python}``, the most useful first. Modules are imported quietly; those with side effects or that need a
-display, Windows or the test suite are never imported, and one that fails to import is skipped."""
+"""A real corpus that needs no download: the running interpreter's ``pydoc`` topics and standard-library docstrings,
+as documents with stable ids (``py:topic:with``, ``py:json.loads``) and ``metadata`` ``{kind, module, python}``, the
+most useful first. Modules are imported quietly; those with side effects or needing a display are skipped."""
 
 from __future__ import annotations
 
@@ -149,8 +148,7 @@ def _module_docs(module: ModuleType) -> tuple[Document | None, list[Document], l
 
 
 def stdlib_documents(limit: int | None = None) -> Iterator[Document]:
-    """Documents of the running interpreter's standard library, the same on every call; at most ``limit`` (None or 0:
-    all)."""
+    """Documents of the running interpreter's standard library, the same on every call; at most ``limit`` (0: all)."""
     docs = [_module_docs(m) for n in stdlib_module_names() if n != "builtins" and (m := _import(n)) is not None]
     b_overview, b_items, b_methods = _module_docs(builtins)
     overviews = [overview for overview, _, _ in docs if overview is not None]

@@ -1,7 +1,6 @@
 """``hsp doctor``: is everything a search needs in place, and if not, how to fix it. Each check returns a
-:class:`Check`: a status (OK, WARN, FAIL or SKIP), what it found and, when something is wrong, the fix; the areas run
-in order: the cluster, the index, the log indices and the models (a reranker problem is a WARN: searches then keep
-the fused order)."""
+:class:`Check` (OK, WARN, FAIL or SKIP, what it found, the fix); the areas run in order: the cluster, the index, the
+log indices and the models (a reranker problem is a WARN: searches then keep the fused order)."""
 
 from __future__ import annotations
 
@@ -13,19 +12,10 @@ from typing import Any, Literal
 import httpx
 
 from hybridsearch.cluster_url import redact_url
-from hybridsearch.engine import (
-    EngineClient,
-    EngineInfo,
-    cluster_info,
-    engine_errors,
-    request,
-    unsafe_vector_options,
-)
+from hybridsearch.engine import EngineClient, EngineInfo, cluster_info, engine_errors, request, unsafe_vector_options
 from hybridsearch.errors import AliasConflict, HybridSearchError, IndexMismatch, QueryError
-from hybridsearch.index.access import INGEST, check_privileges, prefix_names, unblock_fix
-from hybridsearch.index.fit import CHECKED_META, FORMAT_KEY, describe, follow_index, meta_differences, refuse
-from hybridsearch.index.logs import inspect_log_index
-from hybridsearch.index.spec import LOG_KINDS, PREFERRED_ANALYZER, has_analyzer, resolve_analyzer, section_words_of
+from hybridsearch.index import spec
+from hybridsearch.index.access import INGEST, WRITE_BLOCKS, check_privileges, prefix_names, unblock_fix
 from hybridsearch.index.versions import index_meta, live_target, read_alias
 from hybridsearch.index.visibility import count_visible
 from hybridsearch.ingest.lease import UNFINISHED, hidden_documents
@@ -70,11 +60,8 @@ def run_checks(settings: Settings, *, es: EngineClient | None = None, models: bo
     if checks[0].status == "FAIL":
         checks.append(Check("index", "index", "SKIP", "cluster unreachable"))
     else:
-        try:
-            checks += check_index(es, settings)
-        except HybridSearchError as exc:
-            checks.append(Check("index", "index", "FAIL", *problem(exc)))
-        checks += [check_log_index(es, settings, kind) for kind in LOG_KINDS]
+        checks += check_index(es, settings)
+        checks += [check_log_index(es, settings, kind) for kind in spec.LOG_KINDS]
     checks.append(check_embedder(settings.embedding, settings.models) if models
                   else Check("models", "embedder", "SKIP", "--no-models"))
     checks.append(check_reranker(settings.reranker, settings.models) if reranker
@@ -172,7 +159,7 @@ def check_access(es: EngineClient, index: IndexSettings) -> Check:
     pattern = f"{index.prefix}-*"
     if not got.enforced:  # the engine says why (security off, or no such API)
         return Check("index", "privileges", "OK", got.unchecked or "not checked ahead")
-    if got.ok:
+    if not got.missing:
         return Check("index", "privileges", "OK", f"{got.user} may ingest, search and manage {pattern}")
     if not {"read", "view_index_metadata"} & set(got.missing):
         return Check("index", "privileges", "OK", f"{got.user} may search {pattern} (read-only: ingesting "
@@ -184,12 +171,13 @@ def check_access(es: EngineClient, index: IndexSettings) -> Check:
 
 def check_analyzer(es: EngineClient, index: IndexSettings) -> Check:
     """Which analyzer new indices get (``auto``: english where the cluster has it) and what is lost without."""
-    chosen = resolve_analyzer(es, index)
+    chosen = index.analyzer if index.analyzer != "auto" else spec.PREFERRED_ANALYZER
+    with engine_errors(f"check the {chosen} analyzer"):
+        known = spec.has_analyzer(es, chosen)
     if index.analyzer != "auto":
-        known = has_analyzer(es, chosen)
         return Check("index", "analyzer", "OK" if known else "FAIL", f"{chosen} (HSP_INDEX__ANALYZER)",
                      None if known else f"the cluster has no analyzer {chosen}: pick another")
-    if chosen == PREFERRED_ANALYZER:
+    if known:
         return Check("index", "analyzer", "OK", "english (stemming, stop words) for new indices")
     return Check("index", "analyzer", "WARN", "standard: this cluster has no english analyzer, so BM25 matches "
                  "exact word forms only (no stemming, stop words count)", "run a distribution with the "
@@ -227,16 +215,16 @@ def _check_live_index(es: EngineClient, settings: Settings) -> list[Check]:
     except AliasConflict as exc:  # search and ingest refuse such an alias
         checks = [Check("index", "alias", "FAIL", exc.problem, exc.fix)]
     meta = index_meta(es, live)
-    embedding = follow_index(settings.embedding, meta)
+    embedding = spec.follow_index(settings.embedding, meta)
     try:
         followed_settings = settings.model_copy(update={"embedding": embedding})
-        refuse(live, meta_differences(meta, followed_settings, (FORMAT_KEY, *CHECKED_META)))
+        spec.refuse(live, spec.meta_differences(meta, followed_settings, (spec.FORMAT_KEY, *spec.CHECKED_META)))
         followed = "" if embedding is settings.embedding else (
             f" (HSP_EMBEDDING__MODEL is unset: clients use it; `hsp index migrate --to-model "
             f"{settings.embedding.model}` moves it to the default model)")
         checks.append(Check("index", "model", "OK", f"{live} built with {meta.get('embedding_model')}{followed}"))
     except IndexMismatch as exc:
-        other_format = exc.differences[0][0] == f"_meta.{FORMAT_KEY}"
+        other_format = exc.differences[0][0] == f"_meta.{spec.FORMAT_KEY}"
         checks.append(Check("index", "model", "FAIL", exc.problem, exc.fix if other_format else
                             f"set HSP_EMBEDDING__MODEL={meta.get('embedding_model')} "
                             f"HSP_EMBEDDING__DIMS={meta.get('embedding_dims')}, or `hsp index migrate --to-model "
@@ -301,7 +289,7 @@ def _check_segments(es: EngineClient, live: str) -> list[Check]:
 
 def retrieval_checks(meta: dict[str, Any], query: QuerySettings) -> list[Check]:
     """What BM25 scores in the live index (``_meta``) and how its lists are fused (:func:`fusion_for`)."""
-    words = section_words_of(meta)
+    words = spec.section_words_of(meta)
     if words is not None:
         bm25 = Check("index", "bm25", "OK", f"whole documents (sections of up to {words} words); kNN over chunks")
     else:
@@ -328,37 +316,41 @@ _LOG_WRITERS = {"query_log": "the first search", "ingest_runs": "the first `hsp 
 
 
 def check_log_index(es: EngineClient, settings: Settings, kind: str) -> Check:
-    """One log index against its spec: missing or without its write alias (WARN), a mapping that does not fit or a
-    write block (FAIL), its health."""
+    """One log index: missing or without its write alias (WARN), not fitting its spec or write-blocked (FAIL)."""
     name = kind.replace("_", "-")
     try:
         with engine_errors(f"inspect the {name} index"):  # the first request may be the engine's detection
-            st = inspect_log_index(es, settings, kind)
+            wanted = spec.log_spec(settings, kind, es.dialect)
+            index, alias = wanted.name, wanted.write_alias
+            if not es.send(request.index_exists(index)):
+                return Check("logs", name, "WARN", f"{index} does not exist yet",
+                             f"nothing to do: {_LOG_WRITERS.get(kind, 'the next write')} creates it from its spec "
+                             "(`hsp index create` does now)")
+            mapping = next(iter(es.send(request.get_mapping(index)).values()))["mappings"]
+            flat = es.send(request.get_settings(index, flat_settings=True)).get(index, {}).get("settings", {})
+            health = str(es.send(request.cluster_health(index=index))["status"])
+            alias_ok = not alias or index in es.send(request.get_alias(alias))
     except HybridSearchError as exc:
         return Check("logs", name, "WARN", f"cannot read the {name} index: {exc.problem}", exc.fix)
-    if not st.exists:
-        return Check("logs", name, "WARN", f"{st.name} does not exist yet",
-                     f"nothing to do: {_LOG_WRITERS.get(kind, 'the next write')} creates it from its spec "
-                     "(`hsp index create` does now)")
-    if st.differences:
-        return Check("logs", name, "FAIL", f"{st.name} does not fit its spec (made by a write with guessed mappings, "
-                     f"or by hand): {describe(st.differences)}", f"reindex what you need from it, then DELETE "
-                     f"{st.name}: the next write creates it from its spec (`hsp index create` does now)")
-    if st.blocks:
-        return Check("logs", name, "FAIL", f"{st.name} refuses writes: {', '.join(st.blocks)} is set",
-                     unblock_fix(st.name, st.blocks[0]))
-    if not st.alias_ok:
-        return Check("logs", name, "WARN", f"{st.name} has no write alias {st.write_alias}: a write after the index "
+    blocks = [b for b in WRITE_BLOCKS if str(flat.get(b)).lower() == "true"]
+    replicas = int(flat.get("index.number_of_replicas", 0))
+    if differences := spec.log_differences(kind, mapping, settings, es.dialect):
+        return Check("logs", name, "FAIL", f"{index} does not fit its spec (made by a write with guessed mappings, "
+                     f"or by hand): {spec.describe(differences)}", f"reindex what you need from it, then DELETE "
+                     f"{index}: the next write creates it from its spec (`hsp index create` does now)")
+    if blocks:
+        return Check("logs", name, "FAIL", f"{index} refuses writes: {', '.join(blocks)} is set",
+                     unblock_fix(index, blocks[0]))
+    if not alias_ok:
+        return Check("logs", name, "WARN", f"{index} has no write alias {alias}: a write after the index "
                      "is deleted would create it with guessed mappings", f"`hsp index create` or the next "
                      f"`hsp ingest` adds it (needs manage on {settings.index.prefix}-*)")
-    via = f" through {st.write_alias}" if st.write_alias else ""
-    if st.health not in (None, "green"):
-        fix = (f"PUT {st.name}/_settings {{\"number_of_replicas\": {settings.index.replicas}}}"
-               if (st.replicas or 0) > settings.index.replicas else "see `GET _cluster/allocation/explain`")
-        return Check("logs", name, "WARN" if st.health == "yellow" else "FAIL",
-                     f"{st.name} is {st.health} ({st.replicas} replica(s), settings say {settings.index.replicas})",
-                     fix)
-    return Check("logs", name, "OK", f"{st.name}: mapping fits, writable{via}, {st.health}")
+    if health != "green":
+        fix = (f"PUT {index}/_settings {{\"number_of_replicas\": {settings.index.replicas}}}"
+               if replicas > settings.index.replicas else "see `GET _cluster/allocation/explain`")
+        return Check("logs", name, "WARN" if health == "yellow" else "FAIL",
+                     f"{index} is {health} ({replicas} replica(s), settings say {settings.index.replicas})", fix)
+    return Check("logs", name, "OK", f"{index}: mapping fits, writable through {alias}, {health}")
 
 
 def check_embedder(cfg: EmbeddingSettings, models: ModelsSettings) -> Check:

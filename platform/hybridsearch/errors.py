@@ -1,7 +1,6 @@
 """The error tree: everything the package raises on purpose derives from :class:`HybridSearchError`, which carries
-``problem`` and ``fix`` as data (plus the fields of its kind) and renders its plain-text message in one place.
-The engine seam translates the client libraries' exceptions (:func:`hybridsearch.engine.translate`); exit codes
-are :data:`hybridsearch.cli.main.EXIT_CODES`; docs/architecture.md ("Errors") draws the tree."""
+``problem`` and ``fix`` as data (plus the fields of its kind) and renders its plain-text message in one place; exit
+codes are :data:`hybridsearch.cli.main.EXIT_CODES`; docs/architecture.md ("Errors") draws the tree."""
 
 from __future__ import annotations
 

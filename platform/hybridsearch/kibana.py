@@ -104,8 +104,7 @@ def data_view_fields(settings: Settings) -> dict[str, dict[str, str]]:
 
 
 def validate(objects: list[dict[str, Any]], settings: Settings) -> list[str]:
-    """Problems found in ``objects`` for ``settings``' prefix: duplicate ids, references to missing objects, data
-    views or fields (Lens columns, time fields) our mappings do not have, numeric operations on other types."""
+    """Problems of ``objects`` for ``settings``' prefix: duplicate ids, dangling references, fields that do not fit."""
     problems = [f"duplicate id {i}" for i, n in Counter(obj["id"] for obj in objects).items() if n > 1]
     by_id = {obj["id"]: obj for obj in objects}
     views = data_view_fields(settings)

@@ -1,7 +1,6 @@
 """Migration: a new chunk index version built from the live one (new embedding model, chunker or vector layout)
 through ingestion's embed-and-write stage, and the alias swapped to it once the counts agree. For another chunker
-each document is rebuilt from its chunks' offsets (:func:`rebuild_text`) and cut again, keeping its ``content_hash``.
-"""
+each document is rebuilt from its chunks' offsets (:func:`rebuild_text`) and cut again, keeping its ``content_hash``."""
 
 from __future__ import annotations
 
@@ -12,15 +11,16 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from pydantic import ValidationError
+
 from hybridsearch.embedding.encoder import Embedder, load_sentence_transformer
 from hybridsearch.embedding.models import resolve_prompts
 from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import ConfigError, IngestError
 from hybridsearch.index.access import INGEST, prefix_names, require_privileges
-from hybridsearch.index.fit import check_mapping, check_source
-from hybridsearch.index.logs import ensure_log_index
+from hybridsearch.index.logs import ensure_log_indices
 from hybridsearch.index.metadata import TYPED_METADATA, metadata_fields_of, typed_metadata
-from hybridsearch.index.spec import chunk_meta, parse_version, section_words_of
+from hybridsearch.index.spec import check_mapping, check_source, chunk_meta, parse_version, section_words_of
 from hybridsearch.index.versions import create_version, doc_count, index_mapping, live_index, swap_alias
 from hybridsearch.index.visibility import count_visible, scan_visible
 from hybridsearch.ingest.chunking import chunk_embed_text, document_chunks
@@ -28,7 +28,7 @@ from hybridsearch.ingest.lease import Lease
 from hybridsearch.ingest.sources import Document
 from hybridsearch.ingest.writer import ChunkBatch, DeadLetter, EmbedWriter, WriteReport
 from hybridsearch.progress import ProgressSink, Task
-from hybridsearch.settings import EmbeddingSettings, ModelsSettings, Settings
+from hybridsearch.settings import ChunkingSettings, Settings
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +46,6 @@ class MigrationResult:
     swapped: bool
     reembedded: bool
     rechunked: bool
-    source_meta: dict[str, Any]
     target_meta: dict[str, Any]
 
     @property
@@ -54,29 +53,18 @@ class MigrationResult:
         return self.chunks / self.seconds if self.seconds else 0.0
 
 
-def embedding_settings_for(model: str, base: EmbeddingSettings, models: ModelsSettings,
-                           dims: int | None = None) -> EmbeddingSettings:
-    """``base`` with another model; dims are read from the model itself unless given. Raises ModelError."""
-    if dims is None:
-        st = load_sentence_transformer(model, models, "cpu")
-        dims = int(st.get_embedding_dimension() or 0)
-    return base.model_copy(update={"model": model, "dims": dims})
-
-
 def migration_settings(settings: Settings, *, model: str | None = None, dims: int | None = None,
                        prepend_title: bool | None = None, index_options: str | None = None,
                        chunker: str | None = None, max_tokens: int | None = None,
                        overlap: float | None = None) -> Settings:
-    """The settings a migration of ``settings``' live index builds for: another model (``dims`` read from it
-    unless given), title handling, vector ``index_options`` or chunker (strategy, tokens, overlap); None keeps
-    the current value. Raises ConfigError (invalid chunker options), ModelError."""
-    from pydantic import ValidationError
-
-    from hybridsearch.settings import ChunkingSettings
-
+    """The settings a migration builds for (None keeps a value; ``dims`` read from a new ``model`` unless given).
+    Raises ConfigError (invalid chunker options), ModelError."""
     embedding = settings.embedding
     if model or dims:
-        embedding = embedding_settings_for(model or embedding.model, embedding, settings.models, dims)
+        model = model or embedding.model
+        if dims is None:
+            dims = int(load_sentence_transformer(model, settings.models, "cpu").get_embedding_dimension() or 0)
+        embedding = embedding.model_copy(update={"model": model, "dims": dims})
     if prepend_title is not None:
         embedding = embedding.model_copy(update={"prepend_title": prepend_title})
     index = settings.index
@@ -98,21 +86,12 @@ def _source(es: EngineClient, vectors: bool) -> Any:
     return es.engine.source_with_vectors if vectors else {"excludes": ["embedding"]}
 
 
-def same_vectors(meta: dict[str, Any], cfg: EmbeddingSettings, models: ModelsSettings) -> bool:
-    """Whether an index with ``_meta`` ``meta`` holds the vectors ``cfg`` would compute."""
-    return (meta.get("embedding_model") == cfg.model
-            and meta.get("embedding_dims") == cfg.dims
-            and meta.get("prepend_title") == cfg.prepend_title
-            and (meta.get("passage_prompt") or "") == (resolve_prompts(cfg, models).passage or ""))
-
-
 def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | None = None,
             embedder: Embedder | None = None, swap: bool = True, batch_size: int = 256,
             reembed: bool | None = None, progress: ProgressSink | None = None) -> MigrationResult:
-    """Build ``<prefix>-chunks-v<N>`` (``version``: the next free one) for ``new`` from the live index of ``old``
-    under the prefix's ingest lease, and swap the alias to it once it holds every chunk (or document) of the source.
-    Chunks are re-embedded unless ``reembed`` is None and the vectors would not change. Raises IndexNotFound,
-    IndexMismatch, and IngestError when anything fails to copy or the counts disagree (the new index is left)."""
+    """Build ``<prefix>-chunks-v<N>`` (default: the next N) for ``new`` from the live index of ``old`` under the ingest
+    lease, re-embedding unless ``reembed`` is None and the vectors would not change, and swap the alias once it holds
+    all of the source. Raises IndexNotFound, IndexMismatch, IngestError (copy incomplete: the new index is left)."""
     if old.index.prefix != new.index.prefix:
         raise ConfigError("a migration stays within one prefix")
     require_privileges(es, prefix_names(new.index), INGEST, f"migrate indices of prefix {new.index.prefix}")
@@ -124,7 +103,7 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
     rechunk = (source_meta.get("chunker_version") not in (None, expected["chunker_version"])
                or section_words_of(source_meta) != new.index.bm25_section_words)  # documents are cut anew
     first_chunks = [{"term": {"position": 0}}] if rechunk else []  # one per document (and tenant)
-    ensure_log_index(es, new, "ingest_state")
+    ensure_log_indices(es, new, ("ingest_state",))
     lease = Lease(es, new.index, f"migrate-{time.strftime('%Y%m%dT%H%M%S')}")
     lease.acquire(new.ingest.lease_wait_s)
     try:
@@ -135,7 +114,11 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
         embedder = embedder or Embedder(new.embedding, new.models)
         if embedder.cfg.model != new.embedding.model or embedder.cfg.dims != new.embedding.dims:
             raise ConfigError("the embedder given to migrate() does not match the new settings' model and dims")
-        keep_vectors = same_vectors(source_meta, new.embedding, new.models) and reembed is not True
+        cfg = new.embedding
+        keep_vectors = reembed is not True and (
+            source_meta.get("embedding_model") == cfg.model and source_meta.get("embedding_dims") == cfg.dims
+            and source_meta.get("prepend_title") == cfg.prepend_title
+            and (source_meta.get("passage_prompt") or "") == (resolve_prompts(cfg, new.models).passage or ""))
         reembed = not keep_vectors if reembed is None else reembed  # after re-cutting: whether any chunk was embedded
         target = create_version(es, new, version)
         task = Task(progress, f"copying {'documents' if rechunk else 'chunks'}", total)
@@ -168,7 +151,7 @@ def migrate(es: EngineClient, old: Settings, new: Settings, *, version: int | No
         docs = doc_count(es, target) or 0
         return MigrationResult(source=source, target=target, chunks=written, documents=docs, failed=failed,
                                reembedded=reembed, rechunked=rechunk, seconds=seconds, swapped=swap,
-                               source_meta=source_meta, target_meta=target_meta)
+                               target_meta=target_meta)
     finally:
         lease.release()
 
@@ -225,11 +208,9 @@ def to_document(chunks: list[dict[str, Any]]) -> Document:
 
 def copy_chunks(es: EngineClient, source: str, target: str, new: Settings, embedder: Embedder, *, rechunk: bool,
                 reuse_vectors: bool, batch_size: int, dead_letter: DeadLetter, task: Task) -> tuple[int, int, int]:
-    """Copy every visible chunk of ``source`` into ``target`` through ingestion's embed-and-write stage, with the
-    typed metadata ``target`` declares. With ``rechunk`` each document is cut again with ``new.chunking`` (and BM25
-    sections); else each chunk keeps its ``_id`` and fields. With ``reuse_vectors`` a chunk keeps its stored vector
-    (re-cut: one whose embedded text equals an old chunk's). Failures are dead-lettered. Returns ``(written, failed,
-    embedded)``; ``task`` advances by chunk, or by document when re-cutting."""
+    """Copy every visible chunk of ``source`` into ``target`` through ingestion's embed-and-write stage: with
+    ``rechunk`` each document cut again for ``new``, else each chunk keeping its ``_id``; with ``reuse_vectors`` a chunk
+    of the same embedded text keeps its vector. Failures are dead-lettered. Returns ``(written, failed, embedded)``."""
     fields = metadata_fields_of(index_mapping(es, target))
     prepend_title = new.embedding.prepend_title
     counts = {"written": 0, "failed": 0, "embedded": 0}

@@ -1,8 +1,6 @@
 """All configuration in one pydantic-settings tree: keyword arguments, then ``HSP_`` environment variables with
-``__`` between nested names (``HSP_INDEX__PREFIX=team-a``), then ``.env``, then the defaults below. Shortcuts:
-``HSP_ES_URL`` (``es.url``), ``HSP_CACHE`` (``models.cache_dir``), an explicit ``HF_HUB_OFFLINE=0``
-(``models.allow_download``). Invalid values raise ConfigError naming the variable (:func:`load_settings`).
-"""
+``__`` between nested names (``HSP_INDEX__PREFIX=team-a``), then ``.env``, then the defaults below; docs/operations.md
+("Settings") says what each one does. Invalid values raise ConfigError naming the variable (:func:`load_settings`)."""
 
 from __future__ import annotations
 
@@ -19,22 +17,20 @@ from hybridsearch.errors import ConfigError
 
 ENV_PREFIX = "HSP_"
 DEFAULT_EMBEDDING_MODEL = "bge-small-en-v1.5"
-DEFAULT_RERANKER_MODEL = "cross-encoder/ms-marco-MiniLM-L-6-v2"
 
 
 class ClusterSettings(BaseModel):
     """How to reach the cluster, Elasticsearch or OpenSearch (``HSP_ES__*``)."""
 
-    url: str = Field("http://127.0.0.1:9200", description="node URL(s), comma-separated (hybridsearch.cluster_url)")
-    engine: Literal["auto", "elasticsearch", "opensearch"] = Field(
-        "auto", description="which engine serves the cluster; auto asks it (GET /)")
-    api_key: SecretStr | None = Field(None, description="encoded API key (id:key base64)")
+    url: str = "http://127.0.0.1:9200"
+    engine: Literal["auto", "elasticsearch", "opensearch"] = "auto"
+    api_key: SecretStr | None = None
     username: str | None = None
     password: SecretStr | None = None
-    ca_certs: Path | None = Field(None, description="CA certificate file for https clusters")
+    ca_certs: Path | None = None
     verify_certs: bool = True
-    request_timeout: float = Field(30.0, gt=0, description="seconds per request")
-    max_retries: int = Field(3, ge=0, description="retries on 429/502/503/504 and connection errors")
+    request_timeout: float = Field(30.0, gt=0)
+    max_retries: int = Field(3, ge=0)
 
     @property
     def nodes(self) -> tuple[Node, ...]:
@@ -58,23 +54,20 @@ class ClusterSettings(BaseModel):
 class IndexSettings(BaseModel):
     """Index names, shape and vector options (``HSP_INDEX__*``)."""
 
-    prefix: str = Field("hsp", pattern=r"^[a-z0-9][a-z0-9_.-]*$", description="prefix of every index and alias")
-    version: int = Field(1, ge=1, description="version N of <prefix>-chunks-v<N> that ensure_index creates")
+    prefix: str = Field("hsp", pattern=r"^[a-z0-9][a-z0-9_.-]*$")
+    version: int = Field(1, ge=1)
     shards: int = Field(1, ge=1)
     replicas: int = Field(0, ge=0)
     refresh_interval: str = "1s"
-    analyzer: str = Field("auto", description="analyzer of title and text; auto: english where the cluster has it")
+    analyzer: str = "auto"
     similarity: Literal["cosine", "dot_product"] = "cosine"
     index_options: Literal["hnsw", "int8_hnsw", "int4_hnsw", "bbq_hnsw", "flat", "int8_flat"] = "int8_hnsw"
     hnsw_m: int = Field(16, ge=2, le=512)
     ef_construction: int = Field(100, ge=10, le=3200)
-    tenant: str | None = Field(None, description="when set, every search is filtered to this tenant")
-    bm25_unit: Literal["section", "chunk"] = Field(
-        "section", description="what BM25 scores in a new index: documents cut into sections, or chunks")
-    section_words: int = Field(500, ge=50, description="most words of one BM25 section (whole chunks)")
-    metadata_fields: dict[str, Literal["long", "double", "date", "keyword", "boolean"]] = Field(
-        default_factory=dict, description="typed metadata of a new index as JSON {key: type}, indexed as meta.<key> "
-        "so ranges compare as that type; a value not of its type fails its document")
+    tenant: str | None = None
+    bm25_unit: Literal["section", "chunk"] = "section"
+    section_words: int = Field(500, ge=50)
+    metadata_fields: dict[str, Literal["long", "double", "date", "keyword", "boolean"]] = Field(default_factory=dict)
 
     @field_validator("metadata_fields")
     @classmethod
@@ -115,45 +108,39 @@ class IndexSettings(BaseModel):
 class EmbeddingSettings(BaseModel):
     """The bi-encoder (``HSP_EMBEDDING__*``)."""
 
-    model: str = Field(DEFAULT_EMBEDDING_MODEL, description="catalogue name, Hub name or local folder")
+    model: str = DEFAULT_EMBEDDING_MODEL
     dims: int = Field(384, ge=1, le=4096)
     batch_size: int = Field(32, ge=1)
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    backend: Literal["auto", "torch", "onnx"] = Field(
-        "auto", description="auto: ONNX Runtime on CPU, torch on a GPU or where ONNX cannot serve; onnx, torch insist")
-    onnx_quantized: bool = Field(False, description="with ONNX: int8-quantised weights")
-    query_max_tokens: int | None = Field(None, ge=8, description="most word pieces of a search query embedded (prompt "
-                                         "and special tokens included); unset or larger: the model's own limit")
-    prepend_title: bool = Field(True, description="embed 'title. text' rather than text alone")
-    query_cache_size: int = Field(1024, ge=0, description="LRU entries of query embeddings")
-    query_prompt: str | None = Field(
-        None, description="text put before every query embedded; unset: the model's own, empty: none")
-    passage_prompt: str | None = Field(
-        None, description="text put before every chunk embedded (recorded in the index's _meta); unset: the model's "
-        "own, empty: none")
+    backend: Literal["auto", "torch", "onnx"] = "auto"
+    onnx_quantized: bool = False
+    query_max_tokens: int | None = Field(None, ge=8)
+    prepend_title: bool = True
+    query_cache_size: int = Field(1024, ge=0)
+    query_prompt: str | None = None
+    passage_prompt: str | None = None
 
 
 class ChunkingSettings(BaseModel):
     """How documents are cut (``HSP_CHUNKING__*``)."""
 
     strategy: Literal["paragraph", "sentence", "token", "fixed", "parent_child"] = "paragraph"
-    max_tokens: int = Field(200, ge=16, description="upper bound in model word pieces")
-    overlap: float = Field(0.12, ge=0.0, lt=0.5, description="share of a chunk repeated in the next")
+    max_tokens: int = Field(200, ge=16)
+    overlap: float = Field(0.12, ge=0.0, lt=0.5)
     parent_max_tokens: int = Field(800, ge=32)
 
 
 class IngestSettings(BaseModel):
     """Ingestion workers (``HSP_INGEST__*``)."""
 
-    workers: int = Field(1, ge=1, description="embedding processes")
-    bulk_chunk_size: int = Field(200, ge=1, description="actions per _bulk request")
+    workers: int = Field(1, ge=1)
+    bulk_chunk_size: int = Field(200, ge=1)
     bulk_max_retries: int = Field(5, ge=0)
     bulk_initial_backoff: float = Field(0.5, gt=0)
     bulk_max_backoff: float = Field(30.0, gt=0)
-    queue_size: int = Field(8, ge=1, description="batches buffered between pipeline stages")
-    lease_wait_s: float = Field(0.0, ge=0, description="seconds a run waits for another run's ingest lease (0: refuse)")
-    sync_max_delete: float = Field(0.2, ge=0, le=1, description="largest share of a source's documents "
-                                   "hsp ingest --sync deletes without --force")
+    queue_size: int = Field(8, ge=1)
+    lease_wait_s: float = Field(0.0, ge=0)
+    sync_max_delete: float = Field(0.2, ge=0, le=1)
     dead_letter_dir: Path = Path("dead-letter")
 
 
@@ -162,75 +149,58 @@ class QuerySettings(BaseModel):
 
     bm25_k: int = Field(100, ge=1, le=1000)
     knn_k: int = Field(100, ge=1, le=1000)
-    num_candidates: int | None = Field(
-        None, ge=1, le=10000, description="kNN candidates per shard; unset: chosen from the largest shard and k")
-    rescore_oversample: float | None = Field(
-        None, ge=0, le=10, description="quantized vectors rescored on their float vectors, k x this many, where the "
-        "engine can; unset: 1, 0: off")
-    fusion: Literal["auto", "rrf", "zscore", "minmax"] = Field(
-        "auto", description="auto: the fusion recorded in the index's _meta, else RRF; rrf, zscore or minmax: "
-        "override it")
+    num_candidates: int | None = Field(None, ge=1, le=10000)
+    rescore_oversample: float | None = Field(None, ge=0, le=10)
+    fusion: Literal["auto", "rrf", "zscore", "minmax"] = "auto"
     rrf_k: int = Field(60, ge=1)
-    knn_share: float = Field(0.5, ge=0, le=1, description="the kNN list's share of the fusion weights")
+    knn_share: float = Field(0.5, ge=0, le=1)
     title_boost: float = Field(1.0, ge=0)
     operator: Literal["or", "and"] = "or"
-    tie_breaker: float = Field(0.5, ge=0, le=1, description="multi_match: share of the other field's score added")
-    max_k: int = Field(100, ge=1, description="largest k a caller may ask for")
-    max_query_chars: int = Field(2000, ge=16, description="longer queries are truncated")
-    collapse: bool = Field(True, description="keep only the best chunk of each document")
-    bm25_unit: Literal["auto", "chunk"] = Field(
-        "auto", description="auto: BM25 over the index's unit (sections when collapsed); chunk: over chunks")
-    bm25_fields: Literal["auto", "separate"] = Field(
-        "auto", description="over sections: auto = title and text as one field where the index has it; separate = "
-        "multi_match over title and text")
-    knn_overfetch: float = Field(2.0, ge=1.0, le=10.0, description="with collapse, kNN gathers knn_k × this many")
-    best_passage: bool = Field(True, description="BM25 over sections: show each hit's best-matching chunk (one more "
-                               "search in the same _msearch); false: the section's first chunk")
-    passage_k: int = Field(50, ge=1, le=1000, description="documents the passage search finds a chunk for")
-    hybrid_overlap: bool = Field(True, description="send BM25 at once and kNN when the query vector is ready; "
-                                 "false: one _msearch after embedding")
+    tie_breaker: float = Field(0.5, ge=0, le=1)
+    max_k: int = Field(100, ge=1)
+    max_query_chars: int = Field(2000, ge=16)
+    collapse: bool = True
+    bm25_unit: Literal["auto", "chunk"] = "auto"
+    bm25_fields: Literal["auto", "separate"] = "auto"
+    knn_overfetch: float = Field(2.0, ge=1.0, le=10.0)
+    best_passage: bool = True
+    passage_k: int = Field(50, ge=1, le=1000)
+    hybrid_overlap: bool = True
     log_queries: bool = True
-    redact: bool = Field(False, description="log a hash instead of the query text")
+    redact: bool = False
 
 
 class RerankerSettings(BaseModel):
     """The cross-encoder stage (``HSP_RERANKER__*``)."""
 
     enabled: bool = True
-    url: str | None = Field(None, description="reranker service URL; unset = in-process when a model loads")
-    model: str = DEFAULT_RERANKER_MODEL
+    url: str | None = None
+    model: str = "cross-encoder/ms-marco-MiniLM-L-6-v2"
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     batch_size: int = Field(32, ge=1)
-    max_length: int | None = Field(
-        None, ge=8, description="tokens per (query, passage) pair; unset: the model card's, else 512")
-    depth: int = Field(30, ge=1, le=200, description="fused hits sent to the reranker")
-    blend: float | None = Field(
-        None, ge=0, le=1, description="reranker share of the reranked top's order (min-max of both scores); "
-        "unset: the model card's, else 1")
-    timeout: float = Field(5.0, gt=0, description="seconds before the search gives up on the reranker")
-    token: SecretStr | None = Field(None, description="bearer token the service requires")
+    max_length: int | None = Field(None, ge=8)
+    depth: int = Field(30, ge=1, le=200)
+    blend: float | None = Field(None, ge=0, le=1)
+    timeout: float = Field(5.0, gt=0)
+    token: SecretStr | None = None
     max_passages: int = Field(256, ge=1)
     max_passage_chars: int = Field(20000, ge=1)
     max_body_bytes: int = Field(4_000_000, ge=1024)
-    batch_window_ms: float = Field(5.0, ge=0, description="service micro-batching window")
-    micro_batching: bool = Field(True, description="service: score concurrent requests together")
-    max_batch_pairs: int = Field(256, ge=1, description="service: most (query, passage) pairs per model call")
-    max_queue: int = Field(32, ge=1, description="service: most requests waiting; more get 503 at once")
-    max_queue_wait: float = Field(4.0, gt=0, description="service: most seconds a request waits in the queue "
-                                  "(shortened by its own budget); older ones get 503")
-    header_timeout: float = Field(5.0, gt=0, description="service: seconds to send a request's headers, else 408")
-    body_timeout: float = Field(10.0, gt=0, description="service: seconds to send a request's body, else 408")
-    max_connections: int = Field(256, ge=1, description="service: most open connections; one more gets 503")
+    batch_window_ms: float = Field(5.0, ge=0)
+    micro_batching: bool = True
+    max_batch_pairs: int = Field(256, ge=1)
+    max_queue: int = Field(32, ge=1)
+    max_queue_wait: float = Field(4.0, gt=0)
+    header_timeout: float = Field(5.0, gt=0)
+    body_timeout: float = Field(10.0, gt=0)
+    max_connections: int = Field(256, ge=1)
 
 
 class ModelsSettings(BaseModel):
     """Where models come from (``HSP_MODELS__*``); see ``hsp models list`` and docs/models.md."""
 
-    allow_download: bool = Field(False, description="download a model that is not on this machine from the Hugging "
-                                 "Face Hub; off: such a model fails at once naming the fix")
-    cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "hybridsearch",
-                            description="fetched models, ONNX exports, model file records and the embedding cache "
-                            "(HSP_CACHE)")
+    allow_download: bool = False
+    cache_dir: Path = Field(default_factory=lambda: Path.home() / ".cache" / "hybridsearch")
 
     @field_validator("cache_dir")
     @classmethod
@@ -249,11 +219,9 @@ class Settings(BaseSettings):
         validate_default=True,
     )
 
-    es_url: str | None = Field(None, description="shortcut for es.url (HSP_ES_URL)")
-    cache: str | None = Field(None, validation_alias="HSP_CACHE", description="shortcut for models.cache_dir")
-    hf_hub_offline: str | None = Field(None, validation_alias="HF_HUB_OFFLINE",
-                                       description="an explicit 0 (or false) allows downloads unless "
-                                       "models.allow_download is set")
+    es_url: str | None = None  # shortcuts for es.url, models.cache_dir and (an explicit 0) models.allow_download
+    cache: str | None = Field(None, validation_alias="HSP_CACHE")
+    hf_hub_offline: str | None = Field(None, validation_alias="HF_HUB_OFFLINE")
     es: ClusterSettings = ClusterSettings()
     index: IndexSettings = IndexSettings()
     embedding: EmbeddingSettings = EmbeddingSettings()

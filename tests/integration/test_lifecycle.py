@@ -12,8 +12,7 @@ from hybridsearch.cli.main import main
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import ConfigError, IndexMismatch, IndexNotFound, IngestError
-from hybridsearch.index.fit import meta_differences
-from hybridsearch.index.spec import parse_version
+from hybridsearch.index.spec import meta_differences, parse_version
 from hybridsearch.index.versions import (
     checked_live_index,
     create_version,
@@ -26,7 +25,7 @@ from hybridsearch.index.versions import (
     rollback,
 )
 from hybridsearch.ingest.chunking import embed_text
-from hybridsearch.migrate import embedding_settings_for, migrate
+from hybridsearch.migrate import migrate, migration_settings
 from hybridsearch.progress import ProgressEvent
 from hybridsearch.settings import EmbeddingSettings, Settings, load_settings
 from ingest_helpers import read_dead_letter
@@ -116,7 +115,7 @@ def test_migrate_to_new_model_then_rollback(es: EngineClient, settings: Settings
                                             tiny_model: str) -> None:
     v1 = ensure_index(es, settings)
     write_chunks(es, v1, embedder)
-    new = with_model(settings, tiny_model, embedding_settings_for(tiny_model, settings.embedding, settings.models).dims)
+    new = migration_settings(settings, model=tiny_model)
     assert new.embedding.dims == 64
     tiny = Embedder(new.embedding, new.models)
     seen: list[tuple[int, int]] = []

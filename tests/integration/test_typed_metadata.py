@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import QueryError
-from hybridsearch.index.fit import chunk_differences
 from hybridsearch.index.metadata import metadata_fields_of, parse_date
+from hybridsearch.index.spec import chunk_differences
 from hybridsearch.index.versions import create_version
 from hybridsearch.ingest.chunking import document_chunks
 from hybridsearch.ingest.sources import Document

@@ -15,8 +15,7 @@ import pytest
 from hybridsearch.embedding.cache import CachedEmbedder, cache_key, model_identity
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.embedding.models import NONE, Prompts, folder_prompts, model_prompts, resolve_prompts
-from hybridsearch.index.fit import CHECKED_META, meta_differences
-from hybridsearch.index.spec import chunk_meta
+from hybridsearch.index.spec import CHECKED_META, chunk_meta, meta_differences
 from hybridsearch.settings import EmbeddingSettings, ModelsSettings, Settings, load_settings
 from hybridsearch.training.embedder import model_encoder, prompted_columns, record_prompts
 

@@ -8,8 +8,7 @@ import pytest
 
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, EngineClient, EngineInfo, request, unsafe_vector_options
 from hybridsearch.errors import ConfigError
-from hybridsearch.index.fit import chunk_differences
-from hybridsearch.index.spec import load_template
+from hybridsearch.index.spec import chunk_differences, load_template
 from hybridsearch.settings import ClusterSettings, load_settings
 from standin import Canned
 

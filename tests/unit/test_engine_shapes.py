@@ -76,7 +76,7 @@ def test_security_off_leaves_nothing_to_check(fake_es: Canned) -> None:
     fake_es.status, fake_es.body = 500, {"error": {"type": "illegal_state_exception", "reason": "security off"}}
     es = EngineClient(ClusterSettings(url=fake_es.url, engine="elasticsearch", max_retries=0))
     got = check_privileges(es, ["x*"], ("write",))
-    assert (got.enforced, got.ok, got.unchecked) == (False, True, SECURITY_OFF)
+    assert (got.enforced, got.missing, got.unchecked) == (False, {}, SECURITY_OFF)
 
 
 def test_refused_credentials_are_an_error_not_a_pass(fake_es: Canned) -> None:

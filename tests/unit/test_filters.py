@@ -299,9 +299,8 @@ def test_ingestion_writes_the_typed_copy_or_fails_the_document() -> None:
 
 def test_the_chunk_template_types_declared_metadata() -> None:
     from hybridsearch.engine import ELASTICSEARCH as ES
-    from hybridsearch.index.fit import chunk_differences
     from hybridsearch.index.metadata import metadata_fields_of
-    from hybridsearch.index.spec import chunk_spec
+    from hybridsearch.index.spec import chunk_differences, chunk_spec
     from hybridsearch.settings import load_settings
 
     s = load_settings(index={"analyzer": "standard", "metadata_fields": {"n": "long", "published": "date"}})

@@ -15,12 +15,16 @@ from hybridsearch.engine import ELASTICSEARCH as ES
 from hybridsearch.engine import OPENSEARCH, Dialect, EngineInfo
 from hybridsearch.errors import AccessDenied, AliasConflict, ClusterError, IndexBlocked, IndexMismatch, IndexNotFound
 from hybridsearch.index.access import blocked, item_error
-from hybridsearch.index.fit import check_mapping, check_source, chunk_differences, follow_index, log_differences
 from hybridsearch.index.spec import (
     LOG_KINDS,
+    check_mapping,
+    check_source,
+    chunk_differences,
     chunk_spec,
     chunk_spec_for,
+    follow_index,
     load_template,
+    log_differences,
     log_spec,
     mappings_dir,
     parse_version,
@@ -81,7 +85,7 @@ def test_chunk_spec_carries_the_engine_settings() -> None:
     s = load_settings()
     engine = EngineInfo("elasticsearch", "9.3.2")
     spec = chunk_spec(s, 3, dialect=engine.dialect, engine_settings=engine.chunk_index_settings)
-    assert spec.name == "hsp-chunks-v3" and spec.kind == "chunks" and spec.write_alias is None
+    assert spec.name == "hsp-chunks-v3" and spec.write_alias is None
     assert spec.settings["index.dense_vector.hnsw_filter_heuristic"] == "fanout"
     assert spec.body["settings"]["number_of_replicas"] == s.index.replicas and "aliases" not in spec.body
     older = EngineInfo("elasticsearch", "8.19.8")

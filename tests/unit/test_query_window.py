@@ -133,8 +133,7 @@ def test_query_side_variants_fit_the_index_built_without_them(embedding: dict[st
     build level ``hsp eval`` checks before reusing one, so evaluating them needs no rebuild."""
     from hybridsearch.engine import ELASTICSEARCH
     from hybridsearch.eval.prepare import build_signature
-    from hybridsearch.index.fit import chunk_differences
-    from hybridsearch.index.spec import load_template
+    from hybridsearch.index.spec import chunk_differences, load_template
 
     built = load_settings(index={"analyzer": "standard"})
     variant = built.model_copy(update={"embedding": built.embedding.model_copy(update=embedding)})

@@ -13,8 +13,14 @@ from pydantic import ValidationError
 
 from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import ConfigError, IndexNotFound, IngestError
-from hybridsearch.index.fit import BUILD_META, chunk_differences
-from hybridsearch.index.spec import chunk_meta, index_options, parse_version, with_analyzer
+from hybridsearch.index.spec import (
+    BUILD_META,
+    chunk_differences,
+    chunk_meta,
+    index_options,
+    parse_version,
+    with_analyzer,
+)
 from hybridsearch.index.versions import ensure_index, live_target, read_alias, swap_alias
 from hybridsearch.index.visibility import state_index_for, state_index_of, visible_query
 from hybridsearch.progress import ProgressSink

@@ -1,5 +1,3 @@
-"""Everything about a chunk index, each module using only those listed after it: :mod:`.versions` (the live
-index, versions, alias moves, status), :mod:`.logs` (the log indices), :mod:`.visibility` (the read path's
-filter), :mod:`.access` (privileges and write blocks), :mod:`.fit` (does an index fit the settings),
-:mod:`.spec` (names, templates, specs), :mod:`.metadata` (typed metadata). Nothing is re-exported here.
-"""
+"""Everything about a chunk index, each module using only those after it: :mod:`.versions` (live index, versions,
+alias moves, status), :mod:`.logs`, :mod:`.visibility` (the read path's filter), :mod:`.access` (privileges, write
+blocks), :mod:`.spec` (names, templates, does an index fit the settings), :mod:`.metadata` (typed metadata)."""

@@ -1,7 +1,5 @@
 """What the cluster lets the platform write: the privileges an operation needs, checked before its first write
-(:func:`require_privileges`; skipped where the engine cannot say), and write blocks (HTTP 403 too) read as
-IndexBlocked with the fix. ``docs/operations.md`` has the roles.
-"""
+(:func:`require_privileges`), and write blocks read as IndexBlocked with the fix (roles: docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hybridsearch.engine import API_ERRORS, Request, Sender, error_type_of, status_of, translate
+from hybridsearch.engine.errors import reason_of
 from hybridsearch.errors import AccessDenied, ClusterError, HybridSearchError, IndexBlocked
 from hybridsearch.settings import IndexSettings
 
@@ -45,10 +44,6 @@ class Privileges:
     missing: dict[str, list[str]] = field(default_factory=dict)  # privilege -> names lacking it
     unchecked: str | None = None
 
-    @property
-    def ok(self) -> bool:
-        return not self.missing
-
     def describe(self) -> str:
         """``create_index, write on team-b-chunks*, team-b-query-log``."""
         names = sorted({n for ns in self.missing.values() for n in ns})
@@ -56,8 +51,7 @@ class Privileges:
 
 
 def check_privileges(es: Sender, names: list[str], privileges: tuple[str, ...]) -> Privileges:
-    """Which of ``privileges`` the credentials lack on ``names`` (``enforced=False`` where the engine cannot say).
-    Raises ClusterError (401, 403, no answer)."""
+    """Which of ``privileges`` the credentials lack on ``names``. Raises ClusterError (401, 403, no answer)."""
     try:
         if not es.engine.has_privileges_api:
             return Privileges(user=None, enforced=False, unchecked=NO_API)
@@ -77,7 +71,7 @@ def check_privileges(es: Sender, names: list[str], privileges: tuple[str, ...]) 
 def require_privileges(es: Sender, names: list[str], privileges: tuple[str, ...], doing: str) -> Privileges:
     """Raise AccessDenied (one line, ``missing`` set) unless the credentials hold every privilege on every name."""
     got = check_privileges(es, names, privileges)
-    if not got.ok:
+    if got.missing:
         raise AccessDenied(doing, user=got.user, missing=got.missing)
     return got
 
@@ -103,8 +97,7 @@ def unblock_fix(index: str, block: str) -> str:
 
 
 def blocked(reason: str, index: str, doing: str) -> IndexBlocked:
-    """IndexBlocked, with its fix, for a ``cluster_block_exception`` of ``reason`` (``index [x] blocked by:
-    [FORBIDDEN/8/index write (api)];``)."""
+    """IndexBlocked, with its fix, for a ``cluster_block_exception`` of ``reason`` (``index [x] blocked by: ...``)."""
     m = _BLOCKED_INDEX.search(reason)
     index = m.group(1) if m else index
     low = reason.lower()
@@ -133,10 +126,7 @@ def bulk_error_type(err: Any) -> str | None:
 
 
 def item_error(item: Mapping[str, Any], index: str, doing: str) -> HybridSearchError:
-    """The typed error of one failed bulk item (``{"error": ..., "status": ...}``, or ``exception``)."""
-    exc = item.get("exception")
-    if isinstance(exc, Exception):
-        return translate_write(exc, index, doing)
+    """The typed error of one failed bulk item (``{"error": ..., "status": ...}``)."""
     err = item.get("error")
     if bulk_error_type(err) == "cluster_block_exception":
         return blocked(_reason(err), index, doing)
@@ -147,8 +137,6 @@ def item_error(item: Mapping[str, Any], index: str, doing: str) -> HybridSearchE
 def translate_write(exc: Exception, index: str, doing: str) -> HybridSearchError:
     """``engine.translate``, a block read as IndexBlocked."""
     if error_type_of(exc) == "cluster_block_exception":
-        from hybridsearch.engine.errors import reason_of
-
         return blocked(reason_of(exc).removeprefix("cluster_block_exception: "), index, doing)
     return translate(exc, doing)
 
@@ -160,4 +148,3 @@ def write_errors(index: str, doing: str) -> Iterator[None]:
         yield
     except API_ERRORS as exc:
         raise translate_write(exc, index, doing) from exc
-

@@ -1,7 +1,6 @@
-"""The log indices (query log, ingest runs, ingest state): created from their specs, inspected for ``hsp doctor``
-and written by :class:`LogWriter` through a write alias with ``require_alias=true``, so that no write creates one
-with guessed mappings (a deleted index takes its alias along; the writer re-creates it and writes again).
-"""
+"""The log indices (query log, ingest runs, ingest state): created from their specs and written by
+:class:`LogWriter` through a write alias with ``require_alias=true``, so that no write creates one with guessed
+mappings (a deleted index takes its alias along; the writer re-creates it and writes again)."""
 
 from __future__ import annotations
 
@@ -9,78 +8,30 @@ import logging
 import threading
 import uuid
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from hybridsearch.engine import EngineClient, Sender, engine_errors, request
+from hybridsearch.engine import Sender, engine_errors, request
 from hybridsearch.errors import AccessDenied, ClusterError, HybridSearchError, IndexNotFound
-from hybridsearch.index.access import WRITE_BLOCKS, bulk_error_type, item_error, require_privileges, write_errors
-from hybridsearch.index.fit import Difference, log_differences
-from hybridsearch.index.spec import (
-    LOG_KINDS,
-    add_alias_if_missing,
-    create_index,
-    log_index_name,
-    log_spec,
-    write_alias_name,
-)
+from hybridsearch.index.access import bulk_error_type, item_error, require_privileges, write_errors
+from hybridsearch.index.spec import LOG_KINDS, add_alias_if_missing, create_index, log_spec, write_alias_name
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
 
 
-def ensure_log_index(es: Sender, settings: Settings, kind: str) -> str:
-    """Create log index ``kind`` from its spec, or add new fields and a missing write alias to an existing one.
-    Returns its name. Raises ClusterError (a conflicting field change)."""
-    spec = log_spec(settings, kind, es.dialect)
-    with write_errors(spec.name, f"create or update {spec.name}"):
-        if es.send(request.index_exists(spec.name)):
-            es.send(request.put_mapping(spec.name, properties=spec.mappings["properties"]))
-            if spec.write_alias:
-                add_alias_if_missing(es, spec.write_alias, spec.name)
-        elif create_index(es, spec):
-            log.info("created %s", spec.name)
-    return spec.name
-
-
-def ensure_log_indices(es: EngineClient, settings: Settings) -> None:
-    """:func:`ensure_log_index` for the query log, the ingest runs and the ingest state."""
-    for kind in LOG_KINDS:
-        ensure_log_index(es, settings, kind)
-
-
-@dataclass
-class LogIndexState:
-    """What ``hsp doctor`` reports on one log index (see :func:`inspect_log_index`)."""
-
-    kind: str
-    name: str
-    exists: bool
-    write_alias: str | None = None
-    alias_ok: bool = True  # the write alias points at the index (True when the kind has none)
-    differences: list[Difference] = field(default_factory=list)
-    blocks: list[str] = field(default_factory=list)  # write blocks set on the index
-    health: str | None = None
-    replicas: int | None = None
-
-
-def inspect_log_index(es: EngineClient, settings: Settings, kind: str) -> LogIndexState:
-    """Exists, write alias, mapping against the spec, write blocks, health of log index ``kind``."""
-    spec = log_spec(settings, kind, es.dialect)
-    state = LogIndexState(kind, spec.name, exists=False, write_alias=spec.write_alias)
-    with engine_errors(f"check {spec.name}"):
-        if not es.send(request.index_exists(spec.name)):
-            return state
-        state.exists = True
-        mapping = next(iter(es.send(request.get_mapping(spec.name)).values()))["mappings"]
-        state.differences = log_differences(kind, mapping, settings, es.dialect)
-        flat = es.send(request.get_settings(spec.name, flat_settings=True)).get(spec.name, {}).get("settings", {})
-        state.blocks = [b for b in WRITE_BLOCKS if str(flat.get(b)).lower() == "true"]
-        state.replicas = int(flat.get("index.number_of_replicas", 0))
-        state.health = str(es.send(request.cluster_health(index=spec.name))["status"])
-        if spec.write_alias:
-            state.alias_ok = spec.name in es.send(request.get_alias(spec.write_alias))
-    return state
+def ensure_log_indices(es: Sender, settings: Settings, kinds: Sequence[str] = LOG_KINDS) -> None:
+    """Create each log index of ``kinds`` from its spec, or add new fields and a missing write alias to an existing
+    one. Raises ClusterError (a conflicting field change)."""
+    for kind in kinds:
+        spec = log_spec(settings, kind, es.dialect)
+        with write_errors(spec.name, f"create or update {spec.name}"):
+            if es.send(request.index_exists(spec.name)):
+                es.send(request.put_mapping(spec.name, properties=spec.mappings["properties"]))
+                if spec.write_alias:
+                    add_alias_if_missing(es, spec.write_alias, spec.name)
+            elif create_index(es, spec):
+                log.info("created %s", spec.name)
 
 
 @dataclass
@@ -91,28 +42,30 @@ class LogWrite:
     failed: int = 0
     error: HybridSearchError | None = None
 
+    def fail(self, count: int, error: HybridSearchError) -> None:
+        self.failed += count
+        self.error = self.error or error
+
 
 class LogWriter:
-    """Writes documents to one log index, never creating it by a write. Thread-safe; ``write`` never raises for
-    the documents' sake: its :class:`LogWrite` says what failed and why."""
+    """Writes documents to one log index, never creating it by a write; thread-safe, ``write`` never raises."""
 
     def __init__(self, es: Sender, settings: Settings, kind: str) -> None:
         self.es, self.settings, self.kind = es, settings, kind
-        self.index = log_index_name(settings.index, kind)
+        self.index: str = getattr(settings.index, kind)
         self.alias = write_alias_name(settings.index, kind)
         self._direct = False  # write by name (after an existence check), not through the alias
         self._lock = threading.Lock()
 
     def ensure(self) -> None:
-        """Create the index when it is missing (AccessDenied when these credentials may not); add the write alias
-        to an index that lacks it, or write by name where that is refused."""
+        """Create the index when missing (AccessDenied if not allowed); add a missing write alias, or write by name."""
         with self._lock:
             with engine_errors(f"check {self.index}"):
                 exists = self.es.send(request.index_exists(self.index))
             if not exists:
                 require_privileges(self.es, [self.index, self.alias], ("create_index", "manage"),
                                    f"create {self.index}")
-                ensure_log_index(self.es, self.settings, self.kind)
+                ensure_log_indices(self.es, self.settings, (self.kind,))
                 self._direct = False
                 return
             try:
@@ -127,33 +80,26 @@ class LogWriter:
 
     def write(self, docs: Sequence[tuple[str | None, Mapping[str, Any]]], *, op_type: str = "create",
               refresh: str | None = None) -> LogWrite:
-        """Write ``docs`` (``(id, document)``; id None: a new random one) with ``op_type`` (``create``, ``index``
-        or ``update``); a write that finds the index gone creates it and writes again."""
+        """Write ``(id or None, document)`` pairs with ``op_type``; a write finding the index gone re-creates it."""
         pending = [(i or uuid.uuid4().hex, d) for i, d in docs]
         result = LogWrite()
-        errors: list[HybridSearchError] = []
         for attempt in (1, 2):
             if attempt == 2 or self._direct:
                 try:
                     self.ensure()
                 except HybridSearchError as exc:
-                    result.failed += len(pending)
-                    errors.append(exc)
-                    break
-            pending = self._send(pending, op_type, refresh, result, errors)
+                    result.fail(len(pending), exc)
+                    return result
+            pending = self._send(pending, op_type, refresh, result)
             if not pending:
-                break
-        else:
-            result.failed += len(pending)
-            errors.append(ClusterError(f"{self.index} disappeared again while it was being written",
-                                       fix=f"find out who deletes {self.index}: the platform re-creates it"))
-        result.error = errors[0] if errors else None
+                return result
+        result.fail(len(pending), ClusterError(f"{self.index} disappeared again while it was being written",
+                                               fix=f"find out who deletes {self.index}: the platform re-creates it"))
         return result
 
     def _send(self, docs: list[tuple[str, Mapping[str, Any]]], op_type: str, refresh: str | None,
-              result: LogWrite, errors: list[HybridSearchError]) -> list[tuple[str, Mapping[str, Any]]]:
-        """One bulk request; returns the documents refused because the index is missing, counts the others in
-        ``result`` and their errors in ``errors``."""
+              result: LogWrite) -> list[tuple[str, Mapping[str, Any]]]:
+        """One bulk request, counted in ``result``; returns the documents refused because the index is missing."""
         target = self.index if self._direct else self.alias
         body_key = "doc" if op_type == "update" else "_source"
         actions = [{"_op_type": op_type, "_index": target, "_id": i, body_key: dict(d)} for i, d in docs]
@@ -165,19 +111,15 @@ class LogWriter:
         except IndexNotFound:
             return list(docs)
         except HybridSearchError as exc:
-            result.failed += len(docs)
-            errors.append(exc)
+            result.fail(len(docs), exc)
             return []
-        result.written += int(ok)
+        result.written += ok
         by_id = dict(docs)
         missing: list[tuple[str, Mapping[str, Any]]] = []
-        for entry in items if isinstance(items, list) else []:
-            item = next(iter(entry.values())) if isinstance(entry, Mapping) and entry else {}
-            error = item_error(item, self.index, doing)
-            gone = bulk_error_type(item.get("error")) == "index_not_found_exception" or isinstance(error, IndexNotFound)
-            if gone and item.get("_id") in by_id:
+        for entry in items:
+            item = next(iter(entry.values()))
+            if bulk_error_type(item.get("error")) == "index_not_found_exception" and item.get("_id") in by_id:
                 missing.append((item["_id"], by_id[item["_id"]]))
             else:
-                result.failed += 1
-                errors.append(error)
+                result.fail(1, item_error(item, self.index, doing))
         return missing

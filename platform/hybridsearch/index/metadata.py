@@ -1,7 +1,6 @@
 """Typed metadata of a chunk index: the ``meta`` object holding each key ``HSP_INDEX__METADATA_FIELDS`` declares
 as a field of its type (``{"n": "long", "published": "date"}``), what an index declares (:func:`metadata_fields_of`),
-and the one conversion of a value to a field's type (:func:`typed_value`), used by ingestion and by filters alike.
-"""
+and the one conversion of a value to a field's type (:func:`typed_value`), used by ingestion and by filters alike."""
 
 from __future__ import annotations
 
@@ -56,9 +55,8 @@ def parse_date(value: str) -> datetime | None:
 
 
 def typed_value(ftype: str, value: Any, what: str, *, bound: bool = False) -> Scalar:
-    """``value`` as a field of type ``ftype`` holds it, as the DSL value to send (dates as ISO strings); ``bound``:
-    a range bound (numbers need not be whole, dates may be date math such as ``now-7d``). Raises ValueError saying
-    what ``what`` holds."""
+    """``value`` as the DSL value a field of type ``ftype`` takes; ``bound``: a range bound (numbers need not be whole,
+    dates may be date math such as ``now-7d``). Raises ValueError saying what ``what`` holds."""
     if ftype in ("integer", "long", "double"):
         number: int | float | None = None
         if isinstance(value, int | float) and not isinstance(value, bool):

@@ -1,7 +1,6 @@
 """Chunk index versions ``<prefix>-chunks-v<N>`` behind the read alias ``<prefix>-chunks``: the live one
 (:func:`live_target` without I/O for the search core, :func:`live_index` for everything else), their ``_meta``,
-creation, alias moves, drop and ``hsp index status``.
-"""
+creation, alias moves, drop and ``hsp index status``."""
 
 from __future__ import annotations
 
@@ -23,9 +22,8 @@ from hybridsearch.index.access import (
     require_privileges,
     write_errors,
 )
-from hybridsearch.index.fit import check_mapping
 from hybridsearch.index.logs import ensure_log_indices
-from hybridsearch.index.spec import add_alias_if_missing, chunk_spec_for, create_index, parse_version
+from hybridsearch.index.spec import add_alias_if_missing, check_mapping, chunk_spec_for, create_index, parse_version
 from hybridsearch.index.visibility import hidden_count, state_index_for, state_index_of, visible_query
 from hybridsearch.settings import IndexSettings, Settings
 
@@ -66,8 +64,7 @@ def live_index(es: EngineClient, index: IndexSettings) -> str:
 
 
 def checked_live_index(es: EngineClient, settings: Settings) -> str:
-    """:func:`live_index`, its mapping checked against ``settings``. Raises IndexNotFound, AliasConflict,
-    IndexMismatch."""
+    """:func:`live_index`, its mapping checked. Raises IndexNotFound, AliasConflict, IndexMismatch."""
     index = live_index(es, settings.index)
     check_mapping(index, index_mapping(es, index), settings, es.dialect)
     return index
@@ -77,14 +74,12 @@ def index_mapping(es: EngineClient, index: str) -> dict[str, Any]:
     """The ``mappings`` of one concrete index. Raises IndexNotFound."""
     with engine_errors(f"get mapping of {index}"):
         body = es.send(request.get_mapping(index))
-    mapping: dict[str, Any] = next(iter(body.values()))["mappings"]
-    return mapping
+    return dict(next(iter(body.values()))["mappings"])
 
 
 def index_meta(es: EngineClient, index: str) -> dict[str, Any]:
     """``_meta`` of one concrete index (``{}`` when it has none). Raises IndexNotFound."""
-    meta: dict[str, Any] = index_mapping(es, index).get("_meta", {})
-    return meta
+    return dict(index_mapping(es, index).get("_meta", {}))
 
 
 def record_meta(es: EngineClient, index: str, **entries: Any) -> dict[str, Any]:
@@ -100,38 +95,35 @@ def list_versions(es: EngineClient, index: IndexSettings) -> dict[int, str]:
     with engine_errors("list chunk indices"):
         body = es.send(request.get_index(f"{index.alias}-v*", expand_wildcards="open,closed", allow_no_indices=True,
                                          filter_path="*.settings.index.provided_name"))
-    found = {v: name for name in body if (v := parse_version(name, index.alias)) is not None}
-    return dict(sorted(found.items()))
+    return dict(sorted((v, name) for name in body if (v := parse_version(name, index.alias)) is not None))
 
 
 def _create(es: EngineClient, settings: Settings, version: int | None, *, exist_ok: bool) -> str:
-    """Create ``<prefix>-chunks-v<N>`` (an existing one is refused, ConfigError, unless ``exist_ok``) and the log
-    indices, the alias pointed at it when unset. Raises IndexMismatch for an existing one that does not fit."""
+    """Create (``exist_ok``: or keep if it fits) version ``version``, the log indices, and the alias when unset."""
     spec = chunk_spec_for(es, settings, version)
     with write_errors(spec.name, f"create index {spec.name}"):
-        if not es.send(request.index_exists(spec.name)) and create_index(es, spec):
-            log.info("created %s", spec.name)
-        elif not exist_ok:
-            raise ConfigError(f"index {spec.name} already exists: pick another --version or drop it first")
-        else:
-            _put_engine_settings(es, spec.name)
-    if exist_ok:
-        check_mapping(spec.name, index_mapping(es, spec.name), settings, es.dialect)
-    ensure_log_indices(es, settings)
+        created = not es.send(request.index_exists(spec.name)) and create_index(es, spec)
+    if created:
+        log.info("created %s", spec.name)
+        ensure_log_indices(es, settings)
+    elif not exist_ok:
+        raise ConfigError(f"index {spec.name} already exists: pick another --version or drop it first")
+    else:
+        _prepare(es, settings, spec.name)
     with write_errors(spec.name, f"point alias {settings.index.alias} at {spec.name}"):
         add_alias_if_missing(es, settings.index.alias, spec.name)
     return spec.name
 
 
-def _put_engine_settings(es: EngineClient, index: str) -> None:
-    """Put the engine's chunk-index settings that ``index`` lacks. Call inside ``engine_errors``."""
-    wanted = es.engine.chunk_index_settings
-    if not wanted:
-        return
-    have = es.send(request.get_settings(index, flat_settings=True)).get(index, {}).get("settings", {})
-    differ = {k: v for k, v in wanted.items() if str(have.get(k)) != str(v)}
-    if differ:
-        es.send(request.put_settings(index, differ))
+def _prepare(es: EngineClient, settings: Settings, index: str) -> None:
+    """Put the engine's chunk-index settings ``index`` lacks, check its mapping, create or update the log indices."""
+    if wanted := es.engine.chunk_index_settings:
+        with write_errors(index, f"put the engine's settings on {index}"):
+            have = es.send(request.get_settings(index, flat_settings=True)).get(index, {}).get("settings", {})
+            if differ := {k: v for k, v in wanted.items() if str(have.get(k)) != str(v)}:
+                es.send(request.put_settings(index, differ))
+    check_mapping(index, index_mapping(es, index), settings, es.dialect)
+    ensure_log_indices(es, settings)
 
 
 def create_version(es: EngineClient, settings: Settings, version: int | None = None) -> str:
@@ -150,10 +142,7 @@ def ensure_index(es: EngineClient, settings: Settings, version: int | None = Non
     name = live_target(settings.index.alias, aliases) if aliases else None
     if name is None or version is not None:
         return _create(es, settings, version, exist_ok=True)
-    with engine_errors(f"put the engine's settings on {name}"):
-        _put_engine_settings(es, name)
-    check_mapping(name, index_mapping(es, name), settings, es.dialect)
-    ensure_log_indices(es, settings)
+    _prepare(es, settings, name)
     return name
 
 

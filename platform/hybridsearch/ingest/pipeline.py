@@ -21,9 +21,8 @@ from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient
 from hybridsearch.errors import ConfigError, HybridSearchError, IngestError, LeaseLost, ModelError
-from hybridsearch.index.fit import follow_index
 from hybridsearch.index.metadata import metadata_fields_of
-from hybridsearch.index.spec import section_words_of
+from hybridsearch.index.spec import follow_index, section_words_of
 from hybridsearch.index.versions import ensure_index, index_mapping, index_meta, read_alias
 from hybridsearch.ingest.commit import WorkDoc, delete_documents, existing_chunk_ids, finish, refresh, whole_documents
 from hybridsearch.ingest.lease import IngestResult, Lease, RunRecord, now

@@ -18,9 +18,8 @@ from typing import TYPE_CHECKING, Any, Generic, Self, TypeVar
 from hybridsearch.engine import Dialect, EngineInfo, Sender
 from hybridsearch.engine import request as engine_request
 from hybridsearch.errors import HybridSearchError, IndexNotFound, RerankerError, RerankerModelError
-from hybridsearch.index.fit import check_mapping, follow_index
 from hybridsearch.index.metadata import metadata_fields_of
-from hybridsearch.index.spec import section_words_of
+from hybridsearch.index.spec import check_mapping, follow_index, section_words_of
 from hybridsearch.index.versions import live_target
 from hybridsearch.query.build import (
     CHUNKS,
@@ -200,7 +199,7 @@ class SearchCore(Generic[E]):
         return index
 
     def _follow(self, embedding: EmbeddingSettings) -> None:
-        """Use ``embedding`` (the index's model, :func:`~hybridsearch.index.fit.follow_index`) from the first check
+        """Use ``embedding`` (the index's model, :func:`~hybridsearch.index.spec.follow_index`) from the first check
         on; an embedder made for other settings (a warm-up) is made again. Only on the first check: a client whose
         index moves to another model later is refused (IndexMismatch), never served another model's vectors."""
         if embedding == self.settings.embedding:
