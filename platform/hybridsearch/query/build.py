@@ -14,8 +14,8 @@ from hybridsearch.errors import QueryError
 from hybridsearch.index.metadata import MetadataFields
 from hybridsearch.index.visibility import visible_filter
 from hybridsearch.query.filters import Filter, filter_dsl
-from hybridsearch.query.passages import HIGHLIGHTED_FIELD, PASSAGE_FIELDS, highlight_body
 from hybridsearch.query.results import Mode
+from hybridsearch.query.window import HIGHLIGHTED_FIELD, PASSAGE_FIELDS, highlight_body
 from hybridsearch.settings import QuerySettings
 
 MODES: tuple[str, ...] = get_args(Mode)

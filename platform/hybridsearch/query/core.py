@@ -1,7 +1,6 @@
-"""The search core: every step and decision of a search, without I/O, for both clients (:mod:`.client`).
-``index_steps``: resolve the alias, check the index's mapping (cached 60 s); ``search_steps``: plan → send → the
-alias moved? search again, once → fuse → passages → rerank the top (fused order when the reranker fails) → page →
-query log; ``why_steps``: that search over whole lists, then the probes of :mod:`.explain`; ``warm_up_steps``.
+"""The search core: every step and decision of a search, without I/O, for both clients (:mod:`.client`):
+resolve the alias and check the index (cached 60 s), plan, send, search again once if the alias moved, fuse,
+choose passages, rerank the top (fused order when the reranker fails), page, log; ``why``: that search, then probes.
 """
 
 from __future__ import annotations
@@ -40,7 +39,6 @@ from hybridsearch.query.build import (
 from hybridsearch.query.explain import Probes, explain, why_steps
 from hybridsearch.query.filters import NOT_YET_KNOWN, Filter
 from hybridsearch.query.fusion import Fusion, fusion_for
-from hybridsearch.query.passages import highlights, show_passages
 from hybridsearch.query.querylog import QueryLogger, log_doc
 from hybridsearch.query.results import Mode, RerankOutcome, SearchResult, Timings, WhyReport
 from hybridsearch.query.steps import Detect, Json, KnnLines, Rerank, Send, Steps, embed_steps, ms_since, send_steps
@@ -51,12 +49,13 @@ from hybridsearch.query.window import (
     apply_rerank,
     check_response,
     fuse_window,
+    highlights,
     passage_text,
+    show_passages,
 )
 from hybridsearch.rerank.base import Reranker, effective_blend
 from hybridsearch.settings import (
     ClusterSettings,
-    EmbeddingSettings,
     ModelsSettings,
     QuerySettings,
     RerankerSettings,
@@ -101,17 +100,17 @@ class SearchCore(Generic[E]):
         self.log_queries = self.query.log_queries if log_queries is None else log_queries
         self.reranker = reranker
         self._embedder = embedder
-        self._own_embedder = embedder is None  # made here from the settings (again when the index's model differs)
-        self._model_settled = False  # the first index check settles the model (followed where none is set)
+        self._follow_index = embedder is None  # the first index check may change the model (never a later one)
         self._embed_lock = threading.Lock()
         self._index: str | None = None
-        self._dialect: Dialect | None = None  # the engine's (set when the index is checked)
-        self._width: KnnWidth | None = None  # the kNN search's num_candidates and rescoring (set with the index)
-        self._bm25 = CHUNKS  # what BM25 scores on the index (its _meta and mapping; set when the index is checked)
-        self._fusion = Fusion()  # the index's fusion (fusion_for: settings, its _meta or the default)
         self._index_checked_at = 0.0
+        # what the index check finds: the engine's dialect, kNN width, what BM25 scores, fusion, typed metadata
+        self._dialect: Dialect | None = None
+        self._width: KnnWidth | None = None
+        self._bm25 = CHUNKS
+        self._fusion = Fusion()
+        self._metadata: dict[str, str] = {}
         self._state: str | None = settings.index.ingest_state  # None once the check finds the prefix has none
-        self._metadata: dict[str, str] = {}  # the index's typed metadata fields (set when the index is checked)
         self._no_reranker_reason = no_reranker_reason
         self._owns_es = False
         sender = self._open()
@@ -120,8 +119,7 @@ class SearchCore(Generic[E]):
     @classmethod
     def from_settings(cls, settings: Settings | None = None, *, reranker: Reranker | None = None,
                       embedder: Embedder | None = None) -> Self:
-        """A client on ``settings`` (default: the environment) that closes its engine client; reranker from
-        :func:`auto_reranker` when not given."""
+        """A client on ``settings`` (default: the environment) that closes its engine client."""
         settings = settings or get_settings()
         reason = None
         if reranker is None:
@@ -133,11 +131,10 @@ class SearchCore(Generic[E]):
 
     @classmethod
     def _connect(cls, cfg: ClusterSettings) -> E:
-        """The shell's engine client on ``cfg``."""
         raise NotImplementedError
 
     def _open(self) -> Sender | None:
-        """Start the shell's workers; returns what the query log writes with (the bare core: nothing)."""
+        """Start the shell's workers; returns what the query log writes with."""
         return None
 
     @property
@@ -155,8 +152,8 @@ class SearchCore(Generic[E]):
     # ---- the index behind the alias
 
     def index_steps(self) -> Steps[str]:
-        """The one concrete index behind the alias (``index.versions.live_target``), its mapping checked (cached
-        60 s). Raises IndexNotFound, AliasConflict, IndexMismatch, ClusterUnavailable."""
+        """The concrete index behind the alias, its mapping checked (cached 60 s). Raises IndexNotFound,
+        AliasConflict, IndexMismatch, ClusterUnavailable."""
         if self._index is not None and time.monotonic() - self._index_checked_at <= INDEX_RECHECK_S:
             return self._index
         alias = self.settings.index.alias
@@ -167,21 +164,11 @@ class SearchCore(Generic[E]):
         mappings: Json = yield Send(engine_request.get_mapping(names, ignore_unavailable=True),
                                     f"get mapping of {index}")
         counted: Json = yield Send(engine_request.count(index), f"count the chunks of {index}")
-        checked = self._checked_index(index, mappings, engine.dialect)
-        self._width = self._knn_width(mappings[index]["mappings"], counted, engine)
-        return checked
+        return self._checked_index(index, mappings, counted, engine)
 
-    def _knn_width(self, mapping: Mapping[str, Any], counted: Mapping[str, Any], engine: EngineInfo) -> KnnWidth:
-        """The kNN search's width on the checked index, from its largest shard's chunks and its vectors."""
-        shards = int((counted.get("_shards") or {}).get("total") or 1)
-        chunks = math.ceil(int(counted.get("count") or 0) / max(1, shards))
-        prop = (mapping.get("properties") or {}).get("embedding") or {}
-        kind = engine.dialect.vector_summary(prop).options.get("type")
-        return knn_width(self.query, knn_size(self.query), chunks, quantized=is_quantized(kind),
-                         can_rescore=engine.rescores_vectors)
-
-    def _checked_index(self, index: str, mappings: Mapping[str, Any], dialect: Dialect) -> str:
-        """Remember ``index`` once its mapping fits, and whether the prefix has its ingest state."""
+    def _checked_index(self, index: str, mappings: Mapping[str, Any], counted: Mapping[str, Any],
+                       engine: EngineInfo) -> str:
+        """Remember ``index`` once its mapping fits, what it holds, and whether the prefix has its ingest state."""
         state = self.settings.index.ingest_state
         self._state = state if state in mappings else None
         self._metadata = metadata_fields_of(mappings[index]["mappings"]) if index in mappings else {}
@@ -189,31 +176,28 @@ class SearchCore(Generic[E]):
             raise IndexNotFound(f"index {index} behind alias {self.settings.index.alias} no longer exists")
         mapping = mappings[index]["mappings"]
         meta = mapping.get("_meta") or {}
-        if self._own_embedder and not self._model_settled:
-            self._follow(follow_index(self.settings.embedding, meta))
-        self._model_settled = True
-        check_mapping(index, mapping, self.settings, dialect)
+        embedding = follow_index(self.settings.embedding, meta) if self._follow_index else self.settings.embedding
+        if embedding != self.settings.embedding:  # an embedder made for other settings is made again
+            self.settings = self.settings.model_copy(update={"embedding": embedding})
+            self._embedder = None
+        self._follow_index = False  # another model later is refused (IndexMismatch)
+        check_mapping(index, mapping, self.settings, engine.dialect)
         self._bm25 = bm25_scope(self.query, section_words_of(meta))
         self._fusion = fusion_for(self.query, meta)
-        self._dialect = dialect
+        self._dialect = engine.dialect
+        shards = int((counted.get("_shards") or {}).get("total") or 1)
+        chunks = math.ceil(int(counted.get("count") or 0) / max(1, shards))  # the largest shard's, about
+        vectors = engine.dialect.vector_summary((mapping.get("properties") or {}).get("embedding") or {})
+        self._width = knn_width(self.query, knn_size(self.query), chunks, can_rescore=engine.rescores_vectors,
+                                quantized=is_quantized(vectors.options.get("type")))
         self._index, self._index_checked_at = index, time.monotonic()
         return index
-
-    def _follow(self, embedding: EmbeddingSettings) -> None:
-        """Use ``embedding`` (the index's model, :func:`~hybridsearch.index.fit.follow_index`) from the first check
-        on; an embedder made for other settings (a warm-up) is made again. Only on the first check: a client whose
-        index moves to another model later is refused (IndexMismatch), never served another model's vectors."""
-        if embedding == self.settings.embedding:
-            return
-        self.settings = self.settings.model_copy(update={"embedding": embedding})
-        if self._own_embedder:
-            self._embedder = None
 
     # ---- planning
 
     def check(self, query: str, *, index_known: bool = True, **kwargs: Any) -> Plan:
-        """The checked plan of a search's arguments against the index last checked, without sending anything;
-        ``index_known=False`` checks everything but metadata types, which only the index knows. Raises QueryError."""
+        """The checked plan of a search's arguments, sending nothing; ``index_known=False``: metadata types (which
+        only the index knows) unchecked. Raises QueryError."""
         metadata = self._metadata if index_known else NOT_YET_KNOWN
         return plan(self.query, self.settings.index.tenant, query, state_index=self._state, metadata=metadata,
                     **kwargs)
@@ -224,7 +208,7 @@ class SearchCore(Generic[E]):
         return self.check(query, **kwargs)
 
     def _lines(self, p: Plan, scope: Bm25Scope) -> tuple[list[Json], KnnLines]:
-        """``send_steps``'s ``text`` and ``knn`` lines of ``p``'s lists (``scope``: what BM25 scores)."""
+        """``send_steps``'s ``text`` and ``knn`` lines of ``p``'s lists."""
         assert self._dialect is not None  # the index was checked
         p = dataclasses.replace(p, state_index=self._state)  # as the index check found it
         alias = self.settings.index.alias
@@ -236,31 +220,31 @@ class SearchCore(Generic[E]):
     def search_steps(self, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: FilterArg = None,
                      rerank: bool = True, explain: bool = False, page: int = 1,
                      highlight: bool = False) -> Steps[SearchResult]:
-        """Hits ``(page-1)*k+1 .. page*k`` of the fused (and reranked) window for ``query``; with ``highlight``, where
-        each BM25 hit's passage matched (``Hit.highlights``; the engine's highlighter costs about another search).
-
-        Raises QueryError (before any request), IndexNotFound, IndexMismatch, ClusterUnavailable or ClusterError.
-        A failing or slow reranker never raises: the result says ``reranked=False`` and why.
-        """
+        """Hits ``(page-1)*k+1 .. page*k`` of the fused (and reranked) window; ``highlight``: ``Hit.highlights`` too
+        (costs about another search). Raises QueryError (before any request), IndexNotFound, IndexMismatch,
+        ClusterUnavailable or ClusterError; a failing or slow reranker never raises (``reranked=False`` and why)."""
         started = time.perf_counter()
-        p = self._single_list_depth((yield from self._planned(query, k=k, mode=mode, filters=filters, rerank=rerank,
-                                                              explain=explain, page=page, highlight=highlight)))
+        p = yield from self._planned(query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain, page=page,
+                                     highlight=highlight)
+        if p.mode != "hybrid":  # one list's top does not depend on how deep it is fetched: only what is shown
+            reranks = p.rerank and self.reranker is not None
+            p = dataclasses.replace(p, depth=max(p.k * p.page, self.settings.reranker.depth if reranks else 0))
         t = Timings()
         index, window, fuse_ms = yield from self._window(p, t)
-        return self._finish(p, index, window, t, started, fuse_ms)
-
-    def _single_list_depth(self, p: Plan) -> Plan:
-        """``p`` asking a search of one list for only the hits its page and rerank show (fusion, and ``why``, need
-        whole lists; one list's top does not depend on how deep it is fetched)."""
-        if p.mode == "hybrid":
-            return p
-        reranks = p.rerank and self.reranker is not None
-        return dataclasses.replace(p, depth=max(p.k * p.page, self.settings.reranker.depth if reranks else 0))
+        t0 = time.perf_counter()
+        result = build_result(self.settings.reranker.depth, p, index, window, t)
+        t.fusion_ms = fuse_ms + ms_since(t0)
+        t.total_ms = ms_since(started)
+        result.timings = t
+        if p.wants_vector and self._width is not None:
+            result.knn_width = self._width.reason
+        if self.query_log is not None:
+            self.query_log.submit(log_doc(p, result, redact=self.query.redact))
+        return result
 
     def why_steps(self, query: str, doc_id: str, *, mode: Mode = "hybrid", filters: FilterArg = None,
                   rerank: bool = True) -> Steps[WhyReport]:
-        """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query`` (a search for one highlighted hit,
-        then :func:`.explain.why_steps`). Raises like :meth:`search_steps`."""
+        """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query``. Raises like :meth:`search_steps`."""
         p = yield from self._planned(query, k=1, highlight=True, mode=mode, filters=filters, rerank=rerank)
         index, window, _ = yield from self._window(p, Timings())
         assert self._dialect is not None  # the index was checked
@@ -269,9 +253,8 @@ class SearchCore(Generic[E]):
         return (yield from why_steps(probes, p, index, window, doc_id))
 
     def _window(self, p: Plan, t: Timings) -> Steps[tuple[str, Window, float]]:
-        """The index searched, the fused (and reranked) window and the milliseconds fusing took. Searches again,
-        once, when the alias moved under the search (answers from another index, or a failed list while the
-        alias now names another index)."""
+        """The index searched, the fused (and reranked) window and fusing's milliseconds; searches again, once, when
+        the alias moved under the search."""
         for retry in (True, False):
             index, scope = (yield from self.index_steps()), self._bm25
             responses = yield from send_steps(p, t, *self._lines(p, scope), f"search {self.settings.index.alias}",
@@ -292,7 +275,7 @@ class SearchCore(Generic[E]):
         raise AssertionError("unreachable: the second search returns or raises")
 
     def _fuse(self, p: Plan, scope: Bm25Scope, responses: list[Json]) -> tuple[Window, float]:
-        """The fused window of one ``_msearch`` answer (a failed list raises) and the milliseconds it took."""
+        """The fused window of one ``_msearch`` answer (a failed list raises) and its milliseconds."""
         t0 = time.perf_counter()
         answers = dict(zip(list_names(p, scope), responses, strict=True))
         passages = answers.pop(PASSAGES, None)
@@ -316,7 +299,7 @@ class SearchCore(Generic[E]):
             passages = [passage_text(e.source) for e in window.entries[:cfg.depth]]
             try:
                 scores = yield Rerank(self.reranker, p.query, passages, cfg.timeout)
-                apply_rerank(window, cfg.depth, list(scores), self.rerank_blend())
+                apply_rerank(window, cfg.depth, list(scores), effective_blend(cfg.blend, self.reranker.blend)[0])
             except TimeoutError:  # concurrent.futures' and asyncio's timeouts are TimeoutError
                 window.rerank_outcome = RerankOutcome.TIMED_OUT
                 window.rerank_reason = f"reranker timeout after {cfg.timeout}s"
@@ -327,29 +310,10 @@ class SearchCore(Generic[E]):
                 window.rerank_reason = f"reranker error: {what}"
         t.rerank_ms = ms_since(t0)
 
-    def rerank_blend(self) -> float:
-        """The reranker's share in the final order: ``HSP_RERANKER__BLEND`` when set, else what the reranker
-        recommends (``Reranker.blend``, from its model's training card), else 1."""
-        return effective_blend(self.settings.reranker.blend,
-                               self.reranker.blend if self.reranker is not None else None)[0]
-
-    def _finish(self, p: Plan, index: str, window: Window, t: Timings, started: float, fuse_ms: float) -> SearchResult:
-        t0 = time.perf_counter()
-        result = build_result(self.settings.reranker.depth, p, index, window, t)
-        t.fusion_ms = fuse_ms + ms_since(t0)
-        t.total_ms = ms_since(started)
-        result.timings = t
-        if p.wants_vector and self._width is not None:
-            result.knn_width = self._width.reason
-        if self.query_log is not None:
-            self.query_log.submit(log_doc(p, result, redact=self.query.redact))
-        return result
-
     # ---- warming up, building
 
     def warm_up_steps(self, mode: Mode = "hybrid") -> Steps[None]:
-        """Load the models the first search would load: embed once (unless ``mode`` is bm25) and let the reranker
-        score one pair (its failure ignored). Raises ModelError."""
+        """Load the models the first search would load (the reranker's failure ignored). Raises ModelError."""
         if mode != "bm25":
             yield from embed_steps("warm up", Timings())
         if self.reranker is not None and self.settings.reranker.enabled:
@@ -359,7 +323,7 @@ class SearchCore(Generic[E]):
 
 
 def _hit_fields(e: WindowEntry, rank: int, explanation: list[str] | None) -> dict[str, Any]:
-    """The fields of ``e``'s :class:`Hit` at ``rank`` as plain data (the page is validated at once)."""
+    """The fields of ``e``'s :class:`Hit` at ``rank``."""
     src = e.source
     meta = src.get("metadata")
     text = str(src.get("text") or "")

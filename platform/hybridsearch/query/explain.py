@@ -10,10 +10,9 @@ from typing import Any
 
 from hybridsearch.engine.dialect import Dialect
 from hybridsearch.query.build import CHUNKS, Bm25Scope, Plan, bm25_body, search_filters
-from hybridsearch.query.passages import highlights
 from hybridsearch.query.results import PassageSource, RerankOutcome, WhyReport
 from hybridsearch.query.steps import Embed, Json, Steps, msearch
-from hybridsearch.query.window import Window, WindowEntry, check_response
+from hybridsearch.query.window import Window, WindowEntry, check_response, highlights
 from hybridsearch.settings import QuerySettings
 
 STAGE_LABEL = {"bm25": "BM25", "knn": "kNN"}

@@ -1,11 +1,13 @@
-"""The fused window of one query, pure: its entries, best first, and what each stage records on them.
-:func:`fuse_window` builds it from one ``_msearch`` answer's lists; :mod:`.passages` sets the chunk each entry shows;
-:func:`apply_rerank` reorders its top.
+"""The fused window of one query, pure: :func:`fuse_window` builds it from one ``_msearch`` answer's lists,
+:func:`show_passages` sets the chunk each entry shows (BM25 over sections hits a section's first chunk; the passage
+list finds each document's best-matching chunk; kNN's chunk wins where kNN added more to the fused score), and
+:func:`apply_rerank` reorders its top. Highlights come back between two private-use marks, read as data.
 """
 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -19,7 +21,7 @@ MatchOffsets = tuple[int, int]
 
 
 class Rank(NamedTuple):
-    """A stage rank (from 1) and score while assembling (cheap); becomes a StageScore only for returned hits."""
+    """A stage rank (from 1) and score; a StageScore only for returned hits (cheaper to build)."""
 
     rank: int
     score: float
@@ -27,8 +29,7 @@ class Rank(NamedTuple):
 
 @dataclass
 class WindowEntry:
-    """One entry of the fused window (a document when collapsing, else a chunk); ``source`` and ``chunk_id``:
-    the chunk it shows and the reranker scores (``passage`` says why, ``matches`` where its text matched)."""
+    """A document (collapsing) or chunk of the window; ``source`` and ``chunk_id``: the chunk shown and reranked."""
 
     key: str
     source: dict[str, Any]
@@ -45,7 +46,7 @@ class WindowEntry:
     blended: float | None = None  # final score when the rerank blend weight is below 1
 
     def stage_scores(self) -> dict[str, StageScore | None]:
-        """Its rank and score in each stage (``bm25``, ``knn``, ``fused``, ``rerank``) as results show them."""
+        """Its :class:`StageScore` in each stage: ``bm25``, ``knn``, ``fused``, ``rerank``."""
         ranks = {"bm25": self.stages.get("bm25"), "knn": self.stages.get("knn"), "fused": self.fused,
                  "rerank": self.rerank}
         return {name: None if r is None else StageScore(rank=r.rank, score=r.score) for name, r in ranks.items()}
@@ -65,7 +66,6 @@ class Window:
 
 
 def _root_cause(resp: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The root cause of one failed ``_msearch`` item, or None when it did not fail."""
     err = resp.get("error")
     if not err:
         return None
@@ -112,9 +112,8 @@ def stage_list(resp: Mapping[str, Any], collapse: bool) -> list[tuple[str, float
 
 
 def fuse_window(answers: Mapping[str, Mapping[str, Any]], collapse: bool, fusion: Fusion | None = None) -> Window:
-    """The window of the ranked lists' ``answers`` (``{name: _msearch item}``, ``bm25`` and ``knn``): each list
-    collapsed (with ``collapse``), then fused with ``fusion`` (default: RRF k=60, equal weights) when there are two.
-    Each entry shows the chunk its first list found until :func:`~.passages.show_passages` picks one."""
+    """The window of ``{name: _msearch item}`` (``bm25``, ``knn``), each list collapsed with ``collapse``, two
+    fused with ``fusion`` (default RRF k=60); each entry shows its first list's chunk."""
     lists = {name: stage_list(resp, collapse) for name, resp in answers.items()}
     entries: dict[str, WindowEntry] = {}
     for name, lst in lists.items():
@@ -144,20 +143,112 @@ def fuse_window(answers: Mapping[str, Mapping[str, Any]], collapse: bool, fusion
     return Window(entries=[entries[key] for key, _ in order], depths=depths, fusion=fusion)
 
 
+# ---- the chunk each entry shows
+
+#: what the highlighter puts around each match: private-use characters, which text rarely holds
+MARK_OPEN, MARK_CLOSE = "\ue000", "\ue001"
+#: the field the passage list highlights
+HIGHLIGHTED_FIELD = "text"
+#: what the passage list fetches of each chunk: what differs between a document's chunks (and the text, unless
+#: highlighted)
+PASSAGE_FIELDS = ["doc_id", "chunk_id", "position", "parent_id", "parent_text"]
+BEST = PassageSource.BM25_BEST_CHUNK
+_MARKED = re.compile(f"{MARK_OPEN}[^{MARK_OPEN}{MARK_CLOSE}]*{MARK_CLOSE}")
+
+
+def highlight_body() -> dict[str, Any]:
+    """The passage list's ``highlight``: the whole chunk text, matches between marks."""
+    return {"type": "unified", "pre_tags": [MARK_OPEN], "post_tags": [MARK_CLOSE], "encoder": "default",
+            "fields": {HIGHLIGHTED_FIELD: {"number_of_fragments": 0}}}
+
+
+def read_highlights(marked: str) -> tuple[str, list[MatchOffsets]] | None:
+    """``marked`` without its marks and the offsets of the marked stretches; None when marks are not well formed."""
+    matches: list[MatchOffsets] = []
+    count = 0
+    for count, m in enumerate(_MARKED.finditer(marked), start=1):
+        start = m.start() - 2 * (count - 1)  # each earlier match's two marks are gone from the text
+        if m.end() - m.start() > 2:
+            matches.append((start, start + m.end() - m.start() - 2))
+    if marked.count(MARK_OPEN) != count or marked.count(MARK_CLOSE) != count:
+        return None
+    return marked.replace(MARK_OPEN, "").replace(MARK_CLOSE, ""), matches
+
+
+class BestChunk(NamedTuple):
+    """A document's best-matching chunk: its fields (laid over the BM25 hit's ``_source``), where it matched."""
+
+    fields: dict[str, Any]
+    chunk_id: str
+    matches: tuple[MatchOffsets, ...]
+
+
+def best_chunks(resp: Mapping[str, Any]) -> dict[str, BestChunk]:
+    """``{doc_id: BestChunk}`` of each document's first hit in the passage list's answer, text from the highlight
+    or ``_source``."""
+    out: dict[str, BestChunk] = {}
+    for hit in resp.get("hits", {}).get("hits", []):
+        src = hit.get("_source") or {}
+        doc = str(src.get("doc_id") or "")
+        if not doc or doc in out:
+            continue
+        marked = (hit.get("highlight") or {}).get(HIGHLIGHTED_FIELD) or []
+        text = src.get(HIGHLIGHTED_FIELD)
+        read = read_highlights(str(marked[0])) if marked else (str(text), []) if text is not None else None
+        if read is not None:
+            fields = {name: src.get(name) for name in PASSAGE_FIELDS}
+            out[doc] = BestChunk({**fields, "text": read[0]}, str(src.get("chunk_id") or hit["_id"]), tuple(read[1]))
+    return out
+
+
+def highlights(text: str, matches: Sequence[MatchOffsets]) -> list[dict[str, Any]]:
+    """The fields of the :class:`Highlight` s of ``matches`` in ``text``."""
+    return [{"start": a, "end": b, "term": text[a:b]} for a, b in matches]
+
+
+def _keeps_bm25(e: WindowEntry, knn_chunk: str) -> bool:
+    """Whether a document kNN found too keeps BM25's best chunk: the same chunk, or kNN added no more (ties: BM25)."""
+    shares = e.fusion_shares
+    return e.passage is BEST and (e.chunk_id == knn_chunk or shares.get("bm25", 0.0) >= shares.get("knn", 0.0))
+
+
+def show_passages(entries: Sequence[WindowEntry], sections: bool, answer: Mapping[str, Any] | None,
+                  depth: int) -> None:
+    """Set the chunk each entry shows; ``answer``: the passage list's (``depth`` documents; None when off)."""
+    failed = item_failure(answer) if answer is not None else None
+    best = best_chunks(answer) if answer is not None and failed is None else {}
+    first = ("the passage search is off (HSP_QUERY__BEST_PASSAGE=false)" if answer is None else
+             f"the passage search failed: {failed}" if failed else
+             f"no chunk's text matched among the passage search's top {depth} documents")
+    for e in entries:  # each shows the chunk of the first list that found it, BM25's where both did
+        bm25, knn = e.found.get("bm25"), e.found.get("knn")
+        if bm25 is not None and sections:
+            p = best.get(e.key)
+            if p is not None:
+                e.source, e.chunk_id, e.passage, e.matches = {**bm25[0], **p.fields}, p.chunk_id, BEST, p.matches
+            else:
+                e.passage, e.passage_reason = PassageSource.SECTION_FIRST_CHUNK, first
+        if knn is None or _keeps_bm25(e, knn[1]):
+            continue
+        e.passage_reason = (None if bm25 is None or e.passage is PassageSource.BM25 else
+                            f"kNN added more to the fused score than BM25, whose best chunk is {e.chunk_id}"
+                            if e.passage is BEST else f"BM25 has no better chunk than its section's first: {first}")
+        (e.source, e.chunk_id), e.passage, e.matches = knn, PassageSource.KNN, ()
+
+
 # ---- the rerank stage
 
 
 def passage_text(source: Mapping[str, Any]) -> str:
-    """Text the reranker scores for a stored chunk ``source``: its title and text (training pairs use it too)."""
+    """Text the reranker scores for a stored chunk ``source``: its title and text."""
     title = source.get("title") or ""
     text = source.get("text") or ""
     return f"{title} {text}".strip() if title else str(text)
 
 
 def apply_rerank(window: Window, depth: int, scores: Sequence[float], blend: float = 1.0) -> None:
-    """Reorder the top ``depth`` by ``scores`` (ties keep fused order), or with ``blend`` below 1 by
-    :func:`~hybridsearch.query.fusion.interpolate` of them with the fused scores. Raises RerankerError when
-    ``scores`` does not hold one finite number per passage."""
+    """Reorder the top ``depth`` by ``scores`` (ties keep fused order; ``blend`` below 1: interpolated with the fused
+    scores). Raises RerankerError unless ``scores`` holds one finite number per passage."""
     top = window.entries[:depth]
     if len(scores) != len(top):
         raise RerankerError(f"reranker returned {len(scores)} scores for {len(top)} passages")
