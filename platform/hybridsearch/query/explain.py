@@ -1,7 +1,5 @@
-"""Explanations for people: why a hit stands where it does (``explain=True``) and where one document fell in BM25,
-kNN, fusion and rerank for one query (``why``: the search's window, then probes of the lists that missed it, as
-steps of the core: ``_msearch`` counts and the query vector).
-"""
+"""Explanations for people: why a hit stands where it does (``explain=True``) and where one document fell at each
+stage of one query (``why``: the search's window, then probes of the lists that missed it)."""
 
 from __future__ import annotations
 
@@ -70,8 +68,7 @@ def explain(rerank_depth: int, window: Window, e: WindowEntry) -> list[str]:
 
 @dataclass(frozen=True)
 class Probes:
-    """What the probes of ``why`` search with: the alias, query knobs, rerank depth, the engine's dialect, what BM25
-    scores and the search's rescoring of quantized vectors (``build.KnnWidth.oversample``)."""
+    """What the probes of ``why`` search with (``oversample``: the search's rescoring of quantized vectors)."""
 
     alias: str
     query: QuerySettings
@@ -109,8 +106,7 @@ def _total(item: Json) -> int:
 
 
 def why_steps(probes: Probes, p: Plan, index: str, window: Window, doc_id: str) -> Steps[WhyReport]:
-    """The :class:`WhyReport` for ``doc_id`` from a search's fused ``window`` (``index``: the index searched),
-    probing the lists that missed it. Raises ClusterError."""
+    """The :class:`WhyReport` for ``doc_id`` from a search's ``window``, probing lists that missed it."""
     counted = yield from _probe(probes, [_count_body({"bool": {"filter": _doc_filters(p, doc_id, False)}}),
                                          _count_body({"bool": {"filter": _doc_filters(p, doc_id, True)}})],
                                 f"count chunks of {doc_id}")

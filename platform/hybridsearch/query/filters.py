@@ -275,8 +275,7 @@ def _value(kind: str, field: str, ftype: str, value: Any) -> Scalar:
 
 
 def _range_bounds(f: Range, ftype: str) -> dict[str, Scalar]:
-    """The bounds of ``f`` as the field (of type ``ftype``) compares them; ValueError when the field cannot answer
-    a range (free-form metadata, booleans), a bound is not of its type, or the range can match nothing."""
+    """The bounds of ``f`` as a field of type ``ftype`` compares them; ValueError when that cannot match anything."""
     given: dict[str, Scalar] = {k: v for k in ("gte", "gt", "lte", "lt") if (v := getattr(f, k)) is not None}
     if not given:
         raise ValueError(f"range on {f.field} needs at least one of gte, gt, lte, lt")
@@ -327,9 +326,8 @@ _MS = timedelta(milliseconds=1)
 
 
 def _date_span(text: str, key: str) -> datetime | None:
-    """The first (``gte``, ``gt``) or last (``lte``, ``lt``) millisecond a date bound admits, as the engines read
-    it: ``gt`` and ``lte`` fill what the bound leaves out upwards (``lte 2024-05-01`` is the day's last
-    millisecond), ``gte`` and ``lt`` downwards. None for date math."""
+    """The first (``gte``, ``gt``) or last (``lte``, ``lt``) millisecond a date bound admits, as the engines round
+    it (``lte 2024-05-01``: the day's last); None for date math."""
     start = parse_date(text)
     if start is None:
         return None
@@ -363,9 +361,7 @@ def _dsl(f: Filter, metadata: MetadataFields | None) -> dict[str, Any]:
 
 def filter_dsl(spec: Filter | Mapping[str, Any] | None,
                metadata: MetadataFields | None = None) -> dict[str, Any] | None:
-    """The query clause of ``spec`` (an object or a dict), None for no filter; the only place filters become DSL.
-    ``metadata``: the index's typed metadata keys, whose filters go to ``meta.<key>``. Raises QueryError for a
-    value or range the field's type cannot answer."""
+    """The query clause of ``spec`` (None: no filter), typed ``metadata`` keys on ``meta.<key>``. Raises QueryError."""
     parsed = parse_filter(spec)
     try:
         return None if parsed is None else _dsl(parsed, metadata)

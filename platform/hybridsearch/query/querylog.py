@@ -1,7 +1,5 @@
-"""The query log: one document per search (:func:`log_doc`), queued without blocking the search (dropped and
-counted when the queue is full) and bulk-written to ``<prefix>-query-log`` by a daemon thread through
-:class:`hybridsearch.index.logs.LogWriter`; what failed, and why, is in ``failed`` and ``last_error``.
-"""
+"""The query log: one document per search, queued without blocking it (dropped and counted when the queue is full)
+and bulk-written to ``<prefix>-query-log`` by a daemon thread; what failed, and why: ``failed``, ``last_error``."""
 
 from __future__ import annotations
 
