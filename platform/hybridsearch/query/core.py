@@ -27,6 +27,7 @@ from hybridsearch.query.build import (
     Bm25Scope,
     KnnWidth,
     Plan,
+    bm25_body,
     bm25_scope,
     is_quantized,
     knn_lines,
@@ -34,22 +35,37 @@ from hybridsearch.query.build import (
     knn_width,
     list_names,
     plan,
+    search_filters,
     text_lines,
 )
-from hybridsearch.query.explain import Probes, explain, why_steps
 from hybridsearch.query.filters import NOT_YET_KNOWN, Filter
 from hybridsearch.query.fusion import Fusion, fusion_for
 from hybridsearch.query.querylog import QueryLogger, log_doc
 from hybridsearch.query.results import Mode, RerankOutcome, SearchResult, Timings, WhyReport
-from hybridsearch.query.steps import Detect, Json, KnnLines, Rerank, Send, Steps, embed_steps, ms_since, send_steps
+from hybridsearch.query.steps import (
+    Detect,
+    Embed,
+    Json,
+    KnnLines,
+    Rerank,
+    Send,
+    Steps,
+    embed_steps,
+    ms_since,
+    msearch,
+    send_steps,
+)
 from hybridsearch.query.window import (
+    STAGE_LABEL,
     Window,
     WindowEntry,
     answered_by,
     apply_rerank,
     check_response,
+    explain,
     fuse_window,
     highlights,
+    passage_line,
     passage_text,
     show_passages,
 )
@@ -244,13 +260,89 @@ class SearchCore(Generic[E]):
 
     def why_steps(self, query: str, doc_id: str, *, mode: Mode = "hybrid", filters: FilterArg = None,
                   rerank: bool = True) -> Steps[WhyReport]:
-        """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query``. Raises like :meth:`search_steps`."""
+        """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query``: the search's window, then probes of
+        the lists that missed it. Raises like :meth:`search_steps`."""
         p = yield from self._planned(query, k=1, highlight=True, mode=mode, filters=filters, rerank=rerank)
         index, window, _ = yield from self._window(p, Timings())
+        counted = yield from self._probe([_count_body({"bool": {"filter": _doc_filters(p, doc_id, False)}}),
+                                          _count_body({"bool": {"filter": _doc_filters(p, doc_id, True)}})],
+                                         f"count chunks of {doc_id}")
+        total, allowed = _total(counted[0]), _total(counted[1])
+        rank, entry = next(((i, e) for i, e in enumerate(window.entries, start=1)
+                            if str(e.source.get("doc_id") or e.key) == doc_id), (None, None))
+        shown = {} if entry is None else {**entry.stage_scores(), "chunk_id": entry.chunk_id, "passage": entry.passage,
+                                          "highlights": highlights(str(entry.source.get("text") or ""), entry.matches)}
+        rep = WhyReport.model_validate({
+            "query": p.query, "doc_id": doc_id, "mode": p.mode, "index": index, "chunks_in_index": total,
+            "chunks_matching_filters": allowed, "candidates": len(window.entries), "final_rank": rank, **shown,
+            "reranked": window.reranked, "rerank_outcome": window.rerank_outcome,
+            "rerank_reason": window.rerank_reason})
+        notes = rep.notes
+        if total == 0:
+            notes.append(f"{doc_id} is not in {index}: no chunk has this doc_id")
+        elif allowed == 0:
+            notes.append(f"all {total} chunks of {doc_id} are excluded by the filters (or tenant), or still being "
+                         "written")
+        for name, depth in window.depths.items():
+            stage = entry.stages.get(name) if entry else None
+            if stage is not None:
+                notes.append(f"{STAGE_LABEL[name]}: rank {stage.rank} of {depth}, score {stage.score:.4f}")
+            elif allowed:
+                notes.append((yield from self._probe_bm25(p, doc_id, depth)) if name == "bm25" else
+                             (yield from self._probe_knn(p, doc_id, window, depth)))
+        if rep.fused:
+            notes.append(f"fused: rank {rep.fused.rank} of {len(window.entries)}, score {rep.fused.score:.6f}")
+        elif entry is None and allowed:
+            notes.append(f"fusion: not among the {len(window.entries)} fused candidates")
+        if rep.rerank:
+            notes.append(f"rerank: rank {rep.rerank.rank}, score {rep.rerank.score:.4f}")
+        elif entry is not None and window.reranked:
+            notes.append(f"rerank: not seen (fused rank {rep.final_rank} is below the depth "
+                         f"{self.settings.reranker.depth})")
+        elif window.rerank_reason:
+            notes.append(f"rerank: not applied ({window.rerank_reason})")
+        if entry is not None:
+            notes.append(passage_line(entry))  # the chunk shown and reranked
+        if rep.final_rank is not None:
+            notes.append(f"final: rank {rep.final_rank}")
+        return rep
+
+    def _probe(self, bodies: list[Json], what: str) -> Steps[list[Json]]:
+        """The answers of one ``_msearch`` of ``bodies`` on the alias; a failed item raises."""
+        alias = self.settings.index.alias
+        answer: Json = yield msearch([line for body in bodies for line in ({"index": alias}, body)], what)
+        items: list[Json] = answer["responses"]
+        for item in items:
+            check_response(item, alias)
+        return items
+
+    def _probe_bm25(self, p: Plan, doc_id: str, depth: int) -> Steps[str]:
+        match = bm25_body(self.query, p, self._bm25)["query"]["bool"]["must"][0]
+        what = self._bm25.unit
+        best, = yield from self._probe([{"size": 1, "_source": False, "query": {
+            "bool": {"must": [match], "filter": _doc_filters(p, doc_id, True)}}}], "BM25 probe")
+        hits = best["hits"]["hits"]
+        if not hits:
+            return f"BM25: no {what} of {doc_id} matches the query terms (operator {self.query.operator})"
+        score = float(hits[0]["_score"])
+        counted, = yield from self._probe([{**_count_body({"bool": {"must": [match], "filter": search_filters(p)}}),
+                                            "min_score": score}], "BM25 probe")
+        return (f"BM25: best {what} score {score:.4f}, about {_total(counted)} {what}s score as high or higher; "
+                f"the list keeps {depth}")
+
+    def _probe_knn(self, p: Plan, doc_id: str, window: Window, depth: int) -> Steps[str]:
         assert self._dialect is not None  # the index was checked
-        probes = Probes(self.settings.index.alias, self.query, self.settings.reranker.depth, self._dialect,
-                        self._bm25, self._width.oversample if self._width else None)
-        return (yield from why_steps(probes, p, index, window, doc_id))
+        vector = yield Embed(p.query)
+        # rescored as the search was, so that its score compares with the window's
+        knn = self._dialect.knn_search("embedding", [float(x) for x in vector], 1, 100, _doc_filters(p, doc_id, True),
+                                       self._width.oversample if self._width else None)
+        nearest, = yield from self._probe([{"size": 1, "_source": False, **knn}], "kNN probe")
+        hits = nearest["hits"]["hits"]
+        if not hits:
+            return f"kNN: no chunk of {doc_id} has a vector"
+        kept = [e.stages["knn"].score for e in window.entries if "knn" in e.stages]
+        cutoff = f"; the lowest score kept in the top {depth} is {min(kept):.4f}" if kept else ""
+        return f"kNN: best chunk score {float(hits[0]['_score']):.4f}{cutoff}"
 
     def _window(self, p: Plan, t: Timings) -> Steps[tuple[str, Window, float]]:
         """The index searched, the fused (and reranked) window and fusing's milliseconds; searches again, once, when
@@ -349,3 +441,17 @@ def build_result(rerank_depth: int, p: Plan, index: str, window: Window, timings
         "candidates": len(window.entries), "reranked": window.reranked, "rerank_outcome": window.rerank_outcome,
         "rerank_reason": window.rerank_reason, "rerank_blend": window.blend, "truncated_query": p.truncated,
         "timings": timings, "fusion": window.fusion.describe() if window.fusion else None})
+
+
+def _doc_filters(p: Plan, doc_id: str, with_filters: bool) -> list[dict[str, Any]]:
+    """The document's chunks, and with ``with_filters`` only those the search's filters let through."""
+    return [{"term": {"doc_id": doc_id}}, *(search_filters(p) if with_filters else [])]
+
+
+def _count_body(query: Json) -> Json:
+    """A search that counts, exactly, the chunks ``query`` matches."""
+    return {"size": 0, "track_total_hits": True, "query": query}
+
+
+def _total(item: Json) -> int:
+    return int(item["hits"]["total"]["value"])

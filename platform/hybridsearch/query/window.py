@@ -1,7 +1,8 @@
 """The fused window of one query, pure: :func:`fuse_window` builds it from one ``_msearch`` answer's lists,
 :func:`show_passages` sets the chunk each entry shows (BM25 over sections hits a section's first chunk; the passage
 list finds each document's best-matching chunk; kNN's chunk wins where kNN added more to the fused score), and
-:func:`apply_rerank` reorders its top. Highlights come back between two private-use marks, read as data.
+:func:`apply_rerank` reorders its top; :func:`explain` says why an entry stands where it does, for people.
+Highlights come back between two private-use marks, read as data.
 """
 
 from __future__ import annotations
@@ -256,3 +257,58 @@ def apply_rerank(window: Window, depth: int, scores: Sequence[float], blend: flo
     window.reranked = True
     window.rerank_outcome, window.rerank_reason = RerankOutcome.APPLIED, None
     window.blend = blend
+
+
+# ---- explanations for people
+
+STAGE_LABEL = {"bm25": "BM25", "knn": "kNN"}
+
+
+def passage_line(e: WindowEntry) -> str:
+    """One line for people: which chunk ``e`` shows and why (``--explain``, ``--why``)."""
+    position = e.source.get("position")
+    where = f"chunk {position} ({e.chunk_id})" if isinstance(position, int) else f"chunk {e.chunk_id}"
+    reason = e.passage_reason
+    if e.passage is PassageSource.BM25_BEST_CHUNK:
+        text = str(e.source.get("text") or "")
+        matched = ", ".join(dict.fromkeys(text[a:b].lower() for a, b in e.matches))
+        return f"passage: {where}, the document's chunk that best matches the query" + (
+            f" (matched: {matched})" if matched else "")
+    if e.passage is PassageSource.SECTION_FIRST_CHUNK:
+        return f"passage: {where}, the first chunk of the BM25 section ({reason or 'no better chunk found'})"
+    if e.passage is PassageSource.KNN:
+        return f"passage: {where}, the chunk nearest to the query (kNN)" + (f"; {reason}" if reason else "")
+    return f"passage: {where}, the chunk BM25 scored"
+
+
+def explain(rerank_depth: int, window: Window, e: WindowEntry) -> list[str]:
+    """Reasons for ``e``'s place, for people: each list's rank and share of the fused score, fusion, passage, rerank."""
+    lines: list[str] = []
+    for name, depth in window.depths.items():
+        label, s = STAGE_LABEL[name], e.stages.get(name)
+        if s is None:
+            lines.append(f"{label}: not in the top {depth} (adds 0)" if e.fused else f"{label}: not in the top {depth}")
+            continue
+        line = f"{label}: rank {s.rank}, score {s.score:.4f}"
+        f = window.fusion
+        if e.fused and f is not None and f.method == "rrf":
+            w = f.weight(name)
+            line += f" → RRF term {'' if w == 1 else f'{w:g} × '}1/({f.k}+{s.rank}) = {e.fusion_shares[name]:.6f}"
+        elif e.fused and f is not None:
+            line += f" → {f.method}-normalised × weight {f.weight(name):g} = {e.fusion_shares[name]:.4f}"
+        lines.append(line)
+    if e.fused and window.fusion is not None:
+        lines.append(f"fused: rank {e.fused.rank}, score {e.fused.score:.6f} ({window.fusion.describe()})")
+    lines.append(passage_line(e))
+    if e.rerank:
+        before = e.fused.rank if e.fused else next(iter(e.stages.values())).rank
+        lines.append(f"rerank: rank {e.rerank.rank}, score {e.rerank.score:.4f} (was rank {before} before rerank)")
+        if e.blended is not None and window.blend is not None:
+            lines.append(f"blend: {window.blend:g} × min-max(rerank score) + {1 - window.blend:g} × min-max(fused "
+                         f"score) = {e.blended:.4f} over the reranked top")
+    elif window.reranked:
+        lines.append(f"rerank: below the rerank depth {rerank_depth}, keeps its fused order")
+    elif window.rerank_outcome is not RerankOutcome.APPLIED:
+        detail = window.rerank_reason or window.rerank_outcome.value.replace("_", " ")
+        lines.append(f"rerank: not applied ({detail})")
+    return lines
