@@ -46,7 +46,6 @@ from hybridsearch.query.steps import (
     Detect,
     Embed,
     Json,
-    KnnLines,
     Rerank,
     Send,
     Steps,
@@ -223,14 +222,6 @@ class SearchCore(Generic[E]):
         yield from self.index_steps()  # its typed metadata decides how metadata filters are checked and sent
         return self.check(query, **kwargs)
 
-    def _lines(self, p: Plan, scope: Bm25Scope) -> tuple[list[Json], KnnLines]:
-        """``send_steps``'s ``text`` and ``knn`` lines of ``p``'s lists."""
-        assert self._dialect is not None  # the index was checked
-        p = dataclasses.replace(p, state_index=self._state)  # as the index check found it
-        alias = self.settings.index.alias
-        return (text_lines(self.query, alias, p, scope),
-                functools.partial(knn_lines, self.query, alias, p, dialect=self._dialect, width=self._width))
-
     # ---- searching
 
     def search_steps(self, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: FilterArg = None,
@@ -348,9 +339,12 @@ class SearchCore(Generic[E]):
         """The index searched, the fused (and reranked) window and fusing's milliseconds; searches again, once, when
         the alias moved under the search."""
         for retry in (True, False):
-            index, scope = (yield from self.index_steps()), self._bm25
-            responses = yield from send_steps(p, t, *self._lines(p, scope), f"search {self.settings.index.alias}",
-                                              self.query.hybrid_overlap)
+            index, scope, alias = (yield from self.index_steps()), self._bm25, self.settings.index.alias
+            assert self._dialect is not None  # the index was checked
+            listed = dataclasses.replace(p, state_index=self._state)  # as the index check found it
+            text = text_lines(self.query, alias, listed, scope)
+            knn = functools.partial(knn_lines, self.query, alias, listed, dialect=self._dialect, width=self._width)
+            responses = yield from send_steps(p, t, text, knn, f"search {alias}", self.query.hybrid_overlap)
             if answered_by(responses) - {index}:  # the alias moved since the check: check the new index at once
                 self._index = None
                 if retry:  # searched as the old index wants

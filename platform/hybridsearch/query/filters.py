@@ -212,9 +212,7 @@ def _error(exc: ValidationError) -> QueryError:
 def parse_filter(spec: Filter | Mapping[str, Any] | None, _depth: int = 0) -> Filter | None:
     """A typed filter from an object or a dict (see the module docstring). Raises QueryError."""
     if spec is None or isinstance(spec, Term | Terms | Range | Exists | AllOf | AnyOf | NoneOf):
-        if spec is not None:
-            _check_depth(spec)
-        return spec
+        return spec  # its depth is checked as it becomes DSL
     if not isinstance(spec, Mapping):
         raise QueryError(f"invalid filter: expected a mapping or a Filter object, got {type(spec).__name__}")
     if _depth > MAX_DEPTH:
@@ -254,14 +252,6 @@ def _leaf(field: Any, value: Any, kind: str | None = None) -> Filter:
     if not isinstance(value, Mapping):
         raise QueryError(f"invalid filter: range on {field} takes {{gte|gt|lte|lt: value}}")
     return Range(field, **dict(value))
-
-
-def _check_depth(f: Filter, depth: int = 0) -> None:
-    if depth > MAX_DEPTH:
-        raise QueryError(f"invalid filter: nested deeper than {MAX_DEPTH} levels")
-    if isinstance(f, _Group):
-        for sub in f.filters:
-            _check_depth(sub, depth + 1)
 
 
 def _value(kind: str, field: str, ftype: str, value: Any) -> Scalar:
@@ -339,7 +329,9 @@ def _date_span(text: str, key: str) -> datetime | None:
     return {"gte": start, "gt": up + _MS, "lte": up, "lt": start - _MS}[key]
 
 
-def _dsl(f: Filter, metadata: MetadataFields | None) -> dict[str, Any]:
+def _dsl(f: Filter, metadata: MetadataFields | None, depth: int = 0) -> dict[str, Any]:
+    if depth > MAX_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
     if isinstance(f, Term):
         target, ftype = field_type(f.field, metadata)
         return {"term": {target: _value("term", f.field, ftype, f.value)}}
@@ -351,7 +343,7 @@ def _dsl(f: Filter, metadata: MetadataFields | None) -> dict[str, Any]:
         return {"range": {target: _range_bounds(f, ftype)}}
     if isinstance(f, Exists):  # the free-form copy holds every value, typed or not
         return {"exists": {"field": f.field}}
-    subs = [_dsl(s, metadata) for s in f.filters]
+    subs = [_dsl(s, metadata, depth + 1) for s in f.filters]
     if isinstance(f, AllOf):
         return {"bool": {"filter": subs}}
     if isinstance(f, AnyOf):
