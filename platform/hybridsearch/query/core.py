@@ -24,7 +24,6 @@ from hybridsearch.index.versions import live_target
 from hybridsearch.query.build import (
     CHUNKS,
     PASSAGES,
-    Bm25Scope,
     KnnWidth,
     Plan,
     bm25_body,
@@ -251,8 +250,7 @@ class SearchCore(Generic[E]):
 
     def why_steps(self, query: str, doc_id: str, *, mode: Mode = "hybrid", filters: FilterArg = None,
                   rerank: bool = True) -> Steps[WhyReport]:
-        """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query``: the search's window, then probes of
-        the lists that missed it. Raises like :meth:`search_steps`."""
+        """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query``. Raises like :meth:`search_steps`."""
         p = yield from self._planned(query, k=1, highlight=True, mode=mode, filters=filters, rerank=rerank)
         index, window, _ = yield from self._window(p, Timings())
         counted = yield from self._probe([_count_body({"bool": {"filter": _doc_filters(p, doc_id, False)}}),
@@ -336,8 +334,7 @@ class SearchCore(Generic[E]):
         return f"kNN: best chunk score {float(hits[0]['_score']):.4f}{cutoff}"
 
     def _window(self, p: Plan, t: Timings) -> Steps[tuple[str, Window, float]]:
-        """The index searched, the fused (and reranked) window and fusing's milliseconds; searches again, once, when
-        the alias moved under the search."""
+        """The index searched, its fused (and reranked) window, fusing's ms; searched again once if the alias moved."""
         for retry in (True, False):
             index, scope, alias = (yield from self.index_steps()), self._bm25, self.settings.index.alias
             assert self._dialect is not None  # the index was checked
@@ -350,7 +347,14 @@ class SearchCore(Generic[E]):
                 if retry:  # searched as the old index wants
                     continue
             try:
-                window, fuse_ms = self._fuse(p, scope, responses)
+                t0 = time.perf_counter()
+                answers = dict(zip(list_names(p, scope), responses, strict=True))
+                passages = answers.pop(PASSAGES, None)
+                for r in answers.values():
+                    check_response(r, alias)
+                window = fuse_window(answers, self.query.collapse, self._fusion)
+                show_passages(window.entries, scope.sections, passages, self.query.passage_k)
+                fuse_ms = ms_since(t0)
             except HybridSearchError:  # a failed list: if the alias moved, say what changed (IndexMismatch) or retry
                 self._index = None
                 if retry and (yield from self.index_steps()) != index:
@@ -359,17 +363,6 @@ class SearchCore(Generic[E]):
             yield from self._rerank(p, window, t)
             return index, window, fuse_ms
         raise AssertionError("unreachable: the second search returns or raises")
-
-    def _fuse(self, p: Plan, scope: Bm25Scope, responses: list[Json]) -> tuple[Window, float]:
-        """The fused window of one ``_msearch`` answer (a failed list raises) and its milliseconds."""
-        t0 = time.perf_counter()
-        answers = dict(zip(list_names(p, scope), responses, strict=True))
-        passages = answers.pop(PASSAGES, None)
-        for r in answers.values():
-            check_response(r, self.settings.index.alias)
-        window = fuse_window(answers, self.query.collapse, self._fusion)
-        show_passages(window.entries, scope.sections, passages, self.query.passage_k)
-        return window, ms_since(t0)
 
     def _rerank(self, p: Plan, window: Window, t: Timings) -> Steps[None]:
         """Rerank the top of ``window`` unless skipped; a failing or slow reranker keeps the fused order."""

@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import Any
 
 from hybridsearch.errors import ClusterError, IndexNotFound, RerankerError
 from hybridsearch.query.fusion import Fusion, interpolate
@@ -168,18 +168,10 @@ def read_highlights(marked: str) -> tuple[str, list[MatchOffsets]] | None:
     return marked.replace(MARK_OPEN, "").replace(MARK_CLOSE, ""), matches
 
 
-class BestChunk(NamedTuple):
-    """A document's best-matching chunk: its fields (laid over the BM25 hit's ``_source``), where it matched."""
-
-    fields: dict[str, Any]
-    chunk_id: str
-    matches: tuple[MatchOffsets, ...]
-
-
-def best_chunks(resp: Mapping[str, Any]) -> dict[str, BestChunk]:
-    """``{doc_id: BestChunk}`` of each document's first hit in the passage list's answer, text from the highlight
-    or ``_source``."""
-    out: dict[str, BestChunk] = {}
+def best_chunks(resp: Mapping[str, Any]) -> dict[str, tuple[dict[str, Any], str, tuple[MatchOffsets, ...]]]:
+    """``{doc_id: (fields, chunk_id, matches)}``: each document's first hit in the passage list's answer, its text
+    from the highlight or ``_source`` (its fields are laid over the BM25 hit's)."""
+    out: dict[str, tuple[dict[str, Any], str, tuple[MatchOffsets, ...]]] = {}
     for hit in resp.get("hits", {}).get("hits", []):
         src = hit.get("_source") or {}
         doc = str(src.get("doc_id") or "")
@@ -190,7 +182,7 @@ def best_chunks(resp: Mapping[str, Any]) -> dict[str, BestChunk]:
         read = read_highlights(str(marked[0])) if marked else (str(text), []) if text is not None else None
         if read is not None:
             fields = {name: src.get(name) for name in PASSAGE_FIELDS}
-            out[doc] = BestChunk({**fields, "text": read[0]}, str(src.get("chunk_id") or hit["_id"]), tuple(read[1]))
+            out[doc] = ({**fields, "text": read[0]}, str(src.get("chunk_id") or hit["_id"]), tuple(read[1]))
     return out
 
 
@@ -216,9 +208,9 @@ def show_passages(entries: Sequence[WindowEntry], sections: bool, answer: Mappin
     for e in entries:  # each shows the chunk of the first list that found it, BM25's where both did
         bm25, knn = e.found.get("bm25"), e.found.get("knn")
         if bm25 is not None and sections:
-            p = best.get(e.key)
-            if p is not None:
-                e.source, e.chunk_id, e.passage, e.matches = {**bm25[0], **p.fields}, p.chunk_id, BEST, p.matches
+            if e.key in best:
+                fields, e.chunk_id, e.matches = best[e.key]
+                e.source, e.passage = {**bm25[0], **fields}, BEST
             else:
                 e.passage, e.passage_reason = PassageSource.SECTION_FIRST_CHUNK, first
         if knn is None or _keeps_bm25(e, knn[1]):
