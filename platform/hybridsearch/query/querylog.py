@@ -65,14 +65,10 @@ class QueryLogger:
 
     def flush(self, timeout: float | None = 10.0) -> bool:
         """Wait until every queued document has been handled; False when ``timeout`` passed first."""
-        done = threading.Event()
-
-        def waiter() -> None:
-            self._queue.join()
-            done.set()
-
-        threading.Thread(target=waiter, daemon=True).start()
-        return done.wait(timeout)
+        waiter = threading.Thread(target=self._queue.join, daemon=True)
+        waiter.start()
+        waiter.join(timeout)
+        return not waiter.is_alive()
 
     def close(self, timeout: float | None = 10.0) -> None:
         """Flush and stop the writer thread. Idempotent."""

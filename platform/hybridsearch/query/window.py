@@ -11,7 +11,7 @@ import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from hybridsearch.errors import ClusterError, IndexNotFound, RerankerError
 from hybridsearch.query.fusion import Fusion, interpolate
@@ -19,6 +19,13 @@ from hybridsearch.query.results import PassageSource, RerankOutcome, StageScore
 
 #: where a shown chunk's text matched the query: ``(start, end)`` offsets in that text
 MatchOffsets = tuple[int, int]
+
+
+class Rank(NamedTuple):
+    """A stage rank (from 1) and score; a :class:`StageScore` only for returned hits (cheaper to build)."""
+
+    rank: int
+    score: float
 
 
 @dataclass
@@ -32,17 +39,18 @@ class WindowEntry:
     matches: tuple[MatchOffsets, ...] = ()
     passage_reason: str | None = None  # for people: why the section's first chunk, or kNN's over BM25's
     found: dict[str, tuple[dict[str, Any], str]] = field(default_factory=dict)  # each list's chunk (source, id)
-    stages: dict[str, StageScore] = field(default_factory=dict)  # each list's rank and score
+    stages: dict[str, Rank] = field(default_factory=dict)  # each list's rank and score
     fusion_shares: dict[str, float] = field(default_factory=dict)  # each list's share in the fused score
-    fused: StageScore | None = None
+    fused: Rank | None = None
     base_score: float = 0.0  # the fused score, or the one list's score
-    rerank: StageScore | None = None
+    rerank: Rank | None = None
     blended: float | None = None  # final score when the rerank blend weight is below 1
 
     def stage_scores(self) -> dict[str, StageScore | None]:
         """Its :class:`StageScore` in each stage: ``bm25``, ``knn``, ``fused``, ``rerank``."""
-        return {"bm25": self.stages.get("bm25"), "knn": self.stages.get("knn"), "fused": self.fused,
-                "rerank": self.rerank}
+        ranks = {"bm25": self.stages.get("bm25"), "knn": self.stages.get("knn"), "fused": self.fused,
+                 "rerank": self.rerank}
+        return {name: None if r is None else StageScore(rank=r.rank, score=r.score) for name, r in ranks.items()}
 
 
 @dataclass
@@ -117,7 +125,7 @@ def fuse_window(answers: Mapping[str, Mapping[str, Any]], collapse: bool, fusion
             if e is None:
                 e = entries[key] = WindowEntry(key=key, source=src, chunk_id=chunk_id)
             e.found[name] = (src, chunk_id)
-            e.stages[name] = StageScore(rank=rank, score=score)
+            e.stages[name] = Rank(rank, score)
     depths = {n: len(v) for n, v in lists.items()}
     if len(lists) == 1:
         (name, lst), = lists.items()
@@ -131,7 +139,7 @@ def fuse_window(answers: Mapping[str, Mapping[str, Any]], collapse: bool, fusion
             entries[key].fusion_shares[name] = share
     order = fusion.fuse(scored)
     for rank, (key, score) in enumerate(order, start=1):
-        entries[key].fused = StageScore(rank=rank, score=score)
+        entries[key].fused = Rank(rank, score)
         entries[key].base_score = score
     return Window(entries=[entries[key] for key, _ in order], depths=depths, fusion=fusion)
 
@@ -243,7 +251,7 @@ def apply_rerank(window: Window, depth: int, scores: Sequence[float], blend: flo
     keys = vals if blend >= 1.0 else interpolate(vals, [e.base_score for e in top], blend)
     order = sorted(range(len(top)), key=lambda i: (-keys[i], i))
     for new_rank, i in enumerate(order, start=1):
-        top[i].rerank = StageScore(rank=new_rank, score=vals[i])
+        top[i].rerank = Rank(new_rank, vals[i])
         top[i].blended = keys[i] if blend < 1.0 else None
     window.entries = [top[i] for i in order] + window.entries[depth:]
     window.reranked = True
