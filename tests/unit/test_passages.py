@@ -20,9 +20,8 @@ import pytest
 from hybridsearch import AsyncSearchClient, SearchClient
 from hybridsearch.cli.search import HIGHLIGHT, snippet
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, Dialect
-from hybridsearch.query.passages import MARK_CLOSE, MARK_OPEN, read_highlights, show_passages
 from hybridsearch.query.results import Highlight, PassageSource, SearchResult
-from hybridsearch.query.window import fuse_window
+from hybridsearch.query.window import MARK_CLOSE, MARK_OPEN, fuse_window, read_highlights, show_passages
 from hybridsearch.settings import Settings
 from recorded_engine import FakeAsyncES, FakeES, FixedVectors, list_of, recording, same, settings
 

@@ -24,10 +24,9 @@ from hybridsearch.query.build import (
 )
 from hybridsearch.query.core import build_result
 from hybridsearch.query.fusion import Fusion, fusion_for
-from hybridsearch.query.passages import show_passages
 from hybridsearch.query.querylog import log_doc, query_hash
 from hybridsearch.query.results import RerankOutcome, Timings
-from hybridsearch.query.window import Window, apply_rerank, check_response, fuse_window
+from hybridsearch.query.window import Window, apply_rerank, check_response, fuse_window, show_passages
 from hybridsearch.settings import QuerySettings, Settings, load_settings
 
 

@@ -94,4 +94,4 @@ def test_rerank_blend_setting_then_model_recommendation_then_one(setting: float 
                                                                   used: float) -> None:
     with SearchClient.from_settings(_settings(blend=setting), reranker=Recommends(recommended),  # type: ignore[arg-type]
                                     embedder=FixedVectors()) as c:  # type: ignore[arg-type]
-        assert c.rerank_blend() == used and searched(c).rerank_blend == used
+        assert searched(c).rerank_blend == used

@@ -416,12 +416,3 @@ def test_both_clients_answer_why_as_the_core_decides(shell: str, doc_id: str, mo
     got = why(shell, FakeES(settings(), recording("hybrid")), doc_id, mode=mode)
     assert same(got, expected) and got.notes == expected.notes and got.rerank_outcome is RerankOutcome.APPLIED
 
-
-def test_the_blend_is_read_from_the_reranker_protocol() -> None:
-    """``Reranker.blend`` (no duck typing): the setting, else the reranker's recommendation, else 1."""
-    assert core(reranker=Scores(blend=0.25)).rerank_blend() == 0.25
-    assert core(reranker=Scores()).rerank_blend() == 1.0
-    s = settings()
-    s = s.model_copy(update={"reranker": s.reranker.model_copy(update={"blend": 0.5})})
-    assert core(s, reranker=Scores(blend=0.25)).rerank_blend() == 0.5
-

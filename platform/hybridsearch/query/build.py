@@ -1,5 +1,4 @@
-"""Pure request building: input checks (:func:`plan`), the BM25, passage and kNN bodies and their ``_msearch``
-lines, and how widely kNN looks (:func:`knn_width`; the measurements behind it are in docs/scale.md)."""
+"""Pure request building: input checks (:func:`plan`), the lists' ``_msearch`` lines, how widely kNN looks."""
 
 from __future__ import annotations
 
@@ -14,37 +13,29 @@ from hybridsearch.errors import QueryError
 from hybridsearch.index.metadata import MetadataFields
 from hybridsearch.index.visibility import visible_filter
 from hybridsearch.query.filters import Filter, filter_dsl
-from hybridsearch.query.passages import HIGHLIGHTED_FIELD, PASSAGE_FIELDS, highlight_body
 from hybridsearch.query.results import Mode
+from hybridsearch.query.window import HIGHLIGHTED_FIELD, PASSAGE_FIELDS, highlight_body
 from hybridsearch.settings import QuerySettings
 
 MODES: tuple[str, ...] = get_args(Mode)
-#: Fields fetched for each hit; the vector and offsets stay on the server.
 SOURCE_FIELDS = ["doc_id", "chunk_id", "position", "parent_id", "parent_text", "title", "text", "metadata"]
-#: The list of each BM25 document's best-matching chunk (:func:`passage_body`); it ranks nothing.
-PASSAGES = "passages"
-#: The field a section's title and text are copied into (``copy_to`` in the chunk template).
-JOINED_FIELD = "section_all"
+PASSAGES = "passages"  # the list of each BM25 document's best-matching chunk; it ranks nothing
+JOINED_FIELD = "section_all"  # a section's title and text (``copy_to`` in the chunk template)
 _DROP_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn"}
-#: ASCII's only characters in :data:`_DROP_CATEGORIES` (controls), for :func:`_normalised`'s fast path
-_ASCII_CONTROLS = str.maketrans({i: " " for i in (*range(32), 127)})
+_ASCII_CONTROLS = str.maketrans({i: " " for i in (*range(32), 127)})  # ASCII's only _DROP_CATEGORIES
 
-#: candidates enough for a shard of up to :data:`BASE_SHARD_CHUNKS` chunks (docs/scale.md)
+# num_candidates (docs/scale.md): BASE_CANDIDATES up to BASE_SHARD_CHUNKS a shard, then (chunks / BASE) ** GROWTH
+# times as many, at most MAX_CANDIDATES (what the engines take); quantized vectors rescore k × DEFAULT_OVERSAMPLE
 BASE_CANDIDATES = 200
 BASE_SHARD_CHUNKS = 350_000
-#: how candidates grow with a shard beyond that: ``(chunks / BASE_SHARD_CHUNKS) ** GROWTH`` times as many
 GROWTH = 0.5
-#: the most candidates an engine takes (Elasticsearch and OpenSearch refuse more)
 MAX_CANDIDATES = 10_000
-#: rescoring of quantized vectors when the engine has it: ``k`` × this many candidates rescored
 DEFAULT_OVERSAMPLE = 1.0
-#: vector index options whose stored vectors are quantized (Elasticsearch names; OpenSearch's ``sq`` is ``int8_hnsw``)
-QUANTIZED_PREFIXES = ("int8_", "int4_", "bbq_")
+QUANTIZED_PREFIXES = ("int8_", "int4_", "bbq_")  # Elasticsearch's names; OpenSearch's ``sq`` is ``int8_hnsw``
 
 
 def searchable(ch: str) -> bool:
-    """Whether ``ch`` can be a search term: a letter, a digit, or an "other symbol" (emoji, ©, ★), as the
-    standard analyzer keeps them (punctuation and math/currency/modifier symbols it drops)."""
+    """Whether ``ch`` can be a search term, as the standard analyzer keeps it: a letter, digit or "other symbol"."""
     return ch.isalnum() or unicodedata.category(ch) == "So"
 
 
@@ -60,8 +51,8 @@ def _normalised(raw: str) -> str:
 
 
 def clean_query(text: object, max_chars: int) -> tuple[str, bool]:
-    """The query as searched (NFKC, odd characters as spaces, whitespace collapsed, cut at the last space before
-    ``max_chars``) and whether it was cut. Raises QueryError for a non-string or nothing :func:`searchable` left."""
+    """The query as searched (NFKC, odd characters as spaces, whitespace collapsed, cut at a space before
+    ``max_chars``) and whether it was cut. Raises QueryError for a non-string or nothing searchable."""
     if not isinstance(text, str):
         raise QueryError(f"the query must be a string, got {type(text).__name__}")
     raw = text[: max_chars * 4]  # a huge input costs little; the cut below is the documented one
@@ -102,8 +93,7 @@ def plan(
     filters: Filter | Mapping[str, Any] | None = None, rerank: bool = True, explain: bool = False, page: int = 1,
     state_index: str | None = None, metadata: MetadataFields | None = None, highlight: bool = False,
 ) -> Plan:
-    """The checked :class:`Plan` of ``search``'s arguments (``tenant``: every search is filtered to it;
-    ``state_index``: the prefix's ingest state; ``metadata``: the index's typed metadata fields). Raises QueryError."""
+    """The checked :class:`Plan` of ``search``'s arguments. Raises QueryError."""
     if mode not in MODES:
         raise QueryError(f"unknown mode {mode!r}: use one of {', '.join(MODES)}")
     if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= q.max_k:
@@ -136,9 +126,8 @@ def search_filters(p: Plan) -> list[dict[str, Any]]:
 
 @dataclass(frozen=True)
 class Bm25Scope:
-    """What the BM25 list scores on the searched index (:func:`bm25_scope`): ``sections`` or chunks; over sections,
-    ``joined`` (:data:`JOINED_FIELD`) or ``multi_match`` over title and text, and whether the passage list
-    (:func:`passage_body`) finds each hit's chunk (``passages``)."""
+    """What the BM25 list scores: ``sections`` or chunks, ``joined`` (:data:`JOINED_FIELD`) or title and text, and
+    whether the passage list finds each hit's chunk (``passages``)."""
 
     sections: bool = False
     joined: bool = False
@@ -157,28 +146,20 @@ CHUNKS = Bm25Scope()
 
 
 def bm25_scope(q: QuerySettings, section_words: int | None) -> Bm25Scope:
-    """The :class:`Bm25Scope` for an index with ``section_words`` (its ``_meta``): sections where it has them, results
-    are collapsed per document and ``bm25_unit`` is auto; joined over sections unless ``bm25_fields`` is separate."""
+    """The :class:`Bm25Scope` for an index with ``section_words`` (its ``_meta``), as the settings allow."""
     sections = section_words is not None and q.collapse and q.bm25_unit == "auto"
     return Bm25Scope(sections, sections and q.bm25_fields == "auto", q.best_passage)
 
 
-def bm25_fields(q: QuerySettings, scope: Bm25Scope = CHUNKS) -> list[str]:
-    """The fields BM25 scores: :data:`JOINED_FIELD`, or the (boosted) title and the text of sections or chunks."""
-    if scope.joined:
-        return [JOINED_FIELD]
-    title, text = ("section_title", "section_text") if scope.sections else ("title", "text")
-    return [f"{title}^{q.title_boost:g}", text]
-
-
 def bm25_body(q: QuerySettings, p: Plan, scope: Bm25Scope = CHUNKS) -> dict[str, Any]:
-    """A ``match`` on the joined field, else ``multi_match`` (best_fields) over :func:`bm25_fields`, filtered by
-    :func:`search_filters`. Over sections only a section's first chunk matches, so each hit stands for its section."""
+    """A ``match`` on the joined field, else ``multi_match`` over the (boosted) title and the text, filtered."""
     match: dict[str, Any]
     if scope.joined:
         match = {"match": {JOINED_FIELD: {"query": p.query, "operator": q.operator}}}
     else:
-        match = {"multi_match": {"query": p.query, "fields": bm25_fields(q, scope), "type": "best_fields",
+        title, text = ("section_title", "section_text") if scope.sections else ("title", "text")
+        fields = [f"{title}^{q.title_boost:g}", text]
+        match = {"multi_match": {"query": p.query, "fields": fields, "type": "best_fields",
                                  "tie_breaker": q.tie_breaker, "operator": q.operator}}
     body = _common(q, list_size(p, q.bm25_k))
     body["query"] = {"bool": {"must": [match], "filter": search_filters(p)}}
@@ -186,8 +167,7 @@ def bm25_body(q: QuerySettings, p: Plan, scope: Bm25Scope = CHUNKS) -> dict[str,
 
 
 def passage_body(q: QuerySettings, p: Plan) -> dict[str, Any]:
-    """The passage list, which picks each BM25 document's chunk to show: BM25 over each chunk's text, any query word
-    (a section may hold every word while no one chunk does), the same filters, ``passage_k`` documents."""
+    """The passage list: each BM25 document's best chunk by text, any query word (no one chunk may hold all)."""
     body: dict[str, Any] = {
         "size": q.passage_k, "_source": PASSAGE_FIELDS if p.highlight else [*PASSAGE_FIELDS, HIGHLIGHTED_FIELD],
         "track_total_hits": False, "collapse": {"field": "doc_id"},
@@ -213,9 +193,7 @@ def is_quantized(index_options_type: str | None) -> bool:
 
 
 def auto_candidates(k: int, shard_chunks: int | None) -> int:
-    """``num_candidates`` for ``k`` neighbours on shards of at most ``shard_chunks`` chunks (None: unknown):
-    :data:`BASE_CANDIDATES`, grown past :data:`BASE_SHARD_CHUNKS`, a multiple of 50, from ``k`` to
-    :data:`MAX_CANDIDATES`."""
+    """``num_candidates`` for ``k`` neighbours on shards of at most ``shard_chunks`` chunks (None: unknown)."""
     wanted = float(BASE_CANDIDATES)
     if shard_chunks is not None and shard_chunks > BASE_SHARD_CHUNKS:
         wanted *= (shard_chunks / BASE_SHARD_CHUNKS) ** GROWTH
@@ -223,8 +201,7 @@ def auto_candidates(k: int, shard_chunks: int | None) -> int:
 
 
 def knn_width(q: QuerySettings, k: int, shard_chunks: int | None, *, quantized: bool, can_rescore: bool) -> KnnWidth:
-    """The width of a kNN search for ``k`` neighbours on an index whose largest shard holds ``shard_chunks`` chunks
-    (None: unknown), whose vectors are ``quantized`` or not, on an engine that ``can_rescore`` them or not."""
+    """The width of a kNN search for ``k`` neighbours, the largest shard holding ``shard_chunks`` chunks (or None)."""
     if q.num_candidates is not None:
         nc = min(MAX_CANDIDATES, max(k, q.num_candidates))
         why = f"num_candidates {nc} (HSP_QUERY__NUM_CANDIDATES)"
@@ -252,8 +229,7 @@ def knn_size(q: QuerySettings) -> int:
 
 
 def text_lines(q: QuerySettings, alias: str, p: Plan, scope: Bm25Scope = CHUNKS) -> list[dict[str, Any]]:
-    """The ``_msearch`` lines on ``alias`` of ``p``'s lists that need no query vector: BM25 and, where ``scope``
-    finds them, its passage list; none for dense."""
+    """The ``_msearch`` lines of ``p``'s lists that need no vector: BM25 and, where ``scope`` has it, passages."""
     if p.mode not in ("hybrid", "bm25"):
         return []
     lines = [{"index": alias}, bm25_body(q, p, scope)]
@@ -262,9 +238,7 @@ def text_lines(q: QuerySettings, alias: str, p: Plan, scope: Bm25Scope = CHUNKS)
 
 def knn_lines(q: QuerySettings, alias: str, p: Plan, vector: Iterable[float], dialect: Dialect,
               width: KnnWidth | None = None) -> list[dict[str, Any]]:
-    """The ``_msearch`` lines on ``alias`` of ``p``'s kNN list for the query ``vector``: the engine's kNN search with
-    :func:`search_filters` as a pre-filter, gathering :func:`knn_size` chunks; ``width``: as the index check chose
-    it (None: an index of unknown size on an engine that does not rescore)."""
+    """The ``_msearch`` lines of ``p``'s kNN list for ``vector``, pre-filtered (``width`` None: not rescored)."""
     k = knn_size(q)
     width = width or knn_width(q, k, None, quantized=False, can_rescore=False)
     body = _common(q, list_size(p, q.knn_k))

@@ -1,7 +1,4 @@
-"""``SearchClient`` and ``AsyncSearchClient``: thin shells around :class:`~hybridsearch.query.core.SearchCore` that
-perform the requests its steps make (:mod:`.steps`): engine requests, the embedding, the reranker under its timeout,
-and hybrid's BM25 request while the query is embedded (a worker thread, or an asyncio task).
-"""
+"""``SearchClient`` and ``AsyncSearchClient``: thin shells that perform the requests of the core's steps."""
 
 from __future__ import annotations
 
@@ -44,8 +41,7 @@ def blocking(steps: Callable[Concatenate[Any, P], Steps[T]]) -> Callable[Concate
 
 def awaitable(steps: Callable[Concatenate[Any, P], Steps[T]]) -> Callable[Concatenate[AsyncSearchClient, P],
                                                                            Coroutine[Any, Any, T]]:
-    """The :class:`AsyncSearchClient` method that performs the requests of ``steps`` (a :class:`SearchCore` method);
-    the query log then writes on this loop."""
+    """The :class:`AsyncSearchClient` method that performs the requests of ``steps``, on the running loop."""
 
     @functools.wraps(steps)
     async def method(self: AsyncSearchClient, /, *args: P.args, **kwargs: P.kwargs) -> T:
@@ -62,11 +58,8 @@ def awaitable(steps: Callable[Concatenate[Any, P], Steps[T]]) -> Callable[Concat
 
 
 class SearchClient(SearchCore[EngineClient]):
-    """Hybrid search over the read alias ``<prefix>-chunks`` with a synchronous Elasticsearch client.
-
-    ``embedder`` defaults to the model in ``settings.embedding`` (loaded on first dense/hybrid search);
-    ``reranker`` defaults to none. Thread-safe. Close it (or use ``with``) to flush the query log.
-    """
+    """Hybrid search over the read alias ``<prefix>-chunks``, synchronous and thread-safe; close it (or use
+    ``with``) to flush the query log. ``embedder``: default from ``settings.embedding``; ``reranker``: none."""
 
     @classmethod
     def _connect(cls, cfg: ClusterSettings) -> EngineClient:
@@ -124,8 +117,7 @@ class SearchClient(SearchCore[EngineClient]):
 
 
 class LoopSender:
-    """:meth:`AsyncEngineClient.send` from another thread (the query log's writer), on ``loop``, the loop the
-    client's searches run on (set by its first search)."""
+    """:meth:`AsyncEngineClient.send` from the query log's thread, on the loop of the client's searches."""
 
     def __init__(self, client: AsyncEngineClient) -> None:
         self.client = client
@@ -147,8 +139,7 @@ class LoopSender:
 
 
 class AsyncSearchClient(SearchCore[AsyncEngineClient]):
-    """The asyncio twin of :class:`SearchClient`: same arguments, same results. The embedder and the reranker run in
-    worker threads; the query log's thread writes through this client on its searches' loop (``LoopSender``)."""
+    """The asyncio twin of :class:`SearchClient`: same arguments, same results; models run in worker threads."""
 
     @classmethod
     def _connect(cls, cfg: ClusterSettings) -> AsyncEngineClient:

@@ -1,7 +1,6 @@
-"""The search core: every step and decision of a search, without I/O, for both clients (:mod:`.client`).
-``index_steps``: resolve the alias, check the index's mapping (cached 60 s); ``search_steps``: plan → send → the
-alias moved? search again, once → fuse → passages → rerank the top (fused order when the reranker fails) → page →
-query log; ``why_steps``: that search over whole lists, then the probes of :mod:`.explain`; ``warm_up_steps``.
+"""The search core: every step and decision of a search, without I/O, for both clients (:mod:`.client`):
+resolve the alias and check the index (cached 60 s), plan, send, search again once if the alias moved, fuse,
+choose passages, rerank the top (fused order when the reranker fails), page, log; ``why``: that search, then probes.
 """
 
 from __future__ import annotations
@@ -24,9 +23,9 @@ from hybridsearch.index.versions import live_target
 from hybridsearch.query.build import (
     CHUNKS,
     PASSAGES,
-    Bm25Scope,
     KnnWidth,
     Plan,
+    bm25_body,
     bm25_scope,
     is_quantized,
     knn_lines,
@@ -34,28 +33,42 @@ from hybridsearch.query.build import (
     knn_width,
     list_names,
     plan,
+    search_filters,
     text_lines,
 )
-from hybridsearch.query.explain import Probes, explain, why_steps
 from hybridsearch.query.filters import NOT_YET_KNOWN, Filter
 from hybridsearch.query.fusion import Fusion, fusion_for
-from hybridsearch.query.passages import highlights, show_passages
 from hybridsearch.query.querylog import QueryLogger, log_doc
 from hybridsearch.query.results import Mode, RerankOutcome, SearchResult, Timings, WhyReport
-from hybridsearch.query.steps import Detect, Json, KnnLines, Rerank, Send, Steps, embed_steps, ms_since, send_steps
+from hybridsearch.query.steps import (
+    Detect,
+    Embed,
+    Json,
+    Rerank,
+    Send,
+    Steps,
+    embed_steps,
+    ms_since,
+    msearch,
+    send_steps,
+)
 from hybridsearch.query.window import (
+    STAGE_LABEL,
     Window,
     WindowEntry,
     answered_by,
     apply_rerank,
     check_response,
+    explain,
     fuse_window,
+    highlights,
+    passage_line,
     passage_text,
+    show_passages,
 )
 from hybridsearch.rerank.base import Reranker, effective_blend
 from hybridsearch.settings import (
     ClusterSettings,
-    EmbeddingSettings,
     ModelsSettings,
     QuerySettings,
     RerankerSettings,
@@ -100,17 +113,17 @@ class SearchCore(Generic[E]):
         self.log_queries = self.query.log_queries if log_queries is None else log_queries
         self.reranker = reranker
         self._embedder = embedder
-        self._own_embedder = embedder is None  # made here from the settings (again when the index's model differs)
-        self._model_settled = False  # the first index check settles the model (followed where none is set)
+        self._follow_index = embedder is None  # the first index check may change the model (never a later one)
         self._embed_lock = threading.Lock()
         self._index: str | None = None
-        self._dialect: Dialect | None = None  # the engine's (set when the index is checked)
-        self._width: KnnWidth | None = None  # the kNN search's num_candidates and rescoring (set with the index)
-        self._bm25 = CHUNKS  # what BM25 scores on the index (its _meta and mapping; set when the index is checked)
-        self._fusion = Fusion()  # the index's fusion (fusion_for: settings, its _meta or the default)
         self._index_checked_at = 0.0
+        # what the index check finds: the engine's dialect, kNN width, what BM25 scores, fusion, typed metadata
+        self._dialect: Dialect | None = None
+        self._width: KnnWidth | None = None
+        self._bm25 = CHUNKS
+        self._fusion = Fusion()
+        self._metadata: dict[str, str] = {}
         self._state: str | None = settings.index.ingest_state  # None once the check finds the prefix has none
-        self._metadata: dict[str, str] = {}  # the index's typed metadata fields (set when the index is checked)
         self._no_reranker_reason = no_reranker_reason
         self._owns_es = False
         sender = self._open()
@@ -119,8 +132,7 @@ class SearchCore(Generic[E]):
     @classmethod
     def from_settings(cls, settings: Settings | None = None, *, reranker: Reranker | None = None,
                       embedder: Embedder | None = None) -> Self:
-        """A client on ``settings`` (default: the environment) that closes its engine client; reranker from
-        :func:`auto_reranker` when not given."""
+        """A client on ``settings`` (default: the environment) that closes its engine client."""
         settings = settings or get_settings()
         reason = None
         if reranker is None:
@@ -132,11 +144,10 @@ class SearchCore(Generic[E]):
 
     @classmethod
     def _connect(cls, cfg: ClusterSettings) -> E:
-        """The shell's engine client on ``cfg``."""
         raise NotImplementedError
 
     def _open(self) -> Sender | None:
-        """Start the shell's workers; returns what the query log writes with (the bare core: nothing)."""
+        """Start the shell's workers; returns what the query log writes with."""
         return None
 
     @property
@@ -154,8 +165,8 @@ class SearchCore(Generic[E]):
     # ---- the index behind the alias
 
     def index_steps(self) -> Steps[str]:
-        """The one concrete index behind the alias (``index.versions.live_target``), its mapping checked (cached
-        60 s). Raises IndexNotFound, AliasConflict, IndexMismatch, ClusterUnavailable."""
+        """The concrete index behind the alias, its mapping checked (cached 60 s). Raises IndexNotFound,
+        AliasConflict, IndexMismatch, ClusterUnavailable."""
         if self._index is not None and time.monotonic() - self._index_checked_at <= INDEX_RECHECK_S:
             return self._index
         alias = self.settings.index.alias
@@ -166,21 +177,11 @@ class SearchCore(Generic[E]):
         mappings: Json = yield Send(engine_request.get_mapping(names, ignore_unavailable=True),
                                     f"get mapping of {index}")
         counted: Json = yield Send(engine_request.count(index), f"count the chunks of {index}")
-        checked = self._checked_index(index, mappings, engine.dialect)
-        self._width = self._knn_width(mappings[index]["mappings"], counted, engine)
-        return checked
+        return self._checked_index(index, mappings, counted, engine)
 
-    def _knn_width(self, mapping: Mapping[str, Any], counted: Mapping[str, Any], engine: EngineInfo) -> KnnWidth:
-        """The kNN search's width on the checked index, from its largest shard's chunks and its vectors."""
-        shards = int((counted.get("_shards") or {}).get("total") or 1)
-        chunks = math.ceil(int(counted.get("count") or 0) / max(1, shards))
-        prop = (mapping.get("properties") or {}).get("embedding") or {}
-        kind = engine.dialect.vector_summary(prop).options.get("type")
-        return knn_width(self.query, knn_size(self.query), chunks, quantized=is_quantized(kind),
-                         can_rescore=engine.rescores_vectors)
-
-    def _checked_index(self, index: str, mappings: Mapping[str, Any], dialect: Dialect) -> str:
-        """Remember ``index`` once its mapping fits, and whether the prefix has its ingest state."""
+    def _checked_index(self, index: str, mappings: Mapping[str, Any], counted: Mapping[str, Any],
+                       engine: EngineInfo) -> str:
+        """Remember ``index`` once its mapping fits, what it holds, and whether the prefix has its ingest state."""
         state = self.settings.index.ingest_state
         self._state = state if state in mappings else None
         self._metadata = metadata_fields_of(mappings[index]["mappings"]) if index in mappings else {}
@@ -188,31 +189,28 @@ class SearchCore(Generic[E]):
             raise IndexNotFound(f"index {index} behind alias {self.settings.index.alias} no longer exists")
         mapping = mappings[index]["mappings"]
         meta = mapping.get("_meta") or {}
-        if self._own_embedder and not self._model_settled:
-            self._follow(follow_index(self.settings.embedding, meta))
-        self._model_settled = True
-        check_mapping(index, mapping, self.settings, dialect)
+        embedding = follow_index(self.settings.embedding, meta) if self._follow_index else self.settings.embedding
+        if embedding != self.settings.embedding:  # an embedder made for other settings is made again
+            self.settings = self.settings.model_copy(update={"embedding": embedding})
+            self._embedder = None
+        self._follow_index = False  # another model later is refused (IndexMismatch)
+        check_mapping(index, mapping, self.settings, engine.dialect)
         self._bm25 = bm25_scope(self.query, section_words_of(meta))
         self._fusion = fusion_for(self.query, meta)
-        self._dialect = dialect
+        self._dialect = engine.dialect
+        shards = int((counted.get("_shards") or {}).get("total") or 1)
+        chunks = math.ceil(int(counted.get("count") or 0) / max(1, shards))  # the largest shard's, about
+        vectors = engine.dialect.vector_summary((mapping.get("properties") or {}).get("embedding") or {})
+        self._width = knn_width(self.query, knn_size(self.query), chunks, can_rescore=engine.rescores_vectors,
+                                quantized=is_quantized(vectors.options.get("type")))
         self._index, self._index_checked_at = index, time.monotonic()
         return index
-
-    def _follow(self, embedding: EmbeddingSettings) -> None:
-        """Use ``embedding`` (the index's model, :func:`~hybridsearch.index.spec.follow_index`) from the first check
-        on; an embedder made for other settings (a warm-up) is made again. Only on the first check: a client whose
-        index moves to another model later is refused (IndexMismatch), never served another model's vectors."""
-        if embedding == self.settings.embedding:
-            return
-        self.settings = self.settings.model_copy(update={"embedding": embedding})
-        if self._own_embedder:
-            self._embedder = None
 
     # ---- planning
 
     def check(self, query: str, *, index_known: bool = True, **kwargs: Any) -> Plan:
-        """The checked plan of a search's arguments against the index last checked, without sending anything;
-        ``index_known=False`` checks everything but metadata types, which only the index knows. Raises QueryError."""
+        """The checked plan of a search's arguments, sending nothing; ``index_known=False``: metadata types (which
+        only the index knows) unchecked. Raises QueryError."""
         metadata = self._metadata if index_known else NOT_YET_KNOWN
         return plan(self.query, self.settings.index.tenant, query, state_index=self._state, metadata=metadata,
                     **kwargs)
@@ -222,65 +220,140 @@ class SearchCore(Generic[E]):
         yield from self.index_steps()  # its typed metadata decides how metadata filters are checked and sent
         return self.check(query, **kwargs)
 
-    def _lines(self, p: Plan, scope: Bm25Scope) -> tuple[list[Json], KnnLines]:
-        """``send_steps``'s ``text`` and ``knn`` lines of ``p``'s lists (``scope``: what BM25 scores)."""
-        assert self._dialect is not None  # the index was checked
-        p = dataclasses.replace(p, state_index=self._state)  # as the index check found it
-        alias = self.settings.index.alias
-        return (text_lines(self.query, alias, p, scope),
-                functools.partial(knn_lines, self.query, alias, p, dialect=self._dialect, width=self._width))
-
     # ---- searching
 
     def search_steps(self, query: str, *, k: int = 10, mode: Mode = "hybrid", filters: FilterArg = None,
                      rerank: bool = True, explain: bool = False, page: int = 1,
                      highlight: bool = False) -> Steps[SearchResult]:
-        """Hits ``(page-1)*k+1 .. page*k`` of the fused (and reranked) window for ``query``; with ``highlight``, where
-        each BM25 hit's passage matched (``Hit.highlights``; the engine's highlighter costs about another search).
-
-        Raises QueryError (before any request), IndexNotFound, IndexMismatch, ClusterUnavailable or ClusterError.
-        A failing or slow reranker never raises: the result says ``reranked=False`` and why.
-        """
+        """Hits ``(page-1)*k+1 .. page*k`` of the fused (and reranked) window; ``highlight``: ``Hit.highlights`` too
+        (costs about another search). Raises QueryError (before any request), IndexNotFound, IndexMismatch,
+        ClusterUnavailable or ClusterError; a failing or slow reranker never raises (``reranked=False`` and why)."""
         started = time.perf_counter()
-        p = self._single_list_depth((yield from self._planned(query, k=k, mode=mode, filters=filters, rerank=rerank,
-                                                              explain=explain, page=page, highlight=highlight)))
+        p = yield from self._planned(query, k=k, mode=mode, filters=filters, rerank=rerank, explain=explain, page=page,
+                                     highlight=highlight)
+        if p.mode != "hybrid":  # one list's top does not depend on how deep it is fetched: only what is shown
+            reranks = p.rerank and self.reranker is not None
+            p = dataclasses.replace(p, depth=max(p.k * p.page, self.settings.reranker.depth if reranks else 0))
         t = Timings()
         index, window, fuse_ms = yield from self._window(p, t)
-        return self._finish(p, index, window, t, started, fuse_ms)
-
-    def _single_list_depth(self, p: Plan) -> Plan:
-        """``p`` asking a search of one list for only the hits its page and rerank show (fusion, and ``why``, need
-        whole lists; one list's top does not depend on how deep it is fetched)."""
-        if p.mode == "hybrid":
-            return p
-        reranks = p.rerank and self.reranker is not None
-        return dataclasses.replace(p, depth=max(p.k * p.page, self.settings.reranker.depth if reranks else 0))
+        t0 = time.perf_counter()
+        result = build_result(self.settings.reranker.depth, p, index, window, t)
+        t.fusion_ms = fuse_ms + ms_since(t0)
+        t.total_ms = ms_since(started)
+        result.timings = t
+        if p.wants_vector and self._width is not None:
+            result.knn_width = self._width.reason
+        if self.query_log is not None:
+            self.query_log.submit(log_doc(p, result, redact=self.query.redact))
+        return result
 
     def why_steps(self, query: str, doc_id: str, *, mode: Mode = "hybrid", filters: FilterArg = None,
                   rerank: bool = True) -> Steps[WhyReport]:
-        """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query`` (a search for one highlighted hit,
-        then :func:`.explain.why_steps`). Raises like :meth:`search_steps`."""
+        """Where ``doc_id`` fell in BM25, kNN, fusion and rerank for ``query``. Raises like :meth:`search_steps`."""
         p = yield from self._planned(query, k=1, highlight=True, mode=mode, filters=filters, rerank=rerank)
         index, window, _ = yield from self._window(p, Timings())
+        counted = yield from self._probe([_count_body({"bool": {"filter": _doc_filters(p, doc_id, False)}}),
+                                          _count_body({"bool": {"filter": _doc_filters(p, doc_id, True)}})],
+                                         f"count chunks of {doc_id}")
+        total, allowed = _total(counted[0]), _total(counted[1])
+        rank, entry = next(((i, e) for i, e in enumerate(window.entries, start=1)
+                            if str(e.source.get("doc_id") or e.key) == doc_id), (None, None))
+        shown = {} if entry is None else {**entry.stage_scores(), "chunk_id": entry.chunk_id, "passage": entry.passage,
+                                          "highlights": highlights(str(entry.source.get("text") or ""), entry.matches)}
+        rep = WhyReport.model_validate({
+            "query": p.query, "doc_id": doc_id, "mode": p.mode, "index": index, "chunks_in_index": total,
+            "chunks_matching_filters": allowed, "candidates": len(window.entries), "final_rank": rank, **shown,
+            "reranked": window.reranked, "rerank_outcome": window.rerank_outcome,
+            "rerank_reason": window.rerank_reason})
+        notes = rep.notes
+        if total == 0:
+            notes.append(f"{doc_id} is not in {index}: no chunk has this doc_id")
+        elif allowed == 0:
+            notes.append(f"all {total} chunks of {doc_id} are excluded by the filters (or tenant), or still being "
+                         "written")
+        for name, depth in window.depths.items():
+            stage = entry.stages.get(name) if entry else None
+            if stage is not None:
+                notes.append(f"{STAGE_LABEL[name]}: rank {stage.rank} of {depth}, score {stage.score:.4f}")
+            elif allowed:
+                notes.append((yield from self._probe_bm25(p, doc_id, depth)) if name == "bm25" else
+                             (yield from self._probe_knn(p, doc_id, window, depth)))
+        if rep.fused:
+            notes.append(f"fused: rank {rep.fused.rank} of {len(window.entries)}, score {rep.fused.score:.6f}")
+        elif entry is None and allowed:
+            notes.append(f"fusion: not among the {len(window.entries)} fused candidates")
+        if rep.rerank:
+            notes.append(f"rerank: rank {rep.rerank.rank}, score {rep.rerank.score:.4f}")
+        elif entry is not None and window.reranked:
+            notes.append(f"rerank: not seen (fused rank {rep.final_rank} is below the depth "
+                         f"{self.settings.reranker.depth})")
+        elif window.rerank_reason:
+            notes.append(f"rerank: not applied ({window.rerank_reason})")
+        if entry is not None:
+            notes.append(passage_line(entry))  # the chunk shown and reranked
+        if rep.final_rank is not None:
+            notes.append(f"final: rank {rep.final_rank}")
+        return rep
+
+    def _probe(self, bodies: list[Json], what: str) -> Steps[list[Json]]:
+        """The answers of one ``_msearch`` of ``bodies`` on the alias; a failed item raises."""
+        alias = self.settings.index.alias
+        answer: Json = yield msearch([line for body in bodies for line in ({"index": alias}, body)], what)
+        items: list[Json] = answer["responses"]
+        for item in items:
+            check_response(item, alias)
+        return items
+
+    def _probe_bm25(self, p: Plan, doc_id: str, depth: int) -> Steps[str]:
+        match = bm25_body(self.query, p, self._bm25)["query"]["bool"]["must"][0]
+        what = self._bm25.unit
+        best, = yield from self._probe([{"size": 1, "_source": False, "query": {
+            "bool": {"must": [match], "filter": _doc_filters(p, doc_id, True)}}}], "BM25 probe")
+        hits = best["hits"]["hits"]
+        if not hits:
+            return f"BM25: no {what} of {doc_id} matches the query terms (operator {self.query.operator})"
+        score = float(hits[0]["_score"])
+        counted, = yield from self._probe([{**_count_body({"bool": {"must": [match], "filter": search_filters(p)}}),
+                                            "min_score": score}], "BM25 probe")
+        return (f"BM25: best {what} score {score:.4f}, about {_total(counted)} {what}s score as high or higher; "
+                f"the list keeps {depth}")
+
+    def _probe_knn(self, p: Plan, doc_id: str, window: Window, depth: int) -> Steps[str]:
         assert self._dialect is not None  # the index was checked
-        probes = Probes(self.settings.index.alias, self.query, self.settings.reranker.depth, self._dialect,
-                        self._bm25, self._width.oversample if self._width else None)
-        return (yield from why_steps(probes, p, index, window, doc_id))
+        vector = yield Embed(p.query)
+        # rescored as the search was, so that its score compares with the window's
+        knn = self._dialect.knn_search("embedding", [float(x) for x in vector], 1, 100, _doc_filters(p, doc_id, True),
+                                       self._width.oversample if self._width else None)
+        nearest, = yield from self._probe([{"size": 1, "_source": False, **knn}], "kNN probe")
+        hits = nearest["hits"]["hits"]
+        if not hits:
+            return f"kNN: no chunk of {doc_id} has a vector"
+        kept = [e.stages["knn"].score for e in window.entries if "knn" in e.stages]
+        cutoff = f"; the lowest score kept in the top {depth} is {min(kept):.4f}" if kept else ""
+        return f"kNN: best chunk score {float(hits[0]['_score']):.4f}{cutoff}"
 
     def _window(self, p: Plan, t: Timings) -> Steps[tuple[str, Window, float]]:
-        """The index searched, the fused (and reranked) window and the milliseconds fusing took. Searches again,
-        once, when the alias moved under the search (answers from another index, or a failed list while the
-        alias now names another index)."""
+        """The index searched, its fused (and reranked) window, fusing's ms; searched again once if the alias moved."""
         for retry in (True, False):
-            index, scope = (yield from self.index_steps()), self._bm25
-            responses = yield from send_steps(p, t, *self._lines(p, scope), f"search {self.settings.index.alias}",
-                                              self.query.hybrid_overlap)
+            index, scope, alias = (yield from self.index_steps()), self._bm25, self.settings.index.alias
+            assert self._dialect is not None  # the index was checked
+            listed = dataclasses.replace(p, state_index=self._state)  # as the index check found it
+            text = text_lines(self.query, alias, listed, scope)
+            knn = functools.partial(knn_lines, self.query, alias, listed, dialect=self._dialect, width=self._width)
+            responses = yield from send_steps(p, t, text, knn, f"search {alias}", self.query.hybrid_overlap)
             if answered_by(responses) - {index}:  # the alias moved since the check: check the new index at once
                 self._index = None
                 if retry:  # searched as the old index wants
                     continue
             try:
-                window, fuse_ms = self._fuse(p, scope, responses)
+                t0 = time.perf_counter()
+                answers = dict(zip(list_names(p, scope), responses, strict=True))
+                passages = answers.pop(PASSAGES, None)
+                for r in answers.values():
+                    check_response(r, alias)
+                window = fuse_window(answers, self.query.collapse, self._fusion)
+                show_passages(window.entries, scope.sections, passages, self.query.passage_k)
+                fuse_ms = ms_since(t0)
             except HybridSearchError:  # a failed list: if the alias moved, say what changed (IndexMismatch) or retry
                 self._index = None
                 if retry and (yield from self.index_steps()) != index:
@@ -289,17 +362,6 @@ class SearchCore(Generic[E]):
             yield from self._rerank(p, window, t)
             return index, window, fuse_ms
         raise AssertionError("unreachable: the second search returns or raises")
-
-    def _fuse(self, p: Plan, scope: Bm25Scope, responses: list[Json]) -> tuple[Window, float]:
-        """The fused window of one ``_msearch`` answer (a failed list raises) and the milliseconds it took."""
-        t0 = time.perf_counter()
-        answers = dict(zip(list_names(p, scope), responses, strict=True))
-        passages = answers.pop(PASSAGES, None)
-        for r in answers.values():
-            check_response(r, self.settings.index.alias)
-        window = fuse_window(answers, self.query.collapse, self._fusion)
-        show_passages(window.entries, scope.sections, passages, self.query.passage_k)
-        return window, ms_since(t0)
 
     def _rerank(self, p: Plan, window: Window, t: Timings) -> Steps[None]:
         """Rerank the top of ``window`` unless skipped; a failing or slow reranker keeps the fused order."""
@@ -315,7 +377,7 @@ class SearchCore(Generic[E]):
             passages = [passage_text(e.source) for e in window.entries[:cfg.depth]]
             try:
                 scores = yield Rerank(self.reranker, p.query, passages, cfg.timeout)
-                apply_rerank(window, cfg.depth, list(scores), self.rerank_blend())
+                apply_rerank(window, cfg.depth, list(scores), effective_blend(cfg.blend, self.reranker.blend)[0])
             except TimeoutError:  # concurrent.futures' and asyncio's timeouts are TimeoutError
                 window.rerank_outcome = RerankOutcome.TIMED_OUT
                 window.rerank_reason = f"reranker timeout after {cfg.timeout}s"
@@ -326,29 +388,10 @@ class SearchCore(Generic[E]):
                 window.rerank_reason = f"reranker error: {what}"
         t.rerank_ms = ms_since(t0)
 
-    def rerank_blend(self) -> float:
-        """The reranker's share in the final order: ``HSP_RERANKER__BLEND`` when set, else what the reranker
-        recommends (``Reranker.blend``, from its model's training card), else 1."""
-        return effective_blend(self.settings.reranker.blend,
-                               self.reranker.blend if self.reranker is not None else None)[0]
-
-    def _finish(self, p: Plan, index: str, window: Window, t: Timings, started: float, fuse_ms: float) -> SearchResult:
-        t0 = time.perf_counter()
-        result = build_result(self.settings.reranker.depth, p, index, window, t)
-        t.fusion_ms = fuse_ms + ms_since(t0)
-        t.total_ms = ms_since(started)
-        result.timings = t
-        if p.wants_vector and self._width is not None:
-            result.knn_width = self._width.reason
-        if self.query_log is not None:
-            self.query_log.submit(log_doc(p, result, redact=self.query.redact))
-        return result
-
     # ---- warming up, building
 
     def warm_up_steps(self, mode: Mode = "hybrid") -> Steps[None]:
-        """Load the models the first search would load: embed once (unless ``mode`` is bm25) and let the reranker
-        score one pair (its failure ignored). Raises ModelError."""
+        """Load the models the first search would load (the reranker's failure ignored). Raises ModelError."""
         if mode != "bm25":
             yield from embed_steps("warm up", Timings())
         if self.reranker is not None and self.settings.reranker.enabled:
@@ -358,7 +401,7 @@ class SearchCore(Generic[E]):
 
 
 def _hit_fields(e: WindowEntry, rank: int, explanation: list[str] | None) -> dict[str, Any]:
-    """The fields of ``e``'s :class:`Hit` at ``rank`` as plain data (the page is validated at once)."""
+    """The fields of ``e``'s :class:`Hit` at ``rank``."""
     src = e.source
     meta = src.get("metadata")
     text = str(src.get("text") or "")
@@ -384,3 +427,17 @@ def build_result(rerank_depth: int, p: Plan, index: str, window: Window, timings
         "candidates": len(window.entries), "reranked": window.reranked, "rerank_outcome": window.rerank_outcome,
         "rerank_reason": window.rerank_reason, "rerank_blend": window.blend, "truncated_query": p.truncated,
         "timings": timings, "fusion": window.fusion.describe() if window.fusion else None})
+
+
+def _doc_filters(p: Plan, doc_id: str, with_filters: bool) -> list[dict[str, Any]]:
+    """The document's chunks, and with ``with_filters`` only those the search's filters let through."""
+    return [{"term": {"doc_id": doc_id}}, *(search_filters(p) if with_filters else [])]
+
+
+def _count_body(query: Json) -> Json:
+    """A search that counts, exactly, the chunks ``query`` matches."""
+    return {"size": 0, "track_total_hits": True, "query": query}
+
+
+def _total(item: Json) -> int:
+    return int(item["hits"]["total"]["value"])

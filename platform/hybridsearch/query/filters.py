@@ -212,9 +212,7 @@ def _error(exc: ValidationError) -> QueryError:
 def parse_filter(spec: Filter | Mapping[str, Any] | None, _depth: int = 0) -> Filter | None:
     """A typed filter from an object or a dict (see the module docstring). Raises QueryError."""
     if spec is None or isinstance(spec, Term | Terms | Range | Exists | AllOf | AnyOf | NoneOf):
-        if spec is not None:
-            _check_depth(spec)
-        return spec
+        return spec  # its depth is checked as it becomes DSL
     if not isinstance(spec, Mapping):
         raise QueryError(f"invalid filter: expected a mapping or a Filter object, got {type(spec).__name__}")
     if _depth > MAX_DEPTH:
@@ -256,14 +254,6 @@ def _leaf(field: Any, value: Any, kind: str | None = None) -> Filter:
     return Range(field, **dict(value))
 
 
-def _check_depth(f: Filter, depth: int = 0) -> None:
-    if depth > MAX_DEPTH:
-        raise QueryError(f"invalid filter: nested deeper than {MAX_DEPTH} levels")
-    if isinstance(f, _Group):
-        for sub in f.filters:
-            _check_depth(sub, depth + 1)
-
-
 def _value(kind: str, field: str, ftype: str, value: Any) -> Scalar:
     """A term's value as ``field`` (of type ``ftype``) holds it; ValueError saying what it holds otherwise."""
     if ftype in (FREE_FORM, UNCHECKED):
@@ -275,8 +265,7 @@ def _value(kind: str, field: str, ftype: str, value: Any) -> Scalar:
 
 
 def _range_bounds(f: Range, ftype: str) -> dict[str, Scalar]:
-    """The bounds of ``f`` as the field (of type ``ftype``) compares them; ValueError when the field cannot answer
-    a range (free-form metadata, booleans), a bound is not of its type, or the range can match nothing."""
+    """The bounds of ``f`` as a field of type ``ftype`` compares them; ValueError when that cannot match anything."""
     given: dict[str, Scalar] = {k: v for k in ("gte", "gt", "lte", "lt") if (v := getattr(f, k)) is not None}
     if not given:
         raise ValueError(f"range on {f.field} needs at least one of gte, gt, lte, lt")
@@ -327,9 +316,8 @@ _MS = timedelta(milliseconds=1)
 
 
 def _date_span(text: str, key: str) -> datetime | None:
-    """The first (``gte``, ``gt``) or last (``lte``, ``lt``) millisecond a date bound admits, as the engines read
-    it: ``gt`` and ``lte`` fill what the bound leaves out upwards (``lte 2024-05-01`` is the day's last
-    millisecond), ``gte`` and ``lt`` downwards. None for date math."""
+    """The first (``gte``, ``gt``) or last (``lte``, ``lt``) millisecond a date bound admits, as the engines round
+    it (``lte 2024-05-01``: the day's last); None for date math."""
     start = parse_date(text)
     if start is None:
         return None
@@ -341,7 +329,9 @@ def _date_span(text: str, key: str) -> datetime | None:
     return {"gte": start, "gt": up + _MS, "lte": up, "lt": start - _MS}[key]
 
 
-def _dsl(f: Filter, metadata: MetadataFields | None) -> dict[str, Any]:
+def _dsl(f: Filter, metadata: MetadataFields | None, depth: int = 0) -> dict[str, Any]:
+    if depth > MAX_DEPTH:
+        raise ValueError(f"nested deeper than {MAX_DEPTH} levels")
     if isinstance(f, Term):
         target, ftype = field_type(f.field, metadata)
         return {"term": {target: _value("term", f.field, ftype, f.value)}}
@@ -353,7 +343,7 @@ def _dsl(f: Filter, metadata: MetadataFields | None) -> dict[str, Any]:
         return {"range": {target: _range_bounds(f, ftype)}}
     if isinstance(f, Exists):  # the free-form copy holds every value, typed or not
         return {"exists": {"field": f.field}}
-    subs = [_dsl(s, metadata) for s in f.filters]
+    subs = [_dsl(s, metadata, depth + 1) for s in f.filters]
     if isinstance(f, AllOf):
         return {"bool": {"filter": subs}}
     if isinstance(f, AnyOf):
@@ -363,9 +353,7 @@ def _dsl(f: Filter, metadata: MetadataFields | None) -> dict[str, Any]:
 
 def filter_dsl(spec: Filter | Mapping[str, Any] | None,
                metadata: MetadataFields | None = None) -> dict[str, Any] | None:
-    """The query clause of ``spec`` (an object or a dict), None for no filter; the only place filters become DSL.
-    ``metadata``: the index's typed metadata keys, whose filters go to ``meta.<key>``. Raises QueryError for a
-    value or range the field's type cannot answer."""
+    """The query clause of ``spec`` (None: no filter), typed ``metadata`` keys on ``meta.<key>``. Raises QueryError."""
     parsed = parse_filter(spec)
     try:
         return None if parsed is None else _dsl(parsed, metadata)

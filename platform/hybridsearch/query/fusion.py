@@ -1,7 +1,6 @@
-"""Fusion of a hybrid search's lists, pure: Reciprocal Rank Fusion (``Σ_i w_i / (k + rank_i(d))``, Cormack et al.
-2009) or a weighted sum of z-score or min-max normalised scores, each list shifted so that its lowest is 0 (what an
-id missing from it gets). Results are sorted by score, highest first, ties by id ascending.
-"""
+"""Fusion of a hybrid search's lists, pure: Reciprocal Rank Fusion (``Σ_i w_i / (k + rank_i(d))``) or a weighted
+sum of z-score or min-max normalised scores, each list shifted so that its lowest is 0 (what a missing id gets).
+Results are sorted by score, highest first, ties by id ascending."""
 
 from __future__ import annotations
 
@@ -21,8 +20,7 @@ LISTS = ("bm25", "knn")  # a hybrid search's lists, in the order of Fusion.weigh
 
 @dataclass(frozen=True)
 class Fusion:
-    """How a hybrid search merges its lists, each weighted by ``weights`` (bm25, knn); ``source``: where it came from
-    (the index's ``_meta``, the settings or the default, RRF k=60 with equal weights)."""
+    """How a hybrid search merges its lists, weighted (bm25, knn); ``source``: where it came from."""
 
     method: Method = "rrf"
     k: int = 60
@@ -81,9 +79,7 @@ class Fusion:
         return sorted(scores.items(), key=lambda kv: (-kv[1], kv[0]))
 
     def shares(self, lists: Mapping[str, Sequence[tuple[str, float]]]) -> dict[str, dict[str, float]]:
-        """Each list's share of each id's fused score, ``{name: {id: share}}``: its RRF term ``weight / (k + rank)``,
-        or its weighted normalised score. A repeated id counts at its first rank and score; a list that missed an
-        id adds nothing to it."""
+        """Each list's share of each id's fused score, ``{name: {id: share}}``; a repeated id counts once, first."""
         out: dict[str, dict[str, float]] = {}
         for name, lst in lists.items():
             w = self.weight(name)
@@ -100,8 +96,7 @@ class Fusion:
 
 
 def fusion_for(q: QuerySettings, meta: Mapping[str, Any]) -> Fusion:
-    """The fusion of an index with ``_meta`` ``meta``: ``HSP_QUERY__FUSION`` unless auto, else the one recorded in
-    ``_meta.fusion``, else RRF with ``rrf_k``; the settings' weights come from ``knn_share``."""
+    """The fusion of an index: ``HSP_QUERY__FUSION`` unless auto, else ``meta["fusion"]``, else RRF ``rrf_k``."""
     weights = (2.0 * (1.0 - q.knn_share), 2.0 * q.knn_share)  # they sum to 2: a share of 0.5 gives 1 and 1
     if q.fusion != "auto":
         return Fusion(method=q.fusion, k=q.rrf_k, weights=weights, source="settings")
@@ -124,8 +119,7 @@ def normalise(scores: Sequence[float], method: Literal["minmax", "zscore"] = "mi
 
 
 def interpolate(rerank_scores: Sequence[float], fused_scores: Sequence[float], weight: float) -> list[float]:
-    """``weight`` × min-max(rerank) + (1 − ``weight``) × min-max(fused), per position of the same candidates.
-    Raises QueryError for a weight outside [0, 1] or lists of different lengths."""
+    """``weight`` × min-max(rerank) + (1 − ``weight``) × min-max(fused), per candidate. Raises QueryError."""
     if not 0.0 <= weight <= 1.0 or not math.isfinite(weight):
         raise QueryError(f"rerank blend weight must be in [0, 1], got {weight}")
     if len(rerank_scores) != len(fused_scores):

@@ -1,7 +1,5 @@
-"""The query log: one document per search (:func:`log_doc`), queued without blocking the search (dropped and
-counted when the queue is full) and bulk-written to ``<prefix>-query-log`` by a daemon thread through
-:class:`hybridsearch.index.logs.LogWriter`; what failed, and why, is in ``failed`` and ``last_error``.
-"""
+"""The query log: one document per search, queued without blocking it (dropped and counted when the queue is full)
+and bulk-written to ``<prefix>-query-log`` by a daemon thread; what failed, and why: ``failed``, ``last_error``."""
 
 from __future__ import annotations
 
@@ -67,14 +65,10 @@ class QueryLogger:
 
     def flush(self, timeout: float | None = 10.0) -> bool:
         """Wait until every queued document has been handled; False when ``timeout`` passed first."""
-        done = threading.Event()
-
-        def waiter() -> None:
-            self._queue.join()
-            done.set()
-
-        threading.Thread(target=waiter, daemon=True).start()
-        return done.wait(timeout)
+        waiter = threading.Thread(target=self._queue.join, daemon=True)
+        waiter.start()
+        waiter.join(timeout)
+        return not waiter.is_alive()
 
     def close(self, timeout: float | None = 10.0) -> None:
         """Flush and stop the writer thread. Idempotent."""

@@ -1,7 +1,4 @@
-"""Typed search results: every hit says where it stood at each stage.
-
-This is the contract between the query layer and its users (CLI, evaluation, services).
-"""
+"""Typed search results, the query layer's contract with its users: every hit says where it stood at each stage."""
 
 from __future__ import annotations
 

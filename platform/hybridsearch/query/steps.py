@@ -1,7 +1,6 @@
-"""The requests a search's steps make, :class:`Run`, and the steps that send a plan's lists. Steps are generators
-without I/O: each ``yield``s one request and is sent its answer (or has its error raised at the ``yield``), so the
-sync and async clients (:mod:`.client`) differ only in how they perform a request.
-"""
+"""Steps are generators without I/O: each ``yield``s one request and is sent its answer (or has its error raised at
+the ``yield``), so the sync and async clients differ only in how they perform a request. Here: the requests,
+:class:`Run`, and the steps that send a plan's lists."""
 
 from __future__ import annotations
 
@@ -79,15 +78,12 @@ class Drop:
 
 
 Request: TypeAlias = Detect | Send | Embed | Rerank | Spawn | Join | Drop
-#: steps that end with a ``T``: they yield requests and are sent each one's answer
 Steps: TypeAlias = Generator[Request, Any, T]
-#: ``knn(vector)``: the ``_msearch`` lines of the plan's kNN list for the query vector (``build.knn_lines``)
-KnnLines = Callable[["np.ndarray"], list[Json]]
+KnnLines = Callable[["np.ndarray"], list[Json]]  # the kNN list's ``_msearch`` lines for the query vector
 
 
 class Run(Generic[T]):
-    """One run of some steps: iterating gives the requests in order; answer each with :meth:`answer` or
-    :meth:`fail` before asking for the next; then :attr:`result` holds what the steps returned."""
+    """Iterating gives the steps' requests; answer each (:meth:`answer`, :meth:`fail`); then :attr:`result`."""
 
     def __init__(self, steps: Steps[T]) -> None:
         self._steps = steps
@@ -130,8 +126,7 @@ def embed_steps(text: str, t: Timings) -> Steps[np.ndarray]:
 
 def send_steps(p: Plan, t: Timings, text: list[Json], knn: KnnLines, what: str,
                overlap: bool = True) -> Steps[list[Json]]:
-    """The ``_msearch`` items of ``p``'s lists (``text`` lines, then ``knn``'s), timed into ``t``. Hybrid (with
-    ``overlap``) spawns BM25 while the query is embedded; a failed BM25 request raises before a failed kNN one."""
+    """The ``_msearch`` items of ``p``'s lists, timed into ``t``; hybrid with ``overlap`` sends BM25 while embedding."""
     if p.mode != "hybrid" or not overlap:
         body = [*text, *(knn((yield from embed_steps(p.query, t))) if p.wants_vector else [])]
         t0 = time.perf_counter()
