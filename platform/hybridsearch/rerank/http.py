@@ -30,17 +30,13 @@ def _reason(resp: httpx.Response) -> str:
         body = resp.json()
     except ValueError:
         return resp.text[:200] or resp.reason_phrase
-    if isinstance(body, dict):
-        return str(body.get("detail") or body.get("error") or body)[:500]
-    return str(body)[:500]
+    detail = (body.get("detail") or body.get("error")) if isinstance(body, dict) else None
+    return str(detail or body)[:500]
 
 
 class HttpReranker:
-    """Scores passages through the reranker service at ``url`` (``POST {url}/rerank``), ``timeout`` seconds per
-    try (sent as ``X-Request-Timeout``; connect at most 2 s). One more try on connection errors and
-    :data:`~hybridsearch.retry.RETRIED_STATUSES`, except a 503 with ``Retry-After`` (an overloaded service: the
-    search keeps its fused order); none on read timeouts. Every failure raises RerankerError.
-    """
+    """Scores passages through the reranker service at ``url``, ``timeout`` seconds per try. One more try on
+    connection errors and RETRIED_STATUSES, except a 503 with ``Retry-After``; none on read timeouts."""
 
     def __init__(self, url: str, timeout: float = 5.0, token: str | None = None, *,
                  transport: httpx.BaseTransport | None = None) -> None:

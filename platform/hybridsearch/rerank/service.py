@@ -1,7 +1,5 @@
 """The reranker HTTP service (``hsp serve-reranker``; the API is in docs/operations.md). Each request is checked
-(token, headers, budget, body time and size, JSON limits) before it joins the micro-batcher; every refusal is an
-ApiError. :func:`serve` adds a header timeout per request and a connection cap to uvicorn's h11 protocol.
-"""
+(token, headers, budget, body, JSON limits) before it joins the micro-batcher; every refusal is an ApiError."""
 
 from __future__ import annotations
 
@@ -88,8 +86,7 @@ def request_budget(request: Request, cfg: RerankerSettings) -> float:
 
 
 async def read_body(request: Request, cfg: RerankerSettings, deadline: float | None = None) -> bytes:
-    """The body, read within ``cfg.body_timeout`` and before ``deadline`` (perf_counter; else 408, connection
-    closed) and at most ``cfg.max_body_bytes`` (else 413)."""
+    """The body, read within ``cfg.body_timeout`` and ``deadline`` (else 408) and at most ``max_body_bytes`` (413)."""
     limit = cfg.max_body_bytes
     too_big = ApiError(413, "body_too_large",
                        f"request body over max_body_bytes={limit} (HSP_RERANKER__MAX_BODY_BYTES)")
@@ -149,8 +146,7 @@ def parse_request(raw: bytes, cfg: RerankerSettings) -> RerankRequest:
 
 @dataclass
 class ConnectionGuard:
-    """The connection limits of one served app and what they did: connections open now, refused over
-    ``max_connections``, cut off for sending their headers slower than ``header_timeout``."""
+    """The connection limits of one served app and the connections open now, refused and cut off."""
 
     header_timeout: float
     max_connections: int
@@ -168,8 +164,7 @@ REFUSED_LINGER_S = 1.0
 
 
 def guarded_protocol(guard: ConnectionGuard) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol with ``guard``'s limits: a header timeout per request (from the connection, or from
-    the first byte of a later request on it; then 408) and a connection cap (503 with ``Retry-After``)."""
+    """uvicorn's h11 protocol with ``guard``'s limits: a header timeout per request (408) and a connection cap (503)."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
