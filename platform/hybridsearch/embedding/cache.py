@@ -7,12 +7,12 @@ import hashlib
 import logging
 import re
 import sqlite3
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
+from tenacity import Retrying, retry_if_exception, stop_after_attempt, wait_incrementing
 
 from hybridsearch.embedding.encoder import Embedder, OnnxEncoder
 from hybridsearch.embedding.models import resolve_model, resolve_prompts
@@ -133,19 +133,17 @@ class CachedEmbedder(Embedder):
         if self._db is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             db = sqlite3.connect(self.path, timeout=60, check_same_thread=False)
-            for attempt in range(20):
-                try:  # switching a new file to WAL answers "locked" at once while another connection opens it
-                    db.execute("PRAGMA journal_mode=WAL")
-                    with db:
+            # switching a new file to WAL answers "locked" at once while another connection opens it
+            locked = retry_if_exception(lambda e: isinstance(e, sqlite3.OperationalError) and "locked" in str(e))
+            try:
+                for attempt in Retrying(retry=locked, stop=stop_after_attempt(20), wait=wait_incrementing(0.05, 0.05),
+                                        reraise=True):
+                    with attempt:
+                        db.execute("PRAGMA journal_mode=WAL")
                         db.execute("CREATE TABLE IF NOT EXISTS vectors (key BLOB PRIMARY KEY, vector BLOB NOT NULL) "
                                    "WITHOUT ROWID")
-                        db.execute("CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)")
-                        db.execute("INSERT OR IGNORE INTO meta VALUES ('model', ?)", (self.identity,))
-                    break
-                except sqlite3.OperationalError as exc:
-                    if "locked" not in str(exc) or attempt == 19:
-                        db.close()
-                        raise
-                    time.sleep(0.05 * (attempt + 1))
+            except sqlite3.Error:
+                db.close()
+                raise
             self._db = db
         return self._db

@@ -192,22 +192,21 @@ class OnnxEncoder:
             self.tokenizer.enable_truncation(window(self.spec.max_length, max_tokens), stride=0,
                                              strategy="longest_first", direction=self.spec.truncation_side)
             encs = self.tokenizer.encode_batch([prompt + t for t in texts])
-        order = sorted(range(len(texts)), key=lambda i: -len(encs[i].ids))
-        out: np.ndarray | None = None
+        order = sorted(range(len(texts)), key=lambda i: -len(encs[i].ids))  # longest first: least padding
+        parts = []
         for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            width = max(len(encs[i].ids) for i in rows)
-            ids, types, mask = (np.zeros((len(rows), width), dtype=np.int64) for _ in range(3))
-            for r, i in enumerate(rows):
-                n = len(encs[i].ids)
-                ids[r, :n], types[r, :n], mask[r, :n] = encs[i].ids, encs[i].type_ids, 1
-            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+            rows = [encs[i] for i in order[start:start + batch_size]]
+            for enc in rows:
+                enc.pad(len(rows[0].ids))
+            mask = np.array([e.attention_mask for e in rows], dtype=np.int64)
+            feeds = {"input_ids": np.array([e.ids for e in rows], dtype=np.int64), "attention_mask": mask,
+                     "token_type_ids": np.array([e.type_ids for e in rows], dtype=np.int64)}
             (hidden,) = self.session.run([self.output], {k: v for k, v in feeds.items() if k in self.inputs})
-            vecs = pool(np.asarray(hidden, dtype=np.float32), mask, self.spec.pooling)
-            if out is None:
-                out = np.zeros((len(texts), vecs.shape[1]), dtype=np.float32)
-            out[rows] = vecs
-        return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+            parts.append(pool(np.asarray(hidden, dtype=np.float32), mask, self.spec.pooling))
+        if not parts:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.concatenate(parts)[np.argsort(order)]
+
 
 def load_sentence_transformer(name: str, models: ModelsSettings, device: str = "auto") -> SentenceTransformer:
     """A SentenceTransformer by local folder, catalogue name or Hub name. Raises ModelError with the fix."""

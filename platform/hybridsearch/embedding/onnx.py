@@ -54,10 +54,11 @@ def export(model: SentenceTransformer, model_dir: str | Path, models: ModelsSett
     """Path of the ONNX file for ``model`` (loaded from ``model_dir``), exporting it on first use."""
     fp32, target = onnx_files(model_dir, models, quantized)
     with _export_lock:
-        made = not fp32.exists() or (quantized and not target.exists())
+        if target.exists():
+            return target
         if not fp32.exists():
             _export_fp32(model, fp32)
-        if quantized and not target.exists():
+        if not target.exists():  # int8
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -70,8 +71,7 @@ def export(model: SentenceTransformer, model_dir: str | Path, models: ModelsSett
             finally:
                 root.setLevel(level)
             tmp.replace(target)
-        if made:
-            record_files(Path(model_dir), models, [target] if target == fp32 else [fp32, target])
+        record_files(Path(model_dir), models, [target] if target == fp32 else [fp32, target])
     return target
 
 

@@ -30,7 +30,6 @@ class Job:
     stats: dict[str, float] = field(default_factory=dict)
     taken: bool = False  # in a model call (or done): no longer waiting
     deadline: float | None = None  # perf_counter by which its client wants the answer (None: no budget)
-    expired: bool = False  # gave up waiting: the worker skips it
 
 
 def split_scores(scores: Sequence[float], sizes: Sequence[int]) -> list[list[float]]:
@@ -156,7 +155,6 @@ class MicroBatcher:
         except TimeoutError:
             if job.taken:  # in a model call by now: its answer is on the way
                 return await job.future
-            job.expired = True
             self.pending -= 1
             self._queued_pairs -= len(passages)
             job.future.cancel()
@@ -178,7 +176,7 @@ class MicroBatcher:
                     job = await asyncio.wait_for(self._queue.get(), timeout)
                 except TimeoutError:
                     return None
-            if not job.expired:
+            if not job.future.cancelled():  # cancelled: gave up waiting
                 return job
 
     async def _gather(self) -> list[Job]:
