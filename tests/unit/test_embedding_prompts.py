@@ -14,7 +14,7 @@ import pytest
 
 from hybridsearch.embedding.cache import CachedEmbedder, cache_key, model_identity
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.embedding.models import NONE, Prompts, folder_prompts, model_prompts, resolve_prompts
+from hybridsearch.embedding.models import Prompts, folder_prompts, model_prompts, resolve_prompts
 from hybridsearch.index.fit import CHECKED_META, meta_differences
 from hybridsearch.index.spec import chunk_meta
 from hybridsearch.settings import EmbeddingSettings, ModelsSettings, Settings, load_settings
@@ -72,9 +72,9 @@ def test_catalogue_models_have_their_family_prompts_and_minilm_none() -> None:
     assert model_prompts("bge-small-en-v1.5", _models()) == Prompts(BGE, "")
     assert model_prompts("BAAI/bge-small-en-v1.5", _models()) == Prompts(BGE, "")  # the Hub alias
     assert model_prompts("e5-small-v2-int8", _models()) == Prompts(Q, P)
-    assert model_prompts("all-MiniLM-L6-v2", _models()) is NONE
+    assert model_prompts("all-MiniLM-L6-v2", _models()) == Prompts()
     assert resolve_prompts(EmbeddingSettings(), _models()) == Prompts(BGE, "")  # the default model's
-    assert resolve_prompts(EmbeddingSettings(model="all-MiniLM-L6-v2"), _models()) == NONE
+    assert resolve_prompts(EmbeddingSettings(model="all-MiniLM-L6-v2"), _models()) == Prompts()
 
 
 def test_a_folder_config_gives_the_prompts(prompted: Path, tmp_path: Path) -> None:
@@ -86,10 +86,10 @@ def test_a_folder_config_gives_the_prompts(prompted: Path, tmp_path: Path) -> No
     assert model_prompts(str(tmp_path / "doc"), _models()) == Prompts("", "doc: ")
     (tmp_path / "none").mkdir()
     (tmp_path / "none" / "config_sentence_transformers.json").write_text('{"prompts": {"query": "", "document": ""}}')
-    assert model_prompts(str(tmp_path / "none"), _models()) is NONE
+    assert model_prompts(str(tmp_path / "none"), _models()) == Prompts()
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config_sentence_transformers.json").write_text("{not json")
-    assert folder_prompts(tmp_path / "broken") == {} and model_prompts(str(tmp_path / "broken"), _models()) is NONE
+    assert folder_prompts(tmp_path / "broken") == {} and model_prompts(str(tmp_path / "broken"), _models()) == Prompts()
 
 
 def test_the_settings_override_and_an_empty_value_disables(prompted: Path,
@@ -97,7 +97,7 @@ def test_the_settings_override_and_an_empty_value_disables(prompted: Path,
     both = resolve_prompts(tiny(prompted, query_prompt="search: "), _models())
     assert both == Prompts("search: ", P)
     off = resolve_prompts(tiny(prompted, query_prompt="", passage_prompt=""), _models())
-    assert off == NONE
+    assert off == Prompts()
     e5 = resolve_prompts(cfg("e5-small-v2", passage_prompt=""), _models())
     assert e5 == Prompts(Q, "")
     # from the environment: unset is the model's own, empty disables
@@ -163,7 +163,7 @@ def test_minilm_is_embedded_without_a_prompt() -> None:
     from hybridsearch.embedding.models import resolve_model
 
     e = Embedder(cfg(backend="torch"), _models())
-    assert e.prompts == NONE
+    assert e.prompts == Prompts()
     plain = SentenceTransformer(resolve_model("all-MiniLM-L6-v2", _models()), device="cpu")
     want = np.asarray(plain.encode(TEXTS, normalize_embeddings=True), dtype=np.float32)
     assert np.allclose(e.encode(TEXTS), want, atol=1e-6)
@@ -242,7 +242,7 @@ def test_training_pairs_and_validation_use_the_prompts(st: Any, tmp_path: Path) 
     cols = {"anchor": ["bees"], "positive": ["pollen"], "negative_1": ["ants"]}
     assert prompted_columns(cols, Prompts(Q, P)) == {"anchor": [Q + "bees"], "positive": [P + "pollen"],
                                                      "negative_1": [P + "ants"]}
-    assert prompted_columns(cols, NONE) == cols
+    assert prompted_columns(cols, Prompts()) == cols
     assert np.allclose(model_encoder(st, 4, Q)(TEXTS), reference(st, [Q + t for t in TEXTS]), atol=1e-6)
     assert np.allclose(model_encoder(st, 4)(TEXTS), reference(st, TEXTS), atol=1e-6)
 

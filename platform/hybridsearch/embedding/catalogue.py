@@ -3,7 +3,7 @@ PyPI package or a langchain4j jar on Maven Central) and the SHA-512 its file mus
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -36,7 +36,7 @@ class CatalogueEntry:
     tokenizer_file: str | None = None
     torch_weights: bool = True
     quantized: bool = False
-    aliases: tuple[str, ...] = field(default_factory=tuple)
+    aliases: tuple[str, ...] = ()
     hub_name: str | None = None
     heads: int = 12
 

@@ -245,17 +245,16 @@ class Embedder:
     @property
     def model(self) -> SentenceTransformer:
         """sentence-transformers' torch model (training, the GPU path, the ONNX export)."""
-        if self._model is None:
-            with self._lock:
-                if self._model is None:
-                    if self.threads:
-                        import torch
+        with self._lock:
+            if self._model is None:
+                if self.threads:
+                    import torch
 
-                        torch.set_num_threads(self.threads)
-                    model = load_sentence_transformer(self.cfg.model, self.models, self.cfg.device)
-                    self._check_dims(model.get_embedding_dimension())
-                    self._model = model
-        return self._model
+                    torch.set_num_threads(self.threads)
+                model = load_sentence_transformer(self.cfg.model, self.models, self.cfg.device)
+                self._check_dims(model.get_embedding_dimension())
+                self._model = model
+            return self._model
 
     def _check_dims(self, dims: int | None) -> None:
         if dims != self.cfg.dims:
@@ -265,11 +264,10 @@ class Embedder:
     @property
     def onnx(self) -> OnnxEncoder | None:
         """:class:`OnnxEncoder` on CPU for a folder it can read; None where the torch model embeds."""
-        if self._onnx is None:
-            with self._lock:
-                if self._onnx is None:
-                    self._onnx = (self._load_onnx(),)
-        return self._onnx[0]
+        with self._lock:
+            if self._onnx is None:
+                self._onnx = (self._load_onnx(),)
+            return self._onnx[0]
 
     @property
     def runtime(self) -> Literal["onnx", "torch"]:

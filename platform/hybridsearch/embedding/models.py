@@ -239,9 +239,6 @@ class Prompts:
     passage: str = ""
 
 
-NONE = Prompts()
-
-
 def folder_prompts(config: str | Path) -> dict[str, str]:
     """The ``prompts`` table of a ``config_sentence_transformers.json`` (or of the one in the folder ``config``)."""
     path = Path(config) / ST_CONFIG if Path(config).is_dir() else Path(config)
@@ -257,11 +254,11 @@ def model_prompts(name: str, models: ModelsSettings) -> Prompts:
     """The model's own prompts (catalogue, else its folder's or cached Hub config); no settings applied."""
     entry = catalogue.entry(name)
     if entry is not None:
-        return Prompts(entry.query_prompt, entry.passage_prompt) if entry.prompts else NONE
+        return Prompts(entry.query_prompt, entry.passage_prompt) if entry.prompts else Prompts()
     where = resolve_model(name, models)
     table = folder_prompts(where if Path(where).is_dir() else hub_cached(name, ST_CONFIG) or where)
     query, passage = table.get("query") or "", next((table[k] for k in PASSAGE_KEYS if table.get(k)), "")
-    return Prompts(query, passage) if query or passage else NONE
+    return Prompts(query, passage) if query or passage else Prompts()
 
 
 def resolve_prompts(cfg: EmbeddingSettings, models: ModelsSettings) -> Prompts:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 
 import httpx
@@ -34,7 +33,7 @@ def _reason(resp: httpx.Response) -> str:
     return str(detail or body)[:500]
 
 
-class HttpReranker:
+class HttpReranker(httpx.Client):
     """Scores passages through the reranker service at ``url``, ``timeout`` seconds per try. One more try on
     connection errors and RETRIED_STATUSES, except a 503 with ``Retry-After``; none on read timeouts."""
 
@@ -46,11 +45,9 @@ class HttpReranker:
         headers = {REQUEST_TIMEOUT_HEADER: f"{timeout:g}"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self._client = httpx.Client(
-            base_url=self.url, headers=headers, transport=transport,
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),
-            limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
-        )
+        super().__init__(base_url=self.url, headers=headers, transport=transport,
+                         timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),
+                         limits=httpx.Limits(max_connections=32, max_keepalive_connections=8))
         self.blend: float | None = None  # Reranker.blend: the served model's recommendation, from its answers
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
@@ -77,13 +74,13 @@ class HttpReranker:
     def _send(self, payload: dict[str, Any]) -> httpx.Response:
         """One try; raises _TryAgain when another may get through, RerankerError when none can."""
         try:
-            resp = self._client.post("/rerank", json=payload)
+            resp = self.post("/rerank", json=payload)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
             raise _TryAgain(f"cannot reach the reranker service at {self.shown_url}: {type(exc).__name__}: "
                             f"{redact_url(str(exc))}") from exc
         except httpx.TimeoutException as exc:
             raise RerankerError(f"reranker service at {self.shown_url} timed out "
-                                f"({type(exc).__name__}, timeout {self._client.timeout.read}s)") from exc
+                                f"({type(exc).__name__}, timeout {self.timeout.read}s)") from exc
         except httpx.HTTPError as exc:
             raise RerankerError(f"reranker request to {self.shown_url} failed: {type(exc).__name__}: "
                                 f"{redact_url(str(exc))}") from exc
@@ -93,12 +90,3 @@ class HttpReranker:
         if resp.status_code in RETRIED_STATUSES and not (resp.status_code == 503 and "retry-after" in resp.headers):
             raise _TryAgain(problem)
         raise RerankerError(problem)
-
-    def close(self) -> None:
-        self._client.close()
-
-    def __enter__(self) -> HttpReranker:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()
