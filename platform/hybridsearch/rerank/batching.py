@@ -65,7 +65,6 @@ class MicroBatcher:
                  on_batch: Callable[[int, int, float], None] | None = None) -> None:
         self.scorer = scorer
         self.cfg = cfg
-        self.window_s = cfg.batch_window_ms / 1000
         self.on_batch = on_batch
         self.pending = 0  # requests waiting: submitted, neither taken into a model call nor expired
         # moving averages of the recent model calls: seconds and pairs per call
@@ -94,15 +93,9 @@ class MicroBatcher:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 
-    def drain_estimate(self) -> float:
-        """Seconds until what waits now (and the call under way) is scored; 0 before the first call."""
-        if self._call_s <= 0:
-            return 0.0
-        calls = math.ceil(self._queued_pairs / max(1.0, self._call_pairs)) if self.cfg.micro_batching else self.pending
-        return (calls + 1) * self._call_s
-
-    def estimate(self, n_pairs: int) -> tuple[float, float]:
-        """(seconds until ``n_pairs`` pairs submitted now enter a model call, seconds of that call); (0, 0) at first."""
+    def estimate(self, n_pairs: int = 0) -> tuple[float, float]:
+        """(seconds until ``n_pairs`` pairs submitted now enter a model call, seconds of that call); (0, 0) at first.
+        Their sum for no pairs is the time the queue takes to drain."""
         if self._call_s <= 0:
             return 0.0, 0.0
         per_pair = self._per_pair()
@@ -128,7 +121,7 @@ class MicroBatcher:
     def check_capacity(self) -> None:
         """Raise QueueFull when ``max_queue`` requests wait (checked before a body is read)."""
         if self.pending >= self.cfg.max_queue:
-            raise QueueFull(self.pending, self.drain_estimate())
+            raise QueueFull(self.pending, sum(self.estimate()))
 
     async def submit(self, query: str, passages: list[str], stats: dict[str, float] | None = None, *,
                      deadline: float | None = None) -> list[float]:
@@ -141,7 +134,7 @@ class MicroBatcher:
             budget_left = deadline - time.perf_counter()
             wait, call = self.estimate(len(passages))
             if wait + call > budget_left:
-                raise QueueFull(self.pending, self.drain_estimate(), budget_s=max(0.0, budget_left),
+                raise QueueFull(self.pending, sum(self.estimate()), budget_s=max(0.0, budget_left),
                                 needed_s=wait + call)
             alone = len(passages) * self._per_pair()  # the least its own call takes (batches fit its deadline)
             max_wait = min(max_wait, budget_left - alone)
@@ -160,7 +153,7 @@ class MicroBatcher:
             job.future.cancel()
             waited = time.perf_counter() - job.queued_at
             by_budget = budget_left if max_wait < self.cfg.max_queue_wait else None
-            raise QueueFull(self.pending, self.drain_estimate(), waited_s=waited, budget_s=by_budget) from None
+            raise QueueFull(self.pending, sum(self.estimate()), waited_s=waited, budget_s=by_budget) from None
 
     async def _next(self, timeout: float | None) -> Job | None:
         """The next job that has not expired (None when none came within ``timeout``)."""
@@ -186,7 +179,7 @@ class MicroBatcher:
         if not self.cfg.micro_batching:
             return jobs
         pairs = len(first.passages)
-        deadline = time.perf_counter() + (self.window_s if self._busy else 0.0)
+        deadline = time.perf_counter() + (self.cfg.batch_window_ms / 1000 if self._busy else 0.0)
         max_pairs = self.cfg.max_batch_pairs
         while pairs < max_pairs:
             job = await self._next(deadline - time.perf_counter())

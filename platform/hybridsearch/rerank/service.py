@@ -256,7 +256,6 @@ class ServiceState:
     def __init__(self, cfg: RerankerSettings, scorer: PairScorer) -> None:
         self.cfg = cfg
         self.scorer = scorer
-        self.token = cfg.token.get_secret_value() if cfg.token else None
         self.metrics = Metrics()
         self.batcher = MicroBatcher(scorer, cfg, self.metrics.on_batch)
         self.metrics.queued.set_function(lambda: self.batcher.pending)
@@ -278,14 +277,14 @@ class ServiceState:
         self.metrics.ready.set(1)
 
     def check_token(self, request: Request) -> None:
-        if self.token is None:
+        if self.cfg.token is None:
             return
         header = request.headers.get("authorization", "")
         scheme, _, given = header.partition(" ")
         if scheme.lower() != "bearer" or not given:
             raise ApiError(401, "unauthorized", "missing bearer token (Authorization: Bearer <token>)",
                            {"WWW-Authenticate": "Bearer"})
-        if not secrets.compare_digest(given.strip().encode(), self.token.encode()):
+        if not secrets.compare_digest(given.strip().encode(), self.cfg.token.get_secret_value().encode()):
             raise ApiError(401, "unauthorized", "wrong bearer token",
                            {"WWW-Authenticate": 'Bearer error="invalid_token"'})
 
