@@ -161,9 +161,6 @@ class TextTokenizer:
         enc = self.tokenizer.encode(text, add_special_tokens=False)
         return [(int(s), int(e)) for s, e in enc.offsets if e > s]
 
-    def count(self, text: str) -> int:
-        return len(self.offsets(text))
-
 
 class OnnxEncoder:
     """Unit vectors of texts by the ONNX graph ``onnx_path`` of a folder read as ``spec`` says."""
