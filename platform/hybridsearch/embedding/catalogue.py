@@ -35,7 +35,6 @@ class CatalogueEntry:
     onnx_file: str | None = None
     tokenizer_file: str | None = None
     torch_weights: bool = True
-    quantized: bool = False
     aliases: tuple[str, ...] = ()
     hub_name: str | None = None
     heads: int = 12
@@ -67,7 +66,7 @@ def _jar(name: str, artifact: str, sha512: str, *, pooling: Literal["cls", "mean
         name=name, source="maven", sha512=sha512, dims=384, pooling=pooling, max_seq_length=512, licence=licence,
         description=description, query_prompt=query_prompt, passage_prompt=passage_prompt,
         coordinates=f"dev.langchain4j:{artifact}:{LANGCHAIN4J}", onnx_file=f"{stem}.onnx",
-        tokenizer_file=f"{stem}-tokenizer.json", torch_weights=not quantized, quantized=quantized, aliases=aliases,
+        tokenizer_file=f"{stem}-tokenizer.json", torch_weights=not quantized, aliases=aliases,
         hub_name=hub,
     )
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import math
 import time
@@ -36,8 +35,8 @@ def split_scores(scores: Sequence[float], sizes: Sequence[int]) -> list[list[flo
     """A flat score list cut back into consecutive pieces of ``sizes``. Raises ValueError on a length mismatch."""
     if sum(sizes) != len(scores):
         raise ValueError(f"{len(scores)} scores for {sum(sizes)} pairs")
-    ends = list(itertools.accumulate(sizes))
-    return [[float(x) for x in scores[end - n : end]] for n, end in zip(sizes, ends, strict=True)]
+    flat = iter(scores)
+    return [[float(next(flat)) for _ in range(n)] for n in sizes]
 
 
 class QueueFull(Exception):

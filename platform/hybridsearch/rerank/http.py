@@ -20,8 +20,8 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_HEADER = "X-Request-Timeout"
 
 
-class _TryAgain(Exception):
-    """A failure that another try of the same request may get past (its text is the problem)."""
+class _TryAgain(RerankerError):
+    """A failure that another try of the same request may get past."""
 
 
 def _reason(resp: httpx.Response) -> str:
@@ -56,10 +56,7 @@ class HttpReranker(httpx.Client):
             return []
         tries = Retrying(stop=stop_after_attempt(2), retry=retry_if_exception_type(_TryAgain),
                          before_sleep=before_sleep_log(log, logging.INFO), reraise=True)
-        try:
-            resp = tries(self._send, {"query": query, "passages": list(passages)})
-        except _TryAgain as exc:
-            raise RerankerError(str(exc)) from None
+        resp = tries(self._send, {"query": query, "passages": list(passages)})
         try:
             body = resp.json()
             scores = [float(s) for s in body["scores"]]

@@ -29,7 +29,6 @@ log = logging.getLogger(__name__)
 
 
 class RerankRequest(BaseModel):
-
     model_config = ConfigDict(extra="forbid", strict=True)
 
     query: str = Field(min_length=1)
