@@ -122,14 +122,9 @@ def entry(name: str) -> CatalogueEntry | None:
     return None
 
 
-def model_dir(e: CatalogueEntry, cache_dir: Path) -> Path:
-    """The folder ``hsp models fetch`` builds for a Maven entry."""
-    return models_root(cache_dir) / e.name
-
-
 def fetched(e: CatalogueEntry, cache_dir: Path) -> Path | None:
-    """The finished folder of a Maven entry (its marker written last), else None."""
-    folder = model_dir(e, cache_dir)
+    """The finished folder of a Maven entry (``<cache_dir>/models/<name>``, its marker written last), else None."""
+    folder = models_root(cache_dir) / e.name
     return folder if (folder / MARKER).is_file() else None
 
 

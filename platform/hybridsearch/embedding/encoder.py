@@ -168,7 +168,7 @@ class OnnxEncoder:
     def __init__(self, onnx_path: Path, spec: ModelSpec, threads: int | None = None) -> None:
         import onnxruntime as ort
 
-        self.spec, self.onnx_path = spec, onnx_path
+        self.spec = spec
         self.tokenizer = load_tokenizer(spec)
         self._lock = threading.Lock()  # the Rust tokenizer's truncation is set per call
         opts = ort.SessionOptions()  # every graph optimisation; idle threads sleep rather than spin

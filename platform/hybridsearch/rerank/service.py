@@ -84,7 +84,7 @@ def request_budget(request: Request, cfg: RerankerSettings) -> float:
                        f"not {str(given)[:40]!r}") from None
 
 
-async def read_body(request: Request, cfg: RerankerSettings, deadline: float | None = None) -> bytes:
+async def read_body(request: Request, cfg: RerankerSettings, deadline: float) -> bytes:
     """The body, read within ``cfg.body_timeout`` and ``deadline`` (else 408) and at most ``max_body_bytes`` (413)."""
     limit = cfg.max_body_bytes
     too_big = ApiError(413, "body_too_large",
@@ -92,9 +92,7 @@ async def read_body(request: Request, cfg: RerankerSettings, deadline: float | N
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise too_big
-    seconds = cfg.body_timeout
-    if deadline is not None:
-        seconds = min(seconds, deadline - time.perf_counter())
+    seconds = min(cfg.body_timeout, deadline - time.perf_counter())
     body = bytearray()
     try:
         async with asyncio.timeout(max(0.0, seconds)):
