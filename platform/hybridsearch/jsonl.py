@@ -1,5 +1,4 @@
-"""The one JSON Lines parser: each non-blank line is one JSON value, numbered from 1; callers decide what a bad
-line means."""
+"""The one JSON Lines parser: each non-blank line is one JSON value, numbered from 1."""
 
 from __future__ import annotations
 

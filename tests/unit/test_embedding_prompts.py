@@ -14,7 +14,7 @@ import pytest
 
 from hybridsearch.embedding.cache import CachedEmbedder, cache_key, model_identity
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.embedding.models import NONE, Prompts, folder_prompts, model_prompts, resolve_prompts
+from hybridsearch.embedding.models import Prompts, folder_prompts, model_prompts, resolve_prompts
 from hybridsearch.index.spec import CHECKED_META, chunk_meta, meta_differences
 from hybridsearch.settings import EmbeddingSettings, ModelsSettings, Settings, load_settings
 from hybridsearch.training.embedder import model_encoder, prompted_columns, record_prompts
@@ -68,37 +68,37 @@ def tiny(folder: Path, **kw: Any) -> EmbeddingSettings:
 # --- where the prompts come from -------------------------------------------------------------------------------
 
 def test_catalogue_models_have_their_family_prompts_and_minilm_none() -> None:
-    assert model_prompts("bge-small-en-v1.5", _models()) == Prompts(BGE, "", "catalogue")
-    assert model_prompts("BAAI/bge-small-en-v1.5", _models()) == Prompts(BGE, "", "catalogue")  # the Hub alias
-    assert model_prompts("e5-small-v2-int8", _models()) == Prompts(Q, P, "catalogue")
-    assert model_prompts("all-MiniLM-L6-v2", _models()) is NONE
-    assert resolve_prompts(EmbeddingSettings(), _models()) == Prompts(BGE, "", "catalogue")  # the default model's
-    assert resolve_prompts(EmbeddingSettings(model="all-MiniLM-L6-v2"), _models()) == NONE and not NONE
+    assert model_prompts("bge-small-en-v1.5", _models()) == Prompts(BGE, "")
+    assert model_prompts("BAAI/bge-small-en-v1.5", _models()) == Prompts(BGE, "")  # the Hub alias
+    assert model_prompts("e5-small-v2-int8", _models()) == Prompts(Q, P)
+    assert model_prompts("all-MiniLM-L6-v2", _models()) == Prompts()
+    assert resolve_prompts(EmbeddingSettings(), _models()) == Prompts(BGE, "")  # the default model's
+    assert resolve_prompts(EmbeddingSettings(model="all-MiniLM-L6-v2"), _models()) == Prompts()
 
 
 def test_a_folder_config_gives_the_prompts(prompted: Path, tmp_path: Path) -> None:
-    assert model_prompts(str(prompted), _models()) == Prompts(Q, P, "folder")
+    assert model_prompts(str(prompted), _models()) == Prompts(Q, P)
     # sentence-transformers' other names for the passage prompt; empty ones are no prompt
     (tmp_path / "doc").mkdir()
     (tmp_path / "doc" / "config_sentence_transformers.json").write_text(
         json.dumps({"prompts": {"query": "", "document": "doc: "}, "default_prompt_name": None}))
-    assert model_prompts(str(tmp_path / "doc"), _models()) == Prompts("", "doc: ", "folder")
+    assert model_prompts(str(tmp_path / "doc"), _models()) == Prompts("", "doc: ")
     (tmp_path / "none").mkdir()
     (tmp_path / "none" / "config_sentence_transformers.json").write_text('{"prompts": {"query": "", "document": ""}}')
-    assert model_prompts(str(tmp_path / "none"), _models()) is NONE
+    assert model_prompts(str(tmp_path / "none"), _models()) == Prompts()
     (tmp_path / "broken").mkdir()
     (tmp_path / "broken" / "config_sentence_transformers.json").write_text("{not json")
-    assert folder_prompts(tmp_path / "broken") == {} and model_prompts(str(tmp_path / "broken"), _models()) is NONE
+    assert folder_prompts(tmp_path / "broken") == {} and model_prompts(str(tmp_path / "broken"), _models()) == Prompts()
 
 
 def test_the_settings_override_and_an_empty_value_disables(prompted: Path,
                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     both = resolve_prompts(tiny(prompted, query_prompt="search: "), _models())
-    assert (both.query, both.passage, both.overridden) == ("search: ", P, ("query",))
+    assert both == Prompts("search: ", P)
     off = resolve_prompts(tiny(prompted, query_prompt="", passage_prompt=""), _models())
-    assert (off.query, off.passage) == ("", "") and not off
+    assert off == Prompts()
     e5 = resolve_prompts(cfg("e5-small-v2", passage_prompt=""), _models())
-    assert e5 == Prompts(Q, "", "catalogue", ("passage",))
+    assert e5 == Prompts(Q, "")
     # from the environment: unset is the model's own, empty disables
     monkeypatch.setenv("HSP_EMBEDDING__MODEL", "e5-small-v2")
     monkeypatch.setenv("HSP_EMBEDDING__PASSAGE_PROMPT", "")
@@ -111,7 +111,7 @@ def test_the_settings_override_and_an_empty_value_disables(prompted: Path,
 
 def test_passages_and_queries_are_embedded_after_their_prompts(prompted: Path, st: Any) -> None:
     e = Embedder(tiny(prompted), _models())
-    assert e.prompts == Prompts(Q, P, "folder")
+    assert e.prompts == Prompts(Q, P)
     passages = e.encode(TEXTS)
     assert np.allclose(passages, reference(st, [P + t for t in TEXTS]), atol=1e-6)
     assert not np.allclose(passages, reference(st, TEXTS), atol=1e-3)  # the prompt changes the vectors
@@ -152,7 +152,7 @@ def test_a_default_prompt_name_in_the_folder_never_applies_on_its_own(tiny_bi_en
     (folder / "config_sentence_transformers.json").write_text(json.dumps({**config, "default_prompt_name": "query"}))
     plain = SentenceTransformer(str(folder), device="cpu")
     e = Embedder(tiny(folder), _models())
-    assert e.prompts == Prompts(Q, "", "folder")
+    assert e.prompts == Prompts(Q, "")
     assert np.allclose(e.encode(TEXTS), reference(plain, TEXTS), atol=1e-6)  # passages: no prompt at all
 
 
@@ -162,7 +162,7 @@ def test_minilm_is_embedded_without_a_prompt() -> None:
     from hybridsearch.embedding.models import resolve_model
 
     e = Embedder(cfg(backend="torch"), _models())
-    assert e.prompts is NONE
+    assert e.prompts == Prompts()
     plain = SentenceTransformer(resolve_model("all-MiniLM-L6-v2", _models()), device="cpu")
     want = np.asarray(plain.encode(TEXTS, normalize_embeddings=True), dtype=np.float32)
     assert np.allclose(e.encode(TEXTS), want, atol=1e-6)
@@ -241,7 +241,7 @@ def test_training_pairs_and_validation_use_the_prompts(st: Any, tmp_path: Path) 
     cols = {"anchor": ["bees"], "positive": ["pollen"], "negative_1": ["ants"]}
     assert prompted_columns(cols, Prompts(Q, P)) == {"anchor": [Q + "bees"], "positive": [P + "pollen"],
                                                      "negative_1": [P + "ants"]}
-    assert prompted_columns(cols, NONE) == cols
+    assert prompted_columns(cols, Prompts()) == cols
     assert np.allclose(model_encoder(st, 4, Q)(TEXTS), reference(st, [Q + t for t in TEXTS]), atol=1e-6)
     assert np.allclose(model_encoder(st, 4)(TEXTS), reference(st, TEXTS), atol=1e-6)
 
@@ -252,4 +252,4 @@ def test_a_trained_model_keeps_the_prompts_it_was_trained_with(prompted: Path, t
     model = SentenceTransformer(str(prompted), device="cpu")
     record_prompts(model, Prompts("search: ", ""))
     model.save(str(tmp_path / "trained"))
-    assert model_prompts(str(tmp_path / "trained"), _models()) == Prompts("search: ", "", "folder")
+    assert model_prompts(str(tmp_path / "trained"), _models()) == Prompts("search: ", "")

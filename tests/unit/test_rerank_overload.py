@@ -58,16 +58,26 @@ def test_batcher_refuses_beyond_max_queue_then_accepts_again() -> None:
 
 def test_retry_after_estimates_the_drain_time_from_recent_model_calls() -> None:
     async def scenario() -> None:
-        scorer = HeldScorer(seconds=0.05)
-        scorer.release.set()
+        scorer = HeldScorer(seconds=0.05, held=False)
         batcher = MicroBatcher(scorer, cfg(max_queue=1, micro_batching=False))
         batcher.start()
         try:
-            assert batcher.drain_estimate() == 0.0  # nothing measured yet
+            assert batcher.estimate() == (0.0, 0.0)  # nothing measured yet
             await batcher.submit("q", ["a"])
-            one_call = batcher.drain_estimate()
-            assert 0.04 < one_call < 1.0  # about one model call (the one under way)
+            scorer.release.clear()
+            scorer.entered.clear()
+            under_way = asyncio.create_task(batcher.submit("q", ["b"]))
+            while not scorer.entered.is_set():
+                await asyncio.sleep(0.005)
+            queued = asyncio.create_task(batcher.submit("q", ["c"]))
+            await asyncio.sleep(0.02)
+            with pytest.raises(QueueFull) as refused:
+                await batcher.submit("q", ["d"])
+            assert 0.04 < refused.value.retry_after_s < 1.0  # about one model call: the one that waits
+            scorer.release.set()
+            assert [await under_way, await queued] == [[1.0], [1.0]]
         finally:
+            scorer.release.set()
             await batcher.stop()
         assert QueueFull(5, 0.2).retry_after == 1  # at least one whole second
         assert QueueFull(5, 2.1).retry_after == 3  # rounded up

@@ -41,7 +41,7 @@ def test_make_reranker_disabled_url_and_local() -> None:
     assert http.url == "http://127.0.0.1:1"
     local = make_reranker(load_settings(reranker={"model": "/nowhere/model"}).reranker, MODELS)
     assert isinstance(local, LocalReranker)
-    assert not local.loaded  # lazy: nothing loaded yet
+    assert local.name == "/nowhere/model"  # lazy: a missing model is not loaded yet
 
 
 def test_offline_hub_name_fails_fast_naming_model_and_fix(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -65,7 +65,7 @@ def _as_dict(e: CatalogueEntry, cache_dir: Path) -> dict[str, object]:
     return {"name": e.name, "source": e.where, "url": e.url, "sha512": e.sha512, "dims": e.dims,
             "pooling": e.pooling, "normalize": e.normalize, "query_prompt": e.query_prompt,
             "passage_prompt": e.passage_prompt, "max_seq_length": e.max_seq_length, "licence": e.licence,
-            "torch_weights": e.torch_weights, "quantized": e.quantized, "hub_name": e.hub_name,
+            "torch_weights": e.torch_weights, "quantized": not e.torch_weights, "hub_name": e.hub_name,
             "aliases": list(e.aliases), "status": _status(e, cache_dir), "description": e.description}
 
 

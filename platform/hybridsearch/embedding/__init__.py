@@ -1,3 +1,1 @@
-"""The bi-encoder: model location and file records, the one encoder, ONNX, the catalogue, prompts and the vector
-cache. Import from the module that holds a name; this package imports nothing itself, so the search path's light
-modules do not load numpy."""
+"""The bi-encoder: models, their files and prompts, the one encoder, ONNX and the vector cache (imports nothing)."""

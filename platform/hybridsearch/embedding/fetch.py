@@ -1,8 +1,6 @@
-"""``hsp models fetch`` and ``verify``. A Maven entry's langchain4j jar is downloaded over plain HTTPS, refused
-unless its SHA-512 is the catalogue's pin, and unpacked into ``<cache_dir>/models/<name>`` as a sentence-transformers
-folder (torch weights read off the ONNX graph, none for int8 jars; the catalogue's marker last). :func:`verify`
-checks that torch and the one encoder agree (cosine ≥ :data:`MIN_COSINE`); an int8 entry is compared with its fp32.
-"""
+"""``hsp models fetch`` and ``verify``. A Maven entry's jar is refused unless its SHA-512 is the catalogue's pin, and
+unpacked into ``<cache_dir>/models/<name>`` as a sentence-transformers folder (torch weights read off the ONNX graph,
+none for int8 jars). :func:`verify` checks that torch and ONNX Runtime agree (cosine ≥ :data:`MIN_COSINE`)."""
 
 from __future__ import annotations
 
@@ -68,8 +66,7 @@ def _check_pin(e: CatalogueEntry, got: str, where: str, part: Path | None = None
 
 
 def download(url: str, dest: Path, e: CatalogueEntry, progress: Progress | None = None) -> Path:
-    """``url`` saved as ``dest``, hashed while it streams; refused (deleted, ModelError) unless its SHA-512 is
-    ``e``'s pin. Plain HTTPS (or ``file:``), no registry client, no checksum file from the registry."""
+    """``url`` saved as ``dest``, refused (deleted, ModelError) unless its SHA-512 is ``e``'s pin."""
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     h = hashlib.sha512()
@@ -96,8 +93,8 @@ def download(url: str, dest: Path, e: CatalogueEntry, progress: Progress | None 
 
 def fetch(e: CatalogueEntry, models: ModelsSettings, *, jar: Path | None = None, force: bool = False,
           progress: Progress | None = None) -> Path:
-    """The local folder of ``e``, fetched and built first when needed. ``jar``: use this file instead of
-    downloading (it must still match the pin). Raises ModelError."""
+    """The local folder of ``e``, fetched (or built from ``jar``, which must match the pin) first when needed. Raises
+    ModelError."""
     if e.source == "pypi":
         return _packaged_folder(e)
     done = catalogue.fetched(e, models.cache_dir)
@@ -127,10 +124,9 @@ def _packaged_folder(e: CatalogueEntry) -> Path:
 
 
 def build_from_jar(jar: Path, e: CatalogueEntry, models: ModelsSettings) -> Path:
-    """Unpack ``jar`` (already checked against the pin) into ``e``'s folder as a sentence-transformers folder, built
-    beside it and moved into place when complete. Raises ModelError."""
+    """Unpack the checked ``jar`` into ``e``'s folder, built beside it and moved into place. Raises ModelError."""
     assert e.onnx_file is not None and e.tokenizer_file is not None
-    target = catalogue.model_dir(e, models.cache_dir)
+    target = catalogue.models_root(models.cache_dir) / e.name
     target.parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(prefix=f".{e.name}.", dir=target.parent))
     try:
@@ -169,8 +165,7 @@ def build_from_jar(jar: Path, e: CatalogueEntry, models: ModelsSettings) -> Path
 
 
 def verify(e: CatalogueEntry, models: ModelsSettings) -> Verified:
-    """Check a fetched entry: its files against their pins, then torch against ONNX Runtime on
-    :data:`VERIFY_TEXTS`. Raises ModelError when the entry is not fetched (or its files do not match their pins)."""
+    """Check a fetched entry's files against their pins, then torch against ONNX Runtime. Raises ModelError."""
     if e.source == "pypi":
         return _compare(e.name, _packaged_folder(e), models,  # checks the pinned file's SHA-512
                         (f"{e.pinned_file} matches its SHA-512 pin", "ONNX: exported locally from torch"))
@@ -196,8 +191,8 @@ def verify(e: CatalogueEntry, models: ModelsSettings) -> Verified:
 
 
 def verify_folder(folder: Path, models: ModelsSettings) -> Verified:
-    """Check a local sentence-transformers folder: torch against ONNX Runtime (its export); when they agree,
-    record its files as they are now, so that it loads again after a change made on purpose. Raises ModelError."""
+    """Check a local folder's torch model against its ONNX export; when they agree, record its files as they are now
+    (so that it loads again after a change made on purpose). Raises ModelError."""
     v = _compare(str(folder), folder, models, ())
     if not v.ok:
         return v
@@ -213,8 +208,7 @@ def _onnx_vectors(folder: Path, onnx_path: Path) -> np.ndarray:
 
 
 def _compare(name: str, folder: Path, models: ModelsSettings, notes: tuple[str, ...]) -> Verified:
-    """sentence-transformers' normalised vectors on CPU against the one encoder's (on ``folder``'s own ONNX graph,
-    else its export)."""
+    """sentence-transformers' vectors on CPU against ONNX Runtime's (``folder``'s own graph, else its export)."""
     from sentence_transformers import SentenceTransformer
 
     with quiet_loading():

@@ -1,7 +1,5 @@
 """Where a model comes from and where it runs: name or path → local folder (:func:`locate_model`), ``auto`` → a
-device, the record of a folder's files checked whenever it loads, and the one place that decides its query and
-passage prompts (:func:`resolve_prompts`). Nothing is downloaded unless ``models.allow_download`` says so.
-"""
+device, the record of a folder's files checked whenever it loads, and its prompts (:func:`resolve_prompts`)."""
 
 from __future__ import annotations
 
@@ -15,7 +13,7 @@ import tempfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from hybridsearch.embedding import catalogue
 from hybridsearch.errors import ModelError
@@ -25,8 +23,7 @@ log = logging.getLogger(__name__)
 
 
 def pick_device(device: str) -> str:
-    """``auto`` → ``cuda`` when torch sees a GPU (torch is imported only where a GPU device node exists), else
-    ``cpu``; anything else passes through."""
+    """``auto`` → ``cuda`` when torch sees a GPU (imported only where a GPU device node exists), else ``cpu``."""
     if device != "auto":
         return device
     nodes = ("/dev/nvidiactl", "/dev/nvidia0", "/dev/kfd", "/dev/dxg")
@@ -47,15 +44,13 @@ def packaged_model() -> str | None:
 
 
 def is_path(name: str) -> bool:
-    """True when ``name`` names a folder rather than a model: it starts with ``.``, ``/`` or ``~``, or has more
-    than one path separator (a Hub name has one: ``owner/model``)."""
+    """True when ``name`` is a folder: it starts with ``.``, ``/`` or ``~``, or has more than one ``/``."""
     return name.startswith((".", "/", "~")) or name.count("/") > 1 or (os.sep != "/" and os.sep in name)
 
 
 def resolve_model(name: str, models: ModelsSettings) -> str:
     """A local folder for ``name`` when there is one, else ``name`` itself (a Hub name). A catalogue name (or alias)
-    always means the catalogue entry, even when a folder of that name lies in the working directory; a path
-    (:func:`is_path`, or an ``owner/model`` name that exists as a folder) means that folder."""
+    always means the catalogue entry, even when a folder of that name lies in the working directory."""
     entry = catalogue.entry(name)
     if entry is not None:
         if entry.source == "pypi":
@@ -97,9 +92,8 @@ def how_to_get(name: str, setting: str = "HSP_EMBEDDING__MODEL", *, again: bool 
 
 def locate_model(name: str, models: ModelsSettings, setting: str = "HSP_EMBEDDING__MODEL", *,
                  check: bool = True) -> tuple[str, bool]:
-    """``(where, local_only)``: what to hand to sentence-transformers for ``name``, and whether to read it without
-    network access; a local folder's files are checked unless ``check`` is false. Raises ModelError (no request
-    made) when ``name`` is nowhere on this machine and downloads are off, or a folder's files changed."""
+    """``(where, local_only)`` to hand to sentence-transformers for ``name``; a folder's files are checked unless
+    ``check`` is false. Raises ModelError (no request made) when it is not here and downloads are off."""
     where = resolve_model(name, models)
     if where != name or is_path(name):
         if not Path(where).is_dir():
@@ -119,8 +113,7 @@ def locate_model(name: str, models: ModelsSettings, setting: str = "HSP_EMBEDDIN
 
 
 def _record_path(folder: Path, models: ModelsSettings) -> Path:
-    """``<cache_dir>/models/.pins/<folder name>-<hash of its path>.json``: outside the folder, so that a read-only
-    folder such as the packaged model is recorded too."""
+    """``<cache_dir>/models/.pins/<folder name>-<hash of its path>.json`` (read-only folders are recorded too)."""
     key = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]
     stem = re.sub(r"[^A-Za-z0-9._-]+", "_", folder.name)[:60] or "model"
     return catalogue.models_root(models.cache_dir) / ".pins" / f"{stem}-{key}.json"
@@ -154,9 +147,8 @@ def _write_record(path: Path, folder: Path, files: dict[str, dict[str, Any]]) ->
 
 
 def record_files(folder: Path, models: ModelsSettings, extra: Sequence[Path] = ()) -> Path:
-    """Pin the files of ``folder`` that decide its vectors (not the catalogue's marker, model cards or hidden files)
-    and the ``extra`` files outside it (an ONNX export) by size, modification time and SHA-256; returns the record's
-    path."""
+    """Pin ``folder``'s files (not the marker, cards or hidden files) and ``extra`` files outside it (an ONNX export)
+    by size, modification time and SHA-256; returns the record's path."""
     path = _record_path(folder, models)
     files = {str(p.relative_to(folder)): _pin(p) for p in sorted(folder.rglob("*")) if p.is_file()
              and p.name != catalogue.MARKER and not p.name.endswith(".md") and not p.name.startswith(".")}
@@ -168,8 +160,7 @@ def record_files(folder: Path, models: ModelsSettings, extra: Sequence[Path] = (
 
 
 def changed_files(folder: Path, models: ModelsSettings) -> list[str] | None:
-    """The files of ``folder``'s record that are missing or differ from their pins (size, then the SHA-256 where the
-    modification time moved), as ``"name (why)"``; None when the folder has no record."""
+    """The recorded files that are missing or differ from their pins, as ``"name (why)"``; None without a record."""
     path = _record_path(folder, models)
     files = _read_record(path)
     if files is None:
@@ -198,8 +189,8 @@ def changed_files(folder: Path, models: ModelsSettings) -> list[str] | None:
 
 
 def check_files(folder: Path, name: str, models: ModelsSettings) -> None:
-    """Refuse a model folder whose files differ from their record; record a folder that has none (the packaged
-    model after its catalogue pin is checked). Raises ModelError naming the changed files and the fix."""
+    """Refuse (ModelError) a folder whose files differ from their record; record one that has none (the packaged
+    model after its catalogue pin is checked)."""
     changed = changed_files(folder, models)
     entry = catalogue.entry(name)
     if (changed is None and entry is not None and entry.pinned_file is not None
@@ -218,8 +209,7 @@ def check_files(folder: Path, name: str, models: ModelsSettings) -> None:
 
 @contextlib.contextmanager
 def quiet_loading() -> Iterator[None]:
-    """Hide transformers' and the Hub's progress bars and load reports while a model loads, unless logging is at
-    INFO or finer (``hsp -v``)."""
+    """Hide transformers' progress bars and load reports while a model loads, unless logging is at INFO (``-v``)."""
     if logging.getLogger().getEffectiveLevel() <= logging.INFO:
         yield
         return
@@ -243,19 +233,10 @@ ST_CONFIG = "config_sentence_transformers.json"
 
 @dataclass(frozen=True)
 class Prompts:
-    """The text put before each query and each passage embedded ("" for none), where the model's own came from,
-    and which the settings ``overridden``."""
+    """The text put before each query and each passage embedded ("" for none)."""
 
     query: str = ""
     passage: str = ""
-    source: Literal["catalogue", "folder", "none"] = "none"
-    overridden: tuple[str, ...] = ()
-
-    def __bool__(self) -> bool:
-        return bool(self.query or self.passage)
-
-
-NONE = Prompts()
 
 
 def folder_prompts(config: str | Path) -> dict[str, str]:
@@ -273,19 +254,15 @@ def model_prompts(name: str, models: ModelsSettings) -> Prompts:
     """The model's own prompts (catalogue, else its folder's or cached Hub config); no settings applied."""
     entry = catalogue.entry(name)
     if entry is not None:
-        return Prompts(entry.query_prompt, entry.passage_prompt, "catalogue") if entry.prompts else NONE
+        return Prompts(entry.query_prompt, entry.passage_prompt) if entry.prompts else Prompts()
     where = resolve_model(name, models)
     table = folder_prompts(where if Path(where).is_dir() else hub_cached(name, ST_CONFIG) or where)
     query, passage = table.get("query") or "", next((table[k] for k in PASSAGE_KEYS if table.get(k)), "")
-    return Prompts(query, passage, "folder") if query or passage else NONE
+    return Prompts(query, passage) if query or passage else Prompts()
 
 
 def resolve_prompts(cfg: EmbeddingSettings, models: ModelsSettings) -> Prompts:
-    """The prompts ``cfg`` embeds with: the settings' ``query_prompt`` / ``passage_prompt`` where set (``""``
-    disables), else the model's own (:func:`model_prompts`)."""
+    """The settings' ``query_prompt`` / ``passage_prompt`` where set (``""`` disables), else the model's own."""
     own = model_prompts(cfg.model, models)
-    overridden = tuple(k for k in ("query", "passage") if getattr(cfg, f"{k}_prompt") is not None)
-    if not overridden:
-        return own
-    return Prompts(cfg.query_prompt if cfg.query_prompt is not None else own.query,
-                   cfg.passage_prompt if cfg.passage_prompt is not None else own.passage, own.source, overridden)
+    return Prompts(own.query if cfg.query_prompt is None else cfg.query_prompt,
+                   own.passage if cfg.passage_prompt is None else cfg.passage_prompt)

@@ -1,7 +1,5 @@
 """ONNX graphs of model folders: the export (once, int8 on request) into ``<cache_dir>/onnx/<fingerprint>/``, a
-catalogue folder's own ``onnx/model.onnx``, the ONNX Runtime session, and a BERT encoder's configuration and torch
-weights read back off an fp32 graph. Importing it imports neither torch nor sentence-transformers.
-"""
+catalogue folder's own ``onnx/model.onnx``, and a BERT encoder's torch weights read back off an fp32 graph."""
 
 from __future__ import annotations
 
@@ -30,8 +28,7 @@ _LAYER = re.compile(r"^encoder\.layer\.(\d+)\.")
 
 
 def fingerprint(model_dir: Path) -> str:
-    """A model folder's identity: its path, the opset, weight files' sizes and modification times (training again
-    into the folder keeps the sizes) and configuration files' contents."""
+    """A model folder's identity: path, opset, weight files' sizes and modification times, configuration contents."""
     h = hashlib.sha256(f"opset={OPSET};{model_dir}".encode())
     for p in sorted(model_dir.rglob("*")):
         if p.is_file() and p.suffix in {".safetensors", ".bin", ".json", ".txt"}:
@@ -45,8 +42,8 @@ def fingerprint(model_dir: Path) -> str:
 
 
 def onnx_files(model_dir: str | Path, models: ModelsSettings, quantized: bool = False) -> tuple[Path, Path]:
-    """``(fp32, target)``: where the float ONNX file of ``model_dir`` is (or will be) and the file that runs (the
-    int8 one when ``quantized``); nothing is exported. A catalogue model's folder ships its float file."""
+    """``(fp32, target)``: where ``model_dir``'s float ONNX file is (or will be) and the one that runs (int8 when
+    ``quantized``)."""
     folder = models.cache_dir / "onnx" / fingerprint(Path(model_dir))
     shipped = Path(model_dir) / "onnx" / "model.onnx"
     fp32 = shipped if (Path(model_dir) / MARKER).is_file() and shipped.is_file() else folder / "model.onnx"
@@ -57,10 +54,11 @@ def export(model: SentenceTransformer, model_dir: str | Path, models: ModelsSett
     """Path of the ONNX file for ``model`` (loaded from ``model_dir``), exporting it on first use."""
     fp32, target = onnx_files(model_dir, models, quantized)
     with _export_lock:
-        made = not fp32.exists() or (quantized and not target.exists())
+        if target.exists():
+            return target
         if not fp32.exists():
             _export_fp32(model, fp32)
-        if quantized and not target.exists():
+        if not target.exists():  # int8
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -73,8 +71,7 @@ def export(model: SentenceTransformer, model_dir: str | Path, models: ModelsSett
             finally:
                 root.setLevel(level)
             tmp.replace(target)
-        if made:
-            record_files(Path(model_dir), models, [target] if target == fp32 else [fp32, target])
+        record_files(Path(model_dir), models, [target] if target == fp32 else [fp32, target])
     return target
 
 
@@ -109,8 +106,7 @@ def _export_fp32(model: SentenceTransformer, path: Path) -> None:
 
 def bert_weights_from_onnx(onnx_path: Path, heads: int) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """``(BertConfig keyword arguments, BertModel state dict)`` read off the fp32 ONNX graph of a BERT encoder with
-    ``heads`` attention heads: each ``MatMul`` weight (stored ``[in, out]``, maybe with a generic name) is named after
-    the bias added to its output, else after its node, and transposed into ``nn.Linear``'s ``[out, in]``. Raises
+    ``heads`` attention heads; each ``MatMul`` weight is transposed into ``nn.Linear``'s ``[out, in]``. Raises
     ModelError."""
     import onnx
     from onnx import numpy_helper
@@ -136,8 +132,7 @@ def bert_weights_from_onnx(onnx_path: Path, heads: int) -> tuple[dict[str, Any],
     for node in graph.node:  # x @ W with W [in, out]
         if node.op_type == "MatMul" and node.input[1] in inits and len(inits[node.input[1]].dims) == 2:
             weights[_linear_name(node, consumers, inits)] = arr(node.input[1]).T
-    for name in [k for k in weights if not k.endswith((".weight", ".bias"))]:
-        del weights[name]
+    weights = {k: v for k, v in weights.items() if k.endswith((".weight", ".bias"))}
     try:
         vocab, hidden = weights["embeddings.word_embeddings.weight"].shape
         positions = weights["embeddings.position_embeddings.weight"].shape[0]
@@ -154,8 +149,7 @@ def bert_weights_from_onnx(onnx_path: Path, heads: int) -> tuple[dict[str, Any],
 
 
 def _linear_name(node: Any, consumers: dict[str, list[Any]], inits: dict[str, Any]) -> str:
-    """The ``nn.Linear`` weight name of a MatMul: from the bias initializer added to its output (``X.bias`` →
-    ``X.weight``), else from the node's name (``/encoder/layer.0/attention/self/query/MatMul``)."""
+    """The ``nn.Linear`` weight name of a MatMul: from the bias added to its output, else from the node's name."""
     names = [i for c in consumers.get(node.output[0], []) if c.op_type == "Add" for i in c.input if i in inits]
     for n in names:
         clean = _param_name(n.split("."))

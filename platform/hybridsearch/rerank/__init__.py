@@ -11,8 +11,7 @@ __all__ = ["HttpReranker", "LocalReranker", "Reranker", "make_reranker"]
 
 
 def make_reranker(cfg: RerankerSettings, models: ModelsSettings) -> Reranker | None:
-    """None when ``HSP_RERANKER__ENABLED=false``, an HttpReranker when ``HSP_RERANKER__URL`` is set, else a
-    LocalReranker (its model loads on first score). Loads nothing yet."""
+    """None when disabled, an HttpReranker when a URL is set, else a LocalReranker (loaded on first score)."""
     if not cfg.enabled:
         return None
     if cfg.url:

@@ -1,7 +1,5 @@
 """What a reranker is: the interface the query layer calls after fusion, the order of its scores, and what a
-trained model's card (``card.json``, written by ``hsp train-reranker``) says about serving it: the rerank blend
-chosen on held-out queries (``serving.blend``) and the token length it was trained with (``serving.max_length``).
-"""
+trained model's ``card.json`` says about serving it (``serving.blend`` and ``serving.max_length``)."""
 
 from __future__ import annotations
 
@@ -15,8 +13,7 @@ KIND = "hybridsearch-domain-reranker"
 
 
 class Reranker(Protocol):
-    """Scores passages for one query (RerankerError when it cannot: the search keeps the fused order). ``blend``:
-    its recommended share in the final order, 0 (fused order) to 1 (reranker order), or None."""
+    """Scores passages for one query; ``blend``: its recommended share in the final order (0 to 1) or None."""
 
     name: str
 
@@ -24,8 +21,7 @@ class Reranker(Protocol):
     def blend(self) -> float | None: ...
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
-        """One score per passage (higher is more relevant), in the input order."""
-        ...
+        """One score per passage (higher is more relevant), in the input order. Raises RerankerError."""
 
 
 class PairScorer(Protocol):
@@ -35,11 +31,9 @@ class PairScorer(Protocol):
 
     def load(self) -> None:
         """Load the model now (blocking). Raises RerankerModelError."""
-        ...
 
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
         """One score per pair, in input order. Raises RerankerError."""
-        ...
 
 
 def order_by_score(scores: Sequence[float], top_n: int | None = None) -> list[int]:
@@ -56,8 +50,7 @@ def valid_blend(value: object) -> float | None:
 
 
 def serving_hints(model: str | Path) -> tuple[float | None, int | None]:
-    """``(serving.blend, serving.max_length)`` from the card in model folder ``model``; each None when there is no
-    readable card of ours or the value is not valid (never raises)."""
+    """``(serving.blend, serving.max_length)`` from the card in folder ``model``, each None where absent or invalid."""
     try:
         card = json.loads((Path(model).expanduser() / CARD_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError):
@@ -71,8 +64,7 @@ def serving_hints(model: str | Path) -> tuple[float | None, int | None]:
 
 
 def effective_blend(setting: float | None, recommended: object) -> tuple[float, str]:
-    """The blend a search uses and where it came from: ``setting`` (HSP_RERANKER__BLEND) when set, else the
-    reranker's ``recommended`` blend (its card) when valid, else 1 (reranker order)."""
+    """The blend a search uses and where it came from: ``setting``, else the card's ``recommended`` one, else 1."""
     if setting is not None:
         return setting, "HSP_RERANKER__BLEND"
     card = valid_blend(recommended)

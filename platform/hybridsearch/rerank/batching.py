@@ -1,13 +1,10 @@
-"""Micro-batching: requests queued together share one model call (the window is waited only under load), at most
-``max_batch_pairs`` pairs. The queue holds at most ``max_queue`` requests, each for at most ``max_queue_wait``
-seconds and never past its own budget less its model call; what cannot be answered in time gets QueueFull.
-"""
+"""Micro-batching: requests queued together share one model call of at most ``max_batch_pairs`` pairs. At most
+``max_queue`` requests wait, each no longer than ``max_queue_wait`` or its own budget; the rest get QueueFull."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import math
 import time
@@ -32,20 +29,18 @@ class Job:
     stats: dict[str, float] = field(default_factory=dict)
     taken: bool = False  # in a model call (or done): no longer waiting
     deadline: float | None = None  # perf_counter by which its client wants the answer (None: no budget)
-    expired: bool = False  # gave up waiting: the worker skips it
 
 
 def split_scores(scores: Sequence[float], sizes: Sequence[int]) -> list[list[float]]:
     """A flat score list cut back into consecutive pieces of ``sizes``. Raises ValueError on a length mismatch."""
     if sum(sizes) != len(scores):
         raise ValueError(f"{len(scores)} scores for {sum(sizes)} pairs")
-    ends = list(itertools.accumulate(sizes))
-    return [[float(x) for x in scores[end - n : end]] for n, end in zip(sizes, ends, strict=True)]
+    flat = iter(scores)
+    return [[float(next(flat)) for _ in range(n)] for n in sizes]
 
 
 class QueueFull(Exception):
-    """A request refused or dropped: the queue is full, it waited too long, or its budget cannot be met;
-    ``retry_after_s`` estimates the drain time."""
+    """A request refused or dropped (queue full, waited too long, budget unmet); ``retry_after_s``: drain time."""
 
     def __init__(self, waiting: int, retry_after_s: float, waited_s: float | None = None, *,
                  budget_s: float | None = None, needed_s: float | None = None) -> None:
@@ -63,14 +58,12 @@ class QueueFull(Exception):
 
 
 class MicroBatcher:
-    """Queues requests and scores them in shared model calls (``cfg.micro_batching`` off: one call each).
-    Exceptions of the model reach the caller; ``on_batch`` gets (requests, pairs, seconds) of each call."""
+    """Scores queued requests in shared model calls; ``on_batch`` gets (requests, pairs, seconds) of each call."""
 
     def __init__(self, scorer: PairScorer, cfg: RerankerSettings,
                  on_batch: Callable[[int, int, float], None] | None = None) -> None:
         self.scorer = scorer
         self.cfg = cfg
-        self.window_s = cfg.batch_window_ms / 1000
         self.on_batch = on_batch
         self.pending = 0  # requests waiting: submitted, neither taken into a model call nor expired
         # moving averages of the recent model calls: seconds and pairs per call
@@ -99,16 +92,9 @@ class MicroBatcher:
             self._executor.shutdown(wait=False, cancel_futures=True)
             self._executor = None
 
-    def drain_estimate(self) -> float:
-        """Seconds until what waits now (and the call under way) is scored; 0 before the first call."""
-        if self._call_s <= 0:
-            return 0.0
-        calls = math.ceil(self._queued_pairs / max(1.0, self._call_pairs)) if self.cfg.micro_batching else self.pending
-        return (calls + 1) * self._call_s
-
-    def estimate(self, n_pairs: int) -> tuple[float, float]:
-        """(seconds until a request of ``n_pairs`` pairs submitted now enters a model call, seconds of that call)
-        at the recent seconds per pair; (0, 0) before the first call."""
+    def estimate(self, n_pairs: int = 0) -> tuple[float, float]:
+        """(seconds until ``n_pairs`` pairs submitted now enter a model call, seconds of that call); (0, 0) at first.
+        Their sum for no pairs is the time the queue takes to drain."""
         if self._call_s <= 0:
             return 0.0, 0.0
         per_pair = self._per_pair()
@@ -134,13 +120,12 @@ class MicroBatcher:
     def check_capacity(self) -> None:
         """Raise QueueFull when ``max_queue`` requests wait (checked before a body is read)."""
         if self.pending >= self.cfg.max_queue:
-            raise QueueFull(self.pending, self.drain_estimate())
+            raise QueueFull(self.pending, sum(self.estimate()))
 
     async def submit(self, query: str, passages: list[str], stats: dict[str, float] | None = None, *,
                      deadline: float | None = None) -> list[float]:
-        """Scores for ``passages`` in input order; ``stats`` receives ``queue_ms``, ``model_ms`` and
-        ``batch_requests``. Raises what the scorer raises, or QueueFull when the queue is full, when the request
-        cannot be scored before ``deadline`` (a ``time.perf_counter()`` value), or when it waited too long."""
+        """Scores for ``passages`` in input order by ``deadline`` (perf_counter); ``stats`` gets ``queue_ms``,
+        ``model_ms`` and ``batch_requests``. Raises what the scorer raises, or QueueFull."""
         self.check_capacity()
         max_wait = self.cfg.max_queue_wait
         budget_left: float | None = None
@@ -148,7 +133,7 @@ class MicroBatcher:
             budget_left = deadline - time.perf_counter()
             wait, call = self.estimate(len(passages))
             if wait + call > budget_left:
-                raise QueueFull(self.pending, self.drain_estimate(), budget_s=max(0.0, budget_left),
+                raise QueueFull(self.pending, sum(self.estimate()), budget_s=max(0.0, budget_left),
                                 needed_s=wait + call)
             alone = len(passages) * self._per_pair()  # the least its own call takes (batches fit its deadline)
             max_wait = min(max_wait, budget_left - alone)
@@ -162,13 +147,12 @@ class MicroBatcher:
         except TimeoutError:
             if job.taken:  # in a model call by now: its answer is on the way
                 return await job.future
-            job.expired = True
             self.pending -= 1
             self._queued_pairs -= len(passages)
             job.future.cancel()
             waited = time.perf_counter() - job.queued_at
             by_budget = budget_left if max_wait < self.cfg.max_queue_wait else None
-            raise QueueFull(self.pending, self.drain_estimate(), waited_s=waited, budget_s=by_budget) from None
+            raise QueueFull(self.pending, sum(self.estimate()), waited_s=waited, budget_s=by_budget) from None
 
     async def _next(self, timeout: float | None) -> Job | None:
         """The next job that has not expired (None when none came within ``timeout``)."""
@@ -184,7 +168,7 @@ class MicroBatcher:
                     job = await asyncio.wait_for(self._queue.get(), timeout)
                 except TimeoutError:
                     return None
-            if not job.expired:
+            if not job.future.cancelled():  # cancelled: gave up waiting
                 return job
 
     async def _gather(self) -> list[Job]:
@@ -194,7 +178,7 @@ class MicroBatcher:
         if not self.cfg.micro_batching:
             return jobs
         pairs = len(first.passages)
-        deadline = time.perf_counter() + (self.window_s if self._busy else 0.0)
+        deadline = time.perf_counter() + (self.cfg.batch_window_ms / 1000 if self._busy else 0.0)
         max_pairs = self.cfg.max_batch_pairs
         while pairs < max_pairs:
             job = await self._next(deadline - time.perf_counter())

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from types import TracebackType
 from typing import Any
 
 import httpx
@@ -21,8 +20,8 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT_HEADER = "X-Request-Timeout"
 
 
-class _TryAgain(Exception):
-    """A failure that another try of the same request may get past (its text is the problem)."""
+class _TryAgain(RerankerError):
+    """A failure that another try of the same request may get past."""
 
 
 def _reason(resp: httpx.Response) -> str:
@@ -30,17 +29,13 @@ def _reason(resp: httpx.Response) -> str:
         body = resp.json()
     except ValueError:
         return resp.text[:200] or resp.reason_phrase
-    if isinstance(body, dict):
-        return str(body.get("detail") or body.get("error") or body)[:500]
-    return str(body)[:500]
+    detail = (body.get("detail") or body.get("error")) if isinstance(body, dict) else None
+    return str(detail or body)[:500]
 
 
-class HttpReranker:
-    """Scores passages through the reranker service at ``url`` (``POST {url}/rerank``), ``timeout`` seconds per
-    try (sent as ``X-Request-Timeout``; connect at most 2 s). One more try on connection errors and
-    :data:`~hybridsearch.retry.RETRIED_STATUSES`, except a 503 with ``Retry-After`` (an overloaded service: the
-    search keeps its fused order); none on read timeouts. Every failure raises RerankerError.
-    """
+class HttpReranker(httpx.Client):
+    """Scores passages through the reranker service at ``url``, ``timeout`` seconds per try. One more try on
+    connection errors and RETRIED_STATUSES, except a 503 with ``Retry-After``; none on read timeouts."""
 
     def __init__(self, url: str, timeout: float = 5.0, token: str | None = None, *,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -50,11 +45,9 @@ class HttpReranker:
         headers = {REQUEST_TIMEOUT_HEADER: f"{timeout:g}"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        self._client = httpx.Client(
-            base_url=self.url, headers=headers, transport=transport,
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),
-            limits=httpx.Limits(max_connections=32, max_keepalive_connections=8),
-        )
+        super().__init__(base_url=self.url, headers=headers, transport=transport,
+                         timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),
+                         limits=httpx.Limits(max_connections=32, max_keepalive_connections=8))
         self.blend: float | None = None  # Reranker.blend: the served model's recommendation, from its answers
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
@@ -63,10 +56,7 @@ class HttpReranker:
             return []
         tries = Retrying(stop=stop_after_attempt(2), retry=retry_if_exception_type(_TryAgain),
                          before_sleep=before_sleep_log(log, logging.INFO), reraise=True)
-        try:
-            resp = tries(self._send, {"query": query, "passages": list(passages)})
-        except _TryAgain as exc:
-            raise RerankerError(str(exc)) from None
+        resp = tries(self._send, {"query": query, "passages": list(passages)})
         try:
             body = resp.json()
             scores = [float(s) for s in body["scores"]]
@@ -81,13 +71,13 @@ class HttpReranker:
     def _send(self, payload: dict[str, Any]) -> httpx.Response:
         """One try; raises _TryAgain when another may get through, RerankerError when none can."""
         try:
-            resp = self._client.post("/rerank", json=payload)
+            resp = self.post("/rerank", json=payload)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
             raise _TryAgain(f"cannot reach the reranker service at {self.shown_url}: {type(exc).__name__}: "
                             f"{redact_url(str(exc))}") from exc
         except httpx.TimeoutException as exc:
             raise RerankerError(f"reranker service at {self.shown_url} timed out "
-                                f"({type(exc).__name__}, timeout {self._client.timeout.read}s)") from exc
+                                f"({type(exc).__name__}, timeout {self.timeout.read}s)") from exc
         except httpx.HTTPError as exc:
             raise RerankerError(f"reranker request to {self.shown_url} failed: {type(exc).__name__}: "
                                 f"{redact_url(str(exc))}") from exc
@@ -97,12 +87,3 @@ class HttpReranker:
         if resp.status_code in RETRIED_STATUSES and not (resp.status_code == 503 and "retry-after" in resp.headers):
             raise _TryAgain(problem)
         raise RerankerError(problem)
-
-    def close(self) -> None:
-        self._client.close()
-
-    def __enter__(self) -> HttpReranker:
-        return self
-
-    def __exit__(self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None) -> None:
-        self.close()

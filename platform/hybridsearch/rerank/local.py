@@ -1,6 +1,5 @@
-"""In-process cross-encoder scoring: :class:`LocalReranker` loads a sentence-transformers ``CrossEncoder`` (a
-folder saved by ``CrossEncoder.save_pretrained``, a Hugging Face ``*ForSequenceClassification`` folder, or a Hub
-name) lazily and once, on ``HSP_RERANKER__DEVICE`` (``auto``: CUDA, else CPU), in fp16 on a GPU."""
+"""In-process cross-encoder scoring: :class:`LocalReranker` loads a sentence-transformers ``CrossEncoder`` (a folder
+or a Hub name) once, on first use, in fp16 on a GPU."""
 
 from __future__ import annotations
 
@@ -33,8 +32,7 @@ def _how_to_fix(name: str) -> str:
 
 
 def load_cross_encoder(name: str, models: ModelsSettings, device: str = "auto", max_length: int = 512) -> CrossEncoder:
-    """The CrossEncoder at local path or Hub name ``name`` (:func:`~hybridsearch.embedding.models.locate_model`:
-    no network unless downloads are allowed), in fp16 on CUDA. Raises RerankerModelError with the fix."""
+    """The CrossEncoder at local path or Hub name ``name``, in fp16 on CUDA. Raises RerankerModelError with the fix."""
     try:
         where, local_only = locate_model(name, models, "HSP_RERANKER__MODEL", check=False)
     except ModelError as exc:
@@ -44,7 +42,7 @@ def load_cross_encoder(name: str, models: ModelsSettings, device: str = "auto", 
     dev = pick_device(device)
     try:
         with quiet_loading():
-            model = CrossEncoder(where, device=dev, local_files_only=local_only)
+            model: CrossEncoder = CrossEncoder(where, device=dev, local_files_only=local_only)
     except Exception as exc:
         raise RerankerModelError(f"cannot load reranker model {name!r} ({type(exc).__name__}: {exc})",
                                  fix=_how_to_fix(name)) from exc
@@ -55,14 +53,12 @@ def load_cross_encoder(name: str, models: ModelsSettings, device: str = "auto", 
     model.max_seq_length = min(max_length, limit) if isinstance(limit, int) and limit > 0 else max_length
     if dev.startswith("cuda"):
         model.half()
-    ce: CrossEncoder = model
-    return ce
+    return model
 
 
 class LocalReranker:
-    """Scores ``(query, passage)`` pairs with a cross-encoder in this process, loaded on first use, once (a load
-    failure is raised again on every later call). ``blend`` and ``max_length`` (unless ``HSP_RERANKER__MAX_LENGTH``
-    is set) come from the model's card; without one, None and 512."""
+    """Scores ``(query, passage)`` pairs in this process (a load failure is raised again on every later call);
+    ``blend`` and ``max_length`` (unless set) come from the model's card."""
 
     def __init__(self, cfg: RerankerSettings, models: ModelsSettings) -> None:
         self.cfg = cfg
@@ -70,15 +66,10 @@ class LocalReranker:
         self.name = self.cfg.model
         self._model: CrossEncoder | None = None
         self._error: RerankerModelError | None = None
-        self._load_lock = threading.Lock()
-        self._infer_lock = threading.Lock()
+        self._lock = threading.RLock()  # one load, one inference at a time
         self.blend: float | None
         self.blend, trained = serving_hints(self.cfg.model)
         self.max_length: int = self.cfg.max_length or trained or DEFAULT_MAX_LENGTH
-
-    @property
-    def loaded(self) -> bool:
-        return self._model is not None
 
     @property
     def device(self) -> str:
@@ -88,41 +79,37 @@ class LocalReranker:
     @property
     def model(self) -> CrossEncoder:
         """The loaded CrossEncoder. Raises RerankerModelError."""
-        if self._model is None:
-            with self._load_lock:
-                if self._error is not None:
-                    raise self._error
-                if self._model is None:
-                    started = time.perf_counter()
-                    try:
-                        self._model = load_cross_encoder(self.cfg.model, self.models, self.cfg.device,
-                                                         self.max_length)
-                    except RerankerModelError as exc:
-                        self._error = exc
-                        raise
-                    log.info("reranker model %s loaded on %s in %.1fs", self.name, self._model.device,
-                             time.perf_counter() - started)
-        return self._model
+        with self._lock:
+            if self._error is not None:
+                raise self._error
+            if self._model is None:
+                started = time.perf_counter()
+                try:
+                    self._model = load_cross_encoder(self.cfg.model, self.models, self.cfg.device, self.max_length)
+                except RerankerModelError as exc:
+                    self._error = exc
+                    raise
+                log.info("reranker model %s loaded on %s in %.1fs", self.name, self._model.device,
+                         time.perf_counter() - started)
+            return self._model
 
     def load(self) -> None:
         """Load the model now. Raises RerankerModelError."""
         _ = self.model
 
     def score_pairs(self, pairs: Sequence[tuple[str, str]]) -> list[float]:
-        """One score per ``(query, passage)`` pair, in input order (the library batches them by length). Raises
-        RerankerModelError (cannot load) or RerankerError (inference failed)."""
+        """One score per ``(query, passage)`` pair, in input order. Raises RerankerError."""
         if not pairs:
             return []
-        model = self.model
         cap = self.max_length * CHARS_PER_TOKEN_CAP
-        try:
-            with self._infer_lock:
+        with self._lock:
+            model = self.model  # RerankerModelError: not wrapped below
+            try:
                 out: Any = model.predict([(q[:cap], p[:cap]) for q, p in pairs], batch_size=self.cfg.batch_size,
                                          show_progress_bar=False, convert_to_numpy=True)
-        except Exception as exc:
-            raise RerankerError(f"reranker model {self.name!r} failed: {type(exc).__name__}: {exc}") from exc
+            except Exception as exc:
+                raise RerankerError(f"reranker model {self.name!r} failed: {type(exc).__name__}: {exc}") from exc
         return [float(s) for s in out.reshape(-1).tolist()]
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
-        """One score per passage (higher = more relevant), in input order. Raises RerankerError."""
         return self.score_pairs([(query, p) for p in passages])

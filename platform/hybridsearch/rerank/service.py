@@ -1,7 +1,5 @@
 """The reranker HTTP service (``hsp serve-reranker``; the API is in docs/operations.md). Each request is checked
-(token, headers, budget, body time and size, JSON limits) before it joins the micro-batcher; every refusal is an
-ApiError. :func:`serve` adds a header timeout per request and a connection cap to uvicorn's h11 protocol.
-"""
+(token, headers, budget, body, JSON limits) before it joins the micro-batcher; every refusal is an ApiError."""
 
 from __future__ import annotations
 
@@ -31,7 +29,6 @@ log = logging.getLogger(__name__)
 
 
 class RerankRequest(BaseModel):
-
     model_config = ConfigDict(extra="forbid", strict=True)
 
     query: str = Field(min_length=1)
@@ -87,18 +84,15 @@ def request_budget(request: Request, cfg: RerankerSettings) -> float:
                        f"not {str(given)[:40]!r}") from None
 
 
-async def read_body(request: Request, cfg: RerankerSettings, deadline: float | None = None) -> bytes:
-    """The body, read within ``cfg.body_timeout`` and before ``deadline`` (perf_counter; else 408, connection
-    closed) and at most ``cfg.max_body_bytes`` (else 413)."""
+async def read_body(request: Request, cfg: RerankerSettings, deadline: float) -> bytes:
+    """The body, read within ``cfg.body_timeout`` and ``deadline`` (else 408) and at most ``max_body_bytes`` (413)."""
     limit = cfg.max_body_bytes
     too_big = ApiError(413, "body_too_large",
                        f"request body over max_body_bytes={limit} (HSP_RERANKER__MAX_BODY_BYTES)")
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise too_big
-    seconds = cfg.body_timeout
-    if deadline is not None:
-        seconds = min(seconds, deadline - time.perf_counter())
+    seconds = min(cfg.body_timeout, deadline - time.perf_counter())
     body = bytearray()
     try:
         async with asyncio.timeout(max(0.0, seconds)):
@@ -149,8 +143,7 @@ def parse_request(raw: bytes, cfg: RerankerSettings) -> RerankRequest:
 
 @dataclass
 class ConnectionGuard:
-    """The connection limits of one served app and what they did: connections open now, refused over
-    ``max_connections``, cut off for sending their headers slower than ``header_timeout``."""
+    """The connection limits of one served app and the connections open now, refused and cut off."""
 
     header_timeout: float
     max_connections: int
@@ -168,8 +161,7 @@ REFUSED_LINGER_S = 1.0
 
 
 def guarded_protocol(guard: ConnectionGuard) -> type[asyncio.Protocol]:
-    """uvicorn's h11 protocol with ``guard``'s limits: a header timeout per request (from the connection, or from
-    the first byte of a later request on it; then 408) and a connection cap (503 with ``Retry-After``)."""
+    """uvicorn's h11 protocol with ``guard``'s limits: a header timeout per request (408) and a connection cap (503)."""
     import h11
     from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -223,54 +215,40 @@ def guarded_protocol(guard: ConnectionGuard) -> type[asyncio.Protocol]:
     return GuardedH11Protocol
 
 
-class Metrics:
-    """Prometheus metrics of one app (its own registry)."""
+class ServiceState:
+    """What the endpoints share: limits, scorer, batcher, readiness and the Prometheus metrics (own registry)."""
 
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.requests = Counter("hsp_reranker_requests", "rerank requests by HTTP status", ["status"],
-                                registry=self.registry)
+    def __init__(self, cfg: RerankerSettings, scorer: PairScorer) -> None:
+        self.cfg = cfg
+        self.scorer = scorer
+        self.ready = False
+        self.load_error: str | None = None
+        self.guard = ConnectionGuard(cfg.header_timeout, cfg.max_connections)
+        self.batcher = MicroBatcher(scorer, cfg, self.on_batch)
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter("hsp_reranker_requests", "rerank requests by HTTP status", ["status"], registry=r)
         self.latency = Histogram("hsp_reranker_request_seconds", "rerank request latency",
-                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
-                                 registry=self.registry)
+                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10), registry=r)
         self.batch_requests = Histogram("hsp_reranker_batch_requests", "requests per model call",
-                                        buckets=(1, 2, 4, 8, 16, 32, 64), registry=self.registry)
+                                        buckets=(1, 2, 4, 8, 16, 32, 64), registry=r)
         self.batch_pairs = Histogram("hsp_reranker_batch_pairs", "pairs per model call",
-                                     buckets=(1, 8, 16, 32, 64, 128, 256, 512, 1024), registry=self.registry)
-        self.model_seconds = Histogram("hsp_reranker_model_seconds", "seconds per model call",
-                                       registry=self.registry)
-        self.ready = Gauge("hsp_reranker_ready", "1 once the model is loaded", registry=self.registry)
-        self.queued = Gauge("hsp_reranker_queued_requests", "requests waiting for the model", registry=self.registry)
+                                     buckets=(1, 8, 16, 32, 64, 128, 256, 512, 1024), registry=r)
+        self.model_seconds = Histogram("hsp_reranker_model_seconds", "seconds per model call", registry=r)
         self.refused = Counter("hsp_reranker_refused", "requests refused with 503 because the queue was full",
-                               registry=self.registry)
-        self.connections = Gauge("hsp_reranker_connections", "client connections open", registry=self.registry)
-        self.connections_refused = Gauge("hsp_reranker_connections_refused", "connections refused over "
-                                         "max_connections since start", registry=self.registry)
-        self.slow_clients = Gauge("hsp_reranker_slow_clients_cut", "connections cut off since start for sending "
-                                  "headers slower than header_timeout", registry=self.registry)
+                               registry=r)
+        Gauge("hsp_reranker_ready", "1 once the model is loaded", registry=r).set_function(lambda: float(self.ready))
+        Gauge("hsp_reranker_queued_requests", "requests waiting for the model",
+              registry=r).set_function(lambda: self.batcher.pending)
+        Gauge("hsp_reranker_connections", "client connections open", registry=r).set_function(lambda: self.guard.open)
+        Gauge("hsp_reranker_connections_refused", "connections refused over max_connections since start",
+              registry=r).set_function(lambda: self.guard.refused)
+        Gauge("hsp_reranker_slow_clients_cut", "connections cut off since start for sending headers slower than "
+              "header_timeout", registry=r).set_function(lambda: self.guard.timed_out)
 
     def on_batch(self, n_requests: int, n_pairs: int, seconds: float) -> None:
         self.batch_requests.observe(n_requests)
         self.batch_pairs.observe(n_pairs)
         self.model_seconds.observe(seconds)
-
-
-class ServiceState:
-    """What the endpoints share: limits, scorer, batcher, readiness."""
-
-    def __init__(self, cfg: RerankerSettings, scorer: PairScorer) -> None:
-        self.cfg = cfg
-        self.scorer = scorer
-        self.token = cfg.token.get_secret_value() if cfg.token else None
-        self.metrics = Metrics()
-        self.batcher = MicroBatcher(scorer, cfg, self.metrics.on_batch)
-        self.metrics.queued.set_function(lambda: self.batcher.pending)
-        self.guard = ConnectionGuard(cfg.header_timeout, cfg.max_connections)
-        self.metrics.connections.set_function(lambda: self.guard.open)
-        self.metrics.connections_refused.set_function(lambda: self.guard.refused)
-        self.metrics.slow_clients.set_function(lambda: self.guard.timed_out)
-        self.ready = False
-        self.load_error: str | None = None
 
     async def load(self) -> None:
         try:
@@ -280,23 +258,22 @@ class ServiceState:
             log.error("reranker model failed to load: %s", exc)
             return
         self.ready = True
-        self.metrics.ready.set(1)
 
     def check_token(self, request: Request) -> None:
-        if self.token is None:
+        if self.cfg.token is None:
             return
         header = request.headers.get("authorization", "")
         scheme, _, given = header.partition(" ")
         if scheme.lower() != "bearer" or not given:
             raise ApiError(401, "unauthorized", "missing bearer token (Authorization: Bearer <token>)",
                            {"WWW-Authenticate": "Bearer"})
-        if not secrets.compare_digest(given.strip().encode(), self.token.encode()):
+        if not secrets.compare_digest(given.strip().encode(), self.cfg.token.get_secret_value().encode()):
             raise ApiError(401, "unauthorized", "wrong bearer token",
                            {"WWW-Authenticate": 'Bearer error="invalid_token"'})
 
     def overloaded(self, exc: QueueFull) -> ApiError:
         """The 503 for a full queue, with Retry-After (counted in the refused metric)."""
-        self.metrics.refused.inc()
+        self.refused.inc()
         if exc.budget_s is not None and exc.waited_s is None:
             what = (f"the queue and the model need about {exc.needed_s or 0:.1f}s, more than the {exc.budget_s:.1f}s "
                     f"left of this request's budget ({REQUEST_TIMEOUT_HEADER} or HSP_RERANKER__TIMEOUT)")
@@ -311,10 +288,6 @@ class ServiceState:
                     "HSP_RERANKER__MAX_QUEUE)")
         return ApiError(503, "overloaded", f"overloaded: {what}; retry after {exc.retry_after}s",
                         {"Retry-After": str(exc.retry_after)})
-
-
-def _error(exc: ApiError) -> JSONResponse:
-    return JSONResponse({"error": exc.code, "detail": exc.detail}, status_code=exc.status, headers=exc.headers)
 
 
 def create_app(cfg: RerankerSettings, scorer: PairScorer) -> FastAPI:
@@ -351,7 +324,7 @@ def create_app(cfg: RerankerSettings, scorer: PairScorer) -> FastAPI:
 
     @app.get("/metrics")
     async def metrics() -> Response:
-        return Response(generate_latest(state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(generate_latest(state.registry), media_type=CONTENT_TYPE_LATEST)
 
     @app.post("/rerank")
     async def rerank(request: Request) -> JSONResponse:
@@ -381,13 +354,13 @@ def create_app(cfg: RerankerSettings, scorer: PairScorer) -> FastAPI:
                                     "model": state.scorer.name, "took_ms": round(took_ms, 3),
                                     "blend": getattr(state.scorer, "blend", None)}
             response = JSONResponse(body)
-        except QueueFull as exc:
-            response = _error(state.overloaded(exc))
-        except ApiError as exc:
-            response = _error(exc)
+        except (QueueFull, ApiError) as exc:
+            error = state.overloaded(exc) if isinstance(exc, QueueFull) else exc
+            response = JSONResponse({"error": error.code, "detail": error.detail}, status_code=error.status,
+                                    headers=error.headers)
         seconds = time.perf_counter() - started
-        state.metrics.requests.labels(status=str(response.status_code)).inc()
-        state.metrics.latency.observe(seconds)
+        state.requests.labels(status=str(response.status_code)).inc()
+        state.latency.observe(seconds)
         log.info("rerank status=%d passages=%d took_ms=%.1f queue_ms=%.1f model_ms=%.1f batch_requests=%d",
                  response.status_code, n_passages, seconds * 1000, stats.get("queue_ms", 0.0),
                  stats.get("model_ms", 0.0), stats.get("batch_requests", 0))
