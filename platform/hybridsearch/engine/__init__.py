@@ -1,6 +1,6 @@
-"""The engine seam: the only part of the package that imports ``elasticsearch``, ``opensearchpy`` or
-``elastic_transport``. A request is data (:mod:`.request`), sent by :mod:`.client` (sync and asyncio);
-:mod:`.dialect` holds what differs between the engines, :mod:`.errors` translates the libraries' errors.
+"""The engine seam: the only part of the package that imports ``elasticsearch`` or ``elastic_transport``. A
+request is data (:mod:`.request`), sent by :mod:`.client` (sync and asyncio) through one transport on either engine;
+:mod:`.dialect` holds what differs between the engines, :mod:`.errors` reads and translates the library's errors.
 """
 
 from hybridsearch.engine import request
