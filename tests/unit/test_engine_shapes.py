@@ -77,10 +77,10 @@ def test_a_refused_bulk_request_retries_each_of_its_items(fake_es: Canned, kind:
 def test_a_scroll_that_missed_a_shard_raises_and_is_cleared(fake_es: Canned) -> None:
     hit = {"_index": "x", "_id": "a", "_source": {}}
     fake_es.paths = {"/x/_search?scroll=5m&size=1000": (200, {"_scroll_id": "s1", "hits": {"hits": [hit]},
-                                                             "_shards": {"total": 2, "successful": 1}})}
+                                                             "_shards": {"total": 2, "successful": 1, "failed": 1}})}
     es = EngineClient(ClusterSettings(url=fake_es.url, engine="elasticsearch", max_retries=0))
     got: list[Any] = []
-    with pytest.raises(ClusterError, match="scroll over x read 1 of 2 shards"):
+    with pytest.raises(ClusterError, match="scroll over x failed on 1 of 2 shards"):
         got.extend(es.scan(index="x"))
     assert got == [hit]
     assert fake_es.requests == [("POST", "/x/_search?scroll=5m&size=1000"), ("DELETE", "/_search/scroll")]

@@ -1,7 +1,5 @@
-"""The engine seam: the only part of the package that imports ``elasticsearch`` or ``elastic_transport``. A
-request is data (:mod:`.request`), sent by :mod:`.client` (sync and asyncio) through one transport on either engine;
-:mod:`.dialect` holds what differs between the engines, :mod:`.errors` reads and translates the library's errors.
-"""
+"""The engine seam, the only importer of ``elasticsearch`` and ``elastic_transport``: requests as data (:mod:`.request`)
+sent by :mod:`.client`, what differs between engines (:mod:`.dialect`), the library's errors read (:mod:`.errors`)."""
 
 from hybridsearch.engine import request
 from hybridsearch.engine.client import AsyncEngineClient, EngineClient, Sender, cluster_info

@@ -1,7 +1,5 @@
-""":class:`EngineClient` and :class:`AsyncEngineClient` send a :class:`~.request.Request` through
-``elastic_transport`` on either engine and answer with plain JSON; an error answer raises the ``elasticsearch``
-library's error for its status (:func:`.http_error`). The transport retries
-:data:`~hybridsearch.retry.RETRIED_STATUSES`; a failure retrying cannot fix raises at once."""
+""":class:`EngineClient` and :class:`AsyncEngineClient` send a :class:`~.request.Request` through one
+``elastic_transport`` transport on either engine; it retries :data:`~hybridsearch.retry.RETRIED_STATUSES`."""
 
 from __future__ import annotations
 
@@ -52,7 +50,7 @@ def diagnose(exc: Exception, base_url: str) -> Exception:
 
 
 class _Node(Urllib3HttpNode):
-    """The library's node; a failure :func:`diagnose` names raises at once (not retried), as in the asyncio one."""
+    """The library's node; a failure :func:`diagnose` names raises at once (not retried), as on asyncio."""
 
     def perform_request(self, *args: Any, **kwargs: Any) -> Any:
         try:
@@ -78,30 +76,13 @@ SERIALIZERS = {OrjsonSerializer.mimetype: OrjsonSerializer(), _OrjsonNdjson.mime
 
 
 def auth_headers(cfg: ClusterSettings) -> dict[str, str]:
-    """The ``Authorization`` header of ``cfg``'s API key, user name and password, else the credentials the node
-    URLs carried (UTF-8, so that any password works)."""
+    """The ``Authorization`` header of ``cfg``'s API key, user and password, else of the node URLs' credentials."""
     if cfg.api_key is not None:
         return {"authorization": f"ApiKey {cfg.api_key.get_secret_value()}"}
     node = cfg.nodes[0]
     user, password = (cfg.username, cfg.password.get_secret_value() if cfg.password else "") \
         if cfg.username is not None else (node.username, node.password or "")
     return {} if user is None else {"authorization": basic_auth_to_header((user, password))}
-
-
-def transport(cfg: ClusterSettings, *, asyncio: bool = False, max_retries: int | None = None,
-              request_timeout: float | None = None) -> Any:
-    """The library's ``Transport`` (``AsyncTransport``) to ``cfg``'s nodes, with its credentials and TLS options;
-    ``max_retries`` and ``request_timeout`` replace ``cfg``'s."""
-    timeout = cfg.request_timeout if request_timeout is None else request_timeout
-    ca_certs = None if cfg.ca_certs is None else str(cfg.ca_certs)
-    nodes = [NodeConfig(n.scheme, n.host, n.port, path_prefix=n.path, headers=auth_headers(cfg),
-                        request_timeout=timeout, verify_certs=cfg.verify_certs,
-                        ca_certs=ca_certs if n.scheme == "https" else None) for n in cfg.nodes]
-    options: dict[str, Any] = {"serializers": SERIALIZERS, "retry_on_status": RETRIED_STATUSES,
-                               "retry_on_timeout": True, "max_retries": cfg.max_retries if max_retries is None
-                               else max_retries}
-    return AsyncTransport(nodes, node_class=_AsyncNode, **options) if asyncio else \
-        Transport(nodes, node_class=_Node, **options)
 
 
 def _answer(request: Request, meta: ApiResponseMeta, body: Any) -> Any:
@@ -116,8 +97,7 @@ def _answer(request: Request, meta: ApiResponseMeta, body: Any) -> Any:
 
 
 def _from_root(meta: ApiResponseMeta, body: Any) -> EngineInfo | None:
-    """The engine ``GET /`` names (``version.distribution`` is ``opensearch`` there); None where ``GET /`` is not
-    served (the Elasticsearch integ-test zip answers 405); the library's error for 401 and 403."""
+    """The engine ``GET /`` names; None where it is not served (405 on the integ-test zip); raises for 401/403."""
     if meta.status in (401, 403):
         raise http_error(meta, body)
     if meta.status >= 300:
@@ -135,6 +115,7 @@ def _from_nodes(meta: ApiResponseMeta, body: Any) -> EngineInfo:
 
 
 _NODES = "/_nodes/_local?filter_path=nodes.*.version"
+_JSON = {"accept": "application/json"}
 
 
 class Sender(Protocol):
@@ -150,12 +131,23 @@ class Sender(Protocol):
 
 
 class _Clients:
-    """What both senders share: the settings, the transport, and the engine once known."""
+    """What both senders share: the settings, the library's ``Transport`` (``AsyncTransport``) to ``cfg``'s nodes,
+    and the engine once known; ``max_retries`` and ``request_timeout`` replace ``cfg``'s."""
 
-    def __init__(self, cfg: ClusterSettings, engine: EngineInfo | None, sender: Any) -> None:
-        self.cfg, self.transport = cfg, sender
+    def __init__(self, cfg: ClusterSettings, engine: EngineInfo | None, asyncio: bool, max_retries: int | None = None,
+                 request_timeout: float | None = None) -> None:
+        self.cfg = cfg
         self._engine = engine if engine is not None or cfg.engine == "auto" else EngineInfo(cfg.engine)
         self._lock = threading.Lock()  # detection (sync)
+        ca_certs = None if cfg.ca_certs is None else str(cfg.ca_certs)
+        nodes = [NodeConfig(n.scheme, n.host, n.port, path_prefix=n.path, headers=auth_headers(cfg),
+                            request_timeout=cfg.request_timeout if request_timeout is None else request_timeout,
+                            verify_certs=cfg.verify_certs, ca_certs=ca_certs if n.scheme == "https" else None)
+                 for n in cfg.nodes]
+        kind: Any = AsyncTransport if asyncio else Transport
+        self.transport = kind(nodes, node_class=_AsyncNode if asyncio else _Node, serializers=SERIALIZERS,
+                              retry_on_status=RETRIED_STATUSES, retry_on_timeout=True,
+                              max_retries=cfg.max_retries if max_retries is None else max_retries)
 
     @property
     def dialect(self) -> Dialect:
@@ -167,29 +159,25 @@ class _Clients:
             raise RuntimeError("await detect() first")
         return self._engine
 
-    def _sent(self, request: Request) -> tuple[str, dict[str, Any]]:
-        """The target and the keyword arguments of ``perform_request`` that send ``request``."""
+    def _sent(self, request: Request) -> Any:
+        """The transport's ``perform_request`` of ``request``, to call."""
         if self.cfg.api_key is not None and self.engine.kind == "opensearch":
             raise ConfigError("OpenSearch has no API keys (HSP_ES__API_KEY is set)",
                               fix="Use HSP_ES__USERNAME and HSP_ES__PASSWORD of an internal user for OpenSearch")
-        headers = {"accept": "application/json"}
+        headers = dict(_JSON)
         if request.body is not None:
             headers["content-type"] = "application/x-ndjson" if isinstance(request.body, list) else "application/json"
         query = urlencode(request.params, quote_via=quote, safe=",*")
-        return f"{request.path}?{query}" if query else request.path, {"body": request.body, "headers": headers}
-
-    def _ask(self) -> Any:
-        """``GET <path>`` answered as ``(meta, body)``, whatever the status: engine detection."""
-        return partial(self.transport.perform_request, "GET", headers={"accept": "application/json"})
+        return partial(self.transport.perform_request, request.method, f"{request.path}?{query}" if query
+                       else request.path, body=request.body, headers=headers)
 
 
 class EngineClient(_Clients):
-    """One cluster, any engine, detected on the first call (``HSP_ES__ENGINE`` names it instead); thread-safe.
-    ``max_retries`` and ``request_timeout`` replace ``cfg``'s. ``close()`` when done."""
+    """One cluster, any engine, detected on the first call (``HSP_ES__ENGINE`` names it instead); thread-safe."""
 
     def __init__(self, cfg: ClusterSettings, *, max_retries: int | None = None,
                  request_timeout: float | None = None) -> None:
-        super().__init__(cfg, None, transport(cfg, max_retries=max_retries, request_timeout=request_timeout))
+        super().__init__(cfg, None, False, max_retries, request_timeout)
 
     @property
     def engine(self) -> EngineInfo:
@@ -197,14 +185,13 @@ class EngineClient(_Clients):
         if self._engine is None:
             with self._lock:
                 if self._engine is None:
-                    ask = self._ask()
+                    ask = partial(self.transport.perform_request, "GET", headers=_JSON)
                     self._engine = _from_root(*ask("/")) or _from_nodes(*ask(_NODES))
         return self._engine
 
     def send(self, request: Request) -> Any:
         """Send ``request``; its answer as plain JSON."""
-        target, call = self._sent(request)
-        return _answer(request, *self.transport.perform_request(request.method, target, **call))
+        return _answer(request, *self._sent(request)())
 
     def scan(self, *, index: str, query: Json | None = None, size: int = 1000, scroll: str = "5m",
              preserve_order: bool = False) -> Iterator[Json]:
@@ -215,10 +202,8 @@ class EngineClient(_Clients):
         try:
             while page.get("_scroll_id") and page["hits"]["hits"]:
                 yield from page["hits"]["hits"]
-                shards = page["_shards"]
-                read = shards.get("successful", 0) + shards.get("skipped", 0)
-                if read < shards.get("total", 0):
-                    raise ClusterError(f"scroll over {index} read {read} of {shards.get('total')} shards")
+                if failed := page["_shards"].get("failed"):
+                    raise ClusterError(f"scroll over {index} failed on {failed} of {page['_shards']['total']} shards")
                 page = self.send(request.scroll(page["_scroll_id"], scroll))
         finally:
             if page.get("_scroll_id"):
@@ -232,20 +217,19 @@ class AsyncEngineClient(_Clients):
     """:meth:`EngineClient.send` on asyncio; the engine is asked by :meth:`detect` (or given)."""
 
     def __init__(self, cfg: ClusterSettings, engine: EngineInfo | None = None) -> None:
-        super().__init__(cfg, engine, transport(cfg, asyncio=True))
+        super().__init__(cfg, engine, True)
 
     async def detect(self) -> EngineInfo:
         """The engine (asked once)."""
         if self._engine is None:
-            ask = self._ask()
+            ask = partial(self.transport.perform_request, "GET", headers=_JSON)
             self._engine = _from_root(*await ask("/")) or _from_nodes(*await ask(_NODES))
         return self._engine
 
     async def send(self, request: Request) -> Any:
         """:meth:`EngineClient.send`, awaited."""
         await self.detect()
-        target, call = self._sent(request)
-        return _answer(request, *await self.transport.perform_request(request.method, target, **call))
+        return _answer(request, *await self._sent(request)())
 
     async def close(self) -> None:
         await self.transport.close()

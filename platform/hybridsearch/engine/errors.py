@@ -29,8 +29,7 @@ START_NODE = ("Is a node running? Start one with `ops/es-local.sh start` (or `do
 
 
 def http_error(meta: ApiResponseMeta, body: Any) -> elasticsearch.ApiError:
-    """The ``elasticsearch`` library's error for an answer's status (``NotFoundError`` for 404...), its message the
-    error type the engine named."""
+    """The ``elasticsearch`` library's error for an answer's status (``NotFoundError`` for 404...)."""
     error = body.get("error", body) if isinstance(body, dict) else body
     message = str(error.get("type", error) if isinstance(error, dict) else error)
     return elasticsearch.exceptions.HTTP_EXCEPTIONS.get(meta.status, elasticsearch.ApiError)(

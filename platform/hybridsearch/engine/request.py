@@ -77,8 +77,7 @@ def put_doc(index: str, doc_id: str, document: Mapping[str, Any], *, refresh: bo
 
 
 def bulk(actions: list[Json], *, refresh: bool | str | None = None, require_alias: bool | None = None) -> Request:
-    """``_bulk`` of actions in the bulk helpers' form (``_op_type``, ``_index``, ``_id``, the document under
-    ``_source`` or as the other fields, ``doc`` for an update)."""
+    """``_bulk`` of actions (``_op_type``, ``_index``, ``_id``, the document as ``_source`` or the other fields)."""
     lines: list[Json] = []
     for action in actions:
         op = action.get("_op_type", "index")
