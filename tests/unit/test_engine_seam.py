@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, EngineClient, EngineInfo, request, unsafe_vector_options
+from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, EngineClient, EngineInfo, request
 from hybridsearch.errors import ConfigError
 from hybridsearch.index.fit import chunk_differences
 from hybridsearch.index.spec import load_template
@@ -65,11 +65,10 @@ def test_vector_summary_reads_back_what_was_rendered(dialect: Any) -> None:
 def test_faiss_and_on_disk_indices_are_named_unsafe() -> None:
     faiss = OPENSEARCH.vector_summary({"type": "knn_vector", "dimension": 384,
                                        "method": {"name": "hnsw", "engine": "faiss", "space_type": "l2"}})
-    assert "faiss" in (unsafe_vector_options(faiss) or "") and faiss.similarity == "l2"
+    assert "faiss" in (faiss.unsafe_options or "") and faiss.similarity == "l2"
     on_disk = OPENSEARCH.vector_summary({"type": "knn_vector", "dimension": 384, "mode": "on_disk"})
-    assert "on_disk" in (unsafe_vector_options(on_disk) or "")
-    assert unsafe_vector_options(OPENSEARCH.vector_summary(chunks(OPENSEARCH)["mappings"]["properties"]["embedding"])) \
-        is None
+    assert "on_disk" in (on_disk.unsafe_options or "")
+    assert OPENSEARCH.vector_summary(chunks(OPENSEARCH)["mappings"]["properties"]["embedding"]).unsafe_options is None
 
 
 @pytest.mark.parametrize(("body", "kind", "version"), [

@@ -4,13 +4,13 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import socket
 import ssl
 import threading
 from collections.abc import Iterator
+from dataclasses import replace
 from functools import partial
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 from urllib.parse import quote, urlencode
 
 import elastic_transport
@@ -33,8 +33,7 @@ HOPELESS_TLS = frozenset({"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "UNSUPPORTED_P
 
 
 def diagnose(exc: Exception, base_url: str) -> Exception:
-    """TlsFailure (SchemeMismatch when one probe finds the other scheme spoken) for a failure to connect to
-    ``base_url`` that retrying cannot fix, else ``exc``; a timeout, or nothing listening, is not probed."""
+    """The TlsFailure (or SchemeMismatch, after one probe) a failure to connect to ``base_url`` is, else ``exc``."""
     causes = list(causes_of(exc))  # aiohttp's wrapper of a verify error lacks its details: look for them first
     if verify := [e for e in causes if isinstance(e, ssl.SSLCertVerificationError)]:
         said = next((e.verify_message for e in verify if getattr(e, "verify_message", None)), None)
@@ -44,8 +43,7 @@ def diagnose(exc: Exception, base_url: str) -> Exception:
     node = parse_node(base_url)
     tls = node.scheme == "http"  # what the node would speak instead
     if (not nobody if tls else hopeless is not None) and speaks(node.host, node.port, tls=tls):
-        use = f"{'https' if tls else 'http'}://{node.address}{node.path}"
-        return SchemeMismatch(node.address, speaks_tls=tls, use=use)
+        return SchemeMismatch(node.address, speaks_tls=tls, use=replace(node, scheme="https" if tls else "http").url)
     return exc if hopeless is None else TlsFailure(base_url, hopeless.lower().replace("_", " "), untrusted=False)
 
 
@@ -71,7 +69,6 @@ class _OrjsonNdjson(NdjsonSerializer, OrjsonSerializer):
     """``_msearch`` and ``_bulk`` bodies (one JSON line per item) written and read with orjson."""
 
 
-#: orjson for every JSON body, NDJSON included (numpy vectors too)
 SERIALIZERS = {OrjsonSerializer.mimetype: OrjsonSerializer(), _OrjsonNdjson.mimetype: _OrjsonNdjson()}
 
 
@@ -86,14 +83,13 @@ def auth_headers(cfg: ClusterSettings) -> dict[str, str]:
 
 
 def _answer(request: Request, meta: ApiResponseMeta, body: Any) -> Any:
-    """The body of a 2xx answer (True for HEAD); ``request.absent`` when the thing asked for (not an index) does
-    not exist; else raises the library's error for the status."""
+    """A 2xx answer's body (True for HEAD), ``request.absent`` for a 404 it allows; else raises the library's error."""
     if 200 <= meta.status < 300:
         return True if request.method == "HEAD" else body
     error = http_error(meta, body)
     if request.absent is RAISE or meta.status != 404 or error_type_of(error) == "index_not_found_exception":
         raise error
-    return copy.deepcopy(request.absent)
+    return request.absent
 
 
 def _from_root(meta: ApiResponseMeta, body: Any) -> EngineInfo | None:
@@ -103,8 +99,7 @@ def _from_root(meta: ApiResponseMeta, body: Any) -> EngineInfo | None:
     if meta.status >= 300:
         return None
     info = body.get("version", {}) if isinstance(body, dict) else {}
-    return EngineInfo("opensearch" if info.get("distribution") == "opensearch" else "elasticsearch",
-                      info.get("number"))
+    return EngineInfo("opensearch" if info.get("distribution") == "opensearch" else "elasticsearch", info.get("number"))
 
 
 def _from_nodes(meta: ApiResponseMeta, body: Any) -> EngineInfo:
@@ -131,23 +126,25 @@ class Sender(Protocol):
 
 
 class _Clients:
-    """What both senders share: the settings, the library's ``Transport`` (``AsyncTransport``) to ``cfg``'s nodes,
-    and the engine once known; ``max_retries`` and ``request_timeout`` replace ``cfg``'s."""
+    """What both senders share: the settings, the library's transport to ``cfg``'s nodes, and the engine once known
+    (``HSP_ES__ENGINE`` or ``engine`` names it); ``max_retries`` and ``request_timeout`` replace ``cfg``'s."""
 
-    def __init__(self, cfg: ClusterSettings, engine: EngineInfo | None, asyncio: bool, max_retries: int | None = None,
+    _library: ClassVar[tuple[Any, Any]]  # the transport class and its node class
+
+    def __init__(self, cfg: ClusterSettings, engine: EngineInfo | None = None, *, max_retries: int | None = None,
                  request_timeout: float | None = None) -> None:
         self.cfg = cfg
         self._engine = engine if engine is not None or cfg.engine == "auto" else EngineInfo(cfg.engine)
         self._lock = threading.Lock()  # detection (sync)
-        ca_certs = None if cfg.ca_certs is None else str(cfg.ca_certs)
         nodes = [NodeConfig(n.scheme, n.host, n.port, path_prefix=n.path, headers=auth_headers(cfg),
                             request_timeout=cfg.request_timeout if request_timeout is None else request_timeout,
-                            verify_certs=cfg.verify_certs, ca_certs=ca_certs if n.scheme == "https" else None)
+                            verify_certs=cfg.verify_certs,
+                            ca_certs=str(cfg.ca_certs) if cfg.ca_certs and n.scheme == "https" else None)
                  for n in cfg.nodes]
-        kind: Any = AsyncTransport if asyncio else Transport
-        self.transport = kind(nodes, node_class=_AsyncNode if asyncio else _Node, serializers=SERIALIZERS,
-                              retry_on_status=RETRIED_STATUSES, retry_on_timeout=True,
-                              max_retries=cfg.max_retries if max_retries is None else max_retries)
+        kind, node = self._library
+        self.transport = kind(nodes, node_class=node, serializers=SERIALIZERS, retry_on_timeout=True,
+                              retry_on_status=RETRIED_STATUSES, max_retries=cfg.max_retries if max_retries is None
+                              else max_retries)
 
     @property
     def dialect(self) -> Dialect:
@@ -164,29 +161,25 @@ class _Clients:
         if self.cfg.api_key is not None and self.engine.kind == "opensearch":
             raise ConfigError("OpenSearch has no API keys (HSP_ES__API_KEY is set)",
                               fix="Use HSP_ES__USERNAME and HSP_ES__PASSWORD of an internal user for OpenSearch")
-        headers = dict(_JSON)
-        if request.body is not None:
-            headers["content-type"] = "application/x-ndjson" if isinstance(request.body, list) else "application/json"
+        kind = "application/x-ndjson" if isinstance(request.body, list) else "application/json"
+        headers = _JSON if request.body is None else {**_JSON, "content-type": kind}
         query = urlencode(request.params, quote_via=quote, safe=",*")
         return partial(self.transport.perform_request, request.method, f"{request.path}?{query}" if query
                        else request.path, body=request.body, headers=headers)
 
 
 class EngineClient(_Clients):
-    """One cluster, any engine, detected on the first call (``HSP_ES__ENGINE`` names it instead); thread-safe."""
+    """One cluster, any engine, detected on the first call; thread-safe."""
 
-    def __init__(self, cfg: ClusterSettings, *, max_retries: int | None = None,
-                 request_timeout: float | None = None) -> None:
-        super().__init__(cfg, None, False, max_retries, request_timeout)
+    _library = (Transport, _Node)
 
     @property
     def engine(self) -> EngineInfo:
         """The engine serving the cluster (asked once). Raises the library's errors."""
-        if self._engine is None:
-            with self._lock:
-                if self._engine is None:
-                    ask = partial(self.transport.perform_request, "GET", headers=_JSON)
-                    self._engine = _from_root(*ask("/")) or _from_nodes(*ask(_NODES))
+        with self._lock:
+            if self._engine is None:
+                ask = partial(self.transport.perform_request, "GET", headers=_JSON)
+                self._engine = _from_root(*ask("/")) or _from_nodes(*ask(_NODES))
         return self._engine
 
     def send(self, request: Request) -> Any:
@@ -196,7 +189,7 @@ class EngineClient(_Clients):
     def scan(self, *, index: str, query: Json | None = None, size: int = 1000, scroll: str = "5m",
              preserve_order: bool = False) -> Iterator[Json]:
         """Every hit of ``query`` (a search body) on ``index`` by scroll, in index order unless ``preserve_order``.
-        Raises ClusterError when a page missed a shard."""
+        Raises ClusterError when a shard failed."""
         body = dict(query or {}) if preserve_order else {**(query or {}), "sort": "_doc"}
         page = self.send(request.search(index, body, scroll=scroll, size=size))
         try:
@@ -214,10 +207,9 @@ class EngineClient(_Clients):
 
 
 class AsyncEngineClient(_Clients):
-    """:meth:`EngineClient.send` on asyncio; the engine is asked by :meth:`detect` (or given)."""
+    """:meth:`EngineClient.send` on asyncio; the engine is asked by :meth:`detect`."""
 
-    def __init__(self, cfg: ClusterSettings, engine: EngineInfo | None = None) -> None:
-        super().__init__(cfg, engine, True)
+    _library = (AsyncTransport, _AsyncNode)
 
     async def detect(self) -> EngineInfo:
         """The engine (asked once)."""

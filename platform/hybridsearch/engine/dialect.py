@@ -22,6 +22,17 @@ class VectorSummary:
     similarity: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def unsafe_options(self) -> str | None:
+        """Why these OpenSearch vector options would take a node from the plugin zip down, or None."""
+        if self.options.get("mode") == "on_disk":
+            return "its vectors use on_disk mode, which needs the faiss engine; rebuild on the lucene engine"
+        engine = self.options.get("engine")
+        if engine not in (None, LUCENE):
+            return (f"its vectors use the {engine} k-NN engine, which needs native libraries the OpenSearch k-NN "
+                    "plugin zip does not ship (a bulk into it crashes such a node); rebuild on the lucene engine")
+        return None
+
 
 class ElasticsearchDialect:
     """Elasticsearch 8.12+ and 9.x: ``dense_vector`` with ``index_options``, top-level ``knn``."""
@@ -108,17 +119,6 @@ ELASTICSEARCH: Dialect = ElasticsearchDialect()
 OPENSEARCH: Dialect = OpenSearchDialect()
 
 
-def unsafe_vector_options(summary: VectorSummary) -> str | None:
-    """Why an existing OpenSearch vector field would take a node from the plugin zip down, or None."""
-    if summary.options.get("mode") == "on_disk":
-        return "its vectors use on_disk mode, which needs the faiss engine; rebuild on the lucene engine"
-    engine = summary.options.get("engine")
-    if engine not in (None, LUCENE):
-        return (f"its vectors use the {engine} k-NN engine, which needs native libraries the OpenSearch k-NN "
-                "plugin zip does not ship (a bulk into it crashes such a node); rebuild on the lucene engine")
-    return None
-
-
 @dataclass(frozen=True)
 class EngineInfo:
     """Which engine answers: kind and version (None when ``HSP_ES__ENGINE`` named it and nothing was asked)."""
@@ -135,8 +135,7 @@ class EngineInfo:
         return None if self.version is None else tuple(int(p) for p in re.findall(r"\d+", self.version)[:3])
 
     def at_least(self, major: int, minor: int) -> bool:
-        """Whether the engine is ``major.minor`` or later; an unknown version counts as the newest (an older engine
-        refuses what it lacks with HTTP 400 instead of quietly losing recall or vectors)."""
+        """Whether the engine is ``major.minor`` or later; an unknown version counts as the newest."""
         have = self.version_tuple
         return have is None or have[:2] >= (major, minor)
 

@@ -1,4 +1,4 @@
-"""The client libraries' exceptions made (:func:`http_error`), read as data (:func:`status_of`,
+"""The client library's exceptions made (:func:`http_error`), read as data (:func:`status_of`,
 :func:`error_type_of`) and translated into :mod:`hybridsearch.errors` (:func:`engine_errors`)."""
 
 from __future__ import annotations
@@ -11,14 +11,7 @@ from typing import Any
 import elasticsearch
 from elastic_transport import ApiResponseMeta, TlsError
 
-from hybridsearch.errors import (
-    AccessDenied,
-    AuthenticationFailed,
-    ClusterError,
-    ClusterUnavailable,
-    HybridSearchError,
-    IndexNotFound,
-)
+from hybridsearch.errors import AccessDenied, AuthenticationFailed, ClusterError, ClusterUnavailable, IndexNotFound
 
 #: every exception a request that failed raises (answered or not)
 API_ERRORS: tuple[type[Exception], ...] = (elasticsearch.ApiError, elasticsearch.TransportError)
@@ -83,19 +76,15 @@ def access_denied(what: str, reason: str | None) -> AccessDenied:
                         if privileges else (), reason=reason)
 
 
-def translate(exc: Exception, what: str = "request") -> HybridSearchError:
-    """A client library's exception as our error: 401 AuthenticationFailed, 403 AccessDenied, 404 IndexNotFound, no
+def translate(exc: Exception, what: str = "request") -> ClusterError:
+    """One of :data:`API_ERRORS` as our error: 401 AuthenticationFailed, 403 AccessDenied, 404 IndexNotFound, no
     answer ClusterUnavailable, any other status ClusterError."""
-    if isinstance(exc, HybridSearchError):
-        return exc
     if isinstance(exc, TlsError):  # the nodes raise the hopeless ones as TlsFailure
         return ClusterUnavailable(f"TLS error on the {what}: {exc}",
                                   fix="Check HSP_ES__CA_CERTS and HSP_ES__VERIFY_CERTS")
     status, said = status_of(exc), reason_of(exc) if _body_of(exc) else None
-    if status is None and isinstance(exc, API_ERRORS):
-        return ClusterUnavailable(f"the cluster did not answer the {what}: {exc}", fix=START_NODE)
     if status is None:
-        return ClusterError(f"{what} failed: {exc!r}")
+        return ClusterUnavailable(f"the cluster did not answer the {what}: {exc}", fix=START_NODE)
     if status in (401, 403):
         return AuthenticationFailed(what, said) if status == 401 else access_denied(what, said)
     if status == 404:
