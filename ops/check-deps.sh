@@ -45,8 +45,8 @@ if grep -rnE "AutoTokenizer|Tokenizer\.from_(file|str|pretrained)|PreTrainedToke
     | grep -vE "^platform/hybridsearch/embedding/(encoder|fetch)\.py:"; then
   echo "[check-deps] a second tokenizer above: take the embedder's (Embedder.tokenizer, embedding/encoder.py)" >&2; exit 1
 fi
-# The client libraries by their public interfaces only: no private attribute of elasticsearch, elastic_transport or
-# opensearchpy named in the package or its tests (their next release may change any of them).
-if grep -rnE "_AIOHTTP_AVAILABLE|node_pool|opensearchpy\._async|importlib\.reload|elastic_transport\._" platform tests; then
+# The client libraries by their public interfaces only: no private attribute of elasticsearch or elastic_transport
+# named in the package or its tests (their next release may change any of them).
+if grep -rnE "_AIOHTTP_AVAILABLE|node_pool|importlib\.reload|elastic_transport\._" platform tests; then
     echo "[check-deps] the lines above name a private part of a client library; use its public interface" >&2; exit 1
 fi

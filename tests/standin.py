@@ -49,7 +49,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         c = self.server.canned
         self._answer(c.head_status or c.status, None)
 
-    do_POST = do_PUT = do_GET
+    do_POST = do_PUT = do_DELETE = do_GET
 
     def log_message(self, *args: Any) -> None:
         pass

@@ -106,6 +106,8 @@ def build(es: EngineClient, settings: Settings, n: int, syn: Synthetic, batch: i
     from tqdm import tqdm
 
     from hybridsearch.index.versions import ensure_index
+    from hybridsearch.ingest.writer import write_actions
+    from hybridsearch.settings import IngestSettings
 
     for name in (f"{settings.index.prefix}-chunks*", settings.index.ingest_runs, settings.index.query_log):
         if "*" in name or es.send(request.index_exists(name)):  # a missing concrete name is a 404
@@ -119,10 +121,9 @@ def build(es: EngineClient, settings: Settings, n: int, syn: Synthetic, batch: i
             m = min(batch, n - start)
             vecs, texts = syn.vectors(m), syn.texts(m)
             stored[start:start + m] = vecs
-            for ok, item in es.streaming_bulk(actions(index, start, vecs, texts), chunk_size=500, max_retries=5,
-                                              raise_on_error=True, request_timeout=120):
-                if not ok:
-                    raise RuntimeError(str(item))
+            report = write_actions(es, list(actions(index, start, vecs, texts)), IngestSettings(bulk_chunk_size=500))
+            if report.failures:
+                raise RuntimeError(str(report.failures[0]))
             bar.update(m)
     es.send(request.put_settings(index, {"index.refresh_interval": settings.index.refresh_interval}))
     es.send(request.refresh(index))

@@ -3,8 +3,10 @@ anything prints them (:func:`redact_url`). A leaf module."""
 
 from __future__ import annotations
 
+import http.client
 import ipaddress
 import re
+import ssl
 from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import unquote
@@ -128,3 +130,21 @@ def parse_nodes(text: str) -> tuple[Node, ...]:
         raise ValueError(f"the nodes {shown(nodes)} carry different credentials: give them once "
                          "(HSP_ES__USERNAME / HSP_ES__PASSWORD) or the same in every URL")
     return nodes
+
+
+PROBE_TIMEOUT_S = 2.0  # the one scheme probe, only run after a request failed to connect
+
+
+def speaks(host: str, port: int, *, tls: bool) -> bool:
+    """Whether ``host:port`` completes a TLS handshake (any certificate), or without ``tls``, answers plain HTTP."""
+    try:
+        if tls:
+            return bool(ssl.get_server_certificate((host, port), timeout=PROBE_TIMEOUT_S))
+        probe = http.client.HTTPConnection(host, port, timeout=PROBE_TIMEOUT_S)
+        try:
+            probe.request("HEAD", "/")
+            return probe.getresponse().status > 0
+        finally:
+            probe.close()
+    except (OSError, UnicodeError, http.client.HTTPException):  # ssl.SSLError included
+        return False

@@ -12,7 +12,7 @@ from typing import Any, Literal
 import httpx
 
 from hybridsearch.cluster_url import redact_url
-from hybridsearch.engine import EngineClient, EngineInfo, cluster_info, engine_errors, request, unsafe_vector_options
+from hybridsearch.engine import EngineClient, EngineInfo, cluster_info, engine_errors, request
 from hybridsearch.errors import AliasConflict, HybridSearchError, IndexMismatch, QueryError
 from hybridsearch.index import spec
 from hybridsearch.index.access import INGEST, WRITE_BLOCKS, check_privileges, prefix_names, unblock_fix
@@ -241,7 +241,7 @@ def _check_live_index(es: EngineClient, settings: Settings) -> list[Check]:
                             f"embedding field is {emb.get('type')} with {vec.dims} dims, settings say "
                             f"{settings.embedding.dims}", "migrate to an index built for this model "
                                                           "(`hsp index migrate`)"))
-    elif (unsafe := unsafe_vector_options(vec)) is not None:
+    elif (unsafe := vec.unsafe_options) is not None:
         checks.append(Check("index", "vectors", "WARN", f"{live}: {unsafe}", "fine where the k-NN plugin has its "
                             "native libraries (managed domains); elsewhere `hsp index migrate` to a version built "
                             "on the lucene engine"))

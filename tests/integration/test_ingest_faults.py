@@ -69,7 +69,7 @@ class Proxy:
                 rejected: dict[int, dict[str, Any]] = {}
                 if is_bulk:
                     f.bulk_requests += 1
-                    f.bulk_items += len(re.findall(rb'^\{"index"\s*:', body, flags=re.M))  # either client's spacing
+                    f.bulk_items += len(re.findall(rb'^\{"index"\s*:', body, flags=re.M))  # spaced or not
                     body, rejected = self._reject(body)
                 status, headers, payload = self._forward(body) if body.strip() or not is_bulk else \
                     (200, {"Content-Type": "application/json", "X-Elastic-Product": "Elasticsearch"},

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, EngineClient, EngineInfo, request, unsafe_vector_options
+from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, EngineClient, EngineInfo, request
 from hybridsearch.errors import ConfigError
 from hybridsearch.index.spec import chunk_differences, load_template
 from hybridsearch.settings import ClusterSettings, load_settings
@@ -64,11 +64,10 @@ def test_vector_summary_reads_back_what_was_rendered(dialect: Any) -> None:
 def test_faiss_and_on_disk_indices_are_named_unsafe() -> None:
     faiss = OPENSEARCH.vector_summary({"type": "knn_vector", "dimension": 384,
                                        "method": {"name": "hnsw", "engine": "faiss", "space_type": "l2"}})
-    assert "faiss" in (unsafe_vector_options(faiss) or "") and faiss.similarity == "l2"
+    assert "faiss" in (faiss.unsafe_options or "") and faiss.similarity == "l2"
     on_disk = OPENSEARCH.vector_summary({"type": "knn_vector", "dimension": 384, "mode": "on_disk"})
-    assert "on_disk" in (unsafe_vector_options(on_disk) or "")
-    assert unsafe_vector_options(OPENSEARCH.vector_summary(chunks(OPENSEARCH)["mappings"]["properties"]["embedding"])) \
-        is None
+    assert "on_disk" in (on_disk.unsafe_options or "")
+    assert OPENSEARCH.vector_summary(chunks(OPENSEARCH)["mappings"]["properties"]["embedding"]).unsafe_options is None
 
 
 @pytest.mark.parametrize(("body", "kind", "version"), [
@@ -139,17 +138,16 @@ def test_msearch_and_bulk_bodies_are_written_with_orjson_numpy_vectors_included(
     import numpy as np
     import orjson
 
-    from hybridsearch.engine.client import SERIALIZERS, library_client
+    from hybridsearch.engine.client import SERIALIZERS
 
     vector = np.array([0.5, -0.25, 1e-8], dtype=np.float32)
     lines = SERIALIZERS["application/x-ndjson"].dumps([{"index": "a"}, {"knn": {"query_vector": vector}},
                                                        {"v": list(vector)}])
     assert [json.loads(x) for x in lines.splitlines()] == [
         {"index": "a"}, {"knn": {"query_vector": [0.5, -0.25, 1e-8]}}, {"v": [0.5, -0.25, 1e-8]}]
-    client = library_client(ClusterSettings(url="http://127.0.0.1:1"), "elasticsearch")
-    serializers = client.transport.serializers.serializers
-    for mimetype in ("application/json", "application/x-ndjson", "application/vnd.elasticsearch+json",
-                     "application/vnd.elasticsearch+x-ndjson"):  # Elasticsearch 9 answers with the latter
-        assert serializers[mimetype].json_dumps({"a": vector}) == orjson.dumps({"a": vector},
-                                                                               option=orjson.OPT_SERIALIZE_NUMPY)
-    client.close()
+    for kind in ("elasticsearch", "opensearch"):
+        es = EngineClient(ClusterSettings(url="http://127.0.0.1:1", engine=kind))
+        for mimetype in ("application/json", "application/x-ndjson"):
+            assert es.transport.serializers.get_serializer(mimetype).json_dumps({"a": vector}) == orjson.dumps(
+                {"a": vector}, option=orjson.OPT_SERIALIZE_NUMPY)
+        es.close()

@@ -10,7 +10,7 @@ import pytest
 
 from hybridsearch.doctor import check_access
 from hybridsearch.engine import ELASTICSEARCH, OPENSEARCH, UNREACHABLE, Dialect, EngineClient, EngineKind, request
-from hybridsearch.errors import AccessDenied, ClusterUnavailable
+from hybridsearch.errors import AccessDenied, ClusterError, ClusterUnavailable
 from hybridsearch.index.access import NO_API, SECURITY_OFF, check_privileges
 from hybridsearch.index.spec import chunk_meta, load_template
 from hybridsearch.ingest.writer import write_actions
@@ -28,11 +28,8 @@ def closed_port() -> int:
 
 @pytest.mark.parametrize("kind", ENGINES)
 def test_a_bulk_request_without_an_answer_raises_on_every_engine(kind: EngineKind) -> None:
-    # opensearch-py's helper would yield each item with status "N/A" instead and go on with the next request
     es = EngineClient(ClusterSettings(url=f"http://127.0.0.1:{closed_port()}", engine=kind, max_retries=0))
     actions = [{"_op_type": "index", "_index": "x", "_id": str(i), "_source": {"doc_id": str(i)}} for i in range(3)]
-    with pytest.raises(UNREACHABLE):
-        list(es.streaming_bulk(actions, chunk_size=1, max_retries=0, raise_on_error=False, raise_on_exception=False))
     with pytest.raises(UNREACHABLE):
         es.send(request.bulk(actions))
 
@@ -56,10 +53,37 @@ def test_answered_bulk_items_pass_as_they_are(fake_es: Canned, kind: EngineKind)
                                                                        "reason": "queue full"}}}]}
     es = EngineClient(ClusterSettings(url=fake_es.url, engine=kind, max_retries=0))
     actions = [{"_op_type": "index", "_index": "x", "_id": i, "_source": {"doc_id": i}} for i in "ab"]
-    got = list(es.streaming_bulk(actions, max_retries=0, raise_on_error=False, raise_on_exception=False))
-    assert [(ok, item["index"]["status"]) for ok, item in got] == [(True, 201), (False, 429)]
+    report = write_actions(es, actions, IngestSettings(bulk_max_retries=0))
+    assert (report.created, report.ok_ids) == (1, {"a"})
+    assert [(f.chunk_id, f.status) for f in report.failures] == [("b", 429)]
+    assert "queue full" in report.failures[0].reason
     ok, failed = request.bulk_failures(es.send(request.bulk(actions)))
     assert ok == 1 and [f["index"]["_id"] for f in failed] == ["b"]
+
+
+@pytest.mark.parametrize("kind", ENGINES)
+def test_a_refused_bulk_request_retries_each_of_its_items(fake_es: Canned, kind: EngineKind) -> None:
+    fake_es.status, fake_es.body = 429, {"error": {"root_cause": [{"type": "es_rejected_execution_exception",
+                                                                   "reason": "queue full"}],
+                                                   "type": "es_rejected_execution_exception", "reason": "queue full"}}
+    es = EngineClient(ClusterSettings(url=fake_es.url, engine=kind, max_retries=0))
+    actions = [{"_op_type": "index", "_index": "x", "_id": i, "_source": {"doc_id": i}} for i in "ab"]
+    report = write_actions(es, actions, IngestSettings(bulk_max_retries=2), sleep=lambda s: None)
+    assert report.retried == 4 and len(fake_es.requests) == 3  # each try one _bulk of both items
+    assert [(f.chunk_id, f.status) for f in report.failures] == [("a", 429), ("b", 429)]
+    assert "queue full" in report.failures[0].reason
+
+
+def test_a_scroll_that_missed_a_shard_raises_and_is_cleared(fake_es: Canned) -> None:
+    hit = {"_index": "x", "_id": "a", "_source": {}}
+    fake_es.paths = {"/x/_search?scroll=5m&size=1000": (200, {"_scroll_id": "s1", "hits": {"hits": [hit]},
+                                                             "_shards": {"total": 2, "successful": 1, "failed": 1}})}
+    es = EngineClient(ClusterSettings(url=fake_es.url, engine="elasticsearch", max_retries=0))
+    got: list[Any] = []
+    with pytest.raises(ClusterError, match="scroll over x failed on 1 of 2 shards"):
+        got.extend(es.scan(index="x"))
+    assert got == [hit]
+    assert fake_es.requests == [("POST", "/x/_search?scroll=5m&size=1000"), ("DELETE", "/_search/scroll")]
 
 
 def test_elasticsearch_is_asked_for_privileges(fake_es: Canned) -> None:

@@ -25,7 +25,6 @@ from hybridsearch.cli import output
 from hybridsearch.cli.main import exit_code, main
 from hybridsearch.cluster_url import redact_url
 from hybridsearch.engine import AsyncEngineClient, EngineClient, EngineInfo, cluster_info, request
-from hybridsearch.engine.client import library_client
 from hybridsearch.errors import ClusterUnavailable, RerankerError, SchemeMismatch, TlsFailure
 from hybridsearch.eval.harness import redacted_settings
 from hybridsearch.rerank import HttpReranker
@@ -208,7 +207,7 @@ def test_async_and_opensearch_clients_say_it_too(self_signed_es: Canned) -> None
     with pytest.raises(SchemeMismatch, match="speaks TLS"):
         asyncio.run(health())
     with pytest.raises(SchemeMismatch, match="speaks TLS"):
-        library_client(ClusterSettings(url=url, max_retries=3), "opensearch").info()
+        EngineClient(ClusterSettings(url=url, max_retries=3, engine="opensearch")).send(request.cluster_health())
 
 
 def test_a_port_nobody_listens_on_is_not_probed(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,7 +19,8 @@ from types import ModuleType
 from typing import Any
 from urllib.parse import unquote
 
-import opensearchpy
+import elastic_transport
+import elasticsearch
 import pytest
 
 from hybridsearch.engine import Request
@@ -76,6 +77,13 @@ def load_ops(name: str) -> ModuleType:
     return module
 
 
+def refused(status: int, error: str) -> elasticsearch.ApiError:
+    """The error the engine client raises for an answer with ``status``."""
+    meta = elastic_transport.ApiResponseMeta(status, "1.1", elastic_transport.HttpHeaders(), 0.0,
+                                             elastic_transport.NodeConfig("http", "localhost", 9200))
+    return elasticsearch.exceptions.HTTP_EXCEPTIONS[status](message=error, meta=meta, body={})
+
+
 class FakeIndices:
     """Indices by name; ``get`` resolves a trailing-``*`` pattern as the engine does with allow_no_indices."""
 
@@ -93,9 +101,9 @@ class FakeIndices:
     def delete(self, *, index: str, expand_wildcards: str | None = None) -> None:
         assert "*" not in index and expand_wildcards is None, "delete by name only"
         if index in self.refuse:
-            raise opensearchpy.AuthorizationException(403, "security_exception", {})
+            raise refused(403, "security_exception")
         if index in self.vanish or index not in self.names:  # deleted by someone else in between
-            raise opensearchpy.NotFoundError(404, "index_not_found_exception", {})
+            raise refused(404, "index_not_found_exception")
         self.names.discard(index)
         self.deleted.append(index)
 
@@ -129,7 +137,7 @@ def test_fault_ingest_cleanup_deletes_by_name_and_tolerates_missing_indices() ->
 def test_fault_ingest_cleanup_raises_what_is_not_a_missing_index() -> None:
     fi = load_ops("fault_ingest")
     indices = FakeIndices({"fault-block-chunks-v1"}, refuse=frozenset({"fault-block-chunks-v1"}))
-    with pytest.raises(opensearchpy.AuthorizationException):
+    with pytest.raises(elasticsearch.AuthorizationException):
         fi.drop_indices(FakeEngine(indices), fi.prefix_patterns("fault-block"))
 
 

@@ -1,23 +1,14 @@
-"""The engine seam: the only part of the package that imports ``elasticsearch``, ``opensearchpy`` or
-``elastic_transport``. A request is data (:mod:`.request`), sent by :mod:`.client` (sync and asyncio);
-:mod:`.dialect` holds what differs between the engines, :mod:`.errors` translates the libraries' errors.
-"""
+"""The engine seam, the only importer of ``elasticsearch`` and ``elastic_transport``: requests as data (:mod:`.request`)
+sent by :mod:`.client`, what differs between engines (:mod:`.dialect`), the library's errors read (:mod:`.errors`)."""
 
 from hybridsearch.engine import request
 from hybridsearch.engine.client import AsyncEngineClient, EngineClient, Sender, cluster_info
-from hybridsearch.engine.dialect import (
-    ELASTICSEARCH,
-    OPENSEARCH,
-    Dialect,
-    EngineInfo,
-    EngineKind,
-    unsafe_vector_options,
-)
+from hybridsearch.engine.dialect import ELASTICSEARCH, OPENSEARCH, Dialect, EngineInfo, EngineKind
 from hybridsearch.engine.errors import API_ERRORS, UNREACHABLE, engine_errors, error_type_of, status_of, translate
 from hybridsearch.engine.request import Request
 
 __all__ = [
     "API_ERRORS", "ELASTICSEARCH", "OPENSEARCH", "UNREACHABLE", "AsyncEngineClient", "Dialect", "EngineClient",
     "EngineInfo", "EngineKind", "Request", "Sender", "cluster_info", "engine_errors", "error_type_of", "request",
-    "status_of", "translate", "unsafe_vector_options",
+    "status_of", "translate",
 ]

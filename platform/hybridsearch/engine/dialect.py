@@ -1,6 +1,5 @@
-"""What differs between the engines, pure: the JSON we send (vector field, kNN clause, field types) and the
-version rules (:class:`EngineInfo`). The settings speak Elasticsearch's vocabulary; ``vector_field`` renders it
-for the engine and ``vector_summary`` reads a mapping back into it, so checks compare like with like."""
+"""What differs between the engines, pure: the JSON we send and the version rules (:class:`EngineInfo`). The
+settings speak Elasticsearch's vocabulary: ``vector_field`` renders it, ``vector_summary`` reads a mapping back."""
 
 from __future__ import annotations
 
@@ -16,13 +15,23 @@ EngineKind = Literal["elasticsearch", "opensearch"]
 
 @dataclass(frozen=True)
 class VectorSummary:
-    """A vector field's mapping in the settings' vocabulary; ``options`` as ``{"type": "int8_hnsw", "m": 16, ...}``
-    (OpenSearch adds ``engine`` and ``mode``)."""
+    """A vector field's mapping in the settings' vocabulary; ``options`` as ``{"type": "int8_hnsw", "m": 16, ...}``."""
 
     is_vector: bool
     dims: int | None = None
     similarity: str | None = None
     options: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def unsafe_options(self) -> str | None:
+        """Why these OpenSearch vector options would take a node from the plugin zip down, or None."""
+        if self.options.get("mode") == "on_disk":
+            return "its vectors use on_disk mode, which needs the faiss engine; rebuild on the lucene engine"
+        engine = self.options.get("engine")
+        if engine not in (None, LUCENE):
+            return (f"its vectors use the {engine} k-NN engine, which needs native libraries the OpenSearch k-NN "
+                    "plugin zip does not ship (a bulk into it crashes such a node); rebuild on the lucene engine")
+        return None
 
 
 class ElasticsearchDialect:
@@ -44,8 +53,7 @@ class ElasticsearchDialect:
 
     def knn_search(self, field: str, vector: Sequence[float], k: int, num_candidates: int,
                    filters: list[dict[str, Any]], oversample: float | None = None) -> dict[str, Any]:
-        """The body keys of a kNN search for the ``k`` nearest chunks passing every filter; ``oversample``
-        rescores quantized vectors on their floats."""
+        """The body keys of a kNN search for the ``k`` nearest chunks passing every filter, ``oversample`` rescored."""
         knn: dict[str, Any] = {"field": field, "query_vector": [float(x) for x in vector], "k": k,
                                "num_candidates": num_candidates, "filter": filters}
         if oversample is not None:
@@ -61,8 +69,7 @@ LUCENE = "lucene"  # the only k-NN engine the plugin zip can run (it ships no na
 
 
 class OpenSearchDialect:
-    """OpenSearch 2.16+/3.x with the k-NN plugin: ``knn_vector`` on the ``lucene`` engine, the ``knn`` query
-    clause."""
+    """OpenSearch 2.16+/3.x with the k-NN plugin: ``knn_vector`` on the ``lucene`` engine, the ``knn`` clause."""
 
     kind: EngineKind = "opensearch"
     metadata_type = "flat_object"
@@ -112,21 +119,6 @@ ELASTICSEARCH: Dialect = ElasticsearchDialect()
 OPENSEARCH: Dialect = OpenSearchDialect()
 
 
-def unsafe_vector_options(summary: VectorSummary) -> str | None:
-    """Why an existing OpenSearch vector field would take a node from the plugin zip down, or None."""
-    if summary.options.get("mode") == "on_disk":
-        return "its vectors use on_disk mode, which needs the faiss engine; rebuild on the lucene engine"
-    engine = summary.options.get("engine")
-    if engine not in (None, LUCENE):
-        return (f"its vectors use the {engine} k-NN engine, which needs native libraries the OpenSearch k-NN "
-                "plugin zip does not ship (a bulk into it crashes such a node); rebuild on the lucene engine")
-    return None
-
-
-#: oldest versions with everything the platform sends (kNN pre-filters, int8 HNSW, lucene sq, flat_object)
-MIN_VERSION: dict[EngineKind, tuple[int, int]] = {"elasticsearch": (8, 12), "opensearch": (2, 16)}
-
-
 @dataclass(frozen=True)
 class EngineInfo:
     """Which engine answers: kind and version (None when ``HSP_ES__ENGINE`` named it and nothing was asked)."""
@@ -143,8 +135,7 @@ class EngineInfo:
         return None if self.version is None else tuple(int(p) for p in re.findall(r"\d+", self.version)[:3])
 
     def at_least(self, major: int, minor: int) -> bool:
-        """Whether the engine is ``major.minor`` or later; an unknown version counts as the newest (an older engine
-        refuses what it lacks with HTTP 400 instead of quietly losing recall or vectors)."""
+        """Whether the engine is ``major.minor`` or later; an unknown version counts as the newest."""
         have = self.version_tuple
         return have is None or have[:2] >= (major, minor)
 
@@ -170,20 +161,18 @@ class EngineInfo:
 
     @property
     def chunk_index_settings(self) -> dict[str, Any]:
-        """Dynamic settings of every chunk index: ``fanout`` on Elasticsearch 9.1+, whose ACORN loses most of its
-        recall on selective filters and segments with many deleted copies."""
+        """Dynamic settings of every chunk index: ``fanout`` on Elasticsearch 9.1+ (docs/operations.md)."""
         fanout = self.kind == "elasticsearch" and self.at_least(9, 1)
         return {"index.dense_vector.hnsw_filter_heuristic": "fanout"} if fanout else {}
 
     @property
     def chunk_index_creation_settings(self) -> dict[str, Any]:
-        """Static settings of a new chunk index: OpenSearch 3.x's k-NN derived source off (with it, whole-_source
-        reads fail with 503 from segments holding deleted documents)."""
+        """Static settings of a new chunk index: OpenSearch 3.x's k-NN derived source off (docs/operations.md)."""
         return {"index.knn.derived_source.enabled": False} if self.kind == "opensearch" and self.at_least(3, 0) else {}
 
     def support_problem(self) -> str | None:
         """Why this engine version cannot serve the platform, or None."""
-        need = MIN_VERSION[self.kind]
+        need = (8, 12) if self.kind == "elasticsearch" else (2, 16)  # kNN pre-filters, int8 HNSW, lucene sq
         if self.at_least(*need):
             return None
         return (f"{self.name} is not supported: hybridsearch needs {self.name.split()[0]} "

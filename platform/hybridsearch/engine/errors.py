@@ -1,5 +1,5 @@
-"""Both client libraries' exceptions read as data (:func:`status_of`, :func:`error_type_of`) and translated into
-:mod:`hybridsearch.errors` (:func:`engine_errors`)."""
+"""The client library's exceptions made (:func:`http_error`), read as data (:func:`status_of`,
+:func:`error_type_of`) and translated into :mod:`hybridsearch.errors` (:func:`engine_errors`)."""
 
 from __future__ import annotations
 
@@ -9,38 +9,33 @@ from contextlib import contextmanager
 from typing import Any
 
 import elasticsearch
-import opensearchpy
-from elastic_transport import TlsError
+from elastic_transport import ApiResponseMeta, TlsError
 
-from hybridsearch.errors import (
-    AccessDenied,
-    AuthenticationFailed,
-    ClusterError,
-    ClusterUnavailable,
-    HybridSearchError,
-    IndexNotFound,
-)
+from hybridsearch.errors import AccessDenied, AuthenticationFailed, ClusterError, ClusterUnavailable, IndexNotFound
 
-#: every exception either client raises for a request that failed (answered or not)
-API_ERRORS: tuple[type[Exception], ...] = (elasticsearch.ApiError, elasticsearch.TransportError,
-                                            opensearchpy.TransportError)
+#: every exception a request that failed raises (answered or not)
+API_ERRORS: tuple[type[Exception], ...] = (elasticsearch.ApiError, elasticsearch.TransportError)
 #: the request got no answer (connection refused or reset, timeout)
-UNREACHABLE: tuple[type[Exception], ...] = (elasticsearch.ConnectionError, elasticsearch.ConnectionTimeout,
-                                            elasticsearch.TransportError, opensearchpy.ConnectionError)
+UNREACHABLE: tuple[type[Exception], ...] = (elasticsearch.TransportError,)
 START_NODE = ("Is a node running? Start one with `ops/es-local.sh start` (or `docker compose up -d elasticsearch`), "
               "or point HSP_ES_URL at one")
 
+
+def http_error(meta: ApiResponseMeta, body: Any) -> elasticsearch.ApiError:
+    """The ``elasticsearch`` library's error for an answer's status (``NotFoundError`` for 404...)."""
+    error = body.get("error", body) if isinstance(body, dict) else body
+    message = str(error.get("type", error) if isinstance(error, dict) else error)
+    return elasticsearch.exceptions.HTTP_EXCEPTIONS.get(meta.status, elasticsearch.ApiError)(
+        message=message, meta=meta, body=body)
+
+
 def status_of(exc: BaseException) -> int | None:
     """The HTTP status of an engine's error answer, None when there was no answer."""
-    status = exc.meta.status if isinstance(exc, elasticsearch.ApiError) else \
-        exc.status_code if isinstance(exc, opensearchpy.TransportError) else None
-    return status if isinstance(status, int) else None
+    return exc.meta.status if isinstance(exc, elasticsearch.ApiError) else None
 
 
 def _body_of(exc: BaseException) -> dict[str, Any]:
-    body = exc.body if isinstance(exc, elasticsearch.ApiError) else \
-        exc.info if isinstance(exc, opensearchpy.TransportError) else None
-    return body if isinstance(body, dict) else {}
+    return exc.body if isinstance(exc, elasticsearch.ApiError) and isinstance(exc.body, dict) else {}
 
 
 def error_type_of(exc: BaseException) -> str | None:
@@ -81,20 +76,15 @@ def access_denied(what: str, reason: str | None) -> AccessDenied:
                         if privileges else (), reason=reason)
 
 
-def translate(exc: Exception, what: str = "request") -> HybridSearchError:
-    """Either client's exception as our error: 401 AuthenticationFailed, 403 AccessDenied, 404 IndexNotFound, no
+def translate(exc: Exception, what: str = "request") -> ClusterError:
+    """One of :data:`API_ERRORS` as our error: 401 AuthenticationFailed, 403 AccessDenied, 404 IndexNotFound, no
     answer ClusterUnavailable, any other status ClusterError."""
-    if isinstance(exc, HybridSearchError):
-        return exc
-    if isinstance(exc, TlsError | opensearchpy.SSLError):  # the nodes raise the hopeless ones as TlsFailure
+    if isinstance(exc, TlsError):  # the nodes raise the hopeless ones as TlsFailure
         return ClusterUnavailable(f"TLS error on the {what}: {exc}",
                                   fix="Check HSP_ES__CA_CERTS and HSP_ES__VERIFY_CERTS")
     status, said = status_of(exc), reason_of(exc) if _body_of(exc) else None
-    if status is None and isinstance(exc, API_ERRORS):
-        return ClusterUnavailable(f"the cluster did not answer the {what}: {exc}" if isinstance(exc, UNREACHABLE)
-                                  else f"{what} failed in transport: {exc}", fix=START_NODE)
     if status is None:
-        return ClusterError(f"{what} failed: {exc!r}")
+        return ClusterUnavailable(f"the cluster did not answer the {what}: {exc}", fix=START_NODE)
     if status in (401, 403):
         return AuthenticationFailed(what, said) if status == 401 else access_denied(what, said)
     if status == 404:
@@ -104,7 +94,7 @@ def translate(exc: Exception, what: str = "request") -> HybridSearchError:
 
 @contextmanager
 def engine_errors(what: str = "request") -> Iterator[None]:
-    """Re-raise either client's errors as hybridsearch errors."""
+    """Re-raise the client libraries' errors as hybridsearch errors."""
     try:
         yield
     except API_ERRORS as exc:

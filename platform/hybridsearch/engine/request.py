@@ -1,5 +1,5 @@
 """A request to an engine as data (:class:`Request`), and the pure builders of the requests the platform sends:
-a new engine call is one builder here, sent unchanged by either client's ``send``."""
+a new engine call is one builder here, sent unchanged by either client's ``send`` (a HEAD answers True/False)."""
 
 from __future__ import annotations
 
@@ -39,8 +39,18 @@ def body(**fields: Any) -> Json:
     return {("_source" if k == "source" else k): v for k, v in fields.items() if v is not None}
 
 
-def search(index: str, query: Json) -> Request:
-    return Request("POST", _path(index, "_search"), body=query)
+def search(index: str, query: Json, *, scroll: str | None = None, size: int | None = None) -> Request:
+    """A search; with ``scroll``, the first page of a scroll kept open that long (``5m``)."""
+    return Request("POST", _path(index, "_search"), params(scroll=scroll, size=size), query)
+
+
+def scroll(scroll_id: str, keep: str) -> Request:
+    """The next page of a scroll, kept open ``keep`` longer."""
+    return Request("POST", "/_search/scroll", body={"scroll": keep, "scroll_id": scroll_id})
+
+
+def clear_scroll(scroll_id: str) -> Request:
+    return Request("DELETE", "/_search/scroll", body={"scroll_id": scroll_id}, absent={})
 
 
 def count(index: str, query: Json | None = None) -> Request:
@@ -67,8 +77,7 @@ def put_doc(index: str, doc_id: str, document: Mapping[str, Any], *, refresh: bo
 
 
 def bulk(actions: list[Json], *, refresh: bool | str | None = None, require_alias: bool | None = None) -> Request:
-    """``_bulk`` of actions in the bulk helpers' form (``_op_type``, ``_index``, ``_id``, the document under
-    ``_source`` or as the other fields, ``doc`` for an update)."""
+    """``_bulk`` of actions (``_op_type``, ``_index``, ``_id``, the document as ``_source`` or the other fields)."""
     lines: list[Json] = []
     for action in actions:
         op = action.get("_op_type", "index")
@@ -102,7 +111,7 @@ def delete_index(index: str, *, expand_wildcards: str | None = None) -> Request:
 
 
 def index_exists(index: str) -> Request:
-    return Request("HEAD", _path(index))
+    return Request("HEAD", _path(index), absent=False)
 
 
 def get_index(index: str, *, expand_wildcards: str | None = None, allow_no_indices: bool | None = None,
@@ -138,7 +147,7 @@ def get_alias(name: str) -> Request:
 
 
 def alias_exists(name: str) -> Request:
-    return Request("HEAD", _path("_alias", name))
+    return Request("HEAD", _path("_alias", name), absent=False)
 
 
 def update_aliases(actions: list[Json]) -> Request:

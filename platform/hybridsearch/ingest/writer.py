@@ -23,7 +23,7 @@ import numpy as np
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
 
 from hybridsearch.embedding.encoder import Embedder
-from hybridsearch.engine import UNREACHABLE, EngineClient
+from hybridsearch.engine import API_ERRORS, UNREACHABLE, EngineClient, request, status_of
 from hybridsearch.errors import ClusterUnavailable
 from hybridsearch.retry import RETRIED_STATUSES
 from hybridsearch.settings import EmbeddingSettings, IngestSettings, ModelsSettings
@@ -80,29 +80,35 @@ def _send(es: EngineClient, pending: Sequence[dict[str, Any]], chunk_size: int, 
     answered: set[str] = set()
     unreachable: Exception | None = None
     try:
-        for ok, result in es.streaming_bulk([{k: v for k, v in a.items() if k != "_doc_id"} for a in pending],
-                                            chunk_size=chunk_size, max_retries=0, raise_on_error=False,
-                                            raise_on_exception=False):
-            op, item = next(iter(result.items()))
-            _id = str(item.get("_id"))
-            status = item.get("status")
-            answered.add(_id)
-            action = by_id[_id]
-            if ok:
-                report.ok_ids.add(_id)
-                res = item.get("result")
-                if op == "delete":
-                    report.deleted += res == "deleted"
-                elif res == "updated":
-                    report.updated += 1
+        for batch in (pending[start:start + chunk_size] for start in range(0, len(pending), chunk_size)):
+            try:
+                answer = es.send(request.bulk([{k: v for k, v in a.items() if k != "_doc_id"} for a in batch]))
+                results = [next(iter(entry.items())) for entry in answer["items"]]
+            except API_ERRORS as exc:  # the whole request refused (a 429 the client's retries outlasted): each item
+                if (refused := status_of(exc)) is None:
+                    raise
+                results = [(a.get("_op_type", "index"), {"_id": a["_id"], "status": refused, "error": str(exc)})
+                           for a in batch]
+            for op, item in results:
+                _id = str(item.get("_id"))
+                status = item.get("status", 500)
+                answered.add(_id)
+                action = by_id[_id]
+                if 200 <= status < 300:
+                    report.ok_ids.add(_id)
+                    res = item.get("result")
+                    if op == "delete":
+                        report.deleted += res == "deleted"
+                    elif res == "updated":
+                        report.updated += 1
+                    else:
+                        report.created += 1
+                elif op == "delete" and status == 404:
+                    report.ok_ids.add(_id)
+                elif status in RETRIED_STATUSES:
+                    retry.append((action, _reason(item), status))
                 else:
-                    report.created += 1
-            elif op == "delete" and status == 404:
-                report.ok_ids.add(_id)
-            elif status in RETRIED_STATUSES:
-                retry.append((action, _reason(item), status))
-            else:
-                report.failures.append(_failure(action, _reason(item), status))
+                    report.failures.append(_failure(action, _reason(item), status))
     except UNREACHABLE as exc:
         unreachable = exc
         retry.extend((a, f"cluster unreachable: {exc}", None) for a in pending if a["_id"] not in answered)
