@@ -238,8 +238,7 @@ def self_signed_es(tmp_path: Path) -> Iterator[Canned]:
 
 @pytest.fixture
 def restore_client_log_levels() -> Iterator[None]:
-    """Put the client libraries' log levels back after a test that ran the CLI (it quiets them)."""
-    levels = {n: logging.getLogger(n).level for n in ("elastic_transport", "elasticsearch", "opensearch")}
+    """Put the transport's log level back after a test that ran the CLI (it quiets it)."""
+    level = logging.getLogger("elastic_transport").level
     yield
-    for name, level in levels.items():
-        logging.getLogger(name).setLevel(level)
+    logging.getLogger("elastic_transport").setLevel(level)

@@ -27,9 +27,6 @@ DIALECTS = frozenset({"ELASTICSEARCH", "OPENSEARCH"})
 ALLOWED = {
     # the setting's own vocabulary (HSP_ES__ENGINE); settings.py is a leaf and may not import the seam
     ("settings.py", "ClusterSettings.engine"),
-    # the client libraries' logger names, which the command line quiets; importing the seam there instead would
-    # load both libraries on every `hsp` command
-    ("cli/main.py", "CLIENT_LOGGERS"),
 }
 
 

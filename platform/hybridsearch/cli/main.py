@@ -29,7 +29,7 @@ COMMANDS = {"ingest": "ingest", "delete": "ingest", "search": "search", "serve-r
 COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 INTERRUPTED = 130
 #: loggers of the engines' client libraries
-CLIENT_LOGGERS = ("elastic_transport", "elasticsearch", "opensearch")
+TRANSPORT_LOGGER = "elastic_transport"  # the one client library that logs (retries, dead nodes)
 #: error class -> exit code; 1 is also a failed quality gate (``hsp eval --baseline``) or a doctor FAIL
 EXIT_CODES: dict[type[HybridSearchError], int] = {HybridSearchError: 1, ConfigError: 2, ClusterError: 3,
                                                    IndexMismatch: 4, AliasConflict: 4, ModelError: 5, IngestLocked: 6}
@@ -62,8 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=(logging.WARNING, logging.INFO, logging.DEBUG)[min(args.verbose, 2)],
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s" if args.verbose else
                         "%(levelname)s: %(message)s")
-    for name in CLIENT_LOGGERS:  # their retry warnings (with tracebacks) only with -v: our error says what failed
-        logging.getLogger(name).setLevel(logging.NOTSET if args.verbose else logging.ERROR)
+    # its retry warnings (with tracebacks) only with -v: our error says what failed
+    logging.getLogger(TRANSPORT_LOGGER).setLevel(logging.NOTSET if args.verbose else logging.ERROR)
     output.redact_logs()
     err = output.console(stderr=True)
     try:
