@@ -1,7 +1,7 @@
 """The write protocol, each chunk written once and a document seen whole or not at all: **look up** its stored
 chunks (:func:`stored_chunks`, those of this version are reused), **hide** it, **write** each missing chunk under its
 stable ``_id``, and **finish** it (:func:`finish`: delete the old version's surplus, refresh, show it). A crash leaves
-it hidden; the lease's next holder adopts and repairs it (:func:`whole_documents`).
+it hidden; the lease's next holder adopts and repairs it (:func:`show_whole`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import ClusterError
 from hybridsearch.index.access import chunk_names, require_privileges
 from hybridsearch.index.versions import read_alias
+from hybridsearch.index.visibility import visible_query
+from hybridsearch.ingest.chunking import chunk_id
 from hybridsearch.ingest.lease import Lease, forget_documents
 from hybridsearch.ingest.sources import Document
 from hybridsearch.ingest.writer import WriteReport, write_actions
@@ -72,9 +74,10 @@ def stored_chunks(es: EngineClient, index: str, hashes: dict[str, str], tenant: 
     return found
 
 
-def whole_documents(es: EngineClient, index: str, doc_ids: Iterable[str], tenant: str | None) -> set[str]:
-    """Those of ``doc_ids`` whose stored chunks form one whole version: one ``content_hash``, positions
-    ``0..n-1`` with ``n`` the ``doc_chunks`` every chunk records."""
+def show_whole(es: EngineClient, index: str, lease: Lease, doc_ids: Iterable[str], tenant: str | None) -> set[str]:
+    """Refresh and show those of ``doc_ids`` whose stored chunks form one whole version (one ``content_hash``,
+    positions ``0..n-1`` with ``n`` the ``doc_chunks`` every chunk records); returns them. Raises LeaseLost."""
+    refresh(es, index)
     ids = sorted(set(doc_ids))
     seen: dict[str, list[tuple[int, str, Any]]] = {d: [] for d in ids}
     for start in range(0, len(ids), 500):
@@ -88,7 +91,28 @@ def whole_documents(es: EngineClient, index: str, doc_ids: Iterable[str], tenant
         if (chunks and len({c for _, c, _ in chunks}) == 1 and len(totals) == 1 and isinstance(n := totals.pop(), int)
                 and sorted(p for p, _, _ in chunks) == list(range(n))):
             whole.add(doc_id)
+    lease.show(whole)
     return whole
+
+
+def lookup(es: EngineClient, index: str, state_index: str, docs: list[Document], signature: str,
+            tenant: str | None) -> tuple[list[WorkDoc], int, int]:
+    """``docs`` to (re)write (new, changed, or hidden: left unfinished by a stopped run) with their stored chunks,
+    and how many documents and visible chunks are unchanged (chunk 0 visible with their ``content_hash``)."""
+    query = visible_query(state_index, [*doc_filter([d.doc_id for d in docs], tenant), {"term": {"position": 0}}])
+    with engine_errors("look up existing chunks"):
+        hits = es.send(request.search(index, request.body(
+            query=query, size=len(docs) * 4, source=["doc_id", "content_hash"])))["hits"]["hits"]
+    done = {(h["_id"], h["_source"].get("content_hash")) for h in hits}
+    same = [d.doc_id for d in docs if (chunk_id(d.doc_id, 0, signature, tenant), d.content_hash) in done]
+    unchanged = 0
+    if same:
+        with engine_errors("count unchanged chunks"):
+            unchanged = int(es.send(request.count(index, visible_query(state_index, doc_filter(same, tenant))))
+                            ["count"])
+    rest = [d for d in docs if d.doc_id not in same]
+    stored = stored_chunks(es, index, {d.doc_id: d.content_hash for d in rest}, tenant)
+    return [WorkDoc(d, stored.get(d.doc_id, Stored())) for d in rest], len(same), unchanged
 
 
 def finish(es: EngineClient, index: str, lease: Lease, docs: list[WorkDoc], cfg: IngestSettings, *,
@@ -105,12 +129,6 @@ def finish(es: EngineClient, index: str, lease: Lease, docs: list[WorkDoc], cfg:
         refresh(es, index)
         lease.show(done)
     return deletes, broken
-
-
-def existing_chunk_ids(es: EngineClient, index: str, doc_ids: list[str], tenant: str | None = None
-                       ) -> list[tuple[str, str]]:
-    """``(_id, doc_id)`` of every chunk of ``doc_ids`` in ``index``, hidden ones included (refresh first)."""
-    return [(h["_id"], h["_source"]["doc_id"]) for h in _scan_docs(es, index, doc_ids, tenant, ["doc_id"])]
 
 
 def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClient | None = None,
@@ -131,9 +149,9 @@ def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClien
     for index in targets:
         refresh(es, index)
         for start in range(0, len(ids), 500):
-            found = existing_chunk_ids(es, index, ids[start:start + 500], settings.index.tenant)
+            found = stored_chunks(es, index, dict.fromkeys(ids[start:start + 500], ""), settings.index.tenant)
             rep = write_actions(es, [{"_op_type": "delete", "_index": index, "_id": i, "_doc_id": d}
-                                     for i, d in found], settings.ingest)
+                                     for d, s in found.items() for i in s.ids], settings.ingest)
             if rep.failures:
                 raise ClusterError(f"{len(rep.failures)} chunks could not be deleted: {rep.failures[0].reason}")
             deleted += rep.deleted

@@ -1,21 +1,25 @@
-"""The ingest pipeline: read, look up, chunk and hide in a prepare thread (:mod:`.prepare`), embed here (or in
-``ingest.workers`` processes), bulk-write in a writer thread, then show each whole document (:mod:`.commit`), under
-the prefix's lease and with the run recorded from its start (:mod:`.lease`). Every document is accounted for:
-indexed, unchanged (same ``content_hash``) or dead-lettered.
+"""The ingest pipeline under the prefix's lease, the run recorded from its start (:mod:`.lease`): read, look up,
+chunk and hide in a prepare thread, embed here (or in ``ingest.workers`` processes), bulk-write in a writer thread,
+then show each whole document (:mod:`.commit`). Every document is indexed, unchanged (same ``content_hash``) or
+dead-lettered.
 """
 
 from __future__ import annotations
 
 import logging
+import queue
 import signal
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from functools import partial
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from hybridsearch.chunker_signature import chunker_signature
 from hybridsearch.embedding.encoder import Embedder
@@ -25,18 +29,179 @@ from hybridsearch.index.fit import follow_index
 from hybridsearch.index.metadata import metadata_fields_of
 from hybridsearch.index.spec import section_words_of
 from hybridsearch.index.versions import ensure_index, index_mapping, index_meta, read_alias
-from hybridsearch.ingest.commit import WorkDoc, delete_documents, existing_chunk_ids, finish, refresh, whole_documents
-from hybridsearch.ingest.lease import IngestResult, Lease, RunRecord, now
-from hybridsearch.ingest.prepare import DONE, Batch, Preparer, RunState
+from hybridsearch.ingest.chunking import Tokenizer, document_chunks
+from hybridsearch.ingest.commit import WorkDoc, delete_documents, finish, lookup, refresh, show_whole, stored_chunks
+from hybridsearch.ingest.lease import IngestResult, Lease, RunRecord, now, owns
 from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, read_path
 from hybridsearch.ingest.sync import owned_documents, plan_sync, refusal
-from hybridsearch.ingest.writer import EmbedWriter, ProcessPoolEncoder, WriteReport
+from hybridsearch.ingest.writer import ChunkBatch, DeadLetter, ProcessPoolEncoder, WriteReport, embed_and_write
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
 
 Input = str | Path | Iterable[Document | SourceFailure]
+DONE = object()  # end marker on the queue between the prepare stage and the embedder
+LOOKUP_BATCH = 64  # documents per change-detection search
+
+
+@dataclass
+class Batch(ChunkBatch):
+    """Chunks of one ingest batch; ``finals`` are documents whose last chunk is in this batch."""
+
+    finals: list[WorkDoc] = field(default_factory=list)
+
+
+class RunState:
+    """State shared by the stages of one run (prepare thread, embedder, writer thread)."""
+
+    def __init__(self, settings: Settings, es: EngineClient, index: str, result: IngestResult,
+                 shard: tuple[int, int] | None, lease: Lease, embedder: Embedder) -> None:
+        self.settings, self.es, self.index = settings, es, index
+        self.result, self.shard, self.lease, self.embedder = result, shard, lease, embedder
+        self.adopted = lease.adopted  # documents a stopped run left hidden, this run's to repair
+        self.rewritten: set[str] = set()  # adopted documents this run wrote again from its input
+        self.signature = chunker_signature(settings.chunking)
+        self.tenant = settings.index.tenant
+        self.section_words: int | None = None  # the index's BM25 sections (its _meta), set by run_ingest
+        self.metadata_fields: dict[str, str] = {}  # the index's typed metadata (its mapping), set by run_ingest
+        self.dead = DeadLetter(settings.ingest.dead_letter_dir, result.run_id)
+        self.stop = threading.Event()
+        self.terminated = False  # SIGTERM
+        self.error: BaseException | None = None
+        self.lock = threading.Lock()
+        self.to_embed: queue.Queue[Any] = queue.Queue(maxsize=settings.ingest.queue_size)
+        self.failed_docs: set[str] = set()
+        self.written_docs: set[str] = set()  # documents with at least one chunk of their new version written
+        self.yielded: set[str] = set()  # ids of the documents read that are this run's (its shard's)
+        self.on_progress: Callable[[IngestResult], None] | None = None
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        """Loaded on first use: a run where nothing changed never loads the model."""
+        return self.embedder.tokenizer()
+
+    def put(self, item: Batch) -> bool:
+        """Queue ``item`` for the embedder; False once the run is stopping."""
+        while not self.stop.is_set():
+            try:
+                self.to_embed.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def fail(self, exc: BaseException) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error = exc
+        self.stop.set()
+
+    def doc_failed(self, doc_id: str | None, reason: str, stage: str, source: str | None = None) -> None:
+        self.dead.write(doc_id=doc_id, reason=reason, stage=stage, source=source)
+        with self.lock:
+            self.result.documents_failed += 1
+
+    def untouched(self, item: WorkDoc) -> bool:
+        """Whether the index holds nothing of ``item``'s new version (no chunk written or reused) and it was not
+        left half written by a stopped run: it holds the old version whole, or nothing."""
+        return (item.doc.doc_id not in self.written_docs and not item.stored.same
+                and item.doc.doc_id not in self.adopted)
+
+    def count(self, **deltas: int) -> None:
+        with self.lock:
+            for k, v in deltas.items():
+                setattr(self.result, k, getattr(self.result, k) + v)
+        if self.on_progress is not None:
+            self.on_progress(self.result)
+
+
+def _prepare(run: RunState, items: Iterator[Document | SourceFailure]) -> None:
+    """Stage 1, in its own thread: keep this run's documents, skip the unchanged, chunk, hide and queue batches."""
+    try:
+        group: list[Document] = []
+        for item in items:
+            if run.stop.is_set():
+                break
+            if (doc := _admit(run, item)) is not None:
+                group.append(doc)
+            if len(group) >= LOOKUP_BATCH:
+                _prepare_group(run, group)
+                group = []
+        if group and not run.stop.is_set():
+            _prepare_group(run, group)
+    except BaseException as exc:  # noqa: BLE001 - handed to the main thread
+        run.fail(exc)
+    finally:
+        run.to_embed.put(DONE)  # blocks until there is room: the embedder drains to the marker
+
+
+def _admit(run: RunState, item: Document | SourceFailure) -> Document | None:
+    """The document when it is this run's to write; counts and dead-letters the rest."""
+    if isinstance(item, SourceFailure):
+        if owns(run.shard, item.doc_id or item.source):
+            run.count(documents=1)
+            run.doc_failed(item.doc_id, item.reason, "read", item.source)
+        return None
+    if not owns(run.shard, item.doc_id):
+        return None
+    run.count(documents=1)
+    if item.doc_id in run.yielded:
+        run.doc_failed(item.doc_id, f"duplicate doc_id {item.doc_id!r} in this run; the first one was kept",
+                       "read", item.source)
+        return None
+    run.yielded.add(item.doc_id)
+    if not item.text.strip():
+        run.doc_failed(item.doc_id, "document has no text", "read", item.source)
+        return None
+    return item
+
+
+def _prepare_group(run: RunState, docs: list[Document]) -> None:
+    work, same, unchanged = lookup(run.es, run.index, run.settings.index.ingest_state, docs, run.signature,
+                                    run.tenant)
+    if same:
+        run.count(documents_skipped=same, unchanged=unchanged)
+    chunked = [(item, chunks) for item in work if (chunks := _chunks(run, item)) is not None]
+    if not chunked:
+        return
+    try:
+        run.lease.hide(item.doc.doc_id for item, _ in chunked)  # before any of their chunks is written
+    except HybridSearchError as exc:
+        run.fail(exc)
+        return
+    run.rewritten.update(item.doc.doc_id for item, _ in chunked if item.doc.doc_id in run.adopted)
+    batch_chunks = max(run.settings.embedding.batch_size * 4, 16)
+    batch = Batch()
+    for item, chunks in chunked:
+        for src, text in chunks:
+            if src["chunk_id"] in item.stored.same:  # written by a stopped run: reuse, do not embed
+                run.count(reused=1)
+                continue
+            batch.add(src["chunk_id"], src, text)
+            if len(batch) >= batch_chunks:
+                if not run.put(batch):
+                    return
+                batch = Batch()
+        batch.finals.append(item)
+    if batch.sources or batch.finals:
+        run.put(batch)
+
+
+def _chunks(run: RunState, item: WorkDoc) -> list[tuple[dict[str, Any], str]] | None:
+    """``item``'s chunks and the text to embed for each; None (dead-lettered and counted as failed) when it
+    cannot be chunked, before anything of it is hidden or written."""
+    s = run.settings
+    try:
+        chunks = list(document_chunks(item.doc, s.chunking, s.embedding, run.tenant, run.tokenizer,
+                                      run.embedder.max_seq_length, run.section_words, run.metadata_fields))
+    except (ValueError, TypeError) as exc:
+        run.doc_failed(item.doc.doc_id, f"cannot chunk: {exc}", "chunk", item.doc.source)
+        return None
+    item.ids = [src["chunk_id"] for src, _ in chunks]
+    if chunks and "title_cut" in chunks[0][0]:
+        run.count(titles_cut=1)
+    return chunks
 
 
 def _embed_failed(run: RunState, batch: Batch, exc: Exception) -> None:
@@ -130,7 +295,7 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
                           model=settings.embedding.model, chunker=chunker_signature(settings.chunking))
     lease = Lease(es, settings.index, result.run_id, shard)
     lease.acquire(settings.ingest.lease_wait_s if wait_s is None else wait_s)
-    run = RunState(settings, es, index, result, shard, lease)
+    run = RunState(settings, es, index, result, shard, lease, embedder)
     lease.on_lost = run.fail
     result.took_over = lease.dead_runs
     started = time.perf_counter()
@@ -145,7 +310,7 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
         restore = _stop_on_sigterm(run)
         try:
             items = read_path(documents, fields) if isinstance(documents, str | Path) else iter(documents)
-            _stages(run, embedder, items, progress)
+            _stages(run, items, progress)
         finally:
             restore()
         if run.error is None and not run.stop.is_set():
@@ -185,7 +350,7 @@ def _delete_stale(run: RunState, root: Path, force: bool) -> None:
             return
         chunks = delete_documents(gone, run.settings, run.es, lease=run.lease) if gone else 0
         unread = sorted(run.adopted - run.yielded - set(gone))
-        empty = set(unread) - {d for _, d in existing_chunk_ids(run.es, run.index, unread, run.tenant)}
+        empty = set(unread) - set(stored_chunks(run.es, run.index, dict.fromkeys(unread, ""), run.tenant))
         run.lease.show(empty)  # nothing of them is left to show
     except HybridSearchError as exc:  # recorded, then raised by run_ingest; what was not deleted stays hidden
         run.fail(exc)
@@ -200,9 +365,7 @@ def _repair_adopted(run: RunState) -> None:
     rest = run.adopted - run.rewritten
     if not rest:
         return
-    refresh(run.es, run.index)
-    whole = whole_documents(run.es, run.index, rest, run.tenant)
-    run.lease.show(whole)
+    whole = show_whole(run.es, run.index, run.lease, rest, run.tenant)
     run.count(repaired=len(whole))
     if rest - whole:
         log.warning("%d documents a stopped run left half written stay hidden until their sources are ingested "
@@ -249,19 +412,21 @@ def _queued(run: RunState) -> Iterator[Batch]:
             yield batch
 
 
-def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | SourceFailure],
-            progress: ProgressSink | None) -> None:
+def _stages(run: RunState, items: Iterator[Document | SourceFailure], progress: ProgressSink | None) -> None:
     """Run prepare in a thread, embed here and write in the writer thread until every stage is done."""
-    settings = run.settings
-    workers = settings.ingest.workers
-    pool = ProcessPoolEncoder(embedder.cfg, embedder.models, workers) if workers > 1 else None
-    stage: EmbedWriter[Batch] = EmbedWriter(run.es, run.index, settings.ingest,
-                                            pool.encode if pool is not None else embedder.encode,
-                                            after=partial(_written, run), on_embed_error=partial(_embed_failed, run),
-                                            before=lambda _: run.lease.check(),
-                                            depth=settings.ingest.queue_size)
-    preparer = Preparer(run, embedder, batch_chunks=max(settings.embedding.batch_size * 4, 16))
-    prep = threading.Thread(target=preparer, args=(items,), name="hsp-prepare", daemon=True)
+    cfg, embedder = run.settings.ingest, run.embedder
+    pool = ProcessPoolEncoder(embedder.cfg, embedder.models, cfg.workers) if cfg.workers > 1 else None
+    encode = pool.encode if pool is not None else embedder.encode
+
+    def timed(texts: list[str]) -> np.ndarray:
+        t0 = time.perf_counter()
+        try:
+            return encode(texts)
+        finally:
+            with run.lock:
+                run.result.embed_seconds += time.perf_counter() - t0
+
+    prep = threading.Thread(target=_prepare, args=(run, items), name="hsp-prepare", daemon=True)
     queued = _queued(run)
     task = Task(progress, "ingest")
     started = time.perf_counter()
@@ -278,7 +443,9 @@ def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | Source
     try:
         prep.start()
         try:
-            stage.run(queued)
+            embed_and_write(run.es, run.index, cfg, timed, queued, after=partial(_written, run),
+                            on_embed_error=partial(_embed_failed, run), before=lambda _: run.lease.check(),
+                            depth=cfg.queue_size)
         except KeyboardInterrupt:
             run.result.status = "interrupted"
             run.stop.set()
@@ -290,7 +457,5 @@ def _stages(run: RunState, embedder: Embedder, items: Iterator[Document | Source
             prep.join(timeout=30)
             if pool is not None:
                 pool.close()
-            with run.lock:
-                run.result.embed_seconds += stage.embed_seconds
     finally:
         task.finish()
