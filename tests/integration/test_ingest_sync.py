@@ -200,7 +200,7 @@ lease = Lease(es, s.index, "killed-sync")
 lease.acquire()
 lease.hide(ids)
 es.send(request.refresh(index))
-found = sorted((i, d) for d, s in stored_chunks(es, index, dict.fromkeys(ids, ""), None).items() for i in s.ids)
+found = sorted((i, d) for d, s in stored_chunks(es, index, dict.fromkeys(ids, ""), None).items() for i in s)
 gone = [(i, d) for i, d in found if d == ids[1]] + [(i, d) for i, d in found if d == ids[0]][::2]
 write_actions(es, [{"_op_type": "delete", "_index": index, "_id": i, "_doc_id": d} for i, d in gone], s.ingest)
 os.kill(os.getpid(), signal.SIGKILL)

@@ -108,31 +108,23 @@ def _word_starts(tokens: Sequence[CharSpan]) -> list[bool]:
     return [i == 0 or tokens[i][0] > tokens[i - 1][1] for i in range(len(tokens))]
 
 
-def _back_to_word_start(starts: Sequence[bool], i: int, j: int) -> int:
-    """``j`` moved back to the nearest word start after ``i``, so a window does not end inside a word;
-    ``j`` itself when no word starts in between."""
-    k = j
-    while k > i + 1 and not starts[k]:
-        k -= 1
-    return k if starts[k] else j
-
-
-def _windows(tokens: Sequence[CharSpan], limit: int, overlap: int) -> Iterator[CharSpan]:
-    """Windows of at most ``limit`` tokens starting at word starts, consecutive ones sharing ``overlap``."""
+def _windows(tokens: Sequence[CharSpan], end: Callable[[int], int],
+             step: Callable[[int, int], int]) -> Iterator[CharSpan]:
+    """Windows ``tokens[i:end(i)]`` from word start to word start (the end moved back to the nearest word start
+    after ``i``, if any); the window after ``[i, j)`` starts at ``step(i, j)``, moved on to a word start."""
     n = len(tokens)
     starts = _word_starts(tokens)
     i = 0
     while i < n:
-        j = min(i + limit, n)
+        j = min(end(i), n)
         if j < n:
-            j = _back_to_word_start(starts, i, j)
+            j = next((k for k in range(j, i, -1) if starts[k]), j)
         yield tokens[i][0], tokens[j - 1][1]
         if j >= n:
             return
-        nxt = max(j - overlap, i + 1)
-        while nxt < j and not starts[nxt]:
-            nxt += 1
-        i = nxt
+        i = step(i, j)
+        while i < j and not starts[i]:
+            i += 1
 
 
 def _pack(units: Sequence[tuple[int, int, int]], limit: int, overlap: int,
@@ -175,7 +167,8 @@ class _Cutter:
         limit = limit or self.limit
         overlap = int(limit * self.overlap / self.limit)
         for seg_s, seg_e in _segments(self.text, s, e, split_paragraphs=False):
-            yield from _windows(_tokens(self.tok, self.text, seg_s, seg_e), limit, overlap)
+            yield from _windows(_tokens(self.tok, self.text, seg_s, seg_e), lambda i: i + limit,
+                                lambda i, j: max(j - overlap, i + 1))
 
     def by_sentences(self, s: int, e: int, limit: int | None = None) -> Iterator[CharSpan]:
         limit = limit or self.limit
@@ -217,22 +210,15 @@ class _Cutter:
         step = max(1, size - int(size * self.overlap / self.limit))
         for seg_s, seg_e in _segments(self.text, s, e, split_paragraphs=False):
             toks = _tokens(self.tok, self.text, seg_s, seg_e)
-            ends = [t[1] for t in toks]
-            starts = [t[0] for t in toks]
-            words = _word_starts(toks)
-            n, i = len(toks), 0
-            while i < n:
-                j = bisect.bisect_right(ends, toks[i][0] + size)
-                j = max(i + 1, min(j, i + self.limit, n))
-                if j < n:
-                    j = _back_to_word_start(words, i, j)
-                yield toks[i][0], toks[j - 1][1]
-                if j >= n:
-                    break
-                k = max(i + 1, min(bisect.bisect_left(starts, toks[i][0] + step), j))
-                while k < j and not words[k]:
-                    k += 1
-                i = k
+            starts, ends = [t[0] for t in toks], [t[1] for t in toks]
+
+            def end(i: int, toks: list[CharSpan] = toks, ends: list[int] = ends) -> int:
+                return max(i + 1, min(bisect.bisect_right(ends, toks[i][0] + size), i + self.limit))
+
+            def nxt(i: int, j: int, toks: list[CharSpan] = toks, starts: list[int] = starts) -> int:
+                return max(i + 1, min(bisect.bisect_left(starts, toks[i][0] + step), j))
+
+            yield from _windows(toks, end, nxt)
 
 
 def chunk_text(text: str, cfg: ChunkingSettings, tokenizer: Tokenizer, limit: int) -> Iterator[Chunk]:

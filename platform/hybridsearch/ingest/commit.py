@@ -23,19 +23,12 @@ from hybridsearch.settings import IngestSettings, Settings
 
 
 @dataclass
-class Stored:
-    """The chunks of one document already in the index, hidden or not."""
-
-    ids: set[str] = field(default_factory=set)
-    same: set[str] = field(default_factory=set)  # ids holding the version being ingested (same content_hash)
-
-
-@dataclass
 class WorkDoc:
-    """A document to (re)write: its stored chunks and the chunk ids of the version being written, in order."""
+    """A document to (re)write: its stored chunks (hidden or not; ``_id`` → whether it holds the version being
+    written) and the chunk ids of that version, in order."""
 
     doc: Document
-    stored: Stored = field(default_factory=Stored)
+    stored: dict[str, bool] = field(default_factory=dict)
     ids: list[str] = field(default_factory=list)
 
 
@@ -59,18 +52,14 @@ def _scan_docs(es: EngineClient, index: str, doc_ids: list[str], tenant: str | N
         yield from es.scan(index=index, query=query, size=1000)
 
 
-def stored_chunks(es: EngineClient, index: str, hashes: dict[str, str], tenant: str | None) -> dict[str, Stored]:
-    """``{doc_id: Stored}`` for the documents of ``hashes`` (``doc_id → content_hash`` being ingested);
-    documents with no chunk are left out."""
-    found: dict[str, Stored] = {}
-    if not hashes:
-        return found
-    for h in _scan_docs(es, index, list(hashes), tenant, ["doc_id", "content_hash"]):
+def stored_chunks(es: EngineClient, index: str, hashes: dict[str, str], tenant: str | None
+                  ) -> dict[str, dict[str, bool]]:
+    """``{doc_id: {chunk _id: whether it holds the content_hash of hashes[doc_id]}}``; documents with no chunk are
+    left out."""
+    found: dict[str, dict[str, bool]] = {}
+    for h in _scan_docs(es, index, list(hashes), tenant, ["doc_id", "content_hash"]) if hashes else ():
         src = h["_source"]
-        s = found.setdefault(src["doc_id"], Stored())
-        s.ids.add(h["_id"])
-        if src.get("content_hash") == hashes.get(src["doc_id"]):
-            s.same.add(h["_id"])
+        found.setdefault(src["doc_id"], {})[h["_id"]] = src.get("content_hash") == hashes.get(src["doc_id"])
     return found
 
 
@@ -112,7 +101,7 @@ def lookup(es: EngineClient, index: str, state_index: str, docs: list[Document],
                             ["count"])
     rest = [d for d in docs if d.doc_id not in same]
     stored = stored_chunks(es, index, {d.doc_id: d.content_hash for d in rest}, tenant)
-    return [WorkDoc(d, stored.get(d.doc_id, Stored())) for d in rest], len(same), unchanged
+    return [WorkDoc(d, stored.get(d.doc_id, {})) for d in rest], len(same), unchanged
 
 
 def finish(es: EngineClient, index: str, lease: Lease, docs: list[WorkDoc], cfg: IngestSettings, *,
@@ -120,7 +109,7 @@ def finish(es: EngineClient, index: str, lease: Lease, docs: list[WorkDoc], cfg:
     """Delete the old versions' chunks beyond the new ends, refresh, and show ``docs`` and ``untouched`` (failed
     before any chunk of their new version was written) in one compare-and-set. Returns the deletes and the ids of
     documents that stay hidden (a surplus chunk not deleted). Raises LeaseLost."""
-    surplus = [(i, s.doc.doc_id) for s in docs for i in sorted(s.stored.ids - set(s.ids))]
+    surplus = [(i, s.doc.doc_id) for s in docs for i in sorted(set(s.stored) - set(s.ids))]
     deletes = write_actions(es, [{"_op_type": "delete", "_index": index, "_id": i, "_doc_id": d}
                                  for i, d in surplus], cfg) if surplus else WriteReport()
     broken = {f.doc_id for f in deletes.failures}
@@ -151,7 +140,7 @@ def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClien
         for start in range(0, len(ids), 500):
             found = stored_chunks(es, index, dict.fromkeys(ids[start:start + 500], ""), settings.index.tenant)
             rep = write_actions(es, [{"_op_type": "delete", "_index": index, "_id": i, "_doc_id": d}
-                                     for d, s in found.items() for i in s.ids], settings.ingest)
+                                     for d, s in found.items() for i in s], settings.ingest)
             if rep.failures:
                 raise ClusterError(f"{len(rep.failures)} chunks could not be deleted: {rep.failures[0].reason}")
             deleted += rep.deleted

@@ -13,6 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property, partial
@@ -105,7 +106,7 @@ class RunState:
     def untouched(self, item: WorkDoc) -> bool:
         """Whether the index holds nothing of ``item``'s new version (no chunk written or reused) and it was not
         left half written by a stopped run: it holds the old version whole, or nothing."""
-        return (item.doc.doc_id not in self.written_docs and not item.stored.same
+        return (item.doc.doc_id not in self.written_docs and not any(item.stored.values())
                 and item.doc.doc_id not in self.adopted)
 
     def count(self, **deltas: int) -> None:
@@ -175,7 +176,7 @@ def _prepare_group(run: RunState, docs: list[Document]) -> None:
     batch = Batch()
     for item, chunks in chunked:
         for src, text in chunks:
-            if src["chunk_id"] in item.stored.same:  # written by a stopped run: reuse, do not embed
+            if item.stored.get(src["chunk_id"]):  # written by a stopped run: reuse, do not embed
                 run.count(reused=1)
                 continue
             batch.add(src["chunk_id"], src, text)
@@ -307,12 +308,9 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
         run.metadata_fields = metadata_fields_of(mapping)
         record.start()
         lease.on_beat = record.beat  # one heartbeat: the lease's thread keeps the record current too
-        restore = _stop_on_sigterm(run)
-        try:
-            items = read_path(documents, fields) if isinstance(documents, str | Path) else iter(documents)
-            _stages(run, items, progress)
-        finally:
-            restore()
+        with _stop_on_sigterm(run):
+            _stages(run, read_path(documents, fields) if isinstance(documents, str | Path) else iter(documents),
+                    progress)
         if run.error is None and not run.stop.is_set():
             if root is not None:
                 _delete_stale(run, root, force)
@@ -381,28 +379,30 @@ def _close(run: RunState, started: float) -> None:
     result.embed_seconds = round(result.embed_seconds, 3)
     result.ended_at = now()
     result.dead_letter_path = str(run.dead.path) if run.dead.count else None
-    if isinstance(run.error, LeaseLost):
-        result.status = "lease_lost"
-    elif run.error is not None:
-        result.status = "failed"
+    if run.error is not None:
+        result.status = "lease_lost" if isinstance(run.error, LeaseLost) else "failed"
     elif run.terminated:
         result.status = "interrupted"
     elif result.status == "running":
         result.status = "completed"
 
 
-def _stop_on_sigterm(run: RunState) -> Callable[[], object]:
-    """Make SIGTERM stop ``run`` like Ctrl-C while it runs (main thread only); returns what restores the handler."""
+@contextmanager
+def _stop_on_sigterm(run: RunState) -> Iterator[None]:
+    """Make SIGTERM stop ``run`` like Ctrl-C while it runs (main thread only)."""
     if threading.current_thread() is not threading.main_thread():
-        return lambda: None
-    previous = signal.getsignal(signal.SIGTERM)
+        yield
+        return
 
     def on_term(*_: Any) -> None:
         run.terminated = True
         run.stop.set()
 
-    signal.signal(signal.SIGTERM, on_term)
-    return lambda: signal.signal(signal.SIGTERM, previous)
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _queued(run: RunState) -> Iterator[Batch]:
