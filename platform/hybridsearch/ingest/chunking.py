@@ -100,10 +100,6 @@ def _sentences(text: str, s: int, e: int) -> list[CharSpan]:
     return [sp for a, b in out for sp in _trim(text, a, b)]
 
 
-def _count(starts: Sequence[int], s: int, e: int) -> int:
-    return bisect.bisect_left(starts, e) - bisect.bisect_left(starts, s)
-
-
 def _word_starts(tokens: Sequence[CharSpan]) -> list[bool]:
     return [i == 0 or tokens[i][0] > tokens[i - 1][1] for i in range(len(tokens))]
 
@@ -176,18 +172,14 @@ class _Cutter:
         for seg_s, seg_e in _segments(self.text, s, e, split_paragraphs=False):
             toks = _tokens(self.tok, self.text, seg_s, seg_e)
             starts = [t[0] for t in toks]
-            units = [(a, b, _count(starts, a, b)) for a, b in _sentences(self.text, seg_s, seg_e)]
-            units = [u for u in units if u[2] > 0]
+            units = [(a, b, n) for a, b in _sentences(self.text, seg_s, seg_e)
+                     if (n := bisect.bisect_left(starts, b) - bisect.bisect_left(starts, a)) > 0]
             yield from _pack(units, limit, overlap, lambda a, b, lim=limit: self.by_tokens(a, b, lim))
 
     def by_paragraphs(self, s: int, e: int, target: int, hard: int) -> Iterator[CharSpan]:
         """Paragraphs that fit ``hard`` stay whole; neighbours merge up to ``target``; longer ones are cut
         into sentence packs of at most ``min(target, hard)`` tokens."""
-        units = []
-        for a, b in _segments(self.text, s, e):
-            n = len(_tokens(self.tok, self.text, a, b))
-            if n:
-                units.append((a, b, n))
+        units = [(a, b, n) for a, b in _segments(self.text, s, e) if (n := len(_tokens(self.tok, self.text, a, b)))]
         cut_limit = min(target, hard)
 
         def pack_with(units_: list[tuple[int, int, int]]) -> Iterator[CharSpan]:
@@ -268,10 +260,8 @@ def _verified(text: str, tokenizer: Tokenizer, spans: Iterator[CharSpan], limit:
                 while len(head) > limit and len(head) > 1:
                     mid = head[-2][1]
                     head = _tokens(tokenizer, text, a2, mid)
-                rest = [sp for sp in _trim(text, mid, b2)]
                 pending.insert(0, (a2, mid, head))
-                if rest:
-                    ra, rb = rest[0]
+                for ra, rb in _trim(text, mid, b2):
                     pending.insert(1, (ra, rb, _tokens(tokenizer, text, ra, rb)))
 
 

@@ -62,7 +62,6 @@ class RunState:
         self.result, self.shard, self.lease, self.embedder = result, shard, lease, embedder
         self.adopted = lease.adopted  # documents a stopped run left hidden, this run's to repair
         self.rewritten: set[str] = set()  # adopted documents this run wrote again from its input
-        self.signature = chunker_signature(settings.chunking)
         self.tenant = settings.index.tenant
         self.section_words: int | None = None  # the index's BM25 sections (its _meta), set by run_ingest
         self.metadata_fields: dict[str, str] = {}  # the index's typed metadata (its mapping), set by run_ingest
@@ -159,7 +158,7 @@ def _admit(run: RunState, item: Document | SourceFailure) -> Document | None:
 
 
 def _prepare_group(run: RunState, docs: list[Document]) -> None:
-    work, same, unchanged = lookup(run.es, run.index, run.settings.index.ingest_state, docs, run.signature,
+    work, same, unchanged = lookup(run.es, run.index, run.settings.index.ingest_state, docs, run.result.chunker,
                                     run.tenant)
     if same:
         run.count(documents_skipped=same, unchanged=unchanged)

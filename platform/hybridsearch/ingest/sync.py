@@ -61,11 +61,7 @@ class SyncPlan:
     deleted: list[str] = field(default_factory=list)
     unchanged: int = 0
     owned: int = 0
-    failures: list[str] = field(default_factory=list)  # "source: reason" of what could not be read
-
-    @property
-    def read_whole(self) -> bool:
-        return not self.failures
+    failures: list[str] = field(default_factory=list)  # "source: reason" of what could not be read: deletes nothing
 
 
 def plan_sync(path: str | Path, cfg: IndexSettings, es: EngineClient, fields: RecordFields | None = None,
@@ -93,6 +89,6 @@ def plan_sync(path: str | Path, cfg: IndexSettings, es: EngineClient, fields: Re
                 plan.replaced.append(item.doc_id)
             else:
                 plan.unchanged += 1
-    if plan.read_whole:
+    if not plan.failures:
         plan.deleted = sorted(set(owned) - yielded)
     return plan
