@@ -13,7 +13,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property, partial
@@ -84,11 +84,9 @@ class RunState:
     def put(self, item: Batch) -> bool:
         """Queue ``item`` for the embedder; False once the run is stopping."""
         while not self.stop.is_set():
-            try:
+            with suppress(queue.Full):
                 self.to_embed.put(item, timeout=0.2)
                 return True
-            except queue.Full:
-                continue
         return False
 
     def fail(self, exc: BaseException) -> None:
@@ -101,12 +99,6 @@ class RunState:
         self.dead.write(doc_id=doc_id, reason=reason, stage=stage, source=source)
         with self.lock:
             self.result.documents_failed += 1
-
-    def untouched(self, item: WorkDoc) -> bool:
-        """Whether the index holds nothing of ``item``'s new version (no chunk written or reused) and it was not
-        left half written by a stopped run: it holds the old version whole, or nothing."""
-        return (item.doc.doc_id not in self.written_docs and not any(item.stored.values())
-                and item.doc.doc_id not in self.adopted)
 
     def count(self, **deltas: int) -> None:
         with self.lock:
@@ -235,8 +227,11 @@ def _finalize(run: RunState, finals: list[WorkDoc]) -> None:
     if failed:
         run.count(documents_failed=len(failed))
     good = [f for f in finals if f.doc.doc_id not in run.failed_docs]
-    deletes, broken = finish(run.es, run.index, run.lease, good, run.settings.ingest,
-                             untouched=[f.doc.doc_id for f in failed if run.untouched(f)])
+    # a failed document of which the index holds nothing new (no chunk written or reused), nor left half written by
+    # a stopped run, holds its old version whole, or nothing: it is shown again
+    untouched = [d for f in failed if (d := f.doc.doc_id) not in run.written_docs and d not in run.adopted
+                 and not any(f.stored.values())]
+    deletes, broken = finish(run.es, run.index, run.lease, good, run.settings.ingest, untouched=untouched)
     run.written_docs.difference_update(f.doc.doc_id for f in finals)  # done with: the set holds those in flight
     for f in deletes.failures:
         run.dead.write(doc_id=f.doc_id, chunk_id=f.chunk_id, reason=f"old chunk not deleted (the document stays "

@@ -6,7 +6,6 @@ batch N-1 is written in a writer thread), the embedding worker processes and the
 from __future__ import annotations
 
 import json
-import logging
 import multiprocessing as mp
 import os
 import threading
@@ -27,8 +26,6 @@ from hybridsearch.engine import UNREACHABLE, EngineClient
 from hybridsearch.errors import ClusterUnavailable
 from hybridsearch.retry import RETRIED_STATUSES
 from hybridsearch.settings import EmbeddingSettings, IngestSettings, ModelsSettings
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
