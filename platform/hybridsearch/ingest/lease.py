@@ -446,8 +446,7 @@ class RunRecord:
                         h["_id"], h["_source"].get("host"), h["_source"].get("pid"))
 
     def start(self) -> None:
-        """Store records earlier runs could not, mark the runs this one took over killed and write it as
-        ``running``."""
+        """Store what earlier runs could not, record the runs taken over killed and write this one ``running``."""
         for what, step in (("store the final records of earlier ingest runs", self._store_unrecorded),
                            ("record the ingest runs taken over as killed", self._mark_killed)):
             try:
@@ -476,8 +475,7 @@ class RunRecord:
         return False
 
     def finish(self) -> None:
-        """Store the final record (searchable when this returns); one not stored is kept in a file for the next
-        run (:meth:`start`)."""
+        """Store the final record (searchable on return); one not stored is kept in a file for the next run."""
         self._finished.set()
         if self._write(refresh=True):
             return

@@ -181,8 +181,7 @@ def _prepare_group(run: RunState, docs: list[Document]) -> None:
 
 
 def _chunks(run: RunState, item: WorkDoc) -> list[tuple[dict[str, Any], str]] | None:
-    """``item``'s chunks and the text to embed for each; None (dead-lettered and counted as failed) when it
-    cannot be chunked, before anything of it is hidden or written."""
+    """``item``'s chunks and the text to embed for each; None (dead-lettered, counted failed) if it cannot be cut."""
     s = run.settings
     try:
         chunks = list(document_chunks(item.doc, s.chunking, s.embedding, run.tenant, run.tokenizer,
@@ -241,9 +240,8 @@ def _finalize(run: RunState, finals: list[WorkDoc]) -> None:
 
 
 def _settle_model(es: EngineClient, settings: Settings, embedder: Embedder | None) -> tuple[Settings, Embedder]:
-    """The run's settings and embedder: without one given, the live index's model where ``HSP_EMBEDDING__MODEL`` is
-    unset (:func:`follow_index`). The model is found before anything is created or hidden, and loaded when this run
-    would create the index, so a model that cannot load leaves no index behind. Raises ModelError."""
+    """The run's settings and embedder (without one given, the live index's model unless ``HSP_EMBEDDING__MODEL`` is
+    set), found before anything is written and loaded before an index is created. Raises ModelError."""
     from hybridsearch.embedding.models import locate_model, resolve_model
 
     targets = read_alias(es, settings.index.alias)
@@ -314,7 +312,17 @@ def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None 
             result.still_hidden = len(lease.release())
         except HybridSearchError as exc:  # the lease runs out by itself; the next run takes it over
             log.warning("could not release the ingest lease: %s", exc)
-    _close(run, started)
+    result.seconds = round(time.perf_counter() - started, 3)
+    result.chunks_per_second = round((result.indexed + result.updated) / result.seconds, 2) if result.seconds else 0.0
+    result.embed_seconds = round(result.embed_seconds, 3)
+    result.ended_at = now()
+    result.dead_letter_path = str(run.dead.path) if run.dead.count else None
+    if run.error is not None:
+        result.status = "lease_lost" if isinstance(run.error, LeaseLost) else "failed"
+    elif run.terminated:
+        result.status = "interrupted"
+    elif result.status == "running":
+        result.status = "completed"
     record.finish()
     if run.error is not None:
         if isinstance(run.error, HybridSearchError):
@@ -352,8 +360,7 @@ def _delete_stale(run: RunState, root: Path, force: bool) -> None:
 
 
 def _repair_adopted(run: RunState) -> None:
-    """Show the adopted documents this run did not write again whose chunks are all there; the others stay
-    hidden until their source is ingested."""
+    """Show the adopted documents this run did not write again whose chunks are all there."""
     rest = run.adopted - run.rewritten
     if not rest:
         return
@@ -362,23 +369,6 @@ def _repair_adopted(run: RunState) -> None:
     if rest - whole:
         log.warning("%d documents a stopped run left half written stay hidden until their sources are ingested "
                     "again (e.g. %s)", len(rest - whole), ", ".join(sorted(rest - whole)[:3]))
-
-
-def _close(run: RunState, started: float) -> None:
-    """Fill in the result's totals and final status."""
-    result = run.result
-    result.seconds = round(time.perf_counter() - started, 3)
-    written = result.indexed + result.updated
-    result.chunks_per_second = round(written / result.seconds, 2) if result.seconds else 0.0
-    result.embed_seconds = round(result.embed_seconds, 3)
-    result.ended_at = now()
-    result.dead_letter_path = str(run.dead.path) if run.dead.count else None
-    if run.error is not None:
-        result.status = "lease_lost" if isinstance(run.error, LeaseLost) else "failed"
-    elif run.terminated:
-        result.status = "interrupted"
-    elif result.status == "running":
-        result.status = "completed"
 
 
 @contextmanager
@@ -434,22 +424,20 @@ def _stages(run: RunState, items: Iterator[Document | SourceFailure], progress: 
             f"failed) · {written:,} chunks written · {rate:,.1f} chunks/s"))
 
     run.on_progress = report if progress is not None else None
+    prep.start()
     try:
-        prep.start()
-        try:
-            embed_and_write(run.es, run.index, cfg, timed, queued, after=partial(_written, run),
-                            on_embed_error=partial(_embed_failed, run), before=lambda _: run.lease.check(),
-                            depth=cfg.queue_size)
-        except KeyboardInterrupt:
-            run.result.status = "interrupted"
-            run.stop.set()
-        except Exception as exc:  # noqa: BLE001 - re-raised by run_ingest, after the other stages stop
-            run.fail(exc)
-        finally:
-            for _ in queued:  # the rest, unembedded, up to the end marker
-                pass
-            prep.join(timeout=30)
-            if pool is not None:
-                pool.close()
+        embed_and_write(run.es, run.index, cfg, timed, queued, after=partial(_written, run),
+                        on_embed_error=partial(_embed_failed, run), before=lambda _: run.lease.check(),
+                        depth=cfg.queue_size)
+    except KeyboardInterrupt:
+        run.result.status = "interrupted"
+        run.stop.set()
+    except Exception as exc:  # noqa: BLE001 - re-raised by run_ingest, after the other stages stop
+        run.fail(exc)
     finally:
+        for _ in queued:  # the rest, unembedded, up to the end marker
+            pass
+        prep.join(timeout=30)
+        if pool is not None:
+            pool.close()
         task.finish()
