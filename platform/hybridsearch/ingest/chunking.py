@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -125,8 +126,8 @@ def _windows(tokens: Sequence[CharSpan], end: Callable[[int], int],
 
 def _pack(units: Sequence[tuple[int, int, int]], limit: int, overlap: int,
           split: Any) -> Iterator[CharSpan]:
-    """Greedily pack ``(start, end, tokens)`` units up to ``limit`` tokens; a unit over the limit is
-    replaced by ``split(start, end)``; the next pack repeats trailing units worth at most ``overlap``."""
+    """Greedily pack ``(start, end, tokens)`` units up to ``limit`` tokens (a unit over it is ``split(start, end)``);
+    the next pack repeats trailing units worth at most ``overlap``."""
     cur: list[tuple[int, int, int]] = []
     n_cur = 0
     for unit in units:
@@ -180,21 +181,11 @@ class _Cutter:
         """Paragraphs that fit ``hard`` stay whole; neighbours merge up to ``target``; longer ones are cut
         into sentence packs of at most ``min(target, hard)`` tokens."""
         units = [(a, b, n) for a, b in _segments(self.text, s, e) if (n := len(_tokens(self.tok, self.text, a, b)))]
-        cut_limit = min(target, hard)
-
-        def pack_with(units_: list[tuple[int, int, int]]) -> Iterator[CharSpan]:
-            yield from _pack(units_, target, 0, lambda a, b: self.by_sentences(a, b, cut_limit))
-
-        # A paragraph between target and hard is emitted alone (never merged, never cut).
-        group: list[tuple[int, int, int]] = []
-        for unit in units:
-            if target < unit[2] <= hard:
-                yield from pack_with(group)
-                group = []
-                yield unit[0], unit[1]
+        for alone, group in itertools.groupby(units, key=lambda u: target < u[2] <= hard):
+            if alone:  # between target and hard: never merged, never cut
+                yield from ((a, b) for a, b, _ in group)
             else:
-                group.append(unit)
-        yield from pack_with(group)
+                yield from _pack(list(group), target, 0, lambda a, b: self.by_sentences(a, b, min(target, hard)))
 
     def by_chars(self, s: int, e: int) -> Iterator[CharSpan]:
         """Windows of about ``4 * limit`` characters at token granularity, ending before a word start."""

@@ -7,7 +7,6 @@ it hidden; the lease's next holder adopts and repairs it (:func:`show_whole`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from hybridsearch.engine import EngineClient, engine_errors, request
@@ -18,18 +17,8 @@ from hybridsearch.index.visibility import visible_query
 from hybridsearch.ingest.chunking import chunk_id
 from hybridsearch.ingest.lease import Lease, forget_documents
 from hybridsearch.ingest.sources import Document
-from hybridsearch.ingest.writer import WriteReport, write_actions
+from hybridsearch.ingest.writer import WorkDoc, WriteReport, write_actions
 from hybridsearch.settings import IngestSettings, Settings
-
-
-@dataclass
-class WorkDoc:
-    """A document to (re)write: its stored chunks (hidden or not; ``_id`` → whether it holds the version being
-    written) and the chunk ids of that version, in order."""
-
-    doc: Document
-    stored: dict[str, bool] = field(default_factory=dict)
-    ids: list[str] = field(default_factory=list)
 
 
 def refresh(es: EngineClient, index: str) -> None:

@@ -1,7 +1,6 @@
-"""The ingest pipeline under the prefix's lease, the run recorded from its start (:mod:`.lease`): read, look up,
-chunk and hide in a prepare thread, embed here (or in ``ingest.workers`` processes), bulk-write in a writer thread,
-then show each whole document (:mod:`.commit`). Every document is indexed, unchanged (same ``content_hash``) or
-dead-lettered.
+"""The ingest pipeline under the prefix's lease (:mod:`.lease`): read, look up, chunk and hide in a prepare thread,
+embed here (or in ``ingest.workers`` processes), bulk-write in a writer thread, then show each whole document
+(:mod:`.commit`). Every document is indexed, unchanged (same ``content_hash``) or dead-lettered.
 """
 
 from __future__ import annotations
@@ -14,7 +13,6 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager, suppress
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cached_property, partial
 from pathlib import Path
@@ -31,11 +29,11 @@ from hybridsearch.index.metadata import metadata_fields_of
 from hybridsearch.index.spec import section_words_of
 from hybridsearch.index.versions import ensure_index, index_mapping, index_meta, read_alias
 from hybridsearch.ingest.chunking import Tokenizer, document_chunks
-from hybridsearch.ingest.commit import WorkDoc, delete_documents, finish, lookup, refresh, show_whole, stored_chunks
+from hybridsearch.ingest.commit import delete_documents, finish, lookup, refresh, show_whole, stored_chunks
 from hybridsearch.ingest.lease import IngestResult, Lease, RunRecord, now, owns
 from hybridsearch.ingest.sources import Document, RecordFields, SourceFailure, read_path
 from hybridsearch.ingest.sync import owned_documents, plan_sync, refusal
-from hybridsearch.ingest.writer import ChunkBatch, DeadLetter, ProcessPoolEncoder, WriteReport, embed_and_write
+from hybridsearch.ingest.writer import ChunkBatch, DeadLetter, ProcessPoolEncoder, WorkDoc, WriteReport, embed_and_write
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.settings import Settings
 
@@ -44,13 +42,6 @@ log = logging.getLogger(__name__)
 Input = str | Path | Iterable[Document | SourceFailure]
 DONE = object()  # end marker on the queue between the prepare stage and the embedder
 LOOKUP_BATCH = 64  # documents per change-detection search
-
-
-@dataclass
-class Batch(ChunkBatch):
-    """Chunks of one ingest batch; ``finals`` are documents whose last chunk is in this batch."""
-
-    finals: list[WorkDoc] = field(default_factory=list)
 
 
 class RunState:
@@ -81,7 +72,7 @@ class RunState:
         """Loaded on first use: a run where nothing changed never loads the model."""
         return self.embedder.tokenizer()
 
-    def put(self, item: Batch) -> bool:
+    def put(self, item: ChunkBatch) -> bool:
         """Queue ``item`` for the embedder; False once the run is stopping."""
         while not self.stop.is_set():
             with suppress(queue.Full):
@@ -164,7 +155,7 @@ def _prepare_group(run: RunState, docs: list[Document]) -> None:
         return
     run.rewritten.update(item.doc.doc_id for item, _ in chunked if item.doc.doc_id in run.adopted)
     batch_chunks = max(run.settings.embedding.batch_size * 4, 16)
-    batch = Batch()
+    batch = ChunkBatch()
     for item, chunks in chunked:
         for src, text in chunks:
             if item.stored.get(src["chunk_id"]):  # written by a stopped run: reuse, do not embed
@@ -174,7 +165,7 @@ def _prepare_group(run: RunState, docs: list[Document]) -> None:
             if len(batch) >= batch_chunks:
                 if not run.put(batch):
                     return
-                batch = Batch()
+                batch = ChunkBatch()
         batch.finals.append(item)
     if batch.sources or batch.finals:
         run.put(batch)
@@ -195,7 +186,7 @@ def _chunks(run: RunState, item: WorkDoc) -> list[tuple[dict[str, Any], str]] | 
     return chunks
 
 
-def _embed_failed(run: RunState, batch: Batch, exc: Exception) -> None:
+def _embed_failed(run: RunState, batch: ChunkBatch, exc: Exception) -> None:
     """Dead-letter every chunk of a batch the embedder refused; the run goes on."""
     for src in batch.sources:
         run.failed_docs.add(src["doc_id"])
@@ -204,7 +195,7 @@ def _embed_failed(run: RunState, batch: Batch, exc: Exception) -> None:
     run.count(failed=len(batch.sources))
 
 
-def _written(run: RunState, batch: Batch, report: WriteReport) -> None:
+def _written(run: RunState, batch: ChunkBatch, report: WriteReport) -> None:
     """Ingest stage 3, in the writer thread after each batch is written: count, dead-letter, finish."""
     by_id = dict(zip(batch.ids, batch.sources, strict=True))
     run.written_docs.update(by_id[i]["doc_id"] for i in report.ok_ids if i in by_id)
@@ -389,7 +380,7 @@ def _stop_on_sigterm(run: RunState) -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _queued(run: RunState) -> Iterator[Batch]:
+def _queued(run: RunState) -> Iterator[ChunkBatch]:
     """The prepared batches, until the end marker; once the run stops, the rest are taken unembedded."""
     while (batch := run.to_embed.get()) is not DONE:
         if not run.stop.is_set():

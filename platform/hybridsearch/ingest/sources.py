@@ -1,8 +1,7 @@
-"""Sources: files into :class:`Document` records, or :class:`SourceFailure` records saying why not.
-
-A folder tree (sorted) of ``.txt``, ``.md``, ``.html``/``.htm``, ``.json`` (an object or a list) and ``.jsonl``
-files (optionally ``.gz``; BEIR ``corpus.jsonl`` included). Undecodable, binary, empty or unparsable inputs come
-out as ``SourceFailure``. Text is UTF-8, or UTF-16/32 after their byte-order mark when the rest bears it out.
+"""Sources: a folder tree (sorted) of ``.txt``, ``.md``, ``.html``/``.htm``, ``.json`` (an object or a list) and
+``.jsonl`` files (optionally ``.gz``; BEIR ``corpus.jsonl`` included) into :class:`Document` records, or
+:class:`SourceFailure` records saying why not (undecodable, binary, empty or unparsable). Text is UTF-8, or UTF-16/32
+after their byte-order mark when the rest bears it out.
 """
 
 from __future__ import annotations

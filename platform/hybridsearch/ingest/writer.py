@@ -16,7 +16,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
@@ -24,6 +24,7 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_aft
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import UNREACHABLE, EngineClient
 from hybridsearch.errors import ClusterUnavailable
+from hybridsearch.ingest.sources import Document
 from hybridsearch.retry import RETRIED_STATUSES
 from hybridsearch.settings import EmbeddingSettings, IngestSettings, ModelsSettings
 
@@ -171,13 +172,24 @@ Encode = Callable[[list[str]], np.ndarray]  # one vector per text
 
 
 @dataclass
+class WorkDoc:
+    """A document to (re)write: its stored chunks (hidden or not; ``_id`` → whether it holds the version being
+    written) and the chunk ids of that version, in order."""
+
+    doc: Document
+    stored: dict[str, bool] = field(default_factory=dict)
+    ids: list[str] = field(default_factory=list)
+
+
+@dataclass
 class ChunkBatch:
     """Chunk documents on their way to an index: ``sources[i]`` is written with ``_id`` ``ids[i]`` and the vector of
-    ``texts[i]`` (None: it keeps its ``embedding``)."""
+    ``texts[i]`` (None: it keeps its ``embedding``); ``finals`` are the documents whose last chunk is in it."""
 
     ids: list[str] = field(default_factory=list)
     sources: list[dict[str, Any]] = field(default_factory=list)
     texts: list[str | None] = field(default_factory=list)
+    finals: list[WorkDoc] = field(default_factory=list)
 
     def add(self, chunk_id: str, source: dict[str, Any], text: str | None) -> None:
         self.ids.append(chunk_id)
@@ -188,18 +200,15 @@ class ChunkBatch:
         return len(self.ids)
 
 
-B = TypeVar("B", bound=ChunkBatch)
-
-
-def embed_and_write(es: EngineClient, index: str, cfg: IngestSettings, encode: Encode, batches: Iterable[B], *,
-                    after: Callable[[B, WriteReport], None],
-                    on_embed_error: Callable[[B, Exception], None] | None = None,
-                    before: Callable[[B], None] | None = None, depth: int = 1) -> None:
+def embed_and_write(es: EngineClient, index: str, cfg: IngestSettings, encode: Encode, batches: Iterable[ChunkBatch],
+                    *, after: Callable[[ChunkBatch, WriteReport], None],
+                    on_embed_error: Callable[[ChunkBatch, Exception], None] | None = None,
+                    before: Callable[[ChunkBatch], None] | None = None, depth: int = 1) -> None:
     """Embed each batch here and write it to ``index`` in a writer thread, at most ``depth`` waiting; returns once
     all are written. ``before`` runs there before a batch with chunks is written, ``after`` once it is;
     ``on_embed_error`` takes an embedding failure (the batch is then written empty), else it is raised."""
 
-    def write(batch: B) -> None:
+    def write(batch: ChunkBatch) -> None:
         actions = [{"_op_type": "index", "_index": index, "_id": cid, "_source": src}
                    for cid, src in zip(batch.ids, batch.sources, strict=True)]
         if actions and before is not None:
@@ -217,7 +226,7 @@ def embed_and_write(es: EngineClient, index: str, cfg: IngestSettings, encode: E
             waiting.popleft().result()
 
 
-def _embed(batch: B, encode: Encode, on_error: Callable[[B, Exception], None] | None) -> None:
+def _embed(batch: ChunkBatch, encode: Encode, on_error: Callable[[ChunkBatch, Exception], None] | None) -> None:
     todo = [(i, t) for i, t in enumerate(batch.texts) if t is not None]
     if not todo:
         return
