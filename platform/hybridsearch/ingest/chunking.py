@@ -49,9 +49,7 @@ CharSpan = tuple[int, int]  # (start, end) character offsets into the text being
 
 def _segments(text: str, start: int, end: int, *, split_paragraphs: bool = True) -> Iterator[CharSpan]:
     """Non-blank stretches of ``text[start:end]``: paragraphs, each cut to at most MAX_SEGMENT_CHARS."""
-    pieces: Iterator[CharSpan]
-    pieces = _paragraphs(text, start, end) if split_paragraphs else iter([(start, end)])
-    for s, e in pieces:
+    for s, e in _paragraphs(text, start, end) if split_paragraphs else [(start, end)]:
         while e - s > MAX_SEGMENT_CHARS:
             cut = s + MAX_SEGMENT_CHARS
             ws = text.rfind(" ", s + MAX_SEGMENT_CHARS // 2, cut)
@@ -70,12 +68,9 @@ def _paragraphs(text: str, start: int, end: int) -> Iterator[CharSpan]:
 
 
 def _trim(text: str, s: int, e: int) -> Iterator[CharSpan]:
-    while s < e and text[s].isspace():
-        s += 1
-    while e > s and text[e - 1].isspace():
-        e -= 1
-    if e > s:
-        yield s, e
+    if stripped := (piece := text[s:e]).strip():
+        start = s + len(piece) - len(piece.lstrip())
+        yield start, start + len(stripped)
 
 
 def _tokens(tok: Tokenizer, text: str, s: int, e: int) -> list[CharSpan]:
@@ -101,16 +96,12 @@ def _sentences(text: str, s: int, e: int) -> list[CharSpan]:
     return [sp for a, b in out for sp in _trim(text, a, b)]
 
 
-def _word_starts(tokens: Sequence[CharSpan]) -> list[bool]:
-    return [i == 0 or tokens[i][0] > tokens[i - 1][1] for i in range(len(tokens))]
-
-
 def _windows(tokens: Sequence[CharSpan], end: Callable[[int], int],
              step: Callable[[int, int], int]) -> Iterator[CharSpan]:
     """Windows ``tokens[i:end(i)]`` from word start to word start (the end moved back to the nearest word start
     after ``i``, if any); the window after ``[i, j)`` starts at ``step(i, j)``, moved on to a word start."""
     n = len(tokens)
-    starts = _word_starts(tokens)
+    starts = [i == 0 or tokens[i][0] > tokens[i - 1][1] for i in range(n)]  # a word starts after a gap
     i = 0
     while i < n:
         j = min(end(i), n)

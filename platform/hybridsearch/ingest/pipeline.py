@@ -39,7 +39,6 @@ from hybridsearch.settings import Settings
 
 log = logging.getLogger(__name__)
 
-Input = str | Path | Iterable[Document | SourceFailure]
 DONE = object()  # end marker on the queue between the prepare stage and the embedder
 LOOKUP_BATCH = 64  # documents per change-detection search
 
@@ -251,8 +250,8 @@ def _settle_model(es: EngineClient, settings: Settings, embedder: Embedder | Non
     return settings, embedder
 
 
-def run_ingest(documents: Input, settings: Settings, *, es: EngineClient | None = None,
-               embedder: Embedder | None = None, progress: ProgressSink | None = None,
+def run_ingest(documents: str | Path | Iterable[Document | SourceFailure], settings: Settings, *,
+               es: EngineClient | None = None, embedder: Embedder | None = None, progress: ProgressSink | None = None,
                shard: tuple[int, int] | None = None, fields: RecordFields | None = None,
                wait_s: float | None = None, sync: bool = False, force: bool = False) -> IngestResult:
     """Ingest ``documents`` (a path, or Documents) into the chunk index under the prefix's lease (waiting up to
@@ -380,13 +379,6 @@ def _stop_on_sigterm(run: RunState) -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _queued(run: RunState) -> Iterator[ChunkBatch]:
-    """The prepared batches, until the end marker; once the run stops, the rest are taken unembedded."""
-    while (batch := run.to_embed.get()) is not DONE:
-        if not run.stop.is_set():
-            yield batch
-
-
 def _stages(run: RunState, items: Iterator[Document | SourceFailure], progress: ProgressSink | None) -> None:
     """Run prepare in a thread, embed here and write in the writer thread until every stage is done."""
     cfg, embedder = run.settings.ingest, run.embedder
@@ -402,7 +394,8 @@ def _stages(run: RunState, items: Iterator[Document | SourceFailure], progress: 
                 run.result.embed_seconds += time.perf_counter() - t0
 
     prep = threading.Thread(target=_prepare, args=(run, items), name="hsp-prepare", daemon=True)
-    queued = _queued(run)
+    # the prepared batches, up to the end marker; once the run stops, the rest are taken unembedded
+    queued = (batch for batch in iter(run.to_embed.get, DONE) if not run.stop.is_set())
     task = Task(progress, "ingest")
     started = time.perf_counter()
 
