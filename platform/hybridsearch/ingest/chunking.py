@@ -329,10 +329,9 @@ def document_chunks(d: Document, chunking: ChunkingSettings, embedding: Embeddin
                     tokenizer: Tokenizer, max_seq_length: int, section_words: int | None = None,
                     metadata_fields: Mapping[str, str] | None = None,
                     ) -> Iterator[tuple[dict[str, Any], str]]:
-    """``(chunk document without its vector, text to embed)`` for each chunk of ``d``: what ingestion and
-    re-chunking write. With ``section_words`` each BM25 section's first chunk carries ``section_text`` and
-    ``section_title``; ``meta`` holds the ``metadata_fields`` converted. Raises ValueError (a value that does not
-    convert) before any chunk is made."""
+    """``(chunk document without its vector, text to embed)`` for each chunk of ``d``; with ``section_words`` each
+    BM25 section's first chunk carries ``section_text`` and ``section_title``, and ``meta`` the ``metadata_fields``
+    converted. Raises ValueError (a value that does not convert) before any chunk is made."""
     typed = typed_metadata(d.metadata, metadata_fields) if metadata_fields else {}
     signature = chunker_signature(chunking)
     cut = title_cut(tokenizer, d.title, embedding.prepend_title, max_seq_length)  # the body always gets its share
