@@ -1,5 +1,5 @@
 """The write protocol, each chunk written once and a document seen whole or not at all: **look up** its stored
-chunks (:func:`stored_chunks`, those of this version are reused), **hide** it, **write** each missing chunk under its
+chunks (:func:`lookup`, those of this version are reused), **hide** it, **write** each missing chunk under its
 stable ``_id``, and **finish** it (:func:`finish`: delete the old version's surplus, refresh, show it). A crash leaves
 it hidden; the lease's next holder adopts and repairs it (:func:`show_whole`).
 """
@@ -74,7 +74,7 @@ def show_whole(es: EngineClient, index: str, lease: Lease, doc_ids: Iterable[str
 
 
 def lookup(es: EngineClient, index: str, state_index: str, docs: list[Document], signature: str,
-            tenant: str | None) -> tuple[list[WorkDoc], int, int]:
+           tenant: str | None) -> tuple[list[WorkDoc], int, int]:
     """``docs`` to (re)write (new, changed, or hidden: left unfinished by a stopped run) with their stored chunks,
     and how many documents and visible chunks are unchanged (chunk 0 visible with their ``content_hash``)."""
     query = visible_query(state_index, [*doc_filter([d.doc_id for d in docs], tenant), {"term": {"position": 0}}])
