@@ -26,7 +26,7 @@ from hybridsearch.index.visibility import count_visible, scan_visible
 from hybridsearch.ingest.chunking import chunk_embed_text, document_chunks
 from hybridsearch.ingest.lease import Lease
 from hybridsearch.ingest.sources import Document
-from hybridsearch.ingest.writer import ChunkBatch, DeadLetter, EmbedWriter, WriteReport
+from hybridsearch.ingest.writer import ChunkBatch, DeadLetter, WriteReport, embed_and_write
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.settings import ChunkingSettings, Settings
 
@@ -268,5 +268,5 @@ def copy_chunks(es: EngineClient, source: str, target: str, new: Settings, embed
             yield batch
 
     with engine_errors(f"{'re-chunk' if rechunk else 'copy'} {source} into {target}"):
-        EmbedWriter(es, target, new.ingest, embedder.encode, after=written).run(batches())
+        embed_and_write(es, target, new.ingest, embedder.encode, batches(), after=written)
     return counts["written"], counts["failed"], counts["embedded"]

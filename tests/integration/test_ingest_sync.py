@@ -188,7 +188,7 @@ def test_a_source_not_read_whole_deletes_nothing(es: EngineClient, settings: Set
 _KILLED_SYNC = """
 import os, signal, sys
 from hybridsearch.engine import EngineClient, request
-from hybridsearch.ingest.commit import existing_chunk_ids
+from hybridsearch.ingest.commit import stored_chunks
 from hybridsearch.ingest.lease import Lease
 from hybridsearch.ingest.writer import write_actions
 from hybridsearch.settings import load_settings
@@ -200,7 +200,7 @@ lease = Lease(es, s.index, "killed-sync")
 lease.acquire()
 lease.hide(ids)
 es.send(request.refresh(index))
-found = sorted(existing_chunk_ids(es, index, ids))
+found = sorted((i, d) for d, s in stored_chunks(es, index, dict.fromkeys(ids, ""), None).items() for i in s)
 gone = [(i, d) for i, d in found if d == ids[1]] + [(i, d) for i, d in found if d == ids[0]][::2]
 write_actions(es, [{"_op_type": "delete", "_index": index, "_id": i, "_doc_id": d} for i, d in gone], s.ingest)
 os.kill(os.getpid(), signal.SIGKILL)

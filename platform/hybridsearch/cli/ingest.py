@@ -132,7 +132,7 @@ def _print_plan(path: Path, settings: Settings, fields: RecordFields, shard: tup
     for word, ids in (("add", plan.added), ("replace", plan.replaced), ("delete", plan.deleted)):
         for doc_id in ids:
             console.print(f"  {word:<7} {doc_id}")
-    if not plan.read_whole:
+    if plan.failures:
         console.print(f"Nothing would be deleted: {len(plan.failures):,} inputs cannot be read "
                       f"(e.g. {plan.failures[0]})")
     elif refusal(Path(plan.source), len(plan.deleted), plan.owned, settings.ingest):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import bisect
 import hashlib
+import itertools
 import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -48,9 +49,7 @@ CharSpan = tuple[int, int]  # (start, end) character offsets into the text being
 
 def _segments(text: str, start: int, end: int, *, split_paragraphs: bool = True) -> Iterator[CharSpan]:
     """Non-blank stretches of ``text[start:end]``: paragraphs, each cut to at most MAX_SEGMENT_CHARS."""
-    pieces: Iterator[CharSpan]
-    pieces = _paragraphs(text, start, end) if split_paragraphs else iter([(start, end)])
-    for s, e in pieces:
+    for s, e in _paragraphs(text, start, end) if split_paragraphs else [(start, end)]:
         while e - s > MAX_SEGMENT_CHARS:
             cut = s + MAX_SEGMENT_CHARS
             ws = text.rfind(" ", s + MAX_SEGMENT_CHARS // 2, cut)
@@ -69,12 +68,9 @@ def _paragraphs(text: str, start: int, end: int) -> Iterator[CharSpan]:
 
 
 def _trim(text: str, s: int, e: int) -> Iterator[CharSpan]:
-    while s < e and text[s].isspace():
-        s += 1
-    while e > s and text[e - 1].isspace():
-        e -= 1
-    if e > s:
-        yield s, e
+    if stripped := (piece := text[s:e]).strip():
+        start = s + len(piece) - len(piece.lstrip())
+        yield start, start + len(stripped)
 
 
 def _tokens(tok: Tokenizer, text: str, s: int, e: int) -> list[CharSpan]:
@@ -100,45 +96,29 @@ def _sentences(text: str, s: int, e: int) -> list[CharSpan]:
     return [sp for a, b in out for sp in _trim(text, a, b)]
 
 
-def _count(starts: Sequence[int], s: int, e: int) -> int:
-    return bisect.bisect_left(starts, e) - bisect.bisect_left(starts, s)
-
-
-def _word_starts(tokens: Sequence[CharSpan]) -> list[bool]:
-    return [i == 0 or tokens[i][0] > tokens[i - 1][1] for i in range(len(tokens))]
-
-
-def _back_to_word_start(starts: Sequence[bool], i: int, j: int) -> int:
-    """``j`` moved back to the nearest word start after ``i``, so a window does not end inside a word;
-    ``j`` itself when no word starts in between."""
-    k = j
-    while k > i + 1 and not starts[k]:
-        k -= 1
-    return k if starts[k] else j
-
-
-def _windows(tokens: Sequence[CharSpan], limit: int, overlap: int) -> Iterator[CharSpan]:
-    """Windows of at most ``limit`` tokens starting at word starts, consecutive ones sharing ``overlap``."""
+def _windows(tokens: Sequence[CharSpan], end: Callable[[int], int],
+             step: Callable[[int, int], int]) -> Iterator[CharSpan]:
+    """Windows ``tokens[i:end(i)]`` from word start to word start (the end moved back to the nearest word start
+    after ``i``, if any); the window after ``[i, j)`` starts at ``step(i, j)``, moved on to a word start."""
     n = len(tokens)
-    starts = _word_starts(tokens)
+    starts = [i == 0 or tokens[i][0] > tokens[i - 1][1] for i in range(n)]  # a word starts after a gap
     i = 0
     while i < n:
-        j = min(i + limit, n)
+        j = min(end(i), n)
         if j < n:
-            j = _back_to_word_start(starts, i, j)
+            j = next((k for k in range(j, i, -1) if starts[k]), j)
         yield tokens[i][0], tokens[j - 1][1]
         if j >= n:
             return
-        nxt = max(j - overlap, i + 1)
-        while nxt < j and not starts[nxt]:
-            nxt += 1
-        i = nxt
+        i = step(i, j)
+        while i < j and not starts[i]:
+            i += 1
 
 
 def _pack(units: Sequence[tuple[int, int, int]], limit: int, overlap: int,
           split: Any) -> Iterator[CharSpan]:
-    """Greedily pack ``(start, end, tokens)`` units up to ``limit`` tokens; a unit over the limit is
-    replaced by ``split(start, end)``; the next pack repeats trailing units worth at most ``overlap``."""
+    """Greedily pack ``(start, end, tokens)`` units up to ``limit`` tokens (a unit over it is ``split(start, end)``);
+    the next pack repeats trailing units worth at most ``overlap``."""
     cur: list[tuple[int, int, int]] = []
     n_cur = 0
     for unit in units:
@@ -175,7 +155,8 @@ class _Cutter:
         limit = limit or self.limit
         overlap = int(limit * self.overlap / self.limit)
         for seg_s, seg_e in _segments(self.text, s, e, split_paragraphs=False):
-            yield from _windows(_tokens(self.tok, self.text, seg_s, seg_e), limit, overlap)
+            yield from _windows(_tokens(self.tok, self.text, seg_s, seg_e), lambda i: i + limit,
+                                lambda i, j: max(j - overlap, i + 1))
 
     def by_sentences(self, s: int, e: int, limit: int | None = None) -> Iterator[CharSpan]:
         limit = limit or self.limit
@@ -183,33 +164,19 @@ class _Cutter:
         for seg_s, seg_e in _segments(self.text, s, e, split_paragraphs=False):
             toks = _tokens(self.tok, self.text, seg_s, seg_e)
             starts = [t[0] for t in toks]
-            units = [(a, b, _count(starts, a, b)) for a, b in _sentences(self.text, seg_s, seg_e)]
-            units = [u for u in units if u[2] > 0]
+            units = [(a, b, n) for a, b in _sentences(self.text, seg_s, seg_e)
+                     if (n := bisect.bisect_left(starts, b) - bisect.bisect_left(starts, a)) > 0]
             yield from _pack(units, limit, overlap, lambda a, b, lim=limit: self.by_tokens(a, b, lim))
 
     def by_paragraphs(self, s: int, e: int, target: int, hard: int) -> Iterator[CharSpan]:
         """Paragraphs that fit ``hard`` stay whole; neighbours merge up to ``target``; longer ones are cut
         into sentence packs of at most ``min(target, hard)`` tokens."""
-        units = []
-        for a, b in _segments(self.text, s, e):
-            n = len(_tokens(self.tok, self.text, a, b))
-            if n:
-                units.append((a, b, n))
-        cut_limit = min(target, hard)
-
-        def pack_with(units_: list[tuple[int, int, int]]) -> Iterator[CharSpan]:
-            yield from _pack(units_, target, 0, lambda a, b: self.by_sentences(a, b, cut_limit))
-
-        # A paragraph between target and hard is emitted alone (never merged, never cut).
-        group: list[tuple[int, int, int]] = []
-        for unit in units:
-            if target < unit[2] <= hard:
-                yield from pack_with(group)
-                group = []
-                yield unit[0], unit[1]
+        units = [(a, b, n) for a, b in _segments(self.text, s, e) if (n := len(_tokens(self.tok, self.text, a, b)))]
+        for alone, group in itertools.groupby(units, key=lambda u: target < u[2] <= hard):
+            if alone:  # between target and hard: never merged, never cut
+                yield from ((a, b) for a, b, _ in group)
             else:
-                group.append(unit)
-        yield from pack_with(group)
+                yield from _pack(list(group), target, 0, lambda a, b: self.by_sentences(a, b, min(target, hard)))
 
     def by_chars(self, s: int, e: int) -> Iterator[CharSpan]:
         """Windows of about ``4 * limit`` characters at token granularity, ending before a word start."""
@@ -217,22 +184,15 @@ class _Cutter:
         step = max(1, size - int(size * self.overlap / self.limit))
         for seg_s, seg_e in _segments(self.text, s, e, split_paragraphs=False):
             toks = _tokens(self.tok, self.text, seg_s, seg_e)
-            ends = [t[1] for t in toks]
-            starts = [t[0] for t in toks]
-            words = _word_starts(toks)
-            n, i = len(toks), 0
-            while i < n:
-                j = bisect.bisect_right(ends, toks[i][0] + size)
-                j = max(i + 1, min(j, i + self.limit, n))
-                if j < n:
-                    j = _back_to_word_start(words, i, j)
-                yield toks[i][0], toks[j - 1][1]
-                if j >= n:
-                    break
-                k = max(i + 1, min(bisect.bisect_left(starts, toks[i][0] + step), j))
-                while k < j and not words[k]:
-                    k += 1
-                i = k
+            starts, ends = [t[0] for t in toks], [t[1] for t in toks]
+
+            def end(i: int, toks: list[CharSpan] = toks, ends: list[int] = ends) -> int:
+                return max(i + 1, min(bisect.bisect_right(ends, toks[i][0] + size), i + self.limit))
+
+            def nxt(i: int, j: int, toks: list[CharSpan] = toks, starts: list[int] = starts) -> int:
+                return max(i + 1, min(bisect.bisect_left(starts, toks[i][0] + step), j))
+
+            yield from _windows(toks, end, nxt)
 
 
 def chunk_text(text: str, cfg: ChunkingSettings, tokenizer: Tokenizer, limit: int) -> Iterator[Chunk]:
@@ -282,10 +242,8 @@ def _verified(text: str, tokenizer: Tokenizer, spans: Iterator[CharSpan], limit:
                 while len(head) > limit and len(head) > 1:
                     mid = head[-2][1]
                     head = _tokens(tokenizer, text, a2, mid)
-                rest = [sp for sp in _trim(text, mid, b2)]
                 pending.insert(0, (a2, mid, head))
-                if rest:
-                    ra, rb = rest[0]
+                for ra, rb in _trim(text, mid, b2):
                     pending.insert(1, (ra, rb, _tokens(tokenizer, text, ra, rb)))
 
 
@@ -371,10 +329,9 @@ def document_chunks(d: Document, chunking: ChunkingSettings, embedding: Embeddin
                     tokenizer: Tokenizer, max_seq_length: int, section_words: int | None = None,
                     metadata_fields: Mapping[str, str] | None = None,
                     ) -> Iterator[tuple[dict[str, Any], str]]:
-    """``(chunk document without its vector, text to embed)`` for each chunk of ``d``: what ingestion and
-    re-chunking write. With ``section_words`` each BM25 section's first chunk carries ``section_text`` and
-    ``section_title``; ``meta`` holds the ``metadata_fields`` converted. Raises ValueError (a value that does not
-    convert) before any chunk is made."""
+    """``(chunk document without its vector, text to embed)`` for each chunk of ``d``; with ``section_words`` each
+    BM25 section's first chunk carries ``section_text`` and ``section_title``, and ``meta`` the ``metadata_fields``
+    converted. Raises ValueError (a value that does not convert) before any chunk is made."""
     typed = typed_metadata(d.metadata, metadata_fields) if metadata_fields else {}
     signature = chunker_signature(chunking)
     cut = title_cut(tokenizer, d.title, embedding.prepend_title, max_seq_length)  # the body always gets its share

@@ -1,40 +1,24 @@
 """The write protocol, each chunk written once and a document seen whole or not at all: **look up** its stored
-chunks (:func:`stored_chunks`, those of this version are reused), **hide** it, **write** each missing chunk under its
+chunks (:func:`lookup`, those of this version are reused), **hide** it, **write** each missing chunk under its
 stable ``_id``, and **finish** it (:func:`finish`: delete the old version's surplus, refresh, show it). A crash leaves
-it hidden; the lease's next holder adopts and repairs it (:func:`whole_documents`).
+it hidden; the lease's next holder adopts and repairs it (:func:`show_whole`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any
 
 from hybridsearch.engine import EngineClient, engine_errors, request
 from hybridsearch.errors import ClusterError
 from hybridsearch.index.access import chunk_names, require_privileges
 from hybridsearch.index.versions import read_alias
+from hybridsearch.index.visibility import visible_query
+from hybridsearch.ingest.chunking import chunk_id
 from hybridsearch.ingest.lease import Lease, forget_documents
 from hybridsearch.ingest.sources import Document
-from hybridsearch.ingest.writer import WriteReport, write_actions
+from hybridsearch.ingest.writer import WorkDoc, WriteReport, write_actions
 from hybridsearch.settings import IngestSettings, Settings
-
-
-@dataclass
-class Stored:
-    """The chunks of one document already in the index, hidden or not."""
-
-    ids: set[str] = field(default_factory=set)
-    same: set[str] = field(default_factory=set)  # ids holding the version being ingested (same content_hash)
-
-
-@dataclass
-class WorkDoc:
-    """A document to (re)write: its stored chunks and the chunk ids of the version being written, in order."""
-
-    doc: Document
-    stored: Stored = field(default_factory=Stored)
-    ids: list[str] = field(default_factory=list)
 
 
 def refresh(es: EngineClient, index: str) -> None:
@@ -57,24 +41,21 @@ def _scan_docs(es: EngineClient, index: str, doc_ids: list[str], tenant: str | N
         yield from es.scan(index=index, query=query, size=1000)
 
 
-def stored_chunks(es: EngineClient, index: str, hashes: dict[str, str], tenant: str | None) -> dict[str, Stored]:
-    """``{doc_id: Stored}`` for the documents of ``hashes`` (``doc_id → content_hash`` being ingested);
-    documents with no chunk are left out."""
-    found: dict[str, Stored] = {}
-    if not hashes:
-        return found
-    for h in _scan_docs(es, index, list(hashes), tenant, ["doc_id", "content_hash"]):
+def stored_chunks(es: EngineClient, index: str, hashes: dict[str, str], tenant: str | None
+                  ) -> dict[str, dict[str, bool]]:
+    """``{doc_id: {chunk _id: whether it holds the content_hash of hashes[doc_id]}}``; documents with no chunk are
+    left out."""
+    found: dict[str, dict[str, bool]] = {}
+    for h in _scan_docs(es, index, list(hashes), tenant, ["doc_id", "content_hash"]) if hashes else ():
         src = h["_source"]
-        s = found.setdefault(src["doc_id"], Stored())
-        s.ids.add(h["_id"])
-        if src.get("content_hash") == hashes.get(src["doc_id"]):
-            s.same.add(h["_id"])
+        found.setdefault(src["doc_id"], {})[h["_id"]] = src.get("content_hash") == hashes.get(src["doc_id"])
     return found
 
 
-def whole_documents(es: EngineClient, index: str, doc_ids: Iterable[str], tenant: str | None) -> set[str]:
-    """Those of ``doc_ids`` whose stored chunks form one whole version: one ``content_hash``, positions
-    ``0..n-1`` with ``n`` the ``doc_chunks`` every chunk records."""
+def show_whole(es: EngineClient, index: str, lease: Lease, doc_ids: Iterable[str], tenant: str | None) -> set[str]:
+    """Refresh and show those of ``doc_ids`` whose stored chunks form one whole version (one ``content_hash``,
+    positions ``0..n-1`` with ``n`` the ``doc_chunks`` every chunk records); returns them. Raises LeaseLost."""
+    refresh(es, index)
     ids = sorted(set(doc_ids))
     seen: dict[str, list[tuple[int, str, Any]]] = {d: [] for d in ids}
     for start in range(0, len(ids), 500):
@@ -88,7 +69,28 @@ def whole_documents(es: EngineClient, index: str, doc_ids: Iterable[str], tenant
         if (chunks and len({c for _, c, _ in chunks}) == 1 and len(totals) == 1 and isinstance(n := totals.pop(), int)
                 and sorted(p for p, _, _ in chunks) == list(range(n))):
             whole.add(doc_id)
+    lease.show(whole)
     return whole
+
+
+def lookup(es: EngineClient, index: str, state_index: str, docs: list[Document], signature: str,
+           tenant: str | None) -> tuple[list[WorkDoc], int, int]:
+    """``docs`` to (re)write (new, changed, or hidden: left unfinished by a stopped run) with their stored chunks,
+    and how many documents and visible chunks are unchanged (chunk 0 visible with their ``content_hash``)."""
+    query = visible_query(state_index, [*doc_filter([d.doc_id for d in docs], tenant), {"term": {"position": 0}}])
+    with engine_errors("look up existing chunks"):
+        hits = es.send(request.search(index, request.body(
+            query=query, size=len(docs) * 4, source=["doc_id", "content_hash"])))["hits"]["hits"]
+    done = {(h["_id"], h["_source"].get("content_hash")) for h in hits}
+    same = [d.doc_id for d in docs if (chunk_id(d.doc_id, 0, signature, tenant), d.content_hash) in done]
+    unchanged = 0
+    if same:
+        with engine_errors("count unchanged chunks"):
+            unchanged = int(es.send(request.count(index, visible_query(state_index, doc_filter(same, tenant))))
+                            ["count"])
+    rest = [d for d in docs if d.doc_id not in same]
+    stored = stored_chunks(es, index, {d.doc_id: d.content_hash for d in rest}, tenant)
+    return [WorkDoc(d, stored.get(d.doc_id, {})) for d in rest], len(same), unchanged
 
 
 def finish(es: EngineClient, index: str, lease: Lease, docs: list[WorkDoc], cfg: IngestSettings, *,
@@ -96,7 +98,7 @@ def finish(es: EngineClient, index: str, lease: Lease, docs: list[WorkDoc], cfg:
     """Delete the old versions' chunks beyond the new ends, refresh, and show ``docs`` and ``untouched`` (failed
     before any chunk of their new version was written) in one compare-and-set. Returns the deletes and the ids of
     documents that stay hidden (a surplus chunk not deleted). Raises LeaseLost."""
-    surplus = [(i, s.doc.doc_id) for s in docs for i in sorted(s.stored.ids - set(s.ids))]
+    surplus = [(i, s.doc.doc_id) for s in docs for i in sorted(set(s.stored) - set(s.ids))]
     deletes = write_actions(es, [{"_op_type": "delete", "_index": index, "_id": i, "_doc_id": d}
                                  for i, d in surplus], cfg) if surplus else WriteReport()
     broken = {f.doc_id for f in deletes.failures}
@@ -105,12 +107,6 @@ def finish(es: EngineClient, index: str, lease: Lease, docs: list[WorkDoc], cfg:
         refresh(es, index)
         lease.show(done)
     return deletes, broken
-
-
-def existing_chunk_ids(es: EngineClient, index: str, doc_ids: list[str], tenant: str | None = None
-                       ) -> list[tuple[str, str]]:
-    """``(_id, doc_id)`` of every chunk of ``doc_ids`` in ``index``, hidden ones included (refresh first)."""
-    return [(h["_id"], h["_source"]["doc_id"]) for h in _scan_docs(es, index, doc_ids, tenant, ["doc_id"])]
 
 
 def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClient | None = None,
@@ -131,9 +127,9 @@ def delete_documents(doc_ids: Iterable[str], settings: Settings, es: EngineClien
     for index in targets:
         refresh(es, index)
         for start in range(0, len(ids), 500):
-            found = existing_chunk_ids(es, index, ids[start:start + 500], settings.index.tenant)
+            found = stored_chunks(es, index, dict.fromkeys(ids[start:start + 500], ""), settings.index.tenant)
             rep = write_actions(es, [{"_op_type": "delete", "_index": index, "_id": i, "_doc_id": d}
-                                     for i, d in found], settings.ingest)
+                                     for d, s in found.items() for i in s], settings.ingest)
             if rep.failures:
                 raise ClusterError(f"{len(rep.failures)} chunks could not be deleted: {rep.failures[0].reason}")
             deleted += rep.deleted

@@ -101,17 +101,6 @@ class IngestResult:
         return doc
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether process ``pid`` exists on this host."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return pid > 0
-
-
 def is_dead(lease: dict[str, Any], host: str, at: datetime) -> bool:
     """The one dead-run rule: the heartbeat of ``lease`` (a state-document entry) is older than :data:`LEASE_S`,
     or it ran on this host and its process is gone."""
@@ -122,7 +111,16 @@ def is_dead(lease: dict[str, Any], host: str, at: datetime) -> bool:
         return True
     if at - last > timedelta(seconds=LEASE_S):
         return True
-    return lease.get("host") == host and not pid_alive(int(lease.get("pid") or 0))
+    if lease.get("host") != host:
+        return False
+    pid = int(lease.get("pid") or 0)
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # it lives, as another user's
+        pass
+    return pid <= 0
 
 
 def shard_of(doc_id: str, n: int) -> int:
@@ -448,8 +446,7 @@ class RunRecord:
                         h["_id"], h["_source"].get("host"), h["_source"].get("pid"))
 
     def start(self) -> None:
-        """Store records earlier runs could not, mark the runs this one took over killed and write it as
-        ``running``."""
+        """Store what earlier runs could not, record the runs taken over killed and write this one ``running``."""
         for what, step in (("store the final records of earlier ingest runs", self._store_unrecorded),
                            ("record the ingest runs taken over as killed", self._mark_killed)):
             try:
@@ -478,8 +475,7 @@ class RunRecord:
         return False
 
     def finish(self) -> None:
-        """Store the final record (searchable when this returns); one not stored is kept in a file for the next
-        run (:meth:`start`)."""
+        """Store the final record (searchable on return); one not stored is kept in a file for the next run."""
         self._finished.set()
         if self._write(refresh=True):
             return

@@ -1,8 +1,7 @@
-"""Sources: files into :class:`Document` records, or :class:`SourceFailure` records saying why not.
-
-A folder tree (sorted) of ``.txt``, ``.md``, ``.html``/``.htm``, ``.json`` (an object or a list) and ``.jsonl``
-files (optionally ``.gz``; BEIR ``corpus.jsonl`` included). Undecodable, binary, empty or unparsable inputs come
-out as ``SourceFailure``. Text is UTF-8, or UTF-16/32 after their byte-order mark when the rest bears it out.
+"""Sources: a folder tree (sorted) of ``.txt``, ``.md``, ``.html``/``.htm``, ``.json`` (an object or a list) and
+``.jsonl`` files (optionally ``.gz``; BEIR ``corpus.jsonl`` included) into :class:`Document` records, or
+:class:`SourceFailure` records saying why not (undecodable, binary, empty or unparsable). Text is UTF-8, or UTF-16/32
+after their byte-order mark when the rest bears it out.
 """
 
 from __future__ import annotations
@@ -108,15 +107,10 @@ def read_path(path: str | Path, fields: RecordFields | None = None) -> Iterator[
             yield from read_file(file, file.relative_to(root).as_posix(), fields)
 
 
-def _suffixes(path: Path) -> tuple[str, bool]:
-    """(format suffix, gzipped?) e.g. ``corpus.jsonl.gz`` → (``.jsonl``, True)."""
-    name = path.name.lower()
-    return Path(name.removesuffix(".gz")).suffix, name.endswith(".gz")
-
-
 def read_file(path: Path, rel: str, fields: RecordFields) -> Iterator[Document | SourceFailure]:
     """Documents from one file; ``rel`` is its name relative to the ingested root (used for ids)."""
-    suffix, gz = _suffixes(path)
+    name = path.name.lower()
+    suffix, gz = Path(name.removesuffix(".gz")).suffix, name.endswith(".gz")  # corpus.jsonl.gz: .jsonl, gzipped
     source = str(path)
     if suffix in {".jsonl", ".ndjson"}:
         yield from _read_jsonl(path, rel, gz, fields)
@@ -153,43 +147,33 @@ def decode(raw: bytes, source: str, doc_id: str | None = None) -> str | SourceFa
     encoding = bom_encoding(raw[:4])
     if encoding is None and b"\x00" in raw[:BINARY_SNIFF_BYTES]:
         return SourceFailure(source, "binary file (NUL bytes), not text", doc_id)
-    if encoding is not None and (why := utf8_behind(raw, encoding)) is not None:
-        return SourceFailure(source, why, doc_id)
+    name = (encoding or "utf-8").upper()
+    if encoding is not None and _plain_utf8(raw[4 if encoding == "utf-32" else 2:]):
+        return SourceFailure(source, f"starts with a {name} byte-order mark but the rest is UTF-8 text, not {name}",
+                             doc_id)
     try:
         text = raw.decode(encoding or "utf-8-sig")
     except UnicodeDecodeError as exc:
-        return SourceFailure(source, f"not valid {(encoding or 'utf-8').upper()}: byte 0x{raw[exc.start]:02x} at "
-                                     f"offset {exc.start}", doc_id)
+        return SourceFailure(source, f"not valid {name}: byte 0x{raw[exc.start]:02x} at offset {exc.start}", doc_id)
     if encoding is None:
         return text
     if "\x00" in text[:BINARY_SNIFF_BYTES]:
-        return SourceFailure(source, f"binary file (NUL characters after a {encoding.upper()} byte-order mark), "
-                                     "not text", doc_id)
-    why = misread(text, encoding)
-    return text if why is None else SourceFailure(source, why, doc_id)
+        return SourceFailure(source, f"binary file (NUL characters after a {name} byte-order mark), not text", doc_id)
+    odd = next((i for i, ch in enumerate(text) if unicodedata.category(ch) in _MISREAD_CATEGORIES and not ch.isspace()),
+               None)
+    if odd is None:
+        return text
+    return SourceFailure(source, f"starts with a {name} byte-order mark but the rest is not {name} text "
+                                 f"(U+{ord(text[odd]):04X} at character {odd})", doc_id)
 
 
-def utf8_behind(raw: bytes, encoding: str) -> str | None:
-    """Why ``raw``, starting with the byte-order mark of ``encoding``, is not in it: the rest is UTF-8 without a
-    NUL byte (UTF-16/32 text with spaces or digits has NUL bytes); else None."""
-    rest = raw[4:] if encoding == "utf-32" else raw[2:]
-    if not rest or b"\x00" in rest:
-        return None
+def _plain_utf8(raw: bytes) -> bool:
+    """Whether ``raw`` is UTF-8 text without a NUL byte (UTF-16/32 text with a space or a digit has NUL bytes)."""
     try:
-        rest.decode("utf-8")
+        raw.decode("utf-8")
     except UnicodeDecodeError:
-        return None
-    return f"starts with a {encoding.upper()} byte-order mark but the rest is UTF-8 text, not {encoding.upper()}"
-
-
-def misread(text: str, encoding: str) -> str | None:
-    """Why ``text``, decoded as ``encoding``, is not what the file holds (a character of
-    :data:`_MISREAD_CATEGORIES`), else None."""
-    for i, ch in enumerate(text):
-        if unicodedata.category(ch) in _MISREAD_CATEGORIES and not ch.isspace():
-            return (f"starts with a {encoding.upper()} byte-order mark but the rest is not {encoding.upper()} text "
-                    f"(U+{ord(ch):04X} at character {i})")
-    return None
+        return False
+    return bool(raw) and b"\x00" not in raw
 
 
 def html_to_text(html: str) -> tuple[str | None, str]:

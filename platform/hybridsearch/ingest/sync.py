@@ -25,9 +25,8 @@ def owned_query(root: Path, tenant: str | None) -> dict[str, Any]:
 
 def owned_documents(es: EngineClient, index: str, root: Path, tenant: str | None,
                     shard: tuple[int, int] | None = None) -> dict[str, str]:
-    """``{doc_id: content_hash}`` (of chunk 0 where it is there) of the documents from ``root`` stored in ``index``,
-    hidden ones and any chunk a stopped run left included; only those of ``shard`` when given. An index that does
-    not exist holds none."""
+    """``{doc_id: content_hash}`` (chunk 0's where it is there) of the documents from ``root`` in ``index`` (none
+    without it), hidden ones and any chunk a stopped run left included; only those of ``shard`` when given."""
     with engine_errors(f"look up the documents of {root}"):
         if not es.send(request.index_exists(index)):
             return {}
@@ -61,11 +60,7 @@ class SyncPlan:
     deleted: list[str] = field(default_factory=list)
     unchanged: int = 0
     owned: int = 0
-    failures: list[str] = field(default_factory=list)  # "source: reason" of what could not be read
-
-    @property
-    def read_whole(self) -> bool:
-        return not self.failures
+    failures: list[str] = field(default_factory=list)  # "source: reason" of what could not be read: deletes nothing
 
 
 def plan_sync(path: str | Path, cfg: IndexSettings, es: EngineClient, fields: RecordFields | None = None,
@@ -93,6 +88,6 @@ def plan_sync(path: str | Path, cfg: IndexSettings, es: EngineClient, fields: Re
                 plan.replaced.append(item.doc_id)
             else:
                 plan.unchanged += 1
-    if plan.read_whole:
+    if not plan.failures:
         plan.deleted = sorted(set(owned) - yielded)
     return plan

@@ -1,12 +1,11 @@
 """Bulk writing (:func:`write_actions`: items answered with a retried status or left unanswered are sent again
-alone with capped backoff), the one embed-and-write loop (:class:`EmbedWriter`: batch N is embedded here while batch
-N-1 is written in a writer thread), the embedding worker processes and the dead-letter file.
+alone with capped backoff), the one embed-and-write loop (:func:`embed_and_write`: batch N is embedded here while
+batch N-1 is written in a writer thread), the embedding worker processes and the dead-letter file.
 """
 
 from __future__ import annotations
 
 import json
-import logging
 import multiprocessing as mp
 import os
 import threading
@@ -17,7 +16,7 @@ from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import numpy as np
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_exponential
@@ -25,10 +24,9 @@ from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_aft
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import API_ERRORS, UNREACHABLE, EngineClient, request, status_of
 from hybridsearch.errors import ClusterUnavailable
+from hybridsearch.ingest.sources import Document
 from hybridsearch.retry import RETRIED_STATUSES
 from hybridsearch.settings import EmbeddingSettings, IngestSettings, ModelsSettings
-
-log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -180,13 +178,24 @@ Encode = Callable[[list[str]], np.ndarray]  # one vector per text
 
 
 @dataclass
+class WorkDoc:
+    """A document to (re)write: its stored chunks (hidden or not; ``_id`` → whether it holds the version being
+    written) and the chunk ids of that version, in order."""
+
+    doc: Document
+    stored: dict[str, bool] = field(default_factory=dict)
+    ids: list[str] = field(default_factory=list)
+
+
+@dataclass
 class ChunkBatch:
     """Chunk documents on their way to an index: ``sources[i]`` is written with ``_id`` ``ids[i]`` and the vector of
-    ``texts[i]`` (None: it keeps its ``embedding``)."""
+    ``texts[i]`` (None: it keeps its ``embedding``); ``finals`` are the documents whose last chunk is in it."""
 
     ids: list[str] = field(default_factory=list)
     sources: list[dict[str, Any]] = field(default_factory=list)
     texts: list[str | None] = field(default_factory=list)
+    finals: list[WorkDoc] = field(default_factory=list)
 
     def add(self, chunk_id: str, source: dict[str, Any], text: str | None) -> None:
         self.ids.append(chunk_id)
@@ -197,61 +206,46 @@ class ChunkBatch:
         return len(self.ids)
 
 
-B = TypeVar("B", bound=ChunkBatch)
+def embed_and_write(es: EngineClient, index: str, cfg: IngestSettings, encode: Encode, batches: Iterable[ChunkBatch],
+                    *, after: Callable[[ChunkBatch, WriteReport], None],
+                    on_embed_error: Callable[[ChunkBatch, Exception], None] | None = None,
+                    before: Callable[[ChunkBatch], None] | None = None, depth: int = 1) -> None:
+    """Embed each batch here and write it to ``index`` in a writer thread, at most ``depth`` waiting; returns once
+    all are written. ``before`` runs there before a batch with chunks is written, ``after`` once it is;
+    ``on_embed_error`` takes an embedding failure (the batch is then written empty), else it is raised."""
 
-
-class EmbedWriter(Generic[B]):
-    """Embeds batches here and writes them to ``index`` in a writer thread, at most ``depth`` waiting. ``before``
-    runs there before a batch with chunks is written, ``after`` once it is; ``on_embed_error`` takes an embedding
-    failure (the batch is then written empty), else it is raised. ``embed_seconds`` adds up the time embedding."""
-
-    def __init__(self, es: EngineClient, index: str, cfg: IngestSettings, encode: Encode, *,
-                 after: Callable[[B, WriteReport], None],
-                 on_embed_error: Callable[[B, Exception], None] | None = None,
-                 before: Callable[[B], None] | None = None,
-                 depth: int = 1) -> None:
-        self.es, self.index, self.cfg, self.encode = es, index, cfg, encode
-        self.after, self.on_embed_error, self.before = after, on_embed_error, before
-        self.depth = max(1, depth)
-        self.embed_seconds = 0.0
-
-    def run(self, batches: Iterable[B]) -> None:
-        """Embed and write every batch; returns once all are written."""
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsp-writer") as pool:
-            waiting: deque[Future[None]] = deque()
-            for batch in batches:
-                self._embed(batch)
-                while len(waiting) >= self.depth:
-                    waiting.popleft().result()
-                waiting.append(pool.submit(self._write, batch))
-            while waiting:
-                waiting.popleft().result()
-
-    def _embed(self, batch: B) -> None:
-        todo = [(i, t) for i, t in enumerate(batch.texts) if t is not None]
-        if not todo:
-            return
-        t0 = time.perf_counter()
-        try:
-            vectors = self.encode([t for _, t in todo])
-        except Exception as exc:
-            if self.on_embed_error is None:
-                raise
-            self.on_embed_error(batch, exc)
-            batch.ids, batch.sources, batch.texts = [], [], []
-            return
-        finally:
-            self.embed_seconds += time.perf_counter() - t0
-        for (i, _), vec in zip(todo, vectors, strict=True):
-            batch.sources[i]["embedding"] = [float(x) for x in vec]
-
-    def _write(self, batch: B) -> None:
-        actions = [{"_op_type": "index", "_index": self.index, "_id": cid, "_source": src}
+    def write(batch: ChunkBatch) -> None:
+        actions = [{"_op_type": "index", "_index": index, "_id": cid, "_source": src}
                    for cid, src in zip(batch.ids, batch.sources, strict=True)]
-        if actions and self.before is not None:
-            self.before(batch)
-        report = write_actions(self.es, actions, self.cfg) if actions else WriteReport()
-        self.after(batch, report)
+        if actions and before is not None:
+            before(batch)
+        after(batch, write_actions(es, actions, cfg) if actions else WriteReport())
+
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="hsp-writer") as pool:
+        waiting: deque[Future[None]] = deque()
+        for batch in batches:
+            _embed(batch, encode, on_embed_error)
+            while len(waiting) >= max(1, depth):
+                waiting.popleft().result()
+            waiting.append(pool.submit(write, batch))
+        while waiting:
+            waiting.popleft().result()
+
+
+def _embed(batch: ChunkBatch, encode: Encode, on_error: Callable[[ChunkBatch, Exception], None] | None) -> None:
+    todo = [(i, t) for i, t in enumerate(batch.texts) if t is not None]
+    if not todo:
+        return
+    try:
+        vectors = encode([t for _, t in todo])
+    except Exception as exc:
+        if on_error is None:
+            raise
+        on_error(batch, exc)
+        batch.ids, batch.sources, batch.texts = [], [], []
+        return
+    for (i, _), vec in zip(todo, vectors, strict=True):
+        batch.sources[i]["embedding"] = [float(x) for x in vec]
 
 
 _worker_embedder: Embedder | None = None
