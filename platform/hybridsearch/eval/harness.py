@@ -3,6 +3,7 @@ progress sink as notes; nothing is printed)."""
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import subprocess
 import time
@@ -11,6 +12,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
 
 from hybridsearch.cluster_url import redact_url
 from hybridsearch.engine import EngineClient, cluster_info
@@ -21,6 +24,7 @@ from hybridsearch.eval.prepare import choose_index, index_counts, ingest_corpus
 from hybridsearch.eval.report import (
     LATENCY_KEYS,
     STAGES,
+    SWEEP_METRICS,
     Diff,
     EvalReport,
     ModeReport,
@@ -34,11 +38,10 @@ from hybridsearch.eval.report import (
     to_markdown,
     write_chart,
 )
-from hybridsearch.eval.sweep import SWEEP_METRICS, Trial, parse_sweep, with_query
 from hybridsearch.progress import ProgressSink, Task, note
 from hybridsearch.query.fusion import unique
 from hybridsearch.query.results import Mode, SearchResult
-from hybridsearch.settings import RerankerSettings, Settings
+from hybridsearch.settings import QuerySettings, RerankerSettings, Settings
 
 if TYPE_CHECKING:
     from hybridsearch.embedding.cache import CachedEmbedder
@@ -65,6 +68,33 @@ def parse_modes(text: str) -> list[str]:
     if unknown or not modes:
         raise QueryError(f"unknown mode(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(MODES)}")
     return modes
+
+
+def parse_sweep(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """``["query.rrf_k=20,60"]`` → ``[("rrf_k", ["20", "60"])]``. Raises ConfigError on other keys or syntax."""
+    out: list[tuple[str, list[str]]] = []
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        name = key.strip().removeprefix("query.")
+        if not sep or not values.strip():
+            raise ConfigError(f"--sweep {spec!r}: expected query.NAME=V1,V2,…")
+        if "." in name or name not in QuerySettings.model_fields:
+            raise ConfigError(f"--sweep {key!r}: only query settings can be swept "
+                              f"({', '.join(sorted(QuerySettings.model_fields))})")
+        out.append((name, [v.strip() for v in values.split(",") if v.strip()]))
+    return out
+
+
+def with_query(query: QuerySettings, name: str, value: str) -> QuerySettings:
+    """``query`` with ``name`` set to ``value``; a swept RRF knob selects RRF over ``fusion=auto`` (else the index's
+    recorded fusion would be used). Raises ConfigError."""
+    update: dict[str, str] = {name: value}
+    if query.fusion == "auto" and name in ("rrf_k", "knn_share"):
+        update["fusion"] = "rrf"
+    try:
+        return QuerySettings.model_validate({**query.model_dump(), **update})
+    except ValidationError as exc:
+        raise ConfigError(f"--sweep query.{name}={value}: {exc.errors()[0]['msg']}") from None
 
 
 @dataclass
@@ -250,33 +280,25 @@ def evaluate_collection(es: EngineClient, settings: Settings, collection: Collec
     return EvalRun(report, runs)
 
 
-def run_sweep(
-    es: EngineClient, settings: Settings, collection: Collection, modes: Sequence[str],
-    knobs: list[tuple[str, list[str]]], *, embedder: Embedder | None = None, k: int = 100,
-    ignore_identical_ids: bool = True,
-) -> list[Trial]:
-    """Run ``modes`` (without rerank) once per knob value on the index behind ``settings.index.alias``."""
+def run_sweep(es: EngineClient, settings: Settings, collection: Collection, modes: Sequence[str],
+              knobs: list[tuple[str, list[str]]], *, embedder: Embedder | None = None, k: int = 100,
+              ignore_identical_ids: bool = True) -> list[dict[str, Any]]:
+    """Per knob value, the query phase of ``modes`` (without rerank) re-run on the same index: ``{knob, value,
+    metrics: {mode: {metric: mean}}}``."""
     from hybridsearch.query.client import SearchClient
 
-    modes = [m for m in modes if m != "hybrid+rerank"]
-    trials: list[Trial] = []
-    for name, values in knobs:
-        for value in values:
-            knobs_now = with_query(settings.query, name, value)
-            client = SearchClient(es, settings, embedder=embedder, query=knobs_now, log_queries=False)
+    trials: list[dict[str, Any]] = []
+    for name, value in ((name, value) for name, values in knobs for value in values):
+        query = with_query(settings.query, name, value)
+        with contextlib.closing(SearchClient(es, settings, embedder=embedder, query=query, log_queries=False)) as c:
 
-            def search(query: str, mode: Mode, rerank: bool, client: SearchClient = client) -> SearchResult:
-                return client.search(query, k=min(k, client.query.max_k), mode=mode, rerank=False)
+            def search(text: str, mode: Mode, rerank: bool, client: SearchClient = c) -> SearchResult:
+                return client.search(text, k=min(k, client.query.max_k), mode=mode, rerank=False)
 
-            metrics: dict[str, dict[str, float]] = {}
-            try:
-                for mode in modes:
-                    run = run_mode(search, collection.queries, mode, ignore_identical_ids=ignore_identical_ids)
-                    means, _ = evaluate(collection.qrels, run.rankings, SWEEP_METRICS)
-                    metrics[mode] = means
-            finally:
-                client.close()
-            trials.append(Trial(knob=name, value=value, metrics=metrics))
+            metrics = {m: evaluate(collection.qrels, run_mode(search, collection.queries, m,
+                                                              ignore_identical_ids=ignore_identical_ids).rankings,
+                                   SWEEP_METRICS)[0] for m in modes if m != "hybrid+rerank"}
+        trials.append({"knob": name, "value": value, "metrics": metrics})
     return trials
 
 
@@ -352,9 +374,8 @@ def run_evaluation(dataset: Path, settings: Settings, *, split: str = "test",
                                   progress=progress, ignore_identical_ids=not keep_identical_ids)
         if knobs:
             remark(f"sweeping {', '.join(f'{n}={v}' for n, vs in knobs for v in vs)}")
-            trials = run_sweep(es, s, collection, chosen, knobs, embedder=embedder, k=run.report.k,
-                               ignore_identical_ids=not keep_identical_ids)
-            run.report.sweep = [t.model_dump() for t in trials]
+            run.report.sweep = run_sweep(es, s, collection, chosen, knobs, embedder=embedder, k=run.report.k,
+                                         ignore_identical_ids=not keep_identical_ids)
     finally:
         es.close()
         if cache is not None:

@@ -107,7 +107,7 @@ def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: Embedd
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
     from transformers import set_seed
 
-    from hybridsearch.training.callbacks import EpochKeeper, TrainingProgress, evaluator, fit
+    from hybridsearch.training.callbacks import EpochKeeper, evaluator, fit
 
     device = pick_device(cfg.device)
     _set_threads(cfg.threads)
@@ -131,11 +131,10 @@ def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: Embedd
             model.max_seq_length = trained_length
 
     validation = evaluator(measure, "ndcg@10") if val is not None else None
-    keeper = EpochKeeper(model, snapshot=cfg.keep == "best" and validation is not None)
-    callbacks: list[Any] = [keeper] + ([TrainingProgress(progress)] if progress is not None else [])
+    keeper = EpochKeeper(model, snapshot=cfg.keep == "best" and validation is not None, sink=progress)
     train_ds = Dataset.from_dict(prompted_columns(rows_as_columns(rows, cfg.negatives), prompts))
     result.steps, result.seconds = fit(
-        model, train_ds, MultipleNegativesRankingLoss(model), validation, callbacks, epochs=cfg.epochs,
+        model, train_ds, MultipleNegativesRankingLoss(model), validation, keeper, epochs=cfg.epochs,
         batch_size=cfg.batch_size, lr=cfg.lr, warmup_ratio=cfg.warmup_ratio, seed=cfg.seed, device=device,
         logging_steps=max(1, min(10, len(rows) // cfg.batch_size // 5 or 1)),
         batch_sampler=BatchSamplers.NO_DUPLICATES)  # a query twice in a batch is its own false negative

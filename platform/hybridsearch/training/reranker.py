@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from hybridsearch.embedding.models import pick_device, resolve_model
 from hybridsearch.errors import ModelError
 from hybridsearch.progress import ProgressSink
-from hybridsearch.training.callbacks import EpochKeeper, TrainingProgress, fit
+from hybridsearch.training.callbacks import EpochKeeper, fit
 from hybridsearch.training.card import make_card, save_model
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
 from hybridsearch.training.negatives import MinedData, Pair, load_split, mine
@@ -85,10 +85,9 @@ def train_cross_encoder(mined: MinedData, cfg: TrainingConfig, models: ModelsSet
     evaluator = (rerank_validation_evaluator(mined.validation, cfg.batch_size * 4, sink)
                  if mined.validation else None)
     result = TrainResult(device=device, fused=rerank_metrics(mined.validation, None) if evaluator is not None else {})
-    keeper = EpochKeeper(model, cfg.keep == "best", "blend_ndcg@10", stop_after)
-    callbacks: list[Any] = [keeper] + ([TrainingProgress(progress, label)] if progress is not None else [])
+    keeper = EpochKeeper(model, cfg.keep == "best", "blend_ndcg@10", stop_after, progress, label)
     result.steps, result.seconds = fit(
-        model, train_ds, loss, evaluator, callbacks, epochs=cfg.epochs, batch_size=batch, lr=cfg.lr,
+        model, train_ds, loss, evaluator, keeper, epochs=cfg.epochs, batch_size=batch, lr=cfg.lr,
         warmup_ratio=cfg.warmup_ratio, seed=cfg.seed, device=device,
         logging_steps=max(1, min(50, len(train_ds) // batch // 10 or 1)))
     result.epochs = [EpochResult(e, m.get("ndcg@10"), m.get("mrr@10"), loss, m.get("blend"), m.get("blend_ndcg@10"))
@@ -126,8 +125,7 @@ def cross_validate(mined: MinedData, cfg: TrainingConfig, models: ModelsSettings
                                         stop_after=chosen.epoch, label="final fit (all queries)")
     result.cv, result.cv_seconds = summary.as_dict(), cv_seconds
     result.fused = rerank_metrics([v for v in mined.pool if v.candidates], None)
-    result.epochs = [EpochResult(e.epoch, e.ndcg_at_10, e.mrr_at_10, summary.train_loss.get(e.epoch), e.blend,
-                                 e.blend_ndcg_at_10) for e in summary.per_epoch]
+    result.epochs = [replace(e) for e in summary.per_epoch]
     why = summary.guard(cfg.min_gain)  # validation cannot vouch for the model: serve the fused order
     guarded = why is not None
     if guarded:

@@ -10,30 +10,20 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from hybridsearch.errors import ConfigError
+from hybridsearch.eval.metrics import evaluate_run
 from hybridsearch.query.fusion import interpolate
 from hybridsearch.training.callbacks import evaluator
+from hybridsearch.training.config import EpochResult
 from hybridsearch.training.negatives import ValidationQuery
 
 BLEND_GRID = tuple(round(0.05 * i, 2) for i in range(21))  # 0, 0.05, ..., 1
 
 
 def rerank_metrics(val: Sequence[ValidationQuery], scores: Mapping[str, Sequence[float]] | None) -> dict[str, float]:
-    """nDCG@10 and MRR@10 (ranx) of the candidates ordered by ``scores``, or fused order when None."""
-    from ranx import Qrels, Run, evaluate
-
-    qrels = Qrels({v.qid: dict(v.relevant) for v in val})
-    run: dict[str, dict[str, float]] = {}
-    for v in val:
-        if not v.candidates:
-            continue
-        if scores is None:
-            run[v.qid] = {c.doc_id: float(len(v.candidates) - i) for i, c in enumerate(v.candidates)}
-        else:
-            run[v.qid] = {c.doc_id: float(s) for c, s in zip(v.candidates, scores[v.qid], strict=True)}
-    if not run:
-        return {"ndcg@10": 0.0, "mrr@10": 0.0}
-    res = evaluate(qrels, Run(run), ["ndcg@10", "mrr@10"], make_comparable=True)
-    return {k: float(v) for k, v in res.items()}
+    """nDCG@10 and MRR@10 of the candidates ordered by ``scores``, or fused order when None."""
+    run = {v.qid: {c.doc_id: float(len(v.candidates) - i if scores is None else scores[v.qid][i])
+                   for i, c in enumerate(v.candidates)} for v in val if v.candidates}
+    return evaluate_run({v.qid: v.relevant for v in val}, run, ("ndcg@10", "mrr@10"))[0]
 
 
 def blended_scores(val: Sequence[ValidationQuery], scores: Mapping[str, Sequence[float]],
@@ -58,26 +48,19 @@ def choose_blend(val: Sequence[ValidationQuery], scores: Mapping[str, Sequence[f
 def score_queries(model: Any, val: Sequence[ValidationQuery], batch_size: int) -> dict[str, list[float]]:
     """The model's score (as served: its own activation) for every candidate of every query in ``val``."""
     pairs = [(v.query, c.text) for v in val for c in v.candidates]
-    flat = model.predict(pairs, batch_size=batch_size, convert_to_numpy=True,
-                         show_progress_bar=False) if pairs else []
-    scores: dict[str, list[float]] = {}
-    at = 0
-    for v in val:
-        scores[v.qid] = [float(s) for s in flat[at:at + len(v.candidates)]]
-        at += len(v.candidates)
-    return scores
+    flat = iter(model.predict(pairs, batch_size=batch_size, convert_to_numpy=True,
+                              show_progress_bar=False) if pairs else [])
+    return {v.qid: [float(next(flat)) for _ in v.candidates] for v in val}
 
 
 def rerank_validation_evaluator(val: Sequence[ValidationQuery], batch_size: int,
                                 sink: MutableMapping[int, dict[str, list[float]]] | None = None) -> Any:
-    """An evaluator of :func:`rerank_metrics` and the best blend; its n-th call's scores in ``sink[n]``."""
-    calls = [0]
-
+    """An evaluator of :func:`rerank_metrics` and the best blend; its n-th call's scores in ``sink[n]`` (given
+    empty)."""
     def measure(model: Any) -> dict[str, float]:
         scores = score_queries(model, val, batch_size)
-        calls[0] += 1
         if sink is not None:
-            sink[calls[0]] = scores
+            sink[len(sink) + 1] = scores
         metrics = rerank_metrics(val, scores)
         metrics["blend"], metrics["blend_ndcg@10"] = choose_blend(val, scores)
         return metrics
@@ -105,29 +88,18 @@ def kfold(qids: Iterable[str], k: int, seed: int) -> list[list[str]]:
 
 @dataclass
 class Pick:
-    """One (epochs, blend) choice and how the served order scored with it on some queries."""
+    """One (epochs, blend) choice and the nDCG@10 of the fused, reranked and served orders on some queries."""
 
     epoch: int
     blend: float
     queries: int
-    fused: float  # nDCG@10 of the fused order
-    alone: float  # nDCG@10 of the reranker's order alone
-    served: float  # nDCG@10 of the blended order
+    fused: float
+    alone: float
+    served: float
 
     @property
     def gain(self) -> float:
         return self.served - self.fused
-
-
-@dataclass
-class EpochFigures:
-    """Pooled OOF figures of one epoch count (the best blend for it)."""
-
-    epoch: int
-    ndcg_at_10: float
-    mrr_at_10: float
-    blend: float
-    blend_ndcg_at_10: float
 
 
 @dataclass
@@ -136,10 +108,9 @@ class CVSummary:
 
     folds: int
     fold_sizes: list[int]
-    per_epoch: list[EpochFigures]
+    per_epoch: list[EpochResult]  # pooled OOF figures of each epoch count, served at its best blend
     chosen: Pick
     nested: list[Pick] = field(default_factory=list)
-    train_loss: dict[int, float] = field(default_factory=dict)
 
     def estimate(self) -> dict[str, float]:
         """Mean and spread (sample standard deviation over folds) of the nested per-fold gains."""
@@ -159,11 +130,11 @@ class CVSummary:
     def as_dict(self) -> dict[str, Any]:
         return {
             "folds": self.folds, "fold_sizes": self.fold_sizes,
-            "per_epoch_pooled": [asdict(e) for e in self.per_epoch],
+            "per_epoch_pooled": [{k: v for k, v in asdict(e).items() if k != "train_loss"} for e in self.per_epoch],
             "chosen": {**asdict(self.chosen), "gain": self.chosen.gain},
             "nested_per_fold": [{"fold": i + 1, **asdict(p), "gain": p.gain} for i, p in enumerate(self.nested)],
             "estimate": self.estimate(),
-            "train_loss_per_epoch": {str(k): v for k, v in sorted(self.train_loss.items())},
+            "train_loss_per_epoch": {str(e.epoch): e.train_loss for e in self.per_epoch if e.train_loss is not None},
         }
 
 
@@ -175,46 +146,34 @@ def _std(xs: Sequence[float]) -> float:
     return float(statistics.stdev(xs)) if len(xs) >= 2 else 0.0
 
 
-def _subset(pool: Sequence[ValidationQuery], qids: Iterable[str]) -> list[ValidationQuery]:
-    wanted = set(qids)
-    return [v for v in pool if v.qid in wanted and v.candidates]
-
-
 def choose(pool: Sequence[ValidationQuery], scores: EpochScores, qids: Iterable[str] | None = None,
            grid: Sequence[float] = BLEND_GRID) -> Pick:
     """The (epochs, blend) with the best served nDCG@10 over ``qids`` (ties: fewer epochs, smaller blend). Raises
     ValueError without scores."""
     if not scores:
         raise ValueError("no out-of-fold scores to choose from")
-    val = _subset(pool, qids if qids is not None else (v.qid for v in pool))
-    best: Pick | None = None
+    val = _subset(pool, qids)
+    best: tuple[int, float, float] | None = None
     for epoch in sorted(scores):
         blend, served = choose_blend(val, scores[epoch], grid)
-        if best is None or served > best.served + 1e-12:
-            best = Pick(epoch, blend, len(val), 0.0, 0.0, served)
+        if best is None or served > best[2] + 1e-12:
+            best = (epoch, blend, served)
     assert best is not None
-    return measure(pool, scores, best.epoch, best.blend, qids)
+    return measure(pool, scores, best[0], best[1], qids)
 
 
 def measure(pool: Sequence[ValidationQuery], scores: EpochScores, epoch: int, blend: float,
             qids: Iterable[str] | None = None) -> Pick:
     """How (``epoch``, ``blend``) serves ``qids`` (default: all of ``pool``)."""
-    val = _subset(pool, qids if qids is not None else (v.qid for v in pool))
+    val = _subset(pool, qids)
     return Pick(epoch, blend, len(val), rerank_metrics(val, None)["ndcg@10"],
                 rerank_metrics(val, scores[epoch])["ndcg@10"],
                 rerank_metrics(val, blended_scores(val, scores[epoch], blend))["ndcg@10"])
 
 
-def per_epoch(pool: Sequence[ValidationQuery], scores: EpochScores,
-              grid: Sequence[float] = BLEND_GRID) -> list[EpochFigures]:
-    """Pooled OOF figures of each epoch count: reranker alone, and served at its best blend."""
-    val = [v for v in pool if v.candidates]
-    out = []
-    for epoch in sorted(scores):
-        alone = rerank_metrics(val, scores[epoch])
-        blend, served = choose_blend(val, scores[epoch], grid)
-        out.append(EpochFigures(epoch, alone["ndcg@10"], alone["mrr@10"], blend, served))
-    return out
+def _subset(pool: Sequence[ValidationQuery], qids: Iterable[str] | None) -> list[ValidationQuery]:
+    wanted = set(qids) if qids is not None else {v.qid for v in pool}
+    return [v for v in pool if v.qid in wanted and v.candidates]
 
 
 def nested_estimate(pool: Sequence[ValidationQuery], scores: EpochScores, folds: Sequence[Sequence[str]],
@@ -222,15 +181,21 @@ def nested_estimate(pool: Sequence[ValidationQuery], scores: EpochScores, folds:
     """Per fold: the (epochs, blend) chosen on the other folds' OOF scores, measured on this fold."""
     out = []
     for i, fold in enumerate(folds):
-        others = [q for j, f in enumerate(folds) if j != i for q in f]
-        pick = choose(pool, scores, others, grid)
+        pick = choose(pool, scores, [q for j, f in enumerate(folds) if j != i for q in f], grid)
         out.append(measure(pool, scores, pick.epoch, pick.blend, fold))
     return out
 
 
 def summarize(pool: Sequence[ValidationQuery], scores: EpochScores, folds: Sequence[Sequence[str]],
               train_loss: Mapping[int, float] | None = None, grid: Sequence[float] = BLEND_GRID) -> CVSummary:
-    """Everything k-fold selection reports: pooled per-epoch figures, the choice, the nested estimate."""
-    return CVSummary(len(folds), [len(f) for f in folds], per_epoch(pool, scores, grid),
-                     choose(pool, scores, None, grid), nested_estimate(pool, scores, folds, grid),
-                     dict(train_loss or {}))
+    """Everything k-fold selection reports: pooled per-epoch figures (reranker alone, and served at its best
+    blend), the choice, the nested estimate."""
+    val = _subset(pool, None)
+    per_epoch = []
+    for epoch in sorted(scores):
+        alone = rerank_metrics(val, scores[epoch])
+        blend, served = choose_blend(val, scores[epoch], grid)
+        per_epoch.append(EpochResult(epoch, alone["ndcg@10"], alone["mrr@10"], (train_loss or {}).get(epoch), blend,
+                                     served))
+    return CVSummary(len(folds), [len(f) for f in folds], per_epoch, choose(pool, scores, None, grid),
+                     nested_estimate(pool, scores, folds, grid))
