@@ -15,7 +15,6 @@ from hybridsearch.errors import ConfigError
 from hybridsearch.jsonl import BadLine, parse_lines
 
 Qrels = dict[str, dict[str, int]]
-PROTECTED_SPLITS = frozenset({"test"})
 SHOWN_IDS = 5  # overlapping query ids named in the error
 
 
@@ -156,28 +155,22 @@ def iter_corpus(path: Path, limit: int | None = None) -> Iterator[dict[str, str]
 
 
 def check_split(split: str, allow_test: bool = False, purpose: str = "train") -> None:
-    """Raise ConfigError for a protected split (``test``) unless ``allow_test``; ``purpose`` is the verb shown."""
-    if split in PROTECTED_SPLITS and not allow_test:
+    """Raise ConfigError for the ``test`` split unless ``allow_test``; ``purpose`` is the verb shown."""
+    if split == "test" and not allow_test:
         raise ConfigError(
             f"refusing to {purpose} on the {split!r} split: its queries are for reporting. Use 'train' "
             "(or 'dev'); pass --allow-test only for a collection you will never evaluate on."
         )
 
 
-def check_disjoint(dataset: Path, qids: Iterable[str], protected: Iterable[str] = PROTECTED_SPLITS,
-                   purpose: str = "training") -> list[str]:
-    """The protected qrels files of ``dataset`` checked; raises ConfigError naming the ``qids`` judged in one."""
-    root = Path(dataset).expanduser().resolve()
-    ours = set(qids)
-    checked: list[str] = []
-    for split in sorted(protected):
-        path = _found(root / "qrels", f"{split}.tsv")
-        if path is None:
-            continue
-        shared = ours & set(read_qrels(path))
-        if shared:
-            some = ", ".join(sorted(shared)[:SHOWN_IDS]) + (" …" if len(shared) > SHOWN_IDS else "")
-            raise ConfigError(f"{len(shared)} {purpose} queries are also judged in {path} ({some}): {purpose} and "
-                              f"{split} queries must be disjoint, or every {split} figure is contaminated")
-        checked.append(str(path))
-    return checked
+def check_disjoint(dataset: Path, qids: Iterable[str], purpose: str = "training") -> list[str]:
+    """The ``test`` qrels file of ``dataset`` checked (none: ``[]``); raises ConfigError naming the ``qids`` judged
+    in it."""
+    path = _found(Path(dataset).expanduser().resolve() / "qrels", "test.tsv")
+    if path is None:
+        return []
+    if shared := set(qids) & set(read_qrels(path)):
+        some = ", ".join(sorted(shared)[:SHOWN_IDS]) + (" …" if len(shared) > SHOWN_IDS else "")
+        raise ConfigError(f"{len(shared)} {purpose} queries are also judged in {path} ({some}): {purpose} and "
+                          "test queries must be disjoint, or every test figure is contaminated")
+    return [str(path)]

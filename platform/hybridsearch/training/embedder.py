@@ -8,14 +8,13 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Mapping, Sequence
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from hybridsearch.embedding.encoder import Embedder, load_sentence_transformer
-from hybridsearch.embedding.models import Prompts, model_prompts, pick_device
+from hybridsearch.embedding.models import Prompts, pick_device
 from hybridsearch.progress import ProgressSink, Task
 from hybridsearch.training.config import EmbedderConfig, EmbedderEpoch, EmbedderResult
 from hybridsearch.training.embedder_data import (
@@ -35,14 +34,12 @@ if TYPE_CHECKING:
     from hybridsearch.settings import ModelsSettings, Settings
 
 Encode = Callable[[list[str]], np.ndarray]
-Track = Callable[[str, int], Task]  # (description, total) -> its counter
 ENCODE_SLICE = 256
-NO_TRACK: Track = partial(Task, None)
 
 
-def encode_all(encode: Encode, texts: Sequence[str], desc: str, track: Track = NO_TRACK) -> np.ndarray:
-    """``encode`` over ``texts`` in slices, advancing a progress bar."""
-    advance = track(desc, len(texts)).advance
+def encode_all(encode: Encode, texts: Sequence[str], desc: str, progress: ProgressSink | None = None) -> np.ndarray:
+    """``encode`` over ``texts`` in slices, advancing task ``desc`` on ``progress``."""
+    advance = Task(progress, desc, len(texts)).advance
     parts: list[np.ndarray] = []
     for i in range(0, len(texts), ENCODE_SLICE):
         part = list(texts[i:i + ENCODE_SLICE])
@@ -73,14 +70,15 @@ def record_prompts(model: Any, prompts: Prompts) -> None:
     model.default_prompt_name = None
 
 
-def validate(val: DenseValidation, queries: Encode, chunks: Encode, track: Track = NO_TRACK) -> dict[str, float]:
+def validate(val: DenseValidation, queries: Encode, chunks: Encode,
+             progress: ProgressSink | None = None) -> dict[str, float]:
     """:func:`~hybridsearch.training.embedder_data.dense_metrics` with vectors from the two encoders."""
     return dense_metrics(val, queries(val.queries),
-                         encode_all(chunks, [ch.text for ch in val.chunks], "validation: embedding chunks", track))
+                         encode_all(chunks, [ch.text for ch in val.chunks], "validation: embedding chunks", progress))
 
 
 def base_similarities(encode: Encode, data: SplitData, got: Collected, qids: Sequence[str],
-                      queries: Encode, track: Track = NO_TRACK) -> dict[str, dict[str, float]]:
+                      queries: Encode, progress: ProgressSink | None = None) -> dict[str, dict[str, float]]:
     """Per training query, the base model's cosine with each of its candidates and positive passages."""
     texts: dict[str, str] = {}
     for qid in qids:
@@ -88,7 +86,7 @@ def base_similarities(encode: Encode, data: SplitData, got: Collected, qids: Seq
         texts.update({f"{qid}\t{d}": got.positive_passages[(qid, d)] for d in relevant_ids(data.qrels[qid])
                       if (qid, d) in got.positive_passages})
     unique = sorted(set(texts.values()))
-    vecs = dict(zip(unique, encode_all(encode, unique, "base model similarities", track), strict=True))
+    vecs = dict(zip(unique, encode_all(encode, unique, "base model similarities", progress), strict=True))
     qvecs = dict(zip(qids, queries([data.queries[q] for q in qids]), strict=True)) if qids else {}
     out: dict[str, dict[str, float]] = {}
     for key, text in texts.items():
@@ -98,8 +96,8 @@ def base_similarities(encode: Encode, data: SplitData, got: Collected, qids: Seq
 
 
 def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: EmbedderConfig, *,
-                   base_scores: dict[str, float] | None = None, progress: ProgressSink | None = None,
-                   prompts: Prompts | None = None, models: ModelsSettings) -> tuple[Any, EmbedderResult]:
+                   base_scores: dict[str, float] | None, progress: ProgressSink | None, prompts: Prompts,
+                   models: ModelsSettings) -> tuple[Any, EmbedderResult]:
     """Fine-tune ``cfg.base`` on ``rows``; returns the model (best or last epoch, with ``prompts``) and what
     happened. ``base_scores``: the validation figures of the base (epoch 0)."""
     from datasets import Dataset
@@ -110,23 +108,20 @@ def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: Embedd
     from hybridsearch.training.callbacks import EpochKeeper, evaluator, fit
 
     device = pick_device(cfg.device)
-    _set_threads(cfg.threads)
     set_seed(cfg.seed)
     model = load_sentence_transformer(cfg.base, models, device)
-    prompts = prompts if prompts is not None else model_prompts(cfg.base, models)
     serve_length = int(model.max_seq_length or 512)
     model.max_seq_length = cfg.max_seq_length or serve_length
     result = EmbedderResult(device=device)
     if val is not None and base_scores is not None:
         result.epochs.append(_epoch(0, base_scores, None))
-    track = partial(Task, progress)
 
     def measure(model: Any) -> dict[str, float]:  # at the served sequence length
         assert val is not None
         trained_length, model.max_seq_length = model.max_seq_length, serve_length
         try:
             return validate(val, model_encoder(model, cfg.batch_size * 2, prompts.query),
-                            model_encoder(model, cfg.batch_size * 2, prompts.passage), track)
+                            model_encoder(model, cfg.batch_size * 2, prompts.passage), progress)
         finally:
             model.max_seq_length = trained_length
 
@@ -147,13 +142,6 @@ def train_embedder(rows: Sequence[Row], val: DenseValidation | None, cfg: Embedd
     return model, result
 
 
-def _set_threads(threads: int | None) -> None:
-    if threads:
-        import torch
-
-        torch.set_num_threads(threads)
-
-
 def _epoch(epoch: int, metrics: Mapping[str, float], loss: float | None) -> EmbedderEpoch:
     return EmbedderEpoch(epoch, metrics.get("ndcg@10"), metrics.get("recall@10"), metrics.get("mrr@10"), loss)
 
@@ -170,7 +158,10 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     from hybridsearch.training.card import make_embedder_card, save_model
     from hybridsearch.training.negatives import IndexMiner, collect, load_split, no_pairs
 
-    _set_threads(cfg.threads)
+    if cfg.threads:
+        import torch
+
+        torch.set_num_threads(cfg.threads)
     data = load_split(cfg.dataset, cfg.split, allow_test=cfg.allow_test, limit=cfg.limit_queries)
     disjoint_from = check_disjoint(cfg.dataset, data.queries) if cfg.split != "test" else []
     prepend = settings.embedding.prepend_title
@@ -187,8 +178,7 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     prompts = inner.prompts
     base = CachedEmbedder(inner, cache_dir)
     try:
-        track = partial(Task, progress)
-        sims = (base_similarities(base.encode, data, got, got.train_qids, base.encode_queries, track)
+        sims = (base_similarities(base.encode, data, got, got.train_qids, base.encode_queries, progress)
                 if cfg.margin else None)
         rows, stats = build_rows(got.train_qids, data.queries, data.qrels, got.candidates, got.positive_passages,
                                  negatives=cfg.negatives, seed=cfg.seed, strategy=cfg.strategy,
@@ -202,7 +192,7 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
             pool, full = validation_pool(chunks, priority, cfg.val_corpus, cfg.seed)
             val = DenseValidation(val_qids, [data.queries[q] for q in val_qids],
                                   {q: data.qrels[q] for q in val_qids}, pool, full, len(chunks))
-            base_scores = validate(val, base.encode_queries, base.encode, track)
+            base_scores = validate(val, base.encode_queries, base.encode, progress)
     finally:
         base.close()
     filtering = time.perf_counter() - started - mining

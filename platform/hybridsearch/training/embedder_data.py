@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -15,6 +15,7 @@ from hybridsearch.training.negatives import (
     Candidate,
     Qrels,
     Strategy,
+    Tally,
     dedupe,
     pick_negatives,
     query_rng,
@@ -42,13 +43,11 @@ class Row:
 
 
 @dataclass
-class RowStats:
+class RowStats(Tally):
     """What :func:`build_rows` made and left out."""
 
     queries: int = 0
     rows: int = 0
-    positives_missing: int = 0
-    skipped_queries: list[str] = field(default_factory=list)
     dropped_top: int = 0
     dropped_similar: int = 0
     dropped_duplicate: int = 0

@@ -153,14 +153,20 @@ class ValidationQuery:
 
 
 @dataclass
-class PairStats:
+class Tally:
+    """The counts :func:`with_positives` keeps: judged-relevant documents without a passage, queries left out."""
+
+    positives_missing: int = 0
+    skipped_queries: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PairStats(Tally):
     """What :func:`build_pairs` made and what it had to skip."""
 
     queries: int = 0
     positives: int = 0
     negatives: int = 0
-    positives_missing: int = 0
-    skipped_queries: list[str] = field(default_factory=list)
     filtered: FilterStats = field(default_factory=FilterStats)
 
 
@@ -178,13 +184,10 @@ def relevant_ids(judgments: Mapping[str, int]) -> set[str]:
 
 def dedupe(candidates: Iterable[Candidate]) -> list[Candidate]:
     """Keep the first (best-ranked) candidate of each document."""
-    seen: set[str] = set()
-    out: list[Candidate] = []
+    first: dict[str, Candidate] = {}
     for cand in candidates:
-        if cand.doc_id not in seen:
-            seen.add(cand.doc_id)
-            out.append(cand)
-    return out
+        first.setdefault(cand.doc_id, cand)
+    return list(first.values())
 
 
 def pick_negatives(pool: Sequence[Candidate], n: int, *, rng: random.Random,
@@ -244,13 +247,6 @@ def build_pairs(
         stats.positives += len(positives)
         stats.negatives += len(negs)
     return pairs, stats
-
-
-class Tally(Protocol):
-    """The counts :func:`with_positives` keeps (in :class:`PairStats` and ``embedder_data.RowStats``)."""
-
-    positives_missing: int
-    skipped_queries: list[str]
 
 
 def with_positives(qids: Iterable[str], qrels: Qrels, candidates: Mapping[str, Sequence[Candidate]],
