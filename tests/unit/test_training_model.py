@@ -17,8 +17,13 @@ from hybridsearch.training.card import beats_fused, save_model
 from hybridsearch.training.card import make_card as _make_card
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
 from hybridsearch.training.negatives import Candidate, MinedData, SplitData, ValidationQuery, build_pairs
-from hybridsearch.training.reranker import load_base, train_cross_encoder
-from hybridsearch.training.validation import choose_blend, rerank_metrics, rerank_validation_evaluator
+from hybridsearch.training.reranker import (
+    choose_blend,
+    load_base,
+    rerank_metrics,
+    rerank_validation_evaluator,
+    train_cross_encoder,
+)
 
 MODELS = load_settings().models
 

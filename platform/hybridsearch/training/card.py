@@ -20,8 +20,14 @@ from hybridsearch.rerank.base import CARD_FILE, KIND
 
 if TYPE_CHECKING:
     from hybridsearch.settings import ModelsSettings
-    from hybridsearch.training.config import EmbedderConfig, EmbedderResult, TrainingConfig, TrainResult
-    from hybridsearch.training.embedder_data import DenseValidation, RowStats
+    from hybridsearch.training.config import (
+        DenseValidation,
+        EmbedderConfig,
+        EmbedderResult,
+        RowStats,
+        TrainingConfig,
+        TrainResult,
+    )
     from hybridsearch.training.negatives import Collected, MinedData, SplitData
 
 EMBEDDER_KIND = "hybridsearch-domain-embedder"

@@ -92,14 +92,14 @@ def overlap(a: Iterable[str], b: Iterable[str]) -> float:
     return len(sa & sb) / union if union else 0.0
 
 
+def _ranks(cand: Candidate) -> tuple[float, float]:
+    return cand.bm25_rank or INF, cand.knn_rank or INF
+
+
 def positive_ranks(candidates: Sequence[Candidate], relevant: set[str]) -> tuple[float, float] | None:
     """Best BM25 and kNN rank among the positives in ``candidates`` (inf for a list without one); None: none there."""
-    found = [c for c in candidates if c.doc_id in relevant]
-    if not found:
-        return None
-    bm25 = min((c.bm25_rank for c in found if c.bm25_rank is not None), default=INF)
-    knn = min((c.knn_rank for c in found if c.knn_rank is not None), default=INF)
-    return float(bm25), float(knn)
+    found = [_ranks(c) for c in candidates if c.doc_id in relevant]
+    return (min(b for b, _ in found), min(k for _, k in found)) if found else None
 
 
 def filter_negatives(candidates: Sequence[Candidate], relevant: set[str], positive_passages: Sequence[str],
@@ -115,7 +115,7 @@ def filter_negatives(candidates: Sequence[Candidate], relevant: set[str], positi
         stats.considered += 1
         if rank <= policy.skip_top:
             stats.skipped_top += 1
-        elif ranks is not None and _above_both(cand, ranks):
+        elif ranks is not None and all(mine < best for mine, best in zip(_ranks(cand), ranks, strict=True)):
             stats.skipped_above_positive += 1
         elif pos_words and max(overlap(words(cand.text), p) for p in pos_words) >= policy.max_overlap:
             stats.skipped_duplicate += 1
@@ -123,12 +123,6 @@ def filter_negatives(candidates: Sequence[Candidate], relevant: set[str], positi
             kept.append(cand)
     stats.kept = len(kept)
     return kept, stats
-
-
-def _above_both(cand: Candidate, ranks: tuple[float, float]) -> bool:
-    bm25 = INF if cand.bm25_rank is None else cand.bm25_rank
-    knn = INF if cand.knn_rank is None else cand.knn_rank
-    return bm25 < ranks[0] and knn < ranks[1]
 
 
 @dataclass(frozen=True)
