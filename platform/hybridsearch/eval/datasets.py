@@ -114,14 +114,6 @@ def read_qrels(path: Path) -> Qrels:
     return qrels
 
 
-def available_splits(root: Path) -> list[str]:
-    """Split names that have a ``qrels/<split>.tsv[.gz]`` under ``root``."""
-    folder = root / "qrels"
-    if not folder.is_dir():
-        return []
-    return sorted({p.name.removesuffix(".gz").removesuffix(".tsv") for p in folder.glob("*.tsv*")})
-
-
 def load_collection(path: str | Path, split: str = "test") -> Collection:
     """Split ``split`` of the BEIR collection in folder ``path``: only queries judged in it. Raises ConfigError."""
     root = Path(path).expanduser()
@@ -131,8 +123,8 @@ def load_collection(path: str | Path, split: str = "test") -> Collection:
     queries_path = _find(root, "queries.jsonl")
     qrels_path = _found(root / "qrels", f"{split}.tsv")
     if qrels_path is None:
-        splits = ", ".join(available_splits(root)) or "none"
-        raise ConfigError(f"{root} has no qrels for split {split!r} (available: {splits})")
+        found = {p.name.removesuffix(".gz").removesuffix(".tsv") for p in (root / "qrels").glob("*.tsv*")}
+        raise ConfigError(f"{root} has no qrels for split {split!r} (available: {', '.join(sorted(found)) or 'none'})")
     all_queries = read_queries(queries_path)
     qrels = read_qrels(qrels_path)
     judged = {q: all_queries[q] for q in qrels if q in all_queries}

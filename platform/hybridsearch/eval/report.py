@@ -202,16 +202,12 @@ def to_markdown(report: EvalReport, diffs: list[Diff] | None = None, tolerance: 
     return text.rstrip("\n") + "\n"
 
 
-PLOT_STAGES = ("embed", "search", "fusion", "rerank")
-
-
 def write_chart(report: EvalReport, path: Path) -> Path:
     """Draw the chart of ``report`` to ``path`` (PNG, matplotlib's Agg backend); returns ``path``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     modes = [m for m in report.modes if m.status == "ok"]
     fig, (ax_q, ax_l) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 2]})
@@ -230,7 +226,7 @@ def write_chart(report: EvalReport, path: Path) -> Path:
 
     names = [m.mode for m in modes]
     bottom = np.zeros(len(modes))
-    for stage in PLOT_STAGES:
+    for stage in STAGES[:-1]:  # without the total
         p50 = np.array([m.latency_ms[stage].p50 for m in modes])
         ax_l.bar(names, p50, bottom=bottom, label=stage)
         bottom += p50

@@ -50,11 +50,6 @@ class TrainingConfig(_RunConfig):
     keep: Literal["last", "best"] = "last"  # the weights saved: the last epoch's, or the best served epoch's
 
     @property
-    def loss_name(self) -> str:
-        """The sentence-transformers loss trained with (recorded in the card)."""
-        return LOSS_NAMES[self.loss]
-
-    @property
     def policy(self) -> NegativePolicy:
         """Which mined candidates may be negatives (:func:`hybridsearch.training.negatives.filter_negatives`)."""
         return NegativePolicy(self.skip_top, self.skip_above_positive, self.max_overlap)
@@ -100,10 +95,6 @@ class EmbedderConfig(_RunConfig):
     val_corpus: int = Field(2000, ge=0)  # chunks the validation ranks (0: the whole index)
     threads: int | None = Field(None, ge=1)  # torch CPU threads (None: torch's choice)
     keep: Literal["last", "best"] = "best"
-
-    @property
-    def loss_name(self) -> str:
-        return "MultipleNegativesRankingLoss"
 
 
 @dataclass
