@@ -153,7 +153,7 @@ def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train",
     the JSON report under ``out``. Raises ConfigError, IndexNotFound, IndexMismatch, ClusterError."""
     from hybridsearch.engine import EngineClient
     from hybridsearch.eval.datasets import load_collection
-    from hybridsearch.eval.prepare import eval_settings
+    from hybridsearch.eval.harness import eval_settings
 
     check_split(split, allow_test, purpose="calibrate")
     if min_gain < 0:

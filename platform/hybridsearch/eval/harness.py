@@ -1,14 +1,16 @@
-"""``hsp eval`` end to end: index the collection, run each mode's queries, score with ranx, report (remarks go to the
+"""``hsp eval`` end to end: the collection's own index under its prefix (a version that fits the settings is reused,
+else one is created and the alias swapped to it), each mode's queries, ranx scores, the report (remarks go to the
 progress sink as notes; nothing is printed)."""
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import datetime as dt
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -16,11 +18,10 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from hybridsearch.cluster_url import redact_url
-from hybridsearch.engine import EngineClient, cluster_info
-from hybridsearch.errors import ConfigError, HybridSearchError, QueryError
+from hybridsearch.engine import EngineClient, cluster_info, engine_errors, request
+from hybridsearch.errors import ConfigError, HybridSearchError, IndexNotFound, IngestError, QueryError
 from hybridsearch.eval.datasets import Collection
 from hybridsearch.eval.metrics import PRIMARY, evaluate
-from hybridsearch.eval.prepare import choose_index, index_counts, ingest_corpus
 from hybridsearch.eval.report import (
     LATENCY_KEYS,
     STAGES,
@@ -38,6 +39,10 @@ from hybridsearch.eval.report import (
     to_markdown,
     write_chart,
 )
+from hybridsearch.index.fit import BUILD_META, chunk_differences
+from hybridsearch.index.spec import chunk_meta, index_options, parse_version, with_analyzer
+from hybridsearch.index.versions import ensure_index, live_target, read_alias, swap_alias
+from hybridsearch.index.visibility import state_index_for, state_index_of, visible_query
 from hybridsearch.progress import ProgressSink, Task, note
 from hybridsearch.query.fusion import unique
 from hybridsearch.query.results import Mode, SearchResult
@@ -46,6 +51,7 @@ from hybridsearch.settings import QuerySettings, RerankerSettings, Settings
 if TYPE_CHECKING:
     from hybridsearch.embedding.cache import CachedEmbedder
     from hybridsearch.embedding.encoder import Embedder
+    from hybridsearch.ingest.sources import Document
     from hybridsearch.rerank.base import Reranker
     from hybridsearch.settings import IngestSettings
 
@@ -59,6 +65,82 @@ PAIR_MODES = ("bm25", "dense", "hybrid")  # what --worst compares
 NOTE = "eval"  # the task name of the workflow's notes
 
 SearchFn = Callable[[str, Mode, bool], SearchResult]
+
+
+def eval_settings(settings: Settings, prefix: str) -> Settings:
+    """A copy of ``settings`` with index prefix ``prefix``. Raises ConfigError for an invalid prefix."""
+    try:
+        index = settings.index.model_validate({**settings.index.model_dump(), "prefix": prefix})
+    except ValidationError:
+        raise ConfigError(f"index prefix {prefix!r} is not valid: lowercase letters, digits, '_', '.', '-'") from None
+    return settings.model_copy(update={"index": index})
+
+
+def build_signature(settings: Settings) -> dict[str, Any]:
+    """What an index built from ``settings`` must record to be reused: ``_meta`` keys and mapping options."""
+    meta = chunk_meta(settings)
+    sig = {k: meta.get(k) for k in BUILD_META}
+    sig["analyzer"] = settings.index.analyzer
+    sig["index_options"] = index_options(settings.index)["type"]
+    return sig
+
+
+@dataclass
+class IndexChoice:
+    """Which concrete index the evaluation uses and why."""
+    index: str
+    action: str  # "reused" | "switched" | "created"
+    signature: dict[str, Any]
+
+
+def choose_index(es: EngineClient, settings: Settings, *, create: bool = True) -> IndexChoice:
+    """Point the alias at an index that fits ``settings``, creating one if none does. Raises IndexNotFound (no
+    ``create``), ClusterError."""
+    alias = settings.index.alias
+    settings = with_analyzer(es, settings)  # "auto" is english or standard, as the index would be built
+    want = build_signature(settings)
+    with engine_errors(f"list indices {alias}-v*"):
+        mappings = es.send(request.get_mapping(f"{alias}-v*", allow_no_indices=True))
+    versions = {i: v for i in mappings if (v := parse_version(i, alias)) is not None}
+    fitting = sorted((i for i in versions
+                      if not chunk_differences(mappings[i]["mappings"], settings, dialect=es.dialect, level="build")),
+                     key=versions.__getitem__)
+    aliases = read_alias(es, alias)
+    live = live_target(alias, aliases) if aliases else None
+    if live is not None and live in fitting:
+        return IndexChoice(live, "reused", want)
+    if fitting:
+        swap_alias(es, settings.index, fitting[-1])
+        return IndexChoice(fitting[-1], "switched", want)
+    if not create:
+        raise IndexNotFound(f"no index under {alias}-v* was built with these settings ({want}); "
+                            "run without --no-ingest to build one")
+    version = max(versions.values(), default=0) + 1
+    name = ensure_index(es, settings, version=version)
+    swap_alias(es, settings.index, name)
+    return IndexChoice(name, "created", want)
+
+
+def index_counts(es: EngineClient, index: str) -> dict[str, int]:
+    """Chunks and distinct documents in ``index`` (after a refresh)."""
+    with engine_errors(f"count {index}"):
+        es.send(request.refresh(index))
+        body = es.send(request.search(index, request.body(
+            size=0, track_total_hits=True, query=visible_query(state_index_of(es, state_index_for(index))),
+            aggs={"docs": {"cardinality": {"field": "doc_id", "precision_threshold": 40000}}})))
+    return {"chunks": int(body["hits"]["total"]["value"]), "documents": int(body["aggregations"]["docs"]["value"])}
+
+
+def ingest_corpus(es: EngineClient, settings: Settings, corpus: Path | Iterable[Document], *,
+                  embedder: Embedder | None = None, progress: ProgressSink | None = None) -> dict[str, Any]:
+    """Ingest ``corpus`` through the alias; returns the run's counts. Raises IngestError unless the run completed."""
+    from hybridsearch.ingest.pipeline import run_ingest
+
+    result = run_ingest(corpus, settings, es=es, embedder=embedder, progress=progress)
+    if result.status != "completed":
+        raise IngestError(f"ingesting {corpus} ended {result.status}: the index is incomplete, so the "
+                          "evaluation stops; re-run to resume")
+    return dataclasses.asdict(result)
 
 
 def parse_modes(text: str) -> list[str]:
@@ -132,10 +214,8 @@ def run_mode(search: SearchFn, queries: Mapping[str, str], mode: str, *, on_quer
             wall = (time.perf_counter() - t0) * 1000.0
             ranking = unique(h.doc_id for h in sorted(result.hits, key=lambda h: h.rank))
             out.rankings[qid] = [d for d in ranking if d != qid] if ignore_identical_ids else ranking
-            t = result.timings
-            for stage, value in zip(STAGES, (t.embed_ms, t.search_ms, t.fusion_ms, t.rerank_ms, t.total_ms),
-                                    strict=True):
-                out.latency[stage].append(value)
+            for stage in STAGES:
+                out.latency[stage].append(getattr(result.timings, f"{stage}_ms"))
             out.latency["wall"].append(wall)
             if rerank and result.reranked:
                 out.reranked += 1
@@ -342,7 +422,6 @@ def run_evaluation(dataset: Path, settings: Settings, *, split: str = "test",
     from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import EngineClient
     from hybridsearch.eval.datasets import load_collection
-    from hybridsearch.eval.prepare import eval_settings
 
     if tolerance < 0:
         raise ConfigError("--tolerance must be ≥ 0")
