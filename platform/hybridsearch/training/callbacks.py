@@ -60,11 +60,6 @@ def fit(model: Any, dataset: Any, loss: Any, validation: Any, keeper: EpochKeepe
         return steps, time.perf_counter() - started
 
 
-def figures(metrics: dict[str, float]) -> dict[str, float]:
-    """The validation figures among a trainer's ``metrics``, unprefixed."""
-    return {k.removeprefix(PREFIX): float(v) for k, v in metrics.items() if k.startswith(PREFIX)}
-
-
 class EpochKeeper(TrainerCallback):  # type: ignore[misc]
     """Per epoch ``(epoch, validation figures, mean training loss)`` in :attr:`epochs`, the best epoch's weights kept
     with ``snapshot``; stops training after epoch ``stop_after`` when given. Steps and loss go to ``sink`` as events,
@@ -107,7 +102,7 @@ class EpochKeeper(TrainerCallback):  # type: ignore[misc]
         if not metrics or PREFIX + self.primary not in metrics or not self.epochs:
             return
         epoch, shown, _ = self.epochs[-1]
-        shown.update(figures(metrics))
+        shown.update({k.removeprefix(PREFIX): float(v) for k, v in metrics.items() if k.startswith(PREFIX)})
         if "blend" in shown:  # a reranker: its own order, and served blended with the fused order
             text = (f"{self.label + ' ' if self.label else ''}epoch {epoch}: validation nDCG@10 "
                     f"{shown['ndcg@10']:.4f} (MRR@10 {shown.get('mrr@10', 0.0):.4f}); served at blend "

@@ -110,7 +110,8 @@ def environment() -> dict[str, Any]:
     import transformers
 
     return {
-        "host": {"cpu_count": _cpu_count(), "platform": platform.platform()},
+        "host": {"cpu_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+                 "platform": platform.platform()},
         "versions": {"hybridsearch": __version__, "sentence_transformers": sentence_transformers.__version__,
                      "transformers": transformers.__version__, "torch": torch.__version__},
     }
@@ -137,10 +138,6 @@ def _caveat(cfg: TrainingConfig, data: SplitData, trained: dict[str, Any] | None
         return None
     return (f"the base model was trained on the {data.split!r} judgments of this collection: the validation "
             "queries are not unseen by it, so validation figures are optimistic; trust the test split")
-
-
-def _cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _num(x: float | None, digits: int = 4) -> str:

@@ -228,10 +228,8 @@ def model_encoder(model: Any, batch_size: int, prompt: str = "") -> Encode:
 
 def prompted_columns(columns: Mapping[str, list[str]], prompts: Prompts) -> dict[str, list[str]]:
     """The trainer's columns with the query prompt before each ``anchor``, the passage prompt before the others."""
-    def prompt_of(column: str) -> str:
-        return prompts.query if column == "anchor" else prompts.passage
-
-    return {c: [prompt_of(c) + t for t in texts] if prompt_of(c) else list(texts) for c, texts in columns.items()}
+    return {c: [(prompts.query if c == "anchor" else prompts.passage) + t for t in texts]
+            for c, texts in columns.items()}
 
 
 def record_prompts(model: Any, prompts: Prompts) -> None:
@@ -337,7 +335,8 @@ def run_embedder_training(cfg: EmbedderConfig, settings: Settings, *, es: Engine
     prepend = settings.embedding.prepend_title
     started = time.perf_counter()
     with contextlib.nullcontext(es) if es is not None else contextlib.closing(EngineClient(settings.es)) as client:
-        miner = IndexMiner(client, settings, embedder, passage=lambda t, x: embed_text(t, x, prepend))
+        miner = IndexMiner(client, settings, embedder,
+                           passage=lambda src: embed_text(src.get("title"), src.get("text") or "", prepend))
         got = collect(miner, data, depth=cfg.depth, val_fraction=cfg.val_fraction, seed=cfg.seed,
                       progress=progress)
         chunks = scan_chunks(client, settings, miner.index)

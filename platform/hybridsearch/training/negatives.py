@@ -17,6 +17,7 @@ from hybridsearch.eval.datasets import check_split, load_collection
 from hybridsearch.index.versions import checked_live_index
 from hybridsearch.index.visibility import visible_filter
 from hybridsearch.progress import ProgressSink, Task
+from hybridsearch.query.window import passage_text
 
 if TYPE_CHECKING:
     from hybridsearch.embedding.encoder import Embedder
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 Strategy = Literal["sample", "top"]
 Qrels = Mapping[str, Mapping[str, int]]
-PassageFn = Callable[[str | None, str], str]  # (title, text) of a stored chunk -> the text trained on
+PassageFn = Callable[[Mapping[str, Any]], str]  # a stored chunk's title and text -> the text trained on
 _WORD = re.compile(r"[a-z0-9]+")
 INF = float("inf")
 
@@ -162,13 +163,6 @@ class PairStats(Tally):
     positives: int = 0
     negatives: int = 0
     filtered: FilterStats = field(default_factory=FilterStats)
-
-
-def passage_text(title: str | None, text: str) -> str:
-    """The text the query layer hands the reranker for a chunk: the model trains on what it scores serving."""
-    from hybridsearch.query.window import passage_text as chunk_passage
-
-    return chunk_passage({"title": title, "text": text})
 
 
 def relevant_ids(judgments: Mapping[str, int]) -> set[str]:
@@ -367,7 +361,8 @@ def no_pairs() -> ConfigError:
 
 class IndexMiner:
     """Candidates (hybrid search without rerank) and positive passages from the live index of ``settings``;
-    ``passage(title, text)`` makes a chunk's training text. Raises IndexNotFound."""
+    ``passage`` makes a chunk's training text (default: what the query layer hands the reranker). Raises
+    IndexNotFound."""
 
     def __init__(self, es: EngineClient, settings: Settings, embedder: Embedder | None = None,
                  passage: PassageFn = passage_text) -> None:
@@ -383,7 +378,7 @@ class IndexMiner:
     def candidates(self, query: str, depth: int) -> list[Candidate]:
         """The hybrid top-``depth`` documents for ``query``, best chunk each, in fused order."""
         result = self.client.search(query, k=depth, mode="hybrid", rerank=False)
-        return dedupe(Candidate(h.doc_id, self.passage(h.title, h.text), h.score,
+        return dedupe(Candidate(h.doc_id, self.passage({"title": h.title, "text": h.text}), h.score,
                                 h.bm25.rank if h.bm25 else None, h.knn.rank if h.knn else None)
                       for h in result.hits)
 
@@ -411,5 +406,5 @@ class IndexMiner:
                 hits = resp.get("hits", {}).get("hits", [])
                 if hits:
                     src = hits[0]["_source"]
-                    out[(qid, doc_id)] = self.passage(src.get("title"), src.get("text", ""))
+                    out[(qid, doc_id)] = self.passage(src)
         return out

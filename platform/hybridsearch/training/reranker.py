@@ -309,9 +309,8 @@ def cross_validate(mined: MinedData, cfg: TrainingConfig, models: ModelsSettings
     summary = summarize(mined.pool, oof, folds, {e: statistics.fmean(v) for e, v in losses.items()})
     cv_seconds = time.perf_counter() - started
     chosen = summary.chosen
-    final = replace(mined, validation=[])
-    model, result = train_cross_encoder(final, cfg.model_copy(update={"keep": "last"}), models, progress=progress,
-                                        stop_after=chosen.epoch, label="final fit (all queries)")
+    model, result = train_cross_encoder(replace(mined, validation=[]), cfg.model_copy(update={"keep": "last"}), models,
+                                        progress=progress, stop_after=chosen.epoch, label="final fit (all queries)")
     result.cv, result.cv_seconds = summary.as_dict(), cv_seconds
     result.fused = rerank_metrics([v for v in mined.pool if v.candidates], None)
     result.epochs = [replace(e) for e in summary.per_epoch]
