@@ -38,7 +38,7 @@ class Collection:
         """The first ``n`` queries (in sorted id order) with their qrels; all when ``n`` is None."""
         if n is None or n >= len(self.queries):
             return self
-        keep = sorted(self.queries, key=lambda q: (int(q), "") if q.isdigit() else (1 << 62, q))[:n]  # 2 < 10
+        keep = sorted(self.queries, key=lambda q: (int(q), "") if q.isdigit() else (1 << 62, q))[:n]  # "2" before "10"
         return replace(self, queries={q: self.queries[q] for q in keep}, qrels={q: self.qrels[q] for q in keep})
 
 
