@@ -184,7 +184,7 @@ async def hybridsearch_levels(args: argparse.Namespace, docs: list[dict[str, str
     from hybridsearch.cli.output import RichProgress
     from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import EngineClient
-    from hybridsearch.eval.prepare import choose_index, index_counts, ingest_corpus
+    from hybridsearch.eval.harness import choose_index, index_counts, ingest_corpus
     from hybridsearch.ingest.sources import Document
     from hybridsearch.rerank import HttpReranker
     from hybridsearch.settings import load_settings

@@ -292,7 +292,7 @@ def run_hybridsearch(args: argparse.Namespace, col: Collection, docs: list[dict[
     from hybridsearch.cli.output import RichProgress
     from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import EngineClient
-    from hybridsearch.eval.prepare import choose_index, eval_settings, index_counts, ingest_corpus
+    from hybridsearch.eval.harness import choose_index, eval_settings, index_counts, ingest_corpus
     from hybridsearch.ingest.sources import Document
     from hybridsearch.query.client import SearchClient
     from hybridsearch.settings import load_settings

@@ -37,7 +37,7 @@ from typing import Any
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.eval.datasets import load_collection
-from hybridsearch.eval.prepare import eval_settings
+from hybridsearch.eval.harness import eval_settings
 from hybridsearch.index.spec import section_words_of
 from hybridsearch.query.build import bm25_body, bm25_scope, knn_lines
 from hybridsearch.query.client import SearchClient

@@ -56,8 +56,7 @@ from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, Request, request
 from hybridsearch.engine.dialect import OPENSEARCH_OPTIONS
 from hybridsearch.eval.datasets import Collection, load_collection
-from hybridsearch.eval.harness import evaluate_collection
-from hybridsearch.eval.prepare import choose_index, eval_settings, ingest_corpus
+from hybridsearch.eval.harness import choose_index, eval_settings, evaluate_collection, ingest_corpus
 from hybridsearch.ingest.chunking import chunk_embed_text
 from hybridsearch.query.build import auto_candidates
 from hybridsearch.query.client import SearchClient

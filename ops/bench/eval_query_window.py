@@ -58,8 +58,7 @@ def run_variant(settings: Settings, dataset: Path, prefix: str, name: str, limit
     from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import EngineClient
     from hybridsearch.eval.datasets import load_collection
-    from hybridsearch.eval.harness import evaluate_collection
-    from hybridsearch.eval.prepare import eval_settings
+    from hybridsearch.eval.harness import eval_settings, evaluate_collection
 
     collection = load_collection(dataset, "test").limit(limit)
     s = eval_settings(settings, prefix)

@@ -38,8 +38,7 @@ from hybridsearch.embedding.cache import CachedEmbedder
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.eval.datasets import load_collection
-from hybridsearch.eval.harness import evaluate_collection
-from hybridsearch.eval.prepare import choose_index, eval_settings, ingest_corpus
+from hybridsearch.eval.harness import choose_index, eval_settings, evaluate_collection, ingest_corpus
 from hybridsearch.eval.report import EvalReport
 from hybridsearch.rerank import LocalReranker
 from hybridsearch.settings import Settings

@@ -18,7 +18,7 @@ from hybridsearch.cli.main import main
 from hybridsearch.doctor import check_log_index
 from hybridsearch.engine import EngineClient, request
 from hybridsearch.errors import AccessDenied, IndexBlocked
-from hybridsearch.eval.prepare import choose_index
+from hybridsearch.eval.harness import choose_index
 from hybridsearch.index.logs import LogWriter
 from hybridsearch.index.spec import LOG_KINDS
 from hybridsearch.index.versions import create_version, ensure_index, live_index

@@ -32,7 +32,7 @@ import pytest
 
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
-from hybridsearch.eval.prepare import choose_index, eval_settings, ingest_corpus
+from hybridsearch.eval.harness import choose_index, eval_settings, ingest_corpus
 from hybridsearch.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -22,11 +22,8 @@ from hybridsearch.training.card import (
     make_embedder_card,
     save_model,
 )
-from hybridsearch.training.config import EmbedderConfig, EmbedderEpoch, EmbedderResult
-from hybridsearch.training.embedder_data import (
-    Chunk,
-    DenseValidation,
-    RowStats,
+from hybridsearch.training.config import Chunk, DenseValidation, EmbedderConfig, EmbedderEpoch, EmbedderResult, RowStats
+from hybridsearch.training.embedder import (
     build_rows,
     dense_metrics,
     dense_rankings,

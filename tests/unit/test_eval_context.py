@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from hybridsearch.errors import ConfigError
-from hybridsearch.eval.harness import git_info, redacted_settings
-from hybridsearch.eval.prepare import build_signature, eval_settings
+from hybridsearch.eval.harness import build_signature, eval_settings, git_info, redacted_settings
 from hybridsearch.settings import load_settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -198,3 +198,12 @@ def test_ingest_checks_fail_when_documents_were_dead_lettered() -> None:
     assert ok.passed
     (bad,) = ingest_checks({"documents": 20, "documents_failed": 3, "dead_letter_path": "dl/x.jsonl"})
     assert not bad.passed and "3 of 20" in bad.detail and "dl/x.jsonl" in bad.detail
+
+
+def test_markdown_sweep_table_has_one_row_per_knob_value_without_the_rerank_mode() -> None:
+    _, reports = build(["hybrid", "hybrid+rerank"])
+    report = make_report(reports, sweep=[{"knob": "rrf_k", "value": "20",
+                                          "metrics": {"hybrid": {"ndcg@10": 0.5, "recall@100": 0.9}}}])
+    md = to_markdown(report)
+    assert "| knob | value | hybrid nDCG@10 | hybrid Recall@100 |\n|---|---|---:|---:|\n" in md
+    assert "| rrf_k | 20 | 0.5000 | 0.9000 |\n" in md

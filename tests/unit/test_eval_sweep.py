@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hybridsearch.errors import ConfigError
-from hybridsearch.eval.sweep import Trial, parse_sweep, sweep_markdown, with_query
+from hybridsearch.eval.harness import parse_sweep, with_query
 from hybridsearch.settings import load_settings
 
 
@@ -29,9 +29,3 @@ def test_with_query_validates_values() -> None:
     assert with_query(load_settings().query, "title_boost", "2").fusion == "auto"
     with pytest.raises(ConfigError, match=r"query\.rrf_k=0"):
         with_query(load_settings().query, "rrf_k", "0")
-
-
-def test_sweep_markdown() -> None:
-    t = Trial(knob="rrf_k", value="20", metrics={"hybrid": {"ndcg@10": 0.5, "recall@100": 0.9}})
-    md = sweep_markdown([t], ["hybrid", "hybrid+rerank"])
-    assert "| knob | value | hybrid nDCG@10 | hybrid Recall@100 |" in md and "| rrf_k | 20 | 0.5000 | 0.9000 |" in md

@@ -132,7 +132,7 @@ def test_query_side_variants_fit_the_index_built_without_them(embedding: dict[st
     """The window (and int8 query weights) change no index: an index built with the defaults fits them at the
     build level ``hsp eval`` checks before reusing one, so evaluating them needs no rebuild."""
     from hybridsearch.engine import ELASTICSEARCH
-    from hybridsearch.eval.prepare import build_signature
+    from hybridsearch.eval.harness import build_signature
     from hybridsearch.index.spec import chunk_differences, load_template
 
     built = load_settings(index={"analyzer": "standard"})

@@ -10,7 +10,6 @@ import pytest
 
 from hybridsearch.errors import ConfigError
 from hybridsearch.eval.datasets import check_split, read_qrels
-from hybridsearch.query.window import passage_text as chunk_passage
 from hybridsearch.training.negatives import (
     Candidate,
     SplitData,
@@ -19,7 +18,6 @@ from hybridsearch.training.negatives import (
     dedupe,
     load_split,
     mine,
-    passage_text,
     split_queries,
     validation_queries,
 )
@@ -187,12 +185,6 @@ def test_validation_queries_keep_fused_order_and_drop_unjudged() -> None:
     assert [v.qid for v in val] == ["q1", "q2"]
     assert [c.doc_id for c in val[0].candidates] == ["n0", "p1", "x1", "x2", "x3"]
     assert val[0].relevant == {"p1": 1, "p1b": 2}
-
-
-def test_passage_text_is_what_the_query_layer_sends_the_reranker() -> None:
-    for title, text, want in (("A title", "Body text.", "A title Body text."), ("", "Body only", "Body only"),
-                              (None, "Body", "Body")):
-        assert passage_text(title, text) == chunk_passage({"title": title, "text": text}) == want
 
 
 class ListMiner:

@@ -10,14 +10,20 @@ from typing import Literal
 import numpy as np
 import pytest
 
+from hybridsearch.progress import ProgressEvent
 from hybridsearch.rerank.base import serving_hints
 from hybridsearch.settings import load_settings
 from hybridsearch.training.card import beats_fused, save_model
 from hybridsearch.training.card import make_card as _make_card
 from hybridsearch.training.config import EpochResult, TrainingConfig, TrainResult
 from hybridsearch.training.negatives import Candidate, MinedData, SplitData, ValidationQuery, build_pairs
-from hybridsearch.training.reranker import load_base, train_cross_encoder
-from hybridsearch.training.validation import choose_blend, rerank_metrics, rerank_validation_evaluator
+from hybridsearch.training.reranker import (
+    choose_blend,
+    load_base,
+    rerank_metrics,
+    rerank_validation_evaluator,
+    train_cross_encoder,
+)
 
 MODELS = load_settings().models
 
@@ -133,8 +139,13 @@ def test_trained_folder_loads_as_cross_encoder_and_local_reranker_with_a_card(ti
 
 def test_keep_last_saves_the_final_epoch_with_its_blend(tiny_base: Path, tmp_path: Path) -> None:
     mined = tiny_mined()
-    model, result = train_cross_encoder(mined, config(tiny_base, tmp_path / "m", epochs=3), MODELS, progress=None)
+    events: list[ProgressEvent] = []
+    model, result = train_cross_encoder(mined, config(tiny_base, tmp_path / "m", epochs=3), MODELS,
+                                        progress=events.append)
     assert result.best_epoch == 3
+    notes = [e.note for e in events if e.note]
+    assert len(notes) == 3 and notes[-1].startswith("epoch 3: validation nDCG@10") and "served at blend" in notes[-1]
+    assert any(e.finished and e.done == e.total for e in events if e.task == "training")
     last = result.epochs[-1]
     again = rerank_validation_evaluator(mined.validation, 32)(model)  # as training validated (same batches)
     assert again["val_ndcg@10"] == pytest.approx(last.ndcg_at_10, abs=1e-6)

@@ -26,8 +26,7 @@ from hybridsearch.training.negatives import (
     positive_ranks,
     words,
 )
-from hybridsearch.training.reranker import query_lists
-from hybridsearch.training.validation import choose, kfold, measure, nested_estimate, summarize
+from hybridsearch.training.reranker import choose, kfold, measure, nested_estimate, query_lists, summarize
 
 MODELS = load_settings().models
 

@@ -13,7 +13,7 @@ from hybridsearch.cli.output import RichProgress, print_table, right, styled, ta
 from hybridsearch.cli.output import stdout as console
 from hybridsearch.eval.harness import DEFAULT_MODES
 from hybridsearch.eval.metrics import METRICS
-from hybridsearch.eval.report import LATENCY_KEYS, Diff, EvalReport
+from hybridsearch.eval.report import LATENCY_KEYS, SWEEP_METRICS, Diff, EvalReport
 from hybridsearch.settings import Settings
 
 
@@ -126,16 +126,13 @@ def print_report(report: EvalReport, diffs: list[Diff] | None, tolerance: float)
                             style=style)
         print_table(console, against)
     if report.sweep:
-        from hybridsearch.eval.sweep import SWEEP_METRICS, Trial
-
-        trials = [Trial.model_validate(t) for t in report.sweep]
         sweep_modes = [m.mode for m in ok if m.mode != "hybrid+rerank"]
         knobs = table(console, "knob", "value", *right(*(f"{name} {METRICS[x]}" for name in sweep_modes
                                                          for x in SWEEP_METRICS)),
                       title="knob sweep (query phase only, same index)")
-        for t in trials:
-            knobs.add_row(t.knob, t.value, *(f"{t.metrics[name][x]:.4f}" if name in t.metrics else "—"
-                                             for name in sweep_modes for x in SWEEP_METRICS))
+        for t in report.sweep:
+            knobs.add_row(t["knob"], t["value"], *(f"{t['metrics'][name][x]:.4f}" if name in t["metrics"] else "—"
+                                                   for name in sweep_modes for x in SWEEP_METRICS))
         print_table(console, knobs)
     if report.worst:
         losses = table(console, *(Column(col, overflow="fold") for col in ("query", "hybrid", "best single", "loss",

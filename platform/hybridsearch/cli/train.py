@@ -160,7 +160,7 @@ def train_reranker(args: argparse.Namespace, settings: Settings) -> int:
 
 def print_folds(card: Mapping[str, Any]) -> None:
     """The k-fold table of a reranker's card (nothing for a one-slice card)."""
-    cv = card.get("cross_validation")  # validation.CVSummary.as_dict()
+    cv = card.get("cross_validation")  # reranker.CVSummary.as_dict()
     if not isinstance(cv, dict):
         return
     grid = table(console, *right("fold", "queries", "epochs", "blend", "fused", "reranker alone", "served", "gain"),

@@ -153,7 +153,7 @@ def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train",
     the JSON report under ``out``. Raises ConfigError, IndexNotFound, IndexMismatch, ClusterError."""
     from hybridsearch.engine import EngineClient
     from hybridsearch.eval.datasets import load_collection
-    from hybridsearch.eval.prepare import eval_settings
+    from hybridsearch.eval.harness import eval_settings
 
     check_split(split, allow_test, purpose="calibrate")
     if min_gain < 0:
@@ -162,20 +162,22 @@ def calibrate_fusion(dataset: Path, settings: Settings, *, split: str = "train",
     if split != "test":
         check_disjoint(dataset, collection.queries, purpose="calibration")
     s = eval_settings(settings, prefix or f"eval-{collection.name}")
-    with contextlib.nullcontext(es) if es is not None else contextlib.closing(EngineClient(s.es)) as client_es:
+    with contextlib.ExitStack() as stack:
+        client_es = es if es is not None else stack.enter_context(contextlib.closing(EngineClient(s.es)))
         index = checked_live_index(client_es, s)
-        task = Task(progress, "lists", len(collection.queries))
-        if search is not None:
-            lists = record_lists(search, collection.queries, ignore_identical_ids=not keep_identical_ids,
-                                 on_query=task.advance)
-        else:
+        if search is None:
             from hybridsearch.query.client import SearchClient
 
             k = min(s.query.max_k, max(s.query.bm25_k, s.query.knn_k))
-            with contextlib.closing(SearchClient(client_es, s, reranker=None, log_queries=False)) as client:
-                lists = record_lists(lambda text, mode: client.search(text, k=k, mode=mode, rerank=False),
-                                     collection.queries, ignore_identical_ids=not keep_identical_ids,
-                                     on_query=task.advance)
+            client = stack.enter_context(contextlib.closing(SearchClient(client_es, s, reranker=None,
+                                                                         log_queries=False)))
+
+            def search(text: str, mode: Mode) -> SearchResult:
+                return client.search(text, k=k, mode=mode, rerank=False)
+
+        task = Task(progress, "lists", len(collection.queries))
+        lists = record_lists(search, collection.queries, ignore_identical_ids=not keep_identical_ids,
+                             on_query=task.advance)
         task.finish()
         cal = calibrate(lists, collection.qrels, min_gain=min_gain)
         cal.dataset, cal.split, cal.index, cal.recorded = collection.name, collection.split, index, not dry_run

@@ -15,7 +15,6 @@ from hybridsearch.errors import ConfigError
 from hybridsearch.jsonl import BadLine, parse_lines
 
 Qrels = dict[str, dict[str, int]]
-PROTECTED_SPLITS = frozenset({"test"})
 SHOWN_IDS = 5  # overlapping query ids named in the error
 
 
@@ -39,12 +38,8 @@ class Collection:
         """The first ``n`` queries (in sorted id order) with their qrels; all when ``n`` is None."""
         if n is None or n >= len(self.queries):
             return self
-        keep = sorted(self.queries, key=_natural_key)[:n]
+        keep = sorted(self.queries, key=lambda q: (int(q), "") if q.isdigit() else (1 << 62, q))[:n]  # "2" before "10"
         return replace(self, queries={q: self.queries[q] for q in keep}, qrels={q: self.qrels[q] for q in keep})
-
-
-def _natural_key(qid: str) -> tuple[int, str]:
-    return (int(qid), "") if qid.isdigit() else (1 << 62, qid)
 
 
 def _open_text(path: Path) -> IO[str]:
@@ -115,14 +110,6 @@ def read_qrels(path: Path) -> Qrels:
     return qrels
 
 
-def available_splits(root: Path) -> list[str]:
-    """Split names that have a ``qrels/<split>.tsv[.gz]`` under ``root``."""
-    folder = root / "qrels"
-    if not folder.is_dir():
-        return []
-    return sorted({p.name.removesuffix(".gz").removesuffix(".tsv") for p in folder.glob("*.tsv*")})
-
-
 def load_collection(path: str | Path, split: str = "test") -> Collection:
     """Split ``split`` of the BEIR collection in folder ``path``: only queries judged in it. Raises ConfigError."""
     root = Path(path).expanduser()
@@ -132,8 +119,8 @@ def load_collection(path: str | Path, split: str = "test") -> Collection:
     queries_path = _find(root, "queries.jsonl")
     qrels_path = _found(root / "qrels", f"{split}.tsv")
     if qrels_path is None:
-        splits = ", ".join(available_splits(root)) or "none"
-        raise ConfigError(f"{root} has no qrels for split {split!r} (available: {splits})")
+        found = {p.name.removesuffix(".gz").removesuffix(".tsv") for p in (root / "qrels").glob("*.tsv*")}
+        raise ConfigError(f"{root} has no qrels for split {split!r} (available: {', '.join(sorted(found)) or 'none'})")
     all_queries = read_queries(queries_path)
     qrels = read_qrels(qrels_path)
     judged = {q: all_queries[q] for q in qrels if q in all_queries}
@@ -156,28 +143,22 @@ def iter_corpus(path: Path, limit: int | None = None) -> Iterator[dict[str, str]
 
 
 def check_split(split: str, allow_test: bool = False, purpose: str = "train") -> None:
-    """Raise ConfigError for a protected split (``test``) unless ``allow_test``; ``purpose`` is the verb shown."""
-    if split in PROTECTED_SPLITS and not allow_test:
+    """Raise ConfigError for the ``test`` split unless ``allow_test``; ``purpose`` is the verb shown."""
+    if split == "test" and not allow_test:
         raise ConfigError(
             f"refusing to {purpose} on the {split!r} split: its queries are for reporting. Use 'train' "
             "(or 'dev'); pass --allow-test only for a collection you will never evaluate on."
         )
 
 
-def check_disjoint(dataset: Path, qids: Iterable[str], protected: Iterable[str] = PROTECTED_SPLITS,
-                   purpose: str = "training") -> list[str]:
-    """The protected qrels files of ``dataset`` checked; raises ConfigError naming the ``qids`` judged in one."""
-    root = Path(dataset).expanduser().resolve()
-    ours = set(qids)
-    checked: list[str] = []
-    for split in sorted(protected):
-        path = _found(root / "qrels", f"{split}.tsv")
-        if path is None:
-            continue
-        shared = ours & set(read_qrels(path))
-        if shared:
-            some = ", ".join(sorted(shared)[:SHOWN_IDS]) + (" …" if len(shared) > SHOWN_IDS else "")
-            raise ConfigError(f"{len(shared)} {purpose} queries are also judged in {path} ({some}): {purpose} and "
-                              f"{split} queries must be disjoint, or every {split} figure is contaminated")
-        checked.append(str(path))
-    return checked
+def check_disjoint(dataset: Path, qids: Iterable[str], purpose: str = "training") -> list[str]:
+    """The ``test`` qrels file of ``dataset`` checked (none: ``[]``); raises ConfigError naming the ``qids`` judged
+    in it."""
+    path = _found(Path(dataset).expanduser().resolve() / "qrels", "test.tsv")
+    if path is None:
+        return []
+    if shared := set(qids) & set(read_qrels(path)):
+        some = ", ".join(sorted(shared)[:SHOWN_IDS]) + (" …" if len(shared) > SHOWN_IDS else "")
+        raise ConfigError(f"{len(shared)} {purpose} queries are also judged in {path} ({some}): {purpose} and "
+                          "test queries must be disjoint, or every test figure is contaminated")
+    return [str(path)]

@@ -1,26 +1,31 @@
-"""``hsp eval`` end to end: index the collection, run each mode's queries, score with ranx, report (remarks go to the
+"""``hsp eval`` end to end: the collection's own index under its prefix (a version that fits the settings is reused,
+else one is created and the alias swapped to it), each mode's queries, ranx scores, the report (remarks go to the
 progress sink as notes; nothing is printed)."""
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import datetime as dt
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pydantic import ValidationError
+
 from hybridsearch.cluster_url import redact_url
-from hybridsearch.engine import EngineClient, cluster_info
-from hybridsearch.errors import ConfigError, HybridSearchError, QueryError
+from hybridsearch.engine import EngineClient, cluster_info, engine_errors, request
+from hybridsearch.errors import ConfigError, HybridSearchError, IndexNotFound, IngestError, QueryError
 from hybridsearch.eval.datasets import Collection
 from hybridsearch.eval.metrics import PRIMARY, evaluate
-from hybridsearch.eval.prepare import choose_index, index_counts, ingest_corpus
 from hybridsearch.eval.report import (
     LATENCY_KEYS,
     STAGES,
+    SWEEP_METRICS,
     Diff,
     EvalReport,
     ModeReport,
@@ -34,15 +39,25 @@ from hybridsearch.eval.report import (
     to_markdown,
     write_chart,
 )
-from hybridsearch.eval.sweep import SWEEP_METRICS, Trial, parse_sweep, with_query
+from hybridsearch.index.spec import (
+    BUILD_META,
+    chunk_differences,
+    chunk_meta,
+    index_options,
+    parse_version,
+    with_analyzer,
+)
+from hybridsearch.index.versions import ensure_index, live_target, read_alias, swap_alias
+from hybridsearch.index.visibility import state_index_for, state_index_of, visible_query
 from hybridsearch.progress import ProgressSink, Task, note
 from hybridsearch.query.fusion import unique
 from hybridsearch.query.results import Mode, SearchResult
-from hybridsearch.settings import RerankerSettings, Settings
+from hybridsearch.settings import QuerySettings, RerankerSettings, Settings
 
 if TYPE_CHECKING:
     from hybridsearch.embedding.cache import CachedEmbedder
     from hybridsearch.embedding.encoder import Embedder
+    from hybridsearch.ingest.sources import Document
     from hybridsearch.rerank.base import Reranker
     from hybridsearch.settings import IngestSettings
 
@@ -58,6 +73,82 @@ NOTE = "eval"  # the task name of the workflow's notes
 SearchFn = Callable[[str, Mode, bool], SearchResult]
 
 
+def eval_settings(settings: Settings, prefix: str) -> Settings:
+    """A copy of ``settings`` with index prefix ``prefix``. Raises ConfigError for an invalid prefix."""
+    try:
+        index = settings.index.model_validate({**settings.index.model_dump(), "prefix": prefix})
+    except ValidationError:
+        raise ConfigError(f"index prefix {prefix!r} is not valid: lowercase letters, digits, '_', '.', '-'") from None
+    return settings.model_copy(update={"index": index})
+
+
+def build_signature(settings: Settings) -> dict[str, Any]:
+    """What an index built from ``settings`` must record to be reused: ``_meta`` keys and mapping options."""
+    meta = chunk_meta(settings)
+    sig = {k: meta.get(k) for k in BUILD_META}
+    sig["analyzer"] = settings.index.analyzer
+    sig["index_options"] = index_options(settings.index)["type"]
+    return sig
+
+
+@dataclass
+class IndexChoice:
+    """Which concrete index the evaluation uses and why."""
+    index: str
+    action: str  # "reused" | "switched" | "created"
+    signature: dict[str, Any]
+
+
+def choose_index(es: EngineClient, settings: Settings, *, create: bool = True) -> IndexChoice:
+    """Point the alias at an index that fits ``settings``, creating one if none does. Raises IndexNotFound (no
+    ``create``), ClusterError."""
+    alias = settings.index.alias
+    settings = with_analyzer(es, settings)  # "auto" is english or standard, as the index would be built
+    want = build_signature(settings)
+    with engine_errors(f"list indices {alias}-v*"):
+        mappings = es.send(request.get_mapping(f"{alias}-v*", allow_no_indices=True))
+    versions = {i: v for i in mappings if (v := parse_version(i, alias)) is not None}
+    fitting = sorted((i for i in versions
+                      if not chunk_differences(mappings[i]["mappings"], settings, dialect=es.dialect, level="build")),
+                     key=versions.__getitem__)
+    aliases = read_alias(es, alias)
+    live = live_target(alias, aliases) if aliases else None
+    if live is not None and live in fitting:
+        return IndexChoice(live, "reused", want)
+    if fitting:
+        swap_alias(es, settings.index, fitting[-1])
+        return IndexChoice(fitting[-1], "switched", want)
+    if not create:
+        raise IndexNotFound(f"no index under {alias}-v* was built with these settings ({want}); "
+                            "run without --no-ingest to build one")
+    version = max(versions.values(), default=0) + 1
+    name = ensure_index(es, settings, version=version)
+    swap_alias(es, settings.index, name)
+    return IndexChoice(name, "created", want)
+
+
+def index_counts(es: EngineClient, index: str) -> dict[str, int]:
+    """Chunks and distinct documents in ``index`` (after a refresh)."""
+    with engine_errors(f"count {index}"):
+        es.send(request.refresh(index))
+        body = es.send(request.search(index, request.body(
+            size=0, track_total_hits=True, query=visible_query(state_index_of(es, state_index_for(index))),
+            aggs={"docs": {"cardinality": {"field": "doc_id", "precision_threshold": 40000}}})))
+    return {"chunks": int(body["hits"]["total"]["value"]), "documents": int(body["aggregations"]["docs"]["value"])}
+
+
+def ingest_corpus(es: EngineClient, settings: Settings, corpus: Path | Iterable[Document], *,
+                  embedder: Embedder | None = None, progress: ProgressSink | None = None) -> dict[str, Any]:
+    """Ingest ``corpus`` through the alias; returns the run's counts. Raises IngestError unless the run completed."""
+    from hybridsearch.ingest.pipeline import run_ingest
+
+    result = run_ingest(corpus, settings, es=es, embedder=embedder, progress=progress)
+    if result.status != "completed":
+        raise IngestError(f"ingesting {corpus} ended {result.status}: the index is incomplete, so the "
+                          "evaluation stops; re-run to resume")
+    return dataclasses.asdict(result)
+
+
 def parse_modes(text: str) -> list[str]:
     """``"bm25,hybrid"`` → ``["bm25", "hybrid"]`` (order kept, duplicates dropped). Raises QueryError."""
     modes = list(dict.fromkeys(m.strip() for m in text.split(",") if m.strip()))
@@ -65,6 +156,33 @@ def parse_modes(text: str) -> list[str]:
     if unknown or not modes:
         raise QueryError(f"unknown mode(s) {', '.join(unknown) or '(none)'}; choose from {', '.join(MODES)}")
     return modes
+
+
+def parse_sweep(specs: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """``["query.rrf_k=20,60"]`` → ``[("rrf_k", ["20", "60"])]``. Raises ConfigError on other keys or syntax."""
+    out: list[tuple[str, list[str]]] = []
+    for spec in specs:
+        key, sep, values = spec.partition("=")
+        name = key.strip().removeprefix("query.")
+        if not sep or not values.strip():
+            raise ConfigError(f"--sweep {spec!r}: expected query.NAME=V1,V2,…")
+        if "." in name or name not in QuerySettings.model_fields:
+            raise ConfigError(f"--sweep {key!r}: only query settings can be swept "
+                              f"({', '.join(sorted(QuerySettings.model_fields))})")
+        out.append((name, [v.strip() for v in values.split(",") if v.strip()]))
+    return out
+
+
+def with_query(query: QuerySettings, name: str, value: str) -> QuerySettings:
+    """``query`` with ``name`` set to ``value``; a swept RRF knob selects RRF over ``fusion=auto`` (else the index's
+    recorded fusion would be used). Raises ConfigError."""
+    update: dict[str, str] = {name: value}
+    if query.fusion == "auto" and name in ("rrf_k", "knn_share"):
+        update["fusion"] = "rrf"
+    try:
+        return QuerySettings.model_validate({**query.model_dump(), **update})
+    except ValidationError as exc:
+        raise ConfigError(f"--sweep query.{name}={value}: {exc.errors()[0]['msg']}") from None
 
 
 @dataclass
@@ -102,10 +220,8 @@ def run_mode(search: SearchFn, queries: Mapping[str, str], mode: str, *, on_quer
             wall = (time.perf_counter() - t0) * 1000.0
             ranking = unique(h.doc_id for h in sorted(result.hits, key=lambda h: h.rank))
             out.rankings[qid] = [d for d in ranking if d != qid] if ignore_identical_ids else ranking
-            t = result.timings
-            for stage, value in zip(STAGES, (t.embed_ms, t.search_ms, t.fusion_ms, t.rerank_ms, t.total_ms),
-                                    strict=True):
-                out.latency[stage].append(value)
+            for stage in STAGES:
+                out.latency[stage].append(getattr(result.timings, f"{stage}_ms"))
             out.latency["wall"].append(wall)
             if rerank and result.reranked:
                 out.reranked += 1
@@ -250,33 +366,25 @@ def evaluate_collection(es: EngineClient, settings: Settings, collection: Collec
     return EvalRun(report, runs)
 
 
-def run_sweep(
-    es: EngineClient, settings: Settings, collection: Collection, modes: Sequence[str],
-    knobs: list[tuple[str, list[str]]], *, embedder: Embedder | None = None, k: int = 100,
-    ignore_identical_ids: bool = True,
-) -> list[Trial]:
-    """Run ``modes`` (without rerank) once per knob value on the index behind ``settings.index.alias``."""
+def run_sweep(es: EngineClient, settings: Settings, collection: Collection, modes: Sequence[str],
+              knobs: list[tuple[str, list[str]]], *, embedder: Embedder | None = None, k: int = 100,
+              ignore_identical_ids: bool = True) -> list[dict[str, Any]]:
+    """Per knob value, the query phase of ``modes`` (without rerank) re-run on the same index: ``{knob, value,
+    metrics: {mode: {metric: mean}}}``."""
     from hybridsearch.query.client import SearchClient
 
-    modes = [m for m in modes if m != "hybrid+rerank"]
-    trials: list[Trial] = []
-    for name, values in knobs:
-        for value in values:
-            knobs_now = with_query(settings.query, name, value)
-            client = SearchClient(es, settings, embedder=embedder, query=knobs_now, log_queries=False)
+    trials: list[dict[str, Any]] = []
+    for name, value in ((name, value) for name, values in knobs for value in values):
+        query = with_query(settings.query, name, value)
+        with contextlib.closing(SearchClient(es, settings, embedder=embedder, query=query, log_queries=False)) as c:
 
-            def search(query: str, mode: Mode, rerank: bool, client: SearchClient = client) -> SearchResult:
-                return client.search(query, k=min(k, client.query.max_k), mode=mode, rerank=False)
+            def search(text: str, mode: Mode, rerank: bool, client: SearchClient = c) -> SearchResult:
+                return client.search(text, k=min(k, client.query.max_k), mode=mode, rerank=False)
 
-            metrics: dict[str, dict[str, float]] = {}
-            try:
-                for mode in modes:
-                    run = run_mode(search, collection.queries, mode, ignore_identical_ids=ignore_identical_ids)
-                    means, _ = evaluate(collection.qrels, run.rankings, SWEEP_METRICS)
-                    metrics[mode] = means
-            finally:
-                client.close()
-            trials.append(Trial(knob=name, value=value, metrics=metrics))
+            metrics = {m: evaluate(collection.qrels, run_mode(search, collection.queries, m,
+                                                              ignore_identical_ids=ignore_identical_ids).rankings,
+                                   SWEEP_METRICS)[0] for m in modes if m != "hybrid+rerank"}
+        trials.append({"knob": name, "value": value, "metrics": metrics})
     return trials
 
 
@@ -320,7 +428,6 @@ def run_evaluation(dataset: Path, settings: Settings, *, split: str = "test",
     from hybridsearch.embedding.encoder import Embedder
     from hybridsearch.engine import EngineClient
     from hybridsearch.eval.datasets import load_collection
-    from hybridsearch.eval.prepare import eval_settings
 
     if tolerance < 0:
         raise ConfigError("--tolerance must be ≥ 0")
@@ -352,9 +459,8 @@ def run_evaluation(dataset: Path, settings: Settings, *, split: str = "test",
                                   progress=progress, ignore_identical_ids=not keep_identical_ids)
         if knobs:
             remark(f"sweeping {', '.join(f'{n}={v}' for n, vs in knobs for v in vs)}")
-            trials = run_sweep(es, s, collection, chosen, knobs, embedder=embedder, k=run.report.k,
-                               ignore_identical_ids=not keep_identical_ids)
-            run.report.sweep = [t.model_dump() for t in trials]
+            run.report.sweep = run_sweep(es, s, collection, chosen, knobs, embedder=embedder, k=run.report.k,
+                                         ignore_identical_ids=not keep_identical_ids)
     finally:
         es.close()
         if cache is not None:

@@ -33,19 +33,25 @@ def evaluate(
 ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
     """``({metric: mean}, {metric: {qid: value}})``; a judged query without a ranking scores 0. Raises ConfigError
     when ``qrels`` is empty."""
+    if not qrels:
+        raise ConfigError("no judged queries to evaluate")
+    return evaluate_run(qrels, to_run({q: docs for q, docs in rankings.items() if q in qrels and docs}), metrics)
+
+
+def evaluate_run(qrels: Mapping[str, Mapping[str, int]], run: Mapping[str, Mapping[str, float]],
+                 metrics: Sequence[str]) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+    """:func:`evaluate` of a ranx run (``{qid: {doc: score}}``, ties ordered by ranx)."""
     from ranx import Qrels, Run
     from ranx import evaluate as ranx_evaluate
 
-    if not qrels:
-        raise ConfigError("no judged queries to evaluate")
-    run = to_run({q: docs for q, docs in rankings.items() if q in qrels and docs})
-    ranx_qrels = Qrels({q: dict(j) for q, j in qrels.items()})
     if not run:  # nothing retrieved for any query: ranx cannot hold an empty run
         return dict.fromkeys(metrics, 0.0), {m: dict.fromkeys(qrels, 0.0) for m in metrics}
+    ranx_qrels = Qrels({q: dict(j) for q, j in qrels.items()})
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # numba's type-safety chatter
         # make_comparable: queries without a ranking score 0, rankings for unjudged queries are ignored
-        scores: Any = ranx_evaluate(ranx_qrels, Run(run), list(metrics), return_mean=False, make_comparable=True)
+        scores: Any = ranx_evaluate(ranx_qrels, Run({q: dict(d) for q, d in run.items()}), list(metrics),
+                                    return_mean=False, make_comparable=True)
     if len(metrics) == 1:
         scores = {metrics[0]: scores}
     order = ranx_qrels.get_query_ids()  # the order of ranx's per-query arrays

@@ -17,6 +17,7 @@ from hybridsearch.eval.metrics import METRICS, PRIMARY
 SCHEMA = "hybridsearch.eval/1"
 STAGES = ("embed", "search", "fusion", "rerank", "total")
 LATENCY_KEYS = (*STAGES, "wall")
+SWEEP_METRICS = ("ndcg@10", "recall@100")  # what ``--sweep`` measures per mode
 
 
 class Latency(BaseModel):
@@ -196,16 +197,9 @@ REPORT_MD.filters["fmt"] = _fmt
 
 def to_markdown(report: EvalReport, diffs: list[Diff] | None = None, tolerance: float | None = None) -> str:
     """The report as Markdown (``report.md.j2``): metrics, latency, notes, checks, baseline, sweep, worst queries."""
-    from hybridsearch.eval.sweep import Trial, sweep_markdown
-
-    ok = [m.mode for m in report.modes if m.status == "ok"]
-    sweep = sweep_markdown([Trial.model_validate(t) for t in report.sweep], ok) if report.sweep else ""
     text = REPORT_MD.get_template("report.md.j2").render(r=report, diffs=diffs, tolerance=tolerance, metrics=METRICS,
-                                                         latency_keys=LATENCY_KEYS, sweep=sweep)
+                                                         latency_keys=LATENCY_KEYS, sweep_metrics=SWEEP_METRICS)
     return text.rstrip("\n") + "\n"
-
-
-PLOT_STAGES = ("embed", "search", "fusion", "rerank")
 
 
 def write_chart(report: EvalReport, path: Path) -> Path:
@@ -214,7 +208,6 @@ def write_chart(report: EvalReport, path: Path) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    import numpy as np
 
     modes = [m for m in report.modes if m.status == "ok"]
     fig, (ax_q, ax_l) = plt.subplots(1, 2, figsize=(13, 4.8), gridspec_kw={"width_ratios": [3, 2]})
@@ -233,7 +226,7 @@ def write_chart(report: EvalReport, path: Path) -> Path:
 
     names = [m.mode for m in modes]
     bottom = np.zeros(len(modes))
-    for stage in PLOT_STAGES:
+    for stage in STAGES[:-1]:  # without the total
         p50 = np.array([m.latency_ms[stage].p50 for m in modes])
         ax_l.bar(names, p50, bottom=bottom, label=stage)
         bottom += p50

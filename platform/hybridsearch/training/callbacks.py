@@ -1,4 +1,4 @@
-"""What both trainers hand sentence-transformers: the validation evaluator, progress events and the epoch keeper."""
+"""What both trainers hand sentence-transformers: the validation evaluator and the epoch keeper (with progress)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ def evaluator(measure: Callable[[Any], dict[str, float]], primary: str) -> Any:
     return Validation()
 
 
-def fit(model: Any, dataset: Any, loss: Any, validation: Any, callbacks: list[Any], *, epochs: int, batch_size: int,
+def fit(model: Any, dataset: Any, loss: Any, validation: Any, keeper: EpochKeeper, *, epochs: int, batch_size: int,
         lr: float, warmup_ratio: float, seed: int, device: str, logging_steps: int, **args: Any) -> tuple[int, float]:
     """Train ``model`` (a CrossEncoder or SentenceTransformer) with sentence-transformers' trainer for it, evaluating
     after each epoch, with no checkpoint, Hub card or printed log; returns ``(steps, seconds)``."""
@@ -51,7 +51,7 @@ def fit(model: Any, dataset: Any, loss: Any, validation: Any, callbacks: list[An
             eval_strategy="epoch" if validation is not None else "no", logging_steps=logging_steps, report_to="none",
             disable_tqdm=True, use_cpu=device == "cpu", dataloader_num_workers=0, **args)
         trainer = (CrossEncoderTrainer if cross else SentenceTransformerTrainer)(
-            model=model, args=arguments, train_dataset=dataset, loss=loss, evaluator=validation, callbacks=callbacks)
+            model=model, args=arguments, train_dataset=dataset, loss=loss, evaluator=validation, callbacks=[keeper])
         # the card callback looks names up on the Hub (we write our own card); the printer prints raw log dicts
         trainer.remove_callback(CrossEncoderModelCardCallback if cross else SentenceTransformerModelCardCallback)
         trainer.remove_callback(PrinterCallback)
@@ -60,65 +60,34 @@ def fit(model: Any, dataset: Any, loss: Any, validation: Any, callbacks: list[An
         return steps, time.perf_counter() - started
 
 
-def figures(metrics: dict[str, float]) -> dict[str, float]:
-    """The validation figures among a trainer's ``metrics``, unprefixed."""
-    return {k.removeprefix(PREFIX): float(v) for k, v in metrics.items() if k.startswith(PREFIX)}
-
-
-class TrainingProgress(TrainerCallback):  # type: ignore[misc]
-    """The trainer's steps and loss as events on ``sink``, each epoch's validation figures as a note."""
-
-    def __init__(self, sink: ProgressSink, label: str = "") -> None:
-        self.sink, self.label = sink, label
-        self.name = f"training{' ' + label if label else ''}"
-        self.task: Task | None = None
-
-    def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        self.task = Task(self.sink, self.name, state.max_steps)
-
-    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        if self.task is not None:
-            self.task.update(state.global_step)
-
-    def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
-               **kw: Any) -> None:
-        if self.task is not None and logs and "loss" in logs:
-            self.task.update(detail=f"epoch {state.epoch:.2f} loss {logs['loss']:.4f}")
-
-    def on_evaluate(self, args: Any, state: Any, control: Any, metrics: dict[str, float] | None = None,
-                    **kw: Any) -> None:
-        if not metrics or PREFIX + "ndcg@10" not in metrics:
-            return
-        m, epoch = figures(metrics), round(state.epoch or 0)
-        if "blend" in m:  # a reranker: its own order, and served blended with the fused order
-            text = (f"{self.label + ' ' if self.label else ''}epoch {epoch}: validation nDCG@10 {m['ndcg@10']:.4f} "
-                    f"(MRR@10 {m.get('mrr@10', 0.0):.4f}); served at blend {m['blend']:g}: "
-                    f"{m.get('blend_ndcg@10', 0.0):.4f}")
-        else:
-            text = f"epoch {epoch}: validation " + ", ".join(f"{k} {v:.4f}" for k, v in m.items())
-        note(self.sink, self.name, text)
-
-    def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
-        if self.task is not None:
-            self.task.finish()
-
-
 class EpochKeeper(TrainerCallback):  # type: ignore[misc]
     """Per epoch ``(epoch, validation figures, mean training loss)`` in :attr:`epochs`, the best epoch's weights kept
-    with ``snapshot``; stops training after epoch ``stop_after`` when given."""
+    with ``snapshot``; stops training after epoch ``stop_after`` when given. Steps and loss go to ``sink`` as events,
+    each epoch's validation figures as a note."""
 
-    def __init__(self, model: Any, snapshot: bool, primary: str = "ndcg@10", stop_after: int | None = None) -> None:
+    def __init__(self, model: Any, snapshot: bool, primary: str = "ndcg@10", stop_after: int | None = None,
+                 sink: ProgressSink | None = None, label: str = "") -> None:
         self.model, self.snapshot, self.primary, self.stop_after = model, snapshot, primary, stop_after
+        self.sink, self.label = sink, label
+        self.name = f"training{' ' + label if label else ''}"
+        self.task = Task(None, self.name)
         self.epochs: list[tuple[int, dict[str, float], float | None]] = []
         self.best_epoch: int | None = None
         self._best: float | None = None
         self._state: dict[str, Any] | None = None
         self._losses: list[float] = []
 
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.task = Task(self.sink, self.name, state.max_steps)
+
+    def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.task.update(state.global_step)
+
     def on_log(self, args: Any, state: Any, control: Any, logs: dict[str, float] | None = None,
                **kw: Any) -> None:
         if logs and "loss" in logs:
             self._losses.append(float(logs["loss"]))
+            self.task.update(detail=f"epoch {state.epoch:.2f} loss {logs['loss']:.4f}")
 
     def on_epoch_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
         loss = sum(self._losses) / len(self._losses) if self._losses else None
@@ -133,12 +102,22 @@ class EpochKeeper(TrainerCallback):  # type: ignore[misc]
         if not metrics or PREFIX + self.primary not in metrics or not self.epochs:
             return
         epoch, shown, _ = self.epochs[-1]
-        shown.update(figures(metrics))
+        shown.update({k.removeprefix(PREFIX): float(v) for k, v in metrics.items() if k.startswith(PREFIX)})
+        if "blend" in shown:  # a reranker: its own order, and served blended with the fused order
+            text = (f"{self.label + ' ' if self.label else ''}epoch {epoch}: validation nDCG@10 "
+                    f"{shown['ndcg@10']:.4f} (MRR@10 {shown.get('mrr@10', 0.0):.4f}); served at blend "
+                    f"{shown['blend']:g}: {shown.get('blend_ndcg@10', 0.0):.4f}")
+        else:
+            text = f"epoch {epoch}: validation " + ", ".join(f"{k} {v:.4f}" for k, v in shown.items())
+        note(self.sink, self.name, text)
         score = shown[self.primary]
         if self._best is None or score > self._best:
             self._best, self.best_epoch = score, epoch
             if self.snapshot:
                 self._state = {k: v.detach().to("cpu", copy=True) for k, v in self.model.state_dict().items()}
+
+    def on_train_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+        self.task.finish()
 
     def kept_epoch(self, keep: str) -> int | None:
         """The epoch whose weights the model ends with (``keep="best"``: the best one's, restored), or None."""

@@ -17,11 +17,18 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 from hybridsearch import __version__
 from hybridsearch.embedding.models import file_hash, record_files, resolve_model
 from hybridsearch.rerank.base import CARD_FILE, KIND
+from hybridsearch.training.config import LOSS_NAMES
 
 if TYPE_CHECKING:
     from hybridsearch.settings import ModelsSettings
-    from hybridsearch.training.config import EmbedderConfig, EmbedderResult, TrainingConfig, TrainResult
-    from hybridsearch.training.embedder_data import DenseValidation, RowStats
+    from hybridsearch.training.config import (
+        DenseValidation,
+        EmbedderConfig,
+        EmbedderResult,
+        RowStats,
+        TrainingConfig,
+        TrainResult,
+    )
     from hybridsearch.training.negatives import Collected, MinedData, SplitData
 
 EMBEDDER_KIND = "hybridsearch-domain-embedder"
@@ -52,9 +59,9 @@ def _head(kind: str, cfg: TrainingConfig | EmbedderConfig, data: SplitData, mode
 def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: TrainResult, models: ModelsSettings,
               extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The ``card.json`` content of a reranker."""
-    kept = kept_epoch(result)
+    kept, trained = kept_epoch(result), base_training(cfg.base, models)
     return {
-        **_head(KIND, cfg, data, models, base_model_trained_on=base_training(cfg.base, models),
+        **_head(KIND, cfg, data, models, base_model_trained_on=trained,
                 head="one-logit sequence classification (sigmoid = relevance probability)"),
         "queries": {"train": len(mined.train_qids), "validation": len(mined.val_qids),
                     "validation_scored": len(mined.validation) or (len(mined.pool) if result.cv else 0),
@@ -66,7 +73,7 @@ def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: Tr
                       "filtered": asdict(mined.stats.filtered)},
         "training": {"epochs": cfg.epochs, "batch_size": cfg.batch_size, "max_length": cfg.max_length,
                      "learning_rate": cfg.lr, "warmup_ratio": cfg.warmup_ratio, "seed": cfg.seed,
-                     "loss": cfg.loss_name, "steps": result.steps, "keep": cfg.keep,
+                     "loss": LOSS_NAMES[cfg.loss], "steps": result.steps, "keep": cfg.keep,
                      "limit_queries": cfg.limit_queries, "val_fraction": 0.0 if result.cv else cfg.val_fraction,
                      "folds": cfg.folds if result.cv else 0, "max_epochs": cfg.epochs,
                      "trained_epochs": result.best_epoch if result.cv else cfg.epochs,
@@ -79,7 +86,7 @@ def make_card(cfg: TrainingConfig, data: SplitData, mined: MinedData, result: Tr
             "per_epoch": [asdict(e) for e in result.epochs],
             "best_epoch": result.best_epoch,
             "beats_fused_order": beats_fused(result),
-            "caveat": _caveat(cfg, data, models),
+            "caveat": _caveat(cfg, data, trained),
         },
         "cross_validation": result.cv,
         "serving": {
@@ -103,7 +110,8 @@ def environment() -> dict[str, Any]:
     import transformers
 
     return {
-        "host": {"cpu_count": _cpu_count(), "platform": platform.platform()},
+        "host": {"cpu_count": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1,
+                 "platform": platform.platform()},
         "versions": {"hybridsearch": __version__, "sentence_transformers": sentence_transformers.__version__,
                      "transformers": transformers.__version__, "torch": torch.__version__},
     }
@@ -121,19 +129,15 @@ def base_training(base: str, models: ModelsSettings) -> dict[str, Any] | None:
     return {k: data.get(k) for k in ("kind", "dataset", "split", "files_read")}
 
 
-def _caveat(cfg: TrainingConfig, data: SplitData, models: ModelsSettings) -> str | None:
-    """A warning when the base already learnt from this split's judgments (validation then flatters the model)."""
-    trained = base_training(cfg.base, models)
+def _caveat(cfg: TrainingConfig, data: SplitData, trained: dict[str, Any] | None) -> str | None:
+    """A warning when the base (``trained``: its :func:`base_training`) already learnt from this split's judgments
+    (validation then flatters the model)."""
     if not trained or trained.get("split") != data.split:
         return None
     if str(Path(str(trained.get("dataset") or "")).resolve()) != str(Path(cfg.dataset).expanduser().resolve()):
         return None
     return (f"the base model was trained on the {data.split!r} judgments of this collection: the validation "
             "queries are not unseen by it, so validation figures are optimistic; trust the test split")
-
-
-def _cpu_count() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
 
 
 def _num(x: float | None, digits: int = 4) -> str:
@@ -195,7 +199,7 @@ def make_embedder_card(cfg: EmbedderConfig, data: SplitData, got: Collected, sta
                                                   stats.dropped_duplicate, "similar": stats.dropped_similar},
             "in_batch": "every other row's positive and negatives in the batch (no duplicate texts per batch)",
         },
-        "training": {"loss": f"{cfg.loss_name} (cosine, scale 20)", "epochs": cfg.epochs,
+        "training": {"loss": "MultipleNegativesRankingLoss (cosine, scale 20)", "epochs": cfg.epochs,
                      "batch_size": cfg.batch_size, "learning_rate": cfg.lr, "warmup_ratio": cfg.warmup_ratio,
                      "max_seq_length": cfg.max_seq_length or served_length, "seed": cfg.seed,
                      "steps": result.steps, "keep": cfg.keep, "val_fraction": cfg.val_fraction,

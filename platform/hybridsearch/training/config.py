@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, Field
 
 from hybridsearch.settings import DEFAULT_EMBEDDING_MODEL
-from hybridsearch.training.negatives import NegativePolicy, Strategy
+from hybridsearch.training.negatives import NegativePolicy, Strategy, Tally
 
 Loss = Literal["lambda", "bce"]
 LOSS_NAMES = {"lambda": "LambdaLoss (NDCGLoss2++ weighting, listwise over each query's positives and negatives)",
@@ -50,11 +50,6 @@ class TrainingConfig(_RunConfig):
     keep: Literal["last", "best"] = "last"  # the weights saved: the last epoch's, or the best served epoch's
 
     @property
-    def loss_name(self) -> str:
-        """The sentence-transformers loss trained with (recorded in the card)."""
-        return LOSS_NAMES[self.loss]
-
-    @property
     def policy(self) -> NegativePolicy:
         """Which mined candidates may be negatives (:func:`hybridsearch.training.negatives.filter_negatives`)."""
         return NegativePolicy(self.skip_top, self.skip_above_positive, self.max_overlap)
@@ -82,7 +77,7 @@ class TrainResult:
     seconds: float = 0.0
     device: str = "cpu"
     steps: int = 0
-    cv: dict[str, Any] | None = None  # validation.CVSummary.as_dict() when chosen by k-fold
+    cv: dict[str, Any] | None = None  # reranker.CVSummary.as_dict() when chosen by k-fold
     cv_seconds: float = 0.0
 
 
@@ -100,10 +95,6 @@ class EmbedderConfig(_RunConfig):
     val_corpus: int = Field(2000, ge=0)  # chunks the validation ranks (0: the whole index)
     threads: int | None = Field(None, ge=1)  # torch CPU threads (None: torch's choice)
     keep: Literal["last", "best"] = "best"
-
-    @property
-    def loss_name(self) -> str:
-        return "MultipleNegativesRankingLoss"
 
 
 @dataclass
@@ -125,3 +116,38 @@ class EmbedderResult:
     validation_seconds: float = 0.0
     device: str = "cpu"
     steps: int = 0
+
+
+@dataclass
+class RowStats(Tally):
+    """What :func:`build_rows` made and left out."""
+
+    queries: int = 0
+    rows: int = 0
+    dropped_top: int = 0
+    dropped_similar: int = 0
+    dropped_duplicate: int = 0
+    rows_without_negatives: int = 0
+    rows_reusing_negatives: int = 0
+
+
+@dataclass
+class Chunk:
+    doc_id: str
+    text: str
+
+
+@dataclass
+class DenseValidation:
+    """Held-out queries with their judgments and the chunks to rank (``full_corpus``: every chunk of the index)."""
+
+    qids: list[str]
+    queries: list[str]
+    qrels: dict[str, dict[str, int]]
+    chunks: list[Chunk]
+    full_corpus: bool
+    index_chunks: int
+
+    @property
+    def documents(self) -> int:
+        return len({c.doc_id for c in self.chunks})

@@ -17,6 +17,7 @@ from hybridsearch.eval.datasets import check_split, load_collection
 from hybridsearch.index.versions import checked_live_index
 from hybridsearch.index.visibility import visible_filter
 from hybridsearch.progress import ProgressSink, Task
+from hybridsearch.query.window import passage_text
 
 if TYPE_CHECKING:
     from hybridsearch.embedding.encoder import Embedder
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 
 Strategy = Literal["sample", "top"]
 Qrels = Mapping[str, Mapping[str, int]]
-PassageFn = Callable[[str | None, str], str]  # (title, text) of a stored chunk -> the text trained on
+PassageFn = Callable[[Mapping[str, Any]], str]  # a stored chunk's title and text -> the text trained on
 _WORD = re.compile(r"[a-z0-9]+")
 INF = float("inf")
 
@@ -92,14 +93,14 @@ def overlap(a: Iterable[str], b: Iterable[str]) -> float:
     return len(sa & sb) / union if union else 0.0
 
 
+def _ranks(cand: Candidate) -> tuple[float, float]:
+    return cand.bm25_rank or INF, cand.knn_rank or INF
+
+
 def positive_ranks(candidates: Sequence[Candidate], relevant: set[str]) -> tuple[float, float] | None:
     """Best BM25 and kNN rank among the positives in ``candidates`` (inf for a list without one); None: none there."""
-    found = [c for c in candidates if c.doc_id in relevant]
-    if not found:
-        return None
-    bm25 = min((c.bm25_rank for c in found if c.bm25_rank is not None), default=INF)
-    knn = min((c.knn_rank for c in found if c.knn_rank is not None), default=INF)
-    return float(bm25), float(knn)
+    found = [_ranks(c) for c in candidates if c.doc_id in relevant]
+    return (min(b for b, _ in found), min(k for _, k in found)) if found else None
 
 
 def filter_negatives(candidates: Sequence[Candidate], relevant: set[str], positive_passages: Sequence[str],
@@ -115,7 +116,7 @@ def filter_negatives(candidates: Sequence[Candidate], relevant: set[str], positi
         stats.considered += 1
         if rank <= policy.skip_top:
             stats.skipped_top += 1
-        elif ranks is not None and _above_both(cand, ranks):
+        elif ranks is not None and all(mine < best for mine, best in zip(_ranks(cand), ranks, strict=True)):
             stats.skipped_above_positive += 1
         elif pos_words and max(overlap(words(cand.text), p) for p in pos_words) >= policy.max_overlap:
             stats.skipped_duplicate += 1
@@ -123,12 +124,6 @@ def filter_negatives(candidates: Sequence[Candidate], relevant: set[str], positi
             kept.append(cand)
     stats.kept = len(kept)
     return kept, stats
-
-
-def _above_both(cand: Candidate, ranks: tuple[float, float]) -> bool:
-    bm25 = INF if cand.bm25_rank is None else cand.bm25_rank
-    knn = INF if cand.knn_rank is None else cand.knn_rank
-    return bm25 < ranks[0] and knn < ranks[1]
 
 
 @dataclass(frozen=True)
@@ -153,22 +148,21 @@ class ValidationQuery:
 
 
 @dataclass
-class PairStats:
+class Tally:
+    """The counts :func:`with_positives` keeps: judged-relevant documents without a passage, queries left out."""
+
+    positives_missing: int = 0
+    skipped_queries: list[str] = field(default_factory=list)
+
+
+@dataclass
+class PairStats(Tally):
     """What :func:`build_pairs` made and what it had to skip."""
 
     queries: int = 0
     positives: int = 0
     negatives: int = 0
-    positives_missing: int = 0
-    skipped_queries: list[str] = field(default_factory=list)
     filtered: FilterStats = field(default_factory=FilterStats)
-
-
-def passage_text(title: str | None, text: str) -> str:
-    """The text the query layer hands the reranker for a chunk: the model trains on what it scores serving."""
-    from hybridsearch.query.window import passage_text as chunk_passage
-
-    return chunk_passage({"title": title, "text": text})
 
 
 def relevant_ids(judgments: Mapping[str, int]) -> set[str]:
@@ -178,13 +172,10 @@ def relevant_ids(judgments: Mapping[str, int]) -> set[str]:
 
 def dedupe(candidates: Iterable[Candidate]) -> list[Candidate]:
     """Keep the first (best-ranked) candidate of each document."""
-    seen: set[str] = set()
-    out: list[Candidate] = []
+    first: dict[str, Candidate] = {}
     for cand in candidates:
-        if cand.doc_id not in seen:
-            seen.add(cand.doc_id)
-            out.append(cand)
-    return out
+        first.setdefault(cand.doc_id, cand)
+    return list(first.values())
 
 
 def pick_negatives(pool: Sequence[Candidate], n: int, *, rng: random.Random,
@@ -244,13 +235,6 @@ def build_pairs(
         stats.positives += len(positives)
         stats.negatives += len(negs)
     return pairs, stats
-
-
-class Tally(Protocol):
-    """The counts :func:`with_positives` keeps (in :class:`PairStats` and ``embedder_data.RowStats``)."""
-
-    positives_missing: int
-    skipped_queries: list[str]
 
 
 def with_positives(qids: Iterable[str], qrels: Qrels, candidates: Mapping[str, Sequence[Candidate]],
@@ -377,7 +361,8 @@ def no_pairs() -> ConfigError:
 
 class IndexMiner:
     """Candidates (hybrid search without rerank) and positive passages from the live index of ``settings``;
-    ``passage(title, text)`` makes a chunk's training text. Raises IndexNotFound."""
+    ``passage`` makes a chunk's training text (default: what the query layer hands the reranker). Raises
+    IndexNotFound."""
 
     def __init__(self, es: EngineClient, settings: Settings, embedder: Embedder | None = None,
                  passage: PassageFn = passage_text) -> None:
@@ -393,7 +378,7 @@ class IndexMiner:
     def candidates(self, query: str, depth: int) -> list[Candidate]:
         """The hybrid top-``depth`` documents for ``query``, best chunk each, in fused order."""
         result = self.client.search(query, k=depth, mode="hybrid", rerank=False)
-        return dedupe(Candidate(h.doc_id, self.passage(h.title, h.text), h.score,
+        return dedupe(Candidate(h.doc_id, self.passage({"title": h.title, "text": h.text}), h.score,
                                 h.bm25.rank if h.bm25 else None, h.knn.rank if h.knn else None)
                       for h in result.hits)
 
@@ -421,5 +406,5 @@ class IndexMiner:
                 hits = resp.get("hits", {}).get("hits", [])
                 if hits:
                     src = hits[0]["_source"]
-                    out[(qid, doc_id)] = self.passage(src.get("title"), src.get("text", ""))
+                    out[(qid, doc_id)] = self.passage(src)
         return out
