@@ -176,6 +176,8 @@ class EngineClient(_Clients):
     @property
     def engine(self) -> EngineInfo:
         """The engine serving the cluster (asked once). Raises the library's errors."""
+        if self._engine is not None:
+            return self._engine
         with self._lock:
             if self._engine is None:
                 ask = partial(self.transport.perform_request, "GET", headers=_JSON)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Self
 
 import httpx
 from tenacity import Retrying, before_sleep_log, retry_if_exception_type, stop_after_attempt
@@ -33,9 +33,10 @@ def _reason(resp: httpx.Response) -> str:
     return str(detail or body)[:500]
 
 
-class HttpReranker(httpx.Client):
+class HttpReranker:
     """Scores passages through the reranker service at ``url``, ``timeout`` seconds per try. One more try on
-    connection errors and RETRIED_STATUSES, except a 503 with ``Retry-After``; none on read timeouts."""
+    connection errors and RETRIED_STATUSES, except a 503 with ``Retry-After``; none on read timeouts. ``close()``
+    (or ``with``) closes its connections."""
 
     def __init__(self, url: str, timeout: float = 5.0, token: str | None = None, *,
                  transport: httpx.BaseTransport | None = None) -> None:
@@ -45,10 +46,20 @@ class HttpReranker(httpx.Client):
         headers = {REQUEST_TIMEOUT_HEADER: f"{timeout:g}"}
         if token:
             headers["Authorization"] = f"Bearer {token}"
-        super().__init__(base_url=self.url, headers=headers, transport=transport,
-                         timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),
-                         limits=httpx.Limits(max_connections=32, max_keepalive_connections=8))
+        self.timeout = timeout
+        self._http = httpx.Client(base_url=self.url, headers=headers, transport=transport,
+                                  timeout=httpx.Timeout(timeout, connect=min(timeout, 2.0)),
+                                  limits=httpx.Limits(max_connections=32, max_keepalive_connections=8))
         self.blend: float | None = None  # Reranker.blend: the served model's recommendation, from its answers
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def score(self, query: str, passages: Sequence[str]) -> list[float]:
         """One score per passage, in input order. Raises RerankerError."""
@@ -71,13 +82,13 @@ class HttpReranker(httpx.Client):
     def _send(self, payload: dict[str, Any]) -> httpx.Response:
         """One try; raises _TryAgain when another may get through, RerankerError when none can."""
         try:
-            resp = self.post("/rerank", json=payload)
+            resp = self._http.post("/rerank", json=payload)
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError) as exc:
             raise _TryAgain(f"cannot reach the reranker service at {self.shown_url}: {type(exc).__name__}: "
                             f"{redact_url(str(exc))}") from exc
         except httpx.TimeoutException as exc:
             raise RerankerError(f"reranker service at {self.shown_url} timed out "
-                                f"({type(exc).__name__}, timeout {self.timeout.read}s)") from exc
+                                f"({type(exc).__name__}, timeout {self.timeout}s)") from exc
         except httpx.HTTPError as exc:
             raise RerankerError(f"reranker request to {self.shown_url} failed: {type(exc).__name__}: "
                                 f"{redact_url(str(exc))}") from exc
