@@ -39,7 +39,8 @@ secure_curl_opts() {
 
 secure_tool() {  # run an elasticsearch-* tool against the node's config folder
   local tool=$1; shift
-  ES_JAVA_HOME="$(find_java)" ES_PATH_CONF="$NODE_DIR/config" "$HOME_DIR/bin/elasticsearch-$tool" "$@"
+  # a UTF-8 locale, whatever the caller's: the JVM decodes arguments (url-test's non-ASCII password) by the locale
+  LC_ALL=C.UTF-8 ES_JAVA_HOME="$(find_java)" ES_PATH_CONF="$NODE_DIR/config" "$HOME_DIR/bin/elasticsearch-$tool" "$@"
 }
 
 # Make (once) the CA, the node certificate, the passwords, the keystore and the users; install them into
