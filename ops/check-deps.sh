@@ -41,12 +41,12 @@ fi
 "$VENV/bin/lint-imports" --no-cache || { echo "[check-deps] an import breaks a contract above (docs/architecture.md)" >&2; exit 1; }
 "$VENV/bin/python" -m mypy platform/hybridsearch ops/bench/*.py || { echo "[check-deps] type errors above (mypy)" >&2; exit 1; }
 # One tokenizer per model: only embedding/encoder.py builds one (the chunker and every encoder take it from there).
-if grep -rnE "AutoTokenizer|Tokenizer\.from_(file|str|pretrained)|PreTrainedTokenizer" platform/hybridsearch \
+if grep -rnE --include='*.py' "AutoTokenizer|Tokenizer\.from_(file|str|pretrained)|PreTrainedTokenizer" platform/hybridsearch \
     | grep -vE "^platform/hybridsearch/embedding/(encoder|fetch)\.py:"; then
   echo "[check-deps] a second tokenizer above: take the embedder's (Embedder.tokenizer, embedding/encoder.py)" >&2; exit 1
 fi
 # The client libraries by their public interfaces only: no private attribute of elasticsearch or elastic_transport
 # named in the package or its tests (their next release may change any of them).
-if grep -rnE "_AIOHTTP_AVAILABLE|node_pool|importlib\.reload|elastic_transport\._" platform tests; then
+if grep -rnE --include='*.py' "_AIOHTTP_AVAILABLE|node_pool|importlib\.reload|elastic_transport\._" platform tests; then
     echo "[check-deps] the lines above name a private part of a client library; use its public interface" >&2; exit 1
 fi
