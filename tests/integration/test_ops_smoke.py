@@ -134,6 +134,29 @@ def test_bench_vectors(env: dict[str, str], tiny: Settings, collection: Path, tm
     assert json_report.with_suffix(".png").stat().st_size > 0
 
 
+def test_bench_knn_width(env: dict[str, str], es: EngineClient, tiny: Settings, collection: Path,
+                         tmp_path: Path) -> None:
+    """Recall of the kNN list per rescoring factor on a built index: with the whole index rescored it is exact."""
+    built = eval_settings(tiny, f"{tiny.index.prefix}-width")
+    choose_index(es, built)
+    assert ingest_corpus(es, built, collection / "corpus.jsonl", embedder=Embedder(built.embedding, built.models)
+                         )["chunks"] > 0
+    out = tmp_path / "width"
+    stdout = run("bench_knn_width.py", env, "--prefix", built.index.prefix, "--queries",
+                 collection / "queries.jsonl", "--oversample", "0,3", "--out", out)
+    (json_report,) = out.glob("bench-knn-width-*.json")
+    data = report(json_report)
+    off, rescored = data["rows"]
+    assert data["queries"] == QUERIES and data["chunks"] > 0 and off["oversample"] is None
+    depth = min(off["k"], data["chunks"])
+    if es.engine.rescores_vectors:  # 3 x k candidates cover this small index, rescored on their floats
+        assert rescored["oversample"] == 3 and rescored["num_candidates"] >= 3 * rescored["k"]
+        assert rescored["recall_at_10"] == rescored[f"recall_at_{depth}"] == 1.0
+    else:
+        assert rescored["oversample"] is None and "cannot" in rescored["width"]
+    assert 0 < off[f"recall_at_{depth}"] <= 1 and "recall" in stdout
+
+
 def test_bench_single_list(env: dict[str, str], es: EngineClient, tiny: Settings, collection: Path,
                            tmp_path: Path) -> None:
     built = eval_settings(tiny, f"{tiny.index.prefix}-single")

@@ -11,6 +11,7 @@ from hybridsearch.errors import ConfigError
 from hybridsearch.query.build import (
     BASE_CANDIDATES,
     BASE_SHARD_CHUNKS,
+    DEFAULT_OVERSAMPLE,
     MAX_CANDIDATES,
     auto_candidates,
     is_quantized,
@@ -53,13 +54,21 @@ def test_the_setting_overrides_the_size_rule() -> None:
 
 
 @pytest.mark.parametrize(("setting", "quantized", "can", "oversample"), [
-    (None, True, True, 1.0), (2.5, True, True, 2.5), (0.0, True, True, None),
+    (None, True, True, DEFAULT_OVERSAMPLE), (2.5, True, True, 2.5), (0.0, True, True, None),
     (None, False, True, None), (None, True, False, None), (3.0, True, False, None)])
 def test_rescoring_only_of_quantized_vectors_where_the_engine_can(
         setting: float | None, quantized: bool, can: bool, oversample: float | None) -> None:
     w = knn_width(QuerySettings(rescore_oversample=setting), 200, 1000, quantized=quantized, can_rescore=can)
     assert w.oversample == oversample
     assert w.num_candidates >= 200 * (oversample or 1)
+
+
+def test_the_default_rescores_more_candidates_than_the_list_returns() -> None:
+    """Rescoring only the k the list returns fixes their order but not which k they are: the default gathers a
+    wider set, so the list's tail, which fusion reads, is exact too."""
+    w = knn_width(QuerySettings(), 200, 1000, quantized=True, can_rescore=True)
+    assert w.oversample is not None and w.oversample >= 2 and w.num_candidates >= 200 * w.oversample
+    assert "rescored" in w.reason and f"{w.oversample:g} × k" in w.reason
 
 
 def test_quantized_options() -> None:
@@ -80,14 +89,14 @@ def test_the_knn_body_carries_the_width() -> None:
     w = knn_width(q, k, 5_000_000, quantized=True, can_rescore=True)
     body = knn_lines(q, "a", p, [0.1, 0.2], ELASTICSEARCH, w)[1]["knn"]
     assert body["num_candidates"] == w.num_candidates > BASE_CANDIDATES
-    assert body["rescore_vector"] == {"oversample": 1.0} and body["k"] == k
+    assert body["rescore_vector"] == {"oversample": DEFAULT_OVERSAMPLE} and body["k"] == k
     plain = knn_lines(q, "a", p, [0.1, 0.2], ELASTICSEARCH)[1]["knn"]
     assert "rescore_vector" not in plain and plain["num_candidates"] == max(BASE_CANDIDATES, k)
     with pytest.raises(ConfigError):
         knn_lines(q, "a", p, [0.1, 0.2], OPENSEARCH, w)
 
 
-@pytest.mark.parametrize(("setting", "sent"), [(None, {"oversample": 1.0}), (0.0, None)])
+@pytest.mark.parametrize(("setting", "sent"), [(None, {"oversample": DEFAULT_OVERSAMPLE}), (0.0, None)])
 def test_why_probes_knn_rescored_as_the_search_was(setting: float | None, sent: dict[str, float] | None) -> None:
     s = recorded_settings()
     s = s.model_copy(update={"query": s.query.model_copy(update={"rescore_oversample": setting})})

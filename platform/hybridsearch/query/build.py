@@ -25,12 +25,14 @@ _DROP_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn"}
 _ASCII_CONTROLS = str.maketrans({i: " " for i in (*range(32), 127)})  # ASCII's only _DROP_CATEGORIES
 
 # num_candidates (docs/scale.md): BASE_CANDIDATES up to BASE_SHARD_CHUNKS a shard, then (chunks / BASE) ** GROWTH
-# times as many, at most MAX_CANDIDATES (what the engines take); quantized vectors rescore k × DEFAULT_OVERSAMPLE
+# times as many, at most MAX_CANDIDATES (what the engines take). Quantized vectors rescore k × DEFAULT_OVERSAMPLE
+# candidates on their floats: at 3 × k the whole list fusion reads matches exact search (recall@200 ≥ 0.989 on SciFact,
+# NFCorpus and 300k synthetic chunks; at 1 × k only its top 10 does, and 3-13 % of the 200 are missing)
 BASE_CANDIDATES = 200
 BASE_SHARD_CHUNKS = 350_000
 GROWTH = 0.5
 MAX_CANDIDATES = 10_000
-DEFAULT_OVERSAMPLE = 1.0
+DEFAULT_OVERSAMPLE = 3.0
 QUANTIZED_PREFIXES = ("int8_", "int4_", "bbq_")  # Elasticsearch's names; OpenSearch's ``sq`` is ``int8_hnsw``
 
 
