@@ -69,6 +69,7 @@ def test_the_default_rescores_more_candidates_than_the_list_returns() -> None:
     w = knn_width(QuerySettings(), 200, 1000, quantized=True, can_rescore=True)
     assert w.oversample is not None and w.oversample >= 2 and w.num_candidates >= 200 * w.oversample
     assert "rescored" in w.reason and f"{w.oversample:g} × k" in w.reason
+    assert f"num_candidates raised to {w.num_candidates}" in w.reason  # the width sent, not the one before
 
 
 def test_quantized_options() -> None:

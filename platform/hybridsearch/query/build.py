@@ -220,8 +220,10 @@ def knn_width(q: QuerySettings, k: int, shard_chunks: int | None, *, quantized: 
         why += "; quantized vectors, not rescored (the engine cannot)"
     else:
         oversample = q.rescore_oversample or DEFAULT_OVERSAMPLE
-        nc = min(MAX_CANDIDATES, max(nc, math.ceil(k * oversample)))
-        why += f"; quantized vectors rescored on their floats ({oversample:g} × k)"
+        wider = min(MAX_CANDIDATES, max(nc, math.ceil(k * oversample)))
+        why += f"; quantized vectors rescored on their floats ({oversample:g} × k" + (
+            f", num_candidates raised to {wider})" if wider > nc else ")")
+        nc = wider
     return KnnWidth(nc, oversample, why)
 
 
