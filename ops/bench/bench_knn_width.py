@@ -81,6 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     settings = load_settings(index={"prefix": args.prefix})
     es = EngineClient(settings.es, request_timeout=120)
     alias = settings.index.alias
+    if not es.send(request.alias_exists(alias)):
+        ap.error(f"no index behind {alias} on {es.engine.name}: build one first (hsp eval … --prefix {args.prefix})")
     (index,) = es.send(request.get_alias(alias)).keys()
     recorded = es.send(request.get_mapping(index))[index]["mappings"].get("_meta", {}).get("embedding_model")
     if recorded != settings.embedding.model:

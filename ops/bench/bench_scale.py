@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import math
 import subprocess
 import sys
 import time
@@ -48,6 +47,7 @@ from loadgen import drive, save_report
 
 if TYPE_CHECKING:  # imported where used, so that --help loads nothing of the package
     from hybridsearch.engine import EngineClient
+    from hybridsearch.query.build import KnnWidth
     from hybridsearch.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -133,19 +133,18 @@ def build(es: EngineClient, settings: Settings, n: int, syn: Synthetic, batch: i
     return stored, seconds, index
 
 
-def recall(es: EngineClient, index: str, stored: np.ndarray, queries: np.ndarray, num_candidates: int,
-           oversample: float | None = None, k: int = 10) -> tuple[float, float, float]:
-    """Recall of the index's kNN search for ``k`` neighbours (``num_candidates``, raised to ``oversample`` × k as
-    the client does; with ``oversample``, Elasticsearch's ``rescore_vector``: that many quantized candidates
-    rescored on the float vectors) against exact search: at 10 and at ``k``, the whole list fusion reads. Also
-    that raw kNN request's p50 in ms at one client."""
+def recall(es: EngineClient, index: str, stored: np.ndarray, queries: np.ndarray, width: KnnWidth,
+           k: int = 10) -> tuple[float, float, float]:
+    """Recall of the index's kNN search for ``k`` neighbours as ``width`` sends it (``num_candidates``; with an
+    oversample, Elasticsearch's ``rescore_vector``: that many times k quantized candidates rescored on the float
+    vectors) against exact search: at 10 and at ``k``, the whole list fusion reads. Also that raw kNN request's
+    p50 in ms at one client."""
     from knn import exact_top_k, knn_recall
 
     _, scores = exact_top_k(stored, queries, k)
-    width = max(k, num_candidates, math.ceil(k * (oversample or 0)))
     at_10, at_k, took = 0.0, 0.0, []
     for q, kth in zip(queries, scores, strict=True):
-        body = es.dialect.knn_search("embedding", q.tolist(), k, width, [], oversample or None)
+        body = es.dialect.knn_search("embedding", q.tolist(), k, width.num_candidates, [], width.oversample)
         t0 = time.perf_counter()
         r = es.send(request.search(index, request.body(source=False, size=k, **body)))
         took.append((time.perf_counter() - t0) * 1000)
@@ -264,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("bounded runs only: sizes <= 2,000,000, --seconds <= 120")
 
     from hybridsearch.engine import EngineClient
-    from hybridsearch.query.build import auto_candidates, knn_size
+    from hybridsearch.query.build import auto_candidates, knn_size, knn_width
     from hybridsearch.settings import load_settings
 
     urls = args.es_url or subprocess.run([str(ES_LOCAL), "cluster", "url"], check=True, capture_output=True,
@@ -293,17 +292,20 @@ def main(argv: list[str] | None = None) -> int:
         auto = settings.query.num_candidates or auto_candidates(knn_size(settings.query), -(-n // args.shards))
         for nc in args.num_candidates or [auto]:
             for over in [None, *args.oversample]:
-                rec, rec_k, knn_p50 = recall(es, index, stored, queries, nc, over, args.knn_k)
+                # these knobs as the client applies them (an oversample of 0 turns rescoring off)
+                tuned = settings.model_copy(update={"query": settings.query.model_copy(
+                    update={"num_candidates": nc, "rescore_oversample": over or 0.0})})
+                width = knn_width(tuned.query, args.knn_k, None, quantized=True,
+                                  can_rescore=es.engine.rescores_vectors)
+                rec, rec_k, knn_p50 = recall(es, index, stored, queries, width, args.knn_k)
                 row: dict[str, Any] = {
                     "chunks": n, "index_seconds": seconds, "chunks_per_s": seconds and round(n / seconds, 1),
                     "store_bytes": size, "bytes_per_chunk": round(size / n, 1), "knn_recall_at_10": round(rec, 4),
-                    "knn_recall_at_k": round(rec_k, 4), "num_candidates": max(nc, math.ceil(args.knn_k * (over or 0))),
-                    "oversample": over, "knn_k": args.knn_k,
+                    "knn_recall_at_k": round(rec_k, 4), "num_candidates": width.num_candidates,
+                    "oversample": width.oversample, "knn_k": args.knn_k,
                     "knn_p50_c1_ms": round(knn_p50, 2),
                     "shards": args.shards, "replicas": args.replicas}
-                # the client's hybrid latency with these knobs (an oversample of 0 turns rescoring off)
-                tuned = settings.model_copy(update={"query": settings.query.model_copy(
-                    update={"num_candidates": nc, "rescore_oversample": over or 0.0})})
+                # the client's hybrid latency with the same knobs
                 for c, st in asyncio.run(latency(tuned, table, [1, 16], args.seconds)).items():
                     row.update({f"p50_c{c}_ms": st["p50_ms"], f"p99_c{c}_ms": st["p99_ms"],
                                 f"qps_c{c}": st["qps"], f"errors_c{c}": st["errors"]})
