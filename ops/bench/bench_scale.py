@@ -111,9 +111,7 @@ def build(es: EngineClient, settings: Settings, n: int, syn: Synthetic, batch: i
     from hybridsearch.ingest.writer import write_actions
     from hybridsearch.settings import IngestSettings
 
-    for name in (f"{settings.index.prefix}-chunks*", settings.index.ingest_runs, settings.index.query_log):
-        if "*" in name or es.send(request.index_exists(name)):  # a missing concrete name is a 404
-            es.send(request.delete_index(name, expand_wildcards="all"))
+    es.send(request.delete_index(f"{settings.index.prefix}-*", expand_wildcards="all"))  # a fresh start
     index = ensure_index(es, settings)
     es.send(request.put_settings(index, {"index.refresh_interval": "30s"}))
     stored = np.empty((n, DIMS), dtype=np.float32)
@@ -312,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 print(json.dumps(row), flush=True)
         if not args.keep:
-            es.send(request.delete_index(f"{args.prefix}-{n}-chunks*", expand_wildcards="all"))
+            es.send(request.delete_index(f"{args.prefix}-{n}-*", expand_wildcards="all"))  # every index it made
         es.close()
     for earlier in args.include:
         rows += [r for r in json.loads(earlier.read_text(encoding="utf-8")) if r["chunks"] not in args.sizes]
