@@ -9,12 +9,13 @@ in numpy over every chunk vector the index holds (read back from the embedding c
 embedded, as ``bench_vectors.py`` does), with the raw request's p50. Chunk level, no collapse, no filters; a hit
 tied with the k-th exact neighbour counts as found (``knn.py``). Judgments are not used: only the queries' text.
 
-    export HSP_ES_URL=http://127.0.0.1:9270 HSP_EMBEDDING__MODEL=bge-small-en-v1.5
+    export HSP_ES_URL=http://127.0.0.1:9270
     $V/bin/python ops/bench/bench_knn_width.py --prefix eval-scifact-bge-small-en-v1.5 \\
         --queries ../shared/datasets/scifact/queries.jsonl --limit 300 --oversample 0,1,2,3,5
 
-The model must be the one the index records (its ``_meta``); chunk texts missing from the embedding cache are
-embedded again. Writes reports/bench-knn-width-<time>.json (``--out DIR``: into DIR instead; docs/scale.md shows
+Queries are embedded by the model the index records (its ``_meta``), as every client does when
+``HSP_EMBEDDING__MODEL`` is unset; one set explicitly must match it. Chunk texts missing from the embedding cache
+are embedded again. Writes reports/bench-knn-width-<time>.json (``--out DIR``: into DIR instead; docs/scale.md shows
 runs). Exit 0; numbers only, no gate.
 """
 
@@ -34,7 +35,10 @@ from bench_vectors import stored_vectors
 from hybridsearch.embedding.cache import CachedEmbedder
 from hybridsearch.embedding.encoder import Embedder
 from hybridsearch.engine import EngineClient, request
+from hybridsearch.errors import HybridSearchError
 from hybridsearch.eval.datasets import read_queries
+from hybridsearch.index.spec import follow_index
+from hybridsearch.index.versions import checked_live_index, index_meta, live_index
 from hybridsearch.query.build import knn_size, knn_width
 from hybridsearch.settings import QuerySettings, load_settings
 from knn import exact_top_k, knn_recall, unit
@@ -78,15 +82,15 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--limit must be ≥ 1 and each --oversample 0..10")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-    settings = load_settings(index={"prefix": args.prefix})
-    es = EngineClient(settings.es, request_timeout=120)
-    alias = settings.index.alias
-    if not es.send(request.alias_exists(alias)):
-        ap.error(f"no index behind {alias} on {es.engine.name}: build one first (hsp eval … --prefix {args.prefix})")
-    (index,) = es.send(request.get_alias(alias)).keys()
-    recorded = es.send(request.get_mapping(index))[index]["mappings"].get("_meta", {}).get("embedding_model")
-    if recorded != settings.embedding.model:
-        ap.error(f"{index} was built with {recorded}; set HSP_EMBEDDING__MODEL={recorded}")
+    base = load_settings(index={"prefix": args.prefix})
+    es = EngineClient(base.es, request_timeout=120)
+    try:  # the index's own model, as every client follows it (a model set explicitly is checked against it)
+        live = live_index(es, base.index)
+        settings = base.model_copy(update={"embedding": follow_index(base.embedding, index_meta(es, live))})
+        index = checked_live_index(es, settings)
+    except HybridSearchError as exc:
+        es.close()
+        ap.error(str(exc))
     cache = CachedEmbedder(Embedder(settings.embedding, settings.models))
     try:
         ids, vectors = stored_vectors(es, index, settings, cache)
